@@ -1,0 +1,43 @@
+"""Errors raised by pushmask. They live in the lowest layer so every layer can raise them."""
+
+from __future__ import annotations
+
+
+class PushmaskError(Exception):
+    """Base class of every error pushmask raises on bad input or exhausted budgets."""
+
+
+class GrammarError(PushmaskError, ValueError):
+    """A malformed grammar: carries the 1-based line and column where the problem is, when known."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        self.message = message
+        self.line = line
+        self.column = column
+        where = f" (line {line}, column {column})" if line is not None else ""
+        super().__init__(f"{message}{where}")
+
+
+class SchemaError(PushmaskError, ValueError):
+    """A malformed or unsatisfiable JSON Schema; `pointer` is the JSON pointer of the offending keyword."""
+
+    def __init__(self, message: str, pointer: str = ""):
+        self.message = message
+        self.pointer = pointer
+        super().__init__(f"{message} (at {pointer or '#'})")
+
+
+class UnsupportedSchemaError(SchemaError):
+    """A valid schema keyword the grammar cannot express exactly (pass lenient=True to widen it)."""
+
+    def __init__(self, keyword: str, pointer: str = "", detail: str = ""):
+        self.keyword = keyword
+        message = f"unsupported JSON Schema keyword {keyword!r}"
+        if detail:
+            message += f": {detail}"
+        message += "; pass lenient=True to widen it with a warning"
+        super().__init__(message, pointer)
+
+
+class BudgetExceededError(PushmaskError, RuntimeError):
+    """A compile or match budget (states, stack tops, work units) ran out; the message says how to fix it."""

@@ -1,0 +1,257 @@
+"""The grammar IR every front end produces: named rules whose bodies are regular expressions
+over bytes, Unicode character classes (matched as UTF-8) and references to other rules.
+
+Expressions are immutable and hashable, so passes can memoise on them and rule bodies can be
+compared structurally.  The empty sequence matches the empty string; the empty alternative
+matches nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+MAX_CODE_POINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+
+
+class Expr:
+    """Base class of IR expressions."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Bytes(Expr):
+    """A literal byte string; b"" is epsilon."""
+
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CharClass(Expr):
+    """One Unicode code point from `ranges` (inclusive, sorted, disjoint, no surrogates), as UTF-8."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ByteClass(Expr):
+    """One raw byte from `ranges` (inclusive, sorted, disjoint, within 0..255)."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Expr):
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alt(Expr):
+    """Alternation; Alt(()) is the empty language."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat(Expr):
+    """`item` repeated min..max times; max None means unbounded."""
+
+    item: Expr
+    min: int
+    max: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ref(Expr):
+    """A reference to the rule called `name`."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CharFsm(Expr):
+    """A finite automaton over code points, inlined as UTF-8 (how regex front ends hand over).
+
+    transitions: (source, lo, hi, target) with inclusive code-point ranges; states are ints.
+    """
+
+    initial: int
+    finals: frozenset[int]
+    transitions: tuple[tuple[int, int, int, int], ...]
+
+
+EPSILON = Bytes(b"")
+NOTHING = Alt(())
+
+
+@dataclass
+class Grammar:
+    """Rules in definition order; `root` names the start rule.
+
+    positions maps a rule name to the (line, column) where the source defined it, for errors.
+    """
+
+    rules: dict[str, Expr]
+    root: str = "root"
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def references(self, name: str) -> set[str]:
+        return set(iter_refs(self.rules[name]))
+
+    def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
+        return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions))
+
+
+# ---------------------------------------------------------------------------------------------
+# Constructors that simplify as they go (flatten nested Seq/Alt, drop epsilons).
+
+
+def lit(text: str | bytes) -> Expr:
+    return Bytes(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+
+
+def seq(*items: Expr) -> Expr:
+    flat: list[Expr] = []
+    for item in items:
+        if isinstance(item, Seq):
+            flat.extend(item.items)
+        elif item == NOTHING:
+            return NOTHING
+        elif isinstance(item, Bytes) and not item.value:
+            continue
+        else:
+            flat.append(item)
+    merged: list[Expr] = []
+    for item in flat:  # adjacent literals merge, which keeps automata small
+        if merged and isinstance(item, Bytes) and isinstance(merged[-1], Bytes):
+            merged[-1] = Bytes(merged[-1].value + item.value)
+        else:
+            merged.append(item)
+    if not merged:
+        return EPSILON
+    if len(merged) == 1:
+        return merged[0]
+    return Seq(tuple(merged))
+
+
+def alt(*items: Expr) -> Expr:
+    flat: list[Expr] = []
+    seen: set[Expr] = set()
+    for item in items:
+        for sub in item.items if isinstance(item, Alt) else (item,):
+            if sub not in seen:
+                seen.add(sub)
+                flat.append(sub)
+    if len(flat) == 1:
+        return flat[0]
+    return Alt(tuple(flat))
+
+
+def rep(item: Expr, lo: int, hi: int | None) -> Expr:
+    if hi is not None and (hi < lo or hi < 0):
+        raise ValueError(f"bad repetition bounds {{{lo},{hi}}}")
+    if hi == 0 or item == EPSILON:
+        return EPSILON
+    if lo == 1 and hi == 1:
+        return item
+    if item == NOTHING:
+        return EPSILON if lo == 0 else NOTHING
+    return Repeat(item, lo, hi)
+
+
+def opt(item: Expr) -> Expr:
+    return rep(item, 0, 1)
+
+
+def star(item: Expr) -> Expr:
+    return rep(item, 0, None)
+
+
+def plus(item: Expr) -> Expr:
+    return rep(item, 1, None)
+
+
+def ref(name: str) -> Ref:
+    return Ref(name)
+
+
+def normalize_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sort and merge inclusive ranges."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if lo > hi:
+            continue
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+def complement_ranges(ranges: Iterable[tuple[int, int]], top: int = MAX_CODE_POINT) -> tuple[tuple[int, int], ...]:
+    """Complement within 0..top."""
+    out = []
+    nxt = 0
+    for lo, hi in normalize_ranges(ranges):
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = max(nxt, hi + 1)
+    if nxt <= top:
+        out.append((nxt, top))
+    return tuple(out)
+
+
+def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr:
+    """A code-point class (surrogates removed, since UTF-8 cannot encode them)."""
+    norm = normalize_ranges(ranges)
+    if negated:
+        norm = complement_ranges(norm)
+    without_surrogates = []
+    for lo, hi in norm:
+        if hi < SURROGATES[0] or lo > SURROGATES[1]:
+            without_surrogates.append((lo, hi))
+            continue
+        if lo < SURROGATES[0]:
+            without_surrogates.append((lo, SURROGATES[0] - 1))
+        if hi > SURROGATES[1]:
+            without_surrogates.append((SURROGATES[1] + 1, hi))
+    if not without_surrogates:
+        return NOTHING
+    return CharClass(tuple(without_surrogates))
+
+
+def iter_refs(expr: Expr) -> Iterator[str]:
+    """Names of every rule referenced inside `expr`."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Ref):
+            yield node.name
+        elif isinstance(node, (Seq, Alt)):
+            stack.extend(node.items)
+        elif isinstance(node, Repeat):
+            stack.append(node.item)
+
+
+def to_text(expr: Expr) -> str:
+    """A readable EBNF-like rendering, for error messages and debugging."""
+    if isinstance(expr, Bytes):
+        return repr(expr.value.decode("utf-8", "backslashreplace")) if expr.value else '""'
+    if isinstance(expr, CharClass):
+        return "[" + "".join(f"{lo:#x}-{hi:#x}," for lo, hi in expr.ranges) + "]"
+    if isinstance(expr, ByteClass):
+        return "b[" + "".join(f"{lo:#x}-{hi:#x}," for lo, hi in expr.ranges) + "]"
+    if isinstance(expr, Seq):
+        return "(" + " ".join(to_text(i) for i in expr.items) + ")"
+    if isinstance(expr, Alt):
+        return "(" + " | ".join(to_text(i) for i in expr.items) + ")" if expr.items else "NOTHING"
+    if isinstance(expr, Repeat):
+        hi = "" if expr.max is None else str(expr.max)
+        return f"{to_text(expr.item)}{{{expr.min},{hi}}}"
+    if isinstance(expr, Ref):
+        return expr.name
+    if isinstance(expr, CharFsm):
+        return f"<fsm {len(expr.transitions)} edges>"
+    return repr(expr)

@@ -1,0 +1,1 @@
+"""Adapters for serving stacks: transformers and vLLM."""

@@ -1,0 +1,1 @@
+"""Corpus validation and benchmarking of JSON Schema engines (`pushmask validate-corpus`)."""

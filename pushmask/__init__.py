@@ -1,0 +1,1 @@
+"""pushmask: grammar-constrained decoding with pushdown automata and precomputed token masks."""
