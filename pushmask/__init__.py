@@ -1,1 +1,38 @@
-"""pushmask: grammar-constrained decoding with pushdown automata and precomputed token masks."""
+"""pushmask: grammar-constrained decoding with pushdown automata and precomputed token masks.
+
+The names mirror XGrammar's so users can switch::
+
+    info = pushmask.TokenizerInfo.from_huggingface(tokenizer)
+    compiled = pushmask.GrammarCompiler(info).compile_json_schema(schema)
+    matcher = pushmask.GrammarMatcher(compiled)
+    bitmask = pushmask.allocate_token_bitmask(1, info.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    pushmask.apply_token_bitmask_inplace(logits, bitmask)
+"""
+
+from .grammar.errors import BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
+from .grammar.ir import Grammar
+from .automata.pda import Budgets
+from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, reset_token_bitmask
+from .masks.compiler import CompiledGrammar, GrammarCompiler
+from .masks.matcher import GrammarMatcher
+from .masks.vocab import TokenizerInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Budgets",
+    "BudgetExceededError",
+    "CompiledGrammar",
+    "Grammar",
+    "GrammarCompiler",
+    "GrammarError",
+    "GrammarMatcher",
+    "PushmaskError",
+    "SchemaError",
+    "TokenizerInfo",
+    "UnsupportedSchemaError",
+    "allocate_token_bitmask",
+    "apply_token_bitmask_inplace",
+    "reset_token_bitmask",
+]

@@ -1,0 +1,302 @@
+"""numba kernels that run the pushdown automaton over bytes.
+
+A *stack* is a pair (top_state, frame): top_state is a global DFA state and frame indexes an
+immutable frame (return_state, parent_frame) in a frame pool, or is ROOT (the stack below the
+root rule is empty) or BOTTOM (offline mask computation: below lies an unknown caller).
+Frames are hash-consed, so equal stacks are equal pairs and sets of stacks dedupe as pairs,
+and a set of stacks is two parallel int32 arrays.  Byte steps never create frames; only entering
+a rule (a reference edge) does.
+
+Closure (epsilon moves): a reference edge (rule, return_state) pushes
+frame(return_state, frame) and moves the top to rule_start[rule]; an accepting top pops to its
+frame.  Popping ROOT sets FLAG_END (the input may end here); popping BOTTOM sets FLAG_RULE_END
+(the rule may end here, so what follows depends on the caller).
+
+Every kernel returns a status: >= 0 is a count, ERR_* asks the caller to grow a buffer and retry
+(kernels are idempotent: frames they added are valid and reused) or to report a budget error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+ROOT = -1
+BOTTOM = -2
+
+FLAG_END = 1
+FLAG_RULE_END = 2
+
+ERR_POOL_FULL = -1
+ERR_TOO_MANY_TOPS = -2
+ERR_BUFFER_FULL = -3
+
+RESULT_REJECT = 0
+RESULT_ACCEPT = 1
+RESULT_UNCERTAIN = 2
+
+
+@njit(cache=True, inline="always")
+def _pair_hash(state, parent):
+    return (np.int64(state) * np.int64(0x9E3779B1)) ^ (np.int64(parent) * np.int64(0x85EBCA77) + np.int64(0x632BE5AB))
+
+
+@njit(cache=True)
+def intern_frame(frame_state, frame_parent, frame_count, frame_table, state, parent):
+    """Id of frame (state, parent), creating it if new; ERR_POOL_FULL when the pool must grow."""
+    mask = frame_table.shape[0] - 1
+    i = _pair_hash(state, parent) & mask
+    while True:
+        slot = frame_table[i]
+        if slot == 0:
+            n = frame_count[0]
+            if n >= frame_state.shape[0] or 2 * (n + 1) > frame_table.shape[0]:
+                return ERR_POOL_FULL
+            frame_state[n] = state
+            frame_parent[n] = parent
+            frame_count[0] = n + 1
+            frame_table[i] = n + 1
+            return n
+        node = slot - 1
+        if frame_state[node] == state and frame_parent[node] == parent:
+            return node
+        i = (i + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def find_byte_target(byte_ptr, byte_lo, byte_hi, byte_dst, state, b):
+    for e in range(byte_ptr[state], byte_ptr[state + 1]):
+        if b < byte_lo[e]:
+            return -1
+        if b <= byte_hi[e]:
+            return byte_dst[e]
+    return -1
+
+
+@njit(cache=True, inline="always")
+def _seen_insert(seen_state, seen_parent, seen_epoch, epoch, state, parent):
+    """True when (state, parent) was not yet in the set of this epoch (and inserts it)."""
+    mask = seen_state.shape[0] - 1
+    i = _pair_hash(state, parent) & mask
+    while True:
+        if seen_epoch[i] != epoch:
+            seen_epoch[i] = epoch
+            seen_state[i] = state
+            seen_parent[i] = parent
+            return True
+        if seen_state[i] == state and seen_parent[i] == parent:
+            return False
+        i = (i + 1) & mask
+
+
+@njit(cache=True)
+def closure(
+    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
+    frame_state, frame_parent, frame_count, frame_table,
+    buf_s, buf_p, start, n_raw, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
+):
+    """Dedupe buf[start:start+n_raw] and append everything reachable by epsilon moves.
+
+    Returns (count, flags, n_distinct_raw); count < 0 is an ERR_* status.  The distinct raw pairs
+    stay first, in their original order.
+    """
+    epoch_box[0] += 1
+    epoch = epoch_box[0]
+    n = 0
+    for i in range(n_raw):
+        s = buf_s[start + i]
+        p = buf_p[start + i]
+        if _seen_insert(seen_state, seen_parent, seen_epoch, epoch, s, p):
+            buf_s[start + n] = s
+            buf_p[start + n] = p
+            n += 1
+    n_distinct_raw = n
+    flags = 0
+    i = 0
+    while i < n:
+        s = buf_s[start + i]
+        p = buf_p[start + i]
+        i += 1
+        for e in range(ref_ptr[s], ref_ptr[s + 1]):
+            frame = intern_frame(frame_state, frame_parent, frame_count, frame_table, ref_dst[e], p)
+            if frame < 0:
+                return frame, 0, 0
+            t = rule_start[ref_rule[e]]
+            if _seen_insert(seen_state, seen_parent, seen_epoch, epoch, t, frame):
+                if n >= max_tops:
+                    return ERR_TOO_MANY_TOPS, 0, 0
+                if start + n >= buf_s.shape[0]:
+                    return ERR_BUFFER_FULL, 0, 0
+                buf_s[start + n] = t
+                buf_p[start + n] = frame
+                n += 1
+        if state_accept[s]:
+            if p >= 0:
+                ps = frame_state[p]
+                pp = frame_parent[p]
+                if _seen_insert(seen_state, seen_parent, seen_epoch, epoch, ps, pp):
+                    if n >= max_tops:
+                        return ERR_TOO_MANY_TOPS, 0, 0
+                    if start + n >= buf_s.shape[0]:
+                        return ERR_BUFFER_FULL, 0, 0
+                    buf_s[start + n] = ps
+                    buf_p[start + n] = pp
+                    n += 1
+            elif p == ROOT:
+                flags |= FLAG_END
+            else:
+                flags |= FLAG_RULE_END
+    return n, flags, n_distinct_raw
+
+
+@njit(cache=True)
+def step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, n_src, b, dst):
+    """Move every stack of buf[src:src+n_src] over byte b into buf[dst:]; returns the count.
+
+    The caller guarantees room for n_src pairs at dst.  Duplicates are removed by the closure.
+    """
+    n = 0
+    for i in range(n_src):
+        t = find_byte_target(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s[src + i], b)
+        if t >= 0:
+            buf_s[dst + n] = t
+            buf_p[dst + n] = buf_p[src + i]
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def advance(
+    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
+    frame_state, frame_parent, frame_count, frame_table,
+    cur_s, cur_p, data, buf_s, buf_p, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
+):
+    """Run the closed stack set cur over `data`.
+
+    Returns (status, offset, n_kernel, n_closure, flags): the new set is buf[offset:offset+n_closure]
+    with the kernel (stacks straight after the last byte) first.  status 0 means ok, 1 means the
+    bytes were rejected, < 0 an ERR_* code.
+    """
+    half = buf_s.shape[0] // 2
+    n = cur_s.shape[0]
+    if n > half:
+        return ERR_BUFFER_FULL, 0, 0, 0, 0
+    for i in range(n):
+        buf_s[i] = cur_s[i]
+        buf_p[i] = cur_p[i]
+    src = 0
+    flags = 0
+    n_kernel = 0
+    for k in range(data.shape[0]):
+        dst = half - src  # ping-pong between the two halves
+        m = step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, n, data[k], dst)
+        if m == 0:
+            return 1, 0, 0, 0, 0
+        res = closure(
+            state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
+            frame_state, frame_parent, frame_count, frame_table,
+            buf_s, buf_p, dst, m, seen_state, seen_parent, seen_epoch, epoch_box, min(max_tops, half),
+        )
+        if res[0] < 0:
+            if res[0] == ERR_TOO_MANY_TOPS and half < max_tops:
+                return ERR_BUFFER_FULL, 0, 0, 0, 0
+            return res[0], 0, 0, 0, 0
+        n = res[0]
+        flags = res[1]
+        n_kernel = res[2]
+        src = dst
+    return 0, src, n_kernel, n, flags
+
+
+@njit(cache=True)
+def walk_tokens(
+    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
+    frame_state, frame_parent, frame_count, frame_table,
+    tok_offsets, tok_bytes, lcp, candidates, init_s, init_p, offline,
+    buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_upto, seen_state, seen_parent, seen_epoch, epoch_box,
+    max_tops, result,
+):
+    """Classify the trie positions `candidates` (ascending) from the stack set init.
+
+    Walks the sorted vocabulary depth-first, reusing the stack set of the longest prefix shared with
+    the previous candidate, so a rejected prefix costs one failed byte step per token under it.
+    offline: init stacks sit on BOTTOM; a token is ACCEPT when some path consumes all of it inside
+    the rule (or ends the rule exactly at its end), UNCERTAIN when a path reaches the rule's end
+    with bytes left (the caller decides), else REJECT.  Online: ACCEPT or REJECT against the real
+    stacks.  Returns 0 or an ERR_* status.
+    """
+    n_init = init_s.shape[0]
+    for i in range(n_init):
+        buf_s[i] = init_s[i]
+        buf_p[i] = init_p[i]
+    res = closure(
+        state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
+        frame_state, frame_parent, frame_count, frame_table,
+        buf_s, buf_p, 0, n_init, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
+    )
+    if res[0] < 0:
+        return res[0]
+    lvl_start[0] = 0
+    lvl_n[0] = res[0]
+    lvl_flag[0] = res[1]
+    end_flag = FLAG_RULE_END if offline else FLAG_END
+    e_upto[0] = 1 if (res[1] & FLAG_RULE_END) != 0 else 0
+    built = 0  # levels 0..built are valid for the previous candidate's prefix
+    prev = -1
+    for ci in range(candidates.shape[0]):
+        pos = candidates[ci]
+        t0 = tok_offsets[pos]
+        length = tok_offsets[pos + 1] - t0
+        if prev >= 0:
+            shared = lcp[prev + 1]
+            for q in range(prev + 2, pos + 1):
+                if lcp[q] < shared:
+                    shared = lcp[q]
+            if shared < built:
+                built = shared
+        prev = pos
+        if built > length:
+            built = length
+        d = built
+        while d < length and lvl_n[d] > 0:
+            src = lvl_start[d]
+            dst = src + lvl_n[d]
+            if dst + lvl_n[d] > buf_s.shape[0]:
+                return ERR_BUFFER_FULL
+            m = step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, lvl_n[d], tok_bytes[t0 + d], dst)
+            flags = 0
+            if m > 0:
+                r = closure(
+                    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
+                    frame_state, frame_parent, frame_count, frame_table,
+                    buf_s, buf_p, dst, m, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
+                )
+                if r[0] < 0:
+                    return r[0]
+                m = r[0]
+                flags = r[1]
+            d += 1
+            lvl_start[d] = dst
+            lvl_n[d] = m
+            lvl_flag[d] = flags
+            e_upto[d] = e_upto[d - 1] | (1 if (flags & FLAG_RULE_END) != 0 else 0)
+        built = d
+        if d == length and (lvl_n[d] > 0 or (lvl_flag[d] & end_flag) != 0):
+            result[ci] = RESULT_ACCEPT
+        elif offline and d >= 1 and e_upto[d - 1] != 0:
+            result[ci] = RESULT_UNCERTAIN
+        else:
+            result[ci] = RESULT_REJECT
+    return 0
+
+
+@njit(cache=True)
+def allowed_first_bytes(byte_ptr, byte_lo, byte_hi, set_s, out):
+    """out[b] = 1 for every byte some stack in the (closed) set can consume next."""
+    for i in range(256):
+        out[i] = 0
+    for i in range(set_s.shape[0]):
+        s = set_s[i]
+        for e in range(byte_ptr[s], byte_ptr[s + 1]):
+            for b in range(byte_lo[e], byte_hi[e] + 1):
+                out[b] = 1

@@ -1,0 +1,262 @@
+"""Grammar IR -> one byte-level pushdown automaton packed into flat numpy arrays.
+
+Layout (S states over all rules, rule r owning the contiguous global ids
+rule_first_state[r] .. rule_first_state[r+1]-1, its start state first):
+
+    state_rule[S]        int32   rule owning the state
+    state_accept[S]      uint8   1 where the rule may end (pop to the caller)
+    byte_ptr[S+1]        int32   CSR offsets into the byte-edge arrays
+    byte_lo/byte_hi[E]   uint8   inclusive byte range of an edge, edges of a state sorted by lo
+    byte_dst[E]          int32   global target state
+    ref_ptr[S+1]         int32   CSR offsets into the reference-edge arrays
+    ref_rule[R]          int32   rule pushed by the edge
+    ref_dst[R]           int32   global state to return to once that rule ends
+    rule_start[n_rules]  int32   global start state of each rule
+
+Each rule also gets a structural key (`rule_keys`): equal keys mean equal rule automata with
+equal referenced sub-automata, so per-state token masks can be shared across grammars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..grammar.errors import BudgetExceededError, GrammarError
+from ..grammar.ir import Grammar
+from .dfa import RuleDfa, build_rule_dfa
+
+
+@dataclass
+class Budgets:
+    """Compile and match limits; exceeding one raises BudgetExceededError with a hint."""
+
+    max_rule_states: int = 100_000
+    max_total_states: int = 1_000_000
+    max_stack_tops: int = 4096
+    max_stack_frames: int = 1 << 24
+
+
+@dataclass
+class Pda:
+    rule_names: list[str]
+    rule_keys: list[str]
+    rule_first_state: np.ndarray
+    state_rule: np.ndarray
+    state_accept: np.ndarray
+    byte_ptr: np.ndarray
+    byte_lo: np.ndarray
+    byte_hi: np.ndarray
+    byte_dst: np.ndarray
+    ref_ptr: np.ndarray
+    ref_rule: np.ndarray
+    ref_dst: np.ndarray
+    rule_start: np.ndarray
+    root_rule: int
+
+    @property
+    def num_states(self) -> int:
+        return len(self.state_rule)
+
+    def kernel_arrays(self) -> tuple:
+        """The arrays the numba kernels take, in their argument order."""
+        return (
+            self.state_accept,
+            self.byte_ptr,
+            self.byte_lo,
+            self.byte_hi,
+            self.byte_dst,
+            self.ref_ptr,
+            self.ref_rule,
+            self.ref_dst,
+            self.rule_start,
+        )
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.kernel_arrays()) + self.state_rule.nbytes
+
+    def local_state(self, state: int) -> tuple[int, int]:
+        """(rule, index of the state inside its rule's DFA)."""
+        rule = int(self.state_rule[state])
+        return rule, state - int(self.rule_first_state[rule])
+
+
+def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
+    """Build every rule's DFA and pack them; the grammar must already be normalised."""
+    budgets = budgets or Budgets()
+    names = list(grammar.rules)
+    if grammar.root not in grammar.rules:
+        raise GrammarError(f"the grammar has no root rule {grammar.root!r}")
+    index = {name: i for i, name in enumerate(names)}
+    dfas: list[RuleDfa] = []
+    total = 0
+    for name in names:
+        dfa = build_rule_dfa(grammar.rules[name], budgets.max_rule_states)
+        for ref_name in dfa.refs:
+            if ref_name not in index:
+                line, col = grammar.positions.get(name, (None, None))
+                raise GrammarError(f"rule {name!r} references undefined rule {ref_name!r}", line, col)
+        total += dfa.num_states
+        if total > budgets.max_total_states:
+            raise BudgetExceededError(
+                f"grammar automaton exceeds {budgets.max_total_states} states; "
+                "reduce the grammar size or raise the max_total_states budget"
+            )
+        dfas.append(dfa)
+
+    first = np.zeros(len(names) + 1, dtype=np.int32)
+    for i, dfa in enumerate(dfas):
+        first[i + 1] = first[i] + dfa.num_states
+    n_states = int(first[-1])
+    state_rule = np.empty(n_states, dtype=np.int32)
+    state_accept = np.zeros(n_states, dtype=np.uint8)
+    byte_ptr = np.zeros(n_states + 1, dtype=np.int32)
+    ref_ptr = np.zeros(n_states + 1, dtype=np.int32)
+    byte_lo, byte_hi, byte_dst, ref_rule, ref_dst = [], [], [], [], []
+    for r, dfa in enumerate(dfas):
+        base = int(first[r])
+        for s in range(dfa.num_states):
+            g = base + s
+            state_rule[g] = r
+            state_accept[g] = dfa.accepting[s]
+            for lo, hi, t in dfa.byte_edges[s]:
+                byte_lo.append(lo)
+                byte_hi.append(hi)
+                byte_dst.append(base + t)
+            for ref_index, t in dfa.ref_edges[s]:
+                ref_rule.append(index[dfa.refs[ref_index]])
+                ref_dst.append(base + t)
+            byte_ptr[g + 1] = len(byte_lo)
+            ref_ptr[g + 1] = len(ref_rule)
+
+    return Pda(
+        rule_names=names,
+        rule_keys=_rule_keys(dfas, index),
+        rule_first_state=first,
+        state_rule=state_rule,
+        state_accept=state_accept,
+        byte_ptr=byte_ptr,
+        byte_lo=np.array(byte_lo, dtype=np.uint8),
+        byte_hi=np.array(byte_hi, dtype=np.uint8),
+        byte_dst=np.array(byte_dst, dtype=np.int32),
+        ref_ptr=ref_ptr,
+        ref_rule=np.array(ref_rule, dtype=np.int32),
+        ref_dst=np.array(ref_dst, dtype=np.int32),
+        rule_start=first[:-1].copy(),
+        root_rule=index[grammar.root],
+    )
+
+
+def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
+    """Structural key per rule: its DFA plus, recursively, the keys of the rules it references.
+
+    Rules on a reference cycle are keyed by their whole strongly connected component, visited
+    breadth-first from the rule itself, so the key never depends on rule names or numbering.
+    """
+    n = len(dfas)
+    succ = [[index[name] for name in dfa.refs] for dfa in dfas]
+    component = _strongly_connected_components(succ)
+    signature = [repr(dfa.signature()).encode() for dfa in dfas]
+    keys: list[str | None] = [None] * n
+
+    def key_of(r: int) -> str:
+        # Components are finished in reverse topological order by the caller, so every rule
+        # outside r's component already has its key.
+        members = component[r]
+        order = [r]
+        position = {r: 0}
+        i = 0
+        while i < len(order):
+            for t in succ[order[i]]:
+                if component[t] is members and t not in position:
+                    position[t] = len(order)
+                    order.append(t)
+            i += 1
+        h = hashlib.sha256()
+        for x in order:
+            h.update(signature[x])
+            for t in succ[x]:
+                h.update(b"|in:%d" % position[t] if t in position else b"|out:" + keys[t].encode())
+            h.update(b";")
+        return h.hexdigest()[:32]
+
+    for members in _components_in_reverse_topological_order(succ, component):
+        for r in members:
+            keys[r] = key_of(r)
+    return keys  # type: ignore[return-value]
+
+
+def _strongly_connected_components(succ: list[list[int]]) -> list[frozenset[int]]:
+    """Tarjan's algorithm, iterative; returns the component (a shared frozenset) of each node."""
+    n = len(succ)
+    index_of = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    component: list[frozenset[int] | None] = [None] * n
+    counter = 0
+    for root in range(n):
+        if index_of[root] != -1:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index_of[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack[v] = True
+            recurse = False
+            while i < len(succ[v]):
+                w = succ[v][i]
+                i += 1
+                if index_of[w] == -1:
+                    work.append((v, i))
+                    work.append((w, 0))
+                    recurse = True
+                    break
+                if on_stack[w]:
+                    low[v] = min(low[v], index_of[w])
+            if recurse:
+                continue
+            if low[v] == index_of[v]:
+                members = []
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    members.append(w)
+                    if w == v:
+                        break
+                comp = frozenset(members)
+                for w in members:
+                    component[w] = comp
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return component  # type: ignore[return-value]
+
+
+def _components_in_reverse_topological_order(succ, component) -> list[frozenset[int]]:
+    """Components ordered so that every component comes after the ones it references."""
+    done: set[frozenset[int]] = set()
+    order: list[frozenset[int]] = []
+    for start in range(len(succ)):
+        if component[start] in done:
+            continue
+        work = [(component[start], False)]
+        while work:
+            comp, expanded = work.pop()
+            if comp in done:
+                continue
+            if expanded:
+                done.add(comp)
+                order.append(comp)
+                continue
+            work.append((comp, True))
+            for v in comp:
+                for t in succ[v]:
+                    if component[t] is not comp and component[t] not in done:
+                        work.append((component[t], False))
+    return order

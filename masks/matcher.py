@@ -1,0 +1,253 @@
+"""GrammarMatcher: the online side.  Holds the current set of stacks, fills next-token bitmasks,
+advances on accepted tokens, rolls back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..automata.kernels import FLAG_END, ROOT, allowed_first_bytes
+from ..automata.stack import StackRunner
+from .compiler import CompiledGrammar
+from .mask_cache import or_state_mask, set_bits
+
+
+@dataclass(frozen=True)
+class _MatchState:
+    """One point of the parse: the kernel stacks (straight after the last byte, the ones whose
+    masks are unioned), their epsilon closure (what the next byte steps from), and whether the
+    input may end here.  Immutable and cheap, since frames are shared: rollback restores one."""
+
+    kernel_s: np.ndarray
+    kernel_p: np.ndarray
+    closure_s: np.ndarray
+    closure_p: np.ndarray
+    can_end: bool
+    terminated: bool = False
+
+
+class GrammarMatcher:
+    """Matches one token sequence against a compiled grammar (XGrammar-compatible names)."""
+
+    def __init__(
+        self,
+        compiled_grammar: CompiledGrammar,
+        *,
+        override_stop_tokens: Iterable[int] | None = None,
+        terminate_without_stop_token: bool = False,
+        max_rollback_tokens: int = -1,
+    ):
+        self.compiled_grammar = compiled_grammar
+        info = compiled_grammar.tokenizer_info
+        self.vocab_size = info.vocab_size
+        self.stop_token_ids = tuple(int(t) for t in (override_stop_tokens if override_stop_tokens is not None else info.stop_token_ids))
+        for t in self.stop_token_ids:
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"stop token id {t} outside the vocabulary (size {self.vocab_size})")
+        self._stop_ids = np.array(self.stop_token_ids, dtype=np.int32)
+        self._stop_set = frozenset(self.stop_token_ids)
+        self.terminate_without_stop_token = terminate_without_stop_token
+        self.max_rollback_tokens = max_rollback_tokens
+        compiler = compiled_grammar.compiler
+        self._runner = StackRunner(compiled_grammar.pda, compiler.budgets, compiler.trie.max_token_length)
+        self._decoded = info.decoded_vocab
+        self._words = (self.vocab_size + 31) // 32
+        self._scratch = np.empty(self._words, dtype=np.int32)
+        self._initial = self._make_state(
+            np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int32),
+            np.array([ROOT], dtype=np.int32),
+        )
+        self._state = self._initial
+        self._history: list[_MatchState] = []
+
+    def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
+        closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
+        return _MatchState(closure_s[:n_kernel], closure_p[:n_kernel], closure_s, closure_p, bool(flags & FLAG_END))
+
+    # -- queries --------------------------------------------------------------------------
+
+    def is_terminated(self) -> bool:
+        """True after a stop token was accepted (or, with terminate_without_stop_token, once the
+        grammar has ended and nothing else can follow)."""
+        return self._state.terminated
+
+    def can_end(self) -> bool:
+        """True when the text so far is a complete string of the grammar."""
+        return self._state.can_end
+
+    def is_completed(self) -> bool:
+        return self._state.can_end
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return len(self._history)
+
+    # -- masks ---------------------------------------------------------------------------
+
+    def fill_next_token_bitmask(self, bitmask, index: int = 0) -> bool:
+        """Write the allowed next tokens into row `index` of `bitmask` (int32 [batch, ceil(V/32)]).
+
+        Returns True (the row may forbid tokens), as XGrammar does.  A terminated matcher allows only
+        stop tokens.
+        """
+        row = _writable_row(bitmask, index, self._words)
+        words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
+        self._fill_words(words)
+        if words is not row:
+            row.copy_(_torch_from_numpy(words, row))
+        return True
+
+    def _fill_words(self, words: np.ndarray) -> None:
+        words[:] = 0
+        state = self._state
+        if state.terminated:
+            set_bits(words, self._stop_ids)
+            return
+        compiled = self.compiled_grammar
+        compiler = compiled.compiler
+        trie = compiler.trie
+        for i in range(len(state.kernel_s)):
+            mask = compiled.state_mask(int(state.kernel_s[i]))
+            or_state_mask(words, mask, compiler.all_grammar_words, self._scratch)
+            if len(mask.uncertain_positions):
+                result = self._runner.walk(
+                    trie, mask.uncertain_positions, state.kernel_s[i : i + 1], state.kernel_p[i : i + 1], offline=False
+                )
+                set_bits(words, mask.uncertain_ids[result == 1])
+        if state.can_end:
+            set_bits(words, self._stop_ids)
+
+    def get_next_token_mask(self) -> np.ndarray:
+        """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
+        words = np.zeros(self._words, dtype=np.int32)
+        self._fill_words(words)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+        return bits[: self.vocab_size].astype(bool)
+
+    # -- advancing -----------------------------------------------------------------------
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance on one token; False (and no change) when the grammar does not allow it."""
+        token_id = int(token_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} outside the vocabulary (size {self.vocab_size})")
+        state = self._state
+        if state.terminated:
+            raise RuntimeError("the matcher has terminated (a stop token was accepted); call reset() or rollback()")
+        if token_id in self._stop_set:
+            if not state.can_end:
+                return False
+            self._push(_MatchState(state.kernel_s, state.kernel_p, state.closure_s, state.closure_p, True, True))
+            return True
+        data = self._decoded[token_id]
+        if not data:
+            return False  # special or padding token
+        return self._advance(data)
+
+    def accept_string(self, text: str | bytes) -> bool:
+        """Advance over a whole string (one rollback step); False and no change if not allowed."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if self._state.terminated:
+            raise RuntimeError("the matcher has terminated; call reset() or rollback()")
+        if not data:
+            return True
+        return self._advance(data)
+
+    def _advance(self, data: bytes) -> bool:
+        state = self._state
+        got = self._runner.advance(state.closure_s, state.closure_p, np.frombuffer(data, dtype=np.uint8))
+        if got is None:
+            return False
+        kernel_s, kernel_p, closure_s, closure_p, flags = got
+        can_end = bool(flags & FLAG_END)
+        terminated = self.terminate_without_stop_token and can_end and len(closure_s) == 0
+        self._push(_MatchState(kernel_s, kernel_p, closure_s, closure_p, can_end, terminated))
+        return True
+
+    def _push(self, new_state: _MatchState) -> None:
+        self._history.append(self._state)
+        if self.max_rollback_tokens >= 0 and len(self._history) > self.max_rollback_tokens:
+            del self._history[: len(self._history) - self.max_rollback_tokens]
+        self._state = new_state
+
+    def rollback(self, num_tokens: int = 1) -> None:
+        """Undo the last num_tokens accepted tokens (accept_string counts as one)."""
+        if num_tokens < 0 or num_tokens > len(self._history):
+            raise ValueError(f"cannot roll back {num_tokens} tokens; {len(self._history)} can be undone")
+        if num_tokens == 0:
+            return
+        self._state = self._history[-num_tokens]
+        del self._history[-num_tokens:]
+
+    def reset(self) -> None:
+        self._state = self._initial
+        self._history.clear()
+
+    def find_jump_forward_string(self) -> str:
+        """The longest text the grammar forces from here (complete UTF-8 characters only)."""
+        state = self._state
+        if state.terminated:
+            return ""
+        out = bytearray()
+        closure_s, closure_p, can_end = state.closure_s, state.closure_p, state.can_end
+        allowed = np.zeros(256, dtype=np.uint8)
+        while not can_end and len(out) < 4096:
+            allowed_first_bytes(self.compiled_grammar.pda.byte_ptr, self.compiled_grammar.pda.byte_lo,
+                                self.compiled_grammar.pda.byte_hi, closure_s, allowed)
+            choices = np.flatnonzero(allowed)
+            if len(choices) != 1:
+                break
+            b = int(choices[0])
+            got = self._runner.advance(closure_s, closure_p, np.array([b], dtype=np.uint8))
+            if got is None:
+                break
+            _, _, closure_s, closure_p, flags = got
+            can_end = bool(flags & FLAG_END)
+            out.append(b)
+        return _complete_utf8_prefix(bytes(out))
+
+    def accept_tokens(self, token_ids: Sequence[int]) -> bool:
+        """Accept several tokens; on the first rejection, undo the ones accepted and return False."""
+        for n, t in enumerate(token_ids):
+            if not self.accept_token(t):
+                self.rollback(n)
+                return False
+        return True
+
+
+def _complete_utf8_prefix(data: bytes) -> str:
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", "ignore")
+
+
+def _writable_row(bitmask, index: int, words: int):
+    """Row `index` of a numpy or torch bitmask, checked for shape and dtype."""
+    if isinstance(bitmask, np.ndarray):
+        if bitmask.dtype != np.int32:
+            raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+        row = bitmask if bitmask.ndim == 1 else bitmask[index]
+        if row.shape[0] < words:
+            raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
+        return row[:words]
+    import torch
+
+    if bitmask.dtype != torch.int32:
+        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+    row = bitmask if bitmask.dim() == 1 else bitmask[index]
+    if row.shape[0] < words:
+        raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
+    if row.device.type == "cpu" and row.is_contiguous():
+        return row[:words].numpy()
+    return row[:words]
+
+
+def _torch_from_numpy(words: np.ndarray, like):
+    import torch
+
+    return torch.from_numpy(words).to(like.device)

@@ -1,0 +1,491 @@
+"""Vocabularies: every token id mapped to the exact bytes it stands for.
+
+Grammars work on bytes, so the mask compiler needs, for each token id, the byte string the
+model emits when it samples that id. Tokenizers spell those bytes three ways:
+
+- ``byte_level``: byte-level BPE (GPT-2, Llama-3, Qwen, SmolLM2). Each byte is written as one
+  printable character of the GPT-2 "byte alphabet" (space is ``Ġ``, newline ``Ċ``).
+- ``byte_fallback``: SentencePiece BPE with byte fallback (Llama-2, Mistral). ``▁`` stands for a
+  space and tokens ``<0xNN>`` stand for the single byte NN.
+- ``raw``: the vocabulary already holds bytes (tiktoken ``mergeable_ranks``) or plain UTF-8 text.
+
+Special tokens (BOS, EOS, chat markers, ``<unk>``) are never produced by a grammar; their bytes
+here are ``b""``. Stop tokens are special too: the matcher allows them only when the grammar may
+end. Ids from the tokenizer's size up to the model's ``vocab_size`` are padding: also ``b""``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "TokenizerInfo",
+    "VOCAB_TYPES",
+    "KNOWN_STOP_MARKERS",
+    "byte_level_decode",
+    "byte_fallback_decode",
+]
+
+VOCAB_TYPES = ("byte_level", "byte_fallback", "raw")
+
+# End-of-turn / end-of-text markers of common chat models. When the caller gives no stop ids,
+# those present among the special tokens join eos_token_id as stop tokens.
+KNOWN_STOP_MARKERS = (
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|eom_id|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|end|>",
+    "<eos>",
+    "<end_of_turn>",
+)
+
+
+def _gpt2_byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (as in openai/gpt-2 encoder.bytes_to_unicode)."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    table = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+_BYTE_TO_CHAR = _gpt2_byte_alphabet()
+# str.translate table: alphabet character -> the latin-1 character of its byte, so that
+# ``s.translate(_CHAR_TO_LATIN1).encode("latin-1")`` decodes a whole token at C speed.
+_CHAR_TO_LATIN1 = {ord(ch): chr(b) for b, ch in _BYTE_TO_CHAR.items()}
+_ALPHABET = frozenset(_BYTE_TO_CHAR.values())
+
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_SPM_SPACE = "\u2581"  # "▁", SentencePiece's stand-in for a space
+
+
+def byte_level_decode(token: str) -> bytes:
+    """Bytes of a byte-level BPE token.
+
+    Like the Hugging Face ByteLevel decoder, a token with a character outside the GPT-2 byte
+    alphabet (an added token such as ``"<tool_call>"`` written as literal text) is its UTF-8.
+    """
+    if _ALPHABET.issuperset(token):
+        return token.translate(_CHAR_TO_LATIN1).encode("latin-1")
+    return token.encode("utf-8")
+
+
+def byte_fallback_decode(token: str) -> bytes:
+    """Bytes of a SentencePiece token: ``<0xNN>`` is byte NN, ``▁`` is a space, the rest UTF-8."""
+    if len(token) == 6:
+        match = _BYTE_TOKEN.fullmatch(token)
+        if match:
+            return bytes([int(match.group(1), 16)])
+    return token.replace(_SPM_SPACE, " ").encode("utf-8")
+
+
+def _raw_decode(token: str | bytes) -> bytes:
+    return token if isinstance(token, bytes) else token.encode("utf-8")
+
+
+_DECODERS = {
+    "byte_level": byte_level_decode,
+    "byte_fallback": byte_fallback_decode,
+    "raw": _raw_decode,
+}
+
+
+class TokenizerInfo:
+    """A model vocabulary as exact bytes per token id, plus which ids are special or stop tokens.
+
+    Attributes:
+        vocab_size: the model's vocabulary size (logits width); ids past the tokenizer are padding.
+        decoded_vocab: ``vocab_size`` byte strings; ``b""`` for special, stop and padding ids.
+        special_token_ids: sorted ids a grammar never produces (specials, stop tokens, padding
+            is not listed but is excluded the same way).
+        stop_token_ids: ids that end generation; allowed only when the grammar may end.
+        vocab_type: how the tokenizer spelled bytes: "byte_level", "byte_fallback" or "raw".
+        vocab_hash: sha256 hex of (vocab_size, decoded vocab, special ids), for cache keys.
+        grammar_token_ids: int32 ids a grammar may produce: not special, not padding, and with
+            at least one byte (an empty token could be emitted forever without progress).
+    """
+
+    def __init__(
+        self,
+        encoded_vocab: Sequence[bytes | None],
+        *,
+        vocab_type: str,
+        vocab_size: int | None = None,
+        stop_token_ids: Iterable[int] | None = None,
+        special_token_ids: Iterable[int] | None = None,
+    ):
+        if vocab_type not in VOCAB_TYPES:
+            raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r}")
+        n_tokens = len(encoded_vocab)
+        if vocab_size is None:
+            vocab_size = n_tokens
+        vocab_size = int(vocab_size)
+        if vocab_size < n_tokens:
+            raise ValueError(
+                f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} tokens; "
+                "the model's vocabulary must cover every token id"
+            )
+        self.vocab_type = vocab_type
+        self.vocab_size = vocab_size
+
+        stops = _unique_ids(stop_token_ids or (), vocab_size, "stop_token_ids")
+        specials = set(_unique_ids(special_token_ids or (), vocab_size, "special_token_ids"))
+        # A stop token ends generation; it never stands for grammar text.
+        specials.update(stops)
+        self.stop_token_ids: tuple[int, ...] = stops
+        self.special_token_ids: tuple[int, ...] = tuple(sorted(specials))
+        self._special_set = frozenset(specials)
+
+        decoded: list[bytes] = []
+        for token_id, token in enumerate(encoded_vocab):
+            if token is None or token_id in specials:
+                decoded.append(b"")
+            elif isinstance(token, (bytes, bytearray, memoryview)):
+                decoded.append(bytes(token))
+            else:
+                raise TypeError(
+                    f"encoded_vocab[{token_id}] must be bytes, got {type(token).__name__}; "
+                    "use TokenizerInfo.from_vocab for string tokens"
+                )
+        decoded.extend([b""] * (vocab_size - n_tokens))  # model padding ids
+        self.decoded_vocab: list[bytes] = decoded
+        self.num_tokenizer_tokens = n_tokens
+
+        lengths = np.fromiter((len(b) for b in decoded), dtype=np.int64, count=vocab_size)
+        self.token_lengths: np.ndarray = lengths
+        self.grammar_token_ids: np.ndarray = np.flatnonzero(lengths > 0).astype(np.int32)
+
+        digest = hashlib.sha256()
+        digest.update(f"pushmask-vocab-v1:{vocab_size}:".encode())
+        digest.update(lengths.astype("<i8").tobytes())
+        digest.update(b"".join(decoded))
+        digest.update(np.asarray(self.special_token_ids, dtype="<i8").tobytes())
+        self.vocab_hash: str = digest.hexdigest()
+
+        self._flat: tuple[np.ndarray, np.ndarray] | None = None
+        self._sorted_ids: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_vocab(
+        cls,
+        tokens: Sequence[str | bytes | None],
+        vocab_type: str = "raw",
+        *,
+        vocab_size: int | None = None,
+        stop_token_ids: Iterable[int] | None = None,
+        special_token_ids: Iterable[int] | None = None,
+    ) -> "TokenizerInfo":
+        """Build from token strings spelled the ``vocab_type`` way (bytes are taken as they are).
+
+        ``None`` marks an unused id. Handy in tests:
+        ``TokenizerInfo.from_vocab(["a", "b", "ab", "</s>"], stop_token_ids=[3])``.
+        """
+        if vocab_type not in VOCAB_TYPES:
+            raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r}")
+        decode = _DECODERS[vocab_type]
+        encoded = [
+            None if t is None else (bytes(t) if isinstance(t, (bytes, bytearray)) else decode(t))
+            for t in tokens
+        ]
+        return cls(
+            encoded,
+            vocab_type=vocab_type,
+            vocab_size=vocab_size,
+            stop_token_ids=stop_token_ids,
+            special_token_ids=special_token_ids,
+        )
+
+    @classmethod
+    def from_huggingface(
+        cls,
+        tokenizer,
+        vocab_size: int | None = None,
+        stop_token_ids: Iterable[int] | None = None,
+    ) -> "TokenizerInfo":
+        """Build from a Hugging Face tokenizer (fast/backend), a ``tokenizers.Tokenizer``, or a
+        tiktoken-style tokenizer exposing ``mergeable_ranks`` (bytes -> id).
+
+        The vocabulary type is read from the backend tokenizer's decoder, not the model name.
+        ``vocab_size`` defaults to the tokenizer's size; a larger value adds padding ids (the
+        model's logits are often wider than its tokenizer).
+        """
+        inner = getattr(tokenizer, "tokenizer", None)
+        if inner is not None and not hasattr(tokenizer, "get_vocab") and _tiktoken_ranks(tokenizer) is None:
+            tokenizer = inner  # a processor (e.g. AutoProcessor) wrapping its tokenizer
+        tokens, vocab_type, specials, named_specials = _read_tokenizer(tokenizer)
+        n_tokens = len(tokens)
+        if vocab_size is None:
+            vocab_size = max(n_tokens, _len_or_zero(tokenizer))
+        elif vocab_size < n_tokens:
+            raise ValueError(
+                f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} token ids"
+            )
+
+        if stop_token_ids is None:
+            stop_token_ids = _default_stop_ids(tokenizer, named_specials)
+            if not stop_token_ids:
+                raise ValueError(
+                    "the tokenizer has no eos_token_id and no known end marker; "
+                    "pass stop_token_ids explicitly"
+                )
+        return cls(
+            tokens,
+            vocab_type=vocab_type,
+            vocab_size=vocab_size,
+            stop_token_ids=stop_token_ids,
+            special_token_ids=specials,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def decode_tokens(self, token_ids: Iterable[int]) -> bytes:
+        """Bytes of a token sequence; special, stop and padding ids contribute nothing."""
+        vocab = self.decoded_vocab
+        out = []
+        for token_id in token_ids:
+            token_id = int(token_id)
+            if not 0 <= token_id < self.vocab_size:
+                raise ValueError(f"token id {token_id} out of range [0, {self.vocab_size})")
+            out.append(vocab[token_id])
+        return b"".join(out)
+
+    def is_special(self, token_id: int) -> bool:
+        """True for ids a grammar never produces as text: specials, stop tokens and padding."""
+        return token_id in self._special_set or token_id >= self.num_tokenizer_tokens
+
+    def flat_vocab(self) -> tuple[np.ndarray, np.ndarray]:
+        """All token bytes in one uint8 array plus int64 offsets (length vocab_size + 1), so
+        token t is ``data[offsets[t]:offsets[t + 1]]``: the layout numba kernels want."""
+        if self._flat is None:
+            offsets = np.zeros(self.vocab_size + 1, dtype=np.int64)
+            np.cumsum(self.token_lengths, out=offsets[1:])
+            data = np.frombuffer(b"".join(self.decoded_vocab), dtype=np.uint8).copy()
+            self._flat = (data, offsets)
+        return self._flat
+
+    def sorted_grammar_token_ids(self) -> np.ndarray:
+        """grammar_token_ids ordered by their bytes (lexicographic), for building a token trie."""
+        if self._sorted_ids is None:
+            vocab = self.decoded_vocab
+            order = sorted(self.grammar_token_ids.tolist(), key=vocab.__getitem__)
+            self._sorted_ids = np.asarray(order, dtype=np.int32)
+        return self._sorted_ids
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenizerInfo(vocab_type={self.vocab_type!r}, vocab_size={self.vocab_size}, "
+            f"grammar_tokens={len(self.grammar_token_ids)}, "
+            f"stop_token_ids={list(self.stop_token_ids)}, hash={self.vocab_hash[:12]})"
+        )
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_flat"] = None
+        state["_sorted_ids"] = None
+        return state
+
+
+# ---------------------------------------------------------------------- reading tokenizers
+
+
+def _unique_ids(ids: Iterable[int], vocab_size: int, what: str) -> tuple[int, ...]:
+    out = []
+    for token_id in ids:
+        if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
+            raise TypeError(f"{what} must hold ints, got {token_id!r}")
+        token_id = int(token_id)
+        if not 0 <= token_id < vocab_size:
+            raise ValueError(f"{what}: id {token_id} out of range [0, {vocab_size})")
+        if token_id not in out:
+            out.append(token_id)
+    return tuple(out)
+
+
+def _len_or_zero(tokenizer) -> int:
+    try:
+        return len(tokenizer)
+    except TypeError:
+        return 0
+
+
+def _read_tokenizer(tokenizer):
+    """Return (bytes per id with None for holes, vocab_type, special ids, {special text: id})."""
+    ranks = _tiktoken_ranks(tokenizer)
+    if ranks is not None:
+        return _read_tiktoken(tokenizer, ranks)
+    backend = _backend_tokenizer(tokenizer)
+    if backend is not None:
+        return _read_backend(tokenizer, backend)
+    return _read_plain_vocab(tokenizer)
+
+
+def _tiktoken_ranks(tokenizer) -> dict | None:
+    """The bytes -> id table of a tiktoken-style tokenizer, if it exposes one."""
+    for owner in (tokenizer, getattr(tokenizer, "tokenizer", None), getattr(tokenizer, "encoder", None)):
+        if owner is None:
+            continue
+        for name in ("mergeable_ranks", "_mergeable_ranks"):
+            ranks = getattr(owner, name, None)
+            if isinstance(ranks, dict) and ranks and isinstance(next(iter(ranks)), bytes):
+                return ranks
+    return None
+
+
+def _read_tiktoken(tokenizer, ranks: dict):
+    specials_by_text: dict[str, int] = {}
+    for owner in (tokenizer, getattr(tokenizer, "tokenizer", None), getattr(tokenizer, "encoder", None)):
+        for name in ("special_tokens", "_special_tokens"):
+            table = getattr(owner, name, None) if owner is not None else None
+            if isinstance(table, dict):
+                specials_by_text.update({str(k): int(v) for k, v in table.items()})
+    specials_by_text.update(_hf_named_specials(tokenizer))
+    size = max(list(ranks.values()) + list(specials_by_text.values()), default=-1) + 1
+    tokens: list[bytes | None] = [None] * size
+    for token, token_id in ranks.items():
+        tokens[token_id] = bytes(token)
+    specials = set(specials_by_text.values()) | _hf_special_ids(tokenizer)
+    return tokens, "raw", specials, specials_by_text
+
+
+def _backend_tokenizer(tokenizer):
+    """The ``tokenizers.Tokenizer`` behind a Hugging Face tokenizer, or the object itself."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend
+    if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "get_vocab"):
+        return tokenizer
+    return None
+
+
+def _component_json(component) -> str:
+    """The JSON description of a tokenizers decoder / pre-tokenizer ('' when absent)."""
+    if component is None:
+        return ""
+    state = component.__getstate__()
+    return state.decode("utf-8") if isinstance(state, bytes) else str(state)
+
+
+def _backend_vocab_type(backend) -> str:
+    """Classify from the decoder (what turns ids back into text), then the pre-tokenizer."""
+    decoder = _component_json(getattr(backend, "decoder", None))
+    pre_tokenizer = _component_json(getattr(backend, "pre_tokenizer", None))
+    if '"ByteLevel"' in decoder:
+        return "byte_level"
+    if '"ByteFallback"' in decoder or '"Metaspace"' in decoder or _SPM_SPACE in decoder:
+        return "byte_fallback"
+    if '"WordPiece"' in decoder or '"BPEDecoder"' in decoder or '"CTC"' in decoder:
+        raise ValueError(
+            "unsupported tokenizer decoder (WordPiece/BPEDecoder/CTC add or drop characters "
+            f"between tokens, so tokens have no fixed bytes): {decoder[:200]}"
+        )
+    if not decoder and '"ByteLevel"' in pre_tokenizer:
+        return "byte_level"
+    if getattr(getattr(backend, "model", None), "byte_fallback", False):
+        return "byte_fallback"
+    return "raw"
+
+
+def _read_backend(tokenizer, backend):
+    vocab_type = _backend_vocab_type(backend)
+    decode = _DECODERS[vocab_type]
+    vocab = backend.get_vocab(with_added_tokens=True)
+    size = max(vocab.values(), default=-1) + 1
+    tokens: list[bytes | None] = [None] * size
+    for text, token_id in vocab.items():
+        tokens[token_id] = decode(text)
+
+    named: dict[str, int] = {}
+    specials: set[int] = set()
+    # Added tokens flagged special (the backend's own table covers a bare tokenizers.Tokenizer).
+    added = getattr(tokenizer, "added_tokens_decoder", None)
+    if added is None and hasattr(backend, "get_added_tokens_decoder"):
+        added = backend.get_added_tokens_decoder()
+    model = getattr(backend, "model", None)
+    for token_id, token in (added or {}).items():
+        token_id, content = int(token_id), str(token.content)
+        if getattr(token, "special", False):
+            specials.add(token_id)
+            named[content] = token_id
+        elif model is None or model.token_to_id(content) != token_id:
+            # A plain-text added token outside the model vocabulary is matched on the literal
+            # input text, so it stands for that text's UTF-8. (The ByteLevel decoder would map
+            # its latin-1-range characters such as "ë" to single bytes and corrupt them.)
+            tokens[token_id] = content.encode("utf-8")
+    named.update(_hf_named_specials(tokenizer))
+    specials |= _hf_special_ids(tokenizer)
+    return tokens, vocab_type, specials, named
+
+
+def _read_plain_vocab(tokenizer):
+    """A tokenizer with only ``get_vocab()``: bytes keys are raw; string keys are classified by
+    their alphabet (``<0x0A>`` means byte fallback, ``Ġ``/``Ċ`` byte-level), else UTF-8 text."""
+    if not hasattr(tokenizer, "get_vocab"):
+        raise TypeError(
+            f"cannot read a vocabulary from {type(tokenizer).__name__}: expected a Hugging Face "
+            "tokenizer, a tokenizers.Tokenizer or an object with mergeable_ranks"
+        )
+    vocab = tokenizer.get_vocab()
+    keys = list(vocab)
+    if keys and all(isinstance(k, bytes) for k in keys):
+        vocab_type = "raw"
+    elif "<0x0A>" in vocab and any(_SPM_SPACE in k for k in keys):
+        vocab_type = "byte_fallback"
+    elif ("Ġ" in vocab or "Ċ" in vocab) and all(_ALPHABET.issuperset(k) for k in keys[:1000]):
+        vocab_type = "byte_level"
+    else:
+        vocab_type = "raw"
+    decode = _DECODERS[vocab_type]
+    size = max(vocab.values(), default=-1) + 1
+    tokens: list[bytes | None] = [None] * size
+    for text, token_id in vocab.items():
+        tokens[token_id] = decode(text)
+    named = _hf_named_specials(tokenizer)
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    specials = {int(i) for i, t in added.items() if getattr(t, "special", False)}
+    specials |= _hf_special_ids(tokenizer) | set(named.values())
+    return tokens, vocab_type, specials, named
+
+
+def _hf_special_ids(tokenizer) -> set[int]:
+    ids = getattr(tokenizer, "all_special_ids", None) or ()
+    return {int(i) for i in ids if i is not None and int(i) >= 0}
+
+
+def _hf_named_specials(tokenizer) -> dict[str, int]:
+    """{text: id} for the tokenizer's all_special_tokens."""
+    texts = getattr(tokenizer, "all_special_tokens", None) or ()
+    ids = getattr(tokenizer, "all_special_ids", None) or ()
+    return {str(t): int(i) for t, i in zip(texts, ids) if i is not None}
+
+
+def _default_stop_ids(tokenizer, named_specials: dict[str, int]) -> list[int]:
+    """eos_token_id (an int or a list) plus the known end markers among the special tokens."""
+    stops: list[int] = []
+    eos = getattr(tokenizer, "eos_token_id", None)
+    for token_id in eos if isinstance(eos, (list, tuple)) else [eos]:
+        if token_id is not None and int(token_id) not in stops:
+            stops.append(int(token_id))
+    for marker in KNOWN_STOP_MARKERS:
+        token_id = named_specials.get(marker)
+        if token_id is not None and token_id not in stops:
+            stops.append(token_id)
+    return stops
