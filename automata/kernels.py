@@ -100,6 +100,11 @@ def closure(
     Returns (count, flags, n_distinct_raw); count < 0 is an ERR_* status.  The distinct raw pairs
     stay first, in their original order.
     """
+    if n_raw == 1:
+        # Fast path (most steps inside a rule): one stack whose top has no epsilon moves.
+        s = buf_s[start]
+        if ref_ptr[s] == ref_ptr[s + 1] and state_accept[s] == 0:
+            return 1, 0, 1
     epoch_box[0] += 1
     epoch = epoch_box[0]
     n = 0
@@ -219,7 +224,8 @@ def walk_tokens(
     """Classify the trie positions `candidates` (ascending) from the stack set init.
 
     Walks the sorted vocabulary depth-first, reusing the stack set of the longest prefix shared with
-    the previous candidate, so a rejected prefix costs one failed byte step per token under it.
+    the previous candidate; when the candidates are consecutive positions, a dead prefix's whole
+    subtree is skipped with a scan of lcp.
     offline: init stacks sit on BOTTOM; a token is ACCEPT when some path consumes all of it inside
     the rule (or ends the rule exactly at its end), UNCERTAIN when a path reaches the rule's end
     with bytes left (the caller decides), else REJECT.  Online: ACCEPT or REJECT against the real
@@ -243,7 +249,12 @@ def walk_tokens(
     e_upto[0] = 1 if (res[1] & FLAG_RULE_END) != 0 else 0
     built = 0  # levels 0..built are valid for the previous candidate's prefix
     prev = -1
-    for ci in range(candidates.shape[0]):
+    # dense: candidates are consecutive trie positions, so a dead prefix's subtree can be skipped.
+    n_cand = candidates.shape[0]
+    dense = n_cand > 0 and candidates[n_cand - 1] - candidates[0] == n_cand - 1
+    ci = 0
+    while ci < n_cand:
+        skip_to = ci + 1
         pos = candidates[ci]
         t0 = tok_offsets[pos]
         length = tok_offsets[pos + 1] - t0
@@ -287,6 +298,14 @@ def walk_tokens(
             result[ci] = RESULT_UNCERTAIN
         else:
             result[ci] = RESULT_REJECT
+        if dense and lvl_n[d] == 0 and d >= 1:
+            # Every following token that shares this dead prefix gets the same verdict; with all
+            # positions as candidates they are the next ones while lcp stays >= d.
+            verdict = result[ci]
+            while skip_to < n_cand and lcp[candidates[skip_to]] >= d:
+                result[skip_to] = verdict
+                skip_to += 1
+        ci = skip_to
     return 0
 
 

@@ -88,7 +88,8 @@ def apply_token_bitmask_inplace(logits, bitmask, vocab_size: int | None = None, 
     elif isinstance(logits, np.ndarray):
         _apply_numpy(logits, bitmask, vocab_size, indices)
     else:
-        raise TypeError(f"logits must be a torch tensor or numpy array, got {type(logits).__name__}")
+        kind = type(logits).__name__
+        raise TypeError(f"logits must be a torch tensor or numpy array, got {kind}")
     return logits
 
 
@@ -167,19 +168,20 @@ def _apply_torch(logits, bitmask, vocab_size, indices) -> None:
         raise TypeError(f"logits must be floating point, got {logits.dtype}")
     if not _is_torch(bitmask):
         bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
+    elif logits.device.type == "cpu":
+        bitmask = bitmask.detach().cpu()
     if bitmask.dtype != torch.int32:
         raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
     _check_shapes(tuple(logits.shape), tuple(bitmask.shape), indices)
     width = _usable_width(logits.shape[-1], bitmask.shape[-1], vocab_size)
-    bitmask = bitmask.to(logits.device, non_blocking=True)
-
     logits2d = logits.unsqueeze(0) if logits.dim() == 1 else logits  # a view: writes go through
-    mask2d = bitmask.unsqueeze(0) if bitmask.dim() == 1 else bitmask
-    n_words = (width + 31) // 32
-    shifts = torch.arange(32, device=logits.device, dtype=torch.int32)
-    # (word >> b) & 1 is bit b; the arithmetic shift of a negative word still ends in bit 31.
-    bits = (mask2d[:, :n_words].unsqueeze(-1) >> shifts) & 1
-    disallowed = (bits == 0).reshape(mask2d.shape[0], n_words * 32)[:, :width]
+    if logits.device.type == "cpu":
+        # numpy's unpackbits is the fastest CPU unpacking; from_numpy shares the memory.
+        allowed = bitmask_to_bool(bitmask.numpy(), width)
+        disallowed = torch.from_numpy(~allowed.reshape(-1, width))
+    else:
+        mask2d = bitmask.to(logits.device, non_blocking=True).reshape(-1, bitmask.shape[-1])
+        disallowed = _torch_disallowed(mask2d, width)
 
     if indices is None:
         logits2d[:, :width].masked_fill_(disallowed, float("-inf"))
@@ -188,8 +190,21 @@ def _apply_torch(logits, bitmask, vocab_size, indices) -> None:
     rows = torch.as_tensor(indices, dtype=torch.long, device=logits.device)
     rows = rows.reshape(-1)
     # A single bitmask row is shared by every selected row.
-    mask_rows = rows if mask2d.shape[0] > 1 else torch.zeros_like(rows)
+    mask_rows = rows if disallowed.shape[0] > 1 else torch.zeros_like(rows)
     selected = logits2d[rows]  # advanced indexing copies; write the rows back afterwards
     selected[:, :width].masked_fill_(disallowed[mask_rows], float("-inf"))
     selected[:, width:] = float("-inf")
     logits2d[rows] = selected
+
+
+def _torch_disallowed(mask2d, width: int):
+    """Bool tensor [rows, width], True where the bit is 0, computed on the bitmask's device."""
+    import torch
+
+    n_words = (width + 31) // 32
+    # Each int32 word as 4 little-endian bytes (as on every CUDA device): bit b of byte k is
+    # token 8k + b of the word, so shifting each byte by 0..7 unpacks tokens in order.
+    as_bytes = mask2d[:, :n_words].contiguous().view(torch.uint8)
+    shifts = torch.arange(8, device=mask2d.device, dtype=torch.uint8)
+    bits = (as_bytes.unsqueeze(-1) >> shifts) & 1
+    return (bits == 0).reshape(mask2d.shape[0], n_words * 32)[:, :width]

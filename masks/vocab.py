@@ -110,8 +110,8 @@ class TokenizerInfo:
     Attributes:
         vocab_size: the model's vocabulary size (logits width); ids past the tokenizer are padding.
         decoded_vocab: ``vocab_size`` byte strings; ``b""`` for special, stop and padding ids.
-        special_token_ids: sorted ids a grammar never produces (specials, stop tokens, padding
-            is not listed but is excluded the same way).
+        special_token_ids: sorted ids a grammar never produces: the specials plus the stop
+            tokens. Padding ids are not listed but are excluded the same way.
         stop_token_ids: ids that end generation; allowed only when the grammar may end.
         vocab_type: how the tokenizer spelled bytes: "byte_level", "byte_fallback" or "raw".
         vocab_hash: sha256 hex of (vocab_size, decoded vocab, special ids), for cache keys.
@@ -222,11 +222,15 @@ class TokenizerInfo:
         tiktoken-style tokenizer exposing ``mergeable_ranks`` (bytes -> id).
 
         The vocabulary type is read from the backend tokenizer's decoder, not the model name.
+        Special tokens (added tokens flagged special, and ``all_special_ids``) get no bytes.
+        Plain-text added tokens stand for their text's UTF-8. Default stop tokens: eos_token_id
+        plus the special tokens among KNOWN_STOP_MARKERS.
         ``vocab_size`` defaults to the tokenizer's size; a larger value adds padding ids (the
         model's logits are often wider than its tokenizer).
         """
         inner = getattr(tokenizer, "tokenizer", None)
-        if inner is not None and not hasattr(tokenizer, "get_vocab") and _tiktoken_ranks(tokenizer) is None:
+        wraps_tokenizer = inner is not None and not hasattr(tokenizer, "get_vocab")
+        if wraps_tokenizer and _tiktoken_ranks(tokenizer) is None:
             tokenizer = inner  # a processor (e.g. AutoProcessor) wrapping its tokenizer
         tokens, vocab_type, specials, named_specials = _read_tokenizer(tokenizer)
         n_tokens = len(tokens)
@@ -338,11 +342,15 @@ def _read_tokenizer(tokenizer):
     return _read_plain_vocab(tokenizer)
 
 
+def _tiktoken_owners(tokenizer) -> list:
+    """The tokenizer and the objects tiktoken-based wrappers keep their tables on."""
+    inner = [getattr(tokenizer, name, None) for name in ("tokenizer", "encoder")]
+    return [tokenizer] + [owner for owner in inner if owner is not None]
+
+
 def _tiktoken_ranks(tokenizer) -> dict | None:
     """The bytes -> id table of a tiktoken-style tokenizer, if it exposes one."""
-    for owner in (tokenizer, getattr(tokenizer, "tokenizer", None), getattr(tokenizer, "encoder", None)):
-        if owner is None:
-            continue
+    for owner in _tiktoken_owners(tokenizer):
         for name in ("mergeable_ranks", "_mergeable_ranks"):
             ranks = getattr(owner, name, None)
             if isinstance(ranks, dict) and ranks and isinstance(next(iter(ranks)), bytes):
@@ -352,9 +360,9 @@ def _tiktoken_ranks(tokenizer) -> dict | None:
 
 def _read_tiktoken(tokenizer, ranks: dict):
     specials_by_text: dict[str, int] = {}
-    for owner in (tokenizer, getattr(tokenizer, "tokenizer", None), getattr(tokenizer, "encoder", None)):
+    for owner in _tiktoken_owners(tokenizer):
         for name in ("special_tokens", "_special_tokens"):
-            table = getattr(owner, name, None) if owner is not None else None
+            table = getattr(owner, name, None)
             if isinstance(table, dict):
                 specials_by_text.update({str(k): int(v) for k, v in table.items()})
     specials_by_text.update(_hf_named_specials(tokenizer))

@@ -1,0 +1,254 @@
+"""Engine core against independent oracles: masks equal per-token brute force (Python regex partial
+matching, a hand-written balanced-parentheses checker), the cache is reused across grammars, bad
+input raises, budgets stop runaway grammars."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import regex
+
+import pushmask as pm
+from pushmask.grammar.ir import Grammar, alt, char_class, lit, opt, plus, ref, rep, seq, star
+
+from conftest import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
+
+DIGIT = char_class([(0x30, 0x39)])
+NONZERO = char_class([(0x31, 0x39)])
+INTEGER = seq(opt(lit("-")), alt(lit("0"), seq(NONZERO, star(DIGIT))))
+# A regular language with a regex twin: a list of integers and strings with optional spaces.
+ITEM = alt(INTEGER, seq(lit('"'), star(char_class([(0x22, 0x22), (0x5C, 0x5C), (0, 0x1F)], negated=True)), lit('"')))
+# An optional leading space: SentencePiece (mistral) encodes the text with one.
+LIST_GRAMMAR = Grammar({"root": seq(opt(lit(" ")), lit("["), opt(seq(ITEM, star(seq(lit(","), opt(lit(" ")), ITEM)))), lit("]"))})
+LIST_REGEX = regex.compile(r' ?\[((-?(0|[1-9][0-9]*)|"[^"\\\x00-\x1f]*")(, ?(-?(0|[1-9][0-9]*)|"[^"\\\x00-\x1f]*"))*)?\]')
+LIST_TEXT = '[12, "héllo wörld", -7,0, "日本語 text", 305]'
+
+
+def regex_allows(pattern: regex.Pattern, text: bytes) -> bool:
+    """Is `text` a prefix of some string of the language? (regex partial matching; invalid UTF-8 tails
+    are checked by requiring a completion of the partial character to exist)."""
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(text) - 3 or err.reason != "unexpected end of data":
+            return False
+        decoded = text[: err.start].decode("utf-8")
+        partial = text[err.start :]
+        lead = partial[0]
+        needed = 2 if lead >= 0xC0 and lead < 0xE0 else 3 if lead < 0xF0 else 4
+        # A partial UTF-8 character: allowed when some completion keeps the prefix alive; the
+        # grammars here accept every non-ASCII character alike, so a few completions suffice.
+        for filler in (0x80, 0xBF, 0x90, 0xA0):
+            try:
+                char = (partial + bytes([filler]) * (needed - len(partial))).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if pattern.fullmatch(decoded + char, partial=True):
+                return True
+        return False
+    return pattern.fullmatch(decoded, partial=True) is not None
+
+
+def mask_of(matcher: pm.GrammarMatcher) -> np.ndarray:
+    bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")
+    return bits[: matcher.vocab_size].astype(bool)
+
+
+@pytest.mark.parametrize("name", TOKENIZER_NAMES)
+def test_mask_equals_regex_brute_force(name):
+    """At every step of a real tokenization, each token is allowed iff prefix+token stays a prefix
+    of the language (checked token by token with Python regex partial matching)."""
+    info = tokenizer_info(name)
+    compiled = grammar_compiler(name).compile_ir(LIST_GRAMMAR, normalize=False)
+    matcher = pm.GrammarMatcher(compiled)
+    ids = hf_tokenizer(name).encode(LIST_TEXT, add_special_tokens=False)
+    rng = np.random.default_rng(0)
+    prefix = b""
+    steps = list(range(len(ids)))
+    checked_steps = set(steps[:3] + steps[-2:] + list(rng.choice(steps, size=min(4, len(steps)), replace=False)))
+    for step, token in enumerate(ids):
+        mask = mask_of(matcher)
+        if step in checked_steps:
+            # Every allowed token plus a random sample of the others (the full vocabulary is slow).
+            candidates = set(np.flatnonzero(mask).tolist()) | set(rng.choice(info.vocab_size, 4000, replace=False).tolist())
+            for t in candidates:
+                data = info.decoded_vocab[t]
+                if t in info.stop_token_ids:
+                    expected = LIST_REGEX.fullmatch(prefix.decode("utf-8", "replace")) is not None
+                elif not data:
+                    expected = False
+                else:
+                    expected = regex_allows(LIST_REGEX, prefix + data)
+                assert mask[t] == expected, (name, step, prefix, data, t)
+        assert mask[token]
+        assert matcher.accept_token(token)
+        prefix += info.decoded_vocab[token]
+    assert matcher.can_end()
+    assert prefix.decode().lstrip(" ") == LIST_TEXT
+    eos = info.stop_token_ids[0]
+    assert mask_of(matcher)[eos]
+    assert matcher.accept_token(eos) and matcher.is_terminated()
+
+
+PARENS = Grammar({"root": star(seq(lit("("), ref("root"), lit(")")))})
+
+
+def parens_prefix_ok(text: bytes) -> bool:
+    depth = 0
+    for ch in text:
+        if ch == ord("("):
+            depth += 1
+        elif ch == ord(")"):
+            depth -= 1
+            if depth < 0:
+                return False
+        else:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama3"])
+def test_recursive_grammar_mask_equals_brute_force(name):
+    """Balanced parentheses: tokens like '))' pop through several frames (the uncertain-token path)."""
+    info = tokenizer_info(name)
+    compiled = grammar_compiler(name).compile_ir(PARENS, normalize=False)
+    matcher = pm.GrammarMatcher(compiled)
+    paren_tokens = [t for t in range(info.vocab_size) if info.decoded_vocab[t] and set(info.decoded_vocab[t]) <= {40, 41}]
+    assert len(paren_tokens) > 5
+    rng = np.random.default_rng(1)
+    prefix = b""
+    for _ in range(25):
+        mask = mask_of(matcher)
+        allowed = np.flatnonzero(mask)
+        for t in paren_tokens:
+            assert mask[t] == parens_prefix_ok(prefix + info.decoded_vocab[t]), (prefix, info.decoded_vocab[t])
+        others = [t for t in allowed if t not in paren_tokens and t not in info.stop_token_ids]
+        assert others == []
+        ends = prefix.count(b"(") == prefix.count(b")")
+        assert all(mask[t] == ends for t in info.stop_token_ids)
+        choice = int(rng.choice([t for t in allowed if t not in info.stop_token_ids]))
+        assert matcher.accept_token(choice)
+        prefix += info.decoded_vocab[choice]
+
+
+def test_cache_reuses_masks_of_identical_rules(smollm2_compiler):
+    """A second grammar sharing a rule (same body, different name) computes no new masks for it."""
+    string_rule = seq(lit('"'), star(char_class([(0x22, 0x22)], negated=True)), lit('"'))
+    first = Grammar({"root": seq(lit("a="), ref("s")), "s": string_rule})
+    second = Grammar({"root": seq(lit("key: "), ref("text"), lit(";")), "text": string_rule})
+    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info)
+    g1 = compiler.compile_ir(first, normalize=False)
+    g1.precompute_masks()
+    computed = compiler.cache.computed
+    g2 = compiler.compile_ir(second, normalize=False)
+    text_rule = g2.pda.rule_names.index("text")
+    assert g2.pda.rule_keys[text_rule] == g1.pda.rule_keys[g1.pda.rule_names.index("s")]
+    first_state = int(g2.pda.rule_first_state[text_rule])
+    last_state = int(g2.pda.rule_first_state[text_rule + 1])
+    for state in range(first_state, last_state):
+        g2.state_mask(state)
+    assert compiler.cache.computed == computed
+    matcher = pm.GrammarMatcher(g2)
+    assert matcher.accept_string('key: "shared"') and not matcher.can_end() and matcher.accept_string(";")
+    assert matcher.can_end()
+
+
+def test_invalid_token_ids_raise(smollm2_compiler):
+    matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False))
+    for bad in (-1, matcher.vocab_size, 10**9):
+        with pytest.raises(ValueError):
+            matcher.accept_token(bad)
+    assert matcher.accept_string("[1]")
+
+
+def test_padding_ids_are_never_allowed():
+    info = tokenizer_info("smollm2")
+    padded = pm.TokenizerInfo.from_huggingface(hf_tokenizer("smollm2"), vocab_size=info.vocab_size + 64)
+    compiled = pm.GrammarCompiler(padded).compile_ir(Grammar({"root": star(char_class([(0, 0x10FFFF)]))}), normalize=False)
+    matcher = pm.GrammarMatcher(compiled)
+    mask = mask_of(matcher)
+    assert not mask[info.vocab_size :].any()
+    assert not matcher.accept_token(info.vocab_size + 3)
+
+
+def test_rollback_reset_and_termination(smollm2_compiler):
+    info = smollm2_compiler.tokenizer_info
+    matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False))
+    ids = hf_tokenizer("smollm2").encode("[1, 22]", add_special_tokens=False)
+    masks = []
+    for t in ids:
+        masks.append(mask_of(matcher))
+        assert matcher.accept_token(t)
+    assert matcher.can_end()
+    matcher.rollback(2)
+    assert (mask_of(matcher) == masks[-2]).all()
+    with pytest.raises(ValueError):
+        matcher.rollback(len(ids))
+    matcher.reset()
+    assert (mask_of(matcher) == masks[0]).all()
+    assert not matcher.accept_token(info.stop_token_ids[0])  # cannot end before "]"
+    assert matcher.accept_string("[]")
+    assert matcher.accept_token(info.stop_token_ids[0])
+    assert matcher.is_terminated()
+    terminated_mask = mask_of(matcher)
+    assert set(np.flatnonzero(terminated_mask)) == set(info.stop_token_ids)
+    with pytest.raises(RuntimeError):
+        matcher.accept_token(ids[0])
+    matcher.rollback(1)
+    assert not matcher.is_terminated() and matcher.can_end()
+
+
+def test_rejected_token_leaves_state_unchanged(smollm2_compiler):
+    matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False))
+    assert matcher.accept_string("[1")
+    before = mask_of(matcher)
+    assert not matcher.accept_string("x")
+    assert not matcher.accept_string(b"\xff")
+    assert (mask_of(matcher) == before).all()
+
+
+def test_jump_forward_string(smollm2_compiler):
+    grammar = Grammar({"root": seq(lit('{"name": "'), plus(char_class([(0x61, 0x7A)])), lit('", "age": '), DIGIT, lit("}"))})
+    matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(grammar, normalize=False))
+    assert matcher.find_jump_forward_string() == '{"name": "'
+    assert matcher.accept_string('{"name": "bob')
+    assert matcher.find_jump_forward_string() == ""
+    assert matcher.accept_string('"')
+    assert matcher.find_jump_forward_string() == ', "age": '
+    # Forced multi-byte characters come out whole.
+    accented = Grammar({"root": seq(lit("é日"), DIGIT)})
+    matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(accented, normalize=False))
+    assert matcher.find_jump_forward_string() == "é日"
+
+
+def test_too_many_stack_tops_is_a_budget_error(smollm2_compiler):
+    """An ambiguous grammar whose live stacks grow with the input stops with a clear error."""
+    grammar = Grammar({"root": ref("a"), "a": alt(seq(lit("x"), ref("a"), lit("y")), seq(lit("x"), ref("a")), lit(""))})
+    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, budgets=pm.Budgets(max_stack_tops=16))
+    matcher = pm.GrammarMatcher(compiler.compile_ir(grammar, normalize=False))
+    with pytest.raises(pm.BudgetExceededError, match="stack tops"):
+        for _ in range(40):
+            matcher.accept_string("x")
+
+
+def test_unremoved_left_recursion_cannot_hang(smollm2_compiler):
+    """Even if left recursion reached the automaton, the closure stops at the stack-top budget."""
+    grammar = Grammar({"root": alt(seq(ref("root"), lit("x")), lit("y"))})
+    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, budgets=pm.Budgets(max_stack_tops=64))
+    with pytest.raises(pm.BudgetExceededError):
+        pm.GrammarMatcher(compiler.compile_ir(grammar, normalize=False))
+
+
+def test_fill_torch_bitmask_and_apply(smollm2_compiler):
+    torch = pytest.importorskip("torch")
+    matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False))
+    vocab = matcher.vocab_size
+    bitmask = torch.from_numpy(pm.allocate_token_bitmask(2, vocab))
+    matcher.fill_next_token_bitmask(bitmask, index=1)
+    expected = mask_of(matcher)
+    logits = torch.zeros(2, vocab + 100)
+    pm.apply_token_bitmask_inplace(logits, bitmask)
+    assert torch.equal(torch.isfinite(logits[1, :vocab]), torch.from_numpy(expected))
+    assert torch.isinf(logits[1, vocab:]).all()
