@@ -217,8 +217,8 @@ def advance(
 def walk_tokens(
     state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
     frame_state, frame_parent, frame_count, frame_table,
-    tok_offsets, tok_bytes, lcp, candidates, init_s, init_p, offline,
-    buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_upto, seen_state, seen_parent, seen_epoch, epoch_box,
+    tok_offsets, tok_bytes, lcp, candidates, init_s, init_p, offline, follow,
+    buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before, seen_state, seen_parent, seen_epoch, epoch_box,
     max_tops, result,
 ):
     """Classify the trie positions `candidates` (ascending) from the stack set init.
@@ -228,8 +228,11 @@ def walk_tokens(
     subtree is skipped with a scan of lcp.
     offline: init stacks sit on BOTTOM; a token is ACCEPT when some path consumes all of it inside
     the rule (or ends the rule exactly at its end), UNCERTAIN when a path reaches the rule's end
-    with bytes left (the caller decides), else REJECT.  Online: ACCEPT or REJECT against the real
-    stacks.  Returns 0 or an ERR_* status.
+    with bytes left whose next byte is in `follow` (the rule's FOLLOW set: the caller decides),
+    else REJECT.  Online: ACCEPT or REJECT against the real stacks.
+    e_before[d] records whether such an uncertain exit happened before depth d; it depends only on
+    the first d bytes, so it is shared by every token with that prefix.
+    Returns 0 or an ERR_* status.
     """
     n_init = init_s.shape[0]
     for i in range(n_init):
@@ -245,8 +248,8 @@ def walk_tokens(
     lvl_start[0] = 0
     lvl_n[0] = res[0]
     lvl_flag[0] = res[1]
-    end_flag = FLAG_RULE_END if offline else FLAG_END
-    e_upto[0] = 1 if (res[1] & FLAG_RULE_END) != 0 else 0
+    end_flag = (FLAG_RULE_END | FLAG_END) if offline else FLAG_END
+    e_before[0] = 0
     built = 0  # levels 0..built are valid for the previous candidate's prefix
     prev = -1
     # dense: candidates are consecutive trie positions, so a dead prefix's subtree can be skipped.
@@ -271,12 +274,23 @@ def walk_tokens(
         d = built
         while d < length and lvl_n[d] > 0:
             src = lvl_start[d]
-            dst = src + lvl_n[d]
-            if dst + lvl_n[d] > buf_s.shape[0]:
+            n_src = lvl_n[d]
+            dst = src + n_src
+            if dst + n_src > buf_s.shape[0]:
                 return ERR_BUFFER_FULL
-            m = step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, lvl_n[d], tok_bytes[t0 + d], dst)
+            b = tok_bytes[t0 + d]
             flags = 0
-            if m > 0:
+            if n_src == 1:
+                # Fast path: one stack; a plain DFA step needs no closure.
+                t = find_byte_target(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s[src], b)
+                m = 0
+                if t >= 0:
+                    buf_s[dst] = t
+                    buf_p[dst] = buf_p[src]
+                    m = 1
+            else:
+                m = step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, n_src, b, dst)
+            if m > 1 or (m == 1 and (ref_ptr[buf_s[dst]] != ref_ptr[buf_s[dst] + 1] or state_accept[buf_s[dst]] != 0)):
                 r = closure(
                     state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
                     frame_state, frame_parent, frame_count, frame_table,
@@ -286,15 +300,16 @@ def walk_tokens(
                     return r[0]
                 m = r[0]
                 flags = r[1]
+            exits = (lvl_flag[d] & FLAG_RULE_END) != 0 and follow[b] != 0
             d += 1
             lvl_start[d] = dst
             lvl_n[d] = m
             lvl_flag[d] = flags
-            e_upto[d] = e_upto[d - 1] | (1 if (flags & FLAG_RULE_END) != 0 else 0)
+            e_before[d] = e_before[d - 1] | (1 if exits else 0)
         built = d
         if d == length and (lvl_n[d] > 0 or (lvl_flag[d] & end_flag) != 0):
             result[ci] = RESULT_ACCEPT
-        elif offline and d >= 1 and e_upto[d - 1] != 0:
+        elif offline and e_before[d] != 0:
             result[ci] = RESULT_UNCERTAIN
         else:
             result[ci] = RESULT_REJECT

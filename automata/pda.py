@@ -12,6 +12,8 @@ rule_first_state[r] .. rule_first_state[r+1]-1, its start state first):
     ref_rule[R]          int32   rule pushed by the edge
     ref_dst[R]           int32   global state to return to once that rule ends
     rule_start[n_rules]  int32   global start state of each rule
+    rule_follow[n_rules, 256] uint8  1 where a byte can come right after the rule ends, in some
+                                     caller (byte-level FOLLOW sets; empty for an unreferenced root)
 
 Each rule also gets a structural key (`rule_keys`): equal keys mean equal rule automata with
 equal referenced sub-automata, so per-state token masks can be shared across grammars.
@@ -54,6 +56,7 @@ class Pda:
     ref_rule: np.ndarray
     ref_dst: np.ndarray
     rule_start: np.ndarray
+    rule_follow: np.ndarray
     root_rule: int
 
     @property
@@ -145,8 +148,68 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
         ref_rule=np.array(ref_rule, dtype=np.int32),
         ref_dst=np.array(ref_dst, dtype=np.int32),
         rule_start=first[:-1].copy(),
+        rule_follow=_follow_bytes(dfas, index),
         root_rule=index[grammar.root],
     )
+
+
+def _follow_bytes(dfas: list[RuleDfa], index: dict[str, int]) -> np.ndarray:
+    """FOLLOW sets over bytes: which bytes may be consumed right after each rule ends.
+
+    A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
+    every context, so the offline mask can decide it instead of leaving it uncertain.
+    """
+    n = len(dfas)
+    # nullable_state[r][s]: the rule can finish from state s without consuming a byte.
+    nullable_state = [list(dfa.accepting) for dfa in dfas]
+    changed = True
+    while changed:
+        changed = False
+        for r, dfa in enumerate(dfas):
+            for s in range(dfa.num_states):
+                if nullable_state[r][s]:
+                    continue
+                for ref_index, t in dfa.ref_edges[s]:
+                    callee = index[dfa.refs[ref_index]]
+                    if nullable_state[callee][0] and nullable_state[r][t]:
+                        nullable_state[r][s] = True
+                        changed = True
+                        break
+    # first[r][s]: bytes consumable first from state s of rule r (entering callees as needed).
+    first = [[np.zeros(256, dtype=bool) for _ in range(dfa.num_states)] for dfa in dfas]
+    for r, dfa in enumerate(dfas):
+        for s in range(dfa.num_states):
+            for lo, hi, _ in dfa.byte_edges[s]:
+                first[r][s][lo : hi + 1] = True
+    changed = True
+    while changed:
+        changed = False
+        for r, dfa in enumerate(dfas):
+            for s in range(dfa.num_states):
+                row = first[r][s]
+                before = int(row.sum())
+                for ref_index, t in dfa.ref_edges[s]:
+                    callee = index[dfa.refs[ref_index]]
+                    row |= first[callee][0]
+                    if nullable_state[callee][0]:
+                        row |= first[r][t]
+                if int(row.sum()) != before:
+                    changed = True
+    follow = np.zeros((n, 256), dtype=bool)
+    changed = True
+    while changed:
+        changed = False
+        for r, dfa in enumerate(dfas):
+            for s in range(dfa.num_states):
+                for ref_index, t in dfa.ref_edges[s]:
+                    callee = index[dfa.refs[ref_index]]
+                    before = int(follow[callee].sum())
+                    follow[callee] |= first[r][t]
+                    if nullable_state[r][t]:
+                        follow[callee] |= follow[r]
+                    if int(follow[callee].sum()) != before:
+                        changed = True
+    return follow.astype(np.uint8)
 
 
 def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:

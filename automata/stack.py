@@ -75,7 +75,7 @@ class Workspace:
         self.lvl_start = np.zeros(levels, dtype=np.int64)
         self.lvl_n = np.zeros(levels, dtype=np.int64)
         self.lvl_flag = np.zeros(levels, dtype=np.int64)
-        self.e_upto = np.zeros(levels, dtype=np.uint8)
+        self.e_before = np.zeros(levels, dtype=np.uint8)
         table = _next_pow2(4 * (max_stack_tops + 1))
         self.seen_state = np.empty(table, dtype=np.int32)
         self.seen_parent = np.empty(table, dtype=np.int32)
@@ -107,6 +107,7 @@ class StackRunner:
         self.pool = pool or FramePool(max_frames=budgets.max_stack_frames)
         self.ws = Workspace(budgets.max_stack_tops, max_token_length)
         self._pda_arrays = pda.kernel_arrays()
+        self._no_follow = np.zeros(256, dtype=np.uint8)
 
     def _handle(self, status: int) -> None:
         if status == kernels.ERR_POOL_FULL:
@@ -153,14 +154,18 @@ class StackRunner:
             self._handle(status)
 
     def walk(self, trie, candidates: np.ndarray, init_s: np.ndarray, init_p: np.ndarray, offline: bool) -> np.ndarray:
-        """Classify trie positions `candidates` from the stack set init (see kernels.walk_tokens)."""
+        """Classify trie positions `candidates` from the stack set init (see kernels.walk_tokens).
+
+        Offline, init must be one stack on BOTTOM; its rule's FOLLOW set filters uncertain exits.
+        """
         result = np.empty(len(candidates), dtype=np.int8)
+        follow = self.pda.rule_follow[self.pda.state_rule[init_s[0]]] if offline else self._no_follow
         while True:
             ws = self.ws
             status = kernels.walk_tokens(
                 *self._pda_arrays, *self.pool.arrays(), trie.tok_offsets, trie.tok_bytes, trie.lcp,
-                candidates, init_s, init_p, offline, ws.buf_s, ws.buf_p, ws.lvl_start, ws.lvl_n,
-                ws.lvl_flag, ws.e_upto, *ws.seen_arrays(), self.budgets.max_stack_tops, result,
+                candidates, init_s, init_p, offline, follow, ws.buf_s, ws.buf_p, ws.lvl_start, ws.lvl_n,
+                ws.lvl_flag, ws.e_before, *ws.seen_arrays(), self.budgets.max_stack_tops, result,
             )
             if status == 0:
                 return result
