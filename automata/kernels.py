@@ -324,13 +324,216 @@ def walk_tokens(
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# Packed entry points.  numba's dispatcher costs about a microsecond per array argument, so the
+# functions Python calls take a few flat blobs and slice them into the views the kernels above
+# use (njit-to-njit calls are native and cheap).
+#
+# PDA blob (int32): PDA_HEADER section offsets; section k spans [blob[k], blob[k+1]).
+PDA_ACCEPT = 0
+PDA_BYTE_PTR = 1
+PDA_BYTE_LO = 2
+PDA_BYTE_HI = 3
+PDA_BYTE_DST = 4
+PDA_REF_PTR = 5
+PDA_REF_RULE = 6
+PDA_REF_DST = 7
+PDA_RULE_START = 8
+PDA_FOLLOW = 9  # n_rules * 256, row-major
+PDA_STATE_RULE = 10
+PDA_SECTIONS = 11
+PDA_HEADER = PDA_SECTIONS + 1
+#
+# Frame pool blob (int32): [count, capacity, table_size, 0], frame_state[capacity],
+# frame_parent[capacity], table[table_size] (frame id + 1, 0 = empty slot).
+POOL_HEADER = 4
+#
+# Workspace blob (int64): [epoch, buffer, levels, seen_size, 0, 0, 0, 0], buf_s[buffer],
+# buf_p[buffer], lvl_start[levels], lvl_n[levels], lvl_flag[levels], e_before[levels],
+# seen_state[seen_size], seen_parent[seen_size], seen_epoch[seen_size].
+WS_HEADER = 8
+#
+# Trie blob (int32): [n_tokens, n_bytes], tok_offsets[n_tokens + 1], lcp[n_tokens], tok_bytes[n_bytes].
+TRIE_HEADER = 2
+#
+# Mask store of a grammar: mask_index (int32, MASK_FIELDS per state: kind (-1 = not computed),
+# data offset, data length, uncertain offset, uncertain count) into mask_pool (int32), whose first
+# ceil(V/32) words are the bitset of all grammar tokens; uncertain trie positions are followed by
+# the same tokens' ids.
+MASK_FIELDS = 5
+KIND_ACCEPTED_LIST = 0
+KIND_REJECTED_LIST = 1
+KIND_ACCEPTED_BITSET = 2
+
+
+@njit(cache=True, inline="always")
+def _section(blob, k):
+    return blob[blob[k] : blob[k + 1]]
+
+
+@njit(cache=True, inline="always")
+def _pda_views(pda):
+    return (
+        _section(pda, PDA_ACCEPT), _section(pda, PDA_BYTE_PTR), _section(pda, PDA_BYTE_LO),
+        _section(pda, PDA_BYTE_HI), _section(pda, PDA_BYTE_DST), _section(pda, PDA_REF_PTR),
+        _section(pda, PDA_REF_RULE), _section(pda, PDA_REF_DST), _section(pda, PDA_RULE_START),
+    )
+
+
+@njit(cache=True, inline="always")
+def _pool_views(pool):
+    cap = pool[1]
+    size = pool[2]
+    h = POOL_HEADER
+    return pool[h : h + cap], pool[h + cap : h + 2 * cap], pool[0:1], pool[h + 2 * cap : h + 2 * cap + size]
+
+
+@njit(cache=True, inline="always")
+def _ws_views(ws):
+    b = ws[1]
+    n_levels = ws[2]
+    size = ws[3]
+    o = WS_HEADER
+    buf_s = ws[o : o + b]
+    buf_p = ws[o + b : o + 2 * b]
+    o += 2 * b
+    lvl_start = ws[o : o + n_levels]
+    lvl_n = ws[o + n_levels : o + 2 * n_levels]
+    lvl_flag = ws[o + 2 * n_levels : o + 3 * n_levels]
+    e_before = ws[o + 3 * n_levels : o + 4 * n_levels]
+    o += 4 * n_levels
+    return (
+        buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before,
+        ws[o : o + size], ws[o + size : o + 2 * size], ws[o + 2 * size : o + 3 * size], ws[0:1],
+    )
+
+
+@njit(cache=True, inline="always")
+def _trie_views(trie):
+    n = trie[0]
+    n_bytes = trie[1]
+    o = TRIE_HEADER
+    return trie[o : o + n + 1], trie[o + n + 1 : o + 2 * n + 1], trie[o + 2 * n + 1 : o + 2 * n + 1 + n_bytes]
+
+
 @njit(cache=True)
-def allowed_first_bytes(byte_ptr, byte_lo, byte_hi, set_s, out):
-    """out[b] = 1 for every byte some stack in the (closed) set can consume next."""
+def run_closure(pda, pool, ws, n_raw, max_tops):
+    """Closure of the raw set in the workspace buffers [0, n_raw): (count, flags, n_kernel)."""
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, _, _, _, _, ss, sp, se, ep = _ws_views(ws)
+    return closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n_raw, ss, sp, se, ep, max_tops)
+
+
+@njit(cache=True)
+def run_advance(pda, pool, ws, cur_s, cur_p, data, max_tops):
+    """advance() on packed arguments; the result lies in the workspace buffers."""
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, _, _, _, _, ss, sp, se, ep = _ws_views(ws)
+    return advance(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, cur_s, cur_p, data, buf_s, buf_p, ss, sp, se, ep, max_tops)
+
+
+@njit(cache=True)
+def _walk_packed(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result):
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before, ss, sp, se, ep = _ws_views(ws)
+    offsets, lcp, tok_bytes = _trie_views(trie)
+    if offline:
+        rule = _section(pda, PDA_STATE_RULE)[init_s[0]]
+        follow = _section(pda, PDA_FOLLOW)[rule * 256 : rule * 256 + 256]
+    else:
+        follow = _section(pda, PDA_FOLLOW)[0:0]  # never read online
+    return walk_tokens(
+        a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, offsets, tok_bytes, lcp, candidates, init_s, init_p,
+        offline, follow, buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before, ss, sp, se, ep, max_tops, result,
+    )
+
+
+@njit(cache=True)
+def run_walk(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result):
+    """walk_tokens() on packed arguments (offline: init is one stack on BOTTOM)."""
+    return _walk_packed(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result)
+
+
+@njit(cache=True, inline="always")
+def _set_bit(words, t):
+    words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+
+
+@njit(cache=True)
+def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops):
+    """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks, then
+    check each stack's uncertain tokens against the real stack.  Every kernel state's mask must
+    be computed (mask_index kind >= 0).  Returns 0 or an ERR_* status (then call again)."""
+    n_words = words.shape[0]
+    for i in range(n_words):
+        words[i] = 0
+    grammar_words = mask_pool[0:n_words]
+    n = kernel_s.shape[0]
+    for i in range(n):
+        s = kernel_s[i]
+        base = s * MASK_FIELDS
+        kind = mask_index[base]
+        data = mask_pool[mask_index[base + 1] : mask_index[base + 1] + mask_index[base + 2]]
+        u_off = mask_index[base + 3]
+        u_n = mask_index[base + 4]
+        if kind == KIND_ACCEPTED_LIST:
+            for t in data:
+                _set_bit(words, t)
+        elif kind == KIND_ACCEPTED_BITSET:
+            for w in range(n_words):
+                words[w] |= data[w]
+        else:
+            # All grammar tokens but the rejected and uncertain ones.
+            scratch = grammar_words.copy()
+            for t in data:
+                scratch[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+            for t in mask_pool[u_off + u_n : u_off + 2 * u_n]:
+                scratch[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+            for w in range(n_words):
+                words[w] |= scratch[w]
+        if u_n > 0:
+            result = np.empty(u_n, dtype=np.int8)
+            status = _walk_packed(
+                pda, pool, ws, trie, mask_pool[u_off : u_off + u_n], kernel_s[i : i + 1], kernel_p[i : i + 1],
+                False, max_tops, result,
+            )
+            if status != 0:
+                return status
+            ids = mask_pool[u_off + u_n : u_off + 2 * u_n]
+            for j in range(u_n):
+                if result[j] == RESULT_ACCEPT:
+                    _set_bit(words, ids[j])
+    if can_end:
+        for t in stop_ids:
+            _set_bit(words, t)
+    return 0
+
+
+@njit(cache=True)
+def run_allowed_first_bytes(pda, set_s, out):
+    """out[b] = 1 for every byte some stack of the closed set can consume next."""
     for i in range(256):
         out[i] = 0
+    byte_ptr = _section(pda, PDA_BYTE_PTR)
+    byte_lo = _section(pda, PDA_BYTE_LO)
+    byte_hi = _section(pda, PDA_BYTE_HI)
     for i in range(set_s.shape[0]):
         s = set_s[i]
         for e in range(byte_ptr[s], byte_ptr[s + 1]):
             for b in range(byte_lo[e], byte_hi[e] + 1):
                 out[b] = 1
+
+
+@njit(cache=True)
+def rehash_pool(pool):
+    """Rebuild the hash table of a pool blob (after growing it)."""
+    frame_state, frame_parent, count, table = _pool_views(pool)
+    mask = table.shape[0] - 1
+    for node in range(count[0]):
+        i = _pair_hash(frame_state[node], frame_parent[node]) & mask
+        while table[i] != 0:
+            i = (i + 1) & mask
+        table[i] = node + 1

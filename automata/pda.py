@@ -1,18 +1,19 @@
 """Grammar IR -> one byte-level pushdown automaton packed into flat numpy arrays.
 
-Layout (S states over all rules, rule r owning the contiguous global ids
-rule_first_state[r] .. rule_first_state[r+1]-1, its start state first):
+Tables (S states over all rules, rule r owning the contiguous global ids
+rule_first_state[r] .. rule_first_state[r+1]-1, its start state first), all int32 and packed
+one after another into `Pda.blob` behind a header of section offsets (kernels.PDA_*):
 
     state_rule[S]        int32   rule owning the state
-    state_accept[S]      uint8   1 where the rule may end (pop to the caller)
+    state_accept[S]      int32   1 where the rule may end (pop to the caller)
     byte_ptr[S+1]        int32   CSR offsets into the byte-edge arrays
-    byte_lo/byte_hi[E]   uint8   inclusive byte range of an edge, edges of a state sorted by lo
+    byte_lo/byte_hi[E]   int32   inclusive byte range of an edge, edges of a state sorted by lo
     byte_dst[E]          int32   global target state
     ref_ptr[S+1]         int32   CSR offsets into the reference-edge arrays
     ref_rule[R]          int32   rule pushed by the edge
     ref_dst[R]           int32   global state to return to once that rule ends
     rule_start[n_rules]  int32   global start state of each rule
-    rule_follow[n_rules, 256] uint8  1 where a byte can come right after the rule ends, in some
+    rule_follow[n_rules * 256]    1 where a byte can come right after the rule ends, in some
                                      caller (byte-level FOLLOW sets; empty for an unreferenced root)
 
 Each rule also gets a structural key (`rule_keys`): equal keys mean equal rule automata with
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..grammar.errors import BudgetExceededError, GrammarError
 from ..grammar.ir import Grammar
+from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 
 
@@ -43,47 +45,86 @@ class Budgets:
 
 @dataclass
 class Pda:
+    """The packed automaton.  `blob` holds every table (see kernels.PDA_* for its layout); the
+    named arrays are views into it for Python-side use."""
+
     rule_names: list[str]
     rule_keys: list[str]
     rule_first_state: np.ndarray
-    state_rule: np.ndarray
-    state_accept: np.ndarray
-    byte_ptr: np.ndarray
-    byte_lo: np.ndarray
-    byte_hi: np.ndarray
-    byte_dst: np.ndarray
-    ref_ptr: np.ndarray
-    ref_rule: np.ndarray
-    ref_dst: np.ndarray
-    rule_start: np.ndarray
-    rule_follow: np.ndarray
+    blob: np.ndarray
     root_rule: int
+
+    def _section(self, k: int) -> np.ndarray:
+        return self.blob[self.blob[k] : self.blob[k + 1]]
+
+    @property
+    def state_accept(self) -> np.ndarray:
+        return self._section(kernels.PDA_ACCEPT)
+
+    @property
+    def byte_ptr(self) -> np.ndarray:
+        return self._section(kernels.PDA_BYTE_PTR)
+
+    @property
+    def byte_lo(self) -> np.ndarray:
+        return self._section(kernels.PDA_BYTE_LO)
+
+    @property
+    def byte_hi(self) -> np.ndarray:
+        return self._section(kernels.PDA_BYTE_HI)
+
+    @property
+    def byte_dst(self) -> np.ndarray:
+        return self._section(kernels.PDA_BYTE_DST)
+
+    @property
+    def ref_ptr(self) -> np.ndarray:
+        return self._section(kernels.PDA_REF_PTR)
+
+    @property
+    def ref_rule(self) -> np.ndarray:
+        return self._section(kernels.PDA_REF_RULE)
+
+    @property
+    def ref_dst(self) -> np.ndarray:
+        return self._section(kernels.PDA_REF_DST)
+
+    @property
+    def rule_start(self) -> np.ndarray:
+        return self._section(kernels.PDA_RULE_START)
+
+    @property
+    def rule_follow(self) -> np.ndarray:
+        return self._section(kernels.PDA_FOLLOW).reshape(-1, 256)
+
+    @property
+    def state_rule(self) -> np.ndarray:
+        return self._section(kernels.PDA_STATE_RULE)
 
     @property
     def num_states(self) -> int:
-        return len(self.state_rule)
-
-    def kernel_arrays(self) -> tuple:
-        """The arrays the numba kernels take, in their argument order."""
-        return (
-            self.state_accept,
-            self.byte_ptr,
-            self.byte_lo,
-            self.byte_hi,
-            self.byte_dst,
-            self.ref_ptr,
-            self.ref_rule,
-            self.ref_dst,
-            self.rule_start,
-        )
+        return int(self.rule_first_state[-1])
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.kernel_arrays()) + self.state_rule.nbytes
+        return self.blob.nbytes + self.rule_first_state.nbytes
 
     def local_state(self, state: int) -> tuple[int, int]:
         """(rule, index of the state inside its rule's DFA)."""
         rule = int(self.state_rule[state])
         return rule, state - int(self.rule_first_state[rule])
+
+
+def _pack(sections: list[np.ndarray]) -> np.ndarray:
+    """Concatenate int32 sections behind a header of their offsets (kernels.PDA_* order)."""
+    assert len(sections) == kernels.PDA_SECTIONS
+    offsets = [kernels.PDA_HEADER]
+    for section in sections:
+        offsets.append(offsets[-1] + len(section))
+    blob = np.empty(offsets[-1], dtype=np.int32)
+    blob[: kernels.PDA_HEADER] = offsets
+    for k, section in enumerate(sections):
+        blob[offsets[k] : offsets[k + 1]] = section
+    return blob
 
 
 def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
@@ -114,7 +155,7 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
         first[i + 1] = first[i] + dfa.num_states
     n_states = int(first[-1])
     state_rule = np.empty(n_states, dtype=np.int32)
-    state_accept = np.zeros(n_states, dtype=np.uint8)
+    state_accept = np.zeros(n_states, dtype=np.int32)
     byte_ptr = np.zeros(n_states + 1, dtype=np.int32)
     ref_ptr = np.zeros(n_states + 1, dtype=np.int32)
     byte_lo, byte_hi, byte_dst, ref_rule, ref_dst = [], [], [], [], []
@@ -134,21 +175,24 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
             byte_ptr[g + 1] = len(byte_lo)
             ref_ptr[g + 1] = len(ref_rule)
 
+    sections = [
+        state_accept,
+        byte_ptr,
+        np.array(byte_lo, dtype=np.int32),
+        np.array(byte_hi, dtype=np.int32),
+        np.array(byte_dst, dtype=np.int32),
+        ref_ptr,
+        np.array(ref_rule, dtype=np.int32),
+        np.array(ref_dst, dtype=np.int32),
+        first[:-1],
+        _follow_bytes(dfas, index).reshape(-1),
+        state_rule,
+    ]
     return Pda(
         rule_names=names,
         rule_keys=_rule_keys(dfas, index),
         rule_first_state=first,
-        state_rule=state_rule,
-        state_accept=state_accept,
-        byte_ptr=byte_ptr,
-        byte_lo=np.array(byte_lo, dtype=np.uint8),
-        byte_hi=np.array(byte_hi, dtype=np.uint8),
-        byte_dst=np.array(byte_dst, dtype=np.int32),
-        ref_ptr=ref_ptr,
-        ref_rule=np.array(ref_rule, dtype=np.int32),
-        ref_dst=np.array(ref_dst, dtype=np.int32),
-        rule_start=first[:-1].copy(),
-        rule_follow=_follow_bytes(dfas, index),
+        blob=_pack(sections),
         root_rule=index[grammar.root],
     )
 
@@ -209,7 +253,7 @@ def _follow_bytes(dfas: list[RuleDfa], index: dict[str, int]) -> np.ndarray:
                         follow[callee] |= follow[r]
                     if int(follow[callee].sum()) != before:
                         changed = True
-    return follow.astype(np.uint8)
+    return follow.astype(np.int32)
 
 
 def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:

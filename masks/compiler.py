@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..automata.kernels import BOTTOM
+from ..automata.kernels import BOTTOM, MASK_FIELDS
 from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.ir import Grammar
@@ -102,7 +102,12 @@ class GrammarCompiler:
 
 
 class CompiledGrammar:
-    """A grammar ready for matching: PDA arrays plus per-state masks computed on first use."""
+    """A grammar ready for matching: PDA arrays plus per-state masks computed on first use.
+
+    Masks come from the compiler's shared cache (or one trie walk each) and are copied into this
+    grammar's flat store (mask_index / mask_pool, layout in automata.kernels) that the one-call
+    fill kernel reads.
+    """
 
     def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda):
         self.compiler = compiler
@@ -110,19 +115,49 @@ class CompiledGrammar:
         self.grammar = grammar
         self.pda = pda
         self._masks: list[StateMask | None] = [None] * pda.num_states
+        self.mask_index = np.full(pda.num_states * MASK_FIELDS, -1, dtype=np.int32)
+        words = len(compiler.all_grammar_words)
+        self.mask_pool = np.empty(2 * words + 1024, dtype=np.int32)
+        self.mask_pool[:words] = compiler.all_grammar_words
+        self._pool_used = words
         self._offline: StackRunner | None = None
         self._lock = threading.Lock()
 
     def state_mask(self, state: int) -> StateMask:
-        """The mask of a global state, from this grammar's memo, the shared cache, or a trie walk."""
+        """The mask of a global state, from this grammar's store, the shared cache, or a trie walk."""
         mask = self._masks[state]
         if mask is not None:
             return mask
         with self._lock:
             mask = self._masks[state]
             if mask is None:
-                mask = self._masks[state] = self._lookup_or_compute(state)
+                mask = self._lookup_or_compute(state)
+                self._store(state, mask)
+                self._masks[state] = mask
         return mask
+
+    def ensure_masks(self, states: np.ndarray) -> None:
+        """Compute (or fetch) the masks of these states if this grammar does not hold them yet."""
+        for state in states:
+            if self._masks[state] is None:
+                self.state_mask(int(state))
+
+    def _store(self, state: int, mask: StateMask) -> None:
+        parts = (mask.data, mask.uncertain_positions, mask.uncertain_ids)
+        need = self._pool_used + sum(len(p) for p in parts)
+        if need > len(self.mask_pool):
+            grown = np.empty(max(need, 2 * len(self.mask_pool)), dtype=np.int32)
+            grown[: self._pool_used] = self.mask_pool[: self._pool_used]
+            self.mask_pool = grown
+        offsets = []
+        for part in parts:
+            offsets.append(self._pool_used)
+            self.mask_pool[self._pool_used : self._pool_used + len(part)] = part
+            self._pool_used += len(part)
+        base = state * MASK_FIELDS
+        # kind last: a concurrent reader sees either "not computed" or a complete entry.
+        self.mask_index[base + 1 : base + 5] = (offsets[0], len(mask.data), offsets[1], len(mask.uncertain_positions))
+        self.mask_index[base] = mask.kind
 
     def _lookup_or_compute(self, state: int) -> StateMask:
         compiler = self.compiler
@@ -135,10 +170,10 @@ class CompiledGrammar:
                 return cached
         if self._offline is None:
             self._offline = StackRunner(self.pda, compiler.budgets, compiler.trie.max_token_length)
-        init_s = np.array([state], dtype=np.int32)
-        init_p = np.array([BOTTOM], dtype=np.int32)
+        init_s = np.array([state], dtype=np.int64)
+        init_p = np.array([BOTTOM], dtype=np.int64)
         trie = compiler.trie
-        result = self._offline.walk(trie, trie.all_positions, init_s, init_p, offline=True)
+        result = self._offline.walk(trie.blob, trie.all_positions, init_s, init_p, offline=True)
         mask = build_state_mask(result, trie.token_ids, self.tokenizer_info.vocab_size)
         if compiler.cache_enabled:
             with compiler._lock:
@@ -155,8 +190,8 @@ class CompiledGrammar:
         return self.pda.num_states
 
     def memory_size_bytes(self) -> int:
-        masks = sum(m.nbytes for m in self._masks if m is not None)
-        return self.pda.nbytes() + masks
+        """Bytes held by this grammar: its automaton and its mask store."""
+        return self.pda.nbytes() + self.mask_index.nbytes + self._pool_used * 4
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..automata.kernels import RESULT_ACCEPT, RESULT_REJECT, RESULT_UNCERTAIN
-
-ACCEPTED_LIST = 0
-REJECTED_LIST = 1
-ACCEPTED_BITSET = 2
+from ..automata.kernels import (
+    KIND_ACCEPTED_BITSET as ACCEPTED_BITSET,
+    KIND_ACCEPTED_LIST as ACCEPTED_LIST,
+    KIND_REJECTED_LIST as REJECTED_LIST,
+    RESULT_ACCEPT,
+    RESULT_REJECT,
+    RESULT_UNCERTAIN,
+)
 
 
 @dataclass
@@ -61,34 +64,6 @@ def ids_to_bitset(ids, num_words):
     for t in ids:
         words[t >> 5] |= np.int32(1) << np.int32(t & 31)
     return words
-
-
-@njit(cache=True)
-def set_bits(words, ids):
-    for t in ids:
-        words[t >> 5] |= np.int32(1) << np.int32(t & 31)
-
-
-@njit(cache=True)
-def or_accepted_except(words, all_grammar_words, rejected_ids, uncertain_ids, scratch):
-    """words |= all grammar tokens minus rejected and uncertain ones (a REJECTED_LIST mask)."""
-    scratch[:] = all_grammar_words
-    for t in rejected_ids:
-        scratch[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
-    for t in uncertain_ids:
-        scratch[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
-    for i in range(words.shape[0]):
-        words[i] |= scratch[i]
-
-
-def or_state_mask(words: np.ndarray, mask: StateMask, all_grammar_words: np.ndarray, scratch: np.ndarray) -> None:
-    """words |= the accepted tokens of `mask`."""
-    if mask.kind == ACCEPTED_LIST:
-        set_bits(words, mask.data)
-    elif mask.kind == ACCEPTED_BITSET:
-        np.bitwise_or(words, mask.data, out=words)
-    else:
-        or_accepted_except(words, all_grammar_words, mask.data, mask.uncertain_ids, scratch)
 
 
 class MaskCache:

@@ -8,17 +8,18 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..automata.kernels import FLAG_END, ROOT, allowed_first_bytes
+from ..automata import kernels
+from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
 from .compiler import CompiledGrammar
-from .mask_cache import or_state_mask, set_bits
 
 
-@dataclass(frozen=True)
+@dataclass
 class _MatchState:
     """One point of the parse: the kernel stacks (straight after the last byte, the ones whose
     masks are unioned), their epsilon closure (what the next byte steps from), and whether the
-    input may end here.  Immutable and cheap, since frames are shared: rollback restores one."""
+    input may end here.  Never modified once built (but for `masks_ready`, set once the grammar
+    holds every kernel state's mask), and cheap, since frames are shared: rollback restores one."""
 
     kernel_s: np.ndarray
     kernel_p: np.ndarray
@@ -26,6 +27,7 @@ class _MatchState:
     closure_p: np.ndarray
     can_end: bool
     terminated: bool = False
+    masks_ready: bool = False
 
 
 class GrammarMatcher:
@@ -46,7 +48,7 @@ class GrammarMatcher:
         for t in self.stop_token_ids:
             if not 0 <= t < self.vocab_size:
                 raise ValueError(f"stop token id {t} outside the vocabulary (size {self.vocab_size})")
-        self._stop_ids = np.array(self.stop_token_ids, dtype=np.int32)
+        self._stop_ids = np.array(self.stop_token_ids, dtype=np.int64)
         self._stop_set = frozenset(self.stop_token_ids)
         self.terminate_without_stop_token = terminate_without_stop_token
         self.max_rollback_tokens = max_rollback_tokens
@@ -54,10 +56,10 @@ class GrammarMatcher:
         self._runner = StackRunner(compiled_grammar.pda, compiler.budgets, compiler.trie.max_token_length)
         self._decoded = info.decoded_vocab
         self._words = (self.vocab_size + 31) // 32
-        self._scratch = np.empty(self._words, dtype=np.int32)
+        self._trie_blob = compiler.trie.blob
         self._initial = self._make_state(
-            np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int32),
-            np.array([ROOT], dtype=np.int32),
+            np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int64),
+            np.array([ROOT], dtype=np.int64),
         )
         self._state = self._initial
         self._history: list[_MatchState] = []
@@ -100,24 +102,26 @@ class GrammarMatcher:
         return True
 
     def _fill_words(self, words: np.ndarray) -> None:
-        words[:] = 0
         state = self._state
         if state.terminated:
-            set_bits(words, self._stop_ids)
+            words[:] = 0
+            for t in self.stop_token_ids:
+                words[t >> 5] |= np.int32(1) << np.int32(t & 31)
             return
         compiled = self.compiled_grammar
-        compiler = compiled.compiler
-        trie = compiler.trie
-        for i in range(len(state.kernel_s)):
-            mask = compiled.state_mask(int(state.kernel_s[i]))
-            or_state_mask(words, mask, compiler.all_grammar_words, self._scratch)
-            if len(mask.uncertain_positions):
-                result = self._runner.walk(
-                    trie, mask.uncertain_positions, state.kernel_s[i : i + 1], state.kernel_p[i : i + 1], offline=False
-                )
-                set_bits(words, mask.uncertain_ids[result == 1])
-        if state.can_end:
-            set_bits(words, self._stop_ids)
+        if not state.masks_ready:
+            compiled.ensure_masks(state.kernel_s)
+            state.masks_ready = True
+        runner = self._runner
+        while True:
+            status = kernels.run_fill(
+                words, state.kernel_s, state.kernel_p, state.can_end, self._stop_ids, compiled.pda.blob,
+                runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
+                runner.budgets.max_stack_tops,
+            )
+            if status == 0:
+                return
+            runner.handle(status)
 
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
@@ -194,8 +198,7 @@ class GrammarMatcher:
         closure_s, closure_p, can_end = state.closure_s, state.closure_p, state.can_end
         allowed = np.zeros(256, dtype=np.uint8)
         while not can_end and len(out) < 4096:
-            allowed_first_bytes(self.compiled_grammar.pda.byte_ptr, self.compiled_grammar.pda.byte_lo,
-                                self.compiled_grammar.pda.byte_hi, closure_s, allowed)
+            kernels.run_allowed_first_bytes(self.compiled_grammar.pda.blob, closure_s, allowed)
             choices = np.flatnonzero(allowed)
             if len(choices) != 1:
                 break

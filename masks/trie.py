@@ -7,11 +7,15 @@ Layout (N grammar tokens: non-special, non-empty; sorted by their bytes):
     tok_bytes[...]      uint8   the tokens' bytes, concatenated in sorted order
     lcp[N]              int32   length of the common prefix with the previous position (lcp[0] = 0)
     position_of[V]      int32   trie position of every token id, -1 for special and padding ids
+
+`blob` packs tok_offsets, lcp and tok_bytes (as int32) for the kernels (layout: kernels.TRIE_HEADER).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ..automata.kernels import TRIE_HEADER
 
 
 class TokenTrie:
@@ -39,6 +43,13 @@ class TokenTrie:
         self.position_of[self.token_ids] = np.arange(len(ids), dtype=np.int32)
         self.max_token_length = int(lengths.max()) if len(ids) else 0
         self.all_positions = np.arange(len(ids), dtype=np.int32)
+        n = len(ids)
+        self.blob = np.empty(TRIE_HEADER + 2 * n + 1 + len(self.tok_bytes), dtype=np.int32)
+        self.blob[:TRIE_HEADER] = (n, len(self.tok_bytes))
+        o = TRIE_HEADER
+        self.blob[o : o + n + 1] = self.tok_offsets
+        self.blob[o + n + 1 : o + 2 * n + 1] = self.lcp
+        self.blob[o + 2 * n + 1 :] = self.tok_bytes
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -7,7 +7,6 @@ The oracle is the Hugging Face tokenizer itself: joining our bytes for ``encode(
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -180,12 +179,10 @@ def test_explicit_stop_tokens_replace_defaults(loaded):
         TokenizerInfo.from_huggingface(tokenizer, stop_token_ids=[info.vocab_size])
 
 
-def test_loading_is_fast_and_hash_is_stable():
+def test_hash_is_stable_across_loads():
+    # Load time is measured in benchmarks, not asserted (shared machines are noisy).
     tokenizer, info = _tokenizer_and_info("qwen")  # the largest vocabulary (151,851)
-    start = time.perf_counter()
     again = TokenizerInfo.from_huggingface(tokenizer)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, f"building TokenizerInfo took {elapsed:.2f}s"
     assert again.vocab_hash == info.vocab_hash
     assert again.decoded_vocab == info.decoded_vocab
 

@@ -1,0 +1,236 @@
+"""Lark grammars -> grammar IR, reading the grammar with the `lark` package itself.
+
+We let lark do the reading (syntax, `%import common.X`, templates, `?rule`, aliases, EBNF
+operators), then convert what it compiled:
+
+* rules: each lark `Rule` (origin -> expansion of symbols) is one alternative of an IR rule of
+  the same name.  Lark expands `x*`, `x+` and `[x]` into helper rules such as
+  `__start_star_0 ::= x | __start_star_0 x`, which are LEFT-recursive: `passes.normalize`
+  turns them back into loops.
+* terminals: `"text"` (PatternStr) becomes a literal, `"text"i` a sequence of case-insensitive
+  classes; `/regex/flags` (PatternRE) goes through `regex.regex_to_ir`.  Each terminal is an
+  IR rule named after the terminal (terminal names are upper case, rule names lower case, so
+  they never clash); inlining later removes the indirection.
+* `%ignore`: a lexer would skip ignored tokens between any two tokens.  We insert
+  `(IGNORED)*` between adjacent symbols of every rule expansion (never inside a terminal) and
+  around the start symbol, which covers every gap between two tokens: two tokens adjacent in
+  the input are adjacent children (up to nullable ones) of their lowest common ancestor.
+
+The IR is scannerless: adjacent terminals may split the input anywhere, as with lark's Earley
+`dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one match per
+terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.
+
+Lexer semantics we do mirror: lark's common `ESCAPED_STRING` uses a lookbehind; we substitute the
+equivalent `"([^"\\\\\\n]|\\\\[^\\n])*"`.  A terminal regex with a lazy quantifier whose tail after
+it has no quantifier (like C_COMMENT `/\\*(.|\\n)*?\\*/`) matches what a lexer would: the token
+ends at the first point where the pattern can end.  Other regexes use full-match semantics.
+
+Syntax errors become GrammarError with line/column (from lark's exception, or by locating the
+named rule in the text when lark gives none).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict, deque
+
+import lark
+from lark.exceptions import LarkError, UnexpectedInput
+from lark.lexer import PatternRE, PatternStr
+
+from .errors import GrammarError
+from .ir import NOTHING, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
+from .regex import regex_to_ir
+
+__all__ = ["parse_lark"]
+
+# lark's common.ESCAPED_STRING (after lark compiles it) and a lookaround-free regex that matches
+# exactly the tokens a lexer would produce with it.
+_KNOWN_REGEX_REPLACEMENTS = {
+    '".*?(?<!\\\\)(\\\\\\\\)*?"': '"(?:[^"\\\\\\n]|\\\\[^\\n])*"',
+}
+
+_LAZY_QUANTIFIER = re.compile(r"(?:[*+?]|\})\?")
+
+
+def _case_insensitive_literal(text: str) -> Expr:
+    items = []
+    for ch in text:
+        variants = {ch, ch.lower(), ch.upper()}
+        if len(variants) == 1 or any(len(v) != 1 for v in variants):
+            items.append(lit(ch))
+        else:
+            items.append(char_class((ord(v), ord(v)) for v in variants))
+    return seq(*items)
+
+
+def _strip_escapes_and_classes(pattern: str) -> str:
+    """The regex with escapes and [...] classes blanked out, to find operators reliably."""
+    out = []
+    i = 0
+    in_class = False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append("  ")
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+            out.append(" ")
+        elif c == "[":
+            in_class = True
+            out.append(" ")
+            if pattern[i + 1:i + 2] == "]" or pattern[i + 1:i + 3] == "^]":
+                extra = 1 if pattern[i + 1] == "]" else 2
+                out.append(" " * extra)
+                i += extra
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _first_end_only(fsm: Expr) -> Expr:
+    """Keep only strings with no proper prefix in the language (cut edges out of final states)."""
+    if not isinstance(fsm, CharFsm):
+        return fsm
+    kept = [t for t in fsm.transitions if t[0] not in fsm.finals]
+    # prune states that can no longer reach a final state or be reached
+    forward = defaultdict(list)
+    backward = defaultdict(list)
+    for src, _, _, dst in kept:
+        forward[src].append(dst)
+        backward[dst].append(src)
+
+    def closure(starts, graph):
+        seen = set(starts)
+        queue = deque(starts)
+        while queue:
+            s = queue.popleft()
+            for t in graph[s]:
+                if t not in seen:
+                    seen.add(t)
+                    queue.append(t)
+        return seen
+
+    live = closure([fsm.initial], forward) & closure(list(fsm.finals), backward)
+    if fsm.initial not in live:
+        return NOTHING
+    kept = tuple(t for t in kept if t[0] in live and t[3] in live)
+    return CharFsm(fsm.initial, frozenset(f for f in fsm.finals if f in live), kept)
+
+
+def _terminal_to_ir(terminal) -> Expr:
+    pattern = terminal.pattern
+    flags = set(pattern.flags)
+    if isinstance(pattern, PatternStr):
+        return _case_insensitive_literal(pattern.value) if "i" in flags else lit(pattern.value)
+    assert isinstance(pattern, PatternRE)
+    source = _KNOWN_REGEX_REPLACEMENTS.get(pattern.value, pattern.value)
+    flags.discard("m")  # only changes ^ and $, which regex_to_ir rejects anyway
+    flags.discard("u")  # Python 3 str patterns are always Unicode
+    if "x" in flags or "l" in flags:
+        raise GrammarError(f"terminal {terminal.name}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
+                           "write the regex without verbose/locale flags")
+    prefixed = f"(?{''.join(sorted(flags))}:{source})" if flags else source
+    try:
+        expr = regex_to_ir(prefixed)
+    except GrammarError as exc:
+        raise GrammarError(f"terminal {terminal.name}: {exc.message} in /{pattern.value}/") from None
+    lazy = list(_LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
+    if lazy:
+        tail = _strip_escapes_and_classes(source)[lazy[-1].end():]
+        if not any(op in tail for op in "*+?{"):
+            expr = _first_end_only(expr)
+    return expr
+
+
+def _locate(text: str, message: str) -> tuple[int, int] | tuple[None, None]:
+    """Best-effort position for lark errors that carry none: 'line L column C' in the message,
+    else the definition of the rule named in '(in rule X)', else the first quoted name."""
+    match = re.search(r"line (\d+),? column (\d+)", message)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    names = re.findall(r"in rule (\w+)", message) + re.findall(r"'([\w.]+)'", message)
+    for name in names:
+        match = re.search(rf"^[?!]?{re.escape(name)}\b", text, re.M) or re.search(rf"\b{re.escape(name)}\b", text)
+        if match:
+            line = text.count("\n", 0, match.start()) + 1
+            column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+            return line, column
+    return None, None
+
+
+def _load(text: str, start: str) -> lark.Lark:
+    try:
+        return lark.Lark(text, start=start, parser="earley", lexer="dynamic")
+    except UnexpectedInput as exc:
+        detail = str(exc).strip().splitlines()[0]
+        raise GrammarError(f"lark grammar syntax error: {detail}", exc.line, exc.column) from None
+    except LarkError as exc:
+        message = str(exc).strip()
+        if f"NonTerminal('{start}')" in message:
+            raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=",
+                               1, 1) from None
+        first = message.splitlines()[0] if message else type(exc).__name__
+        line, column = _locate(text, message)
+        raise GrammarError(f"invalid lark grammar: {first}", line, column) from None
+    except Exception as exc:  # e.g. re.error / regex.error from a bad terminal regex
+        raise GrammarError(f"invalid lark grammar: {type(exc).__name__}: {exc}", *_locate(text, str(exc))) from None
+
+
+def parse_lark(text: str, start: str = "start") -> Grammar:
+    """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any)."""
+    parser = _load(text, start)
+    terminals = {t.name: t for t in parser.terminals}
+    ignored = [name for name in parser.ignore_tokens]
+    skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
+
+    alternatives: dict[str, list[Expr]] = {}
+    used_terminals: set[str] = set(ignored)
+    for rule in parser.rules:
+        symbols = []
+        for symbol in rule.expansion:
+            symbols.append(Ref(symbol.name))
+            if symbol.is_term:
+                used_terminals.add(symbol.name)
+        if skip is not None and len(symbols) > 1:
+            interleaved: list[Expr] = [symbols[0]]
+            for symbol in symbols[1:]:
+                interleaved += [skip, symbol]
+            symbols = interleaved
+        alternatives.setdefault(rule.origin.name, []).append(seq(*symbols))
+
+    rules: dict[str, Expr] = {}
+    positions: dict[str, tuple[int, int]] = {}
+    for name, options in alternatives.items():
+        rules[name] = alt(*options)
+        line, column = _locate(text, f"'{name}'")
+        if line is not None:
+            positions[name] = (line, column)
+    for name in sorted(used_terminals):
+        line, column = _locate(text, f"'{name}'")
+        if name not in terminals:
+            raise GrammarError(f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
+                               "define it with `NAME: ...`", line, column)
+        raw = getattr(terminals[name].pattern, "raw", None)
+        if line is None and raw and raw in text:
+            offset = text.index(raw)
+            line = text.count("\n", 0, offset) + 1
+            column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        try:
+            rules[name] = _terminal_to_ir(terminals[name])
+        except GrammarError as exc:
+            raise GrammarError(exc.message, line, column) from None
+        if line is not None:
+            positions[name] = (line, column)
+
+    root = start
+    if skip is not None:
+        root = f"{start}__with_ignored"
+        while root in rules:
+            root += "_"
+        rules = {root: seq(skip, Ref(start), skip), **rules}
+        positions[root] = positions.get(start, (1, 1))
+    return Grammar(rules, root, positions)

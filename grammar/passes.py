@@ -1,0 +1,632 @@
+"""IR passes, each a function Grammar -> Grammar, composed by `normalize`.
+
+After `normalize(grammar)` the engine may rely on this CONTRACT:
+  * every Ref names a defined rule;
+  * every rule is reachable from the root and productive (derives at least one string);
+  * no rule can derive itself at its left edge (no direct, indirect or hidden left recursion),
+    so a top-down PDA never loops without consuming input.
+Recursion elsewhere (right or middle recursion, like balanced parentheses) stays as Refs.
+
+Rule bodies are regular expressions over terminals and Refs, so "the left edge" is computed
+with nullability: in `Seq(a, b)` the left corners of `b` count when `a` can be empty.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Iterable
+
+from .errors import GrammarError
+from .ir import (
+    EPSILON,
+    NOTHING,
+    Alt,
+    ByteClass,
+    Bytes,
+    CharClass,
+    CharFsm,
+    Expr,
+    Grammar,
+    Ref,
+    Repeat,
+    Seq,
+    alt,
+    iter_refs,
+    rep,
+    seq,
+    star,
+)
+
+__all__ = [
+    "PIPELINE",
+    "normalize",
+    "check_references",
+    "remove_unreachable",
+    "check_productive",
+    "eliminate_left_recursion",
+    "inline_small_rules",
+    "nullable_rules",
+    "left_corners",
+    "left_recursive_rules",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic helpers
+
+
+def map_refs(expr: Expr, fn: Callable[[Ref], Expr]) -> Expr:
+    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors."""
+    if isinstance(expr, Ref):
+        return fn(expr)
+    if isinstance(expr, Seq):
+        return seq(*(map_refs(item, fn) for item in expr.items))
+    if isinstance(expr, Alt):
+        return alt(*(map_refs(item, fn) for item in expr.items))
+    if isinstance(expr, Repeat):
+        return rep(map_refs(expr.item, fn), expr.min, expr.max)
+    return expr
+
+
+def _fsm_nonempty(fsm: CharFsm) -> bool:
+    """Does the automaton accept any string?"""
+    edges: dict[int, list[int]] = {}
+    for src, _, _, dst in fsm.transitions:
+        edges.setdefault(src, []).append(dst)
+    seen = {fsm.initial}
+    stack = [fsm.initial]
+    while stack:
+        state = stack.pop()
+        if state in fsm.finals:
+            return True
+        for nxt in edges.get(state, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+def is_nullable(expr: Expr, nullable: set[str] | dict[str, bool]) -> bool:
+    """Can `expr` match the empty string, given which rules can?"""
+    if isinstance(expr, Bytes):
+        return not expr.value
+    if isinstance(expr, (CharClass, ByteClass)):
+        return False
+    if isinstance(expr, CharFsm):
+        return expr.initial in expr.finals
+    if isinstance(expr, Seq):
+        return all(is_nullable(item, nullable) for item in expr.items)
+    if isinstance(expr, Alt):
+        return any(is_nullable(item, nullable) for item in expr.items)
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or is_nullable(expr.item, nullable)
+    if isinstance(expr, Ref):
+        return bool(nullable.get(expr.name, False)) if isinstance(nullable, dict) else expr.name in nullable
+    raise TypeError(f"unknown IR node {expr!r}")
+
+
+def is_productive(expr: Expr, productive: set[str]) -> bool:
+    """Does `expr` match at least one string, given which rules do?"""
+    if isinstance(expr, Bytes):
+        return True
+    if isinstance(expr, (CharClass, ByteClass)):
+        return bool(expr.ranges)
+    if isinstance(expr, CharFsm):
+        return _fsm_nonempty(expr)
+    if isinstance(expr, Seq):
+        return all(is_productive(item, productive) for item in expr.items)
+    if isinstance(expr, Alt):
+        return any(is_productive(item, productive) for item in expr.items)
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or is_productive(expr.item, productive)
+    if isinstance(expr, Ref):
+        return expr.name in productive
+    raise TypeError(f"unknown IR node {expr!r}")
+
+
+def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str]], bool]) -> set[str]:
+    """Least set S of rule names with name in S iff holds(body, S) (monotone predicates).
+
+    A worklist re-checks a rule only when a rule it references joins S, so the cost is linear
+    in the grammar size rather than quadratic.
+    """
+    users: dict[str, set[str]] = {}
+    for name, body in rules.items():
+        for target in iter_refs(body):
+            users.setdefault(target, set()).add(name)
+    result: set[str] = set()
+    queue = deque(rules)
+    queued = set(rules)
+    while queue:
+        name = queue.popleft()
+        queued.discard(name)
+        if name in result or not holds(rules[name], result):
+            continue
+        result.add(name)
+        for user in users.get(name, ()):
+            if user not in result and user not in queued:
+                queued.add(user)
+                queue.append(user)
+    return result
+
+
+def nullable_rules(grammar: Grammar) -> set[str]:
+    """Names of the rules that can derive the empty string."""
+    return _fixpoint(grammar.rules, is_nullable)
+
+
+def left_corners(expr: Expr, nullable: set[str] | dict[str, bool]) -> set[str]:
+    """Rules referenced at the left edge of `expr` (preceded only by nullable material)."""
+    out: set[str] = set()
+    _left_corners(expr, nullable, out)
+    return out
+
+
+def _left_corners(expr: Expr, nullable, out: set[str]) -> None:
+    if isinstance(expr, Ref):
+        out.add(expr.name)
+    elif isinstance(expr, Seq):
+        for item in expr.items:
+            _left_corners(item, nullable, out)
+            if not is_nullable(item, nullable):
+                break
+    elif isinstance(expr, Alt):
+        for item in expr.items:
+            _left_corners(item, nullable, out)
+    elif isinstance(expr, Repeat):
+        _left_corners(expr.item, nullable, out)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's SCCs (iterative), returned sinks first: an SCC comes after every SCC it reaches."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                result.append(component)
+    return result
+
+
+def _cyclic_components(graph: dict[str, set[str]]) -> list[list[str]]:
+    """SCCs that contain a cycle (more than one rule, or a rule with an edge to itself)."""
+    return [c for c in _strongly_connected(graph) if len(c) > 1 or c[0] in graph.get(c[0], ())]
+
+
+def left_corner_graph(grammar: Grammar) -> dict[str, set[str]]:
+    nullable = nullable_rules(grammar)
+    return {name: left_corners(body, nullable) & grammar.rules.keys() for name, body in grammar.rules.items()}
+
+
+def left_recursive_rules(grammar: Grammar) -> list[list[str]]:
+    """Groups of rules that can derive themselves at their left edge (empty list: none)."""
+    return _cyclic_components(left_corner_graph(grammar))
+
+
+def _position(grammar: Grammar, name: str) -> tuple[int | None, int | None]:
+    return grammar.positions.get(name, (None, None))
+
+
+# ---------------------------------------------------------------------------------------------
+# Passes
+
+
+def check_references(grammar: Grammar) -> Grammar:
+    """Every Ref must name a rule, and the root must exist."""
+    if grammar.root not in grammar.rules:
+        raise GrammarError(f"root rule {grammar.root!r} is not defined; add `{grammar.root} ::= ...`", 1, 1)
+    for name, body in grammar.rules.items():
+        for target in iter_refs(body):
+            if target not in grammar.rules:
+                raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
+                                   *_position(grammar, name))
+    return grammar
+
+
+def _reachable(grammar: Grammar) -> set[str]:
+    seen = {grammar.root}
+    todo = [grammar.root]
+    while todo:
+        for target in iter_refs(grammar.rules[todo.pop()]):
+            if target not in seen and target in grammar.rules:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def remove_unreachable(grammar: Grammar) -> Grammar:
+    """Drop rules the root cannot reach (definition order is kept)."""
+    keep = _reachable(grammar)
+    out = grammar.copy({name: body for name, body in grammar.rules.items() if name in keep})
+    out.positions = {name: pos for name, pos in grammar.positions.items() if name in keep}
+    return out
+
+
+def check_productive(grammar: Grammar) -> Grammar:
+    """Remove rules that derive no string; references to them become NOTHING.
+
+    If the root derives nothing the grammar accepts no string, which is an error.
+    """
+    productive = _fixpoint(grammar.rules, is_productive)
+    if grammar.root not in productive:
+        raise GrammarError(f"grammar accepts no string: rule {grammar.root!r} can never finish "
+                           "(every alternative needs an infinite derivation or an empty class); "
+                           "add a non-recursive alternative", *_position(grammar, grammar.root))
+    if len(productive) == len(grammar.rules):
+        return grammar
+    rules = {
+        name: map_refs(body, lambda r: r if r.name in productive else NOTHING)
+        for name, body in grammar.rules.items()
+        if name in productive
+    }
+    out = grammar.copy(rules)
+    out.positions = {name: pos for name, pos in grammar.positions.items() if name in productive}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Left recursion
+
+
+class _LeftRecursionEliminator:
+    """Paull's algorithm applied to each left-recursive SCC, on bodies in "leading normal form".
+
+    A rule body becomes a list of alternatives, each a list of items; the first item (the head)
+    is expanded until it is either a Ref into the SCC being processed, or the whole alternative
+    cannot reach the SCC at its left edge.  Nullable heads are split into "absent" and a
+    non-empty version (new rules `X__nonempty` for nullable rules), which exposes left recursion
+    hidden behind optional prefixes such as `A ::= ws? A "x"`.
+    """
+
+    def __init__(self, grammar: Grammar):
+        self.grammar = grammar
+        self.rules = dict(grammar.rules)
+        self.nullable: dict[str, bool] = {name: True for name in nullable_rules(grammar)}
+        self.nonempty_rules: dict[str, str] = {}
+        self.new_rules: dict[str, str] = {}  # helper rule -> the rule it came from (for positions)
+        self._reach_memo: dict[str, bool] = {}
+
+    # --- languages minus the empty string -----------------------------------------------------
+
+    def nonempty(self, expr: Expr) -> Expr:
+        """An expression for L(expr) without the empty string."""
+        if not is_nullable(expr, self.nullable):
+            return expr
+        if isinstance(expr, Bytes):
+            return NOTHING
+        if isinstance(expr, CharFsm):
+            fresh = max([expr.initial] + [max(t[0], t[3]) for t in expr.transitions]) + 1
+            copied = tuple((fresh, lo, hi, dst) for src, lo, hi, dst in expr.transitions if src == expr.initial)
+            return CharFsm(fresh, expr.finals, tuple(sorted(expr.transitions + copied)))
+        if isinstance(expr, Alt):
+            return alt(*(self.nonempty(item) for item in expr.items))
+        if isinstance(expr, Seq):
+            first, rest = expr.items[0], seq(*expr.items[1:])
+            return alt(seq(self.nonempty(first), rest), self.nonempty(rest))
+        if isinstance(expr, Repeat):
+            hi = None if expr.max is None else expr.max - 1
+            # x{m,n} with x nullable or m == 0: a non-empty string starts with a non-empty x.
+            return seq(self.nonempty(expr.item), rep(expr.item, 0, hi))
+        if isinstance(expr, Ref):
+            return Ref(self.nonempty_rule(expr.name))
+        raise TypeError(f"unknown IR node {expr!r}")
+
+    def nonempty_rule(self, name: str) -> str:
+        if name not in self.nonempty_rules:
+            new = f"{name}__nonempty"
+            while new in self.rules:
+                new += "_"
+            self.nonempty_rules[name] = new
+            self.nullable[new] = False
+            self.rules[new] = NOTHING  # placeholder so recursive references resolve
+            self.rules[new] = self.nonempty(self.rules[name])
+        return self.nonempty_rules[name]
+
+    # --- reaching the SCC at the left edge ----------------------------------------------------
+
+    def reaches(self, expr: Expr, scc: set[str]) -> bool:
+        return any(self.rule_reaches(name, scc) for name in left_corners(expr, self.nullable))
+
+    def rule_reaches(self, name: str, scc: set[str]) -> bool:
+        if name in scc:
+            return True
+        if name not in self._reach_memo:
+            seen = {name}
+            todo = [name]
+            found = False
+            while todo and not found:
+                for corner in left_corners(self.rules[todo.pop()], self.nullable):
+                    if corner in scc:
+                        found = True
+                        break
+                    if corner not in seen and corner in self.rules:
+                        seen.add(corner)
+                        todo.append(corner)
+            self._reach_memo[name] = found
+        return self._reach_memo[name]
+
+    def leading_form(self, sequences: Iterable[list[Expr]], scc: set[str]) -> list[list[Expr]]:
+        """Expand heads until each alternative starts with an SCC Ref or cannot reach the SCC."""
+        done: list[list[Expr]] = []
+        todo = [list(s) for s in sequences]
+        steps = 0
+        while todo:
+            steps += 1
+            if steps > 100_000:
+                raise GrammarError("left-recursion elimination does not converge; simplify the recursive rules "
+                                   f"{sorted(scc)}", *_position(self.grammar, sorted(scc)[0]))
+            items = todo.pop()
+            if not items:
+                done.append(items)
+                continue
+            head, rest = items[0], items[1:]
+            if head == NOTHING:
+                continue
+            if isinstance(head, Seq):
+                todo.append(list(head.items) + rest)
+                continue
+            if isinstance(head, Alt):
+                todo.extend([item] + rest for item in head.items)
+                continue
+            if isinstance(head, Bytes) and not head.value:
+                todo.append(rest)
+                continue
+            if isinstance(head, Ref) and head.name in scc:
+                done.append(items)
+                continue
+            if not self.reaches(seq(*items), scc):
+                done.append(items)
+                continue
+            if is_nullable(head, self.nullable):
+                todo.append(rest)
+                todo.append([self.nonempty(head)] + rest)
+                continue
+            if isinstance(head, Repeat):  # min >= 1 here
+                hi = None if head.max is None else head.max - 1
+                todo.append([head.item, rep(head.item, head.min - 1, hi)] + rest)
+                continue
+            # A non-nullable head outside the SCC that reaches it would itself be in the SCC.
+            done.append(items)
+        done.reverse()
+        return done
+
+    # --- Paull's algorithm --------------------------------------------------------------------
+
+    def remove_epsilon(self, scc_names: list[str]) -> list[str]:
+        """Make the SCC epsilon-free, which Paull's algorithm needs.
+
+        Each nullable rule X of the SCC gets a non-empty twin X__nonempty; inside the SCC every
+        `X` becomes `(X__nonempty | "")` and X itself becomes `X__nonempty | ""`.  The twins
+        (with the non-nullable members) form the new, epsilon-free recursive group.
+        """
+        nullable_members = [name for name in scc_names if self.nullable.get(name)]
+        if not nullable_members:
+            return scc_names
+        twins = {}
+        for name in nullable_members:
+            twin = f"{name}__nonempty"
+            while twin in self.rules:
+                twin += "_"
+            twins[name] = twin
+            self.nonempty_rules[name] = twin
+            self.nullable[twin] = False
+        rewritten = {
+            name: map_refs(self.rules[name], lambda r: alt(Ref(twins[r.name]), EPSILON) if r.name in twins else r)
+            for name in scc_names
+        }
+        group = []
+        for name in scc_names:
+            if name in twins:
+                self.rules[twins[name]] = self.nonempty(rewritten[name])
+                self.rules[name] = alt(Ref(twins[name]), EPSILON)
+                group.append(twins[name])
+            else:
+                self.rules[name] = rewritten[name]
+                group.append(name)
+        return group
+
+    def helper_rule(self, origin: str, suffix: str, body: Expr) -> Ref:
+        """A new rule `origin__suffix` (named after the rule it came from, for positions)."""
+        name = f"{origin}__{suffix}"
+        while name in self.rules:
+            name += "_"
+        self.rules[name] = body
+        self.nullable[name] = is_nullable(body, self.nullable)
+        self.new_rules[name] = origin
+        return Ref(name)
+
+    def compact(self, name: str, alternatives: list[list[Expr]], scc: set[str]) -> list[list[Expr]]:
+        """Group alternatives so that later substitutions copy Refs, not whole expressions.
+
+        Paull's algorithm copies the alternatives of earlier rules into later ones, which grows
+        exponentially along chains of rules.  Here the alternatives that are finished (their
+        head cannot reach the group) become one helper rule, and the alternatives sharing an
+        SCC head `B` become `B name__after_B` with the rests in a helper rule.
+        """
+        done: list[list[Expr]] = []
+        by_head: dict[str, list[list[Expr]]] = {}
+        for items in alternatives:
+            if items and isinstance(items[0], Ref) and items[0].name in scc:
+                by_head.setdefault(items[0].name, []).append(items[1:])
+            else:
+                done.append(items)
+        out: list[list[Expr]] = []
+        if len(done) == 1:
+            out.append(done[0])
+        elif done:
+            out.append([self.helper_rule(name, "base", alt(*(seq(*items) for items in done)))])
+        for head, rests in by_head.items():
+            rest = alt(*(seq(*items) for items in rests))
+            if len(rests) == 1 and expr_size(rest) <= TINY_RULE_SIZE:
+                out.append([Ref(head)] + rests[0])
+            else:
+                out.append([Ref(head), self.helper_rule(name, f"after_{head}", rest)])
+        return out
+
+    def eliminate(self, scc_names: list[str]) -> None:
+        scc_names = self.remove_epsilon(scc_names)
+        scc = set(scc_names)
+        indirect = len(scc_names) > 1
+        self._reach_memo.clear()
+        forms: dict[str, list[list[Expr]]] = {}
+        for i, name in enumerate(scc_names):
+            alternatives = self.leading_form([[self.rules[name]]], scc)
+            for earlier in scc_names[:i]:
+                substituted: list[list[Expr]] = []
+                for items in alternatives:
+                    if items and items[0] == Ref(earlier):
+                        substituted.extend(form + items[1:] for form in forms[earlier])
+                    else:
+                        substituted.append(items)
+                alternatives = self.leading_form(substituted, scc)
+            recursive = [items[1:] for items in alternatives if items and items[0] == Ref(name)]
+            base = [items for items in alternatives if not (items and items[0] == Ref(name))]
+            if indirect:
+                base = self.compact(name, base, scc)
+            tails = [seq(*items) for items in recursive if items]  # `A ::= A` adds nothing
+            if tails:
+                loop = star(alt(*tails))
+                if indirect:  # later rules copy this loop: keep it a Ref
+                    loop = self.helper_rule(name, "loop", loop)
+                base = [items + [loop] for items in base]
+            forms[name] = base
+            self.rules[name] = alt(*(seq(*items) for items in base))
+
+    def run(self) -> Grammar:
+        for component in _cyclic_components(left_corner_graph(self.grammar)):
+            order = [name for name in self.grammar.rules if name in component]  # definition order
+            self.eliminate(order)
+        out = self.grammar.copy(self.rules)
+        for original, new in self.nonempty_rules.items():
+            self.new_rules[new] = original
+        for new, original in self.new_rules.items():
+            if original in out.positions:
+                out.positions[new] = out.positions[original]
+        remaining = left_recursive_rules(out)
+        if remaining:
+            names = sorted(set(remaining[0]) & set(self.grammar.rules)) or sorted(remaining[0])
+            raise GrammarError(
+                f"cannot eliminate left recursion through rules {', '.join(names)}: a rule reaches itself "
+                "at its left edge behind a nullable prefix; make that prefix non-empty or move it after "
+                "the recursive reference", *_position(self.grammar, names[0]))
+        return out
+
+
+def eliminate_left_recursion(grammar: Grammar) -> Grammar:
+    """Remove direct, indirect and (where possible) hidden left recursion.
+
+    `A ::= A a | b` becomes `A ::= b a*`; indirect recursion is made direct by substituting
+    earlier rules of the same SCC (Paull).  The language is unchanged.  Left recursion that
+    survives (through nullable rules of the SCC itself) is a GrammarError naming the rules.
+    """
+    if not left_recursive_rules(grammar):
+        return grammar
+    return _LeftRecursionEliminator(grammar).run()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inlining
+
+TINY_RULE_SIZE = 6  # rules this small are inlined wherever they are used
+MAX_INLINED_SIZE = 256  # bigger single-use rules stay rules, which keeps bodies shallow
+
+
+def expr_size(expr: Expr) -> int:
+    """Rough size of an expression (nodes; an automaton counts its edges)."""
+    if isinstance(expr, (Seq, Alt)):
+        return 1 + sum(expr_size(item) for item in expr.items)
+    if isinstance(expr, Repeat):
+        return 1 + expr_size(expr.item)
+    if isinstance(expr, CharFsm):
+        return 1 + len(expr.transitions)
+    return 1
+
+
+def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
+    """Inline non-recursive rules that are referenced once, or tiny, to save stack operations.
+
+    The root is kept.  Inlining a rule that is in no reference cycle cannot create recursion,
+    so the left-recursion contract still holds afterwards.  Single-use rules bigger than
+    MAX_INLINED_SIZE stay rules, so long chains do not build one very deep expression.
+    """
+    rules = dict(grammar.rules)
+    graph = {name: set(iter_refs(body)) & rules.keys() for name, body in rules.items()}
+    users: dict[str, set[str]] = {name: set() for name in rules}
+    uses: dict[str, int] = {name: 0 for name in rules}
+    for name, body in rules.items():
+        for target in iter_refs(body):  # one entry per occurrence
+            uses[target] += 1
+            users[target].add(name)
+    recursive = {name for component in _cyclic_components(graph) for name in component}
+
+    # Leaves first, so a rule's body is final before it is copied into its users (which are
+    # processed later, so their own `users` entries never need updating).
+    for component in _strongly_connected(graph):
+        name = component[0]
+        if len(component) > 1 or name in recursive or name == grammar.root:
+            continue
+        body = rules[name]
+        size = expr_size(body)
+        if size <= tiny or (uses[name] == 1 and size <= MAX_INLINED_SIZE):
+            for user in users[name]:
+                rules[user] = map_refs(rules[user], lambda r, n=name, b=body: b if r.name == n else r)
+    return remove_unreachable(grammar.copy(rules))
+
+
+# ---------------------------------------------------------------------------------------------
+
+PIPELINE: list[Callable[[Grammar], Grammar]] = [
+    check_references,
+    remove_unreachable,
+    check_productive,
+    remove_unreachable,
+    eliminate_left_recursion,
+    check_productive,  # elimination may create empty helper rules (the non-empty part of "")
+    inline_small_rules,  # ends with remove_unreachable
+]
+
+
+def normalize(grammar: Grammar) -> Grammar:
+    """Run every pass of PIPELINE in order; the result satisfies the module's CONTRACT."""
+    for step in PIPELINE:
+        grammar = step(grammar)
+    return grammar

@@ -1,0 +1,421 @@
+"""Regular expressions -> grammar IR, via `interegular`.
+
+`regex_to_ir(pattern)` gives an IR expression matching exactly the strings the pattern
+*fully* matches (as `re.fullmatch` would).  interegular parses Python-style regexes into a
+character FSM whose alphabet is a set of character classes, one of them the special
+`anything_else` (every character not named explicitly).  We turn that FSM into an IR
+`CharFsm` over code-point ranges, dropping states that are unreachable or cannot reach a
+final state, so the automata layer never sees dead ends.
+
+What interegular cannot express exactly (backreferences, lookarounds, anchors in the middle of
+a pattern, word boundaries, Unicode properties, unsupported flags) raises `GrammarError` with
+the 1-based column in the pattern and a hint.  Notes on semantics: `\\d`, `\\w`, `\\s` are the
+ASCII classes (as in `re.ASCII`); `.` excludes only `\\n`; lazy quantifiers match the same
+language as greedy ones, which is all a full-match grammar cares about; a leading `^` and a
+trailing `$` are accepted and ignored; `\\uHHHH` / `\\UHHHHHHHH` escapes are rewritten to the
+character (interegular lacks them).
+
+`regex_to_fsm` returns the raw interegular FSM (exact alphabet) for callers that combine FSMs
+(intersection, difference) before converting them with `fsm_to_char_fsm`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict, deque
+
+from interegular.fsm import FSM, anything_else
+from interegular.patterns import InvalidSyntax, Unsupported, _ParsePattern
+from interegular.utils.simple_parser import NoMatch
+
+from .errors import GrammarError
+from .ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharFsm, Expr, Grammar, complement_ranges, normalize_ranges
+
+__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex"]
+
+
+def _remove_surrogates(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    out = []
+    for lo, hi in ranges:
+        if hi < SURROGATES[0] or lo > SURROGATES[1]:
+            out.append((lo, hi))
+            continue
+        if lo < SURROGATES[0]:
+            out.append((lo, SURROGATES[0] - 1))
+        if hi > SURROGATES[1]:
+            out.append((SURROGATES[1] + 1, hi))
+    return tuple(out)
+
+
+def _symbol_ranges(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = None) -> dict:
+    """Code-point ranges of every transition key of the FSM's alphabet.
+
+    `anything_else` stands for every code point not listed explicitly anywhere in the alphabet;
+    surrogates are removed everywhere because UTF-8 cannot encode them.  `expansion` maps a
+    representative character to the range it stands for (see `_compress_large_classes`).
+    """
+    expansion = expansion or {}
+
+    def symbol_range(symbol: str) -> tuple[int, int]:
+        return expansion.get(symbol, (ord(symbol), ord(symbol)))
+
+    # Case folding can put multi-character strings (like "ʼN", the upper case of "ŉ") into
+    # interegular's alphabet; no single input character matches them, so they are skipped.
+    explicit = [symbol_range(s) for s in fsm.alphabet if s is not anything_else and len(s) == 1]
+    rest = complement_ranges(explicit)
+    ranges = {}
+    for key, symbols in fsm.alphabet.by_transition.items():
+        parts: list[tuple[int, int]] = []
+        for symbol in symbols:
+            if symbol is anything_else:
+                parts.extend(rest)
+            elif len(symbol) == 1:
+                parts.append(symbol_range(symbol))
+        ranges[key] = _remove_surrogates(normalize_ranges(parts))
+    return ranges
+
+
+def fsm_to_char_fsm(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = None) -> Expr:
+    """Convert any interegular FSM (also products such as `a & b`, `a - b`) to an IR `CharFsm`.
+
+    States are renumbered 0..n-1 in breadth-first order (initial = 0), only live states
+    (reachable from the start and able to reach a final state) are kept, and parallel edges
+    between two states are merged into sorted disjoint ranges.  An FSM accepting nothing
+    becomes `NOTHING`.
+    """
+    key_ranges = _symbol_ranges(fsm, expansion)
+    edges: dict = defaultdict(list)  # state -> [(key, target)]
+    for state, row in fsm.map.items():
+        for key, target in row.items():
+            if key_ranges.get(key):
+                edges[state].append((key, target))
+
+    reachable = {fsm.initial}
+    queue = deque([fsm.initial])
+    while queue:
+        state = queue.popleft()
+        for _, target in edges.get(state, ()):
+            if target not in reachable:
+                reachable.add(target)
+                queue.append(target)
+
+    reverse: dict = defaultdict(set)
+    for state in reachable:
+        for _, target in edges.get(state, ()):
+            reverse[target].add(state)
+    live = {s for s in fsm.finals if s in reachable}
+    queue = deque(live)
+    while queue:
+        state = queue.popleft()
+        for source in reverse.get(state, ()):
+            if source not in live:
+                live.add(source)
+                queue.append(source)
+    if fsm.initial not in live:
+        return NOTHING
+
+    number = {fsm.initial: 0}
+    order = [fsm.initial]
+    transitions: list[tuple[int, int, int, int]] = []
+    for state in order:  # `order` grows while we walk it: a breadth-first numbering
+        by_target: dict = defaultdict(list)
+        for key, target in edges.get(state, ()):
+            if target in live:
+                by_target[target].extend(key_ranges[key])
+        for target, parts in by_target.items():
+            if target not in number:
+                number[target] = len(order)
+                order.append(target)
+            for lo, hi in normalize_ranges(parts):
+                transitions.append((number[state], lo, hi, number[target]))
+    finals = frozenset(number[s] for s in fsm.finals if s in number)
+    return CharFsm(0, finals, tuple(sorted(transitions)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Large character classes.  interegular lists every character of a class, so `[\u0080-\uffff]`
+# costs seconds and `[\x00-\U0010ffff]` far more.  We cut the code points into intervals that
+# every class and literal of the pattern treats alike, let one representative character stand
+# for each interval inside the classes, and expand the representatives back to ranges when
+# converting the FSM.  Only used when a class spans many code points, and never for
+# case-insensitive patterns (case folding would need the real characters).
+
+LARGE_CLASS = 256
+_SHORTHAND_RANGES = {
+    "d": ((0x30, 0x39),),
+    "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
+    "s": ((0x09, 0x0D), (0x20, 0x20)),
+}
+_CONTROL_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11}
+
+
+def _class_char(text: str, j: int) -> tuple[tuple[tuple[int, int], ...], int, bool] | None:
+    """One class member at text[j]: (ranges, next index, is_single_char), or None if unsure."""
+    if text[j] != "\\":
+        return ((ord(text[j]), ord(text[j])),), j + 1, True
+    e = text[j + 1:j + 2]
+    if e == "x":
+        digits = text[j + 2:j + 4]
+        if len(digits) == 2 and all(d in "0123456789abcdefABCDEF" for d in digits):
+            code = int(digits, 16)
+            return ((code, code),), j + 4, True
+        return None
+    if e and e in "01234567":
+        k = j + 1
+        while k < j + 4 and k < len(text) and text[k] in "01234567":
+            k += 1
+        code = int(text[j + 1:k], 8)
+        return ((code, code),), k, True
+    if e in _SHORTHAND_RANGES:
+        return _SHORTHAND_RANGES[e], j + 2, False
+    if e in _CONTROL_ESCAPES:
+        return ((_CONTROL_ESCAPES[e], _CONTROL_ESCAPES[e]),), j + 2, True
+    if not e or e.isalpha():
+        return None
+    return ((ord(e), ord(e)),), j + 2, True
+
+
+def _parse_class(text: str, i: int) -> tuple[int, bool, list[tuple[int, int]]] | None:
+    """Parse the class starting at text[i] == '['; None when it holds anything we are unsure of."""
+    j = i + 1
+    negated = text[j:j + 1] == "^"
+    if negated:
+        j += 1
+    ranges: list[tuple[int, int]] = []
+    while j < len(text):
+        if text[j] == "]":
+            return j + 1, negated, ranges
+        member = _class_char(text, j)
+        if member is None:
+            return None
+        lo_ranges, j, single = member
+        if single and text[j:j + 1] == "-" and text[j + 1:j + 2] not in ("]", ""):
+            upper = _class_char(text, j + 1)
+            if upper is None or not upper[2] or upper[0][0][0] < lo_ranges[0][0]:
+                return None
+            ranges.append((lo_ranges[0][0], upper[0][0][0]))
+            j = upper[1]
+        else:
+            ranges.extend(lo_ranges)
+    return None
+
+
+def _compress_large_classes(text: str, where: list[int]):
+    """(new pattern, its column map, representative -> range), or None to use `text` as is."""
+    if re.search(r"\(\?[aiLmsux-]*i", text):
+        return None
+    classes = []  # (start, end, negated, ranges)
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == "[":
+            parsed = _parse_class(text, i)
+            if parsed is None:
+                return None
+            end, negated, ranges = parsed
+            classes.append((i, end, negated, ranges))
+            i = end
+        else:
+            i += 1
+    if not any(sum(hi - lo + 1 for lo, hi in ranges) > LARGE_CLASS for _, _, _, ranges in classes):
+        return None
+
+    cuts = {0, MAX_CODE_POINT + 1, SURROGATES[0], SURROGATES[1] + 1}
+    cuts.update(range(0, 257))  # every byte-sized escape outside classes stays its own symbol
+    for ch in text:
+        cuts.update((ord(ch), ord(ch) + 1))
+    for _, _, _, ranges in classes:
+        for lo, hi in ranges:
+            cuts.update((lo, hi + 1))
+    points = sorted(cuts)
+
+    def spell(code: int) -> str:
+        return f"\\x{code:02x}" if code <= 0xFF else chr(code)
+
+    expansion: dict[str, tuple[int, int]] = {}
+    out: list[str] = []
+    out_where: list[int] = []
+    last = 0
+    for start, end, negated, ranges in classes:
+        out.append(text[last:start])
+        out_where.extend(where[last:start])
+        members = []
+        for lo, hi in normalize_ranges(ranges):
+            k = bisect.bisect_left(points, lo)
+            while k < len(points) - 1 and points[k] <= hi:
+                a, b = points[k], points[k + 1] - 1
+                members.append(spell(a))
+                if b > a:
+                    expansion[chr(a)] = (a, b)
+                k += 1
+        spelled = "[" + ("^" if negated else "") + "".join(members) + "]"
+        out.append(spelled)
+        out_where.extend([where[start]] * len(spelled))
+        last = end
+    out.append(text[last:])
+    out_where.extend(where[last:])
+    return "".join(out), out_where, expansion
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding unsupported constructs with their column (interegular's exceptions carry no position).
+
+_HINT_LOOKAROUND = "rewrite the pattern without lookarounds (a full-match grammar cannot look ahead or behind)"
+_HINT_BACKREF = "backreferences are not regular; spell the repeated text out"
+
+
+def _escape_literal(char: str) -> str:
+    """Spell one code point so interegular reads it literally (inside or outside a class)."""
+    if char.isalnum() or ord(char) > 0x7F:
+        return char
+    return f"\\x{ord(char):02x}"
+
+
+def preprocess_regex(pattern: str) -> tuple[str, list[int]]:
+    """Check `pattern` and rewrite it into the dialect interegular reads.
+
+    Returns the rewritten pattern and, for each of its characters, the 0-based index in the
+    original (for error columns).  Raises GrammarError (line 1, 1-based column) at the first
+    construct we cannot express exactly.  Rewrites: `\\uHHHH` / `\\UHHHHHHHH` escapes become the
+    literal character (interegular does not know them); a leading `^` and a trailing `$` are
+    dropped, as full-match semantics already anchor the pattern.  Scans like a regex lexer
+    (escapes, character classes) so `[(?=]` or `\\(?=` are not mistaken for lookarounds.
+    """
+    out: list[str] = []
+    where: list[int] = []
+
+    def emit(text: str, index: int) -> None:
+        out.append(text)
+        where.extend([index] * len(text))
+
+    i = 0
+    n = len(pattern)
+    in_class = False
+    if pattern.startswith("^"):
+        i = 1
+    end = n
+    if pattern.endswith("$") and n >= 1:
+        backslashes = len(pattern[:-1]) - len(pattern[:-1].rstrip("\\"))
+        if backslashes % 2 == 0:
+            end = n - 1
+    while i < end:
+        c = pattern[i]
+        col = i + 1
+        if c == "\\":
+            if i + 1 >= end:
+                raise GrammarError("regex ends with a lone backslash; escape it as \\\\", 1, col)
+            e = pattern[i + 1]
+            if not in_class and e in "123456789":
+                raise GrammarError(f"backreference \\{e} is not supported; {_HINT_BACKREF}", 1, col)
+            if not in_class and e == "k":
+                raise GrammarError(f"named backreference \\k is not supported; {_HINT_BACKREF}", 1, col)
+            if e in "pPN":
+                raise GrammarError(
+                    f"Unicode property escape \\{e} is not supported; use an explicit class like [a-zA-Z\\u00c0-\\u024f]",
+                    1, col)
+            if not in_class and e in "bBAZzG":
+                raise GrammarError(
+                    f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col)
+            if e in "uU":
+                width = 4 if e == "u" else 8
+                digits = pattern[i + 2:i + 2 + width]
+                if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                    raise GrammarError(f"bad escape \\{e}: expected {width} hex digits", 1, col)
+                code = int(digits, 16)
+                if code > 0x10FFFF or SURROGATES[0] <= code <= SURROGATES[1]:
+                    raise GrammarError(f"escape \\{e}{digits} is not a Unicode scalar value", 1, col)
+                emit(_escape_literal(chr(code)), i)
+                i += 2 + width
+                continue
+            emit(pattern[i:i + 2], i)
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            emit(c, i)
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            start = i
+            i += 1
+            if i < end and pattern[i] == "^":
+                i += 1
+            if i < end and pattern[i] == "]":  # a leading ']' is a literal
+                emit(pattern[start:i], start)
+                emit("\\]", i)
+                i += 1
+            else:
+                emit(pattern[start:i], start)
+            continue
+        if c == "(" and pattern.startswith("(?", i):
+            rest = pattern[i + 2:i + 4]
+            if rest[:1] in ("=", "!") or rest in ("<=", "<!"):
+                raise GrammarError(f"lookaround {pattern[i:i + 3 + (rest[0] == '<')]!r}...) is not supported; "
+                                   f"{_HINT_LOOKAROUND}", 1, col)
+            if pattern.startswith("(?P=", i):
+                raise GrammarError(f"named backreference (?P=...) is not supported; {_HINT_BACKREF}", 1, col)
+            if rest[:1] == "(":
+                raise GrammarError("conditional groups (?(...)...) are not supported; split into alternatives", 1, col)
+        if c == "^":
+            raise GrammarError("'^' is only supported at the start of the pattern (the match is always anchored)",
+                               1, col)
+        if c == "$":
+            raise GrammarError("'$' is only supported at the end of the pattern (the match is always anchored)",
+                               1, col)
+        emit(c, i)
+        i += 1
+    if in_class:
+        raise GrammarError("unterminated character class; add ']'", 1, n + 1)
+    where.append(n)
+    return "".join(out), where
+
+
+def regex_to_fsm(pattern: str) -> FSM:
+    """Parse a Python-style regex into an interegular FSM (full-match), or raise GrammarError."""
+    return _interegular_fsm(*preprocess_regex(pattern))
+
+
+def _interegular_fsm(rewritten: str, where: list[int]) -> FSM:
+
+    def column(index: int) -> int:
+        return where[min(max(index, 0), len(where) - 1)] + 1
+
+    parser = _ParsePattern(rewritten)
+    try:
+        parsed = parser.parse().simplify()
+    except NoMatch as exc:
+        raise GrammarError(f"invalid regex: unexpected {rewritten[exc.index:exc.index + 5]!r}; "
+                           f"expected one of {sorted(set(exc.expected))}", 1, column(exc.index)) from None
+    except InvalidSyntax as exc:
+        index = max(parser._expected) if parser._expected else parser.index
+        detail = str(exc) or "unbalanced parenthesis or misplaced operator"
+        raise GrammarError(f"invalid regex: {detail}", 1, column(index)) from None
+    except Unsupported as exc:
+        raise GrammarError(f"unsupported regex construct: {exc}", 1, column(parser.index - 1)) from None
+    except Exception:  # interegular fails on some malformed groups, e.g. "(?<*"
+        raise GrammarError("invalid regex: malformed group or escape", 1, column(parser.index)) from None
+    try:
+        return parsed.to_fsm()
+    except Unsupported as exc:
+        raise GrammarError(f"unsupported regex construct: {exc}", 1, 1) from None
+    except Exception as exc:  # interegular raises bare Exceptions, e.g. for a{2,1}
+        raise GrammarError(f"invalid regex: {exc}; check repetition bounds like {{m,n}} with m <= n", 1, 1) from None
+
+
+def regex_to_ir(pattern: str) -> Expr:
+    """An IR expression for the strings `pattern` fully matches (a CharFsm, or NOTHING)."""
+    rewritten, where = preprocess_regex(pattern)
+    compressed = _compress_large_classes(rewritten, where)
+    if compressed is None:
+        return fsm_to_char_fsm(_interegular_fsm(rewritten, where))
+    text, text_where, expansion = compressed
+    return fsm_to_char_fsm(_interegular_fsm(text, text_where), expansion)
+
+
+def parse_regex(pattern: str) -> Grammar:
+    """A one-rule grammar ("root") for the regex."""
+    return Grammar({"root": regex_to_ir(pattern)}, "root", {"root": (1, 1)})
