@@ -416,7 +416,7 @@ def _trie_views(trie):
     return trie[o : o + n + 1], trie[o + n + 1 : o + 2 * n + 1], trie[o + 2 * n + 1 : o + 2 * n + 1 + n_bytes]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run_closure(pda, pool, ws, n_raw, max_tops):
     """Closure of the raw set in the workspace buffers [0, n_raw): (count, flags, n_kernel)."""
     a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
@@ -425,7 +425,7 @@ def run_closure(pda, pool, ws, n_raw, max_tops):
     return closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n_raw, ss, sp, se, ep, max_tops)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run_advance(pda, pool, ws, cur_s, cur_p, data, max_tops):
     """advance() on packed arguments; the result lies in the workspace buffers."""
     a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
@@ -451,7 +451,7 @@ def _walk_packed(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_t
     )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run_walk(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result):
     """walk_tokens() on packed arguments (offline: init is one stack on BOTTOM)."""
     return _walk_packed(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result)
@@ -462,7 +462,7 @@ def _set_bit(words, t):
     words[t >> 5] |= np.int32(1) << np.int32(t & 31)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops):
     """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks, then
     check each stack's uncertain tokens against the real stack.  Every kernel state's mask must
@@ -512,7 +512,7 @@ def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, 
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run_allowed_first_bytes(pda, set_s, out):
     """out[b] = 1 for every byte some stack of the closed set can consume next."""
     for i in range(256):

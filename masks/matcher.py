@@ -220,6 +220,42 @@ class GrammarMatcher:
         return True
 
 
+_POOL = None
+
+
+def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None,
+                                  num_threads: int | None = None) -> None:
+    """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
+
+    The fill kernel releases the GIL, so rows whose masks need real work (uncertain tokens,
+    first visits) run on all cores; each matcher must appear once (it owns its workspace).
+    """
+    global _POOL
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    indices = list(range(len(matchers))) if indices is None else list(indices)
+    if len(indices) != len(matchers):
+        raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
+    if len({id(m) for m in matchers}) != len(matchers):
+        raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
+    threads = num_threads or min(len(matchers), os.cpu_count() or 1)
+    if threads <= 1 or len(matchers) <= 1:
+        for matcher, row in zip(matchers, indices):
+            matcher.fill_next_token_bitmask(bitmask, row)
+        return
+    if _POOL is None or _POOL._max_workers < threads:
+        _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pushmask-fill")
+    chunks = [list(zip(matchers, indices))[k::threads] for k in range(threads)]
+
+    def fill_chunk(chunk):
+        for matcher, row in chunk:
+            matcher.fill_next_token_bitmask(bitmask, row)
+
+    for future in [_POOL.submit(fill_chunk, chunk) for chunk in chunks if chunk]:
+        future.result()
+
+
 def _complete_utf8_prefix(data: bytes) -> str:
     for cut in range(len(data), max(len(data) - 4, -1), -1):
         try:

@@ -15,7 +15,7 @@ from .grammar.ir import Grammar
 from .automata.pda import Budgets
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
-from .masks.matcher import GrammarMatcher
+from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 from .masks.vocab import TokenizerInfo
 
 __version__ = "0.1.0"
@@ -34,5 +34,19 @@ __all__ = [
     "UnsupportedSchemaError",
     "allocate_token_bitmask",
     "apply_token_bitmask_inplace",
+    "batch_fill_next_token_bitmask",
     "reset_token_bitmask",
 ]
+
+
+def __getattr__(name: str):
+    """Lazy attributes: `pushmask.generate` and `pushmask.hf` import torch/transformers on first use."""
+    if name == "generate":
+        from .integrations.generate import generate
+
+        return generate
+    if name == "hf":
+        from .integrations import transformers as hf
+
+        return hf
+    raise AttributeError(f"module 'pushmask' has no attribute {name!r}")

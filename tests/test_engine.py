@@ -252,3 +252,25 @@ def test_fill_torch_bitmask_and_apply(smollm2_compiler):
     pm.apply_token_bitmask_inplace(logits, bitmask)
     assert torch.equal(torch.isfinite(logits[1, :vocab]), torch.from_numpy(expected))
     assert torch.isinf(logits[1, vocab:]).all()
+
+
+def test_batch_fill_equals_one_by_one(smollm2_compiler):
+    """Rows filled by the threaded batch call equal each matcher's own fill, for matchers at
+    different points of two grammars (some sharing one compiled grammar)."""
+    lists = smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False)
+    parens = smollm2_compiler.compile_ir(PARENS, normalize=False)
+    prefixes = [(lists, "["), (lists, "[12, "), (lists, '[1, "ab'), (parens, "(("), (parens, ""), (lists, "[7]")]
+    matchers = []
+    for compiled, prefix in prefixes * 3:
+        matcher = pm.GrammarMatcher(compiled)
+        assert matcher.accept_string(prefix)
+        matchers.append(matcher)
+    rows = list(reversed(range(len(matchers))))
+    bitmask = pm.allocate_token_bitmask(len(matchers), matchers[0].vocab_size)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=rows, num_threads=4)
+    for matcher, row in zip(matchers, rows):
+        single = pm.allocate_token_bitmask(1, matcher.vocab_size)
+        matcher.fill_next_token_bitmask(single)
+        assert (bitmask[row] == single[0]).all()
+    with pytest.raises(ValueError):
+        pm.batch_fill_next_token_bitmask([matchers[0], matchers[0]], bitmask)
