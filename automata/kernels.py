@@ -506,9 +506,13 @@ def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, 
             for j in range(u_n):
                 if result[j] == RESULT_ACCEPT:
                     _set_bit(words, ids[j])
-    if can_end:
-        for t in stop_ids:
+    # Stop tokens are allowed exactly when the grammar can end, even when one is also a text
+    # token (a caller may name "\n" a stop token): accept_token treats them as stops first.
+    for t in stop_ids:
+        if can_end:
             _set_bit(words, t)
+        else:
+            words[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
     return 0
 
 

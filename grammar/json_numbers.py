@@ -1,0 +1,612 @@
+"""JSON number tokens under JSON Schema numeric constraints, as grammar IR.
+
+Every language here is built as a deterministic automaton over ASCII (`Dfa` from
+json_strings) by comparing digits against the bounds as they are read -- the classic
+digit-range construction, done as an automaton instead of a regex -- and handed over as
+one IR `CharFsm`.
+
+What a text means.  `json.loads` turns a text without '.', 'e' or 'E' into a Python int
+(exact), and any other text into a float (the nearest double, overflowing to +-inf); the
+`jsonschema` library then compares that value with the bounds exactly.  So:
+
+- integer texts are compared exactly with the bound;
+- fraction/exponent texts are accepted when their *rounded* value meets the bound.  For a
+  bound we find the extreme double d allowed and accept the exact decimal x when it lies
+  strictly inside the midpoint between d and its outside neighbour (so it rounds to d or
+  further in).  This makes "0.1" valid for minimum 0.1 although 0.1 < float(0.1) exactly,
+  and "0.99999999999999999" invalid for exclusiveMaximum 1 (it rounds to 1.0).  A bound of
+  exactly zero uses x >= 0 / x <= 0 instead (so "-0.0" counts as 0, tiny negatives don't).
+
+Policies (documented choices, all sound):
+
+- `integer_expr` accepts integer texts, and by default also the same integer followed by
+  ".0", ".00", ... (draft 6+: 1.0 is an integer, and jsonschema agrees), but only for
+  |n| <= 2**53 where the float is exact.  Exponent texts ("1e2") are not accepted for
+  integers.  "-0" is accepted when 0 is allowed (json.loads gives 0).
+- `number_expr` without bounds accepts the whole JSON number syntax.  With bounds, exponent
+  texts are accepted in normalised scientific form only -- one non-zero digit before the
+  point, as repr/json.dumps write them ("1e-05", "-2.5E+300") -- so the exponent tells the
+  magnitude and the automaton stays finite.  With multipleOf, exponent texts are rejected.
+- multipleOf uses the *decimal* value of the schema's number (0.01 means 1/100, as the
+  spec says).  The jsonschema library divides floats instead and wrongly rejects about one
+  in six exact multiples of 0.01 (e.g. 0.07 / 0.01 = 7.000000000000001); we follow the
+  spec there.  A float divisor restricts integer texts to |n| <= 2**53 (exact as floats).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Iterable
+
+from .errors import SchemaError, UnsupportedSchemaError
+from .ir import Expr, NOTHING
+from .json_strings import DEFAULT_STATE_BUDGET, Dfa, _Budget, dfa_to_char_fsm
+
+__all__ = ["integer_expr", "number_expr", "number_literal_expr", "integer_range_dfa", "number_dfa",
+           "natural_range_dfa"]
+
+_DIGIT = (ord("0"), ord("9"))
+_MAX_EXACT_INT = 2 ** 53
+_MAX_DOUBLE = Fraction(1.7976931348623157e308)
+_HALF_TOP_ULP = (Fraction(2) ** 1024 - _MAX_DOUBLE) / 2  # half the gap from the largest double to 2**1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Small automaton helpers.
+
+
+def _cmp(a: str, b: str) -> int:
+    return (a > b) - (a < b)
+
+
+def _literal(text: str) -> Dfa:
+    trans = [[(ord(c), ord(c), i + 1)] for i, c in enumerate(text)] + [[]]
+    return Dfa(trans, [len(text)])
+
+
+def _chain(first: Dfa, sep: Iterable[str], second: Dfa) -> Dfa:
+    """first, then one of the characters `sep`, then second (sep must not continue `first`)."""
+    if first.is_empty() or second.is_empty():
+        return Dfa([[]], ())
+    offset = first.size
+    trans = [list(edges) for edges in first.trans]
+    for f in first.finals:
+        used = {cp for lo, hi, _ in trans[f] for cp in range(lo, hi + 1)} if trans[f] else set()
+        for ch in sep:
+            assert ord(ch) not in used, "separator collides with a continuation"
+            trans[f].append((ord(ch), ord(ch), offset))
+        trans[f].sort()
+    trans.extend([(lo, hi, t + offset) for lo, hi, t in edges] for edges in second.trans)
+    return Dfa(trans, (f + offset for f in second.finals)).trim()
+
+
+def _prefixed(ch: str, dfa: Dfa) -> Dfa:
+    return _chain(_literal(""), ch, dfa)
+
+
+def _union_all(dfas: list[Dfa], budget: int) -> Dfa:
+    out = Dfa([[]], ())
+    for d in dfas:
+        if not d.is_empty():
+            out = d if out.is_empty() else out.union(d, budget, minimize=False)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Natural numbers in a range: the digit-range automaton.
+
+
+def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zeros: bool = False,
+                      budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """Decimal texts of naturals n with lo <= n <= hi (hi None: unbounded) and n % modulus == 0.
+
+    Canonical texts ("0" or no leading zero) unless leading_zeros.  The state tracks the
+    number of digits read (capped once only their count matters), how the digits compare
+    with the same-length prefix of each bound, and n mod modulus.
+    """
+    lo = max(lo, 0)
+    if hi is not None and hi < lo:
+        return Dfa([[]], ())
+    ls = str(lo)
+    hs = None if hi is None else str(hi)
+    cap = len(ls) + 1 if hs is None else len(hs)
+
+    def is_final(key):
+        if key[0] == "zero":
+            return lo == 0 and key[1]
+        _, m, c_lo, c_hi, r = key
+        if r != 0:
+            return False
+        ok_lo = m > len(ls) or (m == len(ls) and c_lo >= 0)
+        ok_hi = hs is None or m < len(hs) or (m == len(hs) and c_hi <= 0)
+        return ok_lo and ok_hi
+
+    def step(key):
+        if key[0] == "zero":
+            seen = key[1]
+            if seen and not leading_zeros:
+                return
+            edges = []
+            for d in range(10):
+                if d == 0:
+                    nxt = ("zero", True)
+                else:
+                    nxt = advance(0, 0, 0, 0, d)
+                if nxt is not None:
+                    edges.append((ord("0") + d, ord("0") + d, nxt))
+            yield from edges
+            return
+        _, m, c_lo, c_hi, r = key
+        for d in range(10):
+            nxt = advance(m, c_lo, c_hi, r, d)
+            if nxt is not None:
+                yield ord("0") + d, ord("0") + d, nxt
+
+    def advance(m, c_lo, c_hi, r, d):
+        if hs is not None and m >= len(hs):
+            return None
+        ch = str(d)
+        n_lo = (c_lo or _cmp(ch, ls[m])) if m < len(ls) else 1
+        n_hi = 0
+        if hs is not None:
+            n_hi = c_hi or _cmp(ch, hs[m])
+        m2 = min(m + 1, cap)
+        return ("num", m2, n_lo, n_hi, (r * 10 + d) % modulus)
+
+    return Dfa.explore(("zero", False), step, is_final, budget, "integer automaton").minimize()
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-negative decimals "I.F" (or "I" with optional fraction) against decimal bounds.
+
+
+def _decimal_parts(x: Fraction) -> tuple[str, str]:
+    """Integer and fraction digit strings of a non-negative finite decimal (no trailing zeros)."""
+    assert x >= 0
+    q = x.denominator
+    while q % 2 == 0:
+        q //= 2
+    while q % 5 == 0:
+        q //= 5
+    assert q == 1, "not a finite decimal"
+    k = 0  # the smallest power of ten that clears the denominator
+    while (x * 10 ** k).denominator != 1:
+        k += 1
+    n = int(x * 10 ** k)
+    s = str(n).rjust(k + 1, "0")
+    if k == 0:
+        return s, ""
+    return s[:-k], s[-k:].rstrip("0")
+
+
+def _decimal_dfa(lower: tuple[Fraction, bool] | None, upper: tuple[Fraction, bool] | None, *,
+                 fraction: str = "required", one_digit: bool = False, modulus: tuple[int, int] | None = None,
+                 budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """Texts "I.F" of non-negative decimals x with bounds (value, strict) on each side.
+
+    fraction: "required" ("I.F"), "optional" ("I" or "I.F").  one_digit: I is a single
+    non-zero digit (scientific mantissa).  modulus (p, d): x * 10**d must be an integer
+    multiple of p (so at most d significant fraction digits).
+    """
+    lo_i, lo_f = _decimal_parts(lower[0]) if lower else ("0", "")
+    lo_strict = lower[1] if lower else False
+    hi_parts = _decimal_parts(upper[0]) if upper else None
+    hi_strict = upper[1] if upper else False
+    p, dm = modulus if modulus else (1, 0)
+    fcap = max(len(lo_f), len(hi_parts[1]) if hi_parts else 0, dm) + 1
+    icap = len(lo_i) + 1 if hi_parts is None else len(hi_parts[0])
+
+    def finish_int(m, c, bound_int):
+        if m < len(bound_int):
+            return -1
+        if m > len(bound_int):
+            return 1
+        return c
+
+    def frac_ok(key):
+        _, f, c_lo, c_hi, r = key
+        if r * 10 ** max(dm - f, 0) % p:
+            return False
+        # digits the text lacks count as zeros: a bound with more (non-zero) digits is larger
+        if c_lo == 0 and f < len(lo_f):
+            c_lo = -1
+        if hi_parts is not None and c_hi == 0 and f < len(hi_parts[1]):
+            c_hi = -1
+        ok_lo = c_lo > 0 or (c_lo == 0 and not lo_strict)
+        ok_hi = hi_parts is None or c_hi < 0 or (c_hi == 0 and not hi_strict)
+        return ok_lo and ok_hi
+
+    def to_frac_key(key):
+        """The fraction-phase key right after the integer part (before any fraction digit)."""
+        _, m, c_lo, c_hi, r, _zero = key
+        return ("F", 0, finish_int(m, c_lo, lo_i), finish_int(m, c_hi, hi_parts[0]) if hi_parts else -1, r)
+
+    def is_final(key):
+        if key[0] == "I":
+            return fraction == "optional" and key[1] > 0 and frac_ok(to_frac_key(key))
+        if key[0] == "F":
+            return key[1] > 0 and frac_ok(key)
+        return False
+
+    def step(key):
+        if key[0] == "I":
+            _, m, c_lo, c_hi, r, zero = key
+            if m > 0:
+                yield ord("."), ord("."), ("dot",) + to_frac_key(key)[1:]
+            if zero or (one_digit and m == 1):
+                return
+            for d in range(10):
+                if m == 0 and d == 0 and one_digit:
+                    continue
+                if hi_parts is not None and m >= len(hi_parts[0]):
+                    break
+                ch = str(d)
+                n_lo = (c_lo or _cmp(ch, lo_i[m])) if m < len(lo_i) else 1
+                n_hi = (c_hi or _cmp(ch, hi_parts[0][m])) if hi_parts is not None else -1
+                yield ord(ch), ord(ch), ("I", min(m + 1, icap), n_lo, n_hi, (r * 10 + d) % p, m == 0 and d == 0)
+            return
+        # "dot" (no fraction digit yet) and "F" phases read fraction digits the same way
+        _, f, c_lo, c_hi, r = key
+        for d in range(10):
+            if f >= dm and d != 0 and modulus:
+                continue
+            ch = str(d)
+            n_lo = c_lo or _cmp(ch, lo_f[f] if f < len(lo_f) else "0")
+            n_hi = (c_hi or _cmp(ch, hi_parts[1][f] if f < len(hi_parts[1]) else "0")) if hi_parts else -1
+            n_r = (r * 10 + d) % p if f < dm else r
+            yield ord(ch), ord(ch), ("F", min(f + 1, fcap), n_lo, n_hi, n_r)
+
+    return Dfa.explore(("I", 0, 0, 0, 0, False), step, is_final, budget, "number automaton").minimize()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounds.
+
+
+def _exact(value, name: str, pointer: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SchemaError(f"{name} must be a number, got {value!r}", f"{pointer}/{name}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SchemaError(f"{name} must be finite, got {value!r}", f"{pointer}/{name}")
+    return Fraction(value)
+
+
+def _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer):
+    """(lower, upper), each (exact value, strict) or None; draft-4 boolean exclusives are honoured."""
+    lower = upper = None
+    if minimum is not None:
+        lower = (_exact(minimum, "minimum", pointer), exclusive_minimum is True)
+    if maximum is not None:
+        upper = (_exact(maximum, "maximum", pointer), exclusive_maximum is True)
+    if exclusive_minimum is not None and not isinstance(exclusive_minimum, bool):
+        v = _exact(exclusive_minimum, "exclusiveMinimum", pointer)
+        if lower is None or v >= lower[0]:
+            lower = (v, True)
+    if exclusive_maximum is not None and not isinstance(exclusive_maximum, bool):
+        v = _exact(exclusive_maximum, "exclusiveMaximum", pointer)
+        if upper is None or v <= upper[0]:
+            upper = (v, True)
+    if lower and upper and (lower[0] > upper[0] or (lower[0] == upper[0] and (lower[1] or upper[1]))):
+        raise SchemaError(f"no number satisfies the bounds {_show(lower, upper)}", pointer)
+    return lower, upper
+
+
+def _show(lower, upper):
+    left = "(" if lower and lower[1] else "["
+    right = ")" if upper and upper[1] else "]"
+    return f"{left}{float(lower[0]) if lower else '-inf'}, {float(upper[0]) if upper else 'inf'}{right}"
+
+
+def _int_range(lower, upper) -> tuple[int | None, int | None]:
+    lo = hi = None
+    if lower:
+        v, strict = lower
+        lo = math.floor(v) + 1 if strict else math.ceil(v)
+    if upper:
+        v, strict = upper
+        hi = math.ceil(v) - 1 if strict else math.floor(v)
+    return lo, hi
+
+
+def _double(x: Fraction) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def _satisfies(d: float, bound: tuple[Fraction, bool], side: str) -> bool:
+    if math.isinf(d):
+        return (d > 0) == (side == "lower")
+    v, strict = bound
+    x = Fraction(d)
+    if side == "lower":
+        return x > v if strict else x >= v
+    return x < v if strict else x <= v
+
+
+def _float_text_bound(bound: tuple[Fraction, bool] | None, side: str) -> tuple[Fraction, bool] | None:
+    """Bound on the exact decimal x of a float text so that its rounded value meets `bound`.
+
+    Returns (X, strict): x > X (lower side) or x < X (upper side); non-strict when X is 0 or
+    when the midpoint X itself rounds inward.
+    """
+    if bound is None:
+        return None
+    toward = math.inf if side == "lower" else -math.inf  # direction into the allowed region
+    away = -toward
+    d = _double(bound[0])
+    # the extreme allowed double: step inward until allowed, then outward while still allowed
+    while not _satisfies(d, bound, side):
+        d = math.nextafter(d, toward)
+    while not math.isinf(d):
+        out = math.nextafter(d, away)
+        if math.isinf(out) or not _satisfies(out, bound, side):
+            break
+        d = out
+    if math.isinf(d):  # only the overflow value is allowed
+        edge = _MAX_DOUBLE + _HALF_TOP_ULP
+        return (edge if side == "lower" else -edge), True
+    if d == 0.0:
+        return Fraction(0), False
+    out = math.nextafter(d, away)
+    x = Fraction(d)
+    if math.isinf(out):
+        gap = abs(x - Fraction(math.nextafter(d, toward)))  # the outward gap (to 2**1024) is the same
+        return (x - gap / 2 if side == "lower" else x + gap / 2), True
+    mid = (x + Fraction(out)) / 2
+    if _double(mid) == d:
+        # the midpoint rounds inward (even mantissa); repr can write exactly such a text for
+        # large numbers, e.g. 6.603877275640762e+16, so keep the exact, non-strict bound
+        return mid, False
+    # Any X between the midpoint and the nearest decimal of 17 significant digits beyond it
+    # works: nothing past X rounds outward, and every 17-digit spelling (repr, %.17g) of an
+    # allowed double stays inside.  The shortest such X keeps the automaton small (an exact
+    # midpoint near 1e-308 has ~750 significant digits).
+    scale = Fraction(10) ** (_magnitude(abs(mid)) - 16)
+    if side == "lower":
+        grid = math.floor(mid / scale) * scale + scale
+    else:
+        grid = math.ceil(mid / scale) * scale - scale
+    return _shortest_decimal_between(mid, grid, side), True
+
+
+def _shortest_decimal_between(mid: Fraction, shown: Fraction, side: str) -> Fraction:
+    """A decimal with few digits in [mid, shown) (lower side) or (shown, mid] (upper side)."""
+    top = max(abs(mid), abs(shown))
+    p = _magnitude(top) + 1 if top else 0
+    while True:
+        scale = Fraction(10) ** p
+        if side == "lower":
+            c = math.ceil(mid / scale) * scale
+            if mid <= c < shown:
+                return c
+        else:
+            c = math.floor(mid / scale) * scale
+            if shown < c <= mid:
+                return c
+        p -= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Exponent texts.
+
+
+def _exponent_value_dfa(lo: int | None, hi: int | None, budget: int) -> Dfa:
+    """Texts [+-]?[0-9]+ (leading zeros allowed) of integers in [lo, hi] (None: unbounded)."""
+    parts = []
+    if hi is None or hi >= 0:
+        pos = natural_range_dfa(max(lo, 0) if lo is not None else 0, hi, leading_zeros=True, budget=budget)
+        parts += [pos, _prefixed("+", pos)]
+    if lo is None or lo <= 0:
+        # "-n" means -n; "-0" is 0
+        neg_lo = max(-hi, 0) if hi is not None else 0
+        neg_hi = -lo if lo is not None else None
+        parts.append(_prefixed("-", natural_range_dfa(neg_lo, neg_hi, leading_zeros=True, budget=budget)))
+    return _union_all(parts, budget)
+
+
+def _magnitude(x: Fraction) -> int:
+    """floor(log10(x)) for x > 0, exactly."""
+    e = len(str(x.numerator)) - len(str(x.denominator))
+    while Fraction(10) ** e > x:
+        e -= 1
+    while Fraction(10) ** (e + 1) <= x:
+        e += 1
+    return e
+
+
+def _scientific_dfa(lower, upper, budget: int) -> Dfa:
+    """Texts M[eE]E of non-negative x = M * 10**E, M in [1, 10) written [1-9](.[0-9]+)?, within bounds."""
+    if upper is not None and (upper[0] < 0 or (upper[0] == 0)):
+        return Dfa([[]], ())  # scientific texts are positive
+    e_lo = _magnitude(lower[0]) if lower and lower[0] > 0 else None
+    e_hi = _magnitude(upper[0]) if upper else None
+    pieces = []
+
+    def piece(m_lower, m_upper, exp_lo, exp_hi):
+        if exp_lo is not None and exp_hi is not None and exp_lo > exp_hi:
+            return
+        mant = _decimal_dfa(m_lower, m_upper, fraction="optional", one_digit=True, budget=budget)
+        pieces.append(_chain(mant, "eE", _exponent_value_dfa(exp_lo, exp_hi, budget)))
+
+    def scaled(bound, e):
+        return (bound[0] / Fraction(10) ** e, bound[1]) if bound else None
+
+    if e_lo is not None and e_hi is not None and e_lo == e_hi:
+        piece(scaled(lower, e_lo), scaled(upper, e_lo), e_lo, e_lo)
+        return _union_all(pieces, budget)
+    if e_lo is not None:
+        piece(scaled(lower, e_lo), None, e_lo, e_lo)
+    if e_hi is not None:
+        piece(None, scaled(upper, e_hi), e_hi, e_hi)
+    inner_lo = e_lo + 1 if e_lo is not None else None
+    inner_hi = e_hi - 1 if e_hi is not None else None
+    piece(None, None, inner_lo, inner_hi)
+    return _union_all(pieces, budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# Signed languages.
+
+
+def _mirror(bound):
+    return (-bound[0], bound[1]) if bound else None
+
+
+def _nonneg_side(lower, upper):
+    """Bounds for the magnitude x of a non-negative text, or None if no x >= 0 fits."""
+    if upper is not None and (upper[0] < 0 or (upper[0] == 0 and upper[1])):
+        return None
+    if lower is not None and lower[0] < 0:
+        lower = None
+    return lower, upper
+
+
+def _signed(build, lower, upper, budget: int) -> Dfa:
+    """Union of build(lower', upper') for texts without sign and '-' + build(...) for negatives."""
+    parts = []
+    pos = _nonneg_side(lower, upper)
+    if pos is not None:
+        parts.append(build(*pos))
+    neg = _nonneg_side(_mirror(upper), _mirror(lower))
+    if neg is not None:
+        parts.append(_prefixed("-", build(*neg)))
+    return _union_all(parts, budget)
+
+
+def _decimal_multiple(multiple_of, pointer) -> tuple[int, int]:
+    """multipleOf as p / 10**d with p, d integers (decimal reading of the schema's number)."""
+    if isinstance(multiple_of, bool) or not isinstance(multiple_of, (int, float)) or not multiple_of > 0 \
+            or (isinstance(multiple_of, float) and not math.isfinite(multiple_of)):
+        raise SchemaError(f"multipleOf must be a number > 0, got {multiple_of!r}", f"{pointer}/multipleOf")
+    value = Fraction(repr(multiple_of)) if isinstance(multiple_of, float) else Fraction(multiple_of)
+    d = 0
+    while (value * 10 ** d).denominator != 1:
+        d += 1
+    return int(value * 10 ** d), d
+
+
+def integer_range_dfa(lo: int | None, hi: int | None, modulus: int = 1,
+                      budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """Canonical integer texts ("-0" included when 0 is in range) of n in [lo, hi], n % modulus == 0."""
+    parts = []
+    if hi is None or hi >= 0:
+        parts.append(natural_range_dfa(max(lo, 0) if lo is not None else 0, hi, modulus, budget=budget))
+    if lo is None or lo <= 0:
+        neg_lo = max(-hi, 0) if hi is not None else 0
+        neg_hi = -lo if lo is not None else None
+        parts.append(_prefixed("-", natural_range_dfa(neg_lo, neg_hi, modulus, budget=budget)))
+    return _union_all(parts, budget)
+
+
+def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget: int,
+                 empty_is_error: bool = True) -> Dfa:
+    lo, hi = _int_range(lower, upper)
+    if lo is not None and hi is not None and lo > hi:
+        if empty_is_error:
+            raise SchemaError(f"no integer satisfies the bounds {_show(lower, upper)}", pointer)
+        return Dfa([[]], ())
+    modulus = 1
+    float_divisor = False
+    if multiple_of is not None:
+        p, d = _decimal_multiple(multiple_of, pointer)
+        modulus = p // math.gcd(p, 10 ** d)  # n * 10**d % p == 0
+        float_divisor = isinstance(multiple_of, float)
+    if float_divisor:  # jsonschema divides floats: keep integers exact as floats
+        lo = -_MAX_EXACT_INT if lo is None else max(lo, -_MAX_EXACT_INT)
+        hi = _MAX_EXACT_INT if hi is None else min(hi, _MAX_EXACT_INT)
+        if lo > hi:
+            return Dfa([[]], ())
+    dfa = integer_range_dfa(lo, hi, modulus, budget)
+    if zero_fraction:
+        small = integer_range_dfa(max(lo, -_MAX_EXACT_INT) if lo is not None else -_MAX_EXACT_INT,
+                                  min(hi, _MAX_EXACT_INT) if hi is not None else _MAX_EXACT_INT, modulus, budget)
+        zeros = Dfa([[(ord("0"), ord("0"), 1)], [(ord("0"), ord("0"), 1)]], [1])  # 0+
+        dfa = dfa.union(_chain(small, ".", zeros), budget, minimize=False)
+    return dfa
+
+
+def _guard(keyword: str, at: str, fn, *args, **kwargs):
+    """Run fn, turning an exhausted state budget into UnsupportedSchemaError(keyword, at)."""
+    try:
+        return fn(*args, **kwargs)
+    except _Budget as exc:
+        raise UnsupportedSchemaError(keyword, at, f"{exc}; loosen the bounds or multipleOf") from None
+
+
+def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
+                 multiple_of=None, pointer: str = "", zero_fraction: bool = True,
+                 budget: int = DEFAULT_STATE_BUDGET) -> Expr:
+    """JSON texts of integers within the bounds (int or float, draft-4 boolean exclusives too).
+
+    zero_fraction: also accept "n.0", "n.00", ... for |n| <= 2**53 (draft 6+; pass False for
+    draft 4, where 1.0 is not an integer).  Empty ranges raise SchemaError; automata past the
+    budget raise UnsupportedSchemaError naming multipleOf (or minimum).
+    """
+    lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
+    keyword = "multipleOf" if multiple_of is not None else "minimum"
+    dfa = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, zero_fraction, budget)
+    return dfa_to_char_fsm(dfa.minimize())
+
+
+def number_dfa(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
+               multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """The Dfa behind number_expr (see the module docstring for the policies)."""
+    lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
+    if multiple_of is not None:
+        p, d = _decimal_multiple(multiple_of, pointer)
+        ints = _integer_dfa(lower, upper, multiple_of, pointer, False, budget, empty_is_error=False)
+        flo, fhi = _float_text_bound(lower, "lower"), _float_text_bound(upper, "upper")
+        fracs = _signed(lambda lo, hi: _decimal_dfa(lo, hi, modulus=(p, d), budget=budget), flo, fhi, budget)
+        return _union_all([ints, fracs], budget)
+    if lower is None and upper is None:
+        return _any_number_dfa()
+    ints = _integer_dfa(lower, upper, None, pointer, False, budget, empty_is_error=False)
+    flo, fhi = _float_text_bound(lower, "lower"), _float_text_bound(upper, "upper")
+    fracs = _signed(lambda lo, hi: _decimal_dfa(lo, hi, budget=budget), flo, fhi, budget)
+    sci = _signed(lambda lo, hi: _scientific_dfa(lo, hi, budget), flo, fhi, budget)
+    return _union_all([ints, fracs, sci], budget)
+
+
+def _any_number_dfa() -> Dfa:
+    # states: 0 start, 1 after '-', 2 after '0', 3 int digits, 4 after '.', 5 frac digits,
+    # 6 after e, 7 after exponent sign, 8 exponent digits
+    d = _DIGIT
+    trans = [
+        [(ord("-"), ord("-"), 1), (ord("0"), ord("0"), 2), (ord("1"), ord("9"), 3)],
+        [(ord("0"), ord("0"), 2), (ord("1"), ord("9"), 3)],
+        [(ord("."), ord("."), 4), (ord("E"), ord("E"), 6), (ord("e"), ord("e"), 6)],
+        [(ord("."), ord("."), 4), (d[0], d[1], 3), (ord("E"), ord("E"), 6), (ord("e"), ord("e"), 6)],
+        [(d[0], d[1], 5)],
+        [(d[0], d[1], 5), (ord("E"), ord("E"), 6), (ord("e"), ord("e"), 6)],
+        [(ord("+"), ord("+"), 7), (ord("-"), ord("-"), 7), (d[0], d[1], 8)],
+        [(d[0], d[1], 8)],
+        [(d[0], d[1], 8)],
+    ]
+    for edges in trans:
+        edges.sort()
+    return Dfa(trans, [2, 3, 5, 8])
+
+
+def number_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
+                multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET) -> Expr:
+    """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`."""
+    keyword = "multipleOf" if multiple_of is not None else "minimum"
+    return dfa_to_char_fsm(_guard(keyword, pointer, number_dfa, minimum=minimum, maximum=maximum,
+                                  exclusive_minimum=exclusive_minimum, exclusive_maximum=exclusive_maximum,
+                                  multiple_of=multiple_of, pointer=pointer, budget=budget).minimize())
+
+
+def number_literal_expr(value, pointer: str = "") -> Expr:
+    """Every JSON number text equal to `value` (as jsonschema compares const/enum: 1 == 1.0).
+
+    Covers what json.dumps writes ("1", "1.0", "1e-05", "1.5e+300") plus other spellings of
+    the same value ("1.00", "-0", "0.10"); exponent spellings only in normalised form.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"number_literal_expr needs an int or float, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        return NOTHING  # json.dumps writes NaN/Infinity, which is not JSON
+    return number_expr(minimum=value, maximum=value, pointer=pointer)

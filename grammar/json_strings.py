@@ -1,0 +1,1238 @@
+"""JSON string tokens under JSON Schema string constraints, as grammar IR.
+
+The pipeline has two layers:
+
+1. The *decoded* language: a deterministic automaton (`Dfa`) over Unicode code points that
+   accepts exactly the decoded string values allowed by minLength / maxLength / pattern /
+   format / const-like literals.  Patterns are ECMA-262 regexes with search semantics, parsed
+   here by a small regex parser (`pattern_dfa`), so every construct is under our control.
+2. The *encoded* language: `encode_json_string(dfa)` turns every code-point edge into all of
+   its JSON spellings -- raw UTF-8 where JSON allows it unescaped, the short escapes
+   (\\" \\\\ \\/ \\b \\f \\n \\r \\t), \\uXXXX with upper- or lower-case hex digits, and
+   surrogate pairs \\uD8xx\\uDCxx for code points above U+FFFF -- as one deterministic IR
+   `CharFsm` between the quotes.
+
+API: `string_expr`, `string_literal_expr`, `string_excluding_expr` give whole string tokens;
+`JSON_CHAR` / `ANY_STRING` are the unconstrained pieces.  To combine constraints yourself, build
+decoded automata (`string_dfa`, `pattern_dfa`, `literal_dfa`, `format_dfa`, `length_dfa`,
+`any_string_dfa`), combine them with `Dfa.intersect` / `union` / `difference` (which raise
+`_Budget` past their state budget) and encode the result with `json_string_expr`.
+
+Soundness notes (the grammar never accepts a text whose decoded value breaks a constraint):
+
+- Lone surrogate escapes (\\ud800 without a low half) are never accepted: they decode to
+  strings that are not Unicode text.  json.dumps never produces them for real text.
+- `pattern` is evaluated with the *intersection* of ECMA-262 and Python `re` semantics, since
+  the spec says ECMA but the `jsonschema` library uses `re.search`.  Per atom we take the
+  characters both engines agree on (`\\d` = [0-9], `\\D` = not a Unicode decimal digit, `.`
+  excludes \\n \\r U+2028 U+2029, `$` only at the very end, ...).  A regex without negation
+  is monotone in its atoms, so the result is a subset of both languages and equals them on
+  ASCII text.  Constructs where the engines disagree outright raise UnsupportedSchemaError.
+- Formats are sound with respect to both their RFC and `jsonschema`'s FormatChecker with the
+  optional packages installed here (see `FORMAT_REGEXES`), and reject every invalid string of
+  the official JSON-Schema-Test-Suite.  Sound subsets, by design: no leap seconds (":60"),
+  e-mail without quoted local parts or address literals, hostnames of at most 8 labels (a first
+  of up to 63 characters, the rest up to 26) without "--" in label positions 3-4, IDN formats
+  restricted to ASCII.  Unknown formats are annotations:
+  `format_dfa` returns None for them and `string_expr(..., format=unknown)` accepts any
+  string (check `is_known_format` to decide otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+
+import re
+from bisect import bisect_right
+from collections import deque
+from functools import lru_cache
+from typing import Callable, Iterable
+
+from .errors import SchemaError, UnsupportedSchemaError
+from .ir import (
+    MAX_CODE_POINT, SURROGATES, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep, seq,
+)
+
+__all__ = [
+    "Dfa", "any_string_dfa", "string_expr", "string_literal_expr", "string_excluding_expr", "string_dfa", "pattern_dfa",
+    "length_dfa", "literal_dfa", "format_dfa", "is_known_format", "encode_json_string", "json_string_expr",
+    "JSON_CHAR", "ANY_STRING", "DEFAULT_STATE_BUDGET", "KNOWN_FORMATS",
+]
+
+DEFAULT_STATE_BUDGET = 20_000
+"""Largest decoded automaton we build before raising UnsupportedSchemaError."""
+
+Ranges = tuple[tuple[int, int], ...]
+
+# Every code point a decoded string may contain: all of Unicode except surrogates.
+ALL_CHARS: Ranges = ((0, SURROGATES[0] - 1), (SURROGATES[1] + 1, MAX_CODE_POINT))
+
+
+# ---------------------------------------------------------------------------------------------
+# Range-set helpers (inclusive, sorted, disjoint tuples).
+
+
+def _union(*sets: Iterable[tuple[int, int]]) -> Ranges:
+    return normalize_ranges(r for s in sets for r in s)
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    return _intersect(complement_ranges(ranges), ALL_CHARS)
+
+
+def _intersect(a: Ranges, b: Ranges) -> Ranges:
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def _chars(text: str) -> Ranges:
+    return normalize_ranges((ord(c), ord(c)) for c in text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deterministic automata over code-point ranges.
+
+
+class Dfa:
+    """A deterministic automaton over code points; state 0 is initial.
+
+    trans[s] is a sorted list of disjoint (lo, hi, target) edges; a code point with no edge
+    goes to an implicit dead state.  Operations return trimmed automata (every state is
+    reachable and can reach a final state), so an empty language has exactly one state and no
+    finals.
+    """
+
+    __slots__ = ("trans", "finals")
+
+    def __init__(self, trans: list[list[tuple[int, int, int]]], finals: Iterable[int]):
+        self.trans = trans
+        self.finals = frozenset(finals)
+
+    @property
+    def size(self) -> int:
+        return len(self.trans)
+
+    def is_empty(self) -> bool:
+        return not self.finals
+
+    def is_universal(self) -> bool:
+        """Accepts every string (as minimized automata of e.g. unanchored "a?" or "" do)."""
+        reachable = {0}
+        stack = [0]
+        while stack:
+            s = stack.pop()
+            if s not in self.finals or _intersect(tuple((lo, hi) for lo, hi, _ in self.trans[s]), ALL_CHARS) != ALL_CHARS:
+                return False
+            for _, _, t in self.trans[s]:
+                if t not in reachable:
+                    reachable.add(t)
+                    stack.append(t)
+        return True
+
+    def step(self, state: int, cp: int) -> int | None:
+        edges = self.trans[state]
+        k = bisect_right(edges, (cp, MAX_CODE_POINT + 1, 0)) - 1
+        if k >= 0 and edges[k][0] <= cp <= edges[k][1]:
+            return edges[k][2]
+        return None
+
+    def accepts(self, text: str) -> bool:
+        state: int | None = 0
+        for ch in text:
+            state = self.step(state, ord(ch))
+            if state is None:
+                return False
+        return state in self.finals
+
+    # -- construction --------------------------------------------------------------------------
+
+    @staticmethod
+    def explore(initial, step: Callable, is_final: Callable, budget: int = DEFAULT_STATE_BUDGET,
+                what: str = "automaton") -> "Dfa":
+        """Build a DFA from hashable state keys: step(key) yields (lo, hi, next_key) edges."""
+        index = {initial: 0}
+        keys = [initial]
+        trans: list[list[tuple[int, int, int]]] = []
+        for key in keys:  # grows while we walk it
+            edges = []
+            for lo, hi, nxt in step(key):
+                if nxt not in index:
+                    if len(keys) >= budget:
+                        raise _Budget(what, budget)
+                    index[nxt] = len(keys)
+                    keys.append(nxt)
+                edges.append((lo, hi, index[nxt]))
+            edges.sort()
+            trans.append(edges)
+        finals = [i for i, k in enumerate(keys) if is_final(k)]
+        return Dfa(trans, finals).trim()
+
+    def trim(self) -> "Dfa":
+        """Drop states that cannot reach a final state or are unreachable; renumber from 0."""
+        reverse: list[list[int]] = [[] for _ in self.trans]
+        for s, edges in enumerate(self.trans):
+            for _, _, t in edges:
+                reverse[t].append(s)
+        live = set(self.finals)
+        queue = deque(live)
+        while queue:
+            s = queue.popleft()
+            for p in reverse[s]:
+                if p not in live:
+                    live.add(p)
+                    queue.append(p)
+        if 0 not in live:
+            return Dfa([[]], ())
+        number = {0: 0}
+        order = [0]
+        for s in order:
+            for _, _, t in self.trans[s]:
+                if t in live and t not in number:
+                    number[t] = len(order)
+                    order.append(t)
+        trans = []
+        for s in order:
+            edges = []
+            for lo, hi, t in self.trans[s]:
+                if t in number:
+                    if edges and edges[-1][2] == number[t] and edges[-1][1] + 1 == lo:
+                        edges[-1] = (edges[-1][0], hi, number[t])
+                    else:
+                        edges.append((lo, hi, number[t]))
+            trans.append(edges)
+        return Dfa(trans, (number[s] for s in self.finals if s in number))
+
+    def minimize(self) -> "Dfa":
+        """Moore partition refinement, incremental: returns an equivalent minimal trimmed DFA.
+
+        Invariant after each round: all states of a block have the same signature (their edges
+        with targets replaced by block ids).  When a block splits, the smaller parts get new
+        ids, and only their predecessors need new signatures; so a round costs the size of the
+        frontier, not of the automaton (number automata are long chains).
+        """
+        dfa = self.trim()
+        n = dfa.size
+        block = [1 if s in dfa.finals else 0 for s in range(n)]
+        members: dict[int, set[int]] = {}
+        for s in range(n):
+            members.setdefault(block[s], set()).add(s)
+        preds: list[set[int]] = [set() for _ in range(n)]
+        for s, edges in enumerate(dfa.trans):
+            for _, _, t in edges:
+                preds[t].add(s)
+        sig: list = [None] * n
+
+        def signature(s):
+            merged: list = []
+            for lo, hi, t in dfa.trans[s]:
+                b = block[t]
+                if merged and merged[-1][2] == b and merged[-1][1] + 1 == lo:
+                    merged[-1] = (merged[-1][0], hi, b)
+                else:
+                    merged.append((lo, hi, b))
+            return tuple(merged)
+
+        dirty = set(range(n))
+        next_id = 2
+        while dirty:
+            for s in dirty:
+                sig[s] = signature(s)
+            by_block: dict[int, list[int]] = {}
+            for s in dirty:
+                by_block.setdefault(block[s], []).append(s)
+            changed: list[int] = []
+            for b, dirty_members in by_block.items():
+                groups: dict = {}
+                clean = members[b].difference(dirty_members)
+                if clean:  # clean members share one (still valid) signature
+                    groups[sig[next(iter(clean))]] = clean
+                for s in dirty_members:
+                    groups.setdefault(sig[s], set()).add(s)
+                if len(groups) == 1:
+                    continue
+                parts = sorted(groups.values(), key=len, reverse=True)
+                members[b] = parts[0]
+                for part in parts[1:]:
+                    members[next_id] = part
+                    for s in part:
+                        block[s] = next_id
+                        changed.append(s)
+                    next_id += 1
+            dirty = {p for s in changed for p in preds[s]}
+        # Rebuild with block 0 = block of the initial state.
+        trans_of: dict[int, list] = {}
+        for s, edges in enumerate(dfa.trans):
+            b = block[s]
+            if b not in trans_of:
+                trans_of[b] = [(lo, hi, block[t]) for lo, hi, t in edges]
+        order = {block[0]: 0}
+        for b in trans_of:
+            order.setdefault(b, len(order))
+        trans: list = [None] * len(order)
+        for b, edges in trans_of.items():
+            trans[order[b]] = [(lo, hi, order[t]) for lo, hi, t in edges]
+        finals = {order[block[s]] for s in dfa.finals}
+        return Dfa(trans, finals).trim()
+
+    # -- boolean operations --------------------------------------------------------------------
+
+    def _product(self, other: "Dfa", final: Callable[[bool, bool], bool], keep_dead: bool,
+                 budget: int, minimize: bool = True) -> "Dfa":
+        a, b = self, other
+
+        def step(key):
+            s, t = key
+            ea = a.trans[s] if s is not None else []
+            eb = b.trans[t] if t is not None else []
+            for lo, hi, x, y in _merge_edges(ea, eb, keep_dead):
+                yield lo, hi, (x, y)
+
+        def is_final(key):
+            s, t = key
+            return final(s is not None and s in a.finals, t is not None and t in b.finals)
+
+        product = Dfa.explore((0, 0), step, is_final, budget, "product automaton")
+        return product.minimize() if minimize else product
+
+    # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
+    # caller builds near-minimal automata anyway; the result is then only trimmed.
+
+    def intersect(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "Dfa":
+        return self._product(other, lambda x, y: x and y, False, budget, minimize)
+
+    def union(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "Dfa":
+        return self._product(other, lambda x, y: x or y, True, budget, minimize)
+
+    def difference(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "Dfa":
+        return self._product(other, lambda x, y: x and not y, True, budget, minimize)
+
+    __and__ = intersect
+    __or__ = union
+    __sub__ = difference
+
+
+def _merge_edges(ea, eb, keep_dead):
+    """Overlay two sorted edge lists: yields (lo, hi, target_a|None, target_b|None)."""
+    points = set()
+    for lo, hi, _ in ea:
+        points.add(lo)
+        points.add(hi + 1)
+    for lo, hi, _ in eb:
+        points.add(lo)
+        points.add(hi + 1)
+    pts = sorted(points)
+    i = j = 0
+    for k in range(len(pts) - 1):
+        lo, hi = pts[k], pts[k + 1] - 1
+        while i < len(ea) and ea[i][1] < lo:
+            i += 1
+        while j < len(eb) and eb[j][1] < lo:
+            j += 1
+        x = ea[i][2] if i < len(ea) and ea[i][0] <= lo else None
+        y = eb[j][2] if j < len(eb) and eb[j][0] <= lo else None
+        if x is None and y is None:
+            continue
+        if not keep_dead and (x is None or y is None):
+            continue
+        yield lo, hi, x, y
+
+
+class _Budget(Exception):
+    """A construction ran past its size budget (callers turn it into UnsupportedSchemaError)."""
+
+    def __init__(self, what, budget, unit="states"):
+        super().__init__(f"{what} exceeds {budget} {unit}")
+
+
+def _budgeted(keyword: str, pointer: str, fn: Callable, *args):
+    try:
+        return fn(*args)
+    except _Budget as exc:
+        raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Basic decoded languages.
+
+
+def any_string_dfa() -> Dfa:
+    return Dfa([[(lo, hi, 0) for lo, hi in ALL_CHARS]], [0])
+
+
+def length_dfa(min_length: int = 0, max_length: int | None = None, budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """Strings of min_length..max_length code points."""
+    top = max_length if max_length is not None else min_length
+    if top + 1 > budget:
+        raise _Budget("length automaton", budget)
+    trans = []
+    for n in range(top + 1):
+        if n < top:
+            trans.append([(lo, hi, n + 1) for lo, hi in ALL_CHARS])
+        elif max_length is None:
+            trans.append([(lo, hi, n) for lo, hi in ALL_CHARS])
+        else:
+            trans.append([])
+    return Dfa(trans, range(min_length, top + 1)).trim()
+
+
+def literal_dfa(values: Iterable[str]) -> Dfa:
+    """Exactly the given strings (a trie)."""
+    trans: list[dict[int, int]] = [{}]
+    finals = set()
+    for value in values:
+        s = 0
+        for ch in value:
+            cp = ord(ch)
+            if SURROGATES[0] <= cp <= SURROGATES[1]:
+                break  # a string with a lone surrogate is never produced by the grammar
+            if cp not in trans[s]:
+                trans[s][cp] = len(trans)
+                trans.append({})
+            s = trans[s][cp]
+        else:
+            finals.add(s)
+    return Dfa([sorted((cp, cp, t) for cp, t in d.items()) for d in trans], finals).trim()
+
+
+# ---------------------------------------------------------------------------------------------
+# ECMA-262 patterns (search semantics) -> Dfa.
+
+_ECMA_SPACE = _union(_chars("\t\n\x0b\x0c\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"), ((0x2000, 0x200A),))
+_ECMA_LINE_TERMINATORS = _chars("\n\r\u2028\u2029")
+_DIGITS = ((0x30, 0x39),)
+_WORD = _union(_DIGITS, ((0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
+
+
+@lru_cache(maxsize=None)
+def _python_class(name: str) -> Ranges:
+    """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode)."""
+    test = {"d": str.isdecimal, "w": lambda c: c.isalnum() or c == "_", "s": str.isspace}[name]
+    out = []
+    start = None
+    for cp in range(MAX_CODE_POINT + 2):
+        inside = cp <= MAX_CODE_POINT and test(chr(cp))
+        if inside and start is None:
+            start = cp
+        elif not inside and start is not None:
+            out.append((start, cp - 1))
+            start = None
+    return _intersect(tuple(out), ALL_CHARS)
+
+
+class _CharSet:
+    """A character set under both regex semantics: (ECMA code points, Python `re` code points)."""
+
+    __slots__ = ("ecma", "py")
+
+    def __init__(self, ecma: Ranges, py: Ranges | None = None):
+        self.ecma = ecma
+        self.py = ecma if py is None else py
+
+    def both(self) -> Ranges:
+        return _intersect(self.ecma, self.py)
+
+
+def _class_escape(letter: str) -> _CharSet:
+    if letter == "d":
+        return _CharSet(_DIGITS, _python_class("d"))
+    if letter == "D":
+        return _CharSet(_complement(_DIGITS), _complement(_python_class("d")))
+    if letter == "w":
+        return _CharSet(_WORD, _python_class("w"))
+    if letter == "W":
+        return _CharSet(_complement(_WORD), _complement(_python_class("w")))
+    if letter == "s":
+        return _CharSet(_ECMA_SPACE, _python_class("s"))
+    if letter == "S":
+        return _CharSet(_complement(_ECMA_SPACE), _complement(_python_class("s")))
+    raise AssertionError(letter)
+
+
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v"}
+
+
+class _PatternUnsupported(Exception):
+    pass
+
+
+class _RegexParser:
+    """Recursive-descent parser for ECMA-262 regexes -> a small AST.
+
+    AST nodes: ("set", ranges) | ("seq", [nodes]) | ("alt", [nodes]) | ("rep", node, lo, hi)
+    | ("bol",) | ("eol",).
+    """
+
+    def __init__(self, pattern: str):
+        self.p = pattern
+        self.i = 0
+
+    def fail(self, message: str):
+        raise _PatternUnsupported(f"{message} at offset {self.i} of {self.p!r}")
+
+    def peek(self) -> str:
+        return self.p[self.i] if self.i < len(self.p) else ""
+
+    def parse(self):
+        node = self.alternation()
+        if self.i < len(self.p):
+            self.fail("unbalanced ')'")
+        return node
+
+    def alternation(self):
+        branches = [self.sequence()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.sequence())
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def sequence(self):
+        items = []
+        while self.i < len(self.p) and self.peek() not in "|)":
+            atom = self.atom()
+            items.append(self.quantified(atom))
+        return ("seq", items)
+
+    _QUANT = re.compile(r"\{(\d+)(,(\d*))?\}")
+
+    def quantified(self, atom):
+        quantified = False
+        while True:
+            c = self.peek()
+            if quantified and c and (c in "*+?" or (c == "{" and self._QUANT.match(self.p, self.i))):
+                self.fail(f"nothing to repeat before {c!r}")
+            if c in ("*", "+", "?"):
+                lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+                self.i += 1
+            elif c == "{":
+                m = self._QUANT.match(self.p, self.i)
+                if not m:
+                    if re.match(r"\{,\d+\}", self.p[self.i:]):
+                        self.fail("'{,n}' is a quantifier in Python but a literal in ECMA-262")
+                    return atom  # a literal '{' (Annex B); the next atom() reads it
+                lo = int(m.group(1))
+                hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+                if hi is not None and hi < lo:
+                    self.fail("quantifier {m,n} with n < m")
+                self.i = m.end()
+            else:
+                return atom
+            if atom[0] in ("bol", "eol"):
+                self.fail("quantified anchor")
+            if self.peek() == "?":  # lazy: same language
+                self.i += 1
+            elif self.peek() == "+":
+                self.fail("possessive quantifier")
+            atom = ("rep", atom, lo, hi)
+            quantified = True
+
+    def atom(self):
+        c = self.peek()
+        if c == "(":
+            self.i += 1
+            if self.p.startswith("?:", self.i):
+                self.i += 2
+            elif self.p.startswith("?<", self.i) and not self.p.startswith(("?<=", "?<!"), self.i):
+                self.fail("named group (Python's re rejects '(?<name>', so jsonschema cannot check it)")
+            elif self.peek() == "?":
+                self.fail("lookaround or group extension")
+            node = self.alternation()
+            if self.peek() != ")":
+                self.fail("missing ')'")
+            self.i += 1
+            return node
+        if c == "[":
+            return ("set", self.char_class().both())
+        if c == "^":
+            self.i += 1
+            return ("bol",)
+        if c == "$":
+            self.i += 1
+            return ("eol",)
+        if c == ".":
+            self.i += 1
+            return ("set", _CharSet(_complement(_ECMA_LINE_TERMINATORS), _complement(_chars("\n"))).both())
+        if c in "*+?":
+            self.fail(f"nothing to repeat before {c!r}")
+        if c == "{" and self._QUANT.match(self.p, self.i):
+            self.fail("nothing to repeat before '{'")
+        if c == "\\":
+            return ("set", self.escape(in_class=False).both())
+        self.i += 1
+        return ("set", ((ord(c), ord(c)),))
+
+    def escape(self, in_class: bool) -> _CharSet:
+        """Reads a backslash escape; returns its character set."""
+        self.i += 1
+        if self.i >= len(self.p):
+            self.fail("pattern ends with a lone backslash")
+        e = self.p[self.i]
+        self.i += 1
+        if e in "dDwWsS":
+            return _class_escape(e)
+        if e in _SIMPLE_ESCAPES:
+            cp = ord(_SIMPLE_ESCAPES[e])
+            return _CharSet(((cp, cp),))
+        if e == "b" and in_class:
+            return _CharSet(((8, 8),))
+        if e in "bB":
+            self.fail("word boundary \\b/\\B")
+        if e == "u":
+            h = self.p[self.i:self.i + 4]
+            if len(h) == 4 and all(x in "0123456789abcdefABCDEF" for x in h):
+                self.i += 4
+                cp = int(h, 16)
+                if SURROGATES[0] <= cp <= SURROGATES[1]:
+                    return _CharSet(())  # never matches text without lone surrogates
+                return _CharSet(((cp, cp),))
+            self.fail("malformed \\u escape")
+        if e == "x":
+            h = self.p[self.i:self.i + 2]
+            if len(h) == 2 and all(x in "0123456789abcdefABCDEF" for x in h):
+                self.i += 2
+                cp = int(h, 16)
+                return _CharSet(((cp, cp),))
+            self.fail("malformed \\x escape")
+        if e == "0" and not self.peek().isdigit():
+            return _CharSet(((0, 0),))
+        if e.isdigit():
+            self.fail("backreference or octal escape")
+        if e.isascii() and e.isalnum():
+            # \a, \c, \k, \p, \A, \Z ...: unknown to one engine or meaning different things
+            self.fail(f"escape \\{e}")
+        return _CharSet(((ord(e), ord(e)),))  # identity escape of punctuation
+
+    def char_class(self) -> _CharSet:
+        self.i += 1  # '['
+        negated = self.peek() == "^"
+        if negated:
+            self.i += 1
+        if self.peek() == "]":
+            self.fail("empty class '[]' / '[^]' (ECMA and Python disagree)")
+        ecma: list = []
+        py: list = []
+        while True:
+            if self.i >= len(self.p):
+                self.fail("unterminated character class")
+            c = self.peek()
+            if c == "]":
+                self.i += 1
+                break
+            if c == "[" and self.p.startswith(("[:", "[=", "[."), self.i):
+                self.fail("POSIX-like class syntax")
+            first = self.class_atom()
+            if self.peek() == "-" and self.i + 1 < len(self.p) and self.p[self.i + 1] != "]":
+                self.i += 1
+                second = self.class_atom()
+                if first is None or second is None:
+                    self.fail("class escape used as a range bound")
+                if first > second:
+                    self.fail("range out of order in character class")
+                ecma.append((first, second))
+                py.append((first, second))
+                continue
+            if isinstance(first, _CharSet):
+                ecma.extend(first.ecma)
+                py.extend(first.py)
+            else:
+                ecma.append((first, first))
+                py.append((first, first))
+        # A class escape returns a _CharSet; a single character an int.
+        e, p = _union(ecma), _union(py)
+        if negated:
+            e, p = _complement(e), _complement(p)
+        return _CharSet(_intersect(e, ALL_CHARS), _intersect(p, ALL_CHARS))
+
+    def class_atom(self):
+        c = self.peek()
+        if c == "\\":
+            cs = self.escape(in_class=True)
+            if len(cs.ecma) == 1 and cs.ecma[0][0] == cs.ecma[0][1] and cs.ecma == cs.py:
+                return cs.ecma[0][0]
+            if not cs.ecma and not cs.py:
+                self.fail("surrogate escape in a class")
+            return cs
+        self.i += 1
+        return ord(c)
+
+
+# Thompson NFA with anchor-aware epsilon edges.
+
+class _Nfa:
+    def __init__(self):
+        self.char_edges: list[list[tuple[Ranges, int]]] = []
+        self.eps: list[list[tuple[str | None, int]]] = []
+
+    def new(self) -> int:
+        self.char_edges.append([])
+        self.eps.append([])
+        if len(self.eps) > 4 * DEFAULT_STATE_BUDGET:
+            raise _Budget("pattern automaton", 4 * DEFAULT_STATE_BUDGET)
+        return len(self.eps) - 1
+
+    def build(self, node, start: int, end: int) -> None:
+        kind = node[0]
+        if kind == "set":
+            if node[1]:
+                self.char_edges[start].append((node[1], end))
+        elif kind == "seq":
+            cur = start
+            for k, item in enumerate(node[1]):
+                nxt = end if k == len(node[1]) - 1 else self.new()
+                self.build(item, cur, nxt)
+                cur = nxt
+            if not node[1]:
+                self.eps[start].append((None, end))
+        elif kind == "alt":
+            for item in node[1]:
+                self.build(item, start, end)
+        elif kind in ("bol", "eol"):
+            self.eps[start].append((kind, end))
+        elif kind == "rep":
+            _, item, lo, hi = node
+            cur = start
+            for _ in range(lo):
+                nxt = self.new()
+                self.build(item, cur, nxt)
+                cur = nxt
+            if hi is None:
+                loop = self.new()
+                self.eps[cur].append((None, loop))
+                body_end = self.new()
+                self.build(item, loop, body_end)
+                self.eps[body_end].append((None, loop))
+                self.eps[loop].append((None, end))
+            else:
+                self.eps[cur].append((None, end))
+                for _ in range(hi - lo):
+                    nxt = self.new()
+                    self.build(item, cur, nxt)
+                    self.eps[nxt].append((None, end))
+                    cur = nxt
+        else:
+            raise AssertionError(kind)
+
+
+def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
+    """Subset construction. A subset element is (nfa_state, after_eol): after a '$' nothing
+    more may be read, and '^' only holds before the first character."""
+
+    def closure(items, at_start: bool):
+        seen = set(items)
+        stack = list(items)
+        while stack:
+            s, eol = stack.pop()
+            for kind, t in nfa.eps[s]:
+                if kind == "bol" and not at_start:
+                    continue
+                item = (t, eol or kind == "eol")
+                if item not in seen:
+                    seen.add(item)
+                    stack.append(item)
+        return frozenset(seen)
+
+    def step(key):
+        edges = []
+        for s, eol in key:
+            if not eol:
+                for ranges, t in nfa.char_edges[s]:
+                    for lo, hi in ranges:
+                        edges.append((lo, hi, t))
+        if not edges:
+            return
+        points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+        for k in range(len(points) - 1):
+            lo, hi = points[k], points[k + 1] - 1
+            targets = [(t, False) for a, b, t in edges if a <= lo and hi <= b]
+            if targets:
+                yield lo, hi, closure(targets, False)
+
+    def is_final(key):
+        return any(s == accept for s, _ in key)
+
+    return Dfa.explore(closure([(start, False)], True), step, is_final, budget, "pattern automaton").minimize()
+
+
+@lru_cache(maxsize=256)
+def _pattern_dfa_cached(pattern: str, budget: int) -> Dfa:
+    ast = _RegexParser(pattern).parse()
+    nfa = _Nfa()
+    # search semantics: any prefix, the pattern, any suffix
+    prefix, start, accept, suffix = nfa.new(), nfa.new(), nfa.new(), nfa.new()
+    nfa.char_edges[prefix].append((ALL_CHARS, prefix))
+    nfa.eps[prefix].append((None, start))
+    nfa.build(ast, start, accept)
+    nfa.eps[accept].append((None, suffix))
+    nfa.char_edges[suffix].append((ALL_CHARS, suffix))
+    return _nfa_to_dfa(nfa, prefix, suffix, budget)
+
+
+def pattern_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """Strings in which the ECMA-262 regex `pattern` finds a match (re.search semantics)."""
+    try:
+        return _pattern_dfa_cached(pattern, budget)
+    except _PatternUnsupported as exc:
+        raise UnsupportedSchemaError("pattern", pointer, str(exc)) from None
+    except _Budget as exc:
+        raise UnsupportedSchemaError("pattern", pointer, f"{exc}; simplify the pattern") from None
+    except RecursionError:
+        raise UnsupportedSchemaError("pattern", pointer, "pattern nests too deeply") from None
+
+
+def fullmatch_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+    """Strings the regex matches as a whole (used for formats)."""
+    return pattern_dfa("^(?:" + pattern + ")$", pointer, budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formats.
+
+_DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
+_IPV4 = rf"{_DEC_OCTET}(?:\.{_DEC_OCTET}){{3}}"
+_H16 = r"[0-9a-fA-F]{1,4}"
+_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
+_IPV6 = "|".join([
+    rf"(?:{_H16}:){{6}}{_LS32}",
+    rf"::(?:{_H16}:){{5}}{_LS32}",
+    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+])
+# Days 1-28 always, 29-30 except February, 31 in the long months; February 29 only in
+# leap years, which needs the year: we enumerate leap years mod 400 below.
+_MONTH_DAY = (r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
+              r"|(?:0[13-9]|1[0-2])-(?:29|30)"
+              r"|(?:0[13578]|1[02])-31)")
+# Leap years: divisible by 4 but not 100, or by 400 (four-digit years).
+_LEAP_YEAR = (r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])"
+              r"|(?:0[48]|[2468][048]|[13579][26])00)")
+# Years 0001-9999: Python's date.fromisoformat (which jsonschema uses) has no year 0.
+_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
+_DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+# RFC 3339 partial-time; second 60 (leap second) is left out because checkers disagree on it.
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[zZ]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_DATE_TIME = rf"{_DATE}[tT]{_TIME}"
+# RFC 3339 Appendix A: units in order, none skipped in between (P1Y3D is not in the grammar).
+_DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
+_DURATION = (rf"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{_DUR_TIME})?"
+             rf"|{_DUR_TIME}|[0-9]+W)")
+_HEX = "[0-9a-fA-F]"
+_UUID = rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+_SHORT_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,24}[a-zA-Z0-9])?"
+# RFC 1123 allows 253 characters in all; counting them exactly multiplies the automaton, so we
+# accept a first label of up to 63 characters and up to 7 more of up to 26 (252 at most).
+_HOSTNAME = rf"{_LABEL}(?:\.{_SHORT_LABEL}){{0,7}}"
+# RFC 5321 Mailbox restricted to dot-atom local parts and hostname domains (sound: every such
+# address is valid, and contains '@' as jsonschema checks).
+_ATEXT = r"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]"
+# The domain follows RFC 5321's Domain ABNF (labels of letters, digits and inner hyphens); the
+# separate size limits of its section 4.5.3 are not counted, which keeps products with
+# maxLength small (counting 63-character labels multiplies the automaton by ~60).
+_LDH_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_LDH_LABEL}(?:\.{_LDH_LABEL})*"
+# RFC 3986 section 3 and appendix A, transcribed rule by rule; with `iri`, RFC 3987's
+# additions (ucschar among the unreserved characters, iprivate in queries).
+_UCSCHAR = ("\u00a0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef" + "".join(
+    f"{chr(plane << 16)}-{chr((plane << 16) + 0xFFFD)}" for plane in range(1, 14)) + f"{chr(0xE1000)}-{chr(0xEFFFD)}")
+_IPRIVATE = f"\ue000-\uf8ff{chr(0xF0000)}-{chr(0xFFFFD)}{chr(0x100000)}-{chr(0x10FFFD)}"
+
+
+def _uri_regexes(iri: bool) -> tuple[str, str]:
+    """(absolute URI, URI reference) regexes; IRI versions when `iri`."""
+    extra = _UCSCHAR if iri else ""
+    pct = r"%[0-9a-fA-F]{2}"
+    unreserved_sub = rf"[a-zA-Z0-9._~!$&'()*+,;={extra}-]"  # (i)unreserved / sub-delims
+    pchar = rf"(?:{unreserved_sub}|{pct}|[:@])"
+    segment = rf"{pchar}*"
+    segment_nz = rf"{pchar}+"
+    segment_nz_nc = rf"(?:{unreserved_sub}|{pct}|@)+"
+    query = rf"(?:{pchar}|[/?{_IPRIVATE if iri else ''}])*"
+    fragment = rf"(?:{pchar}|[/?])*"
+    userinfo = rf"(?:{unreserved_sub}|{pct}|:)*"
+    ip_literal = rf"\[(?:{_IPV6}|[vV][0-9a-fA-F]+\.(?:[a-zA-Z0-9._~!$&'()*+,;=-]|:)+)\]"
+    reg_name = rf"(?:{unreserved_sub}|{pct})*"
+    authority = rf"(?:{userinfo}@)?(?:{ip_literal}|{reg_name})(?::[0-9]*)?"
+    path_abempty = rf"(?:/{segment})*"
+    path_absolute = rf"/(?:{segment_nz}(?:/{segment})*)?"
+    path_rootless = rf"{segment_nz}(?:/{segment})*"
+    path_noscheme = rf"{segment_nz_nc}(?:/{segment})*"
+    hier_part = rf"(?://{authority}{path_abempty}|{path_absolute}|{path_rootless}|)"
+    relative_part = rf"(?://{authority}{path_abempty}|{path_absolute}|{path_noscheme}|)"
+    tail = rf"(?:\?{query})?(?:#{fragment})?"
+    uri = rf"[a-zA-Z][a-zA-Z0-9+.-]*:{hier_part}{tail}"
+    return uri, rf"(?:{uri}|{relative_part}{tail})"
+
+
+_URI, _URI_REFERENCE = _uri_regexes(iri=False)
+_IRI, _IRI_REFERENCE = _uri_regexes(iri=True)
+# RFC 6570 level 1-4 templates: literals and {expressions}.
+_UT_LITERAL = r"(?:[\x21\x23-\x24\x26\x28-\x3b\x3d\x3f-\x5b\x5d\x5f\x61-\x7a\x7e]|%[0-9a-fA-F]{2})"
+_UT_VARNAME = r"(?:[a-zA-Z0-9_]|%[0-9a-fA-F]{2})(?:\.?(?:[a-zA-Z0-9_]|%[0-9a-fA-F]{2}))*"
+_UT_VARSPEC = rf"{_UT_VARNAME}(?::[1-9][0-9]{{0,3}}|\*)?"
+_URI_TEMPLATE = rf"(?:{_UT_LITERAL}|\{{[+#./;?&]?{_UT_VARSPEC}(?:,{_UT_VARSPEC})*\}})*"
+_JSON_POINTER = r"(?:/(?:[^/~]|~[01])*)*"
+_RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{_JSON_POINTER})"
+
+FORMAT_REGEXES: dict[str, str] = {
+    "date-time": _DATE_TIME,
+    "date": _DATE,
+    "time": _TIME,
+    "duration": _DURATION,
+    "email": _EMAIL,
+    "idn-email": _EMAIL,
+    "hostname": _HOSTNAME,
+    "idn-hostname": _HOSTNAME,  # the ASCII subset (LDH labels), which idna.encode accepts
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
+    "uuid": _UUID,
+    "uri": _URI,
+    "iri": _IRI,
+    "uri-reference": _URI_REFERENCE,
+    "iri-reference": _IRI_REFERENCE,
+    "uri-template": _URI_TEMPLATE,
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": _RELATIVE_JSON_POINTER,
+}
+"""Full-match regexes (our dialect) for each supported format; each is a sound subset."""
+
+
+KNOWN_FORMATS = frozenset(FORMAT_REGEXES) | {"regex"}
+
+
+def is_known_format(name: str) -> bool:
+    return name in KNOWN_FORMATS
+
+
+@lru_cache(maxsize=None)
+def _format_dfa_cached(name: str) -> Dfa:
+    dfa = fullmatch_dfa(FORMAT_REGEXES[name], "", 200_000)
+    if name in ("hostname", "idn-hostname"):
+        # IDNA (RFC 5891, and the idna package jsonschema uses) rejects "--" in the 3rd and
+        # 4th positions of a label, which also leaves out "xn--" labels (maybe bad Punycode)
+        dfa = dfa.difference(pattern_dfa(r"(?:^|\.)[^.][^.]--"), 200_000)
+    return dfa
+
+
+def format_dfa(name: str, pointer: str = "") -> Dfa | None:
+    """The decoded strings valid for `format`, or None for a format that is only an annotation.
+
+    "regex" is not regular; it raises UnsupportedSchemaError (the caller may widen it under
+    lenient=True by passing format=None).
+    """
+    if name == "regex":
+        raise UnsupportedSchemaError("format", pointer, "format 'regex' (valid regexes) is not a regular language")
+    if name not in FORMAT_REGEXES:
+        return None
+    return _format_dfa_cached(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding a decoded-language DFA as JSON string text.
+
+_HEX_DIGIT_CHARS = [[(ord("0") + d, ord("0") + d)] if d < 10 else
+                    [(ord("A") + d - 10, ord("A") + d - 10), (ord("a") + d - 10, ord("a") + d - 10)]
+                    for d in range(16)]
+_SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
+                  ord("n"): 10, ord("r"): 13, ord("t"): 9}
+# Code points JSON allows unescaped inside a string.
+_RAW_OK: Ranges = _intersect(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS)
+
+
+class _Encoder:
+    """Builds the JSON-text DFA of a decoded-language DFA, sharing hex-digit subtrees."""
+
+    def __init__(self, dfa: Dfa, budget: int):
+        self.dfa = dfa
+        self.budget = budget
+        self.edge_budget = 2 * budget
+        self.edges = 0
+        self.trans: list[list[tuple[int, int, int]]] = [[] for _ in range(dfa.size)]  # decoded states first
+        self.memo: dict = {}
+
+    def set_edges(self, state: int, edges: list) -> None:
+        merged: list = []
+        for lo, hi, t in sorted(edges):  # adjacent ranges to the same target become one edge
+            if merged and merged[-1][2] == t and merged[-1][1] + 1 == lo:
+                merged[-1] = (merged[-1][0], hi, t)
+            else:
+                merged.append((lo, hi, t))
+        self.edges += len(merged)
+        if self.edges > self.edge_budget:
+            raise _Budget("JSON string automaton", self.edge_budget, "edges")
+        self.trans[state] = merged
+
+    def new_state(self) -> int:
+        if len(self.trans) >= self.budget:
+            raise _Budget("JSON string automaton", self.budget)
+        self.trans.append([])
+        return len(self.trans) - 1
+
+    def target_state(self, key) -> int:
+        """The encoder state reached after a complete code unit/point with `key`."""
+        kind, value = key
+        if kind == "D":
+            return value
+        # ("P", residual): after a high surrogate; expect \uDC00-\uDFFF
+        memo_key = ("pair", value)
+        if memo_key not in self.memo:
+            s = self.new_state()
+            self.memo[memo_key] = s
+            u = self.new_state()
+            self.set_edges(s, [(ord("\\"), ord("\\"), u)])
+            segs = [(0xDC00 + lo, 0xDC00 + hi, ("D", t)) for lo, hi, t in value]
+            root = self.hex_tree(4, 0, tuple(segs))
+            if root is not None:
+                self.set_edges(u, [(ord("u"), ord("u"), root)])
+        return self.memo[memo_key]
+
+    def hex_tree(self, level: int, base: int, segs: tuple) -> int | None:
+        """State reading `level` hex digits of a code unit in [base, base + 16**level)."""
+        size = 16 ** level
+        inside = tuple((max(lo, base) - base, min(hi, base + size - 1) - base, k)
+                       for lo, hi, k in segs if hi >= base and lo < base + size)
+        if not inside:
+            return None
+        if level == 0:
+            return self.target_state(inside[0][2])
+        if len(inside) == 1 and inside[0][0] == 0 and inside[0][1] == size - 1:
+            memo_key = ("uniform", level, inside[0][2])
+        else:
+            memo_key = ("tree", level, inside)
+        if memo_key in self.memo:
+            return self.memo[memo_key]
+        s = self.new_state()
+        self.memo[memo_key] = s
+        child_size = size // 16
+        edges = []
+        for d in range(16):
+            lo = d * child_size
+            sub = tuple((a, b, k) for a, b, k in inside if b >= lo and a < lo + child_size)
+            child = self.hex_tree(level - 1, d * child_size, sub) if sub else None
+            if child is not None:
+                edges.extend((a, b, child) for a, b in _HEX_DIGIT_CHARS[d])
+        self.set_edges(s, edges)
+        return s
+
+    def bmp_segments(self, state: int) -> tuple:
+        """Code unit -> key for the \\uXXXX escape from `state` (high surrogates lead to pairs)."""
+        edges = self.dfa.trans[state]
+        segs = [(lo, min(hi, 0xFFFF), ("D", t)) for lo, hi, t in edges if lo <= 0xFFFF]
+        high: list = []
+        h = 0
+        while h < 1024:
+            block_lo = 0x10000 + h * 1024
+            k = bisect_right(edges, (block_lo, MAX_CODE_POINT + 1, 0)) - 1
+            if k >= 0 and edges[k][0] <= block_lo <= edges[k][1]:
+                lo, hi, t = edges[k]
+                full = (hi - block_lo + 1) // 1024
+                if full >= 1:
+                    high.append((h, h + full - 1, ((0, 1023, t),)))
+                    h += full
+                    continue
+            else:
+                nxt = edges[k + 1][0] if k + 1 < len(edges) else MAX_CODE_POINT + 1
+                empty = (nxt - block_lo) // 1024
+                if empty >= 1:
+                    h += empty
+                    continue
+            residual = tuple((max(lo, block_lo) - block_lo, min(hi, block_lo + 1023) - block_lo, t)
+                             for lo, hi, t in edges if hi >= block_lo and lo <= block_lo + 1023)
+            high.append((h, h, residual))
+            h += 1
+        for a, b, residual in high:
+            segs.append((0xD800 + a, 0xD800 + b, ("P", residual)))
+        segs.sort(key=lambda x: x[0])
+        merged: list = []
+        for seg in segs:
+            if merged and merged[-1][2] == seg[2] and merged[-1][1] + 1 == seg[0]:
+                merged[-1] = (merged[-1][0], seg[1], seg[2])
+            else:
+                merged.append(seg)
+        return tuple(merged)
+
+    def run(self) -> Dfa:
+        dfa = self.dfa
+        for s in range(dfa.size):
+            edges = dfa.trans[s]
+            raw = []
+            for lo, hi, t in _merge_ranges_with_targets(edges, _RAW_OK):
+                raw.append((lo, hi, t))
+            if edges:
+                esc = self.new_state()
+                esc_edges = []
+                for ch, cp in _SHORT_ESCAPES.items():
+                    t = dfa.step(s, cp)
+                    if t is not None:
+                        esc_edges.append((ch, ch, t))
+                root = self.hex_tree(4, 0, self.bmp_segments(s))
+                if root is not None:
+                    esc_edges.append((ord("u"), ord("u"), root))
+                self.set_edges(esc, esc_edges)
+                raw.append((ord("\\"), ord("\\"), esc))
+            self.set_edges(s, raw)
+        return Dfa(self.trans, dfa.finals).trim()
+
+
+def _merge_ranges_with_targets(edges, allowed: Ranges):
+    for lo, hi, t in edges:
+        for a, b in _intersect(((lo, hi),), allowed):
+            yield a, b, t
+
+
+def encode_json_string(dfa: Dfa, budget: int = 100_000) -> Dfa:
+    """The DFA over JSON text (between the quotes) of every encoding of every string `dfa` accepts."""
+    return _Encoder(dfa, budget).run()
+
+
+def dfa_to_char_fsm(dfa: Dfa) -> Expr:
+    if dfa.is_empty():
+        return NOTHING
+    transitions = tuple(sorted((s, lo, hi, t) for s, edges in enumerate(dfa.trans) for lo, hi, t in edges))
+    return CharFsm(0, frozenset(dfa.finals), transitions)
+
+
+def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern", budget: int = 100_000) -> Expr:
+    """The whole JSON string token (with quotes) for the decoded language of `dfa`.
+
+    Past `budget` states (or twice as many edges) raises UnsupportedSchemaError(keyword).
+    """
+    if dfa.is_empty():
+        return NOTHING
+    try:
+        body = encode_json_string(dfa, budget)
+    except _Budget as exc:
+        raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
+    return seq(lit('"'), dfa_to_char_fsm(body), lit('"'))
+
+
+JSON_CHAR: Expr = dfa_to_char_fsm(encode_json_string(length_dfa(1, 1)))
+"""One JSON-encoded character (any code point but a lone surrogate), without quotes."""
+
+ANY_STRING: Expr = seq(lit('"'), rep(JSON_CHAR, 0, None), lit('"'))
+"""Any JSON string token."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points.
+
+
+def _check_lengths(min_length, max_length, pointer):
+    for name, value in (("minLength", min_length), ("maxLength", max_length)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value < 0 or value != int(value)):
+            raise SchemaError(f"{name} must be a non-negative integer, got {value!r}", f"{pointer}/{name}")
+    lo = int(min_length) if min_length is not None else 0
+    hi = int(max_length) if max_length is not None else None
+    if hi is not None and lo > hi:
+        raise SchemaError(f"minLength {lo} > maxLength {hi}: no string satisfies both", pointer)
+    return lo, hi
+
+
+def string_dfa(*, min_length=None, max_length=None, pattern=None, format=None, pointer: str = "",
+               budget: int = DEFAULT_STATE_BUDGET) -> Dfa | None:
+    """The decoded language as a Dfa, or None when it is "any string" (no effective constraint).
+
+    The format is intersected last, so a product past the budget that involves a format is
+    reported as UnsupportedSchemaError("format") -- which lenient callers may widen by
+    dropping the format (e.g. format "email" with maxLength 100 is ~50k states).
+    """
+    lo, hi = _check_lengths(min_length, max_length, pointer)
+    parts: list[tuple[str, Dfa]] = []
+    if pattern is not None:
+        if not isinstance(pattern, str):
+            raise SchemaError(f"pattern must be a string, got {pattern!r}", f"{pointer}/pattern")
+        pdfa = pattern_dfa(pattern, f"{pointer}/pattern", budget)
+        if not pdfa.is_universal():  # e.g. "([A-Z]+)?" finds a (possibly empty) match anywhere
+            parts.append(("pattern", pdfa))
+    if lo > 0 or hi is not None:
+        keyword = "maxLength" if hi is not None else "minLength"
+        parts.append((keyword, _budgeted(keyword, f"{pointer}/{keyword}", length_dfa, lo, hi, budget)))
+    if format is not None:
+        fmt = format_dfa(format, f"{pointer}/format")
+        if fmt is not None:
+            parts.append(("format", fmt))
+    if not parts:
+        return None
+    keyword, dfa = parts[0]
+    for keyword, other in parts[1:]:
+        dfa = _budgeted(keyword, f"{pointer}/{keyword}", dfa.intersect, other, budget)
+    return dfa
+
+
+def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, pointer: str = "") -> Expr:
+    """The JSON string token (quotes included) of strings meeting the constraints.
+
+    Lengths count code points.  `pattern` is an unanchored ECMA-262 regex.  Unknown formats
+    are annotations and constrain nothing (see `is_known_format`); format "regex" raises
+    UnsupportedSchemaError.  An unsatisfiable combination gives NOTHING (the empty language);
+    minLength > maxLength raises SchemaError.
+    """
+    lo, hi = _check_lengths(min_length, max_length, pointer)
+    if (pattern is None or pattern_dfa(pattern, f"{pointer}/pattern").is_universal()) and \
+            (format is None or format_dfa(format, f"{pointer}/format") is None):
+        return seq(lit('"'), rep(JSON_CHAR, lo, hi), lit('"'))
+    dfa = string_dfa(min_length=lo, max_length=hi, pattern=pattern, format=format, pointer=pointer)
+    keyword = "pattern" if pattern is not None else "format"
+    return json_string_expr(dfa, pointer, keyword)
+
+
+_DUMPS_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def string_literal_expr(value: str) -> Expr:
+    """The JSON spellings of exactly the string `value` that json.dumps writes (for const, enum
+    and property names): each character raw, or as json.dumps escapes it -- short escapes and
+    lowercase \\uXXXX for control characters, and for non-ASCII characters either raw UTF-8
+    (ensure_ascii=False) or lowercase \\uXXXX / surrogate pairs (ensure_ascii=True).
+
+    Other legal spellings (\\u0061 for "a", upper-case hex) decode to the same value but are not
+    accepted: a key like "name" stays one literal instead of an automaton per character, which
+    keeps objects with many properties small.  Sound either way; complete for json.dumps output.
+    """
+    parts: list[Expr] = [lit('"')]
+    for ch in value:
+        if ch in _DUMPS_ESCAPES:
+            parts.append(lit(_DUMPS_ESCAPES[ch]))
+        elif ord(ch) < 0x20:
+            parts.append(lit(f"\\u{ord(ch):04x}"))
+        elif ord(ch) < 0x80:
+            parts.append(lit(ch))
+        else:
+            parts.append(alt(lit(ch), lit(json.dumps(ch)[1:-1])))
+    parts.append(lit('"'))
+    return seq(*parts)
+
+
+def string_excluding_expr(excluded: Iterable[str] = (), excluded_patterns: Iterable[str] = (), *,
+                          pattern_constraint: str | None = None, min_length=None, max_length=None,
+                          format=None, pointer: str = "") -> Expr:
+    """JSON strings whose value is not in `excluded` and matched by none of `excluded_patterns`.
+
+    For additionalProperties keys: `excluded` are the names in `properties`, `excluded_patterns`
+    the `patternProperties` regexes (unanchored ECMA-262).  The optional constraints (a pattern
+    the string must match, lengths, format -- e.g. from propertyNames) are intersected in.
+    Returns NOTHING when no string is left.
+    """
+    base = string_dfa(min_length=min_length, max_length=max_length, pattern=pattern_constraint,
+                      format=format, pointer=pointer)
+    dfa = base if base is not None else any_string_dfa()
+    names = list(excluded)
+    if names:
+        dfa = _budgeted("additionalProperties", pointer, dfa.difference, literal_dfa(names))
+    for pat in excluded_patterns:
+        dfa = _budgeted("patternProperties", pointer, dfa.difference, pattern_dfa(pat, f"{pointer}/patternProperties"))
+    return json_string_expr(dfa, pointer, "additionalProperties")

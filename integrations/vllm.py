@@ -1,0 +1,549 @@
+"""pushmask as a vLLM (v1) structured-output backend.
+
+vLLM picks its structured-output backend by name and has no registry for new ones, so pushmask
+takes over the ``xgrammar`` name.  A ``vllm.general_plugins`` entry point calls :func:`register`
+in every vLLM process; it does nothing unless ``PUSHMASK_VLLM=1``.  When set, it checks that the
+installed vLLM has the interfaces this module was written against, then makes vLLM build a
+:class:`PushmaskBackend` where it would build ``XgrammarBackend``, and validate requests with
+pushmask's front ends instead of xgrammar's::
+
+    PUSHMASK_VLLM=1 vllm serve MODEL --structured-outputs-config.backend xgrammar
+
+(``auto`` also lands on pushmask whenever the request passes pushmask's validation.)
+
+Options, read from the environment when the backend is built:
+
+- ``PUSHMASK_VLLM_MAX_WHITESPACE=N``: cap each run of JSON whitespace at N characters (flexible
+  whitespace only).  Unset, the language is exactly JSON's, as with xgrammar.
+
+vLLM's ``structured_outputs_config.disable_any_whitespace`` selects compact JSON (``,`` and ``:``
+with no whitespace), as it does for xgrammar.  Structural tags are not supported.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+try:
+    import vllm
+    from vllm.v1.structured_output.backend_types import (
+        StructuredOutputBackend,
+        StructuredOutputGrammar,
+        StructuredOutputOptions,
+    )
+except ImportError as exc:  # pragma: no cover - only without vLLM
+    raise ImportError(
+        "pushmask.integrations.vllm needs vLLM (v1 structured outputs, tested with 0.32); "
+        f"importing it failed: {exc}"
+    ) from exc
+
+from ..grammar import ir
+from ..masks.compiler import CompiledGrammar, GrammarCompiler
+from ..masks.matcher import GrammarMatcher
+from ..masks.vocab import TokenizerInfo
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _guard_llvmlite_against_vllm_kernel_scan() -> None:
+    """Keep numba's llvmlite from crashing vLLM's CPU engine start.
+
+    vLLM (0.32, CPU platform) rebinds Triton kernels by scanning every module attribute and
+    calling ``vars(value).get(...)`` on each one that ``hasattr(value, "__dict__")``.  llvmlite's
+    ``ffi.lib`` wraps any attribute name lazily, ``__dict__`` included, so ``vars()`` returns a
+    function wrapper and the engine dies with "'_lib_fn_wrapper' object has no attribute 'get'"
+    whenever numba was imported first -- as it is once this module (pushmask) is imported by the
+    plugin loader, with or without PUSHMASK_VLLM.  Make the wrapper refuse dunder names, as an
+    ordinary object would; llvmlite itself only looks up LLVMPY_* names through it.
+    """
+    try:
+        from llvmlite.binding import ffi
+    except ImportError:  # pragma: no cover - numba always brings llvmlite
+        return
+    cls = type(getattr(ffi, "lib", None))
+    original = cls.__dict__.get("__getattr__")
+    if original is None or getattr(original, "_pushmask_guard", False):
+        return
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return original(self, name)
+
+    __getattr__._pushmask_guard = True
+    cls.__getattr__ = __getattr__
+
+
+_guard_llvmlite_against_vllm_kernel_scan()
+
+__all__ = [
+    "PushmaskBackend",
+    "PushmaskGrammar",
+    "register",
+    "check_vllm_compatibility",
+    "validate_pushmask_request",
+    "ENV_ENABLE",
+]
+
+# A child of vLLM's "vllm" logger, so the messages come out in vLLM's format and stream.
+logger = logging.getLogger("vllm.pushmask")
+
+ENV_ENABLE = "PUSHMASK_VLLM"
+ENV_MAX_WHITESPACE = "PUSHMASK_VLLM_MAX_WHITESPACE"
+
+# vLLM versions whose structured-output interfaces this module was checked against.  Another
+# version still works when the signatures match (a warning is logged); it is refused when not.
+TESTED_VLLM_VERSIONS = ("0.32.",)
+
+# The abstract methods and parameter names of the vLLM base classes we implement.
+_EXPECTED_SIGNATURES: dict[type, dict[str, tuple[str, ...]]] = {
+    StructuredOutputBackend: {
+        "compile_grammar": ("self", "request_type", "grammar_spec", "stop_token_ids"),
+        "allocate_token_bitmask": ("self", "max_num_seqs"),
+        "destroy": ("self",),
+    },
+    StructuredOutputGrammar: {
+        "accept_tokens": ("self", "request_id", "tokens"),
+        "validate_tokens": ("self", "tokens"),
+        "rollback": ("self", "num_tokens"),
+        "fill_bitmask": ("self", "bitmask", "batch_index"),
+        "is_terminated": ("self",),
+        "reset": ("self",),
+    },
+}
+_EXPECTED_BACKEND_FIELDS = ("vllm_config", "tokenizer", "vocab_size")
+_HANDLED_OPTIONS = {"JSON", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE", "STRUCTURAL_TAG"}
+
+# Compiled grammars kept per backend, so repeated schemas reuse their already computed masks.
+_COMPILED_CACHE_ENTRIES = 128
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _env_max_whitespace() -> int | None:
+    raw = os.environ.get(ENV_MAX_WHITESPACE, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_MAX_WHITESPACE} must be a non-negative integer, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{ENV_MAX_WHITESPACE} must be a non-negative integer, got {raw!r}")
+    return value
+
+
+def _grammar_is_likely_lark(text: str) -> bool:
+    """vLLM's own test for Lark syntax, so GRAMMAR requests split the way they do for xgrammar."""
+    from vllm.v1.structured_output.utils import grammar_is_likely_lark
+
+    return grammar_is_likely_lark(text)
+
+
+def choice_grammar(choices: list[str]) -> ir.Grammar:
+    """The grammar matching exactly one of the given strings (built as IR: no escaping)."""
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+        raise ValueError(f"a choice request needs a non-empty list of strings, got {choices!r}")
+    return ir.Grammar({"root": ir.alt(*(ir.lit(c) for c in choices))}, root="root")
+
+
+def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tuple[str, Any]:
+    """Turn a vLLM (request type, spec) pair into (pushmask front end, argument)."""
+    name = request_type.name
+    if name == "JSON":
+        schema = json.loads(grammar_spec) if isinstance(grammar_spec, str) else grammar_spec
+        return "json", schema
+    if name == "JSON_OBJECT":
+        return "json", {"type": "object"}
+    if name == "REGEX":
+        return "regex", grammar_spec
+    if name == "GRAMMAR":
+        return ("lark" if _grammar_is_likely_lark(grammar_spec) else "ebnf"), grammar_spec
+    if name == "CHOICE":
+        choices = json.loads(grammar_spec) if isinstance(grammar_spec, str) else grammar_spec
+        return "choice", choices
+    if name == "STRUCTURAL_TAG":
+        raise ValueError("pushmask does not support structural tags; unset PUSHMASK_VLLM to use xgrammar")
+    raise ValueError(f"unsupported structured output request type {request_type!s}")
+
+
+def _json_options(compact: bool, max_whitespace: int | None) -> dict[str, Any]:
+    if compact:
+        return {"whitespace": "compact"}
+    return {"whitespace": "flexible", "max_whitespace": max_whitespace}
+
+
+def _grammar_ir(kind: str, arg: Any, *, compact: bool, max_whitespace: int | None) -> ir.Grammar:
+    """The IR of a request, without building its automaton (used to validate requests cheaply)."""
+    if kind == "json":
+        from ..grammar.json_schema import json_schema_to_grammar
+
+        return json_schema_to_grammar(arg, **_json_options(compact, max_whitespace))
+    if kind == "regex":
+        from ..grammar.regex import parse_regex
+
+        return parse_regex(arg)
+    if kind == "lark":
+        from ..grammar.lark_frontend import parse_lark
+
+        return parse_lark(arg, start="start")
+    if kind == "ebnf":
+        from ..grammar.ebnf import parse_ebnf
+
+        return parse_ebnf(arg, root="root")
+    if kind == "choice":
+        return choice_grammar(arg)
+    raise AssertionError(kind)
+
+
+@dataclass
+class PushmaskBackend(StructuredOutputBackend):
+    """Engine-level backend: one GrammarCompiler (and its mask cache) for the model's tokenizer."""
+
+    def __post_init__(self):
+        from vllm.utils.mistral import is_mistral_tokenizer
+
+        if is_mistral_tokenizer(self.tokenizer):
+            raise ValueError(
+                "pushmask's vLLM backend reads Hugging Face tokenizers; start vLLM with "
+                "--tokenizer-mode hf, or unset PUSHMASK_VLLM to use xgrammar with mistral-common"
+            )
+        config = self.vllm_config
+        so_config = getattr(config, "structured_outputs_config", None)
+        self.compact_json = bool(getattr(so_config, "disable_any_whitespace", False))
+        self.max_whitespace = _env_max_whitespace()
+        self.num_speculative_tokens = _num_speculative_tokens(config)
+        self.tokenizer_info = TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
+        self.compiler = GrammarCompiler(self.tokenizer_info)
+        self._compiled: OrderedDict[tuple[str, str], CompiledGrammar] = OrderedDict()
+        self._compiled_lock = threading.Lock()
+        logger.info(
+            "pushmask backend ready: vocab_size=%d, stop tokens %s, %s JSON whitespace%s, rollback depth %d",
+            self.vocab_size,
+            list(self.tokenizer_info.stop_token_ids),
+            "compact" if self.compact_json else "flexible",
+            f" (runs capped at {self.max_whitespace})" if self.max_whitespace is not None else "",
+            self.num_speculative_tokens,
+        )
+
+    def compile_grammar(
+        self,
+        request_type: StructuredOutputOptions,
+        grammar_spec: str,
+        stop_token_ids: set[int] | None = None,
+    ) -> StructuredOutputGrammar:
+        compiled = self._compiled_grammar(request_type, grammar_spec)
+        stops = sorted(int(t) for t in stop_token_ids) if stop_token_ids else None
+        if stops is not None:
+            stops = [t for t in stops if 0 <= t < self.vocab_size]  # ids the model cannot emit never stop it
+        matcher = GrammarMatcher(
+            compiled,
+            override_stop_tokens=stops or None,
+            max_rollback_tokens=self.num_speculative_tokens,
+        )
+        # A request's stop ids may be ordinary text tokens (SamplingParams.stop_token_ids=[198]).
+        vocab = self.tokenizer_info.decoded_vocab
+        text_stops = [t for t in matcher.stop_token_ids if vocab[t]]
+        return PushmaskGrammar(matcher, text_stop_tokens=text_stops)
+
+    def _compiled_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
+        """Compile, or reuse the CompiledGrammar of an identical earlier request (its masks included)."""
+        key = (request_type.name, grammar_spec)
+        with self._compiled_lock:
+            hit = self._compiled.get(key)
+            if hit is not None:
+                self._compiled.move_to_end(key)
+                return hit
+        kind, arg = _parse_spec(request_type, grammar_spec)
+        if kind == "json":
+            compiled = self.compiler.compile_json_schema(arg, **_json_options(self.compact_json, self.max_whitespace))
+        elif kind == "regex":
+            compiled = self.compiler.compile_regex(arg)
+        elif kind == "lark":
+            compiled = self.compiler.compile_lark(arg)
+        elif kind == "ebnf":
+            compiled = self.compiler.compile_grammar(arg)
+        else:
+            compiled = self.compiler.compile_ir(choice_grammar(arg))
+        with self._compiled_lock:
+            self._compiled[key] = compiled
+            while len(self._compiled) > _COMPILED_CACHE_ENTRIES:
+                self._compiled.popitem(last=False)
+        return compiled
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> "torch.Tensor":
+        """int32 [max_num_seqs, ceil(vocab_size / 32)], every bit set (all tokens allowed)."""
+        import torch
+
+        return torch.full((max_num_seqs, math.ceil(self.vocab_size / 32)), -1, dtype=torch.int32)
+
+    def destroy(self):
+        with self._compiled_lock:
+            self._compiled.clear()
+        self.compiler.clear_cache()
+
+
+def _num_speculative_tokens(config) -> int:
+    """How many draft tokens per step vLLM may roll back (the bitmask rows it fills per request, less one)."""
+    value = getattr(config, "num_speculative_tokens", None)  # a property in vLLM 0.32
+    if value is None:
+        spec = getattr(config, "speculative_config", None)
+        value = getattr(spec, "num_speculative_tokens", None) if spec is not None else None
+    return int(value or 0)
+
+
+class PushmaskGrammar(StructuredOutputGrammar):
+    """Request-level state: one GrammarMatcher, guarded by a lock because vLLM fills bitmasks
+    from a thread pool for large batches."""
+
+    def __init__(self, matcher: GrammarMatcher, text_stop_tokens: list[int] = ()):
+        self.matcher = matcher
+        # Stop ids that are also text tokens: the matcher's mask may allow them as text, but
+        # accept_token treats them as stop tokens (refused until the grammar can end), so
+        # fill_bitmask clears them until then -- vLLM's contract: "masked until the grammar
+        # terminates", and what xgrammar does.
+        self.text_stop_tokens = tuple(text_stop_tokens)
+        self.num_processed_tokens = 0
+        self._is_terminated = False
+        self._lock = threading.RLock()
+
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        """Advance over `tokens`.  True when all were accepted (tokens after the one that
+        terminated the grammar are ignored); False, with the state left as it was, otherwise."""
+        with self._lock:
+            if self._is_terminated:
+                return True
+            accepted = self._advance(tokens)
+            if accepted is None:
+                logger.error("pushmask rejected tokens %s for request %s", list(tokens), request_id)
+                return False
+            self.num_processed_tokens += accepted
+            self._is_terminated = self.matcher.is_terminated()
+            return True
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        """The longest prefix of `tokens` the grammar accepts from here (stopping after a token
+        that terminates it).  Leaves the state unchanged."""
+        with self._lock:
+            if self._is_terminated:
+                return []
+            matcher = self.matcher
+            accepted: list[int] = []
+            with _unbounded_history(matcher):
+                for token in tokens:
+                    if not self._accept_one(token):
+                        break
+                    accepted.append(token)
+                    if matcher.is_terminated():
+                        break
+                matcher.rollback(len(accepted))
+            return accepted
+
+    def rollback(self, num_tokens: int) -> None:
+        with self._lock:
+            self.matcher.rollback(num_tokens)
+            self.num_processed_tokens -= num_tokens
+            self._is_terminated = self.matcher.is_terminated()
+
+    def fill_bitmask(self, bitmask: "torch.Tensor", batch_index: int) -> None:
+        with self._lock:
+            self.matcher.fill_next_token_bitmask(bitmask, batch_index)
+            if self.text_stop_tokens and not self.matcher.can_end():
+                row = bitmask[batch_index]
+                for token in self.text_stop_tokens:
+                    _clear_bit(row, token)
+
+    def is_terminated(self) -> bool:
+        return self._is_terminated
+
+    def reset(self):
+        with self._lock:
+            self.matcher.reset()
+            self.num_processed_tokens = 0
+            self._is_terminated = False
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _accept_one(self, token: int) -> bool:
+        """One token; an id outside the vocabulary is a rejection, not an exception."""
+        try:
+            return self.matcher.accept_token(token)
+        except ValueError:
+            return False
+
+    def _advance(self, tokens: list[int]) -> int | None:
+        """Accept tokens up to the one that terminates; the count, or None (and no change) on a rejection."""
+        matcher = self.matcher
+        accepted = 0
+        with _unbounded_history(matcher):
+            for token in tokens:
+                if not self._accept_one(token):
+                    matcher.rollback(accepted)
+                    return None
+                accepted += 1
+                if matcher.is_terminated():
+                    break
+        return accepted
+
+
+def _clear_bit(row, token: int) -> None:
+    """Forbid `token` in one int32 bitmask row (torch or numpy), keeping the word's int32 sign."""
+    word_index, bit = divmod(token, 32)
+    word = (int(row[word_index]) & 0xFFFFFFFF) & ~(1 << bit)
+    row[word_index] = word - (1 << 32) if word >= 1 << 31 else word
+
+
+class _unbounded_history:
+    """Let the matcher keep every state while a few tokens are tried, so they can all be undone
+    even past max_rollback_tokens; the bound applies again from the next accepted token."""
+
+    def __init__(self, matcher: GrammarMatcher, text_stop_tokens: list[int] = ()):
+        self.matcher = matcher
+        # Stop ids that are also text tokens: the matcher's mask may allow them as text, but
+        # accept_token treats them as stop tokens (refused until the grammar can end), so
+        # fill_bitmask clears them until then -- vLLM's contract: "masked until the grammar
+        # terminates", and what xgrammar does.
+        self.text_stop_tokens = tuple(text_stop_tokens)
+
+    def __enter__(self):
+        self.saved = self.matcher.max_rollback_tokens
+        self.matcher.max_rollback_tokens = -1
+
+    def __exit__(self, *exc):
+        self.matcher.max_rollback_tokens = self.saved
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Request validation (runs in vLLM's front end, before a request reaches the engine).
+
+
+def validate_pushmask_request(sampling_params) -> None:
+    """Replacement for vLLM's ``validate_xgrammar_grammar``: reject, with a 400-style
+    VLLMValidationError, what pushmask cannot compile, and accept what it can (including JSON
+    Schema features xgrammar lacks).  Only builds IR, never masks, so it is cheap."""
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import check_json_nesting
+
+    params = sampling_params.structured_outputs
+    if params is None:
+        return
+    if params.structural_tag:
+        raise VLLMValidationError("structural_tag is not supported by the pushmask backend (PUSHMASK_VLLM=1)")
+    if params.regex is not None:
+        if "\x00" in params.regex:
+            raise ValueError("structured_outputs.regex must not contain a NUL character ('\\x00')")
+        kind, arg = "regex", params.regex
+    elif params.choice is not None:
+        kind, arg = "choice", params.choice
+    elif params.json is not None:
+        check_json_nesting(params.json)
+        if isinstance(params.json, str):
+            try:
+                arg = json.loads(params.json)
+            except json.JSONDecodeError as exc:
+                raise VLLMValidationError("Invalid JSON grammar specification.") from exc
+        else:
+            arg = params.json
+        kind = "json"
+    elif params.json_object:
+        kind, arg = "json", {"type": "object"}
+    elif params.grammar is not None:
+        kind = "lark" if _grammar_is_likely_lark(params.grammar) else "ebnf"
+        arg = params.grammar
+    else:
+        return
+    try:
+        # Compact or flexible whitespace does not change whether a constraint compiles.
+        _grammar_ir(kind, arg, compact=False, max_whitespace=_env_max_whitespace())
+    except Exception as exc:  # every front-end error becomes a request error, never a crash
+        raise VLLMValidationError(f"pushmask cannot compile this {kind} constraint: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation.
+
+
+def check_vllm_compatibility() -> list[str]:
+    """Problems that make routing unsafe (empty when the installed vLLM matches); also warns
+    about an untested but compatible version."""
+    problems: list[str] = []
+    for base, methods in _EXPECTED_SIGNATURES.items():
+        abstract = set(getattr(base, "__abstractmethods__", ()))
+        if abstract != set(methods):
+            problems.append(
+                f"{base.__name__} abstract methods are {sorted(abstract)}, expected {sorted(methods)}"
+            )
+        for name, params in methods.items():
+            func = getattr(base, name, None)
+            if func is None:
+                continue
+            got = tuple(inspect.signature(func).parameters)
+            if got != params:
+                problems.append(f"{base.__name__}.{name}{got} differs from the expected {params}")
+    got_fields = tuple(f.name for f in fields(StructuredOutputBackend))
+    if got_fields != _EXPECTED_BACKEND_FIELDS:
+        problems.append(f"StructuredOutputBackend fields {got_fields}, expected {_EXPECTED_BACKEND_FIELDS}")
+    options = {o.name for o in StructuredOutputOptions}
+    if not options <= _HANDLED_OPTIONS:
+        problems.append(f"unknown StructuredOutputOptions {sorted(options - _HANDLED_OPTIONS)}")
+    import vllm.v1.structured_output as so
+    import vllm.v1.structured_output.backend_xgrammar as bx
+
+    if not hasattr(so, "XgrammarBackend"):
+        problems.append("vllm.v1.structured_output no longer names XgrammarBackend (where the backend is built)")
+    if not hasattr(bx, "validate_xgrammar_grammar"):
+        problems.append("vllm.v1.structured_output.backend_xgrammar has no validate_xgrammar_grammar")
+    return problems
+
+
+_registered = False
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point.  With PUSHMASK_VLLM=1, route vLLM's
+    ``xgrammar`` backend to pushmask; otherwise do nothing.  Safe to call more than once."""
+    global _registered
+    if not _env_flag(ENV_ENABLE):
+        return
+    if _registered:
+        return
+    version = getattr(vllm, "__version__", "unknown")
+    problems = check_vllm_compatibility()
+    if problems:
+        raise RuntimeError(
+            f"{ENV_ENABLE}=1 but vLLM {version} does not have the structured-output interfaces "
+            "pushmask was written for: " + "; ".join(problems) + f". Unset {ENV_ENABLE} to use xgrammar."
+        )
+    if not version.startswith(TESTED_VLLM_VERSIONS):
+        logger.warning("pushmask was tested with vLLM %s; vLLM %s has matching interfaces, routing anyway",
+                       "/".join(v + "x" for v in TESTED_VLLM_VERSIONS), version)
+    import vllm.v1.structured_output as so
+    import vllm.v1.structured_output.backend_xgrammar as bx
+
+    # StructuredOutputManager.grammar_init builds `XgrammarBackend(...)` from its module globals;
+    # the validator is imported from backend_xgrammar at each call site, inside functions.
+    so.XgrammarBackend = PushmaskBackend
+    bx.XgrammarBackend = PushmaskBackend
+    bx.validate_xgrammar_grammar = validate_pushmask_request
+    _registered = True
+    # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
+    # override of a backend name should be visible in every process's log.
+    logger.warning("pushmask: vLLM %s structured-output backend 'xgrammar' now routes to pushmask (%s=1)",
+                   version, ENV_ENABLE)
+
+
+def is_registered() -> bool:
+    """True once register() has routed the xgrammar backend to pushmask in this process."""
+    return _registered
