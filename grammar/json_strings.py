@@ -1190,14 +1190,10 @@ def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, 
     return json_string_expr(dfa, pointer, keyword)
 
 
-_DUMPS_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
-
-
 def string_literal_expr(value: str) -> Expr:
     """The JSON spellings of exactly the string `value` that json.dumps writes (for const, enum
-    and property names): each character raw, or as json.dumps escapes it -- short escapes and
-    lowercase \\uXXXX for control characters, and for non-ASCII characters either raw UTF-8
-    (ensure_ascii=False) or lowercase \\uXXXX / surrogate pairs (ensure_ascii=True).
+    and property names): each character as json.dumps writes it with ensure_ascii=True or False
+    (raw, short escapes, lowercase \\uXXXX, surrogate pairs).
 
     Other legal spellings (\\u0061 for "a", upper-case hex) decode to the same value but are not
     accepted: a key like "name" stays one literal instead of an automaton per character, which
@@ -1205,14 +1201,8 @@ def string_literal_expr(value: str) -> Expr:
     """
     parts: list[Expr] = [lit('"')]
     for ch in value:
-        if ch in _DUMPS_ESCAPES:
-            parts.append(lit(_DUMPS_ESCAPES[ch]))
-        elif ord(ch) < 0x20:
-            parts.append(lit(f"\\u{ord(ch):04x}"))
-        elif ord(ch) < 0x80:
-            parts.append(lit(ch))
-        else:
-            parts.append(alt(lit(ch), lit(json.dumps(ch)[1:-1])))
+        spellings = {json.dumps(ch)[1:-1], json.dumps(ch, ensure_ascii=False)[1:-1]}
+        parts.append(alt(*(lit(s) for s in sorted(spellings))))
     parts.append(lit('"'))
     return seq(*parts)
 
