@@ -8,6 +8,7 @@ rules produce the same DFA, which is what lets masks be shared across grammars.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 from ..grammar.errors import BudgetExceededError
@@ -63,7 +64,7 @@ class _Nfa:
         self.refs.append([])
         return len(self.eps) - 1
 
-    def byte_path(self, start: int, ranges: list[tuple[int, int]], end: int) -> None:
+    def byte_path(self, start: int, ranges, end: int) -> None:
         """Edges from start to end through fresh states, one byte range per step."""
         here = start
         for i, (lo, hi) in enumerate(ranges):
@@ -143,20 +144,33 @@ def _fsm_states(fsm: CharFsm) -> list[int]:
     return sorted(seen)
 
 
+MINIMIZE_UP_TO = 2000
+"""DFAs larger than this are not minimised: Moore refinement is quadratic on long chains, and
+minimisation only buys mask sharing and fewer states, never correctness."""
+
+
 def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     """Thompson NFA -> subset construction -> trim -> minimise -> breadth-first numbering."""
-    nfa = _Nfa(max_states)
-    start = nfa.new_state()
-    final = nfa.build(body, start)
-    accepting, byte_edges, ref_edges = _determinize(nfa, start, final, max_states)
-    accepting, byte_edges, ref_edges = _trim(accepting, byte_edges, ref_edges)
-    if not accepting:
-        # The empty language: one dead start state (callers reject empty grammars before this).
-        return RuleDfa([False], [[]], [[]], list(nfa.ref_index))
-    if len(accepting) <= 5000:
-        accepting, byte_edges, ref_edges = _minimize(accepting, byte_edges, ref_edges)
-    accepting, byte_edges, ref_edges = _bfs_renumber(accepting, byte_edges, ref_edges)
-    return RuleDfa(accepting, byte_edges, ref_edges, list(nfa.ref_index))
+    # The construction allocates many small lists that never form cycles: pausing the cyclic
+    # garbage collector avoids repeated full scans of them.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        nfa = _Nfa(max_states)
+        start = nfa.new_state()
+        final = nfa.build(body, start)
+        accepting, byte_edges, ref_edges = _determinize(nfa, start, final, max_states)
+        accepting, byte_edges, ref_edges = _trim(accepting, byte_edges, ref_edges)
+        if not accepting:
+            # The empty language: one dead start state (callers reject empty grammars before this).
+            return RuleDfa([False], [[]], [[]], list(nfa.ref_index))
+        if len(accepting) <= MINIMIZE_UP_TO:
+            accepting, byte_edges, ref_edges = _minimize(accepting, byte_edges, ref_edges)
+        accepting, byte_edges, ref_edges = _bfs_renumber(accepting, byte_edges, ref_edges)
+        return RuleDfa(accepting, byte_edges, ref_edges, list(nfa.ref_index))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _determinize(nfa: _Nfa, start: int, final: int, max_states: int):
@@ -216,19 +230,29 @@ def _determinize(nfa: _Nfa, start: int, final: int, max_states: int):
 
 
 def _split_intervals(edges, closure_of_set, state_id) -> list[tuple[int, int, int]]:
-    """Overlapping (lo, hi, nfa_target) ranges -> disjoint (lo, hi, dfa_target) ranges."""
+    """Overlapping (lo, hi, nfa_target) ranges -> disjoint (lo, hi, dfa_target) ranges (a sweep)."""
     if not edges:
         return []
     if len(edges) == 1:
         lo, hi, dst = edges[0]
         return [(lo, hi, state_id(closure_of_set((dst,))))]
-    cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+    events: dict[int, list] = {}
+    for lo, hi, dst in edges:
+        events.setdefault(lo, []).append((1, dst))
+        events.setdefault(hi + 1, []).append((-1, dst))
+    active: dict[int, int] = {}
     out: list[tuple[int, int, int]] = []
-    for a, b in zip(cuts, cuts[1:]):
-        targets = [dst for lo, hi, dst in edges if lo <= a and b - 1 <= hi]
-        if not targets:
+    points = sorted(events)
+    for a, b in zip(points, points[1:]):
+        for delta, dst in events[a]:
+            count = active.get(dst, 0) + delta
+            if count:
+                active[dst] = count
+            else:
+                active.pop(dst, None)
+        if not active:
             continue
-        target = state_id(closure_of_set(targets))
+        target = state_id(closure_of_set(active))
         if out and out[-1][2] == target and out[-1][1] == a - 1:
             out[-1] = (out[-1][0], b - 1, target)
         else:

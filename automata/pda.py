@@ -202,58 +202,61 @@ def _follow_bytes(dfas: list[RuleDfa], index: dict[str, int]) -> np.ndarray:
 
     A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
     every context, so the offline mask can decide it instead of leaving it uncertain.
+    Byte sets are Python ints used as 256-bit sets.
     """
     n = len(dfas)
-    # nullable_state[r][s]: the rule can finish from state s without consuming a byte.
-    nullable_state = [list(dfa.accepting) for dfa in dfas]
+    callees = [[[(index[dfa.refs[r]], t) for r, t in dfa.ref_edges[s]] for s in range(dfa.num_states)] for dfa in dfas]
+    # nullable[r][s]: the rule can finish from state s without consuming a byte.
+    nullable = [list(dfa.accepting) for dfa in dfas]
     changed = True
     while changed:
         changed = False
         for r, dfa in enumerate(dfas):
+            row = nullable[r]
             for s in range(dfa.num_states):
-                if nullable_state[r][s]:
-                    continue
-                for ref_index, t in dfa.ref_edges[s]:
-                    callee = index[dfa.refs[ref_index]]
-                    if nullable_state[callee][0] and nullable_state[r][t]:
-                        nullable_state[r][s] = True
-                        changed = True
-                        break
-    # first[r][s]: bytes consumable first from state s of rule r (entering callees as needed).
-    first = [[np.zeros(256, dtype=bool) for _ in range(dfa.num_states)] for dfa in dfas]
-    for r, dfa in enumerate(dfas):
-        for s in range(dfa.num_states):
-            for lo, hi, _ in dfa.byte_edges[s]:
-                first[r][s][lo : hi + 1] = True
-    changed = True
-    while changed:
-        changed = False
-        for r, dfa in enumerate(dfas):
-            for s in range(dfa.num_states):
-                row = first[r][s]
-                before = int(row.sum())
-                for ref_index, t in dfa.ref_edges[s]:
-                    callee = index[dfa.refs[ref_index]]
-                    row |= first[callee][0]
-                    if nullable_state[callee][0]:
-                        row |= first[r][t]
-                if int(row.sum()) != before:
+                if not row[s] and any(nullable[c][0] and row[t] for c, t in callees[r][s]):
+                    row[s] = True
                     changed = True
-    follow = np.zeros((n, 256), dtype=bool)
+    # first[r][s]: bytes consumable first from state s of rule r (entering callees as needed).
+    first = []
+    for dfa in dfas:
+        rows = []
+        for edges in dfa.byte_edges:
+            bits = 0
+            for lo, hi, _ in edges:
+                bits |= ((1 << (hi - lo + 1)) - 1) << lo
+            rows.append(bits)
+        first.append(rows)
+    with_refs = [(r, s) for r, dfa in enumerate(dfas) for s in range(dfa.num_states) if callees[r][s]]
     changed = True
     while changed:
         changed = False
-        for r, dfa in enumerate(dfas):
-            for s in range(dfa.num_states):
-                for ref_index, t in dfa.ref_edges[s]:
-                    callee = index[dfa.refs[ref_index]]
-                    before = int(follow[callee].sum())
-                    follow[callee] |= first[r][t]
-                    if nullable_state[r][t]:
-                        follow[callee] |= follow[r]
-                    if int(follow[callee].sum()) != before:
-                        changed = True
-    return follow.astype(np.int32)
+        for r, s in with_refs:
+            bits = first[r][s]
+            for c, t in callees[r][s]:
+                bits |= first[c][0]
+                if nullable[c][0]:
+                    bits |= first[r][t]
+            if bits != first[r][s]:
+                first[r][s] = bits
+                changed = True
+    follow = [0] * n
+    changed = True
+    while changed:
+        changed = False
+        for r, s in with_refs:
+            for c, t in callees[r][s]:
+                bits = follow[c] | first[r][t]
+                if nullable[r][t]:
+                    bits |= follow[r]
+                if bits != follow[c]:
+                    follow[c] = bits
+                    changed = True
+    out = np.zeros((n, 256), dtype=np.int32)
+    for r, bits in enumerate(follow):
+        if bits:
+            out[r] = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+    return out
 
 
 def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _LENGTH_BANDS = ((0x0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, 0x10FFFF))
 _SURROGATES = (0xD800, 0xDFFF)
 
 
-def utf8_byte_ranges(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+@lru_cache(maxsize=65536)
+def utf8_byte_ranges(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Split [lo, hi] into byte-range sequences; each sequence matches one slice of the range.
 
     Surrogates (U+D800..U+DFFF) are skipped: UTF-8 cannot encode them.
@@ -25,7 +28,7 @@ def utf8_byte_ranges(lo: int, hi: int) -> list[list[tuple[int, int]]]:
             a, b = max(plo, band_lo), min(phi, band_hi)
             if a <= b:
                 _split_same_length(a, b, out)
-    return out
+    return tuple(tuple(seq) for seq in out)
 
 
 def _split_same_length(lo: int, hi: int, out: list) -> None:

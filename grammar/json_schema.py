@@ -1,0 +1,1697 @@
+"""JSON Schema -> grammar IR: the structural part (objects, arrays, combinators, references).
+
+`json_schema_to_grammar(schema, ...)` returns a `Grammar` whose language is a set of JSON texts
+every one of which validates against `schema` (soundness), and which contains the usual
+serialisations of valid instances (completeness) within the documented limits below.
+
+How it works
+------------
+1. The document is checked against its metaschema (`SchemaError` with a JSON pointer), then
+   rewritten into draft 2020-12 spelling with absolute `$ref`s (json_schema_docs.py) and
+   registered with `referencing`, which resolves `$id`, `$anchor` and JSON pointers.
+2. Each subschema is turned into *disjunctive normal form*: a list of "flat" conjunctions
+   (plain keyword dicts without allOf/anyOf/oneOf/not/if/dependent*), by merging allOf
+   branches, distributing anyOf/oneOf over their siblings, rewriting if/then/else and
+   dependencies as anyOf, and pushing `not` inwards where it has a positive form.
+   Subschemas below properties/items stay lazy (`{"allOf": [a, b]}`) until they are compiled,
+   so recursive schemas never get expanded more than once.
+   oneOf is exact when its branches are provably disjoint (types, consts/enums, bounds, a required
+   discriminator property), when it only rules out a type that two branches accept wholesale,
+   or when every branch can be negated: oneOf [B1..Bn] = anyOf_i (Bi and not Bj, j != i).
+3. Each flat conjunction becomes, per allowed type, a leaf token (json_strings / json_numbers)
+   or an object/array grammar.  Every compiled object/array schema and every `$ref` target gets
+   its own IR rule, memoised by the canonical JSON of the subschema (and the indent depth), so
+   identical subschemas share a rule and recursion becomes a recursive rule.  An object with
+   many optional members is split into "members" checkpoint rules every few members, so no rule
+   body grows quadratically (or exponentially, with min/maxProperties).
+
+Documented limits (completeness, never soundness)
+------------------------------------------------
+- Object members come out in definition order: the properties of `properties` in the order the
+  schema lists them (required ones cannot be skipped, optional ones may be), then `required`
+  names not listed in `properties`, then any other members (additionalProperties /
+  patternProperties).  When allOf/$ref/anyOf branches are merged, the node's own properties
+  come first, then each branch's new ones in branch order.  An instance serialised with another
+  key order is rejected, as with XGrammar and llguidance.  `const`/`enum` objects are accepted
+  in the key order given.
+- "integer" accepts integer literals and, from draft 6 on, zero fractions such as 1.0 (as the
+  json_numbers leaf does); exponent spellings of integers (1e2) are not accepted.
+- `format` narrows strings (sound), although `jsonschema` treats it as an annotation.
+- Duplicate member names are not prevented among additional members (json.loads keeps the
+  last one); with minProperties that could over-count, which we accept as a documented gap.
+- With `indent`, nesting deeper than `INDENT_DEPTH_LIMIT` levels falls back to flexible
+  whitespace (still valid JSON for the schema).
+
+What cannot be expressed exactly (uniqueItems, overlapping oneOf branches, most `not`s,
+maxContains without a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
+pointer)`; with `lenient=True` it is widened instead and `warnings.warn` says what was widened.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable
+from urllib.parse import urldefrag
+
+import jsonschema
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from .errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
+from .ir import (
+    EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
+    iter_refs, lit, rep, seq,
+)
+from .json_schema_docs import DEFAULT_BASE, draft_of, normalize_document, translate_pointer
+
+__all__ = ["json_schema_to_grammar", "INDENT_DEPTH_LIMIT"]
+
+INDENT_DEPTH_LIMIT = 12
+"""Nesting depth up to which `indent=` layout is exact; deeper values use flexible whitespace."""
+
+MAX_RULES = 20_000
+MAX_BRANCHES = 512
+MAX_INLINE_DEPTH = 40
+MAX_OBJECT_EXPR = 40_000
+MAX_PATTERN_GROUPS = 5
+
+ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+_WS_RANGES = ((9, 10), (13, 13), (32, 32))
+
+# Keywords that constrain nothing (annotations, containers of definitions, identifiers).
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
+    "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor", "$defs",
+    "definitions", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "discriminator", "nullable",
+})
+# Keywords that stay in a flat conjunction (merged by `_merge_flat`).
+FLAT_KEYS = frozenset({
+    "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
+    "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
+    "unevaluatedProperties", "unevaluatedItems",
+})
+_APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
+                "dependentSchemas", "$dynamicRef", "$recursiveRef")
+_KNOWN = FLAT_KEYS | ANNOTATIONS | set(_APPLICATORS) | {"const"}
+
+
+def _canon(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json_equal(a, b) -> bool:
+    """JSON Schema equality: 1 == 1.0, but True != 1; objects ignore key order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _is_true(schema) -> bool:
+    return schema is True or (isinstance(schema, dict) and not (set(schema) & (_KNOWN - ANNOTATIONS)))
+
+
+def _types_of(flat: dict) -> set[str]:
+    """Allowed JSON types; "integer" stands for integers only, "number" includes them."""
+    t = flat.get("type")
+    if t is None:
+        return set(ALL_TYPES)
+    out = set([t] if isinstance(t, str) else t)
+    if "number" in out:
+        out.add("integer")
+    return out
+
+
+@dataclass(frozen=True)
+class _RefMarker:
+    """A conjunction that is exactly one `$ref` (compiled as a reference to the target's rule)."""
+
+    uri: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout: where whitespace goes.
+
+
+class _Layout:
+    """Token separators for one nesting depth.
+
+    depth None means "depth-independent": flexible or compact whitespace, or fixed separators.
+    With indent, depth d gives json.dumps(indent=N) text at that depth.
+    """
+
+    def __init__(self, whitespace: str, indent, max_whitespace, separators):
+        if whitespace not in ("flexible", "compact"):
+            raise ValueError(f"whitespace must be 'flexible' or 'compact', got {whitespace!r}")
+        if max_whitespace is not None and (not isinstance(max_whitespace, int) or max_whitespace < 0):
+            raise ValueError(f"max_whitespace must be a non-negative int, got {max_whitespace!r}")
+        if isinstance(indent, int) and not isinstance(indent, bool):
+            indent = " " * indent if indent >= 0 else None
+        elif indent is not None and not isinstance(indent, str):
+            raise ValueError(f"indent must be an int or a string, got {indent!r}")
+        self.indent = indent
+        if separators is not None:
+            item_sep, key_sep = separators
+        elif indent is not None:
+            item_sep, key_sep = ",", ": "
+        elif whitespace == "compact":
+            item_sep, key_sep = ",", ":"
+        else:
+            item_sep, key_sep = None, None
+        self.fixed = separators is not None or indent is not None or whitespace == "compact"
+        self.item_sep, self.key_sep = item_sep, key_sep
+        cls = CharClass(_WS_RANGES)
+        self.flex_ws = rep(cls, 0, max_whitespace)
+        self.root_ws = EPSILON if self.fixed else self.flex_ws
+
+    def child(self, depth):
+        if self.indent is None or depth is None:
+            return None
+        return depth + 1 if depth + 1 < INDENT_DEPTH_LIMIT else None
+
+    def start_depth(self):
+        return 0 if self.indent is not None else None
+
+    def parts(self, depth, open_: str, close: str):
+        """(open, first_prefix, next_prefix, colon, item_end, close_empty, close_nonempty)."""
+        if self.indent is not None and depth is not None:
+            inner = "\n" + self.indent * (depth + 1)
+            outer = "\n" + self.indent * depth
+            return (lit(open_), lit(inner), lit(self.item_sep + inner), lit(self.key_sep), EPSILON,
+                    lit(close), lit(outer + close))
+        if self.fixed and not (self.indent is not None and depth is None):
+            return (lit(open_), EPSILON, lit(self.item_sep), lit(self.key_sep), EPSILON, lit(close), lit(close))
+        ws = self.flex_ws
+        return (seq(lit(open_), ws), EPSILON, seq(lit(","), ws), seq(ws, lit(":"), ws), ws, lit(close), lit(close))
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiler.
+
+
+class _Compiler:
+    def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
+                 separators, retrieve):
+        self.lenient = lenient
+        self.layout = _Layout(whitespace, indent, max_whitespace, separators)
+        self.addl_default = additional_properties_default
+        self.retrieve_raw = retrieve
+        self.rules: dict[str, Expr] = {}
+        self.memo: dict[tuple, Expr] = {}
+        self.recursed: set[str] = set()
+        self.names: dict[str, int] = {}
+        self.empty_reason: tuple[str, str] | None = None
+        self.inline_depth = 0
+        self.retrieved: list = []
+        self.no_negation = 0
+        self.static_dynamic: str | None = None
+        self.draft = draft_of(schema)
+        root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
+        if self.draft == "draft4" and isinstance(schema, dict) and isinstance(schema.get("id"), str):
+            root_base = schema["id"]
+        self.base = urldefrag(root_base)[0] if root_base and urldefrag(root_base)[0] else DEFAULT_BASE
+        self.root = self._prepare(schema, self.base, self.draft)
+        self.registry = Registry(retrieve=self._retrieve).with_resource(
+            self.base, Resource(self.root, specification=DRAFT202012))
+        self.registry = self.registry.crawl()
+        self.resolver = self.registry.resolver()
+        self.validator_cls = jsonschema.Draft202012Validator
+
+    # -- documents and references ------------------------------------------------------------
+
+    def _prepare(self, doc, base, draft):
+        doc = normalize_document(doc, base, draft)
+        if not self.addl_default:
+            doc = _forbid_additional(doc)
+        return doc
+
+    def _retrieve(self, uri: str) -> Resource:
+        if self.retrieve_raw is None:
+            raise Unresolvable(uri)
+        raw = self.retrieve_raw(uri)
+        self.retrieved.append(raw)
+        draft = draft_of(raw, self.draft)
+        return Resource(self._prepare(raw, uri, draft), specification=DRAFT202012)
+
+    def lookup(self, uri: str, pointer: str):
+        url, frag = urldefrag(uri)
+        errors = []
+        for candidate in (translate_pointer(frag) if frag.startswith("/") else [frag]):
+            target = url + ("#" + candidate if candidate else "")
+            try:
+                return self.resolver.lookup(target).contents
+            except Unresolvable as exc:
+                errors.append(str(exc))
+            except Exception as exc:  # malformed documents from retrieval, bad pointers
+                errors.append(f"{type(exc).__name__}: {exc}")
+        raise SchemaError(f"unresolvable $ref {uri!r} ({errors[0]}); define the target or fix the reference",
+                          pointer)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def unsupported(self, keyword: str, pointer: str, detail: str) -> None:
+        """Raise UnsupportedSchemaError, or under lenient=True warn that the keyword is widened."""
+        if not self.lenient:
+            raise UnsupportedSchemaError(keyword, pointer, detail)
+        warnings.warn(f"pushmask: widened {keyword!r} at {pointer or '#'}: {detail}", stacklevel=4)
+
+    def note_empty(self, pointer: str, why: str) -> None:
+        if self.empty_reason is None:
+            self.empty_reason = (pointer, why)
+
+    def new_rule(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]+", "_", hint).strip("_")[:40] or "r"
+        n = self.names.get(base, 0)
+        self.names[base] = n + 1
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self.rules:
+            n += 1
+            name = f"{base}_{n}"
+        if len(self.rules) >= MAX_RULES:
+            raise BudgetExceededError(f"JSON Schema compiles to more than {MAX_RULES} rules; "
+                                      "simplify the schema or split it")
+        self.rules[name] = NOTHING
+        return name
+
+    def validates(self, schema, instance) -> bool:
+        """jsonschema's verdict for an instance against a (normalised, 2020-12) subschema."""
+        try:
+            validator = self.validator_cls(schema, registry=self.registry)
+            return validator.is_valid(instance)
+        except Exception:  # noqa: BLE001 -- a subschema jsonschema cannot evaluate: be conservative
+            return False
+
+    # -- entry ---------------------------------------------------------------------------------
+
+    def compile(self) -> Grammar:
+        layout = self.layout
+        value = self.value(self.root, "#", layout.start_depth())
+        if self.static_dynamic:
+            key = self.static_dynamic
+            anchor_key = "$dynamicAnchor" if key == "$dynamicRef" else "$recursiveAnchor"
+            if _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved) > 1:
+                raise UnsupportedSchemaError(key, "#", "dynamic scope resolution with several dynamic anchors")
+        self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
+        grammar = Grammar(self.rules, "root")
+        return _prune(grammar, self.empty_reason)
+
+    # -- values --------------------------------------------------------------------------------
+
+    def value(self, schema, pointer: str, depth) -> Expr:
+        """The IR for any JSON text valid against `schema` at indent depth `depth`."""
+        if schema is True or (isinstance(schema, dict) and _is_true(schema)):
+            return self.generic(depth)
+        if schema is False:
+            self.note_empty(pointer, "false schema")
+            return NOTHING
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
+        key = (_canon(schema), depth)
+        hit = self.memo.get(key)
+        if hit is not None:
+            if isinstance(hit, Ref):
+                self.recursed.add(hit.name)
+            return hit
+        name = self.new_rule(_hint(schema, pointer))
+        self.memo[key] = Ref(name)
+        branches = self.dnf(schema, pointer)
+        exprs = []
+        structural = False
+        for branch in branches:
+            if isinstance(branch, _RefMarker):
+                target = self.lookup(branch.uri, pointer)
+                exprs.append(self.value(target, _uri_pointer(branch.uri), depth))
+                structural = True
+            else:
+                expr, is_struct = self.flat(branch, pointer, depth)
+                exprs.append(expr)
+                structural |= is_struct
+        body = alt(*exprs) if exprs else NOTHING
+        if body == NOTHING and not branches:
+            self.note_empty(pointer, "no instance satisfies all the constraints")
+        if name not in self.recursed and (isinstance(body, Ref) or (not structural and _size(body) <= 60)):
+            del self.rules[name]
+            self.memo[key] = body
+            return body
+        self.rules[name] = body
+        return Ref(name)
+
+    def generic(self, depth) -> Expr:
+        """Shared rules for any JSON value."""
+        key = ("generic", depth)
+        if key in self.memo:
+            return self.memo[key]
+        from .json_strings import ANY_STRING
+
+        names = {k: self.new_rule(f"json_{k}" + ("" if depth is None else f"_d{depth}"))
+                 for k in ("value", "object", "array")}
+        self.memo[key] = Ref(names["value"])
+        if ("json_string",) not in self.memo:
+            sname = self.new_rule("json_string")
+            self.rules[sname] = ANY_STRING
+            self.memo[("json_string",)] = Ref(sname)
+            nname = self.new_rule("json_number")
+            self.rules[nname] = _number_expr(pointer="#")
+            self.memo[("json_number",)] = Ref(nname)
+        string, number = self.memo[("json_string",)], self.memo[("json_number",)]
+        child = self.generic(self.layout.child(depth)) if self.layout.child(depth) != depth else Ref(names["value"])
+        o_open, o_first, o_next, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
+        member = seq(string, colon, child, end)
+        self.rules[names["object"]] = alt(
+            seq(o_open, close_e), seq(o_open, o_first, member, rep(seq(o_next, member), 0, None), close_ne))
+        a_open, a_first, a_next, _, end, close_e, close_ne = self.layout.parts(depth, "[", "]")
+        item = seq(child, end)
+        self.rules[names["array"]] = alt(
+            seq(a_open, close_e), seq(a_open, a_first, item, rep(seq(a_next, item), 0, None), close_ne))
+        self.rules[names["value"]] = alt(Ref(names["object"]), Ref(names["array"]), string, number,
+                                         lit("true"), lit("false"), lit("null"))
+        return Ref(names["value"])
+
+    # -- disjunctive normal form ---------------------------------------------------------------
+
+    def dnf(self, schema, pointer: str) -> list:
+        """Flat conjunctions (dicts) and _RefMarkers whose union is `schema`."""
+        if schema is True:
+            return [{}]
+        if schema is False:
+            return []
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
+        for key in ("$dynamicRef", "$recursiveRef"):
+            if key in schema:
+                schema = self._static_dynamic_ref(schema, key, pointer)
+        constraining = [k for k in schema if k not in ANNOTATIONS and k in _KNOWN]
+        if constraining == ["$ref"]:
+            return [_RefMarker(schema["$ref"])]
+        unevaluated = [k for k in ("unevaluatedProperties", "unevaluatedItems")
+                       if k in schema and not _is_true(schema[k])]
+        if unevaluated and any(k in schema for k in _APPLICATORS):
+            return self._unevaluated_dnf(schema, unevaluated, pointer)
+        for key in unevaluated:
+            schema = self._reduce_unevaluated(schema, key, pointer)
+        flat = {k: v for k, v in schema.items() if k in FLAT_KEYS}
+        if "const" in schema:
+            const = schema["const"]
+            flat["enum"] = [v for v in flat["enum"] if _json_equal(v, const)] if "enum" in flat else [const]
+        not_schema = schema.get("not")
+        if not_schema is not None and _string_exclusion(not_schema):
+            flat["not"] = not_schema
+            not_schema = None
+        factors: list[list] = [[flat]]
+        if "$ref" in schema:
+            factors.append(self.inline_ref(schema["$ref"], pointer))
+        for i, sub in enumerate(schema.get("allOf", ())):
+            factors.append(self.dnf(sub, f"{pointer}/allOf/{i}"))
+        if "anyOf" in schema:
+            factors.append([b for i, sub in enumerate(schema["anyOf"]) for b in self.dnf(sub, f"{pointer}/anyOf/{i}")])
+        if "oneOf" in schema:
+            factors.append(self.one_of(schema, flat, pointer))
+        if not_schema is not None:
+            factors.append(self.dnf(self.negate(not_schema, f"{pointer}/not"), f"{pointer}/not"))
+        if "if" in schema and ("then" in schema or "else" in schema):
+            cond = schema["if"]
+            then = schema.get("then", True)
+            other = schema.get("else", True)
+            factors.append(self.dnf({"anyOf": [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]},
+                                    f"{pointer}/if"))
+        for name, deps in (schema.get("dependentRequired") or {}).items():
+            factors.append(self.dnf({"anyOf": [{"properties": {name: False}}, {"required": [name, *deps]}]},
+                                    f"{pointer}/dependentRequired"))
+        for name, dep in (schema.get("dependentSchemas") or {}).items():
+            factors.append(self.dnf({"anyOf": [{"properties": {name: False}},
+                                               {"required": [name], "allOf": [dep]}]},
+                                    f"{pointer}/dependentSchemas"))
+        return self.product(factors, pointer)
+
+    def product(self, factors: list[list], pointer: str) -> list:
+        result: list = [{}]
+        for factor in factors:
+            combined = []
+            for left in result:
+                for right in factor:
+                    merged = self.merge(left, right, pointer)
+                    if isinstance(merged, list):
+                        combined.extend(merged)
+                    elif merged is not None:
+                        combined.append(merged)
+                    if len(combined) > MAX_BRANCHES:
+                        raise BudgetExceededError(
+                            f"schema at {pointer} expands to more than {MAX_BRANCHES} alternatives "
+                            "(anyOf/oneOf/if/dependencies multiply); simplify it")
+            result = combined
+            if not result:
+                self.note_empty(pointer, "the combined constraints (allOf/anyOf/...) exclude every instance")
+                break
+        return result
+
+    def inline_ref(self, uri: str, pointer: str) -> list:
+        if self.inline_depth > MAX_INLINE_DEPTH:
+            raise UnsupportedSchemaError("$ref", pointer, "reference cycle through allOf/anyOf/oneOf/not "
+                                         "with no object or array in between cannot be expanded")
+        self.inline_depth += 1
+        try:
+            return self.dnf(self.lookup(uri, pointer), _uri_pointer(uri))
+        finally:
+            self.inline_depth -= 1
+
+    def merge(self, a, b, pointer: str):
+        """Conjunction of two DNF terms: a flat dict, a list of flat dicts, or None (unsatisfiable)."""
+        if isinstance(a, _RefMarker) or isinstance(b, _RefMarker):
+            if isinstance(a, _RefMarker) and isinstance(b, dict) and not b:
+                return a
+            if isinstance(b, _RefMarker) and isinstance(a, dict) and not a:
+                return b
+            left = self.inline_ref(a.uri, pointer) if isinstance(a, _RefMarker) else [a]
+            right = self.inline_ref(b.uri, pointer) if isinstance(b, _RefMarker) else [b]
+            out = []
+            for x in left:
+                for y in right:
+                    m = self.merge(x, y, pointer)
+                    if isinstance(m, list):
+                        out.extend(m)
+                    elif m is not None:
+                        out.append(m)
+            return out
+        return _merge_flat(a, b, self, pointer)
+
+    def one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
+        """oneOf as anyOf when its branches (with their siblings) are provably disjoint."""
+        groups = []
+        for i, sub in enumerate(schema["oneOf"]):
+            terms = []
+            for term in self.dnf(sub, f"{pointer}/oneOf/{i}"):
+                merged = self.merge(siblings, term, pointer)
+                terms.extend(merged if isinstance(merged, list) else [merged] if merged is not None else [])
+            groups.append(terms)
+        # Decide type by type: a type on which the branches are disjoint is exact; a type that two
+        # branches accept without any constraint is excluded (every such instance matches both).
+        excluded = []
+        for t in ("null", "boolean", "object", "array", "string", "number"):
+            restricted = []
+            for g in groups:
+                terms = []
+                for term in g:
+                    m = self.merge(term, {"type": [t]}, pointer) if isinstance(term, dict) else term
+                    terms.extend(m if isinstance(m, list) else [m] if m is not None else [])
+                restricted.append(terms)
+            live = [g for g in restricted if g]
+            if len(live) < 2:
+                continue
+            if all(self.disjoint(x, y, 0) for i, gi in enumerate(live) for gj in live[i + 1:]
+                   for x in gi for y in gj):
+                continue
+            total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
+            if total >= 2:
+                excluded.append(t)
+                continue
+            exact = self.one_of_by_negation(schema, siblings, pointer)
+            if exact is not None:
+                return exact
+            self.unsupported("oneOf", f"{pointer}/oneOf",
+                             f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
+                             + ("; widened to anyOf" if self.lenient else ""))
+            break
+        if excluded:
+            keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
+            out = []
+            for g in groups:
+                for term in g:
+                    m = self.merge(term, {"type": keep}, pointer) if keep else None
+                    out.extend(m if isinstance(m, list) else [m] if m is not None else [])
+            return out
+        return [t for g in groups for t in g]
+
+    def one_of_by_negation(self, schema: dict, siblings: dict, pointer: str) -> list | None:
+        """oneOf [B1..Bn] = anyOf_i (Bi and not Bj for every j != i), when each `not` has a
+        positive form; None when some negation cannot be expressed (or the expansion is too big)."""
+        branches = schema["oneOf"]
+        lenient, self.lenient = self.lenient, False  # a widened negation would not be exact
+        try:
+            out = []
+            for i, branch in enumerate(branches):
+                others = [{"not": other} for j, other in enumerate(branches) if j != i]
+                for term in self.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
+                    merged = self.merge(siblings, term, pointer)
+                    out.extend(merged if isinstance(merged, list) else [merged] if merged is not None else [])
+                if len(out) > MAX_BRANCHES:
+                    return None
+            return out
+        except (UnsupportedSchemaError, BudgetExceededError):
+            return None
+        finally:
+            self.lenient = lenient
+
+    # -- disjointness (for oneOf) --------------------------------------------------------------
+
+    def disjoint(self, x, y, level: int) -> bool:
+        """True only when no instance can satisfy both terms (conservative)."""
+        if level > 6:
+            return False
+        if isinstance(x, _RefMarker) or isinstance(y, _RefMarker):
+            try:
+                xs = self.inline_ref(x.uri, "#") if isinstance(x, _RefMarker) else [x]
+                ys = self.inline_ref(y.uri, "#") if isinstance(y, _RefMarker) else [y]
+            except (SchemaError, BudgetExceededError):
+                return False
+            return all(self.disjoint(a, b, level + 1) for a in xs for b in ys)
+        tx, ty = _types_of(x), _types_of(y)
+        common = tx & ty
+        if not common:
+            return True
+        if "enum" in x and not any(self.validates(_as_schema(y), v) for v in x["enum"]):
+            return True
+        if "enum" in y and not any(self.validates(_as_schema(x), v) for v in y["enum"]):
+            return True
+        return all(self._disjoint_on(t, x, y, level) for t in common)
+
+    def _disjoint_on(self, t: str, x: dict, y: dict, level: int) -> bool:
+        if t in ("integer", "number"):
+            lo_x, hi_x = _num_range(x)
+            lo_y, hi_y = _num_range(y)
+            return _ranges_disjoint(lo_x, hi_x, lo_y, hi_y)
+        if t == "string":
+            return _len_disjoint(x, y, "minLength", "maxLength")
+        if t == "array":
+            if _len_disjoint(x, y, "minItems", "maxItems"):
+                return True
+            px, py = x.get("prefixItems", []), y.get("prefixItems", [])
+            need = max(x.get("minItems", 0), y.get("minItems", 0))
+            for i in range(min(len(px), len(py), need)):
+                if self._schemas_disjoint(px[i], py[i], level):
+                    return True
+            return False
+        if t == "object":
+            if _len_disjoint(x, y, "minProperties", "maxProperties"):
+                return True
+            req_x, req_y = set(x.get("required", [])), set(y.get("required", []))
+            for name in req_x | req_y:
+                sx, sy = _property_schema(x, name), _property_schema(y, name)
+                if (name in req_y and sx is False) or (name in req_x and sy is False):
+                    return True
+                if name in req_x and name in req_y and sx is not None and sy is not None \
+                        and self._schemas_disjoint(sx, sy, level):
+                    return True
+            return False
+        return False
+
+    def _schemas_disjoint(self, a, b, level: int) -> bool:
+        try:
+            xs, ys = self.dnf(a, "#"), self.dnf(b, "#")
+        except (SchemaError, BudgetExceededError):
+            return False
+        return all(self.disjoint(p, q, level + 1) for p in xs for q in ys)
+
+    # -- negation ------------------------------------------------------------------------------
+
+    def negate(self, schema, pointer: str):
+        """A positive schema for `not schema`, or UnsupportedSchemaError."""
+        if schema is True:
+            return False
+        if schema is False:
+            return True
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
+        if _is_true(schema):
+            return False
+        if self.no_negation:
+            raise UnsupportedSchemaError("not", pointer, "negation next to unevaluatedProperties/Items")
+        if "$ref" in schema and [k for k in schema if k in _KNOWN and k not in ANNOTATIONS] == ["$ref"]:
+            if self.inline_depth > MAX_INLINE_DEPTH:
+                raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
+            self.inline_depth += 1
+            try:
+                return self.negate(self.lookup(schema["$ref"], pointer), pointer)
+            finally:
+                self.inline_depth -= 1
+        parts: list = []
+        for key, value in schema.items():
+            if key in ANNOTATIONS or key not in _KNOWN or key == "format":
+                continue
+            part = _negate_keyword(key, value, schema, self, pointer)
+            if part is _WIDEN:
+                continue
+            parts.append(part)
+        return {"anyOf": parts} if parts else False
+
+    # -- dynamic references / unevaluated* -----------------------------------------------------
+
+    def _static_dynamic_ref(self, schema: dict, key: str, pointer: str) -> dict:
+        """$dynamicRef/$recursiveRef whose target is unambiguous behave like $ref."""
+        uri = schema[key]
+        anchor_key = "$dynamicAnchor" if key == "$dynamicRef" else "$recursiveAnchor"
+        count = _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved)
+        if count <= 1:
+            self.static_dynamic = key
+            rest = {k: v for k, v in schema.items() if k != key}
+            if "$ref" in rest:
+                return {**rest, "allOf": [*rest.get("allOf", []), {"$ref": uri}]}
+            return {**rest, "$ref": uri}
+        raise UnsupportedSchemaError(key, pointer, "dynamic scope resolution with several dynamic anchors")
+
+    def _unevaluated_dnf(self, schema: dict, keys: list[str], pointer: str) -> list:
+        """unevaluatedProperties/Items next to in-place applicators, term by term.
+
+        Each DNF term is one choice of succeeding branches; the members (items) its conjuncts
+        evaluate are exactly its properties/patternProperties/additionalProperties (prefixItems/
+        items), so the unevaluated schema becomes the term's additionalProperties (items).  Other
+        branches that happen to succeed as well could only evaluate more, so this is sound; it
+        is exact unless several anyOf branches match at once.  `not` (and `if`, which becomes
+        one) drops annotations, which the rewrite cannot track: that case stays unsupported.
+        """
+        rest = {k: v for k, v in schema.items() if k not in keys}
+        self.no_negation += 1
+        try:
+            terms = self.dnf(rest, pointer)
+        except UnsupportedSchemaError as exc:
+            if exc.keyword != "not":
+                raise
+            self.unsupported(keys[0], f"{pointer}/{keys[0]}", f"{keys[0]} next to not/if cannot be expressed; "
+                             "widened by ignoring it")
+            return self.dnf(rest, pointer)
+        finally:
+            self.no_negation -= 1
+        out = []
+        while terms:
+            term = terms.pop(0)
+            if isinstance(term, _RefMarker):
+                terms[:0] = self.inline_ref(term.uri, pointer)
+                continue
+            term = dict(term)
+            if "unevaluatedProperties" in keys and "additionalProperties" not in term:
+                term["additionalProperties"] = schema["unevaluatedProperties"]
+            if "unevaluatedItems" in keys and "items" not in term:
+                if "contains" in term:
+                    self.unsupported("unevaluatedItems", f"{pointer}/unevaluatedItems",
+                                     "unevaluatedItems next to contains; widened by ignoring it")
+                else:
+                    term["items"] = schema["unevaluatedItems"]
+            out.append(term)
+        return out
+
+    def _reduce_unevaluated(self, schema: dict, key: str, pointer: str) -> dict:
+        """unevaluated* with no in-place applicator: additionalProperties / items beyond prefixItems."""
+        rest = {k: v for k, v in schema.items() if k != key}
+        if key == "unevaluatedProperties":
+            if "additionalProperties" not in rest:
+                rest["additionalProperties"] = schema[key]
+            return rest
+        if "items" not in rest:
+            if "contains" in rest:
+                self.unsupported(key, f"{pointer}/{key}", "unevaluatedItems next to contains")
+                return rest
+            rest["items"] = schema[key]
+        return rest
+
+    # -- flat conjunctions ---------------------------------------------------------------------
+
+    def flat(self, f: dict, pointer: str, depth) -> tuple[Expr, bool]:
+        """(IR, structural?) for one flat conjunction."""
+        types = _types_of(f)
+        if not types:
+            self.note_empty(pointer, "no type satisfies every 'type' constraint")
+            return NOTHING, False
+        if "enum" in f:
+            check = _as_schema(f)
+            values = [v for v in f["enum"] if self.validates(check, v)]
+            if not values:
+                self.note_empty(pointer, "no enum/const value satisfies the other constraints")
+            exprs = [self.literal(v, depth) for v in values]
+            return alt(*exprs) if exprs else NOTHING, any(isinstance(v, (list, dict)) for v in values)
+        exprs = []
+        structural = False
+        for t in ("object", "array", "string", "number", "integer", "boolean", "null"):
+            if t not in types or (t == "integer" and "number" in types):
+                continue
+            if t == "object":
+                exprs.append(self.object(f, pointer, depth))
+                structural = True
+            elif t == "array":
+                exprs.append(self.array(f, pointer, depth))
+                structural = True
+            elif t == "string":
+                exprs.append(self.string(f, pointer))
+            elif t in ("number", "integer"):
+                exprs.append(self.number(f, pointer, integer=(t == "integer")))
+            elif t == "boolean":
+                exprs.append(alt(lit("true"), lit("false")))
+            else:
+                exprs.append(lit("null"))
+        return alt(*exprs) if exprs else NOTHING, structural
+
+    def literal(self, value, depth) -> Expr:
+        """Every accepted spelling of one JSON value (objects keep their key order)."""
+        if value is None:
+            return lit("null")
+        if isinstance(value, bool):
+            return lit("true" if value else "false")
+        if isinstance(value, (int, float)):
+            return _cached_leaf("literal", {"value": value})
+        if isinstance(value, str):
+            from .json_strings import string_literal_expr
+            return string_literal_expr(value)
+        child = self.layout.child(depth)
+        if isinstance(value, list):
+            o, first, nxt, _, end, close_e, close_ne = self.layout.parts(depth, "[", "]")
+            if not value:
+                return seq(o, close_e)
+            items = [seq(first if i == 0 else nxt, self.literal(v, child), end) for i, v in enumerate(value)]
+            return seq(o, *items, close_ne)
+        o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
+        if not value:
+            return seq(o, close_e)
+        from .json_strings import string_literal_expr
+        items = [seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
+                 for i, (k, v) in enumerate(value.items())]
+        return seq(o, *items, close_ne)
+
+    # -- scalars -------------------------------------------------------------------------------
+
+    def string(self, f: dict, pointer: str) -> Expr:
+        from .json_strings import ANY_STRING, any_string_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa
+        patterns = [f["pattern"]] if "pattern" in f else []
+        patterns += f.get("x-patterns", [])
+        fmt = f.get("format") if isinstance(f.get("format"), str) else None
+        excluded = f["not"]["enum"] if "not" in f else []
+        try:
+            dfa = string_dfa(min_length=f.get("minLength"), max_length=f.get("maxLength"),
+                             pattern=patterns[0] if patterns else None, format=fmt, pointer=pointer)
+        except UnsupportedSchemaError as exc:
+            if exc.keyword != "format" or not self.lenient:
+                raise
+            self.unsupported("format", pointer, str(exc.message))
+            dfa = string_dfa(min_length=f.get("minLength"), max_length=f.get("maxLength"),
+                             pattern=patterns[0] if patterns else None, pointer=pointer)
+        if dfa is None and len(patterns) <= 1 and not excluded:
+            return ANY_STRING
+        if dfa is None:
+            dfa = any_string_dfa()
+        for extra in patterns[1:]:
+            dfa = _dfa_op(dfa.intersect, pattern_dfa(extra, f"{pointer}/allOf"), "pattern", pointer)
+        if excluded:
+            dfa = _dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
+        return json_string_expr(dfa, pointer)
+
+    def number(self, f: dict, pointer: str, integer: bool) -> Expr:
+        kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
+                      exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
+                      multiple_of=f.get("multipleOf"), pointer=pointer)
+        lo, hi = _num_range(f)
+        if _ranges_disjoint(lo, hi, lo, hi):
+            self.note_empty(pointer, "minimum/maximum leave no number")
+            return NOTHING
+        if integer:
+            kwargs["zero_fraction"] = self.draft != "draft4"
+        try:
+            return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
+        except UnsupportedSchemaError as exc:
+            if not self.lenient or exc.keyword != "multipleOf":
+                raise
+            self.unsupported("multipleOf", pointer, exc.message)
+            kwargs["multiple_of"] = None
+            return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
+        except SchemaError as exc:  # the leaf reports an empty range (e.g. no integer in (1, 2))
+            self.note_empty(exc.pointer or pointer, exc.message)
+            return NOTHING
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def object(self, f: dict, pointer: str, depth) -> Expr:
+        props: dict = dict(f.get("properties") or {})
+        required = list(dict.fromkeys(f.get("required") or []))
+        patterns: dict = dict(f.get("patternProperties") or {})
+        addl = f.get("additionalProperties", True)
+        names_schema = f.get("propertyNames", True)
+        min_p = int(f.get("minProperties", 0))
+        max_p = f.get("maxProperties")
+        max_p = int(max_p) if max_p is not None else None
+        if max_p is not None and min_p > max_p:
+            self.note_empty(pointer, "minProperties > maxProperties")
+            return NOTHING
+        child = self.layout.child(depth)
+        o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
+        from .json_strings import string_literal_expr
+
+        names_true = _is_true(names_schema)
+        names_terms = None
+        if not names_true:
+            names_terms = []
+            for term in self.dnf(names_schema, f"{pointer}/propertyNames"):
+                names_terms.extend(self.inline_ref(term.uri, pointer) if isinstance(term, _RefMarker) else [term])
+        finite_names = None
+        if names_terms is not None and all(isinstance(t, dict) and "enum" in t for t in names_terms):
+            finite_names = [v for t in names_terms for v in t["enum"] if isinstance(v, str)]
+
+        def schema_for(name: str, in_props: bool):
+            parts = [props[name]] if in_props else []
+            matching = [p for p in patterns if _search(p, name, pointer)]
+            parts += [patterns[p] for p in matching]
+            if not in_props and not matching:
+                parts.append(addl)
+            if not names_true and not self.validates(names_schema, name):
+                return False
+            parts = [p for p in parts if not _is_true(p)]
+            if any(p is False for p in parts):
+                return False
+            if not parts:
+                return True
+            return parts[0] if len(parts) == 1 else {"allOf": parts}
+
+        order = list(props) + [r for r in required if r not in props]
+        if finite_names is not None:
+            order += [n for n in dict.fromkeys(finite_names) if n not in order]
+        members = []  # (name, expr or NOTHING, required)
+        for name in order:
+            schema = schema_for(name, name in props)
+            vexpr = self.value(schema, f"{pointer}/properties/{_escape(name)}", child) \
+                if schema is not False else NOTHING
+            is_req = name in required
+            if vexpr == NOTHING:
+                if is_req:
+                    self.note_empty(f"{pointer}/required", f"required property {name!r} cannot have any value")
+                    return NOTHING
+                continue
+            members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
+
+        extra = None
+        if finite_names is None:
+            extra = self.extra_members(order, patterns, addl, names_schema, names_terms, pointer, colon, end, child)
+        return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer)
+
+    def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
+        """The IR of one member not named in `properties`, or None when there can be none."""
+        from .json_strings import any_string_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa
+        if addl is False and not patterns:
+            return None
+        key_dfa = any_string_dfa()
+        if names_terms is not None:
+            if not names_terms:
+                return None
+            if len(names_terms) != 1 or not isinstance(names_terms[0], dict) or \
+                    set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"} or \
+                    "string" not in _types_of(names_terms[0]):
+                self.unsupported("propertyNames", f"{pointer}/propertyNames",
+                                 "only string length/pattern/format or enum constraints on names are supported")
+            else:
+                t = names_terms[0]
+                d = string_dfa(min_length=t.get("minLength"), max_length=t.get("maxLength"), pattern=t.get("pattern"),
+                               format=t.get("format"), pointer=f"{pointer}/propertyNames")
+                if d is not None:
+                    key_dfa = d
+        if defined:
+            key_dfa = _dfa_op(key_dfa.difference, literal_dfa(defined), "additionalProperties", pointer)
+        pats = list(patterns)
+        if len(pats) > 24:
+            raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
+        pdfas = [pattern_dfa(p, f"{pointer}/patternProperties") for p in pats]
+        overlapping = any(not _dfa_op(pdfas[i].intersect, pdfas[j], "patternProperties", pointer).is_empty()
+                          for i in range(len(pats)) for j in range(i + 1, len(pats)))
+        if overlapping and len(pats) > MAX_PATTERN_GROUPS:
+            raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties",
+                                         f"more than {MAX_PATTERN_GROUPS} overlapping patterns")
+        # a key matches one subset of the patterns; with pairwise disjoint patterns, at most one
+        masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
+        alternatives = []
+        for mask in masks:
+            dfa = key_dfa
+            chosen = []
+            for i, pd in enumerate(pdfas):
+                if mask >> i & 1:
+                    dfa = _dfa_op(dfa.intersect, pd, "patternProperties", pointer)
+                    chosen.append(patterns[pats[i]])
+                else:
+                    dfa = _dfa_op(dfa.difference, pd, "patternProperties", pointer)
+                if dfa.is_empty():
+                    break
+            if dfa.is_empty():
+                continue
+            parts = chosen if mask else [addl]
+            parts = [p for p in parts if not _is_true(p)]
+            if any(p is False for p in parts):
+                continue
+            schema = True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
+            vexpr = self.value(schema, f"{pointer}/additionalProperties", child)
+            if vexpr == NOTHING:
+                continue
+            alternatives.append(seq(json_string_expr(dfa, pointer, "additionalProperties"), colon, vexpr, end))
+        if not alternatives:
+            return None
+        expr = alt(*alternatives)
+        if _size(expr) > 200:
+            name = self.new_rule("extra_member")
+            self.rules[name] = expr
+            expr = Ref(name)
+        return expr
+
+    def object_body(self, members, extra, min_p, max_p, parts, pointer) -> Expr:
+        """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p]."""
+        o, first, nxt, close_e, close_ne = parts
+        n = len(members)
+        cap = max_p if max_p is not None else max(min_p, 1)
+        memo: dict[tuple[int, int], Expr] = {}
+        chunk = 8 if cap == 1 else 4
+
+        def tail(k: int) -> Expr:
+            lo = max(0, min_p - k)
+            hi = None if max_p is None else max_p - k
+            if hi is not None and hi < lo:
+                return NOTHING
+            close = close_e if k == 0 else close_ne
+            if extra is None:
+                return close if lo == 0 else NOTHING
+            if k == 0:
+                options = [close_e] if lo == 0 else []
+                if hi is None or hi >= 1:
+                    options.append(seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0),
+                                                         None if hi is None else hi - 1), close_ne))
+                return alt(*options) if options else NOTHING
+            return seq(rep(seq(nxt, extra), lo, hi), close)
+
+        # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
+        for i in range(n, -1, -1):
+            for k in range(cap, -1, -1):
+                if i == n:
+                    memo[(i, k)] = tail(k)
+                    continue
+                item, is_req = members[i]
+                nk = k + 1 if max_p is not None else min(k + 1, cap)
+                take = NOTHING
+                if max_p is None or k + 1 <= max_p:
+                    take = seq(first if k == 0 else nxt, item, memo[(i + 1, nk)])
+                memo[(i, k)] = take if is_req else alt(take, memo[(i + 1, k)])
+            if 0 < i < n and i % chunk == 0:
+                # Checkpoint: the states at position i become rules, so every rule body stays a
+                # small tree (a shared sub-expression would otherwise be copied quadratically or
+                # exponentially often by anything that walks expressions as trees).
+                for k in range(cap + 1):
+                    if memo[(i, k)] != NOTHING:
+                        name = self.new_rule("members")
+                        self.rules[name] = memo[(i, k)]
+                        memo[(i, k)] = Ref(name)
+        body = memo[(0, 0)]
+        if _tree_size(body) > MAX_OBJECT_EXPR:
+            raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
+                                      "with minProperties/maxProperties; simplify it")
+        return seq(o, body)
+
+    # -- arrays --------------------------------------------------------------------------------
+
+    def array(self, f: dict, pointer: str, depth) -> Expr:
+        prefix = list(f.get("prefixItems") or [])
+        items = f.get("items", True)
+        min_i = int(f.get("minItems", 0))
+        max_i = f.get("maxItems")
+        max_i = int(max_i) if max_i is not None else None
+        if items is False:
+            max_i = len(prefix) if max_i is None else min(max_i, len(prefix))
+        if max_i is not None and min_i > max_i:
+            self.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
+            return NOTHING
+        if f.get("uniqueItems") is True and (max_i is None or max_i > 1):
+            self.unsupported("uniqueItems", f"{pointer}/uniqueItems",
+                             "a grammar cannot require distinct array items; widened to allow duplicates")
+        child = self.layout.child(depth)
+        o, first, nxt, _, end, close_e, close_ne = self.layout.parts(depth, "[", "]")
+        contains = f.get("contains")
+        min_c = int(f.get("minContains", 1)) if contains is not None else 0
+        max_c = f.get("maxContains") if contains is not None else None
+        max_c = int(max_c) if max_c is not None else None
+        if contains is not None and max_c is not None and min_c > max_c:
+            self.note_empty(pointer, "minContains > maxContains")
+            return NOTHING
+        if contains is not None and min_c == 0 and max_c is None:
+            contains = None
+
+        def schema_at(i: int):
+            return prefix[i] if i < len(prefix) else items
+
+        def item_exprs(i: int):
+            """(unmarked, marked) IR for position i: marked items satisfy `contains`."""
+            s = schema_at(i)
+            ptr = f"{pointer}/prefixItems/{i}" if i < len(prefix) else f"{pointer}/items"
+            if contains is None:
+                return self.value(s, ptr, child), NOTHING
+            marked = self.value({"allOf": [s, contains]} if not _is_true(s) else contains, f"{pointer}/contains", child)
+            if max_c is None:
+                return self.value(s, ptr, child), marked
+            unmarked = self.value({"allOf": [s, {"not": contains}]}, f"{pointer}/contains", child)
+            return unmarked, marked
+
+        P = len(prefix)
+        if contains is None:
+            # Positions before S = max(P, 1) one by one, then a counted repetition.
+            S = max(P, 1)
+            rest = None if max_i is not None and max_i <= S else item_exprs(S)[0] if items is not False else None
+            lo = max(0, min_i - S)
+            hi = None if max_i is None else max_i - S
+            if rest is None or rest == NOTHING:
+                tail = close_ne if lo == 0 else NOTHING
+            else:
+                tail = seq(rep(seq(nxt, rest, end), lo, hi), close_ne)
+            expr = tail
+            for i in range(S - 1, -1, -1):
+                unmarked = item_exprs(i)[0] if i < P or items is not False else NOTHING
+                can_end = i >= min_i
+                take = NOTHING
+                if (max_i is None or i < max_i) and unmarked != NOTHING:
+                    take = seq(first if i == 0 else nxt, unmarked, end, expr)
+                stop = (close_e if i == 0 else close_ne) if can_end else NOTHING
+                expr = alt(stop, take)
+            return seq(o, expr)
+
+        # With contains: states (position, count of marked items).
+        limit = max_i if max_i is not None else max(P, min_i, 1)
+        if limit > 200 or (max_c or min_c) > 200:
+            raise UnsupportedSchemaError("contains", f"{pointer}/contains",
+                                         "contains with more than 200 counted positions")
+        c_cap = max_c if max_c is not None else min_c
+        ex = {i: item_exprs(i) for i in range(min(limit, P) + 1)}
+
+        def items_at(i):
+            if i in ex:
+                return ex[i]
+            if items is False:
+                return NOTHING, NOTHING
+            return ex.setdefault(i, item_exprs(i)) if i < P else ex.setdefault(P, item_exprs(P))
+
+        memo: dict = {}
+
+        def loop_tail(c: int) -> Expr:
+            """Unbounded items after `limit` (>= 1 written) holding `c` marked items so far."""
+            key = ("loop", c)
+            if key not in memo:
+                unmarked, marked = items_at(limit)
+                u = rep(seq(nxt, unmarked, end), 0, None) if unmarked != NOTHING else EPSILON
+                options = []
+                if c >= min_c:
+                    options.append(close_ne)
+                if marked != NOTHING and (max_c is not None and c + 1 <= max_c or max_c is None and c < min_c):
+                    options.append(seq(nxt, marked, end, loop_tail(c + 1)))
+                memo[key] = seq(u, alt(*options)) if options else NOTHING
+            return memo[key]
+
+        def state(i: int, c: int) -> Expr:
+            key = (i, c)
+            if key in memo:
+                return memo[key]
+            if i == limit and max_i is None:
+                result = loop_tail(c) if i > 0 else NOTHING
+                memo[key] = result
+                return result
+            options = []
+            if i >= min_i and c >= min_c:
+                options.append(close_e if i == 0 else close_ne)
+            if max_i is None or i < max_i:
+                unmarked, marked = items_at(i)
+                prefix_sep = first if i == 0 else nxt
+                if unmarked != NOTHING:
+                    options.append(seq(prefix_sep, unmarked, end, state(i + 1, c)))
+                if marked != NOTHING and (max_c is None or c + 1 <= max_c):
+                    nc = c + 1 if max_c is not None else min(c + 1, c_cap)
+                    options.append(seq(prefix_sep, marked, end, state(i + 1, nc)))
+            result = alt(*options) if options else NOTHING
+            memo[key] = result
+            return result
+
+        return seq(o, state(0, 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Merging flat conjunctions.
+
+_MAX_KEYS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains")
+_MIN_KEYS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains")
+
+
+def _merge_flat(a: dict, b: dict, comp: _Compiler, pointer: str):
+    if not a:
+        return dict(b)
+    if not b:
+        return dict(a)
+    out = dict(a)
+    for key, value in b.items():
+        if key not in out:
+            out[key] = value
+            continue
+        mine = out[key]
+        if key == "type":
+            ta = _types_of({"type": mine})
+            tb = _types_of({"type": value})
+            both = ta & tb
+            if "number" in both:
+                both.discard("integer")
+            out[key] = sorted(both)
+        elif key == "enum":
+            out[key] = [v for v in mine if any(_json_equal(v, w) for w in value)]
+        elif key in _MAX_KEYS:
+            out[key] = max(mine, value)
+        elif key in _MIN_KEYS:
+            out[key] = min(mine, value)
+        elif key == "multipleOf":
+            if mine == value:
+                continue
+            if isinstance(mine, int) and isinstance(value, int):
+                out[key] = mine * value // math.gcd(mine, value)
+            else:
+                fa, fb = Fraction(str(mine)), Fraction(str(value))
+                ratio = fa / fb if fa >= fb else fb / fa
+                if ratio.denominator == 1:
+                    out[key] = max(mine, value)
+                else:
+                    comp.unsupported("allOf", pointer, "two non-integer multipleOf values that do not divide")
+        elif key == "pattern":
+            if mine != value:
+                out["x-patterns"] = [*out.get("x-patterns", []), value]
+        elif key == "x-patterns":
+            out[key] = [*mine, *value]
+        elif key == "format":
+            continue  # format only narrows strings: keeping one of two is still sound
+        elif key == "not":  # both are string exclusions
+            out[key] = {"enum": [*mine["enum"], *value["enum"]]}
+        elif key == "required":
+            out[key] = list(dict.fromkeys([*mine, *value]))
+        elif key == "uniqueItems":
+            out[key] = bool(mine) or bool(value)
+        elif key in ("properties", "patternProperties", "additionalProperties", "propertyNames",
+                     "prefixItems", "items", "contains"):
+            continue  # handled below
+        else:
+            if _canon(mine) != _canon(value):
+                comp.unsupported("allOf", pointer, f"cannot combine two {key!r} keywords")
+    _merge_object_keys(out, a, b, comp, pointer)
+    _merge_array_keys(out, a, b, comp, pointer)
+    if "type" in out and not out["type"]:
+        return None
+    if "enum" in out and not out["enum"]:
+        return None
+    return out
+
+
+def _both(x, y):
+    if x is None or _is_true(x):
+        return y
+    if y is None or _is_true(y):
+        return x
+    if x is False or y is False:
+        return False
+    if _canon(x) == _canon(y):
+        return x
+    return {"allOf": [x, y]}
+
+
+def _applicable(f: dict, name: str, pointer: str):
+    """The schema `f` applies to a member called `name` that its own `properties` do not list."""
+    matching = [s for p, s in (f.get("patternProperties") or {}).items() if _search(p, name, pointer)]
+    if matching:
+        out = None
+        for s in matching:
+            out = _both(out, s)
+        return out
+    return f.get("additionalProperties")
+
+
+def _merge_object_keys(out: dict, a: dict, b: dict, comp: _Compiler, pointer: str) -> None:
+    keys = ("properties", "patternProperties", "additionalProperties", "propertyNames")
+    if not any(k in a for k in keys) or not any(k in b for k in keys):
+        return
+    pa, pb = a.get("properties") or {}, b.get("properties") or {}
+    props = {}
+    for name in list(pa) + [n for n in pb if n not in pa]:
+        left = pa[name] if name in pa else _applicable(a, name, pointer)
+        right = pb[name] if name in pb else _applicable(b, name, pointer)
+        merged = _both(left, right)
+        props[name] = True if merged is None else merged
+    if props:
+        out["properties"] = props
+    qa, qb = a.get("patternProperties") or {}, b.get("patternProperties") or {}
+    if qa or qb:
+        pats = dict(qa)
+        for p, s in qb.items():
+            pats[p] = _both(pats.get(p), s) if p in pats else s
+        for own, other in ((qa, b), (qb, a)):
+            for p in own:
+                other_pats = other.get("patternProperties") or {}
+                if p not in other_pats and not _is_true(other.get("additionalProperties", True)):
+                    comp.unsupported("allOf", pointer, "patternProperties combined with another branch's "
+                                     "additionalProperties")
+        out["patternProperties"] = pats
+    addl = _both(a.get("additionalProperties"), b.get("additionalProperties"))
+    if addl is not None:
+        out["additionalProperties"] = addl
+    names = _both(a.get("propertyNames"), b.get("propertyNames"))
+    if names is not None:
+        out["propertyNames"] = names
+
+
+def _merge_array_keys(out: dict, a: dict, b: dict, comp: _Compiler, pointer: str) -> None:
+    if "prefixItems" in a or "prefixItems" in b or ("items" in a and "items" in b):
+        pa, pb = a.get("prefixItems") or [], b.get("prefixItems") or []
+        ia, ib = a.get("items", True), b.get("items", True)
+        n = max(len(pa), len(pb))
+        prefix = []
+        for i in range(n):
+            left = pa[i] if i < len(pa) else ia
+            right = pb[i] if i < len(pb) else ib
+            merged = _both(left, right)
+            prefix.append(True if merged is None else merged)
+        if prefix:
+            out["prefixItems"] = prefix
+        items = _both(ia, ib)
+        if items is None or _is_true(items):
+            out.pop("items", None)
+        else:
+            out["items"] = items
+    if "contains" in a and "contains" in b and _canon(a["contains"]) != _canon(b["contains"]):
+        comp.unsupported("allOf", pointer, "two different 'contains' keywords; kept the first")
+
+
+# ---------------------------------------------------------------------------------------------
+# Negation of single keywords.
+
+_WIDEN = object()
+_NUMERIC_NEG = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum", "maximum": "exclusiveMinimum",
+                "exclusiveMaximum": "minimum"}
+_COUNT_NEG = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
+              "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
+              "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
+
+
+def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str):
+    if key == "type":
+        allowed = _types_of({"type": value})
+        rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in allowed]
+        if "integer" in allowed and "number" not in allowed:
+            comp.unsupported("not", pointer, "'not integer' (non-integral numbers) cannot be expressed; "
+                             "widened to allow all numbers")
+            rest.append("number")
+        elif "number" not in allowed:
+            rest.append("number")
+        return {"type": rest} if rest else False
+    if key in ("enum", "const"):
+        return _negate_enum(value if key == "enum" else [value], comp, pointer)
+    if key in _NUMERIC_NEG:
+        return {"type": "number", _NUMERIC_NEG[key]: value}
+    if key in _COUNT_NEG:
+        t, other, delta = _COUNT_NEG[key]
+        bound = int(value) + delta
+        return False if bound < 0 else {"type": t, other: bound}
+    if key == "required":
+        return {"type": "object", "anyOf": [{"properties": {n: False}} for n in value]} if value else False
+    if key == "properties":
+        parts = [{"type": "object", "required": [n], "properties": {n: {"not": s}}}
+                 for n, s in value.items() if s is not True]
+        return {"anyOf": parts} if parts else False
+    if key == "items" and "prefixItems" not in schema:
+        return False if value is True else {"type": "array", "contains": {"not": value}}
+    if key == "contains" and "minContains" not in schema and "maxContains" not in schema:
+        return {"type": "array", "items": {"not": value}}
+    if key == "allOf":
+        return {"anyOf": [{"not": s} for s in value]}
+    if key == "anyOf":
+        return {"allOf": [{"not": s} for s in value]}
+    if key == "not":
+        return value
+    if key == "$ref":
+        return comp.negate(comp.lookup(value, pointer), pointer)
+    comp.unsupported("not", f"{pointer}/{key}", f"the negation of {key!r} cannot be expressed; widened by "
+                     "ignoring this part of 'not'")
+    return _WIDEN
+
+
+def _negate_enum(values: list, comp: _Compiler, pointer: str):
+    kinds = {_json_type(v) for v in values}
+    parts: list = []
+    rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in kinds]
+    numbers = sorted({v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if not numbers:
+        rest.append("number")
+    if rest:
+        parts.append({"type": rest})
+    strings = [v for v in values if isinstance(v, str)]
+    if strings:
+        parts.append({"type": "string", "not": {"enum": strings}})
+    bools = {v for v in values if isinstance(v, bool)}
+    if bools and len(bools) < 2:
+        parts.append({"enum": [not next(iter(bools))]})
+    if numbers:
+        ranges = [{"exclusiveMaximum": numbers[0]}]
+        for lo, hi in zip(numbers, numbers[1:]):
+            ranges.append({"exclusiveMinimum": lo, "exclusiveMaximum": hi})
+        ranges.append({"exclusiveMinimum": numbers[-1]})
+        parts.extend({"type": "number", **r} for r in ranges)
+    for v in values:
+        if isinstance(v, list) and v == []:
+            parts.append({"type": "array", "minItems": 1})
+        elif isinstance(v, dict) and v == {}:
+            parts.append({"type": "object", "minProperties": 1})
+        elif isinstance(v, (list, dict)):
+            comp.unsupported("not", pointer, "excluding a non-empty object or array value cannot be expressed; "
+                             "widened to allow every value of its type")
+            parts.append({"type": "array" if isinstance(v, list) else "object"})
+    return {"anyOf": parts}
+
+
+_TYPE_KEYWORDS = {
+    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+               "minProperties", "maxProperties", "unevaluatedProperties"),
+    "array": ("prefixItems", "items", "contains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems"),
+    "string": ("minLength", "maxLength", "pattern", "format", "not", "x-patterns"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "null": (), "boolean": (),
+}
+
+
+def _total_on(f: dict, t: str) -> bool:
+    """Does the flat term accept every value of type t?"""
+    if "enum" in f or t not in _types_of(f) or (t == "number" and "number" not in _types_of(f)):
+        return False
+    return not any(k in f and not (_is_true(f[k]) and k not in ("required",)) for k in _TYPE_KEYWORDS[t]) \
+        and not (t == "object" and f.get("required"))
+
+
+def _as_schema(f: dict) -> dict:
+    """A flat conjunction as a real 2020-12 schema (for jsonschema checks)."""
+    if "x-patterns" not in f:
+        return f
+    out = {k: v for k, v in f.items() if k != "x-patterns"}
+    out["allOf"] = [{"pattern": p} for p in f["x-patterns"]]
+    return out
+
+
+def _string_exclusion(schema) -> bool:
+    """`not: {enum: [strings]}` (or const) -- kept as is and compiled by the string automaton."""
+    if not isinstance(schema, dict) or set(schema) - ANNOTATIONS - {"enum"} or "enum" not in schema:
+        return False
+    return bool(schema["enum"]) and all(isinstance(v, str) for v in schema["enum"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers.
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _uri_pointer(uri: str) -> str:
+    url, frag = urldefrag(uri)
+    if url == DEFAULT_BASE:
+        return "#" + frag
+    return uri
+
+
+def _hint(schema: dict, pointer: str) -> str:
+    tail = pointer.rsplit("/", 1)[-1] if "/" in pointer else "value"
+    if isinstance(schema.get("title"), str):
+        tail = schema["title"]
+    return tail if tail and not tail[0].isdigit() else f"item_{tail}"
+
+
+_search_cache: dict[tuple[str, str], bool] = {}
+
+
+def _search(pattern: str, name: str, pointer: str) -> bool:
+    """Does the (ECMA, unanchored) pattern match `name`?  Decided by our pattern automaton."""
+    key = (pattern, name)
+    if key not in _search_cache:
+        if len(_search_cache) > 65536:
+            _search_cache.clear()
+        from .json_strings import pattern_dfa
+        _search_cache[key] = pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name)
+    return _search_cache[key]
+
+
+def _property_schema(f: dict, name: str):
+    props = f.get("properties") or {}
+    if name in props:
+        return props[name]
+    return _applicable(f, name, "#")
+
+
+def _num_range(f: dict):
+    lo = (f.get("minimum"), False)
+    if f.get("exclusiveMinimum") is not None and (lo[0] is None or f["exclusiveMinimum"] >= lo[0]):
+        lo = (f["exclusiveMinimum"], True)
+    hi = (f.get("maximum"), False)
+    if f.get("exclusiveMaximum") is not None and (hi[0] is None or f["exclusiveMaximum"] <= hi[0]):
+        hi = (f["exclusiveMaximum"], True)
+    return lo, hi
+
+
+def _ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
+    lo = max((b for b in (lo_x, lo_y) if b[0] is not None), key=lambda b: (b[0], b[1]), default=None)
+    hi = min((b for b in (hi_x, hi_y) if b[0] is not None), key=lambda b: (b[0], not b[1]), default=None)
+    if lo is None or hi is None:
+        return False
+    return lo[0] > hi[0] or (lo[0] == hi[0] and (lo[1] or hi[1]))
+
+
+def _len_disjoint(x: dict, y: dict, lo_key: str, hi_key: str) -> bool:
+    lo = max(x.get(lo_key, 0), y.get(lo_key, 0))
+    his = [v for v in (x.get(hi_key), y.get(hi_key)) if v is not None]
+    return bool(his) and lo > min(his)
+
+
+def _count_key(node, key: str) -> int:
+    if isinstance(node, dict):
+        return (key in node) + sum(_count_key(v, key) for k, v in node.items() if k not in ("enum", "const"))
+    if isinstance(node, list):
+        return sum(_count_key(v, key) for v in node)
+    return 0
+
+
+def _dfa_op(fn: Callable, other, keyword: str, pointer: str):
+    from .json_strings import _Budget
+    try:
+        return fn(other)
+    except _Budget as exc:
+        raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
+
+
+def _forbid_additional(node):
+    """additional_properties_default=False: object schemas without additionalProperties get false."""
+    if isinstance(node, list):
+        return [_forbid_additional(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k in ("enum", "const", "default", "examples"):
+            out[k] = v
+        elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+            out[k] = {n: _forbid_additional(s) for n, s in v.items()} if isinstance(v, dict) else v
+        else:
+            out[k] = _forbid_additional(v)
+    t = node.get("type")
+    is_object = t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
+    if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
+        out["additionalProperties"] = False
+    return out
+
+
+def _size(expr: Expr) -> int:
+    if isinstance(expr, (Seq, Alt)):
+        return 1 + sum(_size(e) for e in expr.items)
+    if isinstance(expr, Repeat):
+        return 1 + _size(expr.item)
+    if isinstance(expr, CharFsm):
+        return len(expr.transitions)
+    return 1
+
+
+def _tree_size(expr: Expr) -> int:
+    cache: dict[int, int] = {}
+
+    def size(e):
+        k = id(e)
+        if k in cache:
+            return cache[k]
+        if isinstance(e, (Seq, Alt)):
+            n = 1 + sum(size(i) for i in e.items)
+        elif isinstance(e, Repeat):
+            n = 1 + size(e.item)
+        else:
+            n = 1
+        cache[k] = n
+        return n
+    return size(expr)
+
+
+_leaf_cache: dict = {}
+
+
+def _cached_leaf(kind: str, kwargs: dict) -> Expr:
+    """Leaf automata are pure functions of their arguments and can be slow: memoise them."""
+    key = (kind, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "pointer")))
+    if key not in _leaf_cache:
+        if len(_leaf_cache) > 4096:
+            _leaf_cache.clear()
+        from . import json_numbers
+        fn = {"integer": json_numbers.integer_expr, "number": json_numbers.number_expr,
+              "literal": json_numbers.number_literal_expr}[kind]
+        _leaf_cache[key] = fn(**kwargs)
+    return _leaf_cache[key]
+
+
+def _integer_expr(**kwargs) -> Expr:
+    return _cached_leaf("integer", kwargs)
+
+
+def _number_expr(**kwargs) -> Expr:
+    return _cached_leaf("number", kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pruning: drop rules that derive nothing, and rules the root cannot reach.
+
+
+def _prune(grammar: Grammar, reason) -> Grammar:
+    rules = grammar.rules
+    productive: set[str] = set()
+    changed = True
+
+    def prod(e) -> bool:
+        if isinstance(e, Bytes):
+            return True
+        if isinstance(e, (CharClass, ByteClass)):
+            return bool(e.ranges)
+        if isinstance(e, CharFsm):
+            return True
+        if isinstance(e, Seq):
+            return all(prod(i) for i in e.items)
+        if isinstance(e, Alt):
+            return any(prod(i) for i in e.items)
+        if isinstance(e, Repeat):
+            return e.min == 0 or prod(e.item)
+        if isinstance(e, Ref):
+            return e.name in productive
+        return True
+
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            if name not in productive and prod(body):
+                productive.add(name)
+                changed = True
+    if grammar.root not in productive:
+        where, why = reason if reason else ("#", "no JSON value satisfies the schema")
+        raise SchemaError(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where)
+
+    dead = set(rules) - productive
+    memo: dict[int, Expr] = {}
+
+    def mentions_dead(e) -> bool:
+        return any(name in dead for name in iter_refs(e))
+
+    def rebuild(e):
+        key = id(e)
+        if key in memo:
+            return memo[key]
+        memo[key] = out = _rebuild(e) if mentions_dead(e) else e
+        return out
+
+    def _rebuild(e):
+        if isinstance(e, Ref):
+            return e if e.name in productive else NOTHING
+        if isinstance(e, Seq):
+            return seq(*(rebuild(i) for i in e.items))
+        if isinstance(e, Alt):
+            return alt(*(rebuild(i) for i in e.items))
+        if isinstance(e, Repeat):
+            return rep(rebuild(e.item), e.min, e.max)
+        return e
+
+    new_rules = {name: (rebuild(body) if dead else body) for name, body in rules.items() if name in productive}
+    reachable = set()
+    stack = [grammar.root]
+    while stack:
+        name = stack.pop()
+        if name in reachable:
+            continue
+        reachable.add(name)
+        stack.extend(iter_refs(new_rules[name]))
+    return Grammar({n: b for n, b in new_rules.items() if n in reachable}, grammar.root)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point.
+
+
+def _load(schema):
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema()
+    if isinstance(schema, (str, bytes)):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                              "#") from None
+    return schema
+
+
+def _check_metaschema(schema) -> None:
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        path = "".join(f"/{_escape(str(p))}" for p in exc.path)
+        raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
+
+
+def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,
+                           additional_properties_default: bool = True, lenient: bool = False, separators=None,
+                           retrieve: Callable[[str], Any] | None = None) -> Grammar:
+    """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
+
+    whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
+    indent: json.dumps(indent=N) layout.  max_whitespace: cap on each whitespace run (flexible).
+    separators: exact (item, key) separators as in json.dumps.  additional_properties_default:
+    False treats a missing additionalProperties on object schemas as false.  lenient: widen what
+    cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
+    retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
+    """
+    schema = _load(schema)
+    try:
+        _check_metaschema(schema)
+        if schema is False:
+            raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
+                              "#")
+        comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
+                         additional_properties_default=additional_properties_default, lenient=lenient,
+                         separators=separators, retrieve=retrieve)
+        return comp.compile()
+    except RecursionError:
+        raise BudgetExceededError("the schema nests too deeply to compile (Python recursion limit); "
+                                  "flatten it or raise sys.setrecursionlimit") from None

@@ -1,0 +1,178 @@
+"""Preparing a JSON Schema document for the grammar compiler (see json_schema.py).
+
+Every document (the root and every remote one) is rewritten once, up front, into one dialect
+-- draft 2020-12 spelling -- so the compiler only knows one set of keywords:
+
+- draft-04 `id` -> `$id`; draft <= 7 `$id: "#name"` -> `$anchor: name`;
+- draft-04 boolean exclusiveMinimum/exclusiveMaximum -> numeric ones;
+- array-form `items` (draft <= 2019-09) -> `prefixItems`, `additionalItems` -> `items`;
+- `dependencies` -> `dependentRequired` / `dependentSchemas`;
+- in drafts <= 7 a `$ref` makes its sibling keywords inert, so they are dropped (definitions
+  are kept, since pointers may lead into them);
+- keywords a draft does not know (e.g. `const` in draft-04) are dropped, as that draft ignores them;
+- every `$ref` becomes an absolute URI (resolved against the enclosing `$id`s), so subschemas
+  can be copied, merged and memoised without carrying their base URI along.
+
+A JSON pointer in a `$ref` still names the *original* location; the few pointers that cross a
+renamed keyword (`#/items/0` in a draft-04 document) are translated when they are looked up.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urldefrag, urljoin
+
+DEFAULT_BASE = "https://pushmask.invalid/schema.json"
+
+DRAFT_URIS = {
+    "draft4": ("draft-04",),
+    "draft6": ("draft-06",),
+    "draft7": ("draft-07",),
+    "draft2019-09": ("2019-09",),
+    "draft2020-12": ("2020-12",),
+}
+DRAFT_ORDER = ["draft4", "draft6", "draft7", "draft2019-09", "draft2020-12"]
+
+# Keywords whose value is a schema, a list of schemas, or a name -> schema map.
+SCHEMA_KEYS = ("not", "if", "then", "else", "additionalProperties", "additionalItems", "contains",
+               "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema", "items")
+LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
+MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+# Keywords introduced after a draft; that draft (and earlier ones) ignores them.
+_NEW_IN = {
+    "draft6": {"const", "contains", "propertyNames", "examples"},
+    "draft7": {"if", "then", "else", "contentMediaType", "contentEncoding"},
+    "draft2019-09": {"dependentRequired", "dependentSchemas", "minContains", "maxContains", "$anchor",
+                     "unevaluatedItems", "unevaluatedProperties", "$recursiveRef", "$recursiveAnchor", "$defs"},
+    "draft2020-12": {"prefixItems", "$dynamicRef", "$dynamicAnchor"},
+}
+
+
+def join_uri(base: str, ref: str) -> str:
+    """urljoin that also handles fragment-only references against non-hierarchical bases (urn:)."""
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", ref):
+        return ref
+    return urljoin(base, ref)
+
+
+def draft_of(schema, default: str = "draft2020-12") -> str:
+    """The draft named by `$schema` (unknown or missing -> `default`)."""
+    uri = schema.get("$schema") if isinstance(schema, dict) else None
+    if isinstance(uri, str):
+        for draft, marks in DRAFT_URIS.items():
+            if any(mark in uri for mark in marks):
+                return draft
+    return default
+
+
+def _unknown_keywords(draft: str) -> set[str]:
+    index = DRAFT_ORDER.index(draft)
+    out: set[str] = set()
+    for later in DRAFT_ORDER[index + 1:]:
+        out |= _NEW_IN[later]
+    if draft != "draft2019-09":
+        out |= {"$recursiveRef", "$recursiveAnchor"}
+    if draft in ("draft2019-09", "draft2020-12"):
+        out |= {"dependencies", "additionalItems"} if draft == "draft2020-12" else {"dependencies"}
+    return out
+
+
+def normalize_document(doc, base: str, draft: str):
+    """Rewrite `doc` (found at URI `base`) into 2020-12 spelling with absolute `$ref`s."""
+    unknown = _unknown_keywords(draft)
+    # "definitions" is a plain container in every draft: keep it so pointers into it resolve.
+    unknown.discard("definitions")
+    unknown.discard("$defs")
+    return _normalize(doc, base, draft, unknown, is_root=True)
+
+
+def _normalize(node, base: str, draft: str, unknown: set[str], is_root: bool = False):
+    if not isinstance(node, dict):
+        return node  # booleans (and malformed values, rejected by the metaschema check)
+    node = dict(node)
+    old = draft in ("draft4", "draft6", "draft7")
+    if draft == "draft4" and isinstance(node.get("id"), str):
+        node["$id"] = node.pop("id")
+    if old and "$ref" in node:
+        # Siblings of $ref are ignored in drafts <= 7 (keep containers pointers may lead into).
+        node = {k: v for k, v in node.items() if k in ("$ref", "definitions", "$defs", "$schema")}
+    for key in list(node):
+        if key in unknown:
+            del node[key]
+    anchors: list[str] = []
+    if isinstance(node.get("$id"), str):
+        ident = node["$id"]
+        if old and ident.startswith("#"):
+            del node["$id"]
+            anchors.append(ident[1:])
+        else:
+            url, frag = urldefrag(ident)
+            if old and frag:
+                anchors.append(frag)
+            if url:
+                base = join_uri(base, url)
+                node["$id"] = base
+            else:
+                node.pop("$id", None)
+    if anchors:
+        node["$anchor"] = anchors[0]
+    if isinstance(node.get("$ref"), str):
+        node["$ref"] = join_uri(base, node["$ref"])
+    for key in ("$dynamicRef", "$recursiveRef"):
+        if isinstance(node.get(key), str):
+            node[key] = join_uri(base, node[key])
+    # draft-04 boolean exclusive bounds
+    for excl, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(excl), bool):
+            flag = node.pop(excl)
+            if flag and bound in node:
+                node[excl] = node.pop(bound)
+    # tuple items
+    if draft != "draft2020-12" and isinstance(node.get("items"), list):
+        node["prefixItems"] = node.pop("items")
+        if "additionalItems" in node:
+            node["items"] = node.pop("additionalItems")
+    node.pop("additionalItems", None)  # without tuple items it has no effect
+    if "dependencies" in node:
+        deps = node.pop("dependencies")
+        if isinstance(deps, dict):
+            for name, dep in deps.items():
+                if isinstance(dep, list):
+                    node.setdefault("dependentRequired", {})[name] = dep
+                else:
+                    node.setdefault("dependentSchemas", {})[name] = dep
+    recurse = lambda sub: _normalize(sub, base, draft, unknown)  # noqa: E731
+    for key in SCHEMA_KEYS:
+        if key in node and isinstance(node[key], (dict, bool)):
+            node[key] = recurse(node[key])
+    for key in LIST_KEYS:
+        if isinstance(node.get(key), list):
+            node[key] = [recurse(sub) for sub in node[key]]
+    for key in MAP_KEYS:
+        if isinstance(node.get(key), dict):
+            node[key] = {name: recurse(sub) for name, sub in node[key].items()}
+    return node
+
+
+def translate_pointer(fragment: str) -> list[str]:
+    """Candidate 2020-12 spellings of an original-draft JSON pointer (first = unchanged)."""
+    parts = fragment.split("/")
+    out = [fragment]
+    changed = []
+    for i, part in enumerate(parts):
+        nxt = parts[i + 1] if i + 1 < len(parts) else ""
+        if part == "items" and nxt.isdigit():
+            changed.append("prefixItems")
+        elif part == "additionalItems":
+            changed.append("items")
+        elif part == "dependencies":
+            changed.append("dependentSchemas")
+        else:
+            changed.append(part)
+    alt = "/".join(changed)
+    if alt != fragment:
+        out.append(alt)
+    return out

@@ -1,0 +1,490 @@
+"""Focused tests of the JSON Schema -> grammar compiler, keyword by keyword.
+
+Oracle: `jsonschema` decides validity and json.dumps produces the texts; the real matcher
+(Llama-3 vocabulary) must accept a text exactly when it is valid -- token by token for the
+compact form, accept_string for the default ", " / ": " form.  Instances outside the
+documented completeness policy (e.g. members in another order than the schema's) are tested
+separately, as rejections the documentation promises.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import grammar_compiler, hf_tokenizer  # noqa: E402
+
+import pushmask as pm  # noqa: E402
+from pushmask.grammar.errors import BudgetExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
+from pushmask.grammar.ir import Ref, iter_refs  # noqa: E402
+from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def compiler():
+    return grammar_compiler("llama3")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return hf_tokenizer("llama3")
+
+
+def accepts(compiled, text: str) -> bool:
+    m = pm.GrammarMatcher(compiled)
+    return m.accept_string(text) and m.can_end()
+
+
+def accepts_tokens(compiled, tokenizer, text: str) -> bool:
+    m = pm.GrammarMatcher(compiled)
+    return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and m.can_end()
+
+
+def check(compiler, tokenizer, schema, valid=(), invalid=(), **options):
+    """Every `valid` instance is accepted, every `invalid` one rejected; jsonschema agrees."""
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, **options))
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    for data in valid:
+        assert validator.is_valid(data), f"test bug: {data!r} is invalid"
+        compact = json.dumps(data, separators=(",", ":"))
+        assert accepts_tokens(compiled, tokenizer, compact), f"rejected valid {compact}"
+        assert accepts(compiled, json.dumps(data)), f"rejected valid {json.dumps(data)}"
+    for data in invalid:
+        assert not validator.is_valid(data), f"test bug: {data!r} is valid"
+        for text in (json.dumps(data, separators=(",", ":")), json.dumps(data)):
+            assert not accepts(compiled, text), f"accepted invalid {text}"
+        assert not accepts_tokens(compiled, tokenizer, json.dumps(data, separators=(",", ":")))
+    return compiled
+
+
+# ---------------------------------------------------------------------------------------------
+# Types, enum, const
+
+
+def test_scalar_types(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "string"}, ["", "a\"b\\", "ünï"], [1, None, True, [], {}])
+    check(compiler, tokenizer, {"type": "integer"}, [0, -5, 123456789], [1.5, "1", None])
+    check(compiler, tokenizer, {"type": "number"}, [0, -1.5, 1e20, 3], ["1", None])
+    check(compiler, tokenizer, {"type": "boolean"}, [True, False], [0, "true"])
+    check(compiler, tokenizer, {"type": "null"}, [None], [0, "null", False])
+
+
+def test_type_list(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": ["string", "null"]}, ["x", None], [1, True, [], {}])
+
+
+def test_enum_and_const(compiler, tokenizer):
+    check(compiler, tokenizer, {"enum": ["a", 1, None, True, [1, "x"], {"k": [2]}]},
+          ["a", 1, None, True, [1, "x"], {"k": [2]}], ["b", 2, False, [1], {"k": [3]}, {}])
+    check(compiler, tokenizer, {"const": {"a": 1, "b": [True, None]}}, [{"a": 1, "b": [True, None]}],
+          [{"a": 1}, {"a": 2, "b": [True, None]}])
+    # 1 and 1.0 are the same JSON Schema number
+    compiled = check(compiler, tokenizer, {"const": 1}, [1], [2, True, "1"])
+    assert accepts(compiled, "1.0")
+
+
+def test_enum_filtered_by_sibling_keywords(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "string", "enum": ["a", 1, "bb"], "maxLength": 1}, ["a"], ["bb", 1])
+
+
+def test_const_object_key_order_is_the_given_one(compiler):
+    compiled = compiler.compile_ir(json_schema_to_grammar({"const": {"a": 1, "b": 2}}))
+    assert accepts(compiled, '{"a": 1, "b": 2}')
+    assert not accepts(compiled, '{"b": 2, "a": 1}')  # documented completeness limit
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects
+
+
+def test_properties_required_and_order(compiler, tokenizer):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"},
+                                                "c": {"type": "boolean"}}, "required": ["b"]}
+    compiled = check(compiler, tokenizer, schema,
+                     [{"b": 1}, {"a": "x", "b": 2}, {"b": 1, "c": True}, {"a": "", "b": 0, "c": False},
+                      {"b": 1, "zzz": [1, {"q": None}]}],
+                     [{}, {"a": "x"}, {"b": "1"}, {"a": 1, "b": 1}, [], "x"])
+    # definition order is the documented policy: defined members out of order are rejected
+    assert not accepts(compiled, '{"b": 1, "a": "x"}')
+    # additional members come after the defined ones
+    assert not accepts(compiled, '{"zzz": 1, "b": 1}')
+
+
+def test_additional_properties(compiler, tokenizer):
+    check(compiler, tokenizer, {"properties": {"a": {}}, "additionalProperties": False},
+          [{}, {"a": [1]}, 5], [{"b": 1}, {"a": 1, "b": 2}])
+    check(compiler, tokenizer, {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+          [{"a": "s", "b": 1}, {"x": 1, "y": 2}], [{"a": "s", "b": "s"}])
+
+
+def test_additional_properties_default_option(compiler, tokenizer):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, additional_properties_default=False))
+    assert accepts(compiled, '{"a": 1}')
+    assert not accepts(compiled, '{"a": 1, "b": 2}')
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+    assert accepts(compiled, '{"a": 1, "b": 2}')
+
+
+def test_additional_member_cannot_reuse_a_defined_name(compiler):
+    schema = {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+    assert accepts(compiled, '{"a": 1, "b": "x"}')
+    assert not accepts(compiled, '{"a": "x"}')
+    assert not accepts(compiled, '{"\\u0061": "x"}')  # an escaped spelling of "a" is still "a"
+
+
+def test_pattern_properties(compiler, tokenizer):
+    check(compiler, tokenizer,
+          {"patternProperties": {"^x_": {"type": "integer"}, "_n$": {"type": "number"}},
+           "additionalProperties": False},
+          [{"x_a": 1}, {"b_n": 1.5}, {"x_n": 2}, {}], [{"x_a": "s"}, {"y": 1}, {"x_n": 1.5}])
+
+
+def test_property_names(compiler, tokenizer):
+    check(compiler, tokenizer, {"propertyNames": {"maxLength": 2}}, [{"ab": 1}, {}], [{"abc": 1}])
+    check(compiler, tokenizer, {"propertyNames": {"enum": ["a", "b"]}}, [{"a": 1, "b": 2}, {"b": 0}],
+          [{"c": 1}])
+
+
+def test_min_max_properties(compiler, tokenizer):
+    check(compiler, tokenizer, {"properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 1, "maxProperties": 2},
+          [{"a": 1}, {"a": 1, "b": 2}, {"x": 1}, {"b": 1, "x": 2}],
+          [{}, {"a": 1, "b": 2, "c": 3}, {"a": 1, "x": 1, "y": 2}])
+
+
+def test_dependent_required_and_schemas(compiler, tokenizer):
+    check(compiler, tokenizer, {"properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+          [{}, {"b": 1}, {"a": 1, "b": 2}], [{"a": 1}])
+    check(compiler, tokenizer, {"properties": {"a": {}, "b": {}},
+                                "dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}}},
+          [{"b": "x"}, {"a": 1, "b": 2}, {"a": 1}], [{"a": 1, "b": "x"}])
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays
+
+
+def test_items_and_lengths(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+          [[1], [1, 2, 3]], [[], [1, 2, 3, 4], ["a"], [1, "a"]])
+
+
+def test_prefix_items(compiler, tokenizer):
+    check(compiler, tokenizer, {"prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": False},
+          [[], ["a"], ["a", True]], [[1], ["a", 1], ["a", True, None]])
+    check(compiler, tokenizer, {"prefixItems": [{"type": "string"}], "items": {"type": "integer"}, "minItems": 2},
+          [["a", 1], ["a", 1, 2]], [["a"], ["a", "b"]])
+
+
+def test_draft4_tuple_items_and_boolean_exclusive(compiler, tokenizer):
+    d4 = "http://json-schema.org/draft-04/schema#"
+    check(compiler, tokenizer, {"$schema": d4, "items": [{"type": "string"}], "additionalItems": {"type": "null"}},
+          [["a"], ["a", None, None]], [[1], ["a", 1]])
+    check(compiler, tokenizer, {"$schema": d4, "type": "integer", "minimum": 1, "exclusiveMinimum": True,
+                                "maximum": 3}, [2, 3], [1, 4, 0])
+    check(compiler, tokenizer, {"$schema": d4, "dependencies": {"a": ["b"]}, "properties": {"a": {}, "b": {}}},
+          [{"a": 1, "b": 1}, {"b": 1}], [{"a": 1}])
+
+
+def test_contains(compiler, tokenizer):
+    check(compiler, tokenizer, {"contains": {"const": 5}}, [[5], [1, 5], [5, 5, 2]], [[], [1, 2]])
+    check(compiler, tokenizer, {"contains": {"const": 5}, "minContains": 2, "maxContains": 3},
+          [[5, 5], [5, 1, 5, 5]], [[5], [5, 5, 5, 5], [1, 2]])
+
+
+# ---------------------------------------------------------------------------------------------
+# Combinators
+
+
+def test_all_of_merges(compiler, tokenizer):
+    check(compiler, tokenizer,
+          {"allOf": [{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]},
+                     {"properties": {"a": {"maximum": 5}, "b": {"type": "string"}}}]},
+          [{"a": 0}, {"a": 5, "b": "x"}], [{"a": 6}, {"a": -1}, {"b": "x"}, {"a": 1, "b": 1}])
+    check(compiler, tokenizer, {"allOf": [{"type": ["string", "integer"]}, {"type": ["integer", "null"]}]},
+          [1], ["a", None])
+
+
+def test_any_of_distributes_siblings(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "string", "anyOf": [{"maxLength": 1}, {"minLength": 3}]},
+          ["", "a", "abc"], ["ab", 1])
+
+
+def test_one_of_disjoint(compiler, tokenizer):
+    check(compiler, tokenizer, {"oneOf": [{"type": "string"}, {"type": "integer"}]}, ["a", 1], [None, 1.5])
+    check(compiler, tokenizer,
+          {"type": "object", "oneOf": [
+              {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+              {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}]},
+          [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}], [{"kind": "c"}, {"kind": "a", "x": "s"}])
+
+
+def test_one_of_excludes_types_that_match_twice(compiler, tokenizer):
+    # strings satisfy both branches (their keywords only constrain objects), so no string is valid
+    check(compiler, tokenizer, {"oneOf": [{"required": ["a"]}, {"required": ["b"], "properties": {"a": False}}]},
+          [{"a": 1}, {"b": 1}, {"a": 1, "b": 1}], ["x", 1, {}])
+
+
+def test_one_of_overlapping_is_unsupported_unless_lenient(compiler):
+    schema = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_schema_to_grammar(schema)
+    assert info.value.keyword == "oneOf" and info.value.pointer == "#/oneOf"
+    with pytest.warns(UserWarning, match="oneOf"):
+        grammar = json_schema_to_grammar(schema, lenient=True)
+    compiled = compiler.compile_ir(grammar)
+    assert accepts(compiled, "1") and accepts(compiled, "2.5")
+
+
+def test_not(compiler, tokenizer):
+    check(compiler, tokenizer, {"not": {"type": "string"}}, [1, None, [], {}], ["x"])
+    check(compiler, tokenizer, {"type": "string", "not": {"enum": ["a", "b"]}}, ["c", "ab", ""], ["a", "b"])
+    check(compiler, tokenizer, {"type": "integer", "not": {"const": 3}}, [2, 4, -3], [3])
+    check(compiler, tokenizer, {"type": "object", "not": {"required": ["a"]}}, [{}, {"b": 1}], [{"a": 1}])
+
+
+def test_if_then_else(compiler, tokenizer):
+    check(compiler, tokenizer,
+          {"type": "object", "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}},
+           "if": {"properties": {"kind": {"const": "num"}}, "required": ["kind"]},
+           "then": {"required": ["n"]}, "else": {"properties": {"n": False}}},
+          [{"kind": "num", "n": 1}, {"kind": "str"}, {}], [{"kind": "num"}, {"kind": "str", "n": 1}])
+
+
+# ---------------------------------------------------------------------------------------------
+# References
+
+
+def test_ref_defs_and_recursion(compiler, tokenizer):
+    schema = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                                  "children": {"type": "array",
+                                                                               "items": {"$ref": "#/$defs/node"}}},
+                                 "required": ["v"], "additionalProperties": False}},
+              "$ref": "#/$defs/node"}
+    check(compiler, tokenizer, schema,
+          [{"v": 1}, {"v": 1, "children": [{"v": 2, "children": [{"v": 3}]}]}],
+          [{"v": 1, "children": [{}]}, {"v": 1, "children": [{"v": "x"}]}, {"v": 1, "x": 1}])
+    grammar = json_schema_to_grammar(schema)
+    # recursion is a recursive rule: some rule reaches itself through references
+    def reaches(start):
+        seen, stack = set(), list(iter_refs(grammar.rules[start]))
+        while stack:
+            name = stack.pop()
+            if name == start:
+                return True
+            if name not in seen:
+                seen.add(name)
+                stack.extend(iter_refs(grammar.rules[name]))
+        return False
+    assert any(reaches(name) for name in grammar.rules)
+
+
+def test_definitions_id_and_anchor(compiler, tokenizer):
+    d7 = "http://json-schema.org/draft-07/schema#"
+    check(compiler, tokenizer, {"$schema": d7, "definitions": {"s": {"type": "string"}},
+                                "properties": {"a": {"$ref": "#/definitions/s"}}}, [{"a": "x"}], [{"a": 1}])
+    check(compiler, tokenizer, {"$id": "http://example.com/root.json",
+                                "$defs": {"x": {"$id": "item.json", "type": "integer"},
+                                          "y": {"$anchor": "why", "type": "boolean"}},
+                                "prefixItems": [{"$ref": "item.json"}, {"$ref": "#why"}]},
+          [[1, True]], [[True, 1]])
+
+
+def test_identical_subschemas_share_one_rule():
+    point = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}
+    grammar = json_schema_to_grammar({"type": "object", "properties": {"a": point, "b": dict(point)}})
+    outer = grammar.rules[next(iter(iter_refs(grammar.rules["root"])))]
+    point_rules = {n for n in iter_refs(outer) if not n.startswith("json_")}
+    assert len(point_rules) == 1  # both members refer to the same rule
+
+
+def test_ref_target_gets_its_own_rule():
+    grammar = json_schema_to_grammar({"$defs": {"p": {"type": "object", "properties": {"q": {"type": "string"}}}},
+                                      "type": "array", "items": {"$ref": "#/$defs/p"},
+                                      "prefixItems": [{"$ref": "#/$defs/p"}]})
+    array_rule = grammar.rules[next(iter(iter_refs(grammar.rules["root"])))]
+    targets = set(iter_refs(array_rule))
+    assert len(targets) == 1  # the prefix item and the other items share the $ref target's rule
+    (target,) = targets
+    assert "q" in repr(grammar.rules[target])
+
+
+def test_generic_json(compiler, tokenizer):
+    for schema in ({}, True):
+        check(compiler, tokenizer, schema, [None, 1, "s", [1, [2, {"a": {}}]], {"a": {"b": [None, -1.5e3]}}])
+        compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+        assert not accepts(compiled, "[1,]") and not accepts(compiled, "{'a': 1}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Whitespace and layout
+
+
+def test_compact_whitespace(compiler):
+    compiled = compiler.compile_ir(json_schema_to_grammar({"type": "object"}, whitespace="compact"))
+    assert accepts(compiled, '{"a":[1,2]}')
+    assert not accepts(compiled, '{"a": [1, 2]}')
+    assert not accepts(compiled, ' {"a":1}')
+
+
+def test_indent_layout(compiler):
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
+                                               "b": {"type": "object"}}, "required": ["a"]}
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, indent=2))
+    for data in ({"a": [1, 2]}, {"a": []}, {"a": [3], "b": {}}, {"a": [3], "b": {"x": [1, {"y": None}]}}):
+        assert accepts(compiled, json.dumps(data, indent=2)), json.dumps(data, indent=2)
+        assert not accepts(compiled, json.dumps(data))
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, separators=(",", ":")))
+    assert accepts(compiled, '{"a":[1]}') and not accepts(compiled, '{"a": [1]}')
+
+
+def test_max_whitespace(compiler):
+    compiled = compiler.compile_ir(json_schema_to_grammar({"type": "array"}, max_whitespace=2))
+    assert accepts(compiled, "[ 1,\n 2 ]")
+    assert not accepts(compiled, "[1,   2]")
+    assert not accepts(compiled, "[1," + "\n" * 3 + "2]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and errors
+
+
+def test_json_text_and_pydantic_inputs(compiler):
+    pydantic = pytest.importorskip("pydantic")
+
+    class Point(pydantic.BaseModel):
+        x: int
+        label: str | None = None
+
+    compiled = compiler.compile_ir(json_schema_to_grammar(Point))
+    assert accepts(compiled, '{"x": 1}') and accepts(compiled, '{"x": 1, "label": null}')
+    assert not accepts(compiled, '{"label": "a"}')
+    compiled = compiler.compile_ir(json_schema_to_grammar('{"type": "integer"}'))
+    assert accepts(compiled, "12") and not accepts(compiled, '"12"')
+
+
+@pytest.mark.parametrize("schema, pointer", [
+    ({"type": "foo"}, "#/type"),
+    ({"properties": {"a": {"minLength": -1}}}, "#/properties/a/minLength"),
+    ({"$ref": "#/$defs/missing"}, "#"),
+    ({"type": "object", "required": ["a"], "properties": {"a": False}}, "#/required"),
+    ({"type": "string", "minLength": 3, "maxLength": 2}, "#"),
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "#"),
+])
+def test_malformed_or_unsatisfiable_schemas(schema, pointer):
+    with pytest.raises(SchemaError) as info:
+        json_schema_to_grammar(schema)
+    assert not isinstance(info.value, UnsupportedSchemaError)
+    assert info.value.pointer == pointer, str(info.value)
+
+
+def test_invalid_json_text():
+    with pytest.raises(SchemaError):
+        json_schema_to_grammar('{"type": ')
+
+
+def test_unique_items_unsupported_and_lenient_warns(compiler):
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_schema_to_grammar(schema)
+    assert info.value.keyword == "uniqueItems" and info.value.pointer == "#/uniqueItems"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grammar = json_schema_to_grammar(schema, lenient=True)
+    assert any("uniqueItems" in str(w.message) for w in caught)
+    assert accepts(compiler.compile_ir(grammar), "[1, 1]")
+    # a single item is always unique: exact without lenient
+    json_schema_to_grammar({**schema, "maxItems": 1})
+
+
+def test_annotations_and_unknown_keywords_are_ignored(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "integer", "title": "t", "description": "d", "default": 3, "examples": [1],
+                                "$comment": "c", "deprecated": True, "x-custom": {"type": "string"}},
+          [1], ["s"])
+
+
+def test_budget_on_alternatives():
+    many = {f"p{i}": {"enum": [i, i + 100]} for i in range(20)}
+    schema = {"allOf": [{"anyOf": [{"properties": {k: v}}, {"required": [k]}]} for k, v in many.items()]}
+    with pytest.raises(BudgetExceededError):
+        json_schema_to_grammar(schema)
+
+
+def test_mask_guided_tokens_agree_with_accept(compiler, tokenizer):
+    """Each token of a valid instance is set in the bitmask filled just before it."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+              "items": {"enum": ["a", "b"]}}}, "required": ["name"]}
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+    m = pm.GrammarMatcher(compiled)
+    bitmask = pm.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
+    for tid in tokenizer.encode('{"name": "x y", "tags": ["a", "b"]}', add_special_tokens=False):
+        m.fill_next_token_bitmask(bitmask, 0)
+        assert (int(bitmask[0, tid // 32]) >> (tid % 32)) & 1
+        assert m.accept_token(tid)
+    assert m.can_end()
+
+
+def test_remote_refs_only_through_retrieve(compiler, tokenizer):
+    schema = {"$id": "http://example.com/main.json", "properties": {"n": {"$ref": "other.json#/$defs/n"}}}
+    other = {"$defs": {"n": {"type": "integer", "maximum": 9}}}
+    with pytest.raises(SchemaError, match="unresolvable"):
+        json_schema_to_grammar(schema)  # nothing is fetched from the network
+    seen = []
+
+    def retrieve(uri):
+        seen.append(uri)
+        return other
+
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, retrieve=retrieve))
+    assert seen == ["http://example.com/other.json"]
+    assert accepts(compiled, '{"n": 9}') and not accepts(compiled, '{"n": 10}')
+
+
+def test_not_that_cannot_be_expressed_is_unsupported():
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_schema_to_grammar({"type": "string", "not": {"pattern": "^a"}})
+    assert info.value.keyword == "not" and info.value.pointer.startswith("#/not")
+
+
+def test_one_of_overlapping_branches_made_exact_by_negation(compiler, tokenizer):
+    schema = {"type": "object", "properties": {"r": {"type": "number"}, "w": {"type": "number"},
+                                               "h": {"type": "number"}},
+              "oneOf": [{"required": ["r"]}, {"required": ["w", "h"]}]}
+    check(compiler, tokenizer, schema, [{"r": 1}, {"w": 1, "h": 2}, {"r": 1, "w": 2}],
+          [{}, {"w": 1}, {"r": 1, "w": 1, "h": 1}])
+
+
+def test_many_disjoint_pattern_properties(compiler, tokenizer):
+    patterns = {f"^{c}_": {"type": "integer"} for c in "abcdefgh"}
+    check(compiler, tokenizer, {"patternProperties": patterns, "additionalProperties": {"type": "string"}},
+          [{"a_x": 1, "h_y": 2, "zz": "s"}], [{"a_x": "s"}, {"zz": 1}])
+
+
+def test_absurdly_deep_schema_gives_a_clear_error():
+    schema: dict = {"type": "integer"}
+    for _ in range(5000):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises((BudgetExceededError, SchemaError)):
+        json_schema_to_grammar(schema)
+
+
+def test_unevaluated_properties_and_items(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}}],
+                                "properties": {"b": {"type": "string"}}, "unevaluatedProperties": False},
+          # members of allOf branches come after the node's own ones (the merge order)
+          [{"a": 1}, {"b": "x", "a": 1}, {}], [{"c": 1}, {"a": 1, "c": 2}])
+    check(compiler, tokenizer, {"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
+                                          {"properties": {"b": {"const": 2}}, "required": ["b"]}],
+                                "unevaluatedProperties": False},
+          [{"a": 1}, {"b": 2}], [{"a": 1, "c": 3}, {"c": 3}])
+    check(compiler, tokenizer, {"prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, True]}],
+                                "unevaluatedItems": False}, [["a"], ["a", 1]], [["a", 1, 2]])
+    with pytest.raises(UnsupportedSchemaError):
+        json_schema_to_grammar({"not": {"required": ["a"]}, "unevaluatedProperties": False})
