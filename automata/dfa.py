@@ -51,6 +51,7 @@ class _Nfa:
         self.bytes: list[list[tuple[int, int, int]]] = []
         self.refs: list[list[tuple[int, int]]] = []
         self.ref_index: dict[str, int] = {}
+        self.memo: dict[tuple[int, int], tuple[int, Expr]] = {}
         self.max_states = max_states
 
     def new_state(self) -> int:
@@ -72,67 +73,81 @@ class _Nfa:
             self.bytes[here].append((lo, hi, there))
             here = there
 
-    def build(self, expr: Expr, start: int) -> int:
-        """Add `expr` starting at `start`; return its end state."""
+    def build(self, expr: Expr, end: int) -> int:
+        """Add `expr` leading into state `end`; return its start state.
+
+        Built right to left and memoised on (expression object, end): a sub-expression that
+        occurs several times in front of the same continuation (shared suffixes, as in chains of
+        optional members) becomes one fragment instead of one copy per occurrence.  Sharing is
+        exact because both occurrences continue identically.
+        """
+        key = (id(expr), end)
+        got = self.memo.get(key)
+        if got is not None:
+            return got[0]
+        start = self._build(expr, end)
+        self.memo[key] = (start, expr)  # holding expr keeps its id from being reused
+        return start
+
+    def _build(self, expr: Expr, end: int) -> int:
         if isinstance(expr, Bytes):
-            here = start
-            for b in expr.value:
+            here = end
+            for b in reversed(expr.value):
                 there = self.new_state()
-                self.bytes[here].append((b, b, there))
+                self.bytes[there].append((b, b, here))
                 here = there
             return here
         if isinstance(expr, ByteClass):
-            end = self.new_state()
+            start = self.new_state()
             for lo, hi in expr.ranges:
                 self.bytes[start].append((lo, hi, end))
-            return end
+            return start
         if isinstance(expr, CharClass):
-            end = self.new_state()
+            start = self.new_state()
             for lo, hi in expr.ranges:
                 for byte_ranges in utf8_byte_ranges(lo, hi):
                     self.byte_path(start, byte_ranges, end)
-            return end
+            return start
         if isinstance(expr, Seq):
-            here = start
-            for item in expr.items:
+            here = end
+            for item in reversed(expr.items):
                 here = self.build(item, here)
             return here
         if isinstance(expr, Alt):
-            end = self.new_state()
+            start = self.new_state()
             for item in expr.items:
-                self.eps[self.build(item, start)].append(end)
-            return end
+                self.eps[start].append(self.build(item, end))
+            return start
         if isinstance(expr, Repeat):
-            here = start
-            for _ in range(expr.min):
-                here = self.build(expr.item, here)
+            here = end
             if expr.max is None:
                 loop = self.new_state()
-                self.eps[here].append(loop)
-                self.eps[self.build(expr.item, loop)].append(loop)
-                return loop
-            end = self.new_state()
-            for _ in range(expr.max - expr.min):
-                self.eps[here].append(end)
-                here = self.build(expr.item, here)
-            self.eps[here].append(end)
-            return end
+                self.eps[loop].append(here)
+                self.eps[loop].append(self._build(expr.item, loop))
+                here = loop
+            else:
+                for _ in range(expr.max - expr.min):
+                    optional = self.new_state()
+                    self.eps[optional].append(here)
+                    self.eps[optional].append(self._build(expr.item, here))
+                    here = optional
+            for _ in range(expr.min):
+                here = self._build(expr.item, here)
+            return here
         if isinstance(expr, Ref):
             index = self.ref_index.setdefault(expr.name, len(self.ref_index))
-            end = self.new_state()
+            start = self.new_state()
             self.refs[start].append((index, end))
-            return end
+            return start
         if isinstance(expr, CharFsm):
             states = {q: self.new_state() for q in _fsm_states(expr)}
-            self.eps[start].append(states[expr.initial])
-            end = self.new_state()
             for q in expr.finals:
                 if q in states:
                     self.eps[states[q]].append(end)
             for src, lo, hi, dst in expr.transitions:
                 for byte_ranges in utf8_byte_ranges(lo, hi):
                     self.byte_path(states[src], byte_ranges, states[dst])
-            return end
+            return states[expr.initial]
         raise TypeError(f"not an IR expression: {expr!r}")
 
 
@@ -157,8 +172,8 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     gc.disable()
     try:
         nfa = _Nfa(max_states)
-        start = nfa.new_state()
-        final = nfa.build(body, start)
+        final = nfa.new_state()
+        start = nfa.build(body, final)
         accepting, byte_edges, ref_edges = _determinize(nfa, start, final, max_states)
         accepting, byte_edges, ref_edges = _trim(accepting, byte_edges, ref_edges)
         if not accepting:
