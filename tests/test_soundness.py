@@ -1,0 +1,192 @@
+"""Soundness and completeness on every shared tokenizer, judged by independent oracles.
+
+(a) Random walks that pick only mask-allowed tokens: whenever the walk stops on an allowed stop
+    token, the text must be accepted by the oracle (json.loads, or lark's Earley parser), and so
+    are all its prefixes viable.
+(b) Tokenizations of valid strings are accepted token by token; strings the oracle rejects are
+    rejected (some token is refused, or the end is not allowed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lark
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pushmask as pm
+
+from conftest import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer
+
+GRAMMARS = Path(__file__).parent / "grammars"
+
+# file -> (oracle, bytes that close things so walks can finish, valid samples, invalid samples)
+CASES = {
+    "json.gbnf": (
+        "json",
+        b'"}]0 ',
+        ['{"a": [1, 2.5, -3e2], "b": {"c": null}}', '[true, false, "x\\n\\u00e9"]', '"日本"', "0"],
+        ['{"a": 1,}', "[1 2]", '{"a" 1}', "01", '"unterminated'],
+    ),
+    "arithmetic.lark": ("lark", b")0123456789", ["1+2*(3-4)", "((7))", "10/2-3*4"], ["1+", "(1", "1+*2", "()"]),
+    "sql.lark": (
+        "lark",
+        b"0123456789;x )'*/\n",
+        ["SELECT a, b FROM t WHERE a > 1;", "select * from users u join orders on u.id = orders.uid"],
+        ["SELECT FROM t", "SELECT a FROM", "SELECT a b c FROM t"],
+    ),
+    "parens.ebnf": ("parens", b")]", ["(()())", "()", "[()[]]", ""], ["(()", ")(", "(a)", "(]"]),
+}
+
+
+def oracle_accepts(file: str, text: str) -> bool:
+    kind = CASES[file][0]
+    if kind == "json":
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+    if kind == "parens":  # balanced () and []
+        stack = []
+        for ch in text:
+            if ch in "([":
+                stack.append(ch)
+            elif ch in ")]":
+                if not stack or stack.pop() != {")": "(", "]": "["}[ch]:
+                    return False
+            else:
+                return False
+        return not stack
+    try:
+        lark_parser(file).parse(text)
+    except lark.exceptions.LarkError:
+        return False
+    return True
+
+
+_PARSERS: dict[str, lark.Lark] = {}
+
+
+def lark_parser(file: str) -> lark.Lark:
+    if file not in _PARSERS:
+        _PARSERS[file] = lark.Lark((GRAMMARS / file).read_text(), parser="earley", lexer="dynamic_complete")
+    return _PARSERS[file]
+
+
+_COMPILED: dict[tuple[str, str], pm.CompiledGrammar] = {}
+
+
+def compiled(name: str, file: str) -> pm.CompiledGrammar:
+    key = (name, file)
+    if key not in _COMPILED:
+        compiler = grammar_compiler(name)
+        text = (GRAMMARS / file).read_text()
+        _COMPILED[key] = compiler.compile_lark(text) if file.endswith(".lark") else compiler.compile_grammar(text)
+    return _COMPILED[key]
+
+
+def allowed_ids(matcher: pm.GrammarMatcher) -> np.ndarray:
+    bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[: matcher.vocab_size]
+    return np.flatnonzero(bits)
+
+
+def random_walk(name: str, file: str, seed: int, max_tokens: int = 80) -> tuple[str, bool]:
+    """Walk mask-allowed tokens; after a while prefer short tokens made of closing bytes so the
+    walk can finish.  Returns (text, ended_on_stop_token)."""
+    matcher = pm.GrammarMatcher(compiled(name, file))
+    info = matcher.compiled_grammar.tokenizer_info
+    stops = set(matcher.stop_token_ids)
+    closers = set(CASES[file][1])
+    rng = np.random.default_rng(seed)
+    # Odd seeds start from a random prefix of a valid sample, so keyword-heavy grammars (SQL)
+    # get walks that can finish; the continuation is still random and mask-guided.
+    data = b""
+    if seed % 2:
+        good = CASES[file][2]
+        sample = good[int(rng.integers(len(good)))].encode()
+        data = sample[: int(rng.integers(len(sample) + 1))]
+        assert matcher.accept_string(data), data
+    for step in range(max_tokens):
+        allowed = allowed_ids(matcher)
+        assert len(allowed) > 0, f"dead end after {data!r}: the mask allows nothing"
+        allowed_stops = [t for t in allowed if t in stops]
+        if allowed_stops and rng.random() < (0.2 if step < 12 else 0.8):
+            assert matcher.accept_token(int(allowed_stops[0]))
+            return data.decode("utf-8"), True
+        text_tokens = [t for t in allowed if t not in stops]
+        if not text_tokens:
+            break
+        if step >= 12:
+            closing = [t for t in text_tokens if len(info.decoded_vocab[t]) <= 2 and set(info.decoded_vocab[t]) <= closers]
+            text_tokens = closing or text_tokens
+        choice = int(rng.choice(text_tokens))
+        assert matcher.accept_token(choice)
+        data += info.decoded_vocab[choice]
+    return data.decode("utf-8", "replace"), False
+
+
+@pytest.mark.parametrize("name", TOKENIZER_NAMES)
+@pytest.mark.parametrize("file", sorted(CASES))
+def test_random_walks_stay_in_the_language(name, file):
+    finished = 0
+    for seed in range(8):
+        text, ended = random_walk(name, file, seed)
+        if ended:
+            finished += 1
+            assert oracle_accepts(file, text), (name, file, text)
+    assert finished >= 1, f"no walk finished for {file} with {name}; the walk heuristic needs closers"
+
+
+def accepts_tokens(name: str, file: str, text: str) -> bool:
+    """Feed the tokenizer's own tokenization; True iff every token is allowed by the mask and
+    accepted, and the end is allowed."""
+    matcher = pm.GrammarMatcher(compiled(name, file))
+    ids = hf_tokenizer(name).encode(text, add_special_tokens=False)
+    info = matcher.compiled_grammar.tokenizer_info
+    if name == "mistral" and ids and info.decoded_vocab[ids[0]].startswith(b" ") and not text.startswith(" "):
+        # SentencePiece prefixes a space; feed the text's own bytes after it instead.
+        return matcher.accept_string(text) and matcher.can_end()
+    for t in ids:
+        if t not in set(allowed_ids(matcher).tolist()):
+            return False
+        assert matcher.accept_token(t)
+    return matcher.can_end()
+
+
+@pytest.mark.parametrize("name", TOKENIZER_NAMES)
+@pytest.mark.parametrize("file", sorted(CASES))
+def test_tokenized_samples_follow_the_oracle(name, file):
+    _, _, good, bad = CASES[file]
+    for text in good + bad:
+        assert accepts_tokens(name, file, text) == oracle_accepts(file, text), (name, file, text)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=json_values, indent=st.sampled_from([None, 2]), ensure_ascii=st.booleans(), name=st.sampled_from(TOKENIZER_NAMES))
+def test_serialized_json_is_accepted_token_by_token(value, indent, ensure_ascii, name):
+    text = json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+    assert accepts_tokens(name, "json.gbnf", text)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=json_values, cut=st.integers(0, 1000), junk=st.sampled_from([",", "]", "}", ":", "x", "'", "01"]),
+       name=st.sampled_from(TOKENIZER_NAMES))
+def test_corrupted_json_is_rejected_exactly_when_json_loads_rejects(value, cut, junk, name):
+    text = json.dumps(value)
+    position = cut % (len(text) + 1)
+    corrupted = text[:position] + junk + text[position:]
+    assert accepts_tokens(name, "json.gbnf", corrupted) == oracle_accepts("json.gbnf", corrupted), corrupted
