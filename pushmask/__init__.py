@@ -13,6 +13,7 @@ The names mirror XGrammar's so users can switch::
 from .grammar.errors import BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
 from .grammar.ir import Grammar
 from .automata.pda import Budgets
+from .masks.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
@@ -21,6 +22,9 @@ from .masks.vocab import TokenizerInfo
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASApSampler",
+    "Sample",
+    "aligned_generate",
     "Budgets",
     "BudgetExceededError",
     "CompiledGrammar",
