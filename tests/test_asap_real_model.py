@@ -17,7 +17,7 @@ import pytest
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
 from pushmask.masks.asap import ASApSampler, enumerate_distributions
 
-from conftest import hf_tokenizer
+from support import hf_tokenizer
 from test_asap import empirical, kl
 
 pytestmark = pytest.mark.slow

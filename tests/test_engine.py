@@ -11,7 +11,7 @@ import regex
 import pushmask as pm
 from pushmask.grammar.ir import Grammar, alt, char_class, lit, opt, plus, ref, rep, seq, star
 
-from conftest import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
+from support import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
 
 DIGIT = char_class([(0x30, 0x39)])
 NONZERO = char_class([(0x31, 0x39)])

@@ -545,7 +545,7 @@ def test_json_lark_accepts_serialized_json(json_lark, doc):
 @pytest.fixture(scope="module")
 def compiler(request):
     """The session-wide SmolLM2 compiler from conftest (shares the mask cache with other tests)."""
-    from conftest import TOKENIZERS
+    from support import TOKENIZERS
 
     pm = pytest.importorskip("pushmask")
     if not hasattr(pm, "GrammarCompiler"):

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import grammar_compiler, hf_tokenizer  # noqa: E402
+from support import grammar_compiler, hf_tokenizer  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
+from support import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402

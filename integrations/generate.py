@@ -1,0 +1,408 @@
+"""`pushmask.generate`: one call from a transformers model and a prompt to text that fits a
+JSON Schema, a grammar or a regex.
+
+Forced text (what the grammar allows in exactly one way, such as `"name": "` after `{`) is not
+decoded token by token: generation pauses, the text is tokenized and appended in one step
+(jump-forward), and generation resumes with the model's KV cache.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..masks.compiler import CompiledGrammar, GrammarCompiler
+from ..masks.vocab import TokenizerInfo
+from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
+
+__all__ = ["generate", "Generation", "compiler_for", "compile_constraint", "TextSink"]
+
+# Whitespace layout of schema-constrained JSON: a cap of one character per gap keeps output
+# readable (`{"a": 1}`) and stops a small model from looping on spaces or newlines.
+DEFAULT_JSON_WHITESPACE = {"whitespace": "flexible", "max_whitespace": 1}
+
+_COMPILED_PER_TOKENIZER = 32
+
+
+@dataclass
+class Generation:
+    """What `generate` returns.
+
+    text: the generated text (exact bytes of the tokens, stop token excluded).
+    value: the parsed JSON when a schema was given and the output is complete, else None.
+    complete: True when the grammar accepted the output as finished (the model emitted a stop
+        token); False when max_new_tokens cut it (the text is then a valid prefix).
+    num_tokens: tokens generated, forced ones included; num_forced: how many were jump-forwarded.
+    token_ids: the generated token ids (stop token included); forced: per token, whether it was
+        appended by jump-forward rather than chosen by the model.
+    """
+
+    text: str
+    value: Any = None
+    complete: bool = False
+    num_tokens: int = 0
+    num_forced: int = 0
+    token_ids: list = field(default_factory=list)
+    forced: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+# ---------------------------------------------------------------------------------------------
+# per-tokenizer cache of TokenizerInfo, GrammarCompiler and compiled grammars
+
+
+class _Entry:
+    def __init__(self, compiler: GrammarCompiler):
+        self.compiler = compiler
+        self.compiled: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
+
+
+_cache: "weakref.WeakKeyDictionary[Any, _Entry]" = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+def compiler_for(tokenizer) -> GrammarCompiler:
+    """The GrammarCompiler of a Hugging Face tokenizer, built once and reused (with its mask cache)."""
+    with _cache_lock:
+        entry = _cache.get(tokenizer)
+        if entry is None:
+            info = TokenizerInfo.from_huggingface(tokenizer)
+            entry = _cache[tokenizer] = _Entry(GrammarCompiler(info))
+        return entry.compiler
+
+
+def compile_constraint(
+    tokenizer,
+    *,
+    schema: Any = None,
+    grammar: str | None = None,
+    regex: str | None = None,
+    grammar_format: str = "auto",
+    json_options: dict | None = None,
+) -> CompiledGrammar:
+    """Compile exactly one of schema / grammar / regex for `tokenizer`, memoised per tokenizer.
+
+    grammar_format: "ebnf" (also GBNF), "lark", or "auto" (EBNF when the text has `::=`).
+    json_options: keyword arguments of compile_json_schema (default: DEFAULT_JSON_WHITESPACE).
+    """
+    given = [name for name, v in (("schema", schema), ("grammar", grammar), ("regex", regex)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(f"pass exactly one of schema=, grammar=, regex= (got {', '.join(given) or 'none'})")
+    compiler = compiler_for(tokenizer)
+    options = dict(DEFAULT_JSON_WHITESPACE if json_options is None else json_options)
+    if schema is not None:
+        schema_obj = _schema_object(schema)
+        key = ("schema", json.dumps(schema_obj, sort_keys=True), tuple(sorted(options.items())))
+    elif grammar is not None:
+        fmt = grammar_format
+        if fmt == "auto":
+            fmt = "ebnf" if "::=" in grammar else "lark"
+        if fmt in ("gbnf",):
+            fmt = "ebnf"
+        if fmt not in ("ebnf", "lark"):
+            raise ValueError(f"grammar_format must be 'ebnf', 'gbnf', 'lark' or 'auto', got {grammar_format!r}")
+        key = (fmt, grammar)
+    else:
+        key = ("regex", regex)
+    with _cache_lock:
+        entry = _cache[tokenizer]
+        found = entry.compiled.get(key)
+        if found is not None:
+            entry.compiled.move_to_end(key)
+            return found
+    if key[0] == "schema":
+        compiled = compiler.compile_json_schema(schema_obj, **options)
+    elif key[0] == "ebnf":
+        compiled = compiler.compile_grammar(grammar)
+    elif key[0] == "lark":
+        compiled = compiler.compile_lark(grammar)
+    else:
+        compiled = compiler.compile_regex(regex)
+    with _cache_lock:
+        entry.compiled[key] = compiled
+        while len(entry.compiled) > _COMPILED_PER_TOKENIZER:
+            entry.compiled.popitem(last=False)
+    return compiled
+
+
+def _schema_object(schema: Any) -> Any:
+    """A JSON-able schema from a dict, JSON text, or pydantic model class."""
+    if isinstance(schema, (dict, bool)):
+        return schema
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as exc:
+            from ..grammar.errors import SchemaError
+
+            raise SchemaError(f"the schema is not valid JSON: {exc}", "#") from exc
+    if hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema()
+    raise TypeError(f"schema must be a dict, JSON text or pydantic model class, got {type(schema).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming
+
+
+class TextSink:
+    """Turns tokens into text incrementally and hands each new piece to `callback`.
+
+    Decodes the exact bytes of all tokens so far and emits only complete UTF-8 characters, so
+    a character split across tokens is printed once it is whole.
+    """
+
+    def __init__(self, info: TokenizerInfo, callback: Callable[[str], None]):
+        self.info = info
+        self.callback = callback
+        self.data = bytearray()
+        self.emitted = 0  # bytes already handed out
+
+    def put_tokens(self, token_ids: Sequence[int]) -> None:
+        for t in token_ids:
+            t = int(t)
+            if 0 <= t < self.info.vocab_size:
+                self.data += self.info.decoded_vocab[t]
+        self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        pending = bytes(self.data[self.emitted :])
+        if not pending:
+            return
+        text = pending.decode("utf-8", errors="replace" if final else "ignore")
+        if not final:
+            # keep an incomplete trailing character for later
+            complete = len(pending)
+            for cut in range(len(pending), max(len(pending) - 4, -1), -1):
+                try:
+                    text = pending[:cut].decode("utf-8")
+                    complete = cut
+                    break
+                except UnicodeDecodeError:
+                    continue
+            pending = pending[:complete]
+        if text:
+            self.callback(text)
+        self.emitted += len(pending)
+
+    def end(self) -> None:
+        self._flush(final=True)
+
+
+class _HFStreamer:
+    """A transformers streamer (put/end) feeding a TextSink; skips the prompt put of each call."""
+
+    def __init__(self, sink: TextSink):
+        self.sink = sink
+        self.skip_next = True
+
+    def begin_call(self) -> None:
+        self.skip_next = True
+
+    def put(self, value) -> None:
+        if self.skip_next:
+            self.skip_next = False
+            return
+        self.sink.put_tokens(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass  # the caller ends the sink once, after all segments
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def generate(
+    model,
+    tokenizer,
+    prompt_or_messages: str | Sequence[dict],
+    *,
+    schema: Any = None,
+    grammar: str | None = None,
+    regex: str | None = None,
+    compiled_grammar: CompiledGrammar | None = None,
+    grammar_format: str = "auto",
+    json_options: dict | None = None,
+    max_new_tokens: int = 256,
+    chat_template: bool | None = None,
+    jump_forward: bool = True,
+    min_jump_chars: int = 3,
+    stream: Callable[[str], None] | None = None,
+    **generate_kwargs,
+) -> Generation:
+    """Generate one completion of `prompt_or_messages` that satisfies the constraint.
+
+    prompt_or_messages: a prompt string or a list of chat messages ({"role", "content"}).
+        With a chat template (the default when the tokenizer has one) a string becomes one user
+        message; chat_template=False feeds the string as raw text.
+    schema / grammar / regex / compiled_grammar: exactly one constraint. grammar is EBNF
+        (GBNF) or Lark text (see grammar_format).
+    json_options: compile_json_schema options (default: flexible whitespace capped at one
+        character per gap, so a small model cannot loop on whitespace).
+    jump_forward: append text the grammar forces (at least min_jump_chars characters) without
+        decoding it token by token.
+    stream: called with each new piece of text as it is generated.
+    generate_kwargs: passed to model.generate (do_sample, temperature, top_p, ...).
+
+    Returns a Generation (text, parsed JSON value for schemas, whether it completed).
+    """
+    import torch
+
+    if compiled_grammar is None:
+        compiled = compile_constraint(
+            tokenizer, schema=schema, grammar=grammar, regex=regex,
+            grammar_format=grammar_format, json_options=json_options,
+        )
+    else:
+        if any(v is not None for v in (schema, grammar, regex)):
+            raise ValueError("pass either compiled_grammar or one of schema=, grammar=, regex=")
+        compiled = compiled_grammar
+    info = compiled.tokenizer_info
+    for name in ("num_beams", "num_return_sequences"):
+        if generate_kwargs.pop(name, None) not in (1, None):
+            raise ValueError(f"pushmask.generate makes one sequence; for {name}= use model.generate "
+                             "with pushmask.hf.GrammarLogitsProcessor")
+    if "streamer" in generate_kwargs:
+        raise ValueError("pass stream=callback(text) instead of streamer=")
+    extra_processors = list(generate_kwargs.pop("logits_processor", None) or [])
+    extra_criteria = list(generate_kwargs.pop("stopping_criteria", None) or [])
+
+    device = _model_device(model)
+    input_ids = _prompt_ids(tokenizer, prompt_or_messages, chat_template).to(device)
+    eos = _stop_ids(model, tokenizer, info)
+    pad = _pad_id(model, tokenizer, eos)
+
+    processor = GrammarLogitsProcessor(compiled, eos_token_id=eos)
+    processor.start(input_ids)
+    prompt_len = input_ids.shape[1]
+    sink = TextSink(info, stream) if stream is not None else None
+    streamer = _HFStreamer(sink) if sink is not None else None
+    criteria = [JumpForwardStoppingCriteria(processor, min_jump_chars)] if jump_forward else []
+
+    ids = input_ids
+    cache = None
+    forced_at: set[int] = set()  # positions (from the prompt's end) of jump-forwarded tokens
+    while True:
+        generated = ids.shape[1] - prompt_len
+        budget = max_new_tokens - generated
+        matcher = processor.sync(ids, new_call=False)[0]
+        if budget <= 0 or matcher.is_terminated() or processor.row_rejected(0):
+            break
+        if jump_forward:
+            forced = _forced_tokens(tokenizer, processor, ids, matcher.find_jump_forward_string(), budget)
+            if forced:
+                forced_at.update(range(generated, generated + len(forced)))
+                ids = torch.cat([ids, torch.tensor([forced], dtype=ids.dtype, device=device)], dim=1)
+                if sink is not None:
+                    sink.put_tokens(forced)
+                continue
+        if streamer is not None:
+            streamer.begin_call()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            past_key_values=cache,
+            logits_processor=[processor, *extra_processors],
+            stopping_criteria=[*criteria, *extra_criteria],
+            max_new_tokens=budget,
+            eos_token_id=list(eos),
+            pad_token_id=pad,
+            streamer=streamer,
+            return_dict_in_generate=True,
+            **generate_kwargs,
+        )
+        new_len = out.sequences.shape[1]
+        cache = getattr(out, "past_key_values", None)
+        if new_len == ids.shape[1]:
+            break  # nothing generated (a stopping criterion fired at once); avoid looping
+        ids = out.sequences
+        matcher = processor.sync(ids, new_call=False)[0]
+        resumable = jump_forward and len(matcher.find_jump_forward_string()) >= min_jump_chars
+        if not resumable:
+            break  # a stop token, the token budget, or a caller's stopping criterion ended it
+    if sink is not None:
+        sink.end()
+
+    slot_tokens = processor.generated_tokens(0)
+    matcher = processor.matchers()[0]
+    complete = matcher.is_terminated()
+    body = [t for t in slot_tokens if t not in set(eos)]
+    text = info.decode_tokens(body).decode("utf-8", errors="replace")
+    value = None
+    if complete and schema is not None:
+        value = json.loads(text)
+    token_ids = ids[0, prompt_len:].tolist()
+    return Generation(text=text, value=value, complete=complete, num_tokens=len(token_ids),
+                      num_forced=len(forced_at), token_ids=token_ids,
+                      forced=[i in forced_at for i in range(len(token_ids))])
+
+
+def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, forced: str, budget: int) -> list[int]:
+    """Tokens for the forced text, checked against the grammar (empty when not worth it or not
+    accepted, e.g. text that the tokenizer turns into a special token)."""
+    if not forced:
+        return []
+    tokens = tokenizer.encode(forced, add_special_tokens=False)[:budget]
+    if not tokens:
+        return []
+    import torch
+
+    trial = torch.cat([ids, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
+    processor.sync(trial, new_call=False)
+    ok = not processor.row_rejected(0) and processor.generated_tokens(0)[-len(tokens):] == tokens
+    processor.sync(ids, new_call=False)  # back; the caller appends them if ok
+    return tokens if ok else []
+
+
+def _model_device(model):
+    import torch
+
+    device = getattr(model, "device", None)
+    if device is None:
+        try:
+            device = next(model.parameters()).device
+        except (StopIteration, AttributeError):
+            device = torch.device("cpu")
+    return device
+
+
+def _prompt_ids(tokenizer, prompt_or_messages, chat_template: bool | None):
+    import torch
+
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if isinstance(prompt_or_messages, str):
+        use_template = has_template if chat_template is None else chat_template
+        if not use_template:
+            return torch.tensor([tokenizer.encode(prompt_or_messages)], dtype=torch.long)
+        messages = [{"role": "user", "content": prompt_or_messages}]
+    else:
+        messages = list(prompt_or_messages)
+        if not has_template:
+            raise ValueError("chat messages need a tokenizer with a chat template; pass a string prompt")
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return torch.tensor([tokenizer.encode(text, add_special_tokens=False)], dtype=torch.long)
+
+
+def _stop_ids(model, tokenizer, info: TokenizerInfo) -> tuple[int, ...]:
+    """The model's EOS ids (generation_config), else the tokenizer's stop tokens."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = [eos] if isinstance(eos, (int, np.integer)) else list(eos or [])
+    ids = [int(t) for t in ids if 0 <= int(t) < info.vocab_size]
+    return tuple(ids) if ids else tuple(info.stop_token_ids)
+
+
+def _pad_id(model, tokenizer, eos: tuple[int, ...]) -> int:
+    pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    if pad is None:
+        pad = tokenizer.pad_token_id
+    return int(pad) if pad is not None else eos[0]

@@ -1,0 +1,337 @@
+"""Hugging Face transformers integration: a `LogitsProcessor` that keeps `model.generate` inside a grammar.
+
+    import pushmask as pm
+    info = pm.TokenizerInfo.from_huggingface(tokenizer)
+    compiled = pm.GrammarCompiler(info).compile_json_schema(schema)
+    processor = pm.hf.GrammarLogitsProcessor(compiled)
+    out = model.generate(**inputs, logits_processor=[processor], max_new_tokens=200)
+
+How rows are tracked: each row of `input_ids` is the prompt (the part present at the first call
+of a generation) followed by generated tokens. The matcher state of a row is a function of its
+generated tokens only, so before masking, every row is *synced*: a matcher whose fed tokens are a
+prefix of the row's tokens is advanced over the rest; otherwise the matcher sharing the longest
+prefix is rolled back to the divergence point and replays the row's tokens. That one rule covers
+plain decoding, batches, `num_return_sequences`, beam search (beams reorder and duplicate rows
+every step) and assisted decoding (candidate tokens are proposed, then partly rejected).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..masks.bitmask import apply_token_bitmask_inplace
+from ..masks.compiler import CompiledGrammar
+from ..masks.matcher import GrammarMatcher
+
+try:  # subclass the real base class when transformers is installed (isinstance checks, docs)
+    from transformers import LogitsProcessor as _LogitsProcessorBase
+    from transformers import StoppingCriteria as _StoppingCriteriaBase
+except ImportError:  # pragma: no cover - transformers is an optional dependency
+    _LogitsProcessorBase = object
+    _StoppingCriteriaBase = object
+
+__all__ = ["GrammarLogitsProcessor", "JumpForwardStoppingCriteria"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Slot:
+    """A matcher and the generated tokens it has been fed (all accepted)."""
+
+    grammar_index: int
+    matcher: GrammarMatcher
+    fed: list[int] = field(default_factory=list)
+    # A token the matcher rejected (possible only when something after this processor changed
+    # the scores, or in beam search's -inf fillers): the row may then only stop.
+    dead: bool = False
+    rejected: int = -1  # the token that made it dead
+
+    def common_prefix(self, tokens: np.ndarray) -> int:
+        n = min(len(self.fed), len(tokens))
+        if n == 0:
+            return 0
+        same = np.asarray(self.fed[:n], dtype=tokens.dtype) == tokens[:n]
+        return n if same.all() else int(np.argmin(same))
+
+    def sync(self, tokens: np.ndarray) -> None:
+        """Make the matcher's state the one reached after `tokens` (the row's generated tokens)."""
+        keep = self.common_prefix(tokens)
+        if keep < len(self.fed):
+            self.matcher.rollback(len(self.fed) - keep)
+            del self.fed[keep:]
+        # `dead` describes the token right after `fed`; recheck it whenever that token changed.
+        if self.dead and (len(tokens) <= keep or int(tokens[keep]) != self.rejected):
+            self.dead = False
+        if self.dead:
+            return
+        vocab_size = self.matcher.vocab_size
+        for token in tokens[keep:].tolist():
+            if self.matcher.is_terminated():
+                return  # tokens after the stop token are padding
+            if not (0 <= token < vocab_size and self.matcher.accept_token(token)):
+                self.dead, self.rejected = True, token
+                return
+            self.fed.append(token)
+
+    def key(self) -> tuple:
+        return (self.grammar_index, self.dead, tuple(self.fed))
+
+
+class GrammarLogitsProcessor(_LogitsProcessorBase):
+    """Masks the scores of `model.generate` so every row stays inside its grammar.
+
+    Args:
+        compiled_grammars: one `CompiledGrammar` for every row, or a list with one per prompt
+            (batch item). With `num_return_sequences` or beams the rows of prompt `b` are
+            `b * n ... b * n + n - 1`, as transformers lays them out.
+        eos_token_id: the ids that end generation (int or list). Defaults to the tokenizer
+            info's stop tokens; pass the model's `generation_config.eos_token_id` so the
+            grammar ends exactly on the tokens `generate` stops on.
+        pad_token_id: also allowed in rows that have finished (optional).
+
+    The processor may be reused across `generate` calls. A new call is detected when the batch
+    size changes, when a row no longer starts with the prompt seen at the previous call's start,
+    or when the input is more than one token longer than any input of the current generation
+    (the next prompt extends the previous output; within one generation, including assisted
+    decoding, inputs never grow faster). Call `reset()` to start over explicitly.
+    """
+
+    def __init__(
+        self,
+        compiled_grammars: CompiledGrammar | Sequence[CompiledGrammar],
+        *,
+        eos_token_id: int | Iterable[int] | None = None,
+        pad_token_id: int | None = None,
+    ):
+        if isinstance(compiled_grammars, CompiledGrammar):
+            grammars = [compiled_grammars]
+            self._shared = True
+        else:
+            grammars = list(compiled_grammars)
+            self._shared = False
+            if not grammars:
+                raise ValueError("compiled_grammars is empty")
+            for g in grammars:
+                if not isinstance(g, CompiledGrammar):
+                    raise TypeError(f"expected CompiledGrammar, got {type(g).__name__}")
+        infos = {id(g.tokenizer_info) for g in grammars}
+        if len(infos) != 1:
+            raise ValueError("all grammars must be compiled for the same TokenizerInfo")
+        self.grammars = grammars
+        self.tokenizer_info = grammars[0].tokenizer_info
+        self.vocab_size = self.tokenizer_info.vocab_size
+        if eos_token_id is None:
+            stops = list(self.tokenizer_info.stop_token_ids)
+        elif isinstance(eos_token_id, (int, np.integer)):
+            stops = [int(eos_token_id)]
+        else:
+            stops = [int(t) for t in eos_token_id]
+        for t in stops:
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"eos_token_id {t} outside the tokenizer's vocabulary (size {self.vocab_size})")
+        if not stops:
+            raise ValueError("no stop token: pass eos_token_id")
+        self.stop_token_ids = tuple(stops)
+        self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
+        self._words = (self.vocab_size + 31) // 32
+        self._free: list[_Slot] = []  # matchers not assigned to a row, reused before new ones
+        self.reset()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the current generation; the next call starts a new one."""
+        for slot in getattr(self, "_slots", []):
+            self._release(slot)
+        self._slots: list[_Slot] = []
+        self._prompt: np.ndarray | None = None  # [rows, prompt_len] as seen at the first call
+        self._max_len = 0  # longest input seen in this generation
+        self._bitmask = np.zeros((0, self._words), dtype=np.int32)
+        self._torch_bitmask = None
+
+    def _release(self, slot: _Slot) -> None:
+        slot.matcher.reset()
+        slot.fed.clear()
+        slot.dead = False
+        self._free.append(slot)
+
+    def _new_slot(self, grammar_index: int) -> _Slot:
+        for i, slot in enumerate(self._free):
+            if slot.grammar_index == grammar_index:
+                return self._free.pop(i)
+        matcher = GrammarMatcher(self.grammars[grammar_index], override_stop_tokens=self.stop_token_ids)
+        return _Slot(grammar_index, matcher)
+
+    def _is_new_call(self, ids: np.ndarray) -> bool:
+        if self._prompt is None:
+            return True
+        rows, length = ids.shape
+        prompt_rows, prompt_len = self._prompt.shape
+        if rows != prompt_rows or length < prompt_len or length > self._max_len + 1:
+            return True
+        return not np.array_equal(ids[:, :prompt_len], self._prompt)
+
+    def _grammar_index(self, row: int, rows: int) -> int:
+        if self._shared:
+            return 0
+        n = len(self.grammars)
+        if rows % n:
+            raise ValueError(
+                f"{rows} rows cannot be split among {n} grammars (one per prompt; rows must be a multiple)"
+            )
+        return row // (rows // n)
+
+    def start(self, input_ids) -> None:
+        """Begin a generation whose prompt is `input_ids` (done automatically on a new call)."""
+        ids = _as_numpy_ids(input_ids)
+        for slot in self._slots:
+            self._release(slot)
+        rows = ids.shape[0]
+        self._slots = [self._new_slot(self._grammar_index(r, rows)) for r in range(rows)]
+        self._prompt = ids.copy()
+        self._max_len = ids.shape[1]
+
+    # -- syncing rows to their tokens --------------------------------------------------------
+
+    def sync(self, input_ids, *, new_call: bool | None = None) -> list[GrammarMatcher]:
+        """Bring every row's matcher to the state after that row's generated tokens.
+
+        Returns the matchers by row (read them, don't advance them). `new_call`: True starts a
+        new generation with `input_ids` as the prompt, False continues the current one (for a
+        caller that appended several tokens itself), None detects which.
+        """
+        ids = _as_numpy_ids(input_ids)
+        if new_call is None:
+            new_call = self._is_new_call(ids)
+        elif not new_call and self._prompt is None:
+            raise ValueError("no generation to continue; call start() first")
+        if new_call:
+            self.start(ids)
+        self._max_len = max(self._max_len, ids.shape[1])
+        generated = ids[:, self._prompt.shape[1] :]
+        slots = self._slots
+        # Rows whose own matcher is behind them (the common case) just advance. The others
+        # (beam reordering, rejected assisted candidates) take the matcher, among those no row
+        # kept, that shares the longest prefix with them.
+        pending = []
+        for r, slot in enumerate(slots):
+            if slot.common_prefix(generated[r]) == len(slot.fed):
+                slot.sync(generated[r])
+            else:
+                pending.append(r)
+        if pending:
+            spare = [slots[r] for r in pending]
+            for r in pending:
+                g = self._grammar_index(r, len(slots))
+                best, best_len = None, -1
+                for i, slot in enumerate(spare):
+                    if slot.grammar_index == g:
+                        n = slot.common_prefix(generated[r])
+                        if n > best_len:
+                            best, best_len = i, n
+                slot = spare.pop(best) if best is not None else self._new_slot(g)
+                slot.sync(generated[r])
+                slots[r] = slot
+        return [slot.matcher for slot in slots]
+
+    # -- masking -----------------------------------------------------------------------------
+
+    def fill_bitmask(self, input_ids) -> np.ndarray:
+        """Sync to `input_ids` and return the int32 bitmask [rows, words] of allowed next tokens."""
+        self.sync(input_ids)
+        rows = len(self._slots)
+        if self._bitmask.shape[0] != rows:
+            self._bitmask = np.zeros((rows, self._words), dtype=np.int32)
+            self._torch_bitmask = None
+        bitmask = self._bitmask
+        filled: dict[tuple, int] = {}  # rows in the same state (beams, equal samples) share a mask
+        for r, slot in enumerate(self._slots):
+            key = slot.key() if rows > 1 else None
+            if key is not None and key in filled:
+                bitmask[r] = bitmask[filled[key]]
+                continue
+            if slot.dead:
+                bitmask[r] = 0
+                _set_bits(bitmask[r], self.stop_token_ids)
+            else:
+                slot.matcher.fill_next_token_bitmask(bitmask, r)
+            if self.pad_token_id is not None and (slot.dead or slot.matcher.is_terminated()):
+                if self.pad_token_id < self.vocab_size:
+                    _set_bits(bitmask[r], (self.pad_token_id,))
+            if key is not None:
+                filled[key] = r
+        return bitmask
+
+    def __call__(self, input_ids, scores):
+        """Mask `scores` [rows, model_vocab] in place (CPU or CUDA) and return them."""
+        import torch
+
+        bitmask = self.fill_bitmask(input_ids)
+        if self._torch_bitmask is None:
+            self._torch_bitmask = torch.from_numpy(bitmask)  # shares memory with the numpy mask
+        # Columns past the tokenizer (the model's padded vocabulary) are masked too.
+        apply_token_bitmask_inplace(scores, self._torch_bitmask, vocab_size=self.vocab_size)
+        # Never leave a row with nothing to choose (possible only when the model's vocabulary is
+        # narrower than the tokenizer's): let it stop.
+        empty = torch.isneginf(scores).all(dim=-1)
+        if bool(empty.any()):
+            stop = next((t for t in self.stop_token_ids if t < scores.shape[-1]), None)
+            if stop is None:
+                raise ValueError(
+                    f"scores have {scores.shape[-1]} columns, fewer than every stop token id {self.stop_token_ids}"
+                )
+            scores[empty, stop] = 0.0
+        return scores
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def matchers(self) -> list[GrammarMatcher]:
+        """The matchers by row, as of the last sync."""
+        return [slot.matcher for slot in self._slots]
+
+    def row_rejected(self, row: int = 0) -> bool:
+        """True when a token of `row` was outside the grammar (the row may then only stop)."""
+        return self._slots[row].dead
+
+    def generated_tokens(self, row: int = 0) -> list[int]:
+        """Tokens of `row` the grammar has accepted so far (stop token included)."""
+        return list(self._slots[row].fed)
+
+
+class JumpForwardStoppingCriteria(_StoppingCriteriaBase):
+    """Stops `generate` when a row's grammar forces at least `min_chars` characters next, so the
+    caller can append that text without running the model token by token (jump-forward)."""
+
+    def __init__(self, processor: GrammarLogitsProcessor, min_chars: int = 4):
+        self.processor = processor
+        self.min_chars = min_chars
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        matchers = self.processor.sync(input_ids)
+        stop = [
+            (not m.is_terminated()) and len(m.find_jump_forward_string()) >= self.min_chars for m in matchers
+        ]
+        return torch.tensor(stop, dtype=torch.bool, device=input_ids.device)
+
+
+def _as_numpy_ids(input_ids) -> np.ndarray:
+    if isinstance(input_ids, np.ndarray):
+        ids = input_ids
+    else:
+        ids = input_ids.detach().cpu().numpy()
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be [rows, length], got shape {ids.shape}")
+    return ids.astype(np.int64, copy=False)
+
+
+def _set_bits(words: np.ndarray, ids: Iterable[int]) -> None:
+    view = words.view(np.uint32)
+    for t in ids:
+        view[t >> 5] |= np.uint32(1 << (t & 31))

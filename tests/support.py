@@ -1,0 +1,37 @@
+"""Shared test helpers: the real tokenizers from ../shared, loaded once per test session.
+
+A plain module (not conftest) so tests can import it unambiguously: tests/vllm has a conftest too."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("PUSHMASK_SHARED", REPO.parent / "shared"))
+TOKENIZERS = SHARED / "tokenizers"
+DATA = SHARED / "data"
+TOKENIZER_NAMES = ("llama3", "qwen", "mistral", "smollm2")
+
+
+@functools.lru_cache(maxsize=None)
+def hf_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(TOKENIZERS / name))
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer_info(name: str):
+    import pushmask
+
+    return pushmask.TokenizerInfo.from_huggingface(hf_tokenizer(name))
+
+
+@functools.lru_cache(maxsize=None)
+def grammar_compiler(name: str):
+    """One compiler per tokenizer for the whole session, so tests share the mask cache like users do."""
+    import pushmask
+
+    return pushmask.GrammarCompiler(tokenizer_info(name))
