@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-jump-forward", action="store_true", help="decode forced text token by token")
     parser.add_argument("--no-cache", action="store_true",
                         help="do not keep the converted GGUF model in ~/.cache/pushmask/models")
+    parser.add_argument("--aligned", choices=("gcd", "asap", "exact"), default=None,
+                        help="grammar-aligned sampling (pushmask.masks.asap): print --num-samples samples "
+                             "drawn with plain constrained decoding (gcd), ASAp, or exact rejection sampling")
+    parser.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples with --aligned (default: 1)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="torch CPU threads (default: torch's choice; 1 is often fastest for a small "
@@ -121,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     if schema is not None and not args.no_schema_prompt:
         messages.append({"role": "system", "content": SCHEMA_SYSTEM_PROMPT.format(schema=json.dumps(schema))})
     messages.append({"role": "user", "content": args.prompt})
+    if args.aligned:
+        return _run_aligned(args, model, tokenizer, compiled, messages, schema, err)
     sampling = {"do_sample": False}
     if args.temperature > 0:
         sampling = {"do_sample": True, "temperature": args.temperature}
@@ -157,6 +163,41 @@ def run(args: argparse.Namespace) -> int:
             err(f"error: output fails the schema: {errors[0].message}")
             return 3
     return 0
+
+
+def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int:
+    """--aligned: one sample per line (JSON-normalised for schemas), then log P and log q."""
+    from ..masks.asap import aligned_generate
+
+    if args.num_samples <= 0:
+        err("error: --num-samples must be positive")
+        return 2
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer.encode(text, add_special_tokens=False)
+    else:
+        prompt = args.prompt
+    temperature = args.temperature if args.temperature > 0 else 1.0  # sampling needs a temperature
+    samples = aligned_generate(model, tokenizer, compiled, prompt, mode=args.aligned, num_samples=args.num_samples,
+                               temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    status = 0
+    for sample in samples:
+        text = sample.text
+        if schema is not None and sample.complete:
+            import jsonschema
+
+            value = json.loads(text)
+            errors = list(jsonschema.validators.validator_for(schema)(schema).iter_errors(value))
+            if errors:  # would be a pushmask bug: say so loudly
+                err(f"error: output fails the schema: {errors[0].message}")
+                status = 3
+            text = json.dumps(value, ensure_ascii=False)
+        print(text if args.json_only else f"{text}\t# log P {sample.log_p:.3f}, log q {sample.log_q:.3f}")
+        if not sample.complete:
+            status = max(status, 1)
+    if status == 1:
+        err(f"warning: a sample stopped at --max-new-tokens {args.max_new_tokens} before the grammar could end")
+    return status
 
 
 def _stdout_stream(text: str) -> None:

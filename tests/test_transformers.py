@@ -388,3 +388,18 @@ def test_cli_generate_with_local_model(tmp_path, tok, capsys):
     status = main(["generate", "--regex", "[0-9]{3}", "--model", str(model_dir), "--json-only", "Digits"])
     out = capsys.readouterr().out.strip()
     assert status == 0 and re.fullmatch("[0-9]{3}", out), out
+
+
+def test_cli_aligned_sampling_with_local_model(tmp_path, tok, capsys):
+    """`pushmask generate --aligned` prints N samples, each inside the regex's language."""
+    from pushmask.cli import main
+
+    model_dir = tmp_path / "tiny"
+    tiny_llama(5).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    for mode in ("asap", "exact"):
+        status = main(["generate", "--regex", "[01]{3}", "--model", str(model_dir), "--json-only", "--aligned", mode,
+                       "--num-samples", "4", "--seed", "1", "Bits"])
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert status == 0 and len(lines) == 4, lines
+        assert all(re.fullmatch("[01]{3}", line) for line in lines), lines
