@@ -59,20 +59,9 @@ def run_pushmask(tokenizer, ids: list[int]) -> dict:
     compiled = compiler.compile_grammar(JSON_GBNF.read_text())
     compile_s = time.perf_counter() - t
     result = {"engine": "pushmask", "tokenizer_setup_s": setup, "runtime_warmup_s": runtime_warmup, "compile_s": compile_s}
-
-    def one_pass() -> list[float]:
-        matcher = pm.GrammarMatcher(compiled)
-        bitmask = pm.allocate_token_bitmask(1, info.vocab_size)
-        times = []
-        for token in ids:
-            t0 = time.perf_counter()
-            matcher.fill_next_token_bitmask(bitmask)
-            times.append(time.perf_counter() - t0)
-            if not matcher.accept_token(token):
-                raise SystemExit(f"pushmask rejected token {token}")
-        return times
-
-    return result | summarize(one_pass(), one_pass())
+    passes = [timed_pass("pushmask", pm.GrammarMatcher(compiled), pm.allocate_token_bitmask(1, info.vocab_size), ids)
+              for _ in range(2)]
+    return result | summarize(*passes)
 
 
 def run_xgrammar(tokenizer, ids: list[int]) -> dict:
@@ -86,19 +75,9 @@ def run_xgrammar(tokenizer, ids: list[int]) -> dict:
     compiled = compiler.compile_grammar(JSON_GBNF.read_text())
     compile_s = time.perf_counter() - t
 
-    def one_pass() -> list[float]:
-        matcher = xgr.GrammarMatcher(compiled)
-        bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
-        times = []
-        for token in ids:
-            t0 = time.perf_counter()
-            matcher.fill_next_token_bitmask(bitmask)
-            times.append(time.perf_counter() - t0)
-            if not matcher.accept_token(token):
-                raise SystemExit(f"xgrammar rejected token {token}")
-        return times
-
-    return {"engine": "xgrammar", "tokenizer_setup_s": setup, "compile_s": compile_s} | summarize(one_pass(), one_pass())
+    passes = [timed_pass("xgrammar", xgr.GrammarMatcher(compiled), xgr.allocate_token_bitmask(1, info.vocab_size), ids)
+              for _ in range(2)]
+    return {"engine": "xgrammar", "tokenizer_setup_s": setup, "compile_s": compile_s} | summarize(*passes)
 
 
 def run_llguidance(tokenizer, ids: list[int]) -> dict:
@@ -128,6 +107,18 @@ def run_llguidance(tokenizer, ids: list[int]) -> dict:
     first = one_pass(matcher)
     again = llg.LLMatcher(lltok, grammar, log_level=0)
     return {"engine": "llguidance", "tokenizer_setup_s": setup, "compile_s": compile_s} | summarize(first, one_pass(again))
+
+
+def timed_pass(engine: str, matcher, bitmask, ids: list[int]) -> list[float]:
+    """Fill the full mask before every token (timed), then accept the token (XGrammar-style API)."""
+    times = []
+    for token in ids:
+        t0 = time.perf_counter()
+        matcher.fill_next_token_bitmask(bitmask)
+        times.append(time.perf_counter() - t0)
+        if not matcher.accept_token(token):
+            raise SystemExit(f"{engine} rejected token {token}")
+    return times
 
 
 def summarize(first_pass: list[float], second_pass: list[float]) -> dict:

@@ -203,23 +203,29 @@ def complement_ranges(ranges: Iterable[tuple[int, int]], top: int = MAX_CODE_POI
     return tuple(out)
 
 
+def remove_surrogates(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The ranges without U+D800..U+DFFF, which UTF-8 cannot encode."""
+    out = []
+    for lo, hi in ranges:
+        if hi < SURROGATES[0] or lo > SURROGATES[1]:
+            out.append((lo, hi))
+            continue
+        if lo < SURROGATES[0]:
+            out.append((lo, SURROGATES[0] - 1))
+        if hi > SURROGATES[1]:
+            out.append((SURROGATES[1] + 1, hi))
+    return tuple(out)
+
+
 def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr:
     """A code-point class (surrogates removed, since UTF-8 cannot encode them)."""
     norm = normalize_ranges(ranges)
     if negated:
         norm = complement_ranges(norm)
-    without_surrogates = []
-    for lo, hi in norm:
-        if hi < SURROGATES[0] or lo > SURROGATES[1]:
-            without_surrogates.append((lo, hi))
-            continue
-        if lo < SURROGATES[0]:
-            without_surrogates.append((lo, SURROGATES[0] - 1))
-        if hi > SURROGATES[1]:
-            without_surrogates.append((SURROGATES[1] + 1, hi))
+    without_surrogates = remove_surrogates(norm)
     if not without_surrogates:
         return NOTHING
-    return CharClass(tuple(without_surrogates))
+    return CharClass(without_surrogates)
 
 
 def iter_refs(expr: Expr) -> Iterator[str]:

@@ -30,22 +30,11 @@ from interegular.patterns import InvalidSyntax, Unsupported, _ParsePattern
 from interegular.utils.simple_parser import NoMatch
 
 from .errors import GrammarError
-from .ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharFsm, Expr, Grammar, complement_ranges, normalize_ranges
+from .ir import (
+    MAX_CODE_POINT, NOTHING, SURROGATES, CharFsm, Expr, Grammar, complement_ranges, normalize_ranges, remove_surrogates,
+)
 
 __all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex"]
-
-
-def _remove_surrogates(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    out = []
-    for lo, hi in ranges:
-        if hi < SURROGATES[0] or lo > SURROGATES[1]:
-            out.append((lo, hi))
-            continue
-        if lo < SURROGATES[0]:
-            out.append((lo, SURROGATES[0] - 1))
-        if hi > SURROGATES[1]:
-            out.append((SURROGATES[1] + 1, hi))
-    return tuple(out)
 
 
 def _symbol_ranges(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = None) -> dict:
@@ -72,7 +61,7 @@ def _symbol_ranges(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = None
                 parts.extend(rest)
             elif len(symbol) == 1:
                 parts.append(symbol_range(symbol))
-        ranges[key] = _remove_surrogates(normalize_ranges(parts))
+        ranges[key] = remove_surrogates(normalize_ranges(parts))
     return ranges
 
 
