@@ -388,10 +388,6 @@ def test_protocol_rejects_an_instance_that_cannot_end(tokenizer):
 
 
 def test_pushmask_engine_on_a_small_corpus(tmp_path):
-    import pushmask
-
-    if not hasattr(pushmask, "GrammarCompiler"):
-        pytest.skip("pushmask.GrammarCompiler (the engine core) is not in this build yet")
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / "pm.jsonl"
     assert run_cli("validate-corpus", corpus, "--engine", "pushmask", "--out", out, "--generate", "2",

@@ -547,9 +547,6 @@ def compiler(request):
     """The session-wide SmolLM2 compiler from conftest (shares the mask cache with other tests)."""
     from support import TOKENIZERS
 
-    pm = pytest.importorskip("pushmask")
-    if not hasattr(pm, "GrammarCompiler"):
-        pytest.skip("pushmask.GrammarCompiler is not available in this checkout")
     if not (TOKENIZERS / "smollm2").exists():
         pytest.skip(f"tokenizer data not found at {TOKENIZERS / 'smollm2'}")
     return request.getfixturevalue("smollm2_compiler")
