@@ -27,10 +27,12 @@ How it works
 
 Documented limits (completeness, never soundness)
 ------------------------------------------------
-- Object members come out in definition order: the properties of `properties` in the order the
-  schema lists them (required ones cannot be skipped, optional ones may be), then `required`
-  names not listed in `properties`, then any other members (additionalProperties /
-  patternProperties).  When allOf/$ref/anyOf branches are merged, the node's own properties
+- Objects with at most ANY_ORDER_MAX_MEMBERS (8) named members and no min/maxProperties accept
+  those members in any order (each at most once, required ones present), then any other members
+  (additionalProperties / patternProperties).  Larger objects take definition order: the
+  properties of `properties` in the order the schema lists them (required ones cannot be
+  skipped, optional ones may be), then `required` names not listed in `properties`, then any
+  other members.  When allOf/$ref/anyOf branches are merged, the node's own properties
   come first, then each branch's new ones in branch order.  An instance serialised with another
   key order is rejected, as with XGrammar and llguidance.  `const`/`enum` objects are accepted
   in the key order given.
@@ -78,6 +80,9 @@ INDENT_DEPTH_LIMIT = 12
 MAX_RULES = 20_000
 MAX_BRANCHES = 512
 MAX_INLINE_DEPTH = 40
+ANY_ORDER_MAX_MEMBERS = 8
+"""Objects with at most this many named members (and no min/maxProperties) accept them in any
+order; larger ones take definition order, which keeps their automata linear in size."""
 MAX_OBJECT_EXPR = 40_000
 MAX_PATTERN_GROUPS = 5
 
@@ -995,6 +1000,9 @@ class _Compiler:
                 return alt(*options) if options else NOTHING
             return seq(rep(seq(nxt, extra), lo, hi), close)
 
+        if 2 <= n <= ANY_ORDER_MAX_MEMBERS and min_p == 0 and max_p is None:
+            return seq(o, self.any_order_members(members, tail, first, nxt))
+
         # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
         for i in range(n, -1, -1):
             for k in range(cap, -1, -1):
@@ -1021,6 +1029,34 @@ class _Compiler:
             raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
                                       "with minProperties/maxProperties; simplify it")
         return seq(o, body)
+
+    def any_order_members(self, members, tail, first, nxt) -> Expr:
+        """The members in any order, each at most once, required ones present, then `tail`.
+
+        Each member becomes a rule, so this object's automaton only tracks which members are
+        still to come (2^n states for n members) and the key bytes decide which member rule
+        goes on.  Sub-expressions are shared per set of remaining members.
+        """
+        refs = []
+        for item, _ in members:
+            name = self.new_rule("member")
+            self.rules[name] = item
+            refs.append(Ref(name))
+        required = [is_req for _, is_req in members]
+        memo: dict[tuple[frozenset[int], bool], Expr] = {}
+
+        def rest(remaining: frozenset[int], written: bool) -> Expr:
+            key = (remaining, written)
+            if key not in memo:
+                options = []
+                if not any(required[i] for i in remaining):
+                    options.append(tail(1 if written else 0))
+                for i in sorted(remaining):
+                    options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
+                memo[key] = alt(*options)
+            return memo[key]
+
+        return rest(frozenset(range(len(members))), False)
 
     # -- arrays --------------------------------------------------------------------------------
 

@@ -110,10 +110,22 @@ def test_properties_required_and_order(compiler, tokenizer):
                      [{"b": 1}, {"a": "x", "b": 2}, {"b": 1, "c": True}, {"a": "", "b": 0, "c": False},
                       {"b": 1, "zzz": [1, {"q": None}]}],
                      [{}, {"a": "x"}, {"b": "1"}, {"a": 1, "b": 1}, [], "x"])
-    # definition order is the documented policy: defined members out of order are rejected
-    assert not accepts(compiled, '{"b": 1, "a": "x"}')
+    # small objects take their members in any order, each at most once
+    assert accepts(compiled, '{"b": 1, "a": "x"}') and accepts(compiled, '{"c": true, "b": 1, "a": ""}')
+    assert not accepts(compiled, '{"b": 1, "b": 2}') and not accepts(compiled, '{"a": "x", "b": 1, "a": "y"}')
     # additional members come after the defined ones
     assert not accepts(compiled, '{"zzz": 1, "b": 1}')
+
+
+def test_large_objects_take_definition_order(compiler, tokenizer):
+    """Past ANY_ORDER_MAX_MEMBERS named members the documented policy is definition order."""
+    from pushmask.grammar.json_schema import ANY_ORDER_MAX_MEMBERS
+
+    names = [f"p{i}" for i in range(ANY_ORDER_MAX_MEMBERS + 1)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": ["p0"]}
+    in_order = {n: i for i, n in enumerate(names)}
+    compiled = check(compiler, tokenizer, schema, [in_order, {"p0": 1}, {"p0": 1, "p3": 3}], [{}, {"p1": 1}])
+    assert not accepts(compiled, '{"p3": 3, "p0": 1}')
 
 
 def test_additional_properties(compiler, tokenizer):
@@ -301,7 +313,9 @@ def test_identical_subschemas_share_one_rule():
     point = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}
     grammar = json_schema_to_grammar({"type": "object", "properties": {"a": point, "b": dict(point)}})
     outer = grammar.rules[next(iter(iter_refs(grammar.rules["root"])))]
-    point_rules = {n for n in iter_refs(outer) if not n.startswith("json_")}
+    # members are rules of their own; look through them to the values they hold
+    member_rules = {n for n in iter_refs(outer) if n.startswith("member")}
+    point_rules = {n for m in member_rules for n in iter_refs(grammar.rules[m]) if not n.startswith("json_")}
     assert len(point_rules) == 1  # both members refer to the same rule
 
 
