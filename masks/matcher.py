@@ -3,6 +3,7 @@ advances on accepted tokens, rolls back."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -12,6 +13,10 @@ from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
 from .compiler import CompiledGrammar
+
+
+FILL_MEMO_ENTRIES = 32
+"""Bitmasks a matcher keeps for stack sets whose fill needed uncertain-token walks."""
 
 
 @dataclass
@@ -28,6 +33,7 @@ class _MatchState:
     can_end: bool
     terminated: bool = False
     masks_ready: bool = False
+    memo_key: tuple | None = None  # set with masks_ready when fills of this state are memoised
 
 
 class GrammarMatcher:
@@ -63,6 +69,7 @@ class GrammarMatcher:
         )
         self._state = self._initial
         self._history: list[_MatchState] = []
+        self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -112,6 +119,17 @@ class GrammarMatcher:
         if not state.masks_ready:
             compiled.ensure_masks(state.kernel_s)
             state.masks_ready = True
+            uncertain = compiled.mask_index[state.kernel_s * kernels.MASK_FIELDS + 4]
+            state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end) if uncertain.any() else None
+        # A fill that checks uncertain tokens against the stacks is memoised per stack set: the
+        # result depends on nothing else, and inside a JSON string consecutive tokens leave the
+        # stacks identical (frames are hash-consed), so those fills become a copy.
+        if state.memo_key is not None:
+            cached = self._fill_memo.get(state.memo_key)
+            if cached is not None:
+                self._fill_memo.move_to_end(state.memo_key)
+                words[:] = cached
+                return
         runner = self._runner
         while True:
             status = kernels.run_fill(
@@ -120,8 +138,12 @@ class GrammarMatcher:
                 runner.budgets.max_stack_tops,
             )
             if status == 0:
-                return
+                break
             runner.handle(status)
+        if state.memo_key is not None:
+            self._fill_memo[state.memo_key] = words.copy()
+            if len(self._fill_memo) > FILL_MEMO_ENTRIES:
+                self._fill_memo.popitem(last=False)
 
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
