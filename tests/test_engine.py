@@ -286,3 +286,22 @@ def test_stop_token_that_is_also_text_is_masked_until_the_grammar_can_end(smollm
     assert not mask[one] and not matcher.accept_token(one)
     assert matcher.accept_string("2]")
     assert mask_of(matcher)[one] and matcher.accept_token(one) and matcher.is_terminated()
+
+
+def test_memoised_fills_equal_fresh_fills(llama3_compiler):
+    """Inside strings the stacks repeat and fills come from the per-matcher memo; each must equal
+    the fill of a fresh matcher brought to the same text (which has no memo)."""
+    info = llama3_compiler.tokenizer_info
+    string = seq(lit('"'), star(char_class([(0x22, 0x22), (0x5C, 0x5C), (0, 0x1F)], negated=True)), lit('"'))
+    grammar = Grammar({"root": seq(lit("["), ref("s"), star(seq(lit(", "), ref("s"))), lit("]")), "s": string})
+    compiled = llama3_compiler.compile_ir(grammar, normalize=False)
+    walker = pm.GrammarMatcher(compiled)
+    text = '["a long string with many words inside it", "12", "another string here"]'
+    prefix = b""
+    for token in hf_tokenizer("llama3").encode(text, add_special_tokens=False):
+        fresh = pm.GrammarMatcher(compiled)
+        assert fresh.accept_string(prefix)
+        assert (mask_of(walker) == mask_of(fresh)).all(), prefix
+        assert walker.accept_token(token)
+        prefix += info.decoded_vocab[token]
+    assert len(walker._fill_memo) > 0  # the memo was exercised
