@@ -27,7 +27,7 @@ How it works
 
 Documented limits (completeness, never soundness)
 ------------------------------------------------
-- Objects with at most ANY_ORDER_MAX_MEMBERS (8) named members and no min/maxProperties accept
+- Objects with at most ANY_ORDER_MAX_MEMBERS (6) named members and no min/maxProperties accept
   those members in any order (each at most once, required ones present), then any other members
   (additionalProperties / patternProperties).  Larger objects take definition order: the
   properties of `properties` in the order the schema lists them (required ones cannot be
@@ -80,9 +80,10 @@ INDENT_DEPTH_LIMIT = 12
 MAX_RULES = 20_000
 MAX_BRANCHES = 512
 MAX_INLINE_DEPTH = 40
-ANY_ORDER_MAX_MEMBERS = 8
+ANY_ORDER_MAX_MEMBERS = 6
 """Objects with at most this many named members (and no min/maxProperties) accept them in any
-order; larger ones take definition order, which keeps their automata linear in size."""
+order; larger ones take definition order, which keeps their automata linear in size (passes that
+walk expressions as trees see e*n! nodes for n any-order members)."""
 MAX_OBJECT_EXPR = 40_000
 MAX_PATTERN_GROUPS = 5
 
