@@ -176,7 +176,9 @@ def test_assisted_generation(model, tok, schema_grammar):
     out = model.generate(**enc, logits_processor=[processor], assistant_model=assistant, max_new_tokens=MAX_NEW,
                          do_sample=False, pad_token_id=EOS, eos_token_id=EOS)
     rows = generated_rows(out, enc.input_ids.shape[1])
-    assert_valid_json_rows(rows, schema_grammar)
+    # Greedy decoding of a random-weight model may not finish within MAX_NEW tokens (additional
+    # members are allowed); a cut row must still be a valid prefix, and the real check is below.
+    assert_valid_json_rows(rows, schema_grammar, min_ended=0)
     # Assisted greedy decoding must give what plain greedy decoding gives under the same mask.
     plain = model.generate(**enc, logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)],
                            max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=EOS, eos_token_id=EOS)
