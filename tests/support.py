@@ -35,3 +35,11 @@ def grammar_compiler(name: str):
     import pushmask
 
     return pushmask.GrammarCompiler(tokenizer_info(name))
+
+
+def accepts_text(compiled, text: str | bytes) -> bool:
+    """Is `text` a complete string of the compiled grammar (fed as one string)?"""
+    import pushmask
+
+    matcher = pushmask.GrammarMatcher(compiled)
+    return matcher.accept_string(text) and matcher.can_end()

@@ -455,29 +455,21 @@ def test_encoding_size_is_modest():
     assert json_string_expr(literal_dfa([])) is not None
 
 
-def test_end_to_end_through_engine():
-    pm = pytest.importorskip("pushmask")
-    if not hasattr(pm, "GrammarCompiler"):
-        pytest.skip("engine not importable yet")
+def test_end_to_end_through_engine(smollm2_compiler):
     from pushmask.grammar.ir import Grammar
-    from support import grammar_compiler
-    try:
-        compiler = grammar_compiler("smollm2")
-    except Exception as exc:  # tokenizer files missing on this machine
-        pytest.skip(f"no tokenizer: {exc}")
+    from support import accepts_text
+
+    compiler = smollm2_compiler
     expr = string_expr(pattern="^[a-c]+$", max_length=4)
     cg = compiler.compile_ir(Grammar({"root": expr}))
     for value, ok in [("abc", True), ("é", False), ("abcab", False), ("", False)]:
         for text in spellings(value):
-            m = pm.GrammarMatcher(cg)
-            assert (m.accept_string(text) and m.can_end()) == ok, (value, text)
+            assert accepts_text(cg, text) == ok, (value, text)
     cg = compiler.compile_ir(Grammar({"root": string_expr(pattern="^.$")}))  # astral: raw UTF-8 or a pair
     for value, ok in [("\U0001F600", True), ("é", True), ("ab", False), ("\n", False)]:
         for text in spellings(value):
-            m = pm.GrammarMatcher(cg)
-            assert (m.accept_string(text) and m.can_end()) == ok, (value, text)
-    m = pm.GrammarMatcher(cg)
-    assert not (m.accept_string('"\\ud83d"') and m.can_end())
+            assert accepts_text(cg, text) == ok, (value, text)
+    assert not accepts_text(cg, '"\\ud83d"')
 
 
 # ---------------------------------------------------------------------------------------------
