@@ -43,3 +43,19 @@ def accepts_text(compiled, text: str | bytes) -> bool:
 
     matcher = pushmask.GrammarMatcher(compiled)
     return matcher.accept_string(text) and matcher.can_end()
+
+
+_EDGE_CACHE: dict = {}
+
+
+def edges_by_state(fsm) -> dict:
+    """A CharFsm's transitions grouped by source state (for the brute-force IR matchers);
+    only the latest automaton is kept, keyed by identity."""
+    key = id(fsm)
+    if key not in _EDGE_CACHE or _EDGE_CACHE[key][0] is not fsm:
+        by_state: dict = {}
+        for s, lo, hi, t in fsm.transitions:
+            by_state.setdefault(s, []).append((lo, hi, t))
+        _EDGE_CACHE.clear()
+        _EDGE_CACHE[key] = (fsm, by_state)
+    return _EDGE_CACHE[key][1]

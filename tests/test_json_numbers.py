@@ -20,6 +20,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError
+from support import edges_by_state  # noqa: E402
 from pushmask.grammar.ir import NOTHING, CharFsm, Expr
 from pushmask.grammar.json_numbers import (
     integer_expr, integer_range_dfa, natural_range_dfa, number_expr, number_literal_expr,
@@ -34,7 +35,7 @@ def matches(expr: Expr, text: str) -> bool:
     if expr == NOTHING:
         return False
     assert isinstance(expr, CharFsm)
-    by_state = _edges_by_state(expr)
+    by_state = edges_by_state(expr)
     states = {expr.initial}
     for ch in text:
         cp = ord(ch)
@@ -44,24 +45,10 @@ def matches(expr: Expr, text: str) -> bool:
     return bool(states & expr.finals)
 
 
-_EDGE_CACHE: dict = {}
-
-
-def _edges_by_state(fsm: CharFsm) -> dict:
-    key = id(fsm)
-    if key not in _EDGE_CACHE or _EDGE_CACHE[key][0] is not fsm:
-        by_state: dict = {}
-        for s, lo, hi, t in fsm.transitions:
-            by_state.setdefault(s, []).append((lo, hi, t))
-        _EDGE_CACHE.clear()  # keep only the latest automaton alive
-        _EDGE_CACHE[key] = (fsm, by_state)
-    return _EDGE_CACHE[key][1]
-
-
 def sample_walk(expr: CharFsm, rng: random.Random, max_len: int = 30) -> str | None:
     if expr == NOTHING:
         return None
-    by_state = _edges_by_state(expr)
+    by_state = edges_by_state(expr)
     s, out = expr.initial, []
     for _ in range(max_len):
         if s in expr.finals and rng.random() < 0.3:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError
+from support import edges_by_state  # noqa: E402
 from pushmask.grammar.ir import NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Repeat, Seq
 from pushmask.grammar.json_strings import (
     ANY_STRING, JSON_CHAR, encode_json_string, format_dfa, is_known_format, json_string_expr, literal_dfa,
@@ -78,7 +79,7 @@ def ends(expr: Expr, data: bytes, i: int) -> set[int]:
                 out |= cur
         return out
     if isinstance(expr, CharFsm):
-        by_state = _edges_by_state(expr)
+        by_state = edges_by_state(expr)
         out = set()
         states = {(expr.initial, i)}
         seen = set(states)
@@ -99,19 +100,6 @@ def ends(expr: Expr, data: bytes, i: int) -> set[int]:
     raise TypeError(f"matcher does not handle {type(expr).__name__}")
 
 
-_EDGE_CACHE: dict = {}
-
-
-def _edges_by_state(fsm: CharFsm) -> dict:
-    key = id(fsm)
-    if key not in _EDGE_CACHE or _EDGE_CACHE[key][0] is not fsm:
-        by_state: dict = {}
-        for s, lo, hi, t in fsm.transitions:
-            by_state.setdefault(s, []).append((lo, hi, t))
-        _EDGE_CACHE[key] = (fsm, by_state)
-    return _EDGE_CACHE[key][1]
-
-
 def matches(expr: Expr, text: str) -> bool:
     data = text.encode("utf-8")
     return len(data) in ends(expr, data, 0)
@@ -119,7 +107,7 @@ def matches(expr: Expr, text: str) -> bool:
 
 def sample_walk(expr: CharFsm, rng: random.Random, max_len: int = 40) -> str | None:
     """A random text along the automaton's edges ending in a final state (or None)."""
-    by_state = _edges_by_state(expr)
+    by_state = edges_by_state(expr)
     s = expr.initial
     out = []
     for _ in range(max_len):
