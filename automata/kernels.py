@@ -89,6 +89,23 @@ def _seen_insert(seen_state, seen_parent, seen_epoch, epoch, state, parent):
         i = (i + 1) & mask
 
 
+@njit(cache=True, inline="always")
+def _append_unseen(buf_s, buf_p, start, n, state, parent, seen_state, seen_parent, seen_epoch, epoch, max_tops):
+    """Append (state, parent) at buf[start + n] unless already in this epoch's set.
+
+    Returns the new count, or ERR_TOO_MANY_TOPS / ERR_BUFFER_FULL.
+    """
+    if not _seen_insert(seen_state, seen_parent, seen_epoch, epoch, state, parent):
+        return n
+    if n >= max_tops:
+        return ERR_TOO_MANY_TOPS
+    if start + n >= buf_s.shape[0]:
+        return ERR_BUFFER_FULL
+    buf_s[start + n] = state
+    buf_p[start + n] = parent
+    return n + 1
+
+
 @njit(cache=True)
 def closure(
     state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
@@ -126,27 +143,16 @@ def closure(
             frame = intern_frame(frame_state, frame_parent, frame_count, frame_table, ref_dst[e], p)
             if frame < 0:
                 return frame, 0, 0
-            t = rule_start[ref_rule[e]]
-            if _seen_insert(seen_state, seen_parent, seen_epoch, epoch, t, frame):
-                if n >= max_tops:
-                    return ERR_TOO_MANY_TOPS, 0, 0
-                if start + n >= buf_s.shape[0]:
-                    return ERR_BUFFER_FULL, 0, 0
-                buf_s[start + n] = t
-                buf_p[start + n] = frame
-                n += 1
+            n = _append_unseen(buf_s, buf_p, start, n, rule_start[ref_rule[e]], frame,
+                               seen_state, seen_parent, seen_epoch, epoch, max_tops)
+            if n < 0:
+                return n, 0, 0
         if state_accept[s]:
             if p >= 0:
-                ps = frame_state[p]
-                pp = frame_parent[p]
-                if _seen_insert(seen_state, seen_parent, seen_epoch, epoch, ps, pp):
-                    if n >= max_tops:
-                        return ERR_TOO_MANY_TOPS, 0, 0
-                    if start + n >= buf_s.shape[0]:
-                        return ERR_BUFFER_FULL, 0, 0
-                    buf_s[start + n] = ps
-                    buf_p[start + n] = pp
-                    n += 1
+                n = _append_unseen(buf_s, buf_p, start, n, frame_state[p], frame_parent[p],
+                                   seen_state, seen_parent, seen_epoch, epoch, max_tops)
+                if n < 0:
+                    return n, 0, 0
             elif p == ROOT:
                 flags |= FLAG_END
             else:
