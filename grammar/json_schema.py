@@ -27,20 +27,25 @@ How it works
 
 Documented limits (completeness, never soundness)
 ------------------------------------------------
-- Objects with at most ANY_ORDER_MAX_MEMBERS (6) named members and no min/maxProperties accept
-  those members in any order (each at most once, required ones present), then any other members
-  (additionalProperties / patternProperties).  Larger objects take definition order: the
-  properties of `properties` in the order the schema lists them (required ones cannot be
-  skipped, optional ones may be), then `required` names not listed in `properties`, then any
-  other members.  When allOf/$ref/anyOf branches are merged, the node's own properties
-  come first, then each branch's new ones in branch order.  An instance serialised with another
-  key order is rejected, as with XGrammar and llguidance.  `const`/`enum` objects are accepted
-  in the key order given.
+- Member order (property_order="any", the default): objects without maxProperties (and with
+  minProperties no larger than the number of required members) accept their members in any
+  order.  Up to ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once,
+  required ones present, then any other members (additionalProperties / patternProperties).
+  Larger objects track only the required members (see `interleaved_members`): optional and
+  additional members may come anywhere, and an optional name may repeat (json.loads keeps the
+  last value, which validates too).  Past INTERLEAVE_ANY_ORDER_REQUIRED required members those
+  keep definition order among themselves.  Objects with maxProperties, and every object with
+  property_order="definition", take definition order: the properties of `properties` in the
+  order the schema lists them (required ones cannot be skipped, optional ones may be), then
+  `required` names not listed in `properties`, then any other members.  When allOf/$ref/anyOf
+  branches are merged, the node's own properties come first, then each branch's new ones in
+  branch order.  `const`/`enum` objects are accepted in the key order given.
 - "integer" accepts integer literals and, from draft 6 on, zero fractions such as 1.0 (as the
   json_numbers leaf does); exponent spellings of integers (1e2) are not accepted.
 - `format` narrows strings (sound), although `jsonschema` treats it as an annotation.
 - Duplicate member names are not prevented among additional members (json.loads keeps the
-  last one); with minProperties that could over-count, which we accept as a documented gap.
+  last one, which validates too).  So that minProperties never over-counts, a schema that needs
+  two or more additional members to reach it raises UnsupportedSchemaError('minProperties').
 - With `indent`, nesting deeper than `INDENT_DEPTH_LIMIT` levels falls back to flexible
   whitespace (still valid JSON for the schema).
 
@@ -68,7 +73,7 @@ from referencing.jsonschema import DRAFT202012
 from .errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
 from .ir import (
     EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
-    iter_refs, lit, rep, seq,
+    iter_refs, lit, rep, seq, star,
 )
 from .json_schema_docs import DEFAULT_BASE, draft_of, normalize_document, translate_pointer
 
@@ -84,6 +89,11 @@ ANY_ORDER_MAX_MEMBERS = 6
 """Objects with at most this many named members (and no min/maxProperties) accept them in any
 order; larger ones take definition order, which keeps their automata linear in size (passes that
 walk expressions as trees see e*n! nodes for n any-order members)."""
+COUNT_BLOCK = 64
+"""Repetition counts past this (e.g. maxLength 4096) are built from blocks (see `counted`)."""
+INTERLEAVE_ANY_ORDER_REQUIRED = 6
+"""Larger objects track which required members were written (2^r states) up to this many of
+them; past it the required ones keep their definition order among themselves."""
 MAX_OBJECT_EXPR = 40_000
 MAX_PATTERN_GROUPS = 5
 
@@ -226,7 +236,10 @@ class _Layout:
 
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve):
+                 separators, retrieve, property_order="any"):
+        if property_order not in ("any", "definition"):
+            raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
+        self.property_order = property_order
         self.lenient = lenient
         self.layout = _Layout(whitespace, indent, max_whitespace, separators)
         self.addl_default = additional_properties_default
@@ -429,8 +442,8 @@ class _Compiler:
             const = schema["const"]
             flat["enum"] = [v for v in flat["enum"] if _json_equal(v, const)] if "enum" in flat else [const]
         not_schema = schema.get("not")
-        if not_schema is not None and _string_exclusion(not_schema):
-            flat["not"] = not_schema
+        if not_schema is not None and _string_exclusion(not_schema, schema):
+            flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern") if k in not_schema}]}
             not_schema = None
         factors: list[list] = [[flat]]
         if "$ref" in schema:
@@ -802,11 +815,21 @@ class _Compiler:
     # -- scalars -------------------------------------------------------------------------------
 
     def string(self, f: dict, pointer: str) -> Expr:
-        from .json_strings import ANY_STRING, any_string_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa
+        from .json_strings import (
+            ANY_STRING, JSON_CHAR, any_string_dfa, check_lengths, format_dfa, json_string_expr, literal_dfa,
+            pattern_dfa, string_dfa,
+        )
         patterns = [f["pattern"]] if "pattern" in f else []
         patterns += f.get("x-patterns", [])
         fmt = f.get("format") if isinstance(f.get("format"), str) else None
-        excluded = f["not"]["enum"] if "not" in f else []
+        exclusions = f["not"]["anyOf"] if "not" in f else []
+        excluded = [v for part in exclusions for v in part.get("enum", [])]
+        excluded_patterns = [part["pattern"] for part in exclusions if "pattern" in part]
+        lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer)
+        if max(lo, hi or 0) > COUNT_BLOCK and not patterns and not exclusions and \
+                (fmt is None or format_dfa(fmt, f"{pointer}/format") is None):
+            # only a length constraint, too long for one automaton: count in blocks
+            return seq(lit('"'), self.counted(JSON_CHAR, lo, hi, "string_block"), lit('"'))
         try:
             dfa = string_dfa(min_length=f.get("minLength"), max_length=f.get("maxLength"),
                              pattern=patterns[0] if patterns else None, format=fmt, pointer=pointer)
@@ -816,7 +839,7 @@ class _Compiler:
             self.unsupported("format", pointer, str(exc.message))
             dfa = string_dfa(min_length=f.get("minLength"), max_length=f.get("maxLength"),
                              pattern=patterns[0] if patterns else None, pointer=pointer)
-        if dfa is None and len(patterns) <= 1 and not excluded:
+        if dfa is None and len(patterns) <= 1 and not exclusions:
             return ANY_STRING
         if dfa is None:
             dfa = any_string_dfa()
@@ -824,7 +847,41 @@ class _Compiler:
             dfa = _dfa_op(dfa.intersect, pattern_dfa(extra, f"{pointer}/allOf"), "pattern", pointer)
         if excluded:
             dfa = _dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
+        for pattern in excluded_patterns:
+            dfa = _dfa_op(dfa.difference, pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
         return json_string_expr(dfa, pointer)
+
+    def counted(self, item: Expr, lo: int, hi: int | None, hint: str) -> Expr:
+        """item{lo,hi}, where no automaton grows past COUNT_BLOCK copies of `item`.
+
+        Past that, B = item{b} (b = COUNT_BLOCK) becomes a rule and, for n = q*b + r,
+        item{0,n} = B{0,q-1} item{0,b-1} | B{q} item{0,r}; so a text is parsed at most two ways
+        at once per level (inside a block, or in the final partial run), and the states of B and
+        of the partial run (a rule too) are shared by every block, so are their masks.  Counts past b*b nest the same way.
+        """
+        b = COUNT_BLOCK
+        key = ("counted", item, lo, hi)
+        if key in self.memo:
+            return self.memo[key]
+        if max(lo, hi or 0) <= b:
+            result = rep(item, lo, hi)
+        else:
+            block_name = self.new_rule(hint)
+            self.rules[block_name] = rep(item, b, b)
+            block = Ref(block_name)
+            at_least = seq(self.counted(block, lo // b, lo // b, hint), rep(item, lo % b, lo % b))
+            if hi is None:
+                result = seq(at_least, star(item))
+            elif hi - lo <= b:
+                result = seq(at_least, rep(item, 0, hi - lo))
+            else:
+                q, r = divmod(hi - lo, b)
+                partial_name = self.new_rule(hint)
+                self.rules[partial_name] = rep(item, 0, b - 1)
+                result = seq(at_least, alt(seq(self.counted(block, 0, q - 1, hint), Ref(partial_name)),
+                                           seq(self.counted(block, q, q, hint), rep(item, 0, r))))
+        self.memo[key] = result
+        return result
 
     def number(self, f: dict, pointer: str, integer: bool) -> Expr:
         kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
@@ -985,9 +1042,15 @@ class _Compiler:
         memo: dict[tuple[int, int], Expr] = {}
         chunk = 8 if cap == 1 else 4
 
+        required_count = sum(1 for _, is_req in members if is_req)
+
         def tail(k: int) -> Expr:
             lo = max(0, min_p - k)
             hi = None if max_p is None else max_p - k
+            if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
+                # two additional members could share a name, and json.loads would count them once
+                self.unsupported("minProperties", pointer, f"{lo} additional members would be needed to reach "
+                                 "minProperties, and a grammar cannot keep their names distinct")
             if hi is not None and hi < lo:
                 return NOTHING
             close = close_e if k == 0 else close_ne
@@ -1001,8 +1064,11 @@ class _Compiler:
                 return alt(*options) if options else NOTHING
             return seq(rep(seq(nxt, extra), lo, hi), close)
 
-        if 2 <= n <= ANY_ORDER_MAX_MEMBERS and min_p == 0 and max_p is None:
-            return seq(o, self.any_order_members(members, tail, first, nxt))
+        if self.property_order == "any" and n >= 2 and max_p is None and min_p <= required_count:
+            # every instance writes its required members, so it has at least min_p members
+            if n <= ANY_ORDER_MAX_MEMBERS:
+                return seq(o, self.any_order_members(members, lambda k: tail(max(k, min_p)), first, nxt))
+            return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne))
 
         # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
         for i in range(n, -1, -1):
@@ -1058,6 +1124,52 @@ class _Compiler:
             return memo[key]
 
         return rest(frozenset(range(len(members))), False)
+
+    def interleaved_members(self, members, extra, first, nxt, close_e, close_ne) -> Expr:
+        """The members in any order: required ones exactly once, optional and additional ones freely.
+
+        For objects too large to track which members were written (2^n states), only the
+        required members are tracked: in any order when there are at most
+        INTERLEAVE_ANY_ORDER_REQUIRED of them, else in definition order among themselves.  An
+        optional name may then repeat; json.loads keeps the last value, which is valid too, so the
+        parsed instance still validates (the caller ensures min_p <= required and no max_p).
+        """
+        required = [item for item, is_req in members if is_req]
+        optional = [item for item, is_req in members if not is_req] + ([extra] if extra is not None else [])
+        free = NOTHING
+        if optional:
+            name = self.new_rule("optional_member")
+            self.rules[name] = alt(*optional)
+            free = Ref(name)
+        any_order = len(required) <= INTERLEAVE_ANY_ORDER_REQUIRED
+        if any_order and len(required) > 1:
+            refs = []
+            for item in required:
+                name = self.new_rule("member")
+                self.rules[name] = item
+                refs.append(Ref(name))
+            required = refs
+        state_rules: dict[int, str] = {}
+
+        def pending(written: int) -> list[int]:
+            todo = [i for i in range(len(required)) if not written >> i & 1]
+            return todo if any_order else todo[:1]
+
+        def after(written: int) -> Expr:
+            """At least one member written; `written` is the bit set of required ones written."""
+            if written not in state_rules:
+                name = state_rules[written] = self.new_rule("members")
+                todo = pending(written)
+                options = [] if todo else [close_ne]
+                options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]
+                self.rules[name] = seq(star(seq(nxt, free)), alt(*options))
+            return Ref(state_rules[written])
+
+        options = [] if required else [close_e]
+        if optional:
+            options.append(seq(first, free, after(0)))
+        options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
+        return alt(*options)
 
     # -- arrays --------------------------------------------------------------------------------
 
@@ -1231,8 +1343,8 @@ def _merge_flat(a: dict, b: dict, comp: _Compiler, pointer: str):
             out[key] = [*mine, *value]
         elif key == "format":
             continue  # format only narrows strings: keeping one of two is still sound
-        elif key == "not":  # both are string exclusions
-            out[key] = {"enum": [*mine["enum"], *value["enum"]]}
+        elif key == "not":  # both are string exclusions: {"anyOf": [{"enum": [...]} or {"pattern": p}, ...]}
+            out[key] = {"anyOf": [*mine["anyOf"], *value["anyOf"]]}
         elif key == "required":
             out[key] = list(dict.fromkeys([*mine, *value]))
         elif key == "uniqueItems":
@@ -1354,6 +1466,8 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         return {"type": rest} if rest else False
     if key in ("enum", "const"):
         return _negate_enum(value if key == "enum" else [value], comp, pointer)
+    if key == "pattern":
+        return {"type": "string", "not": {"pattern": value}}
     if key in _NUMERIC_NEG:
         return {"type": "number", _NUMERIC_NEG[key]: value}
     if key in _COUNT_NEG:
@@ -1443,11 +1557,16 @@ def _as_schema(f: dict) -> dict:
     return out
 
 
-def _string_exclusion(schema) -> bool:
-    """`not: {enum: [strings]}` (or const) -- kept as is and compiled by the string automaton."""
-    if not isinstance(schema, dict) or set(schema) - ANNOTATIONS - {"enum"} or "enum" not in schema:
+def _string_exclusion(schema, parent: dict) -> bool:
+    """`not: {enum: [strings]}`, or `not: {pattern: p}` next to `type: string`: compiled by the
+    string automaton as a difference.  (Non-strings satisfy the first negation; the second
+    rejects them, hence the sibling type.)"""
+    if not isinstance(schema, dict):
         return False
-    return bool(schema["enum"]) and all(isinstance(v, str) for v in schema["enum"])
+    keys = set(schema) - ANNOTATIONS
+    if keys == {"enum"}:
+        return bool(schema["enum"]) and all(isinstance(v, str) for v in schema["enum"])
+    return keys == {"pattern"} and isinstance(schema["pattern"], str) and parent.get("type") == "string"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1709,7 +1828,7 @@ def _check_metaschema(schema) -> None:
 
 def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
-                           retrieve: Callable[[str], Any] | None = None) -> Grammar:
+                           retrieve: Callable[[str], Any] | None = None, property_order: str = "any") -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
@@ -1718,6 +1837,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     False treats a missing additionalProperties on object schemas as false.  lenient: widen what
     cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
     retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
+    property_order: "any" accepts an object's members in any order (JSON objects are unordered);
+    "definition" only in the order the schema lists them, as XGrammar and llguidance do.
     """
     schema = _load(schema)
     try:
@@ -1727,7 +1848,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                               "#")
         comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
                          additional_properties_default=additional_properties_default, lenient=lenient,
-                         separators=separators, retrieve=retrieve)
+                         separators=separators, retrieve=retrieve, property_order=property_order)
         return comp.compile()
     except RecursionError:
         raise BudgetExceededError("the schema nests too deeply to compile (Python recursion limit); "

@@ -1130,7 +1130,7 @@ ANY_STRING: Expr = seq(lit('"'), rep(JSON_CHAR, 0, None), lit('"'))
 # Public entry points.
 
 
-def _check_lengths(min_length, max_length, pointer):
+def check_lengths(min_length, max_length, pointer):
     for name, value in (("minLength", min_length), ("maxLength", max_length)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or value < 0 or value != int(value)):
@@ -1150,7 +1150,7 @@ def string_dfa(*, min_length=None, max_length=None, pattern=None, format=None, p
     reported as UnsupportedSchemaError("format") -- which lenient callers may widen by
     dropping the format (e.g. format "email" with maxLength 100 is ~50k states).
     """
-    lo, hi = _check_lengths(min_length, max_length, pointer)
+    lo, hi = check_lengths(min_length, max_length, pointer)
     parts: list[tuple[str, Dfa]] = []
     if pattern is not None:
         if not isinstance(pattern, str):
@@ -1181,7 +1181,7 @@ def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, 
     UnsupportedSchemaError.  An unsatisfiable combination gives NOTHING (the empty language);
     minLength > maxLength raises SchemaError.
     """
-    lo, hi = _check_lengths(min_length, max_length, pointer)
+    lo, hi = check_lengths(min_length, max_length, pointer)
     if (pattern is None or pattern_dfa(pattern, f"{pointer}/pattern").is_universal()) and \
             (format is None or format_dfa(format, f"{pointer}/format") is None):
         return seq(lit('"'), rep(JSON_CHAR, lo, hi), lit('"'))

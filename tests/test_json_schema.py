@@ -117,15 +117,68 @@ def test_properties_required_and_order(compiler, tokenizer):
     assert not accepts(compiled, '{"zzz": 1, "b": 1}')
 
 
-def test_large_objects_take_definition_order(compiler, tokenizer):
-    """Past ANY_ORDER_MAX_MEMBERS named members the documented policy is definition order."""
+def test_large_objects_take_any_member_order(compiler, tokenizer):
+    """Past ANY_ORDER_MAX_MEMBERS named members: any order, required members exactly once."""
+    import random
+
     from pushmask.grammar.json_schema import ANY_ORDER_MAX_MEMBERS
 
-    names = [f"p{i}" for i in range(ANY_ORDER_MAX_MEMBERS + 1)]
-    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": ["p0"]}
-    in_order = {n: i for i, n in enumerate(names)}
-    compiled = check(compiler, tokenizer, schema, [in_order, {"p0": 1}, {"p0": 1, "p3": 3}], [{}, {"p1": 1}])
-    assert not accepts(compiled, '{"p3": 3, "p0": 1}')
+    names = [f"p{i}" for i in range(ANY_ORDER_MAX_MEMBERS + 3)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "required": ["p0", "p5"], "additionalProperties": {"type": "string"}}
+    rng = random.Random(0)
+    shuffled = []
+    for _ in range(6):
+        keys = names + ["extra"]
+        rng.shuffle(keys)
+        shuffled.append({k: ("s" if k == "extra" else i) for i, k in enumerate(keys)})
+    compiled = check(compiler, tokenizer, schema, [{"p5": 1, "p0": 2}, {"x": "y", "p5": 1, "p3": 3, "p0": 2}] + shuffled,
+                     [{}, {"p0": 1}, {"p5": 1, "p1": 1}, {"p5": 1, "p0": 2, "p3": "x"}, {"p0": 1, "p5": 2, "x": 3}])
+    validator = jsonschema.Draft202012Validator(schema)
+    # a repeated optional name is accepted: json.loads keeps the last value, which is valid too
+    for text in ['{"p1": 1, "p0": 1, "p1": 2, "p5": 3}', '{"p0": 1, "p5": 1, "p0": 2}', '{"p0": 1, "p5": 1, "p1": "x", "p1": 2}']:
+        if accepts(compiled, text):
+            assert validator.is_valid(json.loads(text)), text
+    assert accepts(compiled, '{"p1": 1, "p0": 1, "p1": 2, "p5": 3}')
+    assert not accepts(compiled, '{"p0": 1, "p5": 1, "p0": 2}')  # a required member is written once
+
+
+def test_many_required_members_keep_their_relative_order(compiler):
+    from pushmask.grammar.json_schema import INTERLEAVE_ANY_ORDER_REQUIRED
+
+    names = [f"r{i}" for i in range(INTERLEAVE_ANY_ORDER_REQUIRED + 1)]
+    schema = {"type": "object", "properties": {"opt": {"type": "integer"}, **{n: {"type": "integer"} for n in names}},
+              "required": names}
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+    in_order = ", ".join(f'"{n}": 1' for n in names)
+    assert accepts(compiled, "{" + in_order + "}")
+    assert accepts(compiled, '{"opt": 2, ' + in_order + ', "opt": 3}')
+    swapped = ", ".join(f'"{n}": 1' for n in [names[1], names[0]] + names[2:])
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads("{" + swapped + "}"))
+    assert not accepts(compiled, "{" + swapped + "}")  # documented completeness limit
+
+
+def test_property_order_definition_option(compiler, tokenizer):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"]}
+    compiled = check(compiler, tokenizer, schema, [{"a": 1}, {"a": 1, "b": 2}], [{"b": 2}],
+                     property_order="definition")
+    assert not accepts(compiled, '{"b": 2, "a": 1}')
+    assert accepts(compiler.compile_ir(json_schema_to_grammar(schema)), '{"b": 2, "a": 1}')
+    with pytest.raises(ValueError, match="property_order"):
+        json_schema_to_grammar(schema, property_order="sorted")
+
+
+def test_min_properties_that_needs_two_additional_members_is_unsupported(compiler, tokenizer):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 3}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_schema_to_grammar(schema)
+    assert info.value.keyword == "minProperties" and info.value.pointer == "#"
+    with pytest.warns(UserWarning, match="minProperties"):
+        json_schema_to_grammar(schema, lenient=True)
+    # one additional member can never be a duplicate: exact
+    check(compiler, tokenizer, {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+                                "minProperties": 2},
+          [{"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}], [{"a": 1}, {"b": 2}])
 
 
 def test_additional_properties(compiler, tokenizer):
@@ -463,8 +516,17 @@ def test_remote_refs_only_through_retrieve(compiler, tokenizer):
 
 def test_not_that_cannot_be_expressed_is_unsupported():
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar({"type": "string", "not": {"pattern": "^a"}})
+        json_schema_to_grammar({"type": "object", "not": {"propertyNames": {"maxLength": 2}}})
     assert info.value.keyword == "not" and info.value.pointer.startswith("#/not")
+
+
+def test_not_pattern_is_a_string_automaton_difference(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "string", "not": {"pattern": "^a"}}, ["", "b", "ba"], ["a", "ab"])
+    check(compiler, tokenizer, {"not": {"pattern": "^a"}}, ["b", ""], ["a", "abc", 1, None, []])
+    check(compiler, tokenizer, {"type": "string", "not": {"anyOf": [{"pattern": "x"}, {"enum": ["b"]}]}},
+          ["", "a", "bb"], ["b", "x", "axa"])
+    check(compiler, tokenizer, {"type": "string", "allOf": [{"not": {"pattern": "^a"}}, {"not": {"pattern": "z$"}}]},
+          ["b", "za"], ["a", "bz", "az"])
 
 
 def test_one_of_overlapping_branches_made_exact_by_negation(compiler, tokenizer):
