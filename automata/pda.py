@@ -97,6 +97,11 @@ class Pda:
     def rule_follow(self) -> np.ndarray:
         return self._section(kernels.PDA_FOLLOW).reshape(-1, 256)
 
+    def follow_key(self, rule: int) -> bytes:
+        """The rule's FOLLOW set as 32 bytes: part of a mask's cache key next to the rule key,
+        because the offline walk decides which rule-exiting tokens stay candidates by it."""
+        return np.packbits(self.rule_follow[rule] != 0, bitorder="little").tobytes()
+
     @property
     def state_rule(self) -> np.ndarray:
         return self._section(kernels.PDA_STATE_RULE)

@@ -162,7 +162,7 @@ class CompiledGrammar:
     def _lookup_or_compute(self, state: int) -> StateMask:
         compiler = self.compiler
         rule, local = self.pda.local_state(state)
-        key = (self.pda.rule_keys[rule], local)
+        key = (self.pda.rule_keys[rule], self.pda.follow_key(rule), local)
         if compiler.cache_enabled:
             with compiler._lock:
                 cached = compiler.cache.get(key)

@@ -134,9 +134,10 @@ def test_recursive_grammar_mask_equals_brute_force(name):
 
 
 def test_cache_reuses_masks_of_identical_rules(smollm2_compiler):
-    """A second grammar sharing a rule (same body, different name) computes no new masks for it."""
+    """A second grammar sharing a rule (same body, different name, same FOLLOW set) computes no
+    new masks for it."""
     string_rule = seq(lit('"'), star(char_class([(0x22, 0x22)], negated=True)), lit('"'))
-    first = Grammar({"root": seq(lit("a="), ref("s")), "s": string_rule})
+    first = Grammar({"root": seq(lit("a="), ref("s"), lit(";")), "s": string_rule})
     second = Grammar({"root": seq(lit("key: "), ref("text"), lit(";")), "text": string_rule})
     compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info)
     g1 = compiler.compile_ir(first, normalize=False)
@@ -153,6 +154,28 @@ def test_cache_reuses_masks_of_identical_rules(smollm2_compiler):
     matcher = pm.GrammarMatcher(g2)
     assert matcher.accept_string('key: "shared"') and not matcher.can_end() and matcher.accept_string(";")
     assert matcher.can_end()
+
+
+def test_cached_masks_respect_each_grammars_follow_set(llama3_compiler):
+    """The same rule followed by different bytes in two grammars: the second grammar's masks,
+    with the first one's in the shared cache, equal the masks of a fresh compiler."""
+    word = seq(lit('"'), plus(char_class([(0x61, 0x7A)])), lit('"'))
+    first = Grammar({"root": seq(lit("["), ref("w"), lit("]")), "w": word})
+    second = Grammar({"root": seq(lit("{"), ref("w"), lit("}")), "w": word})
+    shared = pm.GrammarCompiler(llama3_compiler.tokenizer_info)
+    shared.compile_ir(first, normalize=False).precompute_masks()
+    fresh = pm.GrammarCompiler(llama3_compiler.tokenizer_info)
+    closing = llama3_compiler.tokenizer_info.decoded_vocab.index(b'"}')  # ends w, then closes
+    for text in ('{"a', '{"ab'):
+        masks = []
+        for compiler in (shared, fresh):
+            matcher = pm.GrammarMatcher(compiler.compile_ir(second, normalize=False))
+            assert matcher.accept_string(text)
+            bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
+            matcher.fill_next_token_bitmask(bitmask, 0)
+            masks.append(bitmask.copy())
+        assert np.array_equal(masks[0], masks[1]), text
+        assert masks[0][0, closing // 32] >> (closing % 32) & 1
 
 
 def test_invalid_token_ids_raise(smollm2_compiler):
