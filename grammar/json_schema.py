@@ -312,7 +312,7 @@ class _Compiler:
         n = self.names.get(base, 0)
         self.names[base] = n + 1
         name = base if n == 0 else f"{base}_{n}"
-        while name in self.rules:
+        while name in self.rules or name == "root":  # "root" is the grammar's start rule, added last
             n += 1
             name = f"{base}_{n}"
         if len(self.rules) >= MAX_RULES:

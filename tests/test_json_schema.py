@@ -181,6 +181,15 @@ def test_min_properties_that_needs_two_additional_members_is_unsupported(compile
           [{"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}], [{"a": 1}, {"b": 2}])
 
 
+def test_property_names_never_clash_with_rule_names(compiler, tokenizer):
+    """Rules are named after properties; a property called "root" (the start rule) or like a
+    helper rule must not replace it."""
+    inner = {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False}
+    schema = {"type": "object", "properties": {"root": inner, "json_value": inner, "members": inner}}
+    check(compiler, tokenizer, schema, [{"root": {}}, {"x": 1}, {"json_value": {"a": 1}, "members": {"b": 2}}],
+          [{"root": 1}, {"root": {"c": 1}}, {"members": []}])
+
+
 def test_additional_properties(compiler, tokenizer):
     check(compiler, tokenizer, {"properties": {"a": {}}, "additionalProperties": False},
           [{}, {"a": [1]}, 5], [{"b": 1}, {"a": 1, "b": 2}])
