@@ -30,7 +30,7 @@ Documented limits (completeness, never soundness)
 - Member order (property_order="any", the default): objects without maxProperties (and with
   minProperties no larger than the number of required members) accept their members in any
   order.  Up to ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once,
-  required ones present, then any other members (additionalProperties / patternProperties).
+  required ones present, other members (additionalProperties / patternProperties) anywhere.
   Larger objects track only the required members (see `interleaved_members`): optional and
   additional members may come anywhere, and an optional name may repeat (json.loads keeps the
   last value, which validates too).  Past INTERLEAVE_ANY_ORDER_REQUIRED required members those
@@ -91,7 +91,7 @@ order; larger ones take definition order, which keeps their automata linear in s
 walk expressions as trees see e*n! nodes for n any-order members)."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxLength 4096) are built from blocks (see `counted`)."""
-INTERLEAVE_ANY_ORDER_REQUIRED = 6
+INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
 them; past it the required ones keep their definition order among themselves."""
 MAX_OBJECT_EXPR = 40_000
@@ -534,6 +534,7 @@ class _Compiler:
         # Decide type by type: a type on which the branches are disjoint is exact; a type that two
         # branches accept without any constraint is excluded (every such instance matches both).
         excluded = []
+        doubled_values = []  # null/true/false values that two or more branches accept
         for t in ("null", "boolean", "object", "array", "string", "number"):
             restricted = []
             for g in groups:
@@ -548,6 +549,10 @@ class _Compiler:
             if all(self.disjoint(x, y, 0) for i, gi in enumerate(live) for gj in live[i + 1:]
                    for x in gi for y in gj):
                 continue
+            if t in ("null", "boolean"):  # few values: count the branches accepting each one
+                doubled_values += [v for v in ((None,) if t == "null" else (True, False))
+                                   if sum(1 for g in live if any(self.accepts_value(x, v, pointer) for x in g)) >= 2]
+                continue
             total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
             if total >= 2:
                 excluded.append(t)
@@ -559,15 +564,28 @@ class _Compiler:
                              f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
                              + ("; widened to anyOf" if self.lenient else ""))
             break
+        out = [t for g in groups for t in g]
         if excluded:
             keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
-            out = []
-            for g in groups:
-                for term in g:
-                    m = self.merge(term, {"type": keep}, pointer) if keep else None
-                    out.extend(m if isinstance(m, list) else [m] if m is not None else [])
-            return out
-        return [t for g in groups for t in g]
+            out = self.merge_all(out, [{"type": keep}], pointer) if keep else []
+        for value in doubled_values:
+            out = self.merge_all(out, self.dnf(self.negate({"const": value}, pointer), pointer), pointer)
+        return out
+
+    def merge_all(self, terms: list, others: list, pointer: str) -> list:
+        """The DNF of (anyOf terms) and (anyOf others)."""
+        out = []
+        for term in terms:
+            for other in others:
+                m = self.merge(term, other, pointer)
+                out.extend(m if isinstance(m, list) else [m] if m is not None else [])
+        return out
+
+    def accepts_value(self, term, value, pointer: str) -> bool:
+        """Does a DNF term (a flat dict or a reference) accept this instance?"""
+        if isinstance(term, _RefMarker):
+            return any(self.accepts_value(t, value, pointer) for t in self.inline_ref(term.uri, pointer))
+        return self.validates(_as_schema(term), value)
 
     def one_of_by_negation(self, schema: dict, siblings: dict, pointer: str) -> list | None:
         """oneOf [B1..Bn] = anyOf_i (Bi and not Bj for every j != i), when each `not` has a
@@ -639,7 +657,9 @@ class _Compiler:
                 if name in req_x and name in req_y and sx is not None and sy is not None \
                         and self._schemas_disjoint(sx, sy, level):
                     return True
-            return False
+            # both closed (additionalProperties false), one needs a member, no name fits both
+            needs_member = any(f.get("required") or f.get("minProperties", 0) >= 1 for f in (x, y))
+            return needs_member and _closed_names_disjoint(x, y)
         return False
 
     def _schemas_disjoint(self, a, b, level: int) -> bool:
@@ -1064,10 +1084,10 @@ class _Compiler:
                 return alt(*options) if options else NOTHING
             return seq(rep(seq(nxt, extra), lo, hi), close)
 
-        if self.property_order == "any" and n >= 2 and max_p is None and min_p <= required_count:
+        if self.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
             # every instance writes its required members, so it has at least min_p members
             if n <= ANY_ORDER_MAX_MEMBERS:
-                return seq(o, self.any_order_members(members, lambda k: tail(max(k, min_p)), first, nxt))
+                return seq(o, self.any_order_members(members, extra, first, nxt, close_e, close_ne))
             return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne))
 
         # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
@@ -1097,8 +1117,9 @@ class _Compiler:
                                       "with minProperties/maxProperties; simplify it")
         return seq(o, body)
 
-    def any_order_members(self, members, tail, first, nxt) -> Expr:
-        """The members in any order, each at most once, required ones present, then `tail`.
+    def any_order_members(self, members, extra, first, nxt, close_e, close_ne) -> Expr:
+        """The members in any order, each at most once, required ones present; additional members
+        (`extra`, when allowed) anywhere between them.
 
         Each member becomes a rule, so this object's automaton only tracks which members are
         still to come (2^n states for n members) and the key bytes decide which member rule
@@ -1117,10 +1138,15 @@ class _Compiler:
             if key not in memo:
                 options = []
                 if not any(required[i] for i in remaining):
-                    options.append(tail(1 if written else 0))
+                    options.append(close_ne if written else close_e)
+                if extra is not None and not written:
+                    options.append(seq(first, extra, rest(remaining, True)))
                 for i in sorted(remaining):
                     options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
-                memo[key] = alt(*options)
+                body = alt(*options)
+                if extra is not None and written:
+                    body = seq(star(seq(nxt, extra)), body)
+                memo[key] = body
             return memo[key]
 
         return rest(frozenset(range(len(members))), False)
@@ -1603,6 +1629,31 @@ def _search(pattern: str, name: str, pointer: str) -> bool:
         from .json_strings import pattern_dfa
         _search_cache[key] = pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name)
     return _search_cache[key]
+
+
+def _closed_names_disjoint(x: dict, y: dict) -> bool:
+    """Both terms are closed objects and no member name is allowed by both (conservative:
+    a name excluded by other keywords still counts as allowed)."""
+    from .json_strings import _Budget, pattern_dfa
+
+    sources = []
+    for f in (x, y):
+        if f.get("additionalProperties") is not False:
+            return False
+        names = [n for n, sub in (f.get("properties") or {}).items() if sub is not False]
+        patterns = [p for p, sub in (f.get("patternProperties") or {}).items() if sub is not False]
+        sources.append((set(names), patterns))
+    (names_x, patterns_x), (names_y, patterns_y) = sources
+    if names_x & names_y:
+        return False
+    if any(_search(p, n, "#") for p in patterns_y for n in names_x) or \
+            any(_search(p, n, "#") for p in patterns_x for n in names_y):
+        return False
+    try:
+        return all(pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty()
+                   for p in patterns_x for q in patterns_y)
+    except (_Budget, UnsupportedSchemaError):
+        return False
 
 
 def _property_schema(f: dict, name: str):
