@@ -67,6 +67,14 @@ class Engine:
         """Compile a JSON Schema (a dict, bool or JSON text) and return a fresh session."""
         raise NotImplementedError
 
+    def clear_cache(self) -> None:
+        """Forget what earlier schemas left in process-level caches, so the next compile runs
+        cold (`--cold-cache`).  Engines without such a cache have nothing to forget."""
+
+    def cache_bytes(self) -> int | None:
+        """Bytes held by process-level caches shared across schemas, when the engine says."""
+        return None
+
 
 def _package_version(distribution: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -160,6 +168,12 @@ class PushmaskEngine(Engine):
     def compile(self, schema: Any) -> Session:
         compiled = self.compiler.compile_json_schema(schema)
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
+
+    def clear_cache(self) -> None:
+        self.compiler.clear_cache()
+
+    def cache_bytes(self) -> int | None:
+        return int(self.compiler.cache_stats()["bytes"])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -102,8 +102,26 @@ def _validate_generated(schema: Any, text: str) -> str:
     return ""
 
 
-def run_item(engine: Engine, hf_tokenizer: Any, task: dict, generate: int = 0, seed: int = 0) -> dict:
-    """Run the protocol on one task ({"id", "schema", "tests"}) and return its record."""
+def run_item(engine: Engine, hf_tokenizer: Any, task: dict, generate: int = 0, seed: int = 0,
+             cold_cache: bool = False) -> dict:
+    """Run the protocol on one task ({"id", "schema", "tests"}) and return its record.
+
+    cold_cache: clear the engine's cross-schema caches first, so compile and first mask run
+    cold.  Every record ends with the worker's peak RSS and the engine's cache bytes so far.
+    """
+    record = _run_item(engine, hf_tokenizer, task, generate, seed, cold_cache)
+    record.update(_memory_fields(engine))
+    return record
+
+
+def _memory_fields(engine: Engine) -> dict:
+    import resource
+
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"peak_rss_mb": round(peak_kb / 1024, 1), "cache_bytes": engine.cache_bytes()}
+
+
+def _run_item(engine: Engine, hf_tokenizer: Any, task: dict, generate: int, seed: int, cold_cache: bool) -> dict:
     record: dict[str, Any] = {
         "id": task["id"],
         "engine": engine.name,
@@ -126,6 +144,8 @@ def run_item(engine: Engine, hf_tokenizer: Any, task: dict, generate: int = 0, s
         except Exception as exc:  # e.g. lone surrogates, which no UTF-8 tokenizer can encode
             record.setdefault("skipped_tests", []).append({"test": index, "detail": f"cannot tokenize: {exc}"})
 
+    if cold_cache:
+        engine.clear_cache()
     start = time.perf_counter_ns()
     try:
         session = engine.compile(schema)

@@ -38,6 +38,8 @@ class RunSummary:
     mask_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     compile_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ttfm_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    peak_rss_mb: float = 0.0
+    cache_bytes: int = 0
 
     @classmethod
     def from_records(cls, label: str, records: list[dict]) -> "RunSummary":
@@ -46,6 +48,8 @@ class RunSummary:
         summary.mask_us = np.array([t for r in records for t in r.get("mask_us") or []], dtype=np.float64)
         summary.compile_us = np.array([r["compile_us"] for r in records if r.get("compile_us") is not None])
         summary.ttfm_us = np.array([r["ttfm_us"] for r in records if r.get("ttfm_us") is not None])
+        summary.peak_rss_mb = max((r.get("peak_rss_mb") or 0 for r in records), default=0)
+        summary.cache_bytes = max((r.get("cache_bytes") or 0 for r in records), default=0)
         return summary
 
     @property
@@ -127,6 +131,11 @@ def markdown_report(summaries: list[RunSummary]) -> str:
     rows.append(["tests (instances)"] + [str(s.num_tests) for s in summaries])
     rows.append(["tests failed"] + [str(s.tests_failed) for s in summaries])
     rows.append(["tokens"] + [str(s.mask_us.size) for s in summaries])
+    if any(s.peak_rss_mb for s in summaries):
+        rows.append(["peak RSS of a worker"] + [f"{s.peak_rss_mb:.0f} MB" if s.peak_rss_mb else "-" for s in summaries])
+    if any(s.cache_bytes for s in summaries):
+        rows.append(["largest cross-schema cache"] + [f"{s.cache_bytes / 2**20:.1f} MB" if s.cache_bytes else "-"
+                                                      for s in summaries])
     parts += ["## Results", "", _table(["", *labels], rows), ""]
 
     stat_names = [f"p{p:g}" for p in PERCENTILES] + ["max", "mean"]

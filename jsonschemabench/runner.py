@@ -44,6 +44,7 @@ class RunConfig:
     generate: int = 0
     seed: int = 0
     init_timeout: float = 600.0
+    cold_cache: bool = False
 
 
 def resolve_tokenizer_path(spec: str | None) -> str:
@@ -134,7 +135,8 @@ def _worker_main(conn, config: RunConfig, tokenizer_path: str) -> None:
             return
         retire = False
         try:
-            record = run_item(engine, hf_tokenizer, task, generate=config.generate, seed=config.seed)
+            record = run_item(engine, hf_tokenizer, task, generate=config.generate, seed=config.seed,
+                              cold_cache=config.cold_cache)
         except MemoryError:
             record = {"status": "oom", "error": f"memory limit of {config.mem_limit_gb} GB exceeded"}
             retire = True  # the engine's state is suspect now: a fresh worker takes over

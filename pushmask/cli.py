@@ -57,6 +57,9 @@ def _add_validate_corpus(subparsers) -> None:
                         help="seconds per schema, compile and all tests (default: 900)")
     parser.add_argument("--mem-limit", type=float, default=16.0, metavar="GB",
                         help="address-space limit per worker in GB, 0 for none (default: 16)")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="clear the engine's cross-schema caches before each schema, so compile and first "
+                             "mask are timed cold (default: warm, as in a long-running server)")
     parser.add_argument("--sample", type=_positive_int, default=None, metavar="N",
                         help="run a random sample of N schemas")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample and --generate (default: 0)")
@@ -101,7 +104,7 @@ def _run_validate_corpus(args: argparse.Namespace) -> int:
         items = sample_items(items, args.sample, args.seed)
         config = RunConfig(engine=args.engine, tokenizer=args.tokenizer, jobs=args.jobs,
                            time_limit=args.time_limit, mem_limit_gb=args.mem_limit,
-                           generate=args.generate, seed=args.seed)
+                           generate=args.generate, seed=args.seed, cold_cache=args.cold_cache)
         with _sigterm_as_interrupt():
             counts = run_corpus(items, out, config, resume=args.resume, progress=not args.no_progress)
     except (CorpusError, RunnerError, EngineUnavailableError) as exc:

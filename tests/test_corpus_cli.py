@@ -397,6 +397,29 @@ def test_pushmask_engine_on_a_small_corpus(tmp_path):
     assert records["plain_schema.json"]["failures"] == []
 
 
+def test_cold_cache_runs_compile_each_schema_without_earlier_masks(tmp_path):
+    """--cold-cache empties pushmask's mask cache before each schema, so the second schema's
+    record counts only its own masks (warm: the first one's too); records carry memory fields."""
+    corpus = tmp_path / "corpus"
+    for name, leaf in (("one.json", {"type": "string"}), ("two.json", {"type": "integer"})):
+        schema = {"type": "object", "properties": {"a": leaf}, "required": ["a"]}
+        write_json(corpus / name, {"schema": schema, "tests": labelled(schema, [{"a": "x"}, {"a": 1}])})
+    runs = {}
+    for mode in ("warm", "cold"):
+        out = tmp_path / f"{mode}.jsonl"
+        extra = ["--cold-cache"] if mode == "cold" else []
+        assert run_cli("validate-corpus", corpus, "--engine", "pushmask", "--out", out, "--tokenizer",
+                       SMALL_TOKENIZER, "--no-progress", *extra) == 0
+        runs[mode] = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["id"])
+    for records in runs.values():
+        assert [r["status"] for r in records] == ["pass", "pass"]
+        assert all(r["peak_rss_mb"] > 0 and r["cache_bytes"] > 0 for r in records)
+    assert runs["warm"][1]["cache_bytes"] > runs["cold"][1]["cache_bytes"]
+    report = tmp_path / "report.md"
+    assert run_cli("report", tmp_path / "warm.jsonl", tmp_path / "cold.jsonl", "--report", report) == 0
+    assert "peak RSS of a worker" in report.read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("engine, module", [("xgrammar", "xgrammar"), ("outlines", "outlines_core")])
 def test_other_engine_adapters_run_the_protocol(tmp_path, engine, module):
