@@ -9,6 +9,7 @@ rules produce the same DFA, which is what lets masks be shared across grammars.
 from __future__ import annotations
 
 import gc
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..grammar.errors import BudgetExceededError
@@ -164,7 +165,60 @@ MINIMIZE_UP_TO = 2000
 minimisation only buys mask sharing and fewer states, never correctness."""
 
 
+DFA_CACHE_STATES = 2_000_000
+"""Total states of the rule DFAs kept per process (least recently used first out)."""
+_dfa_cache: OrderedDict[tuple[Expr, int], RuleDfa] = OrderedDict()
+_dfa_cache_states = 0
+
+
 def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
+    """The rule's DFA; bodies equal up to the names of the rules they reference share one
+    construction per process (JSON strings, numbers and members recur across schemas, and
+    Python subset construction is the largest part of compile time)."""
+    names = list(dict.fromkeys(_refs_in_order(body)))
+    placeholder = {name: f"#{i}" for i, name in enumerate(names)}
+    canonical = _rename_refs(body, placeholder) if names else body
+    key = (canonical, max_states)
+    dfa = _dfa_cache.get(key)
+    if dfa is None:
+        global _dfa_cache_states
+        dfa = _construct_rule_dfa(canonical, max_states)
+        _dfa_cache[key] = dfa
+        _dfa_cache_states += dfa.num_states
+        while _dfa_cache_states > DFA_CACHE_STATES and len(_dfa_cache) > 1:
+            _dfa_cache_states -= _dfa_cache.popitem(last=False)[1].num_states
+    else:
+        _dfa_cache.move_to_end(key)
+    if not names:
+        return dfa
+    return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[int(ref[1:])] for ref in dfa.refs])
+
+
+def _refs_in_order(expr: Expr):
+    """Referenced rule names in a fixed (pre-order) order, repeats included."""
+    if isinstance(expr, Ref):
+        yield expr.name
+    elif isinstance(expr, (Seq, Alt)):
+        for item in expr.items:
+            yield from _refs_in_order(item)
+    elif isinstance(expr, Repeat):
+        yield from _refs_in_order(expr.item)
+
+
+def _rename_refs(expr: Expr, names: dict[str, str]) -> Expr:
+    """The same expression with every Ref renamed (structure unchanged, no simplification)."""
+    if isinstance(expr, Ref):
+        return Ref(names[expr.name])
+    if isinstance(expr, Seq):
+        return Seq(tuple(_rename_refs(item, names) for item in expr.items))
+    if isinstance(expr, Alt):
+        return Alt(tuple(_rename_refs(item, names) for item in expr.items))
+    if isinstance(expr, Repeat):
+        return Repeat(_rename_refs(expr.item, names), expr.min, expr.max)
+    return expr
+
+
+def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
     """Thompson NFA -> subset construction -> trim -> minimise -> breadth-first numbering."""
     # The construction allocates many small lists that never form cycles: pausing the cyclic
     # garbage collector avoids repeated full scans of them.

@@ -91,6 +91,8 @@ order; larger ones take definition order, which keeps their automata linear in s
 walk expressions as trees see e*n! nodes for n any-order members)."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxLength 4096) are built from blocks (see `counted`)."""
+ITEM_RULE_SIZE = 40
+"""Array items bigger than this become a rule when repeated a bounded number of times."""
 INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
 them; past it the required ones keep their definition order among themselves."""
@@ -1250,7 +1252,12 @@ class _Compiler:
             if rest is None or rest == NOTHING:
                 tail = close_ne if lo == 0 else NOTHING
             else:
-                tail = seq(rep(seq(nxt, rest, end), lo, hi), close_ne)
+                if max(lo, hi or 0) > 2 and _size(rest) > ITEM_RULE_SIZE:
+                    # a rule, so counted copies of the item are references, not automaton copies
+                    name = self.new_rule("item")
+                    self.rules[name] = rest
+                    rest = Ref(name)
+                tail = seq(self.counted(seq(nxt, rest, end), lo, hi, "items_block"), close_ne)
             expr = tail
             for i in range(S - 1, -1, -1):
                 unmarked = item_exprs(i)[0] if i < P or items is not False else NOTHING

@@ -581,6 +581,18 @@ def expr_size(expr: Expr) -> int:
     return 1
 
 
+def _ref_copies(expr: Expr, copies: int = 1):
+    """(rule name, automaton copies) per reference: inside x{m,n} a reference is built n times
+    (m if unbounded), so inlining its body there would copy the body that often."""
+    if isinstance(expr, Ref):
+        yield expr.name, copies
+    elif isinstance(expr, (Seq, Alt)):
+        for item in expr.items:
+            yield from _ref_copies(item, copies)
+    elif isinstance(expr, Repeat):
+        yield from _ref_copies(expr.item, copies * max(1, expr.max if expr.max is not None else expr.min))
+
+
 def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     """Inline non-recursive rules that are referenced once, or tiny, to save stack operations.
 
@@ -593,8 +605,8 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     users: dict[str, set[str]] = {name: set() for name in rules}
     uses: dict[str, int] = {name: 0 for name in rules}
     for name, body in rules.items():
-        for target in iter_refs(body):  # one entry per occurrence
-            uses[target] += 1
+        for target, copies in _ref_copies(body):
+            uses[target] += copies
             users[target].add(name)
     recursive = {name for component in _cyclic_components(graph) for name in component}
 
