@@ -1521,6 +1521,10 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         return {"anyOf": [{"not": s} for s in value]}
     if key == "anyOf":
         return {"allOf": [{"not": s} for s in value]}
+    if key == "oneOf" and len(value) <= 8:
+        # not exactly one: none of the branches, or two of them at once
+        pairs = [{"allOf": [value[i], value[j]]} for i in range(len(value)) for j in range(i + 1, len(value))]
+        return {"anyOf": [{"allOf": [{"not": s} for s in value]}, *pairs]}
     if key == "not":
         return value
     if key == "$ref":

@@ -38,6 +38,8 @@ SCHEMA_KEYS = ("not", "if", "then", "else", "additionalProperties", "additionalI
                "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema", "items")
 LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
 MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# Keywords whose values are instances (data), never schemas to rewrite.
+VALUE_KEYS = frozenset({"enum", "const", "default", "examples"})
 
 # Keywords introduced after a draft; that draft (and earlier ones) ignores them.
 _NEW_IN = {
@@ -154,6 +156,11 @@ def _normalize(node, base: str, draft: str, unknown: set[str], is_root: bool = F
     for key in MAP_KEYS:
         if isinstance(node.get(key), dict):
             node[key] = {name: recurse(sub) for name, sub in node[key].items()}
+    # A non-keyword member may still hold a schema that a $ref points at ("#/Sample"): rewrite
+    # it the same way (the compiler ignores non-keywords, so this only serves such references).
+    for key, value in node.items():
+        if isinstance(value, dict) and key not in VALUE_KEYS and key not in SCHEMA_KEYS and key not in MAP_KEYS:
+            node[key] = recurse(value)
     return node
 
 

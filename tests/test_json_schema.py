@@ -565,6 +565,14 @@ def test_one_of_closed_objects_with_disjoint_member_names(compiler, tokenizer):
                                           {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]})
 
 
+def test_not_one_of_means_none_or_several(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "integer", "not": {"oneOf": [{"minimum": 5}, {"maximum": 7}]}},
+          [5, 6, 7], [4, 8, -1, "x"])
+    check(compiler, tokenizer, {"not": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 1},
+                                                  {"type": "null"}]}},
+          ["", "a", 1, [], {}], ["ab", None])
+
+
 def test_one_of_overlapping_branches_made_exact_by_negation(compiler, tokenizer):
     schema = {"type": "object", "properties": {"r": {"type": "number"}, "w": {"type": "number"},
                                                "h": {"type": "number"}},
@@ -600,3 +608,12 @@ def test_unevaluated_properties_and_items(compiler, tokenizer):
                                 "unevaluatedItems": False}, [["a"], ["a", 1]], [["a", 1, 2]])
     with pytest.raises(UnsupportedSchemaError):
         json_schema_to_grammar({"not": {"required": ["a"]}, "unevaluatedProperties": False})
+
+
+def test_ref_into_a_non_keyword_member(compiler, tokenizer):
+    """"#/Sample" is no keyword, but a $ref may point at it; its own $refs still resolve."""
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#",
+              "definitions": {"Attribute": {"type": "object", "properties": {"n": {"type": "number"}}}},
+              "Sample": {"type": "object", "properties": {"att": {"$ref": "#/definitions/Attribute"}}},
+              "type": "array", "items": {"$ref": "#/Sample"}}
+    check(compiler, tokenizer, schema, [[{"att": {"n": 1}}], []], [[{"att": {"n": "x"}}], [1]])
