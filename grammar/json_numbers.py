@@ -590,13 +590,50 @@ def _any_number_dfa() -> Dfa:
     return Dfa(trans, [2, 3, 5, 8])
 
 
+def non_integral_dfa() -> Dfa:
+    """Number texts whose value is certainly not an integer: a fraction with a nonzero digit and
+    no exponent ("1.5", "-0.25"), or one nonzero digit, an optional fraction and a negative
+    exponent ("1e-07", "2.5e-05": 0 < |value| < 1).  json.dumps writes every non-integral float
+    in one of these forms; other spellings of non-integers ("15e-1") are not accepted."""
+    d, nz = _DIGIT, (ord("1"), ord("9"))
+    e = [(ord("E"), ord("E"), 7), (ord("e"), ord("e"), 7)]
+    # 0 start, 1 after '-', 2 int "0", 3 int [1-9]\d+, 4 '.', 5 frac without nonzero, 6 frac with
+    # nonzero (final), 7 'e', 8 'e-', 9 exponent with nonzero (final), 10 exponent zeros so far,
+    # 11 single nonzero int digit, 12 its '.', 13 its fraction digits
+    trans = [
+        [(ord("-"), ord("-"), 1), (ord("0"), ord("0"), 2), (nz[0], nz[1], 11)],
+        [(ord("0"), ord("0"), 2), (nz[0], nz[1], 11)],
+        [(ord("."), ord("."), 4)],
+        [(ord("."), ord("."), 4), (d[0], d[1], 3)],
+        [(ord("0"), ord("0"), 5), (nz[0], nz[1], 6)],
+        [(ord("0"), ord("0"), 5), (nz[0], nz[1], 6)],
+        [(ord("0"), ord("0"), 5), (nz[0], nz[1], 6)],
+        [(ord("-"), ord("-"), 8)],
+        [(ord("0"), ord("0"), 10), (nz[0], nz[1], 9)],
+        [(d[0], d[1], 9)],
+        [(ord("0"), ord("0"), 10), (nz[0], nz[1], 9)],
+        [(ord("."), ord("."), 12), (d[0], d[1], 3), *e],
+        [(ord("0"), ord("0"), 13), (nz[0], nz[1], 14)],
+        [(ord("0"), ord("0"), 13), (nz[0], nz[1], 14), *e],
+        [(ord("0"), ord("0"), 13), (nz[0], nz[1], 14), *e],
+    ]
+    for edges in trans:
+        edges.sort()
+    return Dfa(trans, [6, 9, 14])
+
+
 def number_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
-                multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET) -> Expr:
-    """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`."""
+                multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET,
+                non_integral: bool = False) -> Expr:
+    """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`;
+    non_integral: only those `non_integral_dfa` accepts (for `not: {type: integer}`)."""
     keyword = "multipleOf" if multiple_of is not None else "minimum"
-    return dfa_to_char_fsm(_guard(keyword, pointer, number_dfa, minimum=minimum, maximum=maximum,
-                                  exclusive_minimum=exclusive_minimum, exclusive_maximum=exclusive_maximum,
-                                  multiple_of=multiple_of, pointer=pointer, budget=budget).minimize())
+    dfa = _guard(keyword, pointer, number_dfa, minimum=minimum, maximum=maximum,
+                 exclusive_minimum=exclusive_minimum, exclusive_maximum=exclusive_maximum,
+                 multiple_of=multiple_of, pointer=pointer, budget=budget)
+    if non_integral:
+        dfa = _guard(keyword, pointer, dfa.intersect, non_integral_dfa(), budget)
+    return dfa_to_char_fsm(dfa.minimize())
 
 
 def number_literal_expr(value, pointer: str = "") -> Expr:

@@ -444,8 +444,8 @@ class _Compiler:
             const = schema["const"]
             flat["enum"] = [v for v in flat["enum"] if _json_equal(v, const)] if "enum" in flat else [const]
         not_schema = schema.get("not")
-        if not_schema is not None and _string_exclusion(not_schema, schema):
-            flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern") if k in not_schema}]}
+        if not_schema is not None and _flat_exclusion(not_schema, schema):
+            flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern", "type") if k in not_schema}]}
             not_schema = None
         factors: list[list] = [[flat]]
         if "$ref" in schema:
@@ -913,8 +913,13 @@ class _Compiler:
         if _ranges_disjoint(lo, hi, lo, hi):
             self.note_empty(pointer, "minimum/maximum leave no number")
             return NOTHING
+        non_integral = any(part.get("type") == "integer" for part in f.get("not", {}).get("anyOf", ()))
+        if integer and non_integral:
+            return NOTHING
         if integer:
             kwargs["zero_fraction"] = self.draft != "draft4"
+        elif non_integral:
+            kwargs["non_integral"] = True
         try:
             return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
         except UnsupportedSchemaError as exc:
@@ -1490,13 +1495,12 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
     if key == "type":
         allowed = _types_of({"type": value})
         rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in allowed]
+        parts = [{"type": rest}] if rest else []
         if "integer" in allowed and "number" not in allowed:
-            comp.unsupported("not", pointer, "'not integer' (non-integral numbers) cannot be expressed; "
-                             "widened to allow all numbers")
-            rest.append("number")
+            parts.append({"type": "number", "not": {"type": "integer"}})  # the non-integral numbers
         elif "number" not in allowed:
-            rest.append("number")
-        return {"type": rest} if rest else False
+            parts.append({"type": "number"})
+        return {"anyOf": parts} if parts else False
     if key in ("enum", "const"):
         return _negate_enum(value if key == "enum" else [value], comp, pointer)
     if key == "pattern":
@@ -1572,7 +1576,7 @@ _TYPE_KEYWORDS = {
                "minProperties", "maxProperties", "unevaluatedProperties"),
     "array": ("prefixItems", "items", "contains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems"),
     "string": ("minLength", "maxLength", "pattern", "format", "not", "x-patterns"),
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not"),
     "null": (), "boolean": (),
 }
 
@@ -1594,15 +1598,17 @@ def _as_schema(f: dict) -> dict:
     return out
 
 
-def _string_exclusion(schema, parent: dict) -> bool:
-    """`not: {enum: [strings]}`, or `not: {pattern: p}` next to `type: string`: compiled by the
-    string automaton as a difference.  (Non-strings satisfy the first negation; the second
-    rejects them, hence the sibling type.)"""
+def _flat_exclusion(schema, parent: dict) -> bool:
+    """`not` that the leaf automata compile as a difference: `{enum: [strings]}`, `{pattern: p}`
+    next to `type: string`, `{type: integer}` next to `type: number`.  (Non-strings satisfy the
+    first negation; the others reject other types, hence the sibling type.)"""
     if not isinstance(schema, dict):
         return False
     keys = set(schema) - ANNOTATIONS
     if keys == {"enum"}:
         return bool(schema["enum"]) and all(isinstance(v, str) for v in schema["enum"])
+    if keys == {"type"}:  # not integer next to type number: the non-integral numbers
+        return schema["type"] == "integer" and parent.get("type") == "number"
     return keys == {"pattern"} and isinstance(schema["pattern"], str) and parent.get("type") == "string"
 
 

@@ -308,14 +308,14 @@ def test_one_of_excludes_types_that_match_twice(compiler, tokenizer):
 
 
 def test_one_of_overlapping_is_unsupported_unless_lenient(compiler):
-    schema = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
+    schema = {"oneOf": [{"type": "integer", "multipleOf": 2}, {"type": "integer", "multipleOf": 3}]}
     with pytest.raises(UnsupportedSchemaError) as info:
         json_schema_to_grammar(schema)
     assert info.value.keyword == "oneOf" and info.value.pointer == "#/oneOf"
     with pytest.warns(UserWarning, match="oneOf"):
         grammar = json_schema_to_grammar(schema, lenient=True)
     compiled = compiler.compile_ir(grammar)
-    assert accepts(compiled, "1") and accepts(compiled, "2.5")
+    assert accepts(compiled, "2") and accepts(compiled, "3") and accepts(compiled, "6")  # widened to anyOf
 
 
 def test_not(compiler, tokenizer):
@@ -563,6 +563,16 @@ def test_one_of_closed_objects_with_disjoint_member_names(compiler, tokenizer):
     with pytest.raises(UnsupportedSchemaError):
         json_schema_to_grammar({"oneOf": [{"type": "object", "properties": {"a": {}}},
                                           {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]})
+
+
+def test_not_integer_is_the_non_integral_numbers(compiler, tokenizer):
+    check(compiler, tokenizer, {"not": {"type": "integer"}}, [1.5, -0.25, 1e-07, 2.5e-05, "x", None, [], {}],
+          [1, 0, -3, 10**20])
+    check(compiler, tokenizer, {"type": "number", "minimum": 1, "not": {"type": ["integer", "string"]}},
+          [1.5, 100.25], [0.5, 2, "a"])
+    compiled = compiler.compile_ir(json_schema_to_grammar({"not": {"type": "integer"}}))
+    for text in ("1.0", "0.0e-3", "15e-1", "1.5e+20", "100e-1"):  # integral, or outside the accepted forms
+        assert not accepts(compiled, text), text
 
 
 def test_not_one_of_means_none_or_several(compiler, tokenizer):
