@@ -847,7 +847,10 @@ class _Compiler:
         exclusions = f["not"]["anyOf"] if "not" in f else []
         excluded = [v for part in exclusions for v in part.get("enum", [])]
         excluded_patterns = [part["pattern"] for part in exclusions if "pattern" in part]
-        lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer)
+        lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer, allow_empty=True)
+        if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
+            self.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
+            return NOTHING
         if max(lo, hi or 0) > COUNT_BLOCK and not patterns and not exclusions and \
                 (fmt is None or format_dfa(fmt, f"{pointer}/format") is None):
             # only a length constraint, too long for one automaton: count in blocks

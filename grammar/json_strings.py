@@ -1130,14 +1130,16 @@ ANY_STRING: Expr = seq(lit('"'), rep(JSON_CHAR, 0, None), lit('"'))
 # Public entry points.
 
 
-def check_lengths(min_length, max_length, pointer):
+def check_lengths(min_length, max_length, pointer, allow_empty: bool = False):
+    """(minLength, maxLength) as ints; SchemaError for bad values, and for an empty range unless
+    allow_empty (then the caller handles lo > hi)."""
     for name, value in (("minLength", min_length), ("maxLength", max_length)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or value < 0 or value != int(value)):
             raise SchemaError(f"{name} must be a non-negative integer, got {value!r}", f"{pointer}/{name}")
     lo = int(min_length) if min_length is not None else 0
     hi = int(max_length) if max_length is not None else None
-    if hi is not None and lo > hi:
+    if hi is not None and lo > hi and not allow_empty:
         raise SchemaError(f"minLength {lo} > maxLength {hi}: no string satisfies both", pointer)
     return lo, hi
 

@@ -627,3 +627,10 @@ def test_ref_into_a_non_keyword_member(compiler, tokenizer):
               "Sample": {"type": "object", "properties": {"att": {"$ref": "#/definitions/Attribute"}}},
               "type": "array", "items": {"$ref": "#/Sample"}}
     check(compiler, tokenizer, schema, [[{"att": {"n": 1}}], []], [[{"att": {"n": "x"}}], [1]])
+
+
+def test_empty_length_range_in_one_branch_only_empties_that_branch(compiler, tokenizer):
+    schema = {"anyOf": [{"type": "string", "minLength": 2, "maxLength": 1}, {"type": "integer"}]}
+    check(compiler, tokenizer, schema, [1, -5], ["", "ab", 1.5])
+    with pytest.raises(SchemaError, match="minLength 2 > maxLength 1"):
+        json_schema_to_grammar({"type": "string", "minLength": 2, "maxLength": 1})
