@@ -981,7 +981,8 @@ class _Compiler:
         order = list(props) + [r for r in required if r not in props]
         if finite_names is not None:
             order += [n for n in dict.fromkeys(finite_names) if n not in order]
-        members = []  # (name, expr or NOTHING, required)
+        members = []  # (expr, required)
+        required_rank = []  # per required member (in member order): its index in `required`
         for name in order:
             schema = schema_for(name, name in props)
             vexpr = self.value(schema, f"{pointer}/properties/{_escape(name)}", child) \
@@ -993,11 +994,14 @@ class _Compiler:
                     return NOTHING
                 continue
             members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
+            if is_req:
+                required_rank.append(required.index(name))
 
         extra = None
         if finite_names is None:
             extra = self.extra_members(order, patterns, addl, names_schema, names_terms, pointer, colon, end, child)
-        return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer)
+        return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
+                                required_rank)
 
     def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
         """The IR of one member not named in `properties`, or None when there can be none."""
@@ -1064,7 +1068,7 @@ class _Compiler:
             expr = Ref(name)
         return expr
 
-    def object_body(self, members, extra, min_p, max_p, parts, pointer) -> Expr:
+    def object_body(self, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
         """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p]."""
         o, first, nxt, close_e, close_ne = parts
         n = len(members)
@@ -1098,7 +1102,7 @@ class _Compiler:
             # every instance writes its required members, so it has at least min_p members
             if n <= ANY_ORDER_MAX_MEMBERS:
                 return seq(o, self.any_order_members(members, extra, first, nxt, close_e, close_ne))
-            return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne))
+            return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne, required_rank))
 
         # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
         for i in range(n, -1, -1):
@@ -1161,14 +1165,15 @@ class _Compiler:
 
         return rest(frozenset(range(len(members))), False)
 
-    def interleaved_members(self, members, extra, first, nxt, close_e, close_ne) -> Expr:
+    def interleaved_members(self, members, extra, first, nxt, close_e, close_ne, required_rank=()) -> Expr:
         """The members in any order: required ones exactly once, optional and additional ones freely.
 
         For objects too large to track which members were written (2^n states), only the
         required members are tracked: in any order when there are at most
-        INTERLEAVE_ANY_ORDER_REQUIRED of them, else in definition order among themselves.  An
-        optional name may then repeat; json.loads keeps the last value, which is valid too, so the
-        parsed instance still validates (the caller ensures min_p <= required and no max_p).
+        INTERLEAVE_ANY_ORDER_REQUIRED of them, else in definition order or in the order of the
+        `required` array (`required_rank`) among themselves.  An optional name may then repeat;
+        json.loads keeps the last value, which is valid too, so the parsed instance still
+        validates (the caller ensures min_p <= required and no max_p).
         """
         required = [item for item, is_req in members if is_req]
         optional = [item for item, is_req in members if not is_req] + ([extra] if extra is not None else [])
@@ -1186,10 +1191,21 @@ class _Compiler:
                 refs.append(Ref(name))
             required = refs
         state_rules: dict[int, str] = {}
+        chains = [list(range(len(required)))]
+        if len(required_rank) == len(required):
+            by_rank = sorted(range(len(required)), key=lambda i: required_rank[i])
+            if by_rank != chains[0]:
+                chains.append(by_rank)
 
         def pending(written: int) -> list[int]:
             todo = [i for i in range(len(required)) if not written >> i & 1]
-            return todo if any_order else todo[:1]
+            if any_order:
+                return todo
+            # the next member of each order whose prefix is exactly what was written
+            count = len(required) - len(todo)
+            nexts = {chain[count] for chain in chains if count < len(chain)
+                     and all(written >> i & 1 for i in chain[:count])}
+            return sorted(nexts)
 
         def after(written: int) -> Expr:
             """At least one member written; `written` is the bit set of required ones written."""
@@ -1588,8 +1604,16 @@ def _total_on(f: dict, t: str) -> bool:
     """Does the flat term accept every value of type t?"""
     if "enum" in f or t not in _types_of(f) or (t == "number" and "number" not in _types_of(f)):
         return False
-    return not any(k in f and not (_is_true(f[k]) and k not in ("required",)) for k in _TYPE_KEYWORDS[t]) \
-        and not (t == "object" and f.get("required"))
+    for k in _TYPE_KEYWORDS[t]:
+        if k not in f:
+            continue
+        value = f[k]
+        if k in ("properties", "patternProperties"):  # maps of schemas: every one must be true
+            if not all(_is_true(sub) for sub in value.values()):
+                return False
+        elif k == "required" or not _is_true(value):
+            return False
+    return True
 
 
 def _as_schema(f: dict) -> dict:

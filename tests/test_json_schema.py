@@ -145,18 +145,25 @@ def test_large_objects_take_any_member_order(compiler, tokenizer):
 
 
 def test_many_required_members_keep_their_relative_order(compiler):
+    """Past INTERLEAVE_ANY_ORDER_REQUIRED required members: the order of `properties` or the
+    order of the `required` array among them; optional members anywhere."""
     from pushmask.grammar.json_schema import INTERLEAVE_ANY_ORDER_REQUIRED
 
     names = [f"r{i}" for i in range(INTERLEAVE_ANY_ORDER_REQUIRED + 1)]
     schema = {"type": "object", "properties": {"opt": {"type": "integer"}, **{n: {"type": "integer"} for n in names}},
-              "required": names}
+              "required": names[::-1]}
     compiled = compiler.compile_ir(json_schema_to_grammar(schema))
-    in_order = ", ".join(f'"{n}": 1' for n in names)
-    assert accepts(compiled, "{" + in_order + "}")
-    assert accepts(compiled, '{"opt": 2, ' + in_order + ', "opt": 3}')
-    swapped = ", ".join(f'"{n}": 1' for n in [names[1], names[0]] + names[2:])
-    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads("{" + swapped + "}"))
-    assert not accepts(compiled, "{" + swapped + "}")  # documented completeness limit
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def text(order):
+        return "{" + ", ".join(f'"{n}": 1' for n in order) + "}"
+
+    assert accepts(compiled, text(names)) and accepts(compiled, text(names[::-1]))
+    assert accepts(compiled, '{"opt": 2, ' + text(names)[1:-1] + ', "opt": 3}')
+    swapped = [names[1], names[0]] + names[2:]
+    assert validator.is_valid(json.loads(text(swapped)))
+    assert not accepts(compiled, text(swapped))  # documented completeness limit
+    assert not accepts(compiled, text(names[:-1]))
 
 
 def test_property_order_definition_option(compiler, tokenizer):
@@ -634,3 +641,11 @@ def test_empty_length_range_in_one_branch_only_empties_that_branch(compiler, tok
     check(compiler, tokenizer, schema, [1, -5], ["", "ab", 1.5])
     with pytest.raises(SchemaError, match="minLength 2 > maxLength 1"):
         json_schema_to_grammar({"type": "string", "minLength": 2, "maxLength": 1})
+
+
+def test_one_of_over_properties_keeps_objects_matching_one_branch(compiler, tokenizer):
+    """Two branches that only constrain a property both accept every non-object and every object
+    without it (so those are invalid), but an object whose property fits one branch is valid."""
+    schema = {"oneOf": [{"properties": {"events": {"type": "array"}}}, {"properties": {"events": {"type": "string"}}}]}
+    check(compiler, tokenizer, schema, [{"events": []}, {"events": "all"}, {"events": [], "x": 1}],
+          [{}, {"x": 1}, {"events": 1}, 5, "s", None])
