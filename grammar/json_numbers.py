@@ -98,8 +98,9 @@ def _union_all(dfas: list[Dfa], budget: int) -> Dfa:
 
 
 def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zeros: bool = False,
-                      budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
-    """Decimal texts of naturals n with lo <= n <= hi (hi None: unbounded) and n % modulus == 0.
+                      budget: int = DEFAULT_STATE_BUDGET, excluded: tuple[int, ...] = ()) -> Dfa:
+    """Decimal texts of naturals n with lo <= n <= hi (hi None: unbounded), n % modulus == 0 and
+    n % k != 0 for every k in `excluded` (`not: {multipleOf: k}`).
 
     Canonical texts ("0" or no leading zero) unless leading_zeros.  The state tracks the
     number of digits read (capped once only their count matters), how the digits compare
@@ -111,12 +112,13 @@ def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zero
     ls = str(lo)
     hs = None if hi is None else str(hi)
     cap = len(ls) + 1 if hs is None else len(hs)
+    wanted, modulus = modulus, math.lcm(modulus, *excluded)  # track n mod every divisor's lcm
 
     def is_final(key):
         if key[0] == "zero":
-            return lo == 0 and key[1]
+            return lo == 0 and key[1] and not excluded  # 0 is a multiple of everything
         _, m, c_lo, c_hi, r = key
-        if r != 0:
+        if r % wanted != 0 or any(r % k == 0 for k in excluded):
             return False
         ok_lo = m > len(ls) or (m == len(ls) and c_lo >= 0)
         ok_hi = hs is None or m < len(hs) or (m == len(hs) and c_hi <= 0)
@@ -489,20 +491,22 @@ def _decimal_multiple(multiple_of, pointer) -> tuple[int, int]:
 
 
 def integer_range_dfa(lo: int | None, hi: int | None, modulus: int = 1,
-                      budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
-    """Canonical integer texts ("-0" included when 0 is in range) of n in [lo, hi], n % modulus == 0."""
+                      budget: int = DEFAULT_STATE_BUDGET, excluded: tuple[int, ...] = ()) -> Dfa:
+    """Canonical integer texts ("-0" included when 0 is in range) of n in [lo, hi], n % modulus == 0,
+    n % k != 0 for k in `excluded`."""
     parts = []
     if hi is None or hi >= 0:
-        parts.append(natural_range_dfa(max(lo, 0) if lo is not None else 0, hi, modulus, budget=budget))
+        parts.append(natural_range_dfa(max(lo, 0) if lo is not None else 0, hi, modulus, budget=budget,
+                                       excluded=excluded))
     if lo is None or lo <= 0:
         neg_lo = max(-hi, 0) if hi is not None else 0
         neg_hi = -lo if lo is not None else None
-        parts.append(_prefixed("-", natural_range_dfa(neg_lo, neg_hi, modulus, budget=budget)))
+        parts.append(_prefixed("-", natural_range_dfa(neg_lo, neg_hi, modulus, budget=budget, excluded=excluded)))
     return _union_all(parts, budget)
 
 
 def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget: int,
-                 empty_is_error: bool = True) -> Dfa:
+                 empty_is_error: bool = True, excluded: tuple[int, ...] = ()) -> Dfa:
     lo, hi = _int_range(lower, upper)
     if lo is not None and hi is not None and lo > hi:
         if empty_is_error:
@@ -519,10 +523,11 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
         hi = _MAX_EXACT_INT if hi is None else min(hi, _MAX_EXACT_INT)
         if lo > hi:
             return Dfa([[]], ())
-    dfa = integer_range_dfa(lo, hi, modulus, budget)
+    dfa = integer_range_dfa(lo, hi, modulus, budget, excluded)
     if zero_fraction:
         small = integer_range_dfa(max(lo, -_MAX_EXACT_INT) if lo is not None else -_MAX_EXACT_INT,
-                                  min(hi, _MAX_EXACT_INT) if hi is not None else _MAX_EXACT_INT, modulus, budget)
+                                  min(hi, _MAX_EXACT_INT) if hi is not None else _MAX_EXACT_INT, modulus, budget,
+                                  excluded)
         zeros = Dfa([[(ord("0"), ord("0"), 1)], [(ord("0"), ord("0"), 1)]], [1])  # 0+
         dfa = dfa.union(_chain(small, ".", zeros), budget, minimize=False)
     return dfa
@@ -538,7 +543,7 @@ def _guard(keyword: str, at: str, fn, *args, **kwargs):
 
 def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
                  multiple_of=None, pointer: str = "", zero_fraction: bool = True,
-                 budget: int = DEFAULT_STATE_BUDGET) -> Expr:
+                 budget: int = DEFAULT_STATE_BUDGET, not_multiple_of: tuple[int, ...] = ()) -> Expr:
     """JSON texts of integers within the bounds (int or float, draft-4 boolean exclusives too).
 
     zero_fraction: also accept "n.0", "n.00", ... for |n| <= 2**53 (draft 6+; pass False for
@@ -547,7 +552,8 @@ def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusiv
     """
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     keyword = "multipleOf" if multiple_of is not None else "minimum"
-    dfa = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, zero_fraction, budget)
+    dfa = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, zero_fraction, budget,
+                 excluded=tuple(not_multiple_of))
     return dfa_to_char_fsm(dfa.minimize())
 
 
@@ -624,15 +630,22 @@ def non_integral_dfa() -> Dfa:
 
 def number_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
                 multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET,
-                non_integral: bool = False) -> Expr:
+                non_integral: bool = False, not_multiple_of: tuple[int, ...] = ()) -> Expr:
     """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`;
-    non_integral: only those `non_integral_dfa` accepts (for `not: {type: integer}`)."""
+    non_integral: only those `non_integral_dfa` accepts (for `not: {type: integer}`);
+    not_multiple_of: integers k none of which the value is a multiple of (`not: {multipleOf: k}`):
+    the integers left by residue, plus the non-integral spellings (never multiples of an integer)."""
     keyword = "multipleOf" if multiple_of is not None else "minimum"
-    dfa = _guard(keyword, pointer, number_dfa, minimum=minimum, maximum=maximum,
-                 exclusive_minimum=exclusive_minimum, exclusive_maximum=exclusive_maximum,
-                 multiple_of=multiple_of, pointer=pointer, budget=budget)
-    if non_integral:
+    bounds = dict(minimum=minimum, maximum=maximum, exclusive_minimum=exclusive_minimum,
+                  exclusive_maximum=exclusive_maximum, multiple_of=multiple_of, pointer=pointer, budget=budget)
+    dfa = _guard(keyword, pointer, number_dfa, **bounds)
+    if non_integral or not_multiple_of:
         dfa = _guard(keyword, pointer, dfa.intersect, non_integral_dfa(), budget)
+    if not_multiple_of and not non_integral:
+        lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
+        ints = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, False, budget,
+                      empty_is_error=False, excluded=tuple(not_multiple_of))
+        dfa = _guard(keyword, pointer, dfa.union, ints, budget)
     return dfa_to_char_fsm(dfa.minimize())
 
 

@@ -445,7 +445,8 @@ class _Compiler:
             flat["enum"] = [v for v in flat["enum"] if _json_equal(v, const)] if "enum" in flat else [const]
         not_schema = schema.get("not")
         if not_schema is not None and _flat_exclusion(not_schema, schema):
-            flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern", "type") if k in not_schema}]}
+            flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern", "type", "multipleOf")
+                                      if k in not_schema}]}
             not_schema = None
         factors: list[list] = [[flat]]
         if "$ref" in schema:
@@ -916,9 +917,13 @@ class _Compiler:
         if _ranges_disjoint(lo, hi, lo, hi):
             self.note_empty(pointer, "minimum/maximum leave no number")
             return NOTHING
-        non_integral = any(part.get("type") == "integer" for part in f.get("not", {}).get("anyOf", ()))
+        exclusions = f.get("not", {}).get("anyOf", ())
+        non_integral = any(part.get("type") == "integer" for part in exclusions)
         if integer and non_integral:
             return NOTHING
+        not_multiple_of = tuple(sorted({int(part["multipleOf"]) for part in exclusions if "multipleOf" in part}))
+        if not_multiple_of:
+            kwargs["not_multiple_of"] = not_multiple_of
         if integer:
             kwargs["zero_fraction"] = self.draft != "draft4"
         elif non_integral:
@@ -1524,6 +1529,8 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         return _negate_enum(value if key == "enum" else [value], comp, pointer)
     if key == "pattern":
         return {"type": "string", "not": {"pattern": value}}
+    if key == "multipleOf" and _positive_whole(value):
+        return {"type": "number", "not": {"multipleOf": int(value)}}
     if key in _NUMERIC_NEG:
         return {"type": "number", _NUMERIC_NEG[key]: value}
     if key in _COUNT_NEG:
@@ -1625,6 +1632,10 @@ def _as_schema(f: dict) -> dict:
     return out
 
 
+def _positive_whole(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value == int(value)
+
+
 def _flat_exclusion(schema, parent: dict) -> bool:
     """`not` that the leaf automata compile as a difference: `{enum: [strings]}`, `{pattern: p}`
     next to `type: string`, `{type: integer}` next to `type: number`.  (Non-strings satisfy the
@@ -1636,6 +1647,8 @@ def _flat_exclusion(schema, parent: dict) -> bool:
         return bool(schema["enum"]) and all(isinstance(v, str) for v in schema["enum"])
     if keys == {"type"}:  # not integer next to type number: the non-integral numbers
         return schema["type"] == "integer" and parent.get("type") == "number"
+    if keys == {"multipleOf"}:  # next to a numeric type: the numbers that are no multiple of k
+        return _positive_whole(schema["multipleOf"]) and parent.get("type") in ("number", "integer")
     return keys == {"pattern"} and isinstance(schema["pattern"], str) and parent.get("type") == "string"
 
 

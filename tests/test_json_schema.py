@@ -315,14 +315,15 @@ def test_one_of_excludes_types_that_match_twice(compiler, tokenizer):
 
 
 def test_one_of_overlapping_is_unsupported_unless_lenient(compiler):
-    schema = {"oneOf": [{"type": "integer", "multipleOf": 2}, {"type": "integer", "multipleOf": 3}]}
+    schema = {"oneOf": [{"type": "object", "propertyNames": {"maxLength": 2}},
+                        {"type": "object", "maxProperties": 1}]}
     with pytest.raises(UnsupportedSchemaError) as info:
         json_schema_to_grammar(schema)
     assert info.value.keyword == "oneOf" and info.value.pointer == "#/oneOf"
     with pytest.warns(UserWarning, match="oneOf"):
         grammar = json_schema_to_grammar(schema, lenient=True)
     compiled = compiler.compile_ir(grammar)
-    assert accepts(compiled, "2") and accepts(compiled, "3") and accepts(compiled, "6")  # widened to anyOf
+    assert accepts(compiled, '{"a": 1}') and accepts(compiled, '{"long": 1}')  # widened to anyOf
 
 
 def test_not(compiler, tokenizer):
@@ -649,3 +650,11 @@ def test_one_of_over_properties_keeps_objects_matching_one_branch(compiler, toke
     schema = {"oneOf": [{"properties": {"events": {"type": "array"}}}, {"properties": {"events": {"type": "string"}}}]}
     check(compiler, tokenizer, schema, [{"events": []}, {"events": "all"}, {"events": [], "x": 1}],
           [{}, {"x": 1}, {"events": 1}, 5, "s", None])
+
+
+def test_not_multiple_of_an_integer(compiler, tokenizer):
+    check(compiler, tokenizer, {"type": "integer", "not": {"multipleOf": 3}}, [1, 2, -4, 301], [0, 3, -6, 300, 1.5])
+    check(compiler, tokenizer, {"not": {"multipleOf": 2}}, [1, -3, 1.5, 0.25], [0, 2, -4, "x", None])
+    check(compiler, tokenizer, {"type": "number", "multipleOf": 0.5, "maximum": 10,
+                                "allOf": [{"not": {"multipleOf": 2}}, {"not": {"multipleOf": 3}}]},
+          [0.5, 1, 1.5, 5, 7], [0, 2, 3, 4, 6, 12, 1.25, 11])
