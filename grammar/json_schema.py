@@ -1585,15 +1585,32 @@ def _negate_enum(values: list, comp: _Compiler, pointer: str):
             ranges.append({"exclusiveMinimum": lo, "exclusiveMaximum": hi})
         ranges.append({"exclusiveMinimum": numbers[-1]})
         parts.extend({"type": "number", **r} for r in ranges)
-    for v in values:
-        if isinstance(v, list) and v == []:
-            parts.append({"type": "array", "minItems": 1})
-        elif isinstance(v, dict) and v == {}:
-            parts.append({"type": "object", "minProperties": 1})
-        elif isinstance(v, (list, dict)):
-            comp.unsupported("not", pointer, "excluding a non-empty object or array value cannot be expressed; "
-                             "widened to allow every value of its type")
-            parts.append({"type": "array" if isinstance(v, list) else "object"})
+    for kind, excluding in (("array", _not_this_array), ("object", _not_this_object)):
+        excluded = [v for v in values if _json_type(v) == kind]
+        if excluded:
+            parts.append({"type": kind, "allOf": [excluding(v) for v in excluded]})
+    return {"anyOf": parts}
+
+
+def _not_this_array(value: list) -> dict:
+    """Arrays other than `value`: another length, or another item at some position."""
+    n = len(value)
+    parts: list = [{"minItems": n + 1}]
+    if n:
+        parts.append({"maxItems": n - 1})
+    parts += [{"minItems": n, "maxItems": n, "prefixItems": [True] * i + [{"not": {"const": item}}]}
+              for i, item in enumerate(value)]
+    return {"anyOf": parts}
+
+
+def _not_this_object(value: dict) -> dict:
+    """Objects other than `value`: a member missing, a member with another value, or (with all
+    of them present) one more member.  No branch lets a named member repeat, so json.loads
+    cannot turn an accepted text into `value`."""
+    names = list(value)
+    parts: list = [{"properties": {name: False}} for name in names]
+    parts += [{"required": [name], "properties": {name: {"not": {"const": v}}}} for name, v in value.items()]
+    parts.append({"required": names, "minProperties": len(names) + 1} if names else {"minProperties": 1})
     return {"anyOf": parts}
 
 

@@ -658,3 +658,12 @@ def test_not_multiple_of_an_integer(compiler, tokenizer):
     check(compiler, tokenizer, {"type": "number", "multipleOf": 0.5, "maximum": 10,
                                 "allOf": [{"not": {"multipleOf": 2}}, {"not": {"multipleOf": 3}}]},
           [0.5, 1, 1.5, 5, 7], [0, 2, 3, 4, 6, 12, 1.25, 11])
+
+
+def test_not_const_object_or_array(compiler, tokenizer):
+    check(compiler, tokenizer, {"not": {"const": {"a": 1, "b": [True]}}},
+          [{"a": 1}, {"a": 2, "b": [True]}, {"a": 1, "b": [False]}, {"a": 1, "b": [True], "c": 0}, {}, 1, [], "x"],
+          [{"a": 1, "b": [True]}, {"b": [True], "a": 1}, {"a": 1.0, "b": [True]}])
+    check(compiler, tokenizer, {"not": {"enum": [[1, 2], {}, []]}},
+          [[1], [2, 1], [1, 2, 3], {"x": None}, [[]], 0, None],
+          [[1, 2], [1.0, 2], {}, []])
