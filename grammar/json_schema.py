@@ -114,8 +114,15 @@ FLAT_KEYS = frozenset({
     "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
-    "unevaluatedProperties", "unevaluatedItems",
+    "unevaluatedProperties", "unevaluatedItems", "\x00witness",
 })
+WITNESS = "\x00witness"
+"""Internal flat keyword (no schema can spell it: JSON Schema keys never start with NUL) for the
+negation of additionalProperties / patternProperties: the object's last member must be a
+'witness' -- {"pattern": p or None, "names": [...], "patterns": [...], "value": schema}: a key
+matching p (None: any key) that is none of `names` and matches none of `patterns`, with a value
+valid for `value`.  Last, because json.loads keeps the last of repeated names, so the parsed
+object really holds the witness's value."""
 _APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
                 "dependentSchemas", "$dynamicRef", "$recursiveRef")
 _KNOWN = FLAT_KEYS | ANNOTATIONS | set(_APPLICATORS) | {"const"}
@@ -1005,8 +1012,36 @@ class _Compiler:
         extra = None
         if finite_names is None:
             extra = self.extra_members(order, patterns, addl, names_schema, names_terms, pointer, colon, end, child)
+        if WITNESS in f:
+            witness = self.witness_member(f[WITNESS], order, patterns, addl, names_true, min_p, max_p, pointer,
+                                          colon, end, child)
+            if witness == NOTHING:
+                return NOTHING
+            # the witness closes every object: it is the last member
+            close_e, close_ne = seq(first, witness, close_ne), seq(nxt, witness, close_ne)
         return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
                                 required_rank)
+
+    def witness_member(self, witness, defined, patterns, addl, names_true, min_p, max_p, pointer, colon, end, child):
+        """The IR of the WITNESS member (see WITNESS): its key is none of this object's named
+        members and matches none of its patterns, so only additionalProperties applies to it."""
+        from .json_strings import any_string_dfa, json_string_expr, literal_dfa, pattern_dfa
+        if min_p or max_p is not None or not names_true:
+            self.unsupported("not", pointer, "a member condition next to min/maxProperties or propertyNames")
+        key_dfa = pattern_dfa(witness["pattern"], f"{pointer}/not/patternProperties") \
+            if witness["pattern"] is not None else any_string_dfa()
+        names = sorted(set(defined) | set(witness["names"]))
+        if names:
+            key_dfa = _dfa_op(key_dfa.difference, literal_dfa(names), "not", pointer)
+        for p in sorted(set(patterns) | set(witness["patterns"])):
+            key_dfa = _dfa_op(key_dfa.difference, pattern_dfa(p, f"{pointer}/patternProperties"), "not", pointer)
+        if key_dfa.is_empty() or addl is False:
+            return NOTHING
+        value = self.value(witness["value"] if _is_true(addl) else {"allOf": [addl, witness["value"]]},
+                           f"{pointer}/not", child)
+        if value == NOTHING:
+            return NOTHING
+        return seq(json_string_expr(key_dfa, pointer, "not"), colon, value, end)
 
     def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
         """The IR of one member not named in `properties`, or None when there can be none."""
@@ -1543,6 +1578,14 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         parts = [{"type": "object", "required": [n], "properties": {n: {"not": s}}}
                  for n, s in value.items() if s is not True]
         return {"anyOf": parts} if parts else False
+    if key == "additionalProperties":  # some member outside properties/patternProperties breaks it
+        return {"type": "object", WITNESS: {"pattern": None, "names": sorted(schema.get("properties") or {}),
+                                            "patterns": sorted(schema.get("patternProperties") or {}),
+                                            "value": True if value is False else {"not": value}}}
+    if key == "patternProperties":  # some member matching a pattern has a value its schema rejects
+        parts = [{"type": "object", WITNESS: {"pattern": p, "names": [], "patterns": [], "value": {"not": s}}}
+                 for p, s in value.items() if s is not True]
+        return {"anyOf": parts} if parts else False
     if key == "items" and "prefixItems" not in schema:
         return False if value is True else {"type": "array", "contains": {"not": value}}
     if key == "contains" and "minContains" not in schema and "maxContains" not in schema:
@@ -1616,7 +1659,7 @@ def _not_this_object(value: dict) -> dict:
 
 _TYPE_KEYWORDS = {
     "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-               "minProperties", "maxProperties", "unevaluatedProperties"),
+               "minProperties", "maxProperties", "unevaluatedProperties", WITNESS),
     "array": ("prefixItems", "items", "contains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems"),
     "string": ("minLength", "maxLength", "pattern", "format", "not", "x-patterns"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not"),

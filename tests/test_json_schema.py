@@ -567,10 +567,10 @@ def test_one_of_closed_objects_with_disjoint_member_names(compiler, tokenizer):
     ]}
     check(compiler, tokenizer, schema, [{"2x": 1}, {"en": 1}, {"ref": "a"}, {"10x": 1, "2x": 2}, {}],
           [{"2x": 1, "en": 2}, {"ref": 1}, {"ab": "x"}, {"ref": "a", "en": 1}])
-    # open objects (or two that may both be empty) stay unsupported
-    with pytest.raises(UnsupportedSchemaError):
-        json_schema_to_grammar({"oneOf": [{"type": "object", "properties": {"a": {}}},
-                                          {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]})
+    # an open object against a closed one: exact by negation, with a last witness member
+    schema = {"oneOf": [{"type": "object", "properties": {"a": {}}},
+                        {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]}
+    check(compiler, tokenizer, schema, [{"x": 1}, {"a": 1}, {"b": 1, "x": 2}], [{}, {"b": 1}, 3])
 
 
 def test_not_integer_is_the_non_integral_numbers(compiler, tokenizer):
@@ -667,3 +667,18 @@ def test_not_const_object_or_array(compiler, tokenizer):
     check(compiler, tokenizer, {"not": {"enum": [[1, 2], {}, []]}},
           [[1], [2, 1], [1, 2, 3], {"x": None}, [[]], 0, None],
           [[1, 2], [1.0, 2], {}, []])
+
+
+def test_not_additional_or_pattern_properties_needs_a_last_witness_member(compiler, tokenizer):
+    """The negation holds when some member breaks the keyword; the grammar takes that member as
+    the last one (json.loads keeps the last of repeated names, so the parsed object breaks it)."""
+    schema = {"type": "object", "not": {"properties": {"a": {}}, "additionalProperties": False}}
+    compiled = check(compiler, tokenizer, schema, [{"x": 1}, {"a": 1, "b": None}], [{}, {"a": 1}])
+    assert not accepts(compiled, '{"x": 1, "a": 2}')  # documented: the witness comes last
+    schema = {"type": "object", "not": {"patternProperties": {"^n_": {"type": "integer"}}}}
+    compiled = check(compiler, tokenizer, schema, [{"n_1": "x"}, {"n_1": 1, "n_2": [2]}, {"q": 1, "n_": None}],
+                     [{}, {"n_1": 1}, {"q": "x"}])
+    assert accepts(compiled, '{"n_1": 1, "n_1": "x"}')  # parsed: {"n_1": "x"}, which breaks the pattern
+    assert not accepts(compiled, '{"n_1": "x", "n_1": 1}')  # parsed: {"n_1": 1}: valid for the pattern
+    schema = {"type": "object", "not": {"additionalProperties": {"type": "string"}}}
+    check(compiler, tokenizer, schema, [{"a": 1}, {"a": "s", "b": None}], [{}, {"a": "s"}])
