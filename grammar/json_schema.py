@@ -1013,8 +1013,8 @@ class _Compiler:
         if finite_names is None:
             extra = self.extra_members(order, patterns, addl, names_schema, names_terms, pointer, colon, end, child)
         if WITNESS in f:
-            witness = self.witness_member(f[WITNESS], order, patterns, addl, names_true, min_p, max_p, pointer,
-                                          colon, end, child)
+            witness = self.witness_member(f[WITNESS], order, lambda n: schema_for(n, n in props), patterns, addl,
+                                          names_true, min_p, max_p, pointer, colon, end, child)
             if witness == NOTHING:
                 return NOTHING
             # the witness closes every object: it is the last member
@@ -1022,26 +1022,40 @@ class _Compiler:
         return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
                                 required_rank)
 
-    def witness_member(self, witness, defined, patterns, addl, names_true, min_p, max_p, pointer, colon, end, child):
-        """The IR of the WITNESS member (see WITNESS): its key is none of this object's named
-        members and matches none of its patterns, so only additionalProperties applies to it."""
-        from .json_strings import any_string_dfa, json_string_expr, literal_dfa, pattern_dfa
+    def witness_member(self, witness, defined, schema_for, patterns, addl, names_true, min_p, max_p, pointer,
+                       colon, end, child):
+        """The IR of the WITNESS member (see WITNESS): one of this object's named members, with a
+        value valid for its own schema too, or a key that is no named member and matches none of
+        this object's patterns, so that only additionalProperties applies to it.  (Keys matching
+        this object's patterns are left out: sound, and rare.)"""
+        from .json_strings import any_string_dfa, json_string_expr, literal_dfa, pattern_dfa, string_literal_expr
         if min_p or max_p is not None or not names_true:
             self.unsupported("not", pointer, "a member condition next to min/maxProperties or propertyNames")
-        key_dfa = pattern_dfa(witness["pattern"], f"{pointer}/not/patternProperties") \
+        where = f"{pointer}/not"
+        fits = pattern_dfa(witness["pattern"], f"{where}/patternProperties") \
             if witness["pattern"] is not None else any_string_dfa()
-        names = sorted(set(defined) | set(witness["names"]))
-        if names:
-            key_dfa = _dfa_op(key_dfa.difference, literal_dfa(names), "not", pointer)
-        for p in sorted(set(patterns) | set(witness["patterns"])):
+        for p in witness["patterns"]:
+            fits = _dfa_op(fits.difference, pattern_dfa(p, f"{where}/patternProperties"), "not", pointer)
+        if witness["names"]:
+            fits = _dfa_op(fits.difference, literal_dfa(witness["names"]), "not", pointer)
+        alternatives = []
+        for name in defined:
+            own = schema_for(name)
+            if own is False or not fits.accepts(name):
+                continue
+            value = self.value(witness["value"] if _is_true(own) else {"allOf": [own, witness["value"]]}, where, child)
+            if value != NOTHING:
+                alternatives.append(seq(string_literal_expr(name), colon, value, end))
+        key_dfa = fits
+        if defined:
+            key_dfa = _dfa_op(key_dfa.difference, literal_dfa(defined), "not", pointer)
+        for p in patterns:
             key_dfa = _dfa_op(key_dfa.difference, pattern_dfa(p, f"{pointer}/patternProperties"), "not", pointer)
-        if key_dfa.is_empty() or addl is False:
-            return NOTHING
-        value = self.value(witness["value"] if _is_true(addl) else {"allOf": [addl, witness["value"]]},
-                           f"{pointer}/not", child)
-        if value == NOTHING:
-            return NOTHING
-        return seq(json_string_expr(key_dfa, pointer, "not"), colon, value, end)
+        if not key_dfa.is_empty() and addl is not False:
+            value = self.value(witness["value"] if _is_true(addl) else {"allOf": [addl, witness["value"]]}, where, child)
+            if value != NOTHING:
+                alternatives.append(seq(json_string_expr(key_dfa, pointer, "not"), colon, value, end))
+        return alt(*alternatives)
 
     def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
         """The IR of one member not named in `properties`, or None when there can be none."""

@@ -145,6 +145,17 @@ GENERATION_SCHEMAS = [
      "$ref": "#/$defs/tree"},
     {"type": "object", "properties": {"a": {"type": "string", "enum": ["p", "q"]}},
      "patternProperties": {"^n_": {"type": "integer"}}, "additionalProperties": False, "maxProperties": 2},
+    # negations compiled as a last "witness" member, exclusions of objects and of multiples,
+    # and a large object whose members come in any order (repeats of optional names allowed)
+    {"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"patternProperties": {"^[0-9]": {"type": "integer"}}}},
+    {"type": "object", "properties": {"b": {"type": "integer"}},
+     "not": {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "boolean"},
+                                                                       "maxItems": 2}},
+     "additionalProperties": False, "not": {"enum": [{"a": 1, "b": [True]}, {}]}},
+    {"type": "array", "items": {"type": "number", "minimum": -50, "maximum": 50, "not": {"multipleOf": 3}}},
+    {"type": "object", "properties": {f"p{i}": {"type": "integer", "maximum": 9} for i in range(9)},
+     "required": ["p2", "p7"], "additionalProperties": False},
 ]
 STRUCTURAL = set(b'"{}[],:0123456789-.')
 
