@@ -56,6 +56,7 @@ pointer)`; with `lenient=True` it is widened instead and `warnings.warn` says wh
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -118,11 +119,13 @@ FLAT_KEYS = frozenset({
 })
 WITNESS = "\x00witness"
 """Internal flat keyword (no schema can spell it: JSON Schema keys never start with NUL) for the
-negation of additionalProperties / patternProperties: the object's last member must be a
-'witness' -- {"pattern": p or None, "names": [...], "patterns": [...], "value": schema}: a key
-matching p (None: any key) that is none of `names` and matches none of `patterns`, with a value
-valid for `value`.  Last, because json.loads keeps the last of repeated names, so the parsed
-object really holds the witness's value."""
+negation of additionalProperties / patternProperties: a list of conditions
+{"pattern": p or None, "names": [...], "patterns": [...], "value": schema}, each met by a
+'witness' member: a key matching p (None: any key) that is none of `names` and matches none of
+`patterns`, with a value valid for `value`.  The witnesses are the object's last members, with
+keys that no later witness can have, because json.loads keeps the last of repeated names: so
+the parsed object really holds each witness's value."""
+MAX_WITNESSES = 3
 _APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
                 "dependentSchemas", "$dynamicRef", "$recursiveRef")
 _KNOWN = FLAT_KEYS | ANNOTATIONS | set(_APPLICATORS) | {"const"}
@@ -1013,37 +1016,61 @@ class _Compiler:
         if finite_names is None:
             extra = self.extra_members(order, patterns, addl, names_schema, names_terms, pointer, colon, end, child)
         if WITNESS in f:
-            witness = self.witness_member(f[WITNESS], order, lambda n: schema_for(n, n in props), patterns, addl,
-                                          names_true, min_p, max_p, pointer, colon, end, child)
-            if witness == NOTHING:
+            conditions = f[WITNESS]
+            if min_p or max_p is not None or not names_true or len(conditions) > MAX_WITNESSES:
+                self.unsupported("not", pointer, "member conditions next to min/maxProperties or propertyNames, "
+                                 f"or more than {MAX_WITNESSES} of them")
+
+            def member(conds, later=()):
+                return self.witness_member(conds, later, order, lambda n: schema_for(n, n in props), patterns,
+                                           addl, pointer, colon, end, child)
+
+            # one member meeting every condition, or one member per condition (in some order)
+            options = [member(conditions)]
+            if len(conditions) > 1:
+                for perm in itertools.permutations(conditions):
+                    parts = [member([c], perm[j + 1:]) for j, c in enumerate(perm)]
+                    options.append(seq(*[x for j, part in enumerate(parts) for x in ((nxt, part) if j else (part,))]))
+            witnesses = alt(*options)
+            if witnesses == NOTHING:
                 return NOTHING
-            # the witness closes every object: it is the last member
-            close_e, close_ne = seq(first, witness, close_ne), seq(nxt, witness, close_ne)
+            # the witnesses close every object: they are the last members
+            close_e, close_ne = seq(first, witnesses, close_ne), seq(nxt, witnesses, close_ne)
         return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
                                 required_rank)
 
-    def witness_member(self, witness, defined, schema_for, patterns, addl, names_true, min_p, max_p, pointer,
-                       colon, end, child):
-        """The IR of the WITNESS member (see WITNESS): one of this object's named members, with a
-        value valid for its own schema too, or a key that is no named member and matches none of
-        this object's patterns, so that only additionalProperties applies to it.  (Keys matching
-        this object's patterns are left out: sound, and rare.)"""
-        from .json_strings import any_string_dfa, json_string_expr, literal_dfa, pattern_dfa, string_literal_expr
-        if min_p or max_p is not None or not names_true:
-            self.unsupported("not", pointer, "a member condition next to min/maxProperties or propertyNames")
+    def witness_fits(self, condition, pointer: str):
+        """The keys a WITNESS condition allows."""
+        from .json_strings import any_string_dfa, literal_dfa, pattern_dfa
+        where = f"{pointer}/not/patternProperties"
+        fits = pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
+        for p in condition["patterns"]:
+            fits = _dfa_op(fits.difference, pattern_dfa(p, where), "not", pointer)
+        if condition["names"]:
+            fits = _dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
+        return fits
+
+    def witness_member(self, conditions, later, defined, schema_for, patterns, addl, pointer, colon, end, child):
+        """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
+        condition allows: one of this object's named members, with a value valid for its own
+        schema too, or a key that is no named member and matches none of this object's patterns,
+        so that only additionalProperties applies to it.  (Keys matching this object's patterns
+        are left out: sound, and rare.)"""
+        from .json_strings import json_string_expr, literal_dfa, pattern_dfa, string_literal_expr
         where = f"{pointer}/not"
-        fits = pattern_dfa(witness["pattern"], f"{where}/patternProperties") \
-            if witness["pattern"] is not None else any_string_dfa()
-        for p in witness["patterns"]:
-            fits = _dfa_op(fits.difference, pattern_dfa(p, f"{where}/patternProperties"), "not", pointer)
-        if witness["names"]:
-            fits = _dfa_op(fits.difference, literal_dfa(witness["names"]), "not", pointer)
+        fits = self.witness_fits(conditions[0], pointer)
+        for condition in conditions[1:]:
+            fits = _dfa_op(fits.intersect, self.witness_fits(condition, pointer), "not", pointer)
+        for condition in later:
+            fits = _dfa_op(fits.difference, self.witness_fits(condition, pointer), "not", pointer)
+        wanted = [c["value"] for c in conditions if not _is_true(c["value"])]
+        wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
         alternatives = []
         for name in defined:
             own = schema_for(name)
             if own is False or not fits.accepts(name):
                 continue
-            value = self.value(witness["value"] if _is_true(own) else {"allOf": [own, witness["value"]]}, where, child)
+            value = self.value(wanted_value if _is_true(own) else {"allOf": [own, wanted_value]}, where, child)
             if value != NOTHING:
                 alternatives.append(seq(string_literal_expr(name), colon, value, end))
         key_dfa = fits
@@ -1052,7 +1079,7 @@ class _Compiler:
         for p in patterns:
             key_dfa = _dfa_op(key_dfa.difference, pattern_dfa(p, f"{pointer}/patternProperties"), "not", pointer)
         if not key_dfa.is_empty() and addl is not False:
-            value = self.value(witness["value"] if _is_true(addl) else {"allOf": [addl, witness["value"]]}, where, child)
+            value = self.value(wanted_value if _is_true(addl) else {"allOf": [addl, wanted_value]}, where, child)
             if value != NOTHING:
                 alternatives.append(seq(json_string_expr(key_dfa, pointer, "not"), colon, value, end))
         return alt(*alternatives)
@@ -1460,6 +1487,8 @@ def _merge_flat(a: dict, b: dict, comp: _Compiler, pointer: str):
             out[key] = list(dict.fromkeys([*mine, *value]))
         elif key == "uniqueItems":
             out[key] = bool(mine) or bool(value)
+        elif key == WITNESS:
+            out[key] = [*mine, *(c for c in value if c not in mine)]
         elif key in ("properties", "patternProperties", "additionalProperties", "propertyNames",
                      "prefixItems", "items", "contains"):
             continue  # handled below
@@ -1593,11 +1622,11 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
                  for n, s in value.items() if s is not True]
         return {"anyOf": parts} if parts else False
     if key == "additionalProperties":  # some member outside properties/patternProperties breaks it
-        return {"type": "object", WITNESS: {"pattern": None, "names": sorted(schema.get("properties") or {}),
-                                            "patterns": sorted(schema.get("patternProperties") or {}),
-                                            "value": True if value is False else {"not": value}}}
+        return {"type": "object", WITNESS: [{"pattern": None, "names": sorted(schema.get("properties") or {}),
+                                             "patterns": sorted(schema.get("patternProperties") or {}),
+                                             "value": True if value is False else {"not": value}}]}
     if key == "patternProperties":  # some member matching a pattern has a value its schema rejects
-        parts = [{"type": "object", WITNESS: {"pattern": p, "names": [], "patterns": [], "value": {"not": s}}}
+        parts = [{"type": "object", WITNESS: [{"pattern": p, "names": [], "patterns": [], "value": {"not": s}}]}
                  for p, s in value.items() if s is not True]
         return {"anyOf": parts} if parts else False
     if key == "items" and "prefixItems" not in schema:

@@ -682,3 +682,18 @@ def test_not_additional_or_pattern_properties_needs_a_last_witness_member(compil
     assert not accepts(compiled, '{"n_1": "x", "n_1": 1}')  # parsed: {"n_1": 1}: valid for the pattern
     schema = {"type": "object", "not": {"additionalProperties": {"type": "string"}}}
     check(compiler, tokenizer, schema, [{"a": 1}, {"a": "s", "b": None}], [{}, {"a": "s"}])
+
+
+def test_several_witness_conditions(compiler, tokenizer):
+    """oneOf over three closed objects: each valid object needs members outside two of them."""
+    closed = [{"type": "object", "properties": {n: {"type": "integer"}}, "additionalProperties": False}
+              for n in ("a", "b", "c")]
+    check(compiler, tokenizer, {"oneOf": closed}, [{"a": 1}, {"b": 2}, {"c": 3}],
+          [{}, {"a": 1, "b": 2}, {"x": 1}, {"a": "s"}])
+    schema = {"type": "object", "allOf": [{"not": {"patternProperties": {"^x": {"type": "integer"}}}},
+                                          {"not": {"patternProperties": {"^y": {"type": "integer"}}}}]}
+    compiled = check(compiler, tokenizer, schema, [{"x": "s", "y": None}, {"y": [], "x": 1.5}],
+                     [{"x": "s"}, {"y": 1, "x": "s"}, {}])
+    # the parsed object keeps the last "x", an integer: invalid, so never accepted
+    assert not accepts(compiled, '{"x": "s", "x": 1, "y": "t"}')
+    assert not accepts(compiled, '{"y": "t", "x": "s", "x": 1}')
