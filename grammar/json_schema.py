@@ -90,6 +90,8 @@ ANY_ORDER_MAX_MEMBERS = 6
 """Objects with at most this many named members (and no min/maxProperties) accept them in any
 order; larger ones take definition order, which keeps their automata linear in size (passes that
 walk expressions as trees see e*n! nodes for n any-order members)."""
+UNIQUE_ENUM_MAX = 8
+"""uniqueItems is exact for items from an enum of at most this many values (2^n states)."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxLength 4096) are built from blocks (see `counted`)."""
 ITEM_RULE_SIZE = 40
@@ -919,6 +921,22 @@ class _Compiler:
         self.memo[key] = result
         return result
 
+    def finite_values(self, schema) -> list | None:
+        """The distinct values a schema allows when it is an enum (or const) of at most
+        UNIQUE_ENUM_MAX values, else None."""
+        try:
+            terms = self.dnf(schema, "#")
+        except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
+            return None
+        values: list = []
+        for term in terms:
+            if not isinstance(term, dict) or "enum" not in term:
+                return None
+            for v in term["enum"]:
+                if self.validates(_as_schema(term), v) and not any(_json_equal(v, w) for w in values):
+                    values.append(v)
+        return values if 0 < len(values) <= UNIQUE_ENUM_MAX else None
+
     def number(self, f: dict, pointer: str, integer: bool) -> Expr:
         kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
                       exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
@@ -1317,11 +1335,18 @@ class _Compiler:
         if max_i is not None and min_i > max_i:
             self.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
             return NOTHING
-        if f.get("uniqueItems") is True and (max_i is None or max_i > 1):
-            self.unsupported("uniqueItems", f"{pointer}/uniqueItems",
-                             "a grammar cannot require distinct array items; widened to allow duplicates")
         child = self.layout.child(depth)
         o, first, nxt, _, end, close_e, close_ne = self.layout.parts(depth, "[", "]")
+        if f.get("uniqueItems") is True and (max_i is None or max_i > 1):
+            values = self.finite_values(items) if not prefix and f.get("contains") is None else None
+            if values is not None and min_i <= 1 and (max_i is None or max_i >= len(values)):
+                # distinct items from a finite set: each value at most once, in any order
+                members = [(seq(self.literal(v, child), end), False) for v in values]
+                empty = close_e if min_i == 0 else NOTHING
+                return seq(o, self.any_order_members(members, None, first, nxt, empty, close_ne))
+            self.unsupported("uniqueItems", f"{pointer}/uniqueItems",
+                             "a grammar cannot require distinct array items (except up to "
+                             f"{UNIQUE_ENUM_MAX} values of an enum); widened to allow duplicates")
         contains = f.get("contains")
         min_c = int(f.get("minContains", 1)) if contains is not None else 0
         max_c = f.get("maxContains") if contains is not None else None

@@ -697,3 +697,13 @@ def test_several_witness_conditions(compiler, tokenizer):
     # the parsed object keeps the last "x", an integer: invalid, so never accepted
     assert not accepts(compiled, '{"x": "s", "x": 1, "y": "t"}')
     assert not accepts(compiled, '{"y": "t", "x": "s", "x": 1}')
+
+
+def test_unique_items_from_a_small_enum(compiler, tokenizer):
+    schema = {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", 1, None]}}
+    check(compiler, tokenizer, schema, [[], ["a"], ["b", "a"], [1, None, "b", "a"]],
+          [["a", "a"], [1, 1.0], ["c"], [None, "a", None]])
+    check(compiler, tokenizer, dict(schema, minItems=1), [["b"]], [[]])
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_schema_to_grammar({"type": "array", "uniqueItems": True, "items": {"type": "string"}})
+    assert info.value.keyword == "uniqueItems" and info.value.pointer == "#/uniqueItems"
