@@ -1066,7 +1066,29 @@ class _Compiler:
             fits = _dfa_op(fits.difference, pattern_dfa(p, where), "not", pointer)
         if condition["names"]:
             fits = _dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
+        if "key_not" in condition:  # not propertyNames: a name outside the names schema
+            fits = _dfa_op(fits.difference, self.names_dfa(condition["key_not"], pointer), "not", pointer)
         return fits
+
+    def names_dfa(self, schema, pointer: str):
+        """The member names a propertyNames schema allows, as a Dfa (string constraints or an enum)."""
+        from .json_strings import any_string_dfa, literal_dfa, string_dfa
+        if schema is False:
+            return literal_dfa([])
+        allowed = None
+        for term in self.dnf(schema, f"{pointer}/propertyNames"):
+            if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
+                                                          "enum"}) or "string" not in _types_of(term):
+                raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
+                                             "only string length/pattern/format or enum name constraints negate")
+            if "enum" in term:
+                dfa = literal_dfa([v for v in term["enum"] if isinstance(v, str) and self.validates(_as_schema(term), v)])
+            else:
+                dfa = string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
+                                 pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
+                dfa = dfa if dfa is not None else any_string_dfa()
+            allowed = dfa if allowed is None else _dfa_op(allowed.union, dfa, "not", pointer)
+        return allowed if allowed is not None else literal_dfa([])
 
     def witness_member(self, conditions, later, defined, schema_for, patterns, addl, pointer, colon, end, child):
         """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
@@ -1650,6 +1672,11 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         return {"type": "object", WITNESS: [{"pattern": None, "names": sorted(schema.get("properties") or {}),
                                              "patterns": sorted(schema.get("patternProperties") or {}),
                                              "value": True if value is False else {"not": value}}]}
+    if key == "propertyNames":  # some member name breaks it
+        if value is True or _is_true(value):
+            return False
+        return {"type": "object", WITNESS: [{"pattern": None, "names": [], "patterns": [], "value": True,
+                                             "key_not": value}]}
     if key == "patternProperties":  # some member matching a pattern has a value its schema rejects
         parts = [{"type": "object", WITNESS: [{"pattern": p, "names": [], "patterns": [], "value": {"not": s}}]}
                  for p, s in value.items() if s is not True]
