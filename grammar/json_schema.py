@@ -34,7 +34,8 @@ Documented limits (completeness, never soundness)
   Larger objects track only the required members (see `interleaved_members`): optional and
   additional members may come anywhere, and an optional name may repeat (json.loads keeps the
   last value, which validates too).  Past INTERLEAVE_ANY_ORDER_REQUIRED required members those
-  keep definition order among themselves.  Objects with maxProperties, and every object with
+  keep the order of `properties` or of `required` among themselves.  Objects with
+  maxProperties, and every object with
   property_order="definition", take definition order: the properties of `properties` in the
   order the schema lists them (required ones cannot be skipped, optional ones may be), then
   `required` names not listed in `properties`, then any other members.  When allOf/$ref/anyOf
@@ -46,11 +47,17 @@ Documented limits (completeness, never soundness)
 - Duplicate member names are not prevented among additional members (json.loads keeps the
   last one, which validates too).  So that minProperties never over-counts, a schema that needs
   two or more additional members to reach it raises UnsupportedSchemaError('minProperties').
+- Negations that hold when some member breaks a keyword (not additionalProperties /
+  patternProperties / propertyNames) take that member as the object's last one (see WITNESS);
+  its key is a named member or matches none of the object's patterns.
+- `not: {type: integer}` accepts the non-integral spellings of `json_numbers.non_integral_dfa`
+  (what json.dumps writes for non-integral floats), not e.g. "15e-1".
 - With `indent`, nesting deeper than `INDENT_DEPTH_LIMIT` levels falls back to flexible
   whitespace (still valid JSON for the schema).
 
-What cannot be expressed exactly (uniqueItems, overlapping oneOf branches, most `not`s,
-maxContains without a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
+What cannot be expressed exactly (uniqueItems beyond a small enum, overlapping oneOf branches
+that cannot be negated, `not` of uniqueItems / contains / dependentSchemas, maxContains without
+a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
 pointer)`; with `lenient=True` it is widened instead and `warnings.warn` says what was widened.
 """
 
