@@ -551,7 +551,7 @@ class _Compiler:
             terms = []
             for term in self.dnf(sub, f"{pointer}/oneOf/{i}"):
                 merged = self.merge(siblings, term, pointer)
-                terms.extend(merged if isinstance(merged, list) else [merged] if merged is not None else [])
+                terms.extend(_as_terms(merged))
             groups.append(terms)
         # Decide type by type: a type on which the branches are disjoint is exact; a type that two
         # branches accept without any constraint is excluded (every such instance matches both).
@@ -563,7 +563,7 @@ class _Compiler:
                 terms = []
                 for term in g:
                     m = self.merge(term, {"type": [t]}, pointer) if isinstance(term, dict) else term
-                    terms.extend(m if isinstance(m, list) else [m] if m is not None else [])
+                    terms.extend(_as_terms(m))
                 restricted.append(terms)
             live = [g for g in restricted if g]
             if len(live) < 2:
@@ -600,7 +600,7 @@ class _Compiler:
         for term in terms:
             for other in others:
                 m = self.merge(term, other, pointer)
-                out.extend(m if isinstance(m, list) else [m] if m is not None else [])
+                out.extend(_as_terms(m))
         return out
 
     def accepts_value(self, term, value, pointer: str) -> bool:
@@ -620,7 +620,7 @@ class _Compiler:
                 others = [{"not": other} for j, other in enumerate(branches) if j != i]
                 for term in self.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
                     merged = self.merge(siblings, term, pointer)
-                    out.extend(merged if isinstance(merged, list) else [merged] if merged is not None else [])
+                    out.extend(_as_terms(merged))
                 if len(out) > MAX_BRANCHES:
                     return None
             return out
@@ -1792,6 +1792,11 @@ def _as_schema(f: dict) -> dict:
     out = {k: v for k, v in f.items() if k != "x-patterns"}
     out["allOf"] = [{"pattern": p} for p in f["x-patterns"]]
     return out
+
+
+def _as_terms(merged) -> list:
+    """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
+    return merged if isinstance(merged, list) else [] if merged is None else [merged]
 
 
 def _positive_whole(value) -> bool:
