@@ -194,28 +194,37 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[int(ref[1:])] for ref in dfa.refs])
 
 
-def _refs_in_order(expr: Expr):
-    """Referenced rule names in a fixed (pre-order) order, repeats included."""
+def _refs_in_order(expr: Expr, seen: set[int] | None = None):
+    """Referenced rule names in a fixed (pre-order) order; a shared sub-expression is visited once."""
+    seen = set() if seen is None else seen
+    if id(expr) in seen:
+        return
+    seen.add(id(expr))
     if isinstance(expr, Ref):
         yield expr.name
     elif isinstance(expr, (Seq, Alt)):
         for item in expr.items:
-            yield from _refs_in_order(item)
+            yield from _refs_in_order(item, seen)
     elif isinstance(expr, Repeat):
-        yield from _refs_in_order(expr.item)
+        yield from _refs_in_order(expr.item, seen)
 
 
-def _rename_refs(expr: Expr, names: dict[str, str]) -> Expr:
-    """The same expression with every Ref renamed (structure unchanged, no simplification)."""
-    if isinstance(expr, Ref):
-        return Ref(names[expr.name])
-    if isinstance(expr, Seq):
-        return Seq(tuple(_rename_refs(item, names) for item in expr.items))
-    if isinstance(expr, Alt):
-        return Alt(tuple(_rename_refs(item, names) for item in expr.items))
-    if isinstance(expr, Repeat):
-        return Repeat(_rename_refs(expr.item, names), expr.min, expr.max)
-    return expr
+def _rename_refs(expr: Expr, names: dict[str, str], done: dict[int, Expr] | None = None) -> Expr:
+    """The same expression with every Ref renamed (structure and sharing unchanged)."""
+    done = {} if done is None else done
+    key = id(expr)
+    if key not in done:
+        if isinstance(expr, Ref):
+            done[key] = Ref(names[expr.name])
+        elif isinstance(expr, Seq):
+            done[key] = Seq(tuple(_rename_refs(item, names, done) for item in expr.items))
+        elif isinstance(expr, Alt):
+            done[key] = Alt(tuple(_rename_refs(item, names, done) for item in expr.items))
+        elif isinstance(expr, Repeat):
+            done[key] = Repeat(_rename_refs(expr.item, names, done), expr.min, expr.max)
+        else:
+            done[key] = expr
+    return done[key]
 
 
 def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:

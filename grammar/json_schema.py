@@ -863,6 +863,9 @@ class _Compiler:
         )
         patterns = [f["pattern"]] if "pattern" in f else []
         patterns += f.get("x-patterns", [])
+        # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
+        patterns = [p for p in patterns if not isinstance(p, str)
+                    or not pattern_dfa(p, f"{pointer}/pattern").is_universal()]
         fmt = f.get("format") if isinstance(f.get("format"), str) else None
         exclusions = f["not"]["anyOf"] if "not" in f else []
         excluded = [v for part in exclusions for v in part.get("enum", [])]

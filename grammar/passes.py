@@ -55,17 +55,28 @@ __all__ = [
 # Generic helpers
 
 
-def map_refs(expr: Expr, fn: Callable[[Ref], Expr]) -> Expr:
-    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors."""
+def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | None = None) -> Expr:
+    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors.
+
+    A sub-expression shared by several parents (the JSON Schema compiler builds such DAGs) is
+    rebuilt once and stays shared, so the result is no bigger than the input.
+    """
+    done = {} if _done is None else _done
+    key = id(expr)
+    if key in done:
+        return done[key]
     if isinstance(expr, Ref):
-        return fn(expr)
-    if isinstance(expr, Seq):
-        return seq(*(map_refs(item, fn) for item in expr.items))
-    if isinstance(expr, Alt):
-        return alt(*(map_refs(item, fn) for item in expr.items))
-    if isinstance(expr, Repeat):
-        return rep(map_refs(expr.item, fn), expr.min, expr.max)
-    return expr
+        out = fn(expr)
+    elif isinstance(expr, Seq):
+        out = seq(*(map_refs(item, fn, done) for item in expr.items))
+    elif isinstance(expr, Alt):
+        out = alt(*(map_refs(item, fn, done) for item in expr.items))
+    elif isinstance(expr, Repeat):
+        out = rep(map_refs(expr.item, fn, done), expr.min, expr.max)
+    else:
+        out = expr
+    done[key] = out
+    return out
 
 
 def _fsm_nonempty(fsm: CharFsm) -> bool:

@@ -714,3 +714,9 @@ def test_not_property_names(compiler, tokenizer):
           [{"abc": 1}, {"a": 1, "long": 2}], [{}, {"ab": 1}, {"a": 1, "b": 2}])
     check(compiler, tokenizer, {"type": "object", "not": {"propertyNames": {"enum": ["x", "y"]}}},
           [{"z": 1}, {"x": 1, "q": None}], [{}, {"x": 1}, {"y": [], "x": 2}])
+
+
+def test_long_string_with_a_pattern_that_matches_everywhere(compiler, tokenizer):
+    """An unanchored pattern with an empty match constrains nothing; the length is counted in blocks."""
+    schema = {"type": "string", "maxLength": 4096, "pattern": "([0-9a-zA-Z]+)?"}
+    check(compiler, tokenizer, schema, ["", "Abc123", "a b!", "x" * 300], ["x" * 4097, 5])
