@@ -1045,13 +1045,20 @@ class _Compiler:
             extra = self.extra_members(order, patterns, addl, names_schema, names_terms, pointer, colon, end, child)
         if WITNESS in f:
             conditions = f[WITNESS]
-            if min_p or max_p is not None or not names_true or len(conditions) > MAX_WITNESSES:
-                self.unsupported("not", pointer, "member conditions next to min/maxProperties or propertyNames, "
-                                 f"or more than {MAX_WITNESSES} of them")
+            if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
+                # a witness may repeat an earlier name, so it cannot count towards minProperties
+                self.unsupported("not", pointer, "member conditions next to minProperties > 1, several of them "
+                                 f"next to maxProperties, or more than {MAX_WITNESSES} of them")
+            min_p = 0  # the witness is a member
+            if max_p is not None:
+                max_p -= 1  # ...and counts at most once
+                if max_p < 0:
+                    return NOTHING
+            names = None if names_true else self.names_dfa(names_schema, pointer)
 
             def member(conds, later=()):
                 return self.witness_member(conds, later, order, lambda n: schema_for(n, n in props), patterns,
-                                           addl, pointer, colon, end, child)
+                                           addl, names, pointer, colon, end, child)
 
             # one member meeting every condition, or one member per condition (in some order)
             options = [member(conditions)]
@@ -1100,7 +1107,8 @@ class _Compiler:
             allowed = dfa if allowed is None else _dfa_op(allowed.union, dfa, "not", pointer)
         return allowed if allowed is not None else literal_dfa([])
 
-    def witness_member(self, conditions, later, defined, schema_for, patterns, addl, pointer, colon, end, child):
+    def witness_member(self, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end,
+                       child):
         """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
         condition allows: one of this object's named members, with a value valid for its own
         schema too, or a key that is no named member and matches none of this object's patterns,
@@ -1113,6 +1121,8 @@ class _Compiler:
             fits = _dfa_op(fits.intersect, self.witness_fits(condition, pointer), "not", pointer)
         for condition in later:
             fits = _dfa_op(fits.difference, self.witness_fits(condition, pointer), "not", pointer)
+        if names is not None:  # propertyNames of this object
+            fits = _dfa_op(fits.intersect, names, "not", pointer)
         wanted = [c["value"] for c in conditions if not _is_true(c["value"])]
         wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
         alternatives = []

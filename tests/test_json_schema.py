@@ -720,3 +720,12 @@ def test_long_string_with_a_pattern_that_matches_everywhere(compiler, tokenizer)
     """An unanchored pattern with an empty match constrains nothing; the length is counted in blocks."""
     schema = {"type": "string", "maxLength": 4096, "pattern": "([0-9a-zA-Z]+)?"}
     check(compiler, tokenizer, schema, ["", "Abc123", "a b!", "x" * 300], ["x" * 4097, 5])
+
+
+def test_witness_next_to_max_properties_and_property_names(compiler, tokenizer):
+    schema = {"type": "object", "maxProperties": 2, "propertyNames": {"maxLength": 3},
+              "not": {"properties": {"a": {}}, "additionalProperties": False}}
+    check(compiler, tokenizer, schema, [{"b": 1}, {"a": 1, "xyz": 2}], [{}, {"a": 1}, {"a": 1, "b": 2, "c": 3},
+                                                                       {"long": 1}])
+    with pytest.raises(UnsupportedSchemaError):
+        json_schema_to_grammar(dict(schema, minProperties=2))
