@@ -575,6 +575,11 @@ class _Compiler:
                 doubled_values += [v for v in ((None,) if t == "null" else (True, False))
                                    if sum(1 for g in live if any(self.accepts_value(x, v, pointer) for x in g)) >= 2]
                 continue
+            if t == "array" and self.disjoint_when_non_empty(live):
+                # the branches share only [] (at most): it is invalid when two or more accept it
+                if sum(1 for g in live if any(self.accepts_value(x, [], pointer) for x in g)) >= 2:
+                    doubled_values.append([])
+                continue
             total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
             if total >= 2:
                 excluded.append(t)
@@ -593,6 +598,24 @@ class _Compiler:
         for value in doubled_values:
             out = self.merge_all(out, self.dnf(self.negate({"const": value}, pointer), pointer), pointer)
         return out
+
+    def disjoint_when_non_empty(self, groups: list) -> bool:
+        """Are the branches' array terms disjoint on non-empty arrays (their first items cannot
+        match two branches)?"""
+        def first_item(term):
+            if not isinstance(term, dict):
+                return None
+            prefix = term.get("prefixItems") or []
+            return prefix[0] if prefix else term.get("items", True)
+
+        for i, gi in enumerate(groups):
+            for gj in groups[i + 1:]:
+                for x in gi:
+                    for y in gj:
+                        a, b = first_item(x), first_item(y)
+                        if a is None or b is None or not self._schemas_disjoint(a, b, 1):
+                            return False
+        return True
 
     def merge_all(self, terms: list, others: list, pointer: str) -> list:
         """The DNF of (anyOf terms) and (anyOf others)."""

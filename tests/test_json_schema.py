@@ -729,3 +729,8 @@ def test_witness_next_to_max_properties_and_property_names(compiler, tokenizer):
                                                                        {"long": 1}])
     with pytest.raises(UnsupportedSchemaError):
         json_schema_to_grammar(dict(schema, minProperties=2))
+
+
+def test_one_of_arrays_with_disjoint_items_share_only_the_empty_array(compiler, tokenizer):
+    schema = {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "array", "items": {"type": "integer"}}]}
+    check(compiler, tokenizer, schema, [["a"], [1, 2], ["a", "b"]], [[], ["a", 1], [1.5]])
