@@ -1133,11 +1133,10 @@ class _Compiler:
     def witness_member(self, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end,
                        child):
         """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
-        condition allows: one of this object's named members, with a value valid for its own
-        schema too, or a key that is no named member and matches none of this object's patterns,
-        so that only additionalProperties applies to it.  (Keys matching this object's patterns
-        are left out: sound, and rare.)"""
-        from .json_strings import json_string_expr, literal_dfa, pattern_dfa, string_literal_expr
+        condition allows and a value valid for whatever else applies to its key here: its own
+        schema for a named member, else the schemas of the patterns it matches, else
+        additionalProperties."""
+        from .json_strings import literal_dfa, string_literal_expr
         where = f"{pointer}/not"
         fits = self.witness_fits(conditions[0], pointer)
         for condition in conditions[1:]:
@@ -1159,12 +1158,7 @@ class _Compiler:
         key_dfa = fits
         if defined:
             key_dfa = _dfa_op(key_dfa.difference, literal_dfa(defined), "not", pointer)
-        for p in patterns:
-            key_dfa = _dfa_op(key_dfa.difference, pattern_dfa(p, f"{pointer}/patternProperties"), "not", pointer)
-        if not key_dfa.is_empty() and addl is not False:
-            value = self.value(wanted_value if _is_true(addl) else {"allOf": [addl, wanted_value]}, where, child)
-            if value != NOTHING:
-                alternatives.append(seq(json_string_expr(key_dfa, pointer, "not"), colon, value, end))
+        alternatives += self.unnamed_members(key_dfa, patterns, addl, wanted_value, pointer, colon, end, child)
         return alt(*alternatives)
 
     def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
@@ -1189,6 +1183,21 @@ class _Compiler:
                     key_dfa = d
         if defined:
             key_dfa = _dfa_op(key_dfa.difference, literal_dfa(defined), "additionalProperties", pointer)
+        alternatives = self.unnamed_members(key_dfa, patterns, addl, True, pointer, colon, end, child)
+        if not alternatives:
+            return None
+        expr = alt(*alternatives)
+        if _size(expr) > 200:
+            name = self.new_rule("extra_member")
+            self.rules[name] = expr
+            expr = Ref(name)
+        return expr
+
+    def unnamed_members(self, key_dfa, patterns, addl, also, pointer, colon, end, child) -> list:
+        """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
+        of patterns a key can match: the value must satisfy those patterns' schemas (or
+        additionalProperties when it matches none), and the schema `also`."""
+        from .json_strings import json_string_expr, pattern_dfa
         pats = list(patterns)
         if len(pats) > 24:
             raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
@@ -1214,7 +1223,7 @@ class _Compiler:
                     break
             if dfa.is_empty():
                 continue
-            parts = chosen if mask else [addl]
+            parts = [*(chosen if mask else [addl]), also]
             parts = [p for p in parts if not _is_true(p)]
             if any(p is False for p in parts):
                 continue
@@ -1223,14 +1232,7 @@ class _Compiler:
             if vexpr == NOTHING:
                 continue
             alternatives.append(seq(json_string_expr(dfa, pointer, "additionalProperties"), colon, vexpr, end))
-        if not alternatives:
-            return None
-        expr = alt(*alternatives)
-        if _size(expr) > 200:
-            name = self.new_rule("extra_member")
-            self.rules[name] = expr
-            expr = Ref(name)
-        return expr
+        return alternatives
 
     def object_body(self, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
         """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p]."""

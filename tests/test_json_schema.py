@@ -734,3 +734,11 @@ def test_witness_next_to_max_properties_and_property_names(compiler, tokenizer):
 def test_one_of_arrays_with_disjoint_items_share_only_the_empty_array(compiler, tokenizer):
     schema = {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "array", "items": {"type": "integer"}}]}
     check(compiler, tokenizer, schema, [["a"], [1, 2], ["a", "b"]], [[], ["a", 1], [1.5]])
+
+
+def test_witness_key_may_match_the_objects_patterns(compiler, tokenizer):
+    """{"cdeb": 1}: its key ends in "b" (allowed by the closed pattern) and starts with "cde"."""
+    schema = {"type": "object", "maxProperties": 1,
+              "allOf": [{"patternProperties": {"b$": {"type": "integer"}}, "additionalProperties": False},
+                        {"not": {"patternProperties": {"^cde": False}}}]}
+    check(compiler, tokenizer, schema, [{"cdeb": 1}, {"cdeXb": 2}], [{}, {"cdeb": "x"}, {"cde": 1}, {"xb": 1}])
