@@ -194,6 +194,13 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[int(ref[1:])] for ref in dfa.refs])
 
 
+def clear_dfa_cache() -> None:
+    """Forget every cached rule DFA (for cold-start measurements)."""
+    global _dfa_cache_states
+    _dfa_cache.clear()
+    _dfa_cache_states = 0
+
+
 def _refs_in_order(expr: Expr, seen: set[int] | None = None):
     """Referenced rule names in a fixed (pre-order) order; a shared sub-expression is visited once."""
     seen = set() if seen is None else seen

@@ -2017,6 +2017,15 @@ def _tree_size(expr: Expr) -> int:
 _leaf_cache: dict = {}
 
 
+def clear_leaf_cache() -> None:
+    """Forget the memoised leaf automata: numbers, patterns, formats (for cold-start measurements)."""
+    from . import json_strings
+
+    _leaf_cache.clear()
+    json_strings._pattern_dfa_cached.cache_clear()
+    json_strings._format_dfa_cached.cache_clear()
+
+
 def _cached_leaf(kind: str, kwargs: dict) -> Expr:
     """Leaf automata are pure functions of their arguments and can be slow: memoise them."""
     key = (kind, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "pointer")))

@@ -398,8 +398,9 @@ def test_pushmask_engine_on_a_small_corpus(tmp_path):
 
 
 def test_cold_cache_runs_compile_each_schema_without_earlier_masks(tmp_path):
-    """--cold-cache empties pushmask's mask cache before each schema, so the second schema's
-    record counts only its own masks (warm: the first one's too); records carry memory fields."""
+    """--cold-cache empties pushmask's caches (masks, rule and leaf automata) before each
+    schema, so the second schema's record counts only its own masks (warm: the first one's too);
+    records carry memory fields."""
     corpus = tmp_path / "corpus"
     for name, leaf in (("one.json", {"type": "string"}), ("two.json", {"type": "integer"})):
         schema = {"type": "object", "properties": {"a": leaf}, "required": ["a"]}
