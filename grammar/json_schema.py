@@ -27,7 +27,8 @@ How it works
 
 Documented limits (completeness, never soundness)
 ------------------------------------------------
-- Member order (property_order="any", the default): objects without maxProperties (and with
+- Member order.  property_order="definition" (the default) takes definition order (below).
+  With property_order="any", objects without maxProperties (and with
   minProperties no larger than the number of required members) accept their members in any
   order.  Up to ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once,
   required ones present, other members (additionalProperties / patternProperties) anywhere.
@@ -257,7 +258,7 @@ class _Layout:
 
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve, property_order="any"):
+                 separators, retrieve, property_order="definition"):
         if property_order not in ("any", "definition"):
             raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
         self.property_order = property_order
@@ -2150,7 +2151,8 @@ def _check_metaschema(schema) -> None:
 
 def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
-                           retrieve: Callable[[str], Any] | None = None, property_order: str = "any") -> Grammar:
+                           retrieve: Callable[[str], Any] | None = None,
+                           property_order: str = "definition") -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
@@ -2159,8 +2161,10 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     False treats a missing additionalProperties on object schemas as false.  lenient: widen what
     cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
     retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
-    property_order: "any" accepts an object's members in any order (JSON objects are unordered);
-    "definition" only in the order the schema lists them, as XGrammar and llguidance do.
+    property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
+    in the order the schema lists them, which also keeps generation on one path; "any" accepts
+    them in any order (JSON objects are unordered), for validating existing documents.
+    dump
     """
     schema = _load(schema)
     try:

@@ -152,7 +152,8 @@ class PushmaskSession(BitmaskSession):
 
 
 class PushmaskEngine(Engine):
-    """pushmask through its public API (flexible whitespace, additionalProperties allowed by default)."""
+    """pushmask through its public API (flexible whitespace, additionalProperties allowed by default,
+    members in any order)."""
 
     name = "pushmask"
 
@@ -166,7 +167,8 @@ class PushmaskEngine(Engine):
         self.compiler = pm.GrammarCompiler(self.info)
 
     def compile(self, schema: Any) -> Session:
-        compiled = self.compiler.compile_json_schema(schema)
+        # the corpus checks existing documents, whose members come in any order
+        compiled = self.compiler.compile_json_schema(schema, property_order="any")
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
 
     def clear_cache(self) -> None:
