@@ -13,7 +13,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..grammar.errors import BudgetExceededError
-from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
+from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq, iter_refs
+from ..grammar.passes import map_refs
 from .utf8 import utf8_byte_ranges
 
 
@@ -175,9 +176,9 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     """The rule's DFA; bodies equal up to the names of the rules they reference share one
     construction per process (JSON strings, numbers and members recur across schemas, and
     Python subset construction is the largest part of compile time)."""
-    names = list(dict.fromkeys(_refs_in_order(body)))
+    names = list(dict.fromkeys(iter_refs(body)))
     placeholder = {name: f"#{i}" for i, name in enumerate(names)}
-    canonical = _rename_refs(body, placeholder) if names else body
+    canonical = map_refs(body, lambda ref: Ref(placeholder[ref.name])) if names else body
     key = (canonical, max_states)
     dfa = _dfa_cache.get(key)
     if dfa is None:
@@ -199,39 +200,6 @@ def clear_dfa_cache() -> None:
     global _dfa_cache_states
     _dfa_cache.clear()
     _dfa_cache_states = 0
-
-
-def _refs_in_order(expr: Expr, seen: set[int] | None = None):
-    """Referenced rule names in a fixed (pre-order) order; a shared sub-expression is visited once."""
-    seen = set() if seen is None else seen
-    if id(expr) in seen:
-        return
-    seen.add(id(expr))
-    if isinstance(expr, Ref):
-        yield expr.name
-    elif isinstance(expr, (Seq, Alt)):
-        for item in expr.items:
-            yield from _refs_in_order(item, seen)
-    elif isinstance(expr, Repeat):
-        yield from _refs_in_order(expr.item, seen)
-
-
-def _rename_refs(expr: Expr, names: dict[str, str], done: dict[int, Expr] | None = None) -> Expr:
-    """The same expression with every Ref renamed (structure and sharing unchanged)."""
-    done = {} if done is None else done
-    key = id(expr)
-    if key not in done:
-        if isinstance(expr, Ref):
-            done[key] = Ref(names[expr.name])
-        elif isinstance(expr, Seq):
-            done[key] = Seq(tuple(_rename_refs(item, names, done) for item in expr.items))
-        elif isinstance(expr, Alt):
-            done[key] = Alt(tuple(_rename_refs(item, names, done) for item in expr.items))
-        elif isinstance(expr, Repeat):
-            done[key] = Repeat(_rename_refs(expr.item, names, done), expr.min, expr.max)
-        else:
-            done[key] = expr
-    return done[key]
 
 
 def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:

@@ -229,10 +229,16 @@ def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr
 
 
 def iter_refs(expr: Expr) -> Iterator[str]:
-    """Names of every rule referenced inside `expr`."""
+    """Names of the rules referenced inside `expr`, in a fixed order.  A sub-expression shared by
+    several parents (a DAG, as the JSON Schema compiler builds) is visited once, so the walk is
+    linear in the expression's size; a name can still come up more than once."""
     stack = [expr]
+    seen: set[int] = set()
     while stack:
         node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         if isinstance(node, Ref):
             yield node.name
         elif isinstance(node, (Seq, Alt)):

@@ -28,16 +28,15 @@ How it works
 Documented limits (completeness, never soundness)
 ------------------------------------------------
 - Member order.  property_order="definition" (the default) takes definition order (below).
-  With property_order="any", objects without maxProperties (and with
-  minProperties no larger than the number of required members) accept their members in any
-  order.  Up to ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once,
+  With property_order="any", objects without maxProperties (and with minProperties no larger
+  than the number of required members) accept their members in any order.  Up to ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once,
   required ones present, other members (additionalProperties / patternProperties) anywhere.
   Larger objects track only the required members (see `interleaved_members`): optional and
   additional members may come anywhere, and an optional name may repeat (json.loads keeps the
   last value, which validates too).  Past INTERLEAVE_ANY_ORDER_REQUIRED required members those
   keep the order of `properties` or of `required` among themselves.  Objects with
-  maxProperties, and every object with
-  property_order="definition", take definition order: the properties of `properties` in the
+  maxProperties, and every object with property_order="definition", take definition order:
+  the properties of `properties` in the
   order the schema lists them (required ones cannot be skipped, optional ones may be), then
   `required` names not listed in `properties`, then any other members.  When allOf/$ref/anyOf
   branches are merged, the node's own properties come first, then each branch's new ones in
@@ -95,9 +94,8 @@ MAX_RULES = 20_000
 MAX_BRANCHES = 512
 MAX_INLINE_DEPTH = 40
 ANY_ORDER_MAX_MEMBERS = 6
-"""Objects with at most this many named members (and no min/maxProperties) accept them in any
-order; larger ones take definition order, which keeps their automata linear in size (passes that
-walk expressions as trees see e*n! nodes for n any-order members)."""
+"""With property_order="any", objects with at most this many named members accept them in any
+order exactly (2^n states); larger ones only track their required members."""
 UNIQUE_ENUM_MAX = 8
 """uniqueItems is exact for items from an enum of at most this many values (2^n states)."""
 COUNT_BLOCK = 64
@@ -106,7 +104,7 @@ ITEM_RULE_SIZE = 40
 """Array items bigger than this become a rule when repeated a bounded number of times."""
 INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
-them; past it the required ones keep their definition order among themselves."""
+them; past it the required ones keep the order of `properties` or of `required` among themselves."""
 MAX_OBJECT_EXPR = 40_000
 MAX_PATTERN_GROUPS = 5
 
@@ -119,22 +117,23 @@ ANNOTATIONS = frozenset({
     "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor", "$defs",
     "definitions", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "discriminator", "nullable",
 })
+WITNESS = "\x00witness"
+"""Internal flat keyword (no schema can spell it: JSON Schema keys never start with NUL) for the
+negation of additionalProperties / patternProperties / propertyNames: a list of conditions
+{"pattern": p or None, "names": [...], "patterns": [...], "value": schema, ["key_not": schema]},
+each met by a 'witness' member: a key matching p (None: any key) that is none of `names`,
+matches none of `patterns` (nor `key_not`, a propertyNames schema), with a value valid for
+`value`.  The witnesses are the object's last members, with
+keys that no later witness can have, because json.loads keeps the last of repeated names: so
+the parsed object really holds each witness's value."""
 # Keywords that stay in a flat conjunction (merged by `_merge_flat`).
 FLAT_KEYS = frozenset({
     "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
-    "unevaluatedProperties", "unevaluatedItems", "\x00witness",
+    "unevaluatedProperties", "unevaluatedItems", WITNESS,
 })
-WITNESS = "\x00witness"
-"""Internal flat keyword (no schema can spell it: JSON Schema keys never start with NUL) for the
-negation of additionalProperties / patternProperties: a list of conditions
-{"pattern": p or None, "names": [...], "patterns": [...], "value": schema}, each met by a
-'witness' member: a key matching p (None: any key) that is none of `names` and matches none of
-`patterns`, with a value valid for `value`.  The witnesses are the object's last members, with
-keys that no later witness can have, because json.loads keeps the last of repeated names: so
-the parsed object really holds each witness's value."""
 MAX_WITNESSES = 3
 _APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
                 "dependentSchemas", "$dynamicRef", "$recursiveRef")
@@ -342,6 +341,12 @@ class _Compiler:
                                       "simplify the schema or split it")
         self.rules[name] = NOTHING
         return name
+
+    def rule_ref(self, hint: str, body: Expr) -> Ref:
+        """A new rule holding `body`, referenced: copies of the reference stay one automaton."""
+        name = self.new_rule(hint)
+        self.rules[name] = body
+        return Ref(name)
 
     def validates(self, schema, instance) -> bool:
         """jsonschema's verdict for an instance against a (normalised, 2020-12) subschema."""
@@ -557,7 +562,11 @@ class _Compiler:
         # Decide type by type: a type on which the branches are disjoint is exact; a type that two
         # branches accept without any constraint is excluded (every such instance matches both).
         excluded = []
-        doubled_values = []  # null/true/false values that two or more branches accept
+        doubled_values = []  # null/true/false/[] values that two or more branches accept
+
+        def accepting(groups, value) -> int:
+            return sum(1 for g in groups if any(self.accepts_value(x, value, pointer) for x in g))
+
         for t in ("null", "boolean", "object", "array", "string", "number"):
             restricted = []
             for g in groups:
@@ -573,12 +582,11 @@ class _Compiler:
                    for x in gi for y in gj):
                 continue
             if t in ("null", "boolean"):  # few values: count the branches accepting each one
-                doubled_values += [v for v in ((None,) if t == "null" else (True, False))
-                                   if sum(1 for g in live if any(self.accepts_value(x, v, pointer) for x in g)) >= 2]
+                doubled_values += [v for v in ((None,) if t == "null" else (True, False)) if accepting(live, v) >= 2]
                 continue
             if t == "array" and self.disjoint_when_non_empty(live):
                 # the branches share only [] (at most): it is invalid when two or more accept it
-                if sum(1 for g in live if any(self.accepts_value(x, [], pointer) for x in g)) >= 2:
+                if accepting(live, []) >= 2:
                     doubled_values.append([])
                 continue
             total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
@@ -903,14 +911,14 @@ class _Compiler:
             # only a length constraint, too long for one automaton: count in blocks
             return seq(lit('"'), self.counted(JSON_CHAR, lo, hi, "string_block"), lit('"'))
         try:
-            dfa = string_dfa(min_length=f.get("minLength"), max_length=f.get("maxLength"),
-                             pattern=patterns[0] if patterns else None, format=fmt, pointer=pointer)
+            dfa = string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
+                             pointer=pointer)
         except UnsupportedSchemaError as exc:
             if exc.keyword != "format" or not self.lenient:
                 raise
             self.unsupported("format", pointer, str(exc.message))
-            dfa = string_dfa(min_length=f.get("minLength"), max_length=f.get("maxLength"),
-                             pattern=patterns[0] if patterns else None, pointer=pointer)
+            dfa = string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None,
+                             pointer=pointer)
         if dfa is None and len(patterns) <= 1 and not exclusions:
             return ANY_STRING
         if dfa is None:
@@ -929,7 +937,8 @@ class _Compiler:
         Past that, B = item{b} (b = COUNT_BLOCK) becomes a rule and, for n = q*b + r,
         item{0,n} = B{0,q-1} item{0,b-1} | B{q} item{0,r}; so a text is parsed at most two ways
         at once per level (inside a block, or in the final partial run), and the states of B and
-        of the partial run (a rule too) are shared by every block, so are their masks.  Counts past b*b nest the same way.
+        of the partial run (a rule too) are shared by every block, so are their masks.  Counts
+        past b*b nest the same way.
         """
         b = COUNT_BLOCK
         key = ("counted", item, lo, hi)
@@ -938,9 +947,7 @@ class _Compiler:
         if max(lo, hi or 0) <= b:
             result = rep(item, lo, hi)
         else:
-            block_name = self.new_rule(hint)
-            self.rules[block_name] = rep(item, b, b)
-            block = Ref(block_name)
+            block = self.rule_ref(hint, rep(item, b, b))
             at_least = seq(self.counted(block, lo // b, lo // b, hint), rep(item, lo % b, lo % b))
             if hi is None:
                 result = seq(at_least, star(item))
@@ -948,9 +955,8 @@ class _Compiler:
                 result = seq(at_least, rep(item, 0, hi - lo))
             else:
                 q, r = divmod(hi - lo, b)
-                partial_name = self.new_rule(hint)
-                self.rules[partial_name] = rep(item, 0, b - 1)
-                result = seq(at_least, alt(seq(self.counted(block, 0, q - 1, hint), Ref(partial_name)),
+                partial = self.rule_ref(hint, rep(item, 0, b - 1))
+                result = seq(at_least, alt(seq(self.counted(block, 0, q - 1, hint), partial),
                                            seq(self.counted(block, q, q, hint), rep(item, 0, r))))
         self.memo[key] = result
         return result
@@ -1188,11 +1194,7 @@ class _Compiler:
         if not alternatives:
             return None
         expr = alt(*alternatives)
-        if _size(expr) > 200:
-            name = self.new_rule("extra_member")
-            self.rules[name] = expr
-            expr = Ref(name)
-        return expr
+        return self.rule_ref("extra_member", expr) if _size(expr) > 200 else expr
 
     def unnamed_members(self, key_dfa, patterns, addl, also, pointer, colon, end, child) -> list:
         """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
@@ -1236,7 +1238,8 @@ class _Compiler:
         return alternatives
 
     def object_body(self, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
-        """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p]."""
+        """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p].
+        With property_order="any" (and counts that allow it) members come in any order instead."""
         o, first, nxt, close_e, close_ne = parts
         n = len(members)
         cap = max_p if max_p is not None else max(min_p, 1)
@@ -1306,11 +1309,7 @@ class _Compiler:
         still to come (2^n states for n members) and the key bytes decide which member rule
         goes on.  Sub-expressions are shared per set of remaining members.
         """
-        refs = []
-        for item, _ in members:
-            name = self.new_rule("member")
-            self.rules[name] = item
-            refs.append(Ref(name))
+        refs = [self.rule_ref("member", item) for item, _ in members]
         required = [is_req for _, is_req in members]
         memo: dict[tuple[frozenset[int], bool], Expr] = {}
 
@@ -1344,19 +1343,10 @@ class _Compiler:
         """
         required = [item for item, is_req in members if is_req]
         optional = [item for item, is_req in members if not is_req] + ([extra] if extra is not None else [])
-        free = NOTHING
-        if optional:
-            name = self.new_rule("optional_member")
-            self.rules[name] = alt(*optional)
-            free = Ref(name)
+        free = self.rule_ref("optional_member", alt(*optional)) if optional else NOTHING
         any_order = len(required) <= INTERLEAVE_ANY_ORDER_REQUIRED
         if any_order and len(required) > 1:
-            refs = []
-            for item in required:
-                name = self.new_rule("member")
-                self.rules[name] = item
-                refs.append(Ref(name))
-            required = refs
+            required = [self.rule_ref("member", item) for item in required]
         state_rules: dict[int, str] = {}
         chains = [list(range(len(required)))]
         if len(required_rank) == len(required):
@@ -1452,9 +1442,7 @@ class _Compiler:
             else:
                 if max(lo, hi or 0) > 2 and _size(rest) > ITEM_RULE_SIZE:
                     # a rule, so counted copies of the item are references, not automaton copies
-                    name = self.new_rule("item")
-                    self.rules[name] = rest
-                    rest = Ref(name)
+                    rest = self.rule_ref("item", rest)
                 tail = seq(self.counted(seq(nxt, rest, end), lo, hi, "items_block"), close_ne)
             expr = tail
             for i in range(S - 1, -1, -1):
@@ -1574,7 +1562,7 @@ def _merge_flat(a: dict, b: dict, comp: _Compiler, pointer: str):
             out[key] = [*mine, *value]
         elif key == "format":
             continue  # format only narrows strings: keeping one of two is still sound
-        elif key == "not":  # both are string exclusions: {"anyOf": [{"enum": [...]} or {"pattern": p}, ...]}
+        elif key == "not":  # both are leaf exclusions (see _flat_exclusion): {"anyOf": [...]}
             out[key] = {"anyOf": [*mine["anyOf"], *value["anyOf"]]}
         elif key == "required":
             out[key] = list(dict.fromkeys([*mine, *value]))
