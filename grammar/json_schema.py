@@ -83,7 +83,7 @@ from .ir import (
     EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
     iter_refs, lit, rep, seq, star,
 )
-from .json_schema_docs import DEFAULT_BASE, draft_of, normalize_document, translate_pointer
+from .json_schema_docs import DEFAULT_BASE, draft_of, join_uri, normalize_document, translate_pointer
 
 __all__ = ["json_schema_to_grammar", "INDENT_DEPTH_LIMIT"]
 
@@ -278,7 +278,9 @@ class _Compiler:
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
         if self.draft == "draft4" and isinstance(schema, dict) and isinstance(schema.get("id"), str):
             root_base = schema["id"]
-        self.base = urldefrag(root_base)[0] if root_base and urldefrag(root_base)[0] else DEFAULT_BASE
+        # A relative root $id ("example.org/a.json") is resolved against the default base once,
+        # so that the root's own $id does not join onto itself when the document is normalized.
+        self.base = join_uri(DEFAULT_BASE, urldefrag(root_base)[0]) if root_base and urldefrag(root_base)[0] else DEFAULT_BASE
         self.root = self._prepare(schema, self.base, self.draft)
         self.registry = Registry(retrieve=self._retrieve).with_resource(
             self.base, Resource(self.root, specification=DRAFT202012))

@@ -441,6 +441,9 @@ class _CharSet:
     def both(self) -> Ranges:
         return _intersect(self.ecma, self.py)
 
+    def either(self) -> Ranges:
+        return _union(self.ecma, self.py)
+
 
 def _class_escape(letter: str) -> _CharSet:
     if letter == "d":
@@ -469,12 +472,20 @@ class _RegexParser:
     """Recursive-descent parser for ECMA-262 regexes -> a small AST.
 
     AST nodes: ("set", ranges) | ("seq", [nodes]) | ("alt", [nodes]) | ("rep", node, lo, hi)
-    | ("bol",) | ("eol",).
+    | ("bol",) | ("eol",) | ("look", positive, node).
+
+    Lookaheads are read only where they reduce to automaton intersection: at the top level right
+    after a leading '^' (`^(?!@@)\\w+`), where "X matches at offset 0" is the language X.*.
+    A negative lookahead's body is parsed with `widen=True`: every atom takes the characters
+    *either* engine matches (and '$' also before a final newline, as in Python), so its
+    complement stays a subset of both engines' languages.
     """
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, widen: bool = False):
         self.p = pattern
         self.i = 0
+        self.widen = widen
+        self.depth = 0  # group nesting
 
     def fail(self, message: str):
         raise _PatternUnsupported(f"{message} at offset {self.i} of {self.p!r}")
@@ -498,9 +509,29 @@ class _RegexParser:
     def sequence(self):
         items = []
         while self.i < len(self.p) and self.peek() not in "|)":
+            if (self.depth == 0 and not self.widen and self.p.startswith(("(?=", "(?!"), self.i)
+                    and items and items[0] == ("bol",) and all(item[0] == "look" for item in items[1:])):
+                items.append(self.lookahead())
+                continue
             atom = self.atom()
             items.append(self.quantified(atom))
         return ("seq", items)
+
+    def lookahead(self):
+        positive = self.p[self.i + 2] == "="
+        self.i += 3
+        body = _RegexParser(self.p, widen=not positive)
+        body.i, body.depth = self.i, 1
+        node = body.alternation()
+        self.i = body.i
+        if self.peek() != ")":
+            self.fail("missing ')'")
+        self.i += 1
+        return ("look", positive, node)
+
+    def chars(self, charset: "_CharSet"):
+        """The atom for a character set: both engines' characters, or either's when widened."""
+        return ("set", charset.either() if self.widen else charset.both())
 
     _QUANT = re.compile(r"\{(\d+)(,(\d*))?\}")
 
@@ -539,6 +570,7 @@ class _RegexParser:
         c = self.peek()
         if c == "(":
             self.i += 1
+            self.depth += 1
             if self.p.startswith("?:", self.i):
                 self.i += 2
             elif self.p.startswith("?<", self.i) and not self.p.startswith(("?<=", "?<!"), self.i):
@@ -549,24 +581,27 @@ class _RegexParser:
             if self.peek() != ")":
                 self.fail("missing ')'")
             self.i += 1
+            self.depth -= 1
             return node
         if c == "[":
-            return ("set", self.char_class().both())
+            return self.chars(self.char_class())
         if c == "^":
             self.i += 1
             return ("bol",)
         if c == "$":
             self.i += 1
+            if self.widen:  # Python's '$' also matches before a final newline
+                return ("alt", [("eol",), ("seq", [("set", ((10, 10),)), ("eol",)])])
             return ("eol",)
         if c == ".":
             self.i += 1
-            return ("set", _CharSet(_complement(_ECMA_LINE_TERMINATORS), _complement(_chars("\n"))).both())
+            return self.chars(_CharSet(_complement(_ECMA_LINE_TERMINATORS), _complement(_chars("\n"))))
         if c in "*+?":
             self.fail(f"nothing to repeat before {c!r}")
         if c == "{" and self._QUANT.match(self.p, self.i):
             self.fail("nothing to repeat before '{'")
         if c == "\\":
-            return ("set", self.escape(in_class=False).both())
+            return self.chars(self.escape(in_class=False))
         self.i += 1
         return ("set", ((ord(c), ord(c)),))
 
@@ -765,6 +800,21 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
 @lru_cache(maxsize=256)
 def _pattern_dfa_cached(pattern: str, budget: int) -> Dfa:
     ast = _RegexParser(pattern).parse()
+    if ast[0] == "alt" and any(item[0] == "look" for branch in ast[1] for item in branch[1]):
+        raise _PatternUnsupported(f"lookahead inside a top-level alternation of {pattern!r}")
+    looks = [item for item in ast[1] if item[0] == "look"] if ast[0] == "seq" else []
+    if not looks:
+        return _search_dfa(ast, budget)
+    # ^(?=X)(?!Y)R: a match at offset 0 of R, of X, and of no Y (each read as a '^' prefix).
+    dfa = _search_dfa(("seq", [item for item in ast[1] if item[0] != "look"]), budget)
+    for _, positive, body in looks:
+        prefix = _search_dfa(("seq", [("bol",), body]), budget)
+        dfa = dfa.intersect(prefix, budget) if positive else dfa.difference(prefix, budget)
+    return dfa
+
+
+def _search_dfa(ast, budget: int) -> Dfa:
+    """Strings in which the parsed regex finds a match somewhere (re.search)."""
     nfa = _Nfa()
     # search semantics: any prefix, the pattern, any suffix
     prefix, start, accept, suffix = nfa.new(), nfa.new(), nfa.new(), nfa.new()
@@ -887,6 +937,45 @@ _URI_TEMPLATE = rf"(?:{_UT_LITERAL}|\{{[+#./;?&]?{_UT_VARSPEC}(?:,{_UT_VARSPEC})
 _JSON_POINTER = r"(?:/(?:[^/~]|~[01])*)*"
 _RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{_JSON_POINTER})"
 
+
+
+def _regex_syntax(depth: int) -> str:
+    """A sound subset of the regexes both ECMA-262 (with or without the u flag) and Python's
+    `re.compile` (jsonschema's check) accept, with groups nested at most `depth` deep.
+
+    Literals are any character but the syntax characters; escapes are \\d \\w \\s (and
+    negations), \\n \\r \\t \\f \\v, \\uXXXX, \\xXX and escaped syntax characters or
+    '/'; classes hold such characters and escapes and ranges a-z, A-Z, 0-9 in order, '-' first or last; every atom
+    may take one quantifier (* + ? {n} {n,} {n,m} with n <= m, numbers below 1000), lazy or not;
+    ^ $ \\b \\B are never quantified.  Left out: lookarounds, backreferences, named groups,
+    ranges across character kinds, lone ']' or '{' (literals only without the u flag).
+    """
+    syntax = r"\\^$.|?*+()\[\]{}"
+    literal = rf"[^{syntax}]"
+    escape = rf"\\(?:[dDwWsSnrtfv]|[{syntax}/]|u[0-9a-fA-F]{{4}}|x[0-9a-fA-F]{{2}})"
+    class_escape = rf"\\(?:[dDwWsSnrtfvb]|[{syntax}/-]|u[0-9a-fA-F]{{4}}|x[0-9a-fA-F]{{2}})"
+    ordered = [f"{c}-[{c}-{last}]" for first, last in (("0", "9"), ("a", "z"), ("A", "Z"))
+               for c in map(chr, range(ord(first), ord(last) + 1))]
+    class_item = "|".join([r"[^\\\[\]^-]", class_escape] + ordered)
+    char_class = rf"\[\^?(?:-(?:{class_item})*-?|(?:{class_item})+-?)\]"  # '-' also first or last
+    number = "(?:0|[1-9][0-9]{0,2})"
+    pairs = [f"{d},[{d}-9]" for d in range(10)]  # n <= m, both one digit
+    pairs += ["[0-9],[1-9][0-9]{1,2}", "[1-9][0-9],[1-9][0-9]{2}"]  # m has more digits
+    pairs += [f"{a}[0-9],[{a + 1}-9][0-9]" for a in range(1, 9)]  # two digits each
+    pairs += [f"{a}{b},{a}[{b}-9]" for a in range(1, 10) for b in range(10)]
+    quantifier = rf"(?:[*+?]|\{{{number},?\}}|\{{(?:{'|'.join(pairs)})\}})\??"
+    anchor = r"\^|\$|\\[bB]"
+    alternation = ""
+    for level in range(depth + 1):
+        group = [rf"\((?:\?:)?{alternation}\)"] if level else []
+        atom = "|".join([literal, r"\.", escape, char_class] + group)
+        term = rf"(?:{anchor}|(?:{atom})(?:{quantifier})?)"
+        alternation = rf"(?:{term}*(?:\|{term}*)*)"
+    return alternation
+
+
+_REGEX = _regex_syntax(3)
+
 FORMAT_REGEXES: dict[str, str] = {
     "date-time": _DATE_TIME,
     "date": _DATE,
@@ -906,11 +995,12 @@ FORMAT_REGEXES: dict[str, str] = {
     "uri-template": _URI_TEMPLATE,
     "json-pointer": _JSON_POINTER,
     "relative-json-pointer": _RELATIVE_JSON_POINTER,
+    "regex": _REGEX,
 }
 """Full-match regexes (our dialect) for each supported format; each is a sound subset."""
 
 
-KNOWN_FORMATS = frozenset(FORMAT_REGEXES) | {"regex"}
+KNOWN_FORMATS = frozenset(FORMAT_REGEXES)
 
 
 def is_known_format(name: str) -> bool:
@@ -928,13 +1018,7 @@ def _format_dfa_cached(name: str) -> Dfa:
 
 
 def format_dfa(name: str, pointer: str = "") -> Dfa | None:
-    """The decoded strings valid for `format`, or None for a format that is only an annotation.
-
-    "regex" is not regular; it raises UnsupportedSchemaError (the caller may widen it under
-    lenient=True by passing format=None).
-    """
-    if name == "regex":
-        raise UnsupportedSchemaError("format", pointer, "format 'regex' (valid regexes) is not a regular language")
+    """The decoded strings valid for `format`, or None for a format that is only an annotation."""
     if name not in FORMAT_REGEXES:
         return None
     return _format_dfa_cached(name)

@@ -51,7 +51,8 @@ def check(compiler, tokenizer, schema, valid=(), invalid=(), **options):
     (Validation semantics: members in any order unless the test asks for another order.)"""
     options.setdefault("property_order", "any")
     compiled = compiler.compile_ir(json_schema_to_grammar(schema, **options))
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
     for data in valid:
         assert validator.is_valid(data), f"test bug: {data!r} is invalid"
         compact = json.dumps(data, separators=(",", ":"))
@@ -639,6 +640,21 @@ def test_ref_into_a_non_keyword_member(compiler, tokenizer):
               "Sample": {"type": "object", "properties": {"att": {"$ref": "#/definitions/Attribute"}}},
               "type": "array", "items": {"$ref": "#/Sample"}}
     check(compiler, tokenizer, schema, [[{"att": {"n": 1}}], []], [[{"att": {"n": "x"}}], [1]])
+
+
+def test_relative_root_id(compiler, tokenizer):
+    """A root $id without a scheme ("example.org/a.json") is the base of "#/..." references."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "$id": "example.org/schemas/a.json",
+              "type": "object", "additionalProperties": {"$ref": "#/definitions/item"},
+              "definitions": {"item": {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}}}
+    check(compiler, tokenizer, schema, [{"x": {"n": 1}}, {}], [{"x": {}}, {"x": 1}])
+
+
+def test_format_regex_and_lookahead_patterns(compiler, tokenizer):
+    schema = {"type": "object", "properties": {"re": {"type": "string", "format": "regex"},
+                                               "key": {"type": "string", "pattern": "^(?!@@)[\\w@]+$"}}}
+    check(compiler, tokenizer, schema, [{"re": "^[a-z]{3,16}$"}, {"re": "(a|b)*"}, {"key": "@a"}, {"key": "a@@"}],
+          [{"re": "*"}, {"re": "\\"}, {"re": "a{2,1}"}, {"key": "@@a"}, {"key": "a b"}])
 
 
 def test_empty_length_range_in_one_branch_only_empties_that_branch(compiler, tokenizer):

@@ -314,6 +314,7 @@ FORMAT_SAMPLES = {
     "json-pointer": ["", "/a/b", "/a~0b~1", "a", "/~2"],
     "relative-json-pointer": ["0", "1/a", "2#", "-1", "01"],
     "uri-template": ["http://x/{id}", "{+path}/here", "{a,b}", "{", "x{y"],
+    "regex": ["^[a-zA-Z0-9_]{3,16}$", "(a|b)*c", "*", "\\", "a{2,1}", "[z-a]", "(", "a**", "^*", "\\bx\\b"],
 }
 
 
@@ -341,7 +342,9 @@ def test_formats_are_sound_for_jsonschema_and_accept_common_values(fmt):
     ("time", "00:00:00z"), ("email", "x@example.org"), ("hostname", "sub.example.com"), ("ipv4", "10.0.0.255"),
     ("ipv6", "::ffff:10.0.0.1"), ("ipv6", "2001:db8::1"), ("uuid", "00000000-0000-0000-0000-000000000000"),
     ("uri", "https://example.com/x?y#z"), ("json-pointer", "/a~1b"), ("relative-json-pointer", "0#"),
-    ("duration", "P3DT4H"), ("uri-template", "/users/{id}{?q,page}"),
+    ("duration", "P3DT4H"), ("uri-template", "/users/{id}{?q,page}"), ("regex", "^[a-zA-Z0-9_]{3,16}$"),
+    ("regex", "^(?:[a-z]+\\.)*[a-z]{2,}$"), ("regex", "^\\d{1,3}(\\.\\d+)?\\s*(px|em|%)$"), ("regex", ""),
+    ("regex", "[\\w.-]+@[^@\\s]+"), ("regex", "^\\/api\\/v[0-9]{1,2}\\/"),
 ])
 def test_formats_accept_typical_values(fmt, value):
     assert matches(string_expr(format=fmt), json.dumps(value))
@@ -375,13 +378,26 @@ def test_ipv4_and_ipv6_match_ipaddress_module_on_random_samples():
             assert dfa.accepts(value) == ok, (fmt, value)
 
 
-def test_unknown_format_is_an_annotation_and_regex_format_is_unsupported():
+def test_unknown_format_is_an_annotation():
     assert not is_known_format("color-hex")
     assert format_dfa("color-hex") is None
     assert string_expr(format="color-hex") == ANY_STRING
-    with pytest.raises(UnsupportedSchemaError) as info:
-        string_expr(format="regex", pointer="#/properties/r")
-    assert info.value.keyword == "format" and info.value.pointer == "#/properties/r/format"
+
+
+def test_regex_format_is_a_sound_subset_of_what_re_compiles():
+    """Format "regex" is a regular subset (groups nested <= 3 deep): every sampled value
+    compiles with Python's re (jsonschema's check); common malformed regexes are rejected."""
+    dfa = format_dfa("regex")
+    rng = random.Random(11)
+    for _ in range(3000):
+        state, text = 0, []
+        while dfa.trans[state] and not (state in dfa.finals and rng.random() < 0.1):
+            lo, hi, state = rng.choice(dfa.trans[state])
+            text.append(chr(rng.randint(lo, min(hi, lo + 300))))
+        re.compile("".join(text))  # raises re.error if the subset were unsound
+    for bad in ["*", "\\", "a{2,1}", "[z-a]", "(", ")", "a)", "a**", "^*", "[]", "(?<n>a)", "[\\d-z]", "\\B*"]:
+        assert not dfa.accepts(bad), bad
+    assert dfa.accepts("((a|b)+c)?") and not dfa.accepts("((((a))))")  # nesting depth 3, not 4
 
 
 @pytest.mark.parametrize("pattern", ["(?=a)", "(?!a)", "(?<=a)b", "(a)\\1", "\\bword", "\\p{L}", "a{,3}", "[]",
@@ -419,6 +435,38 @@ def test_pattern_semantics_details():
     expr = string_expr(pattern="^.$")
     assert matches(expr, '"\\ud83d\\ude00"') and matches(expr, json.dumps("\U0001F600", ensure_ascii=False))
     assert not matches(expr, '"\\ud83d"') and not matches(expr, '"\\ude00\\ud83d"')
+
+
+LOOKAHEAD_PATTERNS = ["^(?!@@)[@a-zA-Z0-9_-]+$", "^(?!io\\.papermc\\.)([a-zA-Z_$][a-zA-Z\\d_$]*\\.)*[a-zA-Z_$]\\w*$",
+                      "^(?!pattern$).*$", "^(?=[^=]+$)(?!\\s+$)(.|\\n)+$", "^(?=.*\\d)(?=.*[a-z])\\S{3,8}$",
+                      "^(?!.*(ab|\\{c\\})).*x$"]
+
+
+@pytest.mark.parametrize("pattern", LOOKAHEAD_PATTERNS)
+def test_lookaheads_after_a_leading_caret_agree_with_re(pattern):
+    """^(?=X)(?!Y)R is R's language intersected with X.* and minus Y.*: never accepts what
+    re.search rejects, and equals it on text without newlines (where ECMA and Python agree)."""
+    dfa = pattern_dfa(pattern)
+    rng = random.Random(7)
+    alphabet = "@ab_-.io\\papermcPT=: {}$1x\n"
+    texts = ["pattern", "pattern\n", "@@x", "@x", "io.papermc.x", "io.x", "abc1x", "a1b", "  ", "=", "a{c}x"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10))) for _ in range(3000)]
+    for text in texts:
+        if dfa.accepts(text) or "\n" not in text:
+            assert dfa.accepts(text) == bool(re.search(pattern, text)), (pattern, text)
+
+
+def test_negative_lookaheads_are_widened_to_both_engines():
+    # Python's '$' also matches before a final newline: (?!a$) must reject "a\n" (re does)
+    dfa = pattern_dfa("^(?!a$)[a\n]*")
+    assert not dfa.accepts("a\n") and dfa.accepts("aa\n") and dfa.accepts("")
+    # Python's \d includes Arabic-Indic digits: (?!\d) must reject them (re does)
+    dfa = pattern_dfa("^(?!\\d).+")
+    assert not dfa.accepts("\u0663x") and not dfa.accepts("7") and dfa.accepts("x7")
+    # a lookahead not right after a leading '^' is still unsupported
+    for pattern in ["a(?=b)", "^a(?!b)", "^(a(?!b))", "x|^(?!a)b", "^(?!(?!a))"]:
+        with pytest.raises(UnsupportedSchemaError):
+            pattern_dfa(pattern, "#/p")
 
 
 def test_patterns_that_match_everything_cost_nothing():
