@@ -182,7 +182,7 @@ def advance(
     frame_state, frame_parent, frame_count, frame_table,
     cur_s, cur_p, data, buf_s, buf_p, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
 ):
-    """Run the closed stack set cur over `data`.
+    """Run the closed stack set cur over the bytes `data`.
 
     Returns (status, offset, n_kernel, n_closure, flags): the new set is buf[offset:offset+n_closure]
     with the kernel (stacks straight after the last byte) first.  status 0 means ok, 1 means the
@@ -432,12 +432,19 @@ def run_closure(pda, pool, ws, n_raw, max_tops):
 
 
 @njit(cache=True, nogil=True)
-def run_advance(pda, pool, ws, cur_s, cur_p, data, max_tops):
-    """advance() on packed arguments; the result lies in the workspace buffers."""
+def run_advance(pda, pool, ws, cur_s, cur_p, data, start, end, max_tops):
+    """advance() over data[start:end] on packed arguments: (status, new_s, new_p, n_kernel,
+    flags), the new closed set copied out with its kernel first (empty arrays unless status 0)."""
     a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
     fs, fp, fc, ft = _pool_views(pool)
     buf_s, buf_p, _, _, _, _, ss, sp, se, ep = _ws_views(ws)
-    return advance(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, cur_s, cur_p, data, buf_s, buf_p, ss, sp, se, ep, max_tops)
+    status, offset, n_kernel, n, flags = advance(
+        a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, cur_s, cur_p, data[start:end], buf_s, buf_p, ss, sp, se,
+        ep, max_tops,
+    )
+    if status != 0:
+        n = 0
+    return status, buf_s[offset : offset + n].copy(), buf_p[offset : offset + n].copy(), n_kernel, flags
 
 
 @njit(cache=True)
@@ -474,10 +481,11 @@ def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, 
     check each stack's uncertain tokens against the real stack.  Every kernel state's mask must
     be computed (mask_index kind >= 0).  Returns 0 or an ERR_* status (then call again)."""
     n_words = words.shape[0]
-    for i in range(n_words):
-        words[i] = 0
     grammar_words = mask_pool[0:n_words]
     n = kernel_s.shape[0]
+    if n == 0:
+        for w in range(n_words):
+            words[w] = 0
     for i in range(n):
         s = kernel_s[i]
         base = s * MASK_FIELDS
@@ -485,21 +493,31 @@ def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, 
         data = mask_pool[mask_index[base + 1] : mask_index[base + 1] + mask_index[base + 2]]
         u_off = mask_index[base + 3]
         u_n = mask_index[base + 4]
+        # The first stack writes `words` outright (no zeroing pass); later ones OR into it.
         if kind == KIND_ACCEPTED_LIST:
+            if i == 0:
+                for w in range(n_words):
+                    words[w] = 0
             for t in data:
                 _set_bit(words, t)
         elif kind == KIND_ACCEPTED_BITSET:
-            for w in range(n_words):
-                words[w] |= data[w]
+            if i == 0:
+                words[:] = data
+            else:
+                for w in range(n_words):
+                    words[w] |= data[w]
         else:
             # All grammar tokens but the rejected and uncertain ones.
-            scratch = grammar_words.copy()
+            target = words if i == 0 else grammar_words.copy()
+            if i == 0:
+                words[:] = grammar_words
             for t in data:
-                scratch[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+                target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
             for t in mask_pool[u_off + u_n : u_off + 2 * u_n]:
-                scratch[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
-            for w in range(n_words):
-                words[w] |= scratch[w]
+                target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+            if i > 0:
+                for w in range(n_words):
+                    words[w] |= target[w]
         if u_n > 0:
             result = np.empty(u_n, dtype=np.int8)
             status = _walk_packed(

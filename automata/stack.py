@@ -140,18 +140,20 @@ class StackRunner:
                 return buf_s[:count].copy(), buf_p[:count].copy(), n_kernel, flags
             self.handle(count)
 
-    def advance(self, closure_s: np.ndarray, closure_p: np.ndarray, data: np.ndarray):
-        """None if the bytes are rejected, else (kernel_s, kernel_p, closure_s, closure_p, flags)."""
+    def advance(self, closure_s: np.ndarray, closure_p: np.ndarray, data: np.ndarray, start: int = 0,
+                end: int = -1):
+        """None if the bytes data[start:end] (end -1: all) are rejected, else (kernel_s, kernel_p,
+        closure_s, closure_p, flags)."""
+        if end < 0:
+            end = len(data)
         while True:
-            status, offset, n_kernel, n_closure, flags = kernels.run_advance(
-                self.pda.blob, self.pool.blob, self.ws.blob, closure_s, closure_p, data, self.budgets.max_stack_tops
+            status, new_s, new_p, n_kernel, flags = kernels.run_advance(
+                self.pda.blob, self.pool.blob, self.ws.blob, closure_s, closure_p, data, start, end,
+                self.budgets.max_stack_tops,
             )
             if status == 1:
                 return None
             if status == 0:
-                buf_s, buf_p = self.ws.buffers()
-                new_s = buf_s[offset : offset + n_closure].copy()
-                new_p = buf_p[offset : offset + n_closure].copy()
                 return new_s[:n_kernel], new_p[:n_kernel], new_s, new_p, flags
             self.handle(status)
 

@@ -19,7 +19,7 @@ FILL_MEMO_ENTRIES = 32
 """Bitmasks a matcher keeps for stack sets whose fill needed uncertain-token walks."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _MatchState:
     """One point of the parse: the kernel stacks (straight after the last byte, the ones whose
     masks are unioned), their epsilon closure (what the next byte steps from), and whether the
@@ -60,7 +60,8 @@ class GrammarMatcher:
         self.max_rollback_tokens = max_rollback_tokens
         compiler = compiled_grammar.compiler
         self._runner = StackRunner(compiled_grammar.pda, compiler.budgets, compiler.trie.max_token_length)
-        self._decoded = info.decoded_vocab
+        self._vocab_bytes = info.flat_vocab()[0]
+        self._vocab_offsets = info.flat_offsets_list()  # token t is _vocab_bytes[offsets[t]:offsets[t + 1]]
         self._words = (self.vocab_size + 31) // 32
         self._trie_blob = compiler.trie.blob
         self._initial = self._make_state(
@@ -70,6 +71,7 @@ class GrammarMatcher:
         self._state = self._initial
         self._history: list[_MatchState] = []
         self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._row_cache: tuple | None = None
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -101,7 +103,12 @@ class GrammarMatcher:
         Returns True (the row may forbid tokens), as XGrammar does.  A terminated matcher allows only
         stop tokens.
         """
-        row = _writable_row(bitmask, index, self._words)
+        cached = self._row_cache  # the checked row view of the numpy bitmask used last time
+        if cached is not None and cached[0] is bitmask and cached[1] == index:
+            row = cached[2]
+        else:
+            row = _writable_row(bitmask, index, self._words)
+            self._row_cache = (bitmask, index, row) if isinstance(row, np.ndarray) else None
         words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
         self._fill_words(words)
         if words is not row:
@@ -167,10 +174,10 @@ class GrammarMatcher:
                 return False
             self._push(_MatchState(state.kernel_s, state.kernel_p, state.closure_s, state.closure_p, True, True))
             return True
-        data = self._decoded[token_id]
-        if not data:
+        start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
+        if start == end:
             return False  # special or padding token
-        return self._advance(data)
+        return self._advance(self._vocab_bytes, start, end)
 
     def accept_string(self, text: str | bytes) -> bool:
         """Advance over a whole string (one rollback step); False and no change if not allowed."""
@@ -179,11 +186,11 @@ class GrammarMatcher:
             raise RuntimeError("the matcher has terminated; call reset() or rollback()")
         if not data:
             return True
-        return self._advance(data)
+        return self._advance(np.frombuffer(data, dtype=np.uint8), 0, len(data))
 
-    def _advance(self, data: bytes) -> bool:
+    def _advance(self, data: np.ndarray, start: int, end: int) -> bool:
         state = self._state
-        got = self._runner.advance(state.closure_s, state.closure_p, np.frombuffer(data, dtype=np.uint8))
+        got = self._runner.advance(state.closure_s, state.closure_p, data, start, end)
         if got is None:
             return False
         kernel_s, kernel_p, closure_s, closure_p, flags = got

@@ -178,6 +178,7 @@ class TokenizerInfo:
 
         self._flat: tuple[np.ndarray, np.ndarray] | None = None
         self._sorted_ids: np.ndarray | None = None
+        self._flat_offsets_list: list[int] | None = None
 
     # ------------------------------------------------------------------ constructors
 
@@ -283,6 +284,12 @@ class TokenizerInfo:
             self._flat = (data, offsets)
         return self._flat
 
+    def flat_offsets_list(self) -> list[int]:
+        """flat_vocab()'s offsets as a Python list (indexing it is cheaper per token)."""
+        if self._flat_offsets_list is None:
+            self._flat_offsets_list = self.flat_vocab()[1].tolist()
+        return self._flat_offsets_list
+
     def sorted_grammar_token_ids(self) -> np.ndarray:
         """grammar_token_ids ordered by their bytes (lexicographic), for building a token trie."""
         if self._sorted_ids is None:
@@ -305,6 +312,7 @@ class TokenizerInfo:
         state = dict(self.__dict__)
         state["_flat"] = None
         state["_sorted_ids"] = None
+        state["_flat_offsets_list"] = None
         return state
 
 

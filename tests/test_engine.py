@@ -92,6 +92,40 @@ def test_mask_equals_regex_brute_force(name):
     assert matcher.accept_token(eos) and matcher.is_terminated()
 
 
+# Three rules live at once after "a": the fill ORs masks of different kinds (a mostly-accepting
+# rule stored as a rejected list or bitset, short accepted lists), whichever stack comes first.
+THREE_WAY = Grammar({
+    "root": alt(ref("text"), ref("word"), ref("number")),
+    "text": seq(lit("a"), star(char_class([(0x22, 0x22), (0x5C, 0x5C), (0, 0x1F)], negated=True)), lit(".")),
+    "word": seq(lit("a"), lit("bc")),
+    "number": seq(lit("a"), plus(DIGIT)),
+})
+THREE_WAY_REGEX = regex.compile(r'a[^"\\\x00-\x1f]*\.|abc|a[0-9]+')
+
+
+@pytest.mark.parametrize("text", ["a12", "abc", "ab x."])
+def test_fill_over_several_stacks_equals_brute_force(text):
+    info = tokenizer_info("llama3")
+    compiled = grammar_compiler("llama3").compile_ir(THREE_WAY, normalize=False)
+    matcher = pm.GrammarMatcher(compiled)
+    rng = np.random.default_rng(2)
+    prefix = b""
+    for ch in text:
+        mask = mask_of(matcher)
+        candidates = set(np.flatnonzero(mask).tolist()) | set(rng.choice(info.vocab_size, 3000, replace=False).tolist())
+        for t in candidates:
+            data = info.decoded_vocab[t]
+            if t in info.stop_token_ids:
+                expected = THREE_WAY_REGEX.fullmatch(prefix.decode()) is not None
+            else:
+                expected = bool(data) and regex_allows(THREE_WAY_REGEX, prefix + data)
+            assert mask[t] == expected, (prefix, data)
+        assert matcher.accept_string(ch)
+        prefix += ch.encode()
+    kinds = {int(k) for k in compiled.mask_index[0::5] if k >= 0}
+    assert len(kinds) >= 2  # the fills above combined masks of different kinds
+
+
 PARENS = Grammar({"root": star(seq(lit("("), ref("root"), lit(")")))})
 
 
