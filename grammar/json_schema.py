@@ -92,6 +92,9 @@ INDENT_DEPTH_LIMIT = 12
 
 MAX_RULES = 20_000
 MAX_BRANCHES = 512
+MAX_DISJOINT_CHECKS = 2000
+"""Pairwise disjointness checks one oneOf (with the oneOfs its branches reach) may make; past
+it branches count as overlapping (conservative: the oneOf is then negated or unsupported)."""
 MAX_INLINE_DEPTH = 40
 ANY_ORDER_MAX_MEMBERS = 6
 """With property_order="any", objects with at most this many named members accept them in any
@@ -273,6 +276,8 @@ class _Compiler:
         self.inline_depth = 0
         self.retrieved: list = []
         self.no_negation = 0
+        self.one_of_depth = 0
+        self.disjoint_checks = 0
         self.static_dynamic: str | None = None
         self.draft = draft_of(schema)
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
@@ -554,6 +559,15 @@ class _Compiler:
 
     def one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
         """oneOf as anyOf when its branches (with their siblings) are provably disjoint."""
+        if self.one_of_depth == 0:
+            self.disjoint_checks = 0
+        self.one_of_depth += 1
+        try:
+            return self._one_of(schema, siblings, pointer)
+        finally:
+            self.one_of_depth -= 1
+
+    def _one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
         groups = []
         for i, sub in enumerate(schema["oneOf"]):
             terms = []
@@ -574,8 +588,7 @@ class _Compiler:
             for g in groups:
                 terms = []
                 for term in g:
-                    m = self.merge(term, {"type": [t]}, pointer) if isinstance(term, dict) else term
-                    terms.extend(_as_terms(m))
+                    terms.extend(_as_terms(self.restrict_type(term, t, pointer)))
                 restricted.append(terms)
             live = [g for g in restricted if g]
             if len(live) < 2:
@@ -609,6 +622,16 @@ class _Compiler:
         for value in doubled_values:
             out = self.merge_all(out, self.dnf(self.negate({"const": value}, pointer), pointer), pointer)
         return out
+
+    def restrict_type(self, term, t: str, pointer: str):
+        """A DNF term limited to instances of type t; a reference is inlined for that when it
+        can be (a branch "$ref" to an object schema without "type" also accepts every string)."""
+        if isinstance(term, _RefMarker):
+            try:
+                return self.merge(term, {"type": [t]}, pointer)
+            except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
+                return term
+        return self.merge(term, {"type": [t]}, pointer) if isinstance(term, dict) else term
 
     def disjoint_when_non_empty(self, groups: list) -> bool:
         """Are the branches' array terms disjoint on non-empty arrays (their first items cannot
@@ -667,7 +690,8 @@ class _Compiler:
 
     def disjoint(self, x, y, level: int) -> bool:
         """True only when no instance can satisfy both terms (conservative)."""
-        if level > 6:
+        self.disjoint_checks += 1
+        if level > 6 or self.disjoint_checks > MAX_DISJOINT_CHECKS:
             return False
         if isinstance(x, _RefMarker) or isinstance(y, _RefMarker):
             try:
@@ -710,8 +734,8 @@ class _Compiler:
                 sx, sy = _property_schema(x, name), _property_schema(y, name)
                 if (name in req_y and sx is False) or (name in req_x and sy is False):
                     return True
-                if name in req_x and name in req_y and sx is not None and sy is not None \
-                        and self._schemas_disjoint(sx, sy, level):
+                # one side has the member (required), and its value can satisfy only one side
+                if sx is not None and sy is not None and self._schemas_disjoint(sx, sy, level):
                     return True
             # both closed (additionalProperties false), one needs a member, no name fits both
             needs_member = any(f.get("required") or f.get("minProperties", 0) >= 1 for f in (x, y))

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import grammar_compiler, hf_tokenizer  # noqa: E402
+from support import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
@@ -670,6 +670,38 @@ def test_one_of_over_properties_keeps_objects_matching_one_branch(compiler, toke
     schema = {"oneOf": [{"properties": {"events": {"type": "array"}}}, {"properties": {"events": {"type": "string"}}}]}
     check(compiler, tokenizer, schema, [{"events": []}, {"events": "all"}, {"events": [], "x": 1}],
           [{}, {"x": 1}, {"events": 1}, 5, "s", None])
+
+
+def test_one_of_tagged_by_a_member_required_on_one_side(compiler, tokenizer):
+    """A member one branch requires, whose values the other branch's schema for it excludes,
+    makes the branches disjoint; "$ref" branches without "type" accept every non-object (so
+    those match all branches and are invalid)."""
+    schema = {"definitions": {"a": {"required": ["kind"], "properties": {"kind": {"const": "a"}, "n": {"type": "integer"}}},
+                              "b": {"properties": {"kind": {"enum": ["b", "B"]}}}},
+              "oneOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]}
+    check(compiler, tokenizer, schema, [{"kind": "a", "n": 1}, {}, {"kind": "b"}, {"kind": "B", "n": "x"}],
+          [{"kind": "c"}, {"kind": "a", "n": "x"}, "text", 5, None, [], True])
+
+
+def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
+    """A real schema whose oneOf branches reach further oneOfs (tabris colors): without a budget
+    the pairwise checks multiply for minutes; with it the compile ends with a clear error."""
+    import pushmask.grammar.json_schema as json_schema_module
+
+    schema = json.loads((DATA / "maskbench-dev" / "Github_easy---o37786.json").read_text())["schema"]
+    calls = 0
+    disjoint = json_schema_module._Compiler.disjoint
+
+    def counted(self, x, y, level):
+        nonlocal calls
+        calls += 1
+        return disjoint(self, x, y, level)
+
+    monkeypatch.setattr(json_schema_module._Compiler, "disjoint", counted)
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_schema_to_grammar(schema, property_order="any")
+    assert info.value.keyword == "oneOf"
+    assert calls < 50 * json_schema_module.MAX_DISJOINT_CHECKS
 
 
 def test_not_multiple_of_an_integer(compiler, tokenizer):
