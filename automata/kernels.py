@@ -30,6 +30,9 @@ FLAG_RULE_END = 2
 ERR_POOL_FULL = -1
 ERR_TOO_MANY_TOPS = -2
 ERR_BUFFER_FULL = -3
+# run_fill's requests (positive: nothing was written; the caller acts and calls again)
+FILL_MASKS_MISSING = 1  # a kernel state's mask is not computed yet
+FILL_UNCERTAIN = 2  # uncertain tokens need walks and the caller did not allow them yet
 
 RESULT_REJECT = 0
 RESULT_ACCEPT = 1
@@ -476,13 +479,25 @@ def _set_bit(words, t):
 
 
 @njit(cache=True, nogil=True)
-def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops):
+def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops,
+             uncertain_ok):
     """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks, then
-    check each stack's uncertain tokens against the real stack.  Every kernel state's mask must
-    be computed (mask_index kind >= 0).  Returns 0 or an ERR_* status (then call again)."""
+    check each stack's uncertain tokens against the real stack.  Returns 0 (written), an ERR_*
+    status (make room, call again), FILL_MASKS_MISSING (compute the kernel states' masks) or,
+    unless uncertain_ok, FILL_UNCERTAIN (walks are needed: the caller may have the bitmask
+    memoised).  The last two write nothing."""
     n_words = words.shape[0]
     grammar_words = mask_pool[0:n_words]
     n = kernel_s.shape[0]
+    uncertain = False
+    for i in range(n):
+        base = kernel_s[i] * MASK_FIELDS
+        if mask_index[base] < 0:
+            return FILL_MASKS_MISSING
+        if mask_index[base + 4] > 0:
+            uncertain = True
+    if uncertain and not uncertain_ok:
+        return FILL_UNCERTAIN
     if n == 0:
         for w in range(n_words):
             words[w] = 0

@@ -23,8 +23,8 @@ FILL_MEMO_ENTRIES = 32
 class _MatchState:
     """One point of the parse: the kernel stacks (straight after the last byte, the ones whose
     masks are unioned), their epsilon closure (what the next byte steps from), and whether the
-    input may end here.  Never modified once built (but for `masks_ready`, set once the grammar
-    holds every kernel state's mask), and cheap, since frames are shared: rollback restores one."""
+    input may end here.  Never modified once built (but for `memo_key`, set on the first fill
+    that needs uncertain-token walks), and cheap, since frames are shared: rollback restores one."""
 
     kernel_s: np.ndarray
     kernel_p: np.ndarray
@@ -32,8 +32,7 @@ class _MatchState:
     closure_p: np.ndarray
     can_end: bool
     terminated: bool = False
-    masks_ready: bool = False
-    memo_key: tuple | None = None  # set with masks_ready when fills of this state are memoised
+    memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
 
 
 class GrammarMatcher:
@@ -123,34 +122,43 @@ class GrammarMatcher:
                 words[t >> 5] |= np.int32(1) << np.int32(t & 31)
             return
         compiled = self.compiled_grammar
-        if not state.masks_ready:
-            compiled.ensure_masks(state.kernel_s)
-            state.masks_ready = True
-            uncertain = compiled.mask_index[state.kernel_s * kernels.MASK_FIELDS + 4]
-            state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end) if uncertain.any() else None
         # A fill that checks uncertain tokens against the stacks is memoised per stack set: the
         # result depends on nothing else, and inside a JSON string consecutive tokens leave the
-        # stacks identical (frames are hash-consed), so those fills become a copy.
-        if state.memo_key is not None:
-            cached = self._fill_memo.get(state.memo_key)
-            if cached is not None:
-                self._fill_memo.move_to_end(state.memo_key)
-                words[:] = cached
-                return
+        # stacks identical (frames are hash-consed), so those fills become a copy.  The kernel
+        # says when walks are needed (FILL_UNCERTAIN) before doing any, so a fill without them
+        # is a single call.
+        memo_key = state.memo_key
+        if memo_key is not None and self._copy_memoised(memo_key, words):
+            return
         runner = self._runner
         while True:
             status = kernels.run_fill(
                 words, state.kernel_s, state.kernel_p, state.can_end, self._stop_ids, compiled.pda.blob,
                 runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
-                runner.budgets.max_stack_tops,
+                runner.budgets.max_stack_tops, memo_key is not None,
             )
             if status == 0:
                 break
-            runner.handle(status)
-        if state.memo_key is not None:
-            self._fill_memo[state.memo_key] = words.copy()
+            if status == kernels.FILL_MASKS_MISSING:
+                compiled.ensure_masks(state.kernel_s)
+            elif status == kernels.FILL_UNCERTAIN:
+                memo_key = state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
+                if self._copy_memoised(memo_key, words):
+                    return
+            else:
+                runner.handle(status)
+        if memo_key is not None:
+            self._fill_memo[memo_key] = words.copy()
             if len(self._fill_memo) > FILL_MEMO_ENTRIES:
                 self._fill_memo.popitem(last=False)
+
+    def _copy_memoised(self, memo_key: tuple, words: np.ndarray) -> bool:
+        cached = self._fill_memo.get(memo_key)
+        if cached is None:
+            return False
+        self._fill_memo.move_to_end(memo_key)
+        words[:] = cached
+        return True
 
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
