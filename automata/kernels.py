@@ -435,19 +435,24 @@ def run_closure(pda, pool, ws, n_raw, max_tops):
 
 
 @njit(cache=True, nogil=True)
-def run_advance(pda, pool, ws, cur_s, cur_p, data, start, end, max_tops):
-    """advance() over data[start:end] on packed arguments: (status, new_s, new_p, n_kernel,
-    flags), the new closed set copied out with its kernel first (empty arrays unless status 0)."""
+def run_advance(pda, pool, ws, stacks, data, start, end, max_tops):
+    """advance() of a packed stack set over data[start:end]: (status, new stacks, n_kernel,
+    flags).  A packed set of n stacks is one int64 array, states [0, n) then parents [n, 2n),
+    the kernel first; the new set is empty unless status is 0."""
     a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
     fs, fp, fc, ft = _pool_views(pool)
     buf_s, buf_p, _, _, _, _, ss, sp, se, ep = _ws_views(ws)
+    half = stacks.shape[0] // 2
     status, offset, n_kernel, n, flags = advance(
-        a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, cur_s, cur_p, data[start:end], buf_s, buf_p, ss, sp, se,
-        ep, max_tops,
+        a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, stacks[:half], stacks[half:], data[start:end], buf_s,
+        buf_p, ss, sp, se, ep, max_tops,
     )
     if status != 0:
         n = 0
-    return status, buf_s[offset : offset + n].copy(), buf_p[offset : offset + n].copy(), n_kernel, flags
+    out = np.empty(2 * n, dtype=np.int64)
+    out[:n] = buf_s[offset : offset + n]
+    out[n:] = buf_p[offset : offset + n]
+    return status, out, n_kernel, flags
 
 
 @njit(cache=True)
@@ -479,16 +484,20 @@ def _set_bit(words, t):
 
 
 @njit(cache=True, nogil=True)
-def run_fill(words, kernel_s, kernel_p, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops,
+def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops,
              uncertain_ok):
-    """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks, then
+    """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks (the
+    first n_kernel of the packed set, see run_advance), then
     check each stack's uncertain tokens against the real stack.  Returns 0 (written), an ERR_*
     status (make room, call again), FILL_MASKS_MISSING (compute the kernel states' masks) or,
     unless uncertain_ok, FILL_UNCERTAIN (walks are needed: the caller may have the bitmask
     memoised).  The last two write nothing."""
     n_words = words.shape[0]
     grammar_words = mask_pool[0:n_words]
-    n = kernel_s.shape[0]
+    half = stacks.shape[0] // 2
+    kernel_s = stacks[:n_kernel]
+    kernel_p = stacks[half : half + n_kernel]
+    n = n_kernel
     uncertain = False
     for i in range(n):
         base = kernel_s[i] * MASK_FIELDS

@@ -140,21 +140,19 @@ class StackRunner:
                 return buf_s[:count].copy(), buf_p[:count].copy(), n_kernel, flags
             self.handle(count)
 
-    def advance(self, closure_s: np.ndarray, closure_p: np.ndarray, data: np.ndarray, start: int = 0,
-                end: int = -1):
-        """None if the bytes data[start:end] (end -1: all) are rejected, else (kernel_s, kernel_p,
-        closure_s, closure_p, flags)."""
+    def advance(self, stacks: np.ndarray, data: np.ndarray, start: int = 0, end: int = -1):
+        """None if the bytes data[start:end] (end -1: all) are rejected from the packed closed
+        stack set, else (new packed set, n_kernel, flags); see kernels.run_advance."""
         if end < 0:
             end = len(data)
         while True:
-            status, new_s, new_p, n_kernel, flags = kernels.run_advance(
-                self.pda.blob, self.pool.blob, self.ws.blob, closure_s, closure_p, data, start, end,
-                self.budgets.max_stack_tops,
+            status, new_stacks, n_kernel, flags = kernels.run_advance(
+                self.pda.blob, self.pool.blob, self.ws.blob, stacks, data, start, end, self.budgets.max_stack_tops,
             )
             if status == 1:
                 return None
             if status == 0:
-                return new_s[:n_kernel], new_p[:n_kernel], new_s, new_p, flags
+                return new_stacks, n_kernel, flags
             self.handle(status)
 
     def walk(self, trie_blob: np.ndarray, candidates: np.ndarray, init_s: np.ndarray, init_p: np.ndarray, offline: bool) -> np.ndarray:

@@ -21,18 +21,27 @@ FILL_MEMO_ENTRIES = 32
 
 @dataclass(slots=True)
 class _MatchState:
-    """One point of the parse: the kernel stacks (straight after the last byte, the ones whose
-    masks are unioned), their epsilon closure (what the next byte steps from), and whether the
-    input may end here.  Never modified once built (but for `memo_key`, set on the first fill
-    that needs uncertain-token walks), and cheap, since frames are shared: rollback restores one."""
+    """One point of the parse: the stacks as one packed int64 array (states, then parents; see
+    kernels.run_advance), the first n_kernel of which are the kernel (straight after the last
+    byte, the ones whose masks are unioned) and all of which the epsilon closure (what the next
+    byte steps from); and whether the input may end here.  Never modified once built (but for
+    `memo_key`, set on the first fill that needs uncertain-token walks), and cheap, since frames
+    are shared: rollback restores one."""
 
-    kernel_s: np.ndarray
-    kernel_p: np.ndarray
-    closure_s: np.ndarray
-    closure_p: np.ndarray
+    stacks: np.ndarray
+    n_kernel: int
     can_end: bool
     terminated: bool = False
     memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
+
+    @property
+    def kernel_s(self) -> np.ndarray:
+        return self.stacks[: self.n_kernel]
+
+    @property
+    def kernel_p(self) -> np.ndarray:
+        half = len(self.stacks) // 2
+        return self.stacks[half : half + self.n_kernel]
 
 
 class GrammarMatcher:
@@ -74,7 +83,7 @@ class GrammarMatcher:
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
-        return _MatchState(closure_s[:n_kernel], closure_p[:n_kernel], closure_s, closure_p, bool(flags & FLAG_END))
+        return _MatchState(np.concatenate([closure_s, closure_p]), n_kernel, bool(flags & FLAG_END))
 
     # -- queries --------------------------------------------------------------------------
 
@@ -133,7 +142,7 @@ class GrammarMatcher:
         runner = self._runner
         while True:
             status = kernels.run_fill(
-                words, state.kernel_s, state.kernel_p, state.can_end, self._stop_ids, compiled.pda.blob,
+                words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, compiled.pda.blob,
                 runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
                 runner.budgets.max_stack_tops, memo_key is not None,
             )
@@ -180,7 +189,7 @@ class GrammarMatcher:
         if token_id in self._stop_set:
             if not state.can_end:
                 return False
-            self._push(_MatchState(state.kernel_s, state.kernel_p, state.closure_s, state.closure_p, True, True))
+            self._push(_MatchState(state.stacks, state.n_kernel, True, True))
             return True
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
         if start == end:
@@ -198,13 +207,13 @@ class GrammarMatcher:
 
     def _advance(self, data: np.ndarray, start: int, end: int) -> bool:
         state = self._state
-        got = self._runner.advance(state.closure_s, state.closure_p, data, start, end)
+        got = self._runner.advance(state.stacks, data, start, end)
         if got is None:
             return False
-        kernel_s, kernel_p, closure_s, closure_p, flags = got
+        stacks, n_kernel, flags = got
         can_end = bool(flags & FLAG_END)
-        terminated = self.terminate_without_stop_token and can_end and len(closure_s) == 0
-        self._push(_MatchState(kernel_s, kernel_p, closure_s, closure_p, can_end, terminated))
+        terminated = self.terminate_without_stop_token and can_end and len(stacks) == 0
+        self._push(_MatchState(stacks, n_kernel, can_end, terminated))
         return True
 
     def _push(self, new_state: _MatchState) -> None:
@@ -232,18 +241,18 @@ class GrammarMatcher:
         if state.terminated:
             return ""
         out = bytearray()
-        closure_s, closure_p, can_end = state.closure_s, state.closure_p, state.can_end
+        stacks, can_end = state.stacks, state.can_end
         allowed = np.zeros(256, dtype=np.uint8)
         while not can_end and len(out) < 4096:
-            kernels.run_allowed_first_bytes(self.compiled_grammar.pda.blob, closure_s, allowed)
+            kernels.run_allowed_first_bytes(self.compiled_grammar.pda.blob, stacks[: len(stacks) // 2], allowed)
             choices = np.flatnonzero(allowed)
             if len(choices) != 1:
                 break
             b = int(choices[0])
-            got = self._runner.advance(closure_s, closure_p, np.array([b], dtype=np.uint8))
+            got = self._runner.advance(stacks, np.array([b], dtype=np.uint8))
             if got is None:
                 break
-            _, _, closure_s, closure_p, flags = got
+            stacks, _, flags = got
             can_end = bool(flags & FLAG_END)
             out.append(b)
         return _complete_utf8_prefix(bytes(out))
