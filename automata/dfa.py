@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..grammar.errors import BudgetExceededError
 from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq, iter_refs
+from ..grammar.partition import refine_partition
 from ..grammar.passes import map_refs
 from .utf8 import utf8_byte_ranges
 
@@ -348,18 +349,8 @@ def _trim(accepting, byte_edges, ref_edges):
 
 
 def _minimize(accepting, byte_edges, ref_edges):
-    """Moore partition refinement over interval-labelled edges, incremental.
-
-    Invariant after each round: all states of a block share one signature (their edges with
-    targets replaced by block ids).  When a block splits, its smaller parts get new ids and
-    only their predecessors need new signatures, so a round costs its frontier, not the whole
-    automaton (counted strings and numbers are long chains: one round per chain link).
-    """
+    """Moore partition refinement over interval-labelled edges (`refine_partition`)."""
     n = len(accepting)
-    block = [1 if a else 0 for a in accepting]
-    members: dict[int, set[int]] = {}
-    for s in range(n):
-        members.setdefault(block[s], set()).add(s)
     preds: list[set[int]] = [set() for _ in range(n)]
     for s in range(n):
         for _, _, t in byte_edges[s]:
@@ -367,7 +358,7 @@ def _minimize(accepting, byte_edges, ref_edges):
         for _, t in ref_edges[s]:
             preds[t].add(s)
 
-    def signature(s):
+    def signature(s, block):
         merged: list[list[int]] = []
         for lo, hi, t in byte_edges[s]:
             bt = block[t]
@@ -377,40 +368,13 @@ def _minimize(accepting, byte_edges, ref_edges):
                 merged.append([lo, hi, bt])
         return tuple(map(tuple, merged)), tuple((r, block[t]) for r, t in ref_edges[s])
 
-    sig: list = [None] * n
-    dirty = set(range(n))
-    next_id = 2
-    while dirty:
-        for s in dirty:
-            sig[s] = signature(s)
-        by_block: dict[int, list[int]] = {}
-        for s in dirty:
-            by_block.setdefault(block[s], []).append(s)
-        changed: list[int] = []
-        for b, dirty_members in by_block.items():
-            groups: dict = {}
-            clean = members[b].difference(dirty_members)
-            if clean:  # clean members share one signature, still valid
-                groups[sig[next(iter(clean))]] = clean
-            for s in dirty_members:
-                groups.setdefault(sig[s], set()).add(s)
-            if len(groups) == 1:
-                continue
-            parts = sorted(groups.values(), key=len, reverse=True)
-            members[b] = parts[0]
-            for part in parts[1:]:
-                members[next_id] = part
-                for s in part:
-                    block[s] = next_id
-                    changed.append(s)
-                next_id += 1
-        dirty = {p for s in changed for p in preds[s]}
+    block = refine_partition([1 if a else 0 for a in accepting], preds, signature)
     representative: dict[int, int] = {}
     for s in range(n):
         representative.setdefault(block[s], s)
     start_block = block[0]
     # Renumber blocks so that the start state's block is 0; edges re-merged after mapping.
-    ordered = [start_block] + [b for b in sorted(members) if b != start_block]
+    ordered = [start_block] + sorted(set(block) - {start_block})
     new_id = {b: i for i, b in enumerate(ordered)}
     out_accepting, out_bytes, out_refs = [], [], []
     for b in ordered:

@@ -15,8 +15,9 @@ How it works
    dependencies as anyOf, and pushing `not` inwards where it has a positive form.
    Subschemas below properties/items stay lazy (`{"allOf": [a, b]}`) until they are compiled,
    so recursive schemas never get expanded more than once.
-   oneOf is exact when its branches are provably disjoint (types, consts/enums, bounds, a required
-   discriminator property), when it only rules out a type that two branches accept wholesale,
+   oneOf is exact when its branches are provably disjoint (types, consts/enums, bounds, a
+   discriminator property that one branch requires and whose values the other excludes; checks
+   budgeted by MAX_DISJOINT_CHECKS), when it only rules out a type that two branches accept wholesale,
    or when every branch can be negated: oneOf [B1..Bn] = anyOf_i (Bi and not Bj, j != i).
 3. Each flat conjunction becomes, per allowed type, a leaf token (json_strings / json_numbers)
    or an object/array grammar.  Every compiled object/array schema and every `$ref` target gets

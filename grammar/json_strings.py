@@ -28,12 +28,15 @@ Soundness notes (the grammar never accepts a text whose decoded value breaks a c
   excludes \\n \\r U+2028 U+2029, `$` only at the very end, ...).  A regex without negation
   is monotone in its atoms, so the result is a subset of both languages and equals them on
   ASCII text.  Constructs where the engines disagree outright raise UnsupportedSchemaError.
+  Lookaheads are read only right after a leading '^' (an intersection or difference of
+  automata); a negative one's body takes the characters *either* engine matches, so the
+  difference stays a subset of both languages.
 - Formats are sound with respect to both their RFC and `jsonschema`'s FormatChecker with the
   optional packages installed here (see `FORMAT_REGEXES`), and reject every invalid string of
   the official JSON-Schema-Test-Suite.  Sound subsets, by design: no leap seconds (":60"),
   e-mail without quoted local parts or address literals, hostnames of at most 8 labels (a first
   of up to 63 characters, the rest up to 26) without "--" in label positions 3-4, IDN formats
-  restricted to ASCII.  Unknown formats are annotations:
+  restricted to ASCII, "regex" limited to groups nested 3 deep (`_regex_syntax`).  Unknown formats are annotations:
   `format_dfa` returns None for them and `string_expr(..., format=unknown)` accepts any
   string (check `is_known_format` to decide otherwise).
 """
@@ -49,6 +52,7 @@ from functools import lru_cache
 from typing import Callable, Iterable
 
 from .errors import SchemaError, UnsupportedSchemaError
+from .partition import refine_partition
 from .ir import (
     MAX_CODE_POINT, SURROGATES, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep, seq,
 )
@@ -213,26 +217,15 @@ class Dfa:
         return Dfa(trans, (number[s] for s in self.finals if s in number))
 
     def minimize(self) -> "Dfa":
-        """Moore partition refinement, incremental: returns an equivalent minimal trimmed DFA.
-
-        Invariant after each round: all states of a block have the same signature (their edges
-        with targets replaced by block ids).  When a block splits, the smaller parts get new
-        ids, and only their predecessors need new signatures; so a round costs the size of the
-        frontier, not of the automaton (number automata are long chains).
-        """
+        """An equivalent minimal trimmed DFA (incremental Moore refinement, `refine_partition`)."""
         dfa = self.trim()
         n = dfa.size
-        block = [1 if s in dfa.finals else 0 for s in range(n)]
-        members: dict[int, set[int]] = {}
-        for s in range(n):
-            members.setdefault(block[s], set()).add(s)
         preds: list[set[int]] = [set() for _ in range(n)]
         for s, edges in enumerate(dfa.trans):
             for _, _, t in edges:
                 preds[t].add(s)
-        sig: list = [None] * n
 
-        def signature(s):
+        def signature(s, block):
             merged: list = []
             for lo, hi, t in dfa.trans[s]:
                 b = block[t]
@@ -242,33 +235,7 @@ class Dfa:
                     merged.append((lo, hi, b))
             return tuple(merged)
 
-        dirty = set(range(n))
-        next_id = 2
-        while dirty:
-            for s in dirty:
-                sig[s] = signature(s)
-            by_block: dict[int, list[int]] = {}
-            for s in dirty:
-                by_block.setdefault(block[s], []).append(s)
-            changed: list[int] = []
-            for b, dirty_members in by_block.items():
-                groups: dict = {}
-                clean = members[b].difference(dirty_members)
-                if clean:  # clean members share one (still valid) signature
-                    groups[sig[next(iter(clean))]] = clean
-                for s in dirty_members:
-                    groups.setdefault(sig[s], set()).add(s)
-                if len(groups) == 1:
-                    continue
-                parts = sorted(groups.values(), key=len, reverse=True)
-                members[b] = parts[0]
-                for part in parts[1:]:
-                    members[next_id] = part
-                    for s in part:
-                        block[s] = next_id
-                        changed.append(s)
-                    next_id += 1
-            dirty = {p for s in changed for p in preds[s]}
+        block = refine_partition([1 if s in dfa.finals else 0 for s in range(n)], preds, signature)
         # Rebuild with block 0 = block of the initial state.
         trans_of: dict[int, list] = {}
         for s, edges in enumerate(dfa.trans):
@@ -1263,8 +1230,7 @@ def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, 
     """The JSON string token (quotes included) of strings meeting the constraints.
 
     Lengths count code points.  `pattern` is an unanchored ECMA-262 regex.  Unknown formats
-    are annotations and constrain nothing (see `is_known_format`); format "regex" raises
-    UnsupportedSchemaError.  An unsatisfiable combination gives NOTHING (the empty language);
+    are annotations and constrain nothing (see `is_known_format`).  An unsatisfiable combination gives NOTHING (the empty language);
     minLength > maxLength raises SchemaError.
     """
     lo, hi = check_lengths(min_length, max_length, pointer)
