@@ -17,13 +17,16 @@ one after another into `Pda.blob` behind a header of section offsets (kernels.PD
                                      caller (byte-level FOLLOW sets; empty for an unreferenced root)
 
 Each rule also gets a structural key (`rule_keys`): equal keys mean equal rule automata with
-equal referenced sub-automata, so per-state token masks can be shared across grammars.
+equal referenced sub-automata, so per-state token masks can be shared across grammars.  A state
+gets one too (`Pda.state_key`): the part of its rule it can still reach, so two states of
+different rules (an "any key but these names" automaton once past the names, and any other
+string of the same continuation) share their mask.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +34,10 @@ from ..grammar.errors import BudgetExceededError, GrammarError
 from ..grammar.ir import Grammar
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
+
+
+STATE_KEY_STATES = 512
+"""Reachable states past which a state's mask key falls back to its rule's key and index."""
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Pda:
     rule_first_state: np.ndarray
     blob: np.ndarray
     root_rule: int
+    _state_keys: dict = field(default_factory=dict, repr=False, compare=False)
 
     def _section(self, k: int) -> np.ndarray:
         return self.blob[self.blob[k] : self.blob[k + 1]]
@@ -112,6 +120,40 @@ class Pda:
 
     def nbytes(self) -> int:
         return self.blob.nbytes + self.rule_first_state.nbytes
+
+    def state_key(self, state: int, max_states: int = STATE_KEY_STATES) -> str:
+        """Structural key of what a state can still do: the states of its rule reachable from
+        it, numbered breadth-first, with their byte edges, accept flags and references (by the
+        referenced rules' keys).  Equal keys mean equal right languages, hence equal masks under
+        equal FOLLOW sets.  Past max_states reachable states the key is the rule key plus the
+        state's index (no sharing beyond the rule's, and no long walk)."""
+        key = self._state_keys.get(state)
+        if key is not None:
+            return key
+        accept, byte_ptr, ref_ptr = self.state_accept, self.byte_ptr, self.ref_ptr
+        byte_lo, byte_hi, byte_dst = self.byte_lo, self.byte_hi, self.byte_dst
+        ref_rule, ref_dst = self.ref_rule, self.ref_dst
+        number = {state: 0}
+        order = [state]
+        h = hashlib.sha256()
+        for s in order:  # grows while we walk it
+            a, b = int(byte_ptr[s]), int(byte_ptr[s + 1])
+            targets = byte_dst[a:b].tolist()
+            refs = list(zip(ref_rule[ref_ptr[s] : ref_ptr[s + 1]].tolist(), ref_dst[ref_ptr[s] : ref_ptr[s + 1]].tolist()))
+            for t in targets + [t for _, t in refs]:
+                if t not in number:
+                    number[t] = len(order)
+                    order.append(t)
+            if len(order) > max_states:
+                rule, local = self.local_state(state)
+                key = f"{self.rule_keys[rule]}/{local}"
+                break
+            h.update(repr((int(accept[s]), byte_lo[a:b].tolist(), byte_hi[a:b].tolist(), [number[t] for t in targets],
+                           [(self.rule_keys[r], number[t]) for r, t in refs])).encode())
+        else:
+            key = "s" + h.hexdigest()[:32]
+        self._state_keys[state] = key
+        return key
 
     def local_state(self, state: int) -> tuple[int, int]:
         """(rule, index of the state inside its rule's DFA)."""

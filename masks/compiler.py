@@ -4,6 +4,7 @@ computed per-state token masks, shared across grammars through the compiler's ca
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,11 @@ from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.ir import Grammar
 from .mask_cache import MaskCache, StateMask, build_state_mask, ids_to_bitset
+
+DELTA_RESULTS = 16
+"""Per-position walk results (128 KiB each for Llama-3) a compiler keeps as bases for delta walks."""
+DELTA_MAX_SHARE = 0.25
+"""A delta walk is used when it re-walks at most this share of the vocabulary."""
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
 
@@ -36,6 +42,20 @@ class GrammarCompiler:
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self._lock = threading.Lock()
+        # (id(pda), state) -> (pda, that state's per-position walk result), newest last: the
+        # bases of delta walks (the pda is kept so that a reused id never matches a stale entry)
+        self._walk_results: OrderedDict[tuple[int, int], tuple[Pda, np.ndarray]] = OrderedDict()
+
+    def _remember_walk(self, pda: Pda, state: int, result: np.ndarray) -> None:
+        with self._lock:
+            self._walk_results[(id(pda), state)] = (pda, result)
+            if len(self._walk_results) > DELTA_RESULTS:
+                self._walk_results.popitem(last=False)
+
+    def _recent_walks(self, pda: Pda) -> list[tuple[int, np.ndarray]]:
+        """The kept walk results of `pda`'s states, newest first."""
+        with self._lock:
+            return [(state, result) for (_, state), (p, result) in reversed(self._walk_results.items()) if p is pda]
 
     # -- front ends -------------------------------------------------------------------------
 
@@ -95,6 +115,8 @@ class GrammarCompiler:
 
     def clear_cache(self) -> None:
         self.cache.clear()
+        with self._lock:
+            self._walk_results.clear()
 
     def cache_stats(self) -> dict[str, int]:
         c = self.cache
@@ -161,24 +183,81 @@ class CompiledGrammar:
 
     def _lookup_or_compute(self, state: int) -> StateMask:
         compiler = self.compiler
-        rule, local = self.pda.local_state(state)
-        key = (self.pda.rule_keys[rule], self.pda.follow_key(rule), local)
+        rule = int(self.pda.state_rule[state])
+        key = (self.pda.state_key(state), self.pda.follow_key(rule))
         if compiler.cache_enabled:
             with compiler._lock:
                 cached = compiler.cache.get(key)
             if cached is not None:
                 return cached
-        if self._offline is None:
-            self._offline = StackRunner(self.pda, compiler.budgets, compiler.trie.max_token_length)
-        init_s = np.array([state], dtype=np.int64)
-        init_p = np.array([BOTTOM], dtype=np.int64)
-        trie = compiler.trie
-        result = self._offline.walk(trie.blob, trie.all_positions, init_s, init_p, offline=True)
-        mask = build_state_mask(result, trie.token_ids, self.tokenizer_info.vocab_size)
+        result = self._walk_result(state)
+        mask = build_state_mask(result, compiler.trie.token_ids, self.tokenizer_info.vocab_size)
         if compiler.cache_enabled:
             with compiler._lock:
                 compiler.cache.put(key, mask)
         return mask
+
+    def _walk_result(self, state: int) -> np.ndarray:
+        """Every trie position's verdict from `state` (one stack on BOTTOM), by a full walk or,
+        when a recently walked state of the same rule differs from it on few first bytes, by a
+        delta walk (see `_delta_base`).  Kept for later delta walks."""
+        if self._offline is None:
+            self._offline = StackRunner(self.pda, self.compiler.budgets, self.compiler.trie.max_token_length)
+        trie = self.compiler.trie
+        init_s = np.array([state], dtype=np.int64)
+        init_p = np.array([BOTTOM], dtype=np.int64)
+        base = self._delta_base(state)
+        if base is None:
+            result = self._offline.walk(trie.blob, trie.all_positions, init_s, init_p, offline=True)
+        else:
+            result, differing = base
+            result = result.copy()
+            for b in differing:
+                lo, hi = trie.first_byte_start[b], trie.first_byte_start[b + 1]
+                if hi > lo:
+                    result[lo:hi] = self._offline.walk(trie.blob, trie.all_positions[lo:hi], init_s, init_p, offline=True)
+        self.compiler._remember_walk(self.pda, state, result)
+        return result
+
+    def _byte_targets(self, state: int) -> np.ndarray | None:
+        """The target of each first byte from `state` (-1: none), or None when the state has
+        reference edges (its closure then holds other rules' states)."""
+        pda = self.pda
+        if pda.ref_ptr[state] != pda.ref_ptr[state + 1]:
+            return None
+        targets = np.full(256, -1, dtype=np.int64)
+        for e in range(int(pda.byte_ptr[state]), int(pda.byte_ptr[state + 1])):
+            targets[pda.byte_lo[e] : pda.byte_hi[e] + 1] = pda.byte_dst[e]
+        return targets
+
+    def _delta_base(self, state: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(walk result of a base state, first bytes on which `state` differs from it), or None.
+
+        Invariant that makes the delta exact: base and state are in the same rule (same FOLLOW
+        set), neither has reference edges (each closure is the state itself) and both have the
+        same accept flag; then a token whose first byte leads both to the same state (or both
+        nowhere) continues from identical stacks and gets the base's verdict.  Only tokens
+        starting with the differing bytes are walked again.
+        """
+        pda, trie = self.pda, self.compiler.trie
+        targets = self._byte_targets(state)
+        if targets is None:
+            return None
+        rule = pda.state_rule[state]
+        best = None
+        for other, result in self.compiler._recent_walks(pda):
+            if pda.state_rule[other] != rule or pda.state_accept[other] != pda.state_accept[state]:
+                continue
+            other_targets = self._byte_targets(other)
+            if other_targets is None:
+                continue
+            differing = np.flatnonzero(targets != other_targets)
+            cost = int(np.sum(trie.first_byte_start[differing + 1] - trie.first_byte_start[differing]))
+            if best is None or cost < best[0]:
+                best = (cost, result, differing)
+        if best is None or best[0] > DELTA_MAX_SHARE * len(trie.token_ids):
+            return None
+        return best[1], best[2]
 
     def precompute_masks(self) -> None:
         """Compute every state's mask now instead of on first visit."""

@@ -67,7 +67,7 @@ def ids_to_bitset(ids, num_words):
 
 
 class MaskCache:
-    """Masks keyed by (rule structural key, state index in the rule), LRU-evicted past a byte limit."""
+    """Masks keyed by (state structural key, FOLLOW set of its rule), LRU-evicted past a byte limit."""
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes = max_bytes

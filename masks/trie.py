@@ -7,6 +7,7 @@ Layout (N grammar tokens: non-special, non-empty; sorted by their bytes):
     tok_bytes[...]      uint8   the tokens' bytes, concatenated in sorted order
     lcp[N]              int32   length of the common prefix with the previous position (lcp[0] = 0)
     position_of[V]      int32   trie position of every token id, -1 for special and padding ids
+    first_byte_start[257] int64 positions [first_byte_start[b], first_byte_start[b+1]) start with byte b
 
 `blob` packs tok_offsets, lcp and tok_bytes (as int32) for the kernels (layout: kernels.TRIE_HEADER).
 """
@@ -43,6 +44,9 @@ class TokenTrie:
         self.position_of[self.token_ids] = np.arange(len(ids), dtype=np.int32)
         self.max_token_length = int(lengths.max()) if len(ids) else 0
         self.all_positions = np.arange(len(ids), dtype=np.int32)
+        # first_byte_start[b] .. first_byte_start[b + 1]: the positions whose token starts with byte b
+        first_bytes = self.tok_bytes[self.tok_offsets[:-1]] if len(ids) else np.zeros(0, dtype=np.uint8)
+        self.first_byte_start = np.searchsorted(first_bytes, np.arange(257)).astype(np.int64)
         n = len(ids)
         self.blob = np.empty(TRIE_HEADER + 2 * n + 1 + len(self.tok_bytes), dtype=np.int32)
         self.blob[:TRIE_HEADER] = (n, len(self.tok_bytes))

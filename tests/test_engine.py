@@ -9,6 +9,7 @@ import pytest
 import regex
 
 import pushmask as pm
+from pushmask.automata.kernels import BOTTOM
 from pushmask.grammar.ir import Grammar, alt, char_class, lit, opt, plus, ref, rep, seq, star
 
 from support import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
@@ -126,6 +127,31 @@ def test_fill_over_several_stacks_equals_brute_force(text):
     assert len(kinds) >= 2  # the fills above combined masks of different kinds
 
 
+DELTA_SCHEMAS = [
+    {"type": "object", "properties": {"alpha": {"type": "integer"}, "alpine": {"type": "string"}, "beta": {"enum": ["x", "xy"]}}},
+    {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-f0-9]{4,8}$"}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}}},
+     "required": ["id"], "additionalProperties": {"type": "number"}},
+]
+
+
+@pytest.mark.parametrize("schema", DELTA_SCHEMAS)
+def test_delta_walks_equal_full_walks(schema):
+    """Masks derived from a recently walked state of the same rule (re-walking only tokens whose
+    first byte the two states treat differently) equal a full walk, for every state."""
+    info = tokenizer_info("llama3")
+    compiler = pm.GrammarCompiler(info, cache_enabled=False)
+    compiled = compiler.compile_json_schema(schema, property_order="any")
+    trie = compiler.trie
+    deltas = 0
+    for state in range(compiled.num_states):
+        deltas += compiled._delta_base(state) is not None
+        derived = compiled._walk_result(state)
+        full = compiled._offline.walk(trie.blob, trie.all_positions, np.array([state], dtype=np.int64),
+                                      np.array([BOTTOM], dtype=np.int64), offline=True)
+        assert np.array_equal(derived, full), state
+    assert deltas >= 10  # the delta path really ran
+
+
 PARENS = Grammar({"root": star(seq(lit("("), ref("root"), lit(")")))})
 
 
@@ -210,6 +236,31 @@ def test_cached_masks_respect_each_grammars_follow_set(llama3_compiler):
             masks.append(bitmask.copy())
         assert np.array_equal(masks[0], masks[1]), text
         assert masks[0][0, closing // 32] >> (closing % 32) & 1
+
+
+def test_states_with_equal_continuations_share_masks_across_rules(llama3_compiler):
+    """"Any key but alpha/beta" and "any key but gamma" differ at their first states but, once a
+    key has left the names, continue alike: those states share cached masks (state keys), and
+    every mask of the second schema equals a fresh compiler's."""
+    def schema(names):
+        return {"type": "object", "properties": {name: {"type": "integer"} for name in names}}
+
+    info = llama3_compiler.tokenizer_info
+    shared = pm.GrammarCompiler(info)
+    shared.compile_json_schema(schema(["alpha", "beta"]), property_order="any").precompute_masks()
+    second = shared.compile_json_schema(schema(["gamma"]), property_order="any")
+    pda = second.pda
+    extra = [r for r, name in enumerate(pda.rule_names) if name.startswith("extra")]
+    assert len(extra) == 1
+    states = range(int(pda.rule_first_state[extra[0]]), int(pda.rule_first_state[extra[0] + 1]))
+    cached = [s for s in states if shared.cache.get((pda.state_key(s), pda.follow_key(extra[0]))) is not None]
+    assert 3 <= len(cached) < len(states)  # the key's free part, not its first states
+    second.precompute_masks()
+    fresh = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema(["gamma"]), property_order="any")
+    for state in range(second.num_states):
+        a, b = second.state_mask(state), fresh.state_mask(state)
+        assert a.kind == b.kind and np.array_equal(a.data, b.data), state
+        assert np.array_equal(a.uncertain_positions, b.uncertain_positions), state
 
 
 def test_invalid_token_ids_raise(smollm2_compiler):
