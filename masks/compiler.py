@@ -14,13 +14,13 @@ from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.ir import Grammar
 from .mask_cache import MaskCache, StateMask, build_state_mask, ids_to_bitset
+from .trie import TokenTrie
+from .vocab import TokenizerInfo
 
 DELTA_RESULTS = 16
 """Per-position walk results (128 KiB each for Llama-3) a compiler keeps as bases for delta walks."""
 DELTA_MAX_SHARE = 0.25
 """A delta walk is used when it re-walks at most this share of the vocabulary."""
-from .trie import TokenTrie
-from .vocab import TokenizerInfo
 
 
 class GrammarCompiler:
