@@ -487,8 +487,8 @@ def _set_bit(words, t):
 def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops,
              uncertain_ok):
     """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks (the
-    first n_kernel of the packed set, see run_advance), then
-    check each stack's uncertain tokens against the real stack.  Returns 0 (written), an ERR_*
+    first n_kernel of the packed set, see run_advance), then check each stack's uncertain
+    tokens against the real stack.  Returns 0 (written), an ERR_*
     status (make room, call again), FILL_MASKS_MISSING (compute the kernel states' masks) or,
     unless uncertain_ok, FILL_UNCERTAIN (walks are needed: the caller may have the bitmask
     memoised).  The last two write nothing."""
@@ -532,9 +532,11 @@ def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, ma
                     words[w] |= data[w]
         else:
             # All grammar tokens but the rejected and uncertain ones.
-            target = words if i == 0 else grammar_words.copy()
             if i == 0:
                 words[:] = grammar_words
+                target = words
+            else:
+                target = grammar_words.copy()
             for t in data:
                 target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
             for t in mask_pool[u_off + u_n : u_off + 2 * u_n]:

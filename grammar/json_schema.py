@@ -30,16 +30,17 @@ Documented limits (completeness, never soundness)
 ------------------------------------------------
 - Member order.  property_order="definition" (the default) takes definition order (below).
   With property_order="any", objects without maxProperties (and with minProperties no larger
-  than the number of required members) accept their members in any order.  Up to ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once,
-  required ones present, other members (additionalProperties / patternProperties) anywhere.
+  than the number of required members) accept their members in any order.  Up to
+  ANY_ORDER_MAX_MEMBERS (6) named members this is exact: each at most once, required ones
+  present, other members (additionalProperties / patternProperties) anywhere.
   Larger objects track only the required members (see `interleaved_members`): optional and
   additional members may come anywhere, and an optional name may repeat (json.loads keeps the
   last value, which validates too).  Past INTERLEAVE_ANY_ORDER_REQUIRED required members those
   keep the order of `properties` or of `required` among themselves.  Objects with
   maxProperties, and every object with property_order="definition", take definition order:
-  the properties of `properties` in the
-  order the schema lists them (required ones cannot be skipped, optional ones may be), then
-  `required` names not listed in `properties`, then any other members.  When allOf/$ref/anyOf
+  the properties of `properties` in the order the schema lists them (required ones cannot be
+  skipped, optional ones may be), then `required` names not listed in `properties`, then any
+  other members.  When allOf/$ref/anyOf
   branches are merged, the node's own properties come first, then each branch's new ones in
   branch order.  `const`/`enum` objects are accepted in the key order given.
 - "integer" accepts integer literals and, from draft 6 on, zero fractions such as 1.0 (as the
@@ -934,7 +935,7 @@ class _Compiler:
             self.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
             return NOTHING
         if max(lo, hi or 0) > COUNT_BLOCK and not patterns and not exclusions and \
-                (fmt is None or format_dfa(fmt, f"{pointer}/format") is None):
+                (fmt is None or format_dfa(fmt) is None):
             # only a length constraint, too long for one automaton: count in blocks
             return seq(lit('"'), self.counted(JSON_CHAR, lo, hi, "string_block"), lit('"'))
         try:
@@ -2179,7 +2180,6 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
     in the order the schema lists them, which also keeps generation on one path; "any" accepts
     them in any order (JSON objects are unordered), for validating existing documents.
-    dump
     """
     schema = _load(schema)
     try:

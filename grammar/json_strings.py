@@ -36,8 +36,8 @@ Soundness notes (the grammar never accepts a text whose decoded value breaks a c
   the official JSON-Schema-Test-Suite.  Sound subsets, by design: no leap seconds (":60"),
   e-mail without quoted local parts or address literals, hostnames of at most 8 labels (a first
   of up to 63 characters, the rest up to 26) without "--" in label positions 3-4, IDN formats
-  restricted to ASCII, "regex" limited to groups nested 3 deep (`_regex_syntax`).  Unknown formats are annotations:
-  `format_dfa` returns None for them and `string_expr(..., format=unknown)` accepts any
+  restricted to ASCII, "regex" limited to groups nested 3 deep (`_regex_syntax`).  Unknown
+  formats are annotations: `format_dfa` returns None for them and `string_expr(..., format=unknown)` accepts any
   string (check `is_known_format` to decide otherwise).
 """
 
@@ -905,15 +905,14 @@ _JSON_POINTER = r"(?:/(?:[^/~]|~[01])*)*"
 _RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{_JSON_POINTER})"
 
 
-
 def _regex_syntax(depth: int) -> str:
     """A sound subset of the regexes both ECMA-262 (with or without the u flag) and Python's
     `re.compile` (jsonschema's check) accept, with groups nested at most `depth` deep.
 
     Literals are any character but the syntax characters; escapes are \\d \\w \\s (and
     negations), \\n \\r \\t \\f \\v, \\uXXXX, \\xXX and escaped syntax characters or
-    '/'; classes hold such characters and escapes and ranges a-z, A-Z, 0-9 in order, '-' first or last; every atom
-    may take one quantifier (* + ? {n} {n,} {n,m} with n <= m, numbers below 1000), lazy or not;
+    '/'; classes hold such characters and escapes, ranges a-z, A-Z, 0-9 in order, and '-' first
+    or last; every atom may take one quantifier (* + ? {n} {n,} {n,m} with n <= m, numbers below 1000), lazy or not;
     ^ $ \\b \\B are never quantified.  Left out: lookarounds, backreferences, named groups,
     ranges across character kinds, lone ']' or '{' (literals only without the u flag).
     """
@@ -984,7 +983,7 @@ def _format_dfa_cached(name: str) -> Dfa:
     return dfa
 
 
-def format_dfa(name: str, pointer: str = "") -> Dfa | None:
+def format_dfa(name: str) -> Dfa | None:
     """The decoded strings valid for `format`, or None for a format that is only an annotation."""
     if name not in FORMAT_REGEXES:
         return None
@@ -1215,7 +1214,7 @@ def string_dfa(*, min_length=None, max_length=None, pattern=None, format=None, p
         keyword = "maxLength" if hi is not None else "minLength"
         parts.append((keyword, _budgeted(keyword, f"{pointer}/{keyword}", length_dfa, lo, hi, budget)))
     if format is not None:
-        fmt = format_dfa(format, f"{pointer}/format")
+        fmt = format_dfa(format)
         if fmt is not None:
             parts.append(("format", fmt))
     if not parts:
@@ -1230,12 +1229,12 @@ def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, 
     """The JSON string token (quotes included) of strings meeting the constraints.
 
     Lengths count code points.  `pattern` is an unanchored ECMA-262 regex.  Unknown formats
-    are annotations and constrain nothing (see `is_known_format`).  An unsatisfiable combination gives NOTHING (the empty language);
-    minLength > maxLength raises SchemaError.
+    are annotations and constrain nothing (see `is_known_format`).  An unsatisfiable combination
+    gives NOTHING (the empty language); minLength > maxLength raises SchemaError.
     """
     lo, hi = check_lengths(min_length, max_length, pointer)
     if (pattern is None or pattern_dfa(pattern, f"{pointer}/pattern").is_universal()) and \
-            (format is None or format_dfa(format, f"{pointer}/format") is None):
+            (format is None or format_dfa(format) is None):
         return seq(lit('"'), rep(JSON_CHAR, lo, hi), lit('"'))
     dfa = string_dfa(min_length=lo, max_length=hi, pattern=pattern, format=format, pointer=pointer)
     keyword = "pattern" if pattern is not None else "format"

@@ -183,9 +183,8 @@ class CompiledGrammar:
 
     def _lookup_or_compute(self, state: int) -> StateMask:
         compiler = self.compiler
-        rule = int(self.pda.state_rule[state])
-        key = (self.pda.state_key(state), self.pda.follow_key(rule))
-        if compiler.cache_enabled:
+        if compiler.cache_enabled:  # the key walks the state's reachable part: only when it is used
+            key = (self.pda.state_key(state), self.pda.follow_key(int(self.pda.state_rule[state])))
             with compiler._lock:
                 cached = compiler.cache.get(key)
             if cached is not None:
