@@ -2,15 +2,16 @@
 
 A *stack* is a pair (top_state, frame): top_state is a global DFA state and frame indexes an
 immutable frame (return_state, parent_frame) in a frame pool, or is ROOT (the stack below the
-root rule is empty) or BOTTOM (offline mask computation: below lies an unknown caller).
+root rule is empty), BOTTOM (offline mask computation: below lies an unknown caller) or CONT
+(offline: a caller's continuation, entered where the rule under BOTTOM ended).
 Frames are hash-consed, so equal stacks are equal pairs and sets of stacks dedupe as pairs,
 and a set of stacks is two parallel int32 arrays.  Byte steps never create frames; only entering
 a rule (a reference edge) does.
 
 Closure (epsilon moves): a reference edge (rule, return_state) pushes
 frame(return_state, frame) and moves the top to rule_start[rule]; an accepting top pops to its
-frame.  Popping ROOT sets FLAG_END (the input may end here); popping BOTTOM sets FLAG_RULE_END
-(the rule may end here, so what follows depends on the caller).
+frame.  Popping ROOT sets FLAG_END (the input may end here); popping BOTTOM or CONT sets
+FLAG_RULE_END (the rule may end here, so what follows depends on the caller).
 
 Every kernel returns a status: >= 0 is a count, ERR_* asks the caller to grow a buffer and retry
 (kernels are idempotent: frames they added are valid and reused) or to report a budget error.
@@ -23,6 +24,7 @@ from numba import njit
 
 ROOT = -1
 BOTTOM = -2
+CONT = -3
 
 FLAG_END = 1
 FLAG_RULE_END = 2
@@ -30,13 +32,7 @@ FLAG_RULE_END = 2
 ERR_POOL_FULL = -1
 ERR_TOO_MANY_TOPS = -2
 ERR_BUFFER_FULL = -3
-# run_fill's requests (positive: nothing was written; the caller acts and calls again)
-FILL_MASKS_MISSING = 1  # a kernel state's mask is not computed yet
-FILL_UNCERTAIN = 2  # uncertain tokens need walks and the caller did not allow them yet
 
-RESULT_REJECT = 0
-RESULT_ACCEPT = 1
-RESULT_UNCERTAIN = 2
 
 
 @njit(cache=True, inline="always")
@@ -113,10 +109,14 @@ def _append_unseen(buf_s, buf_p, start, n, state, parent, seen_state, seen_paren
 def closure(
     state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
     frame_state, frame_parent, frame_count, frame_table,
-    buf_s, buf_p, start, n_raw, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
+    buf_s, buf_p, start, n_raw, seen_state, seen_parent, seen_epoch, epoch_box, max_tops, callers,
 ):
     """Dedupe buf[start:start+n_raw] and append everything reachable by epsilon moves.
 
+    callers = (state_rule, returns_ptr, returns, root_rule, limit): with limit > 0, stacks on CONT
+    are continuations without frames: a rule entered from one starts on CONT too, and a rule that
+    ends on CONT goes on in each return state of its callers (on CONT again), or sets
+    FLAG_RULE_END when it has more than `limit` of them; the root rule ending sets FLAG_END.
     Returns (count, flags, n_distinct_raw); count < 0 is an ERR_* status.  The distinct raw pairs
     stay first, in their original order.
     """
@@ -143,9 +143,14 @@ def closure(
         p = buf_p[start + i]
         i += 1
         for e in range(ref_ptr[s], ref_ptr[s + 1]):
-            frame = intern_frame(frame_state, frame_parent, frame_count, frame_table, ref_dst[e], p)
-            if frame < 0:
-                return frame, 0, 0
+            if p == CONT and callers[4] > 0:
+                # Continuations keep no frames: the callee ends into every return state of its
+                # callers (ref_dst[e] among them), a superset of what the frame would return to.
+                frame = CONT
+            else:
+                frame = intern_frame(frame_state, frame_parent, frame_count, frame_table, ref_dst[e], p)
+                if frame < 0:
+                    return frame, 0, 0
             n = _append_unseen(buf_s, buf_p, start, n, rule_start[ref_rule[e]], frame,
                                seen_state, seen_parent, seen_epoch, epoch, max_tops)
             if n < 0:
@@ -158,6 +163,19 @@ def closure(
                     return n, 0, 0
             elif p == ROOT:
                 flags |= FLAG_END
+            elif p == CONT and callers[4] > 0:
+                state_rule, returns_ptr, returns, root_rule, limit = callers
+                r = state_rule[s]
+                if r == root_rule:
+                    flags |= FLAG_END
+                if returns_ptr[r + 1] - returns_ptr[r] > limit:
+                    flags |= FLAG_RULE_END
+                    continue
+                for k in range(returns_ptr[r], returns_ptr[r + 1]):
+                    n = _append_unseen(buf_s, buf_p, start, n, returns[k], CONT,
+                                       seen_state, seen_parent, seen_epoch, epoch, max_tops)
+                    if n < 0:
+                        return n, 0, 0
             else:
                 flags |= FLAG_RULE_END
     return n, flags, n_distinct_raw
@@ -183,7 +201,7 @@ def step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, n_src, b,
 def advance(
     state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
     frame_state, frame_parent, frame_count, frame_table,
-    cur_s, cur_p, data, buf_s, buf_p, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
+    cur_s, cur_p, data, buf_s, buf_p, seen_state, seen_parent, seen_epoch, epoch_box, max_tops, callers,
 ):
     """Run the closed stack set cur over the bytes `data`.
 
@@ -209,7 +227,7 @@ def advance(
         res = closure(
             state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
             frame_state, frame_parent, frame_count, frame_table,
-            buf_s, buf_p, dst, m, seen_state, seen_parent, seen_epoch, epoch_box, min(max_tops, half),
+            buf_s, buf_p, dst, m, seen_state, seen_parent, seen_epoch, epoch_box, min(max_tops, half), callers,
         )
         if res[0] < 0:
             if res[0] == ERR_TOO_MANY_TOPS and half < max_tops:
@@ -220,117 +238,6 @@ def advance(
         n_kernel = res[2]
         src = dst
     return 0, src, n_kernel, n, flags
-
-
-@njit(cache=True)
-def walk_tokens(
-    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
-    frame_state, frame_parent, frame_count, frame_table,
-    tok_offsets, tok_bytes, lcp, candidates, init_s, init_p, offline, follow,
-    buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before, seen_state, seen_parent, seen_epoch, epoch_box,
-    max_tops, result,
-):
-    """Classify the trie positions `candidates` (ascending) from the stack set init.
-
-    Walks the sorted vocabulary depth-first, reusing the stack set of the longest prefix shared with
-    the previous candidate; when the candidates are consecutive positions, a dead prefix's whole
-    subtree is skipped with a scan of lcp.
-    offline: init stacks sit on BOTTOM; a token is ACCEPT when some path consumes all of it inside
-    the rule (or ends the rule exactly at its end), UNCERTAIN when a path reaches the rule's end
-    with bytes left whose next byte is in `follow` (the rule's FOLLOW set: the caller decides),
-    else REJECT.  Online: ACCEPT or REJECT against the real stacks.
-    e_before[d] records whether such an uncertain exit happened before depth d; it depends only on
-    the first d bytes, so it is shared by every token with that prefix.
-    Returns 0 or an ERR_* status.
-    """
-    n_init = init_s.shape[0]
-    for i in range(n_init):
-        buf_s[i] = init_s[i]
-        buf_p[i] = init_p[i]
-    res = closure(
-        state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
-        frame_state, frame_parent, frame_count, frame_table,
-        buf_s, buf_p, 0, n_init, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
-    )
-    if res[0] < 0:
-        return res[0]
-    lvl_start[0] = 0
-    lvl_n[0] = res[0]
-    lvl_flag[0] = res[1]
-    end_flag = (FLAG_RULE_END | FLAG_END) if offline else FLAG_END
-    e_before[0] = 0
-    built = 0  # levels 0..built are valid for the previous candidate's prefix
-    prev = -1
-    # dense: candidates are consecutive trie positions, so a dead prefix's subtree can be skipped.
-    n_cand = candidates.shape[0]
-    dense = n_cand > 0 and candidates[n_cand - 1] - candidates[0] == n_cand - 1
-    ci = 0
-    while ci < n_cand:
-        skip_to = ci + 1
-        pos = candidates[ci]
-        t0 = tok_offsets[pos]
-        length = tok_offsets[pos + 1] - t0
-        if prev >= 0:
-            shared = lcp[prev + 1]
-            for q in range(prev + 2, pos + 1):
-                if lcp[q] < shared:
-                    shared = lcp[q]
-            if shared < built:
-                built = shared
-        prev = pos
-        if built > length:
-            built = length
-        d = built
-        while d < length and lvl_n[d] > 0:
-            src = lvl_start[d]
-            n_src = lvl_n[d]
-            dst = src + n_src
-            if dst + n_src > buf_s.shape[0]:
-                return ERR_BUFFER_FULL
-            b = tok_bytes[t0 + d]
-            flags = 0
-            if n_src == 1:
-                # Fast path: one stack; a plain DFA step needs no closure.
-                t = find_byte_target(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s[src], b)
-                m = 0
-                if t >= 0:
-                    buf_s[dst] = t
-                    buf_p[dst] = buf_p[src]
-                    m = 1
-            else:
-                m = step_byte(byte_ptr, byte_lo, byte_hi, byte_dst, buf_s, buf_p, src, n_src, b, dst)
-            if m > 1 or (m == 1 and (ref_ptr[buf_s[dst]] != ref_ptr[buf_s[dst] + 1] or state_accept[buf_s[dst]] != 0)):
-                r = closure(
-                    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start,
-                    frame_state, frame_parent, frame_count, frame_table,
-                    buf_s, buf_p, dst, m, seen_state, seen_parent, seen_epoch, epoch_box, max_tops,
-                )
-                if r[0] < 0:
-                    return r[0]
-                m = r[0]
-                flags = r[1]
-            exits = (lvl_flag[d] & FLAG_RULE_END) != 0 and follow[b] != 0
-            d += 1
-            lvl_start[d] = dst
-            lvl_n[d] = m
-            lvl_flag[d] = flags
-            e_before[d] = e_before[d - 1] | (1 if exits else 0)
-        built = d
-        if d == length and (lvl_n[d] > 0 or (lvl_flag[d] & end_flag) != 0):
-            result[ci] = RESULT_ACCEPT
-        elif offline and e_before[d] != 0:
-            result[ci] = RESULT_UNCERTAIN
-        else:
-            result[ci] = RESULT_REJECT
-        if dense and lvl_n[d] == 0 and d >= 1:
-            # Every following token that shares this dead prefix gets the same verdict; with all
-            # positions as candidates they are the next ones while lcp stays >= d.
-            verdict = result[ci]
-            while skip_to < n_cand and lcp[candidates[skip_to]] >= d:
-                result[skip_to] = verdict
-                skip_to += 1
-        ci = skip_to
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +257,10 @@ PDA_REF_DST = 7
 PDA_RULE_START = 8
 PDA_FOLLOW = 9  # n_rules * 256, row-major
 PDA_STATE_RULE = 10
-PDA_SECTIONS = 11
+PDA_RETURNS_PTR = 11  # n_rules + 1: CSR into PDA_RETURNS
+PDA_RETURNS = 12  # each rule's callers' distinct return states
+PDA_ROOT = 13  # one entry: the root rule
+PDA_SECTIONS = 14
 PDA_HEADER = PDA_SECTIONS + 1
 #
 # Frame pool blob (int32): [count, capacity, table_size, 0], frame_state[capacity],
@@ -358,21 +268,10 @@ PDA_HEADER = PDA_SECTIONS + 1
 POOL_HEADER = 4
 #
 # Workspace blob (int64): [epoch, buffer, levels, seen_size, 0, 0, 0, 0], buf_s[buffer],
-# buf_p[buffer], lvl_start[levels], lvl_n[levels], lvl_flag[levels], e_before[levels],
-# seen_state[seen_size], seen_parent[seen_size], seen_epoch[seen_size].
+# buf_p[buffer], WS_LEVEL_ARRAYS arrays of [levels] (the trie walks' per-depth stack sets, see
+# masks/walk.py), seen_state[seen_size], seen_parent[seen_size], seen_epoch[seen_size].
 WS_HEADER = 8
-#
-# Trie blob (int32): [n_tokens, n_bytes], tok_offsets[n_tokens + 1], lcp[n_tokens], tok_bytes[n_bytes].
-TRIE_HEADER = 2
-#
-# Mask store of a grammar: mask_index (int32, MASK_FIELDS per state: kind (-1 = not computed),
-# data offset, data length, uncertain offset, uncertain count) into mask_pool (int32), whose first
-# ceil(V/32) words are the bitset of all grammar tokens; uncertain trie positions are followed by
-# the same tokens' ids.
-MASK_FIELDS = 5
-KIND_ACCEPTED_LIST = 0
-KIND_REJECTED_LIST = 1
-KIND_ACCEPTED_BITSET = 2
+WS_LEVEL_ARRAYS = 4
 
 
 @njit(cache=True, inline="always")
@@ -386,6 +285,16 @@ def _pda_views(pda):
         _section(pda, PDA_ACCEPT), _section(pda, PDA_BYTE_PTR), _section(pda, PDA_BYTE_LO),
         _section(pda, PDA_BYTE_HI), _section(pda, PDA_BYTE_DST), _section(pda, PDA_REF_PTR),
         _section(pda, PDA_REF_RULE), _section(pda, PDA_REF_DST), _section(pda, PDA_RULE_START),
+    )
+
+
+@njit(cache=True, inline="always")
+def _callers(pda, limit):
+    """closure()'s `callers` argument: continuations after CONT up to `limit` return states
+    (0: none, a rule ending on CONT only sets FLAG_RULE_END)."""
+    return (
+        _section(pda, PDA_STATE_RULE), _section(pda, PDA_RETURNS_PTR), _section(pda, PDA_RETURNS),
+        _section(pda, PDA_ROOT)[0], limit,
     )
 
 
@@ -406,23 +315,12 @@ def _ws_views(ws):
     buf_s = ws[o : o + b]
     buf_p = ws[o + b : o + 2 * b]
     o += 2 * b
-    lvl_start = ws[o : o + n_levels]
-    lvl_n = ws[o + n_levels : o + 2 * n_levels]
-    lvl_flag = ws[o + 2 * n_levels : o + 3 * n_levels]
-    e_before = ws[o + 3 * n_levels : o + 4 * n_levels]
-    o += 4 * n_levels
+    levels = ws[o : o + WS_LEVEL_ARRAYS * n_levels].reshape((WS_LEVEL_ARRAYS, n_levels))
+    o += WS_LEVEL_ARRAYS * n_levels
     return (
-        buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before,
+        buf_s, buf_p, levels,
         ws[o : o + size], ws[o + size : o + 2 * size], ws[o + 2 * size : o + 3 * size], ws[0:1],
     )
-
-
-@njit(cache=True, inline="always")
-def _trie_views(trie):
-    n = trie[0]
-    n_bytes = trie[1]
-    o = TRIE_HEADER
-    return trie[o : o + n + 1], trie[o + n + 1 : o + 2 * n + 1], trie[o + 2 * n + 1 : o + 2 * n + 1 + n_bytes]
 
 
 @njit(cache=True, nogil=True)
@@ -430,8 +328,9 @@ def run_closure(pda, pool, ws, n_raw, max_tops):
     """Closure of the raw set in the workspace buffers [0, n_raw): (count, flags, n_kernel)."""
     a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
     fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, _, _, _, _, ss, sp, se, ep = _ws_views(ws)
-    return closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n_raw, ss, sp, se, ep, max_tops)
+    buf_s, buf_p, _, ss, sp, se, ep = _ws_views(ws)
+    return closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n_raw, ss, sp, se, ep, max_tops,
+                   _callers(pda, 0))
 
 
 @njit(cache=True, nogil=True)
@@ -441,11 +340,11 @@ def run_advance(pda, pool, ws, stacks, data, start, end, max_tops):
     the kernel first; the new set is empty unless status is 0."""
     a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
     fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, _, _, _, _, ss, sp, se, ep = _ws_views(ws)
+    buf_s, buf_p, _, ss, sp, se, ep = _ws_views(ws)
     half = stacks.shape[0] // 2
     status, offset, n_kernel, n, flags = advance(
         a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, stacks[:half], stacks[half:], data[start:end], buf_s,
-        buf_p, ss, sp, se, ep, max_tops,
+        buf_p, ss, sp, se, ep, max_tops, _callers(pda, 0),
     )
     if status != 0:
         n = 0
@@ -453,117 +352,6 @@ def run_advance(pda, pool, ws, stacks, data, start, end, max_tops):
     out[:n] = buf_s[offset : offset + n]
     out[n:] = buf_p[offset : offset + n]
     return status, out, n_kernel, flags
-
-
-@njit(cache=True)
-def _walk_packed(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result):
-    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
-    fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before, ss, sp, se, ep = _ws_views(ws)
-    offsets, lcp, tok_bytes = _trie_views(trie)
-    if offline:
-        rule = _section(pda, PDA_STATE_RULE)[init_s[0]]
-        follow = _section(pda, PDA_FOLLOW)[rule * 256 : rule * 256 + 256]
-    else:
-        follow = _section(pda, PDA_FOLLOW)[0:0]  # never read online
-    return walk_tokens(
-        a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, offsets, tok_bytes, lcp, candidates, init_s, init_p,
-        offline, follow, buf_s, buf_p, lvl_start, lvl_n, lvl_flag, e_before, ss, sp, se, ep, max_tops, result,
-    )
-
-
-@njit(cache=True, nogil=True)
-def run_walk(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result):
-    """walk_tokens() on packed arguments (offline: init is one stack on BOTTOM)."""
-    return _walk_packed(pda, pool, ws, trie, candidates, init_s, init_p, offline, max_tops, result)
-
-
-@njit(cache=True, inline="always")
-def _set_bit(words, t):
-    words[t >> 5] |= np.int32(1) << np.int32(t & 31)
-
-
-@njit(cache=True, nogil=True)
-def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, max_tops,
-             uncertain_ok):
-    """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks (the
-    first n_kernel of the packed set, see run_advance), then check each stack's uncertain
-    tokens against the real stack.  Returns 0 (written), an ERR_*
-    status (make room, call again), FILL_MASKS_MISSING (compute the kernel states' masks) or,
-    unless uncertain_ok, FILL_UNCERTAIN (walks are needed: the caller may have the bitmask
-    memoised).  The last two write nothing."""
-    n_words = words.shape[0]
-    grammar_words = mask_pool[0:n_words]
-    half = stacks.shape[0] // 2
-    kernel_s = stacks[:n_kernel]
-    kernel_p = stacks[half : half + n_kernel]
-    n = n_kernel
-    uncertain = False
-    for i in range(n):
-        base = kernel_s[i] * MASK_FIELDS
-        if mask_index[base] < 0:
-            return FILL_MASKS_MISSING
-        if mask_index[base + 4] > 0:
-            uncertain = True
-    if uncertain and not uncertain_ok:
-        return FILL_UNCERTAIN
-    if n == 0:
-        for w in range(n_words):
-            words[w] = 0
-    for i in range(n):
-        s = kernel_s[i]
-        base = s * MASK_FIELDS
-        kind = mask_index[base]
-        data = mask_pool[mask_index[base + 1] : mask_index[base + 1] + mask_index[base + 2]]
-        u_off = mask_index[base + 3]
-        u_n = mask_index[base + 4]
-        # The first stack writes `words` outright (no zeroing pass); later ones OR into it.
-        if kind == KIND_ACCEPTED_LIST:
-            if i == 0:
-                for w in range(n_words):
-                    words[w] = 0
-            for t in data:
-                _set_bit(words, t)
-        elif kind == KIND_ACCEPTED_BITSET:
-            if i == 0:
-                words[:] = data
-            else:
-                for w in range(n_words):
-                    words[w] |= data[w]
-        else:
-            # All grammar tokens but the rejected and uncertain ones.
-            if i == 0:
-                words[:] = grammar_words
-                target = words
-            else:
-                target = grammar_words.copy()
-            for t in data:
-                target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
-            for t in mask_pool[u_off + u_n : u_off + 2 * u_n]:
-                target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
-            if i > 0:
-                for w in range(n_words):
-                    words[w] |= target[w]
-        if u_n > 0:
-            result = np.empty(u_n, dtype=np.int8)
-            status = _walk_packed(
-                pda, pool, ws, trie, mask_pool[u_off : u_off + u_n], kernel_s[i : i + 1], kernel_p[i : i + 1],
-                False, max_tops, result,
-            )
-            if status != 0:
-                return status
-            ids = mask_pool[u_off + u_n : u_off + 2 * u_n]
-            for j in range(u_n):
-                if result[j] == RESULT_ACCEPT:
-                    _set_bit(words, ids[j])
-    # Stop tokens are allowed exactly when the grammar can end, even when one is also a text
-    # token (a caller may name "\n" a stop token): accept_token treats them as stops first.
-    for t in stop_ids:
-        if can_end:
-            _set_bit(words, t)
-        else:
-            words[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
-    return 0
 
 
 @njit(cache=True, nogil=True)

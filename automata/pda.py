@@ -15,6 +15,10 @@ one after another into `Pda.blob` behind a header of section offsets (kernels.PD
     rule_start[n_rules]  int32   global start state of each rule
     rule_follow[n_rules * 256]    1 where a byte can come right after the rule ends, in some
                                      caller (byte-level FOLLOW sets; empty for an unreferenced root)
+    returns_ptr[n_rules+1] int32 CSR offsets into rule_returns
+    rule_returns[...]    int32   the distinct return states of each rule's callers (ref_dst of
+                                 the edges that push it), which offline masks walk on into
+    root[1]              int32   the root rule
 
 Each rule also gets a structural key (`rule_keys`): equal keys mean equal rule automata with
 equal referenced sub-automata, so per-state token masks can be shared across grammars.  A state
@@ -29,12 +33,17 @@ import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from ..grammar.errors import BudgetExceededError, GrammarError
 from ..grammar.ir import Grammar
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 
+
+MAX_CONTINUATIONS = 64
+"""Return states past which a rule's follow pairs stop looking into its callers (any byte may
+then follow each FOLLOW byte; masks/walk.py)."""
 
 STATE_KEY_STATES = 512
 """Reachable states past which a state's mask key falls back to its rule's key and index."""
@@ -61,6 +70,7 @@ class Pda:
     blob: np.ndarray
     root_rule: int
     _state_keys: dict = field(default_factory=dict, repr=False, compare=False)
+    _rule_hashes: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def _section(self, k: int) -> np.ndarray:
         return self.blob[self.blob[k] : self.blob[k + 1]]
@@ -105,11 +115,6 @@ class Pda:
     def rule_follow(self) -> np.ndarray:
         return self._section(kernels.PDA_FOLLOW).reshape(-1, 256)
 
-    def follow_key(self, rule: int) -> bytes:
-        """The rule's FOLLOW set as 32 bytes: part of a mask's cache key next to the rule key,
-        because the offline walk decides which rule-exiting tokens stay candidates by it."""
-        return np.packbits(self.rule_follow[rule] != 0, bitorder="little").tobytes()
-
     @property
     def state_rule(self) -> np.ndarray:
         return self._section(kernels.PDA_STATE_RULE)
@@ -121,44 +126,90 @@ class Pda:
     def nbytes(self) -> int:
         return self.blob.nbytes + self.rule_first_state.nbytes
 
-    def state_key(self, state: int, max_states: int = STATE_KEY_STATES) -> str:
+    def state_key(self, state: int) -> str:
         """Structural key of what a state can still do: the states of its rule reachable from
         it, numbered breadth-first, with their byte edges, accept flags and references (by the
-        referenced rules' keys).  Equal keys mean equal right languages, hence equal masks under
-        equal FOLLOW sets.  Past max_states reachable states the key is the rule key plus the
-        state's index (no sharing beyond the rule's, and no long walk)."""
+        referenced rules' keys).  Equal keys mean equal right languages, hence equal masks
+        under equal follow pairs.  Past STATE_KEY_STATES reachable states the key is the rule
+        key plus the state's index (no sharing beyond the rule's, and no long walk)."""
         key = self._state_keys.get(state)
-        if key is not None:
-            return key
-        accept, byte_ptr, ref_ptr = self.state_accept, self.byte_ptr, self.ref_ptr
-        byte_lo, byte_hi, byte_dst = self.byte_lo, self.byte_hi, self.byte_dst
-        ref_rule, ref_dst = self.ref_rule, self.ref_dst
-        number = {state: 0}
-        order = [state]
-        h = hashlib.sha256()
-        for s in order:  # grows while we walk it
-            a, b = int(byte_ptr[s]), int(byte_ptr[s + 1])
-            targets = byte_dst[a:b].tolist()
-            refs = list(zip(ref_rule[ref_ptr[s] : ref_ptr[s + 1]].tolist(), ref_dst[ref_ptr[s] : ref_ptr[s + 1]].tolist()))
-            for t in targets + [t for _, t in refs]:
-                if t not in number:
-                    number[t] = len(order)
-                    order.append(t)
-            if len(order) > max_states:
+        if key is None:
+            if self._rule_hashes is None:
+                self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int64)
+            shape = _reachable_shape(self.blob, state, self._rule_hashes, STATE_KEY_STATES)
+            if len(shape):
+                key = "s" + hashlib.blake2b(shape.tobytes(), digest_size=16).hexdigest()
+            else:
                 rule, local = self.local_state(state)
                 key = f"{self.rule_keys[rule]}/{local}"
-                break
-            h.update(repr((int(accept[s]), byte_lo[a:b].tolist(), byte_hi[a:b].tolist(), [number[t] for t in targets],
-                           [(self.rule_keys[r], number[t]) for r, t in refs])).encode())
-        else:
-            key = "s" + h.hexdigest()[:32]
-        self._state_keys[state] = key
+            self._state_keys[state] = key
         return key
+
+    def returns(self, rule: int) -> np.ndarray:
+        """Global states a caller of `rule` returns to once it ends (int32, ascending)."""
+        ptr = self._section(kernels.PDA_RETURNS_PTR)
+        return self._section(kernels.PDA_RETURNS)[ptr[rule] : ptr[rule + 1]]
 
     def local_state(self, state: int) -> tuple[int, int]:
         """(rule, index of the state inside its rule's DFA)."""
         rule = int(self.state_rule[state])
         return rule, state - int(self.rule_first_state[rule])
+
+
+@njit(cache=True)
+def _reachable_shape(pda, state, rule_hashes, max_states):
+    """The reachable part of a state's rule as int64s, states numbered breadth-first from it:
+    per state its accept flag, byte edges (lo, hi, target number) and references (rule hash,
+    target number).  Empty past max_states reachable states."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
+    rule = kernels._section(pda, kernels.PDA_STATE_RULE)[state]
+    first = rule_start[rule]
+    end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else accept.shape[0]
+    number = np.full(end - first, -1, dtype=np.int64)
+    order = np.empty(max_states + 1, dtype=np.int64)
+    out = np.empty(16, dtype=np.int64)
+    n_out = 0
+    number[state - first] = 0
+    order[0] = state
+    n = 1
+    i = 0
+    while i < n:
+        s = order[i]
+        i += 1
+        need = 3 + 3 * (byte_ptr[s + 1] - byte_ptr[s]) + 2 * (ref_ptr[s + 1] - ref_ptr[s])
+        if n_out + need > out.shape[0]:
+            grown = np.empty(2 * (n_out + need), dtype=np.int64)
+            grown[:n_out] = out[:n_out]
+            out = grown
+        out[n_out] = accept[s]
+        out[n_out + 1] = byte_ptr[s + 1] - byte_ptr[s]
+        n_out += 2
+        for e in range(byte_ptr[s], byte_ptr[s + 1]):
+            t = byte_dst[e]
+            if number[t - first] < 0:
+                if n > max_states:
+                    return out[:0]
+                number[t - first] = n
+                order[n] = t
+                n += 1
+            out[n_out] = byte_lo[e]
+            out[n_out + 1] = byte_hi[e]
+            out[n_out + 2] = number[t - first]
+            n_out += 3
+        out[n_out] = ref_ptr[s + 1] - ref_ptr[s]
+        n_out += 1
+        for e in range(ref_ptr[s], ref_ptr[s + 1]):
+            t = ref_dst[e]
+            if number[t - first] < 0:
+                if n > max_states:
+                    return out[:0]
+                number[t - first] = n
+                order[n] = t
+                n += 1
+            out[n_out] = rule_hashes[ref_rule[e]]
+            out[n_out + 1] = number[t - first]
+            n_out += 2
+    return out[:n_out]
 
 
 def _pack(sections: list[np.ndarray]) -> np.ndarray:
@@ -235,6 +286,7 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
         _follow_bytes(dfas, index).reshape(-1),
         state_rule,
     ]
+    sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
         rule_names=names,
         rule_keys=_rule_keys(dfas, index),
@@ -242,6 +294,17 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
         blob=_pack(sections),
         root_rule=index[grammar.root],
     )
+
+
+def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the distinct return states of each rule's callers (the ref edges' targets)."""
+    ptr = np.zeros(n_rules + 1, dtype=np.int32)
+    if len(ref_rule) == 0:
+        return ptr, np.zeros(0, dtype=np.int32)
+    pairs = np.unique(np.stack([ref_rule.astype(np.int64), ref_dst.astype(np.int64)]), axis=1)
+    np.add.at(ptr, pairs[0] + 1, 1)
+    np.cumsum(ptr, out=ptr)
+    return ptr, pairs[1].astype(np.int32)
 
 
 def _follow_bytes(dfas: list[RuleDfa], index: dict[str, int]) -> np.ndarray:

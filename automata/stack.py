@@ -78,7 +78,8 @@ class Workspace:
         self.blob = self._make(buffer_size, epoch=0)
 
     def _make(self, buffer_size: int, epoch: int) -> np.ndarray:
-        blob = np.zeros(kernels.WS_HEADER + 2 * buffer_size + 4 * self.levels + 3 * self.seen_size, dtype=np.int64)
+        blob = np.zeros(kernels.WS_HEADER + 2 * buffer_size + kernels.WS_LEVEL_ARRAYS * self.levels + 3 * self.seen_size,
+                        dtype=np.int64)
         blob[:4] = (epoch, buffer_size, self.levels, self.seen_size)
         return blob
 
@@ -153,19 +154,4 @@ class StackRunner:
                 return None
             if status == 0:
                 return new_stacks, n_kernel, flags
-            self.handle(status)
-
-    def walk(self, trie_blob: np.ndarray, candidates: np.ndarray, init_s: np.ndarray, init_p: np.ndarray, offline: bool) -> np.ndarray:
-        """Classify trie positions `candidates` from the stack set init (see kernels.walk_tokens).
-
-        Offline, init must be one stack on BOTTOM; its rule's FOLLOW set filters uncertain exits.
-        """
-        result = np.empty(len(candidates), dtype=np.int8)
-        while True:
-            status = kernels.run_walk(
-                self.pda.blob, self.pool.blob, self.ws.blob, trie_blob, candidates, init_s, init_p, offline,
-                self.budgets.max_stack_tops, result,
-            )
-            if status == 0:
-                return result
             self.handle(status)

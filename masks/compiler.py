@@ -3,24 +3,19 @@ computed per-state token masks, shared across grammars through the compiler's ca
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from ..automata.kernels import BOTTOM, MASK_FIELDS
 from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.ir import Grammar
-from .mask_cache import MaskCache, StateMask, build_state_mask, ids_to_bitset
-from .trie import TokenTrie
+from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
+from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
-
-DELTA_RESULTS = 16
-"""Per-position walk results (128 KiB each for Llama-3) a compiler keeps as bases for delta walks."""
-DELTA_MAX_SHARE = 0.25
-"""A delta walk is used when it re-walks at most this share of the vocabulary."""
+from .walk import MASK_FIELDS, PAIR_WIDTH, run_follow_pairs, run_slice_bounds, run_state_walk
 
 
 class GrammarCompiler:
@@ -42,20 +37,6 @@ class GrammarCompiler:
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self._lock = threading.Lock()
-        # (id(pda), state) -> (pda, that state's per-position walk result), newest last: the
-        # bases of delta walks (the pda is kept so that a reused id never matches a stale entry)
-        self._walk_results: OrderedDict[tuple[int, int], tuple[Pda, np.ndarray]] = OrderedDict()
-
-    def _remember_walk(self, pda: Pda, state: int, result: np.ndarray) -> None:
-        with self._lock:
-            self._walk_results[(id(pda), state)] = (pda, result)
-            if len(self._walk_results) > DELTA_RESULTS:
-                self._walk_results.popitem(last=False)
-
-    def _recent_walks(self, pda: Pda) -> list[tuple[int, np.ndarray]]:
-        """The kept walk results of `pda`'s states, newest first."""
-        with self._lock:
-            return [(state, result) for (_, state), (p, result) in reversed(self._walk_results.items()) if p is pda]
 
     # -- front ends -------------------------------------------------------------------------
 
@@ -114,9 +95,8 @@ class GrammarCompiler:
     # -- cache --------------------------------------------------------------------------------
 
     def clear_cache(self) -> None:
-        self.cache.clear()
         with self._lock:
-            self._walk_results.clear()
+            self.cache.clear()
 
     def cache_stats(self) -> dict[str, int]:
         c = self.cache
@@ -143,6 +123,7 @@ class CompiledGrammar:
         self.mask_pool[:words] = compiler.all_grammar_words
         self._pool_used = words
         self._offline: StackRunner | None = None
+        self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs and digest
         self._lock = threading.Lock()
 
     def state_mask(self, state: int) -> StateMask:
@@ -165,7 +146,7 @@ class CompiledGrammar:
                 self.state_mask(int(state))
 
     def _store(self, state: int, mask: StateMask) -> None:
-        parts = (mask.data, mask.uncertain_positions, mask.uncertain_ids)
+        parts = mask.parts
         need = self._pool_used + sum(len(p) for p in parts)
         if need > len(self.mask_pool):
             grown = np.empty(max(need, 2 * len(self.mask_pool)), dtype=np.int32)
@@ -182,81 +163,90 @@ class CompiledGrammar:
         self.mask_index[base] = mask.kind
 
     def _lookup_or_compute(self, state: int) -> StateMask:
+        """The state's mask from the shared cache (keyed by the state's structure and its rule's
+        follow pairs, all a mask depends on) or from a walk."""
         compiler = self.compiler
-        if compiler.cache_enabled:  # the key walks the state's reachable part: only when it is used
-            key = (self.pda.state_key(state), self.pda.follow_key(int(self.pda.state_rule[state])))
-            with compiler._lock:
-                cached = compiler.cache.get(key)
-            if cached is not None:
-                return cached
-        result = self._walk_result(state)
-        mask = build_state_mask(result, compiler.trie.token_ids, self.tokenizer_info.vocab_size)
-        if compiler.cache_enabled:
+        rule = int(self.pda.state_rule[state])
+        pairs, pairs_key = self._follow_pairs(rule)
+        if not compiler.cache_enabled:
+            return self._compute_mask(state, pairs)
+        key = (self.pda.state_key(state), pairs_key)
+        with compiler._lock:
+            mask = compiler.cache.get(key)
+        if mask is None:
+            mask = self._compute_mask(state, pairs)
             with compiler._lock:
                 compiler.cache.put(key, mask)
         return mask
 
-    def _walk_result(self, state: int) -> np.ndarray:
-        """Every trie position's verdict from `state` (one stack on BOTTOM), by a full walk or,
-        when a recently walked state of the same rule differs from it on few first bytes, by a
-        delta walk (see `_delta_base`).  Kept for later delta walks."""
+    def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
+        """The rule's follow pairs (masks/walk.py) and their digest, computed once."""
+        got = self._pairs.get(rule)
+        if got is None:
+            runner = self._runner()
+            pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
+            while True:
+                status = run_follow_pairs(self.pda.blob, runner.pool.blob, runner.ws.blob, rule,
+                                          runner.budgets.max_stack_tops, pairs)
+                if status == 0:
+                    break
+                pairs[:] = 0
+                runner.handle(status)
+            got = self._pairs[rule] = (pairs, hashlib.blake2b(pairs.tobytes(), digest_size=16).hexdigest())
+        return got
+
+    def _runner(self) -> StackRunner:
         if self._offline is None:
             self._offline = StackRunner(self.pda, self.compiler.budgets, self.compiler.trie.max_token_length)
-        trie = self.compiler.trie
-        init_s = np.array([state], dtype=np.int64)
-        init_p = np.array([BOTTOM], dtype=np.int64)
-        base = self._delta_base(state)
-        if base is None:
-            result = self._offline.walk(trie.blob, trie.all_positions, init_s, init_p, offline=True)
-        else:
-            result, differing = base
-            result = result.copy()
-            for b in differing:
-                lo, hi = trie.first_byte_start[b], trie.first_byte_start[b + 1]
-                if hi > lo:
-                    result[lo:hi] = self._offline.walk(trie.blob, trie.all_positions[lo:hi], init_s, init_p, offline=True)
-        self.compiler._remember_walk(self.pda, state, result)
-        return result
+        return self._offline
 
-    def _byte_targets(self, state: int) -> np.ndarray | None:
-        """The target of each first byte from `state` (-1: none), or None when the state has
-        reference edges (its closure then holds other rules' states)."""
-        pda = self.pda
-        if pda.ref_ptr[state] != pda.ref_ptr[state + 1]:
-            return None
-        targets = np.full(256, -1, dtype=np.int64)
-        for e in range(int(pda.byte_ptr[state]), int(pda.byte_ptr[state + 1])):
-            targets[pda.byte_lo[e] : pda.byte_hi[e] + 1] = pda.byte_dst[e]
-        return targets
-
-    def _delta_base(self, state: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """(walk result of a base state, first bytes on which `state` differs from it), or None.
-
-        Invariant that makes the delta exact: base and state are in the same rule (same FOLLOW
-        set), neither has reference edges (each closure is the state itself) and both have the
-        same accept flag; then a token whose first byte leads both to the same state (or both
-        nowhere) continues from identical stacks and gets the base's verdict.  Only tokens
-        starting with the differing bytes are walked again.
-        """
-        pda, trie = self.pda, self.compiler.trie
-        targets = self._byte_targets(state)
-        if targets is None:
-            return None
-        rule = pda.state_rule[state]
-        best = None
-        for other, result in self.compiler._recent_walks(pda):
-            if pda.state_rule[other] != rule or pda.state_accept[other] != pda.state_accept[state]:
+    def _compute_mask(self, state: int, pairs: np.ndarray, use_slices: bool = True) -> StateMask:
+        """A state's mask (what follows its rule judged by its follow pairs): the slice tokens it
+        accepts whole (one OR each), then a walk of the rest of the trie.  use_slices=False walks
+        the whole trie (the reference the slices are tested against)."""
+        trie, pda, runner = self.compiler.trie, self.pda, self._runner()
+        words = np.zeros(len(self.compiler.all_grammar_words), dtype=np.int32)
+        rows, main_ranges, bucketed_ranges, num_sliced = [], [], [], 0
+        bounds = np.zeros((len(trie.automata), 2), dtype=np.int64)
+        bounds[:, 1] = trie.max_chars + 1  # nothing known
+        while use_slices:
+            status = run_slice_bounds(pda.blob, runner.pool.blob, runner.ws.blob, state, *trie.slice_automata,
+                                      runner.budgets.max_stack_tops, bounds)
+            if status == 0:
+                break
+            runner.handle(status)
+        for s, (f, g) in enumerate(bounds.tolist()):
+            bucket = trie.accepted_buckets(s, f)
+            rows.append(s * len(BUCKET_BOUNDS) + bucket if bucket >= 0 else -1)
+            if bucket >= 0:
+                words |= trie.cumulative[rows[-1]]
+                num_sliced += int(trie.cumulative_counts[rows[-1]])
+            if bucket < 0 and g > trie.max_chars[s]:  # nothing known: the plain order walks faster
+                main_ranges.append((trie.region_start[s], trie.region_start[s + 1]))
+            else:
+                bucketed_ranges.append(trie.bucketed_range(s, f, g))
+        main_ranges.append((trie.region_start[OTHER], trie.region_start[OTHER + 1]))
+        accepted = np.empty(len(words) + 3, dtype=np.int32)  # past this a list is never the smallest form
+        uncertain = np.empty(len(trie), dtype=np.int32)
+        counts = np.zeros(3, dtype=np.int64)
+        for order, position_of, ranges in ((trie, trie.all_positions, main_ranges),
+                                           (trie.bucketed, trie.bucketed_position, bucketed_ranges)):
+            spans = np.array(_merge_ranges(ranges), dtype=np.int64).reshape(-1)
+            if len(spans) == 0:
                 continue
-            other_targets = self._byte_targets(other)
-            if other_targets is None:
-                continue
-            differing = np.flatnonzero(targets != other_targets)
-            cost = int(np.sum(trie.first_byte_start[differing + 1] - trie.first_byte_start[differing]))
-            if best is None or cost < best[0]:
-                best = (cost, result, differing)
-        if best is None or best[0] > DELTA_MAX_SHARE * len(trie.token_ids):
-            return None
-        return best[1], best[2]
+            before = counts.copy()
+            while True:
+                status = run_state_walk(pda.blob, runner.pool.blob, runner.ws.blob, order.blob, spans, position_of,
+                                        state, pairs, order.token_ids, words, accepted, uncertain, counts,
+                                        runner.budgets.max_stack_tops)
+                if status == 0:
+                    break
+                counts[:] = before
+                runner.handle(status)
+        walk_accepted, n_uncertain, n_listed = (int(c) for c in counts)
+        return make_state_mask(trie, words, rows, num_sliced + walk_accepted, accepted[:n_listed],
+                               n_listed == walk_accepted, np.sort(uncertain[:n_uncertain]),
+                               self.compiler.all_grammar_words)
 
     def precompute_masks(self) -> None:
         """Compute every state's mask now instead of on first visit."""
@@ -273,3 +263,16 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Non-empty [start, end) ranges in order, adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if end <= start:
+            continue
+        if out and out[-1][1] == start:
+            out[-1] = (out[-1][0], int(end))
+        else:
+            out.append((int(start), int(end)))
+    return out

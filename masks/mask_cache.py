@@ -1,9 +1,10 @@
 """Per-state token masks and the cross-grammar cache that shares them.
 
 A state's mask splits the grammar tokens into accepted (decided inside the state's rule),
-rejected, and uncertain (a path reaches the rule's end with bytes left, so the caller decides at
-match time).  Each mask is stored in whichever form is smallest: an accepted-id list, a
-rejected-id list, or an accepted bitset over the vocabulary.
+rejected, and uncertain (what follows the rule's end decides, so the matcher checks them against
+the real stacks).  Each mask is stored in whichever form is
+smallest: an accepted-id list, a rejected-id list, an accepted bitset, or cumulative slice
+bitsets plus an accepted-id list (the layouts are in masks/walk.py).
 """
 
 from __future__ import annotations
@@ -14,48 +15,71 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..automata.kernels import (
+from .walk import (
     KIND_ACCEPTED_BITSET as ACCEPTED_BITSET,
     KIND_ACCEPTED_LIST as ACCEPTED_LIST,
     KIND_REJECTED_LIST as REJECTED_LIST,
-    RESULT_ACCEPT,
-    RESULT_REJECT,
-    RESULT_UNCERTAIN,
+    KIND_SLICE as SLICE,
+    bitset_ids,
+    candidate_lcp,
 )
 
 
 @dataclass
 class StateMask:
-    """kind says how `data` reads: accepted ids, rejected ids (accepted = the rest minus the
-    uncertain tokens), or an int32 bitset of accepted ids.  uncertain_positions are ascending
-    trie positions; uncertain_ids the same tokens' ids."""
+    """kind says how `data` reads (masks/walk.py).  uncertain_positions are ascending trie
+    positions, uncertain_ids the same tokens' ids and uncertain_lcp each one's common prefix
+    length with the previous one (the online walk reuses the shared prefix)."""
 
     kind: int
     data: np.ndarray
     uncertain_positions: np.ndarray
     uncertain_ids: np.ndarray
+    uncertain_lcp: np.ndarray
     num_accepted: int
 
     @property
+    def parts(self) -> tuple[np.ndarray, ...]:
+        """The int32 arrays a grammar's mask store holds, in its order."""
+        return self.data, self.uncertain_positions, self.uncertain_ids, self.uncertain_lcp
+
+    @property
     def nbytes(self) -> int:
-        return self.data.nbytes + self.uncertain_positions.nbytes + self.uncertain_ids.nbytes + 64
+        return sum(part.nbytes for part in self.parts) + 64
 
 
-def build_state_mask(result: np.ndarray, token_ids: np.ndarray, vocab_size: int) -> StateMask:
-    """Turn a walk's per-position classification into the smallest StateMask."""
-    accepted = token_ids[result == RESULT_ACCEPT]
-    rejected = token_ids[result == RESULT_REJECT]
-    uncertain_positions = np.flatnonzero(result == RESULT_UNCERTAIN).astype(np.int32)
-    uncertain_ids = token_ids[uncertain_positions]
-    bitset_words = (vocab_size + 31) // 32
-    smallest = min(len(accepted), len(rejected), bitset_words)
-    if smallest == len(accepted):
-        kind, data = ACCEPTED_LIST, np.sort(accepted).astype(np.int32)
-    elif smallest == len(rejected):
-        kind, data = REJECTED_LIST, np.sort(rejected).astype(np.int32)
+def make_state_mask(trie, words: np.ndarray, rows: list[int], num_accepted: int, walk_accepted: np.ndarray,
+                    walk_complete: bool, uncertain_positions: np.ndarray, grammar_words: np.ndarray) -> StateMask:
+    """The smallest StateMask for a walk's outcome: `words` holds every accepted token's bit
+    (slice rows included), walk_accepted the ids the walk accepted (all of them when
+    walk_complete), uncertain_positions the uncertain trie positions."""
+    n_uncertain = len(uncertain_positions)
+    n_rejected = len(trie) - num_accepted - n_uncertain
+    uncertain_ids = trie.token_ids[uncertain_positions]
+    sliced = any(row >= 0 for row in rows)
+    options = [(len(words), ACCEPTED_BITSET), (n_rejected, REJECTED_LIST)]
+    if walk_complete:
+        options.append((len(rows) + len(walk_accepted), SLICE) if sliced else (num_accepted, ACCEPTED_LIST))
+    _, kind = min(options)
+    if kind == ACCEPTED_LIST:
+        data = np.sort(walk_accepted)
+    elif kind == SLICE:
+        data = np.concatenate([np.array(rows, dtype=np.int32), np.sort(walk_accepted)])
+    elif kind == REJECTED_LIST:
+        data = bitset_ids(_rejected_words(grammar_words, words, uncertain_ids), n_rejected)
     else:
-        kind, data = ACCEPTED_BITSET, ids_to_bitset(accepted.astype(np.int32), bitset_words)
-    return StateMask(kind, data, uncertain_positions, uncertain_ids.astype(np.int32), len(accepted))
+        data = words.copy()
+    lcp = candidate_lcp(trie.blob, uncertain_positions)
+    return StateMask(kind, data.astype(np.int32), uncertain_positions.astype(np.int32), uncertain_ids.astype(np.int32),
+                     lcp, num_accepted)
+
+
+@njit(cache=True)
+def _rejected_words(grammar_words, accepted_words, uncertain_ids):
+    out = grammar_words & ~accepted_words
+    for t in uncertain_ids:
+        out[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+    return out
 
 
 @njit(cache=True)
@@ -67,24 +91,24 @@ def ids_to_bitset(ids, num_words):
 
 
 class MaskCache:
-    """Masks keyed by (state structural key, FOLLOW set of its rule), LRU-evicted past a byte limit."""
+    """Masks keyed by (state key, follow-pairs digest), LRU-evicted past a byte limit."""
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int], StateMask] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], StateMask] = OrderedDict()
         self.total_bytes = 0
         self.hits = 0
         self.computed = 0
         self.evicted = 0
 
-    def get(self, key: tuple[str, int]) -> StateMask | None:
+    def get(self, key: tuple[str, str]) -> StateMask | None:
         mask = self._entries.get(key)
         if mask is not None:
             self._entries.move_to_end(key)
             self.hits += 1
         return mask
 
-    def put(self, key: tuple[str, int], mask: StateMask) -> None:
+    def put(self, key: tuple[str, str], mask: StateMask) -> None:
         self.computed += 1
         old = self._entries.pop(key, None)
         if old is not None:

@@ -12,6 +12,7 @@ import numpy as np
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
+from . import walk
 from .compiler import CompiledGrammar
 
 
@@ -72,6 +73,7 @@ class GrammarMatcher:
         self._vocab_offsets = info.flat_offsets_list()  # token t is _vocab_bytes[offsets[t]:offsets[t + 1]]
         self._words = (self.vocab_size + 31) // 32
         self._trie_blob = compiler.trie.blob
+        self._slice_rows = compiler.trie.cumulative
         self._initial = self._make_state(
             np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int64),
             np.array([ROOT], dtype=np.int64),
@@ -141,16 +143,16 @@ class GrammarMatcher:
             return
         runner = self._runner
         while True:
-            status = kernels.run_fill(
+            status = walk.run_fill(
                 words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, compiled.pda.blob,
                 runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
-                runner.budgets.max_stack_tops, memo_key is not None,
+                self._slice_rows, runner.budgets.max_stack_tops, memo_key is not None,
             )
             if status == 0:
                 break
-            if status == kernels.FILL_MASKS_MISSING:
+            if status == walk.FILL_MASKS_MISSING:
                 compiled.ensure_masks(state.kernel_s)
-            elif status == kernels.FILL_UNCERTAIN:
+            elif status == walk.FILL_UNCERTAIN:
                 memo_key = state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
                 if self._copy_memoised(memo_key, words):
                     return

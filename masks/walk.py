@@ -1,0 +1,714 @@
+"""numba kernels over the token trie: a state's mask (offline), uncertain-token checks and the
+whole next-token bitmask (online), and the slice depth that lets a mask skip most of the trie.
+
+A walk visits trie positions in order, keeping one stack set per depth ("levels") so that a
+token reuses the sets of the prefix it shares with the previous one, and skips the subtree of a
+dead prefix with the trie's next_lower jumps.  Level arrays (rows of the workspace's levels,
+automata/kernels.py), for depth d:
+
+    LVL_START   buffer offset of the level's stacks
+    LVL_N       their number
+    LVL_FLAG    their closure flags (FLAG_END: the input may end; FLAG_RULE_END: the rule under
+                BOTTOM may end here)
+    LVL_UNSURE  1 when the rule ended before depth d with bytes left that some caller may take:
+                a token that dies later is uncertain, not rejected
+
+Offline a state's stacks sit on BOTTOM, so what follows its rule's end is the callers' business.
+The walk judges it by the rule's *follow pairs* (`follow_pairs`): which two bytes may come right
+after the rule ends (the second one or the token's end), in any caller.  A token whose bytes
+after an end of the rule are no such pair is rejected; one whose are stays uncertain and the
+matcher checks it against the real stacks.
+
+Mask store of a grammar (read by `run_fill`): mask_index (int32, MASK_FIELDS per state: kind
+(-1 = not computed), data offset, data length, uncertain offset, uncertain count) into mask_pool
+(int32), whose first ceil(V/32) words are the bitset of all grammar tokens.  Data by kind:
+accepted ids; rejected ids (accepted = the grammar's tokens but these and the uncertain ones); an
+accepted bitset; or SLICE: [row, row, row, accepted ids...], the rows (-1 = none) naming
+cumulative slice bitsets (trie.cumulative) to OR first.  The uncertain part is trie positions,
+then the same tokens' ids, then each one's common prefix length with the previous one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..automata.kernels import (
+    BOTTOM, CONT, ERR_BUFFER_FULL, ERR_TOO_MANY_TOPS, FLAG_END, FLAG_RULE_END, PDA_FOLLOW, PDA_RETURNS,
+    PDA_RETURNS_PTR, _callers, _pda_views, _pool_views, _section, _ws_views, closure, find_byte_target, step_byte,
+)
+from ..automata.pda import MAX_CONTINUATIONS
+from .trie import TRIE_HEADER
+
+LVL_START, LVL_N, LVL_FLAG, LVL_UNSURE = range(4)
+PAIR_END = 256  # second index of a follow pair: the token ends after the first byte
+PAIR_MIXED = 257  # 1 when the row's verdict depends on the second byte (not all 0, not all 1)
+PAIR_WIDTH = 258
+
+RESULT_REJECT = 0
+RESULT_ACCEPT = 1
+RESULT_UNCERTAIN = 2
+
+MASK_FIELDS = 5
+KIND_ACCEPTED_LIST = 0
+KIND_REJECTED_LIST = 1
+KIND_ACCEPTED_BITSET = 2
+KIND_SLICE = 3
+SLICE_ROWS = 3  # a SLICE mask's data starts with one cumulative row per slice
+
+# run_fill's requests (positive: nothing was written; the caller acts and calls again)
+FILL_MASKS_MISSING = 1  # a kernel state's mask is not computed yet
+FILL_UNCERTAIN = 2  # uncertain tokens need walks and the caller did not allow them yet
+
+MAX_CONTINUATION_STACKS = 4096
+"""States a follow-pair search keeps after a rule's end; past it any pair is assumed possible."""
+
+SLICE_PAIRS = 8192
+"""(slice state, PDA state) pairs a slice-bounds search may visit before it gives up."""
+
+
+@njit(cache=True, inline="always")
+def _trie_views(trie):
+    n = trie[0]
+    n_bytes = trie[1]
+    o = TRIE_HEADER
+    offsets = trie[o : o + n + 1]
+    lcp = trie[o + n + 1 : o + 2 * n + 1]
+    tok_bytes = trie[o + 2 * n + 1 : o + 2 * n + 1 + n_bytes]
+    next_lower = trie[o + 2 * n + 1 + n_bytes : o + 3 * n + 1 + n_bytes]
+    return offsets, lcp, tok_bytes, next_lower
+
+
+@njit(cache=True, inline="always")
+def _needs_closure(ref_ptr, state_accept, buf_s, at, m):
+    s = buf_s[at]
+    return m > 1 or (m == 1 and (ref_ptr[s] != ref_ptr[s + 1] or state_accept[s] != 0))
+
+
+@njit(cache=True, inline="always")
+def _extend(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops, callers,
+            tok_bytes, t0, length, d, pairs):
+    """Extend the levels of the token tok_bytes[t0:t0+length] from depth d (valid) while some
+    stack lives; returns the depth reached, or an ERR_* status (< 0).  pairs: the rule's follow
+    pairs, flat [256 * PAIR_WIDTH], read where the rule under BOTTOM ends with bytes left
+    (offline; empty online)."""
+    size = buf_s.shape[0]
+    while d < length and lv[LVL_N, d] > 0:
+        src = lv[LVL_START, d]
+        n = lv[LVL_N, d]
+        dst = src + n
+        if dst + n > size:
+            return ERR_BUFFER_FULL
+        b = tok_bytes[t0 + d]
+        flags = 0
+        if n == 1:
+            # Fast path: one stack; a plain DFA step needs no closure.
+            t = find_byte_target(bp, bl, bh, bd, buf_s[src], b)
+            m = 0
+            if t >= 0:
+                buf_s[dst] = t
+                buf_p[dst] = buf_p[src]
+                m = 1
+        else:
+            m = step_byte(bp, bl, bh, bd, buf_s, buf_p, src, n, b, dst)
+        if m > 1 or (m == 1 and (rp[buf_s[dst]] != rp[buf_s[dst] + 1] or a[buf_s[dst]] != 0)):
+            r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, dst, m, ss, sp, se, ep, max_tops,
+                        callers)
+            if r[0] < 0:
+                return r[0]
+            m = r[0]
+            flags = r[1]
+        unsure = lv[LVL_UNSURE, d]
+        if pairs.shape[0] > 0 and (lv[LVL_FLAG, d] & FLAG_RULE_END) != 0:
+            after = tok_bytes[t0 + d + 1] if d + 1 < length else PAIR_END
+            if pairs[b * PAIR_WIDTH + after] != 0:
+                unsure = 1
+        d += 1
+        lv[LVL_START, d] = dst
+        lv[LVL_N, d] = m
+        lv[LVL_FLAG, d] = flags
+        lv[LVL_UNSURE, d] = unsure
+    return d
+
+
+@njit(cache=True, inline="always")
+def _verdict(lv, d, length, end_flag):
+    """ACCEPT: the token's bytes were all consumed (or it ended exactly where the rule or the
+    input may end); UNCERTAIN: the rule ended earlier with bytes left that a caller may take;
+    else REJECT."""
+    if d == length and (lv[LVL_N, d] > 0 or (lv[LVL_FLAG, d] & end_flag) != 0):
+        return RESULT_ACCEPT
+    return RESULT_UNCERTAIN if lv[LVL_UNSURE, d] != 0 else RESULT_REJECT
+
+
+@njit(cache=True, inline="always")
+def _read_ahead(lv, d, pairs, tok_bytes, t0):
+    """True when level d's flags depend on the token's byte d: the rule ended at depth d - 1
+    and the follow pairs of byte d - 1 depend on what comes next."""
+    return (pairs.shape[0] > 0 and d >= 1 and (lv[LVL_FLAG, d - 1] & FLAG_RULE_END) != 0
+            and pairs[tok_bytes[t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0)
+
+
+@njit(cache=True)
+def _init_levels(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
+                 callers, init_s, init_p):
+    """Level 0: the closure of the stacks (init_s, init_p).  0 or ERR_*."""
+    n_init = init_s.shape[0]
+    if n_init > buf_s.shape[0]:
+        return ERR_BUFFER_FULL
+    buf_s[:n_init] = init_s
+    buf_p[:n_init] = init_p
+    res = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n_init, ss, sp, se, ep, max_tops,
+                  callers)
+    if res[0] < 0:
+        return res[0]
+    lv[LVL_START, 0] = 0
+    lv[LVL_N, 0] = res[0]
+    lv[LVL_FLAG, 0] = res[1]
+    lv[LVL_UNSURE, 0] = 0
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _set_bit(words, t):
+    words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+
+
+@njit(cache=True, nogil=True)
+def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts,
+                   max_tops):
+    """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
+    blob, its rule's follow pairs deciding what may come after the rule ends: accepted tokens
+    get their bit in `words` (and their id appended to `accepted` while it has room),
+    uncertain ones their position (mapped through position_of) appended to `uncertain` from
+    counts[1] on, rejected ones nothing.  counts += (accepted, uncertain, ids appended).
+    Returns 0 or ERR_*."""
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, lv, ss, sp, se, ep = _ws_views(ws)
+    offsets, lcp, tok_bytes, next_lower = _trie_views(trie)
+    callers = _callers(pda, 0)
+    status = _init_levels(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
+                          callers, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64))
+    if status < 0:
+        return status
+    n_acc = 0
+    n_unc = counts[1]
+    n_list = counts[2]
+    end_flag = FLAG_RULE_END | FLAG_END
+    for r in range(ranges.shape[0] // 2):
+        p = ranges[2 * r]
+        end = ranges[2 * r + 1]
+        built = 0
+        while p < end:
+            t0 = offsets[p]
+            length = offsets[p + 1] - t0
+            if lcp[p] < built:
+                built = lcp[p]
+            if built > length:
+                built = length
+            if _read_ahead(lv, built, pairs, tok_bytes, t0):
+                built -= 1  # level `built` was judged by the previous token's next byte
+            d = _extend(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
+                        callers, tok_bytes, t0, length, built, pairs)
+            if d < 0:
+                return d
+            built = d
+            verdict = _verdict(lv, d, length, end_flag)
+            # how many leading bytes decided the verdict (the subtree that shares it)
+            shared = d + 1 if d < length and _read_ahead(lv, d, pairs, tok_bytes, t0) else d
+            if verdict == RESULT_ACCEPT:
+                t = token_ids[p]
+                _set_bit(words, t)
+                n_acc += 1
+                if n_list < accepted.shape[0]:
+                    accepted[n_list] = t
+                    n_list += 1
+                p += 1
+            elif verdict == RESULT_UNCERTAIN:
+                uncertain[n_unc] = position_of[p]
+                n_unc += 1
+                p += 1
+                if d < length:  # the dead prefix's whole subtree is uncertain too
+                    while p < end and lcp[p] >= shared:
+                        uncertain[n_unc] = position_of[p]
+                        n_unc += 1
+                        p += 1
+            else:
+                p += 1
+                if d < length:  # skip the dead prefix's subtree
+                    while p < end and lcp[p] >= shared:
+                        p = next_lower[p]
+    counts[0] += n_acc
+    counts[1] = n_unc
+    counts[2] = n_list
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def run_walk(pda, pool, ws, trie, candidates, cand_lcp, init_s, init_p, max_tops, result):
+    """Online verdicts (accept or reject) of the trie positions `candidates` (ascending;
+    cand_lcp[i] is the common prefix length of candidate i with candidate i-1) against the
+    real stacks (init_s, init_p)."""
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, lv, ss, sp, se, ep = _ws_views(ws)
+    offsets, _, tok_bytes, _ = _trie_views(trie)
+    callers = _callers(pda, 0)
+    no_pairs = np.empty(0, dtype=np.uint8)
+    status = _init_levels(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
+                          callers, init_s, init_p)
+    if status < 0:
+        return status
+    built = 0
+    n = candidates.shape[0]
+    i = 0
+    while i < n:
+        p = candidates[i]
+        t0 = offsets[p]
+        length = offsets[p + 1] - t0
+        if i > 0 and cand_lcp[i] < built:
+            built = cand_lcp[i]
+        if built > length:
+            built = length
+        d = _extend(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
+                    callers, tok_bytes, t0, length, built, no_pairs)
+        if d < 0:
+            return d
+        built = d
+        verdict = _verdict(lv, d, length, FLAG_END)
+        result[i] = verdict
+        i += 1
+        if d < length:  # candidates under the same dead prefix share its verdict
+            while i < n and cand_lcp[i] >= d:
+                result[i] = verdict
+                i += 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def run_follow_pairs(pda, pool, ws, rule, max_tops, out):
+    """The follow pairs of `rule` into out (uint8 [256 * PAIR_WIDTH], zeroed): out[b1, b2] = 1
+    when some caller may take the byte b1 right after the rule ends and then b2 (PAIR_END: and
+    then anything, the token may end there); out[b1, PAIR_MIXED] = 1 when row b1 holds both.  Found from the return states of the rule's
+    callers as frameless continuations (kernels.closure on CONT), a superset of what any real
+    stack takes; where that runs into an unknown context (too many return states or stacks),
+    b1 may be followed by any byte.  Returns 0 or ERR_*."""
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, lv, ss, sp, se, ep = _ws_views(ws)
+    callers = _callers(pda, MAX_CONTINUATIONS)
+    follow = _section(pda, PDA_FOLLOW)[rule * 256 : rule * 256 + 256]
+    returns_ptr = _section(pda, PDA_RETURNS_PTR)
+    seeds = _section(pda, PDA_RETURNS)[returns_ptr[rule] : returns_ptr[rule + 1]]
+    cap = min(max_tops, MAX_CONTINUATION_STACKS)
+    unknown = seeds.shape[0] > MAX_CONTINUATIONS
+    n0 = 0
+    if not unknown:
+        n0 = seeds.shape[0]
+        if 2 * n0 + 2 > buf_s.shape[0]:
+            return ERR_BUFFER_FULL
+        for i in range(n0):
+            buf_s[i] = seeds[i]
+            buf_p[i] = CONT
+        r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n0, ss, sp, se, ep, cap, callers)
+        if r[0] == ERR_TOO_MANY_TOPS or (r[0] >= 0 and (r[1] & FLAG_RULE_END) != 0):
+            unknown = True
+        elif r[0] < 0:
+            return r[0]
+        else:
+            n0 = r[0]
+    if unknown:  # the FOLLOW set's bytes, each followed by anything
+        for b in range(256):
+            if follow[b] != 0:
+                for c in range(PAIR_END + 1):
+                    out[b * PAIR_WIDTH + c] = 1
+        _mark_mixed(out)
+        return 0
+    for b in range(256):
+        if follow[b] == 0:  # FOLLOW holds every byte a continuation may take first
+            continue
+        dst = n0
+        if dst + n0 > buf_s.shape[0]:
+            return ERR_BUFFER_FULL
+        m = step_byte(bp, bl, bh, bd, buf_s, buf_p, 0, n0, b, dst)
+        if m == 0:
+            continue
+        out[b * PAIR_WIDTH + PAIR_END] = 1
+        r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, dst, m, ss, sp, se, ep, cap, callers)
+        if r[0] == ERR_TOO_MANY_TOPS or (r[0] >= 0 and (r[1] & FLAG_RULE_END) != 0):
+            for c in range(PAIR_END + 1):
+                out[b * PAIR_WIDTH + c] = 1
+            continue
+        if r[0] < 0:
+            return r[0]
+        for i in range(dst, dst + r[0]):
+            s = buf_s[i]
+            for e in range(bp[s], bp[s + 1]):
+                for c in range(bl[e], bh[e] + 1):
+                    out[b * PAIR_WIDTH + c] = 1
+    _mark_mixed(out)
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _mark_mixed(out):
+    for b in range(256):
+        row = out[b * PAIR_WIDTH : b * PAIR_WIDTH + PAIR_END + 1]
+        total = 0
+        for c in range(PAIR_END + 1):
+            total += row[c]
+        out[b * PAIR_WIDTH + PAIR_MIXED] = 1 if 0 < total < PAIR_END + 1 else 0
+
+
+@njit(cache=True)
+def candidate_lcp(trie, candidates):
+    """Common prefix length of each candidate's token with the previous candidate's (0 first)."""
+    offsets, _, tok_bytes, _ = _trie_views(trie)
+    out = np.zeros(candidates.shape[0], dtype=np.int32)
+    for i in range(1, candidates.shape[0]):
+        a0 = offsets[candidates[i - 1]]
+        a1 = offsets[candidates[i - 1] + 1]
+        b0 = offsets[candidates[i]]
+        b1 = offsets[candidates[i] + 1]
+        n = 0
+        while a0 + n < a1 and b0 + n < b1 and tok_bytes[a0 + n] == tok_bytes[b0 + n]:
+            n += 1
+        out[i] = n
+    return out
+
+
+@njit(cache=True)
+def _slice_search(pda, state, ptr, lo, hi, dst, cap, table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end,
+                  succ_to, succ_lead, expanded, order, queue, value):
+    """(f, g) for one slice (its automaton ptr/lo/hi/dst, boundary state 0) from `state` alone:
+    every slice token of at most f characters is accepted (its direct byte path stays alive),
+    and every one of g or more is rejected; g = cap + 1 says nothing is known.
+
+    A token is a path of the slice automaton from state 0 whose characters are its lead bytes
+    (the last one possibly incomplete).  Over the pairs (slice state q, PDA state p) reachable
+    through covered bytes:
+      F(q, p) = how many more characters every path may start and stay alive (-1: even the
+                current character can die): the greatest fixpoint of, over each slice edge, a
+                byte without a PDA edge giving 0 (lead) or -1 (continuation), else min over the
+                targets of min(cap, F + 1) (lead) or F (continuation);
+      G(q, p) = the most characters a surviving path may still start: the least fixpoint of
+                max over live edges of G + 1 (lead) or G (continuation), at least 0.
+    f = F(0, state); g = G(0, state) + 1 unless a visited PDA state has reference edges or may
+    end its rule (other stacks or the caller could then keep a token alive).  Pairs are found by
+    a 0-1 breadth-first search on characters started; one more than cap characters away does
+    not change either result within cap, so it is not expanded (and counts as unbounded for G).
+    Returns (0, cap + 1) when the search would visit more than SLICE_PAIRS pairs.  The scratch
+    arrays come from `_slice_scratch`; `table` is all -1 again on return.
+    """
+    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, _, _, _ = _pda_views(pda)
+    q_states = ptr.shape[0] - 1
+    budget = pair_q.shape[0]
+    edge_budget = succ_to.shape[0]
+    mask = table.shape[0] - 1
+    f, g, n = _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, state, ptr, lo, hi, dst,
+                               cap, table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to,
+                               succ_lead, expanded, order, queue, value, q_states, budget, edge_budget, mask)
+    for i in range(n):
+        table[slots[i]] = -1
+        expanded[i] = 0
+    return f, g
+
+
+@njit(cache=True)
+def _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, state, ptr, lo, hi, dst, cap,
+                     table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded,
+                     order, queue, value, q_states, budget, edge_budget, mask):
+    """_slice_search's body: (f, g, pairs inserted)."""
+    head = edge_budget + 1
+    tail = head
+    pair_q[0] = 0
+    pair_p[0] = state
+    dist[0] = 0
+    table[(state * q_states) & mask] = 0
+    slots[0] = (state * q_states) & mask
+    n = 1
+    queue[tail] = 0
+    tail += 1
+    n_order = 0
+    n_succ = 0
+    closed = True  # no visited state has other stacks or exits to offer
+    unbounded = cap + 1
+    while head < tail:
+        i = queue[head]
+        head += 1
+        if expanded[i]:
+            continue
+        expanded[i] = 1
+        order[n_order] = i
+        n_order += 1
+        succ_start[i] = n_succ
+        bound[i] = cap
+        q = pair_q[i]
+        p = pair_p[i]
+        if dist[i] > cap:
+            bound[i] = unbounded  # a cut-off pair: marked for G
+            succ_end[i] = n_succ
+            continue
+        if ref_ptr[p] != ref_ptr[p + 1] or state_accept[p] != 0:
+            closed = False
+        lead = q == 0
+        step = 1 if lead else 0
+        for e in range(ptr[q], ptr[q + 1]):
+            e_lo = lo[e]
+            e_hi = hi[e]
+            q2 = dst[e]
+            covered = e_lo - 1
+            gap = False
+            for f in range(byte_ptr[p], byte_ptr[p + 1]):
+                if byte_hi[f] < e_lo:
+                    continue
+                if byte_lo[f] > e_hi:
+                    break
+                if byte_lo[f] > covered + 1:
+                    gap = True
+                p2 = byte_dst[f]
+                h = (p2 * q_states + q2) & mask
+                j = -1
+                while table[h] >= 0:
+                    if pair_q[table[h]] == q2 and pair_p[table[h]] == p2:
+                        j = table[h]
+                        break
+                    h = (h + 1) & mask
+                if j < 0:
+                    if n >= budget:
+                        return 0, unbounded, n
+                    j = n
+                    n += 1
+                    pair_q[j] = q2
+                    pair_p[j] = p2
+                    dist[j] = dist[i] + step + 1  # above any real distance: relaxed just below
+                    table[h] = j
+                    slots[j] = h
+                if not expanded[j] and dist[i] + step < dist[j]:
+                    dist[j] = dist[i] + step
+                    if lead:
+                        queue[tail] = j
+                        tail += 1
+                    else:
+                        head -= 1
+                        queue[head] = j
+                if n_succ >= edge_budget:
+                    return 0, unbounded, n
+                succ_to[n_succ] = j
+                succ_lead[n_succ] = step
+                n_succ += 1
+                covered = byte_hi[f]
+                if covered >= e_hi:
+                    break
+            if gap or covered < e_hi:  # some byte of the edge has no byte edge from p
+                miss = 0 if lead else -1
+                if miss < bound[i]:
+                    bound[i] = miss
+        succ_end[i] = n_succ
+    # F: greatest fixpoint from cap downwards (a cut-off pair stays at cap)
+    for i in range(n):
+        value[i] = cap
+    changed = True
+    while changed:
+        changed = False
+        for k in range(n_order - 1, -1, -1):
+            i = order[k]
+            v = min(bound[i], cap)
+            for s in range(succ_start[i], succ_end[i]):
+                c = min(cap, value[succ_to[s]] + succ_lead[s])
+                if c < v:
+                    v = c
+            if v < value[i]:
+                value[i] = v
+                changed = True
+    f = value[0]
+    if not closed:
+        return f, unbounded, n
+    # G: least fixpoint from 0 upwards, capped at `unbounded` (a cut-off pair is unbounded)
+    for i in range(n):
+        value[i] = 0
+    for k in range(n_order):
+        i = order[k]
+        if bound[i] == unbounded:
+            value[i] = unbounded
+    changed = True
+    while changed:
+        changed = False
+        for k in range(n_order - 1, -1, -1):
+            i = order[k]
+            v = value[i]
+            for s in range(succ_start[i], succ_end[i]):
+                c = min(unbounded, value[succ_to[s]] + succ_lead[s])
+                if c > v:
+                    v = c
+            if v > value[i]:
+                value[i] = v
+                changed = True
+    return f, min(unbounded, value[0] + 1), n
+
+
+@njit(cache=True)
+def _slice_scratch():
+    budget = SLICE_PAIRS
+    edge_budget = 8 * budget
+    return (
+        np.full(4 * budget, -1, dtype=np.int32), np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
+        np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
+        np.zeros(budget, dtype=np.int32), np.zeros(budget, dtype=np.int32), np.empty(edge_budget, dtype=np.int32),
+        np.empty(edge_budget, dtype=np.int32), np.zeros(budget, dtype=np.uint8), np.empty(budget, dtype=np.int32),
+        np.empty(2 * edge_budget + 2, dtype=np.int32), np.empty(budget, dtype=np.int32),
+    )
+
+
+@njit(cache=True, nogil=True)
+def run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, out):
+    """out[s] = (f, g) of every slice s (see _slice_search) for `state` on BOTTOM: when its
+    closure holds other stacks (it enters rules or may end its own), f is the best of theirs
+    (a token one of them consumes whole is accepted) and g says nothing.  Returns 0 or ERR_*."""
+    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    fs, fp, fc, ft = _pool_views(pool)
+    buf_s, buf_p, _, ss, sp, se, ep = _ws_views(ws)
+    buf_s[0] = state
+    buf_p[0] = BOTTOM
+    r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, 1, ss, sp, se, ep, max_tops,
+                _callers(pda, 0))
+    if r[0] < 0:
+        return r[0]
+    tops = buf_s[: r[0]].copy()
+    (table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded, order, queue,
+     value) = _slice_scratch()
+    for k in range(len(ptrs)):
+        f = 0
+        g = caps[k] + 1
+        for i in range(tops.shape[0]):
+            fi, gi = _slice_search(pda, tops[i], ptrs[k], los[k], his[k], dsts[k], caps[k], table, slots, pair_q,
+                                   pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded, order,
+                                   queue, value)
+            if fi > f:
+                f = fi
+            if tops.shape[0] == 1:
+                g = gi
+        out[k, 0] = f
+        out[k, 1] = g
+    return 0
+
+
+@njit(cache=True)
+def bitset_ids(words, limit):
+    """The ids whose bit is set, ascending (at most `limit` of them)."""
+    out = np.empty(limit, dtype=np.int32)
+    n = 0
+    for w in range(words.shape[0]):
+        x = np.uint32(words[w])
+        while x != 0 and n < limit:
+            low = x & (~x + np.uint32(1))
+            bit = 0
+            y = low
+            while y > np.uint32(1):
+                y >>= np.uint32(1)
+                bit += 1
+            out[n] = w * 32 + bit
+            n += 1
+            x ^= low
+    return out[:n]
+
+
+@njit(cache=True, nogil=True)
+def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, slice_rows,
+             max_tops, uncertain_ok):
+    """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks (the
+    first n_kernel of the packed set, see kernels.run_advance), then check each stack's uncertain
+    tokens against the real stack.  Returns 0 (written), an ERR_* status (make room, call
+    again), FILL_MASKS_MISSING (compute the kernel states' masks) or, unless uncertain_ok,
+    FILL_UNCERTAIN (walks are needed: the caller may have the bitmask memoised).  The last two
+    write nothing."""
+    n_words = words.shape[0]
+    grammar_words = mask_pool[0:n_words]
+    half = stacks.shape[0] // 2
+    kernel_s = stacks[:n_kernel]
+    kernel_p = stacks[half : half + n_kernel]
+    n = n_kernel
+    uncertain = False
+    for i in range(n):
+        base = kernel_s[i] * MASK_FIELDS
+        if mask_index[base] < 0:
+            return FILL_MASKS_MISSING
+        if mask_index[base + 4] > 0:
+            uncertain = True
+    if uncertain and not uncertain_ok:
+        return FILL_UNCERTAIN
+    if n == 0:
+        for w in range(n_words):
+            words[w] = 0
+    for i in range(n):
+        s = kernel_s[i]
+        base = s * MASK_FIELDS
+        kind = mask_index[base]
+        data = mask_pool[mask_index[base + 1] : mask_index[base + 1] + mask_index[base + 2]]
+        u_off = mask_index[base + 3]
+        u_n = mask_index[base + 4]
+        # The first stack writes `words` outright (no zeroing pass); later ones OR into it.
+        if kind == KIND_ACCEPTED_LIST or kind == KIND_SLICE:
+            start = 0
+            if kind == KIND_SLICE:
+                start = SLICE_ROWS
+                first_row = True
+                for r in range(SLICE_ROWS):
+                    row = data[r]
+                    if row < 0:
+                        continue
+                    if i == 0 and first_row:
+                        words[:] = slice_rows[row]
+                    else:
+                        for w in range(n_words):
+                            words[w] |= slice_rows[row, w]
+                    first_row = False
+                if i == 0 and first_row:
+                    for w in range(n_words):
+                        words[w] = 0
+            elif i == 0:
+                for w in range(n_words):
+                    words[w] = 0
+            for j in range(start, data.shape[0]):
+                _set_bit(words, data[j])
+        elif kind == KIND_ACCEPTED_BITSET:
+            if i == 0:
+                words[:] = data
+            else:
+                for w in range(n_words):
+                    words[w] |= data[w]
+        else:
+            # All grammar tokens but the rejected and uncertain ones.
+            if i == 0:
+                words[:] = grammar_words
+                target = words
+            else:
+                target = grammar_words.copy()
+            for t in data:
+                target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+            for t in mask_pool[u_off + u_n : u_off + 2 * u_n]:
+                target[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+            if i > 0:
+                for w in range(n_words):
+                    words[w] |= target[w]
+        if u_n > 0:
+            result = np.empty(u_n, dtype=np.int8)
+            status = run_walk(
+                pda, pool, ws, trie, mask_pool[u_off : u_off + u_n], mask_pool[u_off + 2 * u_n : u_off + 3 * u_n],
+                kernel_s[i : i + 1], kernel_p[i : i + 1], max_tops, result,
+            )
+            if status != 0:
+                return status
+            ids = mask_pool[u_off + u_n : u_off + 2 * u_n]
+            for j in range(u_n):
+                if result[j] == RESULT_ACCEPT:
+                    _set_bit(words, ids[j])
+    # Stop tokens are allowed exactly when the grammar can end, even when one is also a text
+    # token (a caller may name "\n" a stop token): accept_token treats them as stops first.
+    for t in stop_ids:
+        if can_end:
+            _set_bit(words, t)
+        else:
+            words[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+    return 0

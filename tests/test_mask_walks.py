@@ -1,0 +1,238 @@
+"""State masks against independent references.
+
+- Vocabulary slices: every state's mask equals a walk of the whole trie without slices, bit for
+  bit (accepted and uncertain tokens), on schemas and grammars with free, counted, patterned and
+  escaped strings, on all four tokenizers; and the comparison catches a slice wrongly applied.
+- Slice bounds against brute force over the slice's tokens.
+- Follow pairs: matcher fills along real instances equal per-token brute force (accept_token),
+  including the states after values, where the pairs turn " word" tokens from uncertain into
+  rejected.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import pushmask as pm
+from pushmask.masks import compiler as compiler_module
+from pushmask.masks.trie import BUCKET_BOUNDS, OTHER
+
+from support import DATA, REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
+
+SCHEMAS = {
+    "strings": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "code": {"type": "string", "minLength": 2, "maxLength": 7},
+            "no_x": {"type": "string", "pattern": "^[^x]*$"},
+            "count": {"type": "integer", "minimum": -5, "maximum": 120},
+        },
+        "required": ["name", "count"],
+    },
+    "more": {
+        "type": "object",
+        "properties": {
+            "hex": {"type": "string", "pattern": "^[0-9a-f]{4,8}$"},
+            "ratio": {"type": "number"},
+            "tags": {"type": "array", "items": {"enum": ["a", "b c", "é"]}},
+        },
+    },
+    "nested": {
+        "type": "array",
+        "items": {"type": "object", "properties": {"id": {"type": "integer"}, "label": {"type": "string"}},
+                  "additionalProperties": {"type": "boolean"}},
+        "maxItems": 4,
+    },
+}
+GRAMMAR_FILES = ("llama_json.gbnf", "arithmetic.gbnf")
+
+
+def _compiled(name: str):
+    compiler = pm.GrammarCompiler(tokenizer_info(name), cache_enabled=False)
+    out = [compiler.compile_json_schema(schema) for schema in SCHEMAS.values()]
+    out += [compiler.compile_grammar((REPO / "tests" / "grammars" / file).read_text()) for file in GRAMMAR_FILES]
+    return out
+
+
+def _accepted_and_uncertain(compiled, mask) -> tuple[np.ndarray, np.ndarray]:
+    """The accepted and uncertain token ids a StateMask stands for, whatever its kind."""
+    trie = compiled.compiler.trie
+    uncertain = np.sort(mask.uncertain_ids)
+    if mask.kind == 0:
+        accepted = mask.data
+    elif mask.kind == 1:
+        accepted = np.setdiff1d(np.setdiff1d(trie.token_ids, mask.data), uncertain)
+    else:
+        if mask.kind == 2:
+            words = mask.data
+        else:
+            words = np.zeros(len(compiled.compiler.all_grammar_words), dtype=np.int32)
+            for row in mask.data[:3]:
+                if row >= 0:
+                    words |= trie.cumulative[row]
+        accepted = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
+        if mask.kind == 3:
+            accepted = np.union1d(accepted, mask.data[3:])
+    return np.sort(accepted), uncertain
+
+
+def _assert_slices_equal_full_walks(compiled) -> int:
+    """Every state: slices + partial walks == whole-trie walk.  Returns how many states took a slice."""
+    sliced = 0
+    for state in range(compiled.num_states):
+        pairs, _ = compiled._follow_pairs(int(compiled.pda.state_rule[state]))
+        fast = compiled._compute_mask(state, pairs)
+        full = compiled._compute_mask(state, pairs, use_slices=False)
+        sliced += fast.kind == 3
+        for got, want in zip(_accepted_and_uncertain(compiled, fast), _accepted_and_uncertain(compiled, full)):
+            assert np.array_equal(got, want), (compiled, state)
+        assert fast.num_accepted == full.num_accepted
+    return sliced
+
+
+@pytest.mark.parametrize("name", TOKENIZER_NAMES)
+def test_slices_equal_full_walks(name):
+    sliced = sum(_assert_slices_equal_full_walks(compiled) for compiled in _compiled(name))
+    assert sliced >= 20  # the slice path really ran (free, counted and escaped strings)
+
+
+def test_a_slice_applied_where_the_state_lacks_it_is_caught(monkeypatch):
+    """The comparison above fails when every state claims all slice tokens (the "^[^x]*$" string
+    state's self-loop lacks "x"), so it can tell a wrong slice from a right one."""
+    real = compiler_module.run_slice_bounds
+
+    def everything(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, out):
+        status = real(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, out)
+        if out[2, 0] > 0:  # a state inside some string: claim every content token
+            out[:, 0] = caps
+        return status
+
+    compiled = _compiled("llama3")[0]
+    monkeypatch.setattr(compiler_module, "run_slice_bounds", everything)
+    with pytest.raises(AssertionError):
+        _assert_slices_equal_full_walks(compiled)
+
+
+def test_slice_bounds_against_brute_force():
+    """For string states of a counted and a patterned string: every slice token of at most f
+    characters is accepted and every one of g or more rejected (accept_string from the state)."""
+    info = tokenizer_info("llama3")
+    compiler = pm.GrammarCompiler(info, cache_enabled=False)
+    trie = compiler.trie
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 7}, "p": {"pattern": "^[a-z]*$"}}}
+    compiled = compiler.compile_json_schema(schema)
+    rng = np.random.default_rng(0)
+    for prefix in ('{"s": "', '{"s": "ab', '{"s": "abcdef', '{"p": "', '{"p": "xy'):
+        matcher = pm.GrammarMatcher(compiled)
+        assert matcher.accept_string(prefix)
+        state = int(matcher._state.kernel_s[0])
+        runner = compiled._runner()
+        bounds = np.zeros((3, 2), dtype=np.int64)
+        assert compiler_module.run_slice_bounds(compiled.pda.blob, runner.pool.blob, runner.ws.blob, state,
+                                                *trie.slice_automata, 4096, bounds) == 0
+        for s in range(3):
+            f, g = bounds[s]
+            lo, hi = trie.region_start[s], trie.region_start[s + 1]
+            for position in rng.choice(np.arange(lo, hi), size=min(300, hi - lo), replace=False):
+                token = int(trie.token_ids[position])
+                chars = len(info.decoded_vocab[token].decode("utf-8", "replace"))
+                allowed = matcher.accept_token(token)
+                if allowed:
+                    matcher.rollback(1)
+                if chars <= f:
+                    assert allowed, (prefix, s, info.decoded_vocab[token])
+                if chars >= g:
+                    assert not allowed, (prefix, s, info.decoded_vocab[token])
+        if prefix.endswith("abcdef"):
+            assert bounds[2][1] <= 3  # a counted string rejects what does not fit
+
+
+def _brute_force(matcher: pm.GrammarMatcher, vocab_size: int) -> np.ndarray:
+    allowed = np.zeros(vocab_size, dtype=bool)
+    for token in range(vocab_size):
+        if matcher.accept_token(token):
+            allowed[token] = True
+            matcher.rollback(1)
+    return allowed
+
+
+def _mask(matcher: pm.GrammarMatcher) -> np.ndarray:
+    bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    return np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[: matcher.vocab_size].astype(bool)
+
+
+@pytest.mark.parametrize("name", ["llama3", "smollm2"])
+def test_fills_after_values_equal_brute_force(name):
+    """Fills where rules end (after numbers, strings, objects, array items) and inside strings
+    equal brute force; " word" tokens after a number are rejected by the masks themselves."""
+    info = tokenizer_info(name)
+    tokenizer = hf_tokenizer(name)
+    compiler = pm.GrammarCompiler(info)
+    compiled = compiler.compile_json_schema({**SCHEMAS["strings"], "properties": {
+        **SCHEMAS["strings"]["properties"], **SCHEMAS["more"]["properties"]}}, property_order="any")
+    instance = {"name": "Ann", "count": 12, "ratio": -0.5, "tags": ["a", "é"], "code": "xy z"}
+    text = json.dumps(instance)
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+    matcher = pm.GrammarMatcher(compiled)
+    checked = 0
+    for position, token in enumerate(tokens):
+        before = tokenizer.decode(tokens[:position])
+        if position in (0, 1) or before.endswith(("12", "-0.5", '"Ann"', '"a"', "]", '"xy')):
+            assert np.array_equal(_mask(matcher), _brute_force(matcher, info.vocab_size)), before
+            checked += 1
+        assert matcher.accept_token(token)
+    assert matcher.can_end() and checked >= 5
+    # after "count": 12 no " word" token is left for the matcher to check one by one
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_string('{"count": 12')
+    state = int(matcher._state.kernel_s[0])
+    uncertain = compiled.state_mask(state).uncertain_ids
+    words = [t for t in uncertain.tolist() if info.decoded_vocab[t][:1] == b" " and info.decoded_vocab[t][1:2].isalpha()]
+    assert words == []
+
+
+def test_follow_pairs_hold_every_real_continuation():
+    """After a JSON integer that ends a member: every two bytes that can follow where the number
+    may end, and that the member itself cannot take, are follow pairs of its rule; and the
+    pairs say what they should about ',' and '}'."""
+    compiled = pm.GrammarCompiler(tokenizer_info("smollm2")).compile_json_schema(
+        {"type": "object", "properties": {"n": {"type": "integer"}, "m": {"type": "boolean"}},
+         "additionalProperties": False}, property_order="any")  # members are rules of their own
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_string('{"n": 1')
+    state = int(matcher._state.kernel_s[0])
+    assert compiled.pda.rule_names[compiled.pda.state_rule[state]] == "member"
+    pairs, _ = compiled._follow_pairs(int(compiled.pda.state_rule[state]))
+    table = pairs.reshape(256, -1)
+    # the member rule ends after its trailing whitespace: ',' or '}' must come next
+    assert table[ord("}"), 256] and table[ord(","), ord('"')] and table[ord(","), ord(" ")] and table[ord("}"), ord("\n")]
+    assert not table[ord(","), ord("}")] and not table[ord("}"), ord(",")] and not table[ord(" ")].any()
+    inside = set(b"0123456789.eE \t\n\r")  # bytes the member may still take (the rule goes on)
+    for first in sorted(set(range(256)) - inside):
+        for second in range(256):
+            probe = pm.GrammarMatcher(compiled)
+            assert probe.accept_string('{"n": 1')
+            if probe.accept_string(bytes([first, second])):
+                assert table[first, second], bytes([first, second])
+
+
+def test_bucketed_order_holds_each_slice_once():
+    """The bucketed order is a permutation of the slice tokens, descending by bucket, and every
+    cumulative row holds exactly the slice tokens of at most its bound of characters."""
+    info = tokenizer_info("qwen")
+    trie = pm.GrammarCompiler(info).trie
+    slice_ids = trie.token_ids[: trie.region_start[OTHER]]
+    assert np.array_equal(np.sort(trie.bucketed.token_ids), np.sort(slice_ids))
+    for s in range(3):
+        lo, hi = trie.region_start[s], trie.region_start[s + 1]
+        for k, bound in enumerate(BUCKET_BOUNDS[:8]):
+            row = trie.cumulative[s * len(BUCKET_BOUNDS) + k]
+            members = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little"))
+            expected = [t for t in trie.token_ids[lo:hi].tolist()
+                        if len(info.decoded_vocab[t].decode("utf-8", "replace")) <= bound]
+            assert set(members.tolist()) == set(expected), (s, bound)
