@@ -1,5 +1,6 @@
 """How fast do GCD, ASAp and exact (rejection) sampling approach the grammar-conditioned
-distribution Q?  Prints KL-vs-samples tables and writes benchmarks/asap_fidelity.png.
+distribution Q?  Prints KL-vs-samples tables and writes benchmarks/asap_fidelity.png; then
+compares GCD, ASAp, exact, AWRS and SMC at equal numbers of model calls.
 
 Problems: the two toy problems of tests/test_asap.py (a hashed toy LM over the SmolLM2 vocabulary;
 binary strings {00000} U 1{0,1}^4, and balanced parentheses up to length 6), and with --real the
@@ -10,7 +11,16 @@ Columns, for the first n samples of one seeded run per mode:
   next KL  KL(Q || q_n), where q_n is the exact distribution ASAp draws its next sample from,
            computed from its trie (noise-free); GCD's is constant, exact mode's is 0 by design
 
-    .venv/bin/python benchmarks/asap_fidelity.py [--samples 10000] [--real] [--out PATH]
+Equal model calls: every method gets the same number of next-token distributions ("decode
+steps": one per token drawn, rejected attempts included, as a decoder without a prefix cache
+would pay; the trie's cache and SMC's shared prefixes make the real number of model calls
+smaller, printed beside).  Estimates of Q: the empirical distribution of GCD, ASAp and exact
+samples; AWRS samples weighted by their weights (self-normalised); SMC: independent runs of
+--particles particles, every particle weighted by its weight (so runs count by their estimate of
+Z).  Column: KL(estimate || Q).
+
+    .venv/bin/python benchmarks/asap_fidelity.py [--samples 10000] [--calls 1000,10000,60000]
+                                                 [--particles 16] [--real] [--out PATH]
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import math
 import os
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +39,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the toy problems are the ones the tests check
 
-from conftest import grammar_compiler, hf_tokenizer  # noqa: E402
+from support import grammar_compiler, hf_tokenizer  # noqa: E402
 import test_asap as toy  # noqa: E402
 
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq  # noqa: E402
-from pushmask.masks.asap import ASApSampler, MODES  # noqa: E402
+from pushmask.masks.asap import ASApSampler  # noqa: E402
 from pushmask.masks.matcher import GrammarMatcher  # noqa: E402
+from pushmask.masks.smc import smc  # noqa: E402
+
+MODES = ("gcd", "asap", "exact")  # the KL-vs-samples table and plot
 
 
 class ProbTree:
@@ -59,6 +72,11 @@ class ProbTree:
 
         visit(())
         self.target = self.distribution(lambda prefix, t: 1.0, normalize_steps=False)
+
+        def mass(prefix: tuple) -> float:  # P(the model ends inside the grammar | prefix)
+            return sum(math.exp(lp) * (1.0 if stop else mass(prefix + (t,))) for t, lp, stop in self.steps[prefix])
+
+        self.z = mass(())
 
     def distribution(self, weight, normalize_steps=True) -> dict[tuple, float]:
         """The sequence distribution of a sampler drawing t at u with probability proportional to
@@ -135,7 +153,46 @@ def run_problem(name, lm, compiled, prompt_ids, n_samples, checkpoints, seed=0):
         extra = f", {sampler.rejections} rejections" if m == "exact" else ""
         print(f"   {m}: {sampler.forward_passes} forward passes, {timing[m]:.2f}s for {done} samples{extra}")
     return {"name": name, "checkpoints": list(checkpoints), "curves": curves,
-            "gcd_exact": kl(q, gcd_exact), "k": len(q)}
+            "gcd_exact": kl(q, gcd_exact), "k": len(q), "q": q, "z": tree.z}
+
+
+def run_equal_calls(name, lm, compiled, prompt_ids, q, z, budgets, particles, seed=0):
+    """KL(estimate || Q) of every method after the same number of decode steps."""
+    print(f"\n-- {name}: KL(estimate || Q) at equal decode steps (SMC: {particles} particles per run)")
+    samplers = {m: ASApSampler(lm, None, compiled, prompt_ids, mode=m, seed=seed) for m in ("gcd", "asap", "exact", "awrs")}
+    mass = {m: defaultdict(float) for m in (*samplers, "smc")}
+    awrs_weights = []
+    smc_steps = smc_calls = smc_runs = 0
+    print(f"{'steps':>7} | {'GCD':>8} {'ASAp':>8} {'exact':>8} {'AWRS':>8} {'SMC':>8} | steps spent (model calls)")
+    for budget in budgets:
+        for m, sampler in samplers.items():
+            while sampler.steps < budget:
+                s = sampler.sample()
+                if m == "awrs":
+                    awrs_weights.append(math.exp(s.log_weight))
+                mass[m][tuple(s.token_ids)] += awrs_weights[-1] if m == "awrs" else 1.0
+        while smc_steps < budget:
+            result = smc(lm, None, compiled, prompt_ids, num_particles=particles, seed=seed + smc_runs)
+            smc_runs += 1
+            smc_steps += result.tokens_sampled
+            smc_calls += result.model_calls
+            for particle in result.particles:
+                if particle.log_weight > -math.inf:
+                    mass["smc"][tuple(particle.token_ids)] += math.exp(particle.log_weight)
+        row = {m: kl(_normalised(mass[m]), q) for m in mass}
+        spent = ", ".join(f"{m} {s.steps} ({s.forward_passes})" for m, s in samplers.items())
+        print(f"{budget:>7} | {row['gcd']:>8.4f} {row['asap']:>8.4f} {row['exact']:>8.4f} {row['awrs']:>8.4f} "
+              f"{row['smc']:>8.4f} | {spent}, smc {smc_steps} ({smc_calls}, {smc_runs} runs)")
+    awrs = samplers["awrs"]
+    w = np.array(awrs_weights)
+    print(f"   awrs: {awrs.grammar_checks / awrs.steps:.2f} grammar checks per token, {awrs.mask_fallbacks} mask "
+          f"fallbacks; {len(w)} weights, mean {w.mean():.3e} +- {w.std() / math.sqrt(len(w)):.2e} (Z = {z:.3e}), "
+          f"largest {w.max():.3e}")
+
+
+def _normalised(mass: dict) -> dict:
+    total = sum(mass.values())
+    return {w: v / total for w, v in mass.items()}
 
 
 def binary_grammar(compiler):
@@ -200,15 +257,16 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--real", action="store_true", help="also run SmolLM2-135M-Instruct on the binary grammar")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "asap_fidelity.png"))
+    parser.add_argument("--calls", default="1000,10000,60000",
+                        help="decode-step budgets of the equal-calls comparison (comma-separated; '' skips it)")
+    parser.add_argument("--particles", type=int, default=16, help="SMC particles per run (default: 16)")
     args = parser.parse_args(argv)
     checkpoints = [n for n in (10, 30, 100, 300, 1000, 3000, 10_000, 30_000, 100_000) if n < args.samples] + [args.samples]
+    budgets = [int(b) for b in args.calls.split(",") if b]
 
     compiler = grammar_compiler("smollm2")
-    results = []
-    lm, compiled = toy.binary_problem(compiler)
-    results.append(run_problem("toy LM, {00000} U 1{0,1}^4", lm, compiled, [], args.samples, checkpoints))
-    lm, compiled = toy.paren_problem(compiler)
-    results.append(run_problem("toy LM, balanced parens <= 6", lm, compiled, [], args.samples, checkpoints))
+    problems = [("toy LM, {00000} U 1{0,1}^4", *toy.binary_problem(compiler), [], args.samples, checkpoints, budgets),
+                ("toy LM, balanced parens <= 6", *toy.paren_problem(compiler), [], args.samples, checkpoints, budgets)]
     if args.real:
         tok = hf_tokenizer("smollm2")
         text = tok.apply_chat_template([{"role": "user", "content": "Generate a random binary string of length 5"}],
@@ -216,8 +274,14 @@ def main(argv=None):
         prompt_ids = tok.encode(text, add_special_tokens=False)
         n_real = min(args.samples, 3000)
         real_points = [n for n in checkpoints if n < n_real] + [n_real]
-        results.append(run_problem("SmolLM2-135M, binary length 5", real_smollm2(), binary_grammar(compiler),
-                                   prompt_ids, n_real, real_points))
+        problems.append(("SmolLM2-135M, binary length 5", real_smollm2(), binary_grammar(compiler), prompt_ids,
+                         n_real, real_points, [b for b in budgets if b <= 6 * n_real]))
+    results = []
+    for name, lm, compiled, prompt_ids, n, points, problem_budgets in problems:
+        results.append(run_problem(name, lm, compiled, prompt_ids, n, points))
+        if problem_budgets:
+            run_equal_calls(name, lm, compiled, prompt_ids, results[-1]["q"], results[-1]["z"], problem_budgets,
+                            args.particles)
     plot(results, args.out)
 
 

@@ -54,10 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-jump-forward", action="store_true", help="decode forced text token by token")
     parser.add_argument("--no-cache", action="store_true",
                         help="do not keep the converted GGUF model in ~/.cache/pushmask/models")
-    parser.add_argument("--aligned", choices=("gcd", "asap", "exact"), default=None,
+    parser.add_argument("--aligned", choices=("gcd", "asap", "exact", "awrs", "smc"), default=None,
                         help="grammar-aligned sampling (pushmask.masks.asap): print --num-samples samples "
-                             "drawn with plain constrained decoding (gcd), ASAp, or exact rejection sampling")
-    parser.add_argument("--num-samples", type=int, default=1, metavar="N", help="samples with --aligned (default: 1)")
+                             "drawn with plain constrained decoding (gcd), ASAp, exact rejection sampling, or "
+                             "adaptive weighted rejection sampling (awrs, with its weights); smc: sequential Monte "
+                             "Carlo with --particles AWRS particles (pushmask.masks.smc), printed with their weights")
+    parser.add_argument("--num-samples", type=int, default=1, metavar="N",
+                        help="samples with --aligned gcd|asap|exact|awrs (default: 1)")
+    parser.add_argument("--particles", type=int, default=8, metavar="N", help="particles with --aligned smc (default: 8)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="torch CPU threads (default: torch's choice; 1 is often fastest for a small "
@@ -166,11 +170,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int:
-    """--aligned: one sample per line (JSON-normalised for schemas), then log P and log q."""
+    """--aligned: one sample per line (JSON-normalised for schemas), then log P and log q (awrs:
+    log w, its weight; smc: every particle with its normalised weight, then log Z on stderr)."""
     from ..masks.asap import aligned_generate
+    from ..masks.smc import smc
 
-    if args.num_samples <= 0:
-        err("error: --num-samples must be positive")
+    if args.num_samples <= 0 or args.particles <= 0:
+        err("error: --num-samples and --particles must be positive")
         return 2
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -178,12 +184,19 @@ def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int
     else:
         prompt = args.prompt
     temperature = args.temperature if args.temperature > 0 else 1.0  # sampling needs a temperature
-    samples = aligned_generate(model, tokenizer, compiled, prompt, mode=args.aligned, num_samples=args.num_samples,
-                               temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    options = {"temperature": temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed}
+    if args.aligned == "smc":
+        result = smc(model, tokenizer, compiled, prompt, num_particles=args.particles, **options)
+        outputs = [(p.text, p.complete, f"weight {w:.3f}, log P {p.log_p:.3f}")
+                   for p, w in sorted(zip(result.particles, result.weights()), key=lambda pw: -pw[1])]
+    else:
+        samples = aligned_generate(model, tokenizer, compiled, prompt, mode=args.aligned,
+                                   num_samples=args.num_samples, **options)
+        weight = (lambda s: f"log w {s.log_weight:.3f}") if args.aligned == "awrs" else (lambda s: f"log q {s.log_q:.3f}")
+        outputs = [(s.text, s.complete, f"log P {s.log_p:.3f}, {weight(s)}") for s in samples]
     status = 0
-    for sample in samples:
-        text = sample.text
-        if schema is not None and sample.complete:
+    for text, complete, note in outputs:
+        if schema is not None and complete:
             import jsonschema
 
             value = json.loads(text)
@@ -192,11 +205,17 @@ def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int
                 err(f"error: output fails the schema: {errors[0].message}")
                 status = 3
             text = json.dumps(value, ensure_ascii=False)
-        print(text if args.json_only else f"{text}\t# log P {sample.log_p:.3f}, log q {sample.log_q:.3f}")
-        if not sample.complete:
-            status = max(status, 1)
-    if status == 1:
-        err(f"warning: a sample stopped at --max-new-tokens {args.max_new_tokens} before the grammar could end")
+        print(text if args.json_only else f"{text}\t# {note}")
+    # smc: particles that died (weight 0) are part of the method; it fails only when all did
+    incomplete = all if args.aligned == "smc" else any
+    if incomplete(not complete for _, complete, _ in outputs):
+        status = max(status, 1)
+        err(f"warning: {'every particle' if args.aligned == 'smc' else 'a sample'} stopped before the grammar "
+            f"could end (--max-new-tokens {args.max_new_tokens}, or no allowed token had probability > 0)")
+    if args.aligned == "smc" and not args.json_only:
+        err(f"smc: {args.particles} particles, log Z estimate {result.log_marginal_likelihood:.3f}, "
+            f"{result.num_resamples} resamplings, {result.grammar_checks / max(result.tokens_sampled, 1):.2f} "
+            "grammar checks per token")
     return status
 
 

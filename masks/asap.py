@@ -1,14 +1,15 @@
-"""Grammar-aligned sampling: one trie over sampled token prefixes, three ways to walk it.
+"""Grammar-aligned sampling: one trie over sampled token prefixes, four ways to walk it.
 
 The target is Q(w) = P(w) * 1[w in L(G)] / Z over token sequences w (the stop token's
 probability included in P(w)).  With c(u) = probability that the model, continuing freely from
 prefix u, stops inside L(G), the exact next-token rule is Q(t | u) = P(t | u) * c(ut) / c(u).
 
-Every node of the trie is a prefix u the sampler has reached.  Expanding it costs one model call;
-the node keeps log P(. | u) (softmax over the model's full vocabulary at the given temperature,
-no top-k/top-p warping) restricted to the tokens the grammar allows there (the masked mass,
-1 - A(u), is all the algorithm needs of the rest; so a node costs about 12 bytes per allowed
-token, 20 once a child's c~ changed), and c~(u), an over-approximation of c(u):
+Every node of the trie is a prefix u the sampler has reached.  Reaching it costs one model call;
+once its grammar mask is known ("expanded") the node keeps log P(. | u) (softmax over the model's
+full vocabulary at the given temperature, no top-k/top-p warping) restricted to the tokens the
+grammar allows there (the masked mass, 1 - A(u), is all the algorithm needs of the rest; so a
+node costs about 12 bytes per allowed token, 20 once a child's c~ changed), and c~(u), an
+over-approximation of c(u):
 
     c~(u) = sum over allowed t of P(t | u) * c~(ut),   unexpanded children count 1,
             masked tokens count 0, a stop token counts 1, a prefix at max_new_tokens counts 0.
@@ -26,12 +27,23 @@ Modes (the same trie, the same bookkeeping; only the proposal at a node differs)
              t ~ P(t | u) * c~(ut); the first sample is distributed as GCD, later ones tend to Q.
 - ``exact``: rejection sampling on the trie (CARS-style).  At nodes expanded before the current
              attempt t ~ P(t | u) * c~(ut); at nodes expanded during it, t ~ P(t | u) over the full
-             vocabulary, and a masked token (or running out of tokens) rejects the whole attempt.
-             The proposal of every attempt is P restricted to what is not yet known to be dead, so
-             accepted samples are distributed exactly as Q; each rejection makes the next attempt
-             likelier to succeed.
+             vocabulary, kept with probability c~(ut) (a masked token rejects the whole attempt, as
+             does running out of tokens).  The proposal of every attempt is P restricted to what is
+             not yet known to be dead, so accepted samples are distributed exactly as Q; each
+             rejection makes the next attempt likelier to succeed.
+- ``awrs``:  adaptive weighted rejection sampling (Lipkin et al., COLM 2025, "Fast Controlled
+             Generation from Language Models with Adaptive Weighted Rejection Sampling"): the same
+             proposal as ``gcd``, but at a node whose mask is not known the token is found by
+             drawing from P(. | u) and checking only the drawn tokens against the grammar
+             (`awrs_step`), which also gives an unbiased estimate of A(u) as the step's weight.
+             Such a node keeps the model's distribution over the tokens a grammar could allow
+             (12 bytes per token with P > 0; 16 more, for the cumulative sums, from the second
+             visit on) and the grammar's verdicts on the tokens checked there, and counts c~ = 1
+             until another mode needs its mask (or the check budget runs out and the mask is
+             computed), which turns it into an expanded node at no extra model call.
 
-Every sample reports log P(w) and its proposal log q(w), for importance weighting.
+Every sample reports log P(w) and its proposal log q(w), for importance weighting (``awrs``
+reports log P(w) - log W(w), W the product of its step weights, whose mean is P(w) / q(w)).
 """
 
 from __future__ import annotations
@@ -45,11 +57,15 @@ import numpy as np
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
 
-MODES = ("gcd", "asap", "exact")
+MODES = ("gcd", "asap", "exact", "awrs")
 
 # When c~(u) = A(u) - D(u) falls below this fraction of A(u), the subtraction has lost that many
 # digits, so the node recomputes c~(u) exactly from its children instead.
 _CANCELLATION_GUARD = 1e-4
+
+AWRS_MAX_CHECKS = 32
+"""Grammar checks one AWRS step may make before it computes the full mask instead: 32 checks cost
+about what the mask and finishing the step over the whole vocabulary cost."""
 
 
 @dataclass
@@ -58,11 +74,13 @@ class Sample:
 
     token_ids: generated ids, stop token excluded.  text: their bytes decoded as UTF-8.
     log_p: log P(w) under the model at the sampler's temperature, including the probability of
-    the stop token that ended it (`stop_token_id`) when complete.  log_q: log-probability that the sampler's proposal produced exactly this sequence
-    (for ``exact``, the proposal of the accepted attempt).  complete: ended with a stop token the
-    grammar allowed; False when cut off by max_new_tokens or stuck where the model gives every
-    allowed token probability 0 (only ``gcd``/``asap`` return such samples).  attempts: proposals
-    drawn (``exact`` counts its rejections; 1 otherwise).
+    the stop token that ended it (`stop_token_id`) when complete.  log_q: log-probability that the
+    sampler's proposal produced exactly this sequence (for ``exact``, the proposal of the accepted
+    attempt; for ``awrs``, log P(w) minus the log of its weight estimate, so that log_weight is
+    that estimate).  complete: ended with a stop token the grammar allowed; False when cut off by
+    max_new_tokens or stuck where the model gives every allowed token probability 0 (only
+    ``gcd``/``asap``/``awrs`` return such samples).  attempts: proposals drawn (``exact`` counts
+    its rejections; 1 otherwise).
     """
 
     token_ids: list[int]
@@ -81,17 +99,19 @@ class Sample:
 
 
 class _Node:
-    """A prefix the sampler reached.  Arrays cover the allowed tokens with P > 0, sorted by id."""
+    """A prefix the sampler reached.  Once expanded, arrays cover the allowed tokens with P > 0,
+    sorted by id; before that, an awrs walk may have left the model's distribution and verdicts."""
 
     __slots__ = (
         "parent", "token", "index", "depth", "ids", "logp", "log_w", "is_stop", "children",
         "log_allowed", "log_deficit", "log_c", "expanded_attempt", "cum_p", "cum_w", "visits",
+        "cand_ids", "cand_logp", "cand_cum", "verdicts",
     )
 
     def __init__(self, parent: "_Node | None", token: int | None, index: int, depth: int):
         self.parent = parent
         self.token = token
-        self.index = index  # position of `token` in parent.ids
+        self.index = index  # position of `token` in parent.ids (-1 while the parent is not expanded)
         self.depth = depth
         self.ids: np.ndarray | None = None  # None until expanded
         self.logp: np.ndarray | None = None  # log P(t | u) for t in ids
@@ -107,6 +127,12 @@ class _Node:
         self.cum_p: tuple[np.ndarray, float] | None = None
         self.cum_w: tuple[np.ndarray, float] | None = None
         self.visits = 0
+        # Until expanded: the tokens a grammar could allow that have P > 0, sorted, with log P(t | u)
+        # (the model call's result), and for awrs from the second visit on (P, its cumulative sums)
+        self.cand_ids: np.ndarray | None = None
+        self.cand_logp: np.ndarray | None = None
+        self.cand_cum: tuple[np.ndarray, np.ndarray] | None = None
+        self.verdicts: dict[int, bool] | None = None  # awrs: grammar verdicts, by position in cand_ids
 
     @property
     def expanded(self) -> bool:
@@ -129,7 +155,11 @@ class ASApSampler:
     model: a transformers causal LM, or any callable f(token_ids) -> logits for the next token
     (1-D numpy array or torch tensor over the model vocabulary; token_ids include the prompt).
     prompt: a string (tokenized with `tokenizer`) or a list of token ids (possibly empty).
-    max_new_tokens counts the stop token, as transformers' generate does.
+    max_new_tokens counts the stop token, as transformers' generate does.  max_checks: grammar
+    checks an ``awrs`` step may make before it computes the full mask.
+
+    Counters: forward_passes (model calls), steps (tokens drawn over all walks: what sampling
+    would cost in model calls without the trie), grammar_checks and mask_fallbacks (``awrs``).
     """
 
     def __init__(
@@ -144,6 +174,7 @@ class ASApSampler:
         max_new_tokens: int = 256,
         seed: int | None = None,
         max_attempts: int = 10_000,
+        max_checks: int = AWRS_MAX_CHECKS,
     ):
         self.mode = _check_mode(mode)
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
@@ -152,6 +183,7 @@ class ASApSampler:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
+        _check_max_checks(max_checks)
         if not isinstance(compiled_grammar, CompiledGrammar):
             raise TypeError(f"compiled_grammar must be a CompiledGrammar, got {type(compiled_grammar).__name__}")
         self.compiled_grammar = compiled_grammar
@@ -160,17 +192,23 @@ class ASApSampler:
         self.temperature = float(temperature)
         self.max_new_tokens = max_new_tokens
         self.max_attempts = max_attempts
+        self.max_checks = max_checks
         self.prompt_ids = _prompt_ids(prompt, tokenizer)
         self._logits_fn = _logits_function(model, self.prompt_ids)
         self._rng = np.random.default_rng(seed)
         self._matcher = GrammarMatcher(compiled_grammar)
         self._matcher_path: list[int] = []
         self._stop_ids = np.array(self._matcher.stop_token_ids, dtype=np.int64)
+        self._stop_set = frozenset(self._matcher.stop_token_ids)
+        self._candidates = candidate_tokens(self.tokenizer_info, self._matcher.stop_token_ids)
         self.root = _Node(None, None, -1, 0)
         self._attempt = 0
         self.forward_passes = 0
         self.num_nodes = 1
         self.rejections = 0
+        self.steps = 0
+        self.grammar_checks = 0
+        self.mask_fallbacks = 0
 
     # -- public -------------------------------------------------------------------------------
 
@@ -209,9 +247,9 @@ class ASApSampler:
         c~(prefix)."""
         self._attempt += 1
         node = self.root
-        if not node.expanded:
-            self._expand(node, [])
         path: list[int] = []
+        if not node.expanded:
+            self._expand(node, path)
         for t in prefix:
             t = int(t)
             if not node.expanded:
@@ -220,7 +258,9 @@ class ASApSampler:
             if pos >= len(node.ids) or node.ids[pos] != t or node.is_stop[pos]:
                 raise ValueError(f"token {t} after {path} is not an allowed continuation (or has probability 0)")
             path.append(t)
-            node = node.children.get(t) or self._add_child(node, t, pos, path)
+            node = node.children.get(t) or self._add_child(node, t, path, masked=True)
+            if not node.expanded and node.depth < self.max_new_tokens:  # only awrs had reached it
+                self._expand(node, path)
         return math.exp(node.log_c)
 
     def upper_bound_z(self) -> float:
@@ -230,22 +270,27 @@ class ASApSampler:
 
     def c_tilde(self, prefix: Sequence[int]) -> float:
         """c~ of a prefix of generated ids, as the trie counts it: 1 for an allowed prefix not
-        reached yet, 0 for one the grammar forbids (or that extends a cut-off prefix)."""
+        reached yet, 0 for one the grammar forbids (or that extends a cut-off prefix).  A node only
+        awrs walks reached gets its mask on the way (no model call)."""
         node = self.root
+        path: list[int] = []
         for t in prefix:
             t = int(t)
             child = node.children.get(t)
             if child is None:
+                if not node.expanded and node.cand_ids is not None:
+                    self._mask(node, path)
                 if not node.expanded:
                     return 0.0 if node.log_c == -math.inf else 1.0
                 pos = int(np.searchsorted(node.ids, t))
                 allowed = pos < len(node.ids) and node.ids[pos] == t and not node.is_stop[pos]
                 return 1.0 if allowed else 0.0
+            path.append(t)
             node = child
         return math.exp(node.log_c)
 
     def iter_nodes(self) -> Iterator[tuple[tuple[int, ...], float]]:
-        """(prefix, log c~) for every node in the trie (expanded prefixes and cut-off leaves)."""
+        """(prefix, log c~) for every node in the trie (reached prefixes and cut-off leaves)."""
         stack = [(self.root, ())]
         while stack:
             node, prefix = stack.pop()
@@ -273,50 +318,102 @@ class ASApSampler:
     def _draw(self, mode: str) -> Sample | None:
         """Walk from the root to a stop token (a Sample), or, in exact mode, to a rejection (None)."""
         node = self.root
-        if not node.expanded:
-            self._expand(node, [])
         path: list[int] = []
         log_p = 0.0
         log_q = 0.0
         while True:
-            if not node.expanded or len(node.ids) == 0:  # cut off by max_new_tokens, or a dead end
-                if mode == "exact":
-                    return None
-                return self._make_sample(path, log_p, log_q, None, mode)
-            fresh = node.expanded_attempt == self._attempt
-            node.visits += 1
-            if mode == "gcd":
-                cum, norm = self._cumulative_p(node)
-                i = self._choose(cum)
-                log_q += float(node.logp[i]) - norm
-            elif mode == "asap" or not fresh:
-                log_w = node.logp if node.log_w is None else node.log_w
-                cum, norm = node.cum_w or _cumulative(log_w)
-                if node.visits > 1:
-                    node.cum_w = (cum, norm)
-                if norm == -math.inf:  # only at the root: the trie proved nothing grammatical is left
-                    if mode == "exact":
-                        return None
-                    raise ValueError(
-                        "the model cannot produce any string of the grammar within "
-                        f"max_new_tokens={self.max_new_tokens} (every branch is known to fail)"
-                    )
-                i = self._choose(cum)
-                log_q += float(log_w[i]) - norm
+            if node.depth >= self.max_new_tokens:  # cut off: no room left for a stop token
+                return None if mode == "exact" else self._make_sample(path, log_p, log_q, None, mode)
+            self.steps += 1
+            if mode == "awrs" and not node.expanded:
+                token, token_logp, log_weight = self._awrs_choice(node, path)
+                if token is None:  # no allowed token has probability > 0 here: the step's weight is 0
+                    return self._make_sample(path, log_p, math.inf, None, mode)
+                log_p += token_logp
+                log_q += token_logp - log_weight
+                is_stop = token in self._stop_set
             else:
-                # exact mode at a node first expanded in this attempt: its masked tokens were not
-                # known when the attempt began, so draw from the full P(. | u); a masked token
-                # (probability 1 - A(u)) rejects the attempt.
-                if self._rng.random() >= math.exp(node.log_allowed):
+                if not node.expanded:
+                    self._expand(node, path)
+                if len(node.ids) == 0:  # a dead end: the model gives every allowed token probability 0
+                    return None if mode == "exact" else self._make_sample(path, log_p, log_q, None, mode)
+                i, log_q = self._choose_expanded(node, mode, log_q)
+                if i is None:  # exact mode rejected the attempt
                     return None
-                i = self._choose(self._cumulative_p(node)[0])
-                log_q += float(node.logp[i])
-            token = int(node.ids[i])
-            log_p += float(node.logp[i])
-            if node.is_stop[i]:
+                token = int(node.ids[i])
+                log_p += float(node.logp[i])
+                is_stop = bool(node.is_stop[i])
+            if is_stop:
                 return self._make_sample(path, log_p, log_q, token, mode)
             path.append(token)
-            node = node.children.get(token) or self._add_child(node, token, i, path)
+            node = node.children.get(token) or self._add_child(node, token, path, masked=mode != "awrs")
+
+    def _choose_expanded(self, node: _Node, mode: str, log_q: float) -> tuple[int | None, float]:
+        """An index into node.ids drawn by the mode's proposal, and log_q updated; None when exact
+        mode rejects the attempt here."""
+        fresh = node.expanded_attempt == self._attempt
+        node.visits += 1
+        log_w = node.logp if node.log_w is None else node.log_w
+        if mode in ("gcd", "awrs"):  # awrs where the mask is known: the exact step (its weight is A(u))
+            cum, norm = self._cumulative_p(node)
+            i = self._choose(cum)
+            return i, log_q + float(node.logp[i]) - norm
+        if mode == "asap" or not fresh:
+            cum, norm = node.cum_w or _cumulative(log_w)
+            if node.visits > 1:
+                node.cum_w = (cum, norm)
+            if norm == -math.inf:  # only at the root: the trie proved nothing grammatical is left
+                if mode == "exact":
+                    return None, log_q
+                raise ValueError(
+                    "the model cannot produce any string of the grammar within "
+                    f"max_new_tokens={self.max_new_tokens} (every branch is known to fail)"
+                )
+            i = self._choose(cum)
+            return i, log_q + float(log_w[i]) - norm
+        # exact mode at a node expanded in this attempt: c~ there counted 1 when the attempt began,
+        # so draw t ~ P(. | u) over the full vocabulary and keep it with probability c~(ut) (a
+        # masked token, c~ = 0, rejects; children an awrs walk explored may have c~ < 1).
+        if self._rng.random() >= math.exp(node.log_c):
+            return None, log_q
+        cum, _ = _cumulative(log_w) if node.log_w is not None else self._cumulative_p(node)
+        i = self._choose(cum)
+        return i, log_q + float(log_w[i])
+
+    def _awrs_choice(self, node: _Node, path: list[int]) -> tuple[int | None, float, float]:
+        """One `awrs_step` at a node whose mask is unknown: (token, log P(token | u), log weight)."""
+        if node.cand_ids is None:
+            self._probe(node, path)
+        ids, logp = node.cand_ids, node.cand_logp
+        if node.cand_cum is not None:
+            masses, cum = node.cand_cum
+        else:
+            masses, cum = np.exp(logp), None
+            if node.verdicts is not None:  # the second visit: keep them
+                cum = np.cumsum(masses)
+                node.cand_cum = (masses, cum)
+        if node.verdicts is None:
+            node.verdicts = {}
+        computed = []
+
+        def is_allowed(i: int) -> bool:
+            self._sync_matcher(path)
+            return self._matcher.check_token(int(ids[i]))
+
+        def full_mask() -> np.ndarray:
+            self._sync_matcher(path)
+            computed.append(self._matcher.get_next_token_mask())
+            return computed[0][ids]
+
+        step = awrs_step(masses, is_allowed, full_mask, self._rng, max_checks=self.max_checks,
+                         verdicts=node.verdicts, cum=cum)
+        self.grammar_checks += step.checks
+        if step.fell_back:  # the mask is known now: later visits draw exactly
+            self.mask_fallbacks += 1
+            self._mask(node, path, computed[0])
+        if step.token is None:
+            return None, -math.inf, -math.inf
+        return int(ids[step.token]), float(logp[step.token]), step.log_weight
 
     @staticmethod
     def _cumulative_p(node: _Node) -> tuple[np.ndarray, float]:
@@ -337,8 +434,10 @@ class ASApSampler:
 
     # -- trie maintenance ---------------------------------------------------------------------
 
-    def _add_child(self, node: _Node, token: int, index: int, path: list[int]) -> _Node:
-        """Create and expand the child reached by `path` (whose last token is `token`)."""
+    def _add_child(self, node: _Node, token: int, path: list[int], *, masked: bool) -> _Node:
+        """Create the child reached by `path` (whose last token is `token`) and make its model
+        call; with `masked`, expand it (its grammar mask too)."""
+        index = int(np.searchsorted(node.ids, token)) if node.expanded else -1
         child = _Node(node, token, index, node.depth + 1)
         node.children[token] = child
         self.num_nodes += 1
@@ -347,41 +446,62 @@ class ASApSampler:
             old = child.log_c
             child.log_c = -math.inf
             self._propagate(child, old)
-        else:
+        elif masked:
             self._expand(child, path)
+        else:
+            self._probe(child, path)
         return child
 
     def _expand(self, node: _Node, path: list[int]) -> None:
-        """One model call: store the allowed part of log P(. | u) and set c~(u) to the allowed mass."""
-        self._sync_matcher(path)
-        scaled = self._logits_fn(path) / self.temperature
-        log_norm = _logsumexp(scaled)  # the softmax runs over the model's full vocabulary
-        if log_norm == -math.inf:
-            raise ValueError("the model gave every token logit -inf")
-        mask = self._matcher.get_next_token_mask()
-        n = min(len(mask), len(scaled))  # tokens the model has no logit for have probability 0
-        ids = np.flatnonzero(mask[:n])
-        logp = scaled[ids] - log_norm
-        keep = np.isfinite(logp)
-        node.ids = ids[keep].astype(np.int32)
-        node.logp = logp[keep]
-        node.log_w = None
+        """Model call (unless an awrs walk made it) and grammar mask: the node becomes expanded."""
+        if node.cand_ids is None:
+            self._probe(node, path)
+        self._mask(node, path)
+
+    def _probe(self, node: _Node, path: list[int]) -> None:
+        """One model call: keep log P(t | u) of the tokens a grammar could allow that have P > 0."""
+        node.cand_ids, node.cand_logp = candidate_log_probs(self._logits_fn(path), self.temperature, self._candidates)
+        self.forward_passes += 1
+
+    def _mask(self, node: _Node, path: list[int], mask: np.ndarray | None = None) -> None:
+        """Store the allowed part of the node's distribution and set c~(u) from it and from the
+        children an awrs walk may have made; the full distribution is dropped."""
+        if mask is None:
+            self._sync_matcher(path)
+            mask = self._matcher.get_next_token_mask()
+        keep = mask[node.cand_ids]
+        node.ids = node.cand_ids[keep]
+        node.logp = node.cand_logp[keep]
         node.is_stop = np.zeros(len(node.ids), dtype=bool)
         for stop in self._stop_ids:
             pos = int(np.searchsorted(node.ids, stop))
             if pos < len(node.ids) and node.ids[pos] == stop:
                 node.is_stop[pos] = True
         node.log_allowed = _logsumexp(node.logp)
-        node.log_deficit = -math.inf
+        node.cand_ids = node.cand_logp = node.cand_cum = node.verdicts = node.cum_p = node.cum_w = None
         node.expanded_attempt = self._attempt
-        self.forward_passes += 1
+        node.log_w = None
+        for token, child in node.children.items():  # found by awrs walks before the mask was known
+            pos = int(np.searchsorted(node.ids, token))
+            if pos >= len(node.ids) or node.ids[pos] != token:
+                raise RuntimeError(f"internal error: token {token} passed a grammar check but is not in the mask")
+            child.index = pos
+            if child.log_c < 0.0:
+                if node.log_w is None:
+                    node.log_w = node.logp.copy()
+                node.log_w[pos] = node.logp[pos] + child.log_c
         old = node.log_c
-        node.log_c = node.log_allowed
+        if node.log_w is None:
+            node.log_c, node.log_deficit = node.log_allowed, -math.inf
+        else:
+            node.log_c = _logsumexp(node.log_w)
+            node.log_deficit = node.log_allowed + _log1mexp(node.log_c - node.log_allowed)
         self._propagate(node, old)
 
     def _propagate(self, node: _Node, old_log_c: float) -> None:
-        """c~(node) dropped from exp(old_log_c): update the deficit sums of its ancestors, O(depth)."""
-        while node.parent is not None and node.log_c < old_log_c:
+        """c~(node) dropped from exp(old_log_c): update the deficit sums of its ancestors, O(depth).
+        Stops below a parent that is not expanded: its c~ stays 1 until its mask is known."""
+        while node.parent is not None and node.log_c < old_log_c and node.parent.expanded:
             parent = node.parent
             i = node.index
             lp = float(parent.logp[i])
@@ -417,6 +537,191 @@ class ASApSampler:
             held.append(t)
 
 
+# -- adaptive weighted rejection sampling: one step ----------------------------------------------
+
+
+@dataclass
+class AWRSStep:
+    """One AWRS draw at a prefix u.  token: distributed as P(. | u) restricted to the allowed
+    tokens (None when no allowed token has probability > 0; then log_weight is -inf).
+    log_weight: log of an unbiased estimate of the allowed mass A(u) = sum of P(t | u) over allowed
+    t.  checks: grammar checks run (known verdicts and mask lookups are free).  fell_back: the
+    check budget ran out and the full mask answered the rest."""
+
+    token: int | None
+    log_weight: float
+    checks: int
+    fell_back: bool
+
+
+def awrs_step(
+    masses: np.ndarray,
+    is_allowed: Callable[[int], bool],
+    full_mask: Callable[[], np.ndarray],
+    rng: np.random.Generator,
+    *,
+    max_checks: int = AWRS_MAX_CHECKS,
+    verdicts: dict[int, bool] | None = None,
+    cum: np.ndarray | None = None,
+) -> AWRSStep:
+    """Adaptive weighted rejection sampling (Lipkin et al., COLM 2025), as in the authors' code
+    for the paper's experiments: two adaptive rejection runs and the weight
+    W = (M - m(R1)) / (|R1| + |R2| + 1).
+
+    masses: m_t = P(t | u) for the tokens the grammar might allow (0 for the rest: specials,
+    padding); M is their sum.  is_allowed(t): one grammar check.  full_mask(): the grammar's whole
+    mask (bool, len(masses)); called at most once, when `max_checks` checks were not enough.
+    verdicts: answers known from earlier visits (updated).  cum: np.cumsum(masses), if at hand.
+
+    Run 1 draws tokens in proportion to m without replacement (a rejected token is removed) and
+    stops at the first allowed one, x, having rejected the set R1.  Run 2 starts again from the
+    tokens outside R1 (x among them) and stops at its first allowed draw, having rejected R2.
+    x follows m restricted to the allowed set A exactly (adaptive rejection).
+
+    Unbiasedness: for every f, E[W f(x)] = F := sum over a in A of m_a f(a); with f = 1, E[W] =
+    m(A), and W is a proper importance weight for x (what SMC needs).  Proof: write 1/(k+1) as
+    the integral over t in [0, 1] of t^k.  For a token set U (tokens of positive mass, A inside
+    it) let phi_U(t) = E[t^|R|] for one run over U, and H_U(t) = E[m(U - R1) t^|R1| phi_{U-R1}(t)
+    f(x)] for run 1 over U, so that E[W f(x)] = integral of H_V.  Splitting on the first draw (an
+    allowed a, with probability m_a / m(U), or a rejected b outside A):
+        phi_U = m(A)/m(U) + sum_b (m_b/m(U)) t phi_{U-b},
+        H_U   = F phi_U   + sum_b (m_b/m(U)) t H_{U-b}.
+    Claim: H_U = F (t phi_U)'.  For U = A both sides are F.  Otherwise differentiate
+    t phi_U = t m(A)/m(U) + sum_b (m_b/m(U)) t^2 phi_{U-b}:
+        (t phi_U)' = phi_U + sum_b (m_b/m(U)) t (t phi_{U-b})',
+    and F times this is the recursion for H_U with the claim for each U - b.  Hence the
+    integral of H_V over [0, 1] is F [t phi_V(t)] from 0 to 1 = F phi_V(1) = F.  QED.
+
+    The budget: after `max_checks` checks the full mask answers every further check, so the
+    procedure, and with it the distribution of (x, W), is unchanged (switching to the exact A(u)
+    instead would bias W); the rest of a run is then taken at once from exponential races
+    (ordering tokens by m_t / E_t, E_t ~ Exp(1), is drawing them without replacement).
+    """
+    sampler = _WithoutReplacement(masses, is_allowed, full_mask, rng, max_checks, verdicts, cum)
+    total = sampler.total
+    token, n1, m1 = sampler.run()
+    if token is None:
+        return AWRSStep(None, -math.inf, sampler.checks, sampler.mask is not None)
+    # M - m(R1), the subtraction avoided where it would cancel
+    kept = total - m1 if m1 <= 0.5 * total else float(np.sum(masses[~sampler.removed]))
+    _, n2, _ = sampler.run()  # x is still there and allowed, so this run ends too
+    log_weight = math.log(kept) - math.log(n1 + n2 + 1)
+    return AWRSStep(token, log_weight, sampler.checks, sampler.mask is not None)
+
+
+class _WithoutReplacement:
+    """Draws tokens in proportion to their masses, never one removed before (a rejected one), and
+    checks them against the grammar (see awrs_step)."""
+
+    # Redraws (landing on a removed token) needed in a row before the cumulative sums are rebuilt
+    # without the removed tokens; a rebuild also happens once they hold half the mass, so each
+    # draw succeeds with probability >= 1/2 and a step never loops for long.
+    MAX_REDRAWS = 32
+
+    def __init__(self, masses, is_allowed, full_mask, rng, max_checks, verdicts, cum):
+        self.masses = masses
+        self.cum = np.cumsum(masses) if cum is None else cum
+        self.total = float(self.cum[-1]) if len(self.cum) else 0.0
+        self.live_total = self.total  # mass self.cum covers
+        self.pending = 0.0  # mass of removed tokens still inside self.cum
+        self.removed = np.zeros(len(masses), dtype=bool)
+        self.is_allowed = is_allowed
+        self.full_mask = full_mask
+        self.rng = rng
+        self.max_checks = max_checks
+        self.verdicts = {} if verdicts is None else verdicts
+        self.checks = 0
+        self.lookups = 0  # verdicts read off the mask, once it is known
+        self.mask: np.ndarray | None = None
+
+    def run(self) -> tuple[int | None, int, float]:
+        """Draw until an allowed token: (it or None when none is left, tokens rejected, their mass)."""
+        rejected, rejected_mass = 0, 0.0
+        while True:
+            if self.mask is not None and self.lookups >= self.max_checks:
+                token, n, mass = self._finish_with_mask()
+                return token, rejected + n, rejected_mass + mass
+            token = self._draw()
+            if token is None:
+                return None, rejected, rejected_mass
+            if self._verdict(token):
+                return token, rejected, rejected_mass
+            self.removed[token] = True
+            self.pending += float(self.masses[token])
+            rejected += 1
+            rejected_mass += float(self.masses[token])
+
+    def _draw(self) -> int | None:
+        misses = 0
+        while True:
+            if misses >= self.MAX_REDRAWS or self.pending > 0.5 * self.live_total:
+                if misses >= 4 * self.MAX_REDRAWS:  # only rounding could cause this
+                    raise RuntimeError("internal error: AWRS could not draw a token")
+                self._rebuild()
+            if not self.live_total > 0.0:
+                return None
+            token = int(np.searchsorted(self.cum, self.rng.random() * self.live_total, side="right"))
+            if token < len(self.masses) and not self.removed[token] and self.masses[token] > 0.0:
+                return token
+            misses += 1
+
+    def _rebuild(self) -> None:
+        self.cum = np.cumsum(np.where(self.removed, 0.0, self.masses))
+        self.live_total = float(self.cum[-1]) if len(self.cum) else 0.0
+        self.pending = 0.0
+
+    def _verdict(self, token: int) -> bool:
+        known = self.verdicts.get(token)
+        if known is not None:
+            return known
+        if self.mask is None and self.checks >= self.max_checks:
+            self.mask = self.full_mask()
+        if self.mask is not None:
+            self.lookups += 1
+            verdict = bool(self.mask[token])
+        else:
+            self.checks += 1
+            verdict = bool(self.is_allowed(token))
+        self.verdicts[token] = verdict
+        return verdict
+
+    def _finish_with_mask(self) -> tuple[int | None, int, float]:
+        """The rest of the run at once: the tokens left, in the order of an exponential race; the
+        allowed token first in it ends the run, every token before it is rejected."""
+        live = np.flatnonzero((self.masses > 0.0) & ~self.removed)
+        allowed = self.mask[live]
+        if not allowed.any():
+            return None, 0, 0.0
+        keys = self.masses[live] / self.rng.standard_exponential(len(live))
+        best = int(np.argmax(np.where(allowed, keys, -1.0)))
+        ahead = live[keys > keys[best]]  # none of them is allowed, or it would be first
+        self.removed[ahead] = True
+        mass = float(np.sum(self.masses[ahead]))
+        self.pending += mass
+        return int(live[best]), len(ahead), mass
+
+
+def candidate_tokens(info, stop_token_ids: Sequence[int]) -> np.ndarray:
+    """Bool array over the vocabulary: the tokens a grammar can allow (text tokens and the stop
+    tokens); the rest are rejected without a check."""
+    out = np.zeros(info.vocab_size, dtype=bool)
+    out[info.grammar_token_ids] = True
+    out[list(stop_token_ids)] = True
+    return out
+
+
+def candidate_log_probs(logits: np.ndarray, temperature: float, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, log P(id | u)) of the candidate tokens with P > 0, ids sorted (int32); the softmax runs
+    over the model's full logits (tokens past it have probability 0)."""
+    scaled = logits / temperature
+    log_norm = _logsumexp(scaled)
+    if log_norm == -math.inf:
+        raise ValueError("the model gave every token logit -inf")
+    n = min(len(scaled), len(candidates))
+    ids = np.flatnonzero(candidates[:n] & (scaled[:n] > -np.inf)).astype(np.int32)
+    return ids, scaled[ids] - log_norm
+
+
 def aligned_generate(
     model: Any,
     tokenizer: Any,
@@ -427,8 +732,8 @@ def aligned_generate(
     **kw: Any,
 ) -> list[Sample]:
     """`num_samples` samples from one sampler (so ASAp's trie learns across them); what
-    `pushmask generate --aligned asap|exact|gcd --num-samples N` calls.  kw: temperature,
-    max_new_tokens, seed, max_attempts."""
+    `pushmask generate --aligned gcd|asap|exact|awrs --num-samples N` calls.  kw: temperature,
+    max_new_tokens, seed, max_attempts, max_checks."""
     sampler = ASApSampler(model, tokenizer, compiled_grammar, prompt, mode=mode, **kw)
     return sampler.sample_many(num_samples)
 
@@ -505,6 +810,11 @@ def _check_mode(mode: str) -> str:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     return mode
+
+
+def _check_max_checks(max_checks: int) -> None:
+    if not isinstance(max_checks, int) or max_checks < 0:
+        raise ValueError(f"max_checks must be a non-negative integer (0: always the full mask), got {max_checks!r}")
 
 
 def _prompt_ids(prompt: str | Sequence[int], tokenizer: Any) -> list[int]:

@@ -3,6 +3,7 @@ advances on accepted tokens, rolls back."""
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -182,6 +183,18 @@ class GrammarMatcher:
 
     def accept_token(self, token_id: int) -> bool:
         """Advance on one token; False (and no change) when the grammar does not allow it."""
+        new_state = self._state_after_token(token_id)
+        if new_state is None:
+            return False
+        self._push(new_state)
+        return True
+
+    def check_token(self, token_id: int) -> bool:
+        """Whether accept_token(token_id) would succeed, leaving the matcher as it is: one grammar
+        check, for samplers that test a few drawn tokens instead of filling a whole mask (AWRS)."""
+        return self._state_after_token(token_id) is not None
+
+    def _state_after_token(self, token_id: int) -> _MatchState | None:
         token_id = int(token_id)
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} outside the vocabulary (size {self.vocab_size})")
@@ -189,14 +202,11 @@ class GrammarMatcher:
         if state.terminated:
             raise RuntimeError("the matcher has terminated (a stop token was accepted); call reset() or rollback()")
         if token_id in self._stop_set:
-            if not state.can_end:
-                return False
-            self._push(_MatchState(state.stacks, state.n_kernel, True, True))
-            return True
+            return _MatchState(state.stacks, state.n_kernel, True, True) if state.can_end else None
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
         if start == end:
-            return False  # special or padding token
-        return self._advance(self._vocab_bytes, start, end)
+            return None  # special or padding token
+        return self._state_after_bytes(self._vocab_bytes, start, end)
 
     def accept_string(self, text: str | bytes) -> bool:
         """Advance over a whole string (one rollback step); False and no change if not allowed."""
@@ -205,18 +215,20 @@ class GrammarMatcher:
             raise RuntimeError("the matcher has terminated; call reset() or rollback()")
         if not data:
             return True
-        return self._advance(np.frombuffer(data, dtype=np.uint8), 0, len(data))
-
-    def _advance(self, data: np.ndarray, start: int, end: int) -> bool:
-        state = self._state
-        got = self._runner.advance(state.stacks, data, start, end)
-        if got is None:
+        new_state = self._state_after_bytes(np.frombuffer(data, dtype=np.uint8), 0, len(data))
+        if new_state is None:
             return False
+        self._push(new_state)
+        return True
+
+    def _state_after_bytes(self, data: np.ndarray, start: int, end: int) -> _MatchState | None:
+        got = self._runner.advance(self._state.stacks, data, start, end)
+        if got is None:
+            return None
         stacks, n_kernel, flags = got
         can_end = bool(flags & FLAG_END)
         terminated = self.terminate_without_stop_token and can_end and len(stacks) == 0
-        self._push(_MatchState(stacks, n_kernel, can_end, terminated))
-        return True
+        return _MatchState(stacks, n_kernel, can_end, terminated)
 
     def _push(self, new_state: _MatchState) -> None:
         self._history.append(self._state)
@@ -236,6 +248,17 @@ class GrammarMatcher:
     def reset(self) -> None:
         self._state = self._initial
         self._history.clear()
+
+    def fork(self) -> "GrammarMatcher":
+        """An independent matcher at the same point, with the same rollback history, in
+        O(history): states are immutable and hold frame ids, so the fork shares this matcher's
+        frame pool and workspace (and its fill memo).  A matcher and its forks must therefore not
+        run at the same time on different threads; batch_fill_next_token_bitmask fills them one
+        after the other."""
+        other = copy.copy(self)
+        other._history = list(self._history)
+        other._row_cache = None
+        return other
 
     def find_jump_forward_string(self) -> str:
         """The longest text the grammar forces from here (complete UTF-8 characters only)."""
@@ -288,7 +311,8 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
     if len({id(m) for m in matchers}) != len(matchers):
         raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
     threads = num_threads or min(len(matchers), os.cpu_count() or 1)
-    if threads <= 1 or len(matchers) <= 1:
+    shared_runners = len({id(m._runner) for m in matchers}) != len(matchers)  # forks share one (see fork)
+    if threads <= 1 or len(matchers) <= 1 or shared_runners:
         for matcher, row in zip(matchers, indices):
             matcher.fill_next_token_bitmask(bitmask, row)
         return

@@ -405,18 +405,28 @@ def test_bad_arguments(binary):
         ASApSampler(lambda ids: np.full(49152, np.nan), None, compiled, []).sample()
 
 
-def test_transformers_model_with_key_value_cache(binary):
-    """A (tiny, random) transformers causal LM: the sampler reuses its key/value cache across
-    expansions, and the log-probabilities it reports match full forward passes."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    _, compiled, _ = binary
+def tiny_binary_llama():
+    """A tiny random-weight Llama over 320 ids that likes the binary problem's tokens ("0", "1"
+    and the stop token), so samples come back quickly."""
+    import torch
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2)
     model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # make the model like the grammar's tokens, so samples come back quickly
+    with torch.no_grad():
         model.lm_head.weight[[2, 32, 33]] *= 8
+    return model
+
+
+def test_transformers_model_with_key_value_cache(binary):
+    """A (tiny, random) transformers causal LM: the sampler reuses its key/value cache across
+    expansions, and the log-probabilities it reports match full forward passes."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    _, compiled, _ = binary
+    model = tiny_binary_llama()
     prompt = [1, 5, 7]
 
     def full_forward(ids):

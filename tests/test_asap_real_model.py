@@ -48,9 +48,9 @@ def smollm2_model():
     return model.eval()
 
 
-def test_asap_beats_gcd_on_smollm2(smollm2_model, smollm2_compiler):
-    import torch
-
+@pytest.fixture(scope="module")
+def binary_task(smollm2_compiler):
+    """(tokenizer, {00000} U 1{0,1}^4 compiled, the chat prompt asking for such a string)."""
     tok = hf_tokenizer("smollm2")
     bits = rep(alt(lit("0"), lit("1")), 4, 4)
     compiled = smollm2_compiler.compile_ir(
@@ -58,6 +58,13 @@ def test_asap_beats_gcd_on_smollm2(smollm2_model, smollm2_compiler):
     )
     chat = [{"role": "user", "content": "Generate a random binary string of length 5"}]
     prompt = tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
+    return tok, compiled, prompt
+
+
+def test_asap_beats_gcd_on_smollm2(smollm2_model, binary_task):
+    import torch
+
+    tok, compiled, prompt = binary_task
 
     cache = {}
 
@@ -91,3 +98,33 @@ def test_asap_beats_gcd_on_smollm2(smollm2_model, smollm2_compiler):
     print(f"KL(Q||Q_GCD)={kl(q, q_gcd):.3f}  KL(emp ASAp[500:]||Q)={kl_asap:.4f}  KL(emp GCD||Q)={kl_gcd:.4f}")
     assert kl_asap < 0.05
     assert kl_asap < kl_gcd / 5
+
+
+def test_awrs_and_smc_on_smollm2(smollm2_model, binary_task):
+    """The same problem through AWRS and SMC with the transformers model itself (KV cache; SMC
+    batched over particles): AWRS draws GCD's distribution with weights whose mean is Z, SMC's
+    weighted particles land near Q and its log Z estimate near log Z."""
+    from pushmask.masks.smc import smc
+    from test_awrs_smc import _mean_within
+
+    tok, compiled, prompt = binary_task
+    enum = enumerate_distributions(smollm2_model, tok, compiled, prompt)
+    q = {w: math.exp(v) for w, v in enum.target.items()}
+    q_gcd = {w: math.exp(v) for w, v in enum.gcd.items()}
+
+    awrs = ASApSampler(smollm2_model, tok, compiled, prompt, mode="awrs", seed=0)
+    samples = awrs.sample_many(1500)
+    assert all(s.complete and tuple(s.token_ids) in q for s in samples)
+    assert kl(empirical(samples), q_gcd) < 0.02 < kl(q, q_gcd)
+    ok, got = _mean_within([math.exp(s.log_weight) for s in samples], math.exp(enum.log_z))
+    assert ok, got
+    assert awrs.forward_passes <= 37 and awrs.grammar_checks / awrs.steps < 3
+
+    result = smc(smollm2_model, tok, compiled, prompt, num_particles=400, seed=0)
+    assert result.forward_passes == result.steps == 6  # five bits and the stop token, one batched pass each
+    dist = result.distribution()
+    assert set(dist) <= set(q)
+    print(f"SMC: KL(particles||Q)={kl(dist, q):.4f} KL(GCD||Q)={kl(q_gcd, q):.4f} "
+          f"log Z estimate {result.log_marginal_likelihood:.3f} vs {enum.log_z:.3f}")
+    assert kl(dist, q) < kl(q_gcd, q) / 5
+    assert abs(result.log_marginal_likelihood - enum.log_z) < 0.3
