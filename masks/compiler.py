@@ -4,6 +4,7 @@ computed per-state token masks, shared across grammars through the compiler's ca
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.ir import Grammar
+from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
@@ -28,7 +30,13 @@ class GrammarCompiler:
         cache_enabled: bool = True,
         cache_limit_bytes: int = 1 << 30,
         budgets: Budgets | None = None,
+        mask_cache_dir: str | os.PathLike | None = None,
+        mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
+        """cache_limit_bytes caps the in-memory mask cache (least recently used masks out);
+        mask_cache_dir (or the PUSHMASK_MASK_CACHE_DIR environment variable) adds a persistent
+        cache on disk shared by processes, capped at mask_cache_max_bytes (or
+        PUSHMASK_MASK_CACHE_MAX_BYTES); cache_enabled=False turns both off."""
         self.tokenizer_info = tokenizer_info
         self.budgets = budgets or Budgets()
         self.cache_enabled = cache_enabled
@@ -37,6 +45,13 @@ class GrammarCompiler:
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self._lock = threading.Lock()
+        fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
+        if not cache_enabled:
+            self.disk_cache = None
+        elif mask_cache_dir is not None:
+            self.disk_cache = DiskMaskCache(mask_cache_dir, fingerprint, mask_cache_max_bytes)
+        else:
+            self.disk_cache = DiskMaskCache.from_environment(fingerprint)
 
     # -- front ends -------------------------------------------------------------------------
 
@@ -95,12 +110,18 @@ class GrammarCompiler:
     # -- cache --------------------------------------------------------------------------------
 
     def clear_cache(self) -> None:
+        """Forget the masks held in memory (a disk cache keeps its files)."""
         with self._lock:
             self.cache.clear()
 
     def cache_stats(self) -> dict[str, int]:
         c = self.cache
-        return {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed, "evicted": c.evicted}
+        stats = {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed,
+                 "evicted": c.evicted}
+        if self.disk_cache is not None:
+            d = self.disk_cache
+            stats.update(disk_hits=d.hits, disk_writes=d.writes, disk_rejected=d.rejected, disk_evicted=d.evicted)
+        return stats
 
 
 class CompiledGrammar:
@@ -173,10 +194,16 @@ class CompiledGrammar:
         key = (self.pda.state_key(state), pairs_key)
         with compiler._lock:
             mask = compiler.cache.get(key)
+        if mask is not None:
+            return mask
+        disk = compiler.disk_cache
+        mask = disk.get(key) if disk is not None else None
         if mask is None:
             mask = self._compute_mask(state, pairs)
-            with compiler._lock:
-                compiler.cache.put(key, mask)
+            if disk is not None:
+                disk.put(key, mask)
+        with compiler._lock:
+            compiler.cache.put(key, mask)
         return mask
 
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:

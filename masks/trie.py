@@ -34,6 +34,8 @@ tok_offsets[N+1] int32, tok_bytes uint8 (the tokens' bytes in position order), l
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from numba import njit
 
@@ -219,6 +221,13 @@ class TokenTrie(TrieOrder):
                                  (np.ones(len(members), dtype=np.uint32) << (members & 31).astype(np.uint32)).view(np.int32))
 
         self.slice_automata = (*self.slice_automata[:4], self.max_chars)
+
+    def fingerprint(self, vocab_hash: str) -> str:
+        """What a mask's token ids and positions depend on: the vocabulary and this order."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(vocab_hash.encode())
+        h.update(repr((SLICE_CHARACTERS, BUCKET_BOUNDS, TRIE_HEADER)).encode())
+        return h.hexdigest()
 
     def accepted_buckets(self, s: int, f: int) -> int:
         """The largest bucket of slice s whose tokens all have at most f characters, or -1."""
