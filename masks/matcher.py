@@ -106,6 +106,12 @@ class GrammarMatcher:
     def num_accepted_tokens(self) -> int:
         return len(self._history)
 
+    def parse_stacks(self):
+        """(top states, frame ids, frame pool) of the stacks straight after the last byte: where an
+        infilling check (masks/infill.py) picks up the parse."""
+        state = self._state
+        return state.kernel_s, state.kernel_p, self._runner.pool
+
     # -- masks ---------------------------------------------------------------------------
 
     def fill_next_token_bitmask(self, bitmask, index: int = 0) -> bool:

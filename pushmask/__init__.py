@@ -16,6 +16,8 @@ from .automata.pda import Budgets
 from .masks.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
+from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
+from .masks.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 from .masks.vocab import TokenizerInfo
 
@@ -28,17 +30,25 @@ __all__ = [
     "Budgets",
     "BudgetExceededError",
     "CompiledGrammar",
+    "Gap",
     "Grammar",
     "GrammarCompiler",
     "GrammarError",
     "GrammarMatcher",
+    "InfillResult",
     "PushmaskError",
     "SchemaError",
+    "Template",
     "TokenizerInfo",
     "UnsupportedSchemaError",
     "allocate_token_bitmask",
+    "allowed_tokens",
     "apply_token_bitmask_inplace",
     "batch_fill_next_token_bitmask",
+    "can_complete",
+    "diffusion_generate",
+    "fill_in_the_middle",
+    "find_completion",
     "reset_token_bitmask",
 ]
 
