@@ -69,7 +69,8 @@ class FramePool:
 
 
 class Workspace:
-    """Scratch for one thread of kernel calls: stack-set buffers, trie-walk levels, dedupe table."""
+    """Scratch for one thread of kernel calls: stack-set buffers, trie-walk levels, dedupe table,
+    closure memo (valid as long as the frame pool it was filled with: one runner's)."""
 
     def __init__(self, max_stack_tops: int, max_token_length: int, buffer_size: int = 1 << 12):
         self.max_stack_tops = max_stack_tops
@@ -78,9 +79,11 @@ class Workspace:
         self.blob = self._make(buffer_size, epoch=0)
 
     def _make(self, buffer_size: int, epoch: int) -> np.ndarray:
-        blob = np.zeros(kernels.WS_HEADER + 2 * buffer_size + kernels.WS_LEVEL_ARRAYS * self.levels + 3 * self.seen_size,
-                        dtype=np.int64)
-        blob[:4] = (epoch, buffer_size, self.levels, self.seen_size)
+        slots, pool = kernels.WS_MEMO_SLOTS, kernels.WS_MEMO_POOL
+        memo_start = kernels.WS_HEADER + 2 * buffer_size + kernels.WS_LEVEL_ARRAYS * self.levels + 3 * self.seen_size
+        blob = np.zeros(memo_start + 4 * slots + 2 * pool, dtype=np.int64)
+        blob[:7] = (epoch, buffer_size, self.levels, self.seen_size, slots, pool, 0)
+        blob[memo_start : memo_start + 4 * slots : 4] = -1  # empty memo entries
         return blob
 
     @property
@@ -92,7 +95,8 @@ class Workspace:
         return self.blob[o : o + b], self.blob[o + b : o + 2 * b]
 
     def grow_buffers(self) -> None:
-        # Dedupe tables are epoch-stamped, so a fresh blob only needs the epoch carried over.
+        # Dedupe tables are epoch-stamped, so a fresh blob only needs the epoch carried over (the
+        # closure memo starts empty).
         self.blob = self._make(2 * self.buffer_size, epoch=int(self.blob[0]))
 
 

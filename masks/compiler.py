@@ -17,7 +17,7 @@ from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, PAIR_WIDTH, run_follow_pairs, run_slice_bounds, run_state_walk
+from .walk import MASK_FIELDS, PAIR_WIDTH, new_slice_scratch, run_follow_pairs, run_slice_bounds, run_state_walk
 
 
 class GrammarCompiler:
@@ -45,6 +45,7 @@ class GrammarCompiler:
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self._lock = threading.Lock()
+        self._thread_local = threading.local()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
         if not cache_enabled:
             self.disk_cache = None
@@ -108,6 +109,13 @@ class GrammarCompiler:
         return CompiledGrammar(self, grammar, build_pda(grammar, self.budgets))
 
     # -- cache --------------------------------------------------------------------------------
+
+    def _slice_scratch(self) -> tuple[np.ndarray, ...]:
+        """This thread's scratch for slice-bounds searches (see walk.new_slice_scratch)."""
+        scratch = getattr(self._thread_local, "slice_scratch", None)
+        if scratch is None:
+            scratch = self._thread_local.slice_scratch = new_slice_scratch()
+        return scratch
 
     def clear_cache(self) -> None:
         """Forget the masks held in memory (a disk cache keeps its files)."""
@@ -238,7 +246,7 @@ class CompiledGrammar:
         bounds[:, 1] = trie.max_chars + 1  # nothing known
         while use_slices:
             status = run_slice_bounds(pda.blob, runner.pool.blob, runner.ws.blob, state, *trie.slice_automata,
-                                      runner.budgets.max_stack_tops, bounds)
+                                      runner.budgets.max_stack_tops, self.compiler._slice_scratch(), bounds)
             if status == 0:
                 break
             runner.handle(status)

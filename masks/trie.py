@@ -2,7 +2,7 @@
 walk uses.
 
 A slice is a byte language that dominates real grammars: digits, word characters, JSON string
-content.  Each grammar token (non-special, non-empty) belongs to the first slice whose characters
+content (but the line separators U+2028/U+2029 that a pattern's "." refuses).  Each grammar token (non-special, non-empty) belongs to the first slice whose characters
 it is made of (its last character may be incomplete UTF-8), else to OTHER.  A state that accepts
 every string of up to f slice characters (`walk.slice_bounds`) accepts the slice's tokens of up
 to f characters with one OR of a cumulative bitset and walks only the rest of the trie.
@@ -48,8 +48,9 @@ SLICE_NAMES = ("digits", "word", "json-string-content")
 SLICE_CHARACTERS = (
     ((0x30, 0x39),),
     ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
-    # JSON string content: every code point but '"', '\\' and controls (UTF-8 has no surrogates)
-    ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)),
+    # JSON string content: every code point but '"', '\\' and controls (UTF-8 has no surrogates),
+    # and but U+2028/U+2029, which a pattern's "." (ECMA-262) refuses: then "." strings take it whole
+    ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0x2027), (0x202A, 0x10FFFF)),
 )
 BUCKET_BOUNDS = tuple(range(1, 17)) + (20, 24, 32, 48, 64, 96, 128, 1 << 30)
 """Upper character counts of the buckets; the last takes every longer token."""

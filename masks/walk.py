@@ -34,8 +34,9 @@ import numpy as np
 from numba import njit
 
 from ..automata.kernels import (
-    BOTTOM, CONT, ERR_BUFFER_FULL, ERR_TOO_MANY_TOPS, FLAG_END, FLAG_RULE_END, PDA_FOLLOW, PDA_RETURNS,
-    PDA_RETURNS_PTR, _callers, _pda_views, _pool_views, _section, _ws_views, closure, find_byte_target, step_byte,
+    BOTTOM, CONT, ERR_BUFFER_FULL, ERR_TOO_MANY_TOPS, FLAG_END, FLAG_RULE_END, PDA_ACCEPT, PDA_BYTE_DST, PDA_BYTE_HI,
+    PDA_BYTE_LO, PDA_BYTE_PTR, PDA_FOLLOW, PDA_REF_PTR, PDA_RETURNS, PDA_RETURNS_PTR, WS_HEADER, _pda_views, closure,
+    closure_memo, has_epsilon, step_byte, ws_buffer_p, ws_levels,
 )
 from ..automata.pda import MAX_CONTINUATIONS
 from .trie import TRIE_HEADER
@@ -63,109 +64,133 @@ FILL_UNCERTAIN = 2  # uncertain tokens need walks and the caller did not allow t
 MAX_CONTINUATION_STACKS = 4096
 """States a follow-pair search keeps after a rule's end; past it any pair is assumed possible."""
 
-SLICE_PAIRS = 8192
+SLICE_PAIRS = 65536
 """(slice state, PDA state) pairs a slice-bounds search may visit before it gives up."""
 
 
 @njit(cache=True, inline="always")
-def _trie_views(trie):
-    n = trie[0]
-    n_bytes = trie[1]
-    o = TRIE_HEADER
-    offsets = trie[o : o + n + 1]
-    lcp = trie[o + n + 1 : o + 2 * n + 1]
-    tok_bytes = trie[o + 2 * n + 1 : o + 2 * n + 1 + n_bytes]
-    next_lower = trie[o + 2 * n + 1 + n_bytes : o + 3 * n + 1 + n_bytes]
-    return offsets, lcp, tok_bytes, next_lower
+def _trie_bytes(trie):
+    """Offset of tok_bytes in a trie blob (offsets start at TRIE_HEADER, lcp at + n + 1)."""
+    return TRIE_HEADER + 2 * trie[0] + 1
 
 
 @njit(cache=True, inline="always")
-def _needs_closure(ref_ptr, state_accept, buf_s, at, m):
-    s = buf_s[at]
-    return m > 1 or (m == 1 and (ref_ptr[s] != ref_ptr[s + 1] or state_accept[s] != 0))
+def _trie_next_lower(trie):
+    return TRIE_HEADER + 2 * trie[0] + 1 + trie[1]
 
 
 @njit(cache=True, inline="always")
-def _extend(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops, callers,
-            tok_bytes, t0, length, d, pairs):
-    """Extend the levels of the token tok_bytes[t0:t0+length] from depth d (valid) while some
-    stack lives; returns the depth reached, or an ERR_* status (< 0).  pairs: the rule's follow
-    pairs, flat [256 * PAIR_WIDTH], read where the rule under BOTTOM ends with bytes left
+def _lv(ws, row, d):
+    """Index of level row `row` at depth d in the workspace."""
+    return ws_levels(ws) + row * ws[2] + d
+
+
+@njit(cache=True, inline="always")
+def _extend(pda, pool, ws, trie, t0, length, d, pairs, max_tops):
+    """Extend the levels of the token at trie bytes [t0, t0 + length) from depth d (valid) while
+    some stack lives; returns the depth reached, or an ERR_* status (< 0).  pairs: the rule's
+    follow pairs, flat [256 * PAIR_WIDTH], read where the rule under BOTTOM ends with bytes left
     (offline; empty online)."""
-    size = buf_s.shape[0]
-    while d < length and lv[LVL_N, d] > 0:
-        src = lv[LVL_START, d]
-        n = lv[LVL_N, d]
+    # offsets hoisted into locals: this loop runs once per trie node a walk visits
+    bs = WS_HEADER
+    bp = ws_buffer_p(ws)
+    tb = _trie_bytes(trie) + t0
+    n_levels = ws[2]
+    lv_start = ws_levels(ws) + LVL_START * n_levels
+    lv_n = lv_start + (LVL_N - LVL_START) * n_levels
+    lv_flag = lv_start + (LVL_FLAG - LVL_START) * n_levels
+    lv_unsure = lv_start + (LVL_UNSURE - LVL_START) * n_levels
+    byte_ptr = pda[PDA_BYTE_PTR]
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
+    byte_dst = pda[PDA_BYTE_DST]
+    ref_ptr = pda[PDA_REF_PTR]
+    accept = pda[PDA_ACCEPT]
+    size = ws[1]
+    use_pairs = pairs.shape[0] > 0
+    while d < length:
+        n = ws[lv_n + d]
+        if n == 0:
+            break
+        src = ws[lv_start + d]
         dst = src + n
         if dst + n > size:
             return ERR_BUFFER_FULL
-        b = tok_bytes[t0 + d]
+        b = trie[tb + d]
         flags = 0
         if n == 1:
             # Fast path: one stack; a plain DFA step needs no closure.
-            t = find_byte_target(bp, bl, bh, bd, buf_s[src], b)
+            s = ws[bs + src]
+            t = -1
+            for e in range(pda[byte_ptr + s], pda[byte_ptr + s + 1]):
+                if b < pda[byte_lo + e]:
+                    break
+                if b <= pda[byte_hi + e]:
+                    t = pda[byte_dst + e]
+                    break
             m = 0
             if t >= 0:
-                buf_s[dst] = t
-                buf_p[dst] = buf_p[src]
+                ws[bs + dst] = t
+                ws[bp + dst] = ws[bp + src]
                 m = 1
+                if pda[ref_ptr + t] != pda[ref_ptr + t + 1] or pda[accept + t] != 0:
+                    m, flags = closure_memo(pda, pool, ws, dst, 1, max_tops)
+                    if m < 0:
+                        return m
         else:
-            m = step_byte(bp, bl, bh, bd, buf_s, buf_p, src, n, b, dst)
-        if m > 1 or (m == 1 and (rp[buf_s[dst]] != rp[buf_s[dst] + 1] or a[buf_s[dst]] != 0)):
-            r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, dst, m, ss, sp, se, ep, max_tops,
-                        callers)
-            if r[0] < 0:
-                return r[0]
-            m = r[0]
-            flags = r[1]
-        unsure = lv[LVL_UNSURE, d]
-        if pairs.shape[0] > 0 and (lv[LVL_FLAG, d] & FLAG_RULE_END) != 0:
-            after = tok_bytes[t0 + d + 1] if d + 1 < length else PAIR_END
+            m = step_byte(pda, ws, src, n, b, dst)
+            if m > 1 or (m == 1 and has_epsilon(pda, ws[bs + dst])):
+                m, flags = closure_memo(pda, pool, ws, dst, m, max_tops)
+                if m < 0:
+                    return m
+        unsure = ws[lv_unsure + d]
+        if use_pairs and (ws[lv_flag + d] & FLAG_RULE_END) != 0:
+            after = trie[tb + d + 1] if d + 1 < length else PAIR_END
             if pairs[b * PAIR_WIDTH + after] != 0:
                 unsure = 1
         d += 1
-        lv[LVL_START, d] = dst
-        lv[LVL_N, d] = m
-        lv[LVL_FLAG, d] = flags
-        lv[LVL_UNSURE, d] = unsure
+        ws[lv_start + d] = dst
+        ws[lv_n + d] = m
+        ws[lv_flag + d] = flags
+        ws[lv_unsure + d] = unsure
     return d
 
 
 @njit(cache=True, inline="always")
-def _verdict(lv, d, length, end_flag):
+def _verdict(ws, d, length, end_flag):
     """ACCEPT: the token's bytes were all consumed (or it ended exactly where the rule or the
     input may end); UNCERTAIN: the rule ended earlier with bytes left that a caller may take;
     else REJECT."""
-    if d == length and (lv[LVL_N, d] > 0 or (lv[LVL_FLAG, d] & end_flag) != 0):
+    if d == length and (ws[_lv(ws, LVL_N, d)] > 0 or (ws[_lv(ws, LVL_FLAG, d)] & end_flag) != 0):
         return RESULT_ACCEPT
-    return RESULT_UNCERTAIN if lv[LVL_UNSURE, d] != 0 else RESULT_REJECT
+    return RESULT_UNCERTAIN if ws[_lv(ws, LVL_UNSURE, d)] != 0 else RESULT_REJECT
 
 
 @njit(cache=True, inline="always")
-def _read_ahead(lv, d, pairs, tok_bytes, t0):
+def _read_ahead(ws, trie, d, pairs, t0):
     """True when level d's flags depend on the token's byte d: the rule ended at depth d - 1
     and the follow pairs of byte d - 1 depend on what comes next."""
-    return (pairs.shape[0] > 0 and d >= 1 and (lv[LVL_FLAG, d - 1] & FLAG_RULE_END) != 0
-            and pairs[tok_bytes[t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0)
+    return (pairs.shape[0] > 0 and d >= 1 and (ws[_lv(ws, LVL_FLAG, d - 1)] & FLAG_RULE_END) != 0
+            and pairs[trie[_trie_bytes(trie) + t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0)
 
 
 @njit(cache=True)
-def _init_levels(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
-                 callers, init_s, init_p):
+def _init_levels(pda, pool, ws, init_s, init_p, max_tops):
     """Level 0: the closure of the stacks (init_s, init_p).  0 or ERR_*."""
     n_init = init_s.shape[0]
-    if n_init > buf_s.shape[0]:
+    if n_init > ws[1]:
         return ERR_BUFFER_FULL
-    buf_s[:n_init] = init_s
-    buf_p[:n_init] = init_p
-    res = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n_init, ss, sp, se, ep, max_tops,
-                  callers)
+    bp = ws_buffer_p(ws)
+    for i in range(n_init):
+        ws[WS_HEADER + i] = init_s[i]
+        ws[bp + i] = init_p[i]
+    res = closure(pda, pool, ws, 0, n_init, max_tops, 0)
     if res[0] < 0:
         return res[0]
-    lv[LVL_START, 0] = 0
-    lv[LVL_N, 0] = res[0]
-    lv[LVL_FLAG, 0] = res[1]
-    lv[LVL_UNSURE, 0] = 0
+    ws[_lv(ws, LVL_START, 0)] = 0
+    ws[_lv(ws, LVL_N, 0)] = res[0]
+    ws[_lv(ws, LVL_FLAG, 0)] = res[1]
+    ws[_lv(ws, LVL_UNSURE, 0)] = 0
     return 0
 
 
@@ -183,15 +208,13 @@ def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token
     uncertain ones their position (mapped through position_of) appended to `uncertain` from
     counts[1] on, rejected ones nothing.  counts += (accepted, uncertain, ids appended).
     Returns 0 or ERR_*."""
-    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
-    fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, lv, ss, sp, se, ep = _ws_views(ws)
-    offsets, lcp, tok_bytes, next_lower = _trie_views(trie)
-    callers = _callers(pda, 0)
-    status = _init_levels(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
-                          callers, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64))
+    status = _init_levels(pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64),
+                          max_tops)
     if status < 0:
         return status
+    offsets = TRIE_HEADER
+    lcp = TRIE_HEADER + trie[0] + 1
+    next_lower = _trie_next_lower(trie)
     n_acc = 0
     n_unc = counts[1]
     n_list = counts[2]
@@ -201,22 +224,21 @@ def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token
         end = ranges[2 * r + 1]
         built = 0
         while p < end:
-            t0 = offsets[p]
-            length = offsets[p + 1] - t0
-            if lcp[p] < built:
-                built = lcp[p]
+            t0 = trie[offsets + p]
+            length = trie[offsets + p + 1] - t0
+            if trie[lcp + p] < built:
+                built = trie[lcp + p]
             if built > length:
                 built = length
-            if _read_ahead(lv, built, pairs, tok_bytes, t0):
+            if _read_ahead(ws, trie, built, pairs, t0):
                 built -= 1  # level `built` was judged by the previous token's next byte
-            d = _extend(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
-                        callers, tok_bytes, t0, length, built, pairs)
+            d = _extend(pda, pool, ws, trie, t0, length, built, pairs, max_tops)
             if d < 0:
                 return d
             built = d
-            verdict = _verdict(lv, d, length, end_flag)
+            verdict = _verdict(ws, d, length, end_flag)
             # how many leading bytes decided the verdict (the subtree that shares it)
-            shared = d + 1 if d < length and _read_ahead(lv, d, pairs, tok_bytes, t0) else d
+            shared = d + 1 if d < length and _read_ahead(ws, trie, d, pairs, t0) else d
             if verdict == RESULT_ACCEPT:
                 t = token_ids[p]
                 _set_bit(words, t)
@@ -230,15 +252,15 @@ def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token
                 n_unc += 1
                 p += 1
                 if d < length:  # the dead prefix's whole subtree is uncertain too
-                    while p < end and lcp[p] >= shared:
+                    while p < end and trie[lcp + p] >= shared:
                         uncertain[n_unc] = position_of[p]
                         n_unc += 1
                         p += 1
             else:
                 p += 1
                 if d < length:  # skip the dead prefix's subtree
-                    while p < end and lcp[p] >= shared:
-                        p = next_lower[p]
+                    while p < end and trie[lcp + p] >= shared:
+                        p = trie[next_lower + p]
     counts[0] += n_acc
     counts[1] = n_unc
     counts[2] = n_list
@@ -250,33 +272,27 @@ def run_walk(pda, pool, ws, trie, candidates, cand_lcp, init_s, init_p, max_tops
     """Online verdicts (accept or reject) of the trie positions `candidates` (ascending;
     cand_lcp[i] is the common prefix length of candidate i with candidate i-1) against the
     real stacks (init_s, init_p)."""
-    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
-    fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, lv, ss, sp, se, ep = _ws_views(ws)
-    offsets, _, tok_bytes, _ = _trie_views(trie)
-    callers = _callers(pda, 0)
-    no_pairs = np.empty(0, dtype=np.uint8)
-    status = _init_levels(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
-                          callers, init_s, init_p)
+    status = _init_levels(pda, pool, ws, init_s, init_p, max_tops)
     if status < 0:
         return status
+    no_pairs = np.empty(0, dtype=np.uint8)
+    offsets = TRIE_HEADER
     built = 0
     n = candidates.shape[0]
     i = 0
     while i < n:
         p = candidates[i]
-        t0 = offsets[p]
-        length = offsets[p + 1] - t0
+        t0 = trie[offsets + p]
+        length = trie[offsets + p + 1] - t0
         if i > 0 and cand_lcp[i] < built:
             built = cand_lcp[i]
         if built > length:
             built = length
-        d = _extend(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, lv, ss, sp, se, ep, max_tops,
-                    callers, tok_bytes, t0, length, built, no_pairs)
+        d = _extend(pda, pool, ws, trie, t0, length, built, no_pairs, max_tops)
         if d < 0:
             return d
         built = d
-        verdict = _verdict(lv, d, length, FLAG_END)
+        verdict = _verdict(ws, d, length, FLAG_END)
         result[i] = verdict
         i += 1
         if d < length:  # candidates under the same dead prefix share its verdict
@@ -290,28 +306,27 @@ def run_walk(pda, pool, ws, trie, candidates, cand_lcp, init_s, init_p, max_tops
 def run_follow_pairs(pda, pool, ws, rule, max_tops, out):
     """The follow pairs of `rule` into out (uint8 [256 * PAIR_WIDTH], zeroed): out[b1, b2] = 1
     when some caller may take the byte b1 right after the rule ends and then b2 (PAIR_END: and
-    then anything, the token may end there); out[b1, PAIR_MIXED] = 1 when row b1 holds both.  Found from the return states of the rule's
-    callers as frameless continuations (kernels.closure on CONT), a superset of what any real
-    stack takes; where that runs into an unknown context (too many return states or stacks),
-    b1 may be followed by any byte.  Returns 0 or ERR_*."""
-    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
-    fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, lv, ss, sp, se, ep = _ws_views(ws)
-    callers = _callers(pda, MAX_CONTINUATIONS)
-    follow = _section(pda, PDA_FOLLOW)[rule * 256 : rule * 256 + 256]
-    returns_ptr = _section(pda, PDA_RETURNS_PTR)
-    seeds = _section(pda, PDA_RETURNS)[returns_ptr[rule] : returns_ptr[rule + 1]]
+    then anything, the token may end there); out[b1, PAIR_MIXED] = 1 when row b1 holds both.
+    Found from the return states of the rule's callers as frameless continuations
+    (kernels.closure on CONT), a superset of what any real stack takes; where that runs into an
+    unknown context (too many return states or stacks), b1 may be followed by any byte.
+    Returns 0 or ERR_*."""
+    follow = pda[PDA_FOLLOW] + rule * 256
+    returns_ptr = pda[PDA_RETURNS_PTR]
+    first = pda[returns_ptr + rule]
+    n_seeds = pda[returns_ptr + rule + 1] - first
     cap = min(max_tops, MAX_CONTINUATION_STACKS)
-    unknown = seeds.shape[0] > MAX_CONTINUATIONS
+    unknown = n_seeds > MAX_CONTINUATIONS
+    bs = WS_HEADER
+    bp = ws_buffer_p(ws)
     n0 = 0
     if not unknown:
-        n0 = seeds.shape[0]
-        if 2 * n0 + 2 > buf_s.shape[0]:
+        if 2 * n_seeds + 2 > ws[1]:
             return ERR_BUFFER_FULL
-        for i in range(n0):
-            buf_s[i] = seeds[i]
-            buf_p[i] = CONT
-        r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, n0, ss, sp, se, ep, cap, callers)
+        for i in range(n_seeds):
+            ws[bs + i] = pda[pda[PDA_RETURNS] + first + i]
+            ws[bp + i] = CONT
+        r = closure(pda, pool, ws, 0, n_seeds, cap, MAX_CONTINUATIONS)
         if r[0] == ERR_TOO_MANY_TOPS or (r[0] >= 0 and (r[1] & FLAG_RULE_END) != 0):
             unknown = True
         elif r[0] < 0:
@@ -320,22 +335,25 @@ def run_follow_pairs(pda, pool, ws, rule, max_tops, out):
             n0 = r[0]
     if unknown:  # the FOLLOW set's bytes, each followed by anything
         for b in range(256):
-            if follow[b] != 0:
+            if pda[follow + b] != 0:
                 for c in range(PAIR_END + 1):
                     out[b * PAIR_WIDTH + c] = 1
         _mark_mixed(out)
         return 0
+    byte_ptr = pda[PDA_BYTE_PTR]
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
     for b in range(256):
-        if follow[b] == 0:  # FOLLOW holds every byte a continuation may take first
+        if pda[follow + b] == 0:  # FOLLOW holds every byte a continuation may take first
             continue
         dst = n0
-        if dst + n0 > buf_s.shape[0]:
+        if dst + n0 > ws[1]:
             return ERR_BUFFER_FULL
-        m = step_byte(bp, bl, bh, bd, buf_s, buf_p, 0, n0, b, dst)
+        m = step_byte(pda, ws, 0, n0, b, dst)
         if m == 0:
             continue
         out[b * PAIR_WIDTH + PAIR_END] = 1
-        r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, dst, m, ss, sp, se, ep, cap, callers)
+        r = closure(pda, pool, ws, dst, m, cap, MAX_CONTINUATIONS)
         if r[0] == ERR_TOO_MANY_TOPS or (r[0] >= 0 and (r[1] & FLAG_RULE_END) != 0):
             for c in range(PAIR_END + 1):
                 out[b * PAIR_WIDTH + c] = 1
@@ -343,9 +361,9 @@ def run_follow_pairs(pda, pool, ws, rule, max_tops, out):
         if r[0] < 0:
             return r[0]
         for i in range(dst, dst + r[0]):
-            s = buf_s[i]
-            for e in range(bp[s], bp[s + 1]):
-                for c in range(bl[e], bh[e] + 1):
+            s = ws[bs + i]
+            for e in range(pda[byte_ptr + s], pda[byte_ptr + s + 1]):
+                for c in range(pda[byte_lo + e], pda[byte_hi + e] + 1):
                     out[b * PAIR_WIDTH + c] = 1
     _mark_mixed(out)
     return 0
@@ -364,15 +382,16 @@ def _mark_mixed(out):
 @njit(cache=True)
 def candidate_lcp(trie, candidates):
     """Common prefix length of each candidate's token with the previous candidate's (0 first)."""
-    offsets, _, tok_bytes, _ = _trie_views(trie)
+    offsets = TRIE_HEADER
+    tb = _trie_bytes(trie)
     out = np.zeros(candidates.shape[0], dtype=np.int32)
     for i in range(1, candidates.shape[0]):
-        a0 = offsets[candidates[i - 1]]
-        a1 = offsets[candidates[i - 1] + 1]
-        b0 = offsets[candidates[i]]
-        b1 = offsets[candidates[i] + 1]
+        a0 = trie[offsets + candidates[i - 1]]
+        a1 = trie[offsets + candidates[i - 1] + 1]
+        b0 = trie[offsets + candidates[i]]
+        b1 = trie[offsets + candidates[i] + 1]
         n = 0
-        while a0 + n < a1 and b0 + n < b1 and tok_bytes[a0 + n] == tok_bytes[b0 + n]:
+        while a0 + n < a1 and b0 + n < b1 and trie[tb + a0 + n] == trie[tb + b0 + n]:
             n += 1
         out[i] = n
     return out
@@ -506,6 +525,13 @@ def _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
                 if miss < bound[i]:
                     bound[i] = miss
         succ_end[i] = n_succ
+    uncovered = False
+    for k in range(n_order):
+        if bound[order[k]] < cap:
+            uncovered = True
+            break
+    if not uncovered:  # every slice path of up to cap characters stays alive
+        return cap, unbounded, n
     # F: greatest fixpoint from cap downwards (a cut-off pair stays at cap)
     for i in range(n):
         value[i] = cap
@@ -548,36 +574,33 @@ def _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
     return f, min(unbounded, value[0] + 1), n
 
 
-@njit(cache=True)
-def _slice_scratch():
+def new_slice_scratch() -> tuple[np.ndarray, ...]:
+    """Scratch arrays for run_slice_bounds (about 4 MB; one set per thread, reused: a search
+    leaves them ready for the next)."""
     budget = SLICE_PAIRS
     edge_budget = 8 * budget
     return (
         np.full(4 * budget, -1, dtype=np.int32), np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
         np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
         np.zeros(budget, dtype=np.int32), np.zeros(budget, dtype=np.int32), np.empty(edge_budget, dtype=np.int32),
-        np.empty(edge_budget, dtype=np.int32), np.zeros(budget, dtype=np.uint8), np.empty(budget, dtype=np.int32),
+        np.empty(edge_budget, dtype=np.int32), np.zeros(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
         np.empty(2 * edge_budget + 2, dtype=np.int32), np.empty(budget, dtype=np.int32),
     )
 
 
 @njit(cache=True, nogil=True)
-def run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, out):
+def run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, scratch, out):
     """out[s] = (f, g) of every slice s (see _slice_search) for `state` on BOTTOM: when its
     closure holds other stacks (it enters rules or may end its own), f is the best of theirs
     (a token one of them consumes whole is accepted) and g says nothing.  Returns 0 or ERR_*."""
-    a, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
-    fs, fp, fc, ft = _pool_views(pool)
-    buf_s, buf_p, _, ss, sp, se, ep = _ws_views(ws)
-    buf_s[0] = state
-    buf_p[0] = BOTTOM
-    r = closure(a, bp, bl, bh, bd, rp, rr, rd, rs, fs, fp, fc, ft, buf_s, buf_p, 0, 1, ss, sp, se, ep, max_tops,
-                _callers(pda, 0))
+    ws[WS_HEADER] = state
+    ws[ws_buffer_p(ws)] = BOTTOM
+    r = closure(pda, pool, ws, 0, 1, max_tops, 0)
     if r[0] < 0:
         return r[0]
-    tops = buf_s[: r[0]].copy()
+    tops = ws[WS_HEADER : WS_HEADER + r[0]].copy()
     (table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded, order, queue,
-     value) = _slice_scratch()
+     value) = scratch
     for k in range(len(ptrs)):
         f = 0
         g = caps[k] + 1

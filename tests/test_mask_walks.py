@@ -105,8 +105,8 @@ def test_a_slice_applied_where_the_state_lacks_it_is_caught(monkeypatch):
     state's self-loop lacks "x"), so it can tell a wrong slice from a right one."""
     real = compiler_module.run_slice_bounds
 
-    def everything(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, out):
-        status = real(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, out)
+    def everything(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, scratch, out):
+        status = real(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, scratch, out)
         if out[2, 0] > 0:  # a state inside some string: claim every content token
             out[:, 0] = caps
         return status
@@ -133,7 +133,7 @@ def test_slice_bounds_against_brute_force():
         runner = compiled._runner()
         bounds = np.zeros((3, 2), dtype=np.int64)
         assert compiler_module.run_slice_bounds(compiled.pda.blob, runner.pool.blob, runner.ws.blob, state,
-                                                *trie.slice_automata, 4096, bounds) == 0
+                                                *trie.slice_automata, 4096, compiler._slice_scratch(), bounds) == 0
         for s in range(3):
             f, g = bounds[s]
             lo, hi = trie.region_start[s], trie.region_start[s + 1]
