@@ -74,106 +74,6 @@ def _trie_bytes(trie):
     return TRIE_HEADER + 2 * trie[0] + 1
 
 
-@njit(cache=True, inline="always")
-def _trie_next_lower(trie):
-    return TRIE_HEADER + 2 * trie[0] + 1 + trie[1]
-
-
-@njit(cache=True, inline="always")
-def _lv(ws, row, d):
-    """Index of level row `row` at depth d in the workspace."""
-    return ws_levels(ws) + row * ws[2] + d
-
-
-@njit(cache=True, inline="always")
-def _extend(pda, pool, ws, trie, t0, length, d, pairs, max_tops):
-    """Extend the levels of the token at trie bytes [t0, t0 + length) from depth d (valid) while
-    some stack lives; returns the depth reached, or an ERR_* status (< 0).  pairs: the rule's
-    follow pairs, flat [256 * PAIR_WIDTH], read where the rule under BOTTOM ends with bytes left
-    (offline; empty online)."""
-    # offsets hoisted into locals: this loop runs once per trie node a walk visits
-    bs = WS_HEADER
-    bp = ws_buffer_p(ws)
-    tb = _trie_bytes(trie) + t0
-    n_levels = ws[2]
-    lv_start = ws_levels(ws) + LVL_START * n_levels
-    lv_n = lv_start + (LVL_N - LVL_START) * n_levels
-    lv_flag = lv_start + (LVL_FLAG - LVL_START) * n_levels
-    lv_unsure = lv_start + (LVL_UNSURE - LVL_START) * n_levels
-    byte_ptr = pda[PDA_BYTE_PTR]
-    byte_lo = pda[PDA_BYTE_LO]
-    byte_hi = pda[PDA_BYTE_HI]
-    byte_dst = pda[PDA_BYTE_DST]
-    ref_ptr = pda[PDA_REF_PTR]
-    accept = pda[PDA_ACCEPT]
-    size = ws[1]
-    use_pairs = pairs.shape[0] > 0
-    while d < length:
-        n = ws[lv_n + d]
-        if n == 0:
-            break
-        src = ws[lv_start + d]
-        dst = src + n
-        if dst + n > size:
-            return ERR_BUFFER_FULL
-        b = trie[tb + d]
-        flags = 0
-        if n == 1:
-            # Fast path: one stack; a plain DFA step needs no closure.
-            s = ws[bs + src]
-            t = -1
-            for e in range(pda[byte_ptr + s], pda[byte_ptr + s + 1]):
-                if b < pda[byte_lo + e]:
-                    break
-                if b <= pda[byte_hi + e]:
-                    t = pda[byte_dst + e]
-                    break
-            m = 0
-            if t >= 0:
-                ws[bs + dst] = t
-                ws[bp + dst] = ws[bp + src]
-                m = 1
-                if pda[ref_ptr + t] != pda[ref_ptr + t + 1] or pda[accept + t] != 0:
-                    m, flags = closure_memo(pda, pool, ws, dst, 1, max_tops)
-                    if m < 0:
-                        return m
-        else:
-            m = step_byte(pda, ws, src, n, b, dst)
-            if m > 1 or (m == 1 and has_epsilon(pda, ws[bs + dst])):
-                m, flags = closure_memo(pda, pool, ws, dst, m, max_tops)
-                if m < 0:
-                    return m
-        unsure = ws[lv_unsure + d]
-        if use_pairs and (ws[lv_flag + d] & FLAG_RULE_END) != 0:
-            after = trie[tb + d + 1] if d + 1 < length else PAIR_END
-            if pairs[b * PAIR_WIDTH + after] != 0:
-                unsure = 1
-        d += 1
-        ws[lv_start + d] = dst
-        ws[lv_n + d] = m
-        ws[lv_flag + d] = flags
-        ws[lv_unsure + d] = unsure
-    return d
-
-
-@njit(cache=True, inline="always")
-def _verdict(ws, d, length, end_flag):
-    """ACCEPT: the token's bytes were all consumed (or it ended exactly where the rule or the
-    input may end); UNCERTAIN: the rule ended earlier with bytes left that a caller may take;
-    else REJECT."""
-    if d == length and (ws[_lv(ws, LVL_N, d)] > 0 or (ws[_lv(ws, LVL_FLAG, d)] & end_flag) != 0):
-        return RESULT_ACCEPT
-    return RESULT_UNCERTAIN if ws[_lv(ws, LVL_UNSURE, d)] != 0 else RESULT_REJECT
-
-
-@njit(cache=True, inline="always")
-def _read_ahead(ws, trie, d, pairs, t0):
-    """True when level d's flags depend on the token's byte d: the rule ended at depth d - 1
-    and the follow pairs of byte d - 1 depend on what comes next."""
-    return (pairs.shape[0] > 0 and d >= 1 and (ws[_lv(ws, LVL_FLAG, d - 1)] & FLAG_RULE_END) != 0
-            and pairs[trie[_trie_bytes(trie) + t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0)
-
-
 @njit(cache=True)
 def _init_levels(pda, pool, ws, init_s, init_p, max_tops):
     """Level 0: the closure of the stacks (init_s, init_p).  0 or ERR_*."""
@@ -187,10 +87,12 @@ def _init_levels(pda, pool, ws, init_s, init_p, max_tops):
     res = closure(pda, pool, ws, 0, n_init, max_tops, 0)
     if res[0] < 0:
         return res[0]
-    ws[_lv(ws, LVL_START, 0)] = 0
-    ws[_lv(ws, LVL_N, 0)] = res[0]
-    ws[_lv(ws, LVL_FLAG, 0)] = res[1]
-    ws[_lv(ws, LVL_UNSURE, 0)] = 0
+    lv = ws_levels(ws)
+    n_levels = ws[2]
+    ws[lv + LVL_START * n_levels] = 0
+    ws[lv + LVL_N * n_levels] = res[0]
+    ws[lv + LVL_FLAG * n_levels] = res[1]
+    ws[lv + LVL_UNSURE * n_levels] = 0
     return 0
 
 
@@ -199,68 +101,158 @@ def _set_bit(words, t):
     words[t >> 5] |= np.int32(1) << np.int32(t & 31)
 
 
-@njit(cache=True, nogil=True)
-def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts,
-                   max_tops):
-    """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
-    blob, its rule's follow pairs deciding what may come after the rule ends: accepted tokens
-    get their bit in `words` (and their id appended to `accepted` while it has room),
-    uncertain ones their position (mapped through position_of) appended to `uncertain` from
-    counts[1] on, rejected ones nothing.  counts += (accepted, uncertain, ids appended).
-    Returns 0 or ERR_*."""
-    status = _init_levels(pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64),
-                          max_tops)
-    if status < 0:
-        return status
+@njit(cache=True)
+def _walk(pda, pool, ws, trie, ranges, candidates, cand_lcp, pairs, end_flag, max_tops, token_ids, position_of, words,
+          accepted, uncertain, result, counts):
+    """The trie walk behind every mask, from the level-0 stacks already in the workspace.
+
+    Range mode (candidates empty): every position of `ranges` ([start, end) pairs) of the trie
+    blob; accepted tokens get their bit in `words` (and their id in `accepted` while it has
+    room), uncertain ones their position (through position_of) in `uncertain`, from counts[1]
+    on; counts += (accepted, uncertain, ids appended).  Candidate mode: the positions
+    `candidates` (ascending, cand_lcp[i] = common prefix length with candidate i-1) with
+    verdicts in `result`.  pairs: the rule's follow pairs (offline; empty online), end_flag the
+    flags that accept a token ending where they are set.  Returns 0 or ERR_*.
+
+    The step loop is written out here, not called: numba reference-counts the arrays of every
+    call, which costs more than a step.
+    """
+    bs = WS_HEADER
+    bp = ws_buffer_p(ws)
+    size = ws[1]
+    n_levels = ws[2]
+    lv_start = ws_levels(ws) + LVL_START * n_levels
+    lv_n = ws_levels(ws) + LVL_N * n_levels
+    lv_flag = ws_levels(ws) + LVL_FLAG * n_levels
+    lv_unsure = ws_levels(ws) + LVL_UNSURE * n_levels
+    byte_ptr = pda[PDA_BYTE_PTR]
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
+    byte_dst = pda[PDA_BYTE_DST]
+    ref_ptr = pda[PDA_REF_PTR]
+    accept = pda[PDA_ACCEPT]
     offsets = TRIE_HEADER
     lcp = TRIE_HEADER + trie[0] + 1
-    next_lower = _trie_next_lower(trie)
+    tok_bytes = _trie_bytes(trie)
+    next_lower = tok_bytes + trie[1]
+    use_pairs = pairs.shape[0] > 0
+    by_candidates = candidates.shape[0] > 0
     n_acc = 0
     n_unc = counts[1]
     n_list = counts[2]
-    end_flag = FLAG_RULE_END | FLAG_END
-    for r in range(ranges.shape[0] // 2):
-        p = ranges[2 * r]
-        end = ranges[2 * r + 1]
+    n_runs = 1 if by_candidates else ranges.shape[0] // 2
+    for r in range(n_runs):
+        if by_candidates:
+            i = 0
+            end = candidates.shape[0]
+        else:
+            i = ranges[2 * r]
+            end = ranges[2 * r + 1]
         built = 0
-        while p < end:
+        while i < end:
+            p = candidates[i] if by_candidates else i
             t0 = trie[offsets + p]
             length = trie[offsets + p + 1] - t0
-            if trie[lcp + p] < built:
-                built = trie[lcp + p]
+            shared_with_previous = (cand_lcp[i] if i > 0 else 0) if by_candidates else trie[lcp + p]
+            if shared_with_previous < built:
+                built = shared_with_previous
             if built > length:
                 built = length
-            if _read_ahead(ws, trie, built, pairs, t0):
-                built -= 1  # level `built` was judged by the previous token's next byte
-            d = _extend(pda, pool, ws, trie, t0, length, built, pairs, max_tops)
-            if d < 0:
-                return d
+            # Level `built` may have been judged by the previous token's byte `built` (a follow
+            # pair read past the rule's end): step it again.
+            if (use_pairs and built >= 1 and (ws[lv_flag + built - 1] & FLAG_RULE_END) != 0
+                    and pairs[trie[tok_bytes + t0 + built - 1] * PAIR_WIDTH + PAIR_MIXED] != 0):
+                built -= 1
+            d = built
+            while d < length:
+                n = ws[lv_n + d]
+                if n == 0:
+                    break
+                src = ws[lv_start + d]
+                dst = src + n
+                if dst + n > size:
+                    return ERR_BUFFER_FULL
+                b = trie[tok_bytes + t0 + d]
+                flags = 0
+                if n == 1:
+                    # Fast path: one stack; a plain DFA step needs no closure.
+                    s = ws[bs + src]
+                    t = -1
+                    for e in range(pda[byte_ptr + s], pda[byte_ptr + s + 1]):
+                        if b < pda[byte_lo + e]:
+                            break
+                        if b <= pda[byte_hi + e]:
+                            t = pda[byte_dst + e]
+                            break
+                    m = 0
+                    if t >= 0:
+                        ws[bs + dst] = t
+                        ws[bp + dst] = ws[bp + src]
+                        m = 1
+                        if pda[ref_ptr + t] != pda[ref_ptr + t + 1] or pda[accept + t] != 0:
+                            m, flags = closure_memo(pda, pool, ws, dst, 1, max_tops)
+                            if m < 0:
+                                return m
+                else:
+                    m = step_byte(pda, ws, src, n, b, dst)
+                    if m > 1 or (m == 1 and has_epsilon(pda, ws[bs + dst])):
+                        m, flags = closure_memo(pda, pool, ws, dst, m, max_tops)
+                        if m < 0:
+                            return m
+                unsure = ws[lv_unsure + d]
+                if use_pairs and (ws[lv_flag + d] & FLAG_RULE_END) != 0:
+                    after = trie[tok_bytes + t0 + d + 1] if d + 1 < length else PAIR_END
+                    if pairs[b * PAIR_WIDTH + after] != 0:
+                        unsure = 1  # the rule ended with bytes left that a caller may take
+                d += 1
+                ws[lv_start + d] = dst
+                ws[lv_n + d] = m
+                ws[lv_flag + d] = flags
+                ws[lv_unsure + d] = unsure
             built = d
-            verdict = _verdict(ws, d, length, end_flag)
-            # how many leading bytes decided the verdict (the subtree that shares it)
-            shared = d + 1 if d < length and _read_ahead(ws, trie, d, pairs, t0) else d
-            if verdict == RESULT_ACCEPT:
+            # ACCEPT: all bytes consumed (or the token ends where the rule or the input may end);
+            # UNCERTAIN: the rule ended earlier with bytes left that a caller may take
+            if d == length and (ws[lv_n + d] > 0 or (ws[lv_flag + d] & end_flag) != 0):
+                verdict = RESULT_ACCEPT
+            elif ws[lv_unsure + d] != 0:
+                verdict = RESULT_UNCERTAIN
+            else:
+                verdict = RESULT_REJECT
+            # the bytes that decided a dead prefix's verdict: d, or d + 1 when the rule ended
+            # just before and the follow pair read the next byte
+            shared = d
+            if (d < length and use_pairs and d >= 1 and (ws[lv_flag + d - 1] & FLAG_RULE_END) != 0
+                    and pairs[trie[tok_bytes + t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0):
+                shared = d + 1
+            if by_candidates:
+                result[i] = verdict
+                i += 1
+                if d < length:  # candidates under the same dead prefix share its verdict
+                    while i < end and cand_lcp[i] >= shared:
+                        result[i] = verdict
+                        i += 1
+            elif verdict == RESULT_ACCEPT:
                 t = token_ids[p]
-                _set_bit(words, t)
+                words[t >> 5] |= np.int32(1) << np.int32(t & 31)  # written out: see above
                 n_acc += 1
                 if n_list < accepted.shape[0]:
                     accepted[n_list] = t
                     n_list += 1
-                p += 1
+                i += 1
             elif verdict == RESULT_UNCERTAIN:
                 uncertain[n_unc] = position_of[p]
                 n_unc += 1
-                p += 1
+                i += 1
                 if d < length:  # the dead prefix's whole subtree is uncertain too
-                    while p < end and trie[lcp + p] >= shared:
-                        uncertain[n_unc] = position_of[p]
+                    while i < end and trie[lcp + i] >= shared:
+                        uncertain[n_unc] = position_of[i]
                         n_unc += 1
-                        p += 1
+                        i += 1
             else:
-                p += 1
+                i += 1
                 if d < length:  # skip the dead prefix's subtree
-                    while p < end and trie[lcp + p] >= shared:
-                        p = trie[next_lower + p]
+                    while i < end and trie[lcp + i] >= shared:
+                        i = trie[next_lower + i]
     counts[0] += n_acc
     counts[1] = n_unc
     counts[2] = n_list
@@ -268,38 +260,34 @@ def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token
 
 
 @njit(cache=True, nogil=True)
+def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts,
+                   max_tops):
+    """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
+    blob, its rule's follow pairs deciding what may come after the rule ends (see _walk's range
+    mode).  Returns 0 or ERR_*."""
+    status = _init_levels(pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64),
+                          max_tops)
+    if status < 0:
+        return status
+    none = np.empty(0, dtype=np.int32)
+    return _walk(pda, pool, ws, trie, ranges, none, none, pairs, FLAG_RULE_END | FLAG_END, max_tops, token_ids,
+                 position_of, words, accepted, uncertain, np.empty(0, dtype=np.int8), counts)
+
+
+@njit(cache=True, nogil=True)
 def run_walk(pda, pool, ws, trie, candidates, cand_lcp, init_s, init_p, max_tops, result):
     """Online verdicts (accept or reject) of the trie positions `candidates` (ascending;
     cand_lcp[i] is the common prefix length of candidate i with candidate i-1) against the
     real stacks (init_s, init_p)."""
+    if candidates.shape[0] == 0:
+        return 0
     status = _init_levels(pda, pool, ws, init_s, init_p, max_tops)
     if status < 0:
         return status
-    no_pairs = np.empty(0, dtype=np.uint8)
-    offsets = TRIE_HEADER
-    built = 0
-    n = candidates.shape[0]
-    i = 0
-    while i < n:
-        p = candidates[i]
-        t0 = trie[offsets + p]
-        length = trie[offsets + p + 1] - t0
-        if i > 0 and cand_lcp[i] < built:
-            built = cand_lcp[i]
-        if built > length:
-            built = length
-        d = _extend(pda, pool, ws, trie, t0, length, built, no_pairs, max_tops)
-        if d < 0:
-            return d
-        built = d
-        verdict = _verdict(ws, d, length, FLAG_END)
-        result[i] = verdict
-        i += 1
-        if d < length:  # candidates under the same dead prefix share its verdict
-            while i < n and cand_lcp[i] >= d:
-                result[i] = verdict
-                i += 1
-    return 0
+    none = np.empty(0, dtype=np.int32)
+    return _walk(pda, pool, ws, trie, np.empty(0, dtype=np.int64), candidates, cand_lcp, np.empty(0, dtype=np.uint8),
+                 FLAG_END, max_tops, none, none, np.empty(0, dtype=np.int32), none, none, result,
+                 np.zeros(3, dtype=np.int64))
 
 
 @njit(cache=True, nogil=True)
