@@ -104,7 +104,12 @@ order exactly (2^n states); larger ones only track their required members."""
 UNIQUE_ENUM_MAX = 8
 """uniqueItems is exact for items from an enum of at most this many values (2^n states)."""
 COUNT_BLOCK = 64
-"""Repetition counts past this (e.g. maxLength 4096) are built from blocks (see `counted`)."""
+"""Repetition counts past this (e.g. maxItems 4096) are built from blocks (see `counted`)."""
+STRING_COUNT_BLOCK = 64
+"""Strings with only a length bound count characters directly up to this many, in blocks past it
+(each character a raw code point or a reference to one shared escape rule, ~8 states a count)."""
+SHORT_STRING = 64
+"""Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
 ITEM_RULE_SIZE = 40
 """Array items bigger than this become a rule when repeated a bounded number of times."""
 INTERLEAVE_ANY_ORDER_REQUIRED = 8
@@ -272,6 +277,7 @@ class _Compiler:
         self.retrieve_raw = retrieve
         self.rules: dict[str, Expr] = {}
         self.memo: dict[tuple, Expr] = {}
+        self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
         self.recursed: set[str] = set()
         self.names: dict[str, int] = {}
         self.empty_reason: tuple[str, str] | None = None
@@ -918,7 +924,7 @@ class _Compiler:
 
     def string(self, f: dict, pointer: str) -> Expr:
         from .json_strings import (
-            ANY_STRING, JSON_CHAR, any_string_dfa, check_lengths, format_dfa, json_string_expr, literal_dfa,
+            ANY_STRING, any_string_dfa, check_lengths, format_dfa, json_string_expr, literal_dfa,
             pattern_dfa, string_dfa,
         )
         patterns = [f["pattern"]] if "pattern" in f else []
@@ -934,10 +940,11 @@ class _Compiler:
         if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
             self.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
             return NOTHING
-        if max(lo, hi or 0) > COUNT_BLOCK and not patterns and not exclusions and \
+        if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
                 (fmt is None or format_dfa(fmt) is None):
-            # only a length constraint, too long for one automaton: count in blocks
-            return seq(lit('"'), self.counted(JSON_CHAR, lo, hi, "string_block"), lit('"'))
+            # only a length constraint: count characters, escapes as one shared rule
+            return seq(lit('"'), self.counted(self.json_char(), lo, hi, "string_block", STRING_COUNT_BLOCK),
+                       lit('"'))
         try:
             dfa = string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
                              pointer=pointer)
@@ -959,24 +966,33 @@ class _Compiler:
             dfa = _dfa_op(dfa.difference, pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
         return json_string_expr(dfa, pointer)
 
-    def counted(self, item: Expr, lo: int, hi: int | None, hint: str) -> Expr:
-        """item{lo,hi}, where no automaton grows past COUNT_BLOCK copies of `item`.
+    def json_char(self) -> Expr:
+        """One JSON string character: a raw code point, or a reference to the escape rule
+        (backslash escapes and surrogate pairs), so counted strings hold it once."""
+        from .json_strings import JSON_ESCAPE, RAW_STRING_CHAR
 
-        Past that, B = item{b} (b = COUNT_BLOCK) becomes a rule and, for n = q*b + r,
+        if self.escape_rule is None:
+            self.escape_rule = self.rule_ref("string_escape", JSON_ESCAPE)
+        return alt(RAW_STRING_CHAR, self.escape_rule)
+
+    def counted(self, item: Expr, lo: int, hi: int | None, hint: str, block: int = COUNT_BLOCK) -> Expr:
+        """item{lo,hi}, where no automaton grows past `block` copies of `item`.
+
+        Past that, B = item{b} (b = block) becomes a rule and, for n = q*b + r,
         item{0,n} = B{0,q-1} item{0,b-1} | B{q} item{0,r}; so a text is parsed at most two ways
         at once per level (inside a block, or in the final partial run), and the states of B and
         of the partial run (a rule too) are shared by every block, so are their masks.  Counts
         past b*b nest the same way.
         """
-        b = COUNT_BLOCK
-        key = ("counted", item, lo, hi)
+        b = block
+        key = ("counted", item, lo, hi, b)
         if key in self.memo:
             return self.memo[key]
         if max(lo, hi or 0) <= b:
             result = rep(item, lo, hi)
         else:
-            block = self.rule_ref(hint, rep(item, b, b))
-            at_least = seq(self.counted(block, lo // b, lo // b, hint), rep(item, lo % b, lo % b))
+            unit = self.rule_ref(hint, rep(item, b, b))
+            at_least = seq(self.counted(unit, lo // b, lo // b, hint, b), rep(item, lo % b, lo % b))
             if hi is None:
                 result = seq(at_least, star(item))
             elif hi - lo <= b:
@@ -984,8 +1000,8 @@ class _Compiler:
             else:
                 q, r = divmod(hi - lo, b)
                 partial = self.rule_ref(hint, rep(item, 0, b - 1))
-                result = seq(at_least, alt(seq(self.counted(block, 0, q - 1, hint), partial),
-                                           seq(self.counted(block, q, q, hint), rep(item, 0, r))))
+                result = seq(at_least, alt(seq(self.counted(unit, 0, q - 1, hint, b), partial),
+                                           seq(self.counted(unit, q, q, hint, b), rep(item, 0, r))))
         self.memo[key] = result
         return result
 

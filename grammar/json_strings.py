@@ -54,13 +54,14 @@ from typing import Callable, Iterable
 from .errors import SchemaError, UnsupportedSchemaError
 from .partition import refine_partition
 from .ir import (
-    MAX_CODE_POINT, SURROGATES, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep, seq,
+    MAX_CODE_POINT, SURROGATES, CharClass, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep,
+    seq,
 )
 
 __all__ = [
     "Dfa", "any_string_dfa", "string_expr", "string_literal_expr", "string_excluding_expr", "string_dfa", "pattern_dfa",
     "length_dfa", "literal_dfa", "format_dfa", "is_known_format", "encode_json_string", "json_string_expr",
-    "JSON_CHAR", "ANY_STRING", "DEFAULT_STATE_BUDGET", "KNOWN_FORMATS",
+    "JSON_CHAR", "ANY_STRING", "RAW_STRING_CHAR", "JSON_ESCAPE", "DEFAULT_STATE_BUDGET", "KNOWN_FORMATS",
 ]
 
 DEFAULT_STATE_BUDGET = 20_000
@@ -1174,6 +1175,20 @@ JSON_CHAR: Expr = dfa_to_char_fsm(encode_json_string(length_dfa(1, 1)))
 
 ANY_STRING: Expr = seq(lit('"'), rep(JSON_CHAR, 0, None), lit('"'))
 """Any JSON string token."""
+
+RAW_STRING_CHAR: Expr = CharClass(_RAW_OK)
+"""One code point JSON allows unescaped in a string."""
+
+
+def _escape_part(char: CharFsm) -> CharFsm:
+    """A one-character JSON automaton with its start state's raw edges removed: the spellings
+    that begin with a backslash (its start state has no incoming edges)."""
+    transitions = tuple(t for t in char.transitions if t[0] != char.initial or t[1] == t[2] == ord("\\"))
+    return CharFsm(char.initial, char.finals - {char.initial}, transitions)
+
+
+JSON_ESCAPE: Expr = _escape_part(JSON_CHAR)
+"""One JSON-escaped character: \\n, \\uXXXX, a surrogate pair... (one code point)."""
 
 
 # ---------------------------------------------------------------------------------------------

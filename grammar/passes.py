@@ -582,11 +582,12 @@ MAX_INLINED_SIZE = 256  # bigger single-use rules stay rules, which keeps bodies
 
 
 def expr_size(expr: Expr) -> int:
-    """Rough size of an expression (nodes; an automaton counts its edges)."""
+    """Rough size of an expression's automaton (nodes; an automaton counts its edges, a bounded
+    repetition its copies)."""
     if isinstance(expr, (Seq, Alt)):
         return 1 + sum(expr_size(item) for item in expr.items)
-    if isinstance(expr, Repeat):
-        return 1 + expr_size(expr.item)
+    if isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
+        return 1 + expr_size(expr.item) * max(1, expr.max if expr.max is not None else expr.min)
     if isinstance(expr, CharFsm):
         return 1 + len(expr.transitions)
     return 1
