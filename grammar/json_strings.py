@@ -309,18 +309,11 @@ _WORD = _union(_DIGITS, ((0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
 
 @lru_cache(maxsize=None)
 def _python_class(name: str) -> Ranges:
-    """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode)."""
-    test = {"d": str.isdecimal, "w": lambda c: c.isalnum() or c == "_", "s": str.isspace}[name]
-    out = []
-    start = None
-    for cp in range(MAX_CODE_POINT + 2):
-        inside = cp <= MAX_CODE_POINT and test(chr(cp))
-        if inside and start is None:
-            start = cp
-        elif not inside and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    return _intersect(tuple(out), ALL_CHARS)
+    """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode):
+    the runs `re` itself finds in a string of every code point."""
+    every = "".join(map(chr, range(MAX_CODE_POINT + 1)))
+    runs = tuple((m.start(), m.end() - 1) for m in re.finditer(rf"\{name}+", every))
+    return _intersect(runs, ALL_CHARS)
 
 
 class _CharSet:
@@ -670,20 +663,24 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
         return frozenset(seen)
 
     def step(key):
-        edges = []
-        for s, eol in key:
-            if not eol:
-                for ranges, t in nfa.char_edges[s]:
-                    for lo, hi in ranges:
-                        edges.append((lo, hi, t))
+        edges = sorted((lo, hi, t) for s, eol in key if not eol for ranges, t in nfa.char_edges[s] for lo, hi in ranges)
         if not edges:
             return
         points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
-        for k in range(len(points) - 1):
-            lo, hi = points[k], points[k + 1] - 1
-            targets = [(t, False) for a, b, t in edges if a <= lo and hi <= b]
-            if targets:
-                yield lo, hi, closure(targets, False)
+        closures: dict = {}  # targets -> their closure, for this step
+        active: list = []  # (hi, target) of the edges covering the current interval
+        k = 0
+        for i in range(len(points) - 1):
+            lo, hi = points[i], points[i + 1] - 1
+            active = [(b, t) for b, t in active if b >= lo]
+            while k < len(edges) and edges[k][0] <= lo:  # each edge covers whole intervals
+                active.append((edges[k][1], edges[k][2]))
+                k += 1
+            if active:
+                targets = frozenset((t, False) for _, t in active)
+                if targets not in closures:
+                    closures[targets] = closure(targets, False)
+                yield lo, hi, closures[targets]
 
     def is_final(key):
         return any(s == accept for s, _ in key)
@@ -931,11 +928,13 @@ def format_dfa(name: str) -> Dfa | None:
 # reads "\u" and the low half; pair states are shared by the hex states of their low halves.
 
 
-def _encode(dfa: Dfa, budget: int) -> tuple:
-    """The trimmed JSON text automaton of `dfa` as flat arrays (see `string_kernels.trim`); _Budget past
-    `budget` states or twice as many edges."""
+def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
+    """The trimmed JSON text automaton of `dfa` as flat arrays (see `string_kernels.trim`);
+    _Budget past `budget` states or twice as many edges.  The kernel starts with room for
+    `capacity` states and retries with four times more while that is too little."""
     start, count, lo, hi, target, final = _flatten(dfa)
-    capacity = 8 * dfa.size + 2 * lo.shape[0] + 64  # more than key automata need (about 7 per state)
+    if capacity is None:
+        capacity = 8 * dfa.size + 2 * lo.shape[0] + 64  # more than key automata need (~7 per state)
     while True:
         status, n, st, edges = string_kernels.encode(start, count, lo, hi, target, budget, capacity)
         if status != string_kernels.FULL:
@@ -1061,6 +1060,9 @@ def string_literal_expr(value: str) -> Expr:
     accepted: a key like "name" stays one literal instead of an automaton per character, which
     keeps objects with many properties small.  Sound either way; complete for json.dumps output.
     """
+    text = json.dumps(value)
+    if text == json.dumps(value, ensure_ascii=False):  # one spelling per character (an escape is
+        return lit(text)  # longer than the raw character): the one literal the loop below gives
     parts: list[Expr] = [lit('"')]
     for ch in value:
         spellings = {json.dumps(ch)[1:-1], json.dumps(ch, ensure_ascii=False)[1:-1]}

@@ -1,14 +1,17 @@
 """The decoded-string automata operations and the JSON string encoder as they were before the
 compile speed-up of issue 18, kept verbatim as the oracle of tests/test_json_strings_identity.py:
-the fast versions in pushmask.grammar.json_strings must build exactly the same automata."""
+the fast versions in pushmask.grammar (json_strings, string_kernels, json_schema's pattern keys)
+must build exactly the same automata and grammars."""
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from collections import deque
 from typing import Callable, Iterable
 
-from pushmask.grammar.ir import MAX_CODE_POINT
+from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
+from pushmask.grammar.json_schema import _dfa_op
 from pushmask.grammar.json_strings import ALL_CHARS, DEFAULT_STATE_BUDGET, _Budget, _intersect
 from pushmask.grammar.partition import refine_partition
 
@@ -370,3 +373,29 @@ def _merge_ranges_with_targets(edges, allowed):
 
 def reference_encode(dfa: ReferenceDfa, budget: int = 100_000) -> ReferenceDfa:
     return ReferenceEncoder(dfa, budget).run()
+
+
+def reference_string_literal_expr(value: str):
+    """json_strings.string_literal_expr before its one-literal shortcut for plain strings."""
+    parts = [lit('"')]
+    for ch in value:
+        spellings = {json.dumps(ch)[1:-1], json.dumps(ch, ensure_ascii=False)[1:-1]}
+        parts.append(alt(*(lit(s) for s in sorted(spellings))))
+    parts.append(lit('"'))
+    return seq(*parts)
+
+
+def reference_keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer):
+    """The keys of each mask as json_schema.unnamed_members computed them before issue 18: every
+    mask from key_dfa, pattern by pattern (intersect or subtract), unwanted masks dropped after."""
+    masks = range(1 << len(pdfas)) if overlapping else [0] + [1 << i for i in range(len(pdfas))]
+    found = []
+    for mask in masks:
+        dfa = key_dfa
+        for i, pdfa in enumerate(pdfas):
+            dfa = _dfa_op(dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer)
+            if dfa.is_empty():
+                break
+        if not dfa.is_empty() and mask in wanted:
+            found.append((mask, dfa))
+    return found
