@@ -12,6 +12,9 @@ The pipeline has two layers:
    surrogate pairs \\uD8xx\\uDCxx for code points above U+FFFF -- as one deterministic IR
    `CharFsm` between the quotes.
 
+The encoder, trim, minimisation and products run as numba kernels over flat arrays
+(`string_kernels`); `Dfa` keeps its list-of-edges form for everything else.
+
 API: `string_expr`, `string_literal_expr`, `string_excluding_expr` give whole string tokens;
 `JSON_CHAR` / `ANY_STRING` are the unconstrained pieces.  To combine constraints yourself, build
 decoded automata (`string_dfa`, `pattern_dfa`, `literal_dfa`, `format_dfa`, `length_dfa`,
@@ -47,6 +50,7 @@ import json
 import re
 from bisect import bisect_right
 from functools import lru_cache
+from itertools import chain
 from typing import Callable, Iterable
 
 import numpy as np
@@ -107,43 +111,58 @@ def _chars(text: str) -> Ranges:
 # Deterministic automata over code-point ranges.
 
 
-def _flatten(dfa: Dfa) -> tuple[np.ndarray, ...]:
-    """A Dfa as the flat arrays of `string_kernels`: (start, count, lo, hi, target, final)."""
-    count = np.fromiter(map(len, dfa.trans), np.int64, dfa.size)
-    start = np.zeros(dfa.size, np.int64)
-    np.cumsum(count[:-1], out=start[1:])
-    edges = np.array([e for edges in dfa.trans for e in edges], np.int64).reshape(-1, 3)
-    final = np.zeros(dfa.size, np.bool_)
-    final[list(dfa.finals)] = True
-    return start, count, edges[:, 0], edges[:, 1], edges[:, 2], final
-
-
-def _dfa_of(start, count, lo, hi, target, final) -> Dfa:
-    """The Dfa of flat arrays (no states: the empty language)."""
-    if start.shape[0] == 0:
-        return Dfa([[]], ())
-    edges = list(zip(lo.tolist(), hi.tolist(), target.tolist()))
-    return Dfa([edges[a:a + c] for a, c in zip(start.tolist(), count.tolist())], np.flatnonzero(final).tolist())
-
-
 class Dfa:
     """A deterministic automaton over code points; state 0 is initial.
 
     trans[s] is a sorted list of disjoint (lo, hi, target) edges; a code point with no edge
     goes to an implicit dead state.  Operations return trimmed automata (every state is
     reachable and can reach a final state), so an empty language has exactly one state and no
-    finals.
+    finals.  A Dfa is immutable: the operations (numba kernels, `string_kernels`) work on its
+    flat arrays, made once, and the automata they return build `trans` only when it is read.
     """
 
-    __slots__ = ("trans", "finals")
+    __slots__ = ("_trans", "_arrays", "finals")
 
     def __init__(self, trans: list[list[tuple[int, int, int]]], finals: Iterable[int]):
-        self.trans = trans
+        self._trans = trans
+        self._arrays: tuple | None = None
         self.finals = frozenset(finals)
+
+    @classmethod
+    def _of_arrays(cls, start, count, lo, hi, target, final) -> "Dfa":
+        """The Dfa of flat arrays (see `arrays`); no states is the empty language."""
+        if start.shape[0] == 0:
+            return cls([[]], ())
+        dfa = cls.__new__(cls)
+        dfa._trans = None
+        dfa._arrays = (start, count, lo, hi, target, final)
+        dfa.finals = frozenset(np.flatnonzero(final).tolist())
+        return dfa
+
+    @property
+    def trans(self) -> list[list[tuple[int, int, int]]]:
+        if self._trans is None:
+            start, count, lo, hi, target, _ = self._arrays
+            edges = list(zip(lo.tolist(), hi.tolist(), target.tolist()))
+            self._trans = [edges[a:a + c] for a, c in zip(start.tolist(), count.tolist())]
+        return self._trans
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The flat form of `string_kernels`: (start, count, lo, hi, target, final), where the
+        edges of state s are start[s] .. start[s] + count[s] - 1 of lo, hi, target."""
+        if self._arrays is None:
+            trans = self._trans
+            count = np.array(list(map(len, trans)), np.int64)
+            edges = np.fromiter(chain.from_iterable(chain.from_iterable(trans)), np.int64, 3 * int(count.sum()))
+            lo, hi, target = edges.reshape(-1, 3).T.copy()
+            final = np.zeros(len(trans), np.bool_)
+            final[list(self.finals)] = True
+            self._arrays = (np.cumsum(count) - count, count, lo, hi, target, final)
+        return self._arrays
 
     @property
     def size(self) -> int:
-        return len(self.trans)
+        return len(self._trans) if self._trans is not None else self._arrays[0].shape[0]
 
     def is_empty(self) -> bool:
         return not self.finals
@@ -203,22 +222,22 @@ class Dfa:
     def trim(self) -> "Dfa":
         """Drop states that cannot reach a final state or are unreachable; renumber from 0 in
         breadth-first order (edges in order), joining adjacent ranges to one target."""
-        return _dfa_of(*string_kernels.trim(*_flatten(self)))
+        return Dfa._of_arrays(*string_kernels.trim(*self.arrays()))
 
     def minimize(self) -> "Dfa":
         """An equivalent minimal trimmed DFA (incremental Moore refinement, numbered as `trim`
         does, so equal languages give equal automata)."""
-        return _dfa_of(*string_kernels.minimize(*string_kernels.trim(*_flatten(self))))
+        return Dfa._of_arrays(*string_kernels.minimize(*string_kernels.trim(*self.arrays())))
 
     # -- boolean operations --------------------------------------------------------------------
 
     def _product(self, other: "Dfa", rule: int, keep_dead: bool, budget: int, minimize: bool = True) -> "Dfa":
         """The product automaton: finals by `rule` (string_kernels.AND, OR, AND_NOT); pairs with
         one side dead are kept when `keep_dead`; _Budget past `budget` reachable pairs."""
-        status, *arrays = string_kernels.product(*_flatten(self), *_flatten(other), rule, keep_dead, budget, minimize)
+        status, *arrays = string_kernels.product(*self.arrays(), *other.arrays(), rule, keep_dead, budget, minimize)
         if status == string_kernels.STATES:
             raise _Budget("product automaton", budget)
-        return _dfa_of(*arrays)
+        return Dfa._of_arrays(*arrays)
 
     # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
     # caller builds near-minimal automata anyway; the result is then only trimmed.
@@ -311,7 +330,7 @@ _WORD = _union(_DIGITS, ((0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
 def _python_class(name: str) -> Ranges:
     """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode):
     the runs `re` itself finds in a string of every code point."""
-    every = "".join(map(chr, range(MAX_CODE_POINT + 1)))
+    every = np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
     runs = tuple((m.start(), m.end() - 1) for m in re.finditer(rf"\{name}+", every))
     return _intersect(runs, ALL_CHARS)
 
@@ -932,7 +951,7 @@ def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
     """The trimmed JSON text automaton of `dfa` as flat arrays (see `string_kernels.trim`);
     _Budget past `budget` states or twice as many edges.  The kernel starts with room for
     `capacity` states and retries with four times more while that is too little."""
-    start, count, lo, hi, target, final = _flatten(dfa)
+    start, count, lo, hi, target, final = dfa.arrays()
     if capacity is None:
         capacity = 8 * dfa.size + 2 * lo.shape[0] + 64  # more than key automata need (~7 per state)
     while True:
@@ -945,12 +964,13 @@ def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
     if status == string_kernels.EDGES:
         raise _Budget("JSON string automaton", 2 * budget, "edges")
     final = np.concatenate((final, np.zeros(n - dfa.size, np.bool_)))  # the decoded states' finals
-    return string_kernels.trim(st[:n, 0], st[:n, 1], edges[:, 0], edges[:, 1], edges[:, 2], final)
+    (start, count), (lo, hi, target) = st.T.copy(), edges.T.copy()
+    return string_kernels.trim(start, count, lo, hi, target, final)
 
 
 def encode_json_string(dfa: Dfa, budget: int = 100_000) -> Dfa:
     """The DFA over JSON text (between the quotes) of every encoding of every string `dfa` accepts."""
-    return _dfa_of(*_encode(dfa, budget))
+    return Dfa._of_arrays(*_encode(dfa, budget))
 
 
 def dfa_to_char_fsm(dfa: Dfa) -> Expr:

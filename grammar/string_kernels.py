@@ -1,11 +1,14 @@
-"""numba kernels for the decoded-string automata of `json_strings`: the JSON text encoder and trim.
+"""numba kernels for the decoded-string automata of `json_strings`: the JSON text encoder
+(`encode`), `trim`, `minimize` and the boolean `product`s -- the "any key but these names"
+automata of every object schema go through all four.
 
 Automata here are flat arrays: state s owns edges start[s] .. start[s] + count[s] - 1 of the
-parallel arrays (lo, hi, target), sorted by lo.
+parallel arrays (lo, hi, target), sorted by lo, and final[s] says whether it accepts.  The
+results are exactly those of the Python code they replaced (tests/json_strings_reference.py).
 
-The encoder returns a status: OK; STATES or EDGES when the state or edge budget ran out (the
-caller raises `json_strings._Budget`); FULL when its arrays were too small (the caller retries
-with a larger capacity).
+`encode` and `product` return a status first: OK; STATES or EDGES when the state or edge budget
+ran out (the caller raises `json_strings._Budget`); FULL when the encoder's arrays were too small
+(the caller retries with a larger capacity).
 """
 
 from __future__ import annotations
@@ -362,7 +365,7 @@ def encode(start, count, lo, hi, target, budget, capacity):
     `budget` states and twice as many edges, in arrays for `capacity` states (see the module doc
     for the status).  Decoded state s keeps its number; the escape and hex-digit states follow in
     the order they were made.  Returns (status, number of states, st, edges) where st[s] is
-    (first edge, edge count) and an edge is (lo, hi, target).
+    (first edge, edge count) and an edge is (lo, hi, target), all used rows when OK.
     """
     n = start.shape[0]
     cap = max(n, min(budget, capacity)) + 1
@@ -431,7 +434,7 @@ def encode(start, count, lo, hi, target, budget, capacity):
         if not backslash and not _emit(counts, 2 * budget, edges, first, _BACKSLASH, _BACKSLASH, esc):
             return counts[_STATUS], 0, st, edges
         _end(counts, st, s)
-    return OK, counts[_N_STATES], st, edges
+    return OK, counts[_N_STATES], st[:counts[_N_STATES]], edges[:counts[_N_EDGES]]
 
 
 @njit(cache=True)
