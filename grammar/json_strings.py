@@ -198,8 +198,8 @@ class Dfa:
 
     # -- construction --------------------------------------------------------------------------
 
-    @staticmethod
-    def explore(initial, step: Callable, is_final: Callable, budget: int = DEFAULT_STATE_BUDGET,
+    @classmethod
+    def explore(cls, initial, step: Callable, is_final: Callable, budget: int = DEFAULT_STATE_BUDGET,
                 what: str = "automaton") -> "Dfa":
         """Build a DFA from hashable state keys: step(key) yields (lo, hi, next_key) edges."""
         index = {initial: 0}
@@ -217,7 +217,7 @@ class Dfa:
             edges.sort()
             trans.append(edges)
         finals = [i for i, k in enumerate(keys) if is_final(k)]
-        return Dfa(trans, finals).trim()
+        return cls(trans, finals).trim()
 
     def trim(self) -> "Dfa":
         """Drop states that cannot reach a final state or are unreachable; renumber from 0 in

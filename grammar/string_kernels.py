@@ -34,6 +34,11 @@ _BASE = 16
 _DIGIT = 17
 _SEG_FROM = 18
 _SEG_TO = 19
+# entries of the cursor of `_code_unit_segments`: segments written, the high surrogate whose
+# residual is being collected (-1: none), pieces in it
+_SEGS = 0
+_BLOCK = 1
+_PIECES = 2
 # columns of `memo`: the state reading `level` hex digits that all lead to this state, for
 # level 1..4 (plus one; 0 is unknown), and the state after a high surrogate whose low half
 # is read by this state (plus one)
@@ -277,28 +282,45 @@ def _push_segment(segs, nseg, lo, hi, key):
 
 
 @_helper
-def _flush_block(block, residual, nres, segs, nseg, counts, budget, st, edges, nodes, table, memo, frames):
-    """The segment of high surrogate `block` (to the pair state of its residual) appended; the new
-    count, or -1 when it does not fit."""
-    pair = _pair_state(residual, nres, counts, budget, st, edges, nodes, table, memo, frames)
-    if pair < 0:
-        return -1
-    return _push_segment(segs, nseg, _HIGH + block, _HIGH + block, pair)
+def _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+    """Append the segment of the high surrogate whose residual is being collected, if any (it leads
+    to the pair state of the residual); False when something does not fit."""
+    block = cursor[_BLOCK]
+    if block >= 0:
+        pair = _pair_state(residual, cursor[_PIECES], counts, budget, st, edges, nodes, table, memo, frames)
+        if pair < 0:
+            return False
+        cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], _HIGH + block, _HIGH + block, pair)
+        cursor[_BLOCK] = -1
+        cursor[_PIECES] = 0
+    return True
 
 
 @_helper
-def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, counts, budget, st, edges, nodes, table, memo,
-                        frames):
+def _add_piece(block, lo, hi, t, cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+    """Low surrogates lo..hi lead to state t after high surrogate `block`: add the piece to the
+    block's residual, closing another block's first; False when something does not fit."""
+    if cursor[_BLOCK] != block and not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes,
+                                                    table, memo, frames):
+        return False
+    cursor[_BLOCK] = block
+    k = cursor[_PIECES]
+    residual[k, 0], residual[k, 1], residual[k, 2] = lo, hi, t
+    cursor[_PIECES] = k + 1
+    return True
+
+
+@_helper
+def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes, table,
+                        memo, frames):
     """Where the code unit of a \\uXXXX escape leads from a state with edges e0..e1 - 1: sorted
     (lo, hi, state) segments in segs (their count is returned; -1 when something does not fit).
     BMP code points lead to their decoded states; a high surrogate leads to the pair state of its
-    block of 1024 astral code points (a full block to one state, or a residual of pieces)."""
-    nseg = 0
+    block of 1024 astral code points: a full block's, or the residual of pieces of edges."""
+    cursor[_SEGS], cursor[_BLOCK], cursor[_PIECES] = 0, -1, 0
     for e in range(e0, e1):
         if lo[e] < _HIGH:
-            nseg = _push_segment(segs, nseg, lo[e], min(hi[e], _HIGH - 1), target[e])
-    block = -1  # the high surrogate whose residual[:nres] is being collected
-    nres = 0
+            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], lo[e], min(hi[e], _HIGH - 1), target[e])
     for e in range(e0, e1):
         if hi[e] < _ASTRAL:
             continue
@@ -307,56 +329,31 @@ def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, counts, budget, 
         first, last = a >> 10, b >> 10
         full_from, full_to = first, last
         if a & 1023:  # starts inside block `first`
-            if block >= 0 and block != first:
-                nseg = _flush_block(block, residual, nres, segs, nseg, counts, budget, st, edges, nodes, table, memo,
-                                    frames)
-                if nseg < 0:
-                    return -1
-                nres = 0
-            block = first
-            residual[nres, 0] = _LOW + (a & 1023)
-            residual[nres, 1] = _LOW + ((b & 1023) if last == first else 1023)
-            residual[nres, 2] = target[e]
-            nres += 1
+            if not _add_piece(first, _LOW + (a & 1023), _LOW + ((b & 1023) if last == first else 1023), target[e],
+                              cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+                return -1
             full_from += 1
         ends_inside = (b & 1023) != 1023 and last >= full_from
         if ends_inside:
             full_to -= 1
         if full_from <= full_to:
-            if block >= 0:
-                nseg = _flush_block(block, residual, nres, segs, nseg, counts, budget, st, edges, nodes, table, memo,
-                                    frames)
-                if nseg < 0:
-                    return -1
-                nres = 0
-                block = -1
-            residual[0, 0] = _LOW
-            residual[0, 1] = _LOW + 1023
-            residual[0, 2] = target[e]
+            if not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+                return -1
+            residual[0, 0], residual[0, 1], residual[0, 2] = _LOW, _LOW + 1023, target[e]
             pair = _pair_state(residual, 1, counts, budget, st, edges, nodes, table, memo, frames)
             if pair < 0:
                 return -1
-            nseg = _push_segment(segs, nseg, _HIGH + full_from, _HIGH + full_to, pair)
-        if ends_inside:
-            if block >= 0 and block != last:
-                nseg = _flush_block(block, residual, nres, segs, nseg, counts, budget, st, edges, nodes, table, memo,
-                                    frames)
-                if nseg < 0:
-                    return -1
-                nres = 0
-            block = last
-            residual[nres, 0] = _LOW
-            residual[nres, 1] = _LOW + (b & 1023)
-            residual[nres, 2] = target[e]
-            nres += 1
-    if block >= 0:
-        nseg = _flush_block(block, residual, nres, segs, nseg, counts, budget, st, edges, nodes, table, memo, frames)
-        if nseg < 0:
+            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], _HIGH + full_from, _HIGH + full_to, pair)
+        if ends_inside and not _add_piece(last, _LOW, _LOW + (b & 1023), target[e], cursor, residual, segs, counts,
+                                          budget, st, edges, nodes, table, memo, frames):
             return -1
+    if not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+        return -1
     for e in range(e0, e1):
         if hi[e] >= _BMP_REST and lo[e] < _ASTRAL:
-            nseg = _push_segment(segs, nseg, max(lo[e], _BMP_REST), min(hi[e], _ASTRAL - 1), target[e])
-    return nseg
+            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], max(lo[e], _BMP_REST), min(hi[e], _ASTRAL - 1),
+                                          target[e])
+    return cursor[_SEGS]
 
 
 @njit(cache=True)
@@ -384,6 +381,7 @@ def encode(start, count, lo, hi, target, budget, capacity):
         most = max(most, count[s])
     segs = np.empty((2 * most + 1024, 3), np.int64)  # BMP pieces, one per high surrogate at most
     residual = np.empty((most + 1, 3), np.int64)
+    cursor = np.empty(3, np.int64)
     frames = np.empty((5, 20), np.int64)
     for s in range(n):
         e0 = start[s]
@@ -393,8 +391,8 @@ def encode(start, count, lo, hi, target, budget, capacity):
         esc = _new_state(counts, budget, st)
         if esc < 0:
             return counts[_STATUS], 0, st, edges
-        nseg = _code_unit_segments(lo, hi, target, e0, e1, segs, residual, counts, budget, st, edges, nodes, table,
-                                   memo, frames)
+        nseg = _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes,
+                                   table, memo, frames)
         if nseg < 0:
             return counts[_STATUS], 0, st, edges
         root = -1

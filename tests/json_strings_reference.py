@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import deque
-from typing import Callable, Iterable
+from typing import Callable
 
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
 from pushmask.grammar.json_schema import _dfa_op
-from pushmask.grammar.json_strings import ALL_CHARS, DEFAULT_STATE_BUDGET, _Budget, _intersect
+from pushmask.grammar.json_strings import ALL_CHARS, DEFAULT_STATE_BUDGET, Dfa, _Budget, _intersect
 from pushmask.grammar.partition import refine_partition
 
 _SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
@@ -20,79 +20,11 @@ _SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), 
 _RAW_OK = _intersect(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS)
 
 
-class ReferenceDfa:
-    """A deterministic automaton over code points; state 0 is initial.
-
-    trans[s] is a sorted list of disjoint (lo, hi, target) edges; a code point with no edge
-    goes to an implicit dead state.  Operations return trimmed automata (every state is
-    reachable and can reach a final state), so an empty language has exactly one state and no
-    finals.
-    """
-
-    __slots__ = ("trans", "finals")
-
-    def __init__(self, trans: list[list[tuple[int, int, int]]], finals: Iterable[int]):
-        self.trans = trans
-        self.finals = frozenset(finals)
-
-    @property
-    def size(self) -> int:
-        return len(self.trans)
-
-    def is_empty(self) -> bool:
-        return not self.finals
-
-    def is_universal(self) -> bool:
-        """Accepts every string (as minimized automata of e.g. unanchored "a?" or "" do)."""
-        reachable = {0}
-        stack = [0]
-        while stack:
-            s = stack.pop()
-            if s not in self.finals or _intersect(tuple((lo, hi) for lo, hi, _ in self.trans[s]), ALL_CHARS) != ALL_CHARS:
-                return False
-            for _, _, t in self.trans[s]:
-                if t not in reachable:
-                    reachable.add(t)
-                    stack.append(t)
-        return True
-
-    def step(self, state: int, cp: int) -> int | None:
-        edges = self.trans[state]
-        k = bisect_right(edges, (cp, MAX_CODE_POINT + 1, 0)) - 1
-        if k >= 0 and edges[k][0] <= cp <= edges[k][1]:
-            return edges[k][2]
-        return None
-
-    def accepts(self, text: str) -> bool:
-        state: int | None = 0
-        for ch in text:
-            state = self.step(state, ord(ch))
-            if state is None:
-                return False
-        return state in self.finals
+class ReferenceDfa(Dfa):
+    """json_strings.Dfa with its trim, minimisation and products as they were (the rest it
+    inherits unchanged)."""
 
     # -- construction --------------------------------------------------------------------------
-
-    @staticmethod
-    def explore(initial, step: Callable, is_final: Callable, budget: int = DEFAULT_STATE_BUDGET,
-                what: str = "automaton") -> "ReferenceDfa":
-        """Build a DFA from hashable state keys: step(key) yields (lo, hi, next_key) edges."""
-        index = {initial: 0}
-        keys = [initial]
-        trans: list[list[tuple[int, int, int]]] = []
-        for key in keys:  # grows while we walk it
-            edges = []
-            for lo, hi, nxt in step(key):
-                if nxt not in index:
-                    if len(keys) >= budget:
-                        raise _Budget(what, budget)
-                    index[nxt] = len(keys)
-                    keys.append(nxt)
-                edges.append((lo, hi, index[nxt]))
-            edges.sort()
-            trans.append(edges)
-        finals = [i for i, k in enumerate(keys) if is_final(k)]
-        return ReferenceDfa(trans, finals).trim()
 
     def trim(self) -> "ReferenceDfa":
         """Drop states that cannot reach a final state or are unreachable; renumber from 0."""
