@@ -18,9 +18,28 @@ SURROGATES = (0xD800, 0xDFFF)
 class Expr:
     """Base class of IR expressions."""
 
-    __slots__ = ()
+    __slots__ = ("_hash",)  # computed on first use (`_hash_once`); not part of the value
 
 
+def _hash_once(cls):
+    """Give an expression class a hash computed once per node: expressions are trees that share
+    subtrees (an object member's key automaton sits under many alternatives), and the generated
+    dataclass hash walks the whole tree on every set or dict lookup."""
+    structural = cls.__hash__
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:  # not hashed yet (or unpickled: the slot is not pickled)
+            h = structural(self)
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    cls.__hash__ = __hash__
+    return cls
+
+
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Bytes(Expr):
     """A literal byte string; b"" is epsilon."""
@@ -28,6 +47,7 @@ class Bytes(Expr):
     value: bytes
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class CharClass(Expr):
     """One Unicode code point from `ranges` (inclusive, sorted, disjoint, no surrogates), as UTF-8."""
@@ -35,6 +55,7 @@ class CharClass(Expr):
     ranges: tuple[tuple[int, int], ...]
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class ByteClass(Expr):
     """One raw byte from `ranges` (inclusive, sorted, disjoint, within 0..255)."""
@@ -42,11 +63,13 @@ class ByteClass(Expr):
     ranges: tuple[tuple[int, int], ...]
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Seq(Expr):
     items: tuple[Expr, ...]
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Alt(Expr):
     """Alternation; Alt(()) is the empty language."""
@@ -54,6 +77,7 @@ class Alt(Expr):
     items: tuple[Expr, ...]
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Repeat(Expr):
     """`item` repeated min..max times; max None means unbounded."""
@@ -63,6 +87,7 @@ class Repeat(Expr):
     max: int | None
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class Ref(Expr):
     """A reference to the rule called `name`."""
@@ -70,6 +95,7 @@ class Ref(Expr):
     name: str
 
 
+@_hash_once
 @dataclass(frozen=True, slots=True)
 class CharFsm(Expr):
     """A finite automaton over code points, inlined as UTF-8 (how regex front ends hand over).

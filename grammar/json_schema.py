@@ -1249,33 +1249,26 @@ class _Compiler:
         if len(pats) > 24:
             raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
         pdfas = [pattern_dfa(p, f"{pointer}/patternProperties") for p in pats]
-        overlapping = any(not _dfa_op(pdfas[i].intersect, pdfas[j], "patternProperties", pointer).is_empty()
+        overlapping = any(_dfa_op(pdfas[i].intersects, pdfas[j], "patternProperties", pointer)
                           for i in range(len(pats)) for j in range(i + 1, len(pats)))
         if overlapping and len(pats) > MAX_PATTERN_GROUPS:
             raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties",
                                          f"more than {MAX_PATTERN_GROUPS} overlapping patterns")
-        # a key matches one subset of the patterns; with pairwise disjoint patterns, at most one
-        masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
-        alternatives = []
-        for mask in masks:
-            dfa = key_dfa
-            chosen = []
-            for i, pd in enumerate(pdfas):
-                if mask >> i & 1:
-                    dfa = _dfa_op(dfa.intersect, pd, "patternProperties", pointer)
-                    chosen.append(patterns[pats[i]])
-                else:
-                    dfa = _dfa_op(dfa.difference, pd, "patternProperties", pointer)
-                if dfa.is_empty():
-                    break
-            if dfa.is_empty():
-                continue
-            parts = [*(chosen if mask else [addl]), also]
+
+        def value_schema(mask: int):
+            """The value schema of a key matching exactly the patterns in `mask` (bit i: pattern i)."""
+            parts = [*([patterns[p] for i, p in enumerate(pats) if mask >> i & 1] if mask else [addl]), also]
             parts = [p for p in parts if not _is_true(p)]
             if any(p is False for p in parts):
-                continue
-            schema = True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
-            vexpr = self.value(schema, f"{pointer}/additionalProperties", child)
+                return False
+            return True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
+
+        # a key matches one subset of the patterns; with pairwise disjoint patterns, at most one
+        masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
+        wanted = {mask for mask in masks if value_schema(mask) is not False}
+        alternatives = []
+        for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer):
+            vexpr = self.value(value_schema(mask), f"{pointer}/additionalProperties", child)
             if vexpr == NOTHING:
                 continue
             alternatives.append(seq(json_string_expr(dfa, pointer, "additionalProperties"), colon, vexpr, end))
@@ -1988,6 +1981,47 @@ def _count_key(node, key: str) -> int:
     if isinstance(node, list):
         return sum(_count_key(v, key) for v in node)
     return 0
+
+
+def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int], pointer: str) -> list:
+    """(mask, keys) in mask order for each mask in `wanted` (bit i: pattern i) whose keys -- those
+    of `key_dfa` matching exactly the patterns in it -- are not empty, as minimal Dfas.
+
+    Minimal automata are canonical (equal languages, equal Dfas), so the keys matching disjoint
+    pattern i are key_dfa & pdfas[i], with nothing to subtract.  Overlapping patterns are taken
+    depth first, pattern by pattern, so masks share the automata of their common choices.
+    """
+    def op(fn, pdfa):
+        return _dfa_op(fn, pdfa, "patternProperties", pointer)
+
+    found: dict[int, object] = {}
+    if not overlapping:
+        if 0 in wanted:
+            dfa = key_dfa
+            for pdfa in pdfas:
+                dfa = op(dfa.difference, pdfa)
+                if dfa.is_empty():
+                    break
+            found[0] = dfa
+        for i, pdfa in enumerate(pdfas):
+            if 1 << i in wanted:
+                found[1 << i] = op(key_dfa.intersect, pdfa)
+    else:
+        def walk(i: int, mask: int, dfa) -> None:
+            """Choices made for patterns 0..i-1 (in `mask`); `dfa` the keys that match them."""
+            if i == len(pdfas):
+                found[mask] = dfa
+                return
+            low = (1 << (i + 1)) - 1
+            for choice, fn in ((mask | 1 << i, dfa.intersect), (mask, dfa.difference)):
+                if any(m & low == choice for m in wanted):  # some wanted mask makes this choice
+                    keys = op(fn, pdfas[i])
+                    if not keys.is_empty():
+                        walk(i + 1, choice, keys)
+
+        if wanted and not key_dfa.is_empty():
+            walk(0, 0, key_dfa)
+    return [(mask, found[mask]) for mask in sorted(found) if not found[mask].is_empty()]
 
 
 def _dfa_op(fn: Callable, other, keyword: str, pointer: str):

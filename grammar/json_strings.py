@@ -12,6 +12,9 @@ The pipeline has two layers:
    surrogate pairs \\uD8xx\\uDCxx for code points above U+FFFF -- as one deterministic IR
    `CharFsm` between the quotes.
 
+The encoder, trim, minimisation and products run as numba kernels over flat arrays
+(`string_kernels`); `Dfa` keeps its list-of-edges form for everything else.
+
 API: `string_expr`, `string_literal_expr`, `string_excluding_expr` give whole string tokens;
 `JSON_CHAR` / `ANY_STRING` are the unconstrained pieces.  To combine constraints yourself, build
 decoded automata (`string_dfa`, `pattern_dfa`, `literal_dfa`, `format_dfa`, `length_dfa`,
@@ -44,15 +47,16 @@ Soundness notes (the grammar never accepts a text whose decoded value breaks a c
 from __future__ import annotations
 
 import json
-
 import re
 from bisect import bisect_right
-from collections import deque
 from functools import lru_cache
+from itertools import chain
 from typing import Callable, Iterable
 
+import numpy as np
+
+from . import string_kernels
 from .errors import SchemaError, UnsupportedSchemaError
-from .partition import refine_partition
 from .ir import (
     MAX_CODE_POINT, SURROGATES, CharClass, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep,
     seq,
@@ -114,18 +118,52 @@ class Dfa:
     trans[s] is a sorted list of disjoint (lo, hi, target) edges; a code point with no edge
     goes to an implicit dead state.  Operations return trimmed automata (every state is
     reachable and can reach a final state), so an empty language has exactly one state and no
-    finals.
+    finals.  A Dfa is immutable: the operations (numba kernels, `string_kernels`) work on its
+    flat arrays, made once, and the automata they return build `trans` only when it is read.
     """
 
-    __slots__ = ("trans", "finals")
+    __slots__ = ("_trans", "_arrays", "finals")
 
     def __init__(self, trans: list[list[tuple[int, int, int]]], finals: Iterable[int]):
-        self.trans = trans
+        self._trans = trans
+        self._arrays: tuple | None = None
         self.finals = frozenset(finals)
+
+    @classmethod
+    def _of_arrays(cls, start, count, lo, hi, target, final) -> "Dfa":
+        """The Dfa of flat arrays (see `arrays`); no states is the empty language."""
+        if start.shape[0] == 0:
+            return cls([[]], ())
+        dfa = cls.__new__(cls)
+        dfa._trans = None
+        dfa._arrays = (start, count, lo, hi, target, final)
+        dfa.finals = frozenset(np.flatnonzero(final).tolist())
+        return dfa
+
+    @property
+    def trans(self) -> list[list[tuple[int, int, int]]]:
+        if self._trans is None:
+            start, count, lo, hi, target, _ = self._arrays
+            edges = list(zip(lo.tolist(), hi.tolist(), target.tolist()))
+            self._trans = [edges[a:a + c] for a, c in zip(start.tolist(), count.tolist())]
+        return self._trans
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The flat form of `string_kernels`: (start, count, lo, hi, target, final), where the
+        edges of state s are start[s] .. start[s] + count[s] - 1 of lo, hi, target."""
+        if self._arrays is None:
+            trans = self._trans
+            count = np.array(list(map(len, trans)), np.int64)
+            edges = np.fromiter(chain.from_iterable(chain.from_iterable(trans)), np.int64, 3 * int(count.sum()))
+            lo, hi, target = edges.reshape(-1, 3).T.copy()
+            final = np.zeros(len(trans), np.bool_)
+            final[list(self.finals)] = True
+            self._arrays = (np.cumsum(count) - count, count, lo, hi, target, final)
+        return self._arrays
 
     @property
     def size(self) -> int:
-        return len(self.trans)
+        return len(self._trans) if self._trans is not None else self._arrays[0].shape[0]
 
     def is_empty(self) -> bool:
         return not self.finals
@@ -161,8 +199,8 @@ class Dfa:
 
     # -- construction --------------------------------------------------------------------------
 
-    @staticmethod
-    def explore(initial, step: Callable, is_final: Callable, budget: int = DEFAULT_STATE_BUDGET,
+    @classmethod
+    def explore(cls, initial, step: Callable, is_final: Callable, budget: int = DEFAULT_STATE_BUDGET,
                 what: str = "automaton") -> "Dfa":
         """Build a DFA from hashable state keys: step(key) yields (lo, hi, next_key) edges."""
         index = {initial: 0}
@@ -180,139 +218,47 @@ class Dfa:
             edges.sort()
             trans.append(edges)
         finals = [i for i, k in enumerate(keys) if is_final(k)]
-        return Dfa(trans, finals).trim()
+        return cls(trans, finals).trim()
 
     def trim(self) -> "Dfa":
-        """Drop states that cannot reach a final state or are unreachable; renumber from 0."""
-        reverse: list[list[int]] = [[] for _ in self.trans]
-        for s, edges in enumerate(self.trans):
-            for _, _, t in edges:
-                reverse[t].append(s)
-        live = set(self.finals)
-        queue = deque(live)
-        while queue:
-            s = queue.popleft()
-            for p in reverse[s]:
-                if p not in live:
-                    live.add(p)
-                    queue.append(p)
-        if 0 not in live:
-            return Dfa([[]], ())
-        number = {0: 0}
-        order = [0]
-        for s in order:
-            for _, _, t in self.trans[s]:
-                if t in live and t not in number:
-                    number[t] = len(order)
-                    order.append(t)
-        trans = []
-        for s in order:
-            edges = []
-            for lo, hi, t in self.trans[s]:
-                if t in number:
-                    if edges and edges[-1][2] == number[t] and edges[-1][1] + 1 == lo:
-                        edges[-1] = (edges[-1][0], hi, number[t])
-                    else:
-                        edges.append((lo, hi, number[t]))
-            trans.append(edges)
-        return Dfa(trans, (number[s] for s in self.finals if s in number))
+        """Drop states that cannot reach a final state or are unreachable; renumber from 0 in
+        breadth-first order (edges in order), joining adjacent ranges to one target."""
+        return Dfa._of_arrays(*string_kernels.trim(*self.arrays()))
 
     def minimize(self) -> "Dfa":
-        """An equivalent minimal trimmed DFA (incremental Moore refinement, `refine_partition`)."""
-        dfa = self.trim()
-        n = dfa.size
-        preds: list[set[int]] = [set() for _ in range(n)]
-        for s, edges in enumerate(dfa.trans):
-            for _, _, t in edges:
-                preds[t].add(s)
-
-        def signature(s, block):
-            merged: list = []
-            for lo, hi, t in dfa.trans[s]:
-                b = block[t]
-                if merged and merged[-1][2] == b and merged[-1][1] + 1 == lo:
-                    merged[-1] = (merged[-1][0], hi, b)
-                else:
-                    merged.append((lo, hi, b))
-            return tuple(merged)
-
-        block = refine_partition([1 if s in dfa.finals else 0 for s in range(n)], preds, signature)
-        # Rebuild with block 0 = block of the initial state.
-        trans_of: dict[int, list] = {}
-        for s, edges in enumerate(dfa.trans):
-            b = block[s]
-            if b not in trans_of:
-                trans_of[b] = [(lo, hi, block[t]) for lo, hi, t in edges]
-        order = {block[0]: 0}
-        for b in trans_of:
-            order.setdefault(b, len(order))
-        trans: list = [None] * len(order)
-        for b, edges in trans_of.items():
-            trans[order[b]] = [(lo, hi, order[t]) for lo, hi, t in edges]
-        finals = {order[block[s]] for s in dfa.finals}
-        return Dfa(trans, finals).trim()
+        """An equivalent minimal trimmed DFA (incremental Moore refinement, numbered as `trim`
+        does, so equal languages give equal automata)."""
+        return Dfa._of_arrays(*string_kernels.minimize(*string_kernels.trim(*self.arrays())))
 
     # -- boolean operations --------------------------------------------------------------------
 
-    def _product(self, other: "Dfa", final: Callable[[bool, bool], bool], keep_dead: bool,
-                 budget: int, minimize: bool = True) -> "Dfa":
-        a, b = self, other
-
-        def step(key):
-            s, t = key
-            ea = a.trans[s] if s is not None else []
-            eb = b.trans[t] if t is not None else []
-            for lo, hi, x, y in _merge_edges(ea, eb, keep_dead):
-                yield lo, hi, (x, y)
-
-        def is_final(key):
-            s, t = key
-            return final(s is not None and s in a.finals, t is not None and t in b.finals)
-
-        product = Dfa.explore((0, 0), step, is_final, budget, "product automaton")
-        return product.minimize() if minimize else product
+    def _product(self, other: "Dfa", rule: int, keep_dead: bool, budget: int, minimize: bool = True) -> "Dfa":
+        """The product automaton: finals by `rule` (string_kernels.AND, OR, AND_NOT); pairs with
+        one side dead are kept when `keep_dead`; _Budget past `budget` reachable pairs."""
+        status, *arrays = string_kernels.product(*self.arrays(), *other.arrays(), rule, keep_dead, budget, minimize)
+        if status == string_kernels.STATES:
+            raise _Budget("product automaton", budget)
+        return Dfa._of_arrays(*arrays)
 
     # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
     # caller builds near-minimal automata anyway; the result is then only trimmed.
 
     def intersect(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "Dfa":
-        return self._product(other, lambda x, y: x and y, False, budget, minimize)
+        return self._product(other, string_kernels.AND, False, budget, minimize)
+
+    def intersects(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET) -> bool:
+        """Do the languages share a string?  (`intersect` without minimising: same budget.)"""
+        return not self.intersect(other, budget, minimize=False).is_empty()
 
     def union(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "Dfa":
-        return self._product(other, lambda x, y: x or y, True, budget, minimize)
+        return self._product(other, string_kernels.OR, True, budget, minimize)
 
     def difference(self, other: "Dfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "Dfa":
-        return self._product(other, lambda x, y: x and not y, True, budget, minimize)
+        return self._product(other, string_kernels.AND_NOT, True, budget, minimize)
 
     __and__ = intersect
     __or__ = union
     __sub__ = difference
-
-
-def _merge_edges(ea, eb, keep_dead):
-    """Overlay two sorted edge lists: yields (lo, hi, target_a|None, target_b|None)."""
-    points = set()
-    for lo, hi, _ in ea:
-        points.add(lo)
-        points.add(hi + 1)
-    for lo, hi, _ in eb:
-        points.add(lo)
-        points.add(hi + 1)
-    pts = sorted(points)
-    i = j = 0
-    for k in range(len(pts) - 1):
-        lo, hi = pts[k], pts[k + 1] - 1
-        while i < len(ea) and ea[i][1] < lo:
-            i += 1
-        while j < len(eb) and eb[j][1] < lo:
-            j += 1
-        x = ea[i][2] if i < len(ea) and ea[i][0] <= lo else None
-        y = eb[j][2] if j < len(eb) and eb[j][0] <= lo else None
-        if x is None and y is None:
-            continue
-        if not keep_dead and (x is None or y is None):
-            continue
-        yield lo, hi, x, y
 
 
 class _Budget(Exception):
@@ -383,18 +329,11 @@ _WORD = _union(_DIGITS, ((0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
 
 @lru_cache(maxsize=None)
 def _python_class(name: str) -> Ranges:
-    """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode)."""
-    test = {"d": str.isdecimal, "w": lambda c: c.isalnum() or c == "_", "s": str.isspace}[name]
-    out = []
-    start = None
-    for cp in range(MAX_CODE_POINT + 2):
-        inside = cp <= MAX_CODE_POINT and test(chr(cp))
-        if inside and start is None:
-            start = cp
-        elif not inside and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    return _intersect(tuple(out), ALL_CHARS)
+    """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode):
+    the runs `re` itself finds in a string of every code point."""
+    every = np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    runs = tuple((m.start(), m.end() - 1) for m in re.finditer(rf"\{name}+", every))
+    return _intersect(runs, ALL_CHARS)
 
 
 class _CharSet:
@@ -744,20 +683,24 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
         return frozenset(seen)
 
     def step(key):
-        edges = []
-        for s, eol in key:
-            if not eol:
-                for ranges, t in nfa.char_edges[s]:
-                    for lo, hi in ranges:
-                        edges.append((lo, hi, t))
+        edges = sorted((lo, hi, t) for s, eol in key if not eol for ranges, t in nfa.char_edges[s] for lo, hi in ranges)
         if not edges:
             return
         points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
-        for k in range(len(points) - 1):
-            lo, hi = points[k], points[k + 1] - 1
-            targets = [(t, False) for a, b, t in edges if a <= lo and hi <= b]
-            if targets:
-                yield lo, hi, closure(targets, False)
+        closures: dict = {}  # targets -> their closure, for this step
+        active: list = []  # (hi, target) of the edges covering the current interval
+        k = 0
+        for i in range(len(points) - 1):
+            lo, hi = points[i], points[i + 1] - 1
+            active = [(b, t) for b, t in active if b >= lo]
+            while k < len(edges) and edges[k][0] <= lo:  # each edge covers whole intervals
+                active.append((edges[k][1], edges[k][2]))
+                k += 1
+            if active:
+                targets = frozenset((t, False) for _, t in active)
+                if targets not in closures:
+                    closures[targets] = closure(targets, False)
+                yield lo, hi, closures[targets]
 
     def is_final(key):
         return any(s == accept for s, _ in key)
@@ -994,159 +937,41 @@ def format_dfa(name: str) -> Dfa | None:
 # ---------------------------------------------------------------------------------------------
 # Encoding a decoded-language DFA as JSON string text.
 
-_HEX_DIGIT_CHARS = [[(ord("0") + d, ord("0") + d)] if d < 10 else
-                    [(ord("A") + d - 10, ord("A") + d - 10), (ord("a") + d - 10, ord("a") + d - 10)]
-                    for d in range(16)]
-_SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
-                  ord("n"): 10, ord("r"): 13, ord("t"): 9}
-# Code points JSON allows unescaped inside a string.
-_RAW_OK: Ranges = _intersect(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS)
+# The JSON text of a decoded string spells each code point raw where JSON allows it unescaped,
+# as a short escape (\" \\ \/ \b \f \n \r \t), as \uXXXX with upper- or lower-case hex digits,
+# or above U+FFFF as a surrogate pair \uD8xx\uDCxx.  The automaton (`string_kernels.encode`) keeps
+# the decoded states and gives each an escape state (after '\').  After "\u" come the states
+# reading the four hex digits: the state that reads the last `level` digits of the code units in
+# one aligned block of 16**level is hash-consed on (level, the states its 16 digits lead to), so
+# equal blocks share one state across all decoded states (a block that leads everywhere to one
+# state -- most of them -- is one state per level).  A high surrogate leads to a pair state that
+# reads "\u" and the low half; pair states are shared by the hex states of their low halves.
 
 
-class _Encoder:
-    """Builds the JSON-text DFA of a decoded-language DFA, sharing hex-digit subtrees."""
-
-    def __init__(self, dfa: Dfa, budget: int):
-        self.dfa = dfa
-        self.budget = budget
-        self.edge_budget = 2 * budget
-        self.edges = 0
-        self.trans: list[list[tuple[int, int, int]]] = [[] for _ in range(dfa.size)]  # decoded states first
-        self.memo: dict = {}
-
-    def set_edges(self, state: int, edges: list) -> None:
-        merged: list = []
-        for lo, hi, t in sorted(edges):  # adjacent ranges to the same target become one edge
-            if merged and merged[-1][2] == t and merged[-1][1] + 1 == lo:
-                merged[-1] = (merged[-1][0], hi, t)
-            else:
-                merged.append((lo, hi, t))
-        self.edges += len(merged)
-        if self.edges > self.edge_budget:
-            raise _Budget("JSON string automaton", self.edge_budget, "edges")
-        self.trans[state] = merged
-
-    def new_state(self) -> int:
-        if len(self.trans) >= self.budget:
-            raise _Budget("JSON string automaton", self.budget)
-        self.trans.append([])
-        return len(self.trans) - 1
-
-    def target_state(self, key) -> int:
-        """The encoder state reached after a complete code unit/point with `key`."""
-        kind, value = key
-        if kind == "D":
-            return value
-        # ("P", residual): after a high surrogate; expect \uDC00-\uDFFF
-        memo_key = ("pair", value)
-        if memo_key not in self.memo:
-            s = self.new_state()
-            self.memo[memo_key] = s
-            u = self.new_state()
-            self.set_edges(s, [(ord("\\"), ord("\\"), u)])
-            segs = [(0xDC00 + lo, 0xDC00 + hi, ("D", t)) for lo, hi, t in value]
-            root = self.hex_tree(4, 0, tuple(segs))
-            if root is not None:
-                self.set_edges(u, [(ord("u"), ord("u"), root)])
-        return self.memo[memo_key]
-
-    def hex_tree(self, level: int, base: int, segs: tuple) -> int | None:
-        """State reading `level` hex digits of a code unit in [base, base + 16**level)."""
-        size = 16 ** level
-        inside = tuple((max(lo, base) - base, min(hi, base + size - 1) - base, k)
-                       for lo, hi, k in segs if hi >= base and lo < base + size)
-        if not inside:
-            return None
-        if level == 0:
-            return self.target_state(inside[0][2])
-        if len(inside) == 1 and inside[0][0] == 0 and inside[0][1] == size - 1:
-            memo_key = ("uniform", level, inside[0][2])
-        else:
-            memo_key = ("tree", level, inside)
-        if memo_key in self.memo:
-            return self.memo[memo_key]
-        s = self.new_state()
-        self.memo[memo_key] = s
-        child_size = size // 16
-        edges = []
-        for d in range(16):
-            lo = d * child_size
-            sub = tuple((a, b, k) for a, b, k in inside if b >= lo and a < lo + child_size)
-            child = self.hex_tree(level - 1, d * child_size, sub) if sub else None
-            if child is not None:
-                edges.extend((a, b, child) for a, b in _HEX_DIGIT_CHARS[d])
-        self.set_edges(s, edges)
-        return s
-
-    def bmp_segments(self, state: int) -> tuple:
-        """Code unit -> key for the \\uXXXX escape from `state` (high surrogates lead to pairs)."""
-        edges = self.dfa.trans[state]
-        segs = [(lo, min(hi, 0xFFFF), ("D", t)) for lo, hi, t in edges if lo <= 0xFFFF]
-        high: list = []
-        h = 0
-        while h < 1024:
-            block_lo = 0x10000 + h * 1024
-            k = bisect_right(edges, (block_lo, MAX_CODE_POINT + 1, 0)) - 1
-            if k >= 0 and edges[k][0] <= block_lo <= edges[k][1]:
-                lo, hi, t = edges[k]
-                full = (hi - block_lo + 1) // 1024
-                if full >= 1:
-                    high.append((h, h + full - 1, ((0, 1023, t),)))
-                    h += full
-                    continue
-            else:
-                nxt = edges[k + 1][0] if k + 1 < len(edges) else MAX_CODE_POINT + 1
-                empty = (nxt - block_lo) // 1024
-                if empty >= 1:
-                    h += empty
-                    continue
-            residual = tuple((max(lo, block_lo) - block_lo, min(hi, block_lo + 1023) - block_lo, t)
-                             for lo, hi, t in edges if hi >= block_lo and lo <= block_lo + 1023)
-            high.append((h, h, residual))
-            h += 1
-        for a, b, residual in high:
-            segs.append((0xD800 + a, 0xD800 + b, ("P", residual)))
-        segs.sort(key=lambda x: x[0])
-        merged: list = []
-        for seg in segs:
-            if merged and merged[-1][2] == seg[2] and merged[-1][1] + 1 == seg[0]:
-                merged[-1] = (merged[-1][0], seg[1], seg[2])
-            else:
-                merged.append(seg)
-        return tuple(merged)
-
-    def run(self) -> Dfa:
-        dfa = self.dfa
-        for s in range(dfa.size):
-            edges = dfa.trans[s]
-            raw = []
-            for lo, hi, t in _merge_ranges_with_targets(edges, _RAW_OK):
-                raw.append((lo, hi, t))
-            if edges:
-                esc = self.new_state()
-                esc_edges = []
-                for ch, cp in _SHORT_ESCAPES.items():
-                    t = dfa.step(s, cp)
-                    if t is not None:
-                        esc_edges.append((ch, ch, t))
-                root = self.hex_tree(4, 0, self.bmp_segments(s))
-                if root is not None:
-                    esc_edges.append((ord("u"), ord("u"), root))
-                self.set_edges(esc, esc_edges)
-                raw.append((ord("\\"), ord("\\"), esc))
-            self.set_edges(s, raw)
-        return Dfa(self.trans, dfa.finals).trim()
-
-
-def _merge_ranges_with_targets(edges, allowed: Ranges):
-    for lo, hi, t in edges:
-        for a, b in _intersect(((lo, hi),), allowed):
-            yield a, b, t
+def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
+    """The trimmed JSON text automaton of `dfa` as flat arrays (see `string_kernels.trim`);
+    _Budget past `budget` states or twice as many edges.  The kernel starts with room for
+    `capacity` states and retries with four times more while that is too little."""
+    start, count, lo, hi, target, final = dfa.arrays()
+    if capacity is None:
+        capacity = 8 * dfa.size + 2 * lo.shape[0] + 64  # more than key automata need (~7 per state)
+    while True:
+        status, n, st, edges = string_kernels.encode(start, count, lo, hi, target, budget, capacity)
+        if status != string_kernels.FULL:
+            break
+        capacity *= 4
+    if status == string_kernels.STATES:
+        raise _Budget("JSON string automaton", budget)
+    if status == string_kernels.EDGES:
+        raise _Budget("JSON string automaton", 2 * budget, "edges")
+    final = np.concatenate((final, np.zeros(n - dfa.size, np.bool_)))  # the decoded states' finals
+    (start, count), (lo, hi, target) = st.T.copy(), edges.T.copy()
+    return string_kernels.trim(start, count, lo, hi, target, final)
 
 
 def encode_json_string(dfa: Dfa, budget: int = 100_000) -> Dfa:
     """The DFA over JSON text (between the quotes) of every encoding of every string `dfa` accepts."""
-    return _Encoder(dfa, budget).run()
+    return Dfa._of_arrays(*_encode(dfa, budget))
 
 
 def dfa_to_char_fsm(dfa: Dfa) -> Expr:
@@ -1164,10 +989,15 @@ def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern", budg
     if dfa.is_empty():
         return NOTHING
     try:
-        body = encode_json_string(dfa, budget)
+        start, count, lo, hi, target, final = _encode(dfa, budget)
     except _Budget as exc:
         raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
-    return seq(lit('"'), dfa_to_char_fsm(body), lit('"'))
+    if not final.any():
+        return NOTHING
+    # edges come state by state, each state's sorted: the order dfa_to_char_fsm sorts into
+    source = np.repeat(np.arange(start.shape[0]), count)
+    transitions = tuple(zip(source.tolist(), lo.tolist(), hi.tolist(), target.tolist()))
+    return seq(lit('"'), CharFsm(0, frozenset(np.flatnonzero(final).tolist()), transitions), lit('"'))
 
 
 JSON_CHAR: Expr = dfa_to_char_fsm(encode_json_string(length_dfa(1, 1)))
@@ -1176,7 +1006,7 @@ JSON_CHAR: Expr = dfa_to_char_fsm(encode_json_string(length_dfa(1, 1)))
 ANY_STRING: Expr = seq(lit('"'), rep(JSON_CHAR, 0, None), lit('"'))
 """Any JSON string token."""
 
-RAW_STRING_CHAR: Expr = CharClass(_RAW_OK)
+RAW_STRING_CHAR: Expr = CharClass(_intersect(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS))
 """One code point JSON allows unescaped in a string."""
 
 
@@ -1265,6 +1095,9 @@ def string_literal_expr(value: str) -> Expr:
     accepted: a key like "name" stays one literal instead of an automaton per character, which
     keeps objects with many properties small.  Sound either way; complete for json.dumps output.
     """
+    text = json.dumps(value)
+    if text == json.dumps(value, ensure_ascii=False):  # one spelling per character (an escape is
+        return lit(text)  # longer than the raw character): the one literal the loop below gives
     parts: list[Expr] = [lit('"')]
     for ch in value:
         spellings = {json.dumps(ch)[1:-1], json.dumps(ch, ensure_ascii=False)[1:-1]}

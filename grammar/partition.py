@@ -1,5 +1,5 @@
-"""Partition refinement for automaton minimisation, shared by the decoded-string automata
-(`json_strings.Dfa`) and the rule DFAs (`automata.dfa`)."""
+"""Partition refinement for automaton minimisation of the rule DFAs (`automata.dfa`); the
+decoded-string automata (`json_strings.Dfa`) use its numba counterpart in `string_kernels`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,899 @@
+"""numba kernels for the decoded-string automata of `json_strings`: the JSON text encoder
+(`encode`), `trim`, `minimize` and the boolean `product`s -- the "any key but these names"
+automata of every object schema go through all four.
+
+Automata here are flat arrays: state s owns edges start[s] .. start[s] + count[s] - 1 of the
+parallel arrays (lo, hi, target), sorted by lo, and final[s] says whether it accepts.  The
+results are exactly those of the Python code they replaced (tests/json_strings_reference.py).
+
+`encode` and `product` return a status first: OK; STATES or EDGES when the state or edge budget
+ran out (the caller raises `json_strings._Budget`); FULL when the encoder's arrays were too small
+(the caller retries with a larger capacity).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+OK = 0
+STATES = 1
+EDGES = 2
+FULL = 3
+
+# the encoder's counters, in one array its helpers update
+_N_STATES = 0
+_N_EDGES = 1
+_N_NODES = 2
+_STATUS = 3
+# columns of a hex state in `nodes`: its level, its 16 children (-1: no edge), its state id
+_LEVEL = 0
+_STATE = 17
+# columns of a frame of `_tree` after the 16 children
+_BASE = 16
+_DIGIT = 17
+_SEG_FROM = 18
+_SEG_TO = 19
+# entries of the cursor of `_code_unit_segments`: segments written, the high surrogate whose
+# residual is being collected (-1: none), pieces in it
+_SEGS = 0
+_BLOCK = 1
+_PIECES = 2
+# columns of `memo`: the state reading `level` hex digits that all lead to this state, for
+# level 1..4 (plus one; 0 is unknown), and the state after a high surrogate whose low half
+# is read by this state (plus one)
+_PAIR = 4
+
+_BACKSLASH = 0x5C
+_U = 0x75
+_HIGH = 0xD800  # first high surrogate
+_LOW = 0xDC00  # first low surrogate
+_BMP_REST = 0xE000  # first code point after the surrogates
+_ASTRAL = 0x10000
+
+# Helpers that allocate nothing are compiled without numba's reference counting (its own
+# `_nrt=False` option, as numba's sorts do): with it, every call that passes arrays costs two
+# atomic operations per array, which took 60% of the encoder's time.
+_helper = njit(cache=True, _nrt=False)
+
+# Code points JSON allows unescaped inside a string (all but '"', '\\', controls, surrogates).
+_RAW_OK = np.array([[0x20, 0x21], [0x23, 0x5B], [0x5D, 0xD7FF], [0xE000, 0x10FFFF]], dtype=np.int64)
+# The short escapes, by escape character: \" \/ \\ \b \f \n \r \t and the code points they stand for.
+_ESCAPE_CHARS = np.array([0x22, 0x2F, 0x5C, 0x62, 0x66, 0x6E, 0x72, 0x74], dtype=np.int64)
+_ESCAPED = np.array([0x22, 0x2F, 0x5C, 0x08, 0x0C, 0x0A, 0x0D, 0x09], dtype=np.int64)
+# The hex digits as runs of consecutive characters: first digit, end digit, character of the first.
+_HEX_RUNS = np.array([[0, 10, 0x30], [10, 16, 0x41], [10, 16, 0x61]], dtype=np.int64)
+
+
+@_helper
+def _new_state(counts, budget, st):
+    """A fresh state id, or -1 with status STATES past `budget` states (FULL past the arrays)."""
+    n = counts[_N_STATES]
+    if n >= budget:
+        counts[_STATUS] = STATES
+        return -1
+    if n >= st.shape[0]:
+        counts[_STATUS] = FULL
+        return -1
+    counts[_N_STATES] = n + 1
+    return n
+
+
+@_helper
+def _begin(counts, st, state):
+    """Start writing the edges of `state` (each state's edges are written in one go)."""
+    st[state, 0] = counts[_N_EDGES]
+
+
+@_helper
+def _end(counts, st, state):
+    st[state, 1] = counts[_N_EDGES] - st[state, 0]
+
+
+@_helper
+def _emit(counts, edge_budget, edges, first, lo, hi, t):
+    """Append edge (lo, hi, t) to the state whose edges start at `first`, joining it to the
+    previous one when adjacent with the same target; False (status EDGES or FULL) when it does
+    not fit."""
+    n = counts[_N_EDGES]
+    if n > first and edges[n - 1, 2] == t and edges[n - 1, 1] + 1 == lo:
+        edges[n - 1, 1] = hi
+        return True
+    if n >= edge_budget:
+        counts[_STATUS] = EDGES
+        return False
+    if n >= edges.shape[0]:
+        counts[_STATUS] = FULL
+        return False
+    edges[n, 0] = lo
+    edges[n, 1] = hi
+    edges[n, 2] = t
+    counts[_N_EDGES] = n + 1
+    return True
+
+
+@_helper
+def _find_hex_state(level, frames, row, nodes, table):
+    """(table slot, state) of the hex state that reads digit d of a `level`-digit block and goes
+    to frames[row, d] (-1: no edge); state -1 and the free slot for it when there is none yet."""
+    h = np.int64(level) * np.int64(0x9E3779B1)
+    for d in range(16):
+        h = (h ^ np.int64(frames[row, d] + 1)) * np.int64(0x100000001B3)
+        h ^= h >> 29
+    mask = table.shape[0] - 1
+    i = h & mask
+    while table[i] != 0:
+        node = table[i] - 1
+        if nodes[node, _LEVEL] == level:
+            same = True
+            for d in range(16):
+                if nodes[node, 1 + d] != frames[row, d]:
+                    same = False
+                    break
+            if same:
+                return i, nodes[node, _STATE]
+        i = (i + 1) & mask
+    return i, -1
+
+
+@_helper
+def _add_hex_state(level, frames, row, slot, counts, budget, st, edges, nodes, table):
+    """Make the hex state that `_find_hex_state` did not find (its free table slot given), with
+    its edges: each hex digit (both cases) to its child; -1 when it does not fit."""
+    state = _new_state(counts, budget, st)
+    if state < 0:
+        return -1
+    node = counts[_N_NODES]
+    counts[_N_NODES] = node + 1
+    nodes[node, _LEVEL] = level
+    for d in range(16):
+        nodes[node, 1 + d] = frames[row, d]
+    nodes[node, _STATE] = state
+    table[slot] = node + 1
+    _begin(counts, st, state)
+    first = st[state, 0]
+    for r in range(_HEX_RUNS.shape[0]):
+        d0, d1, char = _HEX_RUNS[r, 0], _HEX_RUNS[r, 1], _HEX_RUNS[r, 2]
+        for d in range(d0, d1):
+            if frames[row, d] >= 0 and not _emit(counts, 2 * budget, edges, first, char + d - d0, char + d - d0,
+                                                 frames[row, d]):
+                return -1
+    _end(counts, st, state)
+    return state
+
+
+@_helper
+def _uniform(level, key, counts, budget, st, edges, nodes, table, memo, frames):
+    """The state reading `level` >= 1 hex digits that all lead to state `key`, remembered in
+    memo[key, level - 1]; frames[0] is scratch space.  -1 when it does not fit."""
+    state = key
+    for lv in range(1, level + 1):
+        if memo[key, lv - 1] > 0:
+            state = memo[key, lv - 1] - 1
+            continue
+        for d in range(16):
+            frames[0, d] = state
+        slot, state = _find_hex_state(lv, frames, 0, nodes, table)
+        if state < 0:
+            state = _add_hex_state(lv, frames, 0, slot, counts, budget, st, edges, nodes, table)
+            if state < 0:
+                return -1
+        memo[key, lv - 1] = state + 1
+    return state
+
+
+@_helper
+def _tree(segs, nseg, counts, budget, st, edges, nodes, table, memo, frames):
+    """The state reading the four hex digits of a code unit in 0..0xFFFF, where the sorted,
+    disjoint (lo, hi, state) segments segs[:nseg] say where each code unit leads (nseg > 0):
+    a depth-first walk of the 16-ary blocks.  frames[level] holds the walk's frame at `level`:
+    16 children, then _BASE, _DIGIT and the segments _SEG_FROM .. _SEG_TO that overlap it;
+    frames[0] is scratch space."""
+    if nseg == 1 and segs[0, 0] == 0 and segs[0, 1] == 0xFFFF:
+        return _uniform(4, segs[0, 2], counts, budget, st, edges, nodes, table, memo, frames)
+    level = 4
+    frames[4, _BASE] = 0
+    frames[4, _DIGIT] = 0
+    frames[4, _SEG_FROM] = 0
+    frames[4, _SEG_TO] = nseg
+    while True:
+        d = frames[level, _DIGIT]
+        if d == 16:
+            slot, node = _find_hex_state(level, frames, level, nodes, table)
+            if node < 0:
+                node = _add_hex_state(level, frames, level, slot, counts, budget, st, edges, nodes, table)
+            if node < 0 or level == 4:
+                return node
+            level += 1
+            frames[level, frames[level, _DIGIT]] = node
+            frames[level, _DIGIT] += 1
+            continue
+        size = np.int64(1) << (4 * (level - 1))
+        a = frames[level, _BASE] + d * size
+        b = a + size - 1
+        k = frames[level, _SEG_FROM]
+        j = frames[level, _SEG_TO]
+        while k < j and segs[k, 1] < a:
+            k += 1
+        frames[level, _SEG_FROM] = k
+        if k == j or segs[k, 0] > b:
+            frames[level, d] = -1
+            frames[level, _DIGIT] = d + 1
+        elif segs[k, 0] <= a and segs[k, 1] >= b:  # one segment covers the child block (always at level 1)
+            key = segs[k, 2]
+            if level == 1:
+                child = key
+            elif memo[key, level - 2] > 0:
+                child = memo[key, level - 2] - 1
+            else:
+                child = _uniform(level - 1, key, counts, budget, st, edges, nodes, table, memo, frames)
+                if child < 0:
+                    return -1
+            frames[level, d] = child
+            frames[level, _DIGIT] = d + 1
+        else:
+            m = k + 1
+            while m < j and segs[m, 0] <= b:
+                m += 1
+            level -= 1
+            frames[level, _BASE] = a
+            frames[level, _DIGIT] = 0
+            frames[level, _SEG_FROM] = k
+            frames[level, _SEG_TO] = m
+
+
+@_helper
+def _pair_state(residual, nres, counts, budget, st, edges, nodes, table, memo, frames):
+    """The state after a high surrogate whose low halves \\uDC00-\\uDFFF the segments
+    residual[:nres] send to decoded states: one per distinct low-half tree (-1: does not fit)."""
+    root = _tree(residual, nres, counts, budget, st, edges, nodes, table, memo, frames)
+    if root < 0:
+        return -1
+    if memo[root, _PAIR] > 0:
+        return memo[root, _PAIR] - 1
+    pair = _new_state(counts, budget, st)
+    if pair < 0:
+        return -1
+    u = _new_state(counts, budget, st)
+    if u < 0:
+        return -1
+    memo[root, _PAIR] = pair + 1
+    _begin(counts, st, pair)
+    if not _emit(counts, 2 * budget, edges, st[pair, 0], _BACKSLASH, _BACKSLASH, u):
+        return -1
+    _end(counts, st, pair)
+    _begin(counts, st, u)
+    if not _emit(counts, 2 * budget, edges, st[u, 0], _U, _U, root):
+        return -1
+    _end(counts, st, u)
+    return pair
+
+
+@_helper
+def _push_segment(segs, nseg, lo, hi, key):
+    """Append a segment, joined to the previous one when adjacent with the same key; the new count."""
+    if nseg > 0 and segs[nseg - 1, 2] == key and segs[nseg - 1, 1] + 1 == lo:
+        segs[nseg - 1, 1] = hi
+        return nseg
+    segs[nseg, 0] = lo
+    segs[nseg, 1] = hi
+    segs[nseg, 2] = key
+    return nseg + 1
+
+
+@_helper
+def _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+    """Append the segment of the high surrogate whose residual is being collected, if any (it leads
+    to the pair state of the residual); False when something does not fit."""
+    block = cursor[_BLOCK]
+    if block >= 0:
+        pair = _pair_state(residual, cursor[_PIECES], counts, budget, st, edges, nodes, table, memo, frames)
+        if pair < 0:
+            return False
+        cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], _HIGH + block, _HIGH + block, pair)
+        cursor[_BLOCK] = -1
+        cursor[_PIECES] = 0
+    return True
+
+
+@_helper
+def _add_piece(block, lo, hi, t, cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+    """Low surrogates lo..hi lead to state t after high surrogate `block`: add the piece to the
+    block's residual, closing another block's first; False when something does not fit."""
+    if cursor[_BLOCK] != block and not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes,
+                                                    table, memo, frames):
+        return False
+    cursor[_BLOCK] = block
+    k = cursor[_PIECES]
+    residual[k, 0], residual[k, 1], residual[k, 2] = lo, hi, t
+    cursor[_PIECES] = k + 1
+    return True
+
+
+@_helper
+def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes, table,
+                        memo, frames):
+    """Where the code unit of a \\uXXXX escape leads from a state with edges e0..e1 - 1: sorted
+    (lo, hi, state) segments in segs (their count is returned; -1 when something does not fit).
+    BMP code points lead to their decoded states; a high surrogate leads to the pair state of its
+    block of 1024 astral code points: a full block's, or the residual of pieces of edges."""
+    cursor[_SEGS], cursor[_BLOCK], cursor[_PIECES] = 0, -1, 0
+    for e in range(e0, e1):
+        if lo[e] < _HIGH:
+            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], lo[e], min(hi[e], _HIGH - 1), target[e])
+    for e in range(e0, e1):
+        if hi[e] < _ASTRAL:
+            continue
+        a = max(lo[e], _ASTRAL) - _ASTRAL
+        b = hi[e] - _ASTRAL
+        first, last = a >> 10, b >> 10
+        full_from, full_to = first, last
+        if a & 1023:  # starts inside block `first`
+            if not _add_piece(first, _LOW + (a & 1023), _LOW + ((b & 1023) if last == first else 1023), target[e],
+                              cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+                return -1
+            full_from += 1
+        ends_inside = (b & 1023) != 1023 and last >= full_from
+        if ends_inside:
+            full_to -= 1
+        if full_from <= full_to:
+            if not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+                return -1
+            residual[0, 0], residual[0, 1], residual[0, 2] = _LOW, _LOW + 1023, target[e]
+            pair = _pair_state(residual, 1, counts, budget, st, edges, nodes, table, memo, frames)
+            if pair < 0:
+                return -1
+            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], _HIGH + full_from, _HIGH + full_to, pair)
+        if ends_inside and not _add_piece(last, _LOW, _LOW + (b & 1023), target[e], cursor, residual, segs, counts,
+                                          budget, st, edges, nodes, table, memo, frames):
+            return -1
+    if not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+        return -1
+    for e in range(e0, e1):
+        if hi[e] >= _BMP_REST and lo[e] < _ASTRAL:
+            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], max(lo[e], _BMP_REST), min(hi[e], _ASTRAL - 1),
+                                          target[e])
+    return cursor[_SEGS]
+
+
+@njit(cache=True)
+def encode(start, count, lo, hi, target, budget, capacity):
+    """The JSON text automaton (between the quotes) of a decoded-language automaton, with at most
+    `budget` states and twice as many edges, in arrays for `capacity` states (see the module doc
+    for the status).  Decoded state s keeps its number; the escape and hex-digit states follow in
+    the order they were made.  Returns (status, number of states, st, edges) where st[s] is
+    (first edge, edge count) and an edge is (lo, hi, target), all used rows when OK.
+    """
+    n = start.shape[0]
+    cap = max(n, min(budget, capacity)) + 1
+    st = np.zeros((cap, 2), np.int64)
+    edges = np.empty((min(2 * budget, 6 * cap) + 1, 3), np.int64)
+    size = 64
+    while size < 2 * cap:
+        size *= 2
+    table = np.zeros(size, np.int32)
+    nodes = np.empty((cap, 18), np.int64)
+    memo = np.zeros((cap, 5), np.int32)
+    counts = np.zeros(4, np.int64)
+    counts[_N_STATES] = n
+    most = 1
+    for s in range(n):
+        most = max(most, count[s])
+    segs = np.empty((2 * most + 1024, 3), np.int64)  # BMP pieces, one per high surrogate at most
+    residual = np.empty((most + 1, 3), np.int64)
+    cursor = np.empty(3, np.int64)
+    frames = np.empty((5, 20), np.int64)
+    for s in range(n):
+        e0 = start[s]
+        e1 = e0 + count[s]
+        if e1 == e0:
+            continue
+        esc = _new_state(counts, budget, st)
+        if esc < 0:
+            return counts[_STATUS], 0, st, edges
+        nseg = _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes,
+                                   table, memo, frames)
+        if nseg < 0:
+            return counts[_STATUS], 0, st, edges
+        root = -1
+        if nseg > 0:
+            root = _tree(segs, nseg, counts, budget, st, edges, nodes, table, memo, frames)
+            if root < 0:
+                return counts[_STATUS], 0, st, edges
+        # the escape state: the short escapes, then "u"
+        _begin(counts, st, esc)
+        first = st[esc, 0]
+        for x in range(_ESCAPE_CHARS.shape[0]):
+            cp = _ESCAPED[x]
+            for e in range(e0, e1):
+                if lo[e] <= cp <= hi[e]:
+                    if not _emit(counts, 2 * budget, edges, first, _ESCAPE_CHARS[x], _ESCAPE_CHARS[x], target[e]):
+                        return counts[_STATUS], 0, st, edges
+                    break
+        if root >= 0 and not _emit(counts, 2 * budget, edges, first, _U, _U, root):
+            return counts[_STATUS], 0, st, edges
+        _end(counts, st, esc)
+        # the decoded state: raw characters, and '\\' into the escape state
+        _begin(counts, st, s)
+        first = st[s, 0]
+        backslash = False
+        for e in range(e0, e1):
+            for r in range(_RAW_OK.shape[0]):
+                a = max(lo[e], _RAW_OK[r, 0])
+                b = min(hi[e], _RAW_OK[r, 1])
+                if a > b:
+                    continue
+                if not backslash and a > _BACKSLASH:
+                    backslash = True
+                    if not _emit(counts, 2 * budget, edges, first, _BACKSLASH, _BACKSLASH, esc):
+                        return counts[_STATUS], 0, st, edges
+                if not _emit(counts, 2 * budget, edges, first, a, b, target[e]):
+                    return counts[_STATUS], 0, st, edges
+        if not backslash and not _emit(counts, 2 * budget, edges, first, _BACKSLASH, _BACKSLASH, esc):
+            return counts[_STATUS], 0, st, edges
+        _end(counts, st, s)
+    return OK, counts[_N_STATES], st[:counts[_N_STATES]], edges[:counts[_N_EDGES]]
+
+
+@njit(cache=True)
+def _predecessors(start, count, tgt):
+    """(first, preds): the predecessors of state s are preds[first[s]:first[s + 1]]."""
+    n = start.shape[0]
+    first = np.zeros(n + 1, np.int64)
+    for s in range(n):
+        for e in range(start[s], start[s] + count[s]):
+            first[tgt[e] + 1] += 1
+    for s in range(n):
+        first[s + 1] += first[s]
+    preds = np.empty(first[n], np.int64)
+    fill = first[:n].copy()
+    for s in range(n):
+        for e in range(start[s], start[s] + count[s]):
+            preds[fill[tgt[e]]] = s
+            fill[tgt[e]] += 1
+    return first, preds
+
+
+@njit(cache=True)
+def trim(start, count, lo, hi, target, final):
+    """Keep the states that are reachable from state 0 and reach a final state, numbered in
+    breadth-first order from 0 (edges in order), with edges to dropped states removed and
+    adjacent ranges to one target joined: `json_strings.Dfa.trim` on flat arrays.
+
+    Returns the new (start, count, lo, hi, target, final); no states when state 0 reaches no
+    final state.
+    """
+    n = start.shape[0]
+    first_pred, preds = _predecessors(start, count, target)
+    live = final.copy()
+    queue = np.flatnonzero(final)
+    queue = np.concatenate((queue, np.empty(n - queue.shape[0], np.int64)))
+    tail = np.count_nonzero(final)
+    head = 0
+    while head < tail:
+        s = queue[head]
+        head += 1
+        for i in range(first_pred[s], first_pred[s + 1]):
+            p = preds[i]
+            if not live[p]:
+                live[p] = True
+                queue[tail] = p
+                tail += 1
+    number = np.full(n, -1, np.int64)
+    order = np.empty(n, np.int64)
+    m = 0
+    if n > 0 and live[0]:
+        number[0] = 0
+        order[0] = 0
+        m = 1
+        head = 0
+        while head < m:
+            s = order[head]
+            head += 1
+            for e in range(start[s], start[s] + count[s]):
+                t = target[e]
+                if live[t] and number[t] < 0:
+                    number[t] = m
+                    order[m] = t
+                    m += 1
+    new_start = np.empty(m, np.int64)
+    new_count = np.empty(m, np.int64)
+    new_lo = np.empty(lo.shape[0], np.int64)
+    new_hi = np.empty(lo.shape[0], np.int64)
+    new_tgt = np.empty(lo.shape[0], np.int64)
+    k = 0
+    for i in range(m):
+        s = order[i]
+        new_start[i] = k
+        for e in range(start[s], start[s] + count[s]):
+            t = number[target[e]]
+            if t < 0:
+                continue
+            if k > new_start[i] and new_tgt[k - 1] == t and new_hi[k - 1] + 1 == lo[e]:
+                new_hi[k - 1] = hi[e]
+            else:
+                new_lo[k] = lo[e]
+                new_hi[k] = hi[e]
+                new_tgt[k] = t
+                k += 1
+        new_count[i] = k - new_start[i]
+    return new_start, new_count, new_lo[:k], new_hi[:k], new_tgt[:k], final[order[:m]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Products and minimisation of decoded-string automata.
+
+AND = 0  # a product state is final when both sides are (intersection)
+OR = 1  # when either is (union)
+AND_NOT = 2  # when the first is and the second is not (difference)
+
+
+@njit(cache=True)
+def _grown(arr, need):
+    """`arr` (1-d or 2-d) with room for at least `need` rows, contents kept."""
+    size = arr.shape[0]
+    while size < need:
+        size = 2 * size + 16
+    out = np.empty((size,) + arr.shape[1:], arr.dtype)
+    out[:arr.shape[0]] = arr
+    return out
+
+
+@_helper
+def _find_pair(table, key, pair_key):
+    """The slot of `key` in the open-addressing `table` (ids + 1 of pairs, 0 free)."""
+    mask = table.shape[0] - 1
+    i = (key * np.int64(0x61C8864680B583EB)) >> 17 & mask
+    while table[i] != 0 and pair_key[table[i] - 1] != key:
+        i = (i + 1) & mask
+    return i
+
+
+@njit(cache=True)
+def _explore_product(a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo, b_hi, b_tgt, keep_dead, budget):
+    """The reachable part of the product automaton from pair (0, 0): a pair (s, t) has an edge on
+    every interval where s or t has one (both when not `keep_dead`); -1 stands for "no state".
+
+    Returns (status, pair_s, pair_t, start, count, lo, hi, target) with status STATES past
+    `budget` pairs; pair i is state i, in the order found (breadth first).
+    """
+    nb1 = b_start.shape[0] + 1
+    pair_s = np.empty(64, np.int64)
+    pair_t = np.empty(64, np.int64)
+    pair_key = np.empty(64, np.int64)
+    table = np.zeros(128, np.int64)
+    start = np.empty(64, np.int64)
+    count = np.empty(64, np.int64)
+    lo = np.empty(256, np.int64)
+    hi = np.empty(256, np.int64)
+    tgt = np.empty(256, np.int64)
+    pair_s[0], pair_t[0], pair_key[0] = 0, 0, nb1 + 1
+    table[_find_pair(table, nb1 + 1, pair_key)] = 1
+    n = 1
+    m = 0
+    p = 0
+    while p < n:
+        s, t = pair_s[p], pair_t[p]
+        i, i_end = (a_start[s], a_start[s] + a_count[s]) if s >= 0 else (0, 0)
+        j, j_end = (b_start[t], b_start[t] + b_count[t]) if t >= 0 else (0, 0)
+        start[p] = m
+        cur = -1
+        while i < i_end or j < j_end:
+            # the elementary interval from `cur`: up to the next edge boundary of either side
+            if cur < 0 or (i < i_end and a_hi[i] < cur) or (j < j_end and b_hi[j] < cur):
+                while i < i_end and a_hi[i] < cur:
+                    i += 1
+                while j < j_end and b_hi[j] < cur:
+                    j += 1
+                if i == i_end and j == j_end:
+                    break
+            in_a = i < i_end and a_lo[i] <= cur
+            in_b = j < j_end and b_lo[j] <= cur
+            if not in_a and not in_b:
+                cur = min(a_lo[i] if i < i_end else 0x7FFFFFFF, b_lo[j] if j < j_end else 0x7FFFFFFF)
+                continue
+            end = 0x7FFFFFFF
+            if i < i_end:
+                end = min(end, a_hi[i] if in_a else a_lo[i] - 1)
+            if j < j_end:
+                end = min(end, b_hi[j] if in_b else b_lo[j] - 1)
+            if keep_dead or (in_a and in_b):
+                x = a_tgt[i] if in_a else -1
+                y = b_tgt[j] if in_b else -1
+                key = (x + 1) * nb1 + (y + 1)
+                slot = _find_pair(table, key, pair_key)
+                if table[slot] == 0:
+                    if n >= budget:
+                        return STATES, pair_s, pair_t, start, count, lo, hi, tgt
+                    if n >= pair_s.shape[0]:
+                        pair_s = _grown(pair_s, n + 1)
+                        pair_t = _grown(pair_t, n + 1)
+                        pair_key = _grown(pair_key, n + 1)
+                        start = _grown(start, n + 1)
+                        count = _grown(count, n + 1)
+                    pair_s[n], pair_t[n], pair_key[n] = x, y, key
+                    table[slot] = n + 1
+                    n += 1
+                    if 2 * n > table.shape[0]:  # rehash into a table twice the size
+                        table = np.zeros(2 * table.shape[0], np.int64)
+                        for q in range(n):
+                            table[_find_pair(table, pair_key[q], pair_key)] = q + 1
+                        slot = _find_pair(table, key, pair_key)
+                if m >= lo.shape[0]:
+                    lo = _grown(lo, m + 1)
+                    hi = _grown(hi, m + 1)
+                    tgt = _grown(tgt, m + 1)
+                lo[m], hi[m], tgt[m] = cur, end, table[slot] - 1
+                m += 1
+            cur = end + 1
+        count[p] = m - start[p]
+        p += 1
+    return OK, pair_s[:n], pair_t[:n], start[:n], count[:n], lo[:m], hi[:m], tgt[:m]
+
+
+@_helper
+def _signature(s, start, count, lo, hi, tgt, block, out):
+    """State s's edges with targets replaced by their blocks, adjacent ranges to one block joined,
+    written to out[:, 0..2]; returns their number."""
+    k = 0
+    for e in range(start[s], start[s] + count[s]):
+        b = block[tgt[e]]
+        if k > 0 and out[k - 1, 2] == b and out[k - 1, 1] + 1 == lo[e]:
+            out[k - 1, 1] = hi[e]
+        else:
+            out[k, 0] = lo[e]
+            out[k, 1] = hi[e]
+            out[k, 2] = b
+            k += 1
+    return k
+
+
+@_helper
+def _same_signature(s, r, start, count, lo, hi, tgt, block, buf_s, buf_r):
+    k = _signature(s, start, count, lo, hi, tgt, block, buf_s)
+    if _signature(r, start, count, lo, hi, tgt, block, buf_r) != k:
+        return False
+    for i in range(k):
+        if buf_s[i, 0] != buf_r[i, 0] or buf_s[i, 1] != buf_r[i, 1] or buf_s[i, 2] != buf_r[i, 2]:
+            return False
+    return True
+
+
+@_helper
+def _signature_hash(s, start, count, lo, hi, tgt, block, buf):
+    k = _signature(s, start, count, lo, hi, tgt, block, buf)
+    h = np.int64(k) * np.int64(0x61C8864680B583EB)
+    for i in range(k):
+        for c in range(3):
+            h = (h ^ buf[i, c]) * np.int64(0x100000001B3)
+            h ^= h >> 31
+    return h
+
+
+@_helper
+def _same_as_stored(s, start, count, lo, hi, tgt, block, buf, pool, at, length):
+    """Is state s's signature the one stored at pool[at:at + length]?"""
+    if _signature(s, start, count, lo, hi, tgt, block, buf) != length:
+        return False
+    for i in range(length):
+        if buf[i, 0] != pool[at + i, 0] or buf[i, 1] != pool[at + i, 1] or buf[i, 2] != pool[at + i, 2]:
+            return False
+    return True
+
+
+@_helper
+def _move(s, b, block, head, nxt, prv, size):
+    """Move state s from its block to block b (blocks are doubly linked lists of states)."""
+    old = block[s]
+    if prv[s] >= 0:
+        nxt[prv[s]] = nxt[s]
+    else:
+        head[old] = nxt[s]
+    if nxt[s] >= 0:
+        prv[nxt[s]] = prv[s]
+    size[old] -= 1
+    block[s] = b
+    prv[s] = -1
+    nxt[s] = head[b]
+    if head[b] >= 0:
+        prv[head[b]] = s
+    head[b] = s
+    size[b] += 1
+
+
+@njit(cache=True)
+def _coarsest_partition(start, count, lo, hi, tgt, final):
+    """The block of each state in the coarsest partition that separates final from other states
+    and is stable (the states of a block have equal signatures, `_signature`).
+
+    Moore refinement, incremental as in `partition.refine_partition`: a round recomputes only the
+    signatures of predecessors of states that changed block (long chains refine a link per
+    round).  Each block keeps a copy of its members' signature, which stays valid for members
+    whose signature was not recomputed, so a block's unchanged members are never visited unless
+    they move; when a block splits, its largest part keeps the id.
+    """
+    n = start.shape[0]
+    first_pred, preds = _predecessors(start, count, tgt)
+    block = np.zeros(n, np.int64)
+    head = np.full(n + 2, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    prv = np.full(n, -1, np.int64)
+    size = np.zeros(n + 2, np.int64)
+    for s in range(n):
+        block[s] = 1 if final[s] else 0
+        size[block[s]] += 1
+        nxt[s] = head[block[s]]
+        if head[block[s]] >= 0:
+            prv[head[block[s]]] = s
+        head[block[s]] = s
+    n_blocks = 2
+    sig_at = np.zeros(n + 2, np.int64)  # a block's stored signature: pool[sig_at : sig_at + sig_len]
+    sig_len = np.zeros(n + 2, np.int64)
+    sig_hash = np.zeros(n + 2, np.int64)
+    pool = np.empty((64, 3), np.int64)
+    pool_size = 0
+    most = 1
+    for s in range(n):
+        most = max(most, count[s])
+    buf = np.empty((most, 3), np.int64)
+    buf2 = np.empty((most, 3), np.int64)
+    hashes = np.zeros(n, np.int64)
+    dirty = np.arange(n)
+    seen = np.full(n, -1, np.int64)  # the round in which a state was last dirty
+    mark = np.full(n, -1, np.int64)
+    next_dirty = np.empty(n, np.int64)
+    group = np.empty(n, np.int64)
+    leader = np.empty(n + 1, np.int64)
+    changed = np.empty(n, np.int64)
+    round_ = 0
+    while dirty.shape[0] > 0:
+        for s in dirty:
+            hashes[s] = _signature_hash(s, start, count, lo, hi, tgt, block, buf)
+            seen[s] = round_
+        # dirty states grouped by block, each block's sorted by hash
+        by_hash = dirty[np.argsort(hashes[dirty], kind="mergesort")]
+        order = by_hash[np.argsort(block[by_hash], kind="mergesort")]
+        n_changed = 0
+        x = 0
+        while x < order.shape[0]:
+            b = block[order[x]]
+            y = x
+            while y < order.shape[0] and block[order[y]] == b:
+                y += 1
+            clean = size[b] - (y - x)
+            # group 0 (when there are clean members): their signature, the one stored for b
+            base = 1 if clean > 0 else 0
+            n_groups = base
+            run_from = base  # groups whose leader has the hash of the current run
+            for z in range(x, y):
+                s = order[z]
+                if z > x and hashes[s] != hashes[order[z - 1]]:
+                    run_from = n_groups
+                g = -1
+                if clean > 0 and hashes[s] == sig_hash[b] and _same_as_stored(
+                        s, start, count, lo, hi, tgt, block, buf, pool, sig_at[b], sig_len[b]):
+                    g = 0
+                else:
+                    for w in range(run_from, n_groups):
+                        if _same_signature(s, leader[w], start, count, lo, hi, tgt, block, buf, buf2):
+                            g = w
+                            break
+                    if g < 0:
+                        g = n_groups
+                        leader[g] = s
+                        n_groups += 1
+                group[z] = g
+            sizes = np.zeros(n_groups, np.int64)
+            sizes[0] = clean
+            for z in range(x, y):
+                sizes[group[z]] += 1
+            keep = np.argmax(sizes)
+            new_id = np.empty(n_groups, np.int64)
+            for g in range(n_groups):
+                if g == keep:
+                    new_id[g] = b
+                else:
+                    new_id[g] = n_blocks
+                    n_blocks += 1
+            # stored signatures: group 0 keeps b's; a group led by a dirty member gets its leader's
+            for g in range(n_groups):
+                nb = new_id[g]
+                if g == 0 and base == 1:
+                    sig_at[nb], sig_len[nb], sig_hash[nb] = sig_at[b], sig_len[b], sig_hash[b]
+            for g in range(base, n_groups):
+                nb = new_id[g]
+                k = _signature(leader[g], start, count, lo, hi, tgt, block, buf)
+                if pool_size + k > pool.shape[0]:
+                    pool = _grown(pool, pool_size + k)
+                pool[pool_size:pool_size + k] = buf[:k]
+                sig_at[nb], sig_len[nb], sig_hash[nb] = pool_size, k, hashes[leader[g]]
+                pool_size += k
+            if n_groups == 1:
+                x = y
+                continue
+            if keep != 0 and base == 1:  # the clean members move: no more of them than kept ones
+                s = head[b]
+                while s >= 0:
+                    after = nxt[s]
+                    if seen[s] != round_:
+                        _move(s, new_id[0], block, head, nxt, prv, size)
+                        changed[n_changed] = s
+                        n_changed += 1
+                    s = after
+            for z in range(x, y):
+                if group[z] != keep:
+                    _move(order[z], new_id[group[z]], block, head, nxt, prv, size)
+                    changed[n_changed] = order[z]
+                    n_changed += 1
+            x = y
+        # next round: the predecessors of states that changed block
+        round_ += 1
+        m = 0
+        for q in range(n_changed):
+            s = changed[q]
+            for i in range(first_pred[s], first_pred[s + 1]):
+                p = preds[i]
+                if mark[p] != round_:
+                    mark[p] = round_
+                    next_dirty[m] = p
+                    m += 1
+        dirty = next_dirty[:m].copy()
+    return block, n_blocks
+
+
+@njit(cache=True)
+def minimize(start, count, lo, hi, tgt, final):
+    """The minimal automaton of a trimmed one (see `trim` for the returned arrays): its states
+    are the blocks of `_coarsest_partition`, each with the edges of one member, numbered and
+    joined by `trim`."""
+    n = start.shape[0]
+    block, n_blocks = _coarsest_partition(start, count, lo, hi, tgt, final)
+    number = np.full(n_blocks, -1, np.int64)
+    member = np.empty(n_blocks, np.int64)
+    m = 0
+    for s in range(n):
+        if number[block[s]] < 0:
+            number[block[s]] = m
+            member[m] = s
+            m += 1
+    q_start = np.empty(m, np.int64)
+    q_count = np.empty(m, np.int64)
+    q_final = np.zeros(m, np.bool_)
+    k = 0
+    for q in range(m):
+        s = member[q]
+        q_start[q] = k
+        q_count[q] = count[s]
+        q_final[q] = final[s]
+        k += count[s]
+    q_lo = np.empty(k, np.int64)
+    q_hi = np.empty(k, np.int64)
+    q_tgt = np.empty(k, np.int64)
+    for q in range(m):
+        s = member[q]
+        for i in range(count[s]):
+            e = start[s] + i
+            q_lo[q_start[q] + i] = lo[e]
+            q_hi[q_start[q] + i] = hi[e]
+            q_tgt[q_start[q] + i] = number[block[tgt[e]]]
+    return trim(q_start, q_count, q_lo, q_hi, q_tgt, q_final)
+
+
+@njit(cache=True)
+def product(a_start, a_count, a_lo, a_hi, a_tgt, a_final, b_start, b_count, b_lo, b_hi, b_tgt, b_final, rule,
+            keep_dead, budget, minimal):
+    """The product of two automata (`_explore_product`) with finals by `rule` (AND, OR, AND_NOT),
+    trimmed, and minimised when `minimal`.  Returns (status, start, count, lo, hi, target, final)."""
+    status, pair_s, pair_t, start, count, lo, hi, tgt = _explore_product(
+        a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo, b_hi, b_tgt, keep_dead, budget)
+    final = np.zeros(pair_s.shape[0], np.bool_)
+    if status != OK:
+        return status, start, count, lo, hi, tgt, final
+    for p in range(pair_s.shape[0]):
+        x = pair_s[p] >= 0 and a_final[pair_s[p]]
+        y = pair_t[p] >= 0 and b_final[pair_t[p]]
+        final[p] = (x and y) if rule == AND else (x or y) if rule == OR else (x and not y)
+    start, count, lo, hi, tgt, final = trim(start, count, lo, hi, tgt, final)
+    if minimal and start.shape[0] > 0:
+        start, count, lo, hi, tgt, final = minimize(start, count, lo, hi, tgt, final)
+    return OK, start, count, lo, hi, tgt, final
