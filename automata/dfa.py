@@ -9,14 +9,15 @@ rules produce the same DFA, which is what lets masks be shared across grammars.
 from __future__ import annotations
 
 import gc
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..grammar.errors import BudgetExceededError
 from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq, iter_refs
-from ..grammar.partition import refine_partition
-from ..grammar.passes import map_refs
-from .utf8 import utf8_byte_ranges
+from . import dfa_kernels
 
 
 @dataclass
@@ -47,34 +48,36 @@ class RuleDfa:
 
 
 class _Nfa:
-    """A Thompson NFA: epsilon, byte-range and rule-reference edges."""
+    """A Thompson NFA kept as flat edge lists: epsilon, byte-range, code-point-range (expanded to
+    UTF-8 byte paths by the kernel) and rule-reference edges."""
 
     def __init__(self, max_states: int):
-        self.eps: list[list[int]] = []
-        self.bytes: list[list[tuple[int, int, int]]] = []
-        self.refs: list[list[tuple[int, int]]] = []
+        self.num_states = 0
+        self.eps_edges: list[tuple[int, int]] = []  # (src, dst)
+        self.byte_edges: list[tuple[int, int, int, int]] = []  # (src, lo, hi, dst)
+        self.code_point_edges: list[tuple[int, int, int, int]] = []  # (src, lo, hi, dst)
+        self.code_point_blocks: list[np.ndarray] = []  # more of them, [k, 4] arrays
+        self.ref_edges: list[tuple[int, int, int]] = []  # (src, local reference index, dst)
         self.ref_index: dict[str, int] = {}
         self.memo: dict[tuple[int, int], tuple[int, Expr]] = {}
         self.max_states = max_states
 
-    def new_state(self) -> int:
-        if len(self.eps) >= self.max_states:
-            raise BudgetExceededError(
-                f"rule automaton exceeds {self.max_states} NFA states; simplify large repetitions "
-                "(e.g. x{0,10000}) or raise the max_rule_states budget"
-            )
-        self.eps.append([])
-        self.bytes.append([])
-        self.refs.append([])
-        return len(self.eps) - 1
+    def new_states(self, count: int = 1) -> int:
+        """The first of `count` fresh states."""
+        if self.num_states + count > self.max_states:
+            raise _nfa_budget_error(self.max_states)
+        self.num_states += count
+        return self.num_states - count
 
-    def byte_path(self, start: int, ranges, end: int) -> None:
-        """Edges from start to end through fresh states, one byte range per step."""
-        here = start
-        for i, (lo, hi) in enumerate(ranges):
-            there = end if i == len(ranges) - 1 else self.new_state()
-            self.bytes[here].append((lo, hi, there))
-            here = there
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The edges as int32 arrays, one row per edge (as `dfa_kernels.construct` takes them)."""
+        code_points = [np.array(self.code_point_edges, dtype=np.int32).reshape(-1, 4), *self.code_point_blocks]
+        return (
+            np.array(self.eps_edges, dtype=np.int32).reshape(-1, 2),
+            np.array(self.byte_edges, dtype=np.int32).reshape(-1, 4),
+            np.concatenate(code_points).astype(np.int32, copy=False),
+            np.array(self.ref_edges, dtype=np.int32).reshape(-1, 3),
+        )
 
     def build(self, expr: Expr, end: int) -> int:
         """Add `expr` leading into state `end`; return its start state.
@@ -96,20 +99,19 @@ class _Nfa:
         if isinstance(expr, Bytes):
             here = end
             for b in reversed(expr.value):
-                there = self.new_state()
-                self.bytes[there].append((b, b, here))
+                there = self.new_states()
+                self.byte_edges.append((there, b, b, here))
                 here = there
             return here
         if isinstance(expr, ByteClass):
-            start = self.new_state()
+            start = self.new_states()
             for lo, hi in expr.ranges:
-                self.bytes[start].append((lo, hi, end))
+                self.byte_edges.append((start, lo, hi, end))
             return start
         if isinstance(expr, CharClass):
-            start = self.new_state()
+            start = self.new_states()
             for lo, hi in expr.ranges:
-                for byte_ranges in utf8_byte_ranges(lo, hi):
-                    self.byte_path(start, byte_ranges, end)
+                self.code_point_edges.append((start, lo, hi, end))
             return start
         if isinstance(expr, Seq):
             here = end
@@ -117,294 +119,184 @@ class _Nfa:
                 here = self.build(item, here)
             return here
         if isinstance(expr, Alt):
-            start = self.new_state()
+            start = self.new_states()
             for item in expr.items:
-                self.eps[start].append(self.build(item, end))
+                self.eps_edges.append((start, self.build(item, end)))
             return start
         if isinstance(expr, Repeat):
             here = end
             if expr.max is None:
-                loop = self.new_state()
-                self.eps[loop].append(here)
-                self.eps[loop].append(self._build(expr.item, loop))
+                loop = self.new_states()
+                self.eps_edges.append((loop, here))
+                self.eps_edges.append((loop, self._build(expr.item, loop)))
                 here = loop
             else:
                 for _ in range(expr.max - expr.min):
-                    optional = self.new_state()
-                    self.eps[optional].append(here)
-                    self.eps[optional].append(self._build(expr.item, here))
+                    optional = self.new_states()
+                    self.eps_edges.append((optional, here))
+                    self.eps_edges.append((optional, self._build(expr.item, here)))
                     here = optional
             for _ in range(expr.min):
                 here = self._build(expr.item, here)
             return here
         if isinstance(expr, Ref):
             index = self.ref_index.setdefault(expr.name, len(self.ref_index))
-            start = self.new_state()
-            self.refs[start].append((index, end))
+            start = self.new_states()
+            self.ref_edges.append((start, index, end))
             return start
         if isinstance(expr, CharFsm):
-            states = {q: self.new_state() for q in _fsm_states(expr)}
-            for q in expr.finals:
-                if q in states:
-                    self.eps[states[q]].append(end)
-            for src, lo, hi, dst in expr.transitions:
-                for byte_ranges in utf8_byte_ranges(lo, hi):
-                    self.byte_path(states[src], byte_ranges, states[dst])
-            return states[expr.initial]
+            return self._build_fsm(expr, end)
         raise TypeError(f"not an IR expression: {expr!r}")
 
+    def _build_fsm(self, fsm: CharFsm, end: int) -> int:
+        """One NFA state per automaton state, its transitions as code-point edges and an
+        epsilon edge from each final state into `end`."""
+        n_states, transitions, finals, initial = _fsm_layout(fsm)
+        first = self.new_states(n_states)
+        block = transitions.copy()
+        block[:, 0] += first
+        block[:, 3] += first
+        self.code_point_blocks.append(block)
+        self.eps_edges += [(first + q, end) for q in finals]
+        return first + initial
 
-def _fsm_states(fsm: CharFsm) -> list[int]:
-    seen = {fsm.initial}
-    for src, _, _, dst in fsm.transitions:
-        seen.add(src)
-        seen.add(dst)
-    return sorted(seen)
+
+FSM_LAYOUTS = 4096
+"""CharFsm layouts kept per process (least recently used first out)."""
+_fsm_layouts: OrderedDict[int, tuple[CharFsm, tuple[int, np.ndarray, list[int], int]]] = OrderedDict()
 
 
-MINIMIZE_UP_TO = 2000
-"""DFAs larger than this are not minimised: Moore refinement is quadratic on long chains, and
-minimisation only buys mask sharing and fewer states, never correctness."""
+def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
+    """(number of states, transitions as a [k, 4] array, final states, initial state) with the
+    automaton's states renumbered 0.. in increasing order (finals that no transition or the
+    initial state mentions are dropped).  Cached per object: regex and key-exclusion automata
+    have up to tens of thousands of transitions, and string automata recur in many rules."""
+    got = _fsm_layouts.get(id(fsm))
+    if got is not None and got[0] is fsm:
+        _fsm_layouts.move_to_end(id(fsm))
+        return got[1]
+    transitions = np.array(fsm.transitions, dtype=np.int32).reshape(-1, 4)
+    states = np.unique(np.append(transitions[:, [0, 3]], fsm.initial))
+    transitions[:, 0] = np.searchsorted(states, transitions[:, 0])
+    transitions[:, 3] = np.searchsorted(states, transitions[:, 3])
+    number = {q: i for i, q in enumerate(states.tolist())}
+    finals = sorted(number[q] for q in fsm.finals if q in number)
+    layout = (len(states), transitions, finals, number[fsm.initial])
+    _fsm_layouts[id(fsm)] = (fsm, layout)  # holding fsm keeps its id from being reused
+    if len(_fsm_layouts) > FSM_LAYOUTS:
+        _fsm_layouts.popitem(last=False)
+    return layout
+
+
+def _nfa_budget_error(max_states: int) -> BudgetExceededError:
+    return BudgetExceededError(
+        f"rule automaton exceeds {max_states} NFA states; simplify large repetitions "
+        "(e.g. x{0,10000}) or raise the max_rule_states budget"
+    )
 
 
 DFA_CACHE_STATES = 2_000_000
 """Total states of the rule DFAs kept per process (least recently used first out)."""
-_dfa_cache: OrderedDict[tuple[Expr, int], RuleDfa] = OrderedDict()
+_dfa_cache: OrderedDict[tuple[bytes, int], tuple[RuleDfa, tuple[int, ...]]] = OrderedDict()
 _dfa_cache_states = 0
 
 
 def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     """The rule's DFA; bodies equal up to the names of the rules they reference share one
-    construction per process (JSON strings, numbers and members recur across schemas, and
-    Python subset construction is the largest part of compile time)."""
+    construction per process (JSON strings, numbers and members recur across schemas)."""
     names = list(dict.fromkeys(iter_refs(body)))
-    placeholder = {name: f"#{i}" for i, name in enumerate(names)}
-    canonical = map_refs(body, lambda ref: Ref(placeholder[ref.name])) if names else body
-    key = (canonical, max_states)
-    dfa = _dfa_cache.get(key)
-    if dfa is None:
+    position = {name: i for i, name in enumerate(names)}
+    key = (_structure_digest(body, position), max_states)
+    got = _dfa_cache.get(key)
+    if got is None:
         global _dfa_cache_states
-        dfa = _construct_rule_dfa(canonical, max_states)
-        _dfa_cache[key] = dfa
+        dfa = _construct_rule_dfa(body, max_states)
+        _dfa_cache[key] = (dfa, tuple(position[name] for name in dfa.refs))
         _dfa_cache_states += dfa.num_states
         while _dfa_cache_states > DFA_CACHE_STATES and len(_dfa_cache) > 1:
-            _dfa_cache_states -= _dfa_cache.popitem(last=False)[1].num_states
-    else:
-        _dfa_cache.move_to_end(key)
-    if not names:
+            _dfa_cache_states -= _dfa_cache.popitem(last=False)[1][0].num_states
         return dfa
-    return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[int(ref[1:])] for ref in dfa.refs])
+    _dfa_cache.move_to_end(key)
+    dfa, ref_positions = got
+    return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[i] for i in ref_positions])
+
+
+def _structure_digest(body: Expr, ref_position: dict[str, int]) -> bytes:
+    """A 128-bit digest of the body's structure with references replaced by their positions in
+    ref_position: equal digests mean equal bodies up to the names of the referenced rules.
+
+    Each distinct node is hashed once, from its children's digests; Python's own hash of an
+    expression would walk shared sub-expressions (the DAGs the JSON Schema compiler builds) once
+    per path, which cost more than the automaton construction itself.
+    """
+    memo: dict[int, bytes] = {}
+
+    def digest(node: Expr) -> bytes:
+        got = memo.get(id(node))
+        if got is not None:
+            return got
+        if isinstance(node, Bytes):
+            data = b"B" + node.value
+        elif isinstance(node, (Seq, Alt)):
+            data = (b"S" if isinstance(node, Seq) else b"A") + b"".join(digest(item) for item in node.items)
+        elif isinstance(node, Repeat):
+            data = b"P" + repr((node.min, node.max)).encode() + digest(node.item)
+        elif isinstance(node, Ref):
+            data = b"R" + str(ref_position[node.name]).encode()
+        elif isinstance(node, (ByteClass, CharClass)):
+            data = (b"Y" if isinstance(node, ByteClass) else b"C") + repr(node.ranges).encode()
+        elif isinstance(node, CharFsm):
+            data = b"F" + repr((node.initial, sorted(node.finals), node.transitions)).encode()
+        else:
+            raise TypeError(f"not an IR expression: {node!r}")
+        got = memo[id(node)] = hashlib.blake2b(data, digest_size=16).digest()
+        return got
+
+    return digest(body)
 
 
 def clear_dfa_cache() -> None:
-    """Forget every cached rule DFA (for cold-start measurements)."""
+    """Forget every cached rule DFA and automaton layout (for cold-start measurements)."""
     global _dfa_cache_states
     _dfa_cache.clear()
     _dfa_cache_states = 0
+    _fsm_layouts.clear()
 
 
 def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
-    """Thompson NFA -> subset construction -> trim -> minimise -> breadth-first numbering."""
-    # The construction allocates many small lists that never form cycles: pausing the cyclic
-    # garbage collector avoids repeated full scans of them.
+    """Thompson NFA (Python) -> subset construction -> trim -> minimise -> breadth-first
+    numbering (numba, `dfa_kernels.construct`)."""
+    # The NFA's memo and the result's edge lists are many small objects that never form
+    # cycles: pausing the cyclic garbage collector avoids repeated full scans of them.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         nfa = _Nfa(max_states)
-        final = nfa.new_state()
+        final = nfa.new_states()
         start = nfa.build(body, final)
-        accepting, byte_edges, ref_edges = _determinize(nfa, start, final, max_states)
-        accepting, byte_edges, ref_edges = _trim(accepting, byte_edges, ref_edges)
-        if not accepting:
+        status, *arrays = dfa_kernels.construct(
+            nfa.num_states, start, final, *nfa.arrays(), len(nfa.ref_index), max_states
+        )
+        refs = list(nfa.ref_index)
+        if status == dfa_kernels.ERR_TOO_MANY_NFA_STATES:
+            raise _nfa_budget_error(max_states)
+        if status == dfa_kernels.ERR_TOO_MANY_STATES:
+            raise BudgetExceededError(
+                f"rule automaton exceeds {max_states} DFA states; the rule mixes too many overlapping "
+                "alternatives or large repetitions -- split it into separate rules or raise max_rule_states"
+            )
+        if status == 0:
             # The empty language: one dead start state (callers reject empty grammars before this).
-            return RuleDfa([False], [[]], [[]], list(nfa.ref_index))
-        if len(accepting) <= MINIMIZE_UP_TO:
-            accepting, byte_edges, ref_edges = _minimize(accepting, byte_edges, ref_edges)
-        accepting, byte_edges, ref_edges = _bfs_renumber(accepting, byte_edges, ref_edges)
-        return RuleDfa(accepting, byte_edges, ref_edges, list(nfa.ref_index))
+            return RuleDfa([False], [[]], [[]], refs)
+        accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (array.tolist() for array in arrays)
+        byte_edges = list(zip(lo, hi, dst))
+        ref_edges = list(zip(ref_index, ref_dst))
+        return RuleDfa(
+            accepting,
+            [byte_edges[byte_ptr[s] : byte_ptr[s + 1]] for s in range(status)],
+            [ref_edges[ref_ptr[s] : ref_ptr[s + 1]] for s in range(status)],
+            refs,
+        )
     finally:
         if gc_was_enabled:
             gc.enable()
-
-
-def _determinize(nfa: _Nfa, start: int, final: int, max_states: int):
-    closure_memo: dict[int, frozenset[int]] = {}
-
-    def closure_of(state: int) -> frozenset[int]:
-        got = closure_memo.get(state)
-        if got is None:
-            seen = {state}
-            stack = [state]
-            while stack:
-                for nxt in nfa.eps[stack.pop()]:
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-            got = closure_memo[state] = frozenset(seen)
-        return got
-
-    def closure_of_set(states) -> frozenset[int]:
-        out: set[int] = set()
-        for s in states:
-            out |= closure_of(s)
-        return frozenset(out)
-
-    first = closure_of(start)
-    index = {first: 0}
-    order = [first]
-    accepting: list[bool] = []
-    byte_edges: list[list[tuple[int, int, int]]] = []
-    ref_edges: list[list[tuple[int, int]]] = []
-
-    def state_id(subset: frozenset[int]) -> int:
-        got = index.get(subset)
-        if got is None:
-            if len(order) >= max_states:
-                raise BudgetExceededError(
-                    f"rule automaton exceeds {max_states} DFA states; the rule mixes too many overlapping "
-                    "alternatives or large repetitions -- split it into separate rules or raise max_rule_states"
-                )
-            got = index[subset] = len(order)
-            order.append(subset)
-        return got
-
-    i = 0
-    while i < len(order):
-        subset = order[i]
-        i += 1
-        accepting.append(final in subset)
-        edges = [edge for s in subset for edge in nfa.bytes[s]]
-        byte_edges.append(_split_intervals(edges, closure_of_set, state_id))
-        by_ref: dict[int, set[int]] = {}
-        for s in subset:
-            for ref_index, dst in nfa.refs[s]:
-                by_ref.setdefault(ref_index, set()).add(dst)
-        ref_edges.append(sorted((r, state_id(closure_of_set(dsts))) for r, dsts in by_ref.items()))
-    return accepting, byte_edges, ref_edges
-
-
-def _split_intervals(edges, closure_of_set, state_id) -> list[tuple[int, int, int]]:
-    """Overlapping (lo, hi, nfa_target) ranges -> disjoint (lo, hi, dfa_target) ranges (a sweep)."""
-    if not edges:
-        return []
-    if len(edges) == 1:
-        lo, hi, dst = edges[0]
-        return [(lo, hi, state_id(closure_of_set((dst,))))]
-    events: dict[int, list] = {}
-    for lo, hi, dst in edges:
-        events.setdefault(lo, []).append((1, dst))
-        events.setdefault(hi + 1, []).append((-1, dst))
-    active: dict[int, int] = {}
-    out: list[tuple[int, int, int]] = []
-    points = sorted(events)
-    for a, b in zip(points, points[1:]):
-        for delta, dst in events[a]:
-            count = active.get(dst, 0) + delta
-            if count:
-                active[dst] = count
-            else:
-                active.pop(dst, None)
-        if not active:
-            continue
-        target = state_id(closure_of_set(active))
-        if out and out[-1][2] == target and out[-1][1] == a - 1:
-            out[-1] = (out[-1][0], b - 1, target)
-        else:
-            out.append((a, b - 1, target))
-    return out
-
-
-def _trim(accepting, byte_edges, ref_edges):
-    """Drop states from which no accepting state is reachable (so every kept state can still finish)."""
-    n = len(accepting)
-    reverse: list[list[int]] = [[] for _ in range(n)]
-    for s in range(n):
-        for _, _, t in byte_edges[s]:
-            reverse[t].append(s)
-        for _, t in ref_edges[s]:
-            reverse[t].append(s)
-    live = [False] * n
-    stack = [s for s in range(n) if accepting[s]]
-    for s in stack:
-        live[s] = True
-    while stack:
-        for p in reverse[stack.pop()]:
-            if not live[p]:
-                live[p] = True
-                stack.append(p)
-    if not live[0]:
-        return [], [], []
-    if all(live):
-        return accepting, byte_edges, ref_edges
-    new_id = {}
-    for s in range(n):
-        if live[s]:
-            new_id[s] = len(new_id)
-    keep = [s for s in range(n) if live[s]]
-    return (
-        [accepting[s] for s in keep],
-        [[(lo, hi, new_id[t]) for lo, hi, t in byte_edges[s] if live[t]] for s in keep],
-        [[(r, new_id[t]) for r, t in ref_edges[s] if live[t]] for s in keep],
-    )
-
-
-def _minimize(accepting, byte_edges, ref_edges):
-    """Moore partition refinement over interval-labelled edges (`refine_partition`)."""
-    n = len(accepting)
-    preds: list[set[int]] = [set() for _ in range(n)]
-    for s in range(n):
-        for _, _, t in byte_edges[s]:
-            preds[t].add(s)
-        for _, t in ref_edges[s]:
-            preds[t].add(s)
-
-    def signature(s, block):
-        merged: list[list[int]] = []
-        for lo, hi, t in byte_edges[s]:
-            bt = block[t]
-            if merged and merged[-1][2] == bt and merged[-1][1] == lo - 1:
-                merged[-1][1] = hi
-            else:
-                merged.append([lo, hi, bt])
-        return tuple(map(tuple, merged)), tuple((r, block[t]) for r, t in ref_edges[s])
-
-    block = refine_partition([1 if a else 0 for a in accepting], preds, signature)
-    representative: dict[int, int] = {}
-    for s in range(n):
-        representative.setdefault(block[s], s)
-    start_block = block[0]
-    # Renumber blocks so that the start state's block is 0; edges re-merged after mapping.
-    ordered = [start_block] + sorted(set(block) - {start_block})
-    new_id = {b: i for i, b in enumerate(ordered)}
-    out_accepting, out_bytes, out_refs = [], [], []
-    for b in ordered:
-        s = representative[b]
-        out_accepting.append(accepting[s])
-        merged: list[tuple[int, int, int]] = []
-        for lo, hi, t in byte_edges[s]:
-            nt = new_id[block[t]]
-            if merged and merged[-1][2] == nt and merged[-1][1] == lo - 1:
-                merged[-1] = (merged[-1][0], hi, nt)
-            else:
-                merged.append((lo, hi, nt))
-        out_bytes.append(merged)
-        out_refs.append([(r, new_id[block[t]]) for r, t in ref_edges[s]])
-    return out_accepting, out_bytes, out_refs
-
-
-def _bfs_renumber(accepting, byte_edges, ref_edges):
-    order = [0]
-    new_id = {0: 0}
-    i = 0
-    while i < len(order):
-        s = order[i]
-        i += 1
-        for t in [t for _, _, t in byte_edges[s]] + [t for _, t in ref_edges[s]]:
-            if t not in new_id:
-                new_id[t] = len(order)
-                order.append(t)
-    return (
-        [accepting[s] for s in order],
-        [[(lo, hi, new_id[t]) for lo, hi, t in byte_edges[s]] for s in order],
-        [[(r, new_id[t]) for r, t in ref_edges[s]] for s in order],
-    )

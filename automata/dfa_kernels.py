@@ -1,0 +1,679 @@
+"""numba kernels of rule-DFA construction: subset construction, trimming, minimisation and
+breadth-first numbering of a Thompson NFA given as flat edge lists (automata/dfa.py builds it).
+
+Letters: the rule's byte classes (a partition of 0..255 into intervals, induced by every NFA
+byte-range boundary, so no edge splits a class) numbered in byte order, then one letter per
+referenced rule.  An NFA edge covers an inclusive letter range (a reference edge one letter).
+The subset automaton is a dense [state, letter] table, -1 where there is no edge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+ERR_TOO_MANY_STATES = -1  # DFA states
+ERR_NO_ROOM = -2
+ERR_NO_POOL_ROOM = -3
+ERR_TOO_MANY_NFA_STATES = -4
+
+
+# -- code points -> UTF-8 byte-range paths ------------------------------------------------------
+
+_SURROGATE_LO = 0xD800
+_SURROGATE_HI = 0xDFFF
+MAX_SEQUENCES = 32  # per code-point range: at most 1 + 3 + 2 * 5 + 7 (surrogates split the 3-byte band)
+
+
+@njit(cache=True, inline="always")
+def _utf8_length(cp):
+    return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
+
+
+@njit(cache=True, inline="always")
+def _utf8_byte(cp, length, k):
+    """Byte k of the UTF-8 encoding of cp (length bytes)."""
+    if k == 0:
+        lead = (0, 0, 0xC0, 0xE0, 0xF0)[length]
+        return lead | (cp >> (6 * (length - 1)))
+    return 0x80 | ((cp >> (6 * (length - 1 - k))) & 0x3F)
+
+
+@njit(cache=True)
+def utf8_sequences(lo, hi, seqs, stack):
+    """Split code points lo..hi (surrogates skipped: UTF-8 cannot encode them) into sequences of
+    byte ranges, each matching exactly the encodings of one slice of the range: sequence k has
+    seqs[k, 0] byte ranges, byte j from seqs[k, 1 + j] to seqs[k, 5 + j].  Returns the number
+    of sequences (at most MAX_SEQUENCES; stack is scratch room for as many code-point ranges).
+    The same splitting as utf8.utf8_byte_ranges: a slice is split where its ends differ above a
+    continuation byte whose range would not be full."""
+    top = 0
+    for band_lo, band_hi in ((0x10000, 0x10FFFF), (_SURROGATE_HI + 1, 0xFFFF), (0x800, _SURROGATE_LO - 1),
+                             (0x80, 0x7FF), (0x0, 0x7F)):  # taken from the top: lowest first
+        a, b = max(lo, band_lo), min(hi, band_hi)
+        if a <= b:
+            stack[top, 0] = a
+            stack[top, 1] = b
+            top += 1
+    n = 0
+    while top > 0:
+        top -= 1
+        a, b = stack[top, 0], stack[top, 1]
+        length = _utf8_length(a)
+        split = False
+        for i in range(1, length):
+            low_bits = (1 << (6 * i)) - 1
+            if a & ~low_bits != b & ~low_bits:
+                if a & low_bits != 0:
+                    mid = a | low_bits
+                elif b & low_bits != low_bits:
+                    mid = (b & ~low_bits) - 1
+                else:
+                    continue
+                stack[top, 0] = mid + 1  # the upper part, taken after the lower one
+                stack[top, 1] = b
+                stack[top + 1, 0] = a
+                stack[top + 1, 1] = mid
+                top += 2
+                split = True
+                break
+        if not split:
+            seqs[n, 0] = length
+            for k in range(length):
+                seqs[n, 1 + k] = _utf8_byte(a, length, k)
+                seqs[n, 5 + k] = _utf8_byte(b, length, k)
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _expand_code_points(n_nfa, code_point_edges, max_states):
+    """Byte-range paths for code-point edges (src, lo, hi, dst), through fresh NFA states
+    numbered from n_nfa.  Returns (number of NFA states, byte edges (src, lo, hi, dst)), or
+    ERR_TOO_MANY_NFA_STATES first."""
+    seqs = np.empty((MAX_SEQUENCES, 9), np.int32)
+    stack = np.empty((MAX_SEQUENCES, 2), np.int64)
+    n_states = n_nfa
+    n_edges = 0
+    for e in range(code_point_edges.shape[0]):
+        for k in range(utf8_sequences(code_point_edges[e, 1], code_point_edges[e, 2], seqs, stack)):
+            n_states += seqs[k, 0] - 1
+            n_edges += seqs[k, 0]
+    out = np.empty((n_edges, 4), np.int32)
+    if n_states > max_states:
+        return ERR_TOO_MANY_NFA_STATES, out
+    n_states = n_nfa
+    n_edges = 0
+    for e in range(code_point_edges.shape[0]):
+        for k in range(utf8_sequences(code_point_edges[e, 1], code_point_edges[e, 2], seqs, stack)):
+            here = code_point_edges[e, 0]
+            for j in range(seqs[k, 0]):
+                if j == seqs[k, 0] - 1:
+                    there = code_point_edges[e, 3]
+                else:
+                    there = n_states
+                    n_states += 1
+                out[n_edges, 0] = here
+                out[n_edges, 1] = seqs[k, 1 + j]
+                out[n_edges, 2] = seqs[k, 5 + j]
+                out[n_edges, 3] = there
+                n_edges += 1
+                here = there
+    return n_states, out
+
+
+# -- subset construction ---------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def _mix(x):
+    """splitmix64 finaliser: a well-spread 64-bit hash of one NFA state (summed over a subset)."""
+    z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def _closure(seeds, n_seeds, eps_ptr, eps_dst, mark, stamp, out):
+    """Epsilon closure of seeds[:n_seeds] into out; its members get mark == stamp. Returns its size."""
+    size = 0
+    for k in range(n_seeds):
+        s = seeds[k]
+        if mark[s] != stamp:
+            mark[s] = stamp
+            out[size] = s
+            size += 1
+    done = 0
+    while done < size:  # out doubles as the work list
+        s = out[done]
+        done += 1
+        for e in range(eps_ptr[s], eps_ptr[s + 1]):
+            t = eps_dst[e]
+            if mark[t] != stamp:
+                mark[t] = stamp
+                out[size] = t
+                size += 1
+    return size
+
+
+@njit(cache=True, inline="always")
+def _intern(closure, size, mark, stamp, is_accepting, n_dfa, max_states, pool, pool_ptr, subset_hash, accepting, table):
+    """The DFA state of the subset closure[:size] (its members marked with stamp): an existing
+    one, n_dfa when added as new, or an ERR_* code when it does not fit."""
+    h = np.uint64(size)
+    for k in range(size):
+        h += _mix(closure[k])
+    mask = table.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    while table[slot] >= 0:
+        d = table[slot]
+        if subset_hash[d] == h and pool_ptr[d + 1] - pool_ptr[d] == size:
+            same = True
+            for k in range(pool_ptr[d], pool_ptr[d + 1]):
+                if mark[pool[k]] != stamp:
+                    same = False
+                    break
+            if same:
+                return d
+        slot = (slot + 1) & mask
+    if n_dfa >= max_states:
+        return ERR_TOO_MANY_STATES
+    if n_dfa >= subset_hash.shape[0]:
+        return ERR_NO_ROOM
+    if pool_ptr[n_dfa] + size > pool.shape[0]:
+        return ERR_NO_POOL_ROOM
+    pool[pool_ptr[n_dfa] : pool_ptr[n_dfa] + size] = closure[:size]
+    pool_ptr[n_dfa + 1] = pool_ptr[n_dfa] + size
+    subset_hash[n_dfa] = h
+    accepting[n_dfa] = is_accepting
+    table[slot] = n_dfa
+    return n_dfa
+
+
+@njit(cache=True)
+def determinize(start, final, eps_ptr, eps_dst, edge_ptr, edges, max_states,
+                pool, pool_ptr, subset_hash, accepting, trans, table, n_dfa, i):
+    """Subset construction into the given arrays, from n_dfa states found and i swept.
+    Returns (status, n_dfa, i): status 0 when done, ERR_TOO_MANY_STATES when more than
+    max_states are reachable, ERR_NO_ROOM / ERR_NO_POOL_ROOM when the state arrays / the pool
+    are full: the caller grows them and calls again to resume (arrays replaced inside the loops
+    would cost reference counting on every letter).
+
+    Subsets are whole epsilon closures (sets of NFA states), interned in a flat pool
+    (pool[pool_ptr[d]:pool_ptr[d + 1]]) behind an open-addressing table keyed by an
+    order-independent hash; states are numbered in discovery order.  A subset's member edges
+    are bucketed by the letters where they start and stop covering, so one sweep over the
+    letters finds every target, recomputed only where it may change.
+    """
+    n_nfa = eps_ptr.shape[0] - 1
+    n_letters = trans.shape[1]
+    mark = np.zeros(n_nfa, np.int64)
+    stamp = 0
+    closure = np.empty(n_nfa, np.int32)
+    covering = np.empty(n_nfa, np.int32)  # NFA targets of the member edges covering the letter
+    covering_pos = np.empty(n_nfa, np.int32)
+    covering_edges = np.zeros(n_nfa, np.int32)  # member edges per covering target (they overlap)
+    bucket_ptr = np.zeros(n_letters + 3, np.int64)
+    events = np.empty(2 * edges.shape[0], np.int32)  # dst + 1: starts covering; -(dst + 1): stops
+
+    if n_dfa == 0:
+        covering[0] = start
+        stamp = 1
+        size = _closure(covering, 1, eps_ptr, eps_dst, mark, stamp, closure)
+        status = _intern(closure, size, mark, stamp, mark[final] == stamp, 0, max_states,
+                         pool, pool_ptr, subset_hash, accepting, table)
+        if status < 0:
+            return status, n_dfa, i
+        n_dfa = 1
+    while i < n_dfa:
+        # events of letter x go to events[bucket_ptr[x] : bucket_ptr[x + 1]] (counted, summed,
+        # then placed); letter n_letters only retires edges that cover the last letter
+        bucket_ptr[:] = 0
+        for k in range(pool_ptr[i], pool_ptr[i + 1]):
+            s = pool[k]
+            for e in range(edge_ptr[s], edge_ptr[s + 1]):
+                bucket_ptr[edges[e, 1] + 2] += 1
+                bucket_ptr[edges[e, 2] + 3] += 1
+        for b in range(3, n_letters + 3):
+            bucket_ptr[b] += bucket_ptr[b - 1]
+        for k in range(pool_ptr[i], pool_ptr[i + 1]):
+            s = pool[k]
+            for e in range(edge_ptr[s], edge_ptr[s + 1]):
+                t = edges[e, 3]
+                events[bucket_ptr[edges[e, 1] + 1]] = t + 1
+                bucket_ptr[edges[e, 1] + 1] += 1
+                events[bucket_ptr[edges[e, 2] + 2]] = -(t + 1)
+                bucket_ptr[edges[e, 2] + 2] += 1
+        n_covering = 0
+        target = -1
+        for a in range(n_letters + 1):
+            if bucket_ptr[a] == bucket_ptr[a + 1]:  # same covering edges as the letter before
+                if a < n_letters:
+                    trans[i, a] = target
+                continue
+            for k in range(bucket_ptr[a], bucket_ptr[a + 1]):
+                ev = events[k]
+                if ev > 0:
+                    t = ev - 1
+                    if covering_edges[t] == 0:
+                        covering_pos[t] = n_covering
+                        covering[n_covering] = t
+                        n_covering += 1
+                    covering_edges[t] += 1
+                else:
+                    t = -ev - 1
+                    covering_edges[t] -= 1
+                    if covering_edges[t] == 0:
+                        last = covering[n_covering - 1]
+                        covering[covering_pos[t]] = last
+                        covering_pos[last] = covering_pos[t]
+                        n_covering -= 1
+            if a == n_letters:
+                break
+            target = -1
+            if n_covering > 0:
+                stamp += 1
+                size = _closure(covering, n_covering, eps_ptr, eps_dst, mark, stamp, closure)
+                target = _intern(closure, size, mark, stamp, mark[final] == stamp, n_dfa, max_states,
+                                 pool, pool_ptr, subset_hash, accepting, table)
+                if target < 0:
+                    return target, n_dfa, i
+                if target == n_dfa:
+                    n_dfa += 1
+            trans[i, a] = target
+        i += 1
+    return 0, n_dfa, i
+
+
+@njit(cache=True)
+def _hash_table(subset_hash, n, capacity):
+    """An open-addressing table of the states 0..n-1 with room for capacity (load <= 1/2)."""
+    size = 1
+    while size < 2 * capacity:
+        size *= 2
+    table = np.full(size, -1, np.int32)
+    for d in range(n):
+        slot = np.int64(subset_hash[d] & np.uint64(size - 1))
+        while table[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = d
+    return table
+
+
+@njit(cache=True)
+def _resized(arr, n, used):
+    """A copy of arr with room for n rows, of which the first `used` are kept."""
+    out = np.empty((n,) + arr.shape[1:], arr.dtype)
+    out[:used] = arr[:used]
+    return out
+
+
+@njit(cache=True)
+def subset_automaton(start, final, eps_ptr, eps_dst, edge_ptr, edges, n_letters, max_states):
+    """`determinize` with arrays grown as needed.  Returns (status, transitions[n, n_letters],
+    accepting[n]); status is n or ERR_TOO_MANY_STATES."""
+    capacity = min(max_states, eps_ptr.shape[0] + 63)  # subset automata rarely outgrow their NFA
+    pool = np.empty(16 * capacity, np.int32)
+    pool_ptr = np.zeros(capacity + 1, np.int64)
+    subset_hash = np.empty(capacity, np.uint64)
+    accepting = np.zeros(capacity, np.bool_)
+    trans = np.empty((capacity, n_letters), np.int32)  # rows are written whole by the sweep
+    table = _hash_table(subset_hash, 0, capacity)
+    n_dfa = 0
+    i = 0
+    while True:
+        status, n_dfa, i = determinize(start, final, eps_ptr, eps_dst, edge_ptr, edges, max_states,
+                                       pool, pool_ptr, subset_hash, accepting, trans, table, n_dfa, i)
+        if status == ERR_NO_POOL_ROOM:
+            pool = _resized(pool, 2 * pool.shape[0], pool_ptr[n_dfa])
+        elif status == ERR_NO_ROOM:
+            capacity = min(max_states, 2 * capacity)
+            pool_ptr = _resized(pool_ptr, capacity + 1, n_dfa + 1)
+            subset_hash = _resized(subset_hash, capacity, n_dfa)
+            accepting = _resized(accepting, capacity, n_dfa)
+            trans = _resized(trans, capacity, n_dfa)
+            table = _hash_table(subset_hash, n_dfa, capacity)
+        elif status == ERR_TOO_MANY_STATES:
+            return status, trans[:0], accepting[:0]
+        else:
+            return n_dfa, trans[:n_dfa], accepting[:n_dfa]
+
+
+@njit(cache=True)
+def live_states(trans, accepting):
+    """live[s]: an accepting state is reachable from s (trimming keeps exactly these)."""
+    n, n_letters = trans.shape
+    rev_ptr = np.zeros(n + 1, np.int64)
+    for s in range(n):
+        for a in range(n_letters):
+            if trans[s, a] >= 0:
+                rev_ptr[trans[s, a] + 1] += 1
+    for s in range(n):
+        rev_ptr[s + 1] += rev_ptr[s]
+    fill = rev_ptr[:-1].copy()
+    rev = np.empty(rev_ptr[n], np.int32)
+    for s in range(n):
+        for a in range(n_letters):
+            t = trans[s, a]
+            if t >= 0:
+                rev[fill[t]] = s
+                fill[t] += 1
+    live = accepting.copy()
+    stack = np.flatnonzero(accepting).astype(np.int32)
+    stack = np.concatenate((stack, np.empty(n, np.int32)))
+    top = np.int64(np.count_nonzero(accepting))
+    while top > 0:
+        top -= 1
+        t = stack[top]
+        for k in range(rev_ptr[t], rev_ptr[t + 1]):
+            s = rev[k]
+            if not live[s]:
+                live[s] = True
+                stack[top] = s
+                top += 1
+    return live
+
+
+# A refinable partition of 0..n-1 (Valmari and Lehtinen) packed in one int32 array P, so that
+# the helpers below pass one array (each array argument costs reference counting per call):
+# the elements of set s are P[ELEMS, P[FIRST, s]:P[PAST, s]], its marked ones in front
+# (P[MARKED, s] of them); P[LOC] is the inverse of P[ELEMS]; P[SET, e] is e's set; the first
+# P[COUNTS, TOUCHED_SETS] entries of P[TOUCHED] are the sets with marked elements.
+ELEMS, LOC, SET, FIRST, PAST, MARKED, TOUCHED, COUNTS = range(8)
+N_SETS, TOUCHED_SETS = 0, 1
+
+
+@njit(cache=True)
+def _partition(n):
+    """One set holding 0..n-1 (room for n sets)."""
+    P = np.zeros((8, max(n, 2)), np.int32)
+    P[ELEMS, :n] = np.arange(n)
+    P[LOC, :n] = np.arange(n)
+    P[PAST, 0] = n
+    P[COUNTS, N_SETS] = 1 if n > 0 else 0
+    return P
+
+
+@njit(cache=True, inline="always")
+def _mark(P, e):
+    s = P[SET, e]
+    i = P[LOC, e]
+    j = P[FIRST, s] + P[MARKED, s]
+    P[ELEMS, i] = P[ELEMS, j]
+    P[LOC, P[ELEMS, i]] = i
+    P[ELEMS, j] = e
+    P[LOC, e] = j
+    if P[MARKED, s] == 0:
+        P[TOUCHED, P[COUNTS, TOUCHED_SETS]] = s
+        P[COUNTS, TOUCHED_SETS] += 1
+    P[MARKED, s] += 1
+
+
+@njit(cache=True, inline="always")
+def _split(P):
+    """Split every touched set into its marked and unmarked parts; the smaller part gets a new id."""
+    while P[COUNTS, TOUCHED_SETS] > 0:
+        P[COUNTS, TOUCHED_SETS] -= 1
+        s = P[TOUCHED, P[COUNTS, TOUCHED_SETS]]
+        j = P[FIRST, s] + P[MARKED, s]
+        if j == P[PAST, s]:
+            P[MARKED, s] = 0
+            continue
+        z = P[COUNTS, N_SETS]
+        if P[MARKED, s] <= P[PAST, s] - j:
+            P[FIRST, z] = P[FIRST, s]
+            P[PAST, z] = j
+            P[FIRST, s] = j
+        else:
+            P[PAST, z] = P[PAST, s]
+            P[FIRST, z] = j
+            P[PAST, s] = j
+        for i in range(P[FIRST, z], P[PAST, z]):
+            P[SET, P[ELEMS, i]] = z
+        P[MARKED, s] = 0
+        P[MARKED, z] = 0
+        P[COUNTS, N_SETS] = z + 1
+
+
+@njit(cache=True)
+def minimal_blocks(trans, accepting, state_ids, n):
+    """Blocks of equivalent states of the automaton restricted to the states with
+    state_ids[s] >= 0 (numbered 0..n-1; edges to other states are ignored, as for dead ones).
+
+    Hopcroft's refinement in Valmari's formulation (O(m log n) for m edges, partial automata
+    allowed): blocks split by the sources of each "cord" (edges with one letter into one block),
+    cords split by the block of their target.  Returns block[compact id]."""
+    n_letters = trans.shape[1]
+    m = 0
+    for s in range(trans.shape[0]):
+        if state_ids[s] >= 0:
+            for a in range(n_letters):
+                t = trans[s, a]
+                if t >= 0 and state_ids[t] >= 0:
+                    m += 1
+    # edges sorted by letter (the initial cords), with incoming edges per state
+    tail = np.empty(m, np.int32)
+    head = np.empty(m, np.int32)
+    letter_ptr = np.zeros(n_letters + 1, np.int64)
+    in_ptr = np.zeros(n + 1, np.int64)
+    for s in range(trans.shape[0]):
+        if state_ids[s] >= 0:
+            for a in range(n_letters):
+                t = trans[s, a]
+                if t >= 0 and state_ids[t] >= 0:
+                    letter_ptr[a + 1] += 1
+                    in_ptr[state_ids[t] + 1] += 1
+    for a in range(n_letters):
+        letter_ptr[a + 1] += letter_ptr[a]
+    for q in range(n):
+        in_ptr[q + 1] += in_ptr[q]
+    incoming = np.empty(m, np.int32)
+    in_fill = in_ptr[:-1].copy()
+    fill = letter_ptr[:-1].copy()
+    for s in range(trans.shape[0]):
+        if state_ids[s] >= 0:
+            for a in range(n_letters):
+                t = trans[s, a]
+                if t >= 0 and state_ids[t] >= 0:
+                    e = fill[a]
+                    fill[a] += 1
+                    tail[e] = state_ids[s]
+                    head[e] = state_ids[t]
+                    incoming[in_fill[head[e]]] = e
+                    in_fill[head[e]] += 1
+
+    blocks = _partition(n)
+    for s in range(trans.shape[0]):
+        if state_ids[s] >= 0 and accepting[s]:
+            _mark(blocks, state_ids[s])
+    _split(blocks)
+
+    cords = _partition(m)
+    n_cords = 0
+    for a in range(n_letters):
+        if letter_ptr[a + 1] > letter_ptr[a]:
+            cords[FIRST, n_cords] = letter_ptr[a]
+            cords[PAST, n_cords] = letter_ptr[a + 1]
+            for e in range(letter_ptr[a], letter_ptr[a + 1]):
+                cords[SET, e] = n_cords
+            n_cords += 1
+    cords[COUNTS, N_SETS] = n_cords
+
+    b = 1  # one block of the initial split need not split the cords (Hopcroft's "all but one")
+    c = 0
+    while c < cords[COUNTS, N_SETS]:
+        for i in range(cords[FIRST, c], cords[PAST, c]):
+            _mark(blocks, tail[cords[ELEMS, i]])
+        _split(blocks)
+        c += 1
+        while b < blocks[COUNTS, N_SETS]:
+            for i in range(blocks[FIRST, b], blocks[PAST, b]):
+                q = blocks[ELEMS, i]
+                for k in range(in_ptr[q], in_ptr[q + 1]):
+                    _mark(cords, incoming[k])
+            _split(cords)
+            b += 1
+    return blocks[SET, :n], blocks[COUNTS, N_SETS]
+
+
+@njit(cache=True)
+def number_states(trans, accepting, block, n_blocks, class_lo, class_hi):
+    """The quotient automaton (states: blocks, read through any member; block[s] < 0 drops s)
+    numbered breadth-first from the block of state 0, visiting targets in letter order.
+
+    Returns (accepting[n], byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_index, ref_dst):
+    byte edges of adjacent classes with one target merged into one range, reference edges by
+    reference index (letter - number of classes)."""
+    n_classes = class_lo.shape[0]
+    n_letters = trans.shape[1]
+    member = np.full(n_blocks, -1, np.int32)
+    for s in range(trans.shape[0]):
+        if block[s] >= 0 and member[block[s]] < 0:
+            member[block[s]] = s
+    number = np.full(n_blocks, -1, np.int32)
+    order = np.empty(n_blocks, np.int32)
+    number[block[0]] = 0
+    order[0] = block[0]
+    count = 1
+    k = 0
+    while k < count:
+        s = member[order[k]]
+        k += 1
+        for a in range(n_letters):
+            t = trans[s, a]
+            if t >= 0 and block[t] >= 0 and number[block[t]] < 0:
+                number[block[t]] = count
+                order[count] = block[t]
+                count += 1
+
+    out_accepting = np.empty(count, np.bool_)
+    byte_ptr = np.zeros(count + 1, np.int64)
+    ref_ptr = np.zeros(count + 1, np.int64)
+    byte_lo = np.empty(count * n_classes, np.int32)
+    byte_hi = np.empty(count * n_classes, np.int32)
+    byte_dst = np.empty(count * n_classes, np.int32)
+    ref_index = np.empty(count * (n_letters - n_classes), np.int32)
+    ref_dst = np.empty(count * (n_letters - n_classes), np.int32)
+    n_bytes = 0
+    n_refs = 0
+    for k in range(count):
+        s = member[order[k]]
+        out_accepting[k] = accepting[s]
+        previous = -1
+        for a in range(n_letters):
+            t = trans[s, a]
+            target = number[block[t]] if t >= 0 and block[t] >= 0 else -1
+            if a < n_classes:
+                if target >= 0 and target == previous:
+                    byte_hi[n_bytes - 1] = class_hi[a]
+                elif target >= 0:
+                    byte_lo[n_bytes] = class_lo[a]
+                    byte_hi[n_bytes] = class_hi[a]
+                    byte_dst[n_bytes] = target
+                    n_bytes += 1
+                previous = target
+            elif target >= 0:
+                ref_index[n_refs] = a - n_classes
+                ref_dst[n_refs] = target
+                n_refs += 1
+        byte_ptr[k + 1] = n_bytes
+        ref_ptr[k + 1] = n_refs
+    return (out_accepting, byte_ptr, byte_lo[:n_bytes], byte_hi[:n_bytes], byte_dst[:n_bytes],
+            ref_ptr, ref_index[:n_refs], ref_dst[:n_refs])
+
+
+@njit(cache=True)
+def _by_source(n, edges):
+    """Edge rows sorted by their source (column 0): rows ptr[s]..ptr[s + 1] leave state s."""
+    ptr = np.zeros(n + 1, np.int64)
+    for e in range(edges.shape[0]):
+        ptr[edges[e, 0] + 1] += 1
+    for s in range(n):
+        ptr[s + 1] += ptr[s]
+    fill = ptr[:-1].copy()
+    out = np.empty_like(edges)
+    for e in range(edges.shape[0]):
+        row = fill[edges[e, 0]]
+        fill[edges[e, 0]] += 1
+        for c in range(edges.shape[1]):
+            out[row, c] = edges[e, c]
+    return ptr, out
+
+
+@njit(cache=True)
+def _no_automaton(status):
+    """construct's result when there is no automaton to number (the empty language, budgets)."""
+    ptr = np.zeros(1, np.int64)
+    none = np.empty(0, np.int32)
+    return status, np.zeros(0, np.bool_), ptr, none, none, none, ptr, none, none
+
+
+@njit(cache=True)
+def construct(n_nfa, start, final, eps_edges, byte_edges, code_point_edges, ref_edges, n_refs, max_states):
+    """NFA -> subset construction -> trim -> minimise -> breadth-first numbering.
+
+    The NFA has n_nfa states and edges given as rows: eps_edges (src, dst), byte_edges and
+    code_point_edges (src, lo, hi, dst; code-point ranges become UTF-8 byte paths here),
+    ref_edges (src, local reference index, dst).  Returns (status, number_states' arrays):
+    status is the number of states, 0 for the empty language (nothing accepting is reachable),
+    ERR_TOO_MANY_NFA_STATES or ERR_TOO_MANY_STATES (more than max_states NFA / DFA states)."""
+    n_nfa, paths = _expand_code_points(n_nfa, code_point_edges, max_states)
+    if n_nfa == ERR_TOO_MANY_NFA_STATES:
+        return _no_automaton(ERR_TOO_MANY_NFA_STATES)
+    byte_edges = np.concatenate((byte_edges, paths))
+    # byte classes: the intervals between consecutive edge boundaries, numbered in byte order
+    boundary = np.zeros(257, np.bool_)
+    boundary[0] = True
+    for e in range(byte_edges.shape[0]):
+        boundary[byte_edges[e, 1]] = True
+        boundary[byte_edges[e, 2] + 1] = True
+    class_of = np.empty(256, np.int32)
+    n_classes = -1
+    for b in range(256):
+        n_classes += boundary[b]
+        class_of[b] = n_classes
+    n_classes += 1
+    class_lo = np.flatnonzero(boundary[:256]).astype(np.int32)
+    class_hi = np.empty(n_classes, np.int32)
+    class_hi[:-1] = class_lo[1:] - 1
+    class_hi[-1] = 255
+
+    # letter edges (src, first letter, last letter, dst): byte classes, then references
+    n_bytes = byte_edges.shape[0]
+    edges = np.empty((n_bytes + ref_edges.shape[0], 4), np.int32)
+    for e in range(n_bytes):
+        edges[e, 0] = byte_edges[e, 0]
+        edges[e, 1] = class_of[byte_edges[e, 1]]
+        edges[e, 2] = class_of[byte_edges[e, 2]]
+        edges[e, 3] = byte_edges[e, 3]
+    for e in range(ref_edges.shape[0]):
+        edges[n_bytes + e, 0] = ref_edges[e, 0]
+        edges[n_bytes + e, 1] = n_classes + ref_edges[e, 1]
+        edges[n_bytes + e, 2] = n_classes + ref_edges[e, 1]
+        edges[n_bytes + e, 3] = ref_edges[e, 2]
+    edge_ptr, edges = _by_source(n_nfa, edges)
+    eps_ptr, eps_edges = _by_source(n_nfa, eps_edges)
+    eps_dst = eps_edges[:, 1].copy()
+
+    status, trans, accepting = subset_automaton(
+        start, final, eps_ptr, eps_dst, edge_ptr, edges, n_classes + n_refs, max_states
+    )
+    live = live_states(trans, accepting)
+    if status > 0 and not live[0]:
+        status = 0
+    if status <= 0:
+        return _no_automaton(status)
+    state_ids = np.full(trans.shape[0], -1, np.int32)
+    n_live = 0
+    for s in range(trans.shape[0]):
+        if live[s]:
+            state_ids[s] = n_live
+            n_live += 1
+    blocks, n_blocks = minimal_blocks(trans, accepting, state_ids, n_live)
+    block = np.full(trans.shape[0], -1, np.int32)
+    for s in range(trans.shape[0]):
+        if state_ids[s] >= 0:
+            block[s] = blocks[state_ids[s]]
+    out = number_states(trans, accepting, block, n_blocks, class_lo, class_hi)
+    return (out[0].shape[0],) + out
