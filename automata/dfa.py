@@ -131,9 +131,12 @@ class _Nfa:
                 self.eps_edges.append((loop, self._build(expr.item, loop)))
                 here = loop
             else:
+                # x{0,k} as (x (x ...)?)?: every optional copy skips straight to the end, so
+                # epsilon closures stay O(1) instead of spanning the remaining copies (which
+                # made subset construction quadratic in k)
                 for _ in range(expr.max - expr.min):
                     optional = self.new_states()
-                    self.eps_edges.append((optional, here))
+                    self.eps_edges.append((optional, end))
                     self.eps_edges.append((optional, self._build(expr.item, here)))
                     here = optional
             for _ in range(expr.min):

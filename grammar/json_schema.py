@@ -105,9 +105,10 @@ UNIQUE_ENUM_MAX = 8
 """uniqueItems is exact for items from an enum of at most this many values (2^n states)."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxItems 4096) are built from blocks (see `counted`)."""
-STRING_COUNT_BLOCK = 64
-"""Strings with only a length bound count characters directly up to this many, in blocks past it
-(each character a raw code point or a reference to one shared escape rule, ~8 states a count)."""
+STRING_COUNT_BLOCK = 1024
+"""Strings with only a length bound count characters directly up to this many, in a chain of
+rules of this many past it (each character a raw code point or a reference to one shared escape
+rule, ~8 states a count; see `chained`)."""
 SHORT_STRING = 64
 """Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
 ITEM_RULE_SIZE = 40
@@ -943,7 +944,7 @@ class _Compiler:
         if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
                 (fmt is None or format_dfa(fmt) is None):
             # only a length constraint: count characters, escapes as one shared rule
-            return seq(lit('"'), self.counted(self.json_char(), lo, hi, "string_block", STRING_COUNT_BLOCK),
+            return seq(lit('"'), self.chained(self.json_char(), lo, hi, "string_chars", STRING_COUNT_BLOCK),
                        lit('"'))
         try:
             dfa = string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
@@ -1002,6 +1003,29 @@ class _Compiler:
                 partial = self.rule_ref(hint, rep(item, 0, b - 1))
                 result = seq(at_least, alt(seq(self.counted(unit, 0, q - 1, hint, b), partial),
                                            seq(self.counted(unit, q, q, hint, b), rep(item, 0, r))))
+        self.memo[key] = result
+        return result
+
+    def chained(self, item: Expr, lo: int, hi: int | None, hint: str, block: int) -> Expr:
+        """item{lo,hi} as a chain: past `block` copies, item{block} then a call of a rule for
+        the rest, item{lo-block, hi-block} built the same way.
+
+        Unlike `counted`'s blocks, which a token leaves by returning from a rule (a step only the
+        real stack decides, so masks there defer every token that crosses), a chain is left by a
+        call at the end of a rule: tokens across the boundary stay context-independent.  The
+        chain's rules have one body shape, so their DFA is built once.
+        """
+        key = ("chained", item, lo, hi, block)
+        if key in self.memo:
+            return self.memo[key]
+        if max(lo, hi or 0) <= block:
+            result = rep(item, lo, hi)
+        else:
+            rest = self.rule_ref(hint, self.chained(item, max(lo - block, 0), None if hi is None else hi - block,
+                                                    hint, block))
+            result = seq(rep(item, block, block), rest)
+            if lo < block:
+                result = alt(rep(item, lo, block - 1), result)
         self.memo[key] = result
         return result
 

@@ -9,6 +9,7 @@ separately, as rejections the documentation promises.
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 import warnings
@@ -794,3 +795,41 @@ def test_witness_key_may_match_the_objects_patterns(compiler, tokenizer):
               "allOf": [{"patternProperties": {"b$": {"type": "integer"}}, "additionalProperties": False},
                         {"not": {"patternProperties": {"^cde": False}}}]}
     check(compiler, tokenizer, schema, [{"cdeb": 1}, {"cdeXb": 2}], [{}, {"cdeb": "x"}, {"cde": 1}, {"xb": 1}])
+
+
+def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer):
+    """Lengths past STRING_COUNT_BLOCK are a chain of rules: exact at and around each link, with
+    escapes and multi-byte characters counted as one character (jsonschema is the oracle)."""
+    from pushmask.grammar.json_schema import STRING_COUNT_BLOCK as B
+
+    lo, hi = B + 3, 2 * B + 5
+    around = [lo - 1, lo, B, B + 1, 2 * B - 1, 2 * B, 2 * B + 1, hi, hi + 1]
+    texts = [("ab\\\u00e9\u4e2d\U0001F600\"" * (n // 7 + 1))[:n] for n in around]
+    check(compiler, tokenizer, {"type": "string", "minLength": lo, "maxLength": hi},
+          [t for t in texts if lo <= len(t) <= hi], [t for t in texts if not lo <= len(t) <= hi])
+    # masks at and just before the last allowed character, checked token by token: a text token
+    # is allowed exactly when its bytes keep the string within the bound (brute force)
+    compiled = compiler.compile_json_schema({"type": "string", "maxLength": hi})
+    info = compiled.tokenizer_info
+    bitmask = pm.allocate_token_bitmask(1, info.vocab_size)
+    for left in (0, 3):
+        matcher = pm.GrammarMatcher(compiled)
+        assert matcher.accept_string('"' + "x" * (hi - left))
+        matcher.fill_next_token_bitmask(bitmask)
+        words = bitmask[0].numpy() if hasattr(bitmask, "numpy") else bitmask[0]
+        for token_id, raw in enumerate(info.decoded_vocab):
+            if not raw or info.is_special(token_id):
+                continue
+            allowed = bool(int(words[token_id // 32]) >> (token_id % 32) & 1)
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            try:
+                text = decoder.decode(raw, final=False)
+            except UnicodeDecodeError:
+                assert not allowed, (left, raw)
+                continue
+            body, quote, after = text.partition('"')
+            if "\\" in body or after:
+                continue  # escapes count differently; what follows the string is not this test's
+            chars = len(body) + (1 if decoder.getstate()[0] else 0)  # a started character counts
+            expected = all(c >= " " for c in body) and chars <= left and not (quote and decoder.getstate()[0])
+            assert allowed == expected, (left, raw)
