@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,31 +19,70 @@ from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, R
 from . import dfa_kernels
 
 
-@dataclass
 class RuleDfa:
-    """A DFA numbered in breadth-first order from its start state 0.
+    """A DFA numbered in breadth-first order from its start state 0, kept as flat int32 arrays
+    (what the kernel returns and `build_pda` concatenates; Python edge lists only when read):
 
-    byte_edges[s]: sorted, disjoint (lo, hi, target) byte ranges.
-    ref_edges[s]: (local reference index, target), sorted by reference index.
+    arrays = (accepting[n], byte_ptr[n+1], byte_lo, byte_hi, byte_dst, ref_ptr[n+1], ref_index,
+    ref_dst): state s's byte edges are byte_ptr[s]..byte_ptr[s+1] (sorted, disjoint ranges), its
+    reference edges ref_ptr[s]..ref_ptr[s+1] (sorted by local reference index).
+    byte_edges[s]: (lo, hi, target) triples; ref_edges[s]: (local reference index, target) pairs.
     refs: rule names by local reference index.
     """
 
-    accepting: list[bool]
-    byte_edges: list[list[tuple[int, int, int]]]
-    ref_edges: list[list[tuple[int, int]]]
-    refs: list[str]
+    def __init__(self, accepting: list[bool], byte_edges: list[list[tuple[int, int, int]]],
+                 ref_edges: list[list[tuple[int, int]]], refs: list[str]):
+        n = len(accepting)
+        byte_ptr = np.zeros(n + 1, dtype=np.int32)
+        byte_ptr[1:] = np.cumsum([len(edges) for edges in byte_edges])
+        ref_ptr = np.zeros(n + 1, dtype=np.int32)
+        ref_ptr[1:] = np.cumsum([len(edges) for edges in ref_edges])
+        flat_bytes = np.array([e for edges in byte_edges for e in edges], dtype=np.int32).reshape(-1, 3)
+        flat_refs = np.array([e for edges in ref_edges for e in edges], dtype=np.int32).reshape(-1, 2)
+        self.arrays = (np.array(accepting, dtype=np.int32), byte_ptr, *flat_bytes.T.copy(), ref_ptr,
+                       *flat_refs.T.copy())
+        self.refs = refs
+
+    @classmethod
+    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str]) -> RuleDfa:
+        dfa = cls.__new__(cls)
+        dfa.arrays = arrays
+        dfa.refs = refs
+        return dfa
 
     @property
     def num_states(self) -> int:
-        return len(self.accepting)
+        return len(self.arrays[0])
 
-    def signature(self) -> tuple:
-        """A hashable structural description (references by local index)."""
-        return (
-            tuple(self.accepting),
-            tuple(tuple(edges) for edges in self.byte_edges),
-            tuple(tuple(edges) for edges in self.ref_edges),
-        )
+    @property
+    def accepting(self) -> list[bool]:
+        return [bool(a) for a in self.arrays[0]]
+
+    @property
+    def byte_edges(self) -> list[list[tuple[int, int, int]]]:
+        _, ptr, lo, hi, dst, _, _, _ = self.arrays
+        edges = list(zip(lo.tolist(), hi.tolist(), dst.tolist()))
+        return [edges[ptr[s] : ptr[s + 1]] for s in range(self.num_states)]
+
+    @property
+    def ref_edges(self) -> list[list[tuple[int, int]]]:
+        _, _, _, _, _, ptr, index, dst = self.arrays
+        edges = list(zip(index.tolist(), dst.tolist()))
+        return [edges[ptr[s] : ptr[s + 1]] for s in range(self.num_states)]
+
+    def signature(self) -> bytes:
+        """A structural digest (references by local index): equal for equal automata."""
+        h = hashlib.blake2b(digest_size=16)
+        for array in self.arrays:
+            h.update(len(array).to_bytes(4, "little"))
+            h.update(np.ascontiguousarray(array, dtype=np.int32).tobytes())
+        return h.digest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RuleDfa) and self.refs == other.refs and self.signature() == other.signature()
+
+    def __repr__(self) -> str:
+        return f"RuleDfa(accepting={self.accepting}, byte_edges={self.byte_edges}, ref_edges={self.ref_edges}, refs={self.refs})"
 
 
 class _Nfa:
@@ -221,7 +259,7 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
         return dfa
     _dfa_cache.move_to_end(key)
     dfa, ref_positions = got
-    return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[i] for i in ref_positions])
+    return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions])
 
 
 def _structure_digest(body: Expr, ref_position: dict[str, int]) -> bytes:
@@ -291,15 +329,7 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
         if status == 0:
             # The empty language: one dead start state (callers reject empty grammars before this).
             return RuleDfa([False], [[]], [[]], refs)
-        accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (array.tolist() for array in arrays)
-        byte_edges = list(zip(lo, hi, dst))
-        ref_edges = list(zip(ref_index, ref_dst))
-        return RuleDfa(
-            accepting,
-            [byte_edges[byte_ptr[s] : byte_ptr[s + 1]] for s in range(status)],
-            [ref_edges[ref_ptr[s] : ref_ptr[s + 1]] for s in range(status)],
-            refs,
-        )
+        return RuleDfa.from_arrays(tuple(np.ascontiguousarray(array, dtype=np.int32) for array in arrays), refs)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -249,43 +249,35 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
         dfas.append(dfa)
 
     first = np.zeros(len(names) + 1, dtype=np.int32)
-    for i, dfa in enumerate(dfas):
-        first[i + 1] = first[i] + dfa.num_states
-    n_states = int(first[-1])
-    state_rule = np.empty(n_states, dtype=np.int32)
-    state_accept = np.zeros(n_states, dtype=np.int32)
-    byte_ptr = np.zeros(n_states + 1, dtype=np.int32)
-    ref_ptr = np.zeros(n_states + 1, dtype=np.int32)
-    byte_lo, byte_hi, byte_dst, ref_rule, ref_dst = [], [], [], [], []
+    np.cumsum([dfa.num_states for dfa in dfas], out=first[1:])
+    state_rule = np.repeat(np.arange(len(names), dtype=np.int32), np.diff(first))
+    # concatenate the rules' flat arrays: targets shift by the rule's first state, edge pointers
+    # by the edges before it, local reference indices become global rule numbers
+    accept_parts, byte_ptr_parts, lo_parts, hi_parts, byte_dst_parts = [], [np.zeros(1, np.int32)], [], [], []
+    ref_ptr_parts, ref_rule_parts, ref_dst_parts = [np.zeros(1, np.int32)], [], []
+    n_bytes = n_refs = 0
     for r, dfa in enumerate(dfas):
+        accepting, byte_ptr, lo, hi, byte_dst, ref_ptr, ref_index, ref_dst = dfa.arrays
         base = int(first[r])
-        for s in range(dfa.num_states):
-            g = base + s
-            state_rule[g] = r
-            state_accept[g] = dfa.accepting[s]
-            for lo, hi, t in dfa.byte_edges[s]:
-                byte_lo.append(lo)
-                byte_hi.append(hi)
-                byte_dst.append(base + t)
-            for ref_index, t in dfa.ref_edges[s]:
-                ref_rule.append(index[dfa.refs[ref_index]])
-                ref_dst.append(base + t)
-            byte_ptr[g + 1] = len(byte_lo)
-            ref_ptr[g + 1] = len(ref_rule)
+        accept_parts.append(accepting)
+        byte_ptr_parts.append(byte_ptr[1:] + n_bytes)
+        lo_parts.append(lo)
+        hi_parts.append(hi)
+        byte_dst_parts.append(byte_dst + base)
+        ref_ptr_parts.append(ref_ptr[1:] + n_refs)
+        ref_rule_parts.append(np.array([index[name] for name in dfa.refs], dtype=np.int32)[ref_index]
+                              if len(ref_index) else ref_index)
+        ref_dst_parts.append(ref_dst + base)
+        n_bytes += len(lo)
+        n_refs += len(ref_index)
 
-    sections = [
-        state_accept,
-        byte_ptr,
-        np.array(byte_lo, dtype=np.int32),
-        np.array(byte_hi, dtype=np.int32),
-        np.array(byte_dst, dtype=np.int32),
-        ref_ptr,
-        np.array(ref_rule, dtype=np.int32),
-        np.array(ref_dst, dtype=np.int32),
-        first[:-1],
-        _follow_bytes(dfas, index).reshape(-1),
-        state_rule,
-    ]
+    def joined(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
+
+    sections = [joined(accept_parts), joined(byte_ptr_parts), joined(lo_parts), joined(hi_parts),
+                joined(byte_dst_parts), joined(ref_ptr_parts), joined(ref_rule_parts), joined(ref_dst_parts),
+                first[:-1]]
+    sections += [_follow_bytes(len(names), *sections).reshape(-1), state_rule]
     sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
         rule_names=names,
@@ -307,65 +299,71 @@ def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[n
     return ptr, pairs[1].astype(np.int32)
 
 
-def _follow_bytes(dfas: list[RuleDfa], index: dict[str, int]) -> np.ndarray:
-    """FOLLOW sets over bytes: which bytes may be consumed right after each rule ends.
+@njit(cache=True)
+def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start):
+    """FOLLOW sets over bytes: out[r, b] = 1 when byte b may be consumed right after rule r ends.
 
     A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
-    every context, so the offline mask can decide it instead of leaving it uncertain.
-    Byte sets are Python ints used as 256-bit sets.
+    every context, so the offline mask can decide it instead of leaving it uncertain.  Three
+    fixpoints over the packed tables (states swept in reverse: targets mostly come later in the
+    breadth-first numbering, so a sweep carries a chain whole): nullable[s] (s can end its rule
+    without a byte), first[s] (bytes consumable first from s, entering callees), then follow.
     """
-    n = len(dfas)
-    callees = [[[(index[dfa.refs[r]], t) for r, t in dfa.ref_edges[s]] for s in range(dfa.num_states)] for dfa in dfas]
-    # nullable[r][s]: the rule can finish from state s without consuming a byte.
-    nullable = [list(dfa.accepting) for dfa in dfas]
+    n = accept.shape[0]
+    nullable = accept != 0
     changed = True
     while changed:
         changed = False
-        for r, dfa in enumerate(dfas):
-            row = nullable[r]
-            for s in range(dfa.num_states):
-                if not row[s] and any(nullable[c][0] and row[t] for c, t in callees[r][s]):
-                    row[s] = True
+        for s in range(n - 1, -1, -1):
+            if nullable[s]:
+                continue
+            for e in range(ref_ptr[s], ref_ptr[s + 1]):
+                if nullable[rule_start[ref_rule[e]]] and nullable[ref_dst[e]]:
+                    nullable[s] = True
                     changed = True
-    # first[r][s]: bytes consumable first from state s of rule r (entering callees as needed).
-    first = []
-    for dfa in dfas:
-        rows = []
-        for edges in dfa.byte_edges:
-            bits = 0
-            for lo, hi, _ in edges:
-                bits |= ((1 << (hi - lo + 1)) - 1) << lo
-            rows.append(bits)
-        first.append(rows)
-    with_refs = [(r, s) for r, dfa in enumerate(dfas) for s in range(dfa.num_states) if callees[r][s]]
+                    break
+    first = np.zeros((n, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
+    for s in range(n):
+        for e in range(byte_ptr[s], byte_ptr[s + 1]):
+            for b in range(byte_lo[e], byte_hi[e] + 1):
+                first[s, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
     changed = True
     while changed:
         changed = False
-        for r, s in with_refs:
-            bits = first[r][s]
-            for c, t in callees[r][s]:
-                bits |= first[c][0]
-                if nullable[c][0]:
-                    bits |= first[r][t]
-            if bits != first[r][s]:
-                first[r][s] = bits
-                changed = True
-    follow = [0] * n
+        for s in range(n - 1, -1, -1):
+            for e in range(ref_ptr[s], ref_ptr[s + 1]):
+                callee = rule_start[ref_rule[e]]
+                for w in range(4):
+                    bits = first[s, w] | first[callee, w]
+                    if nullable[callee]:
+                        bits |= first[ref_dst[e], w]
+                    if bits != first[s, w]:
+                        first[s, w] = bits
+                        changed = True
+    follow = np.zeros((n_rules, 4), dtype=np.uint64)
+    state_rule = np.empty(n, dtype=np.int64)
+    for r in range(n_rules):
+        end = rule_start[r + 1] if r + 1 < n_rules else n
+        state_rule[rule_start[r] : end] = r
     changed = True
     while changed:
         changed = False
-        for r, s in with_refs:
-            for c, t in callees[r][s]:
-                bits = follow[c] | first[r][t]
-                if nullable[r][t]:
-                    bits |= follow[r]
-                if bits != follow[c]:
-                    follow[c] = bits
-                    changed = True
-    out = np.zeros((n, 256), dtype=np.int32)
-    for r, bits in enumerate(follow):
-        if bits:
-            out[r] = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+        for s in range(n):
+            r = state_rule[s]
+            for e in range(ref_ptr[s], ref_ptr[s + 1]):
+                c = ref_rule[e]
+                t = ref_dst[e]
+                for w in range(4):
+                    bits = follow[c, w] | first[t, w]
+                    if nullable[t]:
+                        bits |= follow[r, w]
+                    if bits != follow[c, w]:
+                        follow[c, w] = bits
+                        changed = True
+    out = np.zeros((n_rules, 256), dtype=np.int32)
+    for r in range(n_rules):
+        for b in range(256):
+            out[r, b] = (follow[r, b >> 6] >> np.uint64(b & 63)) & np.uint64(1)
     return out
 
 
@@ -378,7 +376,7 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
     n = len(dfas)
     succ = [[index[name] for name in dfa.refs] for dfa in dfas]
     component = _strongly_connected_components(succ)
-    signature = [repr(dfa.signature()).encode() for dfa in dfas]
+    signature = [dfa.signature() for dfa in dfas]
     keys: list[str | None] = [None] * n
 
     def key_of(r: int) -> str:

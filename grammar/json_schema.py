@@ -944,8 +944,11 @@ class _Compiler:
         if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
                 (fmt is None or format_dfa(fmt) is None):
             # only a length constraint: count characters, escapes as one shared rule
-            return seq(lit('"'), self.chained(self.json_char(), lo, hi, "string_chars", STRING_COUNT_BLOCK),
-                       lit('"'))
+            key = ("string_chars", lo, hi)
+            if key not in self.memo:  # one rule per length bound: shared by its strings, not inlined
+                self.memo[key] = self.rule_ref("string_chars", self.chained(self.json_char(), lo, hi, "string_chars",
+                                                                            STRING_COUNT_BLOCK))
+            return seq(lit('"'), self.memo[key], lit('"'))
         try:
             dfa = string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
                              pointer=pointer)
