@@ -18,7 +18,7 @@ SURROGATES = (0xD800, 0xDFFF)
 class Expr:
     """Base class of IR expressions."""
 
-    __slots__ = ("_hash",)  # computed on first use (`_hash_once`); not part of the value
+    __slots__ = ("_hash", "_refs")  # computed on first use (`_hash_once`, `iter_refs`); not part of the value
 
 
 def _hash_once(cls):
@@ -257,7 +257,13 @@ def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr
 def iter_refs(expr: Expr) -> Iterator[str]:
     """Names of the rules referenced inside `expr`, in a fixed order.  A sub-expression shared by
     several parents (a DAG, as the JSON Schema compiler builds) is visited once, so the walk is
-    linear in the expression's size; a name can still come up more than once."""
+    linear in the expression's size; a name can still come up more than once.  The names are
+    kept on `expr` (every normalisation pass asks again for the same rule bodies)."""
+    try:
+        return iter(expr._refs)
+    except AttributeError:  # not walked yet (or unpickled: the slot is not pickled)
+        pass
+    names = []
     stack = [expr]
     seen: set[int] = set()
     while stack:
@@ -266,11 +272,13 @@ def iter_refs(expr: Expr) -> Iterator[str]:
             continue
         seen.add(id(node))
         if isinstance(node, Ref):
-            yield node.name
+            names.append(node.name)
         elif isinstance(node, (Seq, Alt)):
             stack.extend(node.items)
         elif isinstance(node, Repeat):
             stack.append(node.item)
+    object.__setattr__(expr, "_refs", tuple(names))
+    return iter(expr._refs)
 
 
 def to_text(expr: Expr) -> str:

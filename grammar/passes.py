@@ -581,28 +581,61 @@ TINY_RULE_SIZE = 6  # rules this small are inlined wherever they are used
 MAX_INLINED_SIZE = 256  # bigger single-use rules stay rules, which keeps bodies shallow
 
 
-def expr_size(expr: Expr) -> int:
+def _copies(repeat: Repeat) -> int:
+    """How many copies of its item a bounded repetition's automaton holds (min when unbounded)."""
+    return max(1, repeat.max if repeat.max is not None else repeat.min)
+
+
+def expr_size(expr: Expr, memo: dict[int, tuple[Expr, int]] | None = None) -> int:
     """Rough size of an expression's automaton (nodes; an automaton counts its edges, a bounded
-    repetition its copies)."""
-    if isinstance(expr, (Seq, Alt)):
-        return 1 + sum(expr_size(item) for item in expr.items)
-    if isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
-        return 1 + expr_size(expr.item) * max(1, expr.max if expr.max is not None else expr.min)
-    if isinstance(expr, CharFsm):
-        return 1 + len(expr.transitions)
-    return 1
+    repetition its copies).  Counted as a tree, but each shared node is visited once (the JSON
+    Schema compiler builds DAGs whose tree size is exponential); `memo` may be shared across calls
+    over unchanged expressions."""
+    memo = {} if memo is None else memo
+
+    def size(node: Expr) -> int:
+        got = memo.get(id(node))
+        if got is not None:
+            return got[1]
+        if isinstance(node, (Seq, Alt)):
+            value = 1 + sum(size(item) for item in node.items)
+        elif isinstance(node, Repeat):
+            value = 1 + size(node.item) * _copies(node)
+        elif isinstance(node, CharFsm):
+            value = 1 + len(node.transitions)
+        else:
+            value = 1
+        memo[id(node)] = (node, value)  # holding the node keeps its id from being reused
+        return value
+
+    return size(expr)
 
 
-def _ref_copies(expr: Expr, copies: int = 1):
-    """(rule name, automaton copies) per reference: inside x{m,n} a reference is built n times
-    (m if unbounded), so inlining its body there would copy the body that often."""
-    if isinstance(expr, Ref):
-        yield expr.name, copies
-    elif isinstance(expr, (Seq, Alt)):
-        for item in expr.items:
-            yield from _ref_copies(item, copies)
-    elif isinstance(expr, Repeat):
-        yield from _ref_copies(expr.item, copies * max(1, expr.max if expr.max is not None else expr.min))
+def _ref_copies(expr: Expr) -> dict[str, int]:
+    """Automaton copies per referenced rule name: inside x{m,n} a reference is built n times (m
+    if unbounded), so inlining its body there would copy the body that often.  Shared nodes are
+    counted once per path but computed once."""
+    memo: dict[int, tuple[Expr, dict[str, int]]] = {}
+
+    def copies(node: Expr) -> dict[str, int]:
+        got = memo.get(id(node))
+        if got is not None:
+            return got[1]
+        if isinstance(node, Ref):
+            value = {node.name: 1}
+        elif isinstance(node, (Seq, Alt)):
+            value = {}
+            for item in node.items:
+                for name, n in copies(item).items():
+                    value[name] = value.get(name, 0) + n
+        elif isinstance(node, Repeat):
+            value = {name: n * _copies(node) for name, n in copies(node.item).items()}
+        else:
+            value = {}
+        memo[id(node)] = (node, value)
+        return value
+
+    return copies(expr)
 
 
 def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
@@ -617,10 +650,11 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     users: dict[str, set[str]] = {name: set() for name in rules}
     uses: dict[str, int] = {name: 0 for name in rules}
     for name, body in rules.items():
-        for target, copies in _ref_copies(body):
+        for target, copies in _ref_copies(body).items():
             uses[target] += copies
             users[target].add(name)
     recursive = {name for component in _cyclic_components(graph) for name in component}
+    size_memo: dict = {}
 
     # Leaves first, so a rule's body is final before it is copied into its users (which are
     # processed later, so their own `users` entries never need updating).
@@ -629,7 +663,7 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
         if len(component) > 1 or name in recursive or name == grammar.root:
             continue
         body = rules[name]
-        size = expr_size(body)
+        size = expr_size(body, size_memo)
         if size <= tiny or (uses[name] == 1 and size <= MAX_INLINED_SIZE):
             for user in users[name]:
                 rules[user] = map_refs(rules[user], lambda r, n=name, b=body: b if r.name == n else r)
