@@ -55,7 +55,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from . import string_kernels
+from . import string_kernels, subset_kernels
 from .errors import SchemaError, UnsupportedSchemaError
 from .ir import (
     MAX_CODE_POINT, SURROGATES, CharClass, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep,
@@ -665,47 +665,57 @@ class _Nfa:
 
 
 def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
-    """Subset construction. A subset element is (nfa_state, after_eol): after a '$' nothing
-    more may be read, and '^' only holds before the first character."""
+    """Subset construction (numba, `subset_kernels`), minimised.
 
-    def closure(items, at_start: bool):
-        seen = set(items)
-        stack = list(items)
-        while stack:
-            s, eol = stack.pop()
-            for kind, t in nfa.eps[s]:
-                if kind == "bol" and not at_start:
+    Anchors become plain epsilon edges of a larger NFA, four copies of the pattern's: state
+    (phase, after_eol, s).  Phase 0 is before the first character, where '^' edges hold; any
+    character leads into phase 1, which has no '^' edges.  After a '$' (after_eol = 1) nothing
+    more may be read.  One extra state, reached from every copy of `accept`, is the final one.
+    Letters are the code-point intervals between consecutive edge boundaries.
+    """
+    n = len(nfa.eps)
+    final = 4 * n
+
+    def state(phase: int, eol: int, s: int) -> int:
+        return (2 * phase + eol) * n + s
+
+    eps: list[tuple[int, int]] = []
+    for s, edges in enumerate(nfa.eps):
+        for kind, t in edges:
+            for phase in (0, 1):
+                if kind == "bol" and phase == 1:
                     continue
-                item = (t, eol or kind == "eol")
-                if item not in seen:
-                    seen.add(item)
-                    stack.append(item)
-        return frozenset(seen)
-
-    def step(key):
-        edges = sorted((lo, hi, t) for s, eol in key if not eol for ranges, t in nfa.char_edges[s] for lo, hi in ranges)
-        if not edges:
-            return
-        points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
-        closures: dict = {}  # targets -> their closure, for this step
-        active: list = []  # (hi, target) of the edges covering the current interval
-        k = 0
-        for i in range(len(points) - 1):
-            lo, hi = points[i], points[i + 1] - 1
-            active = [(b, t) for b, t in active if b >= lo]
-            while k < len(edges) and edges[k][0] <= lo:  # each edge covers whole intervals
-                active.append((edges[k][1], edges[k][2]))
-                k += 1
-            if active:
-                targets = frozenset((t, False) for _, t in active)
-                if targets not in closures:
-                    closures[targets] = closure(targets, False)
-                yield lo, hi, closures[targets]
-
-    def is_final(key):
-        return any(s == accept for s, _ in key)
-
-    return Dfa.explore(closure([(start, False)], True), step, is_final, budget, "pattern automaton").minimize()
+                for eol in (0, 1):
+                    eps.append((state(phase, eol, s), state(phase, 1 if kind == "eol" else eol, t)))
+    eps += [(state(phase, eol, accept), final) for phase in (0, 1) for eol in (0, 1)]
+    char = [(s, lo, hi, t) for s, edges in enumerate(nfa.char_edges) for ranges, t in edges for lo, hi in ranges]
+    char_edges = np.array(char, dtype=np.int64).reshape(-1, 4)
+    bounds = np.unique(np.concatenate([char_edges[:, 1], char_edges[:, 2] + 1]))
+    letters = np.empty((2 * len(char), 4), dtype=np.int32)
+    for phase in (0, 1):  # from (phase, 0, s) to (1, 0, t)
+        rows = letters[phase * len(char) : (phase + 1) * len(char)]
+        rows[:, 0] = state(phase, 0, 0) + char_edges[:, 0]
+        rows[:, 1] = np.searchsorted(bounds, char_edges[:, 1])
+        rows[:, 2] = np.searchsorted(bounds, char_edges[:, 2] + 1) - 1
+        rows[:, 3] = state(1, 0, 0) + char_edges[:, 3]
+    eps_ptr, eps_rows = subset_kernels.by_source(4 * n + 1, np.array(eps, dtype=np.int32).reshape(-1, 2))
+    edge_ptr, edge_rows = subset_kernels.by_source(4 * n + 1, letters)
+    status, trans, accepting = subset_kernels.subset_automaton(
+        state(0, 0, start), final, eps_ptr, eps_rows[:, 1].copy(), edge_ptr, edge_rows, max(len(bounds) - 1, 0), budget)
+    if status == subset_kernels.ERR_TOO_MANY_STATES:
+        raise _Budget("pattern automaton", budget)
+    # dense table -> runs of equal targets over consecutive letters, as code-point edges
+    source, letter = np.nonzero(trans >= 0)
+    target = trans[source, letter]
+    new_run = np.ones(len(source), dtype=bool)
+    new_run[1:] = (source[1:] != source[:-1]) | (letter[1:] != letter[:-1] + 1) | (target[1:] != target[:-1])
+    run_start = np.flatnonzero(new_run)
+    run_end = np.append(run_start[1:], len(source)) - 1
+    count = np.bincount(source[run_start], minlength=status).astype(np.int64)
+    dfa = Dfa._of_arrays(np.cumsum(count) - count, count, bounds[letter[run_start]].astype(np.int64),
+                         bounds[letter[run_end] + 1].astype(np.int64) - 1, target[run_start].astype(np.int64),
+                         accepting.astype(np.bool_))
+    return dfa.minimize()
 
 
 @lru_cache(maxsize=256)
