@@ -202,9 +202,11 @@ class _Nfa:
         return first + initial
 
 
-FSM_LAYOUTS = 4096
-"""CharFsm layouts kept per process (least recently used first out)."""
+FSM_LAYOUT_TRANSITIONS = 1_000_000
+"""Transitions of the CharFsm layouts kept per process (least recently used first out): an entry
+holds its automaton alive, and key-exclusion automata have tens of thousands of transitions."""
 _fsm_layouts: OrderedDict[int, tuple[CharFsm, tuple[int, np.ndarray, list[int], int]]] = OrderedDict()
+_fsm_layout_transitions = 0
 
 
 def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
@@ -212,6 +214,7 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
     automaton's states renumbered 0.. in increasing order (finals that no transition or the
     initial state mentions are dropped).  Cached per object: regex and key-exclusion automata
     have up to tens of thousands of transitions, and string automata recur in many rules."""
+    global _fsm_layout_transitions
     got = _fsm_layouts.get(id(fsm))
     if got is not None and got[0] is fsm:
         _fsm_layouts.move_to_end(id(fsm))
@@ -223,9 +226,12 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
     number = {q: i for i, q in enumerate(states.tolist())}
     finals = sorted(number[q] for q in fsm.finals if q in number)
     layout = (len(states), transitions, finals, number[fsm.initial])
+    if got is not None:  # a dead automaton's id reused: drop its entry
+        _fsm_layout_transitions -= len(_fsm_layouts.pop(id(fsm))[1][1])
     _fsm_layouts[id(fsm)] = (fsm, layout)  # holding fsm keeps its id from being reused
-    if len(_fsm_layouts) > FSM_LAYOUTS:
-        _fsm_layouts.popitem(last=False)
+    _fsm_layout_transitions += len(transitions)
+    while _fsm_layout_transitions > FSM_LAYOUT_TRANSITIONS and len(_fsm_layouts) > 1:
+        _fsm_layout_transitions -= len(_fsm_layouts.popitem(last=False)[1][1][1])
     return layout
 
 
@@ -298,10 +304,11 @@ def _structure_digest(body: Expr, ref_position: dict[str, int]) -> bytes:
 
 def clear_dfa_cache() -> None:
     """Forget every cached rule DFA and automaton layout (for cold-start measurements)."""
-    global _dfa_cache_states
+    global _dfa_cache_states, _fsm_layout_transitions
     _dfa_cache.clear()
     _dfa_cache_states = 0
     _fsm_layouts.clear()
+    _fsm_layout_transitions = 0
 
 
 def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
@@ -329,7 +336,8 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
         if status == 0:
             # The empty language: one dead start state (callers reject empty grammars before this).
             return RuleDfa([False], [[]], [[]], refs)
-        return RuleDfa.from_arrays(tuple(np.ascontiguousarray(array, dtype=np.int32) for array in arrays), refs)
+        # copies: the kernel returns slices of its larger work buffers, which a view would keep alive
+        return RuleDfa.from_arrays(tuple(np.array(array, dtype=np.int32) for array in arrays), refs)
     finally:
         if gc_was_enabled:
             gc.enable()
