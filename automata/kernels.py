@@ -244,10 +244,16 @@ def closure(pda, pool, ws, start, n_raw, max_tops, limit):
     size = ws[3]
     ws[0] += 1
     epoch = ws[0]
+    byte_ptr = pda[PDA_BYTE_PTR]
     n = 0
     for i in range(n_raw):
         s = ws[bs + start + i]
         p = ws[bp + start + i]
+        # A top that can only end its rule (no edge left) stands for its return: the kernel then
+        # names a state whose stored mask decides tokens, not one that defers them all to the stack.
+        while (p >= 0 and pda[accept + s] != 0 and pda[byte_ptr + s] == pda[byte_ptr + s + 1]
+               and pda[ref_ptr + s] == pda[ref_ptr + s + 1]):
+            s, p = pool[POOL_HEADER + p], pool[POOL_HEADER + pool[1] + p]
         if _seen_insert(ws, seen, size, epoch, s, p):
             ws[bs + start + n] = s
             ws[bp + start + n] = p
