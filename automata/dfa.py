@@ -292,8 +292,13 @@ def _structure_digest(body: Expr, ref_position: dict[str, int]) -> bytes:
             data = b"R" + str(ref_position[node.name]).encode()
         elif isinstance(node, (ByteClass, CharClass)):
             data = (b"Y" if isinstance(node, ByteClass) else b"C") + repr(node.ranges).encode()
-        elif isinstance(node, CharFsm):
-            data = b"F" + repr((node.initial, sorted(node.finals), node.transitions)).encode()
+        elif isinstance(node, CharFsm):  # no references inside: its digest is kept on it
+            try:
+                data = node._digest
+            except AttributeError:
+                data = b"F" + hashlib.blake2b(repr((node.initial, sorted(node.finals), node.transitions)).encode(),
+                                              digest_size=16).digest()
+                object.__setattr__(node, "_digest", data)
         else:
             raise TypeError(f"not an IR expression: {node!r}")
         got = memo[id(node)] = hashlib.blake2b(data, digest_size=16).digest()

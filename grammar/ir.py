@@ -18,7 +18,9 @@ SURROGATES = (0xD800, 0xDFFF)
 class Expr:
     """Base class of IR expressions."""
 
-    __slots__ = ("_hash", "_refs")  # computed on first use (`_hash_once`, `iter_refs`); not part of the value
+    # computed on first use (`_hash_once`, `iter_refs`, automata/dfa.py's structure digest of a
+    # CharFsm); not part of the value
+    __slots__ = ("_hash", "_refs", "_digest")
 
 
 def _hash_once(cls):
