@@ -117,6 +117,14 @@ class GrammarCompiler:
             scratch = self._thread_local.slice_scratch = new_slice_scratch()
         return scratch
 
+    def _uncertain_scratch(self) -> np.ndarray:
+        """This thread's buffer for a walk's uncertain positions (one per trie position; reused,
+        as a fresh 0.5 MB array costs a map and page faults on every first visit)."""
+        scratch = getattr(self._thread_local, "uncertain_scratch", None)
+        if scratch is None:
+            scratch = self._thread_local.uncertain_scratch = np.empty(len(self.trie), dtype=np.int32)
+        return scratch
+
     def clear_cache(self) -> None:
         """Forget the masks held in memory (a disk cache keeps its files)."""
         with self._lock:
@@ -262,7 +270,7 @@ class CompiledGrammar:
                 bucketed_ranges.append(trie.bucketed_range(s, f, g))
         main_ranges.append((trie.region_start[OTHER], trie.region_start[OTHER + 1]))
         accepted = np.empty(len(words) + 3, dtype=np.int32)  # past this a list is never the smallest form
-        uncertain = np.empty(len(trie), dtype=np.int32)
+        uncertain = self.compiler._uncertain_scratch()
         counts = np.zeros(3, dtype=np.int64)
         for order, position_of, ranges in ((trie, trie.all_positions, main_ranges),
                                            (trie.bucketed, trie.bucketed_position, bucketed_ranges)):
