@@ -4,6 +4,10 @@ Rule references are letters of the alphabet like bytes: a DFA state has at most 
 referenced rule.  References are numbered locally (order of first appearance in the body), so the
 construction never depends on rule names and two rules with the same body and the same referenced
 rules produce the same DFA, which is what lets masks be shared across grammars.
+
+Alternations of many literals (enums, word lists, property names) enter the NFA as a trie, built
+in linear time and already deterministic, so their size is bounded by the literals' bytes
+instead of by the determinisation budget (see _Nfa._build_trie).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import gc
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,23 +23,68 @@ from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, R
 from . import dfa_kernels
 
 
-@dataclass
 class RuleDfa:
-    """A DFA numbered in breadth-first order from its start state 0.
+    """A DFA numbered in breadth-first order from its start state 0, held as the flat arrays the
+    kernels return (`arrays`: accepting[n], byte_ptr[n + 1], byte_lo, byte_hi, byte_dst,
+    ref_ptr[n + 1], ref_index, ref_dst), so that automata of hundreds of thousands of states
+    (big literal sets) are packed into the PDA without a Python object per edge.
 
+    The per-state lists are built on first use:
     byte_edges[s]: sorted, disjoint (lo, hi, target) byte ranges.
     ref_edges[s]: (local reference index, target), sorted by reference index.
     refs: rule names by local reference index.
     """
 
-    accepting: list[bool]
-    byte_edges: list[list[tuple[int, int, int]]]
-    ref_edges: list[list[tuple[int, int]]]
-    refs: list[str]
+    def __init__(self, accepting: list[bool], byte_edges: list[list[tuple[int, int, int]]],
+                 ref_edges: list[list[tuple[int, int]]], refs: list[str]):
+        self._lists: tuple | None = (list(accepting), byte_edges, ref_edges)
+        self._arrays: tuple[np.ndarray, ...] | None = None
+        self.refs = refs
+
+    @classmethod
+    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str]) -> "RuleDfa":
+        dfa = cls.__new__(cls)
+        dfa._lists, dfa._arrays, dfa.refs = None, tuple(arrays), refs
+        return dfa
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        if self._arrays is None:
+            accepting, byte_edges, ref_edges = self._lists
+            byte_rows = [edge for edges in byte_edges for edge in edges]
+            ref_rows = [edge for edges in ref_edges for edge in edges]
+            byte_cols = np.array(byte_rows, dtype=np.int32).reshape(-1, 3).T
+            ref_cols = np.array(ref_rows, dtype=np.int32).reshape(-1, 2).T
+            self._arrays = (np.array(accepting, dtype=np.bool_),
+                            np.cumsum([0] + [len(edges) for edges in byte_edges]), *byte_cols,
+                            np.cumsum([0] + [len(edges) for edges in ref_edges]), *ref_cols)
+        return self._arrays
+
+    def _edge_lists(self) -> tuple:
+        if self._lists is None:
+            accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (a.tolist() for a in self._arrays)
+            byte_edges = list(zip(lo, hi, dst))
+            ref_edges = list(zip(ref_index, ref_dst))
+            n = len(accepting)
+            self._lists = (accepting, [byte_edges[byte_ptr[s]: byte_ptr[s + 1]] for s in range(n)],
+                           [ref_edges[ref_ptr[s]: ref_ptr[s + 1]] for s in range(n)])
+        return self._lists
+
+    @property
+    def accepting(self) -> list[bool]:
+        return self._edge_lists()[0]
+
+    @property
+    def byte_edges(self) -> list[list[tuple[int, int, int]]]:
+        return self._edge_lists()[1]
+
+    @property
+    def ref_edges(self) -> list[list[tuple[int, int]]]:
+        return self._edge_lists()[2]
 
     @property
     def num_states(self) -> int:
-        return len(self.accepting)
+        return len(self._arrays[0]) if self._arrays is not None else len(self._lists[0])
 
     def signature(self) -> tuple:
         """A hashable structural description (references by local index)."""
@@ -45,6 +93,24 @@ class RuleDfa:
             tuple(tuple(edges) for edges in self.byte_edges),
             tuple(tuple(edges) for edges in self.ref_edges),
         )
+
+    def digest(self) -> bytes:
+        """A digest of the structure (references by local index): equal for equal automata."""
+        h = hashlib.blake2b(digest_size=16)
+        for array in self.arrays:
+            h.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+            h.update(b"|")
+        return h.digest()
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, RuleDfa):
+            return NotImplemented
+        return self.refs == other.refs and all(np.array_equal(a, b) for a, b in zip(self.arrays, other.arrays))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"RuleDfa(states={self.num_states}, refs={self.refs})"
 
 
 class _Nfa:
@@ -61,10 +127,11 @@ class _Nfa:
         self.ref_index: dict[str, int] = {}
         self.memo: dict[tuple[int, int], tuple[int, Expr]] = {}
         self.max_states = max_states
+        self.trie_states = 0  # states of literal tries (see _build_trie), outside max_states
 
     def new_states(self, count: int = 1) -> int:
         """The first of `count` fresh states."""
-        if self.num_states + count > self.max_states:
+        if self.num_states - self.trie_states + count > self.max_states:
             raise _nfa_budget_error(self.max_states)
         self.num_states += count
         return self.num_states - count
@@ -120,8 +187,13 @@ class _Nfa:
             return here
         if isinstance(expr, Alt):
             start = self.new_states()
+            literals = [item.value for item in expr.items if isinstance(item, Bytes)]
+            trie = len(literals) >= TRIE_MIN_LITERALS
+            if trie:
+                self._build_trie(start, literals, end)
             for item in expr.items:
-                self.eps_edges.append((start, self.build(item, end)))
+                if not (trie and isinstance(item, Bytes)):
+                    self.eps_edges.append((start, self.build(item, end)))
             return start
         if isinstance(expr, Repeat):
             here = end
@@ -150,6 +222,34 @@ class _Nfa:
         if isinstance(expr, CharFsm):
             return self._build_fsm(expr, end)
         raise TypeError(f"not an IR expression: {expr!r}")
+
+    def _build_trie(self, root: int, literals: list[bytes], end: int) -> None:
+        """The literals as a trie below state `root`, each leading into `end`: one state per
+        distinct prefix, built in one pass over the sorted literals (each shares the path of
+        its longest common prefix with the one before), so enums and word lists of any size
+        cost linear time and their automaton is already deterministic.
+
+        A trie cannot blow up (its states are at most the literals' bytes), so its states are
+        counted apart from the `max_states` budget, which guards against determinisation's
+        exponential cases; they stay bounded by TRIE_STATES_FACTOR times it."""
+        path = [root]  # path[k]: the state after the first k bytes of the previous literal
+        previous = b""
+        for word in sorted(set(literals)):
+            shared, most = 0, min(len(previous), len(word))
+            while shared < most and previous[shared] == word[shared]:
+                shared += 1
+            del path[shared + 1:]
+            self.trie_states += len(word) - shared
+            if self.trie_states > TRIE_STATES_FACTOR * self.max_states:
+                raise _nfa_budget_error(self.max_states, f"a set of literals has more than "
+                                        f"{TRIE_STATES_FACTOR * self.max_states} distinct prefixes")
+            first = self.num_states
+            self.num_states += len(word) - shared
+            for i in range(shared, len(word)):
+                self.byte_edges.append((path[-1], word[i], word[i], first + i - shared))
+                path.append(first + i - shared)
+            self.eps_edges.append((path[-1], end))
+            previous = word
 
     def _build_fsm(self, fsm: CharFsm, end: int) -> int:
         """One NFA state per automaton state, its transitions as code-point edges and an
@@ -191,10 +291,16 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
     return layout
 
 
-def _nfa_budget_error(max_states: int) -> BudgetExceededError:
+TRIE_STATES_FACTOR = 10
+"""Literal tries may hold this many times `max_rule_states` states (see _Nfa._build_trie)."""
+TRIE_MIN_LITERALS = 16
+"""Alternations with at least this many literals build them as a trie (fewer: one path each)."""
+
+
+def _nfa_budget_error(max_states: int, what: str = "") -> BudgetExceededError:
     return BudgetExceededError(
-        f"rule automaton exceeds {max_states} NFA states; simplify large repetitions "
-        "(e.g. x{0,10000}) or raise the max_rule_states budget"
+        f"rule automaton exceeds {max_states} NFA states{' (' + what + ')' if what else ''}; simplify large "
+        "repetitions (e.g. x{0,10000}) or raise the max_rule_states budget"
     )
 
 
@@ -221,7 +327,7 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
         return dfa
     _dfa_cache.move_to_end(key)
     dfa, ref_positions = got
-    return RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, [names[i] for i in ref_positions])
+    return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions])
 
 
 def _structure_digest(body: Expr, ref_position: dict[str, int]) -> bytes:
@@ -278,7 +384,7 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
         final = nfa.new_states()
         start = nfa.build(body, final)
         status, *arrays = dfa_kernels.construct(
-            nfa.num_states, start, final, *nfa.arrays(), len(nfa.ref_index), max_states
+            nfa.num_states, start, final, *nfa.arrays(), len(nfa.ref_index), max_states + nfa.trie_states
         )
         refs = list(nfa.ref_index)
         if status == dfa_kernels.ERR_TOO_MANY_NFA_STATES:
@@ -291,15 +397,7 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
         if status == 0:
             # The empty language: one dead start state (callers reject empty grammars before this).
             return RuleDfa([False], [[]], [[]], refs)
-        accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (array.tolist() for array in arrays)
-        byte_edges = list(zip(lo, hi, dst))
-        ref_edges = list(zip(ref_index, ref_dst))
-        return RuleDfa(
-            accepting,
-            [byte_edges[byte_ptr[s] : byte_ptr[s + 1]] for s in range(status)],
-            [ref_edges[ref_ptr[s] : ref_ptr[s + 1]] for s in range(status)],
-            refs,
-        )
+        return RuleDfa.from_arrays(arrays, refs)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..grammar.errors import BudgetExceededError, GrammarError
-from ..grammar.ir import Grammar
+from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError
+from ..grammar.ir import MAX_NESTING, Grammar
+from ..grammar.json_schema_docs import MAX_SCHEMA_DEPTH
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 
@@ -51,12 +52,26 @@ STATE_KEY_STATES = 512
 
 @dataclass
 class Budgets:
-    """Compile and match limits; exceeding one raises BudgetExceededError with a hint."""
+    """Compile and match limits; exceeding one raises BudgetExceededError (GrammarError for
+    nesting, which is a property of the text) with a hint naming the budget.
+
+    max_rule_states: NFA / DFA states of one rule's automaton (also bounds a regex's unrolled
+        repetitions before anything is built).
+    max_total_states: states of all rule automata together.
+    max_stack_tops, max_stack_frames: live parses and stack frames while matching.
+    max_nesting: how deeply groups may nest in EBNF grammars and regexes.
+    max_schema_depth: how deeply a JSON Schema document may nest (objects and arrays).
+    compile_time_limit_s: wall-clock limit of one compile call (None: none), checked between
+        steps; the last resort, since the size budgets above fire sooner.
+    """
 
     max_rule_states: int = 100_000
     max_total_states: int = 1_000_000
     max_stack_tops: int = 4096
     max_stack_frames: int = 1 << 24
+    max_nesting: int = MAX_NESTING
+    max_schema_depth: int = MAX_SCHEMA_DEPTH
+    compile_time_limit_s: float | None = None
 
 
 @dataclass
@@ -225,8 +240,9 @@ def _pack(sections: list[np.ndarray]) -> np.ndarray:
     return blob
 
 
-def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
-    """Build every rule's DFA and pack them; the grammar must already be normalised."""
+def build_pda(grammar: Grammar, budgets: Budgets | None = None, clock: CompileClock | None = None) -> Pda:
+    """Build every rule's DFA and pack them; the grammar must already be normalised.  `clock`
+    (a wall-clock limit) is checked before each rule."""
     budgets = budgets or Budgets()
     names = list(grammar.rules)
     if grammar.root not in grammar.rules:
@@ -235,7 +251,9 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
     dfas: list[RuleDfa] = []
     total = 0
     for name in names:
-        dfa = build_rule_dfa(grammar.rules[name], budgets.max_rule_states)
+        if clock is not None:
+            clock.check(f"the automaton of rule {name!r}")
+        dfa = _as_rule_dfa(build_rule_dfa(grammar.rules[name], budgets.max_rule_states))
         for ref_name in dfa.refs:
             if ref_name not in index:
                 line, col = grammar.positions.get(name, (None, None))
@@ -248,43 +266,34 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
             )
         dfas.append(dfa)
 
+    arrays = [dfa.arrays for dfa in dfas]
+    sizes = np.array([len(a[0]) for a in arrays], dtype=np.int64)
     first = np.zeros(len(names) + 1, dtype=np.int32)
-    for i, dfa in enumerate(dfas):
-        first[i + 1] = first[i] + dfa.num_states
-    n_states = int(first[-1])
-    state_rule = np.empty(n_states, dtype=np.int32)
-    state_accept = np.zeros(n_states, dtype=np.int32)
-    byte_ptr = np.zeros(n_states + 1, dtype=np.int32)
-    ref_ptr = np.zeros(n_states + 1, dtype=np.int32)
-    byte_lo, byte_hi, byte_dst, ref_rule, ref_dst = [], [], [], [], []
-    for r, dfa in enumerate(dfas):
-        base = int(first[r])
-        for s in range(dfa.num_states):
-            g = base + s
-            state_rule[g] = r
-            state_accept[g] = dfa.accepting[s]
-            for lo, hi, t in dfa.byte_edges[s]:
-                byte_lo.append(lo)
-                byte_hi.append(hi)
-                byte_dst.append(base + t)
-            for ref_index, t in dfa.ref_edges[s]:
-                ref_rule.append(index[dfa.refs[ref_index]])
-                ref_dst.append(base + t)
-            byte_ptr[g + 1] = len(byte_lo)
-            ref_ptr[g + 1] = len(ref_rule)
+    np.cumsum(sizes, out=first[1:])
+    byte_counts = np.array([len(a[2]) for a in arrays], dtype=np.int64)
+    ref_counts = np.array([len(a[6]) for a in arrays], dtype=np.int64)
 
+    def concat(parts: list, dtype=np.int32) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    def pointers(k: int, counts: np.ndarray) -> np.ndarray:
+        """Global CSR offsets from each rule's local ones (array k of the packed form)."""
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        return concat([[0]] + [a[k][1:] + start for a, start in zip(arrays, starts.tolist())])
+
+    ref_maps = [np.array([index[name] for name in dfa.refs], dtype=np.int32) for dfa in dfas]
     sections = [
-        state_accept,
-        byte_ptr,
-        np.array(byte_lo, dtype=np.int32),
-        np.array(byte_hi, dtype=np.int32),
-        np.array(byte_dst, dtype=np.int32),
-        ref_ptr,
-        np.array(ref_rule, dtype=np.int32),
-        np.array(ref_dst, dtype=np.int32),
+        concat([a[0] for a in arrays]),
+        pointers(1, byte_counts),
+        concat([a[2] for a in arrays]),
+        concat([a[3] for a in arrays]),
+        concat([a[4] + base for a, base in zip(arrays, first[:-1].tolist())]),
+        pointers(5, ref_counts),
+        concat([ref_map[a[6]] for a, ref_map in zip(arrays, ref_maps)]),
+        concat([a[7] + base for a, base in zip(arrays, first[:-1].tolist())]),
         first[:-1],
-        _follow_bytes(dfas, index).reshape(-1),
-        state_rule,
+        _follow_bytes(arrays, ref_maps).reshape(-1),
+        np.repeat(np.arange(len(names), dtype=np.int32), sizes),
     ]
     sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
@@ -307,57 +316,67 @@ def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[n
     return ptr, pairs[1].astype(np.int32)
 
 
-def _follow_bytes(dfas: list[RuleDfa], index: dict[str, int]) -> np.ndarray:
+def _as_rule_dfa(dfa) -> RuleDfa:
+    """`dfa` as a RuleDfa (benchmarks/rule_dfa_time.py loads old versions of automata/dfa.py,
+    whose automata only have the per-state lists)."""
+    return dfa if isinstance(dfa, RuleDfa) else RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, dfa.refs)
+
+
+def _follow_bytes(arrays: list[tuple[np.ndarray, ...]], ref_maps: list[np.ndarray]) -> np.ndarray:
     """FOLLOW sets over bytes: which bytes may be consumed right after each rule ends.
 
     A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
     every context, so the offline mask can decide it instead of leaving it uncertain.
-    Byte sets are Python ints used as 256-bit sets.
+    Byte sets are Python ints used as 256-bit sets.  Only states with reference edges, the
+    targets of those edges and start states take part in the fixpoints, so big automata without
+    references (literal sets) cost nothing here.
     """
-    n = len(dfas)
-    callees = [[[(index[dfa.refs[r]], t) for r, t in dfa.ref_edges[s]] for s in range(dfa.num_states)] for dfa in dfas]
-    # nullable[r][s]: the rule can finish from state s without consuming a byte.
-    nullable = [list(dfa.accepting) for dfa in dfas]
+    n = len(arrays)
+    # callees[(r, s)]: (callee rule, return state) of each reference edge leaving state s of rule r
+    callees: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r, (_, _, _, _, _, ref_ptr, ref_index, ref_dst) in enumerate(arrays):
+        sources = np.repeat(np.arange(len(ref_ptr) - 1), np.diff(ref_ptr))
+        for s, c, t in zip(sources.tolist(), ref_maps[r][ref_index].tolist(), ref_dst.tolist()):
+            callees.setdefault((r, s), []).append((c, t))
+    involved = set(callees) | {(r, 0) for r in range(n)} | {(r, t) for (r, _), edges in callees.items() for _, t in edges}
+
+    # nullable[(r, s)]: the rule can finish from state s without consuming a byte.
+    nullable = {(r, s): bool(arrays[r][0][s]) for r, s in involved}
     changed = True
     while changed:
         changed = False
-        for r, dfa in enumerate(dfas):
-            row = nullable[r]
-            for s in range(dfa.num_states):
-                if not row[s] and any(nullable[c][0] and row[t] for c, t in callees[r][s]):
-                    row[s] = True
-                    changed = True
-    # first[r][s]: bytes consumable first from state s of rule r (entering callees as needed).
-    first = []
-    for dfa in dfas:
-        rows = []
-        for edges in dfa.byte_edges:
-            bits = 0
-            for lo, hi, _ in edges:
-                bits |= ((1 << (hi - lo + 1)) - 1) << lo
-            rows.append(bits)
-        first.append(rows)
-    with_refs = [(r, s) for r, dfa in enumerate(dfas) for s in range(dfa.num_states) if callees[r][s]]
+        for key, edges in callees.items():
+            if not nullable[key] and any(nullable[(c, 0)] and nullable[(key[0], t)] for c, t in edges):
+                nullable[key] = True
+                changed = True
+    # first[(r, s)]: bytes consumable first from state s of rule r (entering callees as needed).
+    first = {}
+    for r, s in involved:
+        _, byte_ptr, lo, hi, *_ = arrays[r]
+        bits = 0
+        for a, b in zip(lo[byte_ptr[s]:byte_ptr[s + 1]].tolist(), hi[byte_ptr[s]:byte_ptr[s + 1]].tolist()):
+            bits |= ((1 << (b - a + 1)) - 1) << a
+        first[(r, s)] = bits
     changed = True
     while changed:
         changed = False
-        for r, s in with_refs:
-            bits = first[r][s]
-            for c, t in callees[r][s]:
-                bits |= first[c][0]
-                if nullable[c][0]:
-                    bits |= first[r][t]
-            if bits != first[r][s]:
-                first[r][s] = bits
+        for key, edges in callees.items():
+            bits = first[key]
+            for c, t in edges:
+                bits |= first[(c, 0)]
+                if nullable[(c, 0)]:
+                    bits |= first[(key[0], t)]
+            if bits != first[key]:
+                first[key] = bits
                 changed = True
     follow = [0] * n
     changed = True
     while changed:
         changed = False
-        for r, s in with_refs:
-            for c, t in callees[r][s]:
-                bits = follow[c] | first[r][t]
-                if nullable[r][t]:
+        for (r, _), edges in callees.items():
+            for c, t in edges:
+                bits = follow[c] | first[(r, t)]
+                if nullable[(r, t)]:
                     bits |= follow[r]
                 if bits != follow[c]:
                     follow[c] = bits
@@ -378,7 +397,7 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
     n = len(dfas)
     succ = [[index[name] for name in dfa.refs] for dfa in dfas]
     component = _strongly_connected_components(succ)
-    signature = [repr(dfa.signature()).encode() for dfa in dfas]
+    signature = [dfa.digest() for dfa in dfas]
     keys: list[str | None] = [None] * n
 
     def key_of(r: int) -> str:

@@ -11,8 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from .errors import GrammarError
+
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
+MAX_NESTING = 64
+"""Default of the `max_nesting` budget: how deeply groups may nest in EBNF and regexes (the
+parsers and the IR passes recurse per level, and Python's recursion limit is 1000 frames)."""
 
 
 class Expr:
@@ -135,7 +140,15 @@ class Grammar:
 
 
 def lit(text: str | bytes) -> Expr:
-    return Bytes(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+    """A literal; text is encoded as UTF-8 (a lone surrogate, which UTF-8 cannot encode, is a
+    GrammarError: front ends that can say where it is check first)."""
+    if isinstance(text, str):
+        try:
+            return Bytes(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise GrammarError(f"literal {text[:40]!r} holds a lone surrogate (U+{ord(text[exc.start]):04X}), "
+                               "which UTF-8 cannot encode") from None
+    return Bytes(bytes(text))
 
 
 def seq(*items: Expr) -> Expr:

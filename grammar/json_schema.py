@@ -45,6 +45,10 @@ Documented limits (completeness, never soundness)
   branch order.  `const`/`enum` objects are accepted in the key order given.
 - "integer" accepts integer literals and, from draft 6 on, zero fractions such as 1.0 (as the
   json_numbers leaf does); exponent spellings of integers (1e2) are not accepted.
+- Enums of more than BIG_ENUM (64) values accept numbers in the spellings json.dumps writes
+  ("5", "5.0", "0.25"), so the whole enum is one set of literals (a trie); smaller enums accept
+  every spelling of the value ("5.00", "2.5e-1").  A string value holding a lone surrogate is
+  accepted as json.dumps escapes it ("\\ud800").
 - `format` narrows strings (sound), although `jsonschema` treats it as an annotation.
 - Duplicate member names are not prevented among additional members (json.loads keeps the
   last one, which validates too).  So that minProperties never over-counts, a schema that needs
@@ -80,12 +84,14 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from .errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
+from .errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
 from .ir import (
     EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
     iter_refs, lit, rep, seq, star,
 )
-from .json_schema_docs import DEFAULT_BASE, draft_of, join_uri, normalize_document, translate_pointer
+from .json_schema_docs import (
+    DEFAULT_BASE, MAX_SCHEMA_DEPTH, check_json_document, draft_of, join_uri, normalize_document, translate_pointer,
+)
 
 __all__ = ["json_schema_to_grammar", "INDENT_DEPTH_LIMIT"]
 
@@ -117,6 +123,10 @@ INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
 them; past it the required ones keep the order of `properties` or of `required` among themselves."""
 MAX_OBJECT_EXPR = 40_000
+BIG_ENUM = 64
+"""Enums with more values than this take each number in the spellings json.dumps writes ("5",
+"5.0", "0.25"), so the whole enum is one set of literals (a trie); smaller enums take every
+spelling of a number's value ("5.00", "2.5e-1")."""
 MAX_PATTERN_GROUPS = 5
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
@@ -288,6 +298,7 @@ class _Compiler:
         self.one_of_depth = 0
         self.disjoint_checks = 0
         self.static_dynamic: str | None = None
+        self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
         if self.draft == "draft4" and isinstance(schema, dict) and isinstance(schema.get("id"), str):
@@ -364,6 +375,24 @@ class _Compiler:
         self.rules[name] = body
         return Ref(name)
 
+    def valid_values(self, schema: dict, values: list) -> list:
+        """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator
+        for all of them, and none when the subschema holds only annotations."""
+        if set(schema) <= ANNOTATIONS:
+            return list(values)
+        try:
+            validator = self.validator_cls(schema, registry=self.registry)
+        except Exception:  # noqa: BLE001 -- as in `validates`: be conservative
+            return []
+        out = []
+        for value in values:
+            try:
+                if validator.is_valid(value):
+                    out.append(value)
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
     def validates(self, schema, instance) -> bool:
         """jsonschema's verdict for an instance against a (normalised, 2020-12) subschema."""
         try:
@@ -390,6 +419,7 @@ class _Compiler:
 
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
+        self.clock.check(f"the subschema at {pointer}")
         if schema is True or (isinstance(schema, dict) and _is_true(schema)):
             return self.generic(depth)
         if schema is False:
@@ -713,9 +743,9 @@ class _Compiler:
         common = tx & ty
         if not common:
             return True
-        if "enum" in x and not any(self.validates(_as_schema(y), v) for v in x["enum"]):
+        if "enum" in x and not self.valid_values(_as_schema(y), x["enum"]):
             return True
-        if "enum" in y and not any(self.validates(_as_schema(x), v) for v in y["enum"]):
+        if "enum" in y and not self.valid_values(_as_schema(x), y["enum"]):
             return True
         return all(self._disjoint_on(t, x, y, level) for t in common)
 
@@ -868,11 +898,16 @@ class _Compiler:
             self.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
         if "enum" in f:
-            check = _as_schema(f)
-            values = [v for v in f["enum"] if self.validates(check, v)]
+            # every value meets the enum itself: check the rest (jsonschema's enum check scans the
+            # whole list per value, quadratic in its size)
+            values = self.valid_values({k: v for k, v in _as_schema(f).items() if k != "enum"}, f["enum"])
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
-            exprs = [self.literal(v, depth) for v in values]
+            if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
+                exprs = [alt(*map(lit, _number_spellings(v))) if _json_type(v) in ("integer", "number")
+                         else self.literal(v, depth) for v in values]
+            else:
+                exprs = [self.literal(v, depth) for v in values]
             return alt(*exprs) if exprs else NOTHING, any(isinstance(v, (list, dict)) for v in values)
         exprs = []
         structural = False
@@ -1040,10 +1075,12 @@ class _Compiler:
         for term in terms:
             if not isinstance(term, dict) or "enum" not in term:
                 return None
-            for v in term["enum"]:
-                if self.validates(_as_schema(term), v) and not any(_json_equal(v, w) for w in values):
+            for v in self.valid_values({k: x for k, x in _as_schema(term).items() if k != "enum"}, term["enum"]):
+                if not any(_json_equal(v, w) for w in values):
                     values.append(v)
-        return values if 0 < len(values) <= UNIQUE_ENUM_MAX else None
+                    if len(values) > UNIQUE_ENUM_MAX:
+                        return None
+        return values or None
 
     def number(self, f: dict, pointer: str, integer: bool) -> Expr:
         kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
@@ -1197,7 +1234,8 @@ class _Compiler:
                 raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
                                              "only string length/pattern/format or enum name constraints negate")
             if "enum" in term:
-                dfa = literal_dfa([v for v in term["enum"] if isinstance(v, str) and self.validates(_as_schema(term), v)])
+                rest = {k: x for k, x in _as_schema(term).items() if k != "enum"}
+                dfa = literal_dfa([v for v in self.valid_values(rest, term["enum"]) if isinstance(v, str)])
             else:
                 dfa = string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
                                  pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
@@ -1882,6 +1920,18 @@ def _as_schema(f: dict) -> dict:
     return out
 
 
+def _number_spellings(value) -> list[str]:
+    """Texts json.loads reads as a number equal to `value` (as jsonschema compares), the ones
+    json.dumps writes: the int and, up to 2**53 where the float is exact, its float spelling
+    (1 and 1.0); a float's repr and, when integral and exact, its int spelling."""
+    exact = abs(value) <= 2 ** 53
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return []
+        return [repr(value), str(int(value))] if value.is_integer() and exact else [repr(value)]
+    return [str(value), f"{value}.0"] if exact else [str(value)]
+
+
 def _as_terms(merged) -> list:
     """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
     return merged if isinstance(merged, list) else [] if merged is None else [merged]
@@ -2242,7 +2292,8 @@ def _check_metaschema(schema) -> None:
 def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
                            retrieve: Callable[[str], Any] | None = None,
-                           property_order: str = "definition") -> Grammar:
+                           property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
+                           clock: CompileClock | None = None) -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
@@ -2254,8 +2305,11 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
     in the order the schema lists them, which also keeps generation on one path; "any" accepts
     them in any order (JSON objects are unordered), for validating existing documents.
+    max_depth: objects and arrays may nest this deep in the document (BudgetExceededError past it).
+    clock: a wall-clock compile limit, checked once per subschema compiled.
     """
     schema = _load(schema)
+    check_json_document(schema, max_depth)
     try:
         _check_metaschema(schema)
         if schema is False:
@@ -2264,6 +2318,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
         comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
                          additional_properties_default=additional_properties_default, lenient=lenient,
                          separators=separators, retrieve=retrieve, property_order=property_order)
+        if clock is not None:
+            comp.clock = clock
         return comp.compile()
     except RecursionError:
         raise BudgetExceededError("the schema nests too deeply to compile (Python recursion limit); "
