@@ -340,15 +340,33 @@ def _follow_bytes(arrays: list[tuple[np.ndarray, ...]], ref_maps: list[np.ndarra
             callees.setdefault((r, s), []).append((c, t))
     involved = set(callees) | {(r, 0) for r in range(n)} | {(r, t) for (r, _), edges in callees.items() for _, t in edges}
 
+    # Each fixpoint is a worklist over the states whose value another's depends on: sweeping
+    # every state until nothing changes would take one sweep per link of a chain of rules.
+    dependents: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for key, edges in callees.items():
+        for c, t in edges:
+            dependents.setdefault((c, 0), []).append(key)
+            dependents.setdefault((key[0], t), []).append(key)
+
+    def solve(value: dict, update) -> None:
+        """Recompute update(key) for keys with callees until no value changes."""
+        todo = list(callees)
+        queued = set(todo)
+        while todo:
+            key = todo.pop()
+            queued.discard(key)
+            new = update(key)
+            if new != value[key]:
+                value[key] = new
+                for other in dependents.get(key, ()):
+                    if other not in queued:
+                        queued.add(other)
+                        todo.append(other)
+
     # nullable[(r, s)]: the rule can finish from state s without consuming a byte.
     nullable = {(r, s): bool(arrays[r][0][s]) for r, s in involved}
-    changed = True
-    while changed:
-        changed = False
-        for key, edges in callees.items():
-            if not nullable[key] and any(nullable[(c, 0)] and nullable[(key[0], t)] for c, t in edges):
-                nullable[key] = True
-                changed = True
+    solve(nullable, lambda key: nullable[key] or any(nullable[(c, 0)] and nullable[(key[0], t)]
+                                                    for c, t in callees[key]))
     # first[(r, s)]: bytes consumable first from state s of rule r (entering callees as needed).
     first = {}
     for r, s in involved:
@@ -357,30 +375,32 @@ def _follow_bytes(arrays: list[tuple[np.ndarray, ...]], ref_maps: list[np.ndarra
         for a, b in zip(lo[byte_ptr[s]:byte_ptr[s + 1]].tolist(), hi[byte_ptr[s]:byte_ptr[s + 1]].tolist()):
             bits |= ((1 << (b - a + 1)) - 1) << a
         first[(r, s)] = bits
-    changed = True
-    while changed:
-        changed = False
-        for key, edges in callees.items():
-            bits = first[key]
-            for c, t in edges:
-                bits |= first[(c, 0)]
-                if nullable[(c, 0)]:
-                    bits |= first[(key[0], t)]
-            if bits != first[key]:
-                first[key] = bits
-                changed = True
+
+    def first_of(key):
+        bits = first[key]
+        for c, t in callees[key]:
+            bits |= first[(c, 0)]
+            if nullable[(c, 0)]:
+                bits |= first[(key[0], t)]
+        return bits
+
+    solve(first, first_of)
+    # follow[c]: the bytes after c's return state in each caller, and what follows the caller
+    # where the rest of the caller can be empty.
     follow = [0] * n
-    changed = True
-    while changed:
-        changed = False
-        for (r, _), edges in callees.items():
-            for c, t in edges:
-                bits = follow[c] | first[(r, t)]
-                if nullable[(r, t)]:
-                    bits |= follow[r]
-                if bits != follow[c]:
-                    follow[c] = bits
-                    changed = True
+    inherits: list[list[int]] = [[] for _ in range(n)]  # r -> callees whose follow includes r's
+    for (r, _), edges in callees.items():
+        for c, t in edges:
+            follow[c] |= first[(r, t)]
+            if nullable[(r, t)]:
+                inherits[r].append(c)
+    todo = list(range(n))
+    while todo:
+        r = todo.pop()
+        for c in inherits[r]:
+            if follow[r] | follow[c] != follow[c]:
+                follow[c] |= follow[r]
+                todo.append(c)
     out = np.zeros((n, 256), dtype=np.int32)
     for r, bits in enumerate(follow):
         if bits:

@@ -23,7 +23,7 @@ parsers and the IR passes recurse per level, and Python's recursion limit is 100
 class Expr:
     """Base class of IR expressions."""
 
-    __slots__ = ("_hash",)  # computed on first use (`_hash_once`); not part of the value
+    __slots__ = ("_hash", "_refs")  # computed on first use (`_hash_once`, `ref_names`); not part of the value
 
 
 def _hash_once(cls):
@@ -129,7 +129,7 @@ class Grammar:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def references(self, name: str) -> set[str]:
-        return set(iter_refs(self.rules[name]))
+        return set(ref_names(self.rules[name]))
 
     def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
         return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions))
@@ -284,6 +284,32 @@ def iter_refs(expr: Expr) -> Iterator[str]:
             stack.extend(node.items)
         elif isinstance(node, Repeat):
             stack.append(node.item)
+
+
+def ref_names(expr: Expr) -> frozenset[str]:
+    """The names of the rules referenced inside `expr`, kept on every node once computed: the
+    passes ask for them again and again, and a rule body can be an alternation of 50,000
+    literals.  Iterative (post-order), so deep expressions cannot exhaust the stack."""
+    stack = [expr]
+    while stack:
+        node = stack[-1]
+        if hasattr(node, "_refs"):
+            stack.pop()
+            continue
+        if isinstance(node, Ref):
+            names = frozenset((node.name,))
+        elif isinstance(node, (Seq, Alt, Repeat)):
+            children = node.items if isinstance(node, (Seq, Alt)) else (node.item,)
+            missing = [child for child in children if not hasattr(child, "_refs")]
+            if missing:
+                stack.extend(missing)
+                continue
+            names = frozenset().union(*(child._refs for child in children))
+        else:
+            names = frozenset()
+        object.__setattr__(node, "_refs", names)
+        stack.pop()
+    return expr._refs
 
 
 def to_text(expr: Expr) -> str:

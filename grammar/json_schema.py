@@ -87,7 +87,7 @@ from referencing.jsonschema import DRAFT202012
 from .errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
 from .ir import (
     EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
-    iter_refs, lit, rep, seq, star,
+    lit, ref_names, rep, seq, star,
 )
 from .json_schema_docs import (
     DEFAULT_BASE, MAX_SCHEMA_DEPTH, check_json_document, draft_of, join_uri, normalize_document, translate_pointer,
@@ -2228,7 +2228,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
     memo: dict[int, Expr] = {}
 
     def mentions_dead(e) -> bool:
-        return any(name in dead for name in iter_refs(e))
+        return not dead.isdisjoint(ref_names(e))
 
     def rebuild(e):
         key = id(e)
@@ -2256,7 +2256,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
         if name in reachable:
             continue
         reachable.add(name)
-        stack.extend(iter_refs(new_rules[name]))
+        stack.extend(ref_names(new_rules[name]))
     return Grammar({n: b for n, b in new_rules.items() if n in reachable}, grammar.root)
 
 
@@ -2283,10 +2283,38 @@ def _check_metaschema(schema) -> None:
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(_distinct_subschemas(schema))
     except jsonschema.exceptions.SchemaError as exc:
         path = "".join(f"/{_escape(str(p))}" for p in exc.path)
         raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
+
+
+_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _distinct_subschemas(node):
+    """The document with each name -> subschema map (properties, $defs, ...) keeping only the
+    first name of each distinct subschema: the metaschema gives equal subschemas equal verdicts
+    and ignores these names, so the check is the same, and an error still points at the first
+    offending name.  10,000 properties of one type are checked once instead of 10,000 times."""
+    if isinstance(node, list):
+        return [_distinct_subschemas(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            seen: set[str] = set()
+            kept = {}
+            for name, sub in value.items():
+                canon = _canon(sub)
+                if canon not in seen:
+                    seen.add(canon)
+                    kept[name] = _distinct_subschemas(sub)
+            out[key] = kept
+        else:
+            out[key] = _distinct_subschemas(value)
+    return out
 
 
 def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,

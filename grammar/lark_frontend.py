@@ -35,9 +35,9 @@ import bisect
 import re
 from collections import defaultdict, deque
 
-import lark
 from lark.exceptions import LarkError, UnexpectedInput
 from lark.lexer import PatternRE, PatternStr
+from lark.load_grammar import load_grammar
 
 from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import MAX_NESTING, NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
@@ -159,6 +159,9 @@ class _TextIndex:
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.definitions: dict[str, int] = {}
         self.first: dict[str, int] = {}
+        self.literals: dict[str, int] = {}  # first occurrence of each "string" and /regex/
+        for m in re.finditer(r'"(?:[^"\\\n]|\\.)*"|/(?:[^/\\\n]|\\.)+/', text):
+            self.literals.setdefault(m.group(), m.start())
         for m in re.finditer(r"[\w.]+", text):
             start = m.start()
             prefixed = start > 0 and text[start - 1] in "?!"
@@ -173,7 +176,14 @@ class _TextIndex:
                 offset += len(part) + 1
 
     def position(self, name: str) -> tuple[int, int] | tuple[None, None]:
-        offset = self.definitions.get(name, self.first.get(name))
+        """Where the rule or terminal `name` is defined, else first mentioned."""
+        return self._line_column(self.definitions.get(name, self.first.get(name)))
+
+    def literal_position(self, raw: str) -> tuple[int, int] | tuple[None, None]:
+        """Where the string or regex literal `raw` (quotes or slashes included) first occurs."""
+        return self._line_column(self.literals.get(raw))
+
+    def _line_column(self, offset: int | None) -> tuple[int, int] | tuple[None, None]:
         if offset is None:
             return None, None
         line = bisect.bisect_right(self.line_starts, offset)
@@ -194,9 +204,18 @@ def _locate(index: _TextIndex, message: str) -> tuple[int, int] | tuple[None, No
     return None, None
 
 
-def _load(text: str, start: str) -> lark.Lark:
+def _load(text: str, start: str) -> tuple[list, list, list[str]]:
+    """lark's reading of the grammar: (terminal definitions, rules, ignored terminal names).
+
+    Only lark's grammar loader runs, not `lark.Lark`, whose Earley parser construction grows
+    quadratically with the rules (over 100 s for 10,000); each used terminal's regex is compiled
+    with `re` as lark's lexer would, so bad regexes are reported the same way."""
     try:
-        return lark.Lark(text, start=start, parser="earley", lexer="dynamic")
+        grammar, _ = load_grammar(text, "<string>", None, False)
+        terminals, rules, ignored = grammar.compile([start], set())
+        for terminal in terminals:
+            if isinstance(terminal.pattern, PatternRE):
+                re.compile(terminal.pattern.to_regexp())
     except UnexpectedInput as exc:
         detail = str(exc).strip().splitlines()[0]
         raise GrammarError(f"lark grammar syntax error: {detail}", exc.line, exc.column) from None
@@ -211,6 +230,9 @@ def _load(text: str, start: str) -> lark.Lark:
     except Exception as exc:  # e.g. re.error / regex.error from a bad terminal regex
         raise GrammarError(f"invalid lark grammar: {type(exc).__name__}: {exc}",
                            *_locate(_TextIndex(text), str(exc))) from None
+    if not any(rule.origin.name == start for rule in rules):
+        raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=", 1, 1)
+    return terminals, rules, ignored
 
 
 def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING) -> Grammar:
@@ -218,14 +240,13 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
     `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir)."""
     check_argument(text, str, "text", "parse_lark", "pass the grammar text as str (decode bytes first)")
     check_argument(start, str, "start", "parse_lark")
-    parser = _load(text, start)
-    terminals = {t.name: t for t in parser.terminals}
-    ignored = [name for name in parser.ignore_tokens]
+    terminal_list, lark_rules, ignored = _load(text, start)
+    terminals = {t.name: t for t in terminal_list}
     skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
 
     alternatives: dict[str, list[Expr]] = {}
     used_terminals: set[str] = set(ignored)
-    for rule in parser.rules:
+    for rule in lark_rules:
         symbols = []
         for symbol in rule.expansion:
             symbols.append(Ref(symbol.name))
@@ -252,10 +273,8 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
             raise GrammarError(f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
                                "define it with `NAME: ...`", line, column)
         raw = getattr(terminals[name].pattern, "raw", None)
-        if line is None and raw and raw in text:
-            offset = text.index(raw)
-            line = text.count("\n", 0, offset) + 1
-            column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        if line is None and raw:
+            line, column = index.literal_position(raw)
         try:
             rules[name] = _terminal_to_ir(terminals[name], max_states, max_nesting)
         except GrammarError as exc:

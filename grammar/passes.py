@@ -31,7 +31,7 @@ from .ir import (
     Repeat,
     Seq,
     alt,
-    iter_refs,
+    ref_names,
     rep,
     seq,
     star,
@@ -143,7 +143,7 @@ def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str]], bool]) -
     """
     users: dict[str, set[str]] = {}
     for name, body in rules.items():
-        for target in iter_refs(body):
+        for target in ref_names(body):
             users.setdefault(target, set()).add(name)
     result: set[str] = set()
     queue = deque(rules)
@@ -266,10 +266,9 @@ def check_references(grammar: Grammar) -> Grammar:
     if grammar.root not in grammar.rules:
         raise GrammarError(f"root rule {grammar.root!r} is not defined; add `{grammar.root} ::= ...`", 1, 1)
     for name, body in grammar.rules.items():
-        for target in iter_refs(body):
-            if target not in grammar.rules:
-                raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
-                                   *_position(grammar, name))
+        for target in sorted(ref_names(body) - grammar.rules.keys()):
+            raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
+                               *_position(grammar, name))
     return grammar
 
 
@@ -277,7 +276,7 @@ def _reachable(grammar: Grammar) -> set[str]:
     seen = {grammar.root}
     todo = [grammar.root]
     while todo:
-        for target in iter_refs(grammar.rules[todo.pop()]):
+        for target in ref_names(grammar.rules[todo.pop()]):
             if target not in seen and target in grammar.rules:
                 seen.add(target)
                 todo.append(target)
@@ -581,28 +580,49 @@ TINY_RULE_SIZE = 6  # rules this small are inlined wherever they are used
 MAX_INLINED_SIZE = 256  # bigger single-use rules stay rules, which keeps bodies shallow
 
 
-def expr_size(expr: Expr) -> int:
+def expr_size(expr: Expr, _memo: dict[int, int] | None = None) -> int:
     """Rough size of an expression's automaton (nodes; an automaton counts its edges, a bounded
-    repetition its copies)."""
+    repetition its copies), counted as a tree; a sub-expression shared by several parents (the
+    JSON Schema compiler builds such DAGs) is measured once."""
+    memo = {} if _memo is None else _memo
+    got = memo.get(id(expr))
+    if got is not None:
+        return got
     if isinstance(expr, (Seq, Alt)):
-        return 1 + sum(expr_size(item) for item in expr.items)
-    if isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
-        return 1 + expr_size(expr.item) * max(1, expr.max if expr.max is not None else expr.min)
-    if isinstance(expr, CharFsm):
-        return 1 + len(expr.transitions)
-    return 1
+        size = 1 + sum(expr_size(item, memo) for item in expr.items)
+    elif isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
+        size = 1 + expr_size(expr.item, memo) * _copies(expr)
+    elif isinstance(expr, CharFsm):
+        size = 1 + len(expr.transitions)
+    else:
+        size = 1
+    memo[id(expr)] = size
+    return size
 
 
-def _ref_copies(expr: Expr, copies: int = 1):
-    """(rule name, automaton copies) per reference: inside x{m,n} a reference is built n times
-    (m if unbounded), so inlining its body there would copy the body that often."""
+def _copies(expr: Repeat) -> int:
+    return max(1, expr.max if expr.max is not None else expr.min)
+
+
+def _reference_counts(expr: Expr, memo: dict[int, dict[str, int]]) -> dict[str, int]:
+    """Automaton copies per referenced rule: inside x{m,n} a reference is built n times (m if
+    unbounded), so inlining its body there would copy the body that often.  Counted as a tree,
+    each distinct node once (`memo`, by id, shared across the rules of one grammar)."""
+    got = memo.get(id(expr))
+    if got is not None:
+        return got
+    out: dict[str, int] = {}
     if isinstance(expr, Ref):
-        yield expr.name, copies
+        out[expr.name] = 1
     elif isinstance(expr, (Seq, Alt)):
         for item in expr.items:
-            yield from _ref_copies(item, copies)
+            for name, copies in _reference_counts(item, memo).items():
+                out[name] = out.get(name, 0) + copies
     elif isinstance(expr, Repeat):
-        yield from _ref_copies(expr.item, copies * max(1, expr.max if expr.max is not None else expr.min))
+        k = _copies(expr)
+        out = {name: copies * k for name, copies in _reference_counts(expr.item, memo).items()}
+    memo[id(expr)] = out
+    return out
 
 
 def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
@@ -613,10 +633,11 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     MAX_INLINED_SIZE stay rules, so long chains do not build one very deep expression.
     """
     rules = dict(grammar.rules)
-    graph = {name: set(iter_refs(body)) & rules.keys() for name, body in rules.items()}
+    graph = {name: ref_names(body) & rules.keys() for name, body in rules.items()}
     uses: dict[str, int] = {name: 0 for name in rules}
+    memo: dict[int, dict[str, int]] = {}
     for body in rules.values():
-        for target, copies in _ref_copies(body):
+        for target, copies in _reference_counts(body, memo).items():
             uses[target] += copies
     recursive = {name for component in _cyclic_components(graph) for name in component}
 

@@ -443,11 +443,16 @@ def regex_to_ir(pattern: str, max_states: int = MAX_STATES, max_nesting: int = M
     """
     check_argument(pattern, str, "pattern", "regex_to_ir", "pass the regex as str")
     rewritten, where = preprocess_regex(pattern, max_nesting)
+    words = _WORD_LIST.fullmatch(rewritten)
+    if words and not automaton and rewritten.count("|") >= WORD_LIST_MIN:
+        # "(cat|dog|...)": a big literal set needs no parse tree (interegular's parser takes
+        # seconds for 10,000 words)
+        return alt(*(lit(word) for word in (words.group(1) or words.group(2)).split("|")))
     compressed = _compress_large_classes(rewritten, where)
     expansion: dict[str, tuple[int, int]] = {}
     if compressed is not None:
         rewritten, where, expansion = compressed
-    parsed = _parse(rewritten, where).simplify()
+    parsed = _parse(rewritten, where)
     positions, nodes, counted = _measure(parsed)
     if positions > max_states:
         raise BudgetExceededError(
@@ -456,6 +461,13 @@ def regex_to_ir(pattern: str, max_states: int = MAX_STATES, max_nesting: int = M
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)
+
+
+_PLAIN = r"[^\\^$.|?*+()\[\]{}]+"
+_WORD_LIST = re.compile(rf"\(({_PLAIN}(?:\|{_PLAIN})*)\)|({_PLAIN}(?:\|{_PLAIN})*)")
+"""An alternation of plain words, maybe in one group."""
+WORD_LIST_MIN = 64
+"""Alternations of at least this many plain words are read without interegular's parser."""
 
 
 def _measure(node) -> tuple[int, int, bool]:
@@ -496,6 +508,10 @@ def _pattern_to_ir(node, flags: REFlags, expansion: dict[str, tuple[int, int]]) 
     if node is _DOT:
         return char_class([(0, MAX_CODE_POINT)] if flags & REFlags.SINGLE_LINE else [(0, 9), (11, MAX_CODE_POINT)])
     assert isinstance(node, _CharGroup), node
+    if len(node.chars) == 1 and not node.negated and not flags & REFlags.CASE_INSENSITIVE:
+        (char,) = node.chars
+        if char not in expansion and not SURROGATES[0] <= ord(char) <= SURROGATES[1]:
+            return lit(char)  # the common case, a plain character: literals merge into words
     chars = set(node.chars)
     if flags & REFlags.CASE_INSENSITIVE:
         chars |= {c.lower() for c in node.chars} | {c.upper() for c in node.chars}

@@ -1,6 +1,6 @@
 """Hostile and huge inputs (tests/hostile_inputs.py lists them): each compiles within its time
-limit and takes / refuses its sample texts, or raises the documented pushmask error it names
-within its limit.  The cases run in one worker subprocess, watched case by case: a case that
+limit (CPU seconds of the compile call) and takes / refuses its sample texts, or raises the
+documented pushmask error it names within its limit.  The cases run in one worker subprocess, watched case by case: a case that
 hangs is killed (and reported) and the worker restarts with the cases after it."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pushmask
 from hostile_inputs import CASES
 
 HERE = Path(__file__).resolve().parent
-STARTUP_S = 60.0  # importing pushmask and loading the numba kernels on a loaded machine
+STARTUP_S = 300.0  # importing pushmask and the numba kernels (compiled when their disk cache is cold)
 SLACK = 10.0  # wall time over a case's own limit before it counts as hung (input building, checks)
 
 
@@ -69,7 +69,8 @@ def test_hostile_input(results, case):
     if case.expect != "ok":
         assert issubclass(getattr(pushmask, case.expect), pushmask.PushmaskError)
         assert got["message"], "an error must say what went wrong"
-    assert got["seconds"] <= case.limit, f"{got['seconds']} s > {case.limit} s"
+    # CPU time: CI's two cores are shared, so wall time measures the neighbours too
+    assert got["cpu"] <= case.limit, f"{got['cpu']} s of CPU > {case.limit} s (wall {got['seconds']} s)"
     assert not got["problems"], got["problems"]
 
 
