@@ -123,6 +123,8 @@ class _Nfa:
         self.byte_edges: list[tuple[int, int, int, int]] = []  # (src, lo, hi, dst)
         self.code_point_edges: list[tuple[int, int, int, int]] = []  # (src, lo, hi, dst)
         self.code_point_blocks: list[np.ndarray] = []  # more of them, [k, 4] arrays
+        self.byte_blocks: list[np.ndarray] = []  # more byte edges, [k, 4] arrays (literal tries)
+        self.eps_blocks: list[np.ndarray] = []  # more epsilon edges, [k, 2] arrays
         self.ref_edges: list[tuple[int, int, int]] = []  # (src, local reference index, dst)
         self.ref_index: dict[str, int] = {}
         self.memo: dict[tuple[int, int], tuple[int, Expr]] = {}
@@ -139,9 +141,11 @@ class _Nfa:
     def arrays(self) -> tuple[np.ndarray, ...]:
         """The edges as int32 arrays, one row per edge (as `dfa_kernels.construct` takes them)."""
         code_points = [np.array(self.code_point_edges, dtype=np.int32).reshape(-1, 4), *self.code_point_blocks]
+        eps = [np.array(self.eps_edges, dtype=np.int32).reshape(-1, 2), *self.eps_blocks]
+        byte = [np.array(self.byte_edges, dtype=np.int32).reshape(-1, 4), *self.byte_blocks]
         return (
-            np.array(self.eps_edges, dtype=np.int32).reshape(-1, 2),
-            np.array(self.byte_edges, dtype=np.int32).reshape(-1, 4),
+            np.concatenate(eps).astype(np.int32, copy=False),
+            np.concatenate(byte).astype(np.int32, copy=False),
             np.concatenate(code_points).astype(np.int32, copy=False),
             np.array(self.ref_edges, dtype=np.int32).reshape(-1, 3),
         )
@@ -225,31 +229,25 @@ class _Nfa:
 
     def _build_trie(self, root: int, literals: list[bytes], end: int) -> None:
         """The literals as a trie below state `root`, each leading into `end`: one state per
-        distinct prefix, built in one pass over the sorted literals (each shares the path of
-        its longest common prefix with the one before), so enums and word lists of any size
-        cost linear time and their automaton is already deterministic.
+        distinct prefix, built in one pass over the sorted literals (`dfa_kernels.literal_trie`),
+        so enums and word lists of any size cost linear time and their automaton is already
+        deterministic.
 
         A trie cannot blow up (its states are at most the literals' bytes), so its states are
         counted apart from the `max_states` budget, which guards against determinisation's
         exponential cases; they stay bounded by TRIE_STATES_FACTOR times it."""
-        path = [root]  # path[k]: the state after the first k bytes of the previous literal
-        previous = b""
-        for word in sorted(set(literals)):
-            shared, most = 0, min(len(previous), len(word))
-            while shared < most and previous[shared] == word[shared]:
-                shared += 1
-            del path[shared + 1:]
-            self.trie_states += len(word) - shared
-            if self.trie_states > TRIE_STATES_FACTOR * self.max_states:
-                raise _nfa_budget_error(self.max_states, f"a set of literals has more than "
-                                        f"{TRIE_STATES_FACTOR * self.max_states} distinct prefixes")
-            first = self.num_states
-            self.num_states += len(word) - shared
-            for i in range(shared, len(word)):
-                self.byte_edges.append((path[-1], word[i], word[i], first + i - shared))
-                path.append(first + i - shared)
-            self.eps_edges.append((path[-1], end))
-            previous = word
+        words = sorted(set(literals))
+        offsets = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(word) for word in words], out=offsets[1:])
+        data = np.frombuffer(b"".join(words), dtype=np.uint8)
+        n_states, edges, ends = dfa_kernels.literal_trie(data, offsets, root, self.num_states)
+        self.trie_states += n_states - self.num_states
+        if self.trie_states > TRIE_STATES_FACTOR * self.max_states:
+            raise _nfa_budget_error(self.max_states, f"a set of literals has more than "
+                                    f"{TRIE_STATES_FACTOR * self.max_states} distinct prefixes")
+        self.num_states = n_states
+        self.byte_blocks.append(edges)
+        self.eps_blocks.append(np.stack((ends, np.full_like(ends, end)), axis=1))
 
     def _build_fsm(self, fsm: CharFsm, end: int) -> int:
         """One NFA state per automaton state, its transitions as code-point edges and an

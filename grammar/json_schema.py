@@ -89,6 +89,7 @@ from .ir import (
     EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
     lit, ref_names, rep, seq, star,
 )
+from .json_strings import string_literal_expr
 from .json_schema_docs import (
     DEFAULT_BASE, MAX_SCHEMA_DEPTH, check_json_document, draft_of, join_uri, normalize_document, translate_pointer,
 )
@@ -939,7 +940,6 @@ class _Compiler:
         if isinstance(value, (int, float)):
             return _cached_leaf("literal", {"value": value})
         if isinstance(value, str):
-            from .json_strings import string_literal_expr
             return string_literal_expr(value)
         child = self.layout.child(depth)
         if isinstance(value, list):
@@ -951,7 +951,6 @@ class _Compiler:
         o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
         if not value:
             return seq(o, close_e)
-        from .json_strings import string_literal_expr
         items = [seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
                  for i, (k, v) in enumerate(value.items())]
         return seq(o, *items, close_ne)

@@ -51,6 +51,7 @@ import re
 from bisect import bisect_right
 from functools import lru_cache
 from itertools import chain
+from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Callable, Iterable
 
 import numpy as np
@@ -1099,9 +1100,9 @@ def string_literal_expr(value: str) -> Expr:
     followed by a low one in `value` is NOTHING, since json.loads joins their escapes into one
     code point, so no JSON text decodes to such a value.
     """
-    text = json.dumps(value)
-    if text == json.dumps(value, ensure_ascii=False):  # one spelling per character (an escape is
-        return lit(text)  # longer than the raw character): the one literal the loop below gives
+    text = encode_basestring_ascii(value)  # json.dumps(value), and with ensure_ascii=False
+    if text == encode_basestring(value):  # one spelling per character (an escape is longer
+        return lit(text)  # than the raw character): the one literal the loop below gives
     parts: list[Expr] = [lit('"')]
     for i, ch in enumerate(value):
         if _HIGH_SURROGATE[0] <= ord(ch) <= _HIGH_SURROGATE[1] and i + 1 < len(value) \
