@@ -2302,7 +2302,9 @@ def _distinct_subschemas(node):
         return node
     out = {}
     for key, value in node.items():
-        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+        if key in ("enum", "const", "default", "examples"):  # data: the metaschema takes any
+            out[key] = value
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
             seen: set[str] = set()
             kept = {}
             for name, sub in value.items():

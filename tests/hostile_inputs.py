@@ -190,8 +190,9 @@ def run(ids: list[str]) -> None:
             compiled, outcome, message = None, type(exc).__name__, str(exc)[:300]
         seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
         problems = _check(compiled, case) if compiled is not None else []
+        states = compiled.num_states if compiled is not None else None
         print(json.dumps({"id": case_id, "outcome": outcome, "message": message, "seconds": round(seconds, 3),
-                          "cpu": round(cpu, 3), "problems": problems}), flush=True)
+                          "cpu": round(cpu, 3), "states": states, "problems": problems}), flush=True)
 
 
 if __name__ == "__main__":
