@@ -91,7 +91,8 @@ from .ir import (
 )
 from .json_strings import string_literal_expr
 from .json_schema_docs import (
-    DEFAULT_BASE, MAX_SCHEMA_DEPTH, check_json_document, draft_of, join_uri, normalize_document, translate_pointer,
+    DEFAULT_BASE, MAX_SCHEMA_DEPTH, VALUE_KEYS, check_json_document, draft_of, join_uri, normalize_document,
+    translate_pointer,
 )
 
 __all__ = ["json_schema_to_grammar", "INDENT_DEPTH_LIMIT"]
@@ -375,6 +376,12 @@ class _Compiler:
         name = self.new_rule(hint)
         self.rules[name] = body
         return Ref(name)
+
+    def enum_values(self, term: dict) -> list:
+        """The values of a flat term's enum that meet its other keywords.  Every value meets the
+        enum itself, so only the rest is checked (jsonschema's enum check scans the whole list per
+        value: quadratic in its size)."""
+        return self.valid_values({k: v for k, v in _as_schema(term).items() if k != "enum"}, term["enum"])
 
     def valid_values(self, schema: dict, values: list) -> list:
         """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator
@@ -899,9 +906,7 @@ class _Compiler:
             self.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
         if "enum" in f:
-            # every value meets the enum itself: check the rest (jsonschema's enum check scans the
-            # whole list per value, quadratic in its size)
-            values = self.valid_values({k: v for k, v in _as_schema(f).items() if k != "enum"}, f["enum"])
+            values = self.enum_values(f)
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
             if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
@@ -1074,7 +1079,7 @@ class _Compiler:
         for term in terms:
             if not isinstance(term, dict) or "enum" not in term:
                 return None
-            for v in self.valid_values({k: x for k, x in _as_schema(term).items() if k != "enum"}, term["enum"]):
+            for v in self.enum_values(term):
                 if not any(_json_equal(v, w) for w in values):
                     values.append(v)
                     if len(values) > UNIQUE_ENUM_MAX:
@@ -1233,8 +1238,7 @@ class _Compiler:
                 raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
                                              "only string length/pattern/format or enum name constraints negate")
             if "enum" in term:
-                rest = {k: x for k, x in _as_schema(term).items() if k != "enum"}
-                dfa = literal_dfa([v for v in self.valid_values(rest, term["enum"]) if isinstance(v, str)])
+                dfa = literal_dfa([v for v in self.enum_values(term) if isinstance(v, str)])
             else:
                 dfa = string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
                                  pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
@@ -2302,7 +2306,7 @@ def _distinct_subschemas(node):
         return node
     out = {}
     for key, value in node.items():
-        if key in ("enum", "const", "default", "examples"):  # data: the metaschema takes any
+        if key in VALUE_KEYS:  # data: the metaschema takes any
             out[key] = value
         elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
             seen: set[str] = set()

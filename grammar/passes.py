@@ -266,7 +266,7 @@ def check_references(grammar: Grammar) -> Grammar:
     if grammar.root not in grammar.rules:
         raise GrammarError(f"root rule {grammar.root!r} is not defined; add `{grammar.root} ::= ...`", 1, 1)
     for name, body in grammar.rules.items():
-        for target in sorted(name for name in ref_names(body) if name not in grammar.rules):
+        for target in sorted(ref for ref in ref_names(body) if ref not in grammar.rules):
             raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
                                *_position(grammar, name))
     return grammar

@@ -5,18 +5,25 @@ hangs is killed (and reported) and the worker restarts with the cases after it."
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 import pushmask
-from hostile_inputs import CASES
+from hostile_inputs import CASES, _compiler
+from pushmask.automata.dfa import _construct_rule_dfa
+from pushmask.grammar.ir import Alt, CharFsm, alt, lit, ref, rep, seq
+from pushmask.grammar.regex import regex_to_ir
+from rule_dfa_reference import construct_rule_dfa_python
 
 HERE = Path(__file__).resolve().parent
 STARTUP_S = 300.0  # importing pushmask and the numba kernels (compiled when their disk cache is cold)
@@ -75,17 +82,6 @@ def test_hostile_input(results, case):
 
 
 # -- the pieces behind the corpus, in process ---------------------------------------------------
-
-import itertools  # noqa: E402
-import re  # noqa: E402
-
-import jsonschema  # noqa: E402
-
-from hostile_inputs import _compiler  # noqa: E402
-from pushmask.automata.dfa import _construct_rule_dfa  # noqa: E402
-from pushmask.grammar.ir import Alt, CharFsm, alt, lit, ref, rep, seq  # noqa: E402
-from pushmask.grammar.regex import regex_to_ir  # noqa: E402
-from rule_dfa_reference import construct_rule_dfa_python  # noqa: E402
 
 
 @pytest.fixture(scope="module")
