@@ -2355,5 +2355,6 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
             comp.clock = clock
         return comp.compile()
     except RecursionError:
-        raise BudgetExceededError("the schema nests too deeply to compile (Python recursion limit); "
-                                  "flatten it or raise sys.setrecursionlimit") from None
+        raise BudgetExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
+                                  "parts into $defs with $ref, or lower max_schema_depth so that budget "
+                                  "stops it first") from None
