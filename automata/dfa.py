@@ -4,6 +4,10 @@ Rule references are letters of the alphabet like bytes: a DFA state has at most 
 referenced rule.  References are numbered locally (order of first appearance in the body), so the
 construction never depends on rule names and two rules with the same body and the same referenced
 rules produce the same DFA, which is what lets masks be shared across grammars.
+
+Alternations of many literals (enums, word lists, property names) enter the NFA as a trie, built
+in linear time and already deterministic, so their size is bounded by the literals' bytes
+instead of by the determinisation budget (see _Nfa._build_trie).
 """
 
 from __future__ import annotations
@@ -20,69 +24,93 @@ from . import dfa_kernels
 
 
 class RuleDfa:
-    """A DFA numbered in breadth-first order from its start state 0, kept as flat int32 arrays
-    (what the kernel returns and `build_pda` concatenates; Python edge lists only when read):
+    """A DFA numbered in breadth-first order from its start state 0, held as the flat arrays the
+    kernels return (`arrays`: accepting[n], byte_ptr[n + 1], byte_lo, byte_hi, byte_dst,
+    ref_ptr[n + 1], ref_index, ref_dst), so that automata of hundreds of thousands of states
+    (big literal sets) are packed into the PDA without a Python object per edge.
 
-    arrays = (accepting[n], byte_ptr[n+1], byte_lo, byte_hi, byte_dst, ref_ptr[n+1], ref_index,
-    ref_dst): state s's byte edges are byte_ptr[s]..byte_ptr[s+1] (sorted, disjoint ranges), its
-    reference edges ref_ptr[s]..ref_ptr[s+1] (sorted by local reference index).
-    byte_edges[s]: (lo, hi, target) triples; ref_edges[s]: (local reference index, target) pairs.
+    The per-state lists are built on first use:
+    byte_edges[s]: sorted, disjoint (lo, hi, target) byte ranges.
+    ref_edges[s]: (local reference index, target), sorted by reference index.
     refs: rule names by local reference index.
     """
 
     def __init__(self, accepting: list[bool], byte_edges: list[list[tuple[int, int, int]]],
                  ref_edges: list[list[tuple[int, int]]], refs: list[str]):
-        n = len(accepting)
-        byte_ptr = np.zeros(n + 1, dtype=np.int32)
-        byte_ptr[1:] = np.cumsum([len(edges) for edges in byte_edges])
-        ref_ptr = np.zeros(n + 1, dtype=np.int32)
-        ref_ptr[1:] = np.cumsum([len(edges) for edges in ref_edges])
-        flat_bytes = np.array([e for edges in byte_edges for e in edges], dtype=np.int32).reshape(-1, 3)
-        flat_refs = np.array([e for edges in ref_edges for e in edges], dtype=np.int32).reshape(-1, 2)
-        self.arrays = (np.array(accepting, dtype=np.int32), byte_ptr, *flat_bytes.T.copy(), ref_ptr,
-                       *flat_refs.T.copy())
+        self._lists: tuple | None = (list(accepting), byte_edges, ref_edges)
+        self._arrays: tuple[np.ndarray, ...] | None = None
         self.refs = refs
 
     @classmethod
-    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str]) -> RuleDfa:
+    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str]) -> "RuleDfa":
         dfa = cls.__new__(cls)
-        dfa.arrays = arrays
-        dfa.refs = refs
+        dfa._lists, dfa._arrays, dfa.refs = None, tuple(arrays), refs
         return dfa
 
     @property
-    def num_states(self) -> int:
-        return len(self.arrays[0])
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        if self._arrays is None:
+            accepting, byte_edges, ref_edges = self._lists
+            byte_rows = [edge for edges in byte_edges for edge in edges]
+            ref_rows = [edge for edges in ref_edges for edge in edges]
+            byte_cols = np.array(byte_rows, dtype=np.int32).reshape(-1, 3).T
+            ref_cols = np.array(ref_rows, dtype=np.int32).reshape(-1, 2).T
+            self._arrays = (np.array(accepting, dtype=np.bool_),
+                            np.cumsum([0] + [len(edges) for edges in byte_edges]), *byte_cols,
+                            np.cumsum([0] + [len(edges) for edges in ref_edges]), *ref_cols)
+        return self._arrays
+
+    def _edge_lists(self) -> tuple:
+        if self._lists is None:
+            accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (a.tolist() for a in self._arrays)
+            byte_edges = list(zip(lo, hi, dst))
+            ref_edges = list(zip(ref_index, ref_dst))
+            n = len(accepting)
+            self._lists = (accepting, [byte_edges[byte_ptr[s]: byte_ptr[s + 1]] for s in range(n)],
+                           [ref_edges[ref_ptr[s]: ref_ptr[s + 1]] for s in range(n)])
+        return self._lists
 
     @property
     def accepting(self) -> list[bool]:
-        return [bool(a) for a in self.arrays[0]]
+        return self._edge_lists()[0]
 
     @property
     def byte_edges(self) -> list[list[tuple[int, int, int]]]:
-        _, ptr, lo, hi, dst, _, _, _ = self.arrays
-        edges = list(zip(lo.tolist(), hi.tolist(), dst.tolist()))
-        return [edges[ptr[s] : ptr[s + 1]] for s in range(self.num_states)]
+        return self._edge_lists()[1]
 
     @property
     def ref_edges(self) -> list[list[tuple[int, int]]]:
-        _, _, _, _, _, ptr, index, dst = self.arrays
-        edges = list(zip(index.tolist(), dst.tolist()))
-        return [edges[ptr[s] : ptr[s + 1]] for s in range(self.num_states)]
+        return self._edge_lists()[2]
 
-    def signature(self) -> bytes:
-        """A structural digest (references by local index): equal for equal automata."""
+    @property
+    def num_states(self) -> int:
+        return len(self._arrays[0]) if self._arrays is not None else len(self._lists[0])
+
+    def signature(self) -> tuple:
+        """A hashable structural description (references by local index)."""
+        return (
+            tuple(self.accepting),
+            tuple(tuple(edges) for edges in self.byte_edges),
+            tuple(tuple(edges) for edges in self.ref_edges),
+        )
+
+    def digest(self) -> bytes:
+        """A digest of the structure (references by local index): equal for equal automata."""
         h = hashlib.blake2b(digest_size=16)
         for array in self.arrays:
-            h.update(len(array).to_bytes(4, "little"))
-            h.update(np.ascontiguousarray(array, dtype=np.int32).tobytes())
+            h.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+            h.update(b"|")
         return h.digest()
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RuleDfa) and self.refs == other.refs and self.signature() == other.signature()
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, RuleDfa):
+            return NotImplemented
+        return self.refs == other.refs and all(np.array_equal(a, b) for a, b in zip(self.arrays, other.arrays))
+
+    __hash__ = None
 
     def __repr__(self) -> str:
-        return f"RuleDfa(accepting={self.accepting}, byte_edges={self.byte_edges}, ref_edges={self.ref_edges}, refs={self.refs})"
+        return f"RuleDfa(states={self.num_states}, refs={self.refs})"
 
 
 class _Nfa:
@@ -95,14 +123,17 @@ class _Nfa:
         self.byte_edges: list[tuple[int, int, int, int]] = []  # (src, lo, hi, dst)
         self.code_point_edges: list[tuple[int, int, int, int]] = []  # (src, lo, hi, dst)
         self.code_point_blocks: list[np.ndarray] = []  # more of them, [k, 4] arrays
+        self.byte_blocks: list[np.ndarray] = []  # more byte edges, [k, 4] arrays (literal tries)
+        self.eps_blocks: list[np.ndarray] = []  # more epsilon edges, [k, 2] arrays
         self.ref_edges: list[tuple[int, int, int]] = []  # (src, local reference index, dst)
         self.ref_index: dict[str, int] = {}
         self.memo: dict[tuple[int, int], tuple[int, Expr]] = {}
         self.max_states = max_states
+        self.trie_states = 0  # states of literal tries (see _build_trie), outside max_states
 
     def new_states(self, count: int = 1) -> int:
         """The first of `count` fresh states."""
-        if self.num_states + count > self.max_states:
+        if self.num_states - self.trie_states + count > self.max_states:
             raise _nfa_budget_error(self.max_states)
         self.num_states += count
         return self.num_states - count
@@ -110,9 +141,11 @@ class _Nfa:
     def arrays(self) -> tuple[np.ndarray, ...]:
         """The edges as int32 arrays, one row per edge (as `dfa_kernels.construct` takes them)."""
         code_points = [np.array(self.code_point_edges, dtype=np.int32).reshape(-1, 4), *self.code_point_blocks]
+        eps = [np.array(self.eps_edges, dtype=np.int32).reshape(-1, 2), *self.eps_blocks]
+        byte = [np.array(self.byte_edges, dtype=np.int32).reshape(-1, 4), *self.byte_blocks]
         return (
-            np.array(self.eps_edges, dtype=np.int32).reshape(-1, 2),
-            np.array(self.byte_edges, dtype=np.int32).reshape(-1, 4),
+            np.concatenate(eps).astype(np.int32, copy=False),
+            np.concatenate(byte).astype(np.int32, copy=False),
             np.concatenate(code_points).astype(np.int32, copy=False),
             np.array(self.ref_edges, dtype=np.int32).reshape(-1, 3),
         )
@@ -158,8 +191,13 @@ class _Nfa:
             return here
         if isinstance(expr, Alt):
             start = self.new_states()
+            literals = [item.value for item in expr.items if isinstance(item, Bytes)]
+            trie = len(literals) >= TRIE_MIN_LITERALS
+            if trie:
+                self._build_trie(start, literals, end)
             for item in expr.items:
-                self.eps_edges.append((start, self.build(item, end)))
+                if not (trie and isinstance(item, Bytes)):
+                    self.eps_edges.append((start, self.build(item, end)))
             return start
         if isinstance(expr, Repeat):
             here = end
@@ -188,6 +226,28 @@ class _Nfa:
         if isinstance(expr, CharFsm):
             return self._build_fsm(expr, end)
         raise TypeError(f"not an IR expression: {expr!r}")
+
+    def _build_trie(self, root: int, literals: list[bytes], end: int) -> None:
+        """The literals as a trie below state `root`, each leading into `end`: one state per
+        distinct prefix, built in one pass over the sorted literals (`dfa_kernels.literal_trie`),
+        so enums and word lists of any size cost linear time and their automaton is already
+        deterministic.
+
+        A trie cannot blow up (its states are at most the literals' bytes), so its states are
+        counted apart from the `max_states` budget, which guards against determinisation's
+        exponential cases; they stay bounded by TRIE_STATES_FACTOR times it."""
+        words = sorted(set(literals))
+        offsets = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(word) for word in words], out=offsets[1:])
+        data = np.frombuffer(b"".join(words), dtype=np.uint8)
+        n_states, edges, ends = dfa_kernels.literal_trie(data, offsets, root, self.num_states)
+        self.trie_states += n_states - self.num_states
+        if self.trie_states > TRIE_STATES_FACTOR * self.max_states:
+            raise _nfa_budget_error(self.max_states, f"a set of literals has more than "
+                                    f"{TRIE_STATES_FACTOR * self.max_states} distinct prefixes")
+        self.num_states = n_states
+        self.byte_blocks.append(edges)
+        self.eps_blocks.append(np.stack((ends, np.full_like(ends, end)), axis=1))
 
     def _build_fsm(self, fsm: CharFsm, end: int) -> int:
         """One NFA state per automaton state, its transitions as code-point edges and an
@@ -235,10 +295,10 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
     return layout
 
 
-def _nfa_budget_error(max_states: int) -> BudgetExceededError:
+def _nfa_budget_error(max_states: int, what: str = "") -> BudgetExceededError:
     return BudgetExceededError(
-        f"rule automaton exceeds {max_states} NFA states; simplify large repetitions "
-        "(e.g. x{0,10000}) or raise the max_rule_states budget"
+        f"rule automaton exceeds {max_states} NFA states{' (' + what + ')' if what else ''}; simplify large "
+        "repetitions (e.g. x{0,10000}) or raise the max_rule_states budget"
     )
 
 
@@ -328,7 +388,7 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
         final = nfa.new_states()
         start = nfa.build(body, final)
         status, *arrays = dfa_kernels.construct(
-            nfa.num_states, start, final, *nfa.arrays(), len(nfa.ref_index), max_states
+            nfa.num_states, start, final, *nfa.arrays(), len(nfa.ref_index), max_states + nfa.trie_states
         )
         refs = list(nfa.ref_index)
         if status == dfa_kernels.ERR_TOO_MANY_NFA_STATES:
@@ -342,7 +402,7 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
             # The empty language: one dead start state (callers reject empty grammars before this).
             return RuleDfa([False], [[]], [[]], refs)
         # copies: the kernel returns slices of its larger work buffers, which a view would keep alive
-        return RuleDfa.from_arrays(tuple(np.array(array, dtype=np.int32) for array in arrays), refs)
+        return RuleDfa.from_arrays(tuple(np.array(array) for array in arrays), refs)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -122,6 +122,44 @@ def _expand_code_points(n_nfa, code_point_edges, max_states):
     return n_states, out
 
 
+# -- literal sets ----------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def literal_trie(data, offsets, root, first_state):
+    """The trie of sorted, distinct literals (literal i is data[offsets[i]:offsets[i + 1]]) below
+    NFA state `root`, new states numbered from first_state: each literal shares the path of its
+    longest common prefix with the one before.  Returns (next free state, byte edges as rows
+    (src, byte, byte, dst), the state each literal ends in)."""
+    m = offsets.shape[0] - 1
+    edges = np.empty((offsets[m], 4), np.int32)
+    ends = np.empty(m, np.int32)
+    longest = 0
+    for i in range(m):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    path = np.empty(longest + 1, np.int64)  # path[k]: the state after k bytes of the previous literal
+    path[0] = root
+    n_edges = 0
+    state = first_state
+    previous, previous_length = 0, 0
+    for i in range(m):
+        start, length = offsets[i], offsets[i + 1] - offsets[i]
+        shared = 0
+        while shared < min(previous_length, length) and data[previous + shared] == data[start + shared]:
+            shared += 1
+        for j in range(shared, length):
+            edges[n_edges, 0] = path[j]
+            edges[n_edges, 1] = data[start + j]
+            edges[n_edges, 2] = data[start + j]
+            edges[n_edges, 3] = state
+            path[j + 1] = state
+            state += 1
+            n_edges += 1
+        ends[i] = path[length]
+        previous, previous_length = start, length
+    return state, edges[:n_edges], ends
+
+
 @njit(cache=True)
 def live_states(trans, accepting):
     """live[s]: an accepting state is reachable from s (trimming keeps exactly these)."""

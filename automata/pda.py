@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..grammar.errors import BudgetExceededError, GrammarError
-from ..grammar.ir import Grammar
+from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError
+from ..grammar.ir import MAX_NESTING, Grammar
+from ..grammar.json_schema_docs import MAX_SCHEMA_DEPTH
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 
@@ -51,12 +52,26 @@ STATE_KEY_STATES = 512
 
 @dataclass
 class Budgets:
-    """Compile and match limits; exceeding one raises BudgetExceededError with a hint."""
+    """Compile and match limits; exceeding one raises BudgetExceededError (GrammarError for
+    nesting, which is a property of the text) with a hint naming the budget.
+
+    max_rule_states: NFA / DFA states of one rule's automaton (also bounds a regex's unrolled
+        repetitions before anything is built).
+    max_total_states: states of all rule automata together.
+    max_stack_tops, max_stack_frames: live parses and stack frames while matching.
+    max_nesting: how deeply groups may nest in EBNF grammars and regexes.
+    max_schema_depth: how deeply a JSON Schema document may nest (objects and arrays).
+    compile_time_limit_s: wall-clock limit of one compile call (None: none), checked between
+        steps; the last resort, since the size budgets above fire sooner.
+    """
 
     max_rule_states: int = 100_000
     max_total_states: int = 1_000_000
     max_stack_tops: int = 4096
     max_stack_frames: int = 1 << 24
+    max_nesting: int = MAX_NESTING
+    max_schema_depth: int = MAX_SCHEMA_DEPTH
+    compile_time_limit_s: float | None = None
 
 
 @dataclass
@@ -225,8 +240,9 @@ def _pack(sections: list[np.ndarray]) -> np.ndarray:
     return blob
 
 
-def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
-    """Build every rule's DFA and pack them; the grammar must already be normalised."""
+def build_pda(grammar: Grammar, budgets: Budgets | None = None, clock: CompileClock | None = None) -> Pda:
+    """Build every rule's DFA and pack them; the grammar must already be normalised.  `clock`
+    (a wall-clock limit) is checked before each rule."""
     budgets = budgets or Budgets()
     names = list(grammar.rules)
     if grammar.root not in grammar.rules:
@@ -235,7 +251,9 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
     dfas: list[RuleDfa] = []
     total = 0
     for name in names:
-        dfa = build_rule_dfa(grammar.rules[name], budgets.max_rule_states)
+        if clock is not None:
+            clock.check(f"the automaton of rule {name!r}")
+        dfa = _as_rule_dfa(build_rule_dfa(grammar.rules[name], budgets.max_rule_states))
         for ref_name in dfa.refs:
             if ref_name not in index:
                 line, col = grammar.positions.get(name, (None, None))
@@ -248,36 +266,35 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None) -> Pda:
             )
         dfas.append(dfa)
 
+    arrays = [dfa.arrays for dfa in dfas]
+    sizes = np.array([len(a[0]) for a in arrays], dtype=np.int64)
     first = np.zeros(len(names) + 1, dtype=np.int32)
-    np.cumsum([dfa.num_states for dfa in dfas], out=first[1:])
-    state_rule = np.repeat(np.arange(len(names), dtype=np.int32), np.diff(first))
-    # concatenate the rules' flat arrays: targets shift by the rule's first state, edge pointers
-    # by the edges before it, local reference indices become global rule numbers
-    accept_parts, byte_ptr_parts, lo_parts, hi_parts, byte_dst_parts = [], [np.zeros(1, np.int32)], [], [], []
-    ref_ptr_parts, ref_rule_parts, ref_dst_parts = [np.zeros(1, np.int32)], [], []
-    n_bytes = n_refs = 0
-    for r, dfa in enumerate(dfas):
-        accepting, byte_ptr, lo, hi, byte_dst, ref_ptr, ref_index, ref_dst = dfa.arrays
-        base = int(first[r])
-        accept_parts.append(accepting)
-        byte_ptr_parts.append(byte_ptr[1:] + n_bytes)
-        lo_parts.append(lo)
-        hi_parts.append(hi)
-        byte_dst_parts.append(byte_dst + base)
-        ref_ptr_parts.append(ref_ptr[1:] + n_refs)
-        ref_rule_parts.append(np.array([index[name] for name in dfa.refs], dtype=np.int32)[ref_index]
-                              if len(ref_index) else ref_index)
-        ref_dst_parts.append(ref_dst + base)
-        n_bytes += len(lo)
-        n_refs += len(ref_index)
+    np.cumsum(sizes, out=first[1:])
+    byte_counts = np.array([len(a[2]) for a in arrays], dtype=np.int64)
+    ref_counts = np.array([len(a[6]) for a in arrays], dtype=np.int64)
 
-    def joined(parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
+    def concat(parts: list, dtype=np.int32) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
-    sections = [joined(accept_parts), joined(byte_ptr_parts), joined(lo_parts), joined(hi_parts),
-                joined(byte_dst_parts), joined(ref_ptr_parts), joined(ref_rule_parts), joined(ref_dst_parts),
-                first[:-1]]
-    sections += [_follow_bytes(len(names), *sections).reshape(-1), state_rule]
+    def pointers(k: int, counts: np.ndarray) -> np.ndarray:
+        """Global CSR offsets from each rule's local ones (array k of the packed form)."""
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        return concat([[0]] + [a[k][1:] + start for a, start in zip(arrays, starts.tolist())])
+
+    ref_maps = [np.array([index[name] for name in dfa.refs], dtype=np.int32) for dfa in dfas]
+    sections = [
+        concat([a[0] for a in arrays]),
+        pointers(1, byte_counts),
+        concat([a[2] for a in arrays]),
+        concat([a[3] for a in arrays]),
+        concat([a[4] + base for a, base in zip(arrays, first[:-1].tolist())]),
+        pointers(5, ref_counts),
+        concat([ref_map[a[6]] for a, ref_map in zip(arrays, ref_maps)]),
+        concat([a[7] + base for a, base in zip(arrays, first[:-1].tolist())]),
+        first[:-1],
+        _follow_bytes(arrays, ref_maps).reshape(-1),
+        np.repeat(np.arange(len(names), dtype=np.int32), sizes),
+    ]
     sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
         rule_names=names,
@@ -299,71 +316,95 @@ def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[n
     return ptr, pairs[1].astype(np.int32)
 
 
-@njit(cache=True)
-def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start):
-    """FOLLOW sets over bytes: out[r, b] = 1 when byte b may be consumed right after rule r ends.
+def _as_rule_dfa(dfa) -> RuleDfa:
+    """`dfa` as a RuleDfa (benchmarks/rule_dfa_time.py loads old versions of automata/dfa.py,
+    whose automata only have the per-state lists)."""
+    return dfa if isinstance(dfa, RuleDfa) else RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, dfa.refs)
+
+
+def _follow_bytes(arrays: list[tuple[np.ndarray, ...]], ref_maps: list[np.ndarray]) -> np.ndarray:
+    """FOLLOW sets over bytes: which bytes may be consumed right after each rule ends.
 
     A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
-    every context, so the offline mask can decide it instead of leaving it uncertain.  Three
-    fixpoints over the packed tables (states swept in reverse: targets mostly come later in the
-    breadth-first numbering, so a sweep carries a chain whole): nullable[s] (s can end its rule
-    without a byte), first[s] (bytes consumable first from s, entering callees), then follow.
+    every context, so the offline mask can decide it instead of leaving it uncertain.
+    Byte sets are Python ints used as 256-bit sets.  Only states with reference edges, the
+    targets of those edges and start states take part in the fixpoints, so big automata without
+    references (literal sets) cost nothing here.
     """
-    n = accept.shape[0]
-    nullable = accept != 0
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n - 1, -1, -1):
-            if nullable[s]:
-                continue
-            for e in range(ref_ptr[s], ref_ptr[s + 1]):
-                if nullable[rule_start[ref_rule[e]]] and nullable[ref_dst[e]]:
-                    nullable[s] = True
-                    changed = True
-                    break
-    first = np.zeros((n, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
-    for s in range(n):
-        for e in range(byte_ptr[s], byte_ptr[s + 1]):
-            for b in range(byte_lo[e], byte_hi[e] + 1):
-                first[s, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n - 1, -1, -1):
-            for e in range(ref_ptr[s], ref_ptr[s + 1]):
-                callee = rule_start[ref_rule[e]]
-                for w in range(4):
-                    bits = first[s, w] | first[callee, w]
-                    if nullable[callee]:
-                        bits |= first[ref_dst[e], w]
-                    if bits != first[s, w]:
-                        first[s, w] = bits
-                        changed = True
-    follow = np.zeros((n_rules, 4), dtype=np.uint64)
-    state_rule = np.empty(n, dtype=np.int64)
-    for r in range(n_rules):
-        end = rule_start[r + 1] if r + 1 < n_rules else n
-        state_rule[rule_start[r] : end] = r
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n):
-            r = state_rule[s]
-            for e in range(ref_ptr[s], ref_ptr[s + 1]):
-                c = ref_rule[e]
-                t = ref_dst[e]
-                for w in range(4):
-                    bits = follow[c, w] | first[t, w]
-                    if nullable[t]:
-                        bits |= follow[r, w]
-                    if bits != follow[c, w]:
-                        follow[c, w] = bits
-                        changed = True
-    out = np.zeros((n_rules, 256), dtype=np.int32)
-    for r in range(n_rules):
-        for b in range(256):
-            out[r, b] = (follow[r, b >> 6] >> np.uint64(b & 63)) & np.uint64(1)
+    n = len(arrays)
+    # callees[(r, s)]: (callee rule, return state) of each reference edge leaving state s of rule r
+    callees: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for r, (_, _, _, _, _, ref_ptr, ref_index, ref_dst) in enumerate(arrays):
+        sources = np.repeat(np.arange(len(ref_ptr) - 1), np.diff(ref_ptr))
+        for s, c, t in zip(sources.tolist(), ref_maps[r][ref_index].tolist(), ref_dst.tolist()):
+            callees.setdefault((r, s), []).append((c, t))
+    involved = set(callees) | {(r, 0) for r in range(n)} | {(r, t) for (r, _), edges in callees.items() for _, t in edges}
+
+    # Each fixpoint is a worklist over the states whose value another's depends on: sweeping
+    # every state until nothing changes would take one sweep per link of a chain of rules.
+    dependents: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for key, edges in callees.items():
+        for c, t in edges:
+            dependents.setdefault((c, 0), []).append(key)
+            dependents.setdefault((key[0], t), []).append(key)
+
+    def solve(value: dict, update) -> None:
+        """Recompute update(key) for keys with callees until no value changes."""
+        todo = list(callees)
+        queued = set(todo)
+        while todo:
+            key = todo.pop()
+            queued.discard(key)
+            new = update(key)
+            if new != value[key]:
+                value[key] = new
+                for other in dependents.get(key, ()):
+                    if other not in queued:
+                        queued.add(other)
+                        todo.append(other)
+
+    # nullable[(r, s)]: the rule can finish from state s without consuming a byte.
+    nullable = {(r, s): bool(arrays[r][0][s]) for r, s in involved}
+    solve(nullable, lambda key: nullable[key] or any(nullable[(c, 0)] and nullable[(key[0], t)]
+                                                    for c, t in callees[key]))
+    # first[(r, s)]: bytes consumable first from state s of rule r (entering callees as needed).
+    first = {}
+    for r, s in involved:
+        _, byte_ptr, lo, hi, *_ = arrays[r]
+        bits = 0
+        for a, b in zip(lo[byte_ptr[s]:byte_ptr[s + 1]].tolist(), hi[byte_ptr[s]:byte_ptr[s + 1]].tolist()):
+            bits |= ((1 << (b - a + 1)) - 1) << a
+        first[(r, s)] = bits
+
+    def first_of(key):
+        bits = first[key]
+        for c, t in callees[key]:
+            bits |= first[(c, 0)]
+            if nullable[(c, 0)]:
+                bits |= first[(key[0], t)]
+        return bits
+
+    solve(first, first_of)
+    # follow[c]: the bytes after c's return state in each caller, and what follows the caller
+    # where the rest of the caller can be empty.
+    follow = [0] * n
+    inherits: list[list[int]] = [[] for _ in range(n)]  # r -> callees whose follow includes r's
+    for (r, _), edges in callees.items():
+        for c, t in edges:
+            follow[c] |= first[(r, t)]
+            if nullable[(r, t)]:
+                inherits[r].append(c)
+    todo = list(range(n))
+    while todo:
+        r = todo.pop()
+        for c in inherits[r]:
+            if follow[r] | follow[c] != follow[c]:
+                follow[c] |= follow[r]
+                todo.append(c)
+    out = np.zeros((n, 256), dtype=np.int32)
+    for r, bits in enumerate(follow):
+        if bits:
+            out[r] = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
     return out
 
 
@@ -376,7 +417,7 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
     n = len(dfas)
     succ = [[index[name] for name in dfa.refs] for dfa in dfas]
     component = _strongly_connected_components(succ)
-    signature = [dfa.signature() for dfa in dfas]
+    signature = [dfa.digest() for dfa in dfas]
     keys: list[str | None] = [None] * n
 
     def key_of(r: int) -> str:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import bisect
 
-from .errors import GrammarError
+from .errors import GrammarError, check_argument
 from .ir import (
     MAX_CODE_POINT,
+    MAX_NESTING,
     SURROGATES,
     Expr,
     Grammar,
@@ -49,9 +50,11 @@ MAX_REPEAT = 10_000  # bigger bounds make huge automata; refuse them early with 
 class _Parser:
     """Recursive descent over the text; `pos` is an offset, converted to line/column on error."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, max_nesting: int = MAX_NESTING):
         self.text = text
         self.pos = 0
+        self.depth = 0
+        self.max_nesting = max_nesting
         self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
     # --- positions and errors -----------------------------------------------------------------
@@ -189,7 +192,12 @@ class _Parser:
             return char_class([(0, MAX_CODE_POINT)])
         if c == "(":
             self.pos += 1
+            self.depth += 1
+            if self.depth > self.max_nesting:
+                raise self.error(f"groups nest deeper than {self.max_nesting} levels (the max_nesting budget); "
+                                 "move inner groups into rules of their own, or raise Budgets.max_nesting", start)
             inner = self.alternatives(nested=True)
+            self.depth -= 1
             self.skip_space()
             if self.peek() != ")":
                 raise self.error("unbalanced '(': missing ')'", start)
@@ -290,6 +298,9 @@ class _Parser:
                 return lit("".join(chars))
             if c == "\\":
                 chars.append(chr(self.escape()))
+            elif SURROGATES[0] <= ord(c) <= SURROGATES[1]:
+                raise self.error(f"lone surrogate U+{ord(c):04X} in a string: UTF-8 cannot encode it; "
+                                 "write the character itself or a valid \\u escape")
             else:
                 chars.append(c)
                 self.pos += 1
@@ -324,9 +335,12 @@ class _Parser:
         return char_class(ranges, negated)
 
 
-def parse_ebnf(text: str, root: str = "root") -> Grammar:
-    """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined)."""
-    parser = _Parser(text)
+def parse_ebnf(text: str, root: str = "root", max_nesting: int = MAX_NESTING) -> Grammar:
+    """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined).
+    Groups nested deeper than `max_nesting` are a GrammarError."""
+    check_argument(text, str, "ebnf", "parse_ebnf", "pass the grammar text as str (decode bytes first)")
+    check_argument(root, str, "root", "parse_ebnf")
+    parser = _Parser(text, max_nesting)
     rules, positions = parser.parse()
     for name, offset in parser.references:
         if name not in rules:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 class PushmaskError(Exception):
     """Base class of every error pushmask raises on bad input or exhausted budgets."""
@@ -41,3 +43,31 @@ class UnsupportedSchemaError(SchemaError):
 
 class BudgetExceededError(PushmaskError, RuntimeError):
     """A compile or match budget (states, stack tops, work units) ran out; the message says how to fix it."""
+
+
+class ArgumentTypeError(PushmaskError, TypeError):
+    """A public entry point got an argument of the wrong type; the message names the argument."""
+
+
+def check_argument(value, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
+    """Raise ArgumentTypeError unless `value` is an instance of `expected`."""
+    if not isinstance(value, expected):
+        types = expected if isinstance(expected, tuple) else (expected,)
+        wanted = " or ".join(t.__name__ for t in types)
+        raise ArgumentTypeError(f"{where}: {name} must be {wanted}, got {type(value).__name__}"
+                                + (f"; {hint}" if hint else ""))
+
+
+class CompileClock:
+    """The wall-clock compile limit (`Budgets.compile_time_limit_s`), checked between compile
+    steps (passes, rules, subschemas).  The last resort: the size budgets fire first and
+    sooner; a single numba kernel call is never interrupted, only the step after it."""
+
+    def __init__(self, limit_s: float | None = None):
+        self.limit_s = limit_s
+        self.deadline = None if limit_s is None else time.monotonic() + limit_s
+
+    def check(self, stage: str) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise BudgetExceededError(f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
+                                      f"in {stage}); simplify the input or raise Budgets.compile_time_limit_s")

@@ -11,14 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from .errors import GrammarError
+
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
+MAX_NESTING = 64
+"""Default of the `max_nesting` budget: how deeply groups may nest in EBNF and regexes (the
+parsers and the IR passes recurse per level, and Python's recursion limit is 1000 frames)."""
 
 
 class Expr:
     """Base class of IR expressions."""
 
-    # computed on first use (`_hash_once`, `iter_refs`, automata/dfa.py's structure digest of a
+    # computed on first use (`_hash_once`, `ref_names`, automata/dfa.py's structure digest of a
     # CharFsm); not part of the value
     __slots__ = ("_hash", "_refs", "_digest")
 
@@ -126,7 +131,7 @@ class Grammar:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def references(self, name: str) -> set[str]:
-        return set(iter_refs(self.rules[name]))
+        return set(ref_names(self.rules[name]))
 
     def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
         return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions))
@@ -137,7 +142,15 @@ class Grammar:
 
 
 def lit(text: str | bytes) -> Expr:
-    return Bytes(text.encode("utf-8") if isinstance(text, str) else bytes(text))
+    """A literal; text is encoded as UTF-8 (a lone surrogate, which UTF-8 cannot encode, is a
+    GrammarError: front ends that can say where it is check first)."""
+    if isinstance(text, str):
+        try:
+            return Bytes(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise GrammarError(f"literal {text[:40]!r} holds a lone surrogate (U+{ord(text[exc.start]):04X}), "
+                               "which UTF-8 cannot encode") from None
+    return Bytes(bytes(text))
 
 
 def seq(*items: Expr) -> Expr:
@@ -259,13 +272,7 @@ def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr
 def iter_refs(expr: Expr) -> Iterator[str]:
     """Names of the rules referenced inside `expr`, in a fixed order.  A sub-expression shared by
     several parents (a DAG, as the JSON Schema compiler builds) is visited once, so the walk is
-    linear in the expression's size; a name can still come up more than once.  The names are
-    kept on `expr` (every normalisation pass asks again for the same rule bodies)."""
-    try:
-        return iter(expr._refs)
-    except AttributeError:  # not walked yet (or unpickled: the slot is not pickled)
-        pass
-    names = []
+    linear in the expression's size; a name can still come up more than once."""
     stack = [expr]
     seen: set[int] = set()
     while stack:
@@ -274,13 +281,37 @@ def iter_refs(expr: Expr) -> Iterator[str]:
             continue
         seen.add(id(node))
         if isinstance(node, Ref):
-            names.append(node.name)
+            yield node.name
         elif isinstance(node, (Seq, Alt)):
             stack.extend(node.items)
         elif isinstance(node, Repeat):
             stack.append(node.item)
-    object.__setattr__(expr, "_refs", tuple(names))
-    return iter(expr._refs)
+
+
+def ref_names(expr: Expr) -> frozenset[str]:
+    """The names of the rules referenced inside `expr`, kept on every node once computed: the
+    passes ask for them again and again, and a rule body can be an alternation of 50,000
+    literals.  Iterative (post-order), so deep expressions cannot exhaust the stack."""
+    stack = [expr]
+    while stack:
+        node = stack[-1]
+        if hasattr(node, "_refs"):
+            stack.pop()
+            continue
+        if isinstance(node, Ref):
+            names = frozenset((node.name,))
+        elif isinstance(node, (Seq, Alt, Repeat)):
+            children = node.items if isinstance(node, (Seq, Alt)) else (node.item,)
+            missing = [child for child in children if not hasattr(child, "_refs")]
+            if missing:
+                stack.extend(missing)
+                continue
+            names = frozenset().union(*(child._refs for child in children))
+        else:
+            names = frozenset()
+        object.__setattr__(node, "_refs", names)
+        stack.pop()
+    return expr._refs
 
 
 def to_text(expr: Expr) -> str:

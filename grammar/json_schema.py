@@ -45,6 +45,10 @@ Documented limits (completeness, never soundness)
   branch order.  `const`/`enum` objects are accepted in the key order given.
 - "integer" accepts integer literals and, from draft 6 on, zero fractions such as 1.0 (as the
   json_numbers leaf does); exponent spellings of integers (1e2) are not accepted.
+- Enums of more than BIG_ENUM (64) values accept numbers in the spellings json.dumps writes
+  ("5", "5.0", "0.25"), so the whole enum is one set of literals (a trie); smaller enums accept
+  every spelling of the value ("5.00", "2.5e-1").  A string value holding a lone surrogate is
+  accepted as json.dumps escapes it ("\\ud800").
 - `format` narrows strings (sound), although `jsonschema` treats it as an annotation.
 - Duplicate member names are not prevented among additional members (json.loads keeps the
   last one, which validates too).  So that minProperties never over-counts, a schema that needs
@@ -80,12 +84,16 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from .errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
+from .errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
 from .ir import (
     EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
-    iter_refs, lit, rep, seq, star,
+    lit, ref_names, rep, seq, star,
 )
-from .json_schema_docs import DEFAULT_BASE, draft_of, join_uri, normalize_document, translate_pointer
+from .json_strings import string_literal_expr
+from .json_schema_docs import (
+    DEFAULT_BASE, MAX_SCHEMA_DEPTH, VALUE_KEYS, check_json_document, draft_of, join_uri, normalize_document,
+    translate_pointer,
+)
 
 __all__ = ["json_schema_to_grammar", "INDENT_DEPTH_LIMIT"]
 
@@ -117,6 +125,10 @@ INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
 them; past it the required ones keep the order of `properties` or of `required` among themselves."""
 MAX_OBJECT_EXPR = 40_000
+BIG_ENUM = 64
+"""Enums with more values than this take each number in the spellings json.dumps writes ("5",
+"5.0", "0.25"), so the whole enum is one set of literals (a trie); smaller enums take every
+spelling of a number's value ("5.00", "2.5e-1")."""
 MAX_PATTERN_GROUPS = 5
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
@@ -288,6 +300,7 @@ class _Compiler:
         self.one_of_depth = 0
         self.disjoint_checks = 0
         self.static_dynamic: str | None = None
+        self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
         if self.draft == "draft4" and isinstance(schema, dict) and isinstance(schema.get("id"), str):
@@ -364,6 +377,30 @@ class _Compiler:
         self.rules[name] = body
         return Ref(name)
 
+    def enum_values(self, term: dict) -> list:
+        """The values of a flat term's enum that meet its other keywords.  Every value meets the
+        enum itself, so only the rest is checked (jsonschema's enum check scans the whole list per
+        value: quadratic in its size)."""
+        return self.valid_values({k: v for k, v in _as_schema(term).items() if k != "enum"}, term["enum"])
+
+    def valid_values(self, schema: dict, values: list) -> list:
+        """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator
+        for all of them, and none when the subschema holds only annotations."""
+        if set(schema) <= ANNOTATIONS:
+            return list(values)
+        try:
+            validator = self.validator_cls(schema, registry=self.registry)
+        except Exception:  # noqa: BLE001 -- as in `validates`: be conservative
+            return []
+        out = []
+        for value in values:
+            try:
+                if validator.is_valid(value):
+                    out.append(value)
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
     def validates(self, schema, instance) -> bool:
         """jsonschema's verdict for an instance against a (normalised, 2020-12) subschema."""
         try:
@@ -390,6 +427,7 @@ class _Compiler:
 
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
+        self.clock.check(f"the subschema at {pointer}")
         if schema is True or (isinstance(schema, dict) and _is_true(schema)):
             return self.generic(depth)
         if schema is False:
@@ -713,9 +751,9 @@ class _Compiler:
         common = tx & ty
         if not common:
             return True
-        if "enum" in x and not any(self.validates(_as_schema(y), v) for v in x["enum"]):
+        if "enum" in x and not self.valid_values(_as_schema(y), x["enum"]):
             return True
-        if "enum" in y and not any(self.validates(_as_schema(x), v) for v in y["enum"]):
+        if "enum" in y and not self.valid_values(_as_schema(x), y["enum"]):
             return True
         return all(self._disjoint_on(t, x, y, level) for t in common)
 
@@ -868,11 +906,14 @@ class _Compiler:
             self.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
         if "enum" in f:
-            check = _as_schema(f)
-            values = [v for v in f["enum"] if self.validates(check, v)]
+            values = self.enum_values(f)
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
-            exprs = [self.literal(v, depth) for v in values]
+            if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
+                exprs = [alt(*map(lit, _number_spellings(v))) if _json_type(v) in ("integer", "number")
+                         else self.literal(v, depth) for v in values]
+            else:
+                exprs = [self.literal(v, depth) for v in values]
             return alt(*exprs) if exprs else NOTHING, any(isinstance(v, (list, dict)) for v in values)
         exprs = []
         structural = False
@@ -904,7 +945,6 @@ class _Compiler:
         if isinstance(value, (int, float)):
             return _cached_leaf("literal", {"value": value})
         if isinstance(value, str):
-            from .json_strings import string_literal_expr
             return string_literal_expr(value)
         child = self.layout.child(depth)
         if isinstance(value, list):
@@ -916,7 +956,6 @@ class _Compiler:
         o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
         if not value:
             return seq(o, close_e)
-        from .json_strings import string_literal_expr
         items = [seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
                  for i, (k, v) in enumerate(value.items())]
         return seq(o, *items, close_ne)
@@ -1043,10 +1082,12 @@ class _Compiler:
         for term in terms:
             if not isinstance(term, dict) or "enum" not in term:
                 return None
-            for v in term["enum"]:
-                if self.validates(_as_schema(term), v) and not any(_json_equal(v, w) for w in values):
+            for v in self.enum_values(term):
+                if not any(_json_equal(v, w) for w in values):
                     values.append(v)
-        return values if 0 < len(values) <= UNIQUE_ENUM_MAX else None
+                    if len(values) > UNIQUE_ENUM_MAX:
+                        return None
+        return values or None
 
     def number(self, f: dict, pointer: str, integer: bool) -> Expr:
         kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
@@ -1200,7 +1241,7 @@ class _Compiler:
                 raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
                                              "only string length/pattern/format or enum name constraints negate")
             if "enum" in term:
-                dfa = literal_dfa([v for v in term["enum"] if isinstance(v, str) and self.validates(_as_schema(term), v)])
+                dfa = literal_dfa([v for v in self.enum_values(term) if isinstance(v, str)])
             else:
                 dfa = string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
                                  pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
@@ -1885,6 +1926,18 @@ def _as_schema(f: dict) -> dict:
     return out
 
 
+def _number_spellings(value) -> list[str]:
+    """Texts json.loads reads as a number equal to `value` (as jsonschema compares), the ones
+    json.dumps writes: the int and, up to 2**53 where the float is exact, its float spelling
+    (1 and 1.0); a float's repr and, when integral and exact, its int spelling."""
+    exact = abs(value) <= 2 ** 53
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return []
+        return [repr(value), str(int(value))] if value.is_integer() and exact else [repr(value)]
+    return [str(value), f"{value}.0"] if exact else [str(value)]
+
+
 def _as_terms(merged) -> list:
     """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
     return merged if isinstance(merged, list) else [] if merged is None else [merged]
@@ -2181,7 +2234,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
     memo: dict[int, Expr] = {}
 
     def mentions_dead(e) -> bool:
-        return any(name in dead for name in iter_refs(e))
+        return not dead.isdisjoint(ref_names(e))
 
     def rebuild(e):
         key = id(e)
@@ -2209,7 +2262,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
         if name in reachable:
             continue
         reachable.add(name)
-        stack.extend(iter_refs(new_rules[name]))
+        stack.extend(ref_names(new_rules[name]))
     return Grammar({n: b for n, b in new_rules.items() if n in reachable}, grammar.root)
 
 
@@ -2236,16 +2289,47 @@ def _check_metaschema(schema) -> None:
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(_distinct_subschemas(schema))
     except jsonschema.exceptions.SchemaError as exc:
         path = "".join(f"/{_escape(str(p))}" for p in exc.path)
         raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
 
 
+_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _distinct_subschemas(node):
+    """The document with each name -> subschema map (properties, $defs, ...) keeping only the
+    first name of each distinct subschema: the metaschema gives equal subschemas equal verdicts
+    and ignores these names, so the check is the same, and an error still points at the first
+    offending name.  10,000 properties of one type are checked once instead of 10,000 times."""
+    if isinstance(node, list):
+        return [_distinct_subschemas(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in VALUE_KEYS:  # data: the metaschema takes any
+            out[key] = value
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            seen: set[str] = set()
+            kept = {}
+            for name, sub in value.items():
+                canon = _canon(sub)
+                if canon not in seen:
+                    seen.add(canon)
+                    kept[name] = _distinct_subschemas(sub)
+            out[key] = kept
+        else:
+            out[key] = _distinct_subschemas(value)
+    return out
+
+
 def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
                            retrieve: Callable[[str], Any] | None = None,
-                           property_order: str = "definition") -> Grammar:
+                           property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
+                           clock: CompileClock | None = None) -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
@@ -2257,8 +2341,11 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
     in the order the schema lists them, which also keeps generation on one path; "any" accepts
     them in any order (JSON objects are unordered), for validating existing documents.
+    max_depth: objects and arrays may nest this deep in the document (BudgetExceededError past it).
+    clock: a wall-clock compile limit, checked once per subschema compiled.
     """
     schema = _load(schema)
+    check_json_document(schema, max_depth)
     try:
         _check_metaschema(schema)
         if schema is False:
@@ -2267,7 +2354,10 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
         comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
                          additional_properties_default=additional_properties_default, lenient=lenient,
                          separators=separators, retrieve=retrieve, property_order=property_order)
+        if clock is not None:
+            comp.clock = clock
         return comp.compile()
     except RecursionError:
-        raise BudgetExceededError("the schema nests too deeply to compile (Python recursion limit); "
-                                  "flatten it or raise sys.setrecursionlimit") from None
+        raise BudgetExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
+                                  "parts into $defs with $ref, or lower max_schema_depth so that budget "
+                                  "stops it first") from None

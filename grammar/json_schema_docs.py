@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urldefrag, urljoin
 
+from .errors import BudgetExceededError, SchemaError
+
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
 
 DRAFT_URIS = {
@@ -49,6 +51,38 @@ _NEW_IN = {
                      "unevaluatedItems", "unevaluatedProperties", "$recursiveRef", "$recursiveAnchor", "$defs"},
     "draft2020-12": {"prefixItems", "$dynamicRef", "$dynamicAnchor"},
 }
+
+
+MAX_SCHEMA_DEPTH = 128
+"""Default of the `max_schema_depth` budget: objects and arrays nested in a schema document
+(the compiler recurses a few frames per level; Python's recursion limit is 1000 frames)."""
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_json_document(doc, max_depth: int = MAX_SCHEMA_DEPTH) -> None:
+    """SchemaError at the first value that is not JSON data (a tuple, a set, bytes, a non-string
+    key), BudgetExceededError where objects and arrays nest deeper than `max_depth`.  Iterative,
+    so any depth is checked without recursing."""
+    stack = [(doc, "#", 0)]
+    while stack:
+        node, pointer, depth = stack.pop()
+        if isinstance(node, _JSON_SCALARS):
+            continue
+        if depth >= max_depth:
+            raise BudgetExceededError(f"the schema nests objects/arrays deeper than {max_depth} levels (at {pointer}, "
+                                      "the max_schema_depth budget); move deep parts into $defs with $ref, or raise "
+                                      "Budgets.max_schema_depth")
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    raise SchemaError(f"object key {key!r} is a {type(key).__name__}; JSON keys are strings", pointer)
+                stack.append((value, f"{pointer}/{key.replace('~', '~0').replace('/', '~1')}", depth + 1))
+        elif isinstance(node, list):
+            stack.extend((value, f"{pointer}/{i}", depth + 1) for i, value in enumerate(node))
+        else:
+            hint = "; use a list" if isinstance(node, tuple) else ""
+            raise SchemaError(f"a {type(node).__name__} is not JSON data (objects, arrays, strings, numbers, "
+                              f"booleans and null are){hint}", pointer)
 
 
 def join_uri(base: str, ref: str) -> str:

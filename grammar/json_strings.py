@@ -51,6 +51,7 @@ import re
 from bisect import bisect_right
 from functools import lru_cache
 from itertools import chain
+from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Callable, Iterable
 
 import numpy as np
@@ -1104,16 +1105,28 @@ def string_literal_expr(value: str) -> Expr:
     Other legal spellings (\\u0061 for "a", upper-case hex) decode to the same value but are not
     accepted: a key like "name" stays one literal instead of an automaton per character, which
     keeps objects with many properties small.  Sound either way; complete for json.dumps output.
+
+    A lone surrogate (json.loads reads "\\ud800" as one) has only its escape; a high surrogate
+    followed by a low one in `value` is NOTHING, since json.loads joins their escapes into one
+    code point, so no JSON text decodes to such a value.
     """
-    text = json.dumps(value)
-    if text == json.dumps(value, ensure_ascii=False):  # one spelling per character (an escape is
-        return lit(text)  # longer than the raw character): the one literal the loop below gives
+    text = encode_basestring_ascii(value)  # json.dumps(value), and with ensure_ascii=False
+    if text == encode_basestring(value):  # one spelling per character (an escape is longer
+        return lit(text)  # than the raw character): the one literal the loop below gives
     parts: list[Expr] = [lit('"')]
-    for ch in value:
-        spellings = {json.dumps(ch)[1:-1], json.dumps(ch, ensure_ascii=False)[1:-1]}
+    for i, ch in enumerate(value):
+        if _HIGH_SURROGATE[0] <= ord(ch) <= _HIGH_SURROGATE[1] and i + 1 < len(value) \
+                and _HIGH_SURROGATE[1] < ord(value[i + 1]) <= SURROGATES[1]:
+            return NOTHING
+        spellings = {json.dumps(ch)[1:-1]}
+        if not SURROGATES[0] <= ord(ch) <= SURROGATES[1]:
+            spellings.add(json.dumps(ch, ensure_ascii=False)[1:-1])
         parts.append(alt(*(lit(s) for s in sorted(spellings))))
     parts.append(lit('"'))
     return seq(*parts)
+
+
+_HIGH_SURROGATE = (0xD800, 0xDBFF)
 
 
 def string_excluding_expr(excluded: Iterable[str] = (), excluded_patterns: Iterable[str] = (), *,

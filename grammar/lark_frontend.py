@@ -31,16 +31,17 @@ named rule in the text when lark gives none).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict, deque
 
-import lark
 from lark.exceptions import LarkError, UnexpectedInput
 from lark.lexer import PatternRE, PatternStr
+from lark.load_grammar import load_grammar
 
-from .errors import GrammarError
-from .ir import NOTHING, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
-from .regex import regex_to_ir
+from .errors import BudgetExceededError, GrammarError, check_argument
+from .ir import MAX_NESTING, NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
+from .regex import MAX_STATES, regex_to_ir
 
 __all__ = ["parse_lark"]
 
@@ -121,10 +122,14 @@ def _first_end_only(fsm: Expr) -> Expr:
     return CharFsm(fsm.initial, frozenset(f for f in fsm.finals if f in live), kept)
 
 
-def _terminal_to_ir(terminal) -> Expr:
+def _terminal_to_ir(terminal, max_states: int, max_nesting: int) -> Expr:
     pattern = terminal.pattern
     flags = set(pattern.flags)
     if isinstance(pattern, PatternStr):
+        surrogates = [c for c in pattern.value if SURROGATES[0] <= ord(c) <= SURROGATES[1]]
+        if surrogates:
+            raise GrammarError(f"terminal {terminal.name}: lone surrogate U+{ord(surrogates[0]):04X} in a string; "
+                               "UTF-8 cannot encode it")
         return _case_insensitive_literal(pattern.value) if "i" in flags else lit(pattern.value)
     assert isinstance(pattern, PatternRE)
     source = _KNOWN_REGEX_REPLACEMENTS.get(pattern.value, pattern.value)
@@ -134,19 +139,58 @@ def _terminal_to_ir(terminal) -> Expr:
         raise GrammarError(f"terminal {terminal.name}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
                            "write the regex without verbose/locale flags")
     prefixed = f"(?{''.join(sorted(flags))}:{source})" if flags else source
+    lazy = list(_LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
+    first_end = bool(lazy) and not any(op in _strip_escapes_and_classes(source)[lazy[-1].end():] for op in "*+?{")
     try:
-        expr = regex_to_ir(prefixed)
+        expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end)
     except GrammarError as exc:
         raise GrammarError(f"terminal {terminal.name}: {exc.message} in /{pattern.value}/") from None
-    lazy = list(_LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
-    if lazy:
-        tail = _strip_escapes_and_classes(source)[lazy[-1].end():]
-        if not any(op in tail for op in "*+?{"):
-            expr = _first_end_only(expr)
-    return expr
+    except BudgetExceededError as exc:
+        raise BudgetExceededError(f"terminal {terminal.name}: {exc}") from None
+    return _first_end_only(expr) if first_end else expr
 
 
-def _locate(text: str, message: str) -> tuple[int, int] | tuple[None, None]:
+class _TextIndex:
+    """Where names occur in a grammar text, found in one pass (grammars of thousands of rules
+    would otherwise be searched once per rule): the first line starting with a name (optionally
+    after ? or !: its definition) and each name's first occurrence."""
+
+    def __init__(self, text: str):
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.definitions: dict[str, int] = {}
+        self.first: dict[str, int] = {}
+        self.literals: dict[str, int] = {}  # first occurrence of each "string" and /regex/
+        for m in re.finditer(r'"(?:[^"\\\n]|\\.)*"|/(?:[^/\\\n]|\\.)+/', text):
+            self.literals.setdefault(m.group(), m.start())
+        for m in re.finditer(r"[\w.]+", text):
+            start = m.start()
+            prefixed = start > 0 and text[start - 1] in "?!"
+            line_start = start - prefixed
+            if line_start == 0 or text[line_start - 1] == "\n":
+                self.definitions.setdefault(m.group(), line_start)
+                self.definitions.setdefault(m.group().split(".")[0], line_start)
+            self.first.setdefault(m.group(), start)
+            offset = start
+            for part in m.group().split("."):  # NUMBER in common.NUMBER
+                self.first.setdefault(part, offset)
+                offset += len(part) + 1
+
+    def position(self, name: str) -> tuple[int, int] | tuple[None, None]:
+        """Where the rule or terminal `name` is defined, else first mentioned."""
+        return self._line_column(self.definitions.get(name, self.first.get(name)))
+
+    def literal_position(self, raw: str) -> tuple[int, int] | tuple[None, None]:
+        """Where the string or regex literal `raw` (quotes or slashes included) first occurs."""
+        return self._line_column(self.literals.get(raw))
+
+    def _line_column(self, offset: int | None) -> tuple[int, int] | tuple[None, None]:
+        if offset is None:
+            return None, None
+        line = bisect.bisect_right(self.line_starts, offset)
+        return line, offset - self.line_starts[line - 1] + 1
+
+
+def _locate(index: _TextIndex, message: str) -> tuple[int, int] | tuple[None, None]:
     """Best-effort position for lark errors that carry none: 'line L column C' in the message,
     else the definition of the rule named in '(in rule X)', else the first quoted name."""
     match = re.search(r"line (\d+),? column (\d+)", message)
@@ -154,17 +198,24 @@ def _locate(text: str, message: str) -> tuple[int, int] | tuple[None, None]:
         return int(match.group(1)), int(match.group(2))
     names = re.findall(r"in rule (\w+)", message) + re.findall(r"'([\w.]+)'", message)
     for name in names:
-        match = re.search(rf"^[?!]?{re.escape(name)}\b", text, re.M) or re.search(rf"\b{re.escape(name)}\b", text)
-        if match:
-            line = text.count("\n", 0, match.start()) + 1
-            column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+        line, column = index.position(name)
+        if line is not None:
             return line, column
     return None, None
 
 
-def _load(text: str, start: str) -> lark.Lark:
+def _load(text: str, start: str) -> tuple[list, list, list[str]]:
+    """lark's reading of the grammar: (terminal definitions, rules, ignored terminal names).
+
+    Only lark's grammar loader runs, not `lark.Lark`, whose Earley parser set-up (which pushmask
+    never uses) ran past 115 s for 10,000 rules; each used terminal's regex is compiled with `re`
+    as lark's lexer would, so bad regexes are reported the same way."""
     try:
-        return lark.Lark(text, start=start, parser="earley", lexer="dynamic")
+        grammar, _ = load_grammar(text, "<string>", None, False)
+        terminals, rules, ignored = grammar.compile([start], set())
+        for terminal in terminals:
+            if isinstance(terminal.pattern, PatternRE):
+                re.compile(terminal.pattern.to_regexp())
     except UnexpectedInput as exc:
         detail = str(exc).strip().splitlines()[0]
         raise GrammarError(f"lark grammar syntax error: {detail}", exc.line, exc.column) from None
@@ -174,22 +225,28 @@ def _load(text: str, start: str) -> lark.Lark:
             raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=",
                                1, 1) from None
         first = message.splitlines()[0] if message else type(exc).__name__
-        line, column = _locate(text, message)
+        line, column = _locate(_TextIndex(text), message)
         raise GrammarError(f"invalid lark grammar: {first}", line, column) from None
     except Exception as exc:  # e.g. re.error / regex.error from a bad terminal regex
-        raise GrammarError(f"invalid lark grammar: {type(exc).__name__}: {exc}", *_locate(text, str(exc))) from None
+        raise GrammarError(f"invalid lark grammar: {type(exc).__name__}: {exc}",
+                           *_locate(_TextIndex(text), str(exc))) from None
+    if not any(rule.origin.name == start for rule in rules):
+        raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=", 1, 1)
+    return terminals, rules, ignored
 
 
-def parse_lark(text: str, start: str = "start") -> Grammar:
-    """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any)."""
-    parser = _load(text, start)
-    terminals = {t.name: t for t in parser.terminals}
-    ignored = [name for name in parser.ignore_tokens]
+def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING) -> Grammar:
+    """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any).
+    `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir)."""
+    check_argument(text, str, "text", "parse_lark", "pass the grammar text as str (decode bytes first)")
+    check_argument(start, str, "start", "parse_lark")
+    terminal_list, lark_rules, ignored = _load(text, start)
+    terminals = {t.name: t for t in terminal_list}
     skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
 
     alternatives: dict[str, list[Expr]] = {}
     used_terminals: set[str] = set(ignored)
-    for rule in parser.rules:
+    for rule in lark_rules:
         symbols = []
         for symbol in rule.expansion:
             symbols.append(Ref(symbol.name))
@@ -204,23 +261,22 @@ def parse_lark(text: str, start: str = "start") -> Grammar:
 
     rules: dict[str, Expr] = {}
     positions: dict[str, tuple[int, int]] = {}
+    index = _TextIndex(text)
     for name, options in alternatives.items():
         rules[name] = alt(*options)
-        line, column = _locate(text, f"'{name}'")
+        line, column = index.position(name)
         if line is not None:
             positions[name] = (line, column)
     for name in sorted(used_terminals):
-        line, column = _locate(text, f"'{name}'")
+        line, column = index.position(name)
         if name not in terminals:
             raise GrammarError(f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
                                "define it with `NAME: ...`", line, column)
         raw = getattr(terminals[name].pattern, "raw", None)
-        if line is None and raw and raw in text:
-            offset = text.index(raw)
-            line = text.count("\n", 0, offset) + 1
-            column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        if line is None and raw:
+            line, column = index.literal_position(raw)
         try:
-            rules[name] = _terminal_to_ir(terminals[name])
+            rules[name] = _terminal_to_ir(terminals[name], max_states, max_nesting)
         except GrammarError as exc:
             raise GrammarError(exc.message, line, column) from None
         if line is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterable
 
-from .errors import GrammarError
+from .errors import CompileClock, GrammarError
 from .ir import (
     EPSILON,
     NOTHING,
@@ -31,7 +31,7 @@ from .ir import (
     Repeat,
     Seq,
     alt,
-    iter_refs,
+    ref_names,
     rep,
     seq,
     star,
@@ -143,7 +143,7 @@ def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str]], bool]) -
     """
     users: dict[str, set[str]] = {}
     for name, body in rules.items():
-        for target in iter_refs(body):
+        for target in ref_names(body):
             users.setdefault(target, set()).add(name)
     result: set[str] = set()
     queue = deque(rules)
@@ -266,10 +266,9 @@ def check_references(grammar: Grammar) -> Grammar:
     if grammar.root not in grammar.rules:
         raise GrammarError(f"root rule {grammar.root!r} is not defined; add `{grammar.root} ::= ...`", 1, 1)
     for name, body in grammar.rules.items():
-        for target in iter_refs(body):
-            if target not in grammar.rules:
-                raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
-                                   *_position(grammar, name))
+        for target in sorted(ref for ref in ref_names(body) if ref not in grammar.rules):
+            raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
+                               *_position(grammar, name))
     return grammar
 
 
@@ -277,7 +276,7 @@ def _reachable(grammar: Grammar) -> set[str]:
     seen = {grammar.root}
     todo = [grammar.root]
     while todo:
-        for target in iter_refs(grammar.rules[todo.pop()]):
+        for target in ref_names(grammar.rules[todo.pop()]):
             if target not in seen and target in grammar.rules:
                 seen.add(target)
                 todo.append(target)
@@ -581,61 +580,49 @@ TINY_RULE_SIZE = 6  # rules this small are inlined wherever they are used
 MAX_INLINED_SIZE = 256  # bigger single-use rules stay rules, which keeps bodies shallow
 
 
-def _copies(repeat: Repeat) -> int:
-    """How many copies of its item a bounded repetition's automaton holds (min when unbounded)."""
-    return max(1, repeat.max if repeat.max is not None else repeat.min)
-
-
-def expr_size(expr: Expr, memo: dict[int, tuple[Expr, int]] | None = None) -> int:
+def expr_size(expr: Expr, _memo: dict[int, int] | None = None) -> int:
     """Rough size of an expression's automaton (nodes; an automaton counts its edges, a bounded
-    repetition its copies).  Counted as a tree, but each shared node is visited once (the JSON
-    Schema compiler builds DAGs whose tree size is exponential); `memo` may be shared across calls
-    over unchanged expressions."""
-    memo = {} if memo is None else memo
-
-    def size(node: Expr) -> int:
-        got = memo.get(id(node))
-        if got is not None:
-            return got[1]
-        if isinstance(node, (Seq, Alt)):
-            value = 1 + sum(size(item) for item in node.items)
-        elif isinstance(node, Repeat):
-            value = 1 + size(node.item) * _copies(node)
-        elif isinstance(node, CharFsm):
-            value = 1 + len(node.transitions)
-        else:
-            value = 1
-        memo[id(node)] = (node, value)  # holding the node keeps its id from being reused
-        return value
-
-    return size(expr)
+    repetition its copies), counted as a tree; a sub-expression shared by several parents (the
+    JSON Schema compiler builds such DAGs) is measured once."""
+    memo = {} if _memo is None else _memo
+    got = memo.get(id(expr))
+    if got is not None:
+        return got
+    if isinstance(expr, (Seq, Alt)):
+        size = 1 + sum(expr_size(item, memo) for item in expr.items)
+    elif isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
+        size = 1 + expr_size(expr.item, memo) * _copies(expr)
+    elif isinstance(expr, CharFsm):
+        size = 1 + len(expr.transitions)
+    else:
+        size = 1
+    memo[id(expr)] = size
+    return size
 
 
-def _ref_copies(expr: Expr) -> dict[str, int]:
-    """Automaton copies per referenced rule name: inside x{m,n} a reference is built n times (m
-    if unbounded), so inlining its body there would copy the body that often.  Shared nodes are
-    counted once per path but computed once."""
-    memo: dict[int, tuple[Expr, dict[str, int]]] = {}
+def _copies(expr: Repeat) -> int:
+    return max(1, expr.max if expr.max is not None else expr.min)
 
-    def copies(node: Expr) -> dict[str, int]:
-        got = memo.get(id(node))
-        if got is not None:
-            return got[1]
-        if isinstance(node, Ref):
-            value = {node.name: 1}
-        elif isinstance(node, (Seq, Alt)):
-            value = {}
-            for item in node.items:
-                for name, n in copies(item).items():
-                    value[name] = value.get(name, 0) + n
-        elif isinstance(node, Repeat):
-            value = {name: n * _copies(node) for name, n in copies(node.item).items()}
-        else:
-            value = {}
-        memo[id(node)] = (node, value)
-        return value
 
-    return copies(expr)
+def _reference_counts(expr: Expr, memo: dict[int, dict[str, int]]) -> dict[str, int]:
+    """Automaton copies per referenced rule: inside x{m,n} a reference is built n times (m if
+    unbounded), so inlining its body there would copy the body that often.  Counted as a tree,
+    each distinct node once (`memo`, by id, shared across the rules of one grammar)."""
+    got = memo.get(id(expr))
+    if got is not None:
+        return got
+    out: dict[str, int] = {}
+    if isinstance(expr, Ref):
+        out[expr.name] = 1
+    elif isinstance(expr, (Seq, Alt)):
+        for item in expr.items:
+            for name, copies in _reference_counts(item, memo).items():
+                out[name] = out.get(name, 0) + copies
+    elif isinstance(expr, Repeat):
+        k = _copies(expr)
+        out = {name: copies * k for name, copies in _reference_counts(expr.item, memo).items()}
+    memo[id(expr)] = out
+    return out
 
 
 def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
@@ -646,27 +633,28 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     MAX_INLINED_SIZE stay rules, so long chains do not build one very deep expression.
     """
     rules = dict(grammar.rules)
-    graph = {name: set(iter_refs(body)) & rules.keys() for name, body in rules.items()}
-    users: dict[str, set[str]] = {name: set() for name in rules}
+    graph = {name: ref_names(body) & rules.keys() for name, body in rules.items()}
     uses: dict[str, int] = {name: 0 for name in rules}
-    for name, body in rules.items():
-        for target, copies in _ref_copies(body).items():
+    memo: dict[int, dict[str, int]] = {}
+    for body in rules.values():
+        for target, copies in _reference_counts(body, memo).items():
             uses[target] += copies
-            users[target].add(name)
     recursive = {name for component in _cyclic_components(graph) for name in component}
-    size_memo: dict = {}
 
-    # Leaves first, so a rule's body is final before it is copied into its users (which are
-    # processed later, so their own `users` entries never need updating).
+    # Leaves first: every rule a body references comes earlier (or is in its own cycle, never
+    # inlined), so one rewrite per body substitutes final bodies; rewriting each user once per
+    # inlined rule instead would be quadratic (an alternation of 10,000 tiny rules).
+    inlined: dict[str, Expr] = {}
     for component in _strongly_connected(graph):
+        for name in component:
+            if graph[name] & inlined.keys():
+                rules[name] = map_refs(rules[name], lambda r: inlined.get(r.name, r))
         name = component[0]
         if len(component) > 1 or name in recursive or name == grammar.root:
             continue
-        body = rules[name]
-        size = expr_size(body, size_memo)
+        size = expr_size(rules[name])
         if size <= tiny or (uses[name] == 1 and size <= MAX_INLINED_SIZE):
-            for user in users[name]:
-                rules[user] = map_refs(rules[user], lambda r, n=name, b=body: b if r.name == n else r)
+            inlined[name] = rules[name]
     return remove_unreachable(grammar.copy(rules))
 
 
@@ -683,8 +671,11 @@ PIPELINE: list[Callable[[Grammar], Grammar]] = [
 ]
 
 
-def normalize(grammar: Grammar) -> Grammar:
-    """Run every pass of PIPELINE in order; the result satisfies the module's CONTRACT."""
+def normalize(grammar: Grammar, clock: CompileClock | None = None) -> Grammar:
+    """Run every pass of PIPELINE in order; the result satisfies the module's CONTRACT.
+    `clock` (a wall-clock limit) is checked before each pass."""
     for step in PIPELINE:
+        if clock is not None:
+            clock.check(f"the {step.__name__} pass")
         grammar = step(grammar)
     return grammar

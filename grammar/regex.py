@@ -15,6 +15,13 @@ language as greedy ones, which is all a full-match grammar cares about; a leadin
 trailing `$` are accepted and ignored; `\\uHHHH` / `\\UHHHHHHHH` escapes are rewritten to the
 character (interegular lacks them).
 
+Patterns with a counted repetition (`x{m,n}`) or more than TREE_PATTERN_NODES nodes skip
+interegular's automata, which are built and determinised in Python (minutes for
+`(a|b)*a(a|b){15}` or 10,000 alternatives): interegular's parse tree becomes an IR tree (Seq,
+Alt, Repeat, character classes) whose rule automaton the numba kernels build under the
+`max_rule_states` budget; a pattern whose repetitions unroll past that budget is refused before
+anything is built.  Groups nested deeper than `max_nesting` are a GrammarError.
+
 `regex_to_fsm` returns the raw interegular FSM (exact alphabet) for callers that combine FSMs
 (intersection, difference) before converting them with `fsm_to_char_fsm`.
 """
@@ -26,13 +33,23 @@ import re
 from collections import defaultdict, deque
 
 from interegular.fsm import FSM, anything_else
-from interegular.patterns import InvalidSyntax, Unsupported, _ParsePattern
+from interegular.patterns import (
+    _DOT, _EMPTY, InvalidSyntax, Pattern, REFlags, Unsupported, _CharGroup, _combine_flags, _Concatenation,
+    _ParsePattern, _Repeated,
+)
 from interegular.utils.simple_parser import NoMatch
 
-from .errors import GrammarError
+from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import (
-    MAX_CODE_POINT, NOTHING, SURROGATES, CharFsm, Expr, Grammar, complement_ranges, normalize_ranges, remove_surrogates,
+    EPSILON, MAX_CODE_POINT, MAX_NESTING, NOTHING, SURROGATES, CharClass, CharFsm, Expr, Grammar, alt, char_class,
+    complement_ranges, lit, normalize_ranges, remove_surrogates, rep, seq,
 )
+
+MAX_STATES = 100_000
+"""Default size budget (`Budgets.max_rule_states`) for a pattern's unrolled repetitions."""
+TREE_PATTERN_NODES = 256
+"""Patterns with more nodes than this (or any counted repetition) become IR trees (see
+`_pattern_to_ir`) instead of interegular automata."""
 
 __all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex"]
 
@@ -262,7 +279,7 @@ def _escape_literal(char: str) -> str:
     return f"\\x{ord(char):02x}"
 
 
-def preprocess_regex(pattern: str) -> tuple[str, list[int]]:
+def preprocess_regex(pattern: str, max_nesting: int = MAX_NESTING) -> tuple[str, list[int]]:
     """Check `pattern` and rewrite it into the dialect interegular reads.
 
     Returns the rewritten pattern and, for each of its characters, the 0-based index in the
@@ -282,6 +299,7 @@ def preprocess_regex(pattern: str) -> tuple[str, list[int]]:
     i = 0
     n = len(pattern)
     in_class = False
+    depth = 0
     if pattern.startswith("^"):
         i = 1
     end = n
@@ -340,6 +358,13 @@ def preprocess_regex(pattern: str) -> tuple[str, list[int]]:
             else:
                 emit(pattern[start:i], start)
             continue
+        if c == "(":
+            depth += 1
+            if depth > max_nesting:
+                raise GrammarError(f"groups nest deeper than {max_nesting} levels (the max_nesting budget); "
+                                   "flatten the pattern or raise Budgets.max_nesting", 1, col)
+        elif c == ")":
+            depth -= 1
         if c == "(" and pattern.startswith("(?", i):
             rest = pattern[i + 2:i + 4]
             if rest[:1] in ("=", "!") or rest in ("<=", "<!"):
@@ -369,6 +394,11 @@ def regex_to_fsm(pattern: str) -> FSM:
 
 
 def _interegular_fsm(rewritten: str, where: list[int]) -> FSM:
+    return _to_fsm(_parse(rewritten, where))
+
+
+def _parse(rewritten: str, where: list[int]) -> Pattern:
+    """interegular's parse tree of the rewritten pattern, or GrammarError with the column."""
 
     def column(index: int) -> int:
         return where[min(max(index, 0), len(where) - 1)] + 1
@@ -387,6 +417,10 @@ def _interegular_fsm(rewritten: str, where: list[int]) -> FSM:
         raise GrammarError(f"unsupported regex construct: {exc}", 1, column(parser.index - 1)) from None
     except Exception:  # interegular fails on some malformed groups, e.g. "(?<*"
         raise GrammarError("invalid regex: malformed group or escape", 1, column(parser.index)) from None
+    return parsed
+
+
+def _to_fsm(parsed: Pattern) -> FSM:
     try:
         return parsed.to_fsm()
     except Unsupported as exc:
@@ -395,16 +429,100 @@ def _interegular_fsm(rewritten: str, where: list[int]) -> FSM:
         raise GrammarError(f"invalid regex: {exc}; check repetition bounds like {{m,n}} with m <= n", 1, 1) from None
 
 
-def regex_to_ir(pattern: str) -> Expr:
-    """An IR expression for the strings `pattern` fully matches (a CharFsm, or NOTHING)."""
-    rewritten, where = preprocess_regex(pattern)
+def regex_to_ir(pattern: str, max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING,
+                automaton: bool = False) -> Expr:
+    """An IR expression for the strings `pattern` fully matches: a CharFsm (or NOTHING) for
+    small patterns, an IR tree for patterns with counted repetitions or many nodes (unless
+    `automaton`: then always a CharFsm).
+
+    interegular builds automata in Python and determinises every concatenation, so
+    `(a|b)*a(a|b){15}` or an alternation of 10,000 words takes minutes there; as a tree, the rule's
+    automaton is built by the numba kernels under the `max_rule_states` budget instead.
+    Patterns whose repetitions unroll to more than `max_states` positions (`a{1000000}`) are a
+    BudgetExceededError before anything is built.
+    """
+    check_argument(pattern, str, "pattern", "regex_to_ir", "pass the regex as str")
+    rewritten, where = preprocess_regex(pattern, max_nesting)
+    words = _WORD_LIST.fullmatch(rewritten)
+    if words and not automaton and rewritten.count("|") >= WORD_LIST_MIN:
+        # "(cat|dog|...)": a big literal set needs no parse tree (interegular's parser takes
+        # seconds for 10,000 words)
+        return alt(*(lit(word) for word in (words.group(1) or words.group(2)).split("|")))
     compressed = _compress_large_classes(rewritten, where)
-    if compressed is None:
-        return fsm_to_char_fsm(_interegular_fsm(rewritten, where))
-    text, text_where, expansion = compressed
-    return fsm_to_char_fsm(_interegular_fsm(text, text_where), expansion)
+    expansion: dict[str, tuple[int, int]] = {}
+    if compressed is not None:
+        rewritten, where, expansion = compressed
+    parsed = _parse(rewritten, where)
+    positions, nodes, counted = _measure(parsed)
+    if positions > max_states:
+        raise BudgetExceededError(
+            f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
+            f"budget of {max_states}; use * or + for long runs, or raise Budgets.max_rule_states")
+    if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
+        return _pattern_to_ir(parsed, REFlags(0), expansion)
+    return fsm_to_char_fsm(_to_fsm(parsed), expansion)
 
 
-def parse_regex(pattern: str) -> Grammar:
+_PLAIN = r"[^\\^$.|?*+()\[\]{}]+"
+_WORD_LIST = re.compile(rf"\(({_PLAIN}(?:\|{_PLAIN})*)\)|({_PLAIN}(?:\|{_PLAIN})*)")
+"""An alternation of plain words, maybe in one group."""
+WORD_LIST_MIN = 64
+"""Alternations of at least this many plain words are read without interegular's parser."""
+
+
+def _measure(node) -> tuple[int, int, bool]:
+    """(character positions once repetitions are unrolled, nodes, has a counted repetition)."""
+    if isinstance(node, Pattern):
+        parts = [_measure(o) for o in node.options]
+    elif isinstance(node, _Concatenation):
+        parts = [_measure(p) for p in node.parts]
+    elif isinstance(node, _Repeated):
+        positions, nodes, counted = _measure(node.base)
+        copies = max(1, node.min, node.max or 0)
+        return positions * copies, nodes + 1, counted or copies > 1
+    else:
+        return 1, 1, False
+    return sum(p[0] for p in parts), 1 + sum(p[1] for p in parts), any(p[2] for p in parts)
+
+
+def _pattern_to_ir(node, flags: REFlags, expansion: dict[str, tuple[int, int]]) -> Expr:
+    """interegular's parse tree as an IR tree, with interegular's meaning: `.` is any code point
+    but a newline (any under the s flag), the i flag adds both cases of every character of a
+    class, a negated class is every other code point, and a representative of a compressed
+    class stands for its range (`expansion`)."""
+    if isinstance(node, Pattern):
+        inner = _combine_flags(flags, node.added_flags, node.removed_flags)
+        return alt(*(_pattern_to_ir(option, inner, expansion) for option in node.options))
+    if isinstance(node, _Concatenation):
+        if not all(isinstance(part, (Pattern, _Concatenation, _Repeated, _CharGroup)) or part is _DOT
+                   or part is _EMPTY for part in node.parts):
+            raise GrammarError("unsupported regex construct: lookaround; " + _HINT_LOOKAROUND, 1, 1)
+        return seq(*(_pattern_to_ir(part, flags, expansion) for part in node.parts))
+    if isinstance(node, _Repeated):
+        if node.max is not None and node.max < node.min:
+            raise GrammarError(f"invalid regex: repetition {{{node.min},{node.max}}} has max < min; "
+                               "check repetition bounds like {m,n} with m <= n", 1, 1)
+        return rep(_pattern_to_ir(node.base, flags, expansion), node.min, node.max)
+    if node is _EMPTY:
+        return EPSILON
+    if node is _DOT:
+        return char_class([(0, MAX_CODE_POINT)] if flags & REFlags.SINGLE_LINE else [(0, 9), (11, MAX_CODE_POINT)])
+    assert isinstance(node, _CharGroup), node
+    if len(node.chars) == 1 and not node.negated and not flags & REFlags.CASE_INSENSITIVE:
+        (char,) = node.chars
+        if char not in expansion and not SURROGATES[0] <= ord(char) <= SURROGATES[1]:
+            return lit(char)  # the common case, a plain character: literals merge into words
+    chars = set(node.chars)
+    if flags & REFlags.CASE_INSENSITIVE:
+        chars |= {c.lower() for c in node.chars} | {c.upper() for c in node.chars}
+    # case folding can give multi-character strings ("\u0149".upper()), which no one character matches
+    ranges = [expansion.get(c, (ord(c), ord(c))) for c in chars if len(c) == 1]
+    expr = char_class(ranges, negated=node.negated)
+    if isinstance(expr, CharClass) and expr.ranges[0][0] == expr.ranges[-1][1]:
+        return lit(chr(expr.ranges[0][0]))  # one character: literals merge, and words become tries
+    return expr
+
+
+def parse_regex(pattern: str, max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING) -> Grammar:
     """A one-rule grammar ("root") for the regex."""
-    return Grammar({"root": regex_to_ir(pattern)}, "root", {"root": (1, 1)})
+    return Grammar({"root": regex_to_ir(pattern, max_states, max_nesting)}, "root", {"root": (1, 1)})

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
+from ..grammar.errors import BudgetExceededError, CompileClock, check_argument
 from ..grammar.ir import Grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
@@ -60,17 +62,25 @@ class GrammarCompiler:
         """EBNF in the XGrammar / llama.cpp GBNF dialect."""
         from ..grammar.ebnf import parse_ebnf
 
-        return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name))
+        _check_text(ebnf, "ebnf", "compile_grammar")
+        check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
+        with _nesting_guard("grammar"):
+            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.budgets.max_nesting))
 
     def compile_lark(self, text: str, start: str = "start") -> "CompiledGrammar":
         from ..grammar.lark_frontend import parse_lark
 
-        return self.compile_ir(parse_lark(text, start=start))
+        _check_text(text, "text", "compile_lark")
+        check_argument(start, str, "start", "compile_lark")
+        with _nesting_guard("grammar"):
+            return self.compile_ir(parse_lark(text, start, self.budgets.max_rule_states, self.budgets.max_nesting))
 
     def compile_regex(self, pattern: str) -> "CompiledGrammar":
         from ..grammar.regex import parse_regex
 
-        return self.compile_ir(parse_regex(pattern))
+        _check_text(pattern, "pattern", "compile_regex")
+        with _nesting_guard("regex"):
+            return self.compile_ir(parse_regex(pattern, self.budgets.max_rule_states, self.budgets.max_nesting))
 
     def compile_json_schema(
         self,
@@ -85,28 +95,37 @@ class GrammarCompiler:
     ) -> "CompiledGrammar":
         from ..grammar.json_schema import json_schema_to_grammar
 
-        grammar = json_schema_to_grammar(
-            schema,
-            whitespace=whitespace,
-            indent=indent,
-            max_whitespace=max_whitespace,
-            additional_properties_default=additional_properties_default,
-            lenient=lenient,
-            **options,
-        )
-        return self.compile_ir(grammar)
+        options.setdefault("max_depth", self.budgets.max_schema_depth)
+        clock = CompileClock(self.budgets.compile_time_limit_s)
+        with _nesting_guard("schema"):
+            grammar = json_schema_to_grammar(
+                schema,
+                whitespace=whitespace,
+                indent=indent,
+                max_whitespace=max_whitespace,
+                additional_properties_default=additional_properties_default,
+                lenient=lenient,
+                clock=clock,
+                **options,
+            )
+            return self.compile_ir(grammar, clock=clock)
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
         """Any JSON value."""
         return self.compile_json_schema({})
 
-    def compile_ir(self, grammar: Grammar, *, normalize: bool = True) -> "CompiledGrammar":
-        """Run the IR passes, build the PDA; masks are computed lazily on first visit."""
-        if normalize:
-            from ..grammar.passes import normalize as normalize_grammar
+    def compile_ir(self, grammar: Grammar, *, normalize: bool = True,
+                   clock: CompileClock | None = None) -> "CompiledGrammar":
+        """Run the IR passes, build the PDA; masks are computed lazily on first visit.  `clock`
+        carries the wall-clock limit of a compile that started earlier (else one starts here)."""
+        check_argument(grammar, Grammar, "grammar", "compile_ir", "parse text with compile_grammar / compile_lark")
+        clock = clock or CompileClock(self.budgets.compile_time_limit_s)
+        with _nesting_guard("grammar"):
+            if normalize:
+                from ..grammar.passes import normalize as normalize_grammar
 
-            grammar = normalize_grammar(grammar)
-        return CompiledGrammar(self, grammar, build_pda(grammar, self.budgets))
+                grammar = normalize_grammar(grammar, clock)
+            return CompiledGrammar(self, grammar, build_pda(grammar, self.budgets, clock))
 
     # -- cache --------------------------------------------------------------------------------
 
@@ -306,6 +325,22 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
+
+
+def _check_text(text, name: str, where: str) -> None:
+    check_argument(text, str, name, where, "pass the text as str" + (" (decode bytes first)"
+                                                                      if isinstance(text, (bytes, bytearray)) else ""))
+
+
+@contextmanager
+def _nesting_guard(what: str):
+    """Python's recursion limit reached anywhere in a compile (the explicit nesting budgets
+    should fire first) is a BudgetExceededError, not a RecursionError."""
+    try:
+        yield
+    except RecursionError:
+        raise BudgetExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
+                                  "flatten it or lower Budgets.max_nesting / max_schema_depth") from None
 
 
 def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -10,7 +10,9 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
-from .grammar.errors import BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
+from .grammar.errors import (
+    ArgumentTypeError, BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError,
+)
 from .grammar.ir import Grammar
 from .automata.pda import Budgets
 from .masks.asap import ASApSampler, Sample, aligned_generate
@@ -25,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ASApSampler",
+    "ArgumentTypeError",
     "Sample",
     "aligned_generate",
     "Budgets",

@@ -102,9 +102,12 @@ def test_regex_anything_else_is_the_complement_without_surrogates():
 
 
 def test_regex_large_classes_stay_intervals():
-    # Classes are kept as code-point intervals, not one edge per character.
-    fsm = regex_to_ir(r"[\x00-\U0010FFFF]*[\u4e00-\u9fff]{1,3}")
+    # Classes are kept as code-point intervals, not one edge per character (a counted repetition
+    # makes the pattern an IR tree; automaton=True asks for interegular's automaton).
+    fsm = regex_to_ir(r"[\x00-\U0010FFFF]*[\u4e00-\u9fff]{1,3}", automaton=True)
     assert len(fsm.transitions) < 50
+    tree = regex_to_ir(r"[\x00-\U0010FFFF]*[\u4e00-\u9fff]{1,3}")
+    assert tree.items[1] == rep(CharClass(((0x4E00, 0x9FFF),)), 1, 3)
     g = Grammar({"root": fsm})
     assert ir_accepts(g, "\U0001F600\u4e00\u9fff") and not ir_accepts(g, "\u4e00\ua000")
 
