@@ -295,6 +295,12 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, list[int], int]:
     return layout
 
 
+TRIE_STATES_FACTOR = 10
+"""Literal tries may hold this many times `max_rule_states` states (see _Nfa._build_trie)."""
+TRIE_MIN_LITERALS = 16
+"""Alternations with at least this many literals build them as a trie (fewer: one path each)."""
+
+
 def _nfa_budget_error(max_states: int, what: str = "") -> BudgetExceededError:
     return BudgetExceededError(
         f"rule automaton exceeds {max_states} NFA states{' (' + what + ')' if what else ''}; simplify large "
