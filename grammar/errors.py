@@ -41,3 +41,8 @@ class UnsupportedSchemaError(SchemaError):
 
 class BudgetExceededError(PushmaskError, RuntimeError):
     """A compile or match budget (states, stack tops, work units) ran out; the message says how to fix it."""
+
+
+class BudgetTooSmallError(PushmaskError, ValueError):
+    """A token budget (max_tokens / max_new_tokens) below what the grammar needs to finish; the
+    message says how many tokens suffice."""

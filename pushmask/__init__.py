@@ -10,7 +10,9 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
-from .grammar.errors import BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
+from .grammar.errors import (
+    BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError,
+)
 from .grammar.ir import Grammar
 from .automata.pda import Budgets
 from .masks.asap import ASApSampler, Sample, aligned_generate
@@ -29,6 +31,7 @@ __all__ = [
     "aligned_generate",
     "Budgets",
     "BudgetExceededError",
+    "BudgetTooSmallError",
     "CompiledGrammar",
     "Gap",
     "Grammar",
