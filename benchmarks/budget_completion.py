@@ -22,19 +22,6 @@ DEV = REPO.parent / "shared" / "data" / "maskbench-dev"
 MAX_SCHEMA_CHARS = 1500
 
 
-def pick_schemas(count: int) -> list[tuple[str, dict]]:
-    """Every k-th small schema of MaskBench-dev by name, then the rest as fallbacks."""
-    small = []
-    for path in sorted(DEV.glob("*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        schema = doc.get("schema", doc)
-        if isinstance(schema, dict) and len(json.dumps(schema)) <= MAX_SCHEMA_CHARS:
-            small.append((path.stem, schema))
-    step = max(1, len(small) // count)
-    spread = small[::step]
-    return spread + [item for item in small if item not in spread]
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schemas", type=int, default=50)
@@ -50,6 +37,7 @@ def main(argv=None) -> int:
     from pushmask.grammar.errors import UnsupportedSchemaError
     from pushmask.integrations.cli_generate import load_model
     from pushmask.integrations.generate import compile_constraint
+    from pushmask.jsonschemabench.corpus import small_schemas_spread
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(None, log=lambda m: print(m, file=sys.stderr))
@@ -58,7 +46,7 @@ def main(argv=None) -> int:
     counts = {(b, m): [0, 0, 0] for b in budgets for m, _ in modes}  # complete, valid, runs
     tokens = seconds = 0.0
     used = 0
-    for name, schema in pick_schemas(args.schemas):
+    for name, schema in small_schemas_spread(DEV, args.schemas, MAX_SCHEMA_CHARS):
         if used == args.schemas:
             break
         try:

@@ -114,40 +114,48 @@ def _state_costs(pda, order, kind, arg, nxt, vocab, offsets, ids, max_token_leng
 
 
 @njit(cache=True)
-def _byte_rises(pda, cost):
-    """(byte_rise[256]: the most one byte can raise a stack's cost, eps[state]: the most epsilon
-    moves from a top can raise it); see the module docstring."""
+def _epsilon_extremes(pda, cost, sign):
+    """Per top state v, sign times the most sign * (change of a stack's cost) that epsilon moves
+    from v can make (sign 1: the greatest rise, >= 0; sign -1: the greatest fall, <= 0).  A push
+    replaces v's level by the callee's start and the return state; a pop removes an accepting
+    level (cost 0) and goes on from any return state of the rule's callers.  A fixpoint; none
+    within n rounds means a cycle that keeps changing the cost: unbounded."""
     accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
     state_rule = kernels._section(pda, kernels.PDA_STATE_RULE)
     returns_ptr = kernels._section(pda, kernels.PDA_RETURNS_PTR)
     returns = kernels._section(pda, kernels.PDA_RETURNS)
     n = accept.shape[0]
-    # eps[v]: the most epsilon moves from top v raise the cost: a push replaces v's level by the
-    # callee's start and the return state; a pop removes an accepting level (cost 0) and goes on
-    # from any return state of the rule's callers.  A fixpoint; none within n rounds means a
-    # rising cycle, and every rise counts as unbounded.
-    eps = np.zeros(n, dtype=np.int64)
+    ext = np.zeros(n, dtype=np.int64)
     rounds = 0
     changed = True
     while changed:
         changed = False
         rounds += 1
         if rounds > n + 1:
-            eps[:] = UNREACHABLE
+            ext[:] = UNREACHABLE
             break
         for v in range(n):
-            best = eps[v]
+            best = ext[v]
             for e in range(ref_ptr[v], ref_ptr[v + 1]):
                 callee = rule_start[ref_rule[e]]
-                rise = min(cost[callee] + cost[ref_dst[e]] - cost[v] + eps[callee], UNREACHABLE)
-                best = max(best, rise)
+                change = cost[callee] + cost[ref_dst[e]] - cost[v]
+                best = max(best, min(sign * change + ext[callee], UNREACHABLE))
             if accept[v]:
                 rule = state_rule[v]
                 for k in range(returns_ptr[rule], returns_ptr[rule + 1]):
-                    best = max(best, eps[returns[k]])
-            if best > eps[v]:
-                eps[v] = best
+                    best = max(best, ext[returns[k]])
+            if best > ext[v]:
+                ext[v] = best
                 changed = True
+    return sign * ext
+
+
+@njit(cache=True)
+def _byte_rises(pda, cost, eps):
+    """byte_rise[256]: the most one byte can raise a stack's cost (its edge, then the epsilon
+    rise `eps` of the state it reaches); see the module docstring."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
+    n = accept.shape[0]
     rise = np.full(256, -UNREACHABLE, dtype=np.int64)
     for u in range(n):
         if cost[u] >= UNREACHABLE:
@@ -160,7 +168,7 @@ def _byte_rises(pda, cost):
     for b in range(256):
         if rise[b] == -UNREACHABLE:
             rise[b] = 0  # no edge takes b: no token with it is ever allowed
-    return rise, eps
+    return rise
 
 
 @njit(cache=True, inline="always")
@@ -193,19 +201,22 @@ def cost_range(pool, cost, stacks):
 
 
 @njit(cache=True, nogil=True)
-def refine(pda, pool, stacks, cost, eps, byte_rise, token_rise, vocab, offsets, candidates, bound):
-    """bound[t] for each candidate t: a closer bound on the cost after t than the byte rises
-    give.  From each stack whose top takes the token's first byte, the bytes its own rule takes
-    count exactly (a step inside the top's DFA changes the top's cost only); wherever the top
-    may leave its rule (an epsilon move: a reference or an end) before the token ends, that
-    path is bounded by the top's epsilon rise and the rest of the token's byte rises."""
+def refine(pda, pool, stacks, cost, eps, eps_fall, byte_rise, token_rise, vocab, offsets, candidates, upper, lower):
+    """upper[t] and lower[t] for each candidate t: closer bounds on the cost after t than the
+    byte rises give (lower -1: none known).  From each stack whose top takes the token's first
+    byte, the bytes its own rule takes count exactly (a step inside the top's DFA changes the
+    top's cost only), and the epsilon moves after the last byte within eps_fall .. eps; wherever
+    the top may leave its rule (an epsilon move: a reference or an end) before the token ends,
+    that path is bounded above by the epsilon rise and the rest of the token's byte rises, and
+    not below."""
     byte_ptr = kernels._section(pda, kernels.PDA_BYTE_PTR)
     byte_lo = kernels._section(pda, kernels.PDA_BYTE_LO)
     byte_hi = kernels._section(pda, kernels.PDA_BYTE_HI)
     byte_dst = kernels._section(pda, kernels.PDA_BYTE_DST)
     n = stacks.shape[0] // 2
     tops = np.empty(n, dtype=np.int64)
-    below = np.empty(n, dtype=np.int64)  # the greatest cost of the levels under each distinct top
+    below_max = np.empty(n, dtype=np.int64)  # the greatest and least cost of the levels under each distinct top
+    below_min = np.empty(n, dtype=np.int64)
     m = 0
     for i in range(n):
         s = stacks[i]
@@ -215,14 +226,17 @@ def refine(pda, pool, stacks, cost, eps, byte_rise, token_rise, vocab, offsets, 
             j += 1
         if j == m:
             tops[m] = s
-            below[m] = c
+            below_max[m] = c
+            below_min[m] = c
             m += 1
         else:
-            below[j] = max(below[j], c)
+            below_max[j] = max(below_max[j], c)
+            below_min[j] = min(below_min[j], c)
     for k in range(candidates.shape[0]):
         t = candidates[k]
         start, end = offsets[t], offsets[t + 1]
         worst = np.int64(0)
+        best = UNREACHABLE
         for j in range(m):
             u = tops[j]
             i = start
@@ -235,10 +249,13 @@ def refine(pda, pool, stacks, cost, eps, byte_rise, token_rise, vocab, offsets, 
                 u = v
                 i += 1
                 if i < end and kernels.has_epsilon(pda, u):
-                    worst = max(worst, below[j] + cost[u] + eps[u] + rest)
+                    worst = max(worst, below_max[j] + cost[u] + eps[u] + rest)
+                    best = -1
             if i == end:
-                worst = max(worst, below[j] + cost[u] + eps[u])
-        bound[t] = min(worst, STORED_MAX)
+                worst = max(worst, below_max[j] + cost[u] + eps[u])
+                best = min(best, below_min[j] + cost[u] + eps_fall[u])
+        upper[t] = min(worst, STORED_MAX)
+        lower[t] = max(min(best, STORED_MAX), -1)
 
 
 @njit(cache=True, nogil=True)
@@ -270,11 +287,12 @@ def check_tokens(pda, pool, ws, stacks, vocab, offsets, candidates, cost, max_to
 
 class _StackSetBounds:
     """What the budget has learnt about the tokens after one stack set (it depends on nothing
-    else): refine's bound and the exact cost, per token id (-1: not computed yet).  Inside a
+    else): refine's bounds and the exact cost, per token id (-1: not computed yet).  Inside a
     string consecutive steps keep the same stacks, so a tight stretch computes them once."""
 
     def __init__(self, vocab_size: int):
-        self.bound = np.full(vocab_size, -1, dtype=np.int32)
+        self.upper = np.full(vocab_size, -1, dtype=np.int32)
+        self.lower = np.full(vocab_size, -1, dtype=np.int32)
         self.exact = np.full(vocab_size, -1, dtype=np.int32)
 
 
@@ -291,7 +309,9 @@ class BudgetTable:
         kind, arg, nxt = self.completions.choices
         self.cost = _state_costs(pda.blob, self.completions.order, kind, arg, nxt, vocab, offsets,
                                  info.sorted_grammar_token_ids(), compiled.compiler.trie.max_token_length)
-        self.byte_rise, self.eps = _byte_rises(pda.blob, self.cost)
+        self.eps = _epsilon_extremes(pda.blob, self.cost, 1)
+        self.eps_fall = _epsilon_extremes(pda.blob, self.cost, -1)
+        self.byte_rise = _byte_rises(pda.blob, self.cost, self.eps)
         cumulative = np.concatenate([[0], np.cumsum(self.byte_rise[vocab])])
         self.token_rise = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
         self.max_rise = int(self.token_rise.max()) if len(self.token_rise) else 0
@@ -329,21 +349,22 @@ class BudgetTable:
                 memo.popitem(last=False)
         else:
             memo.move_to_end(key)
-        fresh = candidates[known.bound[candidates] < 0]
+        fresh = candidates[known.upper[candidates] < 0]
         if len(fresh):
-            refine(runner.pda.blob, runner.pool.blob, stacks, self.cost, self.eps, self.byte_rise, self.token_rise,
-                   self.vocab, self.offsets, fresh, known.bound)
-        candidates = candidates[known.bound[candidates] > limit]
-        if not len(candidates):
-            return
-        while True:
+            refine(runner.pda.blob, runner.pool.blob, stacks, self.cost, self.eps, self.eps_fall, self.byte_rise,
+                   self.token_rise, self.vocab, self.offsets, fresh, known.upper, known.lower)
+        over = candidates[known.lower[candidates] > limit]  # surely over: dropped unchecked
+        candidates = candidates[(known.upper[candidates] > limit) & (known.lower[candidates] <= limit)]
+        while len(candidates):
             status = check_tokens(runner.pda.blob, runner.pool.blob, runner.ws.blob, stacks, self.vocab, self.offsets,
                                   candidates, self.cost, runner.budgets.max_stack_tops, known.exact)
             if status == 0:
                 break
             runner.handle(status)
-        for t in candidates[known.exact[candidates] > limit].tolist():
-            words[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+        dropped = np.zeros(32 * len(words), dtype=bool)
+        dropped[over] = True
+        dropped[candidates[known.exact[candidates] > limit]] = True
+        words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
 
 
 _TABLES: "weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable]" = weakref.WeakKeyDictionary()

@@ -50,18 +50,9 @@ def model_and_tokenizer():
 
 
 def _pick_schemas():
-    """Every k-th small schema of MaskBench-dev (sorted by name, so sources are mixed), then the
-    rest as fallbacks for schemas the compiler reports unsupported. Deterministic."""
-    files = sorted((DATA / "maskbench-dev").glob("*.json")) if (DATA / "maskbench-dev").is_dir() else []
-    small = []
-    for path in files:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        schema = doc.get("schema", doc)
-        if isinstance(schema, dict) and len(json.dumps(schema)) <= MAX_SCHEMA_CHARS:
-            small.append((path.stem, schema))
-    step = max(1, len(small) // N_SCHEMAS)
-    spread = small[::step]
-    return spread + [item for item in small if item not in spread]
+    from pushmask.jsonschemabench.corpus import small_schemas_spread
+
+    return small_schemas_spread(DATA / "maskbench-dev", N_SCHEMAS, MAX_SCHEMA_CHARS)
 
 
 def test_real_model_outputs_validate(model_and_tokenizer):

@@ -383,7 +383,8 @@ def test_cli_generate_with_local_model(tmp_path, tok, capsys):
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(SCHEMA))
     status = main(["generate", "--schema", str(schema_file), "--model", str(model_dir), "--json-only",
-                   "--max-new-tokens", str(MAX_NEW), "--temperature", "1.0", "--seed", "3", "Describe a cat"])
+                   "--max-new-tokens", str(MAX_NEW), "--temperature", "1.0", "--seed", "3", "--repetition-penalty", "1.2",
+                   "Describe a cat"])
     out = capsys.readouterr().out.strip()
     assert status == 0, out
     jsonschema.validate(json.loads(out), SCHEMA)
