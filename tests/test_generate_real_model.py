@@ -84,7 +84,7 @@ def test_real_model_outputs_validate(model_and_tokenizer):
             result = pm.generate(model, tokenizer, messages, schema=schema, max_new_tokens=MAX_NEW_TOKENS, **sampling)
             print(f"{name} {sampling}: {result.num_tokens} tokens, complete={result.complete}: {result.text[:80]!r}")
             if not result.complete or result.num_tokens > MAX_NEW_TOKENS:
-                failures.append(f"{name} {sampling}: not complete within {MAX_NEW_TOKENS} tokens: {result.text[:200]!r}")
+                failures.append(f"{name} {sampling}: unfinished after {MAX_NEW_TOKENS} tokens: {result.text[:200]!r}")
                 continue
             errors = list(validator.iter_errors(result.value))
             if errors:
