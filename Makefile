@@ -22,7 +22,7 @@ install: venv
 
 # Constrained generation with the default model on the example schema.
 demo: install
-	$(VENV)/bin/pushmask generate --threads 1 --schema examples/person.json "Describe a cat"
+	$(VENV)/bin/pushmask generate --threads 1 --schema examples/person.json "Describe a person who owns a cat"
 
 test: install
 	$(PY) -m pytest -q -n 2 tests

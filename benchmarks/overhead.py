@@ -49,13 +49,15 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="max new tokens per prompt (default: 64)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the prompts (default: 1)")
+    parser.add_argument("--budget", action="store_true",
+                        help="give the processor the token budget (max_new_tokens=--tokens), as pm.generate does")
     args = parser.parse_args(argv)
 
     import torch
 
     import pushmask as pm
     from pushmask.integrations.cli_generate import ModelNotFound, load_model
-    from pushmask.integrations.generate import DEFAULT_JSON_WHITESPACE, compiler_for
+    from pushmask.integrations.generate import DEFAULT_JSON_LAYOUT, compiler_for
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
     schema = json.loads(Path(args.schema).read_text())
     eos = model.generation_config.eos_token_id
     t0 = time.perf_counter()
-    compiled = compiler_for(tokenizer).compile_json_schema(schema, **DEFAULT_JSON_WHITESPACE)
+    compiled = compiler_for(tokenizer).compile_json_schema(schema, **DEFAULT_JSON_LAYOUT)
     compile_s = time.perf_counter() - t0
 
     def encode(prompt):
@@ -87,7 +89,8 @@ def main(argv=None) -> int:
         return out.shape[1] - inputs["input_ids"].shape[1], seconds
 
     # cold: first constrained run with empty mask caches (compile excluded)
-    cold = TimedProcessor(pm.hf.GrammarLogitsProcessor(compiled, eos_token_id=eos))
+    budget = args.tokens if args.budget else None
+    cold = TimedProcessor(pm.hf.GrammarLogitsProcessor(compiled, eos_token_id=eos, max_new_tokens=budget))
     cold_tokens, cold_s = run(PROMPTS[0], cold)
     run(PROMPTS[0])  # warm up the model itself
 
@@ -101,7 +104,7 @@ def main(argv=None) -> int:
             n, s = run(prompt)
             plain_tok += n
             plain_s += s
-            timed = TimedProcessor(pm.hf.GrammarLogitsProcessor(compiled, eos_token_id=eos))
+            timed = TimedProcessor(pm.hf.GrammarLogitsProcessor(compiled, eos_token_id=eos, max_new_tokens=budget))
             m, c = run(prompt, timed)
             cons_tok += m
             cons_s += c
@@ -115,7 +118,8 @@ def main(argv=None) -> int:
     ms_per_token_cons = 1e3 / cons_tps
     overhead = 100.0 * (ms_per_token_cons - ms_per_token_plain) / ms_per_token_plain
     print(f"model: SmolLM2-135M-Instruct, torch threads {torch.get_num_threads()}, greedy, "
-          f"max {args.tokens} new tokens, {len(PROMPTS) * args.repeats} prompts")
+          f"max {args.tokens} new tokens{' (token budget on)' if args.budget else ''}, "
+          f"{len(PROMPTS) * args.repeats} prompts")
     print(f"schema: {args.schema} (compiled in {compile_s:.2f} s, "
           f"{compiled.num_states} states)")
     print(f"{'prompt':48s} {'plain tok/s':>12s} {'pushmask tok/s':>15s} {'mask ms/tok':>12s}")

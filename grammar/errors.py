@@ -71,3 +71,8 @@ class CompileClock:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise BudgetExceededError(f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
                                       f"in {stage}); simplify the input or raise Budgets.compile_time_limit_s")
+
+
+class BudgetTooSmallError(PushmaskError, ValueError):
+    """A token budget (max_tokens / max_new_tokens) below what the grammar needs to finish; the
+    message says how many tokens suffice."""

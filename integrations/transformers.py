@@ -93,6 +93,10 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             info's stop tokens; pass the model's `generation_config.eos_token_id` so the
             grammar ends exactly on the tokens `generate` stops on.
         pad_token_id: also allowed in rows that have finished (optional).
+        max_new_tokens: the `max_new_tokens` of the `generate` calls (optional): each row's output
+            must then be able to end inside its grammar within that many tokens, and masks close
+            arrays, strings and objects in time (GrammarMatcher's max_tokens).  Raises
+            BudgetTooSmallError here when a grammar needs more.
 
     The processor may be reused across `generate` calls. A new call is detected when the batch
     size changes, when a row no longer starts with the prompt seen at the previous call's start,
@@ -107,6 +111,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         *,
         eos_token_id: int | Iterable[int] | None = None,
         pad_token_id: int | None = None,
+        max_new_tokens: int | None = None,
     ):
         if isinstance(compiled_grammars, CompiledGrammar):
             grammars = [compiled_grammars]
@@ -138,8 +143,11 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             raise ValueError("no stop token: pass eos_token_id")
         self.stop_token_ids = tuple(stops)
         self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
+        self.max_new_tokens = max_new_tokens
         self._words = (self.vocab_size + 31) // 32
         self._free: list[_Slot] = []  # matchers not assigned to a row, reused before new ones
+        if max_new_tokens is not None:  # a budget too small for a grammar fails here, not mid-generation
+            self._free = [self._new_slot(g) for g in range(len(grammars))]
         self.reset()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -164,7 +172,8 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         for i, slot in enumerate(self._free):
             if slot.grammar_index == grammar_index:
                 return self._free.pop(i)
-        matcher = GrammarMatcher(self.grammars[grammar_index], override_stop_tokens=self.stop_token_ids)
+        matcher = GrammarMatcher(self.grammars[grammar_index], override_stop_tokens=self.stop_token_ids,
+                                 max_tokens=self.max_new_tokens)
         return _Slot(grammar_index, matcher)
 
     def _is_new_call(self, ids: np.ndarray) -> bool:

@@ -105,3 +105,19 @@ def sample_items(items: list[CorpusItem], n: int | None, seed: int = 0) -> list[
     if n < 0:
         raise CorpusError("--sample must be positive")
     return random.Random(seed).sample(items, n)
+
+
+def small_schemas_spread(folder: str | Path, count: int, max_chars: int) -> list[tuple[str, Any]]:
+    """(file stem, schema) of the schemas in `folder` whose JSON has at most max_chars characters:
+    every k-th by file name (so sources mix) to make `count`, then the rest as fallbacks for
+    schemas a caller skips.  Deterministic; empty when the folder is missing."""
+    folder = Path(folder)
+    small = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        schema = doc.get("schema", doc) if isinstance(doc, dict) else doc
+        if isinstance(schema, dict) and len(json.dumps(schema)) <= max_chars:
+            small.append((path.stem, schema))
+    step = max(1, len(small) // max(count, 1))
+    spread = small[::step]
+    return spread + [item for item in small if item not in spread]

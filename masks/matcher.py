@@ -14,6 +14,7 @@ from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
 from . import walk
+from .budget import budget_table, check_budget
 from .compiler import CompiledGrammar
 
 
@@ -47,7 +48,15 @@ class _MatchState:
 
 
 class GrammarMatcher:
-    """Matches one token sequence against a compiled grammar (XGrammar-compatible names)."""
+    """Matches one token sequence against a compiled grammar (XGrammar-compatible names).
+
+    max_tokens=N: the output gets at most N tokens (a stop token not counted) and must be able to
+    end inside the grammar within them; masks then drop the tokens after which no completion
+    surely fits in the tokens left (masks/budget.py), so the text can always be finished.  It
+    only removes tokens, and with a generous budget it changes nothing.  Raises
+    BudgetTooSmallError at once when N is below what the grammar needs.  accept_token still
+    checks the grammar only; tokens from budgeted masks keep the guarantee.
+    """
 
     def __init__(
         self,
@@ -56,6 +65,7 @@ class GrammarMatcher:
         override_stop_tokens: Iterable[int] | None = None,
         terminate_without_stop_token: bool = False,
         max_rollback_tokens: int = -1,
+        max_tokens: int | None = None,
     ):
         self.compiled_grammar = compiled_grammar
         info = compiled_grammar.tokenizer_info
@@ -81,8 +91,18 @@ class GrammarMatcher:
         )
         self._state = self._initial
         self._history: list[_MatchState] = []
+        self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
         self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._row_cache: tuple | None = None
+        self.max_tokens = max_tokens
+        self._budget = None
+        self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
+        if max_tokens is not None:
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
+                raise ValueError(f"max_tokens must be None or an integer >= 0, got {max_tokens!r}")
+            self._budget = budget_table(compiled_grammar)
+            check_budget(self._budget, compiled_grammar, self._runner.pool.blob, self._initial.stacks,
+                         self._initial.can_end, int(max_tokens))
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -106,6 +126,21 @@ class GrammarMatcher:
     def num_accepted_tokens(self) -> int:
         return len(self._history)
 
+    @property
+    def remaining_tokens(self) -> int | None:
+        """Tokens left of max_tokens (None without a budget)."""
+        return None if self.max_tokens is None else int(self.max_tokens) - self._n_tokens
+
+    def min_tokens_to_finish(self) -> int:
+        """Tokens that surely suffice to finish the text from here (0 once it may end): an upper
+        bound on the fewest, from the grammar's shortest completions; a budgeted matcher keeps it
+        within remaining_tokens."""
+        state = self._state
+        if state.terminated or state.can_end:
+            return 0
+        table = self._budget if self._budget is not None else budget_table(self.compiled_grammar)
+        return table.parse_cost(self._runner.pool.blob, state.stacks, state.can_end)
+
     def parse_stacks(self):
         """(top states, frame ids, frame pool) of the stacks straight after the last byte: where an
         infilling check (masks/infill.py) picks up the parse."""
@@ -128,6 +163,7 @@ class GrammarMatcher:
             self._row_cache = (bitmask, index, row) if isinstance(row, np.ndarray) else None
         words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
         self._fill_words(words)
+        self._apply_budget(words)
         if words is not row:
             row.copy_(_torch_from_numpy(words, row))
         return True
@@ -170,6 +206,13 @@ class GrammarMatcher:
             if len(self._fill_memo) > FILL_MEMO_ENTRIES:
                 self._fill_memo.popitem(last=False)
 
+    def _apply_budget(self, words: np.ndarray) -> None:
+        """Drop the tokens after which the text could no longer finish within max_tokens."""
+        state = self._state
+        if self._budget is not None and not state.terminated:
+            self._budget.restrict(words, state.stacks, self.remaining_tokens, self._runner, self._stop_ids,
+                                  self._budget_memo)
+
     def _copy_memoised(self, memo_key: tuple, words: np.ndarray) -> bool:
         cached = self._fill_memo.get(memo_key)
         if cached is None:
@@ -182,6 +225,7 @@ class GrammarMatcher:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
         words = np.zeros(self._words, dtype=np.int32)
         self._fill_words(words)
+        self._apply_budget(words)
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")
         return bits[: self.vocab_size].astype(bool)
 
@@ -237,6 +281,7 @@ class GrammarMatcher:
         return _MatchState(stacks, n_kernel, can_end, terminated)
 
     def _push(self, new_state: _MatchState) -> None:
+        self._n_tokens += 1
         self._history.append(self._state)
         if self.max_rollback_tokens >= 0 and len(self._history) > self.max_rollback_tokens:
             del self._history[: len(self._history) - self.max_rollback_tokens]
@@ -250,10 +295,12 @@ class GrammarMatcher:
             return
         self._state = self._history[-num_tokens]
         del self._history[-num_tokens:]
+        self._n_tokens -= num_tokens
 
     def reset(self) -> None:
         self._state = self._initial
         self._history.clear()
+        self._n_tokens = 0
 
     def fork(self) -> "GrammarMatcher":
         """An independent matcher at the same point, with the same rollback history, in

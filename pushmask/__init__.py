@@ -11,7 +11,8 @@ The names mirror XGrammar's so users can switch::
 """
 
 from .grammar.errors import (
-    ArgumentTypeError, BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError,
+    ArgumentTypeError, BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError,
+    UnsupportedSchemaError,
 )
 from .grammar.ir import Grammar
 from .automata.pda import Budgets
@@ -32,6 +33,7 @@ __all__ = [
     "aligned_generate",
     "Budgets",
     "BudgetExceededError",
+    "BudgetTooSmallError",
     "CompiledGrammar",
     "Gap",
     "Grammar",

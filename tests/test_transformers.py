@@ -383,7 +383,8 @@ def test_cli_generate_with_local_model(tmp_path, tok, capsys):
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(SCHEMA))
     status = main(["generate", "--schema", str(schema_file), "--model", str(model_dir), "--json-only",
-                   "--max-new-tokens", str(MAX_NEW), "--temperature", "1.0", "--seed", "3", "Describe a cat"])
+                   "--max-new-tokens", str(MAX_NEW), "--temperature", "1.0", "--seed", "3", "--repetition-penalty", "1.2",
+                   "Describe a cat"])
     out = capsys.readouterr().out.strip()
     assert status == 0, out
     jsonschema.validate(json.loads(out), SCHEMA)
@@ -405,3 +406,78 @@ def test_cli_aligned_sampling_with_local_model(tmp_path, tok, capsys):
         lines = capsys.readouterr().out.strip().splitlines()
         assert status == 0 and len(lines) == 4, lines
         assert all(re.fullmatch("[01]{3}", line) for line in lines), lines
+
+
+# An array without maxItems: a model that never chooses to stop fills any budget with items.
+EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {"attendees": {"type": "array", "items": {
+        "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"]}}},
+    "required": ["attendees"],
+}
+
+
+def test_generate_finishes_within_the_budget(model, tok):
+    """Random weights rarely stop by choice; the budget closes strings, items and the object in
+    time, from the least accepted budget upward, greedy and sampled; below it, a clear error."""
+    from pushmask.integrations.generate import compile_constraint
+
+    least = pm.GrammarMatcher(compile_constraint(tok, schema=EVENT_SCHEMA)).min_tokens_to_finish()
+    for budget, sample in ((least, False), (least + 3, True), (least + 25, True), (60, False)):
+        torch.manual_seed(budget)
+        result = pm.generate(model, tok, "List the attendees", schema=EVENT_SCHEMA, max_new_tokens=budget,
+                             do_sample=sample)
+        assert result.complete and result.num_tokens <= budget, (budget, result.text)
+        jsonschema.validate(json.loads(result.text), EVENT_SCHEMA)
+    with pytest.raises(pm.BudgetTooSmallError, match=f"at least {least}"):
+        pm.generate(model, tok, "List the attendees", schema=EVENT_SCHEMA, max_new_tokens=least - 1)
+
+
+def test_processor_budget_ends_every_row_valid(model, tok, prompts):
+    compiled = grammar_compiler("smollm2").compile_json_schema(EVENT_SCHEMA, separators=(", ", ": "))
+    budget = 30
+    processor = GrammarLogitsProcessor(compiled, eos_token_id=EOS, max_new_tokens=budget)
+    out = model.generate(**prompts, logits_processor=[processor], max_new_tokens=budget, do_sample=True,
+                         num_return_sequences=2, pad_token_id=EOS)
+    for tokens in generated_rows(out, prompts["input_ids"].shape[1]):
+        body, _ = split_at_eos(tokens)
+        jsonschema.validate(json.loads(text_of(body)), EVENT_SCHEMA)
+
+
+def test_generation_defaults_to_the_json_dumps_layout(tok):
+    """generate's default grammar takes exactly json.dumps's text (the oracle) and no other
+    spacing; indent=2 when asked; compile_json_schema itself stays flexible."""
+    from pushmask.integrations.generate import compile_constraint
+
+    value = {"attendees": [{"name": "Ada", "age": 36}, {"name": "Bo", "age": 7}]}
+    canonical = compile_constraint(tok, schema=EVENT_SCHEMA)
+    assert pm.GrammarMatcher(canonical).accept_string(json.dumps(value))
+    for other in (json.dumps(value, separators=(",", ":")), json.dumps(value, indent=2),
+                  json.dumps(value).replace(": ", " : ")):
+        matcher = pm.GrammarMatcher(canonical)
+        assert not (matcher.accept_string(other) and matcher.can_end()), other
+    indented = compile_constraint(tok, schema=EVENT_SCHEMA, json_options={"indent": 2})
+    matcher = pm.GrammarMatcher(indented)
+    assert matcher.accept_string(json.dumps(value, indent=2)) and matcher.can_end()
+    flexible = grammar_compiler("smollm2").compile_json_schema(EVENT_SCHEMA)
+    matcher = pm.GrammarMatcher(flexible)
+    assert matcher.accept_string(json.dumps(value, indent=4).replace(": ", " :  ")) and matcher.can_end()
+
+
+def test_generate_stream_yields_closed_members(model, tok):
+    """stream=True: the pieces make up the text, every value shown agrees with the final value
+    (json.loads of the text), and each top-level member is reported closed exactly once."""
+    torch.manual_seed(0)
+    stream = pm.generate(model, tok, "Describe a person", schema=SCHEMA, max_new_tokens=MAX_NEW, stream=True,
+                         do_sample=True)
+    events = list(stream)
+    result = stream.result
+    assert result.complete and "".join(e.text for e in events) == result.text
+    final = json.loads(result.text)
+    closed = [key for e in events for key, _ in e.closed]
+    assert closed == list(final)
+    for e in events:
+        if isinstance(e.value, dict):
+            for key, value in e.value.items():
+                assert final[key] == value

@@ -1,0 +1,405 @@
+"""Token budgets: keep a generation of at most N tokens able to finish inside the grammar.
+
+Every PDA state gets `cost`: tokens that surely finish its rule, from its rule's recorded
+shortest completion (automata/completion.py) cut into the fewest tokens of the vocabulary,
+separately for each run of bytes between rule references (every tokenization of a valid
+continuation is accepted: the matcher works on bytes).  A stack costs the sum over its levels
+(top, then each frame's return state) and a parse state the least over its stacks (0 once the
+input may end).  The costs are consistent: from a parse state of cost c > 0, the first token of
+that tokenization leads to one of cost at most c - 1.  With R tokens left, a token is kept when
+the state after it costs at most R - 1, so "cost <= tokens left" holds after every step and a
+completion always fits.
+
+Checking a token means running its bytes, so most tokens are cleared without it: `byte_rise[b]`
+bounds how much one byte b can raise a stack's cost (the byte edge, then epsilon pushes and
+pops), and a token's bytes' sum `token_rise[t]` how much t can; a token with
+max-stack-cost + token_rise[t] <= R - 1 is kept unchecked.  The others get closer bounds above
+and below (`refine`: the bytes the top's own rule takes count exactly, as inside a string), and
+only those still undecided run through the automaton (`check_tokens`); bounds and exact costs
+are kept per stack set.  With a generous budget no token is checked and the mask is the
+unbudgeted one bit for bit.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+from numba import njit
+
+from ..automata import kernels
+from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions
+from ..automata.kernels import FLAG_END, POOL_HEADER
+from ..grammar.errors import BudgetTooSmallError
+from .compiler import CompiledGrammar
+
+BOUNDS_MEMO_ENTRIES = 4
+"""Stack sets whose per-token bounds a matcher keeps (three int32 per vocabulary token each)."""
+
+STORED_MAX = np.int64(2**31 - 1)
+"""Costs are stored as int32; anything larger (UNREACHABLE) is stored as this."""
+
+
+@njit(cache=True)
+def _token_lengths(data, n, vocab, offsets, ids, out):
+    """Lengths of the tokens (ids sorted by bytes) that are prefixes of data[:n], ascending, into
+    `out`; returns how many."""
+    lo, hi = 0, ids.shape[0]
+    count = 0
+    k = 0
+    while lo < hi:
+        t = ids[lo]
+        if offsets[t + 1] - offsets[t] == k:  # the shared prefix itself is a token; it sorts first
+            out[count] = k
+            count += 1
+            lo += 1
+        if k >= n or lo >= hi:
+            break
+        c = data[k]
+        a, b = lo, hi
+        while a < b:
+            m = (a + b) // 2
+            if vocab[offsets[ids[m]] + k] < c:
+                a = m + 1
+            else:
+                b = m
+        first = a
+        b = hi
+        while a < b:
+            m = (a + b) // 2
+            if vocab[offsets[ids[m]] + k] <= c:
+                a = m + 1
+            else:
+                b = m
+        lo, hi = first, a
+        k += 1
+    return count
+
+
+@njit(cache=True)
+def _state_costs(pda, order, kind, arg, nxt, vocab, offsets, ids, max_token_length):
+    """Per state, tokens that surely finish its rule (UNREACHABLE where it cannot end).
+
+    Along a state's recorded shortest completion, a run of byte steps inside its rule is cut
+    into tokens, each token taken so that the rest costs least; a reference costs the referenced
+    rule's start plus the return state.  So from a state of cost c > 0, some token (or epsilon
+    move) reaches a stack costing at most c - 1: a budget that covers the cost always fits.
+    States come in `order`, after the states their completions lead to."""
+    rule_start = kernels._section(pda, kernels.PDA_RULE_START)
+    cost = np.full(kind.shape[0], UNREACHABLE, dtype=np.int64)
+    run = np.empty(max_token_length, dtype=np.uint8)
+    chain = np.empty(max_token_length + 1, dtype=np.int64)
+    lengths = np.empty(max_token_length + 1, dtype=np.int64)
+    for s in order:
+        k = kind[s]
+        if k == CHOICE_END:
+            cost[s] = 0
+        elif k == CHOICE_REF:
+            cost[s] = min(cost[rule_start[arg[s]]] + cost[nxt[s]], UNREACHABLE)
+        else:
+            n = 0
+            u = s
+            while n < max_token_length and kind[u] == CHOICE_BYTE:
+                run[n] = arg[u]
+                chain[n] = u
+                n += 1
+                u = nxt[u]
+            chain[n] = u  # chain[j]: the state after the run's first j bytes
+            best = UNREACHABLE
+            for i in range(_token_lengths(run, n, vocab, offsets, ids, lengths)):
+                if lengths[i] > 0:
+                    best = min(best, 1 + cost[chain[lengths[i]]])
+            cost[s] = best
+    return cost
+
+
+@njit(cache=True)
+def _epsilon_extremes(pda, cost, sign):
+    """Per top state v, sign times the most sign * (change of a stack's cost) that epsilon moves
+    from v can make (sign 1: the greatest rise, >= 0; sign -1: the greatest fall, <= 0).  A push
+    replaces v's level by the callee's start and the return state; a pop removes an accepting
+    level (cost 0) and goes on from any return state of the rule's callers.  A fixpoint; none
+    within n rounds means a cycle that keeps changing the cost: unbounded."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
+    state_rule = kernels._section(pda, kernels.PDA_STATE_RULE)
+    returns_ptr = kernels._section(pda, kernels.PDA_RETURNS_PTR)
+    returns = kernels._section(pda, kernels.PDA_RETURNS)
+    n = accept.shape[0]
+    ext = np.zeros(n, dtype=np.int64)
+    rounds = 0
+    changed = True
+    while changed:
+        changed = False
+        rounds += 1
+        if rounds > n + 1:
+            ext[:] = UNREACHABLE
+            break
+        for v in range(n):
+            best = ext[v]
+            for e in range(ref_ptr[v], ref_ptr[v + 1]):
+                callee = rule_start[ref_rule[e]]
+                change = cost[callee] + cost[ref_dst[e]] - cost[v]
+                best = max(best, min(sign * change + ext[callee], UNREACHABLE))
+            if accept[v]:
+                rule = state_rule[v]
+                for k in range(returns_ptr[rule], returns_ptr[rule + 1]):
+                    best = max(best, ext[returns[k]])
+            if best > ext[v]:
+                ext[v] = best
+                changed = True
+    return sign * ext
+
+
+@njit(cache=True)
+def _byte_rises(pda, cost, eps):
+    """byte_rise[256]: the most one byte can raise a stack's cost (its edge, then the epsilon
+    rise `eps` of the state it reaches); see the module docstring."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
+    n = accept.shape[0]
+    rise = np.full(256, -UNREACHABLE, dtype=np.int64)
+    for u in range(n):
+        if cost[u] >= UNREACHABLE:
+            continue  # a stack through u costs UNREACHABLE: budgeted fills check every token then
+        for e in range(byte_ptr[u], byte_ptr[u + 1]):
+            v = byte_dst[e]
+            step = min(cost[v] - cost[u] + eps[v], UNREACHABLE)
+            for b in range(byte_lo[e], byte_hi[e] + 1):
+                rise[b] = max(rise[b], step)
+    for b in range(256):
+        if rise[b] == -UNREACHABLE:
+            rise[b] = 0  # no edge takes b: no token with it is ever allowed
+    return rise
+
+
+@njit(cache=True, inline="always")
+def _frames_cost(pool, cost, p):
+    """Cost of the levels under a top: the return states of frame p and its parents."""
+    cap = pool[1]
+    total = np.int64(0)
+    while p >= 0:
+        total += cost[pool[POOL_HEADER + p]]
+        p = pool[POOL_HEADER + cap + p]
+    return min(total, UNREACHABLE)
+
+
+@njit(cache=True, inline="always")
+def _stack_cost(pool, cost, s, p):
+    return min(cost[s] + _frames_cost(pool, cost, p), UNREACHABLE)
+
+
+@njit(cache=True, nogil=True)
+def cost_range(pool, cost, stacks):
+    """(least, greatest) cost over a packed stack set (states, then parents)."""
+    n = stacks.shape[0] // 2
+    lo = UNREACHABLE
+    hi = np.int64(0)
+    for i in range(n):
+        c = _stack_cost(pool, cost, stacks[i], stacks[n + i])
+        lo = min(lo, c)
+        hi = max(hi, c)
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def refine(pda, pool, stacks, cost, eps, eps_fall, byte_rise, token_rise, vocab, offsets, candidates, upper, lower):
+    """upper[t] and lower[t] for each candidate t: closer bounds on the cost after t than the
+    byte rises give (lower -1: none known).  From each stack whose top takes the token's first
+    byte, the bytes its own rule takes count exactly (a step inside the top's DFA changes the
+    top's cost only), and the epsilon moves after the last byte within eps_fall .. eps; wherever
+    the top may leave its rule (an epsilon move: a reference or an end) before the token ends,
+    that path is bounded above by the epsilon rise and the rest of the token's byte rises, and
+    not below."""
+    byte_ptr = kernels._section(pda, kernels.PDA_BYTE_PTR)
+    byte_lo = kernels._section(pda, kernels.PDA_BYTE_LO)
+    byte_hi = kernels._section(pda, kernels.PDA_BYTE_HI)
+    byte_dst = kernels._section(pda, kernels.PDA_BYTE_DST)
+    n = stacks.shape[0] // 2
+    tops = np.empty(n, dtype=np.int64)
+    below_max = np.empty(n, dtype=np.int64)  # the greatest and least cost of the levels under each distinct top
+    below_min = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        s = stacks[i]
+        c = _frames_cost(pool, cost, stacks[n + i])
+        j = 0
+        while j < m and tops[j] != s:
+            j += 1
+        if j == m:
+            tops[m] = s
+            below_max[m] = c
+            below_min[m] = c
+            m += 1
+        else:
+            below_max[j] = max(below_max[j], c)
+            below_min[j] = min(below_min[j], c)
+    for k in range(candidates.shape[0]):
+        t = candidates[k]
+        start, end = offsets[t], offsets[t + 1]
+        worst = np.int64(0)
+        best = UNREACHABLE
+        for j in range(m):
+            u = tops[j]
+            i = start
+            rest = token_rise[t]  # byte rises of the token's bytes from i on
+            while i < end:
+                v = kernels.find_byte_target(byte_ptr, byte_lo, byte_hi, byte_dst, u, vocab[i])
+                if v < 0:
+                    break
+                rest -= byte_rise[vocab[i]]
+                u = v
+                i += 1
+                if i < end and kernels.has_epsilon(pda, u):
+                    worst = max(worst, below_max[j] + cost[u] + eps[u] + rest)
+                    best = -1
+            if i == end:
+                worst = max(worst, below_max[j] + cost[u] + eps[u])
+                best = min(best, below_min[j] + cost[u] + eps_fall[u])
+        upper[t] = min(worst, STORED_MAX)
+        lower[t] = max(min(best, STORED_MAX), -1)
+
+
+@njit(cache=True, nogil=True)
+def check_tokens(pda, pool, ws, stacks, vocab, offsets, candidates, cost, max_tops, exact):
+    """exact[t] for each candidate t still at -1: the cost of the parse after t (UNREACHABLE if
+    t is rejected).  Returns 0, or an ERR_* status (the caller makes room and calls again; the
+    values written stay right)."""
+    bp = kernels.ws_buffer_p(ws)
+    for i in range(candidates.shape[0]):
+        t = candidates[i]
+        if exact[t] >= 0:
+            continue
+        status, offset, n_kernel, n, flags = kernels.advance(pda, pool, ws, stacks, vocab, offsets[t], offsets[t + 1],
+                                                             max_tops)
+        if status < 0:
+            return status
+        best = UNREACHABLE
+        if status == 0:
+            if flags & FLAG_END:
+                best = 0
+            else:
+                for j in range(n):
+                    s = ws[kernels.WS_HEADER + offset + j]
+                    p = ws[bp + offset + j]
+                    best = min(best, _stack_cost(pool, cost, s, p))
+        exact[t] = min(best, STORED_MAX)
+    return 0
+
+
+class _StackSetBounds:
+    """What the budget has learnt about the tokens after one stack set (it depends on nothing
+    else): refine's bounds and the exact cost, per token id (-1: not computed yet).  Inside a
+    string consecutive steps keep the same stacks, so a tight stretch computes them once."""
+
+    def __init__(self, vocab_size: int):
+        self.upper = np.full(vocab_size, -1, dtype=np.int32)
+        self.lower = np.full(vocab_size, -1, dtype=np.int32)
+        self.exact = np.full(vocab_size, -1, dtype=np.int32)
+
+
+class BudgetTable:
+    """The per-grammar tables of the token budget (see the module docstring), built on first use
+    of a budget with a grammar and shared by its matchers."""
+
+    def __init__(self, compiled: CompiledGrammar):
+        info = compiled.tokenizer_info
+        pda = compiled.pda
+        self.completions = ShortestCompletions(pda)
+        vocab, offsets = info.flat_vocab()
+        self.vocab, self.offsets = vocab, offsets
+        kind, arg, nxt = self.completions.choices
+        self.cost = _state_costs(pda.blob, self.completions.order, kind, arg, nxt, vocab, offsets,
+                                 info.sorted_grammar_token_ids(), compiled.compiler.trie.max_token_length)
+        self.eps = _epsilon_extremes(pda.blob, self.cost, 1)
+        self.eps_fall = _epsilon_extremes(pda.blob, self.cost, -1)
+        self.byte_rise = _byte_rises(pda.blob, self.cost, self.eps)
+        cumulative = np.concatenate([[0], np.cumsum(self.byte_rise[vocab])])
+        self.token_rise = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+        self.max_rise = int(self.token_rise.max()) if len(self.token_rise) else 0
+        self.has_bytes = np.diff(offsets) > 0  # stop and special tokens have none: never candidates
+
+    def parse_cost(self, pool_blob: np.ndarray, stacks: np.ndarray, can_end: bool) -> int:
+        """Tokens that surely finish the input from a parse state (its packed closed stacks)."""
+        return 0 if can_end else int(cost_range(pool_blob, self.cost, stacks)[0])
+
+    def restrict(self, words: np.ndarray, stacks: np.ndarray, remaining: int, runner, stop_ids: np.ndarray,
+                 memo: OrderedDict) -> None:
+        """Clear the allowed tokens (bits of `words`) after which the parse would cost more than
+        remaining - 1 tokens; stop tokens stay as they are.  `memo`: the caller's per-stack-set
+        _StackSetBounds (frame ids belong to one runner's pool)."""
+        limit = remaining - 1
+        if limit < 0:
+            stops = words.copy()
+            words[:] = 0
+            for t in stop_ids.tolist():
+                words[t >> 5] |= stops[t >> 5] & (np.int32(1) << np.int32(t & 31))
+            return
+        greatest = int(cost_range(runner.pool.blob, self.cost, stacks)[1])
+        slack = limit - greatest
+        if self.max_rise <= slack:
+            return
+        allowed = np.unpackbits(words.view(np.uint8), count=len(self.token_rise), bitorder="little").view(bool)
+        candidates = np.flatnonzero(allowed & (self.token_rise > slack) & self.has_bytes)
+        if not len(candidates):
+            return
+        key = stacks.tobytes()
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = _StackSetBounds(len(self.token_rise))
+            if len(memo) > BOUNDS_MEMO_ENTRIES:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        fresh = candidates[known.upper[candidates] < 0]
+        if len(fresh):
+            refine(runner.pda.blob, runner.pool.blob, stacks, self.cost, self.eps, self.eps_fall, self.byte_rise,
+                   self.token_rise, self.vocab, self.offsets, fresh, known.upper, known.lower)
+        over = candidates[known.lower[candidates] > limit]  # surely over: dropped unchecked
+        candidates = candidates[(known.upper[candidates] > limit) & (known.lower[candidates] <= limit)]
+        while len(candidates):
+            status = check_tokens(runner.pda.blob, runner.pool.blob, runner.ws.blob, stacks, self.vocab, self.offsets,
+                                  candidates, self.cost, runner.budgets.max_stack_tops, known.exact)
+            if status == 0:
+                break
+            runner.handle(status)
+        dropped = np.zeros(32 * len(words), dtype=bool)
+        dropped[over] = True
+        dropped[candidates[known.exact[candidates] > limit]] = True
+        words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
+
+
+_TABLES: "weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable]" = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def budget_table(compiled: CompiledGrammar) -> BudgetTable:
+    """The grammar's BudgetTable, built once."""
+    with _TABLES_LOCK:
+        table = _TABLES.get(compiled)
+    if table is None:
+        table = BudgetTable(compiled)
+        with _TABLES_LOCK:
+            table = _TABLES.setdefault(compiled, table)
+    return table
+
+
+def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.ndarray, stacks: np.ndarray,
+                 can_end: bool, max_tokens: int) -> None:
+    """Raise BudgetTooSmallError when the grammar cannot surely finish within max_tokens."""
+    need = table.parse_cost(pool_blob, stacks, can_end)
+    if need <= max_tokens:
+        return
+    if need >= UNREACHABLE:
+        raise BudgetTooSmallError(
+            f"max_tokens={max_tokens}: this grammar has no finite completion from its start (no string ends it)"
+        )
+    pda = compiled.pda
+    start = int(pda.rule_start[pda.root_rule])
+    text = table.completions.completion(start, 200)
+    shown = f" (for example {text.decode('utf-8', 'replace')!r})" if text is not None else ""
+    raise BudgetTooSmallError(
+        f"max_tokens={max_tokens} is too small for this grammar: its shortest output takes "
+        f"{int(table.completions.dist[start])} bytes{shown}, which pushmask can guarantee to finish in "
+        f"{need} tokens; raise max_tokens (max_new_tokens) to at least {need}"
+    )
