@@ -292,9 +292,9 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None, clock: CompileCl
         concat([ref_map[a[6]] for a, ref_map in zip(arrays, ref_maps)]),
         concat([a[7] + base for a, base in zip(arrays, first[:-1].tolist())]),
         first[:-1],
-        _follow_bytes(arrays, ref_maps).reshape(-1),
-        np.repeat(np.arange(len(names), dtype=np.int32), sizes),
     ]
+    sections += [_follow_bytes(len(names), *sections).reshape(-1),
+                 np.repeat(np.arange(len(names), dtype=np.int32), sizes)]
     sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
         rule_names=names,
@@ -322,89 +322,71 @@ def _as_rule_dfa(dfa) -> RuleDfa:
     return dfa if isinstance(dfa, RuleDfa) else RuleDfa(dfa.accepting, dfa.byte_edges, dfa.ref_edges, dfa.refs)
 
 
-def _follow_bytes(arrays: list[tuple[np.ndarray, ...]], ref_maps: list[np.ndarray]) -> np.ndarray:
-    """FOLLOW sets over bytes: which bytes may be consumed right after each rule ends.
+@njit(cache=True)
+def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start):
+    """FOLLOW sets over bytes: out[r, b] = 1 when byte b may be consumed right after rule r ends.
 
     A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
-    every context, so the offline mask can decide it instead of leaving it uncertain.
-    Byte sets are Python ints used as 256-bit sets.  Only states with reference edges, the
-    targets of those edges and start states take part in the fixpoints, so big automata without
-    references (literal sets) cost nothing here.
+    every context, so the offline mask can decide it instead of leaving it uncertain.  Three
+    fixpoints over the packed tables (states swept in reverse: targets mostly come later in the
+    breadth-first numbering, so a sweep carries a chain whole): nullable[s] (s can end its rule
+    without a byte), first[s] (bytes consumable first from s, entering callees), then follow.
     """
-    n = len(arrays)
-    # callees[(r, s)]: (callee rule, return state) of each reference edge leaving state s of rule r
-    callees: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for r, (_, _, _, _, _, ref_ptr, ref_index, ref_dst) in enumerate(arrays):
-        sources = np.repeat(np.arange(len(ref_ptr) - 1), np.diff(ref_ptr))
-        for s, c, t in zip(sources.tolist(), ref_maps[r][ref_index].tolist(), ref_dst.tolist()):
-            callees.setdefault((r, s), []).append((c, t))
-    involved = set(callees) | {(r, 0) for r in range(n)} | {(r, t) for (r, _), edges in callees.items() for _, t in edges}
-
-    # Each fixpoint is a worklist over the states whose value another's depends on: sweeping
-    # every state until nothing changes would take one sweep per link of a chain of rules.
-    dependents: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for key, edges in callees.items():
-        for c, t in edges:
-            dependents.setdefault((c, 0), []).append(key)
-            dependents.setdefault((key[0], t), []).append(key)
-
-    def solve(value: dict, update) -> None:
-        """Recompute update(key) for keys with callees until no value changes."""
-        todo = list(callees)
-        queued = set(todo)
-        while todo:
-            key = todo.pop()
-            queued.discard(key)
-            new = update(key)
-            if new != value[key]:
-                value[key] = new
-                for other in dependents.get(key, ()):
-                    if other not in queued:
-                        queued.add(other)
-                        todo.append(other)
-
-    # nullable[(r, s)]: the rule can finish from state s without consuming a byte.
-    nullable = {(r, s): bool(arrays[r][0][s]) for r, s in involved}
-    solve(nullable, lambda key: nullable[key] or any(nullable[(c, 0)] and nullable[(key[0], t)]
-                                                    for c, t in callees[key]))
-    # first[(r, s)]: bytes consumable first from state s of rule r (entering callees as needed).
-    first = {}
-    for r, s in involved:
-        _, byte_ptr, lo, hi, *_ = arrays[r]
-        bits = 0
-        for a, b in zip(lo[byte_ptr[s]:byte_ptr[s + 1]].tolist(), hi[byte_ptr[s]:byte_ptr[s + 1]].tolist()):
-            bits |= ((1 << (b - a + 1)) - 1) << a
-        first[(r, s)] = bits
-
-    def first_of(key):
-        bits = first[key]
-        for c, t in callees[key]:
-            bits |= first[(c, 0)]
-            if nullable[(c, 0)]:
-                bits |= first[(key[0], t)]
-        return bits
-
-    solve(first, first_of)
-    # follow[c]: the bytes after c's return state in each caller, and what follows the caller
-    # where the rest of the caller can be empty.
-    follow = [0] * n
-    inherits: list[list[int]] = [[] for _ in range(n)]  # r -> callees whose follow includes r's
-    for (r, _), edges in callees.items():
-        for c, t in edges:
-            follow[c] |= first[(r, t)]
-            if nullable[(r, t)]:
-                inherits[r].append(c)
-    todo = list(range(n))
-    while todo:
-        r = todo.pop()
-        for c in inherits[r]:
-            if follow[r] | follow[c] != follow[c]:
-                follow[c] |= follow[r]
-                todo.append(c)
-    out = np.zeros((n, 256), dtype=np.int32)
-    for r, bits in enumerate(follow):
-        if bits:
-            out[r] = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+    n = accept.shape[0]
+    nullable = accept != 0
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n - 1, -1, -1):
+            if nullable[s]:
+                continue
+            for e in range(ref_ptr[s], ref_ptr[s + 1]):
+                if nullable[rule_start[ref_rule[e]]] and nullable[ref_dst[e]]:
+                    nullable[s] = True
+                    changed = True
+                    break
+    first = np.zeros((n, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
+    for s in range(n):
+        for e in range(byte_ptr[s], byte_ptr[s + 1]):
+            for b in range(byte_lo[e], byte_hi[e] + 1):
+                first[s, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n - 1, -1, -1):
+            for e in range(ref_ptr[s], ref_ptr[s + 1]):
+                callee = rule_start[ref_rule[e]]
+                for w in range(4):
+                    bits = first[s, w] | first[callee, w]
+                    if nullable[callee]:
+                        bits |= first[ref_dst[e], w]
+                    if bits != first[s, w]:
+                        first[s, w] = bits
+                        changed = True
+    follow = np.zeros((n_rules, 4), dtype=np.uint64)
+    state_rule = np.empty(n, dtype=np.int64)
+    for r in range(n_rules):
+        end = rule_start[r + 1] if r + 1 < n_rules else n
+        state_rule[rule_start[r] : end] = r
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            r = state_rule[s]
+            for e in range(ref_ptr[s], ref_ptr[s + 1]):
+                c = ref_rule[e]
+                t = ref_dst[e]
+                for w in range(4):
+                    bits = follow[c, w] | first[t, w]
+                    if nullable[t]:
+                        bits |= follow[r, w]
+                    if bits != follow[c, w]:
+                        follow[c, w] = bits
+                        changed = True
+    out = np.zeros((n_rules, 256), dtype=np.int32)
+    for r in range(n_rules):
+        for b in range(256):
+            out[r, b] = (follow[r, b >> 6] >> np.uint64(b & 63)) & np.uint64(1)
     return out
 
 
