@@ -323,66 +323,134 @@ def _as_rule_dfa(dfa) -> RuleDfa:
 
 
 @njit(cache=True)
+def _csr_by_source(n, src, dst):
+    """CSR of the edges src[i] -> dst[i] grouped by source (n nodes)."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(src.shape[0]):
+        ptr[src[i] + 1] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:-1].copy()
+    out = np.empty(src.shape[0], dtype=np.int64)
+    for i in range(src.shape[0]):
+        out[fill[src[i]]] = dst[i]
+        fill[src[i]] += 1
+    return ptr, out
+
+
+@njit(cache=True)
+def _propagate_unions(bits, src, dst):
+    """Least fixpoint of bits[dst[i]] |= bits[src[i]] for every edge i, by a worklist: each node is
+    revisited only when one of its sources grew, so a long chain costs its length, not its square."""
+    n = bits.shape[0]
+    ptr, targets = _csr_by_source(n, src, dst)
+    stack = np.arange(n - 1, -1, -1).astype(np.int64)
+    top = n
+    queued = np.ones(n, dtype=np.bool_)
+    while top > 0:
+        top -= 1
+        v = stack[top]
+        queued[v] = False
+        for k in range(ptr[v], ptr[v + 1]):
+            u = targets[k]
+            grew = False
+            for w in range(bits.shape[1]):
+                merged = bits[u, w] | bits[v, w]
+                if merged != bits[u, w]:
+                    bits[u, w] = merged
+                    grew = True
+            if grew and not queued[u]:
+                if top == stack.shape[0]:
+                    stack = np.concatenate((stack, np.empty(stack.shape[0], dtype=np.int64)))
+                stack[top] = u
+                top += 1
+                queued[u] = True
+
+
+@njit(cache=True)
 def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start):
     """FOLLOW sets over bytes: out[r, b] = 1 when byte b may be consumed right after rule r ends.
 
     A token that ends a rule and then continues with a byte outside its FOLLOW set is rejected in
     every context, so the offline mask can decide it instead of leaving it uncertain.  Three
-    fixpoints over the packed tables (states swept in reverse: targets mostly come later in the
-    breadth-first numbering, so a sweep carries a chain whole): nullable[s] (s can end its rule
-    without a byte), first[s] (bytes consumable first from s, entering callees), then follow.
+    least fixpoints over the packed tables, each by a worklist (linear in the tables for the long
+    rule chains of wide objects): nullable[s] (s can end its rule without a byte), first[s] (bytes
+    consumable first from s, entering callees), then follow.
     """
     n = accept.shape[0]
+    n_refs = ref_rule.shape[0]
+    ref_src = np.empty(n_refs, dtype=np.int64)
+    for s in range(n):
+        ref_src[ref_ptr[s] : ref_ptr[s + 1]] = s
+    callee = np.empty(n_refs, dtype=np.int64)
+    for e in range(n_refs):
+        callee[e] = rule_start[ref_rule[e]]
+    # nullable: s is nullable when accepting, or when some ref edge has a nullable callee start
+    # and a nullable target; re-check s whenever one of those two becomes nullable.
+    ptr, edge_of = _csr_by_source(n, np.concatenate((callee, ref_dst.astype(np.int64))),
+                                  np.concatenate((np.arange(n_refs), np.arange(n_refs))))
     nullable = accept != 0
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n - 1, -1, -1):
-            if nullable[s]:
-                continue
-            for e in range(ref_ptr[s], ref_ptr[s + 1]):
-                if nullable[rule_start[ref_rule[e]]] and nullable[ref_dst[e]]:
-                    nullable[s] = True
-                    changed = True
-                    break
+    stack = np.empty(n, dtype=np.int64)
+    top = 0
+    for s in range(n):
+        if nullable[s]:
+            stack[top] = s
+            top += 1
+    while top > 0:
+        top -= 1
+        v = stack[top]
+        for k in range(ptr[v], ptr[v + 1]):
+            e = edge_of[k]
+            s = ref_src[e]
+            if not nullable[s] and nullable[callee[e]] and nullable[ref_dst[e]]:
+                nullable[s] = True
+                stack[top] = s
+                top += 1
+    # first[s]: its own bytes, its callees' first bytes, and past a nullable callee its target's.
     first = np.zeros((n, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
     for s in range(n):
         for e in range(byte_ptr[s], byte_ptr[s + 1]):
             for b in range(byte_lo[e], byte_hi[e] + 1):
                 first[s, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n - 1, -1, -1):
-            for e in range(ref_ptr[s], ref_ptr[s + 1]):
-                callee = rule_start[ref_rule[e]]
-                for w in range(4):
-                    bits = first[s, w] | first[callee, w]
-                    if nullable[callee]:
-                        bits |= first[ref_dst[e], w]
-                    if bits != first[s, w]:
-                        first[s, w] = bits
-                        changed = True
-    follow = np.zeros((n_rules, 4), dtype=np.uint64)
+    n_past = 0
+    for e in range(n_refs):
+        if nullable[callee[e]]:
+            n_past += 1
+    first_src = np.empty(n_refs + n_past, dtype=np.int64)
+    first_dst = np.empty(n_refs + n_past, dtype=np.int64)
+    i = 0
+    for e in range(n_refs):
+        first_src[i] = callee[e]
+        first_dst[i] = ref_src[e]
+        i += 1
+        if nullable[callee[e]]:
+            first_src[i] = ref_dst[e]
+            first_dst[i] = ref_src[e]
+            i += 1
+    _propagate_unions(first, first_src, first_dst)
+    # follow[c] gets first[t] for every call of c returning to t, and follow[r] of the caller's
+    # rule r when t can end r without a byte.
     state_rule = np.empty(n, dtype=np.int64)
     for r in range(n_rules):
         end = rule_start[r + 1] if r + 1 < n_rules else n
         state_rule[rule_start[r] : end] = r
-    changed = True
-    while changed:
-        changed = False
-        for s in range(n):
-            r = state_rule[s]
-            for e in range(ref_ptr[s], ref_ptr[s + 1]):
-                c = ref_rule[e]
-                t = ref_dst[e]
-                for w in range(4):
-                    bits = follow[c, w] | first[t, w]
-                    if nullable[t]:
-                        bits |= follow[r, w]
-                    if bits != follow[c, w]:
-                        follow[c, w] = bits
-                        changed = True
+    follow = np.zeros((n_rules, 4), dtype=np.uint64)
+    n_through = 0
+    for e in range(n_refs):
+        t = ref_dst[e]
+        for w in range(4):
+            follow[ref_rule[e], w] |= first[t, w]
+        if nullable[t]:
+            n_through += 1
+    follow_src = np.empty(n_through, dtype=np.int64)
+    follow_dst = np.empty(n_through, dtype=np.int64)
+    i = 0
+    for e in range(n_refs):
+        if nullable[ref_dst[e]]:
+            follow_src[i] = state_rule[ref_src[e]]
+            follow_dst[i] = ref_rule[e]
+            i += 1
+    _propagate_unions(follow, follow_src, follow_dst)
     out = np.zeros((n_rules, 256), dtype=np.int32)
     for r in range(n_rules):
         for b in range(256):

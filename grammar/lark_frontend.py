@@ -241,23 +241,27 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
     check_argument(text, str, "text", "parse_lark", "pass the grammar text as str (decode bytes first)")
     check_argument(start, str, "start", "parse_lark")
     terminal_list, lark_rules, ignored = _load(text, start)
-    terminals = {t.name: t for t in terminal_list}
+    terminals = {str(t.name): t for t in terminal_list}
+    ignored = [str(name) for name in ignored]
     skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
 
+    # Names as plain str: lark hands out Token objects, whose Python-level __eq__ would slow every
+    # dictionary lookup of every later pass.
     alternatives: dict[str, list[Expr]] = {}
     used_terminals: set[str] = set(ignored)
     for rule in lark_rules:
         symbols = []
         for symbol in rule.expansion:
-            symbols.append(Ref(symbol.name))
+            name = str(symbol.name)
+            symbols.append(Ref(name))
             if symbol.is_term:
-                used_terminals.add(symbol.name)
+                used_terminals.add(name)
         if skip is not None and len(symbols) > 1:
             interleaved: list[Expr] = [symbols[0]]
             for symbol in symbols[1:]:
                 interleaved += [skip, symbol]
             symbols = interleaved
-        alternatives.setdefault(rule.origin.name, []).append(seq(*symbols))
+        alternatives.setdefault(str(rule.origin.name), []).append(seq(*symbols))
 
     rules: dict[str, Expr] = {}
     positions: dict[str, tuple[int, int]] = {}

@@ -645,6 +645,11 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     # inlined), so one rewrite per body substitutes final bodies; rewriting each user once per
     # inlined rule instead would be quadratic (an alternation of 10,000 tiny rules).
     inlined: dict[str, Expr] = {}
+    # One size memo for the whole pass (a body holds the bodies inlined into it, so fresh memos
+    # would re-measure a chain of single-use rules quadratically); `measured` keeps every measured
+    # body alive so that no id in the memo is reused by a new node.
+    size_memo: dict[int, int] = {}
+    measured: list[Expr] = []
     for component in _strongly_connected(graph):
         for name in component:
             if graph[name] & inlined.keys():
@@ -652,7 +657,8 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
         name = component[0]
         if len(component) > 1 or name in recursive or name == grammar.root:
             continue
-        size = expr_size(rules[name])
+        measured.append(rules[name])
+        size = expr_size(rules[name], size_memo)
         if size <= tiny or (uses[name] == 1 and size <= MAX_INLINED_SIZE):
             inlined[name] = rules[name]
     return remove_unreachable(grammar.copy(rules))
