@@ -84,10 +84,11 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from .errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
+from . import passes
+from .errors import BudgetExceededError, CompileClock, GrammarError, SchemaError, UnsupportedSchemaError
 from .ir import (
-    EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt,
-    lit, ref_names, rep, seq, star,
+    EPSILON, NOTHING, Alt, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt, lit, opt, rep, seq,
+    star,
 )
 from .json_strings import string_literal_expr
 from .json_schema_docs import (
@@ -1282,7 +1283,7 @@ class _Compiler:
 
     def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
         """The IR of one member not named in `properties`, or None when there can be none."""
-        from .json_strings import any_string_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa
+        from .json_strings import any_string_dfa, literal_dfa, string_dfa
         if addl is False and not patterns:
             return None
         key_dfa = any_string_dfa()
@@ -1387,6 +1388,11 @@ class _Compiler:
                     continue
                 item, is_req = members[i]
                 nk = k + 1 if max_p is not None else min(k + 1, cap)
+                if not is_req and nk == k > 0:
+                    # the count stays capped: "member i or not, then the same rest", written
+                    # linearly; alt(take, rest) would copy the rest twice per member as a tree
+                    memo[(i, k)] = seq(opt(seq(nxt, item)), memo[(i + 1, k)])
+                    continue
                 take = NOTHING
                 if max_p is None or k + 1 <= max_p:
                     take = seq(first if k == 0 else nxt, item, memo[(i + 1, nk)])
@@ -2199,71 +2205,15 @@ def _number_expr(**kwargs) -> Expr:
 
 
 def _prune(grammar: Grammar, reason) -> Grammar:
-    rules = grammar.rules
-    productive: set[str] = set()
-    changed = True
-
-    def prod(e) -> bool:
-        if isinstance(e, Bytes):
-            return True
-        if isinstance(e, (CharClass, ByteClass)):
-            return bool(e.ranges)
-        if isinstance(e, CharFsm):
-            return True
-        if isinstance(e, Seq):
-            return all(prod(i) for i in e.items)
-        if isinstance(e, Alt):
-            return any(prod(i) for i in e.items)
-        if isinstance(e, Repeat):
-            return e.min == 0 or prod(e.item)
-        if isinstance(e, Ref):
-            return e.name in productive
-        return True
-
-    while changed:
-        changed = False
-        for name, body in rules.items():
-            if name not in productive and prod(body):
-                productive.add(name)
-                changed = True
-    if grammar.root not in productive:
+    """Drop rules that derive nothing (references to them become NOTHING) and rules the root
+    cannot reach, with the passes' own steps; an unsatisfiable root is a SchemaError at the
+    schema location `reason` names."""
+    try:
+        productive = passes.check_productive(grammar)
+    except GrammarError:
         where, why = reason if reason else ("#", "no JSON value satisfies the schema")
-        raise SchemaError(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where)
-
-    dead = set(rules) - productive
-    memo: dict[int, Expr] = {}
-
-    def mentions_dead(e) -> bool:
-        return not dead.isdisjoint(ref_names(e))
-
-    def rebuild(e):
-        key = id(e)
-        if key in memo:
-            return memo[key]
-        memo[key] = out = _rebuild(e) if mentions_dead(e) else e
-        return out
-
-    def _rebuild(e):
-        if isinstance(e, Ref):
-            return e if e.name in productive else NOTHING
-        if isinstance(e, Seq):
-            return seq(*(rebuild(i) for i in e.items))
-        if isinstance(e, Alt):
-            return alt(*(rebuild(i) for i in e.items))
-        if isinstance(e, Repeat):
-            return rep(rebuild(e.item), e.min, e.max)
-        return e
-
-    new_rules = {name: (rebuild(body) if dead else body) for name, body in rules.items() if name in productive}
-    reachable = set()
-    stack = [grammar.root]
-    while stack:
-        name = stack.pop()
-        if name in reachable:
-            continue
-        reachable.add(name)
-        stack.extend(ref_names(new_rules[name]))
-    return Grammar({n: b for n, b in new_rules.items() if n in reachable}, grammar.root)
+        raise SchemaError(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where) from None
+    return passes.remove_unreachable(productive)
 
 
 # ---------------------------------------------------------------------------------------------
