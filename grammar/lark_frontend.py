@@ -41,6 +41,7 @@ from lark.load_grammar import load_grammar
 
 from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import MAX_NESTING, NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
+from .lark_reader import read_plain_lark
 from .regex import MAX_STATES, regex_to_ir
 
 __all__ = ["parse_lark"]
@@ -122,13 +123,13 @@ def _first_end_only(fsm: Expr) -> Expr:
     return CharFsm(fsm.initial, frozenset(f for f in fsm.finals if f in live), kept)
 
 
-def _terminal_to_ir(terminal, max_states: int, max_nesting: int) -> Expr:
-    pattern = terminal.pattern
+def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int) -> Expr:
+    """IR of one lark PatternStr / PatternRE; `label` names it in errors (a terminal name or the literal)."""
     flags = set(pattern.flags)
     if isinstance(pattern, PatternStr):
         surrogates = [c for c in pattern.value if SURROGATES[0] <= ord(c) <= SURROGATES[1]]
         if surrogates:
-            raise GrammarError(f"terminal {terminal.name}: lone surrogate U+{ord(surrogates[0]):04X} in a string; "
+            raise GrammarError(f"terminal {label}: lone surrogate U+{ord(surrogates[0]):04X} in a string; "
                                "UTF-8 cannot encode it")
         return _case_insensitive_literal(pattern.value) if "i" in flags else lit(pattern.value)
     assert isinstance(pattern, PatternRE)
@@ -136,7 +137,7 @@ def _terminal_to_ir(terminal, max_states: int, max_nesting: int) -> Expr:
     flags.discard("m")  # only changes ^ and $, which regex_to_ir rejects anyway
     flags.discard("u")  # Python 3 str patterns are always Unicode
     if "x" in flags or "l" in flags:
-        raise GrammarError(f"terminal {terminal.name}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
+        raise GrammarError(f"terminal {label}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
                            "write the regex without verbose/locale flags")
     prefixed = f"(?{''.join(sorted(flags))}:{source})" if flags else source
     lazy = list(_LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
@@ -144,9 +145,9 @@ def _terminal_to_ir(terminal, max_states: int, max_nesting: int) -> Expr:
     try:
         expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end)
     except GrammarError as exc:
-        raise GrammarError(f"terminal {terminal.name}: {exc.message} in /{pattern.value}/") from None
+        raise GrammarError(f"terminal {label}: {exc.message} in /{pattern.value}/") from None
     except BudgetExceededError as exc:
-        raise BudgetExceededError(f"terminal {terminal.name}: {exc}") from None
+        raise BudgetExceededError(f"terminal {label}: {exc}") from None
     return _first_end_only(expr) if first_end else expr
 
 
@@ -235,11 +236,46 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
     return terminals, rules, ignored
 
 
+FAST_READER_MIN_CHARS = 20_000
+"""Grammar texts at least this long are read by lark_reader when they are in its plain subset;
+lark's loader reads the rest (milliseconds for ordinary grammars, seconds for 10,000 rules)."""
+
+
 def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING) -> Grammar:
     """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any).
     `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir)."""
     check_argument(text, str, "text", "parse_lark", "pass the grammar text as str (decode bytes first)")
     check_argument(start, str, "start", "parse_lark")
+    index = _TextIndex(text)
+    plain = None
+    if len(text) >= FAST_READER_MIN_CHARS:
+        plain = read_plain_lark(text, start, lambda raw, pattern: _pattern_to_ir(raw, pattern, max_states, max_nesting))
+    positions: dict[str, tuple[int, int]] = {}
+    if plain is not None:
+        rule_bodies, terminal_bodies, ignored = plain
+        rules = {**rule_bodies, **terminal_bodies}
+    else:
+        rules, ignored = _read_with_lark(text, start, index, max_states, max_nesting, positions)
+    for name in rules:
+        line, column = index.position(name)
+        if line is not None:
+            positions.setdefault(name, (line, column))
+
+    root = start
+    if ignored:
+        skip = star(alt(*(Ref(name) for name in ignored)))
+        root = f"{start}__with_ignored"
+        while root in rules:
+            root += "_"
+        rules = {root: seq(skip, Ref(start), skip), **rules}
+        positions[root] = positions.get(start, (1, 1))
+    return Grammar(rules, root, positions)
+
+
+def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, max_nesting: int,
+                    positions: dict[str, tuple[int, int]]) -> tuple[dict[str, Expr], list[str]]:
+    """(rules and used terminals as IR, %ignore'd terminal names) from lark's own reading;
+    anonymous terminals get the position of their literal in `positions`."""
     terminal_list, lark_rules, ignored = _load(text, start)
     terminals = {str(t.name): t for t in terminal_list}
     ignored = [str(name) for name in ignored]
@@ -263,14 +299,7 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
             symbols = interleaved
         alternatives.setdefault(str(rule.origin.name), []).append(seq(*symbols))
 
-    rules: dict[str, Expr] = {}
-    positions: dict[str, tuple[int, int]] = {}
-    index = _TextIndex(text)
-    for name, options in alternatives.items():
-        rules[name] = alt(*options)
-        line, column = index.position(name)
-        if line is not None:
-            positions[name] = (line, column)
+    rules: dict[str, Expr] = {name: alt(*options) for name, options in alternatives.items()}
     for name in sorted(used_terminals):
         line, column = index.position(name)
         if name not in terminals:
@@ -279,18 +308,10 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
         raw = getattr(terminals[name].pattern, "raw", None)
         if line is None and raw:
             line, column = index.literal_position(raw)
+            if line is not None:
+                positions[name] = (line, column)
         try:
-            rules[name] = _terminal_to_ir(terminals[name], max_states, max_nesting)
+            rules[name] = _pattern_to_ir(name, terminals[name].pattern, max_states, max_nesting)
         except GrammarError as exc:
             raise GrammarError(exc.message, line, column) from None
-        if line is not None:
-            positions[name] = (line, column)
-
-    root = start
-    if skip is not None:
-        root = f"{start}__with_ignored"
-        while root in rules:
-            root += "_"
-        rules = {root: seq(skip, Ref(start), skip), **rules}
-        positions[root] = positions.get(start, (1, 1))
-    return Grammar(rules, root, positions)
+    return rules, ignored

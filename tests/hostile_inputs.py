@@ -94,10 +94,10 @@ CASES: list[Case] = [
          accepts=(WORDS_10K[1], WORDS_10K[-2]), rejects=(WORDS_10K[1] + WORDS_10K[2],)),
     Case("regex_none", "regex", lambda: None, "ArgumentTypeError", 1.0),
     # -- Lark -----------------------------------------------------------------------------------
-    Case("lark_rules_2000_alternatives", "lark", lambda: _lark_alternatives(2_000), "ok", 3.0,
-         accepts=(WORDS_10K[5] + WORDS_10K[1999],), rejects=("", WORDS_10K[2000])),
-    Case("lark_rules_2000_chain", "lark", lambda: _lark_chain(2_000), "ok", 3.0,
-         accepts=("k" * 1_999 + "z", "kke"), rejects=("k" * 2_000 + "z",)),
+    Case("lark_rules_10000_alternatives", "lark", lambda: _lark_alternatives(10_000), "ok", 2.0,
+         accepts=(WORDS_10K[5] + WORDS_10K[9999],), rejects=("", WORDS_10K[9999] + "!")),
+    Case("lark_rules_10000_chain", "lark", lambda: _lark_chain(10_000), "ok", 2.0,
+         accepts=("k" * 9_999 + "z", "kke"), rejects=("k" * 10_000 + "z",)),
     Case("lark_bytes_text", "lark", lambda: b'start: "a"', "ArgumentTypeError", 1.0),
     # -- JSON Schema ----------------------------------------------------------------------------
     Case("schema_enum_5000_strings", "schema", lambda: {"enum": WORDS_50K[:5_000]}, "ok", 2.0,
@@ -109,9 +109,9 @@ CASES: list[Case] = [
     Case("schema_array_of_enum_3000_ints", "schema",
          lambda: {"type": "array", "items": {"enum": list(range(0, 30_000, 10))}}, "ok", 2.0,
          accepts=("[0, 10, 29990]", "[]"), rejects=("[5]", "[30000]")),
-    Case("schema_properties_2000", "schema",
-         lambda: {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(2_000)}}, "ok", 2.0,
-         accepts=('{"p0": 1, "p1999": 2}', '{"other": "x"}'), rejects=('{"p5": "x"}',)),
+    Case("schema_properties_10000", "schema",
+         lambda: {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(10_000)}}, "ok", 2.0,
+         accepts=('{"p0": 1, "p9999": 2}', '{"other": "x"}'), rejects=('{"p5": "x"}', '{"p9999": 1, "p0": 2}')),
     Case("schema_depth_1000", "schema", lambda: _nested_schema(1_000), "BudgetExceededError", 1.0),
     Case("schema_const_lone_surrogate", "schema", lambda: {"const": "a\ud800"}, "ok", 1.0,
          accepts=('"a\\ud800"',), rejects=('"a"',)),
@@ -126,18 +126,7 @@ CASES: list[Case] = [
     Case("schema_none", "schema", lambda: None, "SchemaError", 1.0),
 ]
 
-# Measured for the README (python tests/hostile_inputs.py --all), too slow for the test suite.
-EXTRA_CASES: list[Case] = [
-    Case("lark_rules_10000_alternatives", "lark", lambda: _lark_alternatives(10_000), "ok", 30.0,
-         accepts=(WORDS_10K[5] + WORDS_10K[9999],), rejects=("",)),
-    Case("lark_rules_10000_chain", "lark", lambda: _lark_chain(10_000), "ok", 30.0,
-         accepts=("k" * 9_999 + "z", "kke"), rejects=("k" * 10_000 + "z",)),
-    Case("schema_properties_10000", "schema",
-         lambda: {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(10_000)}}, "ok", 10.0,
-         accepts=('{"p0": 1, "p9999": 2}', '{"other": "x"}'), rejects=('{"p5": "x"}',)),
-]
-
-BY_ID = {case.id: case for case in CASES + EXTRA_CASES}
+BY_ID = {case.id: case for case in CASES}
 
 
 def _compiler(budgets=None):
@@ -196,7 +185,4 @@ def run(ids: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--all"]:
-        run([case.id for case in CASES + EXTRA_CASES])
-    else:
-        run(sys.argv[1:] or [case.id for case in CASES])
+    run(sys.argv[1:] or [case.id for case in CASES])

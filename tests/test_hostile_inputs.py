@@ -1,7 +1,7 @@
 """Hostile and huge inputs (tests/hostile_inputs.py lists them): each compiles and takes /
 refuses its sample texts, or raises the documented pushmask error it names, without hanging or
-blowing up.  A case's `limit` is its speed target (measured by `python tests/hostile_inputs.py
---all`, README "Limits, budgets and errors"); the test only fails a case past GUARD_FACTOR times
+blowing up.  A case's `limit` is its speed target (measured by `python tests/hostile_inputs.py`,
+README "Limits, budgets and errors"); the test only fails a case past GUARD_FACTOR times
 it, as a hang or a blow-up, since shared CI cores make exact timings noise.  The cases run in one
 worker subprocess, watched case by case: a case that hangs is killed (and reported) and the
 worker restarts with the cases after it."""
