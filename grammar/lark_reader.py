@@ -88,6 +88,7 @@ class _Reader:
         self.rules: dict[str, list] = {}  # name -> list of token-index spans (the body), read later
         self.terminals: dict[str, int] = {}
         self.ignored: list[int] = []
+        self.literals: dict[tuple[str, str, bool], Expr] = {}  # big grammars repeat their literals
 
     def peek(self) -> tuple[str, str]:
         return self.tokens[self.at]
@@ -225,6 +226,12 @@ class _Reader:
         return _literal_to_pattern(Token("STRING", raw)).value
 
     def literal(self, kind: str, raw: str, terminal: bool) -> Expr:
+        key = (kind, raw, terminal)
+        if key not in self.literals:
+            self.literals[key] = self.decode_literal(kind, raw, terminal)
+        return self.literals[key]
+
+    def decode_literal(self, kind: str, raw: str, terminal: bool) -> Expr:
         try:
             pattern = _literal_to_pattern(Token(kind, raw))
             if kind == "REGEXP":
