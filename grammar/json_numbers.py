@@ -39,6 +39,9 @@ import math
 from fractions import Fraction
 from typing import Iterable
 
+import numpy as np
+
+from . import number_kernels, string_kernels
 from .errors import SchemaError, UnsupportedSchemaError
 from .ir import Expr, NOTHING
 from .json_strings import DEFAULT_STATE_BUDGET, Dfa, _Budget, dfa_to_char_fsm
@@ -113,6 +116,18 @@ def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zero
     hs = None if hi is None else str(hi)
     cap = len(ls) + 1 if hs is None else len(hs)
     wanted, modulus = modulus, math.lcm(modulus, *excluded)  # track n mod every divisor's lcm
+    if modulus * 10 * (cap + 1) < 2 ** 62:  # the kernel's int64 state keys and remainders
+        status, *arrays = number_kernels.natural_range(
+            np.array([int(c) for c in ls], np.int64), np.array([int(c) for c in hs or ""], np.int64),
+            hs is not None, cap, wanted, modulus, np.array(excluded, np.int64), lo == 0, leading_zeros, budget)
+        if status == number_kernels.OVER_BUDGET:
+            raise _Budget("integer automaton", budget)
+        return Dfa._of_arrays(*string_kernels.minimize(*string_kernels.trim(*arrays)))
+    return _natural_range_dfa_python(lo, ls, hs, cap, wanted, modulus, leading_zeros, budget, excluded)
+
+
+def _natural_range_dfa_python(lo, ls, hs, cap, wanted, modulus, leading_zeros, budget, excluded) -> Dfa:
+    """natural_range_dfa explored in Python, for remainders past int64 (and as the kernel's oracle)."""
 
     def is_final(key):
         if key[0] == "zero":

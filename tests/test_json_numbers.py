@@ -121,6 +121,31 @@ def test_natural_range_with_leading_zeros_and_modulus():
             assert dfa.accepts(text) == (3 <= n <= 40 and n % 7 == 0), text
 
 
+@pytest.mark.parametrize("modulus,excluded", [(1, ()), (3, ()), (12, (8,)), (7, (2, 5))])
+@pytest.mark.parametrize("leading_zeros", [False, True])
+def test_natural_range_kernel_equals_python_exploration_and_brute_force(modulus, excluded, leading_zeros):
+    """The numba exploration against the Python one (kept for remainders past int64): equal
+    minimal automata; and both against the definition on every text up to 4 digits."""
+    import itertools
+    from pushmask.grammar import json_numbers
+
+    for lo, hi in [(0, None), (0, 0), (7, 150), (10, 999), (123, None), (1000, 1000)]:
+        cap = len(str(lo)) + 1 if hi is None else len(str(hi))
+        kernel = natural_range_dfa(lo, hi, modulus, leading_zeros=leading_zeros, excluded=excluded)
+        python = json_numbers._natural_range_dfa_python(
+            lo, str(lo), None if hi is None else str(hi), cap, modulus, math.lcm(modulus, *excluded),
+            leading_zeros, 20_000, excluded)
+        assert kernel.size == python.size and kernel.finals == python.finals and kernel.trans == python.trans
+        for width in range(1, 5):
+            for digits in itertools.product("0123456789", repeat=width):
+                text = "".join(digits)
+                n = int(text)
+                canonical = text == str(n)
+                wanted = ((canonical or leading_zeros) and n >= lo and (hi is None or n <= hi) and n % modulus == 0
+                          and not any(n % k == 0 for k in excluded))
+                assert kernel.accepts(text) == wanted, (lo, hi, text)
+
+
 @pytest.mark.parametrize("lo,hi", [(-15, 123), (-1000, -7), (None, -3), (-2, None), (None, None), (0, 0)])
 def test_integer_range_dfa(lo, hi):
     dfa = integer_range_dfa(lo, hi)
