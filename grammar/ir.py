@@ -24,8 +24,8 @@ class Expr:
     """Base class of IR expressions."""
 
     # computed on first use (`_hash_once`, `ref_names`, automata/dfa.py's structure digest of a
-    # CharFsm); not part of the value
-    __slots__ = ("_hash", "_refs", "_digest")
+    # CharFsm, passes' emptiness check of a CharFsm); not part of the value
+    __slots__ = ("_hash", "_refs", "_digest", "_nonempty")
 
 
 def _hash_once(cls):

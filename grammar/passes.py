@@ -80,7 +80,17 @@ def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | Non
 
 
 def _fsm_nonempty(fsm: CharFsm) -> bool:
-    """Does the automaton accept any string?"""
+    """Does the automaton accept any string?  Kept on the node: every productivity check of every
+    pass asks again, and string automata run to thousands of transitions."""
+    try:
+        return fsm._nonempty
+    except AttributeError:
+        nonempty = _search_final(fsm)
+        object.__setattr__(fsm, "_nonempty", nonempty)
+        return nonempty
+
+
+def _search_final(fsm: CharFsm) -> bool:
     edges: dict[int, list[int]] = {}
     for src, _, _, dst in fsm.transitions:
         edges.setdefault(src, []).append(dst)
