@@ -107,50 +107,66 @@ def _search_final(fsm: CharFsm) -> bool:
     return False
 
 
-def is_nullable(expr: Expr, nullable: set[str] | dict[str, bool]) -> bool:
-    """Can `expr` match the empty string, given which rules can?"""
+def is_nullable(expr: Expr, nullable: set[str] | dict[str, bool], known: set[int] | None = None) -> bool:
+    """Can `expr` match the empty string, given which rules can?  (`known`: see `_holds`.)"""
+    return _holds(expr, nullable, set() if known is None else known, _leaf_nullable)
+
+
+def is_productive(expr: Expr, productive: set[str], known: set[int] | None = None) -> bool:
+    """Does `expr` match at least one string, given which rules do?  (`known`: see `_holds`.)"""
+    return _holds(expr, productive, set() if known is None else known, _leaf_productive)
+
+
+def _leaf_nullable(expr: Expr) -> bool:
     if isinstance(expr, Bytes):
         return not expr.value
     if isinstance(expr, (CharClass, ByteClass)):
         return False
     if isinstance(expr, CharFsm):
         return expr.initial in expr.finals
-    if isinstance(expr, Seq):
-        return all(is_nullable(item, nullable) for item in expr.items)
-    if isinstance(expr, Alt):
-        return any(is_nullable(item, nullable) for item in expr.items)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or is_nullable(expr.item, nullable)
-    if isinstance(expr, Ref):
-        return bool(nullable.get(expr.name, False)) if isinstance(nullable, dict) else expr.name in nullable
     raise TypeError(f"unknown IR node {expr!r}")
 
 
-def is_productive(expr: Expr, productive: set[str]) -> bool:
-    """Does `expr` match at least one string, given which rules do?"""
+def _leaf_productive(expr: Expr) -> bool:
     if isinstance(expr, Bytes):
         return True
     if isinstance(expr, (CharClass, ByteClass)):
         return bool(expr.ranges)
     if isinstance(expr, CharFsm):
         return _fsm_nonempty(expr)
-    if isinstance(expr, Seq):
-        return all(is_productive(item, productive) for item in expr.items)
-    if isinstance(expr, Alt):
-        return any(is_productive(item, productive) for item in expr.items)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or is_productive(expr.item, productive)
-    if isinstance(expr, Ref):
-        return expr.name in productive
     raise TypeError(f"unknown IR node {expr!r}")
 
 
-def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str]], bool]) -> set[str]:
+def _holds(expr: Expr, names: set[str] | dict[str, bool], known: set[int], leaf: Callable[[Expr], bool]) -> bool:
+    """A property closed like nullability and productivity (a sequence has it when all items do,
+    an alternation when one does, x{0,n} always, a reference when its rule is in `names`).
+    `known` holds the ids of nodes found to have it: the answer only grows with `names`, so a
+    caller that keeps `known` across calls (a fixpoint) walks each shared sub-expression once."""
+    if id(expr) in known:
+        return True
+    if isinstance(expr, Seq):
+        ok = all(_holds(item, names, known, leaf) for item in expr.items)
+    elif isinstance(expr, Alt):
+        ok = any(_holds(item, names, known, leaf) for item in expr.items)
+    elif isinstance(expr, Repeat):
+        ok = expr.min == 0 or _holds(expr.item, names, known, leaf)
+    elif isinstance(expr, Ref):
+        ok = bool(names.get(expr.name, False)) if isinstance(names, dict) else expr.name in names
+    else:
+        ok = leaf(expr)
+    if ok:
+        known.add(id(expr))
+    return ok
+
+
+def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str], set[int]], bool]) -> set[str]:
     """Least set S of rule names with name in S iff holds(body, S) (monotone predicates).
 
-    A worklist re-checks a rule only when a rule it references joins S, so the cost is linear
-    in the grammar size rather than quadratic.
+    A worklist re-checks a rule only when a rule it references joins S, and sub-expressions
+    found to hold (`known`, by id: the bodies stay alive meanwhile) are not walked again, so the
+    cost is linear in the grammar size rather than quadratic.
     """
+    known: set[int] = set()
     users: dict[str, set[str]] = {}
     for name, body in rules.items():
         for target in ref_names(body):
@@ -161,7 +177,7 @@ def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str]], bool]) -
     while queue:
         name = queue.popleft()
         queued.discard(name)
-        if name in result or not holds(rules[name], result):
+        if name in result or not holds(rules[name], result, known):
             continue
         result.add(name)
         for user in users.get(name, ()):
