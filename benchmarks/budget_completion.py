@@ -30,14 +30,11 @@ def main(argv=None) -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the runs without the budget")
     args = parser.parse_args(argv)
 
-    import jsonschema
     import torch
 
     import pushmask as pm
-    from pushmask.grammar.errors import UnsupportedSchemaError
     from pushmask.integrations.cli_generate import load_model
-    from pushmask.integrations.generate import compile_constraint
-    from pushmask.jsonschemabench.corpus import small_schemas_spread
+    from pushmask.jsonschemabench.corpus import generation_tasks
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(None, log=lambda m: print(m, file=sys.stderr))
@@ -45,26 +42,13 @@ def main(argv=None) -> int:
     budgets = [True] if args.no_baseline else [True, False]
     counts = {(b, m): [0, 0, 0] for b in budgets for m, _ in modes}  # complete, valid, runs
     tokens = seconds = 0.0
-    used = 0
-    for name, schema in small_schemas_spread(DEV, args.schemas, MAX_SCHEMA_CHARS):
-        if used == args.schemas:
-            break
-        try:
-            compile_constraint(tokenizer, schema=schema)
-        except UnsupportedSchemaError:
-            continue
-        used += 1
-        messages = [
-            {"role": "system", "content": "Answer with one JSON value following this JSON Schema:\n" + json.dumps(schema)},
-            {"role": "user", "content": "Give an example."},
-        ]
-        validator_cls = jsonschema.validators.validator_for(schema)
-        validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    tasks = generation_tasks(tokenizer, DEV, args.schemas, MAX_SCHEMA_CHARS)
+    for used, task in enumerate(tasks, start=1):
         for budget in budgets:
             for mode, sampling in modes:
                 torch.manual_seed(used)
                 start = time.perf_counter()
-                result = pm.generate(model, tokenizer, messages, schema=schema, max_new_tokens=args.tokens,
+                result = pm.generate(model, tokenizer, task.messages, schema=task.schema, max_new_tokens=args.tokens,
                                      finish_within_budget=budget, **sampling)
                 if budget:
                     seconds += time.perf_counter() - start
@@ -74,11 +58,11 @@ def main(argv=None) -> int:
                 valid = False
                 if result.complete:
                     row[0] += 1
-                    valid = not list(validator.iter_errors(json.loads(result.text)))
+                    valid = not list(task.validator.iter_errors(json.loads(result.text)))
                     row[1] += valid
-                print(f"{name} budget={budget} {mode}: {result.num_tokens} tokens, complete={result.complete}, "
+                print(f"{task.name} budget={budget} {mode}: {result.num_tokens} tokens, complete={result.complete}, "
                       f"valid={valid}: {result.text[:70]!r}", flush=True)
-    print(f"{used} schemas, max_new_tokens {args.tokens}, SmolLM2-135M-Instruct, torch threads {args.threads}")
+    print(f"{len(tasks)} schemas, max_new_tokens {args.tokens}, SmolLM2-135M-Instruct, torch threads {args.threads}")
     for (budget, mode), (complete, valid, runs) in counts.items():
         label = "with budget" if budget else "no budget  "
         print(f"{label} {mode:8s}: {complete}/{runs} complete, {valid}/{runs} valid")

@@ -121,3 +121,40 @@ def small_schemas_spread(folder: str | Path, count: int, max_chars: int) -> list
     step = max(1, len(small) // max(count, 1))
     spread = small[::step]
     return spread + [item for item in small if item not in spread]
+
+
+@dataclass
+class GenerationTask:
+    """One schema to generate against: its chat messages (the schema shown in the system prompt)
+    and a jsonschema validator with format checks for the outputs."""
+
+    name: str
+    schema: Any
+    messages: list[dict]
+    validator: Any
+
+
+def generation_tasks(tokenizer, folder: str | Path, count: int, max_chars: int) -> list[GenerationTask]:
+    """Up to `count` small schemas spread over `folder` (see small_schemas_spread) that pushmask
+    compiles for `tokenizer` (unsupported ones are skipped), ready for generation runs."""
+    import jsonschema
+
+    from ..grammar.errors import UnsupportedSchemaError
+    from ..integrations.generate import compile_constraint
+
+    tasks = []
+    for name, schema in small_schemas_spread(folder, count, max_chars):
+        if len(tasks) == count:
+            break
+        try:
+            compile_constraint(tokenizer, schema=schema)
+        except UnsupportedSchemaError:
+            continue  # outside what a grammar can express; the compiler says so
+        messages = [
+            {"role": "system", "content": "Answer with one JSON value following this JSON Schema:\n" + json.dumps(schema)},
+            {"role": "user", "content": "Give an example."},
+        ]
+        validator_cls = jsonschema.validators.validator_for(schema)
+        tasks.append(GenerationTask(name, schema, messages, validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)))
+    return tasks
+

@@ -6,7 +6,6 @@ benchmarks/budget_completion.py runs 50 schemas both ways, with and without the 
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 
@@ -49,45 +48,27 @@ def model_and_tokenizer():
     torch.set_num_threads(before)
 
 
-def _pick_schemas():
-    from pushmask.jsonschemabench.corpus import small_schemas_spread
-
-    return small_schemas_spread(DATA / "maskbench-dev", N_SCHEMAS, MAX_SCHEMA_CHARS)
-
-
 def test_real_model_outputs_validate(model_and_tokenizer):
     """12 schemas greedy and 4 of them sampled: each output is complete and jsonschema (with
     format checks) accepts it, even where the model loops (repeating an array item or a word)."""
     import pushmask as pm
-    from pushmask.grammar.errors import UnsupportedSchemaError
-    from pushmask.integrations.generate import compile_constraint
+    from pushmask.jsonschemabench.corpus import generation_tasks
 
     model, tokenizer = model_and_tokenizer
-    used, failures = 0, []
-    for name, schema in _pick_schemas():
-        if used == N_SCHEMAS:
-            break
-        try:
-            compile_constraint(tokenizer, schema=schema)
-        except UnsupportedSchemaError:
-            continue  # outside what a grammar can express; the compiler says so, not our concern here
-        used += 1
-        messages = [
-            {"role": "system", "content": "Answer with one JSON value following this JSON Schema:\n" + json.dumps(schema)},
-            {"role": "user", "content": "Give an example."},
-        ]
-        validator_cls = jsonschema.validators.validator_for(schema)
-        validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    tasks = generation_tasks(tokenizer, DATA / "maskbench-dev", N_SCHEMAS, MAX_SCHEMA_CHARS)
+    failures = []
+    for used, task in enumerate(tasks, start=1):
         runs = [{}] + ([{"do_sample": True, "temperature": 0.7}] if used <= N_SAMPLED else [])
         for sampling in runs:
             torch.manual_seed(used)
-            result = pm.generate(model, tokenizer, messages, schema=schema, max_new_tokens=MAX_NEW_TOKENS, **sampling)
-            print(f"{name} {sampling}: {result.num_tokens} tokens, complete={result.complete}: {result.text[:80]!r}")
+            result = pm.generate(model, tokenizer, task.messages, schema=task.schema, max_new_tokens=MAX_NEW_TOKENS,
+                                 **sampling)
+            print(f"{task.name} {sampling}: {result.num_tokens} tokens, complete={result.complete}: {result.text[:80]!r}")
             if not result.complete or result.num_tokens > MAX_NEW_TOKENS:
-                failures.append(f"{name} {sampling}: unfinished after {MAX_NEW_TOKENS} tokens: {result.text[:200]!r}")
+                failures.append(f"{task.name} {sampling}: unfinished after {MAX_NEW_TOKENS} tokens: {result.text[:200]!r}")
                 continue
-            errors = list(validator.iter_errors(result.value))
+            errors = list(task.validator.iter_errors(result.value))
             if errors:
-                failures.append(f"{name} {sampling}: {errors[0].message} in {result.text[:200]!r}")
-    assert used == N_SCHEMAS
+                failures.append(f"{task.name} {sampling}: {errors[0].message} in {result.text[:200]!r}")
+    assert len(tasks) == N_SCHEMAS
     assert not failures, "\n".join(failures)
