@@ -334,3 +334,51 @@ def to_text(expr: Expr) -> str:
     if isinstance(expr, CharFsm):
         return f"<fsm {len(expr.transitions)} edges>"
     return repr(expr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token terminals: one vocabulary token, matched by its id (a special token such as
+# <|python_tag|>, whose bytes no text spells).  The automata stay byte-level: a token terminal is
+# the literal TOKEN_MARK + four id bytes.  No front end produces the byte 0xFF otherwise (text is
+# UTF-8, where 0xFF never occurs), the token trie leaves out every ordinary token containing it,
+# and the matcher advances over these bytes only for the token id itself -- so the edge is taken
+# exactly when that token is sampled.
+
+TOKEN_MARK = 0xFF
+TOKEN_ID_LIMIT = 1 << 24
+_TOKEN_BYTES = 5
+
+
+def token_terminal(token_id: int) -> Bytes:
+    """The literal standing for the token `token_id` (see TOKEN_MARK)."""
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < TOKEN_ID_LIMIT:
+        raise GrammarError(f"token id {token_id!r} must be an integer in [0, {TOKEN_ID_LIMIT})")
+    return Bytes(bytes([TOKEN_MARK] + [0x80 | ((token_id >> shift) & 0x3F) for shift in (18, 12, 6, 0)]))
+
+
+def token_terminal_bytes(token_id: int) -> bytes:
+    return token_terminal(token_id).value
+
+
+def token_terminal_ids(grammar: Grammar) -> frozenset[int]:
+    """The ids of every token terminal in the grammar's literals."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = list(grammar.rules.values())
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Bytes):
+            data = node.value
+            at = data.find(TOKEN_MARK)
+            while at >= 0:
+                code = data[at + 1 : at + _TOKEN_BYTES]
+                found.add((code[0] & 0x3F) << 18 | (code[1] & 0x3F) << 12 | (code[2] & 0x3F) << 6 | (code[3] & 0x3F))
+                at = data.find(TOKEN_MARK, at + _TOKEN_BYTES)
+        elif isinstance(node, (Seq, Alt)):
+            stack.extend(node.items)
+        elif isinstance(node, Repeat):
+            stack.append(node.item)
+    return frozenset(found)
