@@ -130,6 +130,7 @@ class GrammarCompiler:
         from ..grammar.structural_tag import structural_tag_to_grammar
 
         json_options.setdefault("max_depth", self.budgets.max_schema_depth)
+        json_options.setdefault("additional_properties_default", False)
         clock = CompileClock(self.budgets.compile_time_limit_s)
         with _nesting_guard("structural tag"):
             grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
