@@ -126,11 +126,11 @@ class GrammarCompiler:
         "format": ...}`` document (dict, JSON text, or an object with ``model_dump``), or the legacy
         list of ``{"begin", "schema", "end"}`` items with `triggers`.  `json_options` are
         compile_json_schema's options for the JSON bodies (XGrammar's default is strict: no
-        undeclared object members)."""
+        undeclared members in an object schema that declares some)."""
         from ..grammar.structural_tag import structural_tag_to_grammar
 
         json_options.setdefault("max_depth", self.budgets.max_schema_depth)
-        json_options.setdefault("additional_properties_default", False)
+        json_options.setdefault("additional_properties_default", "declared")
         clock = CompileClock(self.budgets.compile_time_limit_s)
         with _nesting_guard("structural tag"):
             grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
