@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -306,6 +307,7 @@ class PushmaskBackend(StructuredOutputBackend):
                 self._compiled.move_to_end(key)
                 return hit
         kind, arg = _parse_spec(request_type, grammar_spec)
+        started = time.perf_counter()
         if kind == "json":
             compiled = self.compiler.compile_json_schema(arg, **_json_options(self.compact_json, self.max_whitespace))
         elif kind == "regex":
@@ -319,6 +321,8 @@ class PushmaskBackend(StructuredOutputBackend):
                                                                                  self.max_whitespace))
         else:
             compiled = self.compiler.compile_ir(choice_grammar(arg))
+        logger.info("pushmask compiled a %s request in %.1f ms (%d automaton states)", request_type.name,
+                    1000 * (time.perf_counter() - started), compiled.num_states)
         with self._compiled_lock:
             self._compiled[key] = compiled
             while len(self._compiled) > _COMPILED_CACHE_ENTRIES:
