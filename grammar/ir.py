@@ -269,23 +269,29 @@ def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr
     return CharClass(without_surrogates)
 
 
-def iter_refs(expr: Expr) -> Iterator[str]:
-    """Names of the rules referenced inside `expr`, in a fixed order.  A sub-expression shared by
-    several parents (a DAG, as the JSON Schema compiler builds) is visited once, so the walk is
-    linear in the expression's size; a name can still come up more than once."""
-    stack = [expr]
+def iter_nodes(*exprs: Expr) -> Iterator[Expr]:
+    """Every node inside `exprs`, in a fixed order.  A sub-expression shared by several parents (a
+    DAG, as the JSON Schema compiler builds) is visited once, so the walk is linear in size."""
+    stack = list(exprs)
     seen: set[int] = set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, Ref):
-            yield node.name
-        elif isinstance(node, (Seq, Alt)):
+        yield node
+        if isinstance(node, (Seq, Alt)):
             stack.extend(node.items)
         elif isinstance(node, Repeat):
             stack.append(node.item)
+
+
+def iter_refs(expr: Expr) -> Iterator[str]:
+    """Names of the rules referenced inside `expr`, in a fixed order (a name can come up more
+    than once)."""
+    for node in iter_nodes(expr):
+        if isinstance(node, Ref):
+            yield node.name
 
 
 def ref_names(expr: Expr) -> frozenset[str]:
@@ -363,13 +369,7 @@ def token_terminal_bytes(token_id: int) -> bytes:
 def token_terminal_ids(grammar: Grammar) -> frozenset[int]:
     """The ids of every token terminal in the grammar's literals."""
     found: set[int] = set()
-    seen: set[int] = set()
-    stack = list(grammar.rules.values())
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in iter_nodes(*grammar.rules.values()):
         if isinstance(node, Bytes):
             data = node.value
             at = data.find(TOKEN_MARK)
@@ -377,8 +377,4 @@ def token_terminal_ids(grammar: Grammar) -> frozenset[int]:
                 code = data[at + 1 : at + _TOKEN_BYTES]
                 found.add((code[0] & 0x3F) << 18 | (code[1] & 0x3F) << 12 | (code[2] & 0x3F) << 6 | (code[3] & 0x3F))
                 at = data.find(TOKEN_MARK, at + _TOKEN_BYTES)
-        elif isinstance(node, (Seq, Alt)):
-            stack.extend(node.items)
-        elif isinstance(node, Repeat):
-            stack.append(node.item)
     return frozenset(found)
