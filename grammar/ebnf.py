@@ -34,6 +34,7 @@ from .ir import (
     lit,
     rep,
     seq,
+    token_terminal,
 )
 
 __all__ = ["parse_ebnf"]
@@ -50,8 +51,9 @@ MAX_REPEAT = 10_000  # bigger bounds make huge automata; refuse them early with 
 class _Parser:
     """Recursive descent over the text; `pos` is an offset, converted to line/column on error."""
 
-    def __init__(self, text: str, max_nesting: int = MAX_NESTING):
+    def __init__(self, text: str, max_nesting: int = MAX_NESTING, token_id=None):
         self.text = text
+        self.token_id = token_id
         self.pos = 0
         self.depth = 0
         self.max_nesting = max_nesting
@@ -190,6 +192,8 @@ class _Parser:
         if c == ".":
             self.pos += 1
             return char_class([(0, MAX_CODE_POINT)])
+        if c == "<":
+            return self.token()
         if c == "(":
             self.pos += 1
             self.depth += 1
@@ -228,6 +232,16 @@ class _Parser:
             else:
                 return expr
             self.pos += 1
+
+    def token(self) -> Expr:
+        """A token terminal: `<[128010]>` by id, or a special token by its text, `<|python_tag|>`."""
+        start = self.pos
+        end = self.text.find(">", start + 1)
+        if end < 0 or any(ch.isspace() for ch in self.text[start:end]):
+            raise self.error("a token terminal is `<[ID]>` or a special token's text like `<|python_tag|>`; "
+                             "no closing '>' here", start)
+        self.pos = end + 1
+        return token_expr(self.text[start : end + 1], self.token_id, lambda message: self.error(message, start))
 
     def braces(self, expr: Expr) -> Expr:
         start = self.pos
@@ -335,12 +349,35 @@ class _Parser:
         return char_class(ranges, negated)
 
 
-def parse_ebnf(text: str, root: str = "root", max_nesting: int = MAX_NESTING) -> Grammar:
+def token_expr(text: str, token_id, error) -> Expr:
+    """The token terminal written `text` (`<[ID]>` or a special token's text), resolved with
+    `token_id` (TokenizerInfo.token_id); error(message) builds the GrammarError to raise."""
+    inner = text[1:-1]
+    if inner.startswith("[") and inner.endswith("]"):
+        digits = inner[1:-1].strip()
+        if not digits.isdigit():
+            raise error(f"bad token id in {text!r}; write a decimal id like <[128010]>")
+        token: int | str = int(digits)
+    else:
+        token = text
+    if token_id is None:
+        if isinstance(token, str):
+            raise error(f"the special token {text!r} needs a tokenizer to resolve it; compile with a "
+                        "GrammarCompiler, or write its id as <[ID]>")
+        return token_terminal(token)
+    try:
+        return token_terminal(int(token_id(token)))
+    except (ValueError, GrammarError) as exc:
+        raise error(f"token terminal {text}: {exc}") from None
+
+
+def parse_ebnf(text: str, root: str = "root", max_nesting: int = MAX_NESTING, token_id=None) -> Grammar:
     """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined).
-    Groups nested deeper than `max_nesting` are a GrammarError."""
+    Groups nested deeper than `max_nesting` are a GrammarError.  `token_id` (token text or id
+    -> id, e.g. TokenizerInfo.token_id) resolves token terminals `<|name|>` / `<[ID]>`."""
     check_argument(text, str, "ebnf", "parse_ebnf", "pass the grammar text as str (decode bytes first)")
     check_argument(root, str, "root", "parse_ebnf")
-    parser = _Parser(text, max_nesting)
+    parser = _Parser(text, max_nesting, token_id)
     rules, positions = parser.parse()
     for name, offset in parser.references:
         if name not in rules:

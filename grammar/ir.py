@@ -269,23 +269,29 @@ def char_class(ranges: Iterable[tuple[int, int]], negated: bool = False) -> Expr
     return CharClass(without_surrogates)
 
 
-def iter_refs(expr: Expr) -> Iterator[str]:
-    """Names of the rules referenced inside `expr`, in a fixed order.  A sub-expression shared by
-    several parents (a DAG, as the JSON Schema compiler builds) is visited once, so the walk is
-    linear in the expression's size; a name can still come up more than once."""
-    stack = [expr]
+def iter_nodes(*exprs: Expr) -> Iterator[Expr]:
+    """Every node inside `exprs`, in a fixed order.  A sub-expression shared by several parents (a
+    DAG, as the JSON Schema compiler builds) is visited once, so the walk is linear in size."""
+    stack = list(exprs)
     seen: set[int] = set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, Ref):
-            yield node.name
-        elif isinstance(node, (Seq, Alt)):
+        yield node
+        if isinstance(node, (Seq, Alt)):
             stack.extend(node.items)
         elif isinstance(node, Repeat):
             stack.append(node.item)
+
+
+def iter_refs(expr: Expr) -> Iterator[str]:
+    """Names of the rules referenced inside `expr`, in a fixed order (a name can come up more
+    than once)."""
+    for node in iter_nodes(expr):
+        if isinstance(node, Ref):
+            yield node.name
 
 
 def ref_names(expr: Expr) -> frozenset[str]:
@@ -334,3 +340,41 @@ def to_text(expr: Expr) -> str:
     if isinstance(expr, CharFsm):
         return f"<fsm {len(expr.transitions)} edges>"
     return repr(expr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token terminals: one vocabulary token, matched by its id (a special token such as
+# <|python_tag|>, whose bytes no text spells).  The automata stay byte-level: a token terminal is
+# the literal TOKEN_MARK + four id bytes.  No front end produces the byte 0xFF otherwise (text is
+# UTF-8, where 0xFF never occurs), the token trie leaves out every ordinary token containing it,
+# and the matcher advances over these bytes only for the token id itself -- so the edge is taken
+# exactly when that token is sampled.
+
+TOKEN_MARK = 0xFF
+TOKEN_ID_LIMIT = 1 << 24
+_TOKEN_BYTES = 5
+
+
+def token_terminal(token_id: int) -> Bytes:
+    """The literal standing for the token `token_id` (see TOKEN_MARK)."""
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < TOKEN_ID_LIMIT:
+        raise GrammarError(f"token id {token_id!r} must be an integer in [0, {TOKEN_ID_LIMIT})")
+    return Bytes(bytes([TOKEN_MARK] + [0x80 | ((token_id >> shift) & 0x3F) for shift in (18, 12, 6, 0)]))
+
+
+def token_terminal_bytes(token_id: int) -> bytes:
+    return token_terminal(token_id).value
+
+
+def token_terminal_ids(grammar: Grammar) -> frozenset[int]:
+    """The ids of every token terminal in the grammar's literals."""
+    found: set[int] = set()
+    for node in iter_nodes(*grammar.rules.values()):
+        if isinstance(node, Bytes):
+            data = node.value
+            at = data.find(TOKEN_MARK)
+            while at >= 0:
+                code = data[at + 1 : at + _TOKEN_BYTES]
+                found.add((code[0] & 0x3F) << 18 | (code[1] & 0x3F) << 12 | (code[2] & 0x3F) << 6 | (code[3] & 0x3F))
+                at = data.find(TOKEN_MARK, at + _TOKEN_BYTES)
+    return frozenset(found)

@@ -230,7 +230,7 @@ class _Layout:
     With indent, depth d gives json.dumps(indent=N) text at that depth.
     """
 
-    def __init__(self, whitespace: str, indent, max_whitespace, separators):
+    def __init__(self, whitespace: str, indent, max_whitespace, separators, root_whitespace: bool = True):
         if whitespace not in ("flexible", "compact"):
             raise ValueError(f"whitespace must be 'flexible' or 'compact', got {whitespace!r}")
         if max_whitespace is not None and (not isinstance(max_whitespace, int) or max_whitespace < 0):
@@ -252,7 +252,7 @@ class _Layout:
         self.item_sep, self.key_sep = item_sep, key_sep
         cls = CharClass(_WS_RANGES)
         self.flex_ws = rep(cls, 0, max_whitespace)
-        self.root_ws = EPSILON if self.fixed else self.flex_ws
+        self.root_ws = EPSILON if self.fixed or not root_whitespace else self.flex_ws
 
     def child(self, depth):
         if self.indent is None or depth is None:
@@ -281,12 +281,12 @@ class _Layout:
 
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve, property_order="definition"):
+                 separators, retrieve, property_order="definition", root_whitespace=True):
         if property_order not in ("any", "definition"):
             raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
         self.property_order = property_order
         self.lenient = lenient
-        self.layout = _Layout(whitespace, indent, max_whitespace, separators)
+        self.layout = _Layout(whitespace, indent, max_whitespace, separators, root_whitespace)
         self.addl_default = additional_properties_default
         self.retrieve_raw = retrieve
         self.rules: dict[str, Expr] = {}
@@ -320,8 +320,8 @@ class _Compiler:
 
     def _prepare(self, doc, base, draft):
         doc = normalize_document(doc, base, draft)
-        if not self.addl_default:
-            doc = _forbid_additional(doc)
+        if self.addl_default is not True:
+            doc = _forbid_additional(doc, only_declared=self.addl_default == "declared")
         return doc
 
     def _retrieve(self, uri: str) -> Resource:
@@ -2118,10 +2118,17 @@ def _dfa_op(fn: Callable, other, keyword: str, pointer: str):
         raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
 
 
-def _forbid_additional(node):
-    """additional_properties_default=False: object schemas without additionalProperties get false."""
+_DECLARING_KEYWORDS = ("properties", "patternProperties", "required", "minProperties", "maxProperties",
+                       "dependentRequired", "dependentSchemas", "dependencies")
+"""With additional_properties_default="declared" (XGrammar's strict mode), an object schema with one of
+these keywords takes no undeclared members; one with none of them (`{"type": "object"}`) any."""
+
+
+def _forbid_additional(node, only_declared: bool = False):
+    """additional_properties_default=False: object schemas without additionalProperties get false
+    (only_declared: only those with a _DECLARING_KEYWORDS keyword)."""
     if isinstance(node, list):
-        return [_forbid_additional(v) for v in node]
+        return [_forbid_additional(v, only_declared) for v in node]
     if not isinstance(node, dict):
         return node
     out = {}
@@ -2129,11 +2136,13 @@ def _forbid_additional(node):
         if k in ("enum", "const", "default", "examples"):
             out[k] = v
         elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
-            out[k] = {n: _forbid_additional(s) for n, s in v.items()} if isinstance(v, dict) else v
+            out[k] = {n: _forbid_additional(s, only_declared) for n, s in v.items()} if isinstance(v, dict) else v
         else:
-            out[k] = _forbid_additional(v)
+            out[k] = _forbid_additional(v, only_declared)
     t = node.get("type")
     is_object = t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
+    if only_declared:
+        is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
     if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
         out["additionalProperties"] = False
     return out
@@ -2279,13 +2288,15 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
                            retrieve: Callable[[str], Any] | None = None,
                            property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
+                           root_whitespace: bool = True,
                            clock: CompileClock | None = None) -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
     indent: json.dumps(indent=N) layout.  max_whitespace: cap on each whitespace run (flexible).
     separators: exact (item, key) separators as in json.dumps.  additional_properties_default:
-    False treats a missing additionalProperties on object schemas as false.  lenient: widen what
+    False treats a missing additionalProperties on object schemas as false; "declared" (XGrammar's
+    strict mode) only on object schemas that declare members (properties, required, ...).  lenient: widen what
     cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
     retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
@@ -2293,6 +2304,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     them in any order (JSON objects are unordered), for validating existing documents.
     max_depth: objects and arrays may nest this deep in the document (BudgetExceededError past it).
     clock: a wall-clock compile limit, checked once per subschema compiled.
+    root_whitespace: False refuses whitespace before and after the top-level value (XGrammar's
+    layout; between tokens flexible whitespace stays).
     """
     schema = _load(schema)
     check_json_document(schema, max_depth)
@@ -2303,7 +2316,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                               "#")
         comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
                          additional_properties_default=additional_properties_default, lenient=lenient,
-                         separators=separators, retrieve=retrieve, property_order=property_order)
+                         separators=separators, retrieve=retrieve, property_order=property_order,
+                         root_whitespace=root_whitespace)
         if clock is not None:
             comp.clock = clock
         return comp.compile()

@@ -39,6 +39,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 from lark.lexer import PatternRE, PatternStr
 from lark.load_grammar import load_grammar
 
+from .ebnf import token_expr
 from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import MAX_NESTING, NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
 from .lark_reader import read_plain_lark
@@ -236,14 +237,58 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
     return terminals, rules, ignored
 
 
+_TOKEN_TERMINAL_NAME = "PUSHMASK_TOKEN_{}"
+
+
+def _extract_token_terminals(text: str) -> tuple[str, dict[str, str]]:
+    """Replace each token terminal (`<|python_tag|>`, `<[128010]>`; not Lark syntax) outside
+    strings, regexes and comments by a terminal name lark reads, defined at the end of the text.
+    Returns (text for lark, {terminal name: token text})."""
+    out, names, by_text = [], {}, {}
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"' or (c == "/" and not text.startswith("//", i)):
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(text[i:j])
+            i = j
+        elif c == "<":
+            j = text.find(">", i + 1)
+            token = text[i : j + 1] if j > 0 else ""
+            if not token or any(ch.isspace() for ch in token):
+                out.append(c)  # not a token terminal: lark reports the syntax error
+                i += 1
+                continue
+            name = by_text.setdefault(token, _TOKEN_TERMINAL_NAME.format(len(by_text)))
+            names[name] = token
+            out.append(name)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    if not names:
+        return text, {}
+    definitions = "".join(f'\n{name}: "{name}"' for name in names)
+    return "".join(out) + "\n" + definitions + "\n", names
+
+
 FAST_READER_MIN_CHARS = 20_000
 """Grammar texts at least this long are read by lark_reader when they are in its plain subset;
 lark's loader reads the rest (milliseconds for ordinary grammars, seconds for 10,000 rules)."""
 
 
-def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING) -> Grammar:
+def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING,
+               token_id=None) -> Grammar:
     """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any).
-    `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir)."""
+    `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir).  Token
+    terminals `<|python_tag|>` / `<[ID]>` are resolved with `token_id` (see ebnf.token_expr)."""
     check_argument(text, str, "text", "parse_lark", "pass the grammar text as str (decode bytes first)")
     check_argument(start, str, "start", "parse_lark")
     index = _TextIndex(text)
@@ -255,7 +300,7 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
         rule_bodies, terminal_bodies, ignored = plain
         rules = {**rule_bodies, **terminal_bodies}
     else:
-        rules, ignored = _read_with_lark(text, start, index, max_states, max_nesting, positions)
+        rules, ignored = _read_with_lark(text, start, index, max_states, max_nesting, positions, token_id)
     for name in rules:
         line, column = index.position(name)
         if line is not None:
@@ -273,9 +318,10 @@ def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, ma
 
 
 def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, max_nesting: int,
-                    positions: dict[str, tuple[int, int]]) -> tuple[dict[str, Expr], list[str]]:
+                    positions: dict[str, tuple[int, int]], token_id) -> tuple[dict[str, Expr], list[str]]:
     """(rules and used terminals as IR, %ignore'd terminal names) from lark's own reading;
     anonymous terminals get the position of their literal in `positions`."""
+    text, token_terminals = _extract_token_terminals(text)
     terminal_list, lark_rules, ignored = _load(text, start)
     terminals = {str(t.name): t for t in terminal_list}
     ignored = [str(name) for name in ignored]
@@ -310,6 +356,10 @@ def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, m
             line, column = index.literal_position(raw)
             if line is not None:
                 positions[name] = (line, column)
+        if name in token_terminals:
+            rules[name] = token_expr(token_terminals[name], token_id,
+                                     lambda message: GrammarError(message, line, column))
+            continue
         try:
             rules[name] = _pattern_to_ir(name, terminals[name].pattern, max_states, max_nesting)
         except GrammarError as exc:

@@ -9,7 +9,17 @@ pushmask's front ends instead of xgrammar's::
 
     PUSHMASK_VLLM=1 vllm serve MODEL --structured-outputs-config.backend xgrammar
 
-(``auto`` also lands on pushmask whenever the request passes pushmask's validation.)
+(``auto`` also lands on pushmask whenever the request passes pushmask's validation.)  The entry
+point itself is the top-level module ``pushmask_vllm_plugin``, so without the flag a vLLM process
+imports nothing of pushmask.
+
+Under the xgrammar name the defaults are xgrammar's (as vLLM calls it): JSON objects take only the
+members their schema declares unless it allows more explicitly (xgrammar's strict mode), and
+whitespace goes between tokens but not around the top-level value.  Structural tags (tool calling)
+are compiled by pushmask (grammar/structural_tag.py).  A request pushmask refuses (a schema
+feature or structural-tag format it cannot express exactly) is handed to the real xgrammar
+backend in the same process, which fills the same bitmask layout; a warning names the request
+type and the reason.
 
 Options, read from the environment when the backend is built:
 
@@ -17,7 +27,7 @@ Options, read from the environment when the backend is built:
   whitespace only).  Unset, the language is exactly JSON's, as with xgrammar.
 
 vLLM's ``structured_outputs_config.disable_any_whitespace`` selects compact JSON (``,`` and ``:``
-with no whitespace), as it does for xgrammar.  Structural tags are not supported.
+with no whitespace), as it does for xgrammar.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -174,14 +185,23 @@ def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tup
         choices = json.loads(grammar_spec) if isinstance(grammar_spec, str) else grammar_spec
         return "choice", choices
     if name == "STRUCTURAL_TAG":
-        raise ValueError("pushmask does not support structural tags; unset PUSHMASK_VLLM to use xgrammar")
+        return "structural_tag", grammar_spec
     raise ValueError(f"unsupported structured output request type {request_type!s}")
 
 
 def _json_options(compact: bool, max_whitespace: int | None) -> dict[str, Any]:
+    """compile_json_schema options equal to xgrammar's defaults as vLLM calls it: strict mode (an
+    object schema that declares members takes no others; a bare {"type": "object"} any) and no
+    whitespace around the top-level value."""
+    xgrammar_defaults = {"additional_properties_default": "declared", "root_whitespace": False}
     if compact:
-        return {"whitespace": "compact"}
-    return {"whitespace": "flexible", "max_whitespace": max_whitespace}
+        return {"whitespace": "compact", **xgrammar_defaults}
+    return {"whitespace": "flexible", "max_whitespace": max_whitespace, **xgrammar_defaults}
+
+
+def _resolve_any_token(token) -> int:
+    """Request validation has no tokenizer: a token given by text passes (the engine resolves it)."""
+    return token if isinstance(token, int) else 0
 
 
 def _grammar_ir(kind: str, arg: Any, *, compact: bool, max_whitespace: int | None) -> ir.Grammar:
@@ -204,6 +224,11 @@ def _grammar_ir(kind: str, arg: Any, *, compact: bool, max_whitespace: int | Non
         return parse_ebnf(arg, root="root")
     if kind == "choice":
         return choice_grammar(arg)
+    if kind == "structural_tag":
+        from ..grammar.structural_tag import structural_tag_to_grammar
+
+        return structural_tag_to_grammar(arg, token_id=_resolve_any_token,
+                                         **_json_options(compact, max_whitespace))
     raise AssertionError(kind)
 
 
@@ -228,6 +253,8 @@ class PushmaskBackend(StructuredOutputBackend):
         self.compiler = GrammarCompiler(self.tokenizer_info)
         self._compiled: OrderedDict[tuple[str, str], CompiledGrammar] = OrderedDict()
         self._compiled_lock = threading.Lock()
+        self._xgrammar: StructuredOutputBackend | None = None  # built on the first refused request
+        self._refused: OrderedDict[tuple[str, str], str] = OrderedDict()  # request -> why pushmask refused it
         logger.info(
             "pushmask backend ready: vocab_size=%d, stop tokens %s, %s JSON whitespace%s, rollback depth %d",
             self.vocab_size,
@@ -243,7 +270,21 @@ class PushmaskBackend(StructuredOutputBackend):
         grammar_spec: str,
         stop_token_ids: set[int] | None = None,
     ) -> StructuredOutputGrammar:
-        compiled = self._compiled_grammar(request_type, grammar_spec)
+        key = (request_type.name, grammar_spec)
+        reason = self._refused.get(key)
+        if reason is None:
+            try:
+                compiled = self._compiled_grammar(request_type, grammar_spec)
+            except Exception as exc:  # any refusal (unsupported feature, budget) goes to xgrammar
+                reason = f"{type(exc).__name__}: {exc}"
+                with self._compiled_lock:
+                    self._refused[key] = reason
+                    while len(self._refused) > _COMPILED_CACHE_ENTRIES:
+                        self._refused.popitem(last=False)
+        if reason is not None:
+            logger.warning("pushmask cannot compile this %s request (%s); handing it to xgrammar",
+                           request_type.name, reason[:300])
+            return self._xgrammar_backend().compile_grammar(request_type, grammar_spec, stop_token_ids)
         stops = sorted(int(t) for t in stop_token_ids) if stop_token_ids else None
         if stops is not None:
             stops = [t for t in stops if 0 <= t < self.vocab_size]  # ids the model cannot emit never stop it
@@ -266,6 +307,7 @@ class PushmaskBackend(StructuredOutputBackend):
                 self._compiled.move_to_end(key)
                 return hit
         kind, arg = _parse_spec(request_type, grammar_spec)
+        started = time.perf_counter()
         if kind == "json":
             compiled = self.compiler.compile_json_schema(arg, **_json_options(self.compact_json, self.max_whitespace))
         elif kind == "regex":
@@ -274,8 +316,13 @@ class PushmaskBackend(StructuredOutputBackend):
             compiled = self.compiler.compile_lark(arg)
         elif kind == "ebnf":
             compiled = self.compiler.compile_grammar(arg)
+        elif kind == "structural_tag":
+            compiled = self.compiler.compile_structural_tag(arg, **_json_options(self.compact_json,
+                                                                                 self.max_whitespace))
         else:
             compiled = self.compiler.compile_ir(choice_grammar(arg))
+        logger.info("pushmask compiled a %s request in %.1f ms (%d automaton states)", request_type.name,
+                    1000 * (time.perf_counter() - started), compiled.num_states)
         with self._compiled_lock:
             self._compiled[key] = compiled
             while len(self._compiled) > _COMPILED_CACHE_ENTRIES:
@@ -288,9 +335,22 @@ class PushmaskBackend(StructuredOutputBackend):
 
         return torch.full((max_num_seqs, math.ceil(self.vocab_size / 32)), -1, dtype=torch.int32)
 
+    def _xgrammar_backend(self) -> StructuredOutputBackend:
+        """vLLM's own xgrammar backend on the same config, tokenizer and vocabulary size (so its
+        grammars fill the bitmask this backend allocates), built on first use."""
+        with self._compiled_lock:
+            if self._xgrammar is None:
+                cls = _original_xgrammar()[0]
+                self._xgrammar = cls(self.vllm_config, tokenizer=self.tokenizer, vocab_size=self.vocab_size)
+            return self._xgrammar
+
     def destroy(self):
         with self._compiled_lock:
             self._compiled.clear()
+            self._refused.clear()
+            if self._xgrammar is not None:
+                self._xgrammar.destroy()
+                self._xgrammar = None
         self.compiler.clear_cache()
 
 
@@ -430,9 +490,10 @@ class _unbounded_history:
 
 
 def validate_pushmask_request(sampling_params) -> None:
-    """Replacement for vLLM's ``validate_xgrammar_grammar``: reject, with a 400-style
-    VLLMValidationError, what pushmask cannot compile, and accept what it can (including JSON
-    Schema features xgrammar lacks).  Only builds IR, never masks, so it is cheap."""
+    """Replacement for vLLM's ``validate_xgrammar_grammar``: accept what pushmask compiles
+    (including JSON Schema features xgrammar lacks) and, of the rest, what xgrammar accepts (the
+    backend hands those requests to xgrammar); reject the others with a 400-style
+    VLLMValidationError.  Only builds IR, never masks, so it is cheap."""
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import check_json_nesting
 
@@ -440,8 +501,12 @@ def validate_pushmask_request(sampling_params) -> None:
     if params is None:
         return
     if params.structural_tag:
-        raise VLLMValidationError("structural_tag is not supported by the pushmask backend (PUSHMASK_VLLM=1)")
-    if params.regex is not None:
+        check_json_nesting(params.structural_tag, structural_tag=True)
+        try:
+            kind, arg = "structural_tag", json.loads(params.structural_tag)
+        except json.JSONDecodeError as exc:
+            raise VLLMValidationError("Invalid structural tag specification.") from exc
+    elif params.regex is not None:
         if "\x00" in params.regex:
             raise ValueError("structured_outputs.regex must not contain a NUL character ('\\x00')")
         kind, arg = "regex", params.regex
@@ -468,7 +533,13 @@ def validate_pushmask_request(sampling_params) -> None:
         # Compact or flexible whitespace does not change whether a constraint compiles.
         _grammar_ir(kind, arg, compact=False, max_whitespace=_env_max_whitespace())
     except Exception as exc:  # every front-end error becomes a request error, never a crash
-        raise VLLMValidationError(f"pushmask cannot compile this {kind} constraint: {exc}") from exc
+        try:
+            _original_xgrammar()[1](sampling_params)
+        except Exception as xgrammar_exc:
+            raise VLLMValidationError(f"pushmask cannot compile this {kind} constraint: {exc}; "
+                                      f"xgrammar neither: {xgrammar_exc}") from exc
+        logger.warning("pushmask cannot compile this %s constraint (%s); xgrammar will serve it", kind,
+                       str(exc)[:300])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,12 +580,23 @@ def check_vllm_compatibility() -> list[str]:
 
 
 _registered = False
+_ORIGINAL_XGRAMMAR: tuple | None = None  # vLLM's (XgrammarBackend, validate_xgrammar_grammar)
+
+
+def _original_xgrammar() -> tuple:
+    """vLLM's own xgrammar backend class and request validator (the refused requests go there),
+    as they were before register() routed their names to pushmask."""
+    if _ORIGINAL_XGRAMMAR is not None:
+        return _ORIGINAL_XGRAMMAR
+    import vllm.v1.structured_output.backend_xgrammar as bx
+
+    return bx.XgrammarBackend, bx.validate_xgrammar_grammar
 
 
 def register() -> None:
     """The ``vllm.general_plugins`` entry point.  With PUSHMASK_VLLM=1, route vLLM's
     ``xgrammar`` backend to pushmask; otherwise do nothing.  Safe to call more than once."""
-    global _registered
+    global _registered, _ORIGINAL_XGRAMMAR
     if not _env_flag(ENV_ENABLE):
         return
     if _registered:
@@ -534,6 +616,7 @@ def register() -> None:
 
     # StructuredOutputManager.grammar_init builds `XgrammarBackend(...)` from its module globals;
     # the validator is imported from backend_xgrammar at each call site, inside functions.
+    _ORIGINAL_XGRAMMAR = (bx.XgrammarBackend, bx.validate_xgrammar_grammar)
     so.XgrammarBackend = PushmaskBackend
     bx.XgrammarBackend = PushmaskBackend
     bx.validate_xgrammar_grammar = validate_pushmask_request

@@ -13,13 +13,16 @@ import numpy as np
 
 from ..automata.pda import Budgets, Pda, build_pda
 from ..automata.stack import StackRunner
-from ..grammar.errors import BudgetExceededError, CompileClock, check_argument
-from ..grammar.ir import Grammar
+from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
+from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
 from .walk import MASK_FIELDS, PAIR_WIDTH, new_slice_scratch, run_follow_pairs, run_slice_bounds, run_state_walk
+
+
+TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 
 
 class GrammarCompiler:
@@ -43,7 +46,12 @@ class GrammarCompiler:
         self.budgets = budgets or Budgets()
         self.cache_enabled = cache_enabled
         self.cache = MaskCache(cache_limit_bytes)
-        self.trie = TokenTrie(tokenizer_info.decoded_vocab, tokenizer_info.vocab_size, tokenizer_info.special_token_ids)
+        # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte
+        # is reserved for token terminals (grammar/ir.py: TOKEN_MARK), so they stay out of every mask.
+        self.reserved_token_ids = frozenset(i for i, data in enumerate(tokenizer_info.decoded_vocab)
+                                            if TOKEN_MARK_BYTE in data)
+        self.trie = TokenTrie(tokenizer_info.decoded_vocab, tokenizer_info.vocab_size,
+                              sorted(set(tokenizer_info.special_token_ids) | self.reserved_token_ids))
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self._lock = threading.Lock()
@@ -65,7 +73,8 @@ class GrammarCompiler:
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
         with _nesting_guard("grammar"):
-            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.budgets.max_nesting))
+            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.budgets.max_nesting,
+                                              token_id=self.tokenizer_info.token_id))
 
     def compile_lark(self, text: str, start: str = "start") -> "CompiledGrammar":
         from ..grammar.lark_frontend import parse_lark
@@ -73,7 +82,8 @@ class GrammarCompiler:
         _check_text(text, "text", "compile_lark")
         check_argument(start, str, "start", "compile_lark")
         with _nesting_guard("grammar"):
-            return self.compile_ir(parse_lark(text, start, self.budgets.max_rule_states, self.budgets.max_nesting))
+            return self.compile_ir(parse_lark(text, start, self.budgets.max_rule_states, self.budgets.max_nesting,
+                                              token_id=self.tokenizer_info.token_id))
 
     def compile_regex(self, pattern: str) -> "CompiledGrammar":
         from ..grammar.regex import parse_regex
@@ -108,6 +118,23 @@ class GrammarCompiler:
                 clock=clock,
                 **options,
             )
+            return self.compile_ir(grammar, clock=clock)
+
+    def compile_structural_tag(self, tags: Any, triggers: Any = None, **json_options: Any) -> "CompiledGrammar":
+        """XGrammar's structural tags: free text until a trigger, then a constrained tag body
+        (grammar/structural_tag.py has the formats).  `tags` is a ``{"type": "structural_tag",
+        "format": ...}`` document (dict, JSON text, or an object with ``model_dump``), or the legacy
+        list of ``{"begin", "schema", "end"}`` items with `triggers`.  `json_options` are
+        compile_json_schema's options for the JSON bodies (XGrammar's default is strict: no
+        undeclared members in an object schema that declares some)."""
+        from ..grammar.structural_tag import structural_tag_to_grammar
+
+        json_options.setdefault("max_depth", self.budgets.max_schema_depth)
+        json_options.setdefault("additional_properties_default", "declared")
+        clock = CompileClock(self.budgets.compile_time_limit_s)
+        with _nesting_guard("structural tag"):
+            grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
+                                                clock=clock, **json_options)
             return self.compile_ir(grammar, clock=clock)
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
@@ -181,6 +208,13 @@ class CompiledGrammar:
         self._offline: StackRunner | None = None
         self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs and digest
         self._lock = threading.Lock()
+        # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py).
+        self.token_terminals: dict[int, np.ndarray] = {}
+        for token in sorted(token_terminal_ids(grammar)):
+            if token >= self.tokenizer_info.vocab_size:
+                raise GrammarError(f"token id {token} in the grammar is outside the vocabulary "
+                                   f"(size {self.tokenizer_info.vocab_size})")
+            self.token_terminals[token] = np.frombuffer(token_terminal_bytes(token), dtype=np.uint8)
 
     def state_mask(self, state: int) -> StateMask:
         """The mask of a global state, from this grammar's store, the shared cache, or a trie walk."""

@@ -15,6 +15,7 @@ from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
 from . import walk
 from .budget import budget_table, check_budget
+from ..grammar.ir import TOKEN_MARK
 from .compiler import CompiledGrammar
 
 
@@ -36,6 +37,7 @@ class _MatchState:
     can_end: bool
     terminated: bool = False
     memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
+    token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
 
     @property
     def kernel_s(self) -> np.ndarray:
@@ -84,6 +86,10 @@ class GrammarMatcher:
         self._vocab_offsets = info.flat_offsets_list()  # token t is _vocab_bytes[offsets[t]:offsets[t + 1]]
         self._words = (self.vocab_size + 31) // 32
         self._trie_blob = compiler.trie.blob
+        # Token terminals (grammar/ir.py): taken by their id only; ordinary tokens holding the
+        # reserved byte are refused, so no text reaches a terminal's bytes.
+        self._token_terminals = compiled_grammar.token_terminals
+        self._reserved_tokens = compiler.reserved_token_ids if self._token_terminals else frozenset()
         self._slice_rows = compiler.trie.cumulative
         self._initial = self._make_state(
             np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int64),
@@ -97,6 +103,9 @@ class GrammarMatcher:
         self.max_tokens = max_tokens
         self._budget = None
         self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
+        if max_tokens is not None and self._token_terminals:
+            raise ValueError("max_tokens is not supported for grammars with token terminals (<|...|>); "
+                             "leave max_tokens unset")
         if max_tokens is not None:
             if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
                 raise ValueError(f"max_tokens must be None or an integer >= 0, got {max_tokens!r}")
@@ -163,6 +172,7 @@ class GrammarMatcher:
             self._row_cache = (bitmask, index, row) if isinstance(row, np.ndarray) else None
         words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
         self._fill_words(words)
+        self._add_token_terminals(words)
         self._apply_budget(words)
         if words is not row:
             row.copy_(_torch_from_numpy(words, row))
@@ -206,6 +216,21 @@ class GrammarMatcher:
             if len(self._fill_memo) > FILL_MEMO_ENTRIES:
                 self._fill_memo.popitem(last=False)
 
+    def _add_token_terminals(self, words: np.ndarray) -> None:
+        """Set the bits of the token terminals the stacks can take next (one advance over each
+        terminal's bytes, remembered on the state)."""
+        state = self._state
+        if not self._token_terminals or state.terminated:
+            return
+        if state.token_terminals is None:
+            state.token_terminals = tuple(t for t in self._token_terminals if self._after_terminal(t) is not None)
+        for t in state.token_terminals:
+            words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+
+    def _after_terminal(self, token_id: int) -> _MatchState | None:
+        data = self._token_terminals[token_id]
+        return self._state_after_bytes(data, 0, len(data))
+
     def _apply_budget(self, words: np.ndarray) -> None:
         """Drop the tokens after which the text could no longer finish within max_tokens."""
         state = self._state
@@ -225,6 +250,7 @@ class GrammarMatcher:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
         words = np.zeros(self._words, dtype=np.int32)
         self._fill_words(words)
+        self._add_token_terminals(words)
         self._apply_budget(words)
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")
         return bits[: self.vocab_size].astype(bool)
@@ -251,11 +277,17 @@ class GrammarMatcher:
         state = self._state
         if state.terminated:
             raise RuntimeError("the matcher has terminated (a stop token was accepted); call reset() or rollback()")
+        if token_id in self._token_terminals:
+            # By its id the token takes the terminal's edge; a token that also spells text takes
+            # the terminal when both are open (sound; the text reading is then not followed).
+            after = self._after_terminal(token_id)
+            if after is not None:
+                return after
         if token_id in self._stop_set:
             return _MatchState(state.stacks, state.n_kernel, True, True) if state.can_end else None
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
-        if start == end:
-            return None  # special or padding token
+        if start == end or token_id in self._reserved_tokens:
+            return None  # special or padding token, or text holding the byte reserved for terminals
         return self._state_after_bytes(self._vocab_bytes, start, end)
 
     def accept_string(self, text: str | bytes) -> bool:
@@ -265,6 +297,8 @@ class GrammarMatcher:
             raise RuntimeError("the matcher has terminated; call reset() or rollback()")
         if not data:
             return True
+        if self._token_terminals and TOKEN_MARK in data:
+            return False  # the byte that spells token terminals is never text
         new_state = self._state_after_bytes(np.frombuffer(data, dtype=np.uint8), 0, len(data))
         if new_state is None:
             return False
@@ -324,8 +358,8 @@ class GrammarMatcher:
         while not can_end and len(out) < 4096:
             kernels.run_allowed_first_bytes(self.compiled_grammar.pda.blob, stacks[: len(stacks) // 2], allowed)
             choices = np.flatnonzero(allowed)
-            if len(choices) != 1:
-                break
+            if len(choices) != 1 or choices[0] == TOKEN_MARK:
+                break  # a token terminal is a token, not text to jump over
             b = int(choices[0])
             got = self._runner.advance(stacks, np.array([b], dtype=np.uint8))
             if got is None:

@@ -127,10 +127,13 @@ class TokenizerInfo:
         vocab_size: int | None = None,
         stop_token_ids: Iterable[int] | None = None,
         special_token_ids: Iterable[int] | None = None,
+        special_token_texts: dict[str, int] | None = None,
     ):
         if vocab_type not in VOCAB_TYPES:
             raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r}")
         n_tokens = len(encoded_vocab)
+        # {text: id} of special tokens, so grammars can name them (`<|python_tag|>`).
+        self.special_token_texts: dict[str, int] = dict(special_token_texts or {})
         if vocab_size is None:
             vocab_size = n_tokens
         vocab_size = int(vocab_size)
@@ -255,9 +258,34 @@ class TokenizerInfo:
             vocab_size=vocab_size,
             stop_token_ids=stop_token_ids,
             special_token_ids=specials,
+            special_token_texts={text: i for text, i in named_specials.items() if 0 <= i < vocab_size},
         )
 
     # ------------------------------------------------------------------ helpers
+
+    def token_id(self, token: int | str) -> int:
+        """The id of a token given by id, by a special token's text (`<|python_tag|>`), or by
+        the text of an ordinary token that spells exactly it.  Raises ValueError naming the
+        token when the vocabulary has no such single token."""
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer, str)):
+            raise ValueError(f"a token is an id or a token's text, got {token!r}")
+        if not isinstance(token, str):
+            if not 0 <= int(token) < self.vocab_size:
+                raise ValueError(f"token id {int(token)} out of range [0, {self.vocab_size})")
+            return int(token)
+        if token in self.special_token_texts:
+            return self.special_token_texts[token]
+        by_text = getattr(self, "_ids_by_bytes", None)
+        if by_text is None:
+            by_text = self._ids_by_bytes = {}
+            for i, data in enumerate(self.decoded_vocab):
+                if data:
+                    by_text.setdefault(data, i)
+        found = by_text.get(token.encode("utf-8"))
+        if found is None:
+            raise ValueError(f"no single token of this vocabulary is {token!r}; name a special token "
+                             f"(e.g. {next(iter(self.special_token_texts), '<|eot_id|>')!r}) or give its id")
+        return found
 
     def decode_tokens(self, token_ids: Iterable[int]) -> bytes:
         """Bytes of a token sequence; special, stop and padding ids contribute nothing."""
@@ -313,6 +341,7 @@ class TokenizerInfo:
         state["_flat"] = None
         state["_sorted_ids"] = None
         state["_flat_offsets_list"] = None
+        state.pop("_ids_by_bytes", None)
         return state
 
 

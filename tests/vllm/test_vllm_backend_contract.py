@@ -103,9 +103,14 @@ def allowed(mask_row: torch.Tensor, vocab_size: int) -> set[int]:
     return set(torch.nonzero(bits[:vocab_size]).flatten().tolist())
 
 
-def assert_same_rows(pm_backend, pm_grammar, xg_backend, xg_grammar, vocab_size, where: str):
+def assert_same_rows(pm_backend, pm_grammar, xg_backend, xg_grammar, vocab_size, where: str, ignore=()):
+    """Equal rows; `ignore`: token ids left out of the comparison (xgrammar's free text admits
+    special tokens as text, which pushmask never does)."""
     pm_row = row(pm_backend, pm_grammar, vocab_size)
     xg_row = row(xg_backend, xg_grammar, vocab_size)
+    for token in ignore:
+        _clear(pm_row, token)
+        _clear(xg_row, token)
     if not torch.equal(pm_row, xg_row):
         only_pm = sorted(allowed(pm_row, vocab_size) - allowed(xg_row, vocab_size))[:10]
         only_xg = sorted(allowed(xg_row, vocab_size) - allowed(pm_row, vocab_size))[:10]
@@ -113,7 +118,12 @@ def assert_same_rows(pm_backend, pm_grammar, xg_backend, xg_grammar, vocab_size,
     return pm_row
 
 
-def walk_both(backends, tokenizer, vocab_size, request_type, spec, text):
+def _clear(mask_row: torch.Tensor, token: int) -> None:
+    word, bit = divmod(token, 32)
+    mask_row[word] = int((int(mask_row[word]) & ~(1 << bit)) & 0xFFFFFFFF) - ((1 << 32) if (int(mask_row[word]) & ~(1 << bit)) & 0x80000000 else 0)
+
+
+def walk_both(backends, tokenizer, vocab_size, request_type, spec, text, ignore=()):
     """Feed `text` token by token (then the stop token) to both backends, comparing every row."""
     pm_backend, xg_backend = backends
     pm = pm_backend.compile_grammar(request_type, spec, stop_token_ids=STOP)
@@ -121,11 +131,11 @@ def walk_both(backends, tokenizer, vocab_size, request_type, spec, text):
     assert isinstance(pm, PushmaskGrammar) and isinstance(pm, StructuredOutputGrammar)
     ids = encode(tokenizer, text)
     for i, token in enumerate(ids):
-        mask = assert_same_rows(pm_backend, pm, xg_backend, xg, vocab_size, f"{text!r} before token {i}")
+        mask = assert_same_rows(pm_backend, pm, xg_backend, xg, vocab_size, f"{text!r} before token {i}", ignore)
         assert token in allowed(mask, vocab_size)
         assert pm.accept_tokens("req", [token]) and xg.accept_tokens("req", [token])
         assert not pm.is_terminated()
-    final = assert_same_rows(pm_backend, pm, xg_backend, xg, vocab_size, f"{text!r} at the end")
+    final = assert_same_rows(pm_backend, pm, xg_backend, xg, vocab_size, f"{text!r} at the end", ignore)
     assert 2 in allowed(final, vocab_size), "the stop token is allowed once the text is complete"
     assert pm.accept_tokens("req", [2]) and xg.accept_tokens("req", [2])
     assert pm.is_terminated() and xg.is_terminated()
@@ -251,9 +261,131 @@ def test_json_object_accepts_objects_only(backends, tokenizer):
     assert arr.num_processed_tokens == 0
 
 
-def test_structural_tag_is_refused_clearly(backends):
-    with pytest.raises(ValueError, match="structural tag"):
-        backends[0].compile_grammar(Opt.STRUCTURAL_TAG, '{"format": {}}')
+TOOLS = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                      "unit": {"enum": ["c", "f"]}}, "required": ["city"]},
+    "add": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"]},
+}
+
+
+# The same tools without maxLength, enum and integer, where xgrammar takes fewer spellings than
+# pushmask (strings without escapes; no 1.0 or -0 for integers), for row-by-row comparisons.
+ROW_TOOLS = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+                    "required": ["city"]},
+    "add": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
+}
+
+
+def hermes_structural_tag(legacy: bool, tools: dict = TOOLS) -> str:
+    """What vLLM's hermes tool parser sends for tool_choice="auto" with strict tools (and the
+    legacy `structures` form of the same request)."""
+    if legacy:
+        return json.dumps({"structures": [{"begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+                                           "schema": schema, "end": "}\n</tool_call>"}
+                                          for name, schema in tools.items()],
+                           "triggers": ["<tool_call>"]})
+    tags = [{"type": "tag", "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+             "content": {"type": "json_schema", "json_schema": schema}, "end": "}\n</tool_call>"}
+            for name, schema in tools.items()]
+    return json.dumps({"type": "structural_tag",
+                       "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": tags}})
+
+
+def tool_call(name, arguments) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+STRUCTURAL_TAG_SAMPLES = [
+    "Sure. " + tool_call("get_weather", {"city": "Paris"}) + " done",
+    tool_call("add", {"a": 1, "b": 25}) + tool_call("get_weather", {"city": "Oslo", "unit": "c"}),
+    "no call at all",
+]
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        return bool(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return False
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["format", "legacy"])
+@pytest.mark.parametrize("text", STRUCTURAL_TAG_SAMPLES, ids=["one", "two", "none"])
+def test_structural_tag_rows_match_xgrammar(backends, tokenizer, vocab_size, legacy, text):
+    """Structural tags (tool calling) are served by pushmask, row for row as xgrammar serves them,
+    but for two kinds of tokens xgrammar's free text admits and pushmask's (UTF-8 text) does not:
+    special tokens, and tokens that are not UTF-8 on their own (a lone continuation byte)."""
+    info = backends[0].tokenizer_info
+    specials = {t for t in range(vocab_size) if not _utf8(info.decoded_vocab[t])} - STOP
+    pm, _, _ = walk_both(backends, tokenizer, vocab_size, Opt.STRUCTURAL_TAG, hermes_structural_tag(legacy, ROW_TOOLS), text,
+                         ignore=specials)
+    assert isinstance(pm, PushmaskGrammar)
+
+
+@pytest.mark.parametrize("arguments, valid", [
+    ({"city": "Rome"}, True), ({"city": "Rome", "unit": "k"}, False), ({"city": "Rome", "extra": 1}, False),
+    ({"unit": "c"}, False), ({"city": "x" * 13}, False),
+])
+def test_structural_tag_calls_agree_with_jsonschema(backends, tokenizer, arguments, valid):
+    """A call is accepted exactly when its arguments pass jsonschema in xgrammar's strict mode."""
+    schema = {**TOOLS["get_weather"], "additionalProperties": False}
+    assert jsonschema.Draft202012Validator(schema).is_valid(arguments) is valid
+    grammar = backends[0].compile_grammar(Opt.STRUCTURAL_TAG, hermes_structural_tag(False), stop_token_ids=STOP)
+    assert isinstance(grammar, PushmaskGrammar)
+    text = "ok " + tool_call("get_weather", arguments)
+    assert grammar.accept_tokens("r", encode(tokenizer, text) + [2]) is valid
+
+
+# Requests pushmask refuses but xgrammar serves: the backend hands them over in-process.
+REFUSED_BY_PUSHMASK = [
+    (Opt.JSON, json.dumps({"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}}),
+     '{"x": 1, "y": 2}'),
+    (Opt.STRUCTURAL_TAG, json.dumps({"type": "structural_tag", "format": {
+        "type": "qwen_xml_parameter", "json_schema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                                      "required": ["n"]}}}), "<parameter=n>7</parameter>"),
+]
+
+
+@pytest.mark.parametrize("request_type, spec, text", REFUSED_BY_PUSHMASK, ids=["minProperties", "qwen_xml"])
+def test_refused_requests_go_to_xgrammar_with_a_log_line(backends, tokenizer, vocab_size, caplog,
+                                                        request_type, spec, text):
+    pm_backend, xg_backend = backends
+    with caplog.at_level(logging.WARNING, logger="vllm.pushmask"):
+        grammar = pm_backend.compile_grammar(request_type, spec, stop_token_ids=STOP)
+    assert not isinstance(grammar, PushmaskGrammar)
+    assert any("handing it to xgrammar" in r.getMessage() for r in caplog.records)
+    reference = xg_backend.compile_grammar(request_type, spec, stop_token_ids=STOP)
+    for token in encode(tokenizer, text):
+        # The handed-over grammar fills pushmask's bitmask (same layout) exactly as xgrammar does.
+        assert torch.equal(row(pm_backend, grammar, vocab_size), row(xg_backend, reference, vocab_size))
+        assert grammar.accept_tokens("r", [token]) and reference.accept_tokens("r", [token])
+    assert 2 in allowed(row(pm_backend, grammar, vocab_size), vocab_size)
+    pmv.validate_pushmask_request(_params(**({"json": json.loads(spec)} if request_type == Opt.JSON
+                                             else {"structural_tag": spec})))
+
+
+XGRAMMAR_DEFAULT_CASES = [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}}, ['{"a": 1}', "{}", '{"a": 1, "b": 2}', ' {"a": 1}',
+                                                                   '{"a": 1} ', '{ "a" :1 }']),
+    ({"type": "object"}, ['{"x": [1, {"y": null}]}', "{}", "[]", " {}"]),
+    ({"type": "object", "properties": {"o": {"type": "object"}, "p": {"type": "object", "required": []}}},
+     ['{"o": {"z": 1}}', '{"p": {}}', '{"p": {"z": 1}}']),
+]
+
+
+@pytest.mark.parametrize("schema, texts", XGRAMMAR_DEFAULT_CASES, ids=["declared", "bare", "nested"])
+def test_json_defaults_equal_xgrammars(backends, tokenizer, schema, texts):
+    """Under the xgrammar name: strict mode (a schema that declares members takes no others; a
+    bare {"type": "object"} takes any) and no whitespace around the top-level value, as xgrammar."""
+    pm_backend, xg_backend = backends
+    for text in texts:
+        results = []
+        for backend in backends:
+            grammar = backend.compile_grammar(Opt.JSON, json.dumps(schema), stop_token_ids=STOP)
+            results.append(grammar.accept_tokens("r", encode(tokenizer, text) + [2]))
+        assert results[0] == results[1], (text, results)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,6 +565,11 @@ def _params(**kwargs) -> SamplingParams:
     return SamplingParams(structured_outputs=StructuredOutputsParams(**kwargs))
 
 
+def test_validation_accepts_structural_tags():
+    pmv.validate_pushmask_request(_params(structural_tag=hermes_structural_tag(False)))
+    pmv.validate_pushmask_request(_params(structural_tag=hermes_structural_tag(True)))
+
+
 def test_validation_accepts_what_pushmask_compiles_beyond_xgrammar():
     from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
@@ -453,7 +590,7 @@ def test_validation_accepts_what_pushmask_compiles_beyond_xgrammar():
         {"grammar": 'root ::= "a" undefined_rule'},
         {"json": '{"type": "object"'},
         {"json": {"type": "no-such-type"}},
-        {"structural_tag": '{"type": "structural_tag", "format": {"type": "const_string", "value": "x"}}'},
+        {"structural_tag": '{"type": "structural_tag", "format": {"type": "no-such-format"}}'},
     ],
 )
 def test_validation_rejects_with_a_request_error(kwargs):
@@ -517,7 +654,23 @@ def test_entry_point_is_installed(tmp_path):
         "print({ep.name: ep.value for ep in entry_points(group='vllm.general_plugins')}.get('pushmask'))"
     )
     found = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert found.stdout.strip() == "pushmask.integrations.vllm:register", (
+    assert found.stdout.strip() == "pushmask_vllm_plugin:register", (
         'pyproject.toml needs [project.entry-points."vllm.general_plugins"] '
-        'pushmask = "pushmask.integrations.vllm:register" (then pip install -e . again)'
+        'pushmask = "pushmask_vllm_plugin:register" (then pip install -e . again)'
     )
+
+
+@pytest.mark.parametrize("flag, heavy", [("", False), ("1", True)])
+def test_plugin_imports_pushmask_only_when_enabled(tmp_path, flag, heavy):
+    """vLLM loads general plugins in every process: without PUSHMASK_VLLM=1 neither numba nor
+    any pushmask module may be imported."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from vllm.plugins import load_general_plugins; load_general_plugins(); "
+            "print('numba' in sys.modules, any(m == 'pushmask' or m.startswith('pushmask.') for m in sys.modules))")
+    env = dict(os.environ, PUSHMASK_VLLM=flag)
+    found = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
+                           check=True)
+    assert found.stdout.split() == [str(heavy), str(heavy)], found.stdout + found.stderr[-2000:]

@@ -1,0 +1,404 @@
+"""XGrammar's structural tags -> grammar IR: free text until a trigger, then a constrained body
+and an end tag (tool calling), and the formats they are built from.
+
+Accepted documents (the ones vLLM's tool parsers and its OpenAI server send):
+
+* ``{"type": "structural_tag", "format": FORMAT}`` (also a pydantic object with ``model_dump``,
+  or its JSON text);
+* the legacy form ``{"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}``, or
+  the legacy list of items with ``begin`` / ``schema`` / ``end`` plus a list of triggers.
+
+FORMAT ``type``s and their languages:
+
+| type | language |
+|---|---|
+| ``const_string`` | the string ``value`` |
+| ``json_schema`` | a JSON value of ``json_schema`` (``style`` "json" only) |
+| ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
+| ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end |
+| ``token`` | one token, by id or by a special token's text (a token terminal) |
+| ``sequence`` / ``or`` | concatenation / alternation of ``elements`` |
+| ``tag`` | ``begin`` ``content`` ``end`` (``begin`` / ``end`` a string or a token; ``end`` may list strings) |
+| ``triggered_tags`` | text without the triggers, then any number of tags each followed by such text; ``at_least_one``: starts with a tag; ``stop_after_first``: ends after one tag |
+| ``tags_with_separator`` | tags joined by ``separator``, nothing else; ``at_least_one``, ``stop_after_first`` as above |
+| ``optional`` / ``star`` / ``plus`` / ``repeat`` | repetitions of ``content`` |
+
+What the automaton cannot express exactly (``any_text.max_tokens``, the XML argument styles,
+token-level dispatch) raises UnsupportedFormatError naming the format; nothing is widened.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from .errors import GrammarError
+from .ir import (
+    MAX_CODE_POINT,
+    SURROGATES,
+    CharFsm,
+    Expr,
+    Grammar,
+    Ref,
+    alt,
+    char_class,
+    lit,
+    opt,
+    rep,
+    seq,
+    star,
+    token_terminal,
+)
+
+__all__ = ["structural_tag_to_grammar", "UnsupportedFormatError", "text_without"]
+
+
+FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "any_text", "sequence", "or",
+                          "optional", "star", "plus", "repeat", "tag", "triggered_tags", "tags_with_separator"})
+
+
+class UnsupportedFormatError(GrammarError):
+    """A structural-tag format (or option) pushmask cannot compile exactly."""
+
+
+def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Callable | None = None,
+                              clock=None, **json_options: Any) -> Grammar:
+    """The grammar of a structural tag document (see the module docstring).  `token_id` resolves
+    tokens given by text (TokenizerInfo.token_id); `json_options` go to json_schema_to_grammar."""
+    fmt = _root_format(tags, triggers)
+    builder = _Builder(token_id, clock, json_options)
+    builder.rules["root"] = builder.format(fmt, "#/format")
+    return Grammar(builder.rules, "root")
+
+
+def _plain(value: Any) -> Any:
+    """Pydantic objects (xgrammar's StructuralTag and formats) as plain data."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(by_alias=True)
+    return value
+
+
+def _root_format(tags: Any, triggers: Any) -> dict:
+    if isinstance(tags, (str, bytes)):
+        try:
+            tags = json.loads(tags)
+        except json.JSONDecodeError as exc:
+            raise GrammarError(f"the structural tag is not valid JSON: {exc}") from None
+    tags = _plain(tags)
+    if isinstance(tags, (list, tuple)):  # xgrammar's legacy compile_structural_tag(tags, triggers)
+        if triggers is None:
+            raise GrammarError("a list of structural tag items needs the triggers: "
+                               "compile_structural_tag(items, triggers)")
+        return _legacy([_item_dict(item) for item in tags], triggers)
+    if not isinstance(tags, dict):
+        raise GrammarError(f"a structural tag is a JSON object, got {type(tags).__name__}")
+    if "structures" in tags:  # vLLM's legacy structural_tag response format
+        return _legacy([_item_dict(item) for item in tags["structures"]], tags.get("triggers"))
+    if tags.get("type", "structural_tag") != "structural_tag" or "format" not in tags:
+        if "type" in tags and tags.get("type") != "structural_tag":
+            return tags  # a bare format
+        raise GrammarError('a structural tag is {"type": "structural_tag", "format": {...}} '
+                           'or {"structures": [...], "triggers": [...]}')
+    return _plain(tags["format"])
+
+
+def _item_dict(item: Any) -> dict:
+    item = _plain(item)
+    if isinstance(item, dict):
+        return item
+    schema = getattr(item, "schema_", None)
+    if schema is None:
+        schema = getattr(item, "schema", None)
+    return {"begin": item.begin, "schema": schema, "end": item.end}
+
+
+def _legacy(items: list[dict], triggers: Any) -> dict:
+    if not isinstance(triggers, (list, tuple)) or not all(isinstance(t, str) for t in triggers):
+        raise GrammarError(f"structural tag triggers must be a list of strings, got {triggers!r}")
+    for item in items:
+        missing = {"begin", "schema", "end"} - set(item)
+        if missing:
+            raise GrammarError(f"structural tag item {item!r} lacks {sorted(missing)}")
+    return {"type": "triggered_tags", "triggers": list(triggers),
+            "tags": [{"type": "tag", "begin": item["begin"], "end": item["end"],
+                      "content": {"type": "json_schema", "json_schema": _schema(item["schema"])}}
+                     for item in items]}
+
+
+def _schema(schema: Any) -> Any:
+    if isinstance(schema, str):
+        return json.loads(schema)
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema()
+    return schema
+
+
+class _Builder:
+    """Turns formats into IR; sub-grammars (JSON Schema, EBNF, regex) keep their rules under a
+    fresh prefix."""
+
+    def __init__(self, token_id, clock, json_options: dict):
+        self.token_id = token_id
+        self.clock = clock
+        self.json_options = json_options
+        self.rules: dict[str, Expr] = {}
+        self.count = 0
+
+    def format(self, fmt: Any, where: str, end_text: list[str] | None = None) -> Expr:
+        """The IR of one format; `end_text` (inside a tag) is what any_text must stop before."""
+        fmt = _plain(fmt)
+        if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+            raise GrammarError(f"{where}: a format is an object with a \"type\", got {fmt!r}")
+        kind = fmt["type"]
+        if kind not in FORMAT_TYPES:
+            raise UnsupportedFormatError(f"{where}: structural tag format type {kind!r} is not supported by pushmask")
+        if kind == "any_text":
+            return self._any_text(fmt, where, end_text or [])
+        return getattr(self, "_" + kind)(fmt, where)
+
+    # -- leaves ---------------------------------------------------------------------------------
+
+    def _const_string(self, fmt, where):
+        return lit(_string(fmt, "value", where))
+
+    def _json_schema(self, fmt, where):
+        from .json_schema import json_schema_to_grammar
+
+        style = fmt.get("style", "json")
+        if style != "json":
+            raise UnsupportedFormatError(f"{where}: json_schema style {style!r} is not supported (only \"json\")")
+        if fmt.get("excludes"):
+            raise UnsupportedFormatError(f"{where}: json_schema excludes are not supported")
+        options = dict(self.json_options)
+        if fmt.get("any_order"):
+            options["property_order"] = "any"
+        if fmt.get("max_whitespace_cnt") is not None:
+            options["max_whitespace"] = int(fmt["max_whitespace_cnt"])
+        if "json_schema" not in fmt:
+            raise GrammarError(f"{where}: json_schema format lacks \"json_schema\"")
+        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), clock=self.clock, **options))
+
+    def _regex(self, fmt, where):
+        from .regex import parse_regex
+
+        return self._embed(parse_regex(_string(fmt, "pattern", where)))
+
+    def _grammar(self, fmt, where):
+        from .ebnf import parse_ebnf
+
+        return self._embed(parse_ebnf(_string(fmt, "grammar", where), token_id=self.token_id))
+
+    def _token(self, fmt, where):
+        token = fmt.get("token")
+        if isinstance(token, bool) or not isinstance(token, (int, str)):
+            raise GrammarError(f"{where}: token format needs \"token\" (an id or a token's text), got {token!r}")
+        if self.token_id is None:
+            if isinstance(token, str):
+                raise GrammarError(f"{where}: token {token!r} needs a tokenizer to resolve it")
+            return token_terminal(token)
+        try:
+            return token_terminal(int(self.token_id(token)))
+        except ValueError as exc:
+            raise GrammarError(f"{where}: {exc}") from None
+
+    def _any_text(self, fmt, where, end_text: list[str]):
+        if fmt.get("max_tokens") is not None:
+            raise UnsupportedFormatError(f"{where}: any_text max_tokens is not supported (a token count is not "
+                                         "a property of the text)")
+        excludes = _strings(fmt.get("excludes", fmt.get("excluded_str", [])), where, "excludes")
+        max_chars = fmt.get("max_chars")
+        avoid = excludes + end_text
+        if max_chars is not None:
+            if avoid:
+                raise UnsupportedFormatError(f"{where}: any_text with max_chars and excluded strings or an "
+                                             "end tag is not supported")
+            return rep(char_class([(0, MAX_CODE_POINT)]), 0, int(max_chars))
+        return text_without(avoid)
+
+    # -- combinators ----------------------------------------------------------------------------
+
+    def _sequence(self, fmt, where):
+        elements = _list(fmt, "elements", where)
+        return seq(*(self.format(e, f"{where}/elements/{i}") for i, e in enumerate(elements)))
+
+    def _or(self, fmt, where):
+        elements = _list(fmt, "elements", where)
+        return alt(*(self.format(e, f"{where}/elements/{i}") for i, e in enumerate(elements)))
+
+    def _optional(self, fmt, where):
+        return opt(self.format(fmt.get("content"), f"{where}/content"))
+
+    def _star(self, fmt, where):
+        return star(self.format(fmt.get("content"), f"{where}/content"))
+
+    def _plus(self, fmt, where):
+        return rep(self.format(fmt.get("content"), f"{where}/content"), 1, None)
+
+    def _repeat(self, fmt, where):
+        lo, hi = fmt.get("min", 0), fmt.get("max")
+        hi = None if hi is None or hi < 0 else int(hi)
+        return rep(self.format(fmt.get("content"), f"{where}/content"), int(lo), hi)
+
+    def _tag(self, fmt, where):
+        begin = self._tag_end(fmt.get("begin"), f"{where}/begin")
+        ends = fmt.get("end")
+        end_texts = [ends] if isinstance(ends, str) else ends if isinstance(ends, list) else []
+        end = alt(*(self._tag_end(e, f"{where}/end") for e in end_texts)) if isinstance(ends, list) \
+            else self._tag_end(ends, f"{where}/end")
+        text_ends = [e for e in end_texts if isinstance(e, str) and e]
+        content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends)
+        return seq(begin, content, end)
+
+    def _tag_end(self, value, where):
+        if isinstance(value, str):
+            return lit(value)
+        value = _plain(value)
+        if isinstance(value, dict) and value.get("type") == "token":
+            return self._token(value, where)
+        raise GrammarError(f"{where}: a tag's begin / end is a string or a token format, got {value!r}")
+
+    def _tags(self, fmt, where) -> list[Expr]:
+        tags = _list(fmt, "tags", where)
+        return [self._tag(_plain(t), f"{where}/tags/{i}") for i, t in enumerate(tags)]
+
+    def _triggered_tags(self, fmt, where):
+        triggers = _strings(fmt.get("triggers"), where, "triggers")
+        if not triggers or any(not t for t in triggers):
+            raise GrammarError(f"{where}: triggered_tags needs non-empty trigger strings")
+        for i, tag in enumerate(_list(fmt, "tags", where)):
+            begin = _plain(tag).get("begin")
+            if not isinstance(begin, str):
+                raise UnsupportedFormatError(f"{where}/tags/{i}: triggered_tags needs string begin tags "
+                                             "(token-level triggers are not supported)")
+            matching = [t for t in triggers if begin.startswith(t)]
+            if len(matching) != 1:
+                raise GrammarError(f"{where}/tags/{i}: begin {begin!r} must start with exactly one trigger "
+                                   f"of {triggers!r} (it starts with {len(matching)})")
+        excludes = _strings(fmt.get("excludes", []), where, "excludes")
+        text = self._rule(text_without(triggers + excludes))
+        tag = self._rule(alt(*self._tags(fmt, where)))
+        at_least_one, stop_after_first = bool(fmt.get("at_least_one")), bool(fmt.get("stop_after_first"))
+        if stop_after_first:
+            return tag if at_least_one else seq(text, opt(tag))
+        if at_least_one:
+            return seq(tag, text, star(seq(tag, text)))
+        return seq(text, star(seq(tag, text)))
+
+    def _tags_with_separator(self, fmt, where):
+        tag = self._rule(alt(*self._tags(fmt, where)))
+        separator = lit(_string(fmt, "separator", where))
+        at_least_one, stop_after_first = bool(fmt.get("at_least_one")), bool(fmt.get("stop_after_first"))
+        body = tag if stop_after_first else seq(tag, star(seq(separator, tag)))
+        return body if at_least_one else opt(body)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _rule(self, expr: Expr) -> Ref:
+        """expr as a rule of its own (shared where it is used twice)."""
+        self.count += 1
+        name = f"st{self.count}"
+        self.rules[name] = expr
+        return Ref(name)
+
+    def _embed(self, grammar: Grammar) -> Ref:
+        """A sub-grammar's rules under a fresh prefix; a reference to its root."""
+        from .passes import map_refs
+
+        self.count += 1
+        prefix = f"st{self.count}_"
+        for name, body in grammar.rules.items():
+            self.rules[prefix + name] = map_refs(body, lambda r: Ref(prefix + r.name))
+        return Ref(prefix + grammar.root)
+
+
+def _string(fmt: dict, key: str, where: str) -> str:
+    value = fmt.get(key)
+    if not isinstance(value, str):
+        raise GrammarError(f"{where}: \"{key}\" must be a string, got {value!r}")
+    return value
+
+
+def _strings(value: Any, where: str, key: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise GrammarError(f"{where}: \"{key}\" must be a list of strings, got {value!r}")
+    return [v for v in value]
+
+
+def _list(fmt: dict, key: str, where: str) -> list:
+    value = fmt.get(key)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise GrammarError(f"{where}: \"{key}\" must be a non-empty list, got {value!r}")
+    return list(value)
+
+
+def text_without(strings: list[str]) -> Expr:
+    """Any text (code points) that contains none of `strings`: the Aho-Corasick automaton of the
+    strings with the states that complete one removed."""
+    strings = [s for s in dict.fromkeys(strings) if s]
+    if not strings:
+        return star(char_class([(0, MAX_CODE_POINT)]))
+    goto: list[dict[int, int]] = [{}]
+    done = [False]
+    for s in strings:
+        state = 0
+        for ch in s:
+            code = ord(ch)
+            if code not in goto[state]:
+                goto.append({})
+                done.append(False)
+                goto[state][code] = len(goto) - 1
+            state = goto[state][code]
+        done[state] = True
+    alphabet = sorted({ord(ch) for s in strings for ch in s})
+    # Breadth-first: fail links, then the full transition function on the strings' characters.
+    delta: list[dict[int, int]] = [dict() for _ in goto]
+    fail = [0] * len(goto)
+    queue = []
+    for code in alphabet:
+        target = goto[0].get(code, 0)
+        delta[0][code] = target
+        if target:
+            queue.append(target)
+    for state in queue:
+        done[state] = done[state] or done[fail[state]]
+        for code in alphabet:
+            target = goto[state].get(code)
+            if target is None:
+                delta[state][code] = delta[fail[state]][code]
+            else:
+                fail[target] = delta[fail[state]][code]
+                delta[state][code] = target
+                queue.append(target)
+    others = _gaps(alphabet)  # characters in no string: back to the start
+    transitions = []
+    for state, row in enumerate(delta):
+        if done[state]:
+            continue
+        for code, target in row.items():
+            if not done[target]:
+                transitions.append((state, code, code, target))
+        transitions.extend((state, lo, hi, 0) for lo, hi in others)
+    finals = frozenset(s for s in range(len(goto)) if not done[s])
+    return CharFsm(0, finals, tuple(sorted(transitions)))
+
+
+def _gaps(codes: list[int]) -> list[tuple[int, int]]:
+    """Code-point ranges (no surrogates) outside `codes` (sorted)."""
+    out, low = [], 0
+    for code in codes + [MAX_CODE_POINT + 1]:
+        if code > low:
+            out.append((low, code - 1))
+        low = code + 1
+    cut = []
+    for lo, hi in out:
+        if hi < SURROGATES[0] or lo > SURROGATES[1]:
+            cut.append((lo, hi))
+        else:
+            if lo < SURROGATES[0]:
+                cut.append((lo, SURROGATES[0] - 1))
+            if hi > SURROGATES[1]:
+                cut.append((SURROGATES[1] + 1, hi))
+    return cut
+

@@ -1,0 +1,310 @@
+"""Token terminals (`<|special|>`, `<[id]>`) and structural tags.
+
+Masks are checked by brute force against an independent oracle: the `regex` package's partial
+matching says whether a text is a prefix of the language (a token terminal is a private-use
+character in the oracle's pattern), and every token of a small vocabulary is tried at every step
+of random walks.  Tool-call outputs on the real Llama-3 vocabulary are checked with json.loads
+and jsonschema."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+
+import pushmask as pm
+from pushmask.grammar.errors import GrammarError
+from pushmask.grammar.structural_tag import UnsupportedFormatError
+
+from support import grammar_compiler, hf_tokenizer, tokenizer_info
+
+regex = pytest.importorskip("regex", reason="the oracle uses the regex package's partial matching (transformers needs it)")
+
+# A small raw vocabulary: text pieces, two special tokens used as terminals, a stop token, and
+# ordinary tokens holding the byte 0xFF (which spells token terminals inside the automaton).
+TEXT_TOKENS = ["a", "b", "ab", " ", "{", "}", "x", "y", "<", "f", "=", ">", "</", "/", "0", "1", "01",
+               "<f=", "<f=a>", "</f>", ",", "f=b>", "a<", "b<f"]
+SPECIAL = {"<|python_tag|>": len(TEXT_TOKENS), "<tool>": len(TEXT_TOKENS) + 1}
+STOP = len(TEXT_TOKENS) + 2
+FF_TOKENS = [b"\xff", b"a\xff"]
+PRIVATE = {SPECIAL["<|python_tag|>"]: "\ue000", SPECIAL["<tool>"]: "\ue001"}
+
+
+def small_info() -> pm.TokenizerInfo:
+    vocab = [t.encode() for t in TEXT_TOKENS] + [None, None, None] + FF_TOKENS
+    return pm.TokenizerInfo(vocab, vocab_type="raw", stop_token_ids=[STOP],
+                            special_token_ids=list(SPECIAL.values()), special_token_texts=SPECIAL)
+
+
+@pytest.fixture(scope="module")
+def small_compiler():
+    return pm.GrammarCompiler(small_info())
+
+
+def oracle_text(compiled, token: int) -> str | None:
+    """What the oracle sees for a token: its text, a private character for a special token the
+    grammar names; None (never allowed) for other specials and for bytes that are not UTF-8 text."""
+    info = compiled.tokenizer_info
+    if token in PRIVATE:
+        return PRIVATE[token] if token in compiled.token_terminals else None
+    data = info.decoded_vocab[token]
+    if not data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def check_walks(compiled, pattern: str, walks: int = 25, steps: int = 14, seed: int = 0) -> int:
+    """Random walks over allowed tokens; at every step the mask must equal, token by token,
+    "the text so far plus this token is a prefix of the language" (the stop token: "the text
+    is in the language").  Returns how many masks were checked."""
+    oracle = regex.compile(pattern)
+    info = compiled.tokenizer_info
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(walks):
+        matcher = pm.GrammarMatcher(compiled)
+        text = ""
+        for _ in range(steps):
+            mask = matcher.get_next_token_mask()
+            for token in range(info.vocab_size):
+                if token == STOP:
+                    expected = oracle.fullmatch(text) is not None
+                else:
+                    piece = oracle_text(compiled, token)
+                    expected = piece is not None and oracle.fullmatch(text + piece, partial=True) is not None
+                assert mask[token] == expected, (text, token, info.decoded_vocab[token], expected)
+            checked += 1
+            allowed = np.flatnonzero(mask).tolist()
+            if not allowed:
+                break
+            token = rng.choice(allowed)
+            if token == STOP:
+                break
+            assert matcher.accept_token(token)
+            text += oracle_text(compiled, token)
+    return checked
+
+
+def test_ebnf_token_terminals_by_name_and_id_are_exact(small_compiler):
+    tool = SPECIAL["<tool>"]
+    grammar = f'root ::= [ab ]* <|python_tag|> "{{" [ab]* "}}" | "x" <[{tool}]> "y"*'
+    compiled = small_compiler.compile_grammar(grammar)
+    assert set(compiled.token_terminals) == set(SPECIAL.values())
+    assert check_walks(compiled, r"[ab ]*\ue000\{[ab]*\}|x\ue001y*") >= 100
+
+
+def test_lark_token_terminals_are_exact(small_compiler):
+    grammar = 'start: WORD? <|python_tag|> "{" INNER? "}" | "x" <tool> "y"*\nWORD: /[ab ]+/\nINNER: /[ab]+/'
+    compiled = small_compiler.compile_lark(grammar)
+    assert check_walks(compiled, r"[ab ]*\ue000\{[ab]*\}|x\ue001y*", walks=10) >= 40
+
+
+def test_text_never_reaches_a_token_terminal(small_compiler):
+    """The byte 0xFF spells terminals inside the automaton: tokens holding it, and strings holding
+    it, are refused everywhere, and the special token's own text is not the token."""
+    compiled = small_compiler.compile_grammar('root ::= "a"* <|python_tag|> "b"')
+    matcher = pm.GrammarMatcher(compiled)
+    ff_ids = [len(TEXT_TOKENS) + 3, len(TEXT_TOKENS) + 4]
+    mask = matcher.get_next_token_mask()
+    assert not mask[ff_ids].any()
+    assert not any(matcher.accept_token(t) for t in ff_ids)
+    assert not matcher.accept_string(b"\xff")
+    assert not matcher.accept_string("<|python_tag|>")
+    assert matcher.find_jump_forward_string() == ""
+    assert matcher.accept_token(SPECIAL["<|python_tag|>"])
+    assert matcher.find_jump_forward_string() == "b"
+    assert matcher.accept_string("b") and matcher.can_end()
+
+
+def test_token_terminal_errors(small_compiler):
+    with pytest.raises(GrammarError, match="no single token"):
+        small_compiler.compile_grammar('root ::= "a" <|nope|>')
+    with pytest.raises(GrammarError, match="out of range"):
+        small_compiler.compile_grammar('root ::= "a" <[999]>')
+    with pytest.raises(GrammarError, match="closing"):
+        small_compiler.compile_grammar('root ::= "a" <|py tag|>')
+    compiled = small_compiler.compile_grammar('root ::= <tool> "a"')
+    with pytest.raises(ValueError, match="max_tokens"):
+        pm.GrammarMatcher(compiled, max_tokens=5)
+
+
+TEXT = r"(?:[^<\ue000\ue001]|<(?!f=))*"  # text (special tokens are not text) without the trigger "<f="
+TAG = r"(?:<f=a>[01]+</f>|<f=b>x</f>)"
+TAGS = [
+    {"type": "tag", "begin": "<f=a>", "content": {"type": "regex", "pattern": "[01]+"}, "end": "</f>"},
+    {"type": "tag", "begin": "<f=b>", "content": {"type": "const_string", "value": "x"}, "end": "</f>"},
+]
+
+
+@pytest.mark.parametrize("at_least_one, stop_after_first, pattern", [
+    (False, False, f"{TEXT}(?:{TAG}{TEXT})*"),
+    (True, False, f"{TAG}{TEXT}(?:{TAG}{TEXT})*"),
+    (False, True, f"{TEXT}{TAG}?"),
+    (True, True, TAG),
+])
+def test_triggered_tags_are_exact(small_compiler, at_least_one, stop_after_first, pattern):
+    tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<f="], "tags": TAGS,
+                                                 "at_least_one": at_least_one,
+                                                 "stop_after_first": stop_after_first}}
+    compiled = small_compiler.compile_structural_tag(tag)
+    assert check_walks(compiled, pattern, walks=20, steps=16, seed=int(at_least_one) * 2 + stop_after_first) >= 60
+
+
+def test_tags_with_separator_token_tags_and_any_text_are_exact(small_compiler):
+    fmt = {"type": "sequence", "elements": [
+        {"type": "tags_with_separator", "tags": TAGS, "separator": ","},
+        {"type": "tag", "begin": {"type": "token", "token": "<tool>"}, "content": {"type": "any_text"}, "end": "</f>"},
+        {"type": "or", "elements": [{"type": "token", "token": SPECIAL["<|python_tag|>"]},
+                                    {"type": "const_string", "value": "y"}]},
+    ]}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    pattern = rf"(?:{TAG}(?:,{TAG})*)?\ue001(?:[^<\ue000\ue001]|<(?!/f>))*</f>(?:\ue000|y)"
+    assert check_walks(compiled, pattern, walks=20, steps=16) >= 60
+
+
+def test_legacy_forms_match_the_new_one(small_compiler):
+    schema = {"type": "integer"}
+    legacy = {"structures": [{"begin": "<f=a>", "schema": schema, "end": "</f>"}], "triggers": ["<f="]}
+    new = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<f="], "tags": [
+        {"type": "tag", "begin": "<f=a>", "content": {"type": "json_schema", "json_schema": schema}, "end": "</f>"}]}}
+    for form in (legacy, json.dumps(legacy), new, json.dumps(new)):
+        compiled = small_compiler.compile_structural_tag(form)
+        assert check_walks(compiled, rf"{TEXT}(?:<f=a>[ ]*(?:0|1(?:[01])*)[ ]*</f>{TEXT})*", walks=6) >= 20
+
+
+def test_unsupported_and_malformed_formats_raise_clear_errors(small_compiler):
+    def compile_format(fmt):
+        return small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+
+    with pytest.raises(UnsupportedFormatError, match="max_tokens"):
+        compile_format({"type": "any_text", "max_tokens": 3})
+    with pytest.raises(UnsupportedFormatError, match="qwen_xml"):
+        compile_format({"type": "json_schema", "json_schema": {}, "style": "qwen_xml"})
+    with pytest.raises(UnsupportedFormatError, match="token_triggered_tags"):
+        compile_format({"type": "token_triggered_tags", "trigger_tokens": [1], "tags": []})
+    with pytest.raises(GrammarError, match="exactly one trigger"):
+        compile_format({"type": "triggered_tags", "triggers": ["<g"], "tags": TAGS})
+    with pytest.raises(GrammarError, match="not valid JSON"):
+        small_compiler.compile_structural_tag("{nope")
+
+
+# -- real vocabulary: several tools, hermes style (what vLLM's hermes parser sends) -------------
+
+TOOLS = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                      "unit": {"enum": ["c", "f"]}},
+                    "required": ["city"]},
+    "add": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}},
+            "required": ["a", "b"]},
+}
+
+
+def hermes_tag(required: bool) -> dict:
+    tags = [{"type": "tag", "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+             "content": {"type": "json_schema", "json_schema": schema}, "end": "}\n</tool_call>"}
+            for name, schema in TOOLS.items()]
+    if required:
+        fmt = {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
+    else:
+        fmt = {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": tags}
+    return {"type": "structural_tag", "format": fmt}
+
+
+def call(name: str, arguments) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+def calls_are_valid(text: str, *, free_text: bool) -> bool:
+    """The oracle: every <tool_call> block parses with json.loads, names a tool and its
+    arguments pass jsonschema under XGrammar's strict mode (no members the schema does not
+    declare: additionalProperties false); without free text nothing else may appear."""
+    parts = text.split("<tool_call>")  # free text never holds the trigger itself
+    if not free_text and parts[0]:
+        return False
+    if len(parts) == 1:
+        return free_text
+    for part in parts[1:]:
+        if not part.startswith("\n"):
+            return False
+        body, sep, rest = part[1:].partition("\n</tool_call>")
+        if not sep or (rest and not free_text):
+            return False
+        try:
+            value = json.loads(body)
+        except json.JSONDecodeError:
+            return False
+        if set(value) != {"name", "arguments"} or value["name"] not in TOOLS:
+            return False
+        try:
+            jsonschema.validate(value["arguments"], {**TOOLS[value["name"]], "additionalProperties": False})
+        except jsonschema.ValidationError:
+            return False
+    return True
+
+
+CANDIDATES = [
+    call("get_weather", {"city": "Paris"}),
+    "Let me check. " + call("get_weather", {"city": "Oslo", "unit": "c"}) + " and " + call("add", {"a": -3, "b": 4}),
+    call("add", {"a": 1, "b": 2}) + call("get_weather", {"city": "Rome"}),
+    call("add", {"a": 1, "b": -2}),                       # minimum broken
+    call("add", {"a": 1}),                                # required missing
+    call("add", {"a": 1, "b": 2, "c": 3}),                # extra member (strict, as xgrammar)
+    call("get_weather", {"city": "x" * 21}),              # maxLength broken
+    call("get_weather", {"city": "Paris", "unit": "k"}),  # enum broken
+    call("mul", {"a": 1, "b": 2}),                        # no such tool
+    "just text, no call",
+    "text <tool_call> broken",
+]
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_multi_tool_calls_agree_with_json_and_jsonschema(required):
+    compiler = grammar_compiler("llama3")
+    tokenizer = hf_tokenizer("llama3")
+    compiled = compiler.compile_structural_tag(hermes_tag(required))
+    for text in CANDIDATES:
+        expected = calls_are_valid(text, free_text=not required)
+        matcher = pm.GrammarMatcher(compiled)
+        accepted = True
+        for token in tokenizer.encode(text, add_special_tokens=False):
+            if not matcher.get_next_token_mask()[token]:
+                accepted = False
+                break
+            assert matcher.accept_token(token)
+        assert (accepted and matcher.can_end()) == expected, text
+
+
+def test_sampled_tool_calls_are_valid():
+    """Random walks through the 'required' grammar on the real Llama-3 vocabulary (short tokens,
+    half the time one that closes a string or object, so walks finish): every finished output
+    passes the json/jsonschema oracle."""
+    compiler = grammar_compiler("llama3")
+    info = tokenizer_info("llama3")
+    compiled = compiler.compile_structural_tag(hermes_tag(required=True))
+    lengths = info.token_lengths
+    rng = random.Random(7)
+    finished = 0
+    for _ in range(6):
+        matcher = pm.GrammarMatcher(compiled)
+        out = bytearray()
+        for _ in range(300):
+            allowed = np.flatnonzero(matcher.get_next_token_mask())
+            stops = [t for t in allowed.tolist() if t in info.stop_token_ids]
+            if stops and rng.random() < 0.7:
+                finished += 1
+                break
+            short = [t for t in allowed.tolist() if 0 < lengths[t] <= 2 and t not in stops]
+            closing = [t for t in short if any(c in info.decoded_vocab[t] for c in (b'"', b"}", b">"))]
+            token = rng.choice(closing if closing and rng.random() < 0.5 else short or allowed.tolist())
+            assert matcher.accept_token(int(token))
+            out += info.decoded_vocab[int(token)]
+        else:
+            continue
+        assert calls_are_valid(out.decode("utf-8"), free_text=False), out
+    assert finished >= 3
