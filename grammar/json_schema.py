@@ -2198,6 +2198,14 @@ def _number_expr(**kwargs) -> Expr:
 # Pruning: drop rules that derive nothing, and rules the root cannot reach.
 
 
+class _Unsatisfiable(SchemaError):
+    """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
+
+
+EMPTY_LANGUAGE = Grammar({"root": NOTHING}, "root", allow_empty=True)
+"""What an unsatisfiable schema compiles to with unsatisfiable="empty": no JSON text at all."""
+
+
 def _prune(grammar: Grammar, reason) -> Grammar:
     rules = grammar.rules
     productive: set[str] = set()
@@ -2228,7 +2236,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
                 changed = True
     if grammar.root not in productive:
         where, why = reason if reason else ("#", "no JSON value satisfies the schema")
-        raise SchemaError(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where)
+        raise _Unsatisfiable(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where)
 
     dead = set(rules) - productive
     memo: dict[int, Expr] = {}
@@ -2329,7 +2337,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
                            retrieve: Callable[[str], Any] | None = None,
                            property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
-                           clock: CompileClock | None = None) -> Grammar:
+                           clock: CompileClock | None = None, unsatisfiable: str = "error") -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
@@ -2343,12 +2351,19 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     them in any order (JSON objects are unordered), for validating existing documents.
     max_depth: objects and arrays may nest this deep in the document (BudgetExceededError past it).
     clock: a wall-clock compile limit, checked once per subschema compiled.
+    unsatisfiable: what a schema no instance satisfies compiles to: "error" (default, for
+    generation, where it is a mistake) raises SchemaError; "empty" (for validation: the Test
+    Suite, validate-corpus) gives the empty language, whose matcher allows no token and no EOS.
     """
+    if unsatisfiable not in ("error", "empty"):
+        raise ValueError(f"unsatisfiable must be 'error' or 'empty', not {unsatisfiable!r}")
     schema = _load(schema)
     check_json_document(schema, max_depth)
     try:
         _check_metaschema(schema)
         if schema is False:
+            if unsatisfiable == "empty":
+                return EMPTY_LANGUAGE.copy()
             raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
                               "#")
         comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
@@ -2356,7 +2371,12 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                          separators=separators, retrieve=retrieve, property_order=property_order)
         if clock is not None:
             comp.clock = clock
-        return comp.compile()
+        try:
+            return comp.compile()
+        except _Unsatisfiable as exc:
+            if unsatisfiable == "empty":
+                return EMPTY_LANGUAGE.copy()
+            raise SchemaError(exc.message, exc.pointer) from None
     except RecursionError:
         raise BudgetExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
                                   "parts into $defs with $ref, or lower max_schema_depth so that budget "
