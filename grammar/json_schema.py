@@ -2297,10 +2297,41 @@ def _check_metaschema(schema) -> None:
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
-        cls.check_schema(_distinct_subschemas(schema))
+        cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
         path = "".join(f"/{_escape(str(p))}" for p in exc.path)
         raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
+
+
+def _is_ecma_regex(pattern) -> bool:
+    """Format "regex" for the metaschema check: what Python's `re` compiles, and patterns with
+    ECMA-262 'u' mode property escapes (\\p{L}), which `re` lacks, when `regex` compiles them."""
+    if not isinstance(pattern, str):
+        return True
+    try:
+        re.compile(pattern)
+        return True
+    except re.error:
+        if not re.search(r"\\[pP]\{", pattern):
+            raise
+    import regex
+    try:
+        regex.compile(pattern, regex.V0)
+    except regex.error as exc:
+        raise re.error(str(exc)) from None
+    return True
+
+
+_FORMAT_CHECKERS: dict = {}
+
+
+def _metaschema_formats(cls) -> jsonschema.FormatChecker:
+    """The draft's format checker for schemas, with `_is_ecma_regex` as format "regex"."""
+    if cls not in _FORMAT_CHECKERS:
+        checker = jsonschema.FormatChecker(formats=())
+        checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_is_ecma_regex, re.error)}
+        _FORMAT_CHECKERS[cls] = checker
+    return _FORMAT_CHECKERS[cls]
 
 
 _SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
