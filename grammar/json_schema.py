@@ -149,13 +149,16 @@ matches none of `patterns` (nor `key_not`, a propertyNames schema), with a value
 `value`.  The witnesses are the object's last members, with
 keys that no later witness can have, because json.loads keeps the last of repeated names: so
 the parsed object really holds each witness's value."""
+UNANNOTATED = "\x00unannotated"
+"""Internal flat keyword: a list of schemas a term must also satisfy that evaluate no member or
+item for unevaluatedProperties/Items (the `not`s in its scope, `if` conditions that failed)."""
 # Keywords that stay in a flat conjunction (merged by `_merge_flat`).
 FLAT_KEYS = frozenset({
     "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
-    "unevaluatedProperties", "unevaluatedItems", WITNESS,
+    "unevaluatedProperties", "unevaluatedItems", WITNESS, UNANNOTATED,
 })
 MAX_WITNESSES = 3
 _APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
@@ -538,6 +541,10 @@ class _Compiler:
             factors.append(self.one_of(schema, flat, pointer))
         if not_schema is not None:
             factors.append(self.dnf(self.negate(not_schema, f"{pointer}/not"), f"{pointer}/not"))
+        if "if" in schema and "then" not in schema and "else" not in schema and self.no_negation:
+            # a lone `if` constrains nothing, but when it holds it evaluates members for unevaluated*:
+            # the instances where it holds, with its annotations, or any instance without them
+            factors.append(self.dnf({"anyOf": [schema["if"], True]}, f"{pointer}/if"))
         if "if" in schema and ("then" in schema or "else" in schema):
             cond = schema["if"]
             then = schema.get("then", True)
@@ -808,8 +815,12 @@ class _Compiler:
             raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
         if _is_true(schema):
             return False
-        if self.no_negation:
-            raise UnsupportedSchemaError("not", pointer, "negation next to unevaluatedProperties/Items")
+        if self.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
+            return {UNANNOTATED: [{"not": schema}]}
+        unevaluated = ("unevaluatedProperties", "unevaluatedItems")
+        if any(not _is_true(schema.get(k, True)) for k in unevaluated):
+            # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
+            return self.negate({"anyOf": [_as_schema(t) for t in self.dnf(schema, pointer)]}, pointer)
         if "$ref" in schema and [k for k in schema if k in _KNOWN and k not in ANNOTATIONS] == ["$ref"]:
             if self.inline_depth > MAX_INLINE_DEPTH:
                 raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
@@ -820,8 +831,8 @@ class _Compiler:
                 self.inline_depth -= 1
         parts: list = []
         for key, value in schema.items():
-            if key in ANNOTATIONS or key not in _KNOWN or key == "format":
-                continue
+            if key in ANNOTATIONS or key not in _KNOWN or key == "format" or key in unevaluated:
+                continue  # (unevaluated* true always holds)
             part = _negate_keyword(key, value, schema, self, pointer)
             if part is _WIDEN:
                 continue
@@ -848,21 +859,16 @@ class _Compiler:
 
         Each DNF term is one choice of succeeding branches; the members (items) its conjuncts
         evaluate are exactly its properties/patternProperties/additionalProperties (prefixItems/
-        items), so the unevaluated schema becomes the term's additionalProperties (items).  Other
-        branches that happen to succeed as well could only evaluate more, so this is sound; it
-        is exact unless several anyOf branches match at once.  `not` (and `if`, which becomes
-        one) drops annotations, which the rewrite cannot track: that case stays unsupported.
+        items/contains), so the unevaluated schema becomes the term's additionalProperties
+        (items).  Other branches that happen to succeed as well could only evaluate more, so this
+        is sound; it is exact unless several anyOf branches match at once.  `not` evaluates
+        nothing (nor does an `if` that fails): in this scope `negate` keeps it apart
+        (UNANNOTATED), and it joins the term only after the term's evaluated members are fixed.
         """
         rest = {k: v for k, v in schema.items() if k not in keys}
         self.no_negation += 1
         try:
             terms = self.dnf(rest, pointer)
-        except UnsupportedSchemaError as exc:
-            if exc.keyword != "not":
-                raise
-            self.unsupported(keys[0], f"{pointer}/{keys[0]}", f"{keys[0]} next to not/if cannot be expressed; "
-                             "widened by ignoring it")
-            return self.dnf(rest, pointer)
         finally:
             self.no_negation -= 1
         out = []
@@ -872,29 +878,31 @@ class _Compiler:
                 terms[:0] = self.inline_ref(term.uri, pointer)
                 continue
             term = dict(term)
-            if "unevaluatedProperties" in keys and "additionalProperties" not in term:
-                term["additionalProperties"] = schema["unevaluatedProperties"]
-            if "unevaluatedItems" in keys and "items" not in term:
-                if "contains" in term:
-                    self.unsupported("unevaluatedItems", f"{pointer}/unevaluatedItems",
-                                     "unevaluatedItems next to contains; widened by ignoring it")
-                else:
-                    term["items"] = schema["unevaluatedItems"]
-            out.append(term)
+            unannotated = term.pop(UNANNOTATED, [])
+            for key in keys:
+                if _is_true(term.get(key, False)):
+                    continue  # an unevaluated* true among the term's conjuncts evaluates every member
+                term = self._reduce_unevaluated({**term, key: schema[key]}, key, pointer)
+            factors = [[term]] + [self.dnf(sub, f"{pointer}/not") for sub in unannotated]
+            out.extend(self.product(factors, pointer))
         return out
 
     def _reduce_unevaluated(self, schema: dict, key: str, pointer: str) -> dict:
-        """unevaluated* with no in-place applicator: additionalProperties / items beyond prefixItems."""
+        """unevaluated* next to flat keywords only: additionalProperties, or the items past
+        prefixItems (those matching `contains` are evaluated too, from draft 2020-12 on)."""
         rest = {k: v for k, v in schema.items() if k != key}
         if key == "unevaluatedProperties":
             if "additionalProperties" not in rest:
                 rest["additionalProperties"] = schema[key]
             return rest
         if "items" not in rest:
-            if "contains" in rest:
-                self.unsupported(key, f"{pointer}/{key}", "unevaluatedItems next to contains")
-                return rest
-            rest["items"] = schema[key]
+            contains = rest.get("contains")
+            if contains is None or self.draft == "draft2019-09":
+                rest["items"] = schema[key]
+            elif schema[key] is False:
+                rest["items"] = contains
+            else:
+                rest["items"] = {"anyOf": [contains, schema[key]]}
         return rest
 
     # -- flat conjunctions ---------------------------------------------------------------------
@@ -1675,6 +1683,8 @@ def _merge_flat(a: dict, b: dict, comp: _Compiler, pointer: str):
             out[key] = bool(mine) or bool(value)
         elif key == WITNESS:
             out[key] = [*mine, *(c for c in value if c not in mine)]
+        elif key == UNANNOTATED:
+            out[key] = [*mine, *value]
         elif key in ("properties", "patternProperties", "additionalProperties", "propertyNames",
                      "prefixItems", "items", "contains"):
             continue  # handled below
@@ -1820,6 +1830,12 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         parts = [{"type": "object", WITNESS: [{"pattern": p, "names": [], "patterns": [], "value": {"not": s}}]}
                  for p, s in value.items() if s is not True]
         return {"anyOf": parts} if parts else False
+    if key == "prefixItems":  # some item has a value its position's schema rejects
+        parts = [{"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": s}]}
+                 for i, s in enumerate(value) if s is not True]
+        return {"anyOf": parts} if parts else False
+    if key == "items" and value is False:  # more items than prefixItems lists
+        return {"type": "array", "minItems": len(schema.get("prefixItems") or []) + 1}
     if key == "items" and "prefixItems" not in schema:
         return False if value is True else {"type": "array", "contains": {"not": value}}
     if key == "contains" and "minContains" not in schema and "maxContains" not in schema:
