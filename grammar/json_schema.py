@@ -90,6 +90,7 @@ from .ir import (
     lit, ref_names, rep, seq, star,
 )
 from .json_strings import string_literal_expr
+from .json_schema_dynamic import DynamicScopes
 from .json_schema_docs import (
     DEFAULT_BASE, MAX_SCHEMA_DEPTH, VALUE_KEYS, check_json_document, draft_of, join_uri, normalize_document,
     translate_pointer,
@@ -283,7 +284,7 @@ class _Layout:
 
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve, property_order="definition"):
+                 separators, retrieve, property_order="definition", dynamic_scopes=False):
         if property_order not in ("any", "definition"):
             raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
         self.property_order = property_order
@@ -317,6 +318,13 @@ class _Compiler:
         self.registry = self.registry.crawl()
         self.resolver = self.registry.resolver()
         self.validator_cls = jsonschema.Draft202012Validator
+        if dynamic_scopes:  # several dynamic anchors: specialise references per dynamic scope
+            self.root = DynamicScopes(lambda uri: self.lookup(uri, "#"), self._register).specialise_root(
+                self.root, self.base)
+
+    def _register(self, uri: str, schema) -> None:
+        self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
+        self.resolver = self.registry.resolver()
 
     # -- documents and references ------------------------------------------------------------
 
@@ -421,7 +429,7 @@ class _Compiler:
             key = self.static_dynamic
             anchor_key = "$dynamicAnchor" if key == "$dynamicRef" else "$recursiveAnchor"
             if _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved) > 1:
-                raise UnsupportedSchemaError(key, "#", "dynamic scope resolution with several dynamic anchors")
+                raise _NeedsDynamicScopes()
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
         grammar = Grammar(self.rules, "root")
         return _prune(grammar, self.empty_reason)
@@ -852,7 +860,7 @@ class _Compiler:
             if "$ref" in rest:
                 return {**rest, "allOf": [*rest.get("allOf", []), {"$ref": uri}]}
             return {**rest, "$ref": uri}
-        raise UnsupportedSchemaError(key, pointer, "dynamic scope resolution with several dynamic anchors")
+        raise _NeedsDynamicScopes()
 
     def _unevaluated_dnf(self, schema: dict, keys: list[str], pointer: str) -> list:
         """unevaluatedProperties/Items next to in-place applicators, term by term.
@@ -2214,6 +2222,10 @@ def _number_expr(**kwargs) -> Expr:
 # Pruning: drop rules that derive nothing, and rules the root cannot reach.
 
 
+class _NeedsDynamicScopes(Exception):
+    """Several dynamic anchors: compile again with references specialised per dynamic scope."""
+
+
 class _Unsatisfiable(SchemaError):
     """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
 
@@ -2413,13 +2425,20 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
                               "#")
-        comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
-                         additional_properties_default=additional_properties_default, lenient=lenient,
-                         separators=separators, retrieve=retrieve, property_order=property_order)
-        if clock is not None:
-            comp.clock = clock
-        try:
+        def compile_(dynamic_scopes: bool) -> Grammar:
+            comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
+                             additional_properties_default=additional_properties_default, lenient=lenient,
+                             separators=separators, retrieve=retrieve, property_order=property_order,
+                             dynamic_scopes=dynamic_scopes)
+            if clock is not None:
+                comp.clock = clock
             return comp.compile()
+
+        try:
+            try:
+                return compile_(dynamic_scopes=False)
+            except _NeedsDynamicScopes:
+                return compile_(dynamic_scopes=True)
         except _Unsatisfiable as exc:
             if unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
