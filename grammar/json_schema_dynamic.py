@@ -83,7 +83,9 @@ class DynamicScopes:
                 if isinstance(node.get("$dynamicAnchor"), str):
                     names.add(node["$dynamicAnchor"])
                 for key, value in node.items():
-                    if key not in VALUE_KEYS:
+                    if key in MAP_KEYS and isinstance(value, dict):  # names -> schemas ("default" too)
+                        walk(list(value.values()), False)
+                    elif key not in VALUE_KEYS:
                         walk(value, False)
 
             walk(contents, True)
