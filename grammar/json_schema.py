@@ -61,6 +61,16 @@ Documented limits (completeness, never soundness)
 - With `indent`, nesting deeper than `INDENT_DEPTH_LIMIT` levels falls back to flexible
   whitespace (still valid JSON for the schema).
 
+Beyond context-free structure, resolved at compile time:
+- `$dynamicRef` / `$recursiveRef` with several dynamic anchors: every reference is specialised
+  for the dynamic scope that reaches it (json_schema_dynamic.py), one copy per (target, scope).
+- unevaluatedProperties / unevaluatedItems next to in-place applicators: per DNF term the
+  evaluated members are its properties / patterns / items (and `contains` matches, 2020-12);
+  `not` and failed `if` conditions evaluate nothing (UNANNOTATED).  Exact unless two anyOf
+  branches match one instance at once (then stricter, never wider).
+- Unsatisfiable schemas raise SchemaError, or with unsatisfiable="empty" (validation) compile
+  to the empty language; unsatisfiable subschemas drop their branch, member or item.
+
 What cannot be expressed exactly (uniqueItems beyond a small enum, overlapping oneOf branches
 that cannot be negated, `not` of uniqueItems / contains / dependentSchemas, maxContains without
 a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
@@ -850,7 +860,9 @@ class _Compiler:
     # -- dynamic references / unevaluated* -----------------------------------------------------
 
     def _static_dynamic_ref(self, schema: dict, key: str, pointer: str) -> dict:
-        """$dynamicRef/$recursiveRef whose target is unambiguous behave like $ref."""
+        """$dynamicRef/$recursiveRef whose target is unambiguous behave like $ref; with several
+        dynamic anchors the schema is compiled again with references specialised per dynamic
+        scope (json_schema_dynamic.py)."""
         uri = schema[key]
         anchor_key = "$dynamicAnchor" if key == "$dynamicRef" else "$recursiveAnchor"
         count = _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved)
@@ -875,16 +887,18 @@ class _Compiler:
         """
         rest = {k: v for k, v in schema.items() if k not in keys}
         self.no_negation += 1
-        try:
-            terms = self.dnf(rest, pointer)
+        try:  # references are inlined in the scope too: their `not`s evaluate nothing either
+            terms, flat_terms = self.dnf(rest, pointer), []
+            while terms:
+                term = terms.pop(0)
+                if isinstance(term, _RefMarker):
+                    terms[:0] = self.inline_ref(term.uri, pointer)
+                else:
+                    flat_terms.append(term)
         finally:
             self.no_negation -= 1
         out = []
-        while terms:
-            term = terms.pop(0)
-            if isinstance(term, _RefMarker):
-                terms[:0] = self.inline_ref(term.uri, pointer)
-                continue
+        for term in flat_terms:
             term = dict(term)
             unannotated = term.pop(UNANNOTATED, [])
             for key in keys:

@@ -31,6 +31,9 @@ Soundness notes (the grammar never accepts a text whose decoded value breaks a c
   excludes \\n \\r U+2028 U+2029, `$` only at the very end, ...).  A regex without negation
   is monotone in its atoms, so the result is a subset of both languages and equals them on
   ASCII text.  Constructs where the engines disagree outright raise UnsupportedSchemaError.
+  Unicode property escapes (`\\p{L}`, `\\P{Script=Greek}`, ECMA-262 'u' mode names) exist in
+  ECMA only (`re` rejects them, so jsonschema cannot check such patterns): ECMA decides alone,
+  from the tables of unicode_properties.py.
   Lookaheads are read only right after a leading '^' (an intersection or difference of
   automata); a negative one's body takes the characters *either* engine matches, so the
   difference stays a subset of both languages.

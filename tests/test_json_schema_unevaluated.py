@@ -62,6 +62,9 @@ OBJECT_SCHEMAS = [
     {"properties": {"foo": {"type": "string"}}, "allOf": [{"unevaluatedProperties": True}], "unevaluatedProperties": False},
     {"allOf": [{"properties": {"foo": {"type": "string"}}}, {"not": {"properties": {"bar": {"type": "integer"}}}}],
      "unevaluatedProperties": {"const": "x"}},
+    # a `not` reached through a $ref branch evaluates nothing either
+    {"anyOf": [{"$ref": "#/$defs/x"}, {"type": "string"}], "unevaluatedProperties": False,
+     "$defs": {"x": {"not": {"properties": {"foo": {"type": "integer"}}, "required": ["foo"]}}}},
 ]
 
 ARRAY_SCHEMAS = [
