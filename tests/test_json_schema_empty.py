@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import grammar_compiler, hf_tokenizer  # noqa: E402
+from support import accepts_text, accepts_token_ids  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import GrammarError, SchemaError, UnsupportedSchemaError  # noqa: E402
@@ -46,23 +46,8 @@ UNSATISFIABLE = [
 ]
 
 
-@pytest.fixture(scope="module")
-def compiler():
-    return grammar_compiler("llama3")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return hf_tokenizer("llama3")
-
-
-def accepts(compiled, text: str) -> bool:
-    m = pm.GrammarMatcher(compiled)
-    return m.accept_string(text) and m.can_end()
-
-
 @pytest.mark.parametrize("schema", UNSATISFIABLE, ids=lambda s: json.dumps(s)[:50])
-def test_unsatisfiable_schema_is_an_error_by_default_and_the_empty_language_on_request(schema, compiler):
+def test_unsatisfiable_schema_is_an_error_by_default_and_the_empty_language_on_request(schema, llama3_compiler):
     validator = jsonschema.Draft202012Validator(schema)
     assert not any(validator.is_valid(v) for v in PROBES), "test bug: the schema accepts a probe"
     with pytest.raises(SchemaError) as info:
@@ -70,15 +55,15 @@ def test_unsatisfiable_schema_is_an_error_by_default_and_the_empty_language_on_r
     assert not isinstance(info.value, UnsupportedSchemaError)
     assert "unsatisfiable" in str(info.value)
 
-    compiled = compiler.compile_json_schema(schema, unsatisfiable="empty")
+    compiled = llama3_compiler.compile_json_schema(schema, unsatisfiable="empty")
     assert compiled.grammar.rules == {"root": NOTHING}
     for value in PROBES:
         for text in (json.dumps(value), json.dumps(value, separators=(",", ":"))):
-            assert not accepts(compiled, text), text
+            assert not accepts_text(compiled, text), text
 
 
-def test_empty_language_matcher_allows_nothing(compiler, tokenizer):
-    compiled = compiler.compile_json_schema({"not": {}}, unsatisfiable="empty")
+def test_empty_language_matcher_allows_nothing(llama3_compiler, llama3_tokenizer):
+    compiled = llama3_compiler.compile_json_schema({"not": {}}, unsatisfiable="empty")
     vocab = compiled.tokenizer_info.vocab_size
     matcher = pm.GrammarMatcher(compiled)
     bitmask = pm.allocate_token_bitmask(2, vocab)
@@ -89,7 +74,7 @@ def test_empty_language_matcher_allows_nothing(compiler, tokenizer):
     assert matcher.find_jump_forward_string() == ""
     # brute force: no token of the vocabulary is accepted, stop tokens included
     assert not any(matcher.check_token(t) for t in range(vocab))
-    for t in [*compiled.tokenizer_info.stop_token_ids, *tokenizer.encode('{"a": 1}', add_special_tokens=False)]:
+    for t in [*compiled.tokenizer_info.stop_token_ids, *llama3_tokenizer.encode('{"a": 1}', add_special_tokens=False)]:
         assert not matcher.accept_token(t)
     assert not matcher.is_terminated() and not matcher.can_end()
     matcher.rollback(0)
@@ -98,7 +83,7 @@ def test_empty_language_matcher_allows_nothing(compiler, tokenizer):
     batch = pm.allocate_token_bitmask(3, vocab)
     pm.batch_fill_next_token_bitmask([pm.GrammarMatcher(compiled) for _ in range(3)], batch)
     assert not np.asarray(batch).any()
-    assert not accepts(compiled, "")
+    assert not accepts_text(compiled, "")
 
 
 def test_unsatisfiable_option_is_checked():
@@ -124,17 +109,16 @@ def test_empty_root_needs_the_flag():
     {"type": "array", "items": {"type": "integer", "minimum": 3, "maximum": 2}},
     {"$defs": {"never": False}, "type": "object", "properties": {"x": {"$ref": "#/$defs/never"}}},
 ], ids=lambda s: json.dumps(s)[:50])
-def test_unsatisfiable_subschemas_drop_out(schema, compiler, tokenizer):
+def test_unsatisfiable_subschemas_drop_out(schema, llama3_compiler, llama3_tokenizer):
     """A subschema no instance satisfies removes its branch/member/item; the rest compiles in
     both modes, to the same grammar, and agrees with jsonschema."""
     grammar = json_schema_to_grammar(schema, property_order="any")
     assert grammar == json_schema_to_grammar(schema, property_order="any", unsatisfiable="empty")
-    compiled = compiler.compile_ir(grammar)
+    compiled = llama3_compiler.compile_ir(grammar)
     validator = jsonschema.Draft202012Validator(schema)
     probes = PROBES + [{"a": None}, {"b": 3}, {"a": 1, "b": 2}, {"x": 1}, [1, 2], [4], [1, 2, 3], "abcd", 7]
     assert any(validator.is_valid(v) for v in probes)
     for value in probes:
         compact = json.dumps(value, separators=(",", ":"))
-        m = pm.GrammarMatcher(compiled)
-        by_tokens = all(m.accept_token(t) for t in tokenizer.encode(compact, add_special_tokens=False)) and m.can_end()
-        assert by_tokens == validator.is_valid(value) == accepts(compiled, json.dumps(value)), compact
+        by_tokens = accepts_token_ids(compiled, llama3_tokenizer.encode(compact, add_special_tokens=False))
+        assert by_tokens == validator.is_valid(value) == accepts_text(compiled, json.dumps(value)), compact

@@ -19,9 +19,8 @@ import pytest
 import regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
+from support import DATA, accepts_token_ids  # noqa: E402
 
-import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 from pushmask.grammar.json_strings import pattern_dfa  # noqa: E402
@@ -64,16 +63,6 @@ def test_property_ranges_agree_with_regex(spec):
     assert all(not (lo <= 0xDFFF and hi >= 0xD800) for lo, hi in ranges), "surrogates included"
 
 
-@pytest.fixture(scope="module")
-def compiler():
-    return grammar_compiler("llama3")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return hf_tokenizer("llama3")
-
-
 PATTERNS = [r"^\p{L}+$", r"^\P{L}+$", r"[\p{Lu}\d]x", r"^[^\p{Script=Greek}]*$", r"\p{Letter}cole",
             r"^\p{digit}+$", r"^\p{sc=Cyrl}{2,3}$", r"^[\p{N}\P{Alphabetic}]+$", r"^\p{gc=Zs}?[a-z\p{Ll}]+$"]
 WORDS = ["Hello", "π", "123", "ab1", "école", "l'école", "L'ÉCOLE", "Ωx", "AbC", "Bx", "৪২", "42", "-%#", "мир",
@@ -81,31 +70,28 @@ WORDS = ["Hello", "π", "123", "ab1", "école", "l'école", "L'ÉCOLE", "Ωx", "
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_patterns_with_property_escapes_match_like_regex(pattern, compiler, tokenizer):
-    compiled = compiler.compile_json_schema({"type": "string", "pattern": pattern})
+def test_patterns_with_property_escapes_match_like_regex(pattern, llama3_compiler, llama3_tokenizer):
+    compiled = llama3_compiler.compile_json_schema({"type": "string", "pattern": pattern})
     oracle = regex.compile(pattern)
     rng = random.Random(pattern)
     words = WORDS + ["".join(rng.choice(WORDS[:-1]) for _ in range(2)) for _ in range(20)]
     for word in words:
         expected = bool(oracle.search(word))
         for text in (json.dumps(word), json.dumps(word, ensure_ascii=False)):
-            m = pm.GrammarMatcher(compiled)
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            got = all(m.accept_token(t) for t in ids) and m.can_end()
+            got = accepts_token_ids(compiled, llama3_tokenizer.encode(text, add_special_tokens=False))
             assert got == expected, (pattern, text)
 
 
-def test_test_suite_property_escape_groups(compiler, tokenizer):
+def test_test_suite_property_escape_groups(llama3_compiler, llama3_tokenizer):
     """The optional ecmascript-regex groups of the official suite that use \\p (ECMA semantics)."""
     path = DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional" / "ecmascript-regex.json"
     groups = [g for g in json.loads(path.read_text()) if "\\p" in json.dumps(g["schema"])]
     assert len(groups) >= 4
     for group in groups:
-        compiled = compiler.compile_json_schema(group["schema"], property_order="any")
+        compiled = llama3_compiler.compile_json_schema(group["schema"], property_order="any")
         for test in group["tests"]:
-            m = pm.GrammarMatcher(compiled)
             text = json.dumps(test["data"], ensure_ascii=False)
-            ok = all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and m.can_end()
+            ok = accepts_token_ids(compiled, llama3_tokenizer.encode(text, add_special_tokens=False))
             assert ok == test["valid"], (group["description"], test["description"])
 
 
