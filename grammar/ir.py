@@ -124,17 +124,20 @@ class Grammar:
     """Rules in definition order; `root` names the start rule.
 
     positions maps a rule name to the (line, column) where the source defined it, for errors.
+    allow_empty: the empty language is intended (a JSON Schema no instance satisfies, compiled
+    for validation): the passes keep a root that derives nothing instead of raising GrammarError.
     """
 
     rules: dict[str, Expr]
     root: str = "root"
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    allow_empty: bool = False
 
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
 
     def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
-        return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions))
+        return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions), self.allow_empty)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,6 +61,16 @@ Documented limits (completeness, never soundness)
 - With `indent`, nesting deeper than `INDENT_DEPTH_LIMIT` levels falls back to flexible
   whitespace (still valid JSON for the schema).
 
+Beyond context-free structure, resolved at compile time:
+- `$dynamicRef` / `$recursiveRef` with several dynamic anchors: every reference is specialised
+  for the dynamic scope that reaches it (json_schema_dynamic.py), one copy per (target, scope).
+- unevaluatedProperties / unevaluatedItems next to in-place applicators: per DNF term the
+  evaluated members are its properties / patterns / items (and `contains` matches, 2020-12);
+  `not` and failed `if` conditions evaluate nothing (UNANNOTATED).  Exact unless two anyOf
+  branches match one instance at once (then stricter, never wider).
+- Unsatisfiable schemas raise SchemaError, or with unsatisfiable="empty" (validation) compile
+  to the empty language; unsatisfiable subschemas drop their branch, member or item.
+
 What cannot be expressed exactly (uniqueItems beyond a small enum, overlapping oneOf branches
 that cannot be negated, `not` of uniqueItems / contains / dependentSchemas, maxContains without
 a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
@@ -91,6 +101,7 @@ from .ir import (
     star,
 )
 from .json_strings import string_literal_expr
+from .json_schema_dynamic import DynamicScopes
 from .json_schema_docs import (
     DEFAULT_BASE, MAX_SCHEMA_DEPTH, VALUE_KEYS, check_json_document, draft_of, join_uri, normalize_document,
     translate_pointer,
@@ -150,13 +161,16 @@ matches none of `patterns` (nor `key_not`, a propertyNames schema), with a value
 `value`.  The witnesses are the object's last members, with
 keys that no later witness can have, because json.loads keeps the last of repeated names: so
 the parsed object really holds each witness's value."""
+UNANNOTATED = "\x00unannotated"
+"""Internal flat keyword: a list of schemas a term must also satisfy that evaluate no member or
+item for unevaluatedProperties/Items (the `not`s in its scope, `if` conditions that failed)."""
 # Keywords that stay in a flat conjunction (merged by `_merge_flat`).
 FLAT_KEYS = frozenset({
     "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
-    "unevaluatedProperties", "unevaluatedItems", WITNESS,
+    "unevaluatedProperties", "unevaluatedItems", WITNESS, UNANNOTATED,
 })
 MAX_WITNESSES = 3
 _APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
@@ -281,7 +295,8 @@ class _Layout:
 
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve, property_order="definition", root_whitespace=True):
+                 separators, retrieve, property_order="definition", root_whitespace=True,
+                 dynamic_scopes=False):
         if property_order not in ("any", "definition"):
             raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
         self.property_order = property_order
@@ -315,6 +330,13 @@ class _Compiler:
         self.registry = self.registry.crawl()
         self.resolver = self.registry.resolver()
         self.validator_cls = jsonschema.Draft202012Validator
+        if dynamic_scopes:  # several dynamic anchors: specialise references per dynamic scope
+            self.root = DynamicScopes(lambda uri: self.lookup(uri, "#"), self._register).specialise_root(
+                self.root, self.base)
+
+    def _register(self, uri: str, schema) -> None:
+        self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
+        self.resolver = self.registry.resolver()
 
     # -- documents and references ------------------------------------------------------------
 
@@ -419,7 +441,7 @@ class _Compiler:
             key = self.static_dynamic
             anchor_key = "$dynamicAnchor" if key == "$dynamicRef" else "$recursiveAnchor"
             if _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved) > 1:
-                raise UnsupportedSchemaError(key, "#", "dynamic scope resolution with several dynamic anchors")
+                raise _NeedsDynamicScopes()
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
         grammar = Grammar(self.rules, "root")
         return _prune(grammar, self.empty_reason)
@@ -539,6 +561,10 @@ class _Compiler:
             factors.append(self.one_of(schema, flat, pointer))
         if not_schema is not None:
             factors.append(self.dnf(self.negate(not_schema, f"{pointer}/not"), f"{pointer}/not"))
+        if "if" in schema and "then" not in schema and "else" not in schema and self.no_negation:
+            # a lone `if` constrains nothing, but when it holds it evaluates members for unevaluated*:
+            # the instances where it holds, with its annotations, or any instance without them
+            factors.append(self.dnf({"anyOf": [schema["if"], True]}, f"{pointer}/if"))
         if "if" in schema and ("then" in schema or "else" in schema):
             cond = schema["if"]
             then = schema.get("then", True)
@@ -809,8 +835,12 @@ class _Compiler:
             raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
         if _is_true(schema):
             return False
-        if self.no_negation:
-            raise UnsupportedSchemaError("not", pointer, "negation next to unevaluatedProperties/Items")
+        if self.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
+            return {UNANNOTATED: [{"not": schema}]}
+        unevaluated = ("unevaluatedProperties", "unevaluatedItems")
+        if any(not _is_true(schema.get(k, True)) for k in unevaluated):
+            # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
+            return self.negate({"anyOf": [_as_schema(t) for t in self.dnf(schema, pointer)]}, pointer)
         if "$ref" in schema and [k for k in schema if k in _KNOWN and k not in ANNOTATIONS] == ["$ref"]:
             if self.inline_depth > MAX_INLINE_DEPTH:
                 raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
@@ -821,8 +851,8 @@ class _Compiler:
                 self.inline_depth -= 1
         parts: list = []
         for key, value in schema.items():
-            if key in ANNOTATIONS or key not in _KNOWN or key == "format":
-                continue
+            if key in ANNOTATIONS or key not in _KNOWN or key == "format" or key in unevaluated:
+                continue  # (unevaluated* true always holds)
             part = _negate_keyword(key, value, schema, self, pointer)
             if part is _WIDEN:
                 continue
@@ -832,7 +862,9 @@ class _Compiler:
     # -- dynamic references / unevaluated* -----------------------------------------------------
 
     def _static_dynamic_ref(self, schema: dict, key: str, pointer: str) -> dict:
-        """$dynamicRef/$recursiveRef whose target is unambiguous behave like $ref."""
+        """$dynamicRef/$recursiveRef whose target is unambiguous behave like $ref; with several
+        dynamic anchors the schema is compiled again with references specialised per dynamic
+        scope (json_schema_dynamic.py)."""
         uri = schema[key]
         anchor_key = "$dynamicAnchor" if key == "$dynamicRef" else "$recursiveAnchor"
         count = _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved)
@@ -842,60 +874,59 @@ class _Compiler:
             if "$ref" in rest:
                 return {**rest, "allOf": [*rest.get("allOf", []), {"$ref": uri}]}
             return {**rest, "$ref": uri}
-        raise UnsupportedSchemaError(key, pointer, "dynamic scope resolution with several dynamic anchors")
+        raise _NeedsDynamicScopes()
 
     def _unevaluated_dnf(self, schema: dict, keys: list[str], pointer: str) -> list:
         """unevaluatedProperties/Items next to in-place applicators, term by term.
 
         Each DNF term is one choice of succeeding branches; the members (items) its conjuncts
         evaluate are exactly its properties/patternProperties/additionalProperties (prefixItems/
-        items), so the unevaluated schema becomes the term's additionalProperties (items).  Other
-        branches that happen to succeed as well could only evaluate more, so this is sound; it
-        is exact unless several anyOf branches match at once.  `not` (and `if`, which becomes
-        one) drops annotations, which the rewrite cannot track: that case stays unsupported.
+        items/contains), so the unevaluated schema becomes the term's additionalProperties
+        (items).  Other branches that happen to succeed as well could only evaluate more, so this
+        is sound; it is exact unless several anyOf branches match at once.  `not` evaluates
+        nothing (nor does an `if` that fails): in this scope `negate` keeps it apart
+        (UNANNOTATED), and it joins the term only after the term's evaluated members are fixed.
         """
         rest = {k: v for k, v in schema.items() if k not in keys}
         self.no_negation += 1
-        try:
-            terms = self.dnf(rest, pointer)
-        except UnsupportedSchemaError as exc:
-            if exc.keyword != "not":
-                raise
-            self.unsupported(keys[0], f"{pointer}/{keys[0]}", f"{keys[0]} next to not/if cannot be expressed; "
-                             "widened by ignoring it")
-            return self.dnf(rest, pointer)
+        try:  # references are inlined in the scope too: their `not`s evaluate nothing either
+            terms, flat_terms = self.dnf(rest, pointer), []
+            while terms:
+                term = terms.pop(0)
+                if isinstance(term, _RefMarker):
+                    terms[:0] = self.inline_ref(term.uri, pointer)
+                else:
+                    flat_terms.append(term)
         finally:
             self.no_negation -= 1
         out = []
-        while terms:
-            term = terms.pop(0)
-            if isinstance(term, _RefMarker):
-                terms[:0] = self.inline_ref(term.uri, pointer)
-                continue
+        for term in flat_terms:
             term = dict(term)
-            if "unevaluatedProperties" in keys and "additionalProperties" not in term:
-                term["additionalProperties"] = schema["unevaluatedProperties"]
-            if "unevaluatedItems" in keys and "items" not in term:
-                if "contains" in term:
-                    self.unsupported("unevaluatedItems", f"{pointer}/unevaluatedItems",
-                                     "unevaluatedItems next to contains; widened by ignoring it")
-                else:
-                    term["items"] = schema["unevaluatedItems"]
-            out.append(term)
+            unannotated = term.pop(UNANNOTATED, [])
+            for key in keys:
+                if _is_true(term.get(key, False)):
+                    continue  # an unevaluated* true among the term's conjuncts evaluates every member
+                term = self._reduce_unevaluated({**term, key: schema[key]}, key, pointer)
+            factors = [[term]] + [self.dnf(sub, f"{pointer}/not") for sub in unannotated]
+            out.extend(self.product(factors, pointer))
         return out
 
     def _reduce_unevaluated(self, schema: dict, key: str, pointer: str) -> dict:
-        """unevaluated* with no in-place applicator: additionalProperties / items beyond prefixItems."""
+        """unevaluated* next to flat keywords only: additionalProperties, or the items past
+        prefixItems (those matching `contains` are evaluated too, from draft 2020-12 on)."""
         rest = {k: v for k, v in schema.items() if k != key}
         if key == "unevaluatedProperties":
             if "additionalProperties" not in rest:
                 rest["additionalProperties"] = schema[key]
             return rest
         if "items" not in rest:
-            if "contains" in rest:
-                self.unsupported(key, f"{pointer}/{key}", "unevaluatedItems next to contains")
-                return rest
-            rest["items"] = schema[key]
+            contains = rest.get("contains")
+            if contains is None or self.draft == "draft2019-09":
+                rest["items"] = schema[key]
+            elif schema[key] is False:
+                rest["items"] = contains
+            else:
+                rest["items"] = {"anyOf": [contains, schema[key]]}
         return rest
 
     # -- flat conjunctions ---------------------------------------------------------------------
@@ -1681,6 +1712,8 @@ def _merge_flat(a: dict, b: dict, comp: _Compiler, pointer: str):
             out[key] = bool(mine) or bool(value)
         elif key == WITNESS:
             out[key] = [*mine, *(c for c in value if c not in mine)]
+        elif key == UNANNOTATED:
+            out[key] = [*mine, *value]
         elif key in ("properties", "patternProperties", "additionalProperties", "propertyNames",
                      "prefixItems", "items", "contains"):
             continue  # handled below
@@ -1826,6 +1859,12 @@ def _negate_keyword(key: str, value, schema: dict, comp: _Compiler, pointer: str
         parts = [{"type": "object", WITNESS: [{"pattern": p, "names": [], "patterns": [], "value": {"not": s}}]}
                  for p, s in value.items() if s is not True]
         return {"anyOf": parts} if parts else False
+    if key == "prefixItems":  # some item has a value its position's schema rejects
+        parts = [{"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": s}]}
+                 for i, s in enumerate(value) if s is not True]
+        return {"anyOf": parts} if parts else False
+    if key == "items" and value is False:  # more items than prefixItems lists
+        return {"type": "array", "minItems": len(schema.get("prefixItems") or []) + 1}
     if key == "items" and "prefixItems" not in schema:
         return False if value is True else {"type": "array", "contains": {"not": value}}
     if key == "contains" and "minContains" not in schema and "maxContains" not in schema:
@@ -2213,6 +2252,18 @@ def _number_expr(**kwargs) -> Expr:
 # Pruning: drop rules that derive nothing, and rules the root cannot reach.
 
 
+class _NeedsDynamicScopes(Exception):
+    """Several dynamic anchors: compile again with references specialised per dynamic scope."""
+
+
+class _Unsatisfiable(SchemaError):
+    """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
+
+
+EMPTY_LANGUAGE = Grammar({"root": NOTHING}, "root", allow_empty=True)
+"""What an unsatisfiable schema compiles to with unsatisfiable="empty": no JSON text at all."""
+
+
 def _prune(grammar: Grammar, reason) -> Grammar:
     """Drop rules that derive nothing (references to them become NOTHING) and rules the root
     cannot reach, with the passes' own steps; an unsatisfiable root is a SchemaError at the
@@ -2221,7 +2272,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
         productive = passes.check_productive(grammar)
     except GrammarError:
         where, why = reason if reason else ("#", "no JSON value satisfies the schema")
-        raise SchemaError(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where) from None
+        raise _Unsatisfiable(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where) from None
     return passes.remove_unreachable(productive)
 
 
@@ -2248,10 +2299,41 @@ def _check_metaschema(schema) -> None:
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
-        cls.check_schema(_distinct_subschemas(schema))
+        cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
         path = "".join(f"/{_escape(str(p))}" for p in exc.path)
         raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
+
+
+def _is_ecma_regex(pattern) -> bool:
+    """Format "regex" for the metaschema check: what Python's `re` compiles, and patterns with
+    ECMA-262 'u' mode property escapes (\\p{L}), which `re` lacks, when `regex` compiles them."""
+    if not isinstance(pattern, str):
+        return True
+    try:
+        re.compile(pattern)
+        return True
+    except re.error:
+        if not re.search(r"\\[pP]\{", pattern):
+            raise
+    import regex
+    try:
+        regex.compile(pattern, regex.V0)
+    except regex.error as exc:
+        raise re.error(str(exc)) from None
+    return True
+
+
+_FORMAT_CHECKERS: dict = {}
+
+
+def _metaschema_formats(cls) -> jsonschema.FormatChecker:
+    """The draft's format checker for schemas, with `_is_ecma_regex` as format "regex"."""
+    if cls not in _FORMAT_CHECKERS:
+        checker = jsonschema.FormatChecker(formats=())
+        checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_is_ecma_regex, re.error)}
+        _FORMAT_CHECKERS[cls] = checker
+    return _FORMAT_CHECKERS[cls]
 
 
 _SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
@@ -2289,7 +2371,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                            retrieve: Callable[[str], Any] | None = None,
                            property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
                            root_whitespace: bool = True,
-                           clock: CompileClock | None = None) -> Grammar:
+                           clock: CompileClock | None = None, unsatisfiable: str = "error") -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
@@ -2306,21 +2388,39 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     clock: a wall-clock compile limit, checked once per subschema compiled.
     root_whitespace: False refuses whitespace before and after the top-level value (XGrammar's
     layout; between tokens flexible whitespace stays).
+    unsatisfiable: what a schema no instance satisfies compiles to: "error" (default, for
+    generation, where it is a mistake) raises SchemaError; "empty" (for validation: the Test
+    Suite, validate-corpus) gives the empty language, whose matcher allows no token and no EOS.
     """
+    if unsatisfiable not in ("error", "empty"):
+        raise ValueError(f"unsatisfiable must be 'error' or 'empty', not {unsatisfiable!r}")
     schema = _load(schema)
     check_json_document(schema, max_depth)
     try:
         _check_metaschema(schema)
         if schema is False:
+            if unsatisfiable == "empty":
+                return EMPTY_LANGUAGE.copy()
             raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
                               "#")
-        comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
-                         additional_properties_default=additional_properties_default, lenient=lenient,
-                         separators=separators, retrieve=retrieve, property_order=property_order,
-                         root_whitespace=root_whitespace)
-        if clock is not None:
-            comp.clock = clock
-        return comp.compile()
+        def compile_(dynamic_scopes: bool) -> Grammar:
+            comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
+                             additional_properties_default=additional_properties_default, lenient=lenient,
+                             separators=separators, retrieve=retrieve, property_order=property_order,
+                             root_whitespace=root_whitespace, dynamic_scopes=dynamic_scopes)
+            if clock is not None:
+                comp.clock = clock
+            return comp.compile()
+
+        try:
+            try:
+                return compile_(dynamic_scopes=False)
+            except _NeedsDynamicScopes:
+                return compile_(dynamic_scopes=True)
+        except _Unsatisfiable as exc:
+            if unsatisfiable == "empty":
+                return EMPTY_LANGUAGE.copy()
+            raise SchemaError(exc.message, exc.pointer) from None
     except RecursionError:
         raise BudgetExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
                                   "parts into $defs with $ref, or lower max_schema_depth so that budget "

@@ -31,6 +31,9 @@ Soundness notes (the grammar never accepts a text whose decoded value breaks a c
   excludes \\n \\r U+2028 U+2029, `$` only at the very end, ...).  A regex without negation
   is monotone in its atoms, so the result is a subset of both languages and equals them on
   ASCII text.  Constructs where the engines disagree outright raise UnsupportedSchemaError.
+  Unicode property escapes (`\\p{L}`, `\\P{Script=Greek}`, ECMA-262 'u' mode names) exist in
+  ECMA only (`re` rejects them, so jsonschema cannot check such patterns): ECMA decides alone,
+  from the tables of unicode_properties.py.
   Lookaheads are read only right after a leading '^' (an intersection or difference of
   automata); a negative one's body takes the characters *either* engine matches, so the
   difference stays a subset of both languages.
@@ -58,6 +61,7 @@ import numpy as np
 
 from . import string_kernels, subset_kernels
 from .errors import SchemaError, UnsupportedSchemaError
+from .unicode_properties import UnknownProperty, every_code_point, property_ranges
 from .ir import (
     MAX_CODE_POINT, SURROGATES, CharClass, CharFsm, Expr, NOTHING, alt, lit, normalize_ranges, complement_ranges, rep,
     seq,
@@ -332,8 +336,7 @@ _WORD = _union(_DIGITS, ((0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
 def _python_class(name: str) -> Ranges:
     """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode):
     the runs `re` itself finds in a string of every code point."""
-    every = np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    runs = tuple((m.start(), m.end() - 1) for m in re.finditer(rf"\{name}+", every))
+    runs = tuple((m.start(), m.end() - 1) for m in re.finditer(rf"\{name}+", every_code_point()))
     return _intersect(runs, ALL_CHARS)
 
 
@@ -549,10 +552,26 @@ class _RegexParser:
             return _CharSet(((0, 0),))
         if e.isdigit():
             self.fail("backreference or octal escape")
+        if e in "pP":
+            return self.property_escape(negated=(e == "P"))
         if e.isascii() and e.isalnum():
             # \a, \c, \k, \p, \A, \Z ...: unknown to one engine or meaning different things
             self.fail(f"escape \\{e}")
         return _CharSet(((ord(e), ord(e)),))  # identity escape of punctuation
+
+    def property_escape(self, negated: bool) -> _CharSet:
+        """`\\p{...}` / `\\P{...}` with ECMA-262 'u' mode names (unicode_properties.py).  Python's
+        `re` has no such escape, so jsonschema cannot evaluate these patterns: ECMA decides alone."""
+        end = self.p.find("}", self.i)
+        if self.peek() != "{" or end < 0:
+            self.fail("\\p needs a braced property name, as in \\p{L}")
+        body = self.p[self.i + 1:end]
+        try:
+            ranges = property_ranges(body)
+        except UnknownProperty as exc:
+            self.fail(str(exc))
+        self.i = end + 1
+        return _CharSet(_complement(ranges) if negated else ranges)
 
     def char_class(self) -> _CharSet:
         self.i += 1  # '['

@@ -2,7 +2,8 @@
 
 After `normalize(grammar)` the engine may rely on this CONTRACT:
   * every Ref names a defined rule;
-  * every rule is reachable from the root and productive (derives at least one string);
+  * every rule is reachable from the root and productive (derives at least one string), except
+    in a grammar marked `allow_empty` whose root derives nothing: that is the root alone, NOTHING;
   * no rule can derive itself at its left edge (no direct, indirect or hidden left recursion),
     so a top-down PDA never loops without consuming input.
 Recursion elsewhere (right or middle recursion, like balanced parentheses) stays as Refs.
@@ -320,9 +321,14 @@ def remove_unreachable(grammar: Grammar) -> Grammar:
 def check_productive(grammar: Grammar) -> Grammar:
     """Remove rules that derive no string; references to them become NOTHING.
 
-    If the root derives nothing the grammar accepts no string, which is an error.
+    If the root derives nothing the grammar accepts no string, which is an error unless the
+    grammar says the empty language is intended (`allow_empty`): then the root becomes NOTHING.
     """
     productive = _fixpoint(grammar.rules, is_productive)
+    if grammar.root not in productive and grammar.allow_empty:
+        out = grammar.copy({grammar.root: NOTHING})
+        out.positions = {name: pos for name, pos in grammar.positions.items() if name == grammar.root}
+        return out
     if grammar.root not in productive:
         raise GrammarError(f"grammar accepts no string: rule {grammar.root!r} can never finish "
                            "(every alternative needs an infinite derivation or an empty class); "

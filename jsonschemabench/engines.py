@@ -153,7 +153,7 @@ class PushmaskSession(BitmaskSession):
 
 class PushmaskEngine(Engine):
     """pushmask through its public API (flexible whitespace, additionalProperties allowed by default,
-    members in any order)."""
+    members in any order, unsatisfiable schemas as the empty language)."""
 
     name = "pushmask"
 
@@ -167,8 +167,9 @@ class PushmaskEngine(Engine):
         self.compiler = pm.GrammarCompiler(self.info)
 
     def compile(self, schema: Any) -> Session:
-        # the corpus checks existing documents, whose members come in any order
-        compiled = self.compiler.compile_json_schema(schema, property_order="any")
+        # the corpus checks existing documents, whose members come in any order; a schema no
+        # instance satisfies rejects them all (the empty language) instead of failing to compile
+        compiled = self.compiler.compile_json_schema(schema, property_order="any", unsatisfiable="empty")
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
 
     def clear_cache(self) -> None:

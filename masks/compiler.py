@@ -103,6 +103,8 @@ class GrammarCompiler:
         lenient: bool = False,
         **options: Any,
     ) -> "CompiledGrammar":
+        """A JSON Schema (dict, JSON text or pydantic model class); `options` go to
+        `json_schema_to_grammar` (property_order, separators, retrieve, unsatisfiable, ...)."""
         from ..grammar.json_schema import json_schema_to_grammar
 
         options.setdefault("max_depth", self.budgets.max_schema_depth)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from support import grammar_compiler
+from support import grammar_compiler, hf_tokenizer
 
 try:
     from hypothesis import settings
@@ -28,3 +28,8 @@ def smollm2_compiler():
 @pytest.fixture(scope="session")
 def llama3_compiler():
     return grammar_compiler("llama3")
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer():
+    return hf_tokenizer("llama3")

@@ -45,6 +45,14 @@ def accepts_text(compiled, text: str | bytes) -> bool:
     return matcher.accept_string(text) and matcher.can_end()
 
 
+def accepts_token_ids(compiled, token_ids) -> bool:
+    """Is this token sequence a complete string of the compiled grammar (fed token by token)?"""
+    import pushmask
+
+    matcher = pushmask.GrammarMatcher(compiled)
+    return all(matcher.accept_token(t) for t in token_ids) and matcher.can_end()
+
+
 _EDGE_CACHE: dict = {}
 
 

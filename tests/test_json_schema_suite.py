@@ -93,7 +93,7 @@ def run_group(compiler, tokenizer, schema, tests, check_mask: bool) -> tuple[str
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            grammar = json_schema_to_grammar(schema, retrieve=retrieve, property_order="any")
+            grammar = json_schema_to_grammar(schema, retrieve=retrieve, property_order="any", unsatisfiable="empty")
         compiled = compiler.compile_ir(grammar)
     except (SchemaError, BudgetExceededError) as exc:
         return "unsupported", str(exc)

@@ -400,7 +400,7 @@ def test_regex_format_is_a_sound_subset_of_what_re_compiles():
     assert dfa.accepts("((a|b)+c)?") and not dfa.accepts("((((a))))")  # nesting depth 3, not 4
 
 
-@pytest.mark.parametrize("pattern", ["(?=a)", "(?!a)", "(?<=a)b", "(a)\\1", "\\bword", "\\p{L}", "a{,3}", "[]",
+@pytest.mark.parametrize("pattern", ["(?=a)", "(?!a)", "(?<=a)b", "(a)\\1", "\\bword", "\\p{Greek}", "a{,3}", "[]",
                                      "(?<name>a)", "\\a", "(?i)a", "a**", "[z-a]", "(", "a)"])
 def test_untranslatable_patterns_raise_unsupported(pattern):
     with pytest.raises(UnsupportedSchemaError) as info:
@@ -538,7 +538,7 @@ def test_official_suite_strings_are_never_wrongly_accepted(name):
             dfa = string_dfa(pattern=schema.get("pattern"), min_length=schema.get("minLength"),
                              max_length=schema.get("maxLength"), format=schema.get("format"))
         except UnsupportedSchemaError:
-            continue  # \p{...}, \cX: refused, which is the sound answer
+            continue  # \cX, ...: refused, which is the sound answer
         for test in group["tests"]:
             if not isinstance(test["data"], str):
                 continue
