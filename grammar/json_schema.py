@@ -2113,7 +2113,10 @@ def _dfa_op(fn: Callable, other, keyword: str, pointer: str):
 
 
 def _forbid_additional(node):
-    """additional_properties_default=False: object schemas without additionalProperties get false."""
+    """additional_properties_default=False, xgrammar's strict mode: an object schema that lists
+    properties or patternProperties gets additionalProperties false, and a tuple (prefixItems, or
+    a list of items before 2020-12) gets no further items, unless the schema says what else may
+    come.  A schema that lists nothing ({"type": "object"}) stays open, as in xgrammar."""
     if isinstance(node, list):
         return [_forbid_additional(v) for v in node]
     if not isinstance(node, dict):
@@ -2126,10 +2129,14 @@ def _forbid_additional(node):
             out[k] = {n: _forbid_additional(s) for n, s in v.items()} if isinstance(v, dict) else v
         else:
             out[k] = _forbid_additional(v)
-    t = node.get("type")
-    is_object = t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
-    if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
+    lists_members = "properties" in node or "patternProperties" in node
+    if lists_members and "additionalProperties" not in node and "unevaluatedProperties" not in node:
         out["additionalProperties"] = False
+    if "unevaluatedItems" not in node:
+        if "prefixItems" in node and "items" not in node:
+            out["items"] = False
+        elif isinstance(node.get("items"), list) and "additionalItems" not in node:
+            out["additionalItems"] = False
     return out
 
 
@@ -2335,7 +2342,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
     indent: json.dumps(indent=N) layout.  max_whitespace: cap on each whitespace run (flexible).
     separators: exact (item, key) separators as in json.dumps.  additional_properties_default:
-    False treats a missing additionalProperties on object schemas as false.  lenient: widen what
+    False is xgrammar's strict mode (see _forbid_additional).  lenient: widen what
     cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
     retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members

@@ -136,7 +136,7 @@ class PushmaskSession(BitmaskSession):
         self.matcher = pm.GrammarMatcher(compiled)
         self.vocab_size = vocab_size
         self._bitmask2d = pm.allocate_token_bitmask(1, vocab_size)
-        self.bitmask = self._bitmask2d[0]
+        self.bitmask = np.asarray(self._bitmask2d)[0]  # shares memory with a torch tensor
 
     def fill_mask(self) -> None:
         self.matcher.fill_next_token_bitmask(self._bitmask2d, index=0)
@@ -168,7 +168,7 @@ class PushmaskEngine(Engine):
 
     def compile(self, schema: Any) -> Session:
         # the corpus checks existing documents, whose members come in any order
-        compiled = self.compiler.compile_json_schema(schema, property_order="any")
+        compiled = self.compiler.compile_json_schema(schema, property_order="any", strict_mode=False)
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
 
     def clear_cache(self) -> None:

@@ -52,7 +52,7 @@ def regex_allows(pattern: regex.Pattern, text: bytes) -> bool:
 def mask_of(matcher: pm.GrammarMatcher) -> np.ndarray:
     bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
     matcher.fill_next_token_bitmask(bitmask)
-    bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")
+    bits = np.unpackbits(np.asarray(bitmask)[0].view(np.uint8), bitorder="little")
     return bits[: matcher.vocab_size].astype(bool)
 
 
@@ -207,7 +207,7 @@ def test_cached_masks_respect_each_grammars_follow_set(llama3_compiler):
             assert matcher.accept_string(text)
             bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
             matcher.fill_next_token_bitmask(bitmask, 0)
-            masks.append(bitmask.copy())
+            masks.append(np.asarray(bitmask).copy())
         assert np.array_equal(masks[0], masks[1]), text
         assert masks[0][0, closing // 32] >> (closing % 32) & 1
 
@@ -328,7 +328,8 @@ def test_fill_torch_bitmask_and_apply(smollm2_compiler):
     torch = pytest.importorskip("torch")
     matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False))
     vocab = matcher.vocab_size
-    bitmask = torch.from_numpy(pm.allocate_token_bitmask(2, vocab))
+    bitmask = pm.allocate_token_bitmask(2, vocab)
+    assert isinstance(bitmask, torch.Tensor) and bitmask.dtype == torch.int32  # as xgrammar allocates
     matcher.fill_next_token_bitmask(bitmask, index=1)
     expected = mask_of(matcher)
     logits = torch.zeros(2, vocab + 100)
