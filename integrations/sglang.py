@@ -47,6 +47,15 @@ BACKEND_NAME = "pushmask"
 MAX_ROLLBACK_TOKENS = 200  # as SGLang's xgrammar backend (speculative decoding rolls back drafts)
 
 
+def move_vocab_mask(vocab_mask: torch.Tensor, device) -> torch.Tensor:
+    return vocab_mask.to(device, non_blocking=True)
+
+
+def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
+    """-inf where the bitmask forbids (pushmask's kernels: CPU, or torch ops on the logits' device)."""
+    apply_token_bitmask_inplace(logits, vocab_mask)
+
+
 class PushmaskGrammar(BaseGrammarObject):
     """One request's grammar state: a pushmask matcher behind SGLang's grammar-object methods."""
 
@@ -88,13 +97,8 @@ class PushmaskGrammar(BaseGrammarObject):
     def reset_vocab_mask(vocab_mask: torch.Tensor) -> None:
         vocab_mask.fill_(-1)
 
-    @staticmethod
-    def move_vocab_mask(vocab_mask: torch.Tensor, device) -> torch.Tensor:
-        return vocab_mask.to(device, non_blocking=True)
-
-    @staticmethod
-    def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
-        apply_token_bitmask_inplace(logits, vocab_mask)
+    move_vocab_mask = staticmethod(move_vocab_mask)
+    apply_vocab_mask = staticmethod(apply_vocab_mask)
 
     def copy(self) -> "PushmaskGrammar":
         """A fresh state of the same compiled grammar (SGLang copies its cached grammars)."""
@@ -164,13 +168,8 @@ class PushmaskGrammarBackend(BaseGrammarBackend):
     def allocate_vocab_mask(vocab_size: int, batch_size: int, device) -> torch.Tensor:
         return torch.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=torch.int32)
 
-    @staticmethod
-    def move_vocab_mask(vocab_mask: torch.Tensor, device) -> torch.Tensor:
-        return vocab_mask.to(device, non_blocking=True)
-
-    @staticmethod
-    def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
-        apply_token_bitmask_inplace(logits, vocab_mask)
+    move_vocab_mask = staticmethod(move_vocab_mask)
+    apply_vocab_mask = staticmethod(apply_vocab_mask)
 
     def reset(self) -> None:
         super().reset()
