@@ -44,8 +44,6 @@ class GrammarCompiler:
         PUSHMASK_MASK_CACHE_MAX_BYTES); cache_enabled=False turns both off."""
         self.tokenizer_info = tokenizer_info
         self.budgets = budgets or Budgets()
-        with _SHARED_LOCK:  # grammars read back from pickle in this process join the first compiler
-            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.budgets)), self)
         self.cache_enabled = cache_enabled
         self.cache = MaskCache(cache_limit_bytes)
         self.trie = TokenTrie(tokenizer_info.decoded_vocab, tokenizer_info.vocab_size, tokenizer_info.special_token_ids)
@@ -60,6 +58,8 @@ class GrammarCompiler:
             self.disk_cache = DiskMaskCache(mask_cache_dir, fingerprint, mask_cache_max_bytes)
         else:
             self.disk_cache = DiskMaskCache.from_environment(fingerprint)
+        with _SHARED_LOCK:  # grammars read back from pickle in this process join the first compiler
+            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.budgets)), self)
 
     @classmethod
     def shared(cls, tokenizer_info: TokenizerInfo, budgets: Budgets | None = None) -> "GrammarCompiler":
