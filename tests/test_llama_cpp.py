@@ -3,7 +3,7 @@
 The adapter works on the numpy arrays llama_cpp hands it, so the first test drives it exactly as
 llama_cpp does (input_ids = prompt + output so far, scores = next-token logits) with the model run
 by transformers; the second runs the real `llama_cpp.Llama` when llama-cpp-python is installed
-(`make test-llama-cpp`: it is built from source, ~25+ minutes on 2 cores, so CI's `make test`
+(`make test-llama-cpp`: it is built from source, more than 25 minutes on 2 cores, so CI's `make test`
 does not install it)."""
 
 from __future__ import annotations
