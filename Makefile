@@ -4,8 +4,18 @@ PIP := $(VENV)/bin/pip
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_PIP := $(VLLM_VENV)/bin/pip
+SGLANG_VENV ?= .venv-sglang
+SGLANG_PY := $(SGLANG_VENV)/bin/python
+SGLANG_PIP := $(SGLANG_VENV)/bin/pip
+# What SGLang's grammar modules import, installed without their dependencies (SGLang pins torch
+# 2.14.1 and CUDA kernels; none of that is needed to import its grammar classes on a CPU).
+SGLANG_NO_DEPS := sglang==0.5.23 orjson psutil pybase64 requests urllib3 certifi triton pillow starlette \
+	msgspec pyzmq IPython traitlets aiohttp multidict yarl propcache aiohappyeyeballs aiosignal frozenlist openai \
+	sniffio partial_json_parser
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF \
+	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF
 
-.PHONY: venv install demo test test-fast test-vllm clean
+.PHONY: venv install demo test test-fast test-vllm test-sglang test-llama-cpp clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -45,5 +55,22 @@ test-vllm: $(VLLM_PY)
 	$(VLLM_PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	HF_HUB_OFFLINE=1 $(VLLM_PY) -m pytest -q tests/vllm
 
+# SGLang's grammar classes (and its xgrammar backend, to compare masks with) in .venv-sglang.
+$(SGLANG_PY):
+	python3 -m venv $(SGLANG_VENV)
+	$(SGLANG_PIP) install -q --upgrade pip
+	$(SGLANG_PIP) install -q torch==2.13.0
+	$(SGLANG_PIP) install -q numpy numba lark interegular jsonschema referencing pytest transformers pydantic xgrammar==0.2.8
+	$(SGLANG_PIP) install -q --no-deps $(SGLANG_NO_DEPS)
+
+test-sglang: $(SGLANG_PY)
+	$(SGLANG_PIP) install -q --no-deps -e .
+	HF_HUB_OFFLINE=1 $(SGLANG_PY) -m pytest -q tests/test_sglang.py
+
+# llama-cpp-python has no CPU wheel on PyPI: pip builds llama.cpp (2 cores: 25+ minutes).
+test-llama-cpp: install
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q 'llama-cpp-python==0.3.36'
+	$(PY) -m pytest -q tests/test_llama_cpp.py
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build *.egg-info

@@ -2164,8 +2164,10 @@ these keywords takes no undeclared members; one with none of them (`{"type": "ob
 
 
 def _forbid_additional(node, only_declared: bool = False):
-    """additional_properties_default=False: object schemas without additionalProperties get false
-    (only_declared: only those with a _DECLARING_KEYWORDS keyword)."""
+    """additional_properties_default=False: object schemas without additionalProperties get false.
+    only_declared ("declared", XGrammar's strict mode): only those with a _DECLARING_KEYWORDS
+    keyword, and a tuple (prefixItems, or a list of items before 2020-12) gets no further items
+    unless the schema says what else may come."""
     if isinstance(node, list):
         return [_forbid_additional(v, only_declared) for v in node]
     if not isinstance(node, dict):
@@ -2179,11 +2181,17 @@ def _forbid_additional(node, only_declared: bool = False):
         else:
             out[k] = _forbid_additional(v, only_declared)
     t = node.get("type")
-    is_object = t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
+    is_object = (t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
+                 or "patternProperties" in node)
     if only_declared:
         is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
     if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
         out["additionalProperties"] = False
+    if only_declared and "unevaluatedItems" not in node:
+        if "prefixItems" in node and "items" not in node:
+            out["items"] = False
+        elif isinstance(node.get("items"), list) and "additionalItems" not in node:
+            out["additionalItems"] = False
     return out
 
 
@@ -2378,7 +2386,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     indent: json.dumps(indent=N) layout.  max_whitespace: cap on each whitespace run (flexible).
     separators: exact (item, key) separators as in json.dumps.  additional_properties_default:
     False treats a missing additionalProperties on object schemas as false; "declared" (XGrammar's
-    strict mode) only on object schemas that declare members (properties, required, ...).  lenient: widen what
+    strict mode) only on object schemas that declare members (properties, required, ...), and
+    closes tuples (prefixItems) the same way.  lenient: widen what
     cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
     retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members

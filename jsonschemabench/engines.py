@@ -136,7 +136,7 @@ class PushmaskSession(BitmaskSession):
         self.matcher = pm.GrammarMatcher(compiled)
         self.vocab_size = vocab_size
         self._bitmask2d = pm.allocate_token_bitmask(1, vocab_size)
-        self.bitmask = self._bitmask2d[0]
+        self.bitmask = np.asarray(self._bitmask2d)[0]  # shares memory with a torch tensor
 
     def fill_mask(self) -> None:
         self.matcher.fill_next_token_bitmask(self._bitmask2d, index=0)
@@ -167,9 +167,11 @@ class PushmaskEngine(Engine):
         self.compiler = pm.GrammarCompiler(self.info)
 
     def compile(self, schema: Any) -> Session:
-        # the corpus checks existing documents, whose members come in any order; a schema no
-        # instance satisfies rejects them all (the empty language) instead of failing to compile
-        compiled = self.compiler.compile_json_schema(schema, property_order="any", unsatisfiable="empty")
+        # the corpus checks existing documents, whose members come in any order, against the
+        # schema's own language (not xgrammar's strict default); a schema no instance satisfies
+        # rejects them all (the empty language) instead of failing to compile
+        compiled = self.compiler.compile_json_schema(schema, property_order="any", strict_mode=False,
+                                                     unsatisfiable="empty")
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
 
     def clear_cache(self) -> None:

@@ -4,18 +4,22 @@ Layout (shared with the matcher and with xgrammar): bit ``t % 32`` of word ``t /
 token ``t`` is allowed. Words are int32, so bit 31 is the sign bit: a word with token 31 allowed
 is negative, and "all allowed" is -1.
 
-Works on numpy arrays and on torch tensors (CPU or CUDA). torch is imported only when a torch
-tensor is passed in, so pushmask does not need torch installed.
+Works on numpy arrays and on torch tensors (CPU or CUDA). `allocate_token_bitmask` returns a
+torch tensor when torch is installed (as xgrammar does) and a numpy array otherwise; everything
+else imports torch only when a torch tensor is passed in, so pushmask does not need torch.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import numpy as np
 
 __all__ = [
     "allocate_token_bitmask",
+    "allocate_numpy_bitmask",
+    "get_bitmask_shape",
     "reset_token_bitmask",
     "apply_token_bitmask_inplace",
     "bitmask_to_bool",
@@ -31,11 +35,36 @@ def bitmask_width(vocab_size: int) -> int:
     return (int(vocab_size) + 31) // 32
 
 
-def allocate_token_bitmask(batch_size: int, vocab_size: int) -> np.ndarray:
-    """An int32 array [batch_size, ceil(vocab_size / 32)] with every bit set (all allowed)."""
+def get_bitmask_shape(batch_size: int, vocab_size: int) -> tuple[int, int]:
+    """(batch_size, ceil(vocab_size / 32)): the shape allocate_token_bitmask returns."""
+    return (int(batch_size), bitmask_width(vocab_size))
+
+
+def allocate_token_bitmask(batch_size: int, vocab_size: int):
+    """int32 [batch_size, ceil(vocab_size / 32)] with every bit set (all allowed): a CPU torch
+    tensor when torch is installed, as xgrammar returns, else a numpy array."""
+    if _torch_installed():
+        import torch
+
+        return torch.from_numpy(allocate_numpy_bitmask(batch_size, vocab_size))
+    return allocate_numpy_bitmask(batch_size, vocab_size)
+
+
+def allocate_numpy_bitmask(batch_size: int, vocab_size: int) -> np.ndarray:
+    """allocate_token_bitmask as a numpy array whether or not torch is installed."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return np.full((int(batch_size), bitmask_width(vocab_size)), -1, dtype=np.int32)
+    return np.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=np.int32)
+
+
+_TORCH_INSTALLED: bool | None = None
+
+
+def _torch_installed() -> bool:
+    global _TORCH_INSTALLED
+    if _TORCH_INSTALLED is None:
+        _TORCH_INSTALLED = "torch" in sys.modules or importlib.util.find_spec("torch") is not None
+    return _TORCH_INSTALLED
 
 
 def reset_token_bitmask(bitmask) -> None:

@@ -3,9 +3,11 @@ computed per-state token masks, shared across grammars through the compiler's ca
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +19,7 @@ from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, ch
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
+from .serialization import DeserializeError, check_header, from_json, header, to_json
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
 from .walk import MASK_FIELDS, PAIR_WIDTH, new_slice_scratch, run_follow_pairs, run_slice_bounds, run_state_walk
@@ -63,6 +66,18 @@ class GrammarCompiler:
             self.disk_cache = DiskMaskCache(mask_cache_dir, fingerprint, mask_cache_max_bytes)
         else:
             self.disk_cache = DiskMaskCache.from_environment(fingerprint)
+        with _SHARED_LOCK:  # grammars read back from pickle in this process join the first compiler
+            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.budgets)), self)
+
+    @classmethod
+    def shared(cls, tokenizer_info: TokenizerInfo, budgets: Budgets | None = None) -> "GrammarCompiler":
+        """This process's compiler for a vocabulary and budgets (the first one made while any is
+        alive): grammars read back from pickle or JSON share its token trie and mask cache."""
+        budgets = budgets or Budgets()
+        key = (tokenizer_info.vocab_hash, dataclasses.astuple(budgets))
+        with _SHARED_LOCK:
+            compiler = _SHARED_COMPILERS.get(key)
+        return compiler if compiler is not None else cls(tokenizer_info, budgets=budgets)
 
     # -- front ends -------------------------------------------------------------------------
 
@@ -96,30 +111,34 @@ class GrammarCompiler:
         self,
         schema: Any,
         *,
-        whitespace: str = "flexible",
+        any_whitespace: bool | None = None,
         indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        strict_mode: bool | None = None,
+        max_whitespace_cnt: int | None = None,
+        any_order: bool | None = None,
+        whitespace: str | None = None,
         max_whitespace: int | None = None,
-        additional_properties_default: bool = True,
+        additional_properties_default: bool | None = None,
+        property_order: str | None = None,
         lenient: bool = False,
         **options: Any,
     ) -> "CompiledGrammar":
-        """A JSON Schema (dict, JSON text or pydantic model class); `options` go to
-        `json_schema_to_grammar` (property_order, separators, retrieve, unsatisfiable, ...)."""
+        """A JSON Schema (dict, JSON text or pydantic model class), with xgrammar's keyword
+        arguments and meanings (see json_schema_options); pushmask's own names (whitespace,
+        max_whitespace, additional_properties_default, property_order) are accepted too, and the
+        other `options` go to `json_schema_to_grammar` (retrieve, unsatisfiable, ...)."""
         from ..grammar.json_schema import json_schema_to_grammar
 
+        options.update(json_schema_options(
+            any_whitespace=any_whitespace, indent=indent, separators=separators, strict_mode=strict_mode,
+            max_whitespace_cnt=max_whitespace_cnt, any_order=any_order, whitespace=whitespace,
+            max_whitespace=max_whitespace, additional_properties_default=additional_properties_default,
+            property_order=property_order))
         options.setdefault("max_depth", self.budgets.max_schema_depth)
         clock = CompileClock(self.budgets.compile_time_limit_s)
         with _nesting_guard("schema"):
-            grammar = json_schema_to_grammar(
-                schema,
-                whitespace=whitespace,
-                indent=indent,
-                max_whitespace=max_whitespace,
-                additional_properties_default=additional_properties_default,
-                lenient=lenient,
-                clock=clock,
-                **options,
-            )
+            grammar = json_schema_to_grammar(schema, lenient=lenient, clock=clock, **options)
             return self.compile_ir(grammar, clock=clock)
 
     def compile_structural_tag(self, tags: Any, triggers: Any = None, **json_options: Any) -> "CompiledGrammar":
@@ -188,6 +207,11 @@ class GrammarCompiler:
         return stats
 
 
+_SHARED_COMPILERS: "weakref.WeakValueDictionary[tuple, GrammarCompiler]" = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+_PAYLOAD_KIND = "CompiledGrammar"
+
+
 class CompiledGrammar:
     """A grammar ready for matching: PDA arrays plus per-state masks computed on first use.
 
@@ -196,7 +220,7 @@ class CompiledGrammar:
     fill kernel reads.
     """
 
-    def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda):
+    def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda, token_ids: tuple[int, ...] = ()):
         self.compiler = compiler
         self.tokenizer_info = compiler.tokenizer_info
         self.grammar = grammar
@@ -210,9 +234,10 @@ class CompiledGrammar:
         self._offline: StackRunner | None = None
         self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs and digest
         self._lock = threading.Lock()
-        # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py).
+        # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py); a
+        # deserialized grammar (no IR) names them in its payload.
         self.token_terminals: dict[int, np.ndarray] = {}
-        for token in sorted(token_terminal_ids(grammar)):
+        for token in sorted(token_terminal_ids(grammar) if grammar is not None else token_ids):
             if token >= self.tokenizer_info.vocab_size:
                 raise GrammarError(f"token id {token} in the grammar is outside the vocabulary "
                                    f"(size {self.tokenizer_info.vocab_size})")
@@ -355,12 +380,118 @@ class CompiledGrammar:
     def num_states(self) -> int:
         return self.pda.num_states
 
+    # -- serialization (the automaton and the masks computed so far; `grammar`, the IR, stays behind)
+
+    def serialize_json(self) -> str:
+        """JSON text of this grammar without its vocabulary (xgrammar's name): read it back with
+        CompiledGrammar.deserialize_json(text, tokenizer_info) for the same vocabulary."""
+        return to_json(self._payload())
+
+    @staticmethod
+    def deserialize_json(text: str | bytes, tokenizer_info: TokenizerInfo) -> "CompiledGrammar":
+        """The grammar serialize_json wrote, on this process's shared compiler for tokenizer_info
+        (DeserializeError for another vocabulary or malformed text)."""
+        grammar = CompiledGrammar.__new__(CompiledGrammar)
+        grammar._restore(from_json(text, _PAYLOAD_KIND), tokenizer_info)
+        return grammar
+
+    def __getstate__(self) -> dict:
+        return {**self._payload(), "tokenizer_info": self.tokenizer_info}
+
+    def __setstate__(self, payload: dict) -> None:
+        self._restore(check_header(payload, _PAYLOAD_KIND), payload["tokenizer_info"])
+
+    def _payload(self) -> dict:
+        compiler, pda = self.compiler, self.pda
+        masks = [{"state": state, "kind": mask.kind, "data": mask.data, "positions": mask.uncertain_positions,
+                  "ids": mask.uncertain_ids, "lcp": mask.uncertain_lcp, "accepted": mask.num_accepted}
+                 for state, mask in enumerate(list(self._masks)) if mask is not None]
+        return {**header(_PAYLOAD_KIND), "vocab_hash": self.tokenizer_info.vocab_hash,
+                "trie": compiler.trie.fingerprint(self.tokenizer_info.vocab_hash),
+                "budgets": dataclasses.asdict(compiler.budgets),
+                "pda": {"rule_names": list(pda.rule_names), "rule_keys": list(pda.rule_keys),
+                        "rule_first_state": pda.rule_first_state, "blob": pda.blob, "root_rule": int(pda.root_rule)},
+                "token_terminals": sorted(self.token_terminals), "masks": masks}
+
+    def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
+        if not isinstance(tokenizer_info, TokenizerInfo):
+            raise TypeError(f"tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}")
+        if tokenizer_info.vocab_hash != payload["vocab_hash"]:
+            raise DeserializeError("the grammar was compiled for another vocabulary (its vocab_hash differs); "
+                                   "pass the TokenizerInfo it was compiled with")
+        compiler = GrammarCompiler.shared(tokenizer_info, Budgets(**payload["budgets"]))
+        p = payload["pda"]
+        pda = Pda(list(p["rule_names"]), list(p["rule_keys"]), np.asarray(p["rule_first_state"]),
+                  np.asarray(p["blob"]), int(p["root_rule"]))
+        CompiledGrammar.__init__(self, compiler, None, pda, tuple(payload["token_terminals"]))
+        if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
+            return  # masks from another token order: recomputed on first visit instead
+        for m in payload["masks"]:
+            mask = StateMask(int(m["kind"]), m["data"], m["positions"], m["ids"], m["lcp"], int(m["accepted"]))
+            self._store(int(m["state"]), mask)
+            self._masks[int(m["state"])] = mask
+
     def memory_size_bytes(self) -> int:
         """Bytes held by this grammar: its automaton and its mask store."""
         return self.pda.nbytes() + self.mask_index.nbytes + self._pool_used * 4
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
+
+
+def json_schema_options(*, any_whitespace=None, indent=None, separators=None, strict_mode=None,
+                        max_whitespace_cnt=None, any_order=None, whitespace=None, max_whitespace=None,
+                        additional_properties_default=None, property_order=None) -> dict[str, Any]:
+    """json_schema_to_grammar's layout and policy options from xgrammar's keyword arguments and
+    pushmask's own names (each xgrammar name with its pushmask twin; giving both with different
+    values is an error).  As in xgrammar:
+
+    - strict_mode=True (the default; additional_properties_default="declared"): an object schema
+      that declares members (properties, patternProperties, required, ...), or an array schema
+      with prefixItems, takes no members or items beyond them unless the schema says what else
+      may come (additionalProperties, items, ...); strict_mode=False is the schema's own language.
+    - any_whitespace=True: any JSON whitespace between tokens (indent and separators are then
+      ignored); False: the exact layout of json.dumps with `indent` and `separators`, whose
+      default is (", ", ": ") on one line and (",", ": ") with indent.
+    - max_whitespace_cnt=N: at most N characters in each whitespace run; any_order=True: object
+      members in any order.
+
+    Left unset, any_whitespace takes pushmask's meaning: flexible whitespace unless indent,
+    separators or whitespace="compact" fix the layout.
+    """
+    def merged(xgr_name, xgr_value, pm_name, pm_value):
+        if xgr_value is not None and pm_value is not None and xgr_value != pm_value:
+            raise ValueError(f"compile_json_schema: {xgr_name}={xgr_value!r} contradicts {pm_name}={pm_value!r}; "
+                             f"pass one of them")
+        return pm_value if pm_value is not None else xgr_value
+
+    if additional_properties_default is None:  # strict_mode decides, strict by default as in xgrammar
+        additional_properties = "declared" if strict_mode is None or strict_mode else True
+    elif strict_mode is not None and bool(strict_mode) == (additional_properties_default is True):
+        raise ValueError(f"compile_json_schema: strict_mode={strict_mode!r} contradicts "
+                         f"additional_properties_default={additional_properties_default!r}; pass one of them")
+    else:
+        additional_properties = additional_properties_default
+    order = merged("any_order", None if any_order is None else ("any" if any_order else "definition"),
+                   "property_order", property_order)
+    out: dict[str, Any] = {
+        "additional_properties_default": additional_properties,
+        "property_order": order or "definition",
+        "max_whitespace": merged("max_whitespace_cnt", max_whitespace_cnt, "max_whitespace", max_whitespace),
+        "whitespace": whitespace or "flexible",
+        "indent": indent,
+        "separators": separators,
+    }
+    if any_whitespace is None:
+        return out
+    if whitespace is not None and (whitespace == "flexible") != bool(any_whitespace):
+        raise ValueError(f"compile_json_schema: any_whitespace={any_whitespace!r} contradicts "
+                         f"whitespace={whitespace!r}; pass one of them")
+    if any_whitespace:
+        out.update(whitespace="flexible", indent=None, separators=None)
+    elif whitespace != "compact":
+        out["separators"] = separators or ((",", ": ") if indent is not None else (", ", ": "))
+    return out
 
 
 def _check_text(text, name: str, where: str) -> None:

@@ -72,6 +72,8 @@ class GrammarMatcher:
         self.compiled_grammar = compiled_grammar
         info = compiled_grammar.tokenizer_info
         self.vocab_size = info.vocab_size
+        if isinstance(override_stop_tokens, (int, np.integer)):
+            override_stop_tokens = [override_stop_tokens]  # one id, as xgrammar takes it
         self.stop_token_ids = tuple(int(t) for t in (override_stop_tokens if override_stop_tokens is not None else info.stop_token_ids))
         for t in self.stop_token_ids:
             if not 0 <= t < self.vocab_size:
@@ -158,11 +160,11 @@ class GrammarMatcher:
 
     # -- masks ---------------------------------------------------------------------------
 
-    def fill_next_token_bitmask(self, bitmask, index: int = 0) -> bool:
+    def fill_next_token_bitmask(self, bitmask, index: int = 0, *, debug_print: bool = False) -> bool:
         """Write the allowed next tokens into row `index` of `bitmask` (int32 [batch, ceil(V/32)]).
 
         Returns True (the row may forbid tokens), as XGrammar does.  A terminated matcher allows only
-        stop tokens.
+        stop tokens.  debug_print is accepted for xgrammar compatibility and prints nothing.
         """
         cached = self._row_cache  # the checked row view of the numpy bitmask used last time
         if cached is not None and cached[0] is bitmask and cached[1] == index:
@@ -227,9 +229,9 @@ class GrammarMatcher:
         for t in state.token_terminals:
             words[t >> 5] |= np.int32(1) << np.int32(t & 31)
 
-    def _after_terminal(self, token_id: int) -> _MatchState | None:
+    def _after_terminal(self, token_id: int, state: _MatchState | None = None) -> _MatchState | None:
         data = self._token_terminals[token_id]
-        return self._state_after_bytes(data, 0, len(data))
+        return self._state_after_bytes(data, 0, len(data), state)
 
     def _apply_budget(self, words: np.ndarray) -> None:
         """Drop the tokens after which the text could no longer finish within max_tokens."""
@@ -257,30 +259,45 @@ class GrammarMatcher:
 
     # -- advancing -----------------------------------------------------------------------
 
-    def accept_token(self, token_id: int) -> bool:
-        """Advance on one token; False (and no change) when the grammar does not allow it."""
+    def accept_token(self, token_id: int, *, debug_print: bool = False) -> bool:
+        """Advance on one token; False (and no change) when the grammar does not allow it.
+        (debug_print: accepted for xgrammar compatibility, prints nothing.)"""
         new_state = self._state_after_token(token_id)
         if new_state is None:
             return False
         self._push(new_state)
         return True
 
+    def validate_tokens(self, token_ids: Sequence[int]) -> list[int]:
+        """The longest prefix of token_ids that accept_token would take one after the other,
+        leaving the matcher as it is (vLLM's validate_tokens: speculative decoding checks draft
+        tokens with it).  Tokens after an accepted stop token are not taken."""
+        accepted: list[int] = []
+        state = self._state
+        for token_id in token_ids:
+            state = None if state.terminated else self._state_after_token(token_id, state)
+            if state is None:
+                break
+            accepted.append(int(token_id))
+        return accepted
+
     def check_token(self, token_id: int) -> bool:
         """Whether accept_token(token_id) would succeed, leaving the matcher as it is: one grammar
         check, for samplers that test a few drawn tokens instead of filling a whole mask (AWRS)."""
         return self._state_after_token(token_id) is not None
 
-    def _state_after_token(self, token_id: int) -> _MatchState | None:
+    def _state_after_token(self, token_id: int, state: _MatchState | None = None) -> _MatchState | None:
+        """The state after token_id from `state` (default: the current one); None if refused."""
         token_id = int(token_id)
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} outside the vocabulary (size {self.vocab_size})")
-        state = self._state
+        state = self._state if state is None else state
         if state.terminated:
             raise RuntimeError("the matcher has terminated (a stop token was accepted); call reset() or rollback()")
         if token_id in self._token_terminals:
             # By its id the token takes the terminal's edge; a token that also spells text takes
             # the terminal when both are open (sound; the text reading is then not followed).
-            after = self._after_terminal(token_id)
+            after = self._after_terminal(token_id, state)
             if after is not None:
                 return after
         if token_id in self._stop_set:
@@ -288,9 +305,9 @@ class GrammarMatcher:
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
         if start == end or token_id in self._reserved_tokens:
             return None  # special or padding token, or text holding the byte reserved for terminals
-        return self._state_after_bytes(self._vocab_bytes, start, end)
+        return self._state_after_bytes(self._vocab_bytes, start, end, state)
 
-    def accept_string(self, text: str | bytes) -> bool:
+    def accept_string(self, text: str | bytes, *, debug_print: bool = False) -> bool:
         """Advance over a whole string (one rollback step); False and no change if not allowed."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if self._state.terminated:
@@ -305,8 +322,9 @@ class GrammarMatcher:
         self._push(new_state)
         return True
 
-    def _state_after_bytes(self, data: np.ndarray, start: int, end: int) -> _MatchState | None:
-        got = self._runner.advance(self._state.stacks, data, start, end)
+    def _state_after_bytes(self, data: np.ndarray, start: int, end: int,
+                           state: _MatchState | None = None) -> _MatchState | None:
+        got = self._runner.advance((self._state if state is None else state).stacks, data, start, end)
         if got is None:
             return None
         stacks, n_kernel, flags = got

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 VOCAB_TYPES = ("byte_level", "byte_fallback", "raw")
+_PAYLOAD_KIND = "TokenizerInfo"
 
 # End-of-turn / end-of-text markers of common chat models. When the caller gives no stop ids,
 # those present among the special tokens join eos_token_id as stop tokens.
@@ -145,6 +146,8 @@ class TokenizerInfo:
         self.vocab_type = vocab_type
         self.vocab_size = vocab_size
 
+        if isinstance(stop_token_ids, (int, np.integer)) and not isinstance(stop_token_ids, bool):
+            stop_token_ids = [stop_token_ids]  # one id, as xgrammar takes it
         stops = _unique_ids(stop_token_ids or (), vocab_size, "stop_token_ids")
         specials = set(_unique_ids(special_token_ids or (), vocab_size, "special_token_ids"))
         # A stop token ends generation; it never stands for grammar text.
@@ -335,6 +338,43 @@ class TokenizerInfo:
             f"grammar_tokens={len(self.grammar_token_ids)}, "
             f"stop_token_ids={list(self.stop_token_ids)}, hash={self.vocab_hash[:12]})"
         )
+
+    # ------------------------------------------------------------------ serialization
+
+    def serialize_json(self) -> str:
+        """This vocabulary as JSON text (xgrammar's name); TokenizerInfo.deserialize_json reads it."""
+        from .serialization import to_json
+
+        return to_json(self._payload())
+
+    @staticmethod
+    def deserialize_json(text: str | bytes) -> "TokenizerInfo":
+        """The TokenizerInfo serialize_json wrote (DeserializeError if the text is not one)."""
+        from .serialization import from_json
+
+        return TokenizerInfo._from_payload(from_json(text, _PAYLOAD_KIND))
+
+    def _payload(self) -> dict:
+        from .serialization import header
+
+        n = self.num_tokenizer_tokens
+        return {**header(_PAYLOAD_KIND), "vocab_type": self.vocab_type, "vocab_size": self.vocab_size,
+                "stop_token_ids": list(self.stop_token_ids), "special_token_ids": list(self.special_token_ids),
+                "token_lengths": self.token_lengths[:n].copy(), "token_bytes": b"".join(self.decoded_vocab[:n]),
+                "vocab_hash": self.vocab_hash}
+
+    @staticmethod
+    def _from_payload(payload: dict) -> "TokenizerInfo":
+        from .serialization import DeserializeError, check_header
+
+        payload = check_header(payload, _PAYLOAD_KIND)
+        data, ends = payload["token_bytes"], np.cumsum(payload["token_lengths"]).tolist()
+        tokens = [data[start:end] for start, end in zip([0] + ends[:-1], ends)]
+        info = TokenizerInfo(tokens, vocab_type=payload["vocab_type"], vocab_size=payload["vocab_size"],
+                             stop_token_ids=payload["stop_token_ids"], special_token_ids=payload["special_token_ids"])
+        if info.vocab_hash != payload["vocab_hash"]:
+            raise DeserializeError("the serialized TokenizerInfo is damaged: its vocabulary hash does not match")
+        return info
 
     def __getstate__(self):
         state = dict(self.__dict__)

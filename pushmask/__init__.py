@@ -17,11 +17,12 @@ from .grammar.errors import (
 from .grammar.ir import Grammar
 from .automata.pda import Budgets
 from .masks.asap import ASApSampler, Sample, aligned_generate
-from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, reset_token_bitmask
+from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .masks.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
+from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __all__ = [
     "BudgetExceededError",
     "BudgetTooSmallError",
     "CompiledGrammar",
+    "DeserializeError",
     "Gap",
     "Grammar",
     "GrammarCompiler",
@@ -54,6 +56,7 @@ __all__ = [
     "diffusion_generate",
     "fill_in_the_middle",
     "find_completion",
+    "get_bitmask_shape",
     "reset_token_bitmask",
 ]
 

@@ -145,7 +145,7 @@ def _compile(compiler, kind: str, value):
         return compiler.compile_lark(value)
     if kind == "regex":
         return compiler.compile_regex(value)
-    return compiler.compile_json_schema(value)
+    return compiler.compile_json_schema(value, strict_mode=False)  # the spec's language, which jsonschema checks
 
 
 def _check(compiled, case: Case) -> list[str]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pushmask.masks.bitmask import (
+    allocate_numpy_bitmask,
     allocate_token_bitmask,
     apply_token_bitmask_inplace,
     bitmask_to_bool,
@@ -88,15 +89,27 @@ def test_batched_pack_and_unpack():
 
 
 def test_allocate_and_reset():
-    mask = allocate_token_bitmask(2, 128_256)
+    mask = allocate_numpy_bitmask(2, 128_256)
     assert mask.dtype == np.int32 and mask.shape == (2, 4008)
     assert (mask == -1).all()
-    assert allocate_token_bitmask(1, 33).shape == (1, 2)
+    assert allocate_numpy_bitmask(1, 33).shape == (1, 2)
     mask[:] = 0
     reset_token_bitmask(mask)
     assert (mask == -1).all()
     with pytest.raises(ValueError):
+        allocate_numpy_bitmask(0, 10)
+    with pytest.raises(ValueError):
         allocate_token_bitmask(0, 10)
+
+
+def test_allocate_returns_a_torch_tensor_as_xgrammar_does():
+    torch = pytest.importorskip("torch", reason="torch is not installed: allocate_token_bitmask returns numpy")
+    mask = allocate_token_bitmask(3, 70)
+    assert isinstance(mask, torch.Tensor) and mask.dtype == torch.int32 and mask.device.type == "cpu"
+    assert tuple(mask.shape) == (3, 3) and bool((mask == -1).all())
+    mask[1] = 0
+    reset_token_bitmask(mask)
+    assert bool((mask == -1).all())
 
 
 def test_unpack_rejects_bad_input():
@@ -146,7 +159,7 @@ def test_numpy_apply_1d_and_indices():
 
 
 def test_apply_rejects_bad_shapes_and_dtypes():
-    bitmask = allocate_token_bitmask(2, 64)
+    bitmask = allocate_numpy_bitmask(2, 64)
     with pytest.raises(ValueError, match="rows"):
         apply_token_bitmask_inplace(np.zeros((3, 64), dtype=np.float32), bitmask)
     with pytest.raises(TypeError, match="floating"):

@@ -32,7 +32,7 @@ def _fills(compiler: pm.GrammarCompiler) -> list[np.ndarray]:
         bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
         for token in tokenizer.encode(text, add_special_tokens=False):
             matcher.fill_next_token_bitmask(bitmask)
-            out.append(bitmask[0].copy())
+            out.append(np.asarray(bitmask)[0].copy())
             assert matcher.accept_token(token)
     return out
 

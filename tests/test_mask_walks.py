@@ -163,7 +163,7 @@ def _brute_force(matcher: pm.GrammarMatcher, vocab_size: int) -> np.ndarray:
 def _mask(matcher: pm.GrammarMatcher) -> np.ndarray:
     bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
     matcher.fill_next_token_bitmask(bitmask)
-    return np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[: matcher.vocab_size].astype(bool)
+    return np.unpackbits(np.asarray(bitmask)[0].view(np.uint8), bitorder="little")[: matcher.vocab_size].astype(bool)
 
 
 @pytest.mark.parametrize("name", ["llama3", "smollm2"])

@@ -180,7 +180,7 @@ def test_random_mask_guided_generation_is_valid(index):
         out = b""
         for _step in range(120):
             matcher.fill_next_token_bitmask(bitmask, 0)
-            bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[: info.vocab_size]
+            bits = np.unpackbits(np.asarray(bitmask)[0].view(np.uint8), bitorder="little")[: info.vocab_size]
             allowed = np.flatnonzero(bits)
             assert allowed.size, "the mask is empty before the output is finished"
             ends = [t for t in allowed if t in stop]

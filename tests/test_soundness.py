@@ -93,7 +93,7 @@ def compiled(name: str, file: str) -> pm.CompiledGrammar:
 def allowed_ids(matcher: pm.GrammarMatcher) -> np.ndarray:
     bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
     matcher.fill_next_token_bitmask(bitmask)
-    bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[: matcher.vocab_size]
+    bits = np.unpackbits(np.asarray(bitmask)[0].view(np.uint8), bitorder="little")[: matcher.vocab_size]
     return np.flatnonzero(bits)
 
 

@@ -1,0 +1,195 @@
+"""pushmask as an SGLang grammar backend.
+
+SGLang (checked against 0.5.23) builds the backend named by ``--grammar-backend`` through
+``GRAMMAR_BACKEND_REGISTRY``, which third parties fill with ``register_grammar_backend``; its
+general plugins (the ``sglang.srt.plugins`` entry point group, run in every SGLang process) are
+where that call belongs.  pushmask's entry point runs :func:`register`, so after
+``pip install pushmask`` this selects it::
+
+    python -m sglang.launch_server --model-path MODEL --grammar-backend pushmask
+
+JSON schemas, regexes and EBNF requests are compiled by pushmask; structural tags are refused
+(SGLang answers them as an invalid grammar) until pushmask compiles them.
+``--constrained-json-disable-any-whitespace`` and ``--constrained-json-max-whitespace-cnt`` keep
+their meaning (xgrammar's any_whitespace / max_whitespace_cnt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import List, Optional, Tuple
+
+try:
+    import torch
+    from sglang.srt.constrained.base_grammar_backend import (
+        BaseGrammarBackend,
+        BaseGrammarObject,
+        GrammarStats,
+        InvalidGrammarObject,
+        register_grammar_backend,
+    )
+except ImportError as exc:  # pragma: no cover - only without SGLang
+    raise ImportError(f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}") from exc
+
+from ..grammar.errors import PushmaskError
+from ..masks.bitmask import apply_token_bitmask_inplace, get_bitmask_shape
+from ..masks.compiler import CompiledGrammar, GrammarCompiler
+from ..masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
+from ..masks.vocab import TokenizerInfo
+
+__all__ = ["BACKEND_NAME", "PushmaskGrammar", "PushmaskGrammarBackend", "register"]
+
+logger = logging.getLogger(__name__)
+
+BACKEND_NAME = "pushmask"
+MAX_ROLLBACK_TOKENS = 200  # as SGLang's xgrammar backend (speculative decoding rolls back drafts)
+
+
+def move_vocab_mask(vocab_mask: torch.Tensor, device) -> torch.Tensor:
+    return vocab_mask.to(device, non_blocking=True)
+
+
+def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
+    """-inf where the bitmask forbids (pushmask's kernels: CPU, or torch ops on the logits' device)."""
+    apply_token_bitmask_inplace(logits, vocab_mask)
+
+
+class PushmaskGrammar(BaseGrammarObject):
+    """One request's grammar state: a pushmask matcher behind SGLang's grammar-object methods."""
+
+    def __init__(self, compiled: CompiledGrammar, key_string: str, grammar_stats: GrammarStats | None = None):
+        super().__init__()
+        self.compiled = compiled
+        self.matcher = GrammarMatcher(compiled, max_rollback_tokens=MAX_ROLLBACK_TOKENS)
+        self.key_string = key_string
+        self.grammar_stats = grammar_stats
+
+    def accept_token(self, token: int) -> None:
+        """Advance on a sampled token; SGLang treats a refused token as an error (ValueError)."""
+        if self.is_terminated():
+            return
+        self.current_token = token
+        if not self.matcher.accept_token(token):
+            raise ValueError(f"token {token} is not allowed by the grammar {self.key_string[:200]!r}")
+
+    def rollback(self, k: int) -> None:
+        self.matcher.rollback(k)
+
+    def is_terminated(self) -> bool:
+        return self.matcher.is_terminated()
+
+    def allocate_vocab_mask(self, vocab_size: int, batch_size: int, device) -> torch.Tensor:
+        return PushmaskGrammarBackend.allocate_vocab_mask(vocab_size, batch_size, device)
+
+    def fill_vocab_mask(self, vocab_mask: torch.Tensor, idx: int) -> None:
+        self.matcher.fill_next_token_bitmask(vocab_mask, idx)
+
+    @staticmethod
+    def fill_vocab_mask_batched(entries, vocab_mask: torch.Tensor) -> None:
+        """Fill each entry's row, the rows spread over threads (the fill kernel frees the GIL)."""
+        if entries:
+            batch_fill_next_token_bitmask([e.grammar.matcher for e in entries], vocab_mask,
+                                          indices=[e.row for e in entries])
+
+    @staticmethod
+    def reset_vocab_mask(vocab_mask: torch.Tensor) -> None:
+        vocab_mask.fill_(-1)
+
+    move_vocab_mask = staticmethod(move_vocab_mask)
+    apply_vocab_mask = staticmethod(apply_vocab_mask)
+
+    def copy(self) -> "PushmaskGrammar":
+        """A fresh state of the same compiled grammar (SGLang copies its cached grammars)."""
+        stats = self.grammar_stats
+        if stats is not None:
+            stats = dataclasses.replace(stats, is_cache_hit=True, tree_traversal_time=[])
+        return PushmaskGrammar(self.compiled, self.key_string, stats)
+
+    def try_jump_forward(self, tokenizer) -> Optional[Tuple[List[int], str]]:
+        forced = self.matcher.find_jump_forward_string()
+        return ([], forced) if forced else None
+
+    def jump_forward_str_state(self, helper: Tuple[List[int], str]) -> Tuple[str, int]:
+        return helper[1], -1
+
+    def jump_and_retokenize(self, old_output_ids: List[int], new_output_ids: List[int], next_state: int) -> None:
+        """Follow SGLang's retokenized output: roll back to where it differs, then accept the rest."""
+        same = 0
+        for old, new in zip(old_output_ids, new_output_ids):
+            if old != new:
+                break
+            same += 1
+        if same < len(old_output_ids):
+            self.matcher.rollback(len(old_output_ids) - same)
+        for token in new_output_ids[same:]:
+            if not self.matcher.accept_token(token):
+                raise ValueError(f"retokenized output: token {token} is not allowed by the grammar")
+
+    def __repr__(self) -> str:
+        return f"PushmaskGrammar(key={self.key_string[:60]!r})"
+
+
+class PushmaskGrammarBackend(BaseGrammarBackend):
+    """Compiles SGLang's grammar requests with one pushmask compiler (its masks are shared)."""
+
+    def __init__(self, tokenizer, vocab_size: int, model_eos_token_ids: Optional[List[int]] = None,
+                 any_whitespace: bool = True, max_whitespace_cnt: Optional[int] = None):
+        super().__init__()
+        info = TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
+                                              stop_token_ids=list(model_eos_token_ids) if model_eos_token_ids else None)
+        self.compiler = GrammarCompiler(info)
+        self.vocab_size = vocab_size
+        self.any_whitespace = any_whitespace
+        self.max_whitespace_cnt = max_whitespace_cnt
+
+    def _grammar(self, kind: str, key_string: str, compile_) -> BaseGrammarObject:
+        try:
+            compiled = compile_()
+        except (PushmaskError, ValueError, TypeError, RecursionError) as exc:
+            logger.error("pushmask refused the %s grammar %r: %s", kind, key_string[:200], exc)
+            return InvalidGrammarObject(str(exc))
+        return PushmaskGrammar(compiled, key_string, GrammarStats(dispatch_type=kind))
+
+    def dispatch_json(self, key_string: str) -> BaseGrammarObject:
+        if key_string == "$$ANY$$":  # SGLang's "any JSON value" (response_format json_object)
+            return self._grammar("json", key_string, self.compiler.compile_builtin_json_grammar)
+        return self._grammar("json", key_string, lambda: self.compiler.compile_json_schema(
+            json.loads(key_string), any_whitespace=self.any_whitespace, max_whitespace_cnt=self.max_whitespace_cnt))
+
+    def dispatch_regex(self, key_string: str) -> BaseGrammarObject:
+        return self._grammar("regex", key_string, lambda: self.compiler.compile_regex(key_string))
+
+    def dispatch_ebnf(self, key_string: str) -> BaseGrammarObject:
+        return self._grammar("ebnf", key_string, lambda: self.compiler.compile_grammar(key_string))
+
+    @staticmethod
+    def allocate_vocab_mask(vocab_size: int, batch_size: int, device) -> torch.Tensor:
+        return torch.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=torch.int32)
+
+    move_vocab_mask = staticmethod(move_vocab_mask)
+    apply_vocab_mask = staticmethod(apply_vocab_mask)
+
+    def reset(self) -> None:
+        super().reset()
+        self.compiler.clear_cache()
+
+
+def create_backend(server_args, tokenizer, vocab_size: int, eos_token_ids=None) -> PushmaskGrammarBackend:
+    """What SGLang's create_grammar_backend calls for ``--grammar-backend pushmask``."""
+    return PushmaskGrammarBackend(
+        tokenizer, vocab_size, sorted(eos_token_ids) if eos_token_ids else None,
+        any_whitespace=not getattr(server_args, "constrained_json_disable_any_whitespace", False),
+        max_whitespace_cnt=getattr(server_args, "constrained_json_max_whitespace_cnt", None))
+
+
+def register() -> None:
+    """Register the ``pushmask`` grammar backend and make ``--grammar-backend pushmask`` a valid choice."""
+    register_grammar_backend(BACKEND_NAME, create_backend)
+    try:
+        from sglang.srt.server_args import GRAMMAR_BACKEND_CHOICES, add_grammar_backend_choices
+    except ImportError:  # older SGLang: the registry alone (the name must then pass its own checks)
+        return
+    if BACKEND_NAME not in GRAMMAR_BACKEND_CHOICES:
+        add_grammar_backend_choices([BACKEND_NAME])

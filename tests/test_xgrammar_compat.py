@@ -1,0 +1,294 @@
+"""XGrammar compatibility: a program written against xgrammar runs with `import pushmask as xgr`
+and fills the same masks as xgrammar 0.2.8; xgrammar's keyword arguments keep their meaning;
+validate_tokens, pushmask.testing, and pickle / JSON round trips of compiled grammars."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+import pushmask as pm
+import pushmask.testing as pmt
+from pushmask.masks.walk import MASK_FIELDS
+from support import TOKENIZERS, hf_tokenizer, tokenizer_info
+
+HERE = Path(__file__).parent
+PROGRAM = HERE / "xgrammar_program.py"
+# What tests/xgrammar_program.py printed when run with the real xgrammar 0.2.8 (pip install
+# xgrammar==0.2.8; python tests/xgrammar_program.py ../shared/tokenizers/smollm2).
+XGRAMMAR_RESULTS = HERE / "data" / "xgrammar_0.2.8_program_smollm2.json"
+
+
+def run_program(module_name: str) -> list[dict]:
+    """Run the program with its import line naming module_name (the only change)."""
+    source = PROGRAM.read_text()
+    assert source.count("\nimport xgrammar as xgr\n") == 1
+    source = source.replace("\nimport xgrammar as xgr\n", f"\nimport {module_name} as xgr\n")
+    namespace = {"__name__": "xgrammar_program"}
+    exec(compile(source, str(PROGRAM), "exec"), namespace)
+    return namespace["run"](str(TOKENIZERS / "smollm2"))
+
+
+@pytest.fixture(scope="module")
+def pushmask_results():
+    pytest.importorskip("torch")
+    return run_program("pushmask")
+
+
+def _compare(ours: list[dict], theirs: list[dict], stop_ids: set[int]) -> None:
+    assert len(ours) == len(theirs)
+    for case, (a, b) in enumerate(zip(ours, theirs)):
+        assert {k: v for k, v in a.items() if k != "steps"} == {k: v for k, v in b.items() if k != "steps"}
+        for step, (x, y) in enumerate(zip(a["steps"], b["steps"], strict=True)):
+            where = f"case {case} step {step}"
+            assert (x["text_tokens"], x["digest"]) == (y["text_tokens"], y["digest"]), where
+            assert (x["token_allowed"], x["accepted"]) == (y["token_allowed"], y["accepted"]), where
+            # pushmask never lets special tokens stand for their text (xgrammar allows them inside
+            # strings); the stop token it allows exactly where xgrammar does.
+            assert set(x["special_tokens"]) <= stop_ids, where
+            assert set(x["special_tokens"]) == set(y["special_tokens"]) & stop_ids, where
+
+
+def test_xgrammar_program_runs_with_only_the_import_changed(pushmask_results):
+    """Every token of the texts is allowed and accepted, the stop token terminates, rollback and
+    re-acceptance work, and every mask equals the one xgrammar 0.2.8 filled (recorded)."""
+    for result in pushmask_results:
+        assert all(step["token_allowed"] and step["accepted"] for step in result["steps"])
+        assert result["terminated"] and result["terminated_again"] and all(result["reaccepted"])
+    tokenizer = hf_tokenizer("smollm2")
+    _compare(pushmask_results, json.loads(XGRAMMAR_RESULTS.read_text()), {tokenizer.eos_token_id})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None,
+                    reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results")
+def test_xgrammar_program_equals_a_live_xgrammar_run(pushmask_results):
+    _compare(pushmask_results, run_program("xgrammar"), {hf_tokenizer("smollm2").eos_token_id})
+
+
+# ------------------------------------------------------------------ compile_json_schema keywords
+
+OBJ = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
+       "required": ["a"]}
+LAYOUTS = ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}',
+           '{\n  "a": 1\n}', '{"a": 1, "c": 2}', '{"b": [], "a": 1}', '{"a":   1}']
+
+
+@pytest.fixture(scope="module")
+def compiler():
+    return pm.GrammarCompiler(tokenizer_info("smollm2"))
+
+
+def accepted(compiled, texts):
+    out = []
+    for text in texts:
+        matcher = pm.GrammarMatcher(compiled)
+        if matcher.accept_string(text) and matcher.can_end():
+            out.append(text)
+    return out
+
+
+# Which of LAYOUTS xgrammar 0.2.8 accepts (xgrammar.testing._json_schema_to_ebnf with these
+# arguments, then _is_grammar_accept_string), per keyword arguments.
+XGRAMMAR_LAYOUTS = [
+    ({}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}',
+          '{\n  "a": 1\n}', '{"a":   1}']),
+    ({"any_whitespace": False}, ['{"a": 1}', '{"a": 1, "b": [1, 2]}']),
+    ({"any_whitespace": False, "indent": 2}, ['{\n  "a": 1\n}']),
+    ({"any_whitespace": False, "separators": (",", ":")}, ['{"a":1}', '{"a":1,"b":[1,2]}']),
+    ({"any_whitespace": True, "indent": 2, "separators": (",", ":")},
+     ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}',
+      '{\n  "a": 1\n}', '{"a":   1}']),
+    ({"strict_mode": False}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}',
+                              '{"a": 1,"b": [1,2]}', '{\n  "a": 1\n}', '{"a": 1, "c": 2}', '{"a":   1}']),
+    ({"max_whitespace_cnt": 2}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}',
+                                 '{"a": 1,"b": [1,2]}']),
+    ({"any_order": True}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}',
+                           '{"a": 1,"b": [1,2]}', '{\n  "a": 1\n}', '{"b": [], "a": 1}', '{"a":   1}']),
+]
+
+
+@pytest.mark.parametrize("kwargs,expected", XGRAMMAR_LAYOUTS, ids=lambda v: json.dumps(v) if isinstance(v, dict) else "")
+def test_xgrammar_keywords_accept_what_xgrammar_accepts(compiler, kwargs, expected):
+    got = accepted(compiler.compile_json_schema(json.dumps(OBJ), **kwargs), LAYOUTS)
+    assert got == expected
+    validator = jsonschema.Draft202012Validator(OBJ)
+    assert all(validator.is_valid(json.loads(text)) for text in got)
+
+
+@pytest.mark.parametrize("schema,strict,non_strict", [
+    # (schema, texts accepted with strict_mode=True, with strict_mode=False), as xgrammar 0.2.8
+    # accepts them except where noted
+    ({"type": "object"}, ['{}', '{"x": 1}', '{"a": 1}'], ['{}', '{"x": 1}', '{"a": 1}']),
+    ({"type": "object", "properties": {}}, ['{}'], ['{}', '{"x": 1}', '{"a": 1}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}}, ['{}', '{"a": 1}'], ['{}', '{"x": 1}', '{"a": 1}']),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True},
+     ['{}', '{"x": 1}', '{"a": 1}'], ['{}', '{"x": 1}', '{"a": 1}']),
+    ({"type": "array", "prefixItems": [{"type": "integer"}]}, ['[]', '[1]'], ['[]', '[1]', '[1, 2]']),
+    # xgrammar 0.2.8 also refuses [] here, which the schema allows
+    ({"type": "array", "prefixItems": [{"type": "integer"}], "items": True}, ['[]', '[1]', '[1, 2]'],
+     ['[]', '[1]', '[1, 2]']),
+])
+def test_strict_mode_as_xgrammar(compiler, schema, strict, non_strict):
+    texts = ['{}', '{"x": 1}', '{"a": 1}', '[]', '[1]', '[1, 2]']
+    assert accepted(compiler.compile_json_schema(schema), texts) == strict  # strict_mode=True is the default
+    loose = accepted(compiler.compile_json_schema(schema, strict_mode=False), texts)
+    assert loose == non_strict
+    validator = jsonschema.Draft202012Validator(schema)
+    assert loose == [t for t in texts if validator.is_valid(json.loads(t))]  # without strict mode: the spec
+
+
+def test_xgrammar_and_pushmask_names_together(compiler):
+    same = compiler.compile_json_schema(OBJ, strict_mode=False, additional_properties_default=True)
+    assert accepted(same, ['{"a": 1, "c": 2}'])
+    with pytest.raises(ValueError, match="strict_mode"):
+        compiler.compile_json_schema(OBJ, strict_mode=True, additional_properties_default=True)
+    with pytest.raises(ValueError, match="max_whitespace"):
+        compiler.compile_json_schema(OBJ, max_whitespace_cnt=2, max_whitespace=3)
+    with pytest.raises(ValueError, match="any_whitespace"):
+        compiler.compile_json_schema(OBJ, any_whitespace=True, whitespace="compact")
+    compact = compiler.compile_json_schema(OBJ, any_whitespace=False, whitespace="compact")
+    assert accepted(compact, LAYOUTS) == ['{"a":1}', '{"a":1,"b":[1,2]}']
+
+
+# ------------------------------------------------------------------ matcher: validate_tokens, fork
+
+def _allowed(matcher) -> np.ndarray:
+    bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    return np.asarray(bitmask).copy()
+
+
+def test_validate_tokens_is_the_longest_accepted_prefix_and_changes_nothing(compiler):
+    tokenizer = hf_tokenizer("smollm2")
+    compiled = compiler.compile_json_schema(OBJ, any_whitespace=False)
+    good = tokenizer.encode('{"a": 12, "b": [3]}', add_special_tokens=False) + [tokenizer.eos_token_id]
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_token(good[0])
+    before = _allowed(matcher)
+    rng = np.random.default_rng(0)
+    for cut in range(1, len(good) + 1):
+        draft = good[1:cut] + rng.integers(0, matcher.vocab_size, 3).tolist()
+        got = matcher.validate_tokens(draft)
+        reference = matcher.fork()  # brute force: accept one by one on an independent copy
+        expected = []
+        for token in draft:
+            if reference.is_terminated() or not reference.accept_token(token):
+                break
+            expected.append(token)
+        assert got == expected
+        assert matcher.num_accepted_tokens == 1 and np.array_equal(_allowed(matcher), before)
+    assert matcher.validate_tokens(good[1:]) == good[1:]
+
+
+# ------------------------------------------------------------------ pushmask.testing
+
+def test_testing_helpers():
+    assert pmt._is_grammar_accept_string('root ::= "a"*', "aa")
+    assert not pmt._is_grammar_accept_string('root ::= "a" "b"', "a")
+    assert pmt._is_grammar_accept_string('root ::= "a" "b"', "a", require_termination=False)
+    assert not pmt._is_grammar_accept_string('root ::= "a" "b"', "ax", require_termination=False)
+    torch = pytest.importorskip("torch")
+    allowed = torch.zeros(2, 70, dtype=torch.bool)
+    allowed[0, [0, 2, 69]] = True
+    allowed[1, 5] = True
+    bitmask = pmt.bool_mask_to_bitmask(allowed)
+    assert bitmask.dtype == torch.int32 and bitmask.tolist()[0][:2] == [5, 0]  # as xgrammar packs
+    assert bitmask.tolist()[0][2] == -32  # token 69 (bit 5) and the padding bits 6..31
+    assert torch.equal(pmt.bitmask_to_bool_mask(bitmask, 70), allowed)
+    assert pmt.bitmask_to_bool_mask(bitmask).shape == (2, 96)
+    assert bool(pmt.bitmask_to_bool_mask(bitmask)[0, 70:].all())  # padding bits are 1, as in xgrammar
+    rejected = pmt._get_masked_tokens_from_bitmask(bitmask, 70, index=0)
+    assert rejected == [t for t in range(70) if t not in (0, 2, 69)]
+    assert pmt._is_single_token_bitmask(bitmask, 70, index=1) == (True, 5)
+    assert pmt._is_single_token_bitmask(bitmask, 70, index=0) == (False, -1)
+    assert pmt._get_masked_tokens_from_bitmask(np.asarray(bitmask), 70, index=1) == [t for t in range(70) if t != 5]
+
+
+# ------------------------------------------------------------------ pickling and JSON
+
+def _masks_along(compiled, tokens) -> list[np.ndarray]:
+    matcher = pm.GrammarMatcher(compiled)
+    out = []
+    for token in tokens:
+        out.append(_allowed(matcher))
+        assert matcher.accept_token(token)
+    return out
+
+
+def test_compiled_grammar_and_tokenizer_info_round_trips(compiler, tmp_path):
+    """Pickle (also into another process) and serialize_json give grammars whose masks equal
+    the original's at every step; TokenizerInfo comes back with the same vocabulary."""
+    info = compiler.tokenizer_info
+    tokenizer = hf_tokenizer("smollm2")
+    compiled = compiler.compile_json_schema(OBJ)
+    tokens = tokenizer.encode('{"a": -7, "b": [1, 20]}', add_special_tokens=False) + [tokenizer.eos_token_id]
+    reference = _masks_along(compiled, tokens)  # also computes masks, which travel with the grammar
+
+    for restored_info in (pickle.loads(pickle.dumps(info)), pm.TokenizerInfo.deserialize_json(info.serialize_json())):
+        assert restored_info.vocab_hash == info.vocab_hash
+        assert restored_info.decoded_vocab == info.decoded_vocab
+        assert restored_info.stop_token_ids == info.stop_token_ids and restored_info.vocab_type == info.vocab_type
+
+    copies = [pickle.loads(pickle.dumps(compiled)), pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info),
+              pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), pickle.loads(pickle.dumps(info)))]
+    for copy in copies:
+        assert copy.compiler is pm.GrammarCompiler.shared(info)  # joins this process's compiler for the vocabulary
+        kinds = slice(0, None, MASK_FIELDS)  # a state's mask kind, -1 while not computed
+        assert copy.mask_index[kinds].tolist() == compiled.mask_index[kinds].tolist()  # masks came along
+        assert all(np.array_equal(a, b) for a, b in zip(_masks_along(copy, tokens), reference, strict=True))
+
+    path = tmp_path / "grammar.pkl"
+    path.write_bytes(pickle.dumps(compiled))
+    code = ("import pickle, sys, numpy as np, pushmask as pm\n"
+            "g = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+            "m = pm.GrammarMatcher(g); out = []\n"
+            "for t in map(int, sys.argv[3].split(',')):\n"
+            "    b = pm.allocate_token_bitmask(1, m.vocab_size); m.fill_next_token_bitmask(b)\n"
+            "    out.append(np.asarray(b)); assert m.accept_token(t)\n"
+            "np.save(sys.argv[2], np.stack(out))\n")
+    subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "masks.npy"), ",".join(map(str, tokens))],
+                   check=True)
+    assert np.array_equal(np.load(tmp_path / "masks.npy"), np.stack(reference))
+
+
+def test_deserialize_refuses_other_vocabularies_and_bad_text(compiler):
+    compiled = compiler.compile_grammar('root ::= "yes" | "no"')
+    other = pm.TokenizerInfo.from_vocab(["y", "e", "s", "n", "o", "</s>"], stop_token_ids=[5])
+    with pytest.raises(pm.DeserializeError, match="another vocabulary"):
+        pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), other)
+    with pytest.raises(pm.DeserializeError, match="invalid"):
+        pm.CompiledGrammar.deserialize_json("{not json", compiler.tokenizer_info)
+    with pytest.raises(pm.DeserializeError, match="not a serialized pushmask CompiledGrammar"):
+        pm.CompiledGrammar.deserialize_json(compiler.tokenizer_info.serialize_json(), compiler.tokenizer_info)
+    payload = json.loads(compiled.serialize_json())
+    payload["version"] = 99
+    with pytest.raises(pm.DeserializeError, match="version"):
+        pm.CompiledGrammar.deserialize_json(json.dumps(payload), compiler.tokenizer_info)
+    small = pm.GrammarMatcher(pm.CompiledGrammar.deserialize_json(
+        pm.GrammarCompiler(other).compile_grammar('root ::= "yes" | "no"').serialize_json(), other))
+    assert small.accept_string("no") and small.can_end()
+
+
+def test_token_terminals_survive_pickling(compiler):
+    """A grammar with a token terminal keeps it through pickle and serialize_json: the token is
+    allowed by id exactly where the original allows it, and its text spelling is not."""
+    info = compiler.tokenizer_info
+    tokenizer = hf_tokenizer("smollm2")
+    special = tokenizer.eos_token_id
+    compiled = compiler.compile_grammar(f'root ::= "a" <[{special}]> "b"')
+    a, b = (tokenizer.encode(text, add_special_tokens=False) for text in ("a", "b"))
+    for copy in (compiled, pickle.loads(pickle.dumps(compiled)),
+                 pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info)):
+        assert copy.token_terminals.keys() == {special}
+        matcher = pm.GrammarMatcher(copy, override_stop_tokens=[])
+        assert matcher.accept_tokens(a)
+        assert matcher.get_next_token_mask().nonzero()[0].tolist() == [special]
+        assert matcher.accept_token(special) and matcher.accept_tokens(b) and matcher.can_end()
