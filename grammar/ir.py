@@ -124,17 +124,23 @@ class Grammar:
     """Rules in definition order; `root` names the start rule.
 
     positions maps a rule name to the (line, column) where the source defined it, for errors.
+    checks maps a rule name to a semantic check (grammar/value_checks.py) on the one JSON value the
+    rule matches: the rule's language is a superset and the matcher rejects the bytes that close
+    a value failing it.  Passes keep checked rules as rules (never inlined), so the automaton says
+    where each checked value starts and ends.
     """
 
     rules: dict[str, Expr]
     root: str = "root"
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    checks: dict[str, object] = field(default_factory=dict)
 
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
 
     def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
-        return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions))
+        return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions),
+                       dict(self.checks))
 
 
 # ---------------------------------------------------------------------------------------------

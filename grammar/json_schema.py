@@ -90,6 +90,7 @@ from .ir import (
     lit, ref_names, rep, seq, star,
 )
 from .json_strings import string_literal_expr
+from .value_checks import UniqueItems, ValidatesSchema
 from .json_schema_docs import (
     DEFAULT_BASE, MAX_SCHEMA_DEPTH, VALUE_KEYS, check_json_document, draft_of, join_uri, normalize_document,
     translate_pointer,
@@ -280,7 +281,7 @@ class _Layout:
 
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve, property_order="definition"):
+                 separators, retrieve, property_order="definition", value_checks=True):
         if property_order not in ("any", "definition"):
             raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
         self.property_order = property_order
@@ -299,6 +300,10 @@ class _Compiler:
         self.no_negation = 0
         self.one_of_depth = 0
         self.disjoint_checks = 0
+        self.value_checks = value_checks
+        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
+        self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
+        self.no_value_checks = 0  # > 0 where a superset would not be exact (one_of_by_negation)
         self.static_dynamic: str | None = None
         self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
@@ -352,6 +357,11 @@ class _Compiler:
         if not self.lenient:
             raise UnsupportedSchemaError(keyword, pointer, detail)
         warnings.warn(f"pushmask: widened {keyword!r} at {pointer or '#'}: {detail}", stacklevel=4)
+
+    def value_checks_allowed(self) -> bool:
+        """May a keyword the grammar cannot express become a value check in the matcher?  Not
+        where the caller needs the grammar itself exact (a negation's positive form)."""
+        return self.value_checks and not self.no_value_checks
 
     def note_empty(self, pointer: str, why: str) -> None:
         if self.empty_reason is None:
@@ -420,7 +430,7 @@ class _Compiler:
             if _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved) > 1:
                 raise UnsupportedSchemaError(key, "#", "dynamic scope resolution with several dynamic anchors")
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
-        grammar = Grammar(self.rules, "root")
+        grammar = Grammar(self.rules, "root", checks=self.checks)
         return _prune(grammar, self.empty_reason)
 
     # -- values --------------------------------------------------------------------------------
@@ -443,7 +453,12 @@ class _Compiler:
             return hit
         name = self.new_rule(_hint(schema, pointer))
         self.memo[key] = Ref(name)
+        overlapping = self.overlapping_one_ofs
         branches = self.dnf(schema, pointer)
+        if self.overlapping_one_ofs != overlapping:
+            # a oneOf here compiled to the union of its branches: the value is checked against
+            # this whole subschema when it closes, so the rule stays a rule (never inlined)
+            self.checks[name] = ValidatesSchema(schema, self.validator_cls(schema, registry=self.registry), pointer)
         exprs = []
         structural = False
         for branch in branches:
@@ -458,7 +473,8 @@ class _Compiler:
         body = alt(*exprs) if exprs else NOTHING
         if body == NOTHING and not branches:
             self.note_empty(pointer, "no instance satisfies all the constraints")
-        if name not in self.recursed and (isinstance(body, Ref) or (not structural and _size(body) <= 60)):
+        if name not in self.recursed and name not in self.checks and (
+                isinstance(body, Ref) or (not structural and _size(body) <= 60)):
             del self.rules[name]
             self.memo[key] = body
             return body
@@ -658,6 +674,11 @@ class _Compiler:
             exact = self.one_of_by_negation(schema, siblings, pointer)
             if exact is not None:
                 return exact
+            if t != "number" and self.value_checks_allowed():
+                # the union of the branches; `value` checks the closed value against the schema
+                # (a number's end is only known from the byte after it, outside the value's rule)
+                self.overlapping_one_ofs += 1
+                continue
             self.unsupported("oneOf", f"{pointer}/oneOf",
                              f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
                              + ("; widened to anyOf" if self.lenient else ""))
@@ -718,6 +739,7 @@ class _Compiler:
         positive form; None when some negation cannot be expressed (or the expansion is too big)."""
         branches = schema["oneOf"]
         lenient, self.lenient = self.lenient, False  # a widened negation would not be exact
+        self.no_value_checks += 1
         try:
             out = []
             for i, branch in enumerate(branches):
@@ -732,6 +754,7 @@ class _Compiler:
             return None
         finally:
             self.lenient = lenient
+            self.no_value_checks -= 1
 
     # -- disjointness (for oneOf) --------------------------------------------------------------
 
@@ -1507,6 +1530,12 @@ class _Compiler:
                 members = [(seq(self.literal(v, child), end), False) for v in values]
                 empty = close_e if min_i == 0 else NOTHING
                 return seq(o, self.any_order_members(members, None, first, nxt, empty, close_ne))
+            if self.value_checks_allowed():
+                # any array of the items; the matcher rejects the bytes closing a duplicate item
+                name = self.new_rule(f"unique_{_hint(f, pointer)}")
+                self.rules[name] = self.array({k: v for k, v in f.items() if k != "uniqueItems"}, pointer, depth)
+                self.checks[name] = UniqueItems(f"{pointer}/uniqueItems")
+                return Ref(name)
             self.unsupported("uniqueItems", f"{pointer}/uniqueItems",
                              "a grammar cannot require distinct array items (except up to "
                              f"{UNIQUE_ENUM_MAX} values of an enum); widened to allow duplicates")
@@ -2263,7 +2292,8 @@ def _prune(grammar: Grammar, reason) -> Grammar:
             continue
         reachable.add(name)
         stack.extend(ref_names(new_rules[name]))
-    return Grammar({n: b for n, b in new_rules.items() if n in reachable}, grammar.root)
+    return Grammar({n: b for n, b in new_rules.items() if n in reachable}, grammar.root,
+                   checks={n: c for n, c in grammar.checks.items() if n in reachable})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2329,6 +2359,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
                            retrieve: Callable[[str], Any] | None = None,
                            property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
+                           value_checks: bool = True,
                            clock: CompileClock | None = None) -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
@@ -2343,6 +2374,9 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     them in any order (JSON objects are unordered), for validating existing documents.
     max_depth: objects and arrays may nest this deep in the document (BudgetExceededError past it).
     clock: a wall-clock compile limit, checked once per subschema compiled.
+    value_checks: uniqueItems on open item types and oneOf whose branches overlap (on objects,
+    arrays or strings) compile to a superset named in `Grammar.checks`, which the matcher checks
+    on each closed value; False raises UnsupportedSchemaError for them (or widens, if lenient).
     """
     schema = _load(schema)
     check_json_document(schema, max_depth)
@@ -2353,7 +2387,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                               "#")
         comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
                          additional_properties_default=additional_properties_default, lenient=lenient,
-                         separators=separators, retrieve=retrieve, property_order=property_order)
+                         separators=separators, retrieve=retrieve, property_order=property_order,
+                         value_checks=value_checks)
         if clock is not None:
             comp.clock = clock
         return comp.compile()

@@ -180,6 +180,7 @@ class CompiledGrammar:
         self._pool_used = words
         self._offline: StackRunner | None = None
         self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs and digest
+        self.value_check_cache: dict = {}  # matchers' per-grammar data for value checks (masks/value_checks.py)
         self._lock = threading.Lock()
 
     def state_mask(self, state: int) -> StateMask:

@@ -1,0 +1,387 @@
+"""Value checks in the matcher: uniqueItems and overlapping oneOf, which no grammar can express.
+
+The JSON Schema compiler names checked rules in `Grammar.checks` (grammar/value_checks.py); each
+matches exactly one JSON value, a superset of the valid ones.  The automaton says where a checked
+value is: a stack whose chain holds the frame pushed on entering the checked rule is inside one
+instance of it, keyed by (that frame, the rule).  An instance starts at the first byte a stack
+consumes inside it; from there a small JSON scanner (`Scan`) follows its bytes and evaluates the
+check when an array item closes (uniqueItems: JSON equality, as the spec defines it) or when the
+value closes (oneOf: jsonschema validates the value against the checked subschema).  When an
+instance fails, every stack inside it is dropped before the epsilon closure, so the value can
+neither continue nor end; if no stack is left the bytes are rejected.
+
+Checked advances go byte by byte through the kernels (`CheckedAdvance.advance`); a token needs one
+only when an instance is open or the token holds a byte a checked rule can start with.  Masks take
+the grammar mask and clear the tokens whose checked advance fails; only tokens that can close a
+value of an open instance (by their bytes, see `Scan.triggers`), or that hold a whole failing
+value themselves (found once per grammar), are simulated, so the cost is bounded by those.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+import numpy as np
+
+from ..grammar.value_checks import UniqueItems, ValidatesSchema, json_key, parse_json
+
+_WS = frozenset(b" \t\n\r")
+_LITERALS = (b"true", b"false", b"null")
+_OPEN = frozenset(b"[{")
+_CLOSE = frozenset(b"]}")
+_QUOTE = 0x22
+_BACKSLASH = 0x5C
+IN_STRING_TRIGGERS = frozenset(b'"')
+"""The only byte that can close anything while a scan is inside a string."""
+TRIGGERS = frozenset(b'"]},el') | _WS
+"""Bytes that can close an array item or a value: a string's quote, a container's bracket, a
+number's terminator (comma, whitespace, bracket) and the last letter of true/false/null."""
+
+FAILED = None
+_UNKNOWN = object()
+EFFECT_MEMO_ENTRIES = 256
+"""Scan structures (depth, string state, open item) whose per-token effects a grammar keeps."""
+_STRING_STOP = re.compile(rb'["\\]')
+
+
+class Scan:
+    """One checked value's bytes so far (immutable: `step` returns a new Scan, or FAILED).
+
+    uniqueItems: buf holds the open item, items the keys of the closed ones.  A schema check: buf
+    holds the whole value, validated once it closes.
+    """
+
+    __slots__ = ("check", "depth", "in_string", "escaped", "buf", "items", "done")
+
+    def __init__(self, check, depth=0, in_string=False, escaped=False, buf=b"", items=frozenset(), done=False):
+        self.check = check
+        self.depth = depth
+        self.in_string = in_string
+        self.escaped = escaped
+        self.buf = buf
+        self.items = items
+        self.done = done
+
+    def _with(self, **changes) -> "Scan":
+        new = object.__new__(Scan)
+        new.check, new.depth, new.in_string, new.escaped = self.check, self.depth, self.in_string, self.escaped
+        new.buf, new.items, new.done = self.buf, self.items, self.done
+        for name, value in changes.items():
+            setattr(new, name, value)
+        return new
+
+    @property
+    def triggers(self) -> frozenset:
+        return IN_STRING_TRIGGERS if self.in_string else TRIGGERS
+
+    def step(self, b: int):
+        if self.done:
+            return self
+        if isinstance(self.check, UniqueItems):
+            return self._step_unique(b)
+        return self._step_value(b)
+
+    def run(self, data: bytes):
+        """The scan after `data` (stopping once the value closed), or FAILED."""
+        scan, i, n = self, 0, len(data)
+        while i < n:
+            if scan.in_string and not scan.escaped:  # string content up to the next quote or escape
+                j = _STRING_STOP.search(data, i)
+                j = n if j is None else j.start()
+                if j > i:
+                    scan = scan._with(buf=scan.buf + data[i:j])
+                    i = j
+                    continue
+            scan = scan.step(data[i])
+            i += 1
+            if scan is FAILED or scan.done:
+                return scan
+        return scan
+
+    def structure(self) -> tuple:
+        """Everything but the closed items: what `effect` depends on."""
+        return id(self.check), self.depth, self.in_string, self.escaped, self.buf
+
+    def effect(self, data: bytes):
+        """The keys of the array items this scan closes over data (an empty set for a value
+        check that holds or stays open), or FAILED when data alone breaks the check (a value that
+        fails, two equal items).  The scan with its items fails iff this fails or meets them."""
+        out = self._with(items=frozenset()).run(data)
+        return FAILED if out is FAILED else out.items
+
+    # -- uniqueItems: items at depth 1 ---------------------------------------------------------
+
+    def _step_unique(self, b: int):
+        depth, buf = self.depth, self.buf
+        if depth == 0:  # the array's "["
+            return self._with(depth=1)
+        if self.in_string:
+            buf += bytes((b,))
+            if self.escaped:
+                return self._with(buf=buf, escaped=False)
+            if b == _BACKSLASH:
+                return self._with(buf=buf, escaped=True)
+            if b != _QUOTE:
+                return self._with(buf=buf)
+            return self._close_item(buf, in_string=False) if depth == 1 else self._with(buf=buf, in_string=False)
+        if depth == 1:
+            if b in _WS or b == 0x2C or b == 0x5D:  # a number (or nothing) ends here
+                scan = self._close_item(buf) if buf else self
+                if scan is not FAILED and b == 0x5D:
+                    scan = scan._with(done=True)
+                return scan
+            buf += bytes((b,))
+            if b == _QUOTE:
+                return self._with(buf=buf, in_string=True)
+            if b in _OPEN:
+                return self._with(buf=buf, depth=2)
+            return self._close_item(buf) if buf in _LITERALS else self._with(buf=buf)
+        buf += bytes((b,))
+        if b == _QUOTE:
+            return self._with(buf=buf, in_string=True)
+        if b in _OPEN:
+            return self._with(buf=buf, depth=depth + 1)
+        if b in _CLOSE:
+            return self._close_item(buf, depth=1) if depth == 2 else self._with(buf=buf, depth=depth - 1)
+        return self._with(buf=buf)
+
+    def _close_item(self, buf: bytes, **changes):
+        key = json_key(parse_json(buf))
+        if key in self.items:
+            return FAILED
+        return self._with(buf=b"", items=self.items | {key}, **changes)
+
+    # -- a value checked when it closes ---------------------------------------------------------
+
+    def _step_value(self, b: int):
+        buf = self.buf + bytes((b,))
+        depth = self.depth
+        if self.in_string:
+            if self.escaped:
+                return self._with(buf=buf, escaped=False)
+            if b == _BACKSLASH:
+                return self._with(buf=buf, escaped=True)
+            if b != _QUOTE:
+                return self._with(buf=buf)
+            return self._close_value(buf) if depth == 0 else self._with(buf=buf, in_string=False)
+        if b == _QUOTE:
+            return self._with(buf=buf, in_string=True)
+        if b in _OPEN:
+            return self._with(buf=buf, depth=depth + 1)
+        if b in _CLOSE:
+            return self._close_value(buf) if depth == 1 else self._with(buf=buf, depth=depth - 1)
+        if depth == 0 and buf in _LITERALS:
+            return self._close_value(buf)
+        # a number at depth 0 ends outside the rule: the compiler only checks values whose branches
+        # overlap on objects, arrays or strings, so numbers here are exact already
+        return self._with(buf=buf)
+
+    def _close_value(self, buf: bytes):
+        return self._with(buf=b"", depth=0, in_string=False, done=True) if _holds(self.check, buf) else FAILED
+
+
+def _holds(check: ValidatesSchema, text: bytes) -> bool:
+    return check.holds(parse_json(text))
+
+
+class CheckedAdvance:
+    """The checked rules of one compiled grammar and how stacks of one runner sit in them."""
+
+    def __init__(self, compiled, runner):
+        pda = compiled.pda
+        self.runner = runner
+        self.checks: dict[int, object] = {}
+        for name, check in compiled.grammar.checks.items():
+            if name in pda.rule_names:
+                self.checks[pda.rule_names.index(name)] = check
+        self.state_rule = pda.state_rule.tolist()
+        self.byte_ptr, self.byte_lo, self.byte_hi = pda.byte_ptr.tolist(), pda.byte_lo.tolist(), pda.byte_hi.tolist()
+        self._frame_keys: dict[int, tuple] = {}
+        self.start_bytes = self._start_bytes(pda)
+
+    def __bool__(self) -> bool:
+        return bool(self.checks)
+
+    def _start_bytes(self, pda) -> dict[int, frozenset]:
+        """rule -> the bytes a value of that checked rule can start with."""
+        from ..automata import kernels
+
+        out = {}
+        allowed = np.zeros(256, dtype=np.uint8)
+        for rule in self.checks:
+            s, _, _, _ = self.runner.close(np.array([pda.rule_start[rule]], dtype=np.int64),
+                                           np.array([kernels.ROOT], dtype=np.int64))
+            kernels.run_allowed_first_bytes(pda.blob, s, allowed)
+            out[rule] = frozenset(np.flatnonzero(allowed).tolist())
+        return out
+
+    def any_start_byte(self) -> frozenset:
+        return frozenset().union(*self.start_bytes.values()) if self.start_bytes else frozenset()
+
+    # -- where stacks are ------------------------------------------------------------------------
+
+    def _keys_below(self, frame: int) -> tuple:
+        """Instance keys (entry frame, rule) of the checked rules the frame chain `frame` is in."""
+        got = self._frame_keys.get(frame)
+        if got is None:
+            if frame < 0:
+                got = ()
+            else:
+                state, parent = self.runner.pool.frame(frame)
+                rule = self.state_rule[state]
+                got = self._keys_below(parent)
+                if rule in self.checks:
+                    got = ((parent, rule),) + got
+            self._frame_keys[frame] = got
+        return got
+
+    def keys_of(self, state: int, frame: int) -> tuple:
+        rule = self.state_rule[state]
+        below = self._keys_below(frame)
+        return ((frame, rule),) + below if rule in self.checks else below
+
+    # -- advancing -------------------------------------------------------------------------------
+
+    def _steps_on(self, state: int, b: int) -> bool:
+        for e in range(self.byte_ptr[state], self.byte_ptr[state + 1]):
+            if self.byte_lo[e] <= b <= self.byte_hi[e]:
+                return True
+        return False
+
+    def advance(self, stacks: np.ndarray, scans: dict, data, start: int, end: int):
+        """Advance the closed packed stack set over data[start:end] byte by byte, checking the
+        open instances (scans: key -> Scan).  None if rejected, else (stacks, n_kernel, flags,
+        scans).  Each byte is first given to the scans of the instances the stacks that consume
+        it are in; the stacks in an instance that fails are dropped before the byte is taken (the
+        kernels pop finished rules eagerly, so after the byte they could not be told apart)."""
+        runner = self.runner
+        n_kernel, flags = 0, 0
+        for i in range(start, end):
+            b = int(data[i])
+            half = len(stacks) // 2
+            live: dict = {}
+            failed: set = set()
+            top_keys = []
+            for s, p in zip(stacks[:half].tolist(), stacks[half:].tolist()):
+                if not self._steps_on(s, b):
+                    top_keys.append(())
+                    continue
+                keys = self.keys_of(s, p)
+                top_keys.append(keys)
+                for key in keys:
+                    if key in live or key in failed:
+                        continue
+                    old = scans.get(key)
+                    scan = old if old is not None and not old.done else Scan(self.checks[key[1]])
+                    scan = scan.step(b)
+                    if scan is FAILED:
+                        failed.add(key)
+                    else:
+                        live[key] = scan
+            if failed:
+                keep = [j for j, keys in enumerate(top_keys) if failed.isdisjoint(keys)]
+                stacks = np.concatenate([stacks[:half][keep], stacks[half:][keep]])
+            got = runner.advance(stacks, data, i, i + 1)
+            if got is None:
+                return None
+            stacks, n_kernel, flags = got
+            scans = live
+        return stacks, n_kernel, flags, scans
+
+    def needs_checks(self, scans: dict, token: bytes, start_bytes: frozenset) -> bool:
+        """Must this token go through `advance` (an instance is open, or it may start one)?"""
+        return bool(scans) or not start_bytes.isdisjoint(token)
+
+
+class MaskChecks:
+    """Clears from a grammar mask the tokens whose checked advance fails (see the module doc)."""
+
+    def __init__(self, checked: CheckedAdvance, tokenizer_info, cache: dict):
+        """cache: the compiled grammar's dict for what depends only on it and the vocabulary."""
+        self.checked = checked
+        self.vocab = tokenizer_info.decoded_vocab
+        self.vocab_size = vocab_size = tokenizer_info.vocab_size
+        data, offsets = tokenizer_info.flat_vocab()
+        self._flat = data
+        self._starts = offsets[:vocab_size]
+        self._nonempty = offsets[1 : vocab_size + 1] > offsets[:vocab_size]
+        self._has_byte: dict[int, np.ndarray] = cache.setdefault("has_byte", {})
+        self._cache = cache
+
+    def has_any(self, byte_set) -> np.ndarray:
+        """Bool array: which tokens hold a byte of byte_set."""
+        out = np.zeros(self.vocab_size, dtype=bool)
+        for b in byte_set:
+            arr = self._has_byte.get(b)
+            if arr is None:
+                hits = np.add.reduceat((self._flat == b).astype(np.int32), self._starts.clip(max=len(self._flat) - 1))
+                arr = (hits > 0) & self._nonempty
+                self._has_byte[b] = arr
+            out |= arr
+        return out
+
+    def _effects(self, structure: tuple) -> dict:
+        """token -> Scan.effect for scans of this structure, filled as tokens are met: between
+        array items the structure repeats, so later masks there look effects up."""
+        memo = self._cache.setdefault("effects", OrderedDict())
+        effects = memo.get(structure)
+        if effects is None:
+            effects = memo[structure] = {}
+            if len(memo) > EFFECT_MEMO_ENTRIES:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(structure)
+        return effects
+
+    def fresh_failures(self) -> np.ndarray:
+        """Token ids that hold, from some byte a checked rule can start with, a whole value that
+        fails that rule's check (e.g. '[1,1]' for uniqueItems): they may fail with no instance
+        open before them.  Found once per grammar by scanning the tokens holding such bytes."""
+        if "fresh_failures" not in self._cache:
+            found = []
+            candidates = np.flatnonzero(self.has_any(self.checked.any_start_byte()))
+            for t in candidates.tolist():
+                token = self.vocab[t]
+                if self._fails_fresh(token):
+                    found.append(t)
+            self._cache["fresh_failures"] = np.array(found, dtype=np.int64)
+        return self._cache["fresh_failures"]
+
+    def _fails_fresh(self, token: bytes) -> bool:
+        for rule, check in self.checked.checks.items():
+            firsts = self.checked.start_bytes[rule]
+            for i, b in enumerate(token):
+                if b in firsts:
+                    try:
+                        if Scan(check).run(token[i:]) is FAILED:
+                            return True
+                    except ValueError:  # not one JSON value from here: the grammar decides
+                        continue
+        return False
+
+    def restrict(self, words: np.ndarray, stacks: np.ndarray, scans: dict) -> None:
+        """Clear the bits of tokens in `words` whose checked advance from (stacks, scans) fails."""
+        candidates = set(self.fresh_failures().tolist())
+        open_scans = [scan for scan in scans.values() if not scan.done]
+        if open_scans:
+            allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+            for scan in open_scans:
+                effects = self._effects(scan.structure())
+                for t in np.flatnonzero(allowed & self.has_any(scan.triggers)).tolist():
+                    closed = effects.get(t, _UNKNOWN)
+                    if closed is _UNKNOWN:
+                        try:
+                            closed = scan.effect(self.vocab[t])
+                        except ValueError:  # the bytes leave JSON: the grammar rejects the token
+                            closed = frozenset()
+                        effects[t] = closed
+                    if closed is FAILED or not scan.items.isdisjoint(closed):
+                        candidates.add(t)
+        bits = words.view(np.uint32)
+        for t in candidates:
+            if not (bits[t >> 5] >> np.uint32(t & 31)) & 1:
+                continue
+            data = np.frombuffer(self.vocab[t], dtype=np.uint8)
+            if self.checked.advance(stacks, scans, data, 0, len(data)) is None:
+                bits[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
