@@ -514,6 +514,17 @@ class _Compiler:
 
     # -- disjunctive normal form ---------------------------------------------------------------
 
+    def exact_dnf(self, schema, pointer: str) -> list:
+        """dnf() for analyses that read the terms as the exact set (disjointness, finite value
+        sets, member-name automata): a value check only makes the value at a `value` position
+        exact, so here an overlapping oneOf raises UnsupportedSchemaError as without checks (and
+        nested oneOfs are not followed through their negations, which multiplies the work)."""
+        self.no_value_checks += 1
+        try:
+            return self.dnf(schema, pointer)
+        finally:
+            self.no_value_checks -= 1
+
     def dnf(self, schema, pointer: str) -> list:
         """Flat conjunctions (dicts) and _RefMarkers whose union is `schema`."""
         if schema is True:
@@ -814,7 +825,7 @@ class _Compiler:
 
     def _schemas_disjoint(self, a, b, level: int) -> bool:
         try:
-            xs, ys = self.dnf(a, "#"), self.dnf(b, "#")
+            xs, ys = self.exact_dnf(a, "#"), self.exact_dnf(b, "#")
         except (SchemaError, BudgetExceededError):
             return False
         return all(self.disjoint(p, q, level + 1) for p in xs for q in ys)
@@ -1098,7 +1109,7 @@ class _Compiler:
         """The distinct values a schema allows when it is an enum (or const) of at most
         UNIQUE_ENUM_MAX values, else None."""
         try:
-            terms = self.dnf(schema, "#")
+            terms = self.exact_dnf(schema, "#")
         except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
             return None
         values: list = []
@@ -1165,7 +1176,7 @@ class _Compiler:
         names_terms = None
         if not names_true:
             names_terms = []
-            for term in self.dnf(names_schema, f"{pointer}/propertyNames"):
+            for term in self.exact_dnf(names_schema, f"{pointer}/propertyNames"):
                 names_terms.extend(self.inline_ref(term.uri, pointer) if isinstance(term, _RefMarker) else [term])
         finite_names = None
         if names_terms is not None and all(isinstance(t, dict) and "enum" in t for t in names_terms):
@@ -1258,7 +1269,7 @@ class _Compiler:
         if schema is False:
             return literal_dfa([])
         allowed = None
-        for term in self.dnf(schema, f"{pointer}/propertyNames"):
+        for term in self.exact_dnf(schema, f"{pointer}/propertyNames"):
             if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
                                                           "enum"}) or "string" not in _types_of(term):
                 raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",

@@ -127,7 +127,7 @@ def test_mask_guided_walks_validate(schema):
     rng = random.Random(2)
     info = compiled.tokenizer_info
     finished = 0
-    for _ in range(12):
+    for _ in range(8):
         matcher = pm.GrammarMatcher(compiled, max_tokens=24)  # picks the tokens, so walks finish
         plain = pm.GrammarMatcher(compiled)  # the same text without a budget: mask vs accept_token
         taken = []
@@ -147,7 +147,7 @@ def test_mask_guided_walks_validate(schema):
             text = info.decode_tokens([t for t in taken if t not in info.stop_token_ids]).decode("utf-8")
             assert validator.is_valid(json.loads(text)), text
             finished += 1
-    assert finished >= 6
+    assert finished >= 4
 
 
 # -- brute force over a small vocabulary -------------------------------------------------------
