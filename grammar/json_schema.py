@@ -61,10 +61,17 @@ Documented limits (completeness, never soundness)
 - With `indent`, nesting deeper than `INDENT_DEPTH_LIMIT` levels falls back to flexible
   whitespace (still valid JSON for the schema).
 
-What cannot be expressed exactly (uniqueItems beyond a small enum, overlapping oneOf branches
-that cannot be negated, `not` of uniqueItems / contains / dependentSchemas, maxContains without
-a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
-pointer)`; with `lenient=True` it is widened instead and `warnings.warn` says what was widened.
+Value checks (value_checks=True, the default): uniqueItems on item types that are not a small
+enum compiles to an array rule without it, and a oneOf whose branches overlap on objects, arrays
+or strings (and cannot be negated) to the union of its branches; `Grammar.checks` names those
+rules, and the matcher (masks/value_checks.py) rejects the bytes that close a duplicate item or a
+value that jsonschema rejects against the subschema.  Analyses that need exact terms (disjointness,
+finite value sets, propertyNames: `exact_dnf`) still treat an overlapping oneOf as unsupported.
+
+What cannot be expressed exactly (oneOf overlapping on numbers, `not` of uniqueItems / contains /
+dependentSchemas, maxContains without a negatable `contains`, ...) raises
+`UnsupportedSchemaError(keyword, pointer)`; with `lenient=True` it is widened instead and
+`warnings.warn` says what was widened.
 """
 
 from __future__ import annotations

@@ -193,10 +193,9 @@ class CheckedAdvance:
     def __init__(self, compiled, runner):
         pda = compiled.pda
         self.runner = runner
-        self.checks: dict[int, object] = {}
-        for name, check in compiled.grammar.checks.items():
-            if name in pda.rule_names:
-                self.checks[pda.rule_names.index(name)] = check
+        rule_ids = {name: i for i, name in enumerate(pda.rule_names)}
+        self.checks: dict[int, object] = {rule_ids[name]: check for name, check in compiled.grammar.checks.items()
+                                          if name in rule_ids}
         self.state_rule = pda.state_rule.tolist()
         self.byte_ptr, self.byte_lo, self.byte_hi = pda.byte_ptr.tolist(), pda.byte_lo.tolist(), pda.byte_hi.tolist()
         self._frame_keys: dict[int, tuple] = {}
