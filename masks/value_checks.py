@@ -111,6 +111,15 @@ class Scan:
         out = self._with(items=frozenset()).run(data)
         return FAILED if out is FAILED else out.items
 
+    def _string_byte(self, buf: bytes, b: int):
+        """The scan after byte b inside a string (buf: the bytes so far, b included), or None
+        when b is the closing quote."""
+        if self.escaped:
+            return self._with(buf=buf, escaped=False)
+        if b == _BACKSLASH:
+            return self._with(buf=buf, escaped=True)
+        return self._with(buf=buf) if b != _QUOTE else None
+
     # -- uniqueItems: items at depth 1 ---------------------------------------------------------
 
     def _step_unique(self, b: int):
@@ -119,12 +128,9 @@ class Scan:
             return self._with(depth=1)
         if self.in_string:
             buf += bytes((b,))
-            if self.escaped:
-                return self._with(buf=buf, escaped=False)
-            if b == _BACKSLASH:
-                return self._with(buf=buf, escaped=True)
-            if b != _QUOTE:
-                return self._with(buf=buf)
+            inside = self._string_byte(buf, b)
+            if inside is not None:
+                return inside
             return self._close_item(buf, in_string=False) if depth == 1 else self._with(buf=buf, in_string=False)
         if depth == 1:
             if b in _WS or b == 0x2C or b == 0x5D:  # a number (or nothing) ends here
@@ -159,12 +165,9 @@ class Scan:
         buf = self.buf + bytes((b,))
         depth = self.depth
         if self.in_string:
-            if self.escaped:
-                return self._with(buf=buf, escaped=False)
-            if b == _BACKSLASH:
-                return self._with(buf=buf, escaped=True)
-            if b != _QUOTE:
-                return self._with(buf=buf)
+            inside = self._string_byte(buf, b)
+            if inside is not None:
+                return inside
             return self._close_value(buf) if depth == 0 else self._with(buf=buf, in_string=False)
         if b == _QUOTE:
             return self._with(buf=buf, in_string=True)
