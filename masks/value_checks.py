@@ -40,9 +40,11 @@ TRIGGERS = frozenset(b'"]},el') | _WS
 number's terminator (comma, whitespace, bracket) and the last letter of true/false/null."""
 
 FAILED = None
+_TAIL_CLOSES = re.compile(rb'["\]}]|true|false|null|[0-9][\s,\]}]')
+"""After a string's closing quote: what may close another item or value in the same token."""
 _UNKNOWN = object()
 EFFECT_MEMO_ENTRIES = 256
-"""Scan structures (depth, string state, open item) whose per-token effects a grammar keeps."""
+"""(scan structure, grammar mask) pairs whose closing tokens a grammar keeps."""
 _STRING_STOP = re.compile(rb'["\\]')
 
 
@@ -325,20 +327,74 @@ class MaskChecks:
             out |= arr
         return out
 
-    def _effects(self, structure: tuple) -> dict:
-        """token -> Scan.effect for scans of this structure, filled as tokens are met: between
-        array items the structure repeats, so later masks there look effects up."""
+    def _quotes(self) -> tuple:
+        """Per token, split at its first quote: (has a quote, a backslash before it, bytes after
+        it that can close something, {bytes before it: token ids} for the rest)."""
+        got = self._cache.get("quotes")
+        if got is None:
+            quoted = np.zeros(self.vocab_size, dtype=bool)
+            escape_before = np.zeros(self.vocab_size, dtype=bool)
+            busy_tail = np.zeros(self.vocab_size, dtype=bool)
+            by_head: dict[bytes, list[int]] = {}
+            for t, token in enumerate(self.vocab[: self.vocab_size]):
+                q = token.find(b'"')
+                if q < 0:
+                    continue
+                quoted[t] = True
+                head, tail = token[:q], token[q + 1 :]
+                escape_before[t] = b"\\" in head
+                busy_tail[t] = _TAIL_CLOSES.search(tail) is not None
+                if not escape_before[t] and not busy_tail[t]:
+                    by_head.setdefault(head, []).append(t)
+            got = self._cache["quotes"] = (quoted, escape_before, busy_tail, by_head)
+        return got
+
+    def _string_candidates(self, scan: "Scan", allowed: np.ndarray) -> list[int]:
+        """Tokens that may fail a scan inside a string (not after a backslash): those whose
+        bytes after the closing quote may close more, those with an escape before it, and, when
+        the quote closes an array item, those whose bytes before it spell an earlier item's rest."""
+        quoted, escape_before, busy_tail, by_head = self._quotes()
+        out = np.flatnonzero(allowed & (escape_before | busy_tail)).tolist()
+        if isinstance(scan.check, UniqueItems) and scan.depth == 1:
+            try:
+                start = json.loads(scan.buf + b'"')
+            except ValueError:  # a character split between tokens: look at every quoted token
+                return np.flatnonzero(allowed & quoted).tolist()
+            for kind, value in scan.items:
+                if kind == "string" and value.startswith(start):
+                    out += [t for t in by_head.get(value[len(start):].encode("utf-8"), ()) if allowed[t]]
+        return out
+
+    def _closing(self, scan: "Scan", allowed: np.ndarray) -> list:
+        """(token, Scan.effect) for the allowed tokens that close something from this scan."""
+        if scan.in_string and not scan.escaped:
+            tokens = self._string_candidates(scan, allowed)
+        else:
+            tokens = np.flatnonzero(allowed & self.has_any(scan.triggers)).tolist()
+        out = []
+        for t in tokens:
+            try:
+                closed = scan.effect(self.vocab[t])
+            except ValueError:  # the bytes leave JSON: the grammar rejects the token
+                continue
+            if closed is FAILED or closed:
+                out.append((t, closed))
+        return out
+
+    def _effects(self, key: tuple, closing: list | None = None) -> list | None:
+        """The memo of `_closing` by (scan structure, mask): get, or set when `closing` is given."""
         memo = self._cache.setdefault("effects", OrderedDict())
-        effects = memo.get(structure)
-        if effects is None:
-            effects = memo[structure] = {}
+        if closing is not None:
+            memo[key] = closing
             if len(memo) > EFFECT_MEMO_ENTRIES:
                 memo.popitem(last=False)
-        else:
-            memo.move_to_end(structure)
-        return effects
+            return closing
+        got = memo.get(key)
+        if got is not None:
+            memo.move_to_end(key)
+        return got
 
-    def fresh_failures(self) -> np.ndarray:
+    def fresh_failures(self) -> list[int]:
         """Token ids that hold, from some byte a checked rule can start with, a whole value that
         fails that rule's check (e.g. '[1,1]' for uniqueItems): they may fail with no instance
         open before them.  Found once per grammar by scanning the tokens holding such bytes."""
@@ -349,7 +405,7 @@ class MaskChecks:
                 token = self.vocab[t]
                 if self._fails_fresh(token):
                     found.append(t)
-            self._cache["fresh_failures"] = np.array(found, dtype=np.int64)
+            self._cache["fresh_failures"] = found
         return self._cache["fresh_failures"]
 
     def _fails_fresh(self, token: bytes) -> bool:
@@ -366,20 +422,23 @@ class MaskChecks:
 
     def restrict(self, words: np.ndarray, stacks: np.ndarray, scans: dict) -> None:
         """Clear the bits of tokens in `words` whose checked advance from (stacks, scans) fails."""
-        candidates = set(self.fresh_failures().tolist())
+        candidates = set(self.fresh_failures())
         open_scans = [scan for scan in scans.values() if not scan.done]
         if open_scans:
-            allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+            allowed = None
+            words_key = words.tobytes()
             for scan in open_scans:
-                effects = self._effects(scan.structure())
-                for t in np.flatnonzero(allowed & self.has_any(scan.triggers)).tolist():
-                    closed = effects.get(t, _UNKNOWN)
-                    if closed is _UNKNOWN:
-                        try:
-                            closed = scan.effect(self.vocab[t])
-                        except ValueError:  # the bytes leave JSON: the grammar rejects the token
-                            closed = frozenset()
-                        effects[t] = closed
+                # the tokens of this mask that close something, memoised per (scan structure,
+                # grammar mask) -- between array items both repeat -- and, in a string, the
+                # items (`_string_candidates` looks them up); out of strings they are checked here
+                key = (scan.structure(), words_key, scan.items if scan.in_string else None)
+                closing = self._effects(key)
+                if closing is None:
+                    if allowed is None:
+                        allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
+                    closing = self._closing(scan, allowed)
+                    self._effects(key, closing)
+                for t, closed in closing:
                     if closed is FAILED or not scan.items.isdisjoint(closed):
                         candidates.add(t)
         bits = words.view(np.uint32)
