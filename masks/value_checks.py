@@ -25,6 +25,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..automata import kernels
 from ..grammar.value_checks import UniqueItems, ValidatesSchema, json_key, parse_json
 
 _WS = frozenset(b" \t\n\r")
@@ -42,7 +43,6 @@ number's terminator (comma, whitespace, bracket) and the last letter of true/fal
 FAILED = None
 _TAIL_CLOSES = re.compile(rb'["\]}]|true|false|null|[0-9][\s,\]}]')
 """After a string's closing quote: what may close another item or value in the same token."""
-_UNKNOWN = object()
 EFFECT_MEMO_ENTRIES = 256
 """(scan structure, grammar mask) pairs whose closing tokens a grammar keeps."""
 _STRING_STOP = re.compile(rb'["\\]')
@@ -211,8 +211,6 @@ class CheckedAdvance:
 
     def _start_bytes(self, pda) -> dict[int, frozenset]:
         """rule -> the bytes a value of that checked rule can start with."""
-        from ..automata import kernels
-
         out = {}
         allowed = np.zeros(256, dtype=np.uint8)
         for rule in self.checks:
@@ -294,10 +292,6 @@ class CheckedAdvance:
             stacks, n_kernel, flags = got
             scans = live
         return stacks, n_kernel, flags, scans
-
-    def needs_checks(self, scans: dict, token: bytes, start_bytes: frozenset) -> bool:
-        """Must this token go through `advance` (an instance is open, or it may start one)?"""
-        return bool(scans) or not start_bytes.isdisjoint(token)
 
 
 class MaskChecks:
