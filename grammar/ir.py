@@ -126,18 +126,25 @@ class Grammar:
     positions maps a rule name to the (line, column) where the source defined it, for errors.
     allow_empty: the empty language is intended (a JSON Schema no instance satisfies, compiled
     for validation): the passes keep a root that derives nothing instead of raising GrammarError.
+    checks maps a rule name to a semantic check (grammar/value_checks.py) on the one JSON value the
+    rule matches: the rule's language is a superset and the matcher rejects the bytes that close
+    a value failing it.  Passes keep checked rules as rules (never inlined), so the automaton says
+    where each checked value starts and ends.
     """
 
     rules: dict[str, Expr]
     root: str = "root"
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     allow_empty: bool = False
+    checks: dict[str, object] = field(default_factory=dict)
 
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
 
     def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
-        return Grammar(dict(self.rules if rules is None else rules), self.root, dict(self.positions), self.allow_empty)
+        rules = dict(self.rules if rules is None else rules)
+        return Grammar(rules, self.root, dict(self.positions), self.allow_empty,
+                       {name: check for name, check in self.checks.items() if name in rules})
 
 
 # ---------------------------------------------------------------------------------------------

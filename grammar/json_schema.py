@@ -71,10 +71,17 @@ Beyond context-free structure, resolved at compile time:
 - Unsatisfiable schemas raise SchemaError, or with unsatisfiable="empty" (validation) compile
   to the empty language; unsatisfiable subschemas drop their branch, member or item.
 
-What cannot be expressed exactly (uniqueItems beyond a small enum, overlapping oneOf branches
-that cannot be negated, `not` of uniqueItems / contains / dependentSchemas, maxContains without
-a negatable `contains`, ...) raises `UnsupportedSchemaError(keyword,
-pointer)`; with `lenient=True` it is widened instead and `warnings.warn` says what was widened.
+Value checks (value_checks=True, the default): uniqueItems on item types that are not a small
+enum compiles to an array rule without it, and a oneOf whose branches overlap on objects, arrays
+or strings (and cannot be negated) to the union of its branches; `Grammar.checks` names those
+rules, and the matcher (masks/value_checks.py) rejects the bytes that close a duplicate item or a
+value that jsonschema rejects against the subschema.  Analyses that need exact terms (disjointness,
+finite value sets, propertyNames: `exact_dnf`) still treat an overlapping oneOf as unsupported.
+
+What cannot be expressed exactly (oneOf overlapping on numbers, `not` of uniqueItems / contains /
+dependentSchemas, maxContains without a negatable `contains`, ...) raises
+`UnsupportedSchemaError(keyword, pointer)`; with `lenient=True` it is widened instead and
+`warnings.warn` says what was widened.
 """
 
 from __future__ import annotations
@@ -102,6 +109,7 @@ from .ir import (
 )
 from .json_strings import string_literal_expr
 from .json_schema_dynamic import DynamicScopes
+from .value_checks import UniqueItems, ValidatesSchema
 from .json_schema_docs import (
     DEFAULT_BASE, MAX_SCHEMA_DEPTH, VALUE_KEYS, check_json_document, draft_of, join_uri, normalize_document,
     translate_pointer,
@@ -296,7 +304,7 @@ class _Layout:
 class _Compiler:
     def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
                  separators, retrieve, property_order="definition", root_whitespace=True,
-                 dynamic_scopes=False):
+                 dynamic_scopes=False, value_checks=True):
         if property_order not in ("any", "definition"):
             raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
         self.property_order = property_order
@@ -315,6 +323,10 @@ class _Compiler:
         self.no_negation = 0
         self.one_of_depth = 0
         self.disjoint_checks = 0
+        self.value_checks = value_checks
+        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
+        self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
+        self.no_value_checks = 0  # > 0 where a superset would not be exact (one_of_by_negation)
         self.static_dynamic: str | None = None
         self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
@@ -375,6 +387,11 @@ class _Compiler:
         if not self.lenient:
             raise UnsupportedSchemaError(keyword, pointer, detail)
         warnings.warn(f"pushmask: widened {keyword!r} at {pointer or '#'}: {detail}", stacklevel=4)
+
+    def value_checks_allowed(self) -> bool:
+        """May a keyword the grammar cannot express become a value check in the matcher?  Not
+        where the caller needs the grammar itself exact (a negation's positive form)."""
+        return self.value_checks and not self.no_value_checks
 
     def note_empty(self, pointer: str, why: str) -> None:
         if self.empty_reason is None:
@@ -443,7 +460,7 @@ class _Compiler:
             if _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved) > 1:
                 raise _NeedsDynamicScopes()
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
-        grammar = Grammar(self.rules, "root")
+        grammar = Grammar(self.rules, "root", checks=self.checks)
         return _prune(grammar, self.empty_reason)
 
     # -- values --------------------------------------------------------------------------------
@@ -466,7 +483,12 @@ class _Compiler:
             return hit
         name = self.new_rule(_hint(schema, pointer))
         self.memo[key] = Ref(name)
+        overlapping = self.overlapping_one_ofs
         branches = self.dnf(schema, pointer)
+        if self.overlapping_one_ofs != overlapping:
+            # a oneOf here compiled to the union of its branches: the value is checked against
+            # this whole subschema when it closes, so the rule stays a rule (never inlined)
+            self.checks[name] = ValidatesSchema(schema, self.validator_cls(schema, registry=self.registry), pointer)
         exprs = []
         structural = False
         for branch in branches:
@@ -481,7 +503,8 @@ class _Compiler:
         body = alt(*exprs) if exprs else NOTHING
         if body == NOTHING and not branches:
             self.note_empty(pointer, "no instance satisfies all the constraints")
-        if name not in self.recursed and (isinstance(body, Ref) or (not structural and _size(body) <= 60)):
+        if name not in self.recursed and name not in self.checks and (
+                isinstance(body, Ref) or (not structural and _size(body) <= 60)):
             del self.rules[name]
             self.memo[key] = body
             return body
@@ -520,6 +543,17 @@ class _Compiler:
         return Ref(names["value"])
 
     # -- disjunctive normal form ---------------------------------------------------------------
+
+    def exact_dnf(self, schema, pointer: str) -> list:
+        """dnf() for analyses that read the terms as the exact set (disjointness, finite value
+        sets, member-name automata): a value check only makes the value at a `value` position
+        exact, so here an overlapping oneOf raises UnsupportedSchemaError as without checks (and
+        nested oneOfs are not followed through their negations, which multiplies the work)."""
+        self.no_value_checks += 1
+        try:
+            return self.dnf(schema, pointer)
+        finally:
+            self.no_value_checks -= 1
 
     def dnf(self, schema, pointer: str) -> list:
         """Flat conjunctions (dicts) and _RefMarkers whose union is `schema`."""
@@ -685,6 +719,11 @@ class _Compiler:
             exact = self.one_of_by_negation(schema, siblings, pointer)
             if exact is not None:
                 return exact
+            if t != "number" and self.value_checks_allowed():
+                # the union of the branches; `value` checks the closed value against the schema
+                # (a number's end is only known from the byte after it, outside the value's rule)
+                self.overlapping_one_ofs += 1
+                continue
             self.unsupported("oneOf", f"{pointer}/oneOf",
                              f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
                              + ("; widened to anyOf" if self.lenient else ""))
@@ -745,6 +784,7 @@ class _Compiler:
         positive form; None when some negation cannot be expressed (or the expansion is too big)."""
         branches = schema["oneOf"]
         lenient, self.lenient = self.lenient, False  # a widened negation would not be exact
+        self.no_value_checks += 1
         try:
             out = []
             for i, branch in enumerate(branches):
@@ -759,6 +799,7 @@ class _Compiler:
             return None
         finally:
             self.lenient = lenient
+            self.no_value_checks -= 1
 
     # -- disjointness (for oneOf) --------------------------------------------------------------
 
@@ -818,7 +859,7 @@ class _Compiler:
 
     def _schemas_disjoint(self, a, b, level: int) -> bool:
         try:
-            xs, ys = self.dnf(a, "#"), self.dnf(b, "#")
+            xs, ys = self.exact_dnf(a, "#"), self.exact_dnf(b, "#")
         except (SchemaError, BudgetExceededError):
             return False
         return all(self.disjoint(p, q, level + 1) for p in xs for q in ys)
@@ -1107,7 +1148,7 @@ class _Compiler:
         """The distinct values a schema allows when it is an enum (or const) of at most
         UNIQUE_ENUM_MAX values, else None."""
         try:
-            terms = self.dnf(schema, "#")
+            terms = self.exact_dnf(schema, "#")
         except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
             return None
         values: list = []
@@ -1174,7 +1215,7 @@ class _Compiler:
         names_terms = None
         if not names_true:
             names_terms = []
-            for term in self.dnf(names_schema, f"{pointer}/propertyNames"):
+            for term in self.exact_dnf(names_schema, f"{pointer}/propertyNames"):
                 names_terms.extend(self.inline_ref(term.uri, pointer) if isinstance(term, _RefMarker) else [term])
         finite_names = None
         if names_terms is not None and all(isinstance(t, dict) and "enum" in t for t in names_terms):
@@ -1267,7 +1308,7 @@ class _Compiler:
         if schema is False:
             return literal_dfa([])
         allowed = None
-        for term in self.dnf(schema, f"{pointer}/propertyNames"):
+        for term in self.exact_dnf(schema, f"{pointer}/propertyNames"):
             if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
                                                           "enum"}) or "string" not in _types_of(term):
                 raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
@@ -1544,6 +1585,12 @@ class _Compiler:
                 members = [(seq(self.literal(v, child), end), False) for v in values]
                 empty = close_e if min_i == 0 else NOTHING
                 return seq(o, self.any_order_members(members, None, first, nxt, empty, close_ne))
+            if self.value_checks_allowed():
+                # any array of the items; the matcher rejects the bytes closing a duplicate item
+                name = self.new_rule(f"unique_{_hint(f, pointer)}")
+                self.rules[name] = self.array({k: v for k, v in f.items() if k != "uniqueItems"}, pointer, depth)
+                self.checks[name] = UniqueItems(f"{pointer}/uniqueItems")
+                return Ref(name)
             self.unsupported("uniqueItems", f"{pointer}/uniqueItems",
                              "a grammar cannot require distinct array items (except up to "
                              f"{UNIQUE_ENUM_MAX} values of an enum); widened to allow duplicates")
@@ -2378,7 +2425,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                            additional_properties_default: bool = True, lenient: bool = False, separators=None,
                            retrieve: Callable[[str], Any] | None = None,
                            property_order: str = "definition", max_depth: int = MAX_SCHEMA_DEPTH,
-                           root_whitespace: bool = True,
+                           root_whitespace: bool = True, value_checks: bool = True,
                            clock: CompileClock | None = None, unsatisfiable: str = "error") -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
@@ -2400,6 +2447,9 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     unsatisfiable: what a schema no instance satisfies compiles to: "error" (default, for
     generation, where it is a mistake) raises SchemaError; "empty" (for validation: the Test
     Suite, validate-corpus) gives the empty language, whose matcher allows no token and no EOS.
+    value_checks: uniqueItems on open item types and oneOf whose branches overlap (on objects,
+    arrays or strings) compile to a superset named in `Grammar.checks`, which the matcher checks
+    on each closed value; False raises UnsupportedSchemaError for them (or widens, if lenient).
     """
     if unsatisfiable not in ("error", "empty"):
         raise ValueError(f"unsatisfiable must be 'error' or 'empty', not {unsatisfiable!r}")
@@ -2416,7 +2466,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
             comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
                              additional_properties_default=additional_properties_default, lenient=lenient,
                              separators=separators, retrieve=retrieve, property_order=property_order,
-                             root_whitespace=root_whitespace, dynamic_scopes=dynamic_scopes)
+                             root_whitespace=root_whitespace, dynamic_scopes=dynamic_scopes,
+                             value_checks=value_checks)
             if clock is not None:
                 comp.clock = clock
             return comp.compile()

@@ -687,7 +687,7 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
             if graph[name] & inlined.keys():
                 rules[name] = map_refs(rules[name], lambda r: inlined.get(r.name, r))
         name = component[0]
-        if len(component) > 1 or name in recursive or name == grammar.root:
+        if len(component) > 1 or name in recursive or name == grammar.root or name in grammar.checks:
             continue
         measured.append(rules[name])
         size = expr_size(rules[name], size_memo)

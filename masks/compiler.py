@@ -225,6 +225,8 @@ class CompiledGrammar:
         self.tokenizer_info = compiler.tokenizer_info
         self.grammar = grammar
         self.pda = pda
+        # value checks (grammar/value_checks.py) by rule name; a deserialized grammar has none
+        self.value_checks: dict[str, object] = dict(grammar.checks) if grammar is not None else {}
         self._masks: list[StateMask | None] = [None] * pda.num_states
         self.mask_index = np.full(pda.num_states * MASK_FIELDS, -1, dtype=np.int32)
         words = len(compiler.all_grammar_words)
@@ -233,6 +235,7 @@ class CompiledGrammar:
         self._pool_used = words
         self._offline: StackRunner | None = None
         self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs and digest
+        self.value_check_cache: dict = {}  # matchers' per-grammar data for value checks (masks/value_checks.py)
         self._lock = threading.Lock()
         # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py); a
         # deserialized grammar (no IR) names them in its payload.
@@ -402,6 +405,10 @@ class CompiledGrammar:
         self._restore(check_header(payload, _PAYLOAD_KIND), payload["tokenizer_info"])
 
     def _payload(self) -> dict:
+        if self.value_checks:
+            raise ValueError("this grammar has value checks (uniqueItems or an overlapping oneOf, checked with "
+                             "jsonschema validators in this process), so it cannot be pickled or serialized; "
+                             "compile it in the process that uses it, or compile with value_checks=False")
         compiler, pda = self.compiler, self.pda
         masks = [{"state": state, "kind": mask.kind, "data": mask.data, "positions": mask.uncertain_positions,
                   "ids": mask.uncertain_ids, "lcp": mask.uncertain_lcp, "accepted": mask.num_accepted}

@@ -17,6 +17,9 @@ from . import walk
 from .budget import budget_table, check_budget
 from ..grammar.ir import TOKEN_MARK
 from .compiler import CompiledGrammar
+from .value_checks import CheckedAdvance, MaskChecks
+
+_NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
 
 
 FILL_MEMO_ENTRIES = 32
@@ -38,6 +41,7 @@ class _MatchState:
     terminated: bool = False
     memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
+    scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
 
     @property
     def kernel_s(self) -> np.ndarray:
@@ -84,6 +88,13 @@ class GrammarMatcher:
         self.max_rollback_tokens = max_rollback_tokens
         compiler = compiled_grammar.compiler
         self._runner = StackRunner(compiled_grammar.pda, compiler.budgets, compiler.trie.max_token_length)
+        # Value checks (uniqueItems, overlapping oneOf): None for grammars without checked rules.
+        self._checked = CheckedAdvance(compiled_grammar, self._runner) if compiled_grammar.value_checks else None
+        self._mask_checks = None
+        self._check_starts = frozenset()
+        if self._checked is not None:
+            self._mask_checks = MaskChecks(self._checked, info, compiled_grammar.value_check_cache)
+            self._check_starts = self._checked.any_start_byte()
         self._vocab_bytes = info.flat_vocab()[0]
         self._vocab_offsets = info.flat_offsets_list()  # token t is _vocab_bytes[offsets[t]:offsets[t + 1]]
         self._words = (self.vocab_size + 31) // 32
@@ -117,7 +128,7 @@ class GrammarMatcher:
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
-        return _MatchState(np.concatenate([closure_s, closure_p]), n_kernel, bool(flags & FLAG_END))
+        return _MatchState(np.concatenate([closure_s, closure_p]), n_kernel, bool(flags & FLAG_END), scans=_NO_SCANS)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -181,6 +192,13 @@ class GrammarMatcher:
         return True
 
     def _fill_words(self, words: np.ndarray) -> None:
+        """The grammar's mask, less the tokens that would close a value failing its check."""
+        self._fill_grammar_words(words)
+        state = self._state
+        if self._mask_checks is not None and not state.terminated:
+            self._mask_checks.restrict(words, state.stacks, state.scans)
+
+    def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
         if state.terminated:
             words[:] = 0
@@ -301,7 +319,7 @@ class GrammarMatcher:
             if after is not None:
                 return after
         if token_id in self._stop_set:
-            return _MatchState(state.stacks, state.n_kernel, True, True) if state.can_end else None
+            return _MatchState(state.stacks, state.n_kernel, True, True, scans=state.scans) if state.can_end else None
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
         if start == end or token_id in self._reserved_tokens:
             return None  # special or padding token, or text holding the byte reserved for terminals
@@ -324,13 +342,21 @@ class GrammarMatcher:
 
     def _state_after_bytes(self, data: np.ndarray, start: int, end: int,
                            state: _MatchState | None = None) -> _MatchState | None:
-        got = self._runner.advance((self._state if state is None else state).stacks, data, start, end)
-        if got is None:
-            return None
-        stacks, n_kernel, flags = got
+        state = self._state if state is None else state
+        scans = _NO_SCANS
+        if self._checked is not None and (state.scans or not self._check_starts.isdisjoint(data[start:end].tobytes())):
+            got = self._checked.advance(state.stacks, state.scans, data, start, end)
+            if got is None:
+                return None
+            stacks, n_kernel, flags, scans = got
+        else:
+            got = self._runner.advance(state.stacks, data, start, end)
+            if got is None:
+                return None
+            stacks, n_kernel, flags = got
         can_end = bool(flags & FLAG_END)
         terminated = self.terminate_without_stop_token and can_end and len(stacks) == 0
-        return _MatchState(stacks, n_kernel, can_end, terminated)
+        return _MatchState(stacks, n_kernel, can_end, terminated, scans=scans or _NO_SCANS)
 
     def _push(self, new_state: _MatchState) -> None:
         self._n_tokens += 1
@@ -385,6 +411,9 @@ class GrammarMatcher:
             stacks, _, flags = got
             can_end = bool(flags & FLAG_END)
             out.append(b)
+        if self._checked is not None:  # forced bytes may still close a value that fails its check
+            while out and self._state_after_bytes(np.frombuffer(bytes(out), dtype=np.uint8), 0, len(out)) is None:
+                out.pop()
         return _complete_utf8_prefix(bytes(out))
 
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:

@@ -320,15 +320,22 @@ def test_one_of_excludes_types_that_match_twice(compiler, tokenizer):
 
 
 def test_one_of_overlapping_is_unsupported_unless_lenient(compiler):
+    """Without value checks an overlapping oneOf is unsupported (or widened); with them (the
+    default) the matcher checks the closed value (tests/test_semantic_checks.py)."""
     schema = {"oneOf": [{"type": "array", "uniqueItems": True, "items": {"enum": [1, 2]}},
                         {"type": "array", "maxItems": 1}]}
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar(schema)
+        json_schema_to_grammar(schema, value_checks=False)
     assert info.value.keyword == "oneOf" and info.value.pointer == "#/oneOf"
     with pytest.warns(UserWarning, match="oneOf"):
-        grammar = json_schema_to_grammar(schema, lenient=True)
+        grammar = json_schema_to_grammar(schema, lenient=True, value_checks=False)
     compiled = compiler.compile_ir(grammar)
     assert accepts(compiled, "[1, 2]") and accepts(compiled, "[1]")  # widened to anyOf
+    checked = compiler.compile_ir(json_schema_to_grammar(schema))
+    assert accepts(checked, "[1, 2]") and not accepts(checked, "[]") and not accepts(checked, "[1]")
+    with pytest.raises(UnsupportedSchemaError) as info:  # a number's end is not in its rule: no check
+        json_schema_to_grammar({"oneOf": [{"type": "number", "multipleOf": 0.5}, {"type": "number", "minimum": 2}]})
+    assert info.value.keyword == "oneOf"
 
 
 def test_not(compiler, tokenizer):
@@ -484,11 +491,12 @@ def test_invalid_json_text():
 def test_unique_items_unsupported_and_lenient_warns(compiler):
     schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar(schema)
+        json_schema_to_grammar(schema, value_checks=False)
     assert info.value.keyword == "uniqueItems" and info.value.pointer == "#/uniqueItems"
+    assert not accepts(compiler.compile_ir(json_schema_to_grammar(schema)), "[1, 1]")  # a value check
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        grammar = json_schema_to_grammar(schema, lenient=True)
+        grammar = json_schema_to_grammar(schema, lenient=True, value_checks=False)
     assert any("uniqueItems" in str(w.message) for w in caught)
     assert accepts(compiler.compile_ir(grammar), "[1, 1]")
     # a single item is always unique: exact without lenient
@@ -700,8 +708,8 @@ def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
         return disjoint(self, x, y, level)
 
     monkeypatch.setattr(json_schema_module._Compiler, "disjoint", counted)
-    with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar(schema, property_order="any")
+    with pytest.raises(UnsupportedSchemaError) as info:  # with value checks it compiles (35-60 s)
+        json_schema_to_grammar(schema, property_order="any", value_checks=False)
     assert info.value.keyword == "oneOf"
     assert calls < 50 * json_schema_module.MAX_DISJOINT_CHECKS
 
@@ -759,7 +767,7 @@ def test_unique_items_from_a_small_enum(compiler, tokenizer):
           [["a", "a"], [1, 1.0], ["c"], [None, "a", None]])
     check(compiler, tokenizer, dict(schema, minItems=1), [["b"]], [[]])
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar({"type": "array", "uniqueItems": True, "items": {"type": "string"}})
+        json_schema_to_grammar({"type": "array", "uniqueItems": True, "items": {"type": "string"}}, value_checks=False)
     assert info.value.keyword == "uniqueItems" and info.value.pointer == "#/uniqueItems"
 
 

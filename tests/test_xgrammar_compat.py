@@ -292,3 +292,15 @@ def test_token_terminals_survive_pickling(compiler):
         assert matcher.accept_tokens(a)
         assert matcher.get_next_token_mask().nonzero()[0].tolist() == [special]
         assert matcher.accept_token(special) and matcher.accept_tokens(b) and matcher.can_end()
+
+
+def test_grammars_with_value_checks_refuse_to_leave_the_process(compiler):
+    """Value checks hold jsonschema validators of this process: pickling and serialize_json say so
+    instead of writing a grammar that would lose its checks."""
+    compiled = compiler.compile_json_schema({"type": "array", "uniqueItems": True})
+    assert compiled.value_checks
+    for write in (lambda: pickle.dumps(compiled), compiled.serialize_json):
+        with pytest.raises(ValueError, match="value checks"):
+            write()
+    assert not compiler.compile_json_schema({"type": "array", "uniqueItems": True}, value_checks=False,
+                                            lenient=True).value_checks
