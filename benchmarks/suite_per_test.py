@@ -1,0 +1,55 @@
+"""Per-test counts of the official JSON Schema Test Suite (README "JSON Schema"): every instance
+token by token with the Llama-3 tokenizer, then EOS; pass / wrong accept / wrong reject / in groups
+that do not compile, and why those do not.
+
+    python benchmarks/suite_per_test.py draft2020-12            # value checks on
+    python benchmarks/suite_per_test.py draft2020-12 --no-checks
+"""
+
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import test_json_schema_suite as suite  # noqa: E402
+
+from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
+
+
+def main(draft: str, checks: bool) -> None:
+    compiler = suite.grammar_compiler("llama3")
+    tokenizer = suite.hf_tokenizer("llama3")
+    counts = {"pass": 0, "wrong_accept": 0, "wrong_reject": 0, "not_compiled": 0}
+    why: dict[str, int] = {}
+    start = time.time()
+    for n, (group_id, schema, tests) in enumerate(suite.groups(draft)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                grammar = suite.json_schema_to_grammar(schema, retrieve=suite.retrieve, property_order="any",
+                                                       value_checks=checks, unsatisfiable="empty")
+            compiled = compiler.compile_ir(grammar)
+        except (SchemaError, BudgetExceededError) as exc:
+            counts["not_compiled"] += len(tests)
+            why[str(exc)[:70]] = why.get(str(exc)[:70], 0) + len(tests)
+            continue
+        for test in tests:
+            ids = tokenizer.encode(json.dumps(test["data"], separators=(",", ":")), add_special_tokens=False)
+            accepted = (suite.accepts_tokens(compiled, ids, n % suite.MASK_CHECK_EVERY == 0)
+                        and suite.accepts_string(compiled, json.dumps(test["data"])))
+            if accepted == test["valid"]:
+                counts["pass"] += 1
+            elif accepted:
+                counts["wrong_accept"] += 1
+                print("WRONG ACCEPT", group_id, test["description"])
+            else:
+                counts["wrong_reject"] += 1
+    print(draft, "checks" if checks else "no checks", counts, f"{time.time() - start:.1f}s")
+    for reason, count in sorted(why.items(), key=lambda item: -item[1]):
+        print(f"  {count:4d} {reason}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], "--no-checks" not in sys.argv[2:])
