@@ -18,6 +18,8 @@ llama_cpp itself is not imported here: the adapter works on the arrays it is han
 
 from __future__ import annotations
 
+import ctypes
+
 from typing import Iterable
 
 import numpy as np
@@ -81,10 +83,28 @@ def tokenizer_info_from_llama(llm, *, stop_token_ids: Iterable[int] | None = Non
     n_vocab = llm.n_vocab()
     tokens, specials = [], []
     for token_id in range(n_vocab):
-        text = llm.detokenize([token_id], special=False)
-        if not text and llm.detokenize([token_id], special=True):
+        text = _token_piece(llm, token_id, special=False)
+        if not text and _token_piece(llm, token_id, special=True):
             specials.append(token_id)
-        tokens.append(bytes(text))
+        tokens.append(text)
     stops = list(stop_token_ids) if stop_token_ids is not None else [llm.token_eos()]
     return TokenizerInfo(tokens, vocab_type="raw", vocab_size=n_vocab, stop_token_ids=stops,
                          special_token_ids=specials)
+
+
+def _token_piece(llm, token_id: int, special: bool) -> bytes:
+    """The bytes of one token.  `Llama.detokenize` reads each piece into a 32-byte buffer and
+    returns nothing for longer tokens (SmolLM2 has 47 runs of spaces or dashes past 32 bytes), so
+    ask llama.cpp directly, growing the buffer to the size it reports."""
+    import llama_cpp
+
+    vocab = getattr(getattr(llm, "_model", None), "vocab", None)
+    if vocab is None:  # another llama-cpp-python layout: its own (size-limited) reading
+        return bytes(llm.detokenize([token_id], special=special))
+    size = 64
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_token_to_piece(vocab, token_id, buffer, size, 0, special)
+        if 0 <= n <= size:
+            return buffer.raw[:n]
+        size = abs(n)  # llama.cpp returns minus the size it needs
