@@ -359,9 +359,7 @@ def _propagate_unions(bits, src, dst):
                 if merged != bits[u, w]:
                     bits[u, w] = merged
                     grew = True
-            if grew and not queued[u]:
-                if top == stack.shape[0]:
-                    stack = np.concatenate((stack, np.empty(stack.shape[0], dtype=np.int64)))
+            if grew and not queued[u]:  # each node is on the stack at most once: n slots suffice
                 stack[top] = u
                 top += 1
                 queued[u] = True

@@ -12,6 +12,8 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict
 
+from .string_kernels import _grown
+
 OK = 0
 OVER_BUDGET = 1
 
@@ -55,9 +57,8 @@ def natural_range(lo_digits, hi_digits, has_hi, cap, wanted, modulus, excluded, 
     n_hi_digits = hi_digits.shape[0]
     s = 0
     while s < n_states:
-        if start.shape[0] <= s:
-            start = np.concatenate((start, np.empty(start.shape[0], np.int64)))
-            count = np.concatenate((count, np.empty(count.shape[0], np.int64)))
+        start = _grown(start, s + 1)
+        count = _grown(count, s + 1)
         start[s] = n_edges
         count[s] = 0
         m = part_m[s]
@@ -88,19 +89,17 @@ def natural_range(lo_digits, hi_digits, has_hi, cap, wanted, modulus, excluded, 
                     return OVER_BUDGET, start, count, edge_lo, edge_lo, edge_tgt, np.zeros(0, np.bool_)
                 target = n_states
                 index[key] = target
-                if part_m.shape[0] <= n_states:
-                    part_m = np.concatenate((part_m, np.empty(part_m.shape[0], np.int64)))
-                    part_lo = np.concatenate((part_lo, np.empty(part_lo.shape[0], np.int64)))
-                    part_hi = np.concatenate((part_hi, np.empty(part_hi.shape[0], np.int64)))
-                    part_r = np.concatenate((part_r, np.empty(part_r.shape[0], np.int64)))
+                part_m = _grown(part_m, n_states + 1)
+                part_lo = _grown(part_lo, n_states + 1)
+                part_hi = _grown(part_hi, n_states + 1)
+                part_r = _grown(part_r, n_states + 1)
                 part_m[target] = nm
                 part_lo[target] = nlo
                 part_hi[target] = nhi
                 part_r[target] = nr
                 n_states += 1
-            if edge_lo.shape[0] <= n_edges:
-                edge_lo = np.concatenate((edge_lo, np.empty(edge_lo.shape[0], np.int64)))
-                edge_tgt = np.concatenate((edge_tgt, np.empty(edge_tgt.shape[0], np.int64)))
+            edge_lo = _grown(edge_lo, n_edges + 1)
+            edge_tgt = _grown(edge_tgt, n_edges + 1)
             edge_lo[n_edges] = 48 + d
             edge_tgt[n_edges] = target
             n_edges += 1
