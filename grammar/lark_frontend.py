@@ -42,7 +42,7 @@ from lark.load_grammar import load_grammar
 from .ebnf import token_expr
 from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import MAX_NESTING, NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
-from .lark_reader import read_plain_lark
+from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
 from .regex import MAX_STATES, regex_to_ir
 
 __all__ = ["parse_lark"]
@@ -52,9 +52,6 @@ __all__ = ["parse_lark"]
 _KNOWN_REGEX_REPLACEMENTS = {
     '".*?(?<!\\\\)(\\\\\\\\)*?"': '"(?:[^"\\\\\\n]|\\\\[^\\n])*"',
 }
-
-_LAZY_QUANTIFIER = re.compile(r"(?:[*+?]|\})\?")
-
 
 def _case_insensitive_literal(text: str) -> Expr:
     items = []
@@ -141,7 +138,7 @@ def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int) -> Ex
         raise GrammarError(f"terminal {label}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
                            "write the regex without verbose/locale flags")
     prefixed = f"(?{''.join(sorted(flags))}:{source})" if flags else source
-    lazy = list(_LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
+    lazy = list(LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
     first_end = bool(lazy) and not any(op in _strip_escapes_and_classes(source)[lazy[-1].end():] for op in "*+?{")
     try:
         expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end)

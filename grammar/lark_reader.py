@@ -44,7 +44,8 @@ _TOKENS = re.compile(
     |(?P<OP>[+*]|[?](?![a-z_]))""",
     re.X,
 )
-_LAZY_QUANTIFIER = re.compile(r"(?:[*+?]|\})\?")
+LAZY_QUANTIFIER = re.compile(r"(?:[*+?]|\})\?")
+"""A lazy quantifier in a regex (lark_frontend gives such terminals first-end semantics)."""
 _ALIAS_ENDS = {("PUNCT", "|"), ("PUNCT", ")"), ("PUNCT", "]"), ("PUNCT", "->")}
 
 
@@ -64,12 +65,7 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
             raise _NotPlain
         kind = m.lastgroup
         if kind == "NL":
-            kind = "OR" if m.group().endswith("|") else "NL"
-            if kind == "OR":
-                kind, value = "PUNCT", "|"
-            else:
-                value = "\n"
-            out.append((kind, value))
+            out.append(("PUNCT", "|") if m.group().endswith("|") else ("NL", "\n"))
         elif kind != "WS":
             out.append((kind, m.group()))
         pos = m.end()
@@ -236,7 +232,7 @@ class _Reader:
             pattern = _literal_to_pattern(Token(kind, raw))
             if kind == "REGEXP":
                 re.compile(pattern.to_regexp())
-            if kind == "REGEXP" and terminal and _LAZY_QUANTIFIER.search(pattern.value):
+            if kind == "REGEXP" and terminal and LAZY_QUANTIFIER.search(pattern.value):
                 raise _NotPlain  # lark joins a composite terminal into one regex before lazy matching
             expr = self.pattern_to_ir(raw, pattern)
         except (GrammarError, BudgetExceededError, ValueError, re.error):
@@ -305,8 +301,9 @@ def read_plain_lark(text: str, start: str, pattern_to_ir):
             ignored.append(name)
         if terminals and nullable_rules(Grammar(terminals, next(iter(terminals)))):
             return None  # a terminal that matches "": lark refuses it
-        skip = star(alt(*(Ref(name) for name in dict.fromkeys(ignored)))) if ignored else None
+        ignored = list(dict.fromkeys(ignored))
+        skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
         rules = {name: reader.body(at, False, skip) for name, at in reader.rules.items()}
     except _NotPlain:
         return None
-    return rules, terminals, list(dict.fromkeys(ignored))
+    return rules, terminals, ignored
