@@ -36,8 +36,8 @@ import numpy as np
 from numba import njit
 
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError
-from ..grammar.ir import MAX_NESTING, Grammar
-from ..grammar.json_schema_docs import MAX_SCHEMA_DEPTH
+from ..grammar.ir import Grammar
+from ..grammar.limits import DEFAULT_LIMITS, Limits
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 
@@ -48,30 +48,6 @@ then follow each FOLLOW byte; masks/walk.py)."""
 
 STATE_KEY_STATES = 512
 """Reachable states past which a state's mask key falls back to its rule's key and index."""
-
-
-@dataclass
-class Budgets:
-    """Compile and match limits; exceeding one raises BudgetExceededError (GrammarError for
-    nesting, which is a property of the text) with a hint naming the budget.
-
-    max_rule_states: NFA / DFA states of one rule's automaton (also bounds a regex's unrolled
-        repetitions before anything is built).
-    max_total_states: states of all rule automata together.
-    max_stack_tops, max_stack_frames: live parses and stack frames while matching.
-    max_nesting: how deeply groups may nest in EBNF grammars and regexes.
-    max_schema_depth: how deeply a JSON Schema document may nest (objects and arrays).
-    compile_time_limit_s: wall-clock limit of one compile call (None: none), checked between
-        steps; the last resort, since the size budgets above fire sooner.
-    """
-
-    max_rule_states: int = 100_000
-    max_total_states: int = 1_000_000
-    max_stack_tops: int = 4096
-    max_stack_frames: int = 1 << 24
-    max_nesting: int = MAX_NESTING
-    max_schema_depth: int = MAX_SCHEMA_DEPTH
-    compile_time_limit_s: float | None = None
 
 
 @dataclass
@@ -240,10 +216,9 @@ def _pack(sections: list[np.ndarray]) -> np.ndarray:
     return blob
 
 
-def build_pda(grammar: Grammar, budgets: Budgets | None = None, clock: CompileClock | None = None) -> Pda:
+def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileClock | None = None) -> Pda:
     """Build every rule's DFA and pack them; the grammar must already be normalised.  `clock`
     (a wall-clock limit) is checked before each rule."""
-    budgets = budgets or Budgets()
     names = list(grammar.rules)
     if grammar.root not in grammar.rules:
         raise GrammarError(f"the grammar has no root rule {grammar.root!r}")
@@ -253,15 +228,15 @@ def build_pda(grammar: Grammar, budgets: Budgets | None = None, clock: CompileCl
     for name in names:
         if clock is not None:
             clock.check(f"the automaton of rule {name!r}")
-        dfa = _as_rule_dfa(build_rule_dfa(grammar.rules[name], budgets.max_rule_states))
+        dfa = _as_rule_dfa(build_rule_dfa(grammar.rules[name], limits.max_rule_states))
         for ref_name in dfa.refs:
             if ref_name not in index:
                 line, col = grammar.positions.get(name, (None, None))
                 raise GrammarError(f"rule {name!r} references undefined rule {ref_name!r}", line, col)
         total += dfa.num_states
-        if total > budgets.max_total_states:
+        if total > limits.max_total_states:
             raise BudgetExceededError(
-                f"grammar automaton exceeds {budgets.max_total_states} states; "
+                f"grammar automaton exceeds {limits.max_total_states} states; "
                 "reduce the grammar size or raise the max_total_states budget"
             )
         dfas.append(dfa)

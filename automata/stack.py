@@ -11,7 +11,8 @@ import numpy as np
 
 from ..grammar.errors import BudgetExceededError
 from . import kernels
-from .pda import Budgets, Pda
+from ..grammar.limits import Limits
+from .pda import Pda
 
 
 def _next_pow2(n: int) -> int:
@@ -54,7 +55,7 @@ class FramePool:
         if capacity > self.max_frames:
             raise BudgetExceededError(
                 f"more than {self.max_frames} stack frames; the grammar nests rules too deeply for "
-                "this input (raise Budgets.max_stack_frames or bound the recursion)"
+                "this input (raise Limits.max_stack_frames or bound the recursion)"
             )
         n, h, old_capacity = len(self), kernels.POOL_HEADER, int(old[1])
         blob = _pool_blob(capacity)
@@ -103,18 +104,18 @@ class Workspace:
 def too_many_tops(max_tops: int) -> BudgetExceededError:
     return BudgetExceededError(
         f"more than {max_tops} live stack tops: the grammar is too ambiguous here (the same text "
-        "parses in very many ways). Make alternatives disjoint or raise Budgets.max_stack_tops"
+        "parses in very many ways). Make alternatives disjoint or raise Limits.max_stack_tops"
     )
 
 
 class StackRunner:
     """Runs the kernels for one PDA with one frame pool and one workspace, growing them on demand."""
 
-    def __init__(self, pda: Pda, budgets: Budgets, max_token_length: int, pool: FramePool | None = None):
+    def __init__(self, pda: Pda, limits: Limits, max_token_length: int, pool: FramePool | None = None):
         self.pda = pda
-        self.budgets = budgets
-        self.pool = pool or FramePool(max_frames=budgets.max_stack_frames)
-        self.ws = Workspace(budgets.max_stack_tops, max_token_length)
+        self.limits = limits
+        self.pool = pool or FramePool(max_frames=limits.max_stack_frames)
+        self.ws = Workspace(limits.max_stack_tops, max_token_length)
 
     def handle(self, status: int) -> None:
         """Make room after a kernel's ERR_* status (the caller then retries), or raise."""
@@ -123,7 +124,7 @@ class StackRunner:
         elif status == kernels.ERR_BUFFER_FULL:
             self.ws.grow_buffers()
         elif status == kernels.ERR_TOO_MANY_TOPS:
-            raise too_many_tops(self.budgets.max_stack_tops)
+            raise too_many_tops(self.limits.max_stack_tops)
         else:
             raise RuntimeError(f"unexpected kernel status {status}")
 
@@ -138,7 +139,7 @@ class StackRunner:
             buf_s[:n] = kernel_s
             buf_p[:n] = kernel_p
             count, flags, n_kernel = kernels.run_closure(
-                self.pda.blob, self.pool.blob, self.ws.blob, n, self.budgets.max_stack_tops
+                self.pda.blob, self.pool.blob, self.ws.blob, n, self.limits.max_stack_tops
             )
             if count >= 0:
                 buf_s, buf_p = self.ws.buffers()
@@ -152,7 +153,7 @@ class StackRunner:
             end = len(data)
         while True:
             status, new_stacks, n_kernel, flags = kernels.run_advance(
-                self.pda.blob, self.pool.blob, self.ws.blob, stacks, data, start, end, self.budgets.max_stack_tops,
+                self.pda.blob, self.pool.blob, self.ws.blob, stacks, data, start, end, self.limits.max_stack_tops,
             )
             if status == 1:
                 return None

@@ -24,6 +24,7 @@ import pushmask
 import pushmask.automata.dfa as current_dfa
 from pushmask.automata import pda
 from pushmask.grammar.errors import PushmaskError
+from pushmask.grammar.limits import DEFAULT_LIMITS
 from pushmask.grammar.json_schema import clear_leaf_cache, json_schema_to_grammar
 from pushmask.grammar.passes import normalize
 from pushmask.masks import trie
@@ -66,7 +67,7 @@ def rule_dfa_seconds(dfa_module, grammars, cold_per_schema: bool) -> float:
         if cold_per_schema:
             dfa_module.clear_dfa_cache()
         for body in grammar.rules.values():
-            dfa_module.build_rule_dfa(body, pda.Budgets().max_rule_states)
+            dfa_module.build_rule_dfa(body, DEFAULT_LIMITS.max_rule_states)
     return time.perf_counter() - start
 
 

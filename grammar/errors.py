@@ -59,7 +59,7 @@ def check_argument(value, expected: type | tuple[type, ...], name: str, where: s
 
 
 class CompileClock:
-    """The wall-clock compile limit (`Budgets.compile_time_limit_s`), checked between compile
+    """The wall-clock compile limit (`Limits.compile_time_limit_s`), checked between compile
     steps (passes, rules, subschemas).  The last resort: the size budgets fire first and
     sooner; a single numba kernel call is never interrupted, only the step after it."""
 
@@ -70,7 +70,7 @@ class CompileClock:
     def check(self, stage: str) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise BudgetExceededError(f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
-                                      f"in {stage}); simplify the input or raise Budgets.compile_time_limit_s")
+                                      f"in {stage}); simplify the input or raise Limits.compile_time_limit_s")
 
 
 class BudgetTooSmallError(PushmaskError, ValueError):

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from .errors import GrammarError
+from .limits import DEFAULT_LIMITS
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
-MAX_NESTING = 64
-"""Default of the `max_nesting` budget: how deeply groups may nest in EBNF and regexes (the
-parsers and the IR passes recurse per level, and Python's recursion limit is 1000 frames)."""
+MAX_NESTING = DEFAULT_LIMITS.max_nesting
+"""Default of the `max_nesting` budget (grammar/limits.py)."""
 
 
 class Expr:

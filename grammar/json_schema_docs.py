@@ -23,6 +23,7 @@ import re
 from urllib.parse import urldefrag, urljoin
 
 from .errors import BudgetExceededError, SchemaError
+from .limits import DEFAULT_LIMITS
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
 
@@ -53,9 +54,8 @@ _NEW_IN = {
 }
 
 
-MAX_SCHEMA_DEPTH = 128
-"""Default of the `max_schema_depth` budget: objects and arrays nested in a schema document
-(the compiler recurses a few frames per level; Python's recursion limit is 1000 frames)."""
+MAX_SCHEMA_DEPTH = DEFAULT_LIMITS.max_schema_depth
+"""Default of the `max_schema_depth` budget (grammar/limits.py)."""
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
@@ -71,7 +71,7 @@ def check_json_document(doc, max_depth: int = MAX_SCHEMA_DEPTH) -> None:
         if depth >= max_depth:
             raise BudgetExceededError(f"the schema nests objects/arrays deeper than {max_depth} levels (at {pointer}, "
                                       "the max_schema_depth budget); move deep parts into $defs with $ref, or raise "
-                                      "Budgets.max_schema_depth")
+                                      "Limits.max_schema_depth")
         if isinstance(node, dict):
             for key, value in node.items():
                 if not isinstance(key, str):

@@ -46,7 +46,7 @@ from .ir import (
 )
 
 MAX_STATES = 100_000
-"""Default size budget (`Budgets.max_rule_states`) for a pattern's unrolled repetitions."""
+"""Default size budget (`Limits.max_rule_states`) for a pattern's unrolled repetitions."""
 TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
 `_pattern_to_ir`) instead of interegular automata."""
@@ -362,7 +362,7 @@ def preprocess_regex(pattern: str, max_nesting: int = MAX_NESTING) -> tuple[str,
             depth += 1
             if depth > max_nesting:
                 raise GrammarError(f"groups nest deeper than {max_nesting} levels (the max_nesting budget); "
-                                   "flatten the pattern or raise Budgets.max_nesting", 1, col)
+                                   "flatten the pattern or raise Limits.max_nesting", 1, col)
         elif c == ")":
             depth -= 1
         if c == "(" and pattern.startswith("(?", i):
@@ -457,7 +457,7 @@ def regex_to_ir(pattern: str, max_states: int = MAX_STATES, max_nesting: int = M
     if positions > max_states:
         raise BudgetExceededError(
             f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
-            f"budget of {max_states}; use * or + for long runs, or raise Budgets.max_rule_states")
+            f"budget of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)

@@ -359,7 +359,7 @@ class BudgetTable:
         candidates = candidates[(known.upper[candidates] > limit) & (known.lower[candidates] <= limit)]
         while len(candidates):
             status = check_tokens(runner.pda.blob, runner.pool.blob, runner.ws.blob, stacks, self.vocab, self.offsets,
-                                  candidates, self.cost, runner.budgets.max_stack_tops, known.exact)
+                                  candidates, self.cost, runner.limits.max_stack_tops, known.exact)
             if status == 0:
                 break
             runner.handle(status)

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..automata.pda import Budgets, Pda, build_pda
+from ..automata.pda import Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
+from ..grammar.limits import DEFAULT_LIMITS, Limits
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .serialization import DeserializeError, check_header, from_json, header, to_json
@@ -37,16 +38,18 @@ class GrammarCompiler:
         *,
         cache_enabled: bool = True,
         cache_limit_bytes: int = 1 << 30,
-        budgets: Budgets | None = None,
+        limits: Limits | None = None,
+        budgets: Limits | None = None,
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
         """cache_limit_bytes caps the in-memory mask cache (least recently used masks out);
         mask_cache_dir (or the PUSHMASK_MASK_CACHE_DIR environment variable) adds a persistent
         cache on disk shared by processes, capped at mask_cache_max_bytes (or
-        PUSHMASK_MASK_CACHE_MAX_BYTES); cache_enabled=False turns both off."""
+        PUSHMASK_MASK_CACHE_MAX_BYTES); cache_enabled=False turns both off.  `limits` holds every
+        compile and match budget (grammar/limits.py; `budgets` is its earlier name)."""
         self.tokenizer_info = tokenizer_info
-        self.budgets = budgets or Budgets()
+        self.limits = _checked_limits(limits or budgets)
         self.cache_enabled = cache_enabled
         self.cache = MaskCache(cache_limit_bytes)
         # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte
@@ -67,17 +70,17 @@ class GrammarCompiler:
         else:
             self.disk_cache = DiskMaskCache.from_environment(fingerprint)
         with _SHARED_LOCK:  # grammars read back from pickle in this process join the first compiler
-            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.budgets)), self)
+            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.limits)), self)
 
     @classmethod
-    def shared(cls, tokenizer_info: TokenizerInfo, budgets: Budgets | None = None) -> "GrammarCompiler":
-        """This process's compiler for a vocabulary and budgets (the first one made while any is
+    def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> "GrammarCompiler":
+        """This process's compiler for a vocabulary and limits (the first one made while any is
         alive): grammars read back from pickle or JSON share its token trie and mask cache."""
-        budgets = budgets or Budgets()
-        key = (tokenizer_info.vocab_hash, dataclasses.astuple(budgets))
+        limits = _checked_limits(limits)
+        key = (tokenizer_info.vocab_hash, dataclasses.astuple(limits))
         with _SHARED_LOCK:
             compiler = _SHARED_COMPILERS.get(key)
-        return compiler if compiler is not None else cls(tokenizer_info, budgets=budgets)
+        return compiler if compiler is not None else cls(tokenizer_info, limits=limits)
 
     # -- front ends -------------------------------------------------------------------------
 
@@ -88,7 +91,7 @@ class GrammarCompiler:
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
         with _nesting_guard("grammar"):
-            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.budgets.max_nesting,
+            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.limits.max_nesting,
                                               token_id=self.tokenizer_info.token_id))
 
     def compile_lark(self, text: str, start: str = "start") -> "CompiledGrammar":
@@ -97,7 +100,7 @@ class GrammarCompiler:
         _check_text(text, "text", "compile_lark")
         check_argument(start, str, "start", "compile_lark")
         with _nesting_guard("grammar"):
-            return self.compile_ir(parse_lark(text, start, self.budgets.max_rule_states, self.budgets.max_nesting,
+            return self.compile_ir(parse_lark(text, start, self.limits.max_rule_states, self.limits.max_nesting,
                                               token_id=self.tokenizer_info.token_id))
 
     def compile_regex(self, pattern: str) -> "CompiledGrammar":
@@ -105,7 +108,7 @@ class GrammarCompiler:
 
         _check_text(pattern, "pattern", "compile_regex")
         with _nesting_guard("regex"):
-            return self.compile_ir(parse_regex(pattern, self.budgets.max_rule_states, self.budgets.max_nesting))
+            return self.compile_ir(parse_regex(pattern, self.limits.max_rule_states, self.limits.max_nesting))
 
     def compile_json_schema(
         self,
@@ -135,8 +138,8 @@ class GrammarCompiler:
             max_whitespace_cnt=max_whitespace_cnt, any_order=any_order, whitespace=whitespace,
             max_whitespace=max_whitespace, additional_properties_default=additional_properties_default,
             property_order=property_order))
-        options.setdefault("max_depth", self.budgets.max_schema_depth)
-        clock = CompileClock(self.budgets.compile_time_limit_s)
+        options.setdefault("max_depth", self.limits.max_schema_depth)
+        clock = CompileClock(self.limits.compile_time_limit_s)
         with _nesting_guard("schema"):
             grammar = json_schema_to_grammar(schema, lenient=lenient, clock=clock, **options)
             return self.compile_ir(grammar, clock=clock)
@@ -150,9 +153,9 @@ class GrammarCompiler:
         undeclared members in an object schema that declares some)."""
         from ..grammar.structural_tag import structural_tag_to_grammar
 
-        json_options.setdefault("max_depth", self.budgets.max_schema_depth)
+        json_options.setdefault("max_depth", self.limits.max_schema_depth)
         json_options.setdefault("additional_properties_default", "declared")
-        clock = CompileClock(self.budgets.compile_time_limit_s)
+        clock = CompileClock(self.limits.compile_time_limit_s)
         with _nesting_guard("structural tag"):
             grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
                                                 clock=clock, **json_options)
@@ -167,13 +170,13 @@ class GrammarCompiler:
         """Run the IR passes, build the PDA; masks are computed lazily on first visit.  `clock`
         carries the wall-clock limit of a compile that started earlier (else one starts here)."""
         check_argument(grammar, Grammar, "grammar", "compile_ir", "parse text with compile_grammar / compile_lark")
-        clock = clock or CompileClock(self.budgets.compile_time_limit_s)
+        clock = clock or CompileClock(self.limits.compile_time_limit_s)
         with _nesting_guard("grammar"):
             if normalize:
                 from ..grammar.passes import normalize as normalize_grammar
 
                 grammar = normalize_grammar(grammar, clock)
-            return CompiledGrammar(self, grammar, build_pda(grammar, self.budgets, clock))
+            return CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
 
     # -- cache --------------------------------------------------------------------------------
 
@@ -313,7 +316,7 @@ class CompiledGrammar:
             pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
             while True:
                 status = run_follow_pairs(self.pda.blob, runner.pool.blob, runner.ws.blob, rule,
-                                          runner.budgets.max_stack_tops, pairs)
+                                          runner.limits.max_stack_tops, pairs)
                 if status == 0:
                     break
                 pairs[:] = 0
@@ -323,7 +326,7 @@ class CompiledGrammar:
 
     def _runner(self) -> StackRunner:
         if self._offline is None:
-            self._offline = StackRunner(self.pda, self.compiler.budgets, self.compiler.trie.max_token_length)
+            self._offline = StackRunner(self.pda, self.compiler.limits, self.compiler.trie.max_token_length)
         return self._offline
 
     def _compute_mask(self, state: int, pairs: np.ndarray, use_slices: bool = True) -> StateMask:
@@ -337,7 +340,7 @@ class CompiledGrammar:
         bounds[:, 1] = trie.max_chars + 1  # nothing known
         while use_slices:
             status = run_slice_bounds(pda.blob, runner.pool.blob, runner.ws.blob, state, *trie.slice_automata,
-                                      runner.budgets.max_stack_tops, self.compiler._slice_scratch(), bounds)
+                                      runner.limits.max_stack_tops, self.compiler._slice_scratch(), bounds)
             if status == 0:
                 break
             runner.handle(status)
@@ -364,7 +367,7 @@ class CompiledGrammar:
             while True:
                 status = run_state_walk(pda.blob, runner.pool.blob, runner.ws.blob, order.blob, spans, position_of,
                                         state, pairs, order.token_ids, words, accepted, uncertain, counts,
-                                        runner.budgets.max_stack_tops)
+                                        runner.limits.max_stack_tops)
                 if status == 0:
                     break
                 counts[:] = before
@@ -415,7 +418,7 @@ class CompiledGrammar:
                  for state, mask in enumerate(list(self._masks)) if mask is not None]
         return {**header(_PAYLOAD_KIND), "vocab_hash": self.tokenizer_info.vocab_hash,
                 "trie": compiler.trie.fingerprint(self.tokenizer_info.vocab_hash),
-                "budgets": dataclasses.asdict(compiler.budgets),
+                "budgets": dataclasses.asdict(compiler.limits),
                 "pda": {"rule_names": list(pda.rule_names), "rule_keys": list(pda.rule_keys),
                         "rule_first_state": pda.rule_first_state, "blob": pda.blob, "root_rule": int(pda.root_rule)},
                 "token_terminals": sorted(self.token_terminals), "masks": masks}
@@ -426,7 +429,7 @@ class CompiledGrammar:
         if tokenizer_info.vocab_hash != payload["vocab_hash"]:
             raise DeserializeError("the grammar was compiled for another vocabulary (its vocab_hash differs); "
                                    "pass the TokenizerInfo it was compiled with")
-        compiler = GrammarCompiler.shared(tokenizer_info, Budgets(**payload["budgets"]))
+        compiler = GrammarCompiler.shared(tokenizer_info, Limits(**payload["budgets"]))
         p = payload["pda"]
         pda = Pda(list(p["rule_names"]), list(p["rule_keys"]), np.asarray(p["rule_first_state"]),
                   np.asarray(p["blob"]), int(p["root_rule"]))
@@ -501,6 +504,14 @@ def json_schema_options(*, any_whitespace=None, indent=None, separators=None, st
     return out
 
 
+def _checked_limits(limits) -> Limits:
+    """The compiler's limits: the defaults for None, else a Limits (ArgumentTypeError otherwise)."""
+    if limits is None:
+        return DEFAULT_LIMITS
+    check_argument(limits, Limits, "limits", "GrammarCompiler", "build one with pushmask.Limits(...)")
+    return limits
+
+
 def _check_text(text, name: str, where: str) -> None:
     check_argument(text, str, name, where, "pass the text as str" + (" (decode bytes first)"
                                                                       if isinstance(text, (bytes, bytearray)) else ""))
@@ -514,7 +525,7 @@ def _nesting_guard(what: str):
         yield
     except RecursionError:
         raise BudgetExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
-                                  "flatten it or lower Budgets.max_nesting / max_schema_depth") from None
+                                  "flatten it or lower Limits.max_nesting / max_schema_depth") from None
 
 
 def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -87,7 +87,7 @@ class GrammarMatcher:
         self.terminate_without_stop_token = terminate_without_stop_token
         self.max_rollback_tokens = max_rollback_tokens
         compiler = compiled_grammar.compiler
-        self._runner = StackRunner(compiled_grammar.pda, compiler.budgets, compiler.trie.max_token_length)
+        self._runner = StackRunner(compiled_grammar.pda, compiler.limits, compiler.trie.max_token_length)
         # Value checks (uniqueItems, overlapping oneOf): None for grammars without checked rules.
         self._checked = CheckedAdvance(compiled_grammar, self._runner) if compiled_grammar.value_checks else None
         self._mask_checks = None
@@ -219,7 +219,7 @@ class GrammarMatcher:
             status = walk.run_fill(
                 words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, compiled.pda.blob,
                 runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
-                self._slice_rows, runner.budgets.max_stack_tops, memo_key is not None,
+                self._slice_rows, runner.limits.max_stack_tops, memo_key is not None,
             )
             if status == 0:
                 break

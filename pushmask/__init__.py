@@ -15,7 +15,7 @@ from .grammar.errors import (
     UnsupportedSchemaError,
 )
 from .grammar.ir import Grammar
-from .automata.pda import Budgets
+from .grammar.limits import Budgets, Limits
 from .masks.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
@@ -43,6 +43,7 @@ __all__ = [
     "GrammarError",
     "GrammarMatcher",
     "InfillResult",
+    "Limits",
     "PushmaskError",
     "SchemaError",
     "Template",
