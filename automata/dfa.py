@@ -12,14 +12,15 @@ instead of by the determinisation budget (see _Nfa._build_trie).
 
 from __future__ import annotations
 
-import gc
 import hashlib
+from array import array
 from collections import OrderedDict
 
 import numpy as np
 
 from ..grammar.errors import BudgetExceededError
-from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq, iter_refs
+from ..grammar.gc_pause import paused_gc
+from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
 from . import dfa_kernels
 
 
@@ -317,9 +318,9 @@ _dfa_cache_states = 0
 def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     """The rule's DFA; bodies equal up to the names of the rules they reference share one
     construction per process (JSON strings, numbers and members recur across schemas)."""
-    names = list(dict.fromkeys(iter_refs(body)))
-    position = {name: i for i, name in enumerate(names)}
-    key = (_structure_digest(body, position), max_states)
+    digest, position = _structure_digest(body)
+    names = list(position)
+    key = (digest, max_states)
     got = _dfa_cache.get(key)
     if got is None:
         global _dfa_cache_states
@@ -334,43 +335,64 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions])
 
 
-def _structure_digest(body: Expr, ref_position: dict[str, int]) -> bytes:
-    """A 128-bit digest of the body's structure with references replaced by their positions in
-    ref_position: equal digests mean equal bodies up to the names of the referenced rules.
+def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int]]:
+    """A 128-bit digest of the body's structure with each reference replaced by the position of
+    its rule among the referenced rules (in order of first occurrence), and those positions by
+    name: equal digests mean equal bodies up to the names of the referenced rules.
 
-    Each distinct node is hashed once, from its children's digests; Python's own hash of an
-    expression would walk shared sub-expressions (the DAGs the JSON Schema compiler builds) once
-    per path, which cost more than the automaton construction itself.
+    The body is written out once in pre-order as fixed-width integers (tags, counts, bounds,
+    lengths, positions) plus the literal bytes they announce, and the two streams are hashed
+    together; the integers say where each literal starts, so the encoding is unambiguous.  A
+    node shared by several parents (the DAGs the JSON Schema compiler builds) is written once and
+    referred back to by its visit number after that, so the walk stays linear in the DAG's size.
+    Two equal trees shared differently digest differently, which only costs a cache miss.
     """
-    memo: dict[int, bytes] = {}
-
-    def digest(node: Expr) -> bytes:
-        got = memo.get(id(node))
-        if got is not None:
-            return got
-        if isinstance(node, Bytes):
-            data = b"B" + node.value
-        elif isinstance(node, (Seq, Alt)):
-            data = (b"S" if isinstance(node, Seq) else b"A") + b"".join(digest(item) for item in node.items)
-        elif isinstance(node, Repeat):
-            data = b"P" + repr((node.min, node.max)).encode() + digest(node.item)
-        elif isinstance(node, Ref):
-            data = b"R" + str(ref_position[node.name]).encode()
-        elif isinstance(node, (ByteClass, CharClass)):
-            data = (b"Y" if isinstance(node, ByteClass) else b"C") + repr(node.ranges).encode()
-        elif isinstance(node, CharFsm):  # no references inside: its digest is kept on it
+    numbers: list[int] = []
+    literals: list[bytes] = []
+    visit: dict[int, int] = {}
+    ref_position: dict[str, int] = {}
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        seen = visit.get(id(node))
+        if seen is not None:
+            numbers += (_BACK, seen)
+            continue
+        visit[id(node)] = len(visit)
+        kind = type(node)
+        if kind is Seq or kind is Alt:
+            numbers += (_SEQ if kind is Seq else _ALT, len(node.items))
+            stack.extend(reversed(node.items))
+        elif kind is Bytes:
+            numbers += (_BYTES, len(node.value))
+            literals.append(node.value)
+        elif kind is Repeat:
+            numbers += (_REPEAT, node.min, -1 if node.max is None else node.max)
+            stack.append(node.item)
+        elif kind is Ref:
+            numbers += (_REF, ref_position.setdefault(node.name, len(ref_position)))
+        elif kind is CharClass or kind is ByteClass:
+            numbers += (_CHARS if kind is CharClass else _BYTE_RANGES, len(node.ranges))
+            for lo, hi in node.ranges:
+                numbers += (lo, hi)
+        elif kind is CharFsm:  # no references inside: its digest is kept on it
             try:
                 data = node._digest
             except AttributeError:
-                data = b"F" + hashlib.blake2b(repr((node.initial, sorted(node.finals), node.transitions)).encode(),
-                                              digest_size=16).digest()
+                data = hashlib.blake2b(repr((node.initial, sorted(node.finals), node.transitions)).encode(),
+                                       digest_size=16).digest()
                 object.__setattr__(node, "_digest", data)
+            numbers += (_FSM, len(data))
+            literals.append(data)
         else:
             raise TypeError(f"not an IR expression: {node!r}")
-        got = memo[id(node)] = hashlib.blake2b(data, digest_size=16).digest()
-        return got
+    digest = hashlib.blake2b(array("q", numbers).tobytes(), digest_size=16)
+    digest.update(b"".join(literals))
+    return digest.digest(), ref_position
 
-    return digest(body)
+
+_SEQ, _ALT, _BYTES, _REPEAT, _REF, _CHARS, _BYTE_RANGES, _FSM, _BACK = range(-9, 0)
+"""Tags of _structure_digest's integer stream (negative: never a count or a position)."""
 
 
 def clear_dfa_cache() -> None:
@@ -385,11 +407,8 @@ def clear_dfa_cache() -> None:
 def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
     """Thompson NFA (Python) -> subset construction -> trim -> minimise -> breadth-first
     numbering (numba, `dfa_kernels.construct`)."""
-    # The NFA's memo and the result's edge lists are many small objects that never form
-    # cycles: pausing the cyclic garbage collector avoids repeated full scans of them.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # The NFA's memo and the result's edge lists are many small objects that never form cycles.
+    with paused_gc():
         nfa = _Nfa(max_states)
         final = nfa.new_states()
         start = nfa.build(body, final)
@@ -409,6 +428,3 @@ def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:
             return RuleDfa([False], [[]], [[]], refs)
         # copies: the kernel returns slices of its larger work buffers, which a view would keep alive
         return RuleDfa.from_arrays(tuple(np.array(array) for array in arrays), refs)
-    finally:
-        if gc_was_enabled:
-            gc.enable()

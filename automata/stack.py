@@ -36,7 +36,7 @@ class FramePool:
 
     def __init__(self, capacity: int = 1 << 10, max_frames: int = 1 << 24):
         self.max_frames = max_frames
-        self.blob = _pool_blob(capacity)
+        self.blob = _pool_blob(min(capacity, max_frames))
 
     def __len__(self) -> int:
         return int(self.blob[0])
@@ -51,8 +51,8 @@ class FramePool:
         return int(self.blob[h + frame_id]), int(self.blob[h + self.capacity + frame_id])
 
     def grow(self) -> None:
-        old, capacity = self.blob, 2 * self.capacity
-        if capacity > self.max_frames:
+        old, capacity = self.blob, min(2 * self.capacity, self.max_frames)
+        if capacity == self.capacity:  # already max_frames frames: the pool is full for good
             raise BudgetExceededError(
                 f"more than {self.max_frames} stack frames; the grammar nests rules too deeply for "
                 "this input (raise Limits.max_stack_frames or bound the recursion)"

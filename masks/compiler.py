@@ -16,6 +16,7 @@ import numpy as np
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
+from ..grammar.gc_pause import paused_gc
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.limits import DEFAULT_LIMITS, Limits
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
@@ -90,7 +91,7 @@ class GrammarCompiler:
 
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
-        with _nesting_guard("grammar"):
+        with _compiling("grammar"):
             return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.limits.max_nesting,
                                               token_id=self.tokenizer_info.token_id))
 
@@ -99,7 +100,7 @@ class GrammarCompiler:
 
         _check_text(text, "text", "compile_lark")
         check_argument(start, str, "start", "compile_lark")
-        with _nesting_guard("grammar"):
+        with _compiling("grammar"):
             return self.compile_ir(parse_lark(text, start, self.limits.max_rule_states, self.limits.max_nesting,
                                               token_id=self.tokenizer_info.token_id))
 
@@ -107,7 +108,7 @@ class GrammarCompiler:
         from ..grammar.regex import parse_regex
 
         _check_text(pattern, "pattern", "compile_regex")
-        with _nesting_guard("regex"):
+        with _compiling("regex"):
             return self.compile_ir(parse_regex(pattern, self.limits.max_rule_states, self.limits.max_nesting))
 
     def compile_json_schema(
@@ -140,7 +141,7 @@ class GrammarCompiler:
             property_order=property_order))
         options.setdefault("max_depth", self.limits.max_schema_depth)
         clock = CompileClock(self.limits.compile_time_limit_s)
-        with _nesting_guard("schema"):
+        with _compiling("schema"):
             grammar = json_schema_to_grammar(schema, lenient=lenient, clock=clock, **options)
             return self.compile_ir(grammar, clock=clock)
 
@@ -156,7 +157,7 @@ class GrammarCompiler:
         json_options.setdefault("max_depth", self.limits.max_schema_depth)
         json_options.setdefault("additional_properties_default", "declared")
         clock = CompileClock(self.limits.compile_time_limit_s)
-        with _nesting_guard("structural tag"):
+        with _compiling("structural tag"):
             grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
                                                 clock=clock, **json_options)
             return self.compile_ir(grammar, clock=clock)
@@ -171,7 +172,7 @@ class GrammarCompiler:
         carries the wall-clock limit of a compile that started earlier (else one starts here)."""
         check_argument(grammar, Grammar, "grammar", "compile_ir", "parse text with compile_grammar / compile_lark")
         clock = clock or CompileClock(self.limits.compile_time_limit_s)
-        with _nesting_guard("grammar"):
+        with _compiling("grammar"):
             if normalize:
                 from ..grammar.passes import normalize as normalize_grammar
 
@@ -518,11 +519,13 @@ def _check_text(text, name: str, where: str) -> None:
 
 
 @contextmanager
-def _nesting_guard(what: str):
-    """Python's recursion limit reached anywhere in a compile (the explicit nesting budgets
-    should fire first) is a BudgetExceededError, not a RecursionError."""
+def _compiling(what: str):
+    """What every compile runs under: the cyclic garbage collector paused (grammar/gc_pause.py),
+    and Python's recursion limit reached anywhere (the explicit nesting budgets should fire
+    first) turned into a BudgetExceededError, not a RecursionError."""
     try:
-        yield
+        with paused_gc():
+            yield
     except RecursionError:
         raise BudgetExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
                                   "flatten it or lower Limits.max_nesting / max_schema_depth") from None
