@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..grammar.graph_kernels import mark_reaching, sources_by_target
 from ..grammar.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
 
 ERR_TOO_MANY_NFA_STATES = -4
@@ -164,35 +165,17 @@ def literal_trie(data, offsets, root, first_state):
 def live_states(trans, accepting):
     """live[s]: an accepting state is reachable from s (trimming keeps exactly these)."""
     n, n_letters = trans.shape
-    rev_ptr = np.zeros(n + 1, np.int64)
+    sources = np.empty(n * n_letters, np.int64)
+    targets = np.empty(n * n_letters, np.int64)
+    n_edges = 0
     for s in range(n):
         for a in range(n_letters):
             if trans[s, a] >= 0:
-                rev_ptr[trans[s, a] + 1] += 1
-    for s in range(n):
-        rev_ptr[s + 1] += rev_ptr[s]
-    fill = rev_ptr[:-1].copy()
-    rev = np.empty(rev_ptr[n], np.int32)
-    for s in range(n):
-        for a in range(n_letters):
-            t = trans[s, a]
-            if t >= 0:
-                rev[fill[t]] = s
-                fill[t] += 1
-    live = accepting.copy()
-    stack = np.flatnonzero(accepting).astype(np.int32)
-    stack = np.concatenate((stack, np.empty(n, np.int32)))
-    top = np.int64(np.count_nonzero(accepting))
-    while top > 0:
-        top -= 1
-        t = stack[top]
-        for k in range(rev_ptr[t], rev_ptr[t + 1]):
-            s = rev[k]
-            if not live[s]:
-                live[s] = True
-                stack[top] = s
-                top += 1
-    return live
+                sources[n_edges] = s
+                targets[n_edges] = trans[s, a]
+                n_edges += 1
+    ptr, preds = sources_by_target(sources[:n_edges], targets[:n_edges], n)
+    return mark_reaching(accepting.copy(), ptr, preds)
 
 
 # A refinable partition of 0..n-1 (Valmari and Lehtinen) packed in one int32 array P, so that

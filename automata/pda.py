@@ -50,6 +50,16 @@ STATE_KEY_STATES = 512
 """Reachable states past which a state's mask key falls back to its rule's key and index."""
 
 
+class _SectionView:
+    """A named table of `Pda.blob` as a read-only attribute: the view of one section (kernels.PDA_*)."""
+
+    def __init__(self, section: int):
+        self.section = section
+
+    def __get__(self, pda: "Pda", owner=None) -> np.ndarray:
+        return pda._section(self.section)
+
+
 @dataclass
 class Pda:
     """The packed automaton.  `blob` holds every table (see kernels.PDA_* for its layout); the
@@ -66,49 +76,20 @@ class Pda:
     def _section(self, k: int) -> np.ndarray:
         return self.blob[self.blob[k] : self.blob[k + 1]]
 
-    @property
-    def state_accept(self) -> np.ndarray:
-        return self._section(kernels.PDA_ACCEPT)
-
-    @property
-    def byte_ptr(self) -> np.ndarray:
-        return self._section(kernels.PDA_BYTE_PTR)
-
-    @property
-    def byte_lo(self) -> np.ndarray:
-        return self._section(kernels.PDA_BYTE_LO)
-
-    @property
-    def byte_hi(self) -> np.ndarray:
-        return self._section(kernels.PDA_BYTE_HI)
-
-    @property
-    def byte_dst(self) -> np.ndarray:
-        return self._section(kernels.PDA_BYTE_DST)
-
-    @property
-    def ref_ptr(self) -> np.ndarray:
-        return self._section(kernels.PDA_REF_PTR)
-
-    @property
-    def ref_rule(self) -> np.ndarray:
-        return self._section(kernels.PDA_REF_RULE)
-
-    @property
-    def ref_dst(self) -> np.ndarray:
-        return self._section(kernels.PDA_REF_DST)
-
-    @property
-    def rule_start(self) -> np.ndarray:
-        return self._section(kernels.PDA_RULE_START)
+    state_accept = _SectionView(kernels.PDA_ACCEPT)
+    byte_ptr = _SectionView(kernels.PDA_BYTE_PTR)
+    byte_lo = _SectionView(kernels.PDA_BYTE_LO)
+    byte_hi = _SectionView(kernels.PDA_BYTE_HI)
+    byte_dst = _SectionView(kernels.PDA_BYTE_DST)
+    ref_ptr = _SectionView(kernels.PDA_REF_PTR)
+    ref_rule = _SectionView(kernels.PDA_REF_RULE)
+    ref_dst = _SectionView(kernels.PDA_REF_DST)
+    rule_start = _SectionView(kernels.PDA_RULE_START)
+    state_rule = _SectionView(kernels.PDA_STATE_RULE)
 
     @property
     def rule_follow(self) -> np.ndarray:
         return self._section(kernels.PDA_FOLLOW).reshape(-1, 256)
-
-    @property
-    def state_rule(self) -> np.ndarray:
-        return self._section(kernels.PDA_STATE_RULE)
 
     @property
     def num_states(self) -> int:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..grammar.graph_kernels import mark_reaching, sources_by_target
 from .kernels import ROOT, _pda_views, find_byte_target
 
 FOUND = 1
@@ -392,40 +393,16 @@ def useful_facts(n_items, n_sums, n_calls, edges, n_edges, roots):
     n_items + j), then caller records (at n_items + n_sums + k)."""
     n = n_items + n_sums + n_calls
     offset = np.array([0, n_items, n_items + n_sums], dtype=np.int64)
-    start = np.zeros(n + 1, dtype=np.int64)
-    for k in range(n_edges):
-        dst = edges[k, 1]
-        start[offset[dst % 3] + dst // 3 + 1] += 1
-    for v in range(n):
-        start[v + 1] += start[v]
-    fill = start[:-1].copy()
-    preds = np.empty(n_edges, dtype=np.int64)
-    for k in range(n_edges):
-        src = edges[k, 0]
-        dst = edges[k, 1]
-        v = offset[dst % 3] + dst // 3
-        preds[fill[v]] = offset[src % 3] + src // 3
-        fill[v] += 1
+    sources = np.empty(n_edges, dtype=np.int64)
+    targets = np.empty(n_edges, dtype=np.int64)
+    for k in range(n_edges):  # edge ends are ids tagged by kind (id * 3 + kind): node numbers here
+        sources[k] = offset[edges[k, 0] % 3] + edges[k, 0] // 3
+        targets[k] = offset[edges[k, 1] % 3] + edges[k, 1] // 3
+    ptr, preds = sources_by_target(sources, targets, n)
     useful = np.zeros(n, dtype=np.bool_)
-    queue = np.empty(n, dtype=np.int64)
-    tail = 0
     for j in roots:
-        v = n_items + j
-        if not useful[v]:
-            useful[v] = True
-            queue[tail] = v
-            tail += 1
-    head = 0
-    while head < tail:
-        v = queue[head]
-        head += 1
-        for k in range(start[v], start[v + 1]):
-            u = preds[k]
-            if not useful[u]:
-                useful[u] = True
-                queue[tail] = u
-                tail += 1
-    return useful
+        useful[n_items + j] = True
+    return mark_reaching(useful, ptr, preds)
 
 
 @njit(cache=True)

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict
 
-from .string_kernels import _grown
+from .graph_kernels import grown
 
 OK = 0
 OVER_BUDGET = 1
@@ -57,8 +57,8 @@ def natural_range(lo_digits, hi_digits, has_hi, cap, wanted, modulus, excluded, 
     n_hi_digits = hi_digits.shape[0]
     s = 0
     while s < n_states:
-        start = _grown(start, s + 1)
-        count = _grown(count, s + 1)
+        start = grown(start, s + 1)
+        count = grown(count, s + 1)
         start[s] = n_edges
         count[s] = 0
         m = part_m[s]
@@ -89,17 +89,17 @@ def natural_range(lo_digits, hi_digits, has_hi, cap, wanted, modulus, excluded, 
                     return OVER_BUDGET, start, count, edge_lo, edge_lo, edge_tgt, np.zeros(0, np.bool_)
                 target = n_states
                 index[key] = target
-                part_m = _grown(part_m, n_states + 1)
-                part_lo = _grown(part_lo, n_states + 1)
-                part_hi = _grown(part_hi, n_states + 1)
-                part_r = _grown(part_r, n_states + 1)
+                part_m = grown(part_m, n_states + 1)
+                part_lo = grown(part_lo, n_states + 1)
+                part_hi = grown(part_hi, n_states + 1)
+                part_r = grown(part_r, n_states + 1)
                 part_m[target] = nm
                 part_lo[target] = nlo
                 part_hi[target] = nhi
                 part_r[target] = nr
                 n_states += 1
-            edge_lo = _grown(edge_lo, n_edges + 1)
-            edge_tgt = _grown(edge_tgt, n_edges + 1)
+            edge_lo = grown(edge_lo, n_edges + 1)
+            edge_tgt = grown(edge_tgt, n_edges + 1)
             edge_lo[n_edges] = 48 + d
             edge_tgt[n_edges] = target
             n_edges += 1

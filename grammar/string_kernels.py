@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .graph_kernels import grown, mark_reaching, sources_by_target
+
 OK = 0
 STATES = 1
 EDGES = 2
@@ -439,19 +441,15 @@ def encode(start, count, lo, hi, target, budget, capacity):
 def _predecessors(start, count, tgt):
     """(first, preds): the predecessors of state s are preds[first[s]:first[s + 1]]."""
     n = start.shape[0]
-    first = np.zeros(n + 1, np.int64)
+    sources = np.empty(count.sum(), np.int64)
+    targets = np.empty(count.sum(), np.int64)
+    k = 0
     for s in range(n):
         for e in range(start[s], start[s] + count[s]):
-            first[tgt[e] + 1] += 1
-    for s in range(n):
-        first[s + 1] += first[s]
-    preds = np.empty(first[n], np.int64)
-    fill = first[:n].copy()
-    for s in range(n):
-        for e in range(start[s], start[s] + count[s]):
-            preds[fill[tgt[e]]] = s
-            fill[tgt[e]] += 1
-    return first, preds
+            sources[k] = s
+            targets[k] = tgt[e]
+            k += 1
+    return sources_by_target(sources, targets, n)
 
 
 @njit(cache=True)
@@ -465,20 +463,7 @@ def trim(start, count, lo, hi, target, final):
     """
     n = start.shape[0]
     first_pred, preds = _predecessors(start, count, target)
-    live = final.copy()
-    queue = np.flatnonzero(final)
-    queue = np.concatenate((queue, np.empty(n - queue.shape[0], np.int64)))
-    tail = np.count_nonzero(final)
-    head = 0
-    while head < tail:
-        s = queue[head]
-        head += 1
-        for i in range(first_pred[s], first_pred[s + 1]):
-            p = preds[i]
-            if not live[p]:
-                live[p] = True
-                queue[tail] = p
-                tail += 1
+    live = mark_reaching(final.copy(), first_pred, preds)
     number = np.full(n, -1, np.int64)
     order = np.empty(n, np.int64)
     m = 0
@@ -526,17 +511,6 @@ def trim(start, count, lo, hi, target, final):
 AND = 0  # a product state is final when both sides are (intersection)
 OR = 1  # when either is (union)
 AND_NOT = 2  # when the first is and the second is not (difference)
-
-
-@njit(cache=True)
-def _grown(arr, need):
-    """`arr` (1-d or 2-d) with room for at least `need` rows, contents kept."""
-    size = arr.shape[0]
-    while size < need:
-        size = 2 * size + 16
-    out = np.empty((size,) + arr.shape[1:], arr.dtype)
-    out[:arr.shape[0]] = arr
-    return out
 
 
 @_helper
@@ -606,11 +580,11 @@ def _explore_product(a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo
                     if n >= budget:
                         return STATES, pair_s, pair_t, start, count, lo, hi, tgt
                     if n >= pair_s.shape[0]:
-                        pair_s = _grown(pair_s, n + 1)
-                        pair_t = _grown(pair_t, n + 1)
-                        pair_key = _grown(pair_key, n + 1)
-                        start = _grown(start, n + 1)
-                        count = _grown(count, n + 1)
+                        pair_s = grown(pair_s, n + 1)
+                        pair_t = grown(pair_t, n + 1)
+                        pair_key = grown(pair_key, n + 1)
+                        start = grown(start, n + 1)
+                        count = grown(count, n + 1)
                     pair_s[n], pair_t[n], pair_key[n] = x, y, key
                     table[slot] = n + 1
                     n += 1
@@ -620,9 +594,9 @@ def _explore_product(a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo
                             table[_find_pair(table, pair_key[q], pair_key)] = q + 1
                         slot = _find_pair(table, key, pair_key)
                 if m >= lo.shape[0]:
-                    lo = _grown(lo, m + 1)
-                    hi = _grown(hi, m + 1)
-                    tgt = _grown(tgt, m + 1)
+                    lo = grown(lo, m + 1)
+                    hi = grown(hi, m + 1)
+                    tgt = grown(tgt, m + 1)
                 lo[m], hi[m], tgt[m] = cur, end, table[slot] - 1
                 m += 1
             cur = end + 1
@@ -804,7 +778,7 @@ def _coarsest_partition(start, count, lo, hi, tgt, final):
                 nb = new_id[g]
                 k = _signature(leader[g], start, count, lo, hi, tgt, block, buf)
                 if pool_size + k > pool.shape[0]:
-                    pool = _grown(pool, pool_size + k)
+                    pool = grown(pool, pool_size + k)
                 pool[pool_size:pool_size + k] = buf[:k]
                 sig_at[nb], sig_len[nb], sig_hash[nb] = pool_size, k, hashes[leader[g]]
                 pool_size += k
