@@ -9,15 +9,17 @@ import os
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
+from ..grammar.frontends import to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.limits import DEFAULT_LIMITS, Limits
+from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .serialization import DeserializeError, check_header, from_json, header, to_json
@@ -84,31 +86,77 @@ class GrammarCompiler:
 
     # -- front ends -------------------------------------------------------------------------
 
-    def compile_grammar(self, ebnf: str, root_rule_name: str = "root") -> "CompiledGrammar":
-        """EBNF in the XGrammar / llama.cpp GBNF dialect."""
-        from ..grammar.ebnf import parse_ebnf
+    def compile_grammar(self, ebnf: str, *, root_rule_name: str = "root") -> "CompiledGrammar":
+        """Compile an EBNF grammar in the XGrammar / llama.cpp GBNF dialect.
 
+        Parameters
+        ----------
+        ebnf : str
+            The grammar text; token terminals ``<|name|>`` / ``<[ID]>`` name vocabulary tokens.
+        root_rule_name : str, default "root"
+            The rule the output must match.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            Malformed text, an undefined rule, nesting past ``Limits.max_nesting`` or a repetition
+            bound past ``Limits.max_repeat``.
+        """
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
-        with _nesting_guard("grammar"):
-            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.limits.max_nesting,
-                                              token_id=self.tokenizer_info.token_id))
+        return self.compile("ebnf", ebnf, root=root_rule_name)
 
-    def compile_lark(self, text: str, start: str = "start") -> "CompiledGrammar":
-        from ..grammar.lark_frontend import parse_lark
+    def compile_lark(self, text: str, *, start: str = "start") -> "CompiledGrammar":
+        """Compile a Lark grammar (the subset an automaton can hold: no lookaround in terminals).
 
+        Parameters
+        ----------
+        text : str
+            The Lark grammar text; ``%ignore`` terminals may occur between any two tokens.
+        start : str, default "start"
+            The rule the output must match.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            Text lark cannot load, or a terminal regex past ``Limits.max_rule_states`` /
+            ``Limits.max_nesting``.
+        """
         _check_text(text, "text", "compile_lark")
         check_argument(start, str, "start", "compile_lark")
-        with _nesting_guard("grammar"):
-            return self.compile_ir(parse_lark(text, start, self.limits.max_rule_states, self.limits.max_nesting,
-                                              token_id=self.tokenizer_info.token_id))
+        return self.compile("lark", text, start=start)
 
     def compile_regex(self, pattern: str) -> "CompiledGrammar":
-        from ..grammar.regex import parse_regex
+        """Compile a regular expression (Python ``re`` syntax) that the whole output must match.
 
+        Parameters
+        ----------
+        pattern : str
+            The pattern, anchored at both ends.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            A malformed or unsupported pattern (lookaround, backreferences), or one whose
+            repetitions unroll past ``Limits.max_rule_states``.
+        """
         _check_text(pattern, "pattern", "compile_regex")
-        with _nesting_guard("regex"):
-            return self.compile_ir(parse_regex(pattern, self.limits.max_rule_states, self.limits.max_nesting))
+        return self.compile("regex", pattern)
 
     def compile_json_schema(
         self,
@@ -122,61 +170,174 @@ class GrammarCompiler:
         any_order: bool | None = None,
         whitespace: str | None = None,
         max_whitespace: int | None = None,
-        additional_properties_default: bool | None = None,
+        additional_properties_default: bool | str | None = None,
         property_order: str | None = None,
+        root_whitespace: bool = True,
+        retrieve: Callable[[str], Any] | None = None,
+        value_checks: bool = True,
+        unsatisfiable: str = "error",
         lenient: bool = False,
-        **options: Any,
     ) -> "CompiledGrammar":
-        """A JSON Schema (dict, JSON text or pydantic model class), with xgrammar's keyword
-        arguments and meanings (see json_schema_options); pushmask's own names (whitespace,
-        max_whitespace, additional_properties_default, property_order) are accepted too, and the
-        other `options` go to `json_schema_to_grammar` (retrieve, unsatisfiable, ...)."""
-        from ..grammar.json_schema import json_schema_to_grammar
+        """Compile a JSON Schema: the output is one JSON value the schema accepts.
 
-        options.update(json_schema_options(
-            any_whitespace=any_whitespace, indent=indent, separators=separators, strict_mode=strict_mode,
-            max_whitespace_cnt=max_whitespace_cnt, any_order=any_order, whitespace=whitespace,
-            max_whitespace=max_whitespace, additional_properties_default=additional_properties_default,
-            property_order=property_order))
-        options.setdefault("max_depth", self.limits.max_schema_depth)
-        clock = CompileClock(self.limits.compile_time_limit_s)
-        with _nesting_guard("schema"):
-            grammar = json_schema_to_grammar(schema, lenient=lenient, clock=clock, **options)
-            return self.compile_ir(grammar, clock=clock)
+        XGrammar's keyword arguments keep XGrammar's meanings; each has a pushmask twin (giving
+        both with different values is an error).  See ``grammar.frontends.json_schema_options``.
+
+        Parameters
+        ----------
+        schema : dict, bool, str or pydantic model class
+            The schema (JSON text is parsed; a model class gives its ``model_json_schema()``).
+        any_whitespace : bool, optional
+            True: any JSON whitespace between tokens (`indent`, `separators` ignored); False: the
+            exact layout of ``json.dumps(indent=indent, separators=separators)``.  Unset: flexible
+            whitespace unless `indent`, `separators` or ``whitespace="compact"`` fix the layout.
+        indent : int, optional
+            ``json.dumps`` indentation of the fixed layout.
+        separators : (str, str), optional
+            The (item, key) separators of the fixed layout, as in ``json.dumps``.
+        strict_mode : bool, optional
+            True (the default, as in XGrammar): an object schema that declares members, or an
+            array schema with ``prefixItems``, takes nothing beyond them unless the schema says
+            what else may come; False: the schema's own language.
+        max_whitespace_cnt : int, optional
+            At most this many characters in each whitespace run (pushmask: `max_whitespace`).
+        any_order : bool, optional
+            True: object members in any order (pushmask: ``property_order="any"``).
+        whitespace : {"flexible", "compact"}, optional
+            pushmask's name for the layout: any whitespace, or none at all.
+        max_whitespace : int, optional
+            pushmask's name for `max_whitespace_cnt`.
+        additional_properties_default : bool or "declared", optional
+            pushmask's name for `strict_mode`: what a missing ``additionalProperties`` means
+            (True: any members; False: none; "declared": none where members are declared).
+        property_order : {"definition", "any"}, optional
+            Members in the order the schema lists them (the default), or in any order.
+        root_whitespace : bool, default True
+            False refuses whitespace before and after the top-level value (XGrammar's layout).
+        retrieve : callable, optional
+            URI -> schema document, for ``$ref`` to other documents (none is fetched otherwise).
+        value_checks : bool, default True
+            True: ``uniqueItems`` on open item types and overlapping ``oneOf`` compile to a superset
+            the matcher checks on each closed value; False: UnsupportedSchemaError for them.
+        unsatisfiable : {"error", "empty"}, default "error"
+            A schema no instance satisfies raises SchemaError, or compiles to the empty language.
+        lenient : bool, default False
+            Widen what cannot be expressed exactly (with a warning) instead of raising
+            UnsupportedSchemaError.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        SchemaError
+            An invalid schema (or an unsatisfiable one, with ``unsatisfiable="error"``).
+        UnsupportedSchemaError
+            A keyword pushmask cannot compile exactly (unless `lenient`).
+        BudgetExceededError
+            A budget of the compiler's ``Limits`` exceeded (the message names it).
+        """
+        return self.compile("json_schema", schema, any_whitespace=any_whitespace, indent=indent,
+                            separators=separators, strict_mode=strict_mode, max_whitespace_cnt=max_whitespace_cnt,
+                            any_order=any_order, whitespace=whitespace, max_whitespace=max_whitespace,
+                            additional_properties_default=additional_properties_default,
+                            property_order=property_order, root_whitespace=root_whitespace, retrieve=retrieve,
+                            value_checks=value_checks, unsatisfiable=unsatisfiable, lenient=lenient)
 
     def compile_structural_tag(self, tags: Any, triggers: Any = None, **json_options: Any) -> "CompiledGrammar":
-        """XGrammar's structural tags: free text until a trigger, then a constrained tag body
-        (grammar/structural_tag.py has the formats).  `tags` is a ``{"type": "structural_tag",
-        "format": ...}`` document (dict, JSON text, or an object with ``model_dump``), or the legacy
-        list of ``{"begin", "schema", "end"}`` items with `triggers`.  `json_options` are
-        compile_json_schema's options for the JSON bodies (XGrammar's default is strict: no
-        undeclared members in an object schema that declares some)."""
-        from ..grammar.structural_tag import structural_tag_to_grammar
+        """Compile XGrammar's structural tags: free text until a trigger, then a constrained tag
+        body (grammar/structural_tag.py lists the formats).
 
-        json_options.setdefault("max_depth", self.limits.max_schema_depth)
-        json_options.setdefault("additional_properties_default", "declared")
-        clock = CompileClock(self.limits.compile_time_limit_s)
-        with _nesting_guard("structural tag"):
-            grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
-                                                clock=clock, **json_options)
-            return self.compile_ir(grammar, clock=clock)
+        Parameters
+        ----------
+        tags : dict, str, pydantic object or list
+            A ``{"type": "structural_tag", "format": ...}`` document (dict, JSON text, or an object
+            with ``model_dump``), or the legacy list of ``{"begin", "schema", "end"}`` items.
+        triggers : list of str, optional
+            The legacy form's triggers.
+        **json_options
+            json_schema_to_grammar's options for the JSON bodies (whitespace, max_whitespace,
+            root_whitespace, ...); additional_properties_default is "declared" unless given
+            (XGrammar's strict default).
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            A malformed document; UnsupportedFormatError (a GrammarError) for a format pushmask
+            cannot compile exactly.
+        """
+        return self.compile("structural_tag", tags, triggers=triggers, **json_options)
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
-        """Any JSON value."""
+        """Compile the grammar of any JSON value (``compile_json_schema({})``).
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+        """
         return self.compile_json_schema({})
 
     def compile_ir(self, grammar: Grammar, *, normalize: bool = True,
                    clock: CompileClock | None = None) -> "CompiledGrammar":
-        """Run the IR passes, build the PDA; masks are computed lazily on first visit.  `clock`
-        carries the wall-clock limit of a compile that started earlier (else one starts here)."""
+        """Compile grammar IR built by hand or by a front end (grammar/frontends.py: to_grammar).
+
+        Parameters
+        ----------
+        grammar : Grammar
+            The IR; its root rule is what the output must match.
+        normalize : bool, default True
+            Run the IR passes (grammar/passes.py: normalize) first; False for IR already
+            normalized.
+        clock : CompileClock, optional
+            The wall-clock limit of a compile that started earlier (else one starts here, from
+            ``Limits.compile_time_limit_s``).
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+        """
         check_argument(grammar, Grammar, "grammar", "compile_ir", "parse text with compile_grammar / compile_lark")
         clock = clock or CompileClock(self.limits.compile_time_limit_s)
         with _nesting_guard("grammar"):
             if normalize:
-                from ..grammar.passes import normalize as normalize_grammar
-
                 grammar = normalize_grammar(grammar, clock)
             return CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
+
+    def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
+        """Compile a constraint of any front-end kind (what the integrations call with a kind
+        they read from a request); the `compile_*` methods check their arguments and call this.
+
+        Parameters
+        ----------
+        kind : str
+            One of grammar.frontends.FRONT_ENDS: "json_schema", "ebnf", "lark", "regex",
+            "structural_tag" or "choice".
+        spec : Any
+            The constraint in the form `kind` names (schema, grammar text, pattern, document,
+            list of strings).
+        **options
+            The front end's options (grammar/frontends.py: to_grammar), e.g. ``root`` for EBNF or
+            compile_json_schema's keyword arguments for a schema.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+        """
+        clock = CompileClock(self.limits.compile_time_limit_s)
+        with _nesting_guard(_KIND_WORDS.get(kind, "grammar")):
+            grammar = to_grammar(kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock,
+                                 **options)
+            return self.compile_ir(grammar, clock=clock)
 
     # -- cache --------------------------------------------------------------------------------
 
@@ -210,6 +371,8 @@ class GrammarCompiler:
         return stats
 
 
+_KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
+"""How a compile's error message names the input of each front-end kind ("grammar" otherwise)."""
 _SHARED_COMPILERS: "weakref.WeakValueDictionary[tuple, GrammarCompiler]" = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 _PAYLOAD_KIND = "CompiledGrammar"
@@ -447,61 +610,6 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
-
-
-def json_schema_options(*, any_whitespace=None, indent=None, separators=None, strict_mode=None,
-                        max_whitespace_cnt=None, any_order=None, whitespace=None, max_whitespace=None,
-                        additional_properties_default=None, property_order=None) -> dict[str, Any]:
-    """json_schema_to_grammar's layout and policy options from xgrammar's keyword arguments and
-    pushmask's own names (each xgrammar name with its pushmask twin; giving both with different
-    values is an error).  As in xgrammar:
-
-    - strict_mode=True (the default; additional_properties_default="declared"): an object schema
-      that declares members (properties, patternProperties, required, ...), or an array schema
-      with prefixItems, takes no members or items beyond them unless the schema says what else
-      may come (additionalProperties, items, ...); strict_mode=False is the schema's own language.
-    - any_whitespace=True: any JSON whitespace between tokens (indent and separators are then
-      ignored); False: the exact layout of json.dumps with `indent` and `separators`, whose
-      default is (", ", ": ") on one line and (",", ": ") with indent.
-    - max_whitespace_cnt=N: at most N characters in each whitespace run; any_order=True: object
-      members in any order.
-
-    Left unset, any_whitespace takes pushmask's meaning: flexible whitespace unless indent,
-    separators or whitespace="compact" fix the layout.
-    """
-    def merged(xgr_name, xgr_value, pm_name, pm_value):
-        if xgr_value is not None and pm_value is not None and xgr_value != pm_value:
-            raise ValueError(f"compile_json_schema: {xgr_name}={xgr_value!r} contradicts {pm_name}={pm_value!r}; "
-                             f"pass one of them")
-        return pm_value if pm_value is not None else xgr_value
-
-    if additional_properties_default is None:  # strict_mode decides, strict by default as in xgrammar
-        additional_properties = "declared" if strict_mode is None or strict_mode else True
-    elif strict_mode is not None and bool(strict_mode) == (additional_properties_default is True):
-        raise ValueError(f"compile_json_schema: strict_mode={strict_mode!r} contradicts "
-                         f"additional_properties_default={additional_properties_default!r}; pass one of them")
-    else:
-        additional_properties = additional_properties_default
-    order = merged("any_order", None if any_order is None else ("any" if any_order else "definition"),
-                   "property_order", property_order)
-    out: dict[str, Any] = {
-        "additional_properties_default": additional_properties,
-        "property_order": order or "definition",
-        "max_whitespace": merged("max_whitespace_cnt", max_whitespace_cnt, "max_whitespace", max_whitespace),
-        "whitespace": whitespace or "flexible",
-        "indent": indent,
-        "separators": separators,
-    }
-    if any_whitespace is None:
-        return out
-    if whitespace is not None and (whitespace == "flexible") != bool(any_whitespace):
-        raise ValueError(f"compile_json_schema: any_whitespace={any_whitespace!r} contradicts "
-                         f"whitespace={whitespace!r}; pass one of them")
-    if any_whitespace:
-        out.update(whitespace="flexible", indent=None, separators=None)
-    elif whitespace != "compact":
-        out["separators"] = separators or ((",", ": ") if indent is not None else (", ", ": "))
-    return out
 
 
 def _checked_limits(limits) -> Limits:
