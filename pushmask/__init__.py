@@ -10,6 +10,7 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
+from .grammar.caches import clear_caches
 from .grammar.errors import (
     ArgumentTypeError, BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError,
     UnsupportedSchemaError,
@@ -54,6 +55,7 @@ __all__ = [
     "apply_token_bitmask_inplace",
     "batch_fill_next_token_bitmask",
     "can_complete",
+    "clear_caches",
     "diffusion_generate",
     "fill_in_the_middle",
     "find_completion",
