@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..automata.pda import Pda, build_pda
-from ..automata.stack import StackRunner
+from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
 from ..grammar.frontends import to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
@@ -25,7 +25,7 @@ from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .serialization import DeserializeError, check_header, from_json, header, to_json
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, PAIR_WIDTH, new_slice_scratch, run_follow_pairs, run_slice_bounds, run_state_walk
+from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs, run_slice_bounds, run_state_walk
 
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
@@ -62,7 +62,6 @@ class GrammarCompiler:
                               sorted(set(tokenizer_info.special_token_ids) | self.reserved_token_ids))
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
-        self._lock = threading.Lock()
         self._thread_local = threading.local()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
         if not cache_enabled:
@@ -341,25 +340,17 @@ class GrammarCompiler:
 
     # -- cache --------------------------------------------------------------------------------
 
-    def _slice_scratch(self) -> tuple[np.ndarray, ...]:
-        """This thread's scratch for slice-bounds searches (see walk.new_slice_scratch)."""
-        scratch = getattr(self._thread_local, "slice_scratch", None)
+    def walk_scratch(self) -> WalkScratch:
+        """This thread's buffers for the offline walks of this compiler's grammars."""
+        scratch = getattr(self._thread_local, "walk_scratch", None)
         if scratch is None:
-            scratch = self._thread_local.slice_scratch = new_slice_scratch()
-        return scratch
-
-    def _uncertain_scratch(self) -> np.ndarray:
-        """This thread's buffer for a walk's uncertain positions (one per trie position; reused,
-        as a fresh 0.5 MB array costs a map and page faults on every first visit)."""
-        scratch = getattr(self._thread_local, "uncertain_scratch", None)
-        if scratch is None:
-            scratch = self._thread_local.uncertain_scratch = np.empty(len(self.trie), dtype=np.int32)
+            scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie))
         return scratch
 
     def clear_cache(self) -> None:
-        """Forget the masks held in memory (a disk cache keeps its files)."""
-        with self._lock:
-            self.cache.clear()
+        """Forget the token masks held in memory (a disk cache keeps its files; the process-wide
+        automaton caches are pushmask.clear_caches())."""
+        self.cache.clear()
 
     def cache_stats(self) -> dict[str, int]:
         c = self.cache
@@ -457,8 +448,7 @@ class CompiledGrammar:
         if not compiler.cache_enabled:
             return self._compute_mask(state, pairs)
         key = (self.pda.state_key(state), pairs_key)
-        with compiler._lock:
-            mask = compiler.cache.get(key)
+        mask = compiler.cache.get(key)
         if mask is not None:
             return mask
         disk = compiler.disk_cache
@@ -467,8 +457,7 @@ class CompiledGrammar:
             mask = self._compute_mask(state, pairs)
             if disk is not None:
                 disk.put(key, mask)
-        with compiler._lock:
-            compiler.cache.put(key, mask)
+        compiler.cache.put(key, mask)
         return mask
 
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
@@ -477,13 +466,8 @@ class CompiledGrammar:
         if got is None:
             runner = self._runner()
             pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
-            while True:
-                status = run_follow_pairs(self.pda.blob, runner.pool.blob, runner.ws.blob, rule,
-                                          runner.limits.max_stack_tops, pairs)
-                if status == 0:
-                    break
-                pairs[:] = 0
-                runner.handle(status)
+            runner.run(run_follow_pairs, PDA_BLOB, POOL_BLOB, WS_BLOB, rule, MAX_TOPS, pairs,
+                       on_retry=lambda: pairs.fill(0))
             got = self._pairs[rule] = (pairs, hashlib.blake2b(pairs.tobytes(), digest_size=16).hexdigest())
         return got
 
@@ -496,17 +480,14 @@ class CompiledGrammar:
         """A state's mask (what follows its rule judged by its follow pairs): the slice tokens it
         accepts whole (one OR each), then a walk of the rest of the trie.  use_slices=False walks
         the whole trie (the reference the slices are tested against)."""
-        trie, pda, runner = self.compiler.trie, self.pda, self._runner()
+        trie, runner = self.compiler.trie, self._runner()
         words = np.zeros(len(self.compiler.all_grammar_words), dtype=np.int32)
         rows, main_ranges, bucketed_ranges, num_sliced = [], [], [], 0
         bounds = np.zeros((len(trie.automata), 2), dtype=np.int64)
         bounds[:, 1] = trie.max_chars + 1  # nothing known
-        while use_slices:
-            status = run_slice_bounds(pda.blob, runner.pool.blob, runner.ws.blob, state, *trie.slice_automata,
-                                      runner.limits.max_stack_tops, self.compiler._slice_scratch(), bounds)
-            if status == 0:
-                break
-            runner.handle(status)
+        if use_slices:
+            runner.run(run_slice_bounds, PDA_BLOB, POOL_BLOB, WS_BLOB, state, *trie.slice_automata, MAX_TOPS,
+                       self.compiler.walk_scratch().slice_bounds, bounds)
         for s, (f, g) in enumerate(bounds.tolist()):
             bucket = trie.accepted_buckets(s, f)
             rows.append(s * len(BUCKET_BOUNDS) + bucket if bucket >= 0 else -1)
@@ -519,7 +500,7 @@ class CompiledGrammar:
                 bucketed_ranges.append(trie.bucketed_range(s, f, g))
         main_ranges.append((trie.region_start[OTHER], trie.region_start[OTHER + 1]))
         accepted = np.empty(len(words) + 3, dtype=np.int32)  # past this a list is never the smallest form
-        uncertain = self.compiler._uncertain_scratch()
+        uncertain = self.compiler.walk_scratch().uncertain
         counts = np.zeros(3, dtype=np.int64)
         for order, position_of, ranges in ((trie, trie.all_positions, main_ranges),
                                            (trie.bucketed, trie.bucketed_position, bucketed_ranges)):
@@ -527,14 +508,9 @@ class CompiledGrammar:
             if len(spans) == 0:
                 continue
             before = counts.copy()
-            while True:
-                status = run_state_walk(pda.blob, runner.pool.blob, runner.ws.blob, order.blob, spans, position_of,
-                                        state, pairs, order.token_ids, words, accepted, uncertain, counts,
-                                        runner.limits.max_stack_tops)
-                if status == 0:
-                    break
-                counts[:] = before
-                runner.handle(status)
+            runner.run(run_state_walk, PDA_BLOB, POOL_BLOB, WS_BLOB, order.blob, spans, position_of, state, pairs,
+                       order.token_ids, words, accepted, uncertain, counts, MAX_TOPS,
+                       on_retry=lambda: np.copyto(counts, before))
         walk_accepted, n_uncertain, n_listed = (int(c) for c in counts)
         return make_state_mask(trie, words, rows, num_sliced + walk_accepted, accepted[:n_listed],
                                n_listed == walk_accepted, np.sort(uncertain[:n_uncertain]),

@@ -17,11 +17,11 @@ from .grammar.errors import (
 )
 from .grammar.ir import Grammar
 from .grammar.limits import Budgets, Limits
-from .masks.asap import ASApSampler, Sample, aligned_generate
+from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
-from .masks.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
+from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
