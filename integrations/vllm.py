@@ -485,7 +485,8 @@ def validate_pushmask_request(sampling_params) -> None:
     else:
         return
     try:
-        # Compact or flexible whitespace does not change whether a constraint compiles.
+        # Compact or flexible whitespace does not change whether a constraint compiles.  Token
+        # terminals given by name pass in structural tags only (EBNF / Lark ones need the tokenizer).
         to_grammar(kind, arg, token_id=_resolve_any_token if kind == "structural_tag" else None,
                    **_front_end_options(kind, compact=False, max_whitespace=_env_max_whitespace()))
     except Exception as exc:  # every front-end error becomes a request error, never a crash

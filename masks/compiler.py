@@ -45,11 +45,27 @@ class GrammarCompiler:
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
-        """cache_limit_bytes caps the in-memory mask cache (least recently used masks out);
-        mask_cache_dir (or the PUSHMASK_MASK_CACHE_DIR environment variable) adds a persistent
-        cache on disk shared by processes, capped at mask_cache_max_bytes (or
-        PUSHMASK_MASK_CACHE_MAX_BYTES); cache_enabled=False turns both off.  `limits` holds every
-        compile and match budget (grammar/limits.py; `budgets` is its earlier name)."""
+        """A compiler for one vocabulary, holding the token masks its grammars share.
+
+        Parameters
+        ----------
+        tokenizer_info : TokenizerInfo
+            The vocabulary (exact bytes per token, special and stop tokens).
+        cache_enabled : bool, default True
+            False turns the in-memory and the disk mask caches off (every grammar walks the trie
+            for each of its states).
+        cache_limit_bytes : int, default 1 GiB
+            Cap of the in-memory mask cache (least recently used masks out).
+        limits : Limits, optional
+            Every compile and match budget (grammar/limits.py); the defaults if None.
+        budgets : Limits, optional
+            The earlier name of `limits`.
+        mask_cache_dir : str or PathLike, optional
+            A persistent mask cache on disk shared by processes (else the
+            PUSHMASK_MASK_CACHE_DIR environment variable, else none).
+        mask_cache_max_bytes : int
+            Cap of the disk cache (or PUSHMASK_MASK_CACHE_MAX_BYTES).
+        """
         self.tokenizer_info = tokenizer_info
         self.limits = _checked_limits(limits or budgets)
         self.cache_enabled = cache_enabled
@@ -75,8 +91,21 @@ class GrammarCompiler:
 
     @classmethod
     def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> "GrammarCompiler":
-        """This process's compiler for a vocabulary and limits (the first one made while any is
-        alive): grammars read back from pickle or JSON share its token trie and mask cache."""
+        """This process's compiler for a vocabulary and limits: the first one made while any is
+        alive, else a new one.  Grammars read back from pickle or JSON join it, sharing its
+        token trie and mask cache.
+
+        Parameters
+        ----------
+        tokenizer_info : TokenizerInfo
+            The vocabulary.
+        limits : Limits, optional
+            The budgets (the defaults if None); compilers with other limits are not shared.
+
+        Returns
+        -------
+        GrammarCompiler
+        """
         limits = _checked_limits(limits)
         key = (tokenizer_info.vocab_hash, dataclasses.astuple(limits))
         with _SHARED_LOCK:
@@ -341,18 +370,34 @@ class GrammarCompiler:
     # -- cache --------------------------------------------------------------------------------
 
     def walk_scratch(self) -> WalkScratch:
-        """This thread's buffers for the offline walks of this compiler's grammars."""
+        """This thread's buffers for the offline mask walks of this compiler's grammars.
+
+        Returns
+        -------
+        WalkScratch
+            Made on the thread's first call and reused after (masks/walk.py).
+        """
         scratch = getattr(self._thread_local, "walk_scratch", None)
         if scratch is None:
             scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie))
         return scratch
 
     def clear_cache(self) -> None:
-        """Forget the token masks held in memory (a disk cache keeps its files; the process-wide
-        automaton caches are pushmask.clear_caches())."""
+        """Forget the token masks held in memory.  A disk cache keeps its files; grammars
+        compiled earlier keep the masks they already copied; the process-wide automaton caches
+        are emptied by pushmask.clear_caches()."""
         self.cache.clear()
 
     def cache_stats(self) -> dict[str, int]:
+        """Counters of the mask caches.
+
+        Returns
+        -------
+        dict of str to int
+            ``entries``, ``bytes``, ``hits``, ``computed`` and ``evicted`` of the in-memory
+            cache; with a disk cache also ``disk_hits``, ``disk_writes``, ``disk_rejected`` and
+            ``disk_evicted``.
+        """
         c = self.cache
         stats = {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed,
                  "evicted": c.evicted}
