@@ -274,7 +274,19 @@ class GrammarCompiler:
                             property_order=property_order, root_whitespace=root_whitespace, retrieve=retrieve,
                             value_checks=value_checks, unsatisfiable=unsatisfiable, lenient=lenient)
 
-    def compile_structural_tag(self, tags: Any, triggers: Any = None, **json_options: Any) -> "CompiledGrammar":
+    def compile_structural_tag(
+        self,
+        tags: Any,
+        triggers: Any = None,
+        *,
+        whitespace: str = "flexible",
+        max_whitespace: int | None = None,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        additional_properties_default: bool | str = "declared",
+        property_order: str = "definition",
+        root_whitespace: bool = True,
+    ) -> "CompiledGrammar":
         """Compile XGrammar's structural tags: free text until a trigger, then a constrained tag
         body (grammar/structural_tag.py lists the formats).
 
@@ -285,10 +297,12 @@ class GrammarCompiler:
             with ``model_dump``), or the legacy list of ``{"begin", "schema", "end"}`` items.
         triggers : list of str, optional
             The legacy form's triggers.
-        **json_options
-            json_schema_to_grammar's options for the JSON bodies (whitespace, max_whitespace,
-            root_whitespace, ...); additional_properties_default is "declared" unless given
-            (XGrammar's strict default).
+        whitespace, max_whitespace, indent, separators, property_order, root_whitespace
+            The layout of the JSON bodies, as in compile_json_schema's pushmask names (a format's
+            own ``any_order`` / ``max_whitespace_cnt`` override them).
+        additional_properties_default : bool or "declared", default "declared"
+            What a missing ``additionalProperties`` means in the JSON bodies ("declared" is
+            XGrammar's strict default).
 
         Returns
         -------
@@ -301,7 +315,10 @@ class GrammarCompiler:
             A malformed document; UnsupportedFormatError (a GrammarError) for a format pushmask
             cannot compile exactly.
         """
-        return self.compile("structural_tag", tags, triggers=triggers, **json_options)
+        return self.compile("structural_tag", tags, triggers=triggers, whitespace=whitespace,
+                            max_whitespace=max_whitespace, indent=indent, separators=separators,
+                            additional_properties_default=additional_properties_default,
+                            property_order=property_order, root_whitespace=root_whitespace)
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
         """Compile the grammar of any JSON value (``compile_json_schema({})``).
