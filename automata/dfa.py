@@ -18,6 +18,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..grammar import caches
 from ..grammar.errors import BudgetExceededError
 from ..grammar.gc_pause import paused_gc
 from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
@@ -402,6 +403,9 @@ def clear_dfa_cache() -> None:
     _dfa_cache_states = 0
     _fsm_layouts.clear()
     _fsm_layout_transitions = 0
+
+
+caches.register(clear_dfa_cache, "rule DFAs and automaton layouts (automata/dfa.py)")
 
 
 def _construct_rule_dfa(body: Expr, max_states: int) -> RuleDfa:

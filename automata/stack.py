@@ -108,6 +108,20 @@ def too_many_tops(max_tops: int) -> BudgetExceededError:
     )
 
 
+class _Slot:
+    """A placeholder in StackRunner.run's arguments for one of the runner's own values."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS = (_Slot(name) for name in ("PDA_BLOB", "POOL_BLOB", "WS_BLOB", "MAX_TOPS"))
+"""StackRunner.run's placeholders: the PDA, frame-pool and workspace blobs and the stack-top budget."""
+
+
 class StackRunner:
     """Runs the kernels for one PDA with one frame pool and one workspace, growing them on demand."""
 
@@ -127,6 +141,21 @@ class StackRunner:
             raise too_many_tops(self.limits.max_stack_tops)
         else:
             raise RuntimeError(f"unexpected kernel status {status}")
+
+    def run(self, kernel, *args, on_retry=None) -> int:
+        """kernel(*args) with this runner's current blobs and budget where `args` hold PDA_BLOB,
+        POOL_BLOB, WS_BLOB and MAX_TOPS (a grown pool or workspace is a new blob), called again
+        after each ERR_* status once `handle` made room and on_retry() undid any partial output.
+        Returns the kernel's first status >= 0 (0: done; positive: a request to the caller)."""
+        while True:
+            values = {PDA_BLOB: self.pda.blob, POOL_BLOB: self.pool.blob, WS_BLOB: self.ws.blob,
+                      MAX_TOPS: self.limits.max_stack_tops}
+            status = kernel(*[values[a] if isinstance(a, _Slot) else a for a in args])
+            if status >= 0:
+                return status
+            self.handle(status)
+            if on_retry is not None:
+                on_retry()
 
     def close(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
         """(closure_s, closure_p, n_kernel_distinct, flags) of a raw stack set."""

@@ -43,9 +43,9 @@ from support import grammar_compiler, hf_tokenizer  # noqa: E402
 import test_asap as toy  # noqa: E402
 
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq  # noqa: E402
-from pushmask.masks.asap import ASApSampler  # noqa: E402
+from pushmask.samplers.asap import ASApSampler  # noqa: E402
 from pushmask.masks.matcher import GrammarMatcher  # noqa: E402
-from pushmask.masks.smc import smc  # noqa: E402
+from pushmask.samplers.smc import smc  # noqa: E402
 
 MODES = ("gcd", "asap", "exact")  # the KL-vs-samples table and plot
 

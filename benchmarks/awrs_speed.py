@@ -60,8 +60,8 @@ def main(argv=None) -> int:
 
     from pushmask.integrations.cli_generate import ModelNotFound, load_model
     from pushmask.integrations.generate import DEFAULT_JSON_LAYOUT, compiler_for
-    from pushmask.masks.asap import ASApSampler
-    from pushmask.masks.smc import smc
+    from pushmask.samplers.asap import ASApSampler
+    from pushmask.samplers.smc import smc
 
     if args.threads:
         torch.set_num_threads(args.threads)

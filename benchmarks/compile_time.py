@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pushmask.automata.dfa import clear_dfa_cache
-from pushmask.grammar.json_schema import clear_leaf_cache, json_schema_to_grammar
+from pushmask import clear_caches
+from pushmask.grammar.json_schema import json_schema_to_grammar
 
 DEV = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "maskbench-dev"
 
@@ -48,8 +48,7 @@ def main(argv=None) -> int:
     errors: Counter = Counter()
     profiler = cProfile.Profile() if args.profile else None
     for name, schema in schemas:
-        clear_leaf_cache()
-        clear_dfa_cache()
+        clear_caches()
         start, start_cpu = time.perf_counter(), time.process_time()
         if profiler:
             profiler.enable()

@@ -36,6 +36,7 @@ from .ir import (
     seq,
     token_terminal,
 )
+from .limits import DEFAULT_LIMITS
 
 __all__ = ["parse_ebnf"]
 
@@ -45,14 +46,15 @@ SIMPLE_ESCAPES = {
     "[": "[", "]": "]", "-": "-", "^": "^", "/": "/",
 }
 HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
-MAX_REPEAT = 10_000  # bigger bounds make huge automata; refuse them early with a clear message
 
 
 class _Parser:
     """Recursive descent over the text; `pos` is an offset, converted to line/column on error."""
 
-    def __init__(self, text: str, max_nesting: int = MAX_NESTING, token_id=None):
+    def __init__(self, text: str, max_nesting: int = MAX_NESTING, token_id=None,
+                 max_repeat: int = DEFAULT_LIMITS.max_repeat):
         self.text = text
+        self.max_repeat = max_repeat
         self.token_id = token_id
         self.pos = 0
         self.depth = 0
@@ -259,8 +261,9 @@ class _Parser:
         self.pos += 1
         if hi is not None and hi < lo:
             raise self.error(f"repetition {{{lo},{hi}}} has max < min", start)
-        if max(lo, hi or 0) > MAX_REPEAT:
-            raise self.error(f"repetition bound above {MAX_REPEAT}; use * or + instead", start)
+        if max(lo, hi or 0) > self.max_repeat:  # bigger bounds make huge automata: refuse them early
+            raise self.error(f"repetition bound above {self.max_repeat} (Limits.max_repeat); use * or + instead",
+                             start)
         return rep(expr, lo, hi)
 
     def _skip_inline(self) -> None:
@@ -371,13 +374,15 @@ def token_expr(text: str, token_id, error) -> Expr:
         raise error(f"token terminal {text}: {exc}") from None
 
 
-def parse_ebnf(text: str, root: str = "root", max_nesting: int = MAX_NESTING, token_id=None) -> Grammar:
+def parse_ebnf(text: str, root: str = "root", max_nesting: int = MAX_NESTING, token_id=None,
+               max_repeat: int = DEFAULT_LIMITS.max_repeat) -> Grammar:
     """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined).
-    Groups nested deeper than `max_nesting` are a GrammarError.  `token_id` (token text or id
+    Groups nested deeper than `max_nesting`, and repetition bounds `{m,n}` above `max_repeat`,
+    are a GrammarError.  `token_id` (token text or id
     -> id, e.g. TokenizerInfo.token_id) resolves token terminals `<|name|>` / `<[ID]>`."""
     check_argument(text, str, "ebnf", "parse_ebnf", "pass the grammar text as str (decode bytes first)")
     check_argument(root, str, "root", "parse_ebnf")
-    parser = _Parser(text, max_nesting, token_id)
+    parser = _Parser(text, max_nesting, token_id, max_repeat)
     rules, positions = parser.parse()
     for name, offset in parser.references:
         if name not in rules:

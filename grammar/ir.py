@@ -9,7 +9,7 @@ matches nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .errors import GrammarError
 from .limits import DEFAULT_LIMITS
@@ -328,6 +328,30 @@ def ref_names(expr: Expr) -> frozenset[str]:
         object.__setattr__(node, "_refs", names)
         stack.pop()
     return expr._refs
+
+
+def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | None = None) -> Expr:
+    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors.
+
+    A sub-expression shared by several parents (the JSON Schema compiler builds such DAGs) is
+    rebuilt once and stays shared, so the result is no bigger than the input.
+    """
+    done = {} if _done is None else _done
+    key = id(expr)
+    if key in done:
+        return done[key]
+    if isinstance(expr, Ref):
+        out = fn(expr)
+    elif isinstance(expr, Seq):
+        out = seq(*(map_refs(item, fn, done) for item in expr.items))
+    elif isinstance(expr, Alt):
+        out = alt(*(map_refs(item, fn, done) for item in expr.items))
+    elif isinstance(expr, Repeat):
+        out = rep(map_refs(expr.item, fn, done), expr.min, expr.max)
+    else:
+        out = expr
+    done[key] = out
+    return out
 
 
 def to_text(expr: Expr) -> str:

@@ -101,7 +101,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from . import passes
+from . import caches, passes
 from .errors import BudgetExceededError, CompileClock, GrammarError, SchemaError, UnsupportedSchemaError
 from .ir import (
     EPSILON, NOTHING, Alt, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq, alt, lit, opt, rep, seq,
@@ -2078,6 +2078,7 @@ def _hint(schema: dict, pointer: str) -> str:
 
 
 _search_cache: dict[tuple[str, str], bool] = {}
+caches.register(_search_cache.clear, "JSON Schema patternProperties matches")
 
 
 def _search(pattern: str, name: str, pointer: str) -> bool:
@@ -2280,6 +2281,9 @@ def clear_leaf_cache() -> None:
     _leaf_cache.clear()
     json_strings._pattern_dfa_cached.cache_clear()
     json_strings._format_dfa_cached.cache_clear()
+
+
+caches.register(clear_leaf_cache, "JSON Schema leaf automata: numbers, patterns, formats")
 
 
 def _cached_leaf(kind: str, kwargs: dict) -> Expr:

@@ -32,6 +32,7 @@ from .ir import (
     Repeat,
     Seq,
     alt,
+    map_refs,
     ref_names,
     rep,
     seq,
@@ -54,30 +55,6 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------
 # Generic helpers
-
-
-def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | None = None) -> Expr:
-    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors.
-
-    A sub-expression shared by several parents (the JSON Schema compiler builds such DAGs) is
-    rebuilt once and stays shared, so the result is no bigger than the input.
-    """
-    done = {} if _done is None else _done
-    key = id(expr)
-    if key in done:
-        return done[key]
-    if isinstance(expr, Ref):
-        out = fn(expr)
-    elif isinstance(expr, Seq):
-        out = seq(*(map_refs(item, fn, done) for item in expr.items))
-    elif isinstance(expr, Alt):
-        out = alt(*(map_refs(item, fn, done) for item in expr.items))
-    elif isinstance(expr, Repeat):
-        out = rep(map_refs(expr.item, fn, done), expr.min, expr.max)
-    else:
-        out = expr
-    done[key] = out
-    return out
 
 
 def _fsm_nonempty(fsm: CharFsm) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from .ebnf import parse_ebnf
 from .errors import GrammarError
 from .ir import (
     MAX_CODE_POINT,
@@ -43,12 +44,16 @@ from .ir import (
     alt,
     char_class,
     lit,
+    map_refs,
     opt,
     rep,
     seq,
     star,
     token_terminal,
 )
+from .json_schema import json_schema_to_grammar
+from .limits import DEFAULT_LIMITS, Limits
+from .regex import parse_regex
 
 __all__ = ["structural_tag_to_grammar", "UnsupportedFormatError", "text_without"]
 
@@ -62,11 +67,12 @@ class UnsupportedFormatError(GrammarError):
 
 
 def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Callable | None = None,
-                              clock=None, **json_options: Any) -> Grammar:
+                              clock=None, limits: Limits = DEFAULT_LIMITS, **json_options: Any) -> Grammar:
     """The grammar of a structural tag document (see the module docstring).  `token_id` resolves
-    tokens given by text (TokenizerInfo.token_id); `json_options` go to json_schema_to_grammar."""
+    tokens given by text (TokenizerInfo.token_id); `json_options` go to json_schema_to_grammar;
+    the regex and EBNF bodies are held to `limits`."""
     fmt = _root_format(tags, triggers)
-    builder = _Builder(token_id, clock, json_options)
+    builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
     return Grammar(builder.rules, "root")
 
@@ -137,8 +143,9 @@ class _Builder:
     """Turns formats into IR; sub-grammars (JSON Schema, EBNF, regex) keep their rules under a
     fresh prefix."""
 
-    def __init__(self, token_id, clock, json_options: dict):
+    def __init__(self, token_id, clock, json_options: dict, limits: Limits):
         self.token_id = token_id
+        self.limits = limits
         self.clock = clock
         self.json_options = json_options
         self.rules: dict[str, Expr] = {}
@@ -162,8 +169,6 @@ class _Builder:
         return lit(_string(fmt, "value", where))
 
     def _json_schema(self, fmt, where):
-        from .json_schema import json_schema_to_grammar
-
         style = fmt.get("style", "json")
         if style != "json":
             raise UnsupportedFormatError(f"{where}: json_schema style {style!r} is not supported (only \"json\")")
@@ -179,14 +184,12 @@ class _Builder:
         return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), clock=self.clock, **options))
 
     def _regex(self, fmt, where):
-        from .regex import parse_regex
-
-        return self._embed(parse_regex(_string(fmt, "pattern", where)))
+        return self._embed(parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states,
+                                       self.limits.max_nesting))
 
     def _grammar(self, fmt, where):
-        from .ebnf import parse_ebnf
-
-        return self._embed(parse_ebnf(_string(fmt, "grammar", where), token_id=self.token_id))
+        return self._embed(parse_ebnf(_string(fmt, "grammar", where), max_nesting=self.limits.max_nesting,
+                                      token_id=self.token_id, max_repeat=self.limits.max_repeat))
 
     def _token(self, fmt, where):
         token = fmt.get("token")
@@ -302,8 +305,6 @@ class _Builder:
 
     def _embed(self, grammar: Grammar) -> Ref:
         """A sub-grammar's rules under a fresh prefix; a reference to its root."""
-        from .passes import map_refs
-
         self.count += 1
         prefix = f"st{self.count}_"
         for name, body in grammar.rules.items():

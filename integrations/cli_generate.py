@@ -64,10 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="do not keep the converted GGUF model in ~/.cache/pushmask/models")
     parser.add_argument("--aligned", choices=("gcd", "asap", "exact", "awrs", "smc"), default=None,
-                        help="grammar-aligned sampling (pushmask.masks.asap): print --num-samples samples "
+                        help="grammar-aligned sampling (pushmask.samplers.asap): print --num-samples samples "
                              "drawn with plain constrained decoding (gcd), ASAp, exact rejection sampling, or "
                              "adaptive weighted rejection sampling (awrs, with its weights); smc: sequential Monte "
-                             "Carlo with --particles AWRS particles (pushmask.masks.smc), printed with their weights")
+                             "Carlo with --particles AWRS particles (pushmask.samplers.smc), printed with their weights")
     parser.add_argument("--num-samples", type=int, default=1, metavar="N",
                         help="samples with --aligned gcd|asap|exact|awrs (default: 1)")
     parser.add_argument("--particles", type=int, default=8, metavar="N", help="particles with --aligned smc (default: 8)")
@@ -187,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int:
     """--aligned: one sample per line (JSON-normalised for schemas), then log P and log q (awrs:
     log w, its weight; smc: every particle with its normalised weight, then log Z on stderr)."""
-    from ..masks.asap import aligned_generate
-    from ..masks.smc import smc
+    from ..samplers.asap import aligned_generate
+    from ..samplers.smc import smc
 
     if args.num_samples <= 0 or args.particles <= 0:
         err("error: --num-samples and --particles must be positive")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ..grammar.errors import SchemaError
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.vocab import TokenizerInfo
 from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
@@ -103,35 +104,30 @@ def compile_constraint(
     if len(given) != 1:
         raise ValueError(f"pass exactly one of schema=, grammar=, regex= (got {', '.join(given) or 'none'})")
     compiler = compiler_for(tokenizer)
-    options = dict(DEFAULT_JSON_LAYOUT if json_options is None else json_options)
+    options: dict = {}
     if schema is not None:
-        schema_obj = _schema_object(schema)
-        key = ("schema", json.dumps(schema_obj, sort_keys=True), tuple(sorted(options.items())))
+        options = dict(DEFAULT_JSON_LAYOUT if json_options is None else json_options)
+        kind, spec = "json_schema", _schema_object(schema)
+        key = (kind, json.dumps(spec, sort_keys=True), tuple(sorted(options.items())))
     elif grammar is not None:
-        fmt = grammar_format
-        if fmt == "auto":
-            fmt = "ebnf" if "::=" in grammar else "lark"
-        if fmt in ("gbnf",):
-            fmt = "ebnf"
-        if fmt not in ("ebnf", "lark"):
+        kind = grammar_format
+        if kind == "auto":
+            kind = "ebnf" if "::=" in grammar else "lark"
+        if kind in ("gbnf",):
+            kind = "ebnf"
+        if kind not in ("ebnf", "lark"):
             raise ValueError(f"grammar_format must be 'ebnf', 'gbnf', 'lark' or 'auto', got {grammar_format!r}")
-        key = (fmt, grammar)
+        spec, key = grammar, (kind, grammar)
     else:
-        key = ("regex", regex)
+        kind, spec = "regex", regex
+        key = (kind, regex)
     with _cache_lock:
         entry = _cache[tokenizer]
         found = entry.compiled.get(key)
         if found is not None:
             entry.compiled.move_to_end(key)
             return found
-    if key[0] == "schema":
-        compiled = compiler.compile_json_schema(schema_obj, **options)
-    elif key[0] == "ebnf":
-        compiled = compiler.compile_grammar(grammar)
-    elif key[0] == "lark":
-        compiled = compiler.compile_lark(grammar)
-    else:
-        compiled = compiler.compile_regex(regex)
+    compiled = compiler.compile(kind, spec, **options)
     with _cache_lock:
         entry.compiled[key] = compiled
         while len(entry.compiled) > _COMPILED_PER_TOKENIZER:
@@ -147,8 +143,6 @@ def _schema_object(schema: Any) -> Any:
         try:
             return json.loads(schema)
         except json.JSONDecodeError as exc:
-            from ..grammar.errors import SchemaError
-
             raise SchemaError(f"the schema is not valid JSON: {exc}", "#") from exc
     if hasattr(schema, "model_json_schema"):
         return schema.model_json_schema()

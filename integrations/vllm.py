@@ -56,7 +56,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
         f"importing it failed: {exc}"
     ) from exc
 
-from ..grammar import ir
+from ..grammar.frontends import to_grammar
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher
 from ..masks.vocab import TokenizerInfo
@@ -162,21 +162,14 @@ def _grammar_is_likely_lark(text: str) -> bool:
     return grammar_is_likely_lark(text)
 
 
-def choice_grammar(choices: list[str]) -> ir.Grammar:
-    """The grammar matching exactly one of the given strings (built as IR: no escaping)."""
-    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
-        raise ValueError(f"a choice request needs a non-empty list of strings, got {choices!r}")
-    return ir.Grammar({"root": ir.alt(*(ir.lit(c) for c in choices))}, root="root")
-
-
 def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tuple[str, Any]:
     """Turn a vLLM (request type, spec) pair into (pushmask front end, argument)."""
     name = request_type.name
     if name == "JSON":
         schema = json.loads(grammar_spec) if isinstance(grammar_spec, str) else grammar_spec
-        return "json", schema
+        return "json_schema", schema
     if name == "JSON_OBJECT":
-        return "json", {"type": "object"}
+        return "json_schema", {"type": "object"}
     if name == "REGEX":
         return "regex", grammar_spec
     if name == "GRAMMAR":
@@ -189,10 +182,12 @@ def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tup
     raise ValueError(f"unsupported structured output request type {request_type!s}")
 
 
-def _json_options(compact: bool, max_whitespace: int | None) -> dict[str, Any]:
-    """compile_json_schema options equal to xgrammar's defaults as vLLM calls it: strict mode (an
-    object schema that declares members takes no others; a bare {"type": "object"} any) and no
-    whitespace around the top-level value."""
+def _front_end_options(kind: str, compact: bool, max_whitespace: int | None) -> dict[str, Any]:
+    """to_grammar options of a request: for JSON bodies (schemas, structural tags), xgrammar's
+    defaults as vLLM calls it: strict mode (an object schema that declares members takes no
+    others; a bare {"type": "object"} any) and no whitespace around the top-level value."""
+    if kind not in ("json_schema", "structural_tag"):
+        return {}
     xgrammar_defaults = {"additional_properties_default": "declared", "root_whitespace": False}
     if compact:
         return {"whitespace": "compact", **xgrammar_defaults}
@@ -202,34 +197,6 @@ def _json_options(compact: bool, max_whitespace: int | None) -> dict[str, Any]:
 def _resolve_any_token(token) -> int:
     """Request validation has no tokenizer: a token given by text passes (the engine resolves it)."""
     return token if isinstance(token, int) else 0
-
-
-def _grammar_ir(kind: str, arg: Any, *, compact: bool, max_whitespace: int | None) -> ir.Grammar:
-    """The IR of a request, without building its automaton (used to validate requests cheaply)."""
-    if kind == "json":
-        from ..grammar.json_schema import json_schema_to_grammar
-
-        return json_schema_to_grammar(arg, **_json_options(compact, max_whitespace))
-    if kind == "regex":
-        from ..grammar.regex import parse_regex
-
-        return parse_regex(arg)
-    if kind == "lark":
-        from ..grammar.lark_frontend import parse_lark
-
-        return parse_lark(arg, start="start")
-    if kind == "ebnf":
-        from ..grammar.ebnf import parse_ebnf
-
-        return parse_ebnf(arg, root="root")
-    if kind == "choice":
-        return choice_grammar(arg)
-    if kind == "structural_tag":
-        from ..grammar.structural_tag import structural_tag_to_grammar
-
-        return structural_tag_to_grammar(arg, token_id=_resolve_any_token,
-                                         **_json_options(compact, max_whitespace))
-    raise AssertionError(kind)
 
 
 @dataclass
@@ -308,19 +275,7 @@ class PushmaskBackend(StructuredOutputBackend):
                 return hit
         kind, arg = _parse_spec(request_type, grammar_spec)
         started = time.perf_counter()
-        if kind == "json":
-            compiled = self.compiler.compile_json_schema(arg, **_json_options(self.compact_json, self.max_whitespace))
-        elif kind == "regex":
-            compiled = self.compiler.compile_regex(arg)
-        elif kind == "lark":
-            compiled = self.compiler.compile_lark(arg)
-        elif kind == "ebnf":
-            compiled = self.compiler.compile_grammar(arg)
-        elif kind == "structural_tag":
-            compiled = self.compiler.compile_structural_tag(arg, **_json_options(self.compact_json,
-                                                                                 self.max_whitespace))
-        else:
-            compiled = self.compiler.compile_ir(choice_grammar(arg))
+        compiled = self.compiler.compile(kind, arg, **_front_end_options(kind, self.compact_json, self.max_whitespace))
         logger.info("pushmask compiled a %s request in %.1f ms (%d automaton states)", request_type.name,
                     1000 * (time.perf_counter() - started), compiled.num_states)
         with self._compiled_lock:
@@ -521,17 +476,19 @@ def validate_pushmask_request(sampling_params) -> None:
                 raise VLLMValidationError("Invalid JSON grammar specification.") from exc
         else:
             arg = params.json
-        kind = "json"
+        kind = "json_schema"
     elif params.json_object:
-        kind, arg = "json", {"type": "object"}
+        kind, arg = "json_schema", {"type": "object"}
     elif params.grammar is not None:
         kind = "lark" if _grammar_is_likely_lark(params.grammar) else "ebnf"
         arg = params.grammar
     else:
         return
     try:
-        # Compact or flexible whitespace does not change whether a constraint compiles.
-        _grammar_ir(kind, arg, compact=False, max_whitespace=_env_max_whitespace())
+        # Compact or flexible whitespace does not change whether a constraint compiles.  Token
+        # terminals given by name pass in structural tags only (EBNF / Lark ones need the tokenizer).
+        to_grammar(kind, arg, token_id=_resolve_any_token if kind == "structural_tag" else None,
+                   **_front_end_options(kind, compact=False, max_whitespace=_env_max_whitespace()))
     except Exception as exc:  # every front-end error becomes a request error, never a crash
         try:
             _original_xgrammar()[1](sampling_params)

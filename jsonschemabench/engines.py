@@ -175,12 +175,8 @@ class PushmaskEngine(Engine):
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
 
     def clear_cache(self) -> None:
-        from pushmask.automata.dfa import clear_dfa_cache
-        from pushmask.grammar.json_schema import clear_leaf_cache
-
         self.compiler.clear_cache()  # token masks
-        clear_dfa_cache()  # rule automata
-        clear_leaf_cache()  # string/number leaf automata
+        self.pm.clear_caches()  # process-wide: rule automata, string/number leaf automata
 
     def cache_bytes(self) -> int | None:
         return int(self.compiler.cache_stats()["bytes"])

@@ -1,2 +1,2 @@
 """Vocabularies, the token trie, per-state token masks and their cache, the GrammarMatcher,
-bitmask helpers and grammar-aligned sampling."""
+bitmask helpers, and the infilling queries (can_complete, allowed_tokens)."""

@@ -32,6 +32,7 @@ from numba import njit
 from ..automata import kernels
 from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions
 from ..automata.kernels import FLAG_END, POOL_HEADER
+from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
 from ..grammar.errors import BudgetTooSmallError
 from .compiler import CompiledGrammar
 
@@ -357,12 +358,9 @@ class BudgetTable:
                    self.token_rise, self.vocab, self.offsets, fresh, known.upper, known.lower)
         over = candidates[known.lower[candidates] > limit]  # surely over: dropped unchecked
         candidates = candidates[(known.upper[candidates] > limit) & (known.lower[candidates] <= limit)]
-        while len(candidates):
-            status = check_tokens(runner.pda.blob, runner.pool.blob, runner.ws.blob, stacks, self.vocab, self.offsets,
-                                  candidates, self.cost, runner.limits.max_stack_tops, known.exact)
-            if status == 0:
-                break
-            runner.handle(status)
+        if len(candidates):
+            runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, stacks, self.vocab, self.offsets, candidates,
+                       self.cost, MAX_TOPS, known.exact)
         dropped = np.zeros(32 * len(words), dtype=bool)
         dropped[over] = True
         dropped[candidates[known.exact[candidates] > limit]] = True

@@ -9,22 +9,24 @@ import os
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..automata.pda import Pda, build_pda
-from ..automata.stack import StackRunner
+from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
 from ..grammar.gc_pause import paused_gc
+from ..grammar.frontends import to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.limits import DEFAULT_LIMITS, Limits
+from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .serialization import DeserializeError, check_header, from_json, header, to_json
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, PAIR_WIDTH, new_slice_scratch, run_follow_pairs, run_slice_bounds, run_state_walk
+from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs, run_slice_bounds, run_state_walk
 
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
@@ -44,11 +46,27 @@ class GrammarCompiler:
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
-        """cache_limit_bytes caps the in-memory mask cache (least recently used masks out);
-        mask_cache_dir (or the PUSHMASK_MASK_CACHE_DIR environment variable) adds a persistent
-        cache on disk shared by processes, capped at mask_cache_max_bytes (or
-        PUSHMASK_MASK_CACHE_MAX_BYTES); cache_enabled=False turns both off.  `limits` holds every
-        compile and match budget (grammar/limits.py; `budgets` is its earlier name)."""
+        """A compiler for one vocabulary, holding the token masks its grammars share.
+
+        Parameters
+        ----------
+        tokenizer_info : TokenizerInfo
+            The vocabulary (exact bytes per token, special and stop tokens).
+        cache_enabled : bool, default True
+            False turns the in-memory and the disk mask caches off (every grammar walks the trie
+            for each of its states).
+        cache_limit_bytes : int, default 1 GiB
+            Cap of the in-memory mask cache (least recently used masks out).
+        limits : Limits, optional
+            Every compile and match budget (grammar/limits.py); the defaults if None.
+        budgets : Limits, optional
+            The earlier name of `limits`.
+        mask_cache_dir : str or PathLike, optional
+            A persistent mask cache on disk shared by processes (else the
+            PUSHMASK_MASK_CACHE_DIR environment variable, else none).
+        mask_cache_max_bytes : int
+            Cap of the disk cache (or PUSHMASK_MASK_CACHE_MAX_BYTES).
+        """
         self.tokenizer_info = tokenizer_info
         self.limits = _checked_limits(limits or budgets)
         self.cache_enabled = cache_enabled
@@ -61,7 +79,6 @@ class GrammarCompiler:
                               sorted(set(tokenizer_info.special_token_ids) | self.reserved_token_ids))
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
-        self._lock = threading.Lock()
         self._thread_local = threading.local()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
         if not cache_enabled:
@@ -75,8 +92,21 @@ class GrammarCompiler:
 
     @classmethod
     def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> "GrammarCompiler":
-        """This process's compiler for a vocabulary and limits (the first one made while any is
-        alive): grammars read back from pickle or JSON share its token trie and mask cache."""
+        """This process's compiler for a vocabulary and limits: the first one made while any is
+        alive, else a new one.  Grammars read back from pickle or JSON join it, sharing its
+        token trie and mask cache.
+
+        Parameters
+        ----------
+        tokenizer_info : TokenizerInfo
+            The vocabulary.
+        limits : Limits, optional
+            The budgets (the defaults if None); compilers with other limits are not shared.
+
+        Returns
+        -------
+        GrammarCompiler
+        """
         limits = _checked_limits(limits)
         key = (tokenizer_info.vocab_hash, dataclasses.astuple(limits))
         with _SHARED_LOCK:
@@ -85,31 +115,77 @@ class GrammarCompiler:
 
     # -- front ends -------------------------------------------------------------------------
 
-    def compile_grammar(self, ebnf: str, root_rule_name: str = "root") -> "CompiledGrammar":
-        """EBNF in the XGrammar / llama.cpp GBNF dialect."""
-        from ..grammar.ebnf import parse_ebnf
+    def compile_grammar(self, ebnf: str, *, root_rule_name: str = "root") -> "CompiledGrammar":
+        """Compile an EBNF grammar in the XGrammar / llama.cpp GBNF dialect.
 
+        Parameters
+        ----------
+        ebnf : str
+            The grammar text; token terminals ``<|name|>`` / ``<[ID]>`` name vocabulary tokens.
+        root_rule_name : str, default "root"
+            The rule the output must match.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            Malformed text, an undefined rule, nesting past ``Limits.max_nesting`` or a repetition
+            bound past ``Limits.max_repeat``.
+        """
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
-        with _compiling("grammar"):
-            return self.compile_ir(parse_ebnf(ebnf, root=root_rule_name, max_nesting=self.limits.max_nesting,
-                                              token_id=self.tokenizer_info.token_id))
+        return self.compile("ebnf", ebnf, root=root_rule_name)
 
-    def compile_lark(self, text: str, start: str = "start") -> "CompiledGrammar":
-        from ..grammar.lark_frontend import parse_lark
+    def compile_lark(self, text: str, *, start: str = "start") -> "CompiledGrammar":
+        """Compile a Lark grammar (the subset an automaton can hold: no lookaround in terminals).
 
+        Parameters
+        ----------
+        text : str
+            The Lark grammar text; ``%ignore`` terminals may occur between any two tokens.
+        start : str, default "start"
+            The rule the output must match.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            Text lark cannot load, or a terminal regex past ``Limits.max_rule_states`` /
+            ``Limits.max_nesting``.
+        """
         _check_text(text, "text", "compile_lark")
         check_argument(start, str, "start", "compile_lark")
-        with _compiling("grammar"):
-            return self.compile_ir(parse_lark(text, start, self.limits.max_rule_states, self.limits.max_nesting,
-                                              token_id=self.tokenizer_info.token_id))
+        return self.compile("lark", text, start=start)
 
     def compile_regex(self, pattern: str) -> "CompiledGrammar":
-        from ..grammar.regex import parse_regex
+        """Compile a regular expression (Python ``re`` syntax) that the whole output must match.
 
+        Parameters
+        ----------
+        pattern : str
+            The pattern, anchored at both ends.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            A malformed or unsupported pattern (lookaround, backreferences), or one whose
+            repetitions unroll past ``Limits.max_rule_states``.
+        """
         _check_text(pattern, "pattern", "compile_regex")
-        with _compiling("regex"):
-            return self.compile_ir(parse_regex(pattern, self.limits.max_rule_states, self.limits.max_nesting))
+        return self.compile("regex", pattern)
 
     def compile_json_schema(
         self,
@@ -123,85 +199,223 @@ class GrammarCompiler:
         any_order: bool | None = None,
         whitespace: str | None = None,
         max_whitespace: int | None = None,
-        additional_properties_default: bool | None = None,
+        additional_properties_default: bool | str | None = None,
         property_order: str | None = None,
+        root_whitespace: bool = True,
+        retrieve: Callable[[str], Any] | None = None,
+        value_checks: bool = True,
+        unsatisfiable: str = "error",
         lenient: bool = False,
-        **options: Any,
     ) -> "CompiledGrammar":
-        """A JSON Schema (dict, JSON text or pydantic model class), with xgrammar's keyword
-        arguments and meanings (see json_schema_options); pushmask's own names (whitespace,
-        max_whitespace, additional_properties_default, property_order) are accepted too, and the
-        other `options` go to `json_schema_to_grammar` (retrieve, unsatisfiable, ...)."""
-        from ..grammar.json_schema import json_schema_to_grammar
+        """Compile a JSON Schema: the output is one JSON value the schema accepts.
 
-        options.update(json_schema_options(
-            any_whitespace=any_whitespace, indent=indent, separators=separators, strict_mode=strict_mode,
-            max_whitespace_cnt=max_whitespace_cnt, any_order=any_order, whitespace=whitespace,
-            max_whitespace=max_whitespace, additional_properties_default=additional_properties_default,
-            property_order=property_order))
-        options.setdefault("max_depth", self.limits.max_schema_depth)
-        clock = CompileClock(self.limits.compile_time_limit_s)
-        with _compiling("schema"):
-            grammar = json_schema_to_grammar(schema, lenient=lenient, clock=clock, **options)
-            return self.compile_ir(grammar, clock=clock)
+        XGrammar's keyword arguments keep XGrammar's meanings; each has a pushmask twin (giving
+        both with different values is an error).  See ``grammar.frontends.json_schema_options``.
 
-    def compile_structural_tag(self, tags: Any, triggers: Any = None, **json_options: Any) -> "CompiledGrammar":
-        """XGrammar's structural tags: free text until a trigger, then a constrained tag body
-        (grammar/structural_tag.py has the formats).  `tags` is a ``{"type": "structural_tag",
-        "format": ...}`` document (dict, JSON text, or an object with ``model_dump``), or the legacy
-        list of ``{"begin", "schema", "end"}`` items with `triggers`.  `json_options` are
-        compile_json_schema's options for the JSON bodies (XGrammar's default is strict: no
-        undeclared members in an object schema that declares some)."""
-        from ..grammar.structural_tag import structural_tag_to_grammar
+        Parameters
+        ----------
+        schema : dict, bool, str or pydantic model class
+            The schema (JSON text is parsed; a model class gives its ``model_json_schema()``).
+        any_whitespace : bool, optional
+            True: any JSON whitespace between tokens (`indent`, `separators` ignored); False: the
+            exact layout of ``json.dumps(indent=indent, separators=separators)``.  Unset: flexible
+            whitespace unless `indent`, `separators` or ``whitespace="compact"`` fix the layout.
+        indent : int, optional
+            ``json.dumps`` indentation of the fixed layout.
+        separators : (str, str), optional
+            The (item, key) separators of the fixed layout, as in ``json.dumps``.
+        strict_mode : bool, optional
+            True (the default, as in XGrammar): an object schema that declares members, or an
+            array schema with ``prefixItems``, takes nothing beyond them unless the schema says
+            what else may come; False: the schema's own language.
+        max_whitespace_cnt : int, optional
+            At most this many characters in each whitespace run (pushmask: `max_whitespace`).
+        any_order : bool, optional
+            True: object members in any order (pushmask: ``property_order="any"``).
+        whitespace : {"flexible", "compact"}, optional
+            pushmask's name for the layout: any whitespace, or none at all.
+        max_whitespace : int, optional
+            pushmask's name for `max_whitespace_cnt`.
+        additional_properties_default : bool or "declared", optional
+            pushmask's name for `strict_mode`: what a missing ``additionalProperties`` means
+            (True: any members; False: none; "declared": none where members are declared).
+        property_order : {"definition", "any"}, optional
+            Members in the order the schema lists them (the default), or in any order.
+        root_whitespace : bool, default True
+            False refuses whitespace before and after the top-level value (XGrammar's layout).
+        retrieve : callable, optional
+            URI -> schema document, for ``$ref`` to other documents (none is fetched otherwise).
+        value_checks : bool, default True
+            True: ``uniqueItems`` on open item types and overlapping ``oneOf`` compile to a superset
+            the matcher checks on each closed value; False: UnsupportedSchemaError for them.
+        unsatisfiable : {"error", "empty"}, default "error"
+            A schema no instance satisfies raises SchemaError, or compiles to the empty language.
+        lenient : bool, default False
+            Widen what cannot be expressed exactly (with a warning) instead of raising
+            UnsupportedSchemaError.
 
-        json_options.setdefault("max_depth", self.limits.max_schema_depth)
-        json_options.setdefault("additional_properties_default", "declared")
-        clock = CompileClock(self.limits.compile_time_limit_s)
-        with _compiling("structural tag"):
-            grammar = structural_tag_to_grammar(tags, triggers, token_id=self.tokenizer_info.token_id,
-                                                clock=clock, **json_options)
-            return self.compile_ir(grammar, clock=clock)
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        SchemaError
+            An invalid schema (or an unsatisfiable one, with ``unsatisfiable="error"``).
+        UnsupportedSchemaError
+            A keyword pushmask cannot compile exactly (unless `lenient`).
+        BudgetExceededError
+            A budget of the compiler's ``Limits`` exceeded (the message names it).
+        """
+        return self.compile("json_schema", schema, any_whitespace=any_whitespace, indent=indent,
+                            separators=separators, strict_mode=strict_mode, max_whitespace_cnt=max_whitespace_cnt,
+                            any_order=any_order, whitespace=whitespace, max_whitespace=max_whitespace,
+                            additional_properties_default=additional_properties_default,
+                            property_order=property_order, root_whitespace=root_whitespace, retrieve=retrieve,
+                            value_checks=value_checks, unsatisfiable=unsatisfiable, lenient=lenient)
+
+    def compile_structural_tag(
+        self,
+        tags: Any,
+        triggers: Any = None,
+        *,
+        whitespace: str = "flexible",
+        max_whitespace: int | None = None,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        additional_properties_default: bool | str = "declared",
+        property_order: str = "definition",
+        root_whitespace: bool = True,
+    ) -> "CompiledGrammar":
+        """Compile XGrammar's structural tags: free text until a trigger, then a constrained tag
+        body (grammar/structural_tag.py lists the formats).
+
+        Parameters
+        ----------
+        tags : dict, str, pydantic object or list
+            A ``{"type": "structural_tag", "format": ...}`` document (dict, JSON text, or an object
+            with ``model_dump``), or the legacy list of ``{"begin", "schema", "end"}`` items.
+        triggers : list of str, optional
+            The legacy form's triggers.
+        whitespace, max_whitespace, indent, separators, property_order, root_whitespace
+            The layout of the JSON bodies, as in compile_json_schema's pushmask names (a format's
+            own ``any_order`` / ``max_whitespace_cnt`` override them).
+        additional_properties_default : bool or "declared", default "declared"
+            What a missing ``additionalProperties`` means in the JSON bodies ("declared" is
+            XGrammar's strict default).
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+
+        Raises
+        ------
+        GrammarError
+            A malformed document; UnsupportedFormatError (a GrammarError) for a format pushmask
+            cannot compile exactly.
+        """
+        return self.compile("structural_tag", tags, triggers=triggers, whitespace=whitespace,
+                            max_whitespace=max_whitespace, indent=indent, separators=separators,
+                            additional_properties_default=additional_properties_default,
+                            property_order=property_order, root_whitespace=root_whitespace)
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
-        """Any JSON value."""
+        """Compile the grammar of any JSON value (``compile_json_schema({})``).
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+        """
         return self.compile_json_schema({})
 
     def compile_ir(self, grammar: Grammar, *, normalize: bool = True,
                    clock: CompileClock | None = None) -> "CompiledGrammar":
-        """Run the IR passes, build the PDA; masks are computed lazily on first visit.  `clock`
-        carries the wall-clock limit of a compile that started earlier (else one starts here)."""
+        """Compile grammar IR built by hand or by a front end (grammar/frontends.py: to_grammar).
+
+        Parameters
+        ----------
+        grammar : Grammar
+            The IR; its root rule is what the output must match.
+        normalize : bool, default True
+            Run the IR passes (grammar/passes.py: normalize) first; False for IR already
+            normalized.
+        clock : CompileClock, optional
+            The wall-clock limit of a compile that started earlier (else one starts here, from
+            ``Limits.compile_time_limit_s``).
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+        """
         check_argument(grammar, Grammar, "grammar", "compile_ir", "parse text with compile_grammar / compile_lark")
         clock = clock or CompileClock(self.limits.compile_time_limit_s)
         with _compiling("grammar"):
             if normalize:
-                from ..grammar.passes import normalize as normalize_grammar
-
                 grammar = normalize_grammar(grammar, clock)
             return CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
 
+    def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
+        """Compile a constraint of any front-end kind (what the integrations call with a kind
+        they read from a request); the `compile_*` methods check their arguments and call this.
+
+        Parameters
+        ----------
+        kind : str
+            One of grammar.frontends.FRONT_ENDS: "json_schema", "ebnf", "lark", "regex",
+            "structural_tag" or "choice".
+        spec : Any
+            The constraint in the form `kind` names (schema, grammar text, pattern, document,
+            list of strings).
+        **options
+            The front end's options (grammar/frontends.py: to_grammar), e.g. ``root`` for EBNF or
+            compile_json_schema's keyword arguments for a schema.
+
+        Returns
+        -------
+        CompiledGrammar
+            The automaton, its token masks computed on first visit.
+        """
+        clock = CompileClock(self.limits.compile_time_limit_s)
+        with _compiling(_KIND_WORDS.get(kind, "grammar")):
+            grammar = to_grammar(kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock,
+                                 **options)
+            return self.compile_ir(grammar, clock=clock)
+
     # -- cache --------------------------------------------------------------------------------
 
-    def _slice_scratch(self) -> tuple[np.ndarray, ...]:
-        """This thread's scratch for slice-bounds searches (see walk.new_slice_scratch)."""
-        scratch = getattr(self._thread_local, "slice_scratch", None)
-        if scratch is None:
-            scratch = self._thread_local.slice_scratch = new_slice_scratch()
-        return scratch
+    def walk_scratch(self) -> WalkScratch:
+        """This thread's buffers for the offline mask walks of this compiler's grammars.
 
-    def _uncertain_scratch(self) -> np.ndarray:
-        """This thread's buffer for a walk's uncertain positions (one per trie position; reused,
-        as a fresh 0.5 MB array costs a map and page faults on every first visit)."""
-        scratch = getattr(self._thread_local, "uncertain_scratch", None)
+        Returns
+        -------
+        WalkScratch
+            Made on the thread's first call and reused after (masks/walk.py).
+        """
+        scratch = getattr(self._thread_local, "walk_scratch", None)
         if scratch is None:
-            scratch = self._thread_local.uncertain_scratch = np.empty(len(self.trie), dtype=np.int32)
+            scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie))
         return scratch
 
     def clear_cache(self) -> None:
-        """Forget the masks held in memory (a disk cache keeps its files)."""
-        with self._lock:
-            self.cache.clear()
+        """Forget the token masks held in memory.  A disk cache keeps its files; grammars
+        compiled earlier keep the masks they already copied; the process-wide automaton caches
+        are emptied by pushmask.clear_caches()."""
+        self.cache.clear()
 
     def cache_stats(self) -> dict[str, int]:
+        """Counters of the mask caches.
+
+        Returns
+        -------
+        dict of str to int
+            ``entries``, ``bytes``, ``hits``, ``computed`` and ``evicted`` of the in-memory
+            cache; with a disk cache also ``disk_hits``, ``disk_writes``, ``disk_rejected`` and
+            ``disk_evicted``.
+        """
         c = self.cache
         stats = {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed,
                  "evicted": c.evicted}
@@ -211,6 +425,8 @@ class GrammarCompiler:
         return stats
 
 
+_KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
+"""How a compile's error message names the input of each front-end kind ("grammar" otherwise)."""
 _SHARED_COMPILERS: "weakref.WeakValueDictionary[tuple, GrammarCompiler]" = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 _PAYLOAD_KIND = "CompiledGrammar"
@@ -295,8 +511,7 @@ class CompiledGrammar:
         if not compiler.cache_enabled:
             return self._compute_mask(state, pairs)
         key = (self.pda.state_key(state), pairs_key)
-        with compiler._lock:
-            mask = compiler.cache.get(key)
+        mask = compiler.cache.get(key)
         if mask is not None:
             return mask
         disk = compiler.disk_cache
@@ -305,8 +520,7 @@ class CompiledGrammar:
             mask = self._compute_mask(state, pairs)
             if disk is not None:
                 disk.put(key, mask)
-        with compiler._lock:
-            compiler.cache.put(key, mask)
+        compiler.cache.put(key, mask)
         return mask
 
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
@@ -315,13 +529,8 @@ class CompiledGrammar:
         if got is None:
             runner = self._runner()
             pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
-            while True:
-                status = run_follow_pairs(self.pda.blob, runner.pool.blob, runner.ws.blob, rule,
-                                          runner.limits.max_stack_tops, pairs)
-                if status == 0:
-                    break
-                pairs[:] = 0
-                runner.handle(status)
+            runner.run(run_follow_pairs, PDA_BLOB, POOL_BLOB, WS_BLOB, rule, MAX_TOPS, pairs,
+                       on_retry=lambda: pairs.fill(0))
             got = self._pairs[rule] = (pairs, hashlib.blake2b(pairs.tobytes(), digest_size=16).hexdigest())
         return got
 
@@ -334,17 +543,14 @@ class CompiledGrammar:
         """A state's mask (what follows its rule judged by its follow pairs): the slice tokens it
         accepts whole (one OR each), then a walk of the rest of the trie.  use_slices=False walks
         the whole trie (the reference the slices are tested against)."""
-        trie, pda, runner = self.compiler.trie, self.pda, self._runner()
+        trie, runner = self.compiler.trie, self._runner()
         words = np.zeros(len(self.compiler.all_grammar_words), dtype=np.int32)
         rows, main_ranges, bucketed_ranges, num_sliced = [], [], [], 0
         bounds = np.zeros((len(trie.automata), 2), dtype=np.int64)
         bounds[:, 1] = trie.max_chars + 1  # nothing known
-        while use_slices:
-            status = run_slice_bounds(pda.blob, runner.pool.blob, runner.ws.blob, state, *trie.slice_automata,
-                                      runner.limits.max_stack_tops, self.compiler._slice_scratch(), bounds)
-            if status == 0:
-                break
-            runner.handle(status)
+        if use_slices:
+            runner.run(run_slice_bounds, PDA_BLOB, POOL_BLOB, WS_BLOB, state, *trie.slice_automata, MAX_TOPS,
+                       self.compiler.walk_scratch().slice_bounds, bounds)
         for s, (f, g) in enumerate(bounds.tolist()):
             bucket = trie.accepted_buckets(s, f)
             rows.append(s * len(BUCKET_BOUNDS) + bucket if bucket >= 0 else -1)
@@ -357,7 +563,7 @@ class CompiledGrammar:
                 bucketed_ranges.append(trie.bucketed_range(s, f, g))
         main_ranges.append((trie.region_start[OTHER], trie.region_start[OTHER + 1]))
         accepted = np.empty(len(words) + 3, dtype=np.int32)  # past this a list is never the smallest form
-        uncertain = self.compiler._uncertain_scratch()
+        uncertain = self.compiler.walk_scratch().uncertain
         counts = np.zeros(3, dtype=np.int64)
         for order, position_of, ranges in ((trie, trie.all_positions, main_ranges),
                                            (trie.bucketed, trie.bucketed_position, bucketed_ranges)):
@@ -365,14 +571,9 @@ class CompiledGrammar:
             if len(spans) == 0:
                 continue
             before = counts.copy()
-            while True:
-                status = run_state_walk(pda.blob, runner.pool.blob, runner.ws.blob, order.blob, spans, position_of,
-                                        state, pairs, order.token_ids, words, accepted, uncertain, counts,
-                                        runner.limits.max_stack_tops)
-                if status == 0:
-                    break
-                counts[:] = before
-                runner.handle(status)
+            runner.run(run_state_walk, PDA_BLOB, POOL_BLOB, WS_BLOB, order.blob, spans, position_of, state, pairs,
+                       order.token_ids, words, accepted, uncertain, counts, MAX_TOPS,
+                       on_retry=lambda: np.copyto(counts, before))
         walk_accepted, n_uncertain, n_listed = (int(c) for c in counts)
         return make_state_mask(trie, words, rows, num_sliced + walk_accepted, accepted[:n_listed],
                                n_listed == walk_accepted, np.sort(uncertain[:n_uncertain]),
@@ -448,61 +649,6 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
-
-
-def json_schema_options(*, any_whitespace=None, indent=None, separators=None, strict_mode=None,
-                        max_whitespace_cnt=None, any_order=None, whitespace=None, max_whitespace=None,
-                        additional_properties_default=None, property_order=None) -> dict[str, Any]:
-    """json_schema_to_grammar's layout and policy options from xgrammar's keyword arguments and
-    pushmask's own names (each xgrammar name with its pushmask twin; giving both with different
-    values is an error).  As in xgrammar:
-
-    - strict_mode=True (the default; additional_properties_default="declared"): an object schema
-      that declares members (properties, patternProperties, required, ...), or an array schema
-      with prefixItems, takes no members or items beyond them unless the schema says what else
-      may come (additionalProperties, items, ...); strict_mode=False is the schema's own language.
-    - any_whitespace=True: any JSON whitespace between tokens (indent and separators are then
-      ignored); False: the exact layout of json.dumps with `indent` and `separators`, whose
-      default is (", ", ": ") on one line and (",", ": ") with indent.
-    - max_whitespace_cnt=N: at most N characters in each whitespace run; any_order=True: object
-      members in any order.
-
-    Left unset, any_whitespace takes pushmask's meaning: flexible whitespace unless indent,
-    separators or whitespace="compact" fix the layout.
-    """
-    def merged(xgr_name, xgr_value, pm_name, pm_value):
-        if xgr_value is not None and pm_value is not None and xgr_value != pm_value:
-            raise ValueError(f"compile_json_schema: {xgr_name}={xgr_value!r} contradicts {pm_name}={pm_value!r}; "
-                             f"pass one of them")
-        return pm_value if pm_value is not None else xgr_value
-
-    if additional_properties_default is None:  # strict_mode decides, strict by default as in xgrammar
-        additional_properties = "declared" if strict_mode is None or strict_mode else True
-    elif strict_mode is not None and bool(strict_mode) == (additional_properties_default is True):
-        raise ValueError(f"compile_json_schema: strict_mode={strict_mode!r} contradicts "
-                         f"additional_properties_default={additional_properties_default!r}; pass one of them")
-    else:
-        additional_properties = additional_properties_default
-    order = merged("any_order", None if any_order is None else ("any" if any_order else "definition"),
-                   "property_order", property_order)
-    out: dict[str, Any] = {
-        "additional_properties_default": additional_properties,
-        "property_order": order or "definition",
-        "max_whitespace": merged("max_whitespace_cnt", max_whitespace_cnt, "max_whitespace", max_whitespace),
-        "whitespace": whitespace or "flexible",
-        "indent": indent,
-        "separators": separators,
-    }
-    if any_whitespace is None:
-        return out
-    if whitespace is not None and (whitespace == "flexible") != bool(any_whitespace):
-        raise ValueError(f"compile_json_schema: any_whitespace={any_whitespace!r} contradicts "
-                         f"whitespace={whitespace!r}; pass one of them")
-    if any_whitespace:
-        out.update(whitespace="flexible", indent=None, separators=None)
-    elif whitespace != "compact":
-        out["separators"] = separators or ((",", ": ") if indent is not None else (", ", ": "))
-    return out
 
 
 def _checked_limits(limits) -> Limits:

@@ -9,6 +9,7 @@ bitsets plus an accepted-id list (the layouts are in masks/walk.py).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -97,10 +98,12 @@ def ids_to_bitset(ids, num_words):
 
 
 class MaskCache:
-    """Masks keyed by (state key, follow-pairs digest), LRU-evicted past a byte limit."""
+    """Masks keyed by (state key, follow-pairs digest), LRU-evicted past a byte limit; safe to
+    share between threads (the grammars of one compiler read and fill it concurrently)."""
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes = max_bytes
+        self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str], StateMask] = OrderedDict()
         self.total_bytes = 0
         self.hits = 0
@@ -108,27 +111,33 @@ class MaskCache:
         self.evicted = 0
 
     def get(self, key: tuple[str, str]) -> StateMask | None:
-        mask = self._entries.get(key)
-        if mask is not None:
-            self._entries.move_to_end(key)
-            self.hits += 1
-        return mask
+        """The mask stored under key (now the most recently used), or None."""
+        with self._lock:
+            mask = self._entries.get(key)
+            if mask is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return mask
 
     def put(self, key: tuple[str, str], mask: StateMask) -> None:
-        self.computed += 1
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.total_bytes -= old.nbytes
-        self._entries[key] = mask
-        self.total_bytes += mask.nbytes
-        while self.total_bytes > self.max_bytes and len(self._entries) > 1:
-            _, dropped = self._entries.popitem(last=False)
-            self.total_bytes -= dropped.nbytes
-            self.evicted += 1
+        """Store a computed mask, evicting the least recently used past max_bytes."""
+        with self._lock:
+            self.computed += 1
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.total_bytes -= old.nbytes
+            self._entries[key] = mask
+            self.total_bytes += mask.nbytes
+            while self.total_bytes > self.max_bytes and len(self._entries) > 1:
+                _, dropped = self._entries.popitem(last=False)
+                self.total_bytes -= dropped.nbytes
+                self.evicted += 1
 
     def clear(self) -> None:
-        self._entries.clear()
-        self.total_bytes = 0
+        """Forget every mask."""
+        with self._lock:
+            self._entries.clear()
+            self.total_bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)

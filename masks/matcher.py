@@ -12,7 +12,7 @@ import numpy as np
 
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
-from ..automata.stack import StackRunner
+from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from . import walk
 from .budget import budget_table, check_budget
 from ..grammar.ir import TOKEN_MARK
@@ -214,23 +214,20 @@ class GrammarMatcher:
         memo_key = state.memo_key
         if memo_key is not None and self._copy_memoised(memo_key, words):
             return
-        runner = self._runner
         while True:
-            status = walk.run_fill(
-                words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, compiled.pda.blob,
-                runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
-                self._slice_rows, runner.limits.max_stack_tops, memo_key is not None,
+            status = self._runner.run(
+                walk.run_fill, words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, PDA_BLOB,
+                POOL_BLOB, WS_BLOB, self._trie_blob, compiled.mask_index, compiled.mask_pool, self._slice_rows,
+                MAX_TOPS, memo_key is not None,
             )
             if status == 0:
                 break
             if status == walk.FILL_MASKS_MISSING:
                 compiled.ensure_masks(state.kernel_s)
-            elif status == walk.FILL_UNCERTAIN:
+            else:  # walk.FILL_UNCERTAIN
                 memo_key = state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
                 if self._copy_memoised(memo_key, words):
                     return
-            else:
-                runner.handle(status)
         if memo_key is not None:
             self._fill_memo[memo_key] = words.copy()
             if len(self._fill_memo) > FILL_MEMO_ENTRIES:

@@ -562,6 +562,16 @@ def _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
     return f, min(unbounded, value[0] + 1), n
 
 
+class WalkScratch:
+    """One thread's reusable buffers for offline mask walks (GrammarCompiler.walk_scratch): the
+    slice-bounds search arrays and a state walk's uncertain positions, one per trie position
+    (fresh arrays would cost a map and page faults on every first visit)."""
+
+    def __init__(self, trie_positions: int):
+        self.slice_bounds = new_slice_scratch()
+        self.uncertain = np.empty(trie_positions, dtype=np.int32)
+
+
 def new_slice_scratch() -> tuple[np.ndarray, ...]:
     """Scratch arrays for run_slice_bounds (about 4 MB; one set per thread, reused: a search
     leaves them ready for the next)."""

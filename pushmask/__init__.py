@@ -10,17 +10,18 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
+from .grammar.caches import clear_caches
 from .grammar.errors import (
     ArgumentTypeError, BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError,
     UnsupportedSchemaError,
 )
 from .grammar.ir import Grammar
 from .grammar.limits import Budgets, Limits
-from .masks.asap import ASApSampler, Sample, aligned_generate
+from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
-from .masks.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
+from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
@@ -54,6 +55,7 @@ __all__ = [
     "apply_token_bitmask_inplace",
     "batch_fill_next_token_bitmask",
     "can_complete",
+    "clear_caches",
     "diffusion_generate",
     "fill_in_the_middle",
     "find_completion",

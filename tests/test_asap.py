@@ -1,4 +1,4 @@
-"""Fidelity tests of grammar-aligned sampling (pushmask.masks.asap) against an exact oracle.
+"""Fidelity tests of grammar-aligned sampling (pushmask.samplers.asap) against an exact oracle.
 
 The model is a deterministic toy LM over the real SmolLM2 vocabulary: logits are -inf except on a
 few dozen tokens, and those come from a hash of the prefix, with knobs that put mass on the stop
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
-from pushmask.masks.asap import ASApSampler, Sample, aligned_generate, enumerate_distributions
+from pushmask.samplers.asap import ASApSampler, Sample, aligned_generate, enumerate_distributions
 from pushmask.masks.matcher import GrammarMatcher
 
 from support import hf_tokenizer

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
-from pushmask.masks.asap import ASApSampler, enumerate_distributions
+from pushmask.samplers.asap import ASApSampler, enumerate_distributions
 
 from support import hf_tokenizer
 from test_asap import empirical, kl
@@ -104,7 +104,7 @@ def test_awrs_and_smc_on_smollm2(smollm2_model, binary_task):
     """The same problem through AWRS and SMC with the transformers model itself (KV cache; SMC
     batched over particles): AWRS draws GCD's distribution with weights whose mean is Z, SMC's
     weighted particles land near Q and its log Z estimate near log Z."""
-    from pushmask.masks.smc import smc
+    from pushmask.samplers.smc import smc
     from test_awrs_smc import _mean_within
 
     tok, compiled, prompt = binary_task

@@ -1,4 +1,4 @@
-"""AWRS (pushmask.masks.asap, mode "awrs" and awrs_step) and SMC (pushmask.masks.smc) against
+"""AWRS (pushmask.samplers.asap, mode "awrs" and awrs_step) and SMC (pushmask.samplers.smc) against
 exact enumeration: the toy LMs and grammars of test_asap.py (whose Oracle walks every
 grammatical sequence with a matcher), small hand-made distributions, and a grammar-mask oracle
 for single steps over the real SmolLM2 vocabulary.
@@ -12,9 +12,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from pushmask.masks.asap import ASApSampler, awrs_step
+from pushmask.samplers.asap import ASApSampler, awrs_step
 from pushmask.masks.matcher import GrammarMatcher
-from pushmask.masks.smc import smc
+from pushmask.samplers.smc import smc
 
 from support import hf_tokenizer
 from test_asap import (  # noqa: F401 (binary, parens: fixtures)

@@ -670,3 +670,52 @@ def _compiled_regex(compiler, pattern):
     if pattern not in _REGEX_CACHE:
         _REGEX_CACHE[pattern] = compiler.compile_regex(pattern)
     return _REGEX_CACHE[pattern]
+
+
+# ---------------------------------------------------------------------------------------------
+# to_grammar: the one dispatch, and the Limits it threads to each front end
+
+
+def test_to_grammar_dispatches_every_kind_to_its_front_end():
+    from pushmask.grammar.frontends import to_grammar
+
+    cases = [("ebnf", 'root ::= "a" [0-9]{2}', {}, ["a12"], ["a1", "b12"]),
+             ("ebnf", 'top ::= "x"+', {"root": "top"}, ["xxx"], [""]),
+             ("lark", 'start: "a" B\nB: /[0-9]{2}/', {}, ["a12"], ["a123"]),
+             ("regex", "(ab)+c?", {}, ["abab", "abc"], ["abcc", ""]),
+             ("choice", ["yes", "no"], {}, ["yes", "no"], ["yesno", "maybe"]),
+             ("json_schema", {"type": "integer", "minimum": 10}, {}, ["10", "123"], ["9", "1.5"])]
+    for kind, spec, options, good, bad in cases:
+        grammar = to_grammar(kind, spec, **options)
+        for text in good:
+            assert ir_accepts(grammar, text), (kind, text)
+        for text in bad:
+            assert not ir_accepts(grammar, text), (kind, text)
+    with pytest.raises(ValueError, match="unknown grammar kind 'gbnf'"):
+        to_grammar("gbnf", 'root ::= "a"')
+
+
+def test_to_grammar_holds_each_front_end_to_the_limits():
+    from pushmask import BudgetExceededError, Limits
+    from pushmask.grammar.frontends import to_grammar
+
+    assert ir_accepts(to_grammar("ebnf", 'root ::= "a"{5}', limits=Limits(max_repeat=5)), "aaaaa")
+    with pytest.raises(GrammarError, match="max_repeat"):
+        to_grammar("ebnf", 'root ::= "a"{5}', limits=Limits(max_repeat=4))
+    nested = "(" * 6 + "a" + ")" * 6
+    to_grammar("regex", nested, limits=Limits(max_nesting=7))
+    for kind, spec in (("regex", nested), ("ebnf", f"root ::= {nested.replace('a', chr(34) + 'a' + chr(34))}")):
+        with pytest.raises(GrammarError):
+            to_grammar(kind, spec, limits=Limits(max_nesting=4))
+    with pytest.raises(BudgetExceededError):
+        to_grammar("regex", "a{5000}", limits=Limits(max_rule_states=1000))
+    with pytest.raises(BudgetExceededError):
+        to_grammar("lark", "start: /a{5000}/", limits=Limits(max_rule_states=1000))
+    tag = {"type": "structural_tag", "format": {"type": "regex", "pattern": "a{5000}"}}
+    assert ir_accepts(to_grammar("structural_tag", tag), "a" * 5000)
+    with pytest.raises(BudgetExceededError):
+        to_grammar("structural_tag", tag, limits=Limits(max_rule_states=1000))
+    deep = {"type": "array", "items": {"type": "array", "items": {"type": "array"}}}
+    to_grammar("json_schema", deep, limits=Limits(max_schema_depth=8))
+    with pytest.raises(BudgetExceededError):
+        to_grammar("json_schema", {"type": "array", "items": deep}, limits=Limits(max_schema_depth=2))

@@ -1,4 +1,4 @@
-"""Constrained infilling (masks/infill.py, masks/infill_sampling.py) against brute force.
+"""Constrained infilling (masks/infill.py, samplers/infill_sampling.py) against brute force.
 
 - can_complete equals exhaustive enumeration of every gap filling, judged by independent oracles
   (a balanced-brackets recognizer, json.loads, lark's Earley parser), exact for bounded gaps; for
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import pushmask as pm
-from pushmask.masks.infill_sampling import _Chooser
+from pushmask.samplers.infill_sampling import _Chooser
 
 from support import grammar_compiler, hf_tokenizer
 from test_soundness import oracle_accepts

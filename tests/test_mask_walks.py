@@ -133,7 +133,7 @@ def test_slice_bounds_against_brute_force():
         runner = compiled._runner()
         bounds = np.zeros((3, 2), dtype=np.int64)
         assert compiler_module.run_slice_bounds(compiled.pda.blob, runner.pool.blob, runner.ws.blob, state,
-                                                *trie.slice_automata, 4096, compiler._slice_scratch(), bounds) == 0
+                                                *trie.slice_automata, 4096, compiler.walk_scratch().slice_bounds, bounds) == 0
         for s in range(3):
             f, g = bounds[s]
             lo, hi = trie.region_start[s], trie.region_start[s + 1]

@@ -31,9 +31,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .asap import _as_numpy
-from .compiler import CompiledGrammar
-from .infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete
-from .matcher import GrammarMatcher
+from ..masks.compiler import CompiledGrammar
+from ..masks.infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete
+from ..masks.matcher import GrammarMatcher
 
 
 @dataclass

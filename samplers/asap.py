@@ -54,8 +54,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .compiler import CompiledGrammar
-from .matcher import GrammarMatcher
+from ..masks.compiler import CompiledGrammar
+from ..masks.matcher import GrammarMatcher
 
 MODES = ("gcd", "asap", "exact", "awrs")
 

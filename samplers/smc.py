@@ -1,6 +1,6 @@
 """Sequential Monte Carlo over token sequences with AWRS proposals.
 
-Target: Q(w) = P(w) * 1[w in L(G)] / Z, as in `pushmask.masks.asap`, with outputs limited to
+Target: Q(w) = P(w) * 1[w in L(G)] / Z, as in `pushmask.samplers.asap`, with outputs limited to
 max_new_tokens tokens (the stop token included).  N particles grow one token per step in
 lockstep.  Each step draws every live particle's next token with `awrs_step` (the same step the
 ``awrs`` mode of ASApSampler takes): the token follows P restricted to the grammar, and the
@@ -32,8 +32,8 @@ from .asap import (
     AWRS_MAX_CHECKS, _as_numpy, _check_max_checks, _is_torch_module, _logsumexp, _prompt_ids, awrs_step,
     candidate_log_probs, candidate_tokens,
 )
-from .compiler import CompiledGrammar
-from .matcher import GrammarMatcher
+from ..masks.compiler import CompiledGrammar
+from ..masks.matcher import GrammarMatcher
 
 
 @dataclass
