@@ -138,7 +138,7 @@ class GrammarCompiler:
             max_whitespace_cnt=max_whitespace_cnt, any_order=any_order, whitespace=whitespace,
             max_whitespace=max_whitespace, additional_properties_default=additional_properties_default,
             property_order=property_order))
-        options.setdefault("max_depth", self.limits.max_schema_depth)
+        options.setdefault("limits", self.limits)
         clock = CompileClock(self.limits.compile_time_limit_s)
         with _nesting_guard("schema"):
             grammar = json_schema_to_grammar(schema, lenient=lenient, clock=clock, **options)
@@ -153,7 +153,7 @@ class GrammarCompiler:
         undeclared members in an object schema that declares some)."""
         from ..grammar.structural_tag import structural_tag_to_grammar
 
-        json_options.setdefault("max_depth", self.limits.max_schema_depth)
+        json_options.setdefault("limits", self.limits)
         json_options.setdefault("additional_properties_default", "declared")
         clock = CompileClock(self.limits.compile_time_limit_s)
         with _nesting_guard("structural tag"):

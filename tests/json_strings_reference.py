@@ -11,7 +11,7 @@ from collections import deque
 from typing import Callable
 
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
-from pushmask.grammar.json_schema import _dfa_op
+from pushmask.grammar.json_schema.leaves import _dfa_op
 from pushmask.grammar.json_strings import ALL_CHARS, DEFAULT_STATE_BUDGET, Dfa, _Budget, _intersect
 from pushmask.grammar.partition import refine_partition
 
