@@ -22,16 +22,15 @@ MULTIPLIED = {"allOf": [{"anyOf": [{"minimum": i} for i in range(4)]},
                         {"anyOf": [{"maximum": 10 + i} for i in range(4)]}]}
 OPTIONAL_COUNTED = {"type": "object", "properties": {f"o{i}": {"type": "integer"} for i in range(12)},
                     "minProperties": 3, "maxProperties": 8, "additionalProperties": False}
-GENERIC_LISTS = {
-    "$schema": D2020, "$id": "https://example.test/main", "type": "object",
-    "properties": {"numbers": {"$ref": "numberList"}, "strings": {"$ref": "stringList"}},
+# a box whose content type the referring schema picks through the dynamic scope
+BOXES = {
+    "$schema": D2020, "$id": "https://example.test/pair", "type": "array",
+    "prefixItems": [{"$ref": "int-box"}, {"$ref": "str-box"}],
     "$defs": {
-        "genericList": {"$id": "genericList", "type": "array", "items": {"$dynamicRef": "#itemType"},
-                        "$defs": {"default": {"$dynamicAnchor": "itemType"}}},
-        "numberList": {"$id": "numberList", "$ref": "genericList",
-                       "$defs": {"itemType": {"$dynamicAnchor": "itemType", "type": "number"}}},
-        "stringList": {"$id": "stringList", "$ref": "genericList",
-                       "$defs": {"itemType": {"$dynamicAnchor": "itemType", "type": "string"}}},
+        "box": {"$id": "box", "type": "object", "properties": {"v": {"$dynamicRef": "#content"}},
+                "$defs": {"any": {"$dynamicAnchor": "content"}}},
+        "int-box": {"$id": "int-box", "$ref": "box", "$defs": {"c": {"$dynamicAnchor": "content", "type": "integer"}}},
+        "str-box": {"$id": "str-box", "$ref": "box", "$defs": {"c": {"$dynamicAnchor": "content", "type": "string"}}},
     },
 }
 # the 9th character from the end is an "a": 2^9 states in any deterministic automaton
@@ -42,7 +41,7 @@ LATE_A = {"type": "string", "pattern": "a[ab]{8}$", "maxLength": 20}
     (MANY_OBJECTS, "max_schema_rules", 10),
     (MULTIPLIED, "max_schema_branches", 8),
     (OPTIONAL_COUNTED, "max_object_expr", 50),
-    (GENERIC_LISTS, "max_dynamic_copies", 1),
+    (BOXES, "max_dynamic_copies", 1),
 ])
 def test_schema_budget_fires_with_its_name(schema, field, small):
     json_schema_to_grammar(schema)
