@@ -62,8 +62,7 @@ def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_i
     """
     if kind == "json_schema":
         layout = {name: options.pop(name) for name in JSON_LAYOUT_OPTIONS if name in options}
-        return json_schema_to_grammar(spec, clock=clock, max_depth=limits.max_schema_depth,
-                                      **json_schema_options(**layout), **options)
+        return json_schema_to_grammar(spec, clock=clock, limits=limits, **json_schema_options(**layout), **options)
     if kind == "ebnf":
         return parse_ebnf(spec, max_nesting=limits.max_nesting, max_repeat=limits.max_repeat, token_id=token_id,
                           **options)
@@ -73,7 +72,6 @@ def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_i
     if kind == "regex":
         return parse_regex(spec, limits.max_rule_states, limits.max_nesting, **options)
     if kind == "structural_tag":
-        options.setdefault("max_depth", limits.max_schema_depth)
         options.setdefault("additional_properties_default", "declared")  # XGrammar's strict default
         triggers = options.pop("triggers", None)
         return structural_tag_to_grammar(spec, triggers, token_id=token_id, clock=clock, limits=limits, **options)

@@ -593,16 +593,29 @@ def expr_size(expr: Expr, _memo: dict[int, int] | None = None) -> int:
     """Rough size of an expression's automaton (nodes; an automaton counts its edges, a bounded
     repetition its copies), counted as a tree; a sub-expression shared by several parents (the
     JSON Schema compiler builds such DAGs) is measured once."""
-    memo = {} if _memo is None else _memo
+    return _tree_measure(expr, {} if _memo is None else _memo, _copies, lambda fsm: 1 + len(fsm.transitions))
+
+
+def expr_nodes(expr: Expr, fsm_edges: bool = False) -> int:
+    """Nodes of an expression counted as a tree, a repetition once (unlike `expr_size`, which
+    counts its copies); an automaton is one node, or with `fsm_edges` as many as its edges.  A
+    shared sub-expression is measured once.  The JSON Schema compiler's thresholds use it."""
+    fsm_size = (lambda fsm: len(fsm.transitions)) if fsm_edges else (lambda fsm: 1)
+    return _tree_measure(expr, {}, lambda rep: 1, fsm_size)
+
+
+def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size) -> int:
+    """Nodes of `expr` as a tree: Seq/Alt 1 + their items, Repeat 1 + its item times `copies(rep)`,
+    a CharFsm `fsm_size(fsm)`, any other leaf 1; memoised by node identity in `memo`."""
     got = memo.get(id(expr))
     if got is not None:
         return got
     if isinstance(expr, (Seq, Alt)):
-        size = 1 + sum(expr_size(item, memo) for item in expr.items)
+        size = 1 + sum(_tree_measure(item, memo, copies, fsm_size) for item in expr.items)
     elif isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
-        size = 1 + expr_size(expr.item, memo) * _copies(expr)
+        size = 1 + _tree_measure(expr.item, memo, copies, fsm_size) * copies(expr)
     elif isinstance(expr, CharFsm):
-        size = 1 + len(expr.transitions)
+        size = fsm_size(expr)
     else:
         size = 1
     memo[id(expr)] = size

@@ -181,7 +181,7 @@ class _Builder:
             options["max_whitespace"] = int(fmt["max_whitespace_cnt"])
         if "json_schema" not in fmt:
             raise GrammarError(f"{where}: json_schema format lacks \"json_schema\"")
-        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), clock=self.clock, **options))
+        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), clock=self.clock, limits=self.limits, **options))
 
     def _regex(self, fmt, where):
         return self._embed(parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states,

@@ -11,7 +11,7 @@ from collections import deque
 from typing import Callable
 
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
-from pushmask.grammar.json_schema import _dfa_op
+from pushmask.grammar.json_schema.leaves import _dfa_op
 from pushmask.grammar.json_strings import ALL_CHARS, DEFAULT_STATE_BUDGET, Dfa, _Budget, _intersect
 from pushmask.grammar.partition import refine_partition
 
@@ -317,7 +317,7 @@ def reference_string_literal_expr(value: str):
     return seq(*parts)
 
 
-def reference_keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer):
+def reference_keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, budget=None):
     """The keys of each mask as json_schema.unnamed_members computed them before issue 18: every
     mask from key_dfa, pattern by pattern (intersect or subtract), unwanted masks dropped after."""
     masks = range(1 << len(pdfas)) if overlapping else [0] + [1 << i for i in range(len(pdfas))]

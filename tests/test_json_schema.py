@@ -126,7 +126,7 @@ def test_large_objects_take_any_member_order(compiler, tokenizer):
     """Past ANY_ORDER_MAX_MEMBERS named members: any order, required members exactly once."""
     import random
 
-    from pushmask.grammar.json_schema import ANY_ORDER_MAX_MEMBERS
+    from pushmask.grammar.json_schema.objects import ANY_ORDER_MAX_MEMBERS
 
     names = [f"p{i}" for i in range(ANY_ORDER_MAX_MEMBERS + 3)]
     schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
@@ -151,7 +151,7 @@ def test_large_objects_take_any_member_order(compiler, tokenizer):
 def test_many_required_members_keep_their_relative_order(compiler):
     """Past INTERLEAVE_ANY_ORDER_REQUIRED required members: the order of `properties` or the
     order of the `required` array among them; optional members anywhere."""
-    from pushmask.grammar.json_schema import INTERLEAVE_ANY_ORDER_REQUIRED
+    from pushmask.grammar.json_schema.objects import INTERLEAVE_ANY_ORDER_REQUIRED
 
     names = [f"r{i}" for i in range(INTERLEAVE_ANY_ORDER_REQUIRED + 1)]
     schema = {"type": "object", "properties": {"opt": {"type": "integer"}, **{n: {"type": "integer"} for n in names}},
@@ -696,22 +696,22 @@ def test_one_of_tagged_by_a_member_required_on_one_side(compiler, tokenizer):
 def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
     """A real schema whose oneOf branches reach further oneOfs (tabris colors): without a budget
     the pairwise checks multiply for minutes; with it the compile ends with a clear error."""
-    import pushmask.grammar.json_schema as json_schema_module
+    from pushmask.grammar.json_schema import convert, one_of
 
     schema = json.loads((DATA / "maskbench-dev" / "Github_easy---o37786.json").read_text())["schema"]
     calls = 0
-    disjoint = json_schema_module._Compiler.disjoint
+    disjoint = convert._Compiler.disjoint
 
     def counted(self, x, y, level):
         nonlocal calls
         calls += 1
         return disjoint(self, x, y, level)
 
-    monkeypatch.setattr(json_schema_module._Compiler, "disjoint", counted)
+    monkeypatch.setattr(convert._Compiler, "disjoint", counted)
     with pytest.raises(UnsupportedSchemaError) as info:  # with value checks it compiles (35-60 s)
         json_schema_to_grammar(schema, property_order="any", value_checks=False)
     assert info.value.keyword == "oneOf"
-    assert calls < 50 * json_schema_module.MAX_DISJOINT_CHECKS
+    assert calls < 50 * one_of.MAX_DISJOINT_CHECKS
 
 
 def test_not_multiple_of_an_integer(compiler, tokenizer):
@@ -809,7 +809,7 @@ def test_witness_key_may_match_the_objects_patterns(compiler, tokenizer):
 def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer):
     """Lengths past STRING_COUNT_BLOCK are a chain of rules: exact at and around each link, with
     escapes and multi-byte characters counted as one character (jsonschema is the oracle)."""
-    from pushmask.grammar.json_schema import STRING_COUNT_BLOCK as B
+    from pushmask.grammar.json_schema.emit import STRING_COUNT_BLOCK as B
 
     lo, hi = B + 3, 2 * B + 5
     around = [lo - 1, lo, B, B + 1, 2 * B - 1, 2 * B, 2 * B + 1, hi, hi + 1]

@@ -17,7 +17,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import accepts_text, accepts_token_ids  # noqa: E402
 
-from pushmask.grammar.json_schema import _Compiler, json_schema_to_grammar  # noqa: E402
+from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
+from pushmask.grammar.json_schema.convert import _Compiler  # noqa: E402
 
 D2020 = "https://json-schema.org/draft/2020-12/schema"
 

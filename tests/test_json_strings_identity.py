@@ -15,6 +15,7 @@ import pytest
 
 import json_strings_reference as reference
 from pushmask.grammar import json_schema, json_strings
+from pushmask.grammar.json_schema import emit, objects
 from pushmask.grammar.json_strings import (
     ALL_CHARS, CharFsm, Dfa, _Budget, any_string_dfa, dfa_to_char_fsm, encode_json_string, format_dfa, length_dfa,
     literal_dfa, pattern_dfa,
@@ -203,7 +204,10 @@ def _with_reference(monkeypatch):
     monkeypatch.setattr(Dfa, "_product", product)
     monkeypatch.setattr(json_strings, "json_string_expr", string_expr)
     monkeypatch.setattr(json_strings, "string_literal_expr", reference.reference_string_literal_expr)
-    monkeypatch.setattr(json_schema, "_keys_by_patterns", reference.reference_keys_by_patterns)
+    for module in (emit, objects):  # where the schema compiler looks the encoders up
+        monkeypatch.setattr(module, "json_string_expr", string_expr)
+        monkeypatch.setattr(module, "string_literal_expr", reference.reference_string_literal_expr)
+    monkeypatch.setattr(objects, "_keys_by_patterns", reference.reference_keys_by_patterns)
 
 
 def _compile(schema):

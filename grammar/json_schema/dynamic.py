@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urldefrag
 
-from .errors import BudgetExceededError
-from .json_schema_docs import LIST_KEYS, MAP_KEYS, SCHEMA_KEYS, VALUE_KEYS
+from ..errors import BudgetExceededError
+from ..limits import DEFAULT_LIMITS
+from .documents import LIST_KEYS, MAP_KEYS, SCHEMA_KEYS, VALUE_KEYS
 
-MAX_SPECIALISED = 2_000
-"""Copies of reference targets (one per target and scope) one document may need."""
 PREFIX = "urn:pushmask:dynamic-scope:"
 _IDENTIFIERS = ("$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor")
 
@@ -56,7 +55,9 @@ class DynamicScopes:
     makes a specialised copy resolvable under its new URI.
     """
 
-    def __init__(self, lookup: Callable[[str], object], register: Callable[[str, object], None]):
+    def __init__(self, lookup: Callable[[str], object], register: Callable[[str, object], None],
+                 max_copies: int = DEFAULT_LIMITS.max_dynamic_copies):
+        self.max_copies = max_copies
         self.lookup = lookup
         self.register = register
         self.copies: dict[tuple[str, _Scope], str] = {}
@@ -170,9 +171,10 @@ class DynamicScopes:
         """The URI of `target`'s copy for `scope` (made on first use)."""
         key = (target, scope)
         if key not in self.copies:
-            if len(self.copies) >= MAX_SPECIALISED:
-                raise BudgetExceededError(f"$dynamicRef/$recursiveRef resolution needs more than {MAX_SPECIALISED} "
-                                          "scope-specialised copies of their targets; simplify the references")
+            if len(self.copies) >= self.max_copies:
+                raise BudgetExceededError(f"$dynamicRef/$recursiveRef resolution needs more than {self.max_copies} "
+                                          "scope-specialised copies of their targets (Limits.max_dynamic_copies); "
+                                          "simplify the references or raise the limit")
             uri = self.copies[key] = f"{PREFIX}{len(self.copies)}"
             self.register(uri, self.copy(self.lookup(target), target_base, scope))
         return self.copies[key]

@@ -1,4 +1,5 @@
-"""Preparing a JSON Schema document for the grammar compiler (see json_schema.py).
+"""Loading and preparing a JSON Schema document for the grammar compiler (see the package docstring):
+parsing, the metaschema check, and the normalisation below.
 
 Every document (the root and every remote one) is rewritten once, up front, into one dialect
 -- draft 2020-12 spelling -- so the compiler only knows one set of keywords:
@@ -19,11 +20,15 @@ renamed keyword (`#/items/0` in a draft-04 document) are translated when they ar
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urldefrag, urljoin
 
-from .errors import BudgetExceededError, SchemaError
-from .limits import DEFAULT_LIMITS
+import jsonschema
+
+from ..errors import BudgetExceededError, SchemaError
+from ..limits import DEFAULT_LIMITS
+from .keywords import _canon
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
 
@@ -54,12 +59,10 @@ _NEW_IN = {
 }
 
 
-MAX_SCHEMA_DEPTH = DEFAULT_LIMITS.max_schema_depth
-"""Default of the `max_schema_depth` budget (grammar/limits.py)."""
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def check_json_document(doc, max_depth: int = MAX_SCHEMA_DEPTH) -> None:
+def check_json_document(doc, max_depth: int = DEFAULT_LIMITS.max_schema_depth) -> None:
     """SchemaError at the first value that is not JSON data (a tuple, a set, bytes, a non-string
     key), BudgetExceededError where objects and arrays nest deeper than `max_depth`.  Iterative,
     so any depth is checked without recursing."""
@@ -216,4 +219,147 @@ def translate_pointer(fragment: str) -> list[str]:
     alt = "/".join(changed)
     if alt != fragment:
         out.append(alt)
+    return out
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _uri_pointer(uri: str) -> str:
+    url, frag = urldefrag(uri)
+    if url == DEFAULT_BASE:
+        return "#" + frag
+    return uri
+
+
+def _count_key(node, key: str) -> int:
+    if isinstance(node, dict):
+        return (key in node) + sum(_count_key(v, key) for k, v in node.items() if k not in ("enum", "const"))
+    if isinstance(node, list):
+        return sum(_count_key(v, key) for v in node)
+    return 0
+
+
+_DECLARING_KEYWORDS = ("properties", "patternProperties", "required", "minProperties", "maxProperties",
+                       "dependentRequired", "dependentSchemas", "dependencies")
+"""With additional_properties_default="declared" (XGrammar's strict mode), an object schema with one of
+these keywords takes no undeclared members; one with none of them (`{"type": "object"}`) any."""
+
+
+def _forbid_additional(node, only_declared: bool = False):
+    """additional_properties_default=False: object schemas without additionalProperties get false.
+    only_declared ("declared", XGrammar's strict mode): only those with a _DECLARING_KEYWORDS
+    keyword, and a tuple (prefixItems, or a list of items before 2020-12) gets no further items
+    unless the schema says what else may come."""
+    if isinstance(node, list):
+        return [_forbid_additional(v, only_declared) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for k, v in node.items():
+        if k in ("enum", "const", "default", "examples"):
+            out[k] = v
+        elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+            out[k] = {n: _forbid_additional(s, only_declared) for n, s in v.items()} if isinstance(v, dict) else v
+        else:
+            out[k] = _forbid_additional(v, only_declared)
+    t = node.get("type")
+    is_object = (t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
+                 or "patternProperties" in node)
+    if only_declared:
+        is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
+    if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
+        out["additionalProperties"] = False
+    if only_declared and "unevaluatedItems" not in node:
+        if "prefixItems" in node and "items" not in node:
+            out["items"] = False
+        elif isinstance(node.get("items"), list) and "additionalItems" not in node:
+            out["additionalItems"] = False
+    return out
+
+
+def _load(schema):
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema()
+    if isinstance(schema, (str, bytes)):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                              "#") from None
+    return schema
+
+
+def _check_metaschema(schema) -> None:
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
+    except jsonschema.exceptions.SchemaError as exc:
+        path = "".join(f"/{_escape(str(p))}" for p in exc.path)
+        raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
+
+
+def _is_ecma_regex(pattern) -> bool:
+    """Format "regex" for the metaschema check: what Python's `re` compiles, and patterns with
+    ECMA-262 'u' mode property escapes (\\p{L}), which `re` lacks, when `regex` compiles them."""
+    if not isinstance(pattern, str):
+        return True
+    try:
+        re.compile(pattern)
+        return True
+    except re.error:
+        if not re.search(r"\\[pP]\{", pattern):
+            raise
+    import regex
+    try:
+        regex.compile(pattern, regex.V0)
+    except regex.error as exc:
+        raise re.error(str(exc)) from None
+    return True
+
+
+_FORMAT_CHECKERS: dict = {}
+
+
+def _metaschema_formats(cls) -> jsonschema.FormatChecker:
+    """The draft's format checker for schemas, with `_is_ecma_regex` as format "regex"."""
+    if cls not in _FORMAT_CHECKERS:
+        checker = jsonschema.FormatChecker(formats=())
+        checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_is_ecma_regex, re.error)}
+        _FORMAT_CHECKERS[cls] = checker
+    return _FORMAT_CHECKERS[cls]
+
+
+_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _distinct_subschemas(node):
+    """The document with each name -> subschema map (properties, $defs, ...) keeping only the
+    first name of each distinct subschema: the metaschema gives equal subschemas equal verdicts
+    and ignores these names, so the check is the same, and an error still points at the first
+    offending name.  10,000 properties of one type are checked once instead of 10,000 times."""
+    if isinstance(node, list):
+        return [_distinct_subschemas(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in VALUE_KEYS:  # data: the metaschema takes any
+            out[key] = value
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            seen: set[str] = set()
+            kept = {}
+            for name, sub in value.items():
+                canon = _canon(sub)
+                if canon not in seen:
+                    seen.add(canon)
+                    kept[name] = _distinct_subschemas(sub)
+            out[key] = kept
+        else:
+            out[key] = _distinct_subschemas(value)
     return out

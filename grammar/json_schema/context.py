@@ -1,0 +1,206 @@
+"""What one compile keeps: its options, its `Limits`, the rules made so far and the counters of
+the analyses under way; and the document registry that resolves references."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from urllib.parse import urldefrag
+
+import jsonschema
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from ..errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
+from ..ir import NOTHING, Expr, Ref
+from ..limits import DEFAULT_LIMITS, Limits
+from .documents import (
+    DEFAULT_BASE, _count_key, _forbid_additional, draft_of, join_uri, normalize_document, translate_pointer,
+)
+from .dynamic import DynamicScopes
+from .emit import _Layout
+from .keywords import ANNOTATIONS, _as_schema
+from .leaves import _dfa_op, pattern_dfa, string_dfa
+
+
+MAX_INLINE_DEPTH = 40
+"""References expanded in place (through allOf/anyOf/oneOf/not, no object or array between) may
+nest this deep; deeper means a reference cycle that cannot be expanded (UnsupportedSchemaError)."""
+
+
+class _NeedsDynamicScopes(Exception):
+    """Several dynamic anchors: compile again with references specialised per dynamic scope."""
+
+
+class _Unsatisfiable(SchemaError):
+    """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
+
+
+class CompileContext:
+    """Options, limits, rules and counters of one compile (the base of the compiler class)."""
+
+    def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
+                 separators, retrieve, property_order="definition", root_whitespace=True,
+                 dynamic_scopes=False, value_checks=True, limits: Limits = DEFAULT_LIMITS):
+        if property_order not in ("any", "definition"):
+            raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
+        self.property_order = property_order
+        self.limits = limits
+        self.lenient = lenient
+        self.layout = _Layout(whitespace, indent, max_whitespace, separators, root_whitespace)
+        self.addl_default = additional_properties_default
+        self.retrieve_raw = retrieve
+        self.rules: dict[str, Expr] = {}
+        self.memo: dict[tuple, Expr] = {}
+        self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
+        self.recursed: set[str] = set()
+        self.names: dict[str, int] = {}
+        self.empty_reason: tuple[str, str] | None = None
+        self.inline_depth = 0
+        self.retrieved: list = []
+        self.no_negation = 0
+        self.one_of_depth = 0
+        self.disjoint_checks = 0
+        self.value_checks = value_checks
+        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
+        self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
+        self.no_value_checks = 0  # > 0 where a superset would not be exact (one_of_by_negation)
+        self.static_dynamic: str | None = None
+        self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
+        self.draft = draft_of(schema)
+        root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
+        if self.draft == "draft4" and isinstance(schema, dict) and isinstance(schema.get("id"), str):
+            root_base = schema["id"]
+        # A relative root $id ("example.org/a.json") is resolved against the default base once,
+        # so that the root's own $id does not join onto itself when the document is normalized.
+        root_url = urldefrag(root_base)[0] if root_base else ""
+        self.base = join_uri(DEFAULT_BASE, root_url) if root_url else DEFAULT_BASE
+        self.root = self._prepare(schema, self.base, self.draft)
+        self.registry = Registry(retrieve=self._retrieve).with_resource(
+            self.base, Resource(self.root, specification=DRAFT202012))
+        self.registry = self.registry.crawl()
+        self.resolver = self.registry.resolver()
+        self.validator_cls = jsonschema.Draft202012Validator
+        if dynamic_scopes:  # several dynamic anchors: specialise references per dynamic scope
+            self.root = DynamicScopes(lambda uri: self.lookup(uri, "#"), self._register,
+                                      limits.max_dynamic_copies).specialise_root(
+                self.root, self.base)
+
+    def dynamic_anchors(self, ref_key: str) -> int:
+        """How many anchors a `$dynamicRef` ($dynamicAnchor) or `$recursiveRef` ($recursiveAnchor)
+        may resolve to across the root and the retrieved documents."""
+        anchor_key = "$dynamicAnchor" if ref_key == "$dynamicRef" else "$recursiveAnchor"
+        return _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved)
+
+    def _register(self, uri: str, schema) -> None:
+        self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
+        self.resolver = self.registry.resolver()
+
+    def _prepare(self, doc, base, draft):
+        doc = normalize_document(doc, base, draft)
+        if self.addl_default is not True:
+            doc = _forbid_additional(doc, only_declared=self.addl_default == "declared")
+        return doc
+
+    def _retrieve(self, uri: str) -> Resource:
+        if self.retrieve_raw is None:
+            raise Unresolvable(uri)
+        raw = self.retrieve_raw(uri)
+        self.retrieved.append(raw)
+        draft = draft_of(raw, self.draft)
+        return Resource(self._prepare(raw, uri, draft), specification=DRAFT202012)
+
+    def lookup(self, uri: str, pointer: str):
+        url, frag = urldefrag(uri)
+        errors = []
+        for candidate in (translate_pointer(frag) if frag.startswith("/") else [frag]):
+            target = url + ("#" + candidate if candidate else "")
+            try:
+                return self.resolver.lookup(target).contents
+            except Unresolvable as exc:
+                errors.append(str(exc))
+            except Exception as exc:  # malformed documents from retrieval, bad pointers
+                errors.append(f"{type(exc).__name__}: {exc}")
+        raise SchemaError(f"unresolvable $ref {uri!r} ({errors[0]}); define the target or fix the reference",
+                          pointer)
+
+    def unsupported(self, keyword: str, pointer: str, detail: str) -> None:
+        """Raise UnsupportedSchemaError, or under lenient=True warn that the keyword is widened."""
+        if not self.lenient:
+            raise UnsupportedSchemaError(keyword, pointer, detail)
+        warnings.warn(f"pushmask: widened {keyword!r} at {pointer or '#'}: {detail}", stacklevel=4)
+
+    def value_checks_allowed(self) -> bool:
+        """May a keyword the grammar cannot express become a value check in the matcher?  Not
+        where the caller needs the grammar itself exact (a negation's positive form)."""
+        return self.value_checks and not self.no_value_checks
+
+    def note_empty(self, pointer: str, why: str) -> None:
+        if self.empty_reason is None:
+            self.empty_reason = (pointer, why)
+
+    def new_rule(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]+", "_", hint).strip("_")[:40] or "r"
+        n = self.names.get(base, 0)
+        self.names[base] = n + 1
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self.rules or name == "root":  # "root" is the grammar's start rule, added last
+            n += 1
+            name = f"{base}_{n}"
+        budget = self.limits.max_schema_rules
+        if len(self.rules) >= budget:
+            raise BudgetExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
+                                      "simplify the schema or split it, or raise the limit")
+        self.rules[name] = NOTHING
+        return name
+
+    def dfa_op(self, fn, other, keyword: str, pointer: str):
+        """`fn(other)` (a product of string automata) within Limits.max_string_states."""
+        return _dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
+
+    def pattern_dfa(self, pattern: str, pointer: str):
+        """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
+        return pattern_dfa(pattern, pointer, self.limits.max_string_states)
+
+    def string_dfa(self, **constraints):
+        """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""
+        return string_dfa(**constraints, budget=self.limits.max_string_states)
+
+    def rule_ref(self, hint: str, body: Expr) -> Ref:
+        """A new rule holding `body`, referenced: copies of the reference stay one automaton."""
+        name = self.new_rule(hint)
+        self.rules[name] = body
+        return Ref(name)
+
+    def enum_values(self, term: dict) -> list:
+        """The values of a flat term's enum that meet its other keywords.  Every value meets the
+        enum itself, so only the rest is checked (jsonschema's enum check scans the whole list per
+        value: quadratic in its size)."""
+        return self.valid_values({k: v for k, v in _as_schema(term).items() if k != "enum"}, term["enum"])
+
+    def valid_values(self, schema: dict, values: list) -> list:
+        """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator
+        for all of them, and none when the subschema holds only annotations."""
+        if set(schema) <= ANNOTATIONS:
+            return list(values)
+        try:
+            validator = self.validator_cls(schema, registry=self.registry)
+        except Exception:  # noqa: BLE001 -- as in `validates`: be conservative
+            return []
+        out = []
+        for value in values:
+            try:
+                if validator.is_valid(value):
+                    out.append(value)
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
+    def validates(self, schema, instance) -> bool:
+        """jsonschema's verdict for an instance against a (normalised, 2020-12) subschema."""
+        try:
+            validator = self.validator_cls(schema, registry=self.registry)
+            return validator.is_valid(instance)
+        except Exception:  # noqa: BLE001 -- a subschema jsonschema cannot evaluate: be conservative
+            return False

@@ -1,0 +1,145 @@
+"""The JSON Schema vocabulary the compiler works in, and helpers on JSON values and flat terms.
+
+A *flat term* is a plain keyword dict without applicators (allOf/anyOf/oneOf/not/if/...): one
+conjunction of the disjunctive normal form that `algebra.py` builds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+# Keywords that constrain nothing (annotations, containers of definitions, identifiers).
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
+    "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor", "$defs",
+    "definitions", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "discriminator", "nullable",
+})
+WITNESS = "\x00witness"
+"""Internal flat keyword (no schema can spell it: JSON Schema keys never start with NUL) for the
+negation of additionalProperties / patternProperties / propertyNames: a list of conditions
+{"pattern": p or None, "names": [...], "patterns": [...], "value": schema, ["key_not": schema]},
+each met by a 'witness' member: a key matching p (None: any key) that is none of `names`,
+matches none of `patterns` (nor `key_not`, a propertyNames schema), with a value valid for
+`value`.  The witnesses are the object's last members, with
+keys that no later witness can have, because json.loads keeps the last of repeated names: so
+the parsed object really holds each witness's value."""
+UNANNOTATED = "\x00unannotated"
+"""Internal flat keyword: a list of schemas a term must also satisfy that evaluate no member or
+item for unevaluatedProperties/Items (the `not`s in its scope, `if` conditions that failed)."""
+# Keywords that stay in a flat conjunction (merged by `_merge_flat`).
+FLAT_KEYS = frozenset({
+    "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
+    "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
+    "unevaluatedProperties", "unevaluatedItems", WITNESS, UNANNOTATED,
+})
+_APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
+                "dependentSchemas", "$dynamicRef", "$recursiveRef")
+_KNOWN = FLAT_KEYS | ANNOTATIONS | set(_APPLICATORS) | {"const"}
+
+
+def _canon(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json_equal(a, b) -> bool:
+    """JSON Schema equality: 1 == 1.0, but True != 1; objects ignore key order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _is_true(schema) -> bool:
+    return schema is True or (isinstance(schema, dict) and not (set(schema) & (_KNOWN - ANNOTATIONS)))
+
+
+def _types_of(flat: dict) -> set[str]:
+    """Allowed JSON types; "integer" stands for integers only, "number" includes them."""
+    t = flat.get("type")
+    if t is None:
+        return set(ALL_TYPES)
+    out = set([t] if isinstance(t, str) else t)
+    if "number" in out:
+        out.add("integer")
+    return out
+
+
+@dataclass(frozen=True)
+class _RefMarker:
+    """A conjunction that is exactly one `$ref` (compiled as a reference to the target's rule)."""
+
+    uri: str
+
+
+def _as_schema(f: dict) -> dict:
+    """A flat conjunction as a real 2020-12 schema (for jsonschema checks)."""
+    if "x-patterns" not in f:
+        return f
+    out = {k: v for k, v in f.items() if k != "x-patterns"}
+    out["allOf"] = [{"pattern": p} for p in f["x-patterns"]]
+    return out
+
+
+def _as_terms(merged) -> list:
+    """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
+    return merged if isinstance(merged, list) else [] if merged is None else [merged]
+
+
+def _positive_whole(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value == int(value)
+
+
+def _hint(schema: dict, pointer: str) -> str:
+    tail = pointer.rsplit("/", 1)[-1] if "/" in pointer else "value"
+    if isinstance(schema.get("title"), str):
+        tail = schema["title"]
+    return tail if tail and not tail[0].isdigit() else f"item_{tail}"
+
+
+def _num_range(f: dict):
+    lo = (f.get("minimum"), False)
+    if f.get("exclusiveMinimum") is not None and (lo[0] is None or f["exclusiveMinimum"] >= lo[0]):
+        lo = (f["exclusiveMinimum"], True)
+    hi = (f.get("maximum"), False)
+    if f.get("exclusiveMaximum") is not None and (hi[0] is None or f["exclusiveMaximum"] <= hi[0]):
+        hi = (f["exclusiveMaximum"], True)
+    return lo, hi
+
+
+def _ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
+    lo = max((b for b in (lo_x, lo_y) if b[0] is not None), key=lambda b: (b[0], b[1]), default=None)
+    hi = min((b for b in (hi_x, hi_y) if b[0] is not None), key=lambda b: (b[0], not b[1]), default=None)
+    if lo is None or hi is None:
+        return False
+    return lo[0] > hi[0] or (lo[0] == hi[0] and (lo[1] or hi[1]))
+
+
+def _len_disjoint(x: dict, y: dict, lo_key: str, hi_key: str) -> bool:
+    lo = max(x.get(lo_key, 0), y.get(lo_key, 0))
+    his = [v for v in (x.get(hi_key), y.get(hi_key)) if v is not None]
+    return bool(his) and lo > min(his)

@@ -1,0 +1,477 @@
+"""Object schemas: named members in definition or any order, additional / pattern members, the
+witness members of negated member keywords, and min/maxProperties counts."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..errors import BudgetExceededError, UnsupportedSchemaError
+from ..ir import NOTHING, Expr, Ref, alt, opt, rep, seq, star
+from ..passes import expr_nodes
+from .documents import _escape
+from .keywords import WITNESS, _is_true, _RefMarker, _types_of
+from .leaves import _dfa_op, _search, any_string_dfa, json_string_expr, literal_dfa, string_literal_expr
+
+ANY_ORDER_MAX_MEMBERS = 6
+"""With property_order="any", objects with at most this many named members accept them in any
+order exactly (2^n states); larger ones only track their required members."""
+INTERLEAVE_ANY_ORDER_REQUIRED = 8
+"""Larger objects track which required members were written (2^r states) up to this many of
+them; past it the required ones keep the order of `properties` or of `required` among themselves."""
+MAX_PATTERN_GROUPS = 5
+MAX_WITNESSES = 3
+
+
+@dataclass
+class _ObjectTerm:
+    """The object keywords of one flat term, read."""
+
+    pointer: str
+    props: dict
+    required: list
+    patterns: dict
+    addl: object
+    names_schema: object
+    min_p: int
+    max_p: int | None
+
+    @classmethod
+    def read(cls, f: dict, pointer: str) -> "_ObjectTerm":
+        max_p = f.get("maxProperties")
+        return cls(pointer, dict(f.get("properties") or {}), list(dict.fromkeys(f.get("required") or [])),
+                   dict(f.get("patternProperties") or {}), f.get("additionalProperties", True),
+                   f.get("propertyNames", True), int(f.get("minProperties", 0)),
+                   int(max_p) if max_p is not None else None)
+
+    @property
+    def names_true(self) -> bool:
+        return _is_true(self.names_schema)
+
+
+class ObjectsMixin:
+    """Object grammars (methods of the compiler)."""
+
+    def object(self, f: dict, pointer: str, depth) -> Expr:
+        """The IR of the objects one flat term allows."""
+        t = _ObjectTerm.read(f, pointer)
+        if t.max_p is not None and t.min_p > t.max_p:
+            self.note_empty(pointer, "minProperties > maxProperties")
+            return NOTHING
+        child = self.layout.child(depth)
+        o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
+        names_terms = self._property_names_terms(t)
+        finite_names = None
+        if names_terms is not None and all(isinstance(term, dict) and "enum" in term for term in names_terms):
+            finite_names = [v for term in names_terms for v in term["enum"] if isinstance(v, str)]
+        order = list(t.props) + [r for r in t.required if r not in t.props]
+        if finite_names is not None:
+            order += [n for n in dict.fromkeys(finite_names) if n not in order]
+        named = self._named_members(t, order, colon, end, child)
+        if named is None:
+            return NOTHING
+        members, required_rank = named
+        extra = None
+        if finite_names is None:
+            extra = self.extra_members(order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end,
+                                       child)
+        min_p, max_p = t.min_p, t.max_p
+        if WITNESS in f:
+            closing = self._witness_closing(f[WITNESS], t, order, (first, nxt, colon, end, close_ne), child)
+            if closing is None:
+                return NOTHING
+            min_p, max_p, close_e, close_ne = closing
+        return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
+                                required_rank)
+
+    def _property_names_terms(self, t: "_ObjectTerm") -> list | None:
+        """The flat terms of propertyNames (references inlined), or None when it allows every name."""
+        if t.names_true:
+            return None
+        names_terms = []
+        for term in self.exact_dnf(t.names_schema, f"{t.pointer}/propertyNames"):
+            names_terms.extend(self.inline_ref(term.uri, t.pointer) if isinstance(term, _RefMarker) else [term])
+        return names_terms
+
+    def _member_schema(self, t: "_ObjectTerm", name: str, in_props: bool):
+        """The schema a member called `name` must satisfy (False: no such member)."""
+        parts = [t.props[name]] if in_props else []
+        matching = [p for p in t.patterns if _search(p, name, t.pointer)]
+        parts += [t.patterns[p] for p in matching]
+        if not in_props and not matching:
+            parts.append(t.addl)
+        if not t.names_true and not self.validates(t.names_schema, name):
+            return False
+        parts = [p for p in parts if not _is_true(p)]
+        if any(p is False for p in parts):
+            return False
+        if not parts:
+            return True
+        return parts[0] if len(parts) == 1 else {"allOf": parts}
+
+    def _named_members(self, t: "_ObjectTerm", order: list, colon, end, child) -> tuple[list, list] | None:
+        """([(member IR, required?)], the index in `required` of each required one), for the names
+        in `order`; None (noted as empty) when a required member can have no value."""
+        members = []
+        required_rank = []
+        for name in order:
+            schema = self._member_schema(t, name, name in t.props)
+            vexpr = self.value(schema, f"{t.pointer}/properties/{_escape(name)}", child) \
+                if schema is not False else NOTHING
+            is_req = name in t.required
+            if vexpr == NOTHING:
+                if is_req:
+                    self.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
+                    return None
+                continue
+            members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
+            if is_req:
+                required_rank.append(t.required.index(name))
+        return members, required_rank
+
+    def _witness_closing(self, conditions: list, t: "_ObjectTerm", order: list, tokens, child):
+        """(min_p, max_p, close_e, close_ne) for an object whose last members are the WITNESS
+        members meeting `conditions`; None when no object can hold them."""
+        first, nxt, colon, end, close_ne = tokens
+        min_p, max_p = t.min_p, t.max_p
+        if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
+            # a witness may repeat an earlier name, so it cannot count towards minProperties
+            self.unsupported("not", t.pointer, "member conditions next to minProperties > 1, several of them "
+                             f"next to maxProperties, or more than {MAX_WITNESSES} of them")
+        min_p = 0  # the witness is a member
+        if max_p is not None:
+            max_p -= 1  # ...and counts at most once
+            if max_p < 0:
+                return None
+        names = None if t.names_true else self.names_dfa(t.names_schema, t.pointer)
+
+        def member(conds, later=()):
+            return self.witness_member(conds, later, order, lambda n: self._member_schema(t, n, n in t.props),
+                                       t.patterns, t.addl, names, t.pointer, colon, end, child)
+
+        # one member meeting every condition, or one member per condition (in some order)
+        options = [member(conditions)]
+        if len(conditions) > 1:
+            for perm in itertools.permutations(conditions):
+                parts = [member([c], perm[j + 1:]) for j, c in enumerate(perm)]
+                options.append(seq(*[x for j, part in enumerate(parts) for x in ((nxt, part) if j else (part,))]))
+        witnesses = alt(*options)
+        if witnesses == NOTHING:
+            return None
+        # the witnesses close every object: they are the last members
+        return min_p, max_p, seq(first, witnesses, close_ne), seq(nxt, witnesses, close_ne)
+
+    def witness_fits(self, condition, pointer: str):
+        """The keys a WITNESS condition allows."""
+        where = f"{pointer}/not/patternProperties"
+        fits = self.pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
+        for p in condition["patterns"]:
+            fits = self.dfa_op(fits.difference, self.pattern_dfa(p, where), "not", pointer)
+        if condition["names"]:
+            fits = self.dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
+        if "key_not" in condition:  # not propertyNames: a name outside the names schema
+            fits = self.dfa_op(fits.difference, self.names_dfa(condition["key_not"], pointer), "not", pointer)
+        return fits
+
+    def names_dfa(self, schema, pointer: str):
+        """The member names a propertyNames schema allows, as a Dfa (string constraints or an enum)."""
+        if schema is False:
+            return literal_dfa([])
+        allowed = None
+        for term in self.exact_dnf(schema, f"{pointer}/propertyNames"):
+            if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
+                                                          "enum"}) or "string" not in _types_of(term):
+                raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
+                                             "only string length/pattern/format or enum name constraints negate")
+            if "enum" in term:
+                dfa = literal_dfa([v for v in self.enum_values(term) if isinstance(v, str)])
+            else:
+                dfa = self.string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
+                                      pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
+                dfa = dfa if dfa is not None else any_string_dfa()
+            allowed = dfa if allowed is None else self.dfa_op(allowed.union, dfa, "not", pointer)
+        return allowed if allowed is not None else literal_dfa([])
+
+    def witness_member(self, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end,
+                       child):
+        """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
+        condition allows and a value valid for whatever else applies to its key here: its own
+        schema for a named member, else the schemas of the patterns it matches, else
+        additionalProperties."""
+        where = f"{pointer}/not"
+        fits = self.witness_fits(conditions[0], pointer)
+        for condition in conditions[1:]:
+            fits = self.dfa_op(fits.intersect, self.witness_fits(condition, pointer), "not", pointer)
+        for condition in later:
+            fits = self.dfa_op(fits.difference, self.witness_fits(condition, pointer), "not", pointer)
+        if names is not None:  # propertyNames of this object
+            fits = self.dfa_op(fits.intersect, names, "not", pointer)
+        wanted = [c["value"] for c in conditions if not _is_true(c["value"])]
+        wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
+        alternatives = []
+        for name in defined:
+            own = schema_for(name)
+            if own is False or not fits.accepts(name):
+                continue
+            value = self.value(wanted_value if _is_true(own) else {"allOf": [own, wanted_value]}, where, child)
+            if value != NOTHING:
+                alternatives.append(seq(string_literal_expr(name), colon, value, end))
+        key_dfa = fits
+        if defined:
+            key_dfa = self.dfa_op(key_dfa.difference, literal_dfa(defined), "not", pointer)
+        alternatives += self.unnamed_members(key_dfa, patterns, addl, wanted_value, pointer, colon, end, child)
+        return alt(*alternatives)
+
+    def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
+        """The IR of one member not named in `properties`, or None when there can be none."""
+        if addl is False and not patterns:
+            return None
+        key_dfa = any_string_dfa()
+        if names_terms is not None:
+            if not names_terms:
+                return None
+            if len(names_terms) != 1 or not isinstance(names_terms[0], dict) or \
+                    set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"} or \
+                    "string" not in _types_of(names_terms[0]):
+                self.unsupported("propertyNames", f"{pointer}/propertyNames",
+                                 "only string length/pattern/format or enum constraints on names are supported")
+            else:
+                t = names_terms[0]
+                d = self.string_dfa(min_length=t.get("minLength"), max_length=t.get("maxLength"),
+                                    pattern=t.get("pattern"), format=t.get("format"),
+                                    pointer=f"{pointer}/propertyNames")
+                if d is not None:
+                    key_dfa = d
+        if defined:
+            key_dfa = self.dfa_op(key_dfa.difference, literal_dfa(defined), "additionalProperties", pointer)
+        alternatives = self.unnamed_members(key_dfa, patterns, addl, True, pointer, colon, end, child)
+        if not alternatives:
+            return None
+        expr = alt(*alternatives)
+        return self.rule_ref("extra_member", expr) if expr_nodes(expr, fsm_edges=True) > 200 else expr
+
+    def unnamed_members(self, key_dfa, patterns, addl, also, pointer, colon, end, child) -> list:
+        """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
+        of patterns a key can match: the value must satisfy those patterns' schemas (or
+        additionalProperties when it matches none), and the schema `also`."""
+        pats = list(patterns)
+        if len(pats) > 24:
+            raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
+        pdfas = [self.pattern_dfa(p, f"{pointer}/patternProperties") for p in pats]
+        overlapping = any(self.dfa_op(pdfas[i].intersects, pdfas[j], "patternProperties", pointer)
+                          for i in range(len(pats)) for j in range(i + 1, len(pats)))
+        if overlapping and len(pats) > MAX_PATTERN_GROUPS:
+            raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties",
+                                         f"more than {MAX_PATTERN_GROUPS} overlapping patterns")
+
+        def value_schema(mask: int):
+            """The value schema of a key matching exactly the patterns in `mask` (bit i: pattern i)."""
+            parts = [*([patterns[p] for i, p in enumerate(pats) if mask >> i & 1] if mask else [addl]), also]
+            parts = [p for p in parts if not _is_true(p)]
+            if any(p is False for p in parts):
+                return False
+            return True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
+
+        # a key matches one subset of the patterns; with pairwise disjoint patterns, at most one
+        masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
+        wanted = {mask for mask in masks if value_schema(mask) is not False}
+        alternatives = []
+        for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer,
+                                                 self.limits.max_string_states):
+            vexpr = self.value(value_schema(mask), f"{pointer}/additionalProperties", child)
+            if vexpr == NOTHING:
+                continue
+            alternatives.append(seq(json_string_expr(dfa, pointer, "additionalProperties"), colon, vexpr, end))
+        return alternatives
+
+    def object_body(self, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
+        """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p].
+        With property_order="any" (and counts that allow it) members come in any order instead."""
+        o, first, nxt, close_e, close_ne = parts
+        n = len(members)
+        cap = max_p if max_p is not None else max(min_p, 1)
+        memo: dict[tuple[int, int], Expr] = {}
+        chunk = 8 if cap == 1 else 4
+
+        required_count = sum(1 for _, is_req in members if is_req)
+
+        def tail(k: int) -> Expr:
+            lo = max(0, min_p - k)
+            hi = None if max_p is None else max_p - k
+            if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
+                # two additional members could share a name, and json.loads would count them once
+                self.unsupported("minProperties", pointer, f"{lo} additional members would be needed to reach "
+                                 "minProperties, and a grammar cannot keep their names distinct")
+            if hi is not None and hi < lo:
+                return NOTHING
+            close = close_e if k == 0 else close_ne
+            if extra is None:
+                return close if lo == 0 else NOTHING
+            if k == 0:
+                options = [close_e] if lo == 0 else []
+                if hi is None or hi >= 1:
+                    options.append(seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0),
+                                                         None if hi is None else hi - 1), close_ne))
+                return alt(*options) if options else NOTHING
+            return seq(rep(seq(nxt, extra), lo, hi), close)
+
+        if self.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
+            # every instance writes its required members, so it has at least min_p members
+            if n <= ANY_ORDER_MAX_MEMBERS:
+                return seq(o, self.any_order_members(members, extra, first, nxt, close_e, close_ne))
+            return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne, required_rank))
+
+        # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
+        for i in range(n, -1, -1):
+            for k in range(cap, -1, -1):
+                if i == n:
+                    memo[(i, k)] = tail(k)
+                    continue
+                item, is_req = members[i]
+                nk = k + 1 if max_p is not None else min(k + 1, cap)
+                if not is_req and nk == k > 0:
+                    # the count stays capped: "member i or not, then the same rest", written
+                    # linearly; alt(take, rest) would copy the rest twice per member as a tree
+                    memo[(i, k)] = seq(opt(seq(nxt, item)), memo[(i + 1, k)])
+                    continue
+                take = NOTHING
+                if max_p is None or k + 1 <= max_p:
+                    take = seq(first if k == 0 else nxt, item, memo[(i + 1, nk)])
+                memo[(i, k)] = take if is_req else alt(take, memo[(i + 1, k)])
+            if 0 < i < n and i % chunk == 0:
+                # Checkpoint: the states at position i become rules, so every rule body stays a
+                # small tree (a shared sub-expression would otherwise be copied quadratically or
+                # exponentially often by anything that walks expressions as trees).
+                for k in range(cap + 1):
+                    if memo[(i, k)] != NOTHING:
+                        name = self.new_rule("members")
+                        self.rules[name] = memo[(i, k)]
+                        memo[(i, k)] = Ref(name)
+        body = memo[(0, 0)]
+        budget = self.limits.max_object_expr
+        if expr_nodes(body) > budget:
+            raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
+                                      f"with minProperties/maxProperties (more than {budget} expression nodes, "
+                                      "Limits.max_object_expr); simplify it or raise the limit")
+        return seq(o, body)
+
+    def any_order_members(self, members, extra, first, nxt, close_e, close_ne) -> Expr:
+        """The members in any order, each at most once, required ones present; additional members
+        (`extra`, when allowed) anywhere between them.
+
+        Each member becomes a rule, so this object's automaton only tracks which members are
+        still to come (2^n states for n members) and the key bytes decide which member rule
+        goes on.  Sub-expressions are shared per set of remaining members.
+        """
+        refs = [self.rule_ref("member", item) for item, _ in members]
+        required = [is_req for _, is_req in members]
+        memo: dict[tuple[frozenset[int], bool], Expr] = {}
+
+        def rest(remaining: frozenset[int], written: bool) -> Expr:
+            key = (remaining, written)
+            if key not in memo:
+                options = []
+                if not any(required[i] for i in remaining):
+                    options.append(close_ne if written else close_e)
+                if extra is not None and not written:
+                    options.append(seq(first, extra, rest(remaining, True)))
+                for i in sorted(remaining):
+                    options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
+                body = alt(*options)
+                if extra is not None and written:
+                    body = seq(star(seq(nxt, extra)), body)
+                memo[key] = body
+            return memo[key]
+
+        return rest(frozenset(range(len(members))), False)
+
+    def interleaved_members(self, members, extra, first, nxt, close_e, close_ne, required_rank=()) -> Expr:
+        """The members in any order: required ones exactly once, optional and additional ones freely.
+
+        For objects too large to track which members were written (2^n states), only the
+        required members are tracked: in any order when there are at most
+        INTERLEAVE_ANY_ORDER_REQUIRED of them, else in definition order or in the order of the
+        `required` array (`required_rank`) among themselves.  An optional name may then repeat;
+        json.loads keeps the last value, which is valid too, so the parsed instance still
+        validates (the caller ensures min_p <= required and no max_p).
+        """
+        required = [item for item, is_req in members if is_req]
+        optional = [item for item, is_req in members if not is_req] + ([extra] if extra is not None else [])
+        free = self.rule_ref("optional_member", alt(*optional)) if optional else NOTHING
+        any_order = len(required) <= INTERLEAVE_ANY_ORDER_REQUIRED
+        if any_order and len(required) > 1:
+            required = [self.rule_ref("member", item) for item in required]
+        state_rules: dict[int, str] = {}
+        chains = [list(range(len(required)))]
+        if len(required_rank) == len(required):
+            by_rank = sorted(range(len(required)), key=lambda i: required_rank[i])
+            if by_rank != chains[0]:
+                chains.append(by_rank)
+
+        def pending(written: int) -> list[int]:
+            todo = [i for i in range(len(required)) if not written >> i & 1]
+            if any_order:
+                return todo
+            # the next member of each order whose prefix is exactly what was written
+            count = len(required) - len(todo)
+            nexts = {chain[count] for chain in chains if count < len(chain)
+                     and all(written >> i & 1 for i in chain[:count])}
+            return sorted(nexts)
+
+        def after(written: int) -> Expr:
+            """At least one member written; `written` is the bit set of required ones written."""
+            if written not in state_rules:
+                name = state_rules[written] = self.new_rule("members")
+                todo = pending(written)
+                options = [] if todo else [close_ne]
+                options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]
+                self.rules[name] = seq(star(seq(nxt, free)), alt(*options))
+            return Ref(state_rules[written])
+
+        options = [] if required else [close_e]
+        if optional:
+            options.append(seq(first, free, after(0)))
+        options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
+        return alt(*options)
+
+
+def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int], pointer: str,
+                      budget: int) -> list:
+    """(mask, keys) in mask order for each mask in `wanted` (bit i: pattern i) whose keys -- those
+    of `key_dfa` matching exactly the patterns in it -- are not empty, as minimal Dfas.
+
+    Minimal automata are canonical (equal languages, equal Dfas), so the keys matching disjoint
+    pattern i are key_dfa & pdfas[i], with nothing to subtract.  Overlapping patterns are taken
+    depth first, pattern by pattern, so masks share the automata of their common choices.
+    """
+    def op(fn, pdfa):
+        return _dfa_op(fn, pdfa, "patternProperties", pointer, budget)
+
+    found: dict[int, object] = {}
+    if not overlapping:
+        if 0 in wanted:
+            dfa = key_dfa
+            for pdfa in pdfas:
+                dfa = op(dfa.difference, pdfa)
+                if dfa.is_empty():
+                    break
+            found[0] = dfa
+        for i, pdfa in enumerate(pdfas):
+            if 1 << i in wanted:
+                found[1 << i] = op(key_dfa.intersect, pdfa)
+    else:
+        def walk(i: int, mask: int, dfa) -> None:
+            """Choices made for patterns 0..i-1 (in `mask`); `dfa` the keys that match them."""
+            if i == len(pdfas):
+                found[mask] = dfa
+                return
+            low = (1 << (i + 1)) - 1
+            for choice, fn in ((mask | 1 << i, dfa.intersect), (mask, dfa.difference)):
+                if any(m & low == choice for m in wanted):  # some wanted mask makes this choice
+                    keys = op(fn, pdfas[i])
+                    if not keys.is_empty():
+                        walk(i + 1, choice, keys)
+
+        if wanted and not key_dfa.is_empty():
+            walk(0, 0, key_dfa)
+    return [(mask, found[mask]) for mask in sorted(found) if not found[mask].is_empty()]
