@@ -1036,10 +1036,10 @@ class _Compiler:
     # -- scalars -------------------------------------------------------------------------------
 
     def string(self, f: dict, pointer: str) -> Expr:
-        from .json_strings import (
-            ANY_STRING, any_string_dfa, check_lengths, format_dfa, json_string_expr, literal_dfa,
-            pattern_dfa, string_dfa,
-        )
+        from .codepoint_dfa import any_string_dfa, literal_dfa
+        from .ecma_regex import pattern_dfa
+        from .json_formats import format_dfa
+        from .json_strings import ANY_STRING, check_lengths, json_string_expr, string_dfa
         patterns = [f["pattern"]] if "pattern" in f else []
         patterns += f.get("x-patterns", [])
         # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
@@ -1291,7 +1291,8 @@ class _Compiler:
 
     def witness_fits(self, condition, pointer: str):
         """The keys a WITNESS condition allows."""
-        from .json_strings import any_string_dfa, literal_dfa, pattern_dfa
+        from .codepoint_dfa import any_string_dfa, literal_dfa
+        from .ecma_regex import pattern_dfa
         where = f"{pointer}/not/patternProperties"
         fits = pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
         for p in condition["patterns"]:
@@ -1304,7 +1305,8 @@ class _Compiler:
 
     def names_dfa(self, schema, pointer: str):
         """The member names a propertyNames schema allows, as a Dfa (string constraints or an enum)."""
-        from .json_strings import any_string_dfa, literal_dfa, string_dfa
+        from .codepoint_dfa import any_string_dfa, literal_dfa
+        from .json_strings import string_dfa
         if schema is False:
             return literal_dfa([])
         allowed = None
@@ -1328,7 +1330,8 @@ class _Compiler:
         condition allows and a value valid for whatever else applies to its key here: its own
         schema for a named member, else the schemas of the patterns it matches, else
         additionalProperties."""
-        from .json_strings import literal_dfa, string_literal_expr
+        from .codepoint_dfa import literal_dfa
+        from .json_strings import string_literal_expr
         where = f"{pointer}/not"
         fits = self.witness_fits(conditions[0], pointer)
         for condition in conditions[1:]:
@@ -1355,7 +1358,8 @@ class _Compiler:
 
     def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
         """The IR of one member not named in `properties`, or None when there can be none."""
-        from .json_strings import any_string_dfa, literal_dfa, string_dfa
+        from .codepoint_dfa import any_string_dfa, literal_dfa
+        from .json_strings import string_dfa
         if addl is False and not patterns:
             return None
         key_dfa = any_string_dfa()
@@ -1385,7 +1389,8 @@ class _Compiler:
         """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
         of patterns a key can match: the value must satisfy those patterns' schemas (or
         additionalProperties when it matches none), and the schema `also`."""
-        from .json_strings import json_string_expr, pattern_dfa
+        from .ecma_regex import pattern_dfa
+        from .json_strings import json_string_expr
         pats = list(patterns)
         if len(pats) > 24:
             raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
@@ -2086,7 +2091,7 @@ def _search(pattern: str, name: str, pointer: str) -> bool:
     if key not in _search_cache:
         if len(_search_cache) > 65536:
             _search_cache.clear()
-        from .json_strings import pattern_dfa
+        from .ecma_regex import pattern_dfa
         _search_cache[key] = pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name)
     return _search_cache[key]
 
@@ -2094,7 +2099,8 @@ def _search(pattern: str, name: str, pointer: str) -> bool:
 def _closed_names_disjoint(x: dict, y: dict) -> bool:
     """Both terms are closed objects and no member name is allowed by both (conservative:
     a name excluded by other keywords still counts as allowed)."""
-    from .json_strings import _Budget, pattern_dfa
+    from .codepoint_dfa import StateBudgetExceeded as _Budget
+    from .ecma_regex import pattern_dfa
 
     sources = []
     for f in (x, y):
@@ -2197,7 +2203,7 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
 
 
 def _dfa_op(fn: Callable, other, keyword: str, pointer: str):
-    from .json_strings import _Budget
+    from .codepoint_dfa import StateBudgetExceeded as _Budget
     try:
         return fn(other)
     except _Budget as exc:
@@ -2275,11 +2281,11 @@ _leaf_cache: dict = {}
 
 def clear_leaf_cache() -> None:
     """Forget the memoised leaf automata: numbers, patterns, formats (for cold-start measurements)."""
-    from . import json_strings
+    from . import ecma_regex, json_formats
 
     _leaf_cache.clear()
-    json_strings._pattern_dfa_cached.cache_clear()
-    json_strings._format_dfa_cached.cache_clear()
+    ecma_regex._pattern_dfa_cached.cache_clear()
+    json_formats._format_dfa_cached.cache_clear()
 
 
 def _cached_leaf(kind: str, kwargs: dict) -> Expr:
