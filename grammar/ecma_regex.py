@@ -89,7 +89,8 @@ def _class_escape(letter: str) -> _CharSet:
 
 
 class _PatternUnsupported(Exception):
-    pass
+    """A construct we do not read or the two engines disagree on (`pattern_dfa` reports it as
+    UnsupportedSchemaError)."""
 
 
 class _RegexParser:
@@ -238,7 +239,7 @@ class _RegexParser:
         self.i += 1
         if e in "dDwWsS":
             return _class_escape(e)
-        # Python's control escapes but \\a, which ECMA-262 lacks; \\b is a backspace only in a class
+        # Python's control escapes but \a, which ECMA-262 lacks; \b is a backspace only in a class
         if e in CONTROL_ESCAPES and e != "a" and (e != "b" or in_class):
             cp = CONTROL_ESCAPES[e]
             return _CharSet(((cp, cp),))
