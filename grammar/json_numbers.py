@@ -1,7 +1,7 @@
 """JSON number tokens under JSON Schema numeric constraints, as grammar IR.
 
 Every language here is built as a deterministic automaton over ASCII (`Dfa` from
-json_strings) by comparing digits against the bounds as they are read -- the classic
+codepoint_dfa) by comparing digits against the bounds as they are read -- the classic
 digit-range construction, done as an automaton instead of a regex -- and handed over as
 one IR `CharFsm`.
 
@@ -42,9 +42,10 @@ from typing import Iterable
 import numpy as np
 
 from . import number_kernels, string_kernels
-from .errors import SchemaError, UnsupportedSchemaError
+from .codepoint_dfa import Dfa, StateBudgetExceeded, budgeted, dfa_to_char_fsm
+from .errors import SchemaError
 from .ir import Expr, NOTHING
-from .json_strings import DEFAULT_STATE_BUDGET, Dfa, _Budget, dfa_to_char_fsm
+from .limits import DEFAULT_LIMITS
 
 __all__ = ["integer_expr", "number_expr", "number_literal_expr", "integer_range_dfa", "number_dfa",
            "natural_range_dfa"]
@@ -101,7 +102,7 @@ def _union_all(dfas: list[Dfa], budget: int) -> Dfa:
 
 
 def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zeros: bool = False,
-                      budget: int = DEFAULT_STATE_BUDGET, excluded: tuple[int, ...] = ()) -> Dfa:
+                      budget: int = DEFAULT_LIMITS.max_string_states, excluded: tuple[int, ...] = ()) -> Dfa:
     """Decimal texts of naturals n with lo <= n <= hi (hi None: unbounded), n % modulus == 0 and
     n % k != 0 for every k in `excluded` (`not: {multipleOf: k}`).
 
@@ -121,8 +122,8 @@ def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zero
             np.array([int(c) for c in ls], np.int64), np.array([int(c) for c in hs or ""], np.int64),
             hs is not None, cap, wanted, modulus, np.array(excluded, np.int64), lo == 0, leading_zeros, budget)
         if status == number_kernels.OVER_BUDGET:
-            raise _Budget("integer automaton", budget)
-        return Dfa._of_arrays(*string_kernels.minimize(*string_kernels.trim(*arrays)))
+            raise StateBudgetExceeded("integer automaton", budget)
+        return Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*arrays)))
     return _natural_range_dfa_python(lo, ls, hs, cap, wanted, modulus, leading_zeros, budget, excluded)
 
 
@@ -199,7 +200,7 @@ def _decimal_parts(x: Fraction) -> tuple[str, str]:
 
 def _decimal_dfa(lower: tuple[Fraction, bool] | None, upper: tuple[Fraction, bool] | None, *,
                  fraction: str = "required", one_digit: bool = False, modulus: tuple[int, int] | None = None,
-                 budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+                 budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
     """Texts "I.F" of non-negative decimals x with bounds (value, strict) on each side.
 
     fraction: "required" ("I.F"), "optional" ("I" or "I.F").  one_digit: I is a single
@@ -506,7 +507,7 @@ def _decimal_multiple(multiple_of, pointer) -> tuple[int, int]:
 
 
 def integer_range_dfa(lo: int | None, hi: int | None, modulus: int = 1,
-                      budget: int = DEFAULT_STATE_BUDGET, excluded: tuple[int, ...] = ()) -> Dfa:
+                      budget: int = DEFAULT_LIMITS.max_string_states, excluded: tuple[int, ...] = ()) -> Dfa:
     """Canonical integer texts ("-0" included when 0 is in range) of n in [lo, hi], n % modulus == 0,
     n % k != 0 for k in `excluded`."""
     parts = []
@@ -550,15 +551,12 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
 
 def _guard(keyword: str, at: str, fn, *args, **kwargs):
     """Run fn, turning an exhausted state budget into UnsupportedSchemaError(keyword, at)."""
-    try:
-        return fn(*args, **kwargs)
-    except _Budget as exc:
-        raise UnsupportedSchemaError(keyword, at, f"{exc}; loosen the bounds or multipleOf") from None
+    return budgeted(keyword, at, fn, *args, hint="loosen the bounds or multipleOf", **kwargs)
 
 
 def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
                  multiple_of=None, pointer: str = "", zero_fraction: bool = True,
-                 budget: int = DEFAULT_STATE_BUDGET, not_multiple_of: tuple[int, ...] = ()) -> Expr:
+                 budget: int = DEFAULT_LIMITS.max_string_states, not_multiple_of: tuple[int, ...] = ()) -> Expr:
     """JSON texts of integers within the bounds (int or float, draft-4 boolean exclusives too).
 
     zero_fraction: also accept "n.0", "n.00", ... for |n| <= 2**53 (draft 6+; pass False for
@@ -573,7 +571,7 @@ def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusiv
 
 
 def number_dfa(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
-               multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET) -> Dfa:
+               multiple_of=None, pointer: str = "", budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
     """The Dfa behind number_expr (see the module docstring for the policies)."""
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     if multiple_of is not None:
@@ -644,7 +642,7 @@ def non_integral_dfa() -> Dfa:
 
 
 def number_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
-                multiple_of=None, pointer: str = "", budget: int = DEFAULT_STATE_BUDGET,
+                multiple_of=None, pointer: str = "", budget: int = DEFAULT_LIMITS.max_string_states,
                 non_integral: bool = False, not_multiple_of: tuple[int, ...] = ()) -> Expr:
     """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`;
     non_integral: only those `non_integral_dfa` accepts (for `not: {type: integer}`);

@@ -1,5 +1,5 @@
 """Partition refinement for automaton minimisation of the rule DFAs (`automata.dfa`); the
-decoded-string automata (`json_strings.Dfa`) use its numba counterpart in `string_kernels`."""
+decoded-string automata (`codepoint_dfa.Dfa`) use its numba counterpart in `string_kernels`."""
 
 from __future__ import annotations
 

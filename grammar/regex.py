@@ -51,7 +51,8 @@ TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
 `_pattern_to_ir`) instead of interegular automata."""
 
-__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex"]
+__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex", "read_hex",
+           "ASCII_CLASS_RANGES", "CONTROL_ESCAPES"]
 
 
 def _symbol_ranges(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = None) -> dict:
@@ -148,12 +149,27 @@ def fsm_to_char_fsm(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = Non
 # case-insensitive patterns (case folding would need the real characters).
 
 LARGE_CLASS = 256
-_SHORTHAND_RANGES = {
+
+
+# Escape tables and hex digits, shared with ecma_regex (whose dialect differs where it says so).
+
+ASCII_CLASS_RANGES = {
     "d": ((0x30, 0x39),),
     "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
     "s": ((0x09, 0x0D), (0x20, 0x20)),
 }
-_CONTROL_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11}
+"""\\d \\w \\s as ASCII classes (the `re.ASCII` meaning), as code-point ranges."""
+CONTROL_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11}
+"""Python's one-letter control escapes and their code points (\\b is a backspace only in a class)."""
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def read_hex(text: str, start: int, width: int) -> int | None:
+    """The value of the `width` hex digits at text[start:], or None unless there are that many."""
+    digits = text[start:start + width]
+    if len(digits) != width or not _HEX_DIGITS.issuperset(digits):
+        return None
+    return int(digits, 16)
 
 
 def _class_char(text: str, j: int) -> tuple[tuple[tuple[int, int], ...], int, bool] | None:
@@ -162,21 +178,18 @@ def _class_char(text: str, j: int) -> tuple[tuple[tuple[int, int], ...], int, bo
         return ((ord(text[j]), ord(text[j])),), j + 1, True
     e = text[j + 1:j + 2]
     if e == "x":
-        digits = text[j + 2:j + 4]
-        if len(digits) == 2 and all(d in "0123456789abcdefABCDEF" for d in digits):
-            code = int(digits, 16)
-            return ((code, code),), j + 4, True
-        return None
+        code = read_hex(text, j + 2, 2)
+        return None if code is None else (((code, code),), j + 4, True)
     if e and e in "01234567":
         k = j + 1
         while k < j + 4 and k < len(text) and text[k] in "01234567":
             k += 1
         code = int(text[j + 1:k], 8)
         return ((code, code),), k, True
-    if e in _SHORTHAND_RANGES:
-        return _SHORTHAND_RANGES[e], j + 2, False
-    if e in _CONTROL_ESCAPES:
-        return ((_CONTROL_ESCAPES[e], _CONTROL_ESCAPES[e]),), j + 2, True
+    if e in ASCII_CLASS_RANGES:
+        return ASCII_CLASS_RANGES[e], j + 2, False
+    if e in CONTROL_ESCAPES:
+        return ((CONTROL_ESCAPES[e], CONTROL_ESCAPES[e]),), j + 2, True
     if not e or e.isalpha():
         return None
     return ((ord(e), ord(e)),), j + 2, True
@@ -279,6 +292,36 @@ def _escape_literal(char: str) -> str:
     return f"\\x{ord(char):02x}"
 
 
+def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str, int]:
+    """The escape at pattern[i] (a backslash) as interegular should read it, and the index after
+    it: `\\uHHHH` / `\\UHHHHHHHH` become the character, others stay; GrammarError for escapes
+    that are not regular or that interegular lacks."""
+    col = i + 1
+    if i + 1 >= end:
+        raise GrammarError("regex ends with a lone backslash; escape it as \\\\", 1, col)
+    e = pattern[i + 1]
+    if not in_class and e in "123456789":
+        raise GrammarError(f"backreference \\{e} is not supported; {_HINT_BACKREF}", 1, col)
+    if not in_class and e == "k":
+        raise GrammarError(f"named backreference \\k is not supported; {_HINT_BACKREF}", 1, col)
+    if e in "pPN":
+        raise GrammarError(
+            f"Unicode property escape \\{e} is not supported; use an explicit class like [a-zA-Z\\u00c0-\\u024f]",
+            1, col)
+    if not in_class and e in "bBAZzG":
+        raise GrammarError(
+            f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col)
+    if e in "uU":
+        width = 4 if e == "u" else 8
+        code = read_hex(pattern, i + 2, width)
+        if code is None:
+            raise GrammarError(f"bad escape \\{e}: expected {width} hex digits", 1, col)
+        if code > 0x10FFFF or SURROGATES[0] <= code <= SURROGATES[1]:
+            raise GrammarError(f"escape \\{e}{pattern[i + 2:i + 2 + width]} is not a Unicode scalar value", 1, col)
+        return _escape_literal(chr(code)), i + 2 + width
+    return pattern[i:i + 2], i + 2
+
+
 def preprocess_regex(pattern: str, max_nesting: int = MAX_NESTING) -> tuple[str, list[int]]:
     """Check `pattern` and rewrite it into the dialect interegular reads.
 
@@ -311,33 +354,9 @@ def preprocess_regex(pattern: str, max_nesting: int = MAX_NESTING) -> tuple[str,
         c = pattern[i]
         col = i + 1
         if c == "\\":
-            if i + 1 >= end:
-                raise GrammarError("regex ends with a lone backslash; escape it as \\\\", 1, col)
-            e = pattern[i + 1]
-            if not in_class and e in "123456789":
-                raise GrammarError(f"backreference \\{e} is not supported; {_HINT_BACKREF}", 1, col)
-            if not in_class and e == "k":
-                raise GrammarError(f"named backreference \\k is not supported; {_HINT_BACKREF}", 1, col)
-            if e in "pPN":
-                raise GrammarError(
-                    f"Unicode property escape \\{e} is not supported; use an explicit class like [a-zA-Z\\u00c0-\\u024f]",
-                    1, col)
-            if not in_class and e in "bBAZzG":
-                raise GrammarError(
-                    f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col)
-            if e in "uU":
-                width = 4 if e == "u" else 8
-                digits = pattern[i + 2:i + 2 + width]
-                if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                    raise GrammarError(f"bad escape \\{e}: expected {width} hex digits", 1, col)
-                code = int(digits, 16)
-                if code > 0x10FFFF or SURROGATES[0] <= code <= SURROGATES[1]:
-                    raise GrammarError(f"escape \\{e}{digits} is not a Unicode scalar value", 1, col)
-                emit(_escape_literal(chr(code)), i)
-                i += 2 + width
-                continue
-            emit(pattern[i:i + 2], i)
-            i += 2
+            text, after = _rewrite_escape(pattern, i, end, in_class)
+            emit(text, i)
+            i = after
             continue
         if in_class:
             if c == "]":

@@ -1,5 +1,5 @@
-"""numba kernels for the decoded-string automata of `json_strings`: the JSON text encoder
-(`encode`), `trim`, `minimize` and the boolean `product`s -- the "any key but these names"
+"""numba kernels for the code-point automata of `codepoint_dfa` (decoded strings and numbers):
+the JSON text encoder (`encode`), `trim`, `minimize` and the boolean `product`s -- the "any key but these names"
 automata of every object schema go through all four.
 
 Automata here are flat arrays: state s owns edges start[s] .. start[s] + count[s] - 1 of the
@@ -7,7 +7,7 @@ parallel arrays (lo, hi, target), sorted by lo, and final[s] says whether it acc
 results are exactly those of the Python code they replaced (tests/json_strings_reference.py).
 
 `encode` and `product` return a status first: OK; STATES or EDGES when the state or edge budget
-ran out (the caller raises `json_strings._Budget`); FULL when the encoder's arrays were too small
+ran out (the caller raises `codepoint_dfa.StateBudgetExceeded`); FULL when the encoder's arrays were too small
 (the caller retries with a larger capacity).
 """
 
@@ -456,7 +456,7 @@ def _predecessors(start, count, tgt):
 def trim(start, count, lo, hi, target, final):
     """Keep the states that are reachable from state 0 and reach a final state, numbered in
     breadth-first order from 0 (edges in order), with edges to dropped states removed and
-    adjacent ranges to one target joined: `json_strings.Dfa.trim` on flat arrays.
+    adjacent ranges to one target joined: `codepoint_dfa.Dfa.trim` on flat arrays.
 
     Returns the new (start, count, lo, hi, target, final); no states when state 0 reaches no
     final state.

@@ -1,5 +1,5 @@
 """numba subset construction over letter ranges, shared by the rule DFAs (automata/dfa_kernels.py:
-byte classes and rule references as letters) and the pattern automata (grammar/json_strings.py:
+byte classes and rule references as letters) and the pattern automata (grammar/ecma_regex.py:
 code-point intervals as letters).
 
 An NFA is given by CSR tables: epsilon edges eps_ptr/eps_dst, letter edges edge_ptr/edges with rows

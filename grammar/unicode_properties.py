@@ -8,7 +8,7 @@ a General_Category value or one of ECMA's binary properties, spelt exactly (long
 General categories come from the standard library (`unicodedata`: one pass over the code points,
 all categories at once, cached); scripts, script extensions and binary properties from the
 `regex` package, whose property tables give the code points (its runs over a string of every
-code point are the ranges, as `json_strings._python_class` does for `re`).  The Unicode versions
+code point are the ranges, as `ecma_regex._python_class` does for `re`).  The Unicode versions
 are those of the running Python and of `regex`.  Surrogates are never included: decoded JSON
 strings hold none.
 """

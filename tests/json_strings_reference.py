@@ -12,16 +12,17 @@ from typing import Callable
 
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
 from pushmask.grammar.json_schema.leaves import _dfa_op
-from pushmask.grammar.json_strings import ALL_CHARS, DEFAULT_STATE_BUDGET, Dfa, _Budget, _intersect
+from pushmask.grammar.codepoint_dfa import ALL_CHARS, Dfa, StateBudgetExceeded, intersect_ranges
+from pushmask.grammar.limits import DEFAULT_LIMITS
 from pushmask.grammar.partition import refine_partition
 
 _SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
                   ord("n"): 10, ord("r"): 13, ord("t"): 9}
-_RAW_OK = _intersect(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS)
+_RAW_OK = intersect_ranges(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS)
 
 
 class ReferenceDfa(Dfa):
-    """json_strings.Dfa with its trim, minimisation and products as they were (the rest it
+    """codepoint_dfa.Dfa with its trim, minimisation and products as they were (the rest it
     inherits unchanged)."""
 
     # -- construction --------------------------------------------------------------------------
@@ -119,13 +120,13 @@ class ReferenceDfa(Dfa):
     # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
     # caller builds near-minimal automata anyway; the result is then only trimmed.
 
-    def intersect(self, other: "ReferenceDfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "ReferenceDfa":
+    def intersect(self, other: "ReferenceDfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "ReferenceDfa":
         return self._product(other, lambda x, y: x and y, False, budget, minimize)
 
-    def union(self, other: "ReferenceDfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "ReferenceDfa":
+    def union(self, other: "ReferenceDfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "ReferenceDfa":
         return self._product(other, lambda x, y: x or y, True, budget, minimize)
 
-    def difference(self, other: "ReferenceDfa", budget: int = DEFAULT_STATE_BUDGET, minimize: bool = True) -> "ReferenceDfa":
+    def difference(self, other: "ReferenceDfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "ReferenceDfa":
         return self._product(other, lambda x, y: x and not y, True, budget, minimize)
 
     __and__ = intersect
@@ -182,12 +183,12 @@ class ReferenceEncoder:
                 merged.append((lo, hi, t))
         self.edges += len(merged)
         if self.edges > self.edge_budget:
-            raise _Budget("JSON string automaton", self.edge_budget, "edges")
+            raise StateBudgetExceeded("JSON string automaton", self.edge_budget, "edges")
         self.trans[state] = merged
 
     def new_state(self) -> int:
         if len(self.trans) >= self.budget:
-            raise _Budget("JSON string automaton", self.budget)
+            raise StateBudgetExceeded("JSON string automaton", self.budget)
         self.trans.append([])
         return len(self.trans) - 1
 
@@ -299,7 +300,7 @@ class ReferenceEncoder:
 
 def _merge_ranges_with_targets(edges, allowed):
     for lo, hi, t in edges:
-        for a, b in _intersect(((lo, hi),), allowed):
+        for a, b in intersect_ranges(((lo, hi),), allowed):
             yield a, b, t
 
 

@@ -20,9 +20,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError
 from support import edges_by_state  # noqa: E402
 from pushmask.grammar.ir import NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Repeat, Seq
+from pushmask.grammar.codepoint_dfa import literal_dfa
+from pushmask.grammar.ecma_regex import pattern_dfa
+from pushmask.grammar.json_formats import format_dfa, is_known_format
 from pushmask.grammar.json_strings import (
-    ANY_STRING, JSON_CHAR, encode_json_string, format_dfa, is_known_format, json_string_expr, literal_dfa,
-    pattern_dfa, string_dfa, string_excluding_expr, string_expr, string_literal_expr,
+    ANY_STRING, JSON_CHAR, encode_json_string, json_string_expr, string_dfa, string_excluding_expr, string_expr,
+    string_literal_expr,
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -14,12 +14,16 @@ from pathlib import Path
 import pytest
 
 import json_strings_reference as reference
-from pushmask.grammar import json_schema, json_strings
-from pushmask.grammar.json_schema import emit, objects
-from pushmask.grammar.json_strings import (
-    ALL_CHARS, CharFsm, Dfa, _Budget, any_string_dfa, dfa_to_char_fsm, encode_json_string, format_dfa, length_dfa,
-    literal_dfa, pattern_dfa,
+from pushmask.grammar import ecma_regex, json_schema, json_strings
+from pushmask.grammar.codepoint_dfa import (
+    ALL_CHARS, Dfa, StateBudgetExceeded, any_string_dfa, dfa_to_char_fsm, intersect_ranges, length_dfa, literal_dfa,
 )
+from pushmask.grammar.ecma_regex import pattern_dfa
+from pushmask.grammar.errors import UnsupportedSchemaError
+from pushmask.grammar.ir import NOTHING, CharFsm, lit, seq
+from pushmask.grammar.json_schema import emit, objects
+from pushmask.grammar.json_formats import format_dfa
+from pushmask.grammar.json_strings import encode_json_string
 from json_strings_reference import ReferenceDfa, reference_encode
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev"
@@ -36,7 +40,7 @@ def _random_ranges(rng: random.Random, k: int) -> list[tuple[int, int]]:
     points = sorted(rng.sample(_CUTS, min(len(_CUTS), 2 * k)) + [rng.randint(0, 0x10FFFF) for _ in range(k // 2)])
     ranges = []
     for lo, hi in zip(points[::2], points[1::2]):
-        ranges.extend(json_strings._intersect(((lo, hi),), ALL_CHARS))
+        ranges.extend(intersect_ranges(((lo, hi),), ALL_CHARS))
     return [r for i, r in enumerate(ranges) if i == 0 or r[0] > ranges[i - 1][1]]
 
 
@@ -90,11 +94,11 @@ def test_encoder_budget_is_the_reference_one(budget):
         trimmed = old(random_dfa(rng, 4)).trim()
         try:
             expected = reference_encode(trimmed, budget)
-        except _Budget:
+        except StateBudgetExceeded:
             expected = None
         try:
             got = encode_json_string(Dfa(trimmed.trans, trimmed.finals), budget)
-        except _Budget:
+        except StateBudgetExceeded:
             got = None
         # both count the same states and edges; which of the two limits trips first may differ
         assert (got is None) == (expected is None)
@@ -155,11 +159,11 @@ def test_product_budget_is_the_reference_one(budget):
         for op in ("intersect", "union", "difference"):
             try:
                 expected = getattr(old(a), op)(old(b), budget)
-            except _Budget as exc:
+            except StateBudgetExceeded as exc:
                 expected = str(exc)
             try:
                 got = getattr(a, op)(b, budget)
-            except _Budget as exc:
+            except StateBudgetExceeded as exc:
                 got = str(exc)
             assert got == expected if isinstance(got, str) else same(got, expected)
 
@@ -168,7 +172,7 @@ def test_python_classes_are_what_str_methods_say():
     # _python_class asks `re` for its \d \w \s runs; Python's own per-character predicates agree
     tests = {"d": str.isdecimal, "w": lambda c: c.isalnum() or c == "_", "s": str.isspace}
     for name, test in tests.items():
-        inside = {cp for lo, hi in json_strings._python_class(name) for cp in range(lo, hi + 1)}
+        inside = {cp for lo, hi in ecma_regex._python_class(name) for cp in range(lo, hi + 1)}
         assert inside == {cp for lo, hi in ALL_CHARS for cp in range(lo, hi + 1) if test(chr(cp))}
 
 
@@ -192,12 +196,12 @@ def _with_reference(monkeypatch):
 
     def string_expr(dfa, pointer="", keyword="pattern", budget=100_000):
         if dfa.is_empty():
-            return json_strings.NOTHING
+            return NOTHING
         try:
             body = reference_encode(old(dfa), budget)
-        except _Budget as exc:
-            raise json_strings.UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
-        return json_strings.seq(json_strings.lit('"'), dfa_to_char_fsm(to_new(body)), json_strings.lit('"'))
+        except StateBudgetExceeded as exc:
+            raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
+        return seq(lit('"'), dfa_to_char_fsm(to_new(body)), lit('"'))
 
     monkeypatch.setattr(Dfa, "trim", lambda self: to_new(old(self).trim()))
     monkeypatch.setattr(Dfa, "minimize", lambda self: to_new(old(self).minimize()))

@@ -23,7 +23,7 @@ from support import DATA, accepts_token_ids  # noqa: E402
 
 from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
-from pushmask.grammar.json_strings import pattern_dfa  # noqa: E402
+from pushmask.grammar.ecma_regex import pattern_dfa  # noqa: E402
 from pushmask.grammar.unicode_properties import property_ranges  # noqa: E402
 
 CATEGORY_CHANGED = {0x0295, 0x1171E}

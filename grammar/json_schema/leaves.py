@@ -1,19 +1,23 @@
-"""The string and number automata the schema compiler builds its leaves from (json_strings,
-json_numbers), memoised where they are slow, and the budget of their products."""
+"""The string and number automata the schema compiler builds its leaves from (codepoint_dfa,
+ecma_regex, json_formats, json_strings, json_numbers), memoised where they are slow, and the
+budget of their products."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from .. import json_numbers, json_strings
+from .. import ecma_regex, json_formats, json_numbers
+from ..codepoint_dfa import StateBudgetExceeded, any_string_dfa, budgeted, literal_dfa
+from ..ecma_regex import pattern_dfa
 from ..errors import UnsupportedSchemaError
 from ..ir import Expr
+from ..json_formats import format_dfa
 from ..json_strings import (
-    ANY_STRING, DEFAULT_STATE_BUDGET, JSON_ESCAPE, RAW_STRING_CHAR, _Budget, any_string_dfa, check_lengths,
-    format_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa, string_literal_expr,
+    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, check_lengths, json_string_expr, string_dfa, string_literal_expr,
 )
+from ..limits import DEFAULT_LIMITS
 
-# The json_strings names the package uses come through here, so json_strings has one importer in it.
+# The string-automaton names the package uses come through here: one importer of those modules in it.
 __all__ = [
     "ANY_STRING", "JSON_ESCAPE", "RAW_STRING_CHAR", "any_string_dfa", "check_lengths", "format_dfa",
     "json_string_expr", "literal_dfa", "pattern_dfa", "string_dfa", "string_literal_expr", "clear_leaf_cache",
@@ -25,8 +29,8 @@ _leaf_cache: dict = {}
 def clear_leaf_cache() -> None:
     """Forget the memoised leaf automata: numbers, patterns, formats (for cold-start measurements)."""
     _leaf_cache.clear()
-    json_strings._pattern_dfa_cached.cache_clear()
-    json_strings._format_dfa_cached.cache_clear()
+    ecma_regex._pattern_dfa_cached.cache_clear()
+    json_formats._format_dfa_cached.cache_clear()
 
 
 def _cached_leaf(kind: str, kwargs: dict) -> Expr:
@@ -49,14 +53,10 @@ def _number_expr(**kwargs) -> Expr:
     return _cached_leaf("number", kwargs)
 
 
-def _dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int = DEFAULT_STATE_BUDGET):
+def _dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int = DEFAULT_LIMITS.max_string_states):
     """`fn(other, budget)` for a product of string automata (Dfa.intersect / difference / union);
     past the budget, UnsupportedSchemaError(keyword) naming Limits.max_string_states."""
-    try:
-        return fn(other, budget)
-    except _Budget as exc:
-        raise UnsupportedSchemaError(keyword, pointer, f"{exc} (Limits.max_string_states = {budget}); simplify "
-                                     "the constraint or raise the limit") from None
+    return budgeted(keyword, pointer, fn, other, budget)
 
 
 _search_cache: dict[tuple[str, str], bool] = {}
@@ -91,5 +91,5 @@ def _closed_names_disjoint(x: dict, y: dict) -> bool:
     try:
         return all(pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty()
                    for p in patterns_x for q in patterns_y)
-    except (_Budget, UnsupportedSchemaError):
+    except (StateBudgetExceeded, UnsupportedSchemaError):
         return False
