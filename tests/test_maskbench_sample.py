@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
+from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, require_shared  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
@@ -48,7 +48,7 @@ FLOORS = {
 
 
 def sample_files() -> list[Path]:
-    files = sorted(p for p in MASKBENCH.iterdir() if p.is_file())
+    files = sorted(p for p in require_shared(MASKBENCH).iterdir() if p.is_file())
     with_tests = [p for p in files if json.loads(p.read_text()).get("tests")]
     return random.Random(SAMPLE_SEED).sample(with_tests, SAMPLE_SIZE)
 
@@ -78,11 +78,6 @@ def compile_with_timeout(compiler, schema, seconds: int, **options):
         signal.signal(signal.SIGALRM, previous)
 
 
-def accepts_tokens(compiled, token_ids) -> bool:
-    matcher = pm.GrammarMatcher(compiled)
-    return all(matcher.accept_token(t) for t in token_ids) and matcher.can_end()
-
-
 def run_sample(files: list[Path]) -> dict:
     compiler = grammar_compiler("llama3")
     tokenizer = hf_tokenizer("llama3")
@@ -99,7 +94,7 @@ def run_sample(files: list[Path]) -> dict:
         counts["compiled"] += 1
         for test in entry["tests"]:
             text = json.dumps(test["data"], ensure_ascii=False)
-            ok = accepts_tokens(compiled, tokenizer.encode(text, add_special_tokens=False))
+            ok = accepts_token_ids(compiled, tokenizer.encode(text, add_special_tokens=False))
             key = ("valid" if test["valid"] else "invalid") + ("_accepted" if ok else "_rejected")
             counts[key] += 1
             if key == "invalid_accepted":
