@@ -33,7 +33,8 @@ def missing_shared_parts() -> list[Path]:
 
 
 def missing_shared_message(missing: list[Path]) -> str:
-    return (f"shared test data missing: {', '.join(map(str, missing))}. Set PUSHMASK_SHARED to the folder "
+    what = ", ".join(map(str, missing)) if SHARED.is_dir() else f"the whole folder {SHARED}"
+    return (f"shared test data missing: {what}. Set PUSHMASK_SHARED to the folder "
             f"holding tokenizers/ and data/ (unset, it is ../shared beside the repository: {REPO.parent / 'shared'})")
 
 
