@@ -284,15 +284,15 @@ def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkey
     monkeypatch.chdir(tmp_path)  # no ../shared from here either
     path = runner.resolve_tokenizer_path(None)
     assert path == str(cli_generate.default_gguf_path())
-    default = runner.load_tokenizer(path)
-    assert TokenizerInfo.from_huggingface(default).decoded_vocab == TokenizerInfo.from_huggingface(tokenizer).decoded_vocab
+    default = TokenizerInfo.from_huggingface(runner.load_tokenizer(path))
+    assert default.decoded_vocab == TokenizerInfo.from_huggingface(tokenizer).decoded_vocab
 
     maskbench_file(tmp_path / "corpus", "a.json", dict(PERSON, **{"x-fake": "permissive"}))
     out = tmp_path / "default.jsonl"
     assert run_cli("validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress", "--out", out) == 0
     (record,) = read_records(out)
-    assert record["num_tokens"] == sum(len(tokenizer.encode(json.dumps(data, ensure_ascii=False), add_special_tokens=False))
-                                       for data in PERSON_INSTANCES)
+    texts = [json.dumps(data, ensure_ascii=False) for data in PERSON_INSTANCES]
+    assert record["num_tokens"] == sum(len(tokenizer.encode(text, add_special_tokens=False)) for text in texts)
 
 
 def test_without_the_default_model_package_the_commands_ask_for_one(tmp_path, capsys, monkeypatch, fake_engine):

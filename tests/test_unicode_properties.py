@@ -84,7 +84,8 @@ def test_patterns_with_property_escapes_match_like_regex(pattern, llama3_compile
 
 def test_test_suite_property_escape_groups(llama3_compiler, llama3_tokenizer):
     """The optional ecmascript-regex groups of the official suite that use \\p (ECMA semantics)."""
-    path = require_shared(DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional" / "ecmascript-regex.json")
+    path = require_shared(DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional"
+                          / "ecmascript-regex.json")
     groups = [g for g in json.loads(path.read_text()) if "\\p" in json.dumps(g["schema"])]
     assert len(groups) >= 4
     for group in groups:
