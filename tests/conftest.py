@@ -1,12 +1,11 @@
-"""Session fixtures over the shared tokenizers (helpers live in support.py)."""
+"""Session fixtures over the shared tokenizers (helpers live in support.py), and the session-level
+check that the shared data is there."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from support import grammar_compiler, hf_tokenizer
+from support import UNDER_CI, grammar_compiler, hf_tokenizer, missing_shared_message, missing_shared_parts
 
 try:
     from hypothesis import settings
@@ -16,8 +15,23 @@ except ImportError:  # the vLLM environment (make test-vllm) has no hypothesis
 # CI runs the same examples every time (a failure found by chance locally gets a regression test).
 if settings is not None:
     settings.register_profile("ci", derandomize=True)
-    if os.environ.get("CI"):
+    if UNDER_CI:
         settings.load_profile("ci")
+
+
+def pytest_sessionstart(session):
+    """Under CI missing shared data fails the run before any test starts (elsewhere the tests that
+    need it skip, each saying what is missing)."""
+    missing = missing_shared_parts()
+    if missing and UNDER_CI:
+        pytest.exit(f"CI is set and {missing_shared_message(missing)}", returncode=pytest.ExitCode.TESTS_FAILED)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say once, even under -q, why tests skipped for want of the shared data."""
+    missing = missing_shared_parts()
+    if missing:
+        terminalreporter.write_line(f"tests that need it skipped: {missing_shared_message(missing)}")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,13 @@
-"""Shared test helpers: the real tokenizers from ../shared, loaded once per test session.
+"""Shared test helpers: where the shared data lives, the real tokenizers loaded once per test
+session, and the accept oracles every test file uses.
 
-A plain module (not conftest) so tests can import it unambiguously: tests/vllm has a conftest too."""
+A plain module (not conftest) so tests can import it unambiguously: tests/vllm has a conftest too.
+
+The shared data (tokenizers/, data/maskbench-dev, data/json-schema-test-suite) is looked up in
+$PUSHMASK_SHARED, else in ../shared beside the repository. A test that needs a missing part skips
+saying so; under CI (the CI environment variable set, as .ci/run runs) it fails instead, and
+conftest.py stops the whole session before any test runs.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +15,44 @@ import functools
 import os
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("PUSHMASK_SHARED", REPO.parent / "shared"))
+SHARED = Path(os.environ.get("PUSHMASK_SHARED") or REPO.parent / "shared")
 TOKENIZERS = SHARED / "tokenizers"
 DATA = SHARED / "data"
 TOKENIZER_NAMES = ("llama3", "qwen", "mistral", "smollm2")
+# Everything the suite reads from the shared folder.
+SHARED_PARTS = tuple(TOKENIZERS / name for name in TOKENIZER_NAMES) + (DATA / "maskbench-dev",
+                                                                       DATA / "json-schema-test-suite")
+UNDER_CI = bool(os.environ.get("CI"))
+
+
+def missing_shared_parts() -> list[Path]:
+    return [path for path in SHARED_PARTS if not path.is_dir()]
+
+
+def missing_shared_message(missing: list[Path]) -> str:
+    what = ", ".join(map(str, missing)) if SHARED.is_dir() else f"the whole folder {SHARED}"
+    return (f"shared test data missing: {what}. Set PUSHMASK_SHARED to the folder "
+            f"holding tokenizers/ and data/ (unset, it is ../shared beside the repository: {REPO.parent / 'shared'})")
+
+
+def require_shared(path: Path) -> Path:
+    """`path` (under SHARED) when it exists; otherwise the calling test skips, or fails under CI."""
+    if not path.exists():
+        message = missing_shared_message([path])
+        if UNDER_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return path
 
 
 @functools.lru_cache(maxsize=None)
 def hf_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(TOKENIZERS / name))
+    return AutoTokenizer.from_pretrained(str(require_shared(TOKENIZERS / name)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ import pytest
 import pushmask as pm
 from pushmask.automata.completion import ShortestCompletions
 
-from support import DATA, REPO, grammar_compiler
+from support import DATA, REPO, grammar_compiler, require_shared
 
 jsonschema = pytest.importorskip("jsonschema")
 lark = pytest.importorskip("lark")
@@ -57,7 +57,7 @@ def _schema(compiler, schema, **layout):
 
 
 def _dev_schema(name):
-    doc = json.loads((DATA / "maskbench-dev" / f"{name}.json").read_text())
+    doc = json.loads(require_shared(DATA / "maskbench-dev" / f"{name}.json").read_text())
     return doc.get("schema", doc)
 
 

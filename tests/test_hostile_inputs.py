@@ -27,6 +27,7 @@ from pushmask.automata.dfa import _construct_rule_dfa
 from pushmask.grammar.ir import Alt, CharFsm, alt, lit, ref, rep, seq
 from pushmask.grammar.regex import regex_to_ir
 from rule_dfa_reference import construct_rule_dfa_python
+from support import accepts_text as accepts
 
 HERE = Path(__file__).resolve().parent
 STARTUP_S = 300.0  # importing pushmask and the numba kernels (compiled when their disk cache is cold)
@@ -92,11 +93,6 @@ def test_hostile_input(results, case):
 @pytest.fixture(scope="module")
 def compiler():
     return _compiler()
-
-
-def accepts(compiled, text: str) -> bool:
-    matcher = pushmask.GrammarMatcher(compiled)
-    return matcher.accept_string(text) and matcher.can_end()
 
 
 TREE_PATTERNS = ["(a|b)*a(a|b){3}", "(?i)[a-c]{2,3}x", "(?s).{2}", "[^ab]{1,2}", r"\d{2,}-\w{0,3}",

@@ -19,7 +19,8 @@ import jsonschema
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
+from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, require_shared  # noqa: E402
+from support import accepts_text as accepts  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
@@ -37,14 +38,8 @@ def tokenizer():
     return hf_tokenizer("llama3")
 
 
-def accepts(compiled, text: str) -> bool:
-    m = pm.GrammarMatcher(compiled)
-    return m.accept_string(text) and m.can_end()
-
-
 def accepts_tokens(compiled, tokenizer, text: str) -> bool:
-    m = pm.GrammarMatcher(compiled)
-    return all(m.accept_token(t) for t in tokenizer.encode(text, add_special_tokens=False)) and m.can_end()
+    return accepts_token_ids(compiled, tokenizer.encode(text, add_special_tokens=False))
 
 
 def check(compiler, tokenizer, schema, valid=(), invalid=(), **options):
@@ -698,7 +693,7 @@ def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
     the pairwise checks multiply for minutes; with it the compile ends with a clear error."""
     from pushmask.grammar.json_schema import convert, one_of
 
-    schema = json.loads((DATA / "maskbench-dev" / "Github_easy---o37786.json").read_text())["schema"]
+    schema = json.loads(require_shared(DATA / "maskbench-dev" / "Github_easy---o37786.json").read_text())["schema"]
     calls = 0
     disjoint = convert._Compiler.disjoint
 

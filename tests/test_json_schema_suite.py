@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, grammar_compiler, hf_tokenizer  # noqa: E402
+from support import DATA, accepts_text, grammar_compiler, hf_tokenizer, require_shared  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
@@ -59,7 +59,7 @@ def retrieve(uri: str):
 
 def groups(draft: str):
     """(group id, schema with $schema filled in, tests) for every group of a draft."""
-    for path in sorted((SUITE / "tests" / draft).glob("*.json")):
+    for path in sorted(require_shared(SUITE / "tests" / draft).glob("*.json")):
         for index, group in enumerate(json.loads(path.read_text())):
             schema = group["schema"]
             if isinstance(schema, dict) and "$schema" not in schema:
@@ -83,11 +83,6 @@ def accepts_tokens(compiled, token_ids, check_mask: bool) -> bool:
     return matcher.can_end()
 
 
-def accepts_string(compiled, text: str) -> bool:
-    matcher = pm.GrammarMatcher(compiled)
-    return matcher.accept_string(text) and matcher.can_end()
-
-
 def run_group(compiler, tokenizer, schema, tests, check_mask: bool) -> tuple[str, str]:
     """(outcome, detail) for one group."""
     try:
@@ -102,7 +97,7 @@ def run_group(compiler, tokenizer, schema, tests, check_mask: bool) -> tuple[str
         compact = json.dumps(test["data"], separators=(",", ":"))
         spaced = json.dumps(test["data"])
         ids = tokenizer.encode(compact, add_special_tokens=False)
-        results = [accepts_tokens(compiled, ids, check_mask), accepts_string(compiled, spaced)]
+        results = [accepts_tokens(compiled, ids, check_mask), accepts_text(compiled, spaced)]
         if test["valid"] and not all(results) and outcome == "pass":
             outcome, detail = "fail", f"valid instance rejected: {test['description']}: {compact[:80]}"
         if not test["valid"] and any(results):

@@ -516,10 +516,9 @@ def test_end_to_end_through_engine(smollm2_compiler):
 # must all be rejected.  Misses among its valid strings are documented restrictions (leap
 # seconds, quoted e-mail local parts, IDN, ECMA/Python regex disagreements).
 
-from pathlib import Path  # noqa: E402
+from support import DATA, require_shared  # noqa: E402
 
-SUITE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "json-schema-test-suite" / "tests" \
-    / "draft2020-12"
+SUITE = DATA / "json-schema-test-suite" / "tests" / "draft2020-12"
 SUITE_FILES = [f"optional/format/{name}.json" for name in sorted(FORMAT_SAMPLES) + ["idn-hostname", "idn-email",
                                                                                    "iri", "iri-reference"]] + \
     ["optional/ecmascript-regex.json", "pattern.json", "minLength.json", "maxLength.json",
@@ -528,9 +527,7 @@ SUITE_FILES = [f"optional/format/{name}.json" for name in sorted(FORMAT_SAMPLES)
 
 @pytest.mark.parametrize("name", SUITE_FILES)
 def test_official_suite_strings_are_never_wrongly_accepted(name):
-    path = SUITE / name
-    if not path.exists():
-        pytest.skip(f"JSON-Schema-Test-Suite not found at {path}")
+    path = require_shared(SUITE / name)
     checked = accepted_valid = total_valid = 0
     for group in json.loads(path.read_text()):
         schema = group["schema"]

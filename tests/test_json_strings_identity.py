@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +24,9 @@ from pushmask.grammar.json_schema import emit, objects
 from pushmask.grammar.json_formats import format_dfa
 from pushmask.grammar.json_strings import encode_json_string
 from json_strings_reference import ReferenceDfa, reference_encode
+from support import DATA, require_shared
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev"
+DEV = DATA / "maskbench-dev"
 
 # Interval boundaries where the encoder's cases change: controls, '"', '\\', escapable
 # characters, ASCII/Latin-1, hex-digit blocks, the surrogate gap, astral blocks of 1024.
@@ -253,6 +253,7 @@ _HANDMADE = [
 
 
 def _sample() -> list:
+    require_shared(DEV)
     files = _SAMPLE + [DEV / name for name in _KEYED if (DEV / name).exists()]
     return [(f.name, json.loads(f.read_text())["schema"]) for f in files] + \
         [(f"handmade {i}", schema) for i, schema in enumerate(_HANDMADE)]

@@ -17,6 +17,7 @@ from pushmask.grammar import lark_frontend
 from pushmask.grammar.errors import GrammarError
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.lark_reader import read_plain_lark
+from support import accepts_text
 
 PLAIN = {
     "alternatives_and_lines": 'start: "a" b\n     | "c" "d"?\n\nb: "x" | "y"\n',
@@ -74,11 +75,6 @@ def _walk(compiled, rng: random.Random, max_len: int = 24) -> str | None:
         out.append(token)
 
 
-def _accepts(compiled, text: str) -> bool:
-    matcher = pm.GrammarMatcher(compiled)
-    return matcher.accept_string(text) and matcher.can_end()
-
-
 @pytest.mark.parametrize("name", sorted(PLAIN))
 def test_plain_grammars_read_fast_mean_what_lark_reads(name, monkeypatch):
     text = PLAIN[name]
@@ -94,7 +90,7 @@ def test_plain_grammars_read_fast_mean_what_lark_reads(name, monkeypatch):
             if text_drawn is None:
                 continue
             drawn += 1
-            assert _accepts(other, text_drawn), text_drawn
+            assert accepts_text(other, text_drawn), text_drawn
             oracle.parse(text_drawn)  # raises when lark's parser disagrees
     assert drawn >= 40
 
@@ -122,6 +118,6 @@ def test_big_grammar_takes_the_fast_path_and_keeps_its_language():
     assert len(text) >= lark_frontend.FAST_READER_MIN_CHARS
     assert read_plain_lark(text, "start", lambda raw, p: lark_frontend._pattern_to_ir(raw, p, 10_000, 100)) is not None
     compiled = _compiler().compile_lark(text)
-    assert _accepts(compiled, f"{words[0]}, {words[-1]} ,{words[1500]}")
-    assert not _accepts(compiled, f"{words[0]},,{words[1]}")
-    assert not _accepts(compiled, words[0] + "zz")
+    assert accepts_text(compiled, f"{words[0]}, {words[-1]} ,{words[1500]}")
+    assert not accepts_text(compiled, f"{words[0]},,{words[1]}")
+    assert not accepts_text(compiled, words[0] + "zz")

@@ -31,7 +31,7 @@ from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import normalize
 from pushmask.grammar.regex import parse_regex
 from rule_dfa_reference import construct_rule_dfa_python
-from support import DATA, REPO
+from support import DATA, REPO, require_shared
 
 UNBOUNDED = 10**9
 MAX_STATES = 100_000
@@ -44,7 +44,7 @@ def reference(body, max_states=MAX_STATES) -> RuleDfa:
 
 def sample_grammars():
     """(label, normalised grammar) for every 95th dev schema (60 of them) and the test grammars."""
-    files = sorted((DATA / "maskbench-dev").glob("*.json"))
+    files = sorted(require_shared(DATA / "maskbench-dev").glob("*.json"))
     for path in files[:: len(files) // SAMPLE_SCHEMAS][:SAMPLE_SCHEMAS]:
         doc = json.loads(path.read_text())
         schema = doc.get("schema", doc) if isinstance(doc, dict) else doc

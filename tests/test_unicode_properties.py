@@ -19,7 +19,7 @@ import pytest
 import regex
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, accepts_token_ids  # noqa: E402
+from support import DATA, accepts_token_ids, require_shared  # noqa: E402
 
 from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
@@ -84,7 +84,8 @@ def test_patterns_with_property_escapes_match_like_regex(pattern, llama3_compile
 
 def test_test_suite_property_escape_groups(llama3_compiler, llama3_tokenizer):
     """The optional ecmascript-regex groups of the official suite that use \\p (ECMA semantics)."""
-    path = DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional" / "ecmascript-regex.json"
+    path = require_shared(DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional"
+                          / "ecmascript-regex.json")
     groups = [g for g in json.loads(path.read_text()) if "\\p" in json.dumps(g["schema"])]
     assert len(groups) >= 4
     for group in groups:

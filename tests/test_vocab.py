@@ -7,8 +7,6 @@ The oracle is the Hugging Face tokenizer itself: joining our bytes for ``encode(
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,7 +17,7 @@ from pushmask.masks.vocab import (
     byte_level_decode,
 )
 
-SHARED_TOKENIZERS = Path(__file__).resolve().parents[2] / "shared" / "tokenizers"
+from support import TOKENIZERS, require_shared
 
 # name -> (vocab_type, len(tokenizer), eos text, eos id)
 EXPECTED = {
@@ -49,9 +47,7 @@ SAMPLES = [
 
 def _load(name):
     transformers = pytest.importorskip("transformers")
-    path = SHARED_TOKENIZERS / name
-    if not path.is_dir():
-        pytest.skip(f"shared tokenizer folder {path} is absent (it lives beside the repository)")
+    path = require_shared(TOKENIZERS / name)
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
@@ -190,9 +186,7 @@ def test_hash_is_stable_across_loads():
 def test_type_is_read_from_the_backend_not_the_name():
     tokenizers = pytest.importorskip("tokenizers")
     for name, (vocab_type, *_rest) in EXPECTED.items():
-        path = SHARED_TOKENIZERS / name / "tokenizer.json"
-        if not path.exists():
-            pytest.skip(f"{path} is absent")
+        path = require_shared(TOKENIZERS / name / "tokenizer.json")
         backend = tokenizers.Tokenizer.from_file(str(path))  # no name, no config: only the JSON
         info = TokenizerInfo.from_huggingface(backend, stop_token_ids=[])
         assert info.vocab_type == vocab_type

@@ -18,7 +18,7 @@ import pytest
 import pushmask as pm
 import pushmask.testing as pmt
 from pushmask.masks.walk import MASK_FIELDS
-from support import TOKENIZERS, hf_tokenizer, tokenizer_info
+from support import TOKENIZERS, accepts_text, hf_tokenizer, require_shared, tokenizer_info
 
 HERE = Path(__file__).parent
 PROGRAM = HERE / "xgrammar_program.py"
@@ -34,7 +34,7 @@ def run_program(module_name: str) -> list[dict]:
     source = source.replace("\nimport xgrammar as xgr\n", f"\nimport {module_name} as xgr\n")
     namespace = {"__name__": "xgrammar_program"}
     exec(compile(source, str(PROGRAM), "exec"), namespace)
-    return namespace["run"](str(TOKENIZERS / "smollm2"))
+    return namespace["run"](str(require_shared(TOKENIZERS / "smollm2")))
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +87,7 @@ def compiler():
 
 
 def accepted(compiled, texts):
-    out = []
-    for text in texts:
-        matcher = pm.GrammarMatcher(compiled)
-        if matcher.accept_string(text) and matcher.can_end():
-            out.append(text)
-    return out
+    return [text for text in texts if accepts_text(compiled, text)]
 
 
 # Which of LAYOUTS xgrammar 0.2.8 accepts (xgrammar.testing._json_schema_to_ebnf with these

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from support import TOKENIZERS, require_shared
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-# ../shared beside the repository root (PUSHMASK_SHARED overrides, e.g. for a copy of the repository).
-SHARED = Path(os.environ.get("PUSHMASK_SHARED") or Path(__file__).resolve().parents[3] / "shared")
-SMOLLM2 = SHARED / "tokenizers" / "smollm2"
+SMOLLM2 = TOKENIZERS / "smollm2"
 
 TINY_LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -53,8 +53,7 @@ def make_tiny_model(folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    if not SMOLLM2.is_dir():
-        pytest.fail(f"shared smollm2 tokenizer missing at {SMOLLM2}")
+    require_shared(SMOLLM2)
     return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
