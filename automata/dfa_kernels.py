@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..grammar.graph_kernels import mark_reaching, sources_by_target
+from ..grammar.graph_kernels import grouped, mark_reaching
 from ..grammar.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
 
 ERR_TOO_MANY_NFA_STATES = -4
@@ -174,7 +174,7 @@ def live_states(trans, accepting):
                 sources[n_edges] = s
                 targets[n_edges] = trans[s, a]
                 n_edges += 1
-    ptr, preds = sources_by_target(sources[:n_edges], targets[:n_edges], n)
+    ptr, preds = grouped(targets[:n_edges], sources[:n_edges], n)
     return mark_reaching(accepting.copy(), ptr, preds)
 
 

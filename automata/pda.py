@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit
 
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError
+from ..grammar.graph_kernels import grouped
 from ..grammar.ir import Grammar
 from ..grammar.limits import DEFAULT_LIMITS, Limits
 from . import kernels
@@ -279,27 +280,11 @@ def _as_rule_dfa(dfa) -> RuleDfa:
 
 
 @njit(cache=True)
-def _csr_by_source(n, src, dst):
-    """CSR of the edges src[i] -> dst[i] grouped by source (n nodes)."""
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    for i in range(src.shape[0]):
-        ptr[src[i] + 1] += 1
-    for v in range(n):
-        ptr[v + 1] += ptr[v]
-    fill = ptr[:-1].copy()
-    out = np.empty(src.shape[0], dtype=np.int64)
-    for i in range(src.shape[0]):
-        out[fill[src[i]]] = dst[i]
-        fill[src[i]] += 1
-    return ptr, out
-
-
-@njit(cache=True)
 def _propagate_unions(bits, src, dst):
     """Least fixpoint of bits[dst[i]] |= bits[src[i]] for every edge i, by a worklist: each node is
     revisited only when one of its sources grew, so a long chain costs its length, not its square."""
     n = bits.shape[0]
-    ptr, targets = _csr_by_source(n, src, dst)
+    ptr, targets = grouped(src, dst, n)
     stack = np.arange(n - 1, -1, -1).astype(np.int64)
     top = n
     queued = np.ones(n, dtype=np.bool_)
@@ -341,8 +326,8 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
         callee[e] = rule_start[ref_rule[e]]
     # nullable: s is nullable when accepting, or when some ref edge has a nullable callee start
     # and a nullable target; re-check s whenever one of those two becomes nullable.
-    ptr, edge_of = _csr_by_source(n, np.concatenate((callee, ref_dst.astype(np.int64))),
-                                  np.concatenate((np.arange(n_refs), np.arange(n_refs))))
+    ptr, edge_of = grouped(np.concatenate((callee, ref_dst.astype(np.int64))),
+                           np.concatenate((np.arange(n_refs), np.arange(n_refs))), n)
     nullable = accept != 0
     stack = np.empty(n, dtype=np.int64)
     top = 0

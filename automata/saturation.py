@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..grammar.graph_kernels import mark_reaching, sources_by_target
+from ..grammar.graph_kernels import grouped, mark_reaching
 from .kernels import ROOT, _pda_views, find_byte_target
 
 FOUND = 1
@@ -398,7 +398,7 @@ def useful_facts(n_items, n_sums, n_calls, edges, n_edges, roots):
     for k in range(n_edges):  # edge ends are ids tagged by kind (id * 3 + kind): node numbers here
         sources[k] = offset[edges[k, 0] % 3] + edges[k, 0] // 3
         targets[k] = offset[edges[k, 1] % 3] + edges[k, 1] // 3
-    ptr, preds = sources_by_target(sources, targets, n)
+    ptr, preds = grouped(targets, sources, n)
     useful = np.zeros(n, dtype=np.bool_)
     for j in roots:
         useful[n_items + j] = True

@@ -20,26 +20,27 @@ def grown(arr, need):
 
 
 @njit(cache=True)
-def sources_by_target(sources, targets, n):
-    """The edges sources[k] -> targets[k] over nodes 0..n-1 grouped by target, as CSR: the sources
-    of the edges into v are out[ptr[v]:ptr[v + 1]], in edge order."""
+def grouped(keys, values, n):
+    """values[k] grouped by keys[k] in 0..n-1, as CSR: the values with key v are
+    out[ptr[v]:ptr[v + 1]], in input order.  Edges src -> dst grouped by target
+    (`grouped(dst, src, n)`) give each node's predecessors; by source, its successors."""
     ptr = np.zeros(n + 1, np.int64)
-    for k in range(targets.shape[0]):
-        ptr[targets[k] + 1] += 1
+    for k in range(keys.shape[0]):
+        ptr[keys[k] + 1] += 1
     for v in range(n):
         ptr[v + 1] += ptr[v]
     out = np.empty(ptr[n], np.int64)
     fill = ptr[:n].copy()
-    for k in range(targets.shape[0]):
-        out[fill[targets[k]]] = sources[k]
-        fill[targets[k]] += 1
+    for k in range(keys.shape[0]):
+        out[fill[keys[k]]] = values[k]
+        fill[keys[k]] += 1
     return ptr, out
 
 
 @njit(cache=True)
 def mark_reaching(marked, ptr, sources):
     """Mark, in place, every node from which a marked node can be reached, walking the edges
-    backwards (`ptr` / `sources` as sources_by_target returns them); returns `marked`."""
+    backwards (`ptr` / `sources`: each node's predecessors, as `grouped` returns them); returns `marked`."""
     queue = np.empty(marked.shape[0], np.int64)
     tail = 0
     for v in range(marked.shape[0]):

@@ -82,7 +82,7 @@ def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
     return string_kernels.trim(start, count, lo, hi, target, final)
 
 
-def encode_json_string(dfa: Dfa, budget: int = 100_000) -> Dfa:
+def encode_json_string(dfa: Dfa, budget: int = DEFAULT_LIMITS.max_encoded_string_states) -> Dfa:
     """The DFA over JSON text (between the quotes) of every encoding of every string `dfa` accepts."""
     return Dfa.from_arrays(*_encode(dfa, budget))
 
@@ -90,7 +90,8 @@ def encode_json_string(dfa: Dfa, budget: int = 100_000) -> Dfa:
 
 
 
-def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern", budget: int = 100_000) -> Expr:
+def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern",
+                     budget: int = DEFAULT_LIMITS.max_encoded_string_states) -> Expr:
     """The whole JSON string token (with quotes) for the decoded language of `dfa`.
 
     Past `budget` states (or twice as many edges) raises UnsupportedSchemaError(keyword).
@@ -100,7 +101,8 @@ def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern", budg
     try:
         start, count, lo, hi, target, final = _encode(dfa, budget)
     except StateBudgetExceeded as exc:
-        raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
+        raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint or raise "
+                                     "Limits.max_encoded_string_states") from None
     if not final.any():
         return NOTHING
     # edges come state by state, each state's sorted: the order dfa_to_char_fsm sorts into

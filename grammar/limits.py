@@ -41,6 +41,8 @@ class Limits:
             scope) that `$dynamicRef` / `$recursiveRef` resolution may make.
         max_string_states [20,000]: states of one string / number automaton built from
             `pattern`, `format`, length and numeric bounds (products and complements included).
+        max_encoded_string_states [100,000]: states of one string automaton once encoded as JSON
+            text (every escape spelt out; patterns, formats, "any key but these names").
     Whole compile
         compile_time_limit_s [None]: wall-clock limit of one compile call, checked between steps
             (passes, rules, subschemas); the last resort, since the size budgets fire sooner.
@@ -58,6 +60,7 @@ class Limits:
     max_object_expr: int = 40_000
     max_dynamic_copies: int = 2_000
     max_string_states: int = 20_000
+    max_encoded_string_states: int = 100_000
     compile_time_limit_s: float | None = None
 
     def __post_init__(self):

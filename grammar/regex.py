@@ -44,8 +44,9 @@ from .ir import (
     EPSILON, MAX_CODE_POINT, MAX_NESTING, NOTHING, SURROGATES, CharClass, CharFsm, Expr, Grammar, alt, char_class,
     complement_ranges, lit, normalize_ranges, remove_surrogates, rep, seq,
 )
+from .limits import DEFAULT_LIMITS
 
-MAX_STATES = 100_000
+MAX_STATES = DEFAULT_LIMITS.max_rule_states
 """Default size budget (`Limits.max_rule_states`) for a pattern's unrolled repetitions."""
 TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .graph_kernels import grown, mark_reaching, sources_by_target
+from .graph_kernels import grouped, grown, mark_reaching
 
 OK = 0
 STATES = 1
@@ -449,7 +449,7 @@ def _predecessors(start, count, tgt):
             sources[k] = s
             targets[k] = tgt[e]
             k += 1
-    return sources_by_target(sources, targets, n)
+    return grouped(targets, sources, n)
 
 
 @njit(cache=True)

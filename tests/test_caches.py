@@ -5,7 +5,8 @@ import numpy as np
 
 import pushmask
 from pushmask.automata import dfa as dfa_module
-from pushmask.grammar import caches, json_schema
+from pushmask.grammar import caches
+from pushmask.grammar.json_schema import leaves
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.passes import normalize
 from pushmask.automata.pda import build_pda
@@ -21,12 +22,12 @@ def automaton(schema):
 
 def test_clear_caches_empties_every_registered_cache_and_changes_no_automaton():
     before = automaton(SCHEMA)
-    assert dfa_module._dfa_cache and json_schema._leaf_cache  # the compile filled them
+    assert dfa_module._dfa_cache and leaves._leaf_cache  # the compile filled them
     names = caches.registered()
     assert any("rule DFAs" in name for name in names) and any("leaf automata" in name for name in names)
     pushmask.clear_caches()
-    assert not dfa_module._dfa_cache and not dfa_module._fsm_layouts and not json_schema._leaf_cache
-    assert not json_schema._search_cache
+    assert not dfa_module._dfa_cache and not dfa_module._fsm_layouts and not leaves._leaf_cache
+    assert not leaves._search_cache
     after = automaton(SCHEMA)
     assert np.array_equal(before.blob, after.blob) and before.rule_names == after.rule_names
 

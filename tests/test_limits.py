@@ -57,6 +57,8 @@ CASES = {
                              "type": "object", "properties": {"c": {"$dynamicRef": "#node"}},
                              "additionalProperties": False}}}, pushmask.BudgetExceededError, None),
     "max_string_states": (10, "schema", {"type": "string", "pattern": "^[a-z]{30}$"}, pushmask.PushmaskError, None),
+    "max_encoded_string_states": (10, "schema", {"type": "string", "pattern": "^[a-z]{5}$"}, pushmask.PushmaskError,
+                                  None),
     "compile_time_limit_s": (0.0, "schema", {"type": "object", "properties": {"a": {"type": "string"}}},
                              pushmask.BudgetExceededError, None),
 }

@@ -270,7 +270,7 @@ class EmitMixin:
             dfa = self.dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
         for pattern in excluded_patterns:
             dfa = self.dfa_op(dfa.difference, self.pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
-        return json_string_expr(dfa, pointer)
+        return json_string_expr(dfa, pointer, budget=self.limits.max_encoded_string_states)
 
     def json_char(self) -> Expr:
         """One JSON string character: a raw code point, or a reference to the escape rule

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import ecma_regex, json_formats, json_numbers
+from .. import caches, ecma_regex, json_formats, json_numbers
 from ..codepoint_dfa import StateBudgetExceeded, any_string_dfa, budgeted, literal_dfa
 from ..ecma_regex import pattern_dfa
 from ..errors import UnsupportedSchemaError
@@ -31,6 +31,9 @@ def clear_leaf_cache() -> None:
     _leaf_cache.clear()
     ecma_regex._pattern_dfa_cached.cache_clear()
     json_formats._format_dfa_cached.cache_clear()
+
+
+caches.register(clear_leaf_cache, "JSON Schema leaf automata: numbers, patterns, formats")
 
 
 def _cached_leaf(kind: str, kwargs: dict) -> Expr:
@@ -60,6 +63,7 @@ def _dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int = DEFAU
 
 
 _search_cache: dict[tuple[str, str], bool] = {}
+caches.register(_search_cache.clear, "JSON Schema patternProperties matches")
 
 
 def _search(pattern: str, name: str, pointer: str) -> bool:

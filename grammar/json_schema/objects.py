@@ -281,7 +281,8 @@ class ObjectsMixin:
             vexpr = self.value(value_schema(mask), f"{pointer}/additionalProperties", child)
             if vexpr == NOTHING:
                 continue
-            alternatives.append(seq(json_string_expr(dfa, pointer, "additionalProperties"), colon, vexpr, end))
+            key = json_string_expr(dfa, pointer, "additionalProperties", self.limits.max_encoded_string_states)
+            alternatives.append(seq(key, colon, vexpr, end))
         return alternatives
 
     def object_body(self, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
