@@ -2,6 +2,10 @@
 
 The compiler (masks/compiler.py), the vLLM backend and `generate` all go through it, so each
 front end is called in one place with the budgets of one `Limits` object.
+
+The JSON Schema front end (and structural tags, which embed it) is imported on first use: it
+builds its string automata when imported, which would double the time of `import pushmask` for
+users who only compile grammars or regexes.
 """
 
 from __future__ import annotations
@@ -11,11 +15,9 @@ from typing import Any, Callable
 from .ebnf import parse_ebnf
 from .errors import CompileClock
 from .ir import Grammar, alt, lit
-from .json_schema import json_schema_to_grammar
 from .lark_frontend import parse_lark
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
-from .structural_tag import structural_tag_to_grammar
 
 __all__ = ["FRONT_ENDS", "JSON_LAYOUT_OPTIONS", "choice_grammar", "json_schema_options", "to_grammar"]
 
@@ -62,6 +64,8 @@ def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_i
     """
     if kind == "json_schema":
         layout = {name: options.pop(name) for name in JSON_LAYOUT_OPTIONS if name in options}
+        from .json_schema import json_schema_to_grammar  # on first use: see the module docstring
+
         return json_schema_to_grammar(spec, clock=clock, limits=limits, **json_schema_options(**layout), **options)
     if kind == "ebnf":
         return parse_ebnf(spec, max_nesting=limits.max_nesting, max_repeat=limits.max_repeat, token_id=token_id,
@@ -74,6 +78,8 @@ def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_i
     if kind == "structural_tag":
         options.setdefault("additional_properties_default", "declared")  # XGrammar's strict default
         triggers = options.pop("triggers", None)
+        from .structural_tag import structural_tag_to_grammar  # on first use: see the module docstring
+
         return structural_tag_to_grammar(spec, triggers, token_id=token_id, clock=clock, limits=limits, **options)
     if kind == "choice":
         return choice_grammar(spec, **options)
