@@ -130,6 +130,19 @@ class Pda:
 
 
 @njit(cache=True)
+def _visit(t, first, number, order, n, max_states):
+    """Give state t (of the rule whose states start at `first`) the next breadth-first number n
+    on its first visit; return how many states are numbered, or -1 past max_states."""
+    if number[t - first] < 0:
+        if n > max_states:
+            return -1
+        number[t - first] = n
+        order[n] = t
+        n += 1
+    return n
+
+
+@njit(cache=True)
 def _reachable_shape(pda, state, rule_hashes, max_states):
     """The reachable part of a state's rule as int64s, states numbered breadth-first from it:
     per state its accept flag, byte edges (lo, hi, target number) and references (rule hash,
@@ -159,12 +172,9 @@ def _reachable_shape(pda, state, rule_hashes, max_states):
         n_out += 2
         for e in range(byte_ptr[s], byte_ptr[s + 1]):
             t = byte_dst[e]
-            if number[t - first] < 0:
-                if n > max_states:
-                    return out[:0]
-                number[t - first] = n
-                order[n] = t
-                n += 1
+            n = _visit(t, first, number, order, n, max_states)
+            if n < 0:
+                return out[:0]
             out[n_out] = byte_lo[e]
             out[n_out + 1] = byte_hi[e]
             out[n_out + 2] = number[t - first]
@@ -173,12 +183,9 @@ def _reachable_shape(pda, state, rule_hashes, max_states):
         n_out += 1
         for e in range(ref_ptr[s], ref_ptr[s + 1]):
             t = ref_dst[e]
-            if number[t - first] < 0:
-                if n > max_states:
-                    return out[:0]
-                number[t - first] = n
-                order[n] = t
-                n += 1
+            n = _visit(t, first, number, order, n, max_states)
+            if n < 0:
+                return out[:0]
             out[n_out] = rule_hashes[ref_rule[e]]
             out[n_out + 1] = number[t - first]
             n_out += 2
