@@ -304,6 +304,9 @@ def iter_refs(expr: Expr) -> Iterator[str]:
             yield node.name
 
 
+_NO_REFS: frozenset[str] = frozenset()
+
+
 def ref_names(expr: Expr) -> frozenset[str]:
     """The names of the rules referenced inside `expr`, kept on every node once computed: the
     passes ask for them again and again, and a rule body can be an alternation of 50,000
@@ -322,9 +325,11 @@ def ref_names(expr: Expr) -> frozenset[str]:
             if missing:
                 stack.extend(missing)
                 continue
-            names = frozenset().union(*(child._refs for child in children))
+            parts = [child._refs for child in children if child._refs]
+            # most nodes hold one child's references or none: share that set instead of copying
+            names = _NO_REFS if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts)
         else:
-            names = frozenset()
+            names = _NO_REFS
         object.__setattr__(node, "_refs", names)
         stack.pop()
     return expr._refs
