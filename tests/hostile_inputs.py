@@ -129,13 +129,13 @@ CASES: list[Case] = [
 BY_ID = {case.id: case for case in CASES}
 
 
-def _compiler(budgets=None):
+def _compiler(limits=None):
     """A compiler for a small byte vocabulary (every byte, a few longer tokens, a stop token)."""
     import pushmask as pm
 
     vocab = [bytes([b]) for b in range(256)] + [b'"a', b"ab", b"xyz", b"</s>"]
     info = pm.TokenizerInfo.from_vocab(vocab, "raw", stop_token_ids=[len(vocab) - 1])
-    return pm.GrammarCompiler(info, budgets=budgets)
+    return pm.GrammarCompiler(info, limits=limits)
 
 
 def _compile(compiler, kind: str, value):

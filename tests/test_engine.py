@@ -310,7 +310,7 @@ def test_jump_forward_string(smollm2_compiler):
 def test_too_many_stack_tops_is_a_budget_error(smollm2_compiler):
     """An ambiguous grammar whose live stacks grow with the input stops with a clear error."""
     grammar = Grammar({"root": ref("a"), "a": alt(seq(lit("x"), ref("a"), lit("y")), seq(lit("x"), ref("a")), lit(""))})
-    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, budgets=pm.Budgets(max_stack_tops=16))
+    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, limits=pm.Limits(max_stack_tops=16))
     matcher = pm.GrammarMatcher(compiler.compile_ir(grammar, normalize=False))
     with pytest.raises(pm.BudgetExceededError, match="stack tops"):
         for _ in range(40):
@@ -320,7 +320,7 @@ def test_too_many_stack_tops_is_a_budget_error(smollm2_compiler):
 def test_unremoved_left_recursion_cannot_hang(smollm2_compiler):
     """Even if left recursion reached the automaton, the closure stops at the stack-top budget."""
     grammar = Grammar({"root": alt(seq(ref("root"), lit("x")), lit("y"))})
-    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, budgets=pm.Budgets(max_stack_tops=64))
+    compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, limits=pm.Limits(max_stack_tops=64))
     with pytest.raises(pm.BudgetExceededError):
         pm.GrammarMatcher(compiler.compile_ir(grammar, normalize=False))
 

@@ -168,24 +168,24 @@ def test_argument_types_are_named(compiler):
 
 def test_budgets_name_themselves_and_can_be_raised():
     deep = {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {}}}}
-    compiler = _compiler(pushmask.Budgets(max_schema_depth=3))
+    compiler = _compiler(pushmask.Limits(max_schema_depth=3))
     with pytest.raises(pushmask.BudgetExceededError, match="deeper than 3 levels.*max_schema_depth"):
         compiler.compile_json_schema(deep)
-    compiler = _compiler(pushmask.Budgets(max_schema_depth=6))
+    compiler = _compiler(pushmask.Limits(max_schema_depth=6))
     assert accepts(compiler.compile_json_schema(deep), "[[[1]]]")
 
     nested = "root ::= " + "(" * 5 + '"a"' + ")" * 5
-    compiler = _compiler(pushmask.Budgets(max_nesting=4))
+    compiler = _compiler(pushmask.Limits(max_nesting=4))
     with pytest.raises(pushmask.GrammarError, match="deeper than 4 levels.*max_nesting"):
         compiler.compile_grammar(nested)
     with pytest.raises(pushmask.GrammarError, match="deeper than 4 levels.*max_nesting"):
         compiler.compile_regex("(((((a)))))")
-    compiler = _compiler(pushmask.Budgets(max_nesting=5))
+    compiler = _compiler(pushmask.Limits(max_nesting=5))
     assert accepts(compiler.compile_grammar(nested), "a") and accepts(compiler.compile_regex("(((((a)))))"), "a")
 
-    compiler = _compiler(pushmask.Budgets(max_rule_states=50))
+    compiler = _compiler(pushmask.Limits(max_rule_states=50))
     with pytest.raises(pushmask.BudgetExceededError, match="51 character positions.*max_rule_states budget of 50"):
         compiler.compile_regex("a{51}")
-    compiler = _compiler(pushmask.Budgets(compile_time_limit_s=0.0))
+    compiler = _compiler(pushmask.Limits(compile_time_limit_s=0.0))
     with pytest.raises(pushmask.BudgetExceededError, match="compile_time_limit_s=0.0"):
         compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "string"}}})
