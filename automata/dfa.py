@@ -99,8 +99,8 @@ class RuleDfa:
     def digest(self) -> bytes:
         """A digest of the structure (references by local index): equal for equal automata."""
         h = hashlib.blake2b(digest_size=16)
-        for array in self.arrays:
-            h.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+        for table in self.arrays:
+            h.update(np.ascontiguousarray(table, dtype=np.int64).tobytes())
             h.update(b"|")
         return h.digest()
 

@@ -9,7 +9,7 @@ import pytest
 import regex
 
 import pushmask as pm
-from pushmask.grammar.ir import Grammar, alt, char_class, lit, opt, plus, ref, rep, seq, star
+from pushmask.grammar.ir import Grammar, alt, char_class, lit, opt, plus, ref, seq, star
 
 from support import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
 

@@ -24,7 +24,7 @@ from support import accepts_text as accepts  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
-from pushmask.grammar.ir import Ref, iter_refs  # noqa: E402
+from pushmask.grammar.ir import iter_refs  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 

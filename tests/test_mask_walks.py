@@ -20,7 +20,7 @@ import pushmask as pm
 from pushmask.masks import compiler as compiler_module
 from pushmask.masks.trie import BUCKET_BOUNDS, OTHER
 
-from support import DATA, REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
+from support import REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
 
 SCHEMAS = {
     "strings": {

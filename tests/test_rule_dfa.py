@@ -17,7 +17,6 @@ import random
 import re
 
 import numpy as np
-import pytest
 
 from pushmask.automata import dfa as dfa_module
 from pushmask.automata.dfa import RuleDfa, _construct_rule_dfa, _structure_digest, build_rule_dfa, clear_dfa_cache
@@ -25,7 +24,7 @@ from pushmask.automata.dfa_kernels import MAX_SEQUENCES, utf8_sequences
 from pushmask.automata.utf8 import utf8_byte_ranges
 from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.errors import BudgetExceededError, PushmaskError
-from pushmask.grammar.ir import EPSILON, NOTHING, Alt, ByteClass, Bytes, CharClass, Ref, Repeat, Seq, alt, lit, opt, ref, rep, seq, star
+from pushmask.grammar.ir import EPSILON, NOTHING, ByteClass, CharClass, Ref, Seq, alt, lit, opt, ref, rep, seq, star
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import normalize
