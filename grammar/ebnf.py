@@ -24,7 +24,6 @@ import bisect
 from .errors import GrammarError, check_argument
 from .ir import (
     MAX_CODE_POINT,
-    MAX_NESTING,
     SURROGATES,
     Expr,
     Grammar,
@@ -51,7 +50,7 @@ HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 class _Parser:
     """Recursive descent over the text; `pos` is an offset, converted to line/column on error."""
 
-    def __init__(self, text: str, max_nesting: int = MAX_NESTING, token_id=None,
+    def __init__(self, text: str, max_nesting: int = DEFAULT_LIMITS.max_nesting, token_id=None,
                  max_repeat: int = DEFAULT_LIMITS.max_repeat):
         self.text = text
         self.max_repeat = max_repeat
@@ -374,7 +373,7 @@ def token_expr(text: str, token_id, error) -> Expr:
         raise error(f"token terminal {text}: {exc}") from None
 
 
-def parse_ebnf(text: str, root: str = "root", max_nesting: int = MAX_NESTING, token_id=None,
+def parse_ebnf(text: str, root: str = "root", max_nesting: int = DEFAULT_LIMITS.max_nesting, token_id=None,
                max_repeat: int = DEFAULT_LIMITS.max_repeat) -> Grammar:
     """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined).
     Groups nested deeper than `max_nesting`, and repetition bounds `{m,n}` above `max_repeat`,

@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .errors import GrammarError
-from .limits import DEFAULT_LIMITS
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
-MAX_NESTING = DEFAULT_LIMITS.max_nesting
-"""Default of the `max_nesting` budget (grammar/limits.py)."""
 
 
 class Expr:

@@ -41,9 +41,10 @@ from lark.load_grammar import load_grammar
 
 from .ebnf import token_expr
 from .errors import BudgetExceededError, GrammarError, check_argument
-from .ir import MAX_NESTING, NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
+from .ir import NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
-from .regex import MAX_STATES, regex_to_ir
+from .limits import DEFAULT_LIMITS
+from .regex import regex_to_ir
 
 __all__ = ["parse_lark"]
 
@@ -281,7 +282,8 @@ FAST_READER_MIN_CHARS = 20_000
 lark's loader reads the rest (milliseconds for ordinary grammars, seconds for 10,000 rules)."""
 
 
-def parse_lark(text: str, start: str = "start", max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING,
+def parse_lark(text: str, start: str = "start", max_states: int = DEFAULT_LIMITS.max_rule_states,
+               max_nesting: int = DEFAULT_LIMITS.max_nesting,
                token_id=None) -> Grammar:
     """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any).
     `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir).  Token

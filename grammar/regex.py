@@ -41,13 +41,11 @@ from interegular.utils.simple_parser import NoMatch
 
 from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import (
-    EPSILON, MAX_CODE_POINT, MAX_NESTING, NOTHING, SURROGATES, CharClass, CharFsm, Expr, Grammar, alt, char_class,
+    EPSILON, MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, Grammar, alt, char_class,
     complement_ranges, lit, normalize_ranges, remove_surrogates, rep, seq,
 )
 from .limits import DEFAULT_LIMITS
 
-MAX_STATES = DEFAULT_LIMITS.max_rule_states
-"""Default size budget (`Limits.max_rule_states`) for a pattern's unrolled repetitions."""
 TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
 `_pattern_to_ir`) instead of interegular automata."""
@@ -323,7 +321,7 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
     return pattern[i:i + 2], i + 2
 
 
-def preprocess_regex(pattern: str, max_nesting: int = MAX_NESTING) -> tuple[str, list[int]]:
+def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting) -> tuple[str, list[int]]:
     """Check `pattern` and rewrite it into the dialect interegular reads.
 
     Returns the rewritten pattern and, for each of its characters, the 0-based index in the
@@ -449,7 +447,8 @@ def _to_fsm(parsed: Pattern) -> FSM:
         raise GrammarError(f"invalid regex: {exc}; check repetition bounds like {{m,n}} with m <= n", 1, 1) from None
 
 
-def regex_to_ir(pattern: str, max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING,
+def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
+                max_nesting: int = DEFAULT_LIMITS.max_nesting,
                 automaton: bool = False) -> Expr:
     """An IR expression for the strings `pattern` fully matches: a CharFsm (or NOTHING) for
     small patterns, an IR tree for patterns with counted repetitions or many nodes (unless
@@ -543,6 +542,7 @@ def _pattern_to_ir(node, flags: REFlags, expansion: dict[str, tuple[int, int]]) 
     return expr
 
 
-def parse_regex(pattern: str, max_states: int = MAX_STATES, max_nesting: int = MAX_NESTING) -> Grammar:
+def parse_regex(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
+                max_nesting: int = DEFAULT_LIMITS.max_nesting) -> Grammar:
     """A one-rule grammar ("root") for the regex."""
     return Grammar({"root": regex_to_ir(pattern, max_states, max_nesting)}, "root", {"root": (1, 1)})
