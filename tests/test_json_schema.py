@@ -176,6 +176,46 @@ def test_property_order_definition_option(compiler, tokenizer):
         json_schema_to_grammar(schema, property_order="sorted")
 
 
+def test_definition_order_members_across_rule_checkpoints():
+    """Objects in definition order past ORDERED_CHUNK members (so split into rules), with required
+    members before and after the split points, additional members and minProperties 0 / 1: a text
+    is accepted exactly when jsonschema finds it valid and its named members come in definition
+    order, before any additional member."""
+    import random
+
+    from pushmask.grammar.json_schema.objects import ORDERED_CHUNK
+
+    info = pm.TokenizerInfo.from_vocab([bytes([b]) for b in range(256)], "raw")
+    compiler = pm.GrammarCompiler(info)
+    rng = random.Random(7)
+    for n in (3, ORDERED_CHUNK, ORDERED_CHUNK + 1, 2 * ORDERED_CHUNK + 3):
+        names = [f"m{i}" for i in range(n)]
+        for additional, min_p, required in (
+                (False, 0, []), (True, 1, [names[-1]]), ({"type": "string"}, 0, sorted(rng.sample(names, 2))),
+                ({"type": "string"}, 1, [])):
+            schema = {"type": "object", "properties": {name: {"type": "integer"} for name in names},
+                      "required": required, "additionalProperties": additional, "minProperties": min_p}
+            compiled = compiler.compile_json_schema(schema, property_order="definition")
+            validator = jsonschema.Draft202012Validator(schema)
+            verdicts = set()
+            for _ in range(60):
+                chosen = [name for name in names if name in required or rng.random() < 0.3]
+                if rng.random() < 0.3 and chosen:
+                    chosen.remove(rng.choice(chosen))
+                if rng.random() < 0.2:
+                    rng.shuffle(chosen)
+                instance = {name: rng.choice((1, 1, 1, "s")) for name in chosen}
+                if rng.random() < 0.3:
+                    instance[rng.choice(("x", "m0y"))] = rng.choice(("v", 2))
+                positions = [names.index(key) if key in names else n for key in instance]
+                wanted = validator.is_valid(instance) and positions == sorted(positions) and \
+                    len([p for p in positions if p == n]) <= 1
+                for text in (json.dumps(instance), json.dumps(instance, separators=(",", ":"))):
+                    assert accepts(compiled, text) == wanted, (schema, text)
+                verdicts.add(wanted)
+            assert verdicts == {True, False}, schema  # the sample holds both kinds of text
+
+
 def test_min_properties_that_needs_two_additional_members_is_unsupported(compiler, tokenizer):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 3}
     with pytest.raises(UnsupportedSchemaError) as info:

@@ -19,6 +19,8 @@ order exactly (2^n states); larger ones only track their required members."""
 INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
 them; past it the required ones keep the order of `properties` or of `required` among themselves."""
+ORDERED_CHUNK = 8
+"""ordered_members makes every this many members a rule (see its checkpoints)."""
 MAX_PATTERN_GROUPS = 5
 MAX_WITNESSES = 3
 
@@ -322,6 +324,10 @@ class ObjectsMixin:
                 return seq(o, self.any_order_members(members, extra, first, nxt, close_e, close_ne))
             return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne, required_rank))
 
+        if max_p is None and min_p <= 1:
+            body = self.ordered_members(members, extra, min_p == 0, first, nxt, close_e, close_ne)
+            return seq(o, self._checked_size(body, pointer))
+
         # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
         for i in range(n, -1, -1):
             for k in range(cap, -1, -1):
@@ -348,13 +354,50 @@ class ObjectsMixin:
                         name = self.new_rule("members")
                         self.rules[name] = memo[(i, k)]
                         memo[(i, k)] = Ref(name)
-        body = memo[(0, 0)]
+        return seq(o, self._checked_size(memo[(0, 0)], pointer))
+
+    def _checked_size(self, body: Expr, pointer: str) -> Expr:
         budget = self.limits.max_object_expr
         if expr_nodes(body) > budget:
             raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
                                       f"with minProperties/maxProperties (more than {budget} expression nodes, "
                                       "Limits.max_object_expr); simplify it or raise the limit")
-        return seq(o, body)
+        return body
+
+    def ordered_members(self, members, extra, may_be_empty, first, nxt, close_e, close_ne) -> Expr:
+        """Members in definition order (required ones mandatory), then `extra` repeated, with no
+        maxProperties and at most one member required by minProperties (`may_be_empty` False).
+
+        Two families of expressions, i running backwards over the members:
+        written_from(i) "a first member at position i or later, then the rest" and
+        rest(i) "more members from position i on, each after a separator, then the close".
+        Member i continues with rest(i + 1) in both, so an automaton holds it once, where
+        counting members written (object_body) copies every member into two chains.
+        """
+        n = len(members)
+        required_after = [False] * (n + 1)  # a required member at position >= i
+        for i in range(n - 1, -1, -1):
+            required_after[i] = members[i][1] or required_after[i + 1]
+        if extra is None:
+            written_from, rest = NOTHING, close_ne
+        else:
+            more_extra = star(seq(nxt, extra))
+            written_from, rest = seq(extra, more_extra, close_ne), seq(more_extra, close_ne)
+        for i in range(n - 1, -1, -1):
+            item, is_req = members[i]
+            after = seq(item, rest)
+            written_from = after if is_req else alt(after, written_from)
+            rest = seq(nxt, after) if is_req else seq(opt(seq(nxt, item)), rest)
+            if 0 < i and i % ORDERED_CHUNK == 0:
+                # Checkpoint: written_from(i) becomes a rule, so each rule body stays a small tree
+                # (the two families share sub-expressions, which tree walks would copy
+                # exponentially often) and rest(i) is "close, or a separator and that rule".
+                name = self.new_rule("members")
+                self.rules[name] = written_from
+                written_from = Ref(name)
+                rest = seq(nxt, written_from) if required_after[i] else alt(close_ne, seq(nxt, written_from))
+        opened = seq(first, written_from)
+        return alt(close_e, opened) if may_be_empty and not required_after[0] else opened
 
     def any_order_members(self, members, extra, first, nxt, close_e, close_ne) -> Expr:
         """The members in any order, each at most once, required ones present; additional members
