@@ -127,6 +127,9 @@ class Grammar:
     rule matches: the rule's language is a superset and the matcher rejects the bytes that close
     a value failing it.  Passes keep checked rules as rules (never inlined), so the automaton says
     where each checked value starts and ends.
+    productive: passes.check_productive found every rule productive (and left these rules as
+    they are): running it again can be skipped.  Grammars are not modified in place, and copy()
+    with new rules clears it.
     """
 
     rules: dict[str, Expr]
@@ -134,6 +137,7 @@ class Grammar:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     allow_empty: bool = False
     checks: dict[str, object] = field(default_factory=dict)
+    productive: bool = False
 
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
@@ -162,33 +166,40 @@ def lit(text: str | bytes) -> Expr:
 
 def seq(*items: Expr) -> Expr:
     flat: list[Expr] = []
+    literals = 0  # Bytes items kept: two or more may be adjacent
     for item in items:
-        if isinstance(item, Seq):
+        kind = type(item)
+        if kind is Seq:
             flat.extend(item.items)
-        elif item == NOTHING:
+            literals += 2  # its items may hold literals at either end
+        elif kind is Bytes:
+            if item.value:
+                flat.append(item)
+                literals += 1
+        elif kind is Alt and not item.items:  # NOTHING
             return NOTHING
-        elif isinstance(item, Bytes) and not item.value:
-            continue
         else:
             flat.append(item)
-    merged: list[Expr] = []
-    for item in flat:  # adjacent literals merge, which keeps automata small
-        if merged and isinstance(item, Bytes) and isinstance(merged[-1], Bytes):
-            merged[-1] = Bytes(merged[-1].value + item.value)
-        else:
-            merged.append(item)
-    if not merged:
+    if literals > 1:  # adjacent literals merge, which keeps automata small
+        merged: list[Expr] = []
+        for item in flat:
+            if merged and type(item) is Bytes and type(merged[-1]) is Bytes:
+                merged[-1] = Bytes(merged[-1].value + item.value)
+            else:
+                merged.append(item)
+        flat = merged
+    if not flat:
         return EPSILON
-    if len(merged) == 1:
-        return merged[0]
-    return Seq(tuple(merged))
+    if len(flat) == 1:
+        return flat[0]
+    return Seq(tuple(flat))
 
 
 def alt(*items: Expr) -> Expr:
     flat: list[Expr] = []
     seen: set[Expr] = set()
     for item in items:
-        for sub in item.items if isinstance(item, Alt) else (item,):
+        for sub in item.items if type(item) is Alt else (item,):
             if sub not in seen:
                 seen.add(sub)
                 flat.append(sub)
@@ -308,26 +319,40 @@ def ref_names(expr: Expr) -> frozenset[str]:
     """The names of the rules referenced inside `expr`, kept on every node once computed: the
     passes ask for them again and again, and a rule body can be an alternation of 50,000
     literals.  Iterative (post-order), so deep expressions cannot exhaust the stack."""
+    known = getattr(expr, "_refs", None)
+    if known is not None:
+        return known
+    keep = object.__setattr__
     stack = [expr]
     while stack:
         node = stack[-1]
-        if hasattr(node, "_refs"):
+        kind = type(node)
+        if kind is Seq or kind is Alt:
+            children = node.items
+        elif kind is Repeat:
+            children = (node.item,)
+        else:
+            keep(node, "_refs", frozenset((node.name,)) if kind is Ref else _NO_REFS)
             stack.pop()
             continue
-        if isinstance(node, Ref):
-            names = frozenset((node.name,))
-        elif isinstance(node, (Seq, Alt, Repeat)):
-            children = node.items if isinstance(node, (Seq, Alt)) else (node.item,)
-            missing = [child for child in children if not hasattr(child, "_refs")]
-            if missing:
-                stack.extend(missing)
-                continue
-            parts = [child._refs for child in children if child._refs]
-            # most nodes hold one child's references or none: share that set instead of copying
-            names = _NO_REFS if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts)
-        else:
-            names = _NO_REFS
-        object.__setattr__(node, "_refs", names)
+        pending = False
+        parts = []
+        for child in children:
+            names = getattr(child, "_refs", None)
+            if names is None:
+                child_kind = type(child)
+                if child_kind is Seq or child_kind is Alt or child_kind is Repeat:
+                    stack.append(child)  # done before `node` is taken up again
+                    pending = True
+                    continue
+                names = frozenset((child.name,)) if child_kind is Ref else _NO_REFS
+                keep(child, "_refs", names)
+            if names:
+                parts.append(names)
+        if pending:
+            continue
+        # most nodes hold one child's references or none: share that set instead of copying
+        keep(node, "_refs", _NO_REFS if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts))
         stack.pop()
     return expr._refs
 

@@ -122,13 +122,14 @@ def _holds(expr: Expr, names: set[str] | dict[str, bool], known: set[int], leaf:
     caller that keeps `known` across calls (a fixpoint) walks each shared sub-expression once."""
     if id(expr) in known:
         return True
-    if isinstance(expr, Seq):
-        ok = all(_holds(item, names, known, leaf) for item in expr.items)
-    elif isinstance(expr, Alt):
-        ok = any(_holds(item, names, known, leaf) for item in expr.items)
-    elif isinstance(expr, Repeat):
+    kind = type(expr)
+    if kind is Seq:  # `known` is looked up before each call too: most items are shared leaves
+        ok = all(id(item) in known or _holds(item, names, known, leaf) for item in expr.items)
+    elif kind is Alt:
+        ok = any(id(item) in known or _holds(item, names, known, leaf) for item in expr.items)
+    elif kind is Repeat:
         ok = expr.min == 0 or _holds(expr.item, names, known, leaf)
-    elif isinstance(expr, Ref):
+    elif kind is Ref:
         ok = bool(names.get(expr.name, False)) if isinstance(names, dict) else expr.name in names
     else:
         ok = leaf(expr)
@@ -292,6 +293,7 @@ def remove_unreachable(grammar: Grammar) -> Grammar:
     keep = _reachable(grammar)
     out = grammar.copy({name: body for name, body in grammar.rules.items() if name in keep})
     out.positions = {name: pos for name, pos in grammar.positions.items() if name in keep}
+    out.productive = grammar.productive  # a kept rule references kept rules only
     return out
 
 
@@ -301,6 +303,8 @@ def check_productive(grammar: Grammar) -> Grammar:
     If the root derives nothing the grammar accepts no string, which is an error unless the
     grammar says the empty language is intended (`allow_empty`): then the root becomes NOTHING.
     """
+    if grammar.productive:
+        return grammar
     productive = _fixpoint(grammar.rules, is_productive)
     if grammar.root not in productive and grammar.allow_empty:
         out = grammar.copy({grammar.root: NOTHING})
@@ -311,7 +315,9 @@ def check_productive(grammar: Grammar) -> Grammar:
                            "(every alternative needs an infinite derivation or an empty class); "
                            "add a non-recursive alternative", *_position(grammar, grammar.root))
     if len(productive) == len(grammar.rules):
-        return grammar
+        out = grammar.copy()
+        out.productive = True
+        return out
     rules = {
         name: map_refs(body, lambda r: r if r.name in productive else NOTHING)
         for name, body in grammar.rules.items()
@@ -319,6 +325,7 @@ def check_productive(grammar: Grammar) -> Grammar:
     }
     out = grammar.copy(rules)
     out.positions = {name: pos for name, pos in grammar.positions.items() if name in productive}
+    out.productive = True  # no productive rule needed the ones dropped
     return out
 
 
@@ -610,11 +617,15 @@ def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size) -> int:
     got = memo.get(id(expr))
     if got is not None:
         return got
-    if isinstance(expr, (Seq, Alt)):
-        size = 1 + sum(_tree_measure(item, memo, copies, fsm_size) for item in expr.items)
-    elif isinstance(expr, Repeat):  # the automaton holds max copies (min when unbounded)
+    kind = type(expr)
+    if kind is Seq or kind is Alt:
+        size = 1
+        for item in expr.items:  # the memo is looked up here too: most items are shared leaves
+            got = memo.get(id(item))
+            size += got if got is not None else _tree_measure(item, memo, copies, fsm_size)
+    elif kind is Repeat:  # the automaton holds max copies (min when unbounded)
         size = 1 + _tree_measure(expr.item, memo, copies, fsm_size) * copies(expr)
-    elif isinstance(expr, CharFsm):
+    elif kind is CharFsm:
         size = fsm_size(expr)
     else:
         size = 1
@@ -626,25 +637,32 @@ def _copies(expr: Repeat) -> int:
     return max(1, expr.max if expr.max is not None else expr.min)
 
 
-def _reference_counts(expr: Expr, memo: dict[int, dict[str, int]]) -> dict[str, int]:
-    """Automaton copies per referenced rule: inside x{m,n} a reference is built n times (m if
-    unbounded), so inlining its body there would copy the body that often.  Counted as a tree,
-    each distinct node once (`memo`, by id, shared across the rules of one grammar)."""
-    got = memo.get(id(expr))
-    if got is not None:
-        return got
-    out: dict[str, int] = {}
-    if isinstance(expr, Ref):
-        out[expr.name] = 1
-    elif isinstance(expr, (Seq, Alt)):
-        for item in expr.items:
-            for name, copies in _reference_counts(item, memo).items():
-                out[name] = out.get(name, 0) + copies
-    elif isinstance(expr, Repeat):
-        k = _copies(expr)
-        out = {name: copies * k for name, copies in _reference_counts(expr.item, memo).items()}
-    memo[id(expr)] = out
-    return out
+def _built_once(bodies: Iterable[Expr], names: set[str]) -> set[str]:
+    """Those of `names` whose rule the automata would build exactly once: referenced once in all
+    `bodies` counted as trees, where a reference inside x{m,n} counts n times (m if unbounded)
+    because the automaton holds that many copies -- inlining the rule there copies its body.
+
+    The walk descends only into sub-expressions that still reference an undecided name and
+    drops a name at its second copy, so each node is visited a bounded number of times however
+    widely the bodies share sub-expressions (a tree walk of a DAG can be exponential)."""
+    copies_of = dict.fromkeys(names, 0)
+    undecided = set(names)
+    for body in bodies:
+        stack = [(body, 1)]
+        while stack and undecided:
+            node, copies = stack.pop()
+            if undecided.isdisjoint(ref_names(node)):
+                continue
+            kind = type(node)
+            if kind is Ref:
+                copies_of[node.name] += copies
+                if copies_of[node.name] > 1:
+                    undecided.discard(node.name)
+            elif kind is Repeat:
+                stack.append((node.item, copies * _copies(node)))
+            else:  # Seq or Alt: only they hold references below them
+                stack.extend((item, copies) for item in node.items)
+    return {name for name, copies in copies_of.items() if copies == 1}
 
 
 def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
@@ -656,12 +674,8 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     """
     rules = dict(grammar.rules)
     graph = {name: ref_names(body) & rules.keys() for name, body in rules.items()}
-    uses: dict[str, int] = {name: 0 for name in rules}
-    memo: dict[int, dict[str, int]] = {}
-    for body in rules.values():
-        for target, copies in _reference_counts(body, memo).items():
-            uses[target] += copies
     recursive = {name for component in _cyclic_components(graph) for name in component}
+    used_once = _built_once(rules.values(), rules.keys() - recursive - grammar.checks.keys() - {grammar.root})
 
     # Leaves first: every rule a body references comes earlier (or is in its own cycle, never
     # inlined), so one rewrite per body substitutes final bodies; rewriting each user once per
@@ -681,7 +695,7 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
             continue
         measured.append(rules[name])
         size = expr_size(rules[name], size_memo)
-        if size <= tiny or (uses[name] == 1 and size <= MAX_INLINED_SIZE):
+        if size <= tiny or (name in used_once and size <= MAX_INLINED_SIZE):
             inlined[name] = rules[name]
     return remove_unreachable(grammar.copy(rules))
 

@@ -460,7 +460,11 @@ class CompiledGrammar:
         # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py); a
         # deserialized grammar (no IR) names them in its payload.
         self.token_terminals: dict[int, np.ndarray] = {}
-        for token in sorted(token_terminal_ids(grammar) if grammar is not None else token_ids):
+        if grammar is not None:
+            # every token terminal starts with TOKEN_MARK, which no UTF-8 text holds: an automaton
+            # without an edge on that byte has none, and the IR walk is skipped
+            token_ids = token_terminal_ids(grammar) if (pda.byte_hi >= TOKEN_MARK).any() else ()
+        for token in sorted(token_ids):
             if token >= self.tokenizer_info.vocab_size:
                 raise GrammarError(f"token id {token} in the grammar is outside the vocabulary "
                                    f"(size {self.tokenizer_info.vocab_size})")

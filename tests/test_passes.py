@@ -387,6 +387,41 @@ def test_inline_small_rules_keeps_root_and_language():
     assert_contract(out)
 
 
+def test_rules_built_once_match_a_tree_expansion_count():
+    """`_built_once` (a pruned walk over shared sub-expressions) agrees with counting every
+    reference in the bodies expanded as trees, x{m,n} copying its item n times (m if unbounded)."""
+    import random
+
+    from pushmask.grammar.passes import _built_once
+
+    def tree_copies(expr, counts, copies=1):
+        if isinstance(expr, Ref):
+            counts[expr.name] = counts.get(expr.name, 0) + copies
+        elif isinstance(expr, (Seq, Alt)):
+            for item in expr.items:
+                tree_copies(item, counts, copies)
+        elif isinstance(expr, Repeat):
+            tree_copies(expr.item, counts, copies * max(1, expr.max if expr.max is not None else expr.min))
+
+    rng = random.Random(3)
+    names = [f"r{i}" for i in range(6)]
+    for _ in range(300):
+        pool = [Ref(rng.choice(names)) for _ in range(3)] + [lit("x")]
+        for _ in range(rng.randint(1, 8)):  # later nodes reuse earlier ones: a DAG
+            kind = rng.choice((Seq, Alt, Repeat))
+            if kind is Repeat:
+                lo = rng.randint(0, 2)
+                pool.append(Repeat(rng.choice(pool), lo, rng.choice((None, lo + rng.randint(0, 2)))))
+            else:
+                pool.append(kind(tuple(rng.choice(pool) for _ in range(rng.randint(1, 3)))))
+        bodies = [rng.choice(pool) for _ in range(rng.randint(1, 3))]
+        counts: dict[str, int] = {}
+        for body in bodies:
+            tree_copies(body, counts)
+        wanted = set(rng.sample(names, 4))
+        assert _built_once(bodies, wanted) == {name for name in wanted if counts.get(name) == 1}
+
+
 def test_long_rule_chains_normalize_quickly_and_stay_shallow():
 
     from pushmask.grammar.ir import alt

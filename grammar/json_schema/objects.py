@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..errors import BudgetExceededError, UnsupportedSchemaError
-from ..ir import NOTHING, Expr, Ref, alt, opt, rep, seq, star
+from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import _escape
 from .keywords import WITNESS, _is_true, _RefMarker, _types_of
@@ -385,9 +385,12 @@ class ObjectsMixin:
             written_from, rest = seq(extra, more_extra, close_ne), seq(more_extra, close_ne)
         for i in range(n - 1, -1, -1):
             item, is_req = members[i]
-            after = seq(item, rest)
-            written_from = after if is_req else alt(after, written_from)
-            rest = seq(nxt, after) if is_req else seq(opt(seq(nxt, item)), rest)
+            # pairs nest instead of flattening (seq / alt would copy the chain behind them at
+            # every member, quadratic in ORDERED_CHUNK); no two alternatives are equal (their
+            # member names differ)
+            after = _pair(Seq, item, rest)
+            written_from = after if is_req else _pair(Alt, after, written_from)
+            rest = _pair(Seq, nxt, after) if is_req else _pair(Seq, opt(seq(nxt, item)), rest)
             if 0 < i and i % ORDERED_CHUNK == 0:
                 # Checkpoint: written_from(i) becomes a rule, so each rule body stays a small tree
                 # (the two families share sub-expressions, which tree walks would copy
@@ -477,6 +480,13 @@ class ObjectsMixin:
             options.append(seq(first, free, after(0)))
         options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
         return alt(*options)
+
+
+def _pair(kind, first: Expr, second: Expr) -> Expr:
+    """Seq or Alt of two expressions, as seq / alt simplify NOTHING, without flattening."""
+    if kind is Seq:
+        return NOTHING if NOTHING in (first, second) else Seq((first, second))
+    return second if first == NOTHING else first if second == NOTHING else Alt((first, second))
 
 
 def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int], pointer: str,
