@@ -14,6 +14,7 @@ with nullability: in `Seq(a, b)` the left corners of `b` count when `a` can be e
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Callable, Iterable
 
@@ -522,7 +523,7 @@ class _LeftRecursionEliminator:
             out.append([self.helper_rule(name, "base", alt(*(seq(*items) for items in done)))])
         for head, rests in by_head.items():
             rest = alt(*(seq(*items) for items in rests))
-            if len(rests) == 1 and expr_size(rest) <= TINY_RULE_SIZE:
+            if len(rests) == 1 and expr_size(rest, limit=TINY_RULE_SIZE) <= TINY_RULE_SIZE:
                 out.append([Ref(head)] + rests[0])
             else:
                 out.append([Ref(head), self.helper_rule(name, f"after_{head}", rest)])
@@ -596,11 +597,12 @@ TINY_RULE_SIZE = 6  # rules this small are inlined wherever they are used
 MAX_INLINED_SIZE = 256  # bigger single-use rules stay rules, which keeps bodies shallow
 
 
-def expr_size(expr: Expr, _memo: dict[int, int] | None = None) -> int:
+def expr_size(expr: Expr, _memo: dict[int, int] | None = None, limit: int = sys.maxsize) -> int:
     """Rough size of an expression's automaton (nodes; an automaton counts its edges, a bounded
     repetition its copies), counted as a tree; a sub-expression shared by several parents (the
-    JSON Schema compiler builds such DAGs) is measured once."""
-    return _tree_measure(expr, {} if _memo is None else _memo, _copies, lambda fsm: 1 + len(fsm.transitions))
+    JSON Schema compiler builds such DAGs) is measured once.  Counting stops past `limit`: a
+    result above it only says "bigger" (for callers that compare with a threshold)."""
+    return _tree_measure(expr, {} if _memo is None else _memo, _copies, lambda fsm: 1 + len(fsm.transitions), limit)
 
 
 def expr_nodes(expr: Expr, fsm_edges: bool = False) -> int:
@@ -608,12 +610,13 @@ def expr_nodes(expr: Expr, fsm_edges: bool = False) -> int:
     counts its copies); an automaton is one node, or with `fsm_edges` as many as its edges.  A
     shared sub-expression is measured once.  The JSON Schema compiler's thresholds use it."""
     fsm_size = (lambda fsm: len(fsm.transitions)) if fsm_edges else (lambda fsm: 1)
-    return _tree_measure(expr, {}, lambda rep: 1, fsm_size)
+    return _tree_measure(expr, {}, lambda rep: 1, fsm_size, sys.maxsize)
 
 
-def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size) -> int:
+def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size, limit: int) -> int:
     """Nodes of `expr` as a tree: Seq/Alt 1 + their items, Repeat 1 + its item times `copies(rep)`,
-    a CharFsm `fsm_size(fsm)`, any other leaf 1; memoised by node identity in `memo`."""
+    a CharFsm `fsm_size(fsm)`, any other leaf 1; memoised by node identity in `memo`, which
+    holds exact sizes only: a walk cut short past `limit` returns a partial count above it."""
     got = memo.get(id(expr))
     if got is not None:
         return got
@@ -622,9 +625,14 @@ def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size) -> int:
         size = 1
         for item in expr.items:  # the memo is looked up here too: most items are shared leaves
             got = memo.get(id(item))
-            size += got if got is not None else _tree_measure(item, memo, copies, fsm_size)
+            size += got if got is not None else _tree_measure(item, memo, copies, fsm_size, limit)
+            if size > limit:
+                return size
     elif kind is Repeat:  # the automaton holds max copies (min when unbounded)
-        size = 1 + _tree_measure(expr.item, memo, copies, fsm_size) * copies(expr)
+        item_size = _tree_measure(expr.item, memo, copies, fsm_size, limit)
+        if item_size > limit:
+            return item_size
+        size = 1 + item_size * copies(expr)
     elif kind is CharFsm:
         size = fsm_size(expr)
     else:
@@ -694,7 +702,7 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
         if len(component) > 1 or name in recursive or name == grammar.root or name in grammar.checks:
             continue
         measured.append(rules[name])
-        size = expr_size(rules[name], size_memo)
+        size = expr_size(rules[name], size_memo, max(tiny, MAX_INLINED_SIZE))
         if size <= tiny or (name in used_once and size <= MAX_INLINED_SIZE):
             inlined[name] = rules[name]
     return remove_unreachable(grammar.copy(rules))
