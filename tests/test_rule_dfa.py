@@ -17,6 +17,7 @@ import random
 import re
 
 import numpy as np
+import pytest
 
 from pushmask.automata import dfa as dfa_module
 from pushmask.automata.dfa import RuleDfa, _construct_rule_dfa, _structure_digest, build_rule_dfa, clear_dfa_cache
@@ -24,11 +25,12 @@ from pushmask.automata.dfa_kernels import MAX_SEQUENCES, utf8_sequences
 from pushmask.automata.utf8 import utf8_byte_ranges
 from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.errors import BudgetExceededError, PushmaskError
-from pushmask.grammar.ir import EPSILON, NOTHING, ByteClass, CharClass, Ref, Seq, alt, lit, opt, ref, rep, seq, star
+from pushmask.grammar.ir import (EPSILON, NOTHING, Alt, ByteClass, CharClass, CharFsm, Ref, Repeat, Seq, alt, lit, opt,
+                                 ref, rep, seq, star)
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import normalize
-from pushmask.grammar.regex import parse_regex
+from pushmask.grammar.regex import parse_regex, regex_to_ir
 from rule_dfa_reference import construct_rule_dfa_python
 from support import DATA, REPO, require_shared
 
@@ -236,6 +238,63 @@ def test_dfa_budget_counts_the_same_subsets():
     new, old = budget_messages(body, threshold - 1)
     assert new == old and f"exceeds {threshold - 1} DFA states" in new and "split it into separate rules" in new
     assert budget_messages(body, threshold) == [None, None]
+
+
+def shared_bodies():
+    """Bodies whose sub-expressions are shared objects (DAGs), built with the classes directly
+    (the constructors would flatten them): memoised fragments, unmemoised repetition copies of
+    a shared item, bounded repetitions of items with references, references met right to left."""
+    comma = Alt((EPSILON, lit(",")))
+    tail = Seq((ref("x"), comma))
+    pair = Seq((ref("b"), lit("="), ref("a")))
+    return [
+        Alt((Seq((lit("a"), tail)), Seq((lit("b"), tail)), tail, Repeat(comma, 1, 1), Repeat(comma, 0, 1),
+             Repeat(tail, 1, 2))),
+        Seq((Repeat(pair, 2, 4), lit(";"), pair, Repeat(Alt((ref("c"), pair)), 0, None))),
+        Seq((Alt((Repeat(Seq((ref("d"), tail)), 1, 3), ref("c"))), Repeat(tail, 0, 2), tail)),
+        Repeat(Alt((pair, Seq((pair, tail)), Repeat(pair, 0, 1))), 1, 3),
+    ]
+
+
+def test_shared_sub_expressions_match_the_reference_up_to_the_nfa_budget():
+    """Same automaton and reference order as the Python construction, and the same budget
+    outcome at every max_states up to past the NFA's size: bytes, classes, references,
+    sequences, alternatives and repetitions take the same NFA states in both, so this pins which
+    fragments are shared (memoised on (node, end)) and which are copied."""
+    for body in shared_bodies():
+        dfa = _construct_rule_dfa(body, MAX_STATES)
+        assert dfa == reference(body)
+        threshold = next(m for m in range(1, 500) if budget_messages(body, m)[1] is None)
+        for m in range(1, threshold + 2):
+            new, old = budget_messages(body, m)
+            assert new == old, (body, m)
+
+
+def test_shared_regex_automata_and_unicode_classes_match_the_reference():
+    fsm = regex_to_ir(r"[a-c\u00e9]+x?", automaton=True)
+    assert isinstance(fsm, CharFsm)
+    greek = CharClass(((0x3B1, 0x3C9),))
+    bodies = [
+        Alt((Seq((fsm, ref("r"))), Seq((lit("q"), fsm, ref("r"))), Repeat(Seq((greek, fsm)), 1, 3))),
+        Seq((Repeat(fsm, 0, None), ref("s"), Repeat(Seq((fsm, ref("r"), greek)), 2, 2), fsm)),
+    ]
+    for body in bodies:
+        assert _construct_rule_dfa(body, MAX_STATES) == reference(body)
+
+
+def test_literal_trie_budget():
+    """A trie's states (one per distinct prefix) are counted apart, up to TRIE_STATES_FACTOR
+    times max_states: the budget error fires exactly past that many prefixes."""
+    rng = random.Random(3)
+    words = sorted({"".join(rng.choice("abcdef") for _ in range(rng.randint(1, 7))) for _ in range(60)})
+    prefixes = len({word[:k] for word in words for k in range(1, len(word) + 1)})
+    body = Alt((*(lit(word) for word in words), Seq((ref("r"), lit("!")))))
+    factor = dfa_module.TRIE_STATES_FACTOR
+    enough = -(-prefixes // factor)  # the smallest max_states whose trie budget holds the prefixes
+    dfa = _construct_rule_dfa(body, enough)
+    assert dfa == reference(body) and dfa.refs == ["r"]
+    with pytest.raises(BudgetExceededError, match=f"more than {factor * (enough - 1)} distinct prefixes"):
+        _construct_rule_dfa(body, enough - 1)
 
 
 def test_utf8_sequences_match_the_python_splitting():
