@@ -13,10 +13,8 @@ Nodes are numbered by visit (order of first appearance), so a node number stands
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.typed import Dict
+from numba import njit
 
-from ..grammar.graph_kernels import grown
 from .dfa_kernels import ERR_TOO_MANY_NFA_STATES, construct, literal_trie, no_automaton
 
 SEQ, ALT, BYTES, REPEAT, REF, CHARS, BYTE_RANGES, FSM, BACK = range(-9, 0)
@@ -92,17 +90,24 @@ def parse_nodes(numbers):
     return n_nodes, kind, arg, children
 
 
+@njit(cache=True, inline="always")
+def _memo_slot(keys, key):
+    """The slot of `key` in the open-addressing table `keys` (-1: a free slot; a power of two
+    slots), or the free slot where it goes."""
+    mask = keys.shape[0] - 1
+    slot = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+    while keys[slot] != key and keys[slot] != -1:
+        slot = (slot + 1) & mask
+    return slot
+
+
+_NO_ROOM = -6  # thompson_nfa's buffers are full: it starts again with more room
+
+
 @njit(cache=True)
 def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_final_ptr, fsm_finals,
                  trie_nodes, trie_ptr, word_offsets, words, n_positions, max_states, max_trie_states):
     """The Thompson NFA of an encoded body, leading into its final state 0.
-
-    Built right to left; `build(node, end)` (the root, SEQ and ALT items) is memoised on
-    (node, end): a sub-expression that occurs several times in front of the same continuation
-    (shared suffixes, as in chains of optional members) becomes one fragment, which is exact
-    because both occurrences continue identically.  A REPEAT's copies of its item are built
-    unmemoised (each copy is a fresh fragment).  An explicit stack of frames (SEQ, ALT, REPEAT
-    nodes being built) replaces recursion.
 
     FSM node i: fsm_meta[i] = (number of states, initial state), transitions
     fsm_transitions[fsm_ptr[i]:fsm_ptr[i + 1]] as rows (src, lo, hi, dst) over its states,
@@ -115,20 +120,52 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
     byte and code-point (src, lo, hi, dst), reference (src, local index, dst)), ref_order);
     status 0, or ERR_TOO_MANY_NFA_STATES / ERR_TOO_MANY_TRIE_STATES.  References get local
     indices in the order the construction meets them; ref_order[i] is the position of local
-    reference i."""
+    reference i.
+
+    The construction runs with fixed buffers (`_thompson_nfa_in`: arrays that a loop may replace
+    keep numba from optimising it, several times slower) and starts again with twice the room
+    when they fill up; the room it starts with fits bodies without repetitions."""
     n_nodes, kind, arg, children = parse_nodes(numbers)
+    room = numbers.shape[0] + fsm_transitions.shape[0] + fsm_finals.shape[0] + words.shape[0] + 64
+    while True:
+        out = _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions,
+                               fsm_meta, fsm_final_ptr, fsm_finals, trie_nodes, trie_ptr, word_offsets, words,
+                               n_positions, max_states, max_trie_states)
+        if out[0] != _NO_ROOM:
+            return out
+        room *= 2
+
+
+@njit(cache=True)
+def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions, fsm_meta,
+                     fsm_final_ptr, fsm_finals, trie_nodes, trie_ptr, word_offsets, words, n_positions,
+                     max_states, max_trie_states):
+    """thompson_nfa with room for `room` edges of each kind and room / 2 memo entries, or _NO_ROOM.
+
+    Built right to left; `build(node, end)` (the root, SEQ and ALT items) is memoised on
+    (node, end): a sub-expression that occurs several times in front of the same continuation
+    (shared suffixes, as in chains of optional members) becomes one fragment, which is exact
+    because both occurrences continue identically.  A REPEAT's copies of its item are built
+    unmemoised (each copy is a fresh fragment).  An explicit stack of frames (SEQ, ALT, REPEAT
+    nodes being built) replaces recursion."""
     trie_of = np.full(n_nodes, -1, np.int64)
     for t in range(trie_nodes.shape[0]):
         trie_of[trie_nodes[t]] = t
-    eps = np.empty((64, 2), np.int32)
-    byte = np.empty((64, 4), np.int32)
-    code_points = np.empty((16, 4), np.int32)
-    refs = np.empty((16, 3), np.int32)
+    eps = np.empty((room, 2), np.int32)
+    byte = np.empty((room, 4), np.int32)
+    code_points = np.empty((room, 4), np.int32)
+    refs = np.empty((room, 3), np.int32)
     n_eps = n_byte = n_code_points = n_refs_edges = 0
     ref_local = np.full(n_positions, -1, np.int64)
     ref_order = np.empty(n_positions, np.int64)
     n_refs = 0
-    memo = Dict.empty(key_type=types.int64, value_type=types.int64)
+    # the memo: start states by (node << 31 | end), an open-addressing table at most half full
+    memo_size = 64
+    while memo_size < room:
+        memo_size *= 2
+    memo_keys = np.full(memo_size, -1, np.int64)
+    memo_values = np.empty(memo_size, np.int64)
+    n_memo = 0
     # frames: node, end, memoised, calls made, waiting for a call's result, here, aux (ALT: its
     # start state; REPEAT: the state of its current optional copy or loop)
     f_node = np.empty(n_nodes + 1, np.int64)
@@ -140,17 +177,19 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
     f_aux = np.empty(n_nodes + 1, np.int64)
     top = 0
 
-    if max_states < 1:
-        return ERR_TOO_MANY_NFA_STATES, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
+    status = 0
     n_states = 1  # the final state, 0
+    if max_states < 1:
+        status = ERR_TOO_MANY_NFA_STATES
     trie_states = 0
     node, end, memoise = 0, 0, True  # the pending call: build(root, final)
-    while True:
+    while status == 0:
         # the pending call: a memoised result, a leaf built at once, or a new frame
         ret = -1
         key = (node << 31) | end
-        if memoise and key in memo:
-            ret = memo[key]
+        slot = _memo_slot(memo_keys, key)
+        if memoise and memo_keys[slot] == key:
+            ret = memo_values[slot]
         else:
             k = kind[node]
             if k == SEQ or k == ALT or k == REPEAT:
@@ -168,12 +207,14 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                 elif k == FSM:
                     count = fsm_meta[arg[node, 0], 0]
                 if n_states - trie_states + count > max_states:
-                    return ERR_TOO_MANY_NFA_STATES, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
+                    status = ERR_TOO_MANY_NFA_STATES
+                    break
                 first = n_states
                 n_states += count
                 if k == BYTES:  # a path through `count` fresh states, the last byte into end
-                    if n_byte + count > byte.shape[0]:
-                        byte = grown(byte, n_byte + count)
+                    if n_byte + count > room:
+                        status = _NO_ROOM
+                        break
                     here = end
                     for j in range(count - 1, -1, -1):
                         there = first + j
@@ -187,11 +228,9 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                     ret = here
                 elif k == CHARS or k == BYTE_RANGES:
                     n_ranges = arg[node, 1]
-                    if k == CHARS:
-                        if n_code_points + n_ranges > code_points.shape[0]:
-                            code_points = grown(code_points, n_code_points + n_ranges)
-                    elif n_byte + n_ranges > byte.shape[0]:
-                        byte = grown(byte, n_byte + n_ranges)
+                    if (n_code_points if k == CHARS else n_byte) + n_ranges > room:
+                        status = _NO_ROOM
+                        break
                     for r in range(n_ranges):
                         lo = numbers[arg[node, 0] + 2 * r]
                         hi = numbers[arg[node, 0] + 2 * r + 1]
@@ -214,8 +253,9 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                         ref_local[position] = n_refs
                         ref_order[n_refs] = position
                         n_refs += 1
-                    if n_refs_edges == refs.shape[0]:
-                        refs = grown(refs, n_refs_edges + 1)
+                    if n_refs_edges == room:
+                        status = _NO_ROOM
+                        break
                     refs[n_refs_edges, 0] = first
                     refs[n_refs_edges, 1] = ref_local[position]
                     refs[n_refs_edges, 2] = end
@@ -223,25 +263,28 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                     ret = first
                 else:  # FSM: one NFA state per automaton state, its finals into end
                     i = arg[node, 0]
-                    a, b = fsm_ptr[i], fsm_ptr[i + 1]
-                    if n_code_points + b - a > code_points.shape[0]:
-                        code_points = grown(code_points, n_code_points + b - a)
-                    for e in range(a, b):
+                    if (n_code_points + fsm_ptr[i + 1] - fsm_ptr[i] > room
+                            or n_eps + fsm_final_ptr[i + 1] - fsm_final_ptr[i] > room):
+                        status = _NO_ROOM
+                        break
+                    for e in range(fsm_ptr[i], fsm_ptr[i + 1]):
                         code_points[n_code_points, 0] = first + fsm_transitions[e, 0]
                         code_points[n_code_points, 1] = fsm_transitions[e, 1]
                         code_points[n_code_points, 2] = fsm_transitions[e, 2]
                         code_points[n_code_points, 3] = first + fsm_transitions[e, 3]
                         n_code_points += 1
-                    a, b = fsm_final_ptr[i], fsm_final_ptr[i + 1]
-                    if n_eps + b - a > eps.shape[0]:
-                        eps = grown(eps, n_eps + b - a)
-                    for e in range(a, b):
+                    for e in range(fsm_final_ptr[i], fsm_final_ptr[i + 1]):
                         eps[n_eps, 0] = first + fsm_finals[e]
                         eps[n_eps, 1] = end
                         n_eps += 1
                     ret = first + fsm_meta[i, 1]
                 if memoise:
-                    memo[key] = ret
+                    if 2 * (n_memo + 1) > memo_size:
+                        status = _NO_ROOM
+                        break
+                    memo_keys[slot] = key
+                    memo_values[slot] = ret
+                    n_memo += 1
 
         # run frames until one makes a call (or the root's frame returns)
         calling = False
@@ -262,15 +305,17 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                 n_items = arg[frame, 1]
                 trie = trie_of[frame] >= 0
                 if f_waiting[f]:
-                    if n_eps == eps.shape[0]:
-                        eps = grown(eps, n_eps + 1)
+                    if n_eps == room:
+                        status = _NO_ROOM
+                        break
                     eps[n_eps, 0] = f_aux[f]
                     eps[n_eps, 1] = ret
                     n_eps += 1
                     f_calls[f] += 1
                 else:
                     if n_states - trie_states + 1 > max_states:
-                        return ERR_TOO_MANY_NFA_STATES, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
+                        status = ERR_TOO_MANY_NFA_STATES
+                        break
                     f_aux[f] = n_states
                     n_states += 1
                     if trie:
@@ -281,14 +326,14 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                                                                f_aux[f], n_states)
                         trie_states += next_state - n_states
                         if trie_states > max_trie_states:
-                            return ERR_TOO_MANY_TRIE_STATES, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
+                            status = ERR_TOO_MANY_TRIE_STATES
+                            break
                         n_states = next_state
-                        if n_byte + edges.shape[0] > byte.shape[0]:
-                            byte = grown(byte, n_byte + edges.shape[0])
+                        if n_byte + edges.shape[0] > room or n_eps + ends.shape[0] > room:
+                            status = _NO_ROOM
+                            break
                         byte[n_byte:n_byte + edges.shape[0]] = edges
                         n_byte += edges.shape[0]
-                        if n_eps + ends.shape[0] > eps.shape[0]:
-                            eps = grown(eps, n_eps + ends.shape[0])
                         for e in range(ends.shape[0]):
                             eps[n_eps, 0] = ends[e]
                             eps[n_eps, 1] = f_end[f]
@@ -306,8 +351,9 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                 n_optional = 1 if maximum < 0 else maximum - minimum
                 if f_waiting[f]:
                     if f_calls[f] < n_optional:
-                        if n_eps == eps.shape[0]:
-                            eps = grown(eps, n_eps + 1)
+                        if n_eps == room:
+                            status = _NO_ROOM
+                            break
                         eps[n_eps, 0] = f_aux[f]
                         eps[n_eps, 1] = ret
                         n_eps += 1
@@ -321,11 +367,13 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                     # closures stay O(1) instead of spanning the remaining copies (which made
                     # subset construction quadratic in k)
                     if n_states - trie_states + 1 > max_states:
-                        return ERR_TOO_MANY_NFA_STATES, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
+                        status = ERR_TOO_MANY_NFA_STATES
+                        break
                     f_aux[f] = n_states
                     n_states += 1
-                    if n_eps == eps.shape[0]:
-                        eps = grown(eps, n_eps + 1)
+                    if n_eps == room:
+                        status = _NO_ROOM
+                        break
                     eps[n_eps, 0] = f_aux[f]
                     eps[n_eps, 1] = f_end[f]
                     n_eps += 1
@@ -340,10 +388,18 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
                 ret = f_here[f]
                 top -= 1
                 if f_memo[f]:
-                    memo[(frame << 31) | f_end[f]] = ret
-        if not calling:
+                    if 2 * (n_memo + 1) > memo_size:
+                        status = _NO_ROOM
+                        break
+                    key = (frame << 31) | f_end[f]
+                    slot = _memo_slot(memo_keys, key)
+                    memo_keys[slot] = key
+                    memo_values[slot] = ret
+                    n_memo += 1
+        if status == 0 and not calling:
             return (0, n_states, ret, trie_states, eps[:n_eps], byte[:n_byte], code_points[:n_code_points],
                     refs[:n_refs_edges], ref_order[:n_refs])
+    return status, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
 
 
 @njit(cache=True)

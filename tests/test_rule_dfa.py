@@ -270,6 +270,21 @@ def test_shared_sub_expressions_match_the_reference_up_to_the_nfa_budget():
             assert new == old, (body, m)
 
 
+def test_long_repetitions_match_the_reference_at_the_nfa_budget():
+    """Repetitions with hundreds of copies outgrow the kernel's first buffers (it starts again
+    with more room): same automaton, same budget threshold."""
+    tail = Seq((ref("x"), Alt((EPSILON, lit(",")))))
+    for body in (Repeat(Seq((tail, ref("y"), lit("ab"))), 5, 150), Repeat(Alt((tail, lit("q"))), 0, 400)):
+        assert _construct_rule_dfa(body, MAX_STATES) == reference(body)
+        lo, hi = 1, 5000  # the reference's threshold: the fewest max_states it builds the body in
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if budget_messages(body, mid)[1] is None else (mid + 1, hi)
+        assert budget_messages(body, lo) == [None, None]
+        new, old = budget_messages(body, lo - 1)
+        assert new == old and "NFA states" in new
+
+
 def test_shared_regex_automata_and_unicode_classes_match_the_reference():
     fsm = regex_to_ir(r"[a-c\u00e9]+x?", automaton=True)
     assert isinstance(fsm, CharFsm)
