@@ -101,7 +101,8 @@ def _memo_slot(keys, key):
     return slot
 
 
-_NO_ROOM = -6  # thompson_nfa's buffers are full: it starts again with more room
+_NO_ROOM = -6  # a buffer of _thompson_nfa_in is full: thompson_nfa starts again with more room
+EPS_ROOM, BYTE_ROOM, CODE_POINT_ROOM, REF_ROOM, MEMO_ROOM = range(5)  # rows of each edge buffer, memo slots
 
 
 @njit(cache=True)
@@ -123,24 +124,32 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
     reference i.
 
     The construction runs with fixed buffers (`_thompson_nfa_in`: arrays that a loop may replace
-    keep numba from optimising it, several times slower) and starts again with twice the room
-    when they fill up; the room it starts with fits bodies without repetitions."""
+    keep numba from optimising it, several times slower) and starts again with more room when one
+    fills up; the room it starts with fits bodies without repetitions."""
     n_nodes, kind, arg, children = parse_nodes(numbers)
-    room = numbers.shape[0] + fsm_transitions.shape[0] + fsm_finals.shape[0] + words.shape[0] + 64
+    n_words = word_offsets.shape[0] - 1
+    rooms = np.empty(5, np.int64)
+    rooms[EPS_ROOM] = numbers.shape[0] + fsm_finals.shape[0] + n_words + 16
+    rooms[BYTE_ROOM] = literals.shape[0] + words.shape[0] + numbers.shape[0] // 2 + 16
+    rooms[CODE_POINT_ROOM] = fsm_transitions.shape[0] + numbers.shape[0] // 2 + 16
+    rooms[REF_ROOM] = numbers.shape[0] // 2 + 16
+    rooms[MEMO_ROOM] = 64
+    while rooms[MEMO_ROOM] < numbers.shape[0]:
+        rooms[MEMO_ROOM] *= 2
     while True:
-        out = _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions,
+        out = _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions,
                                fsm_meta, fsm_final_ptr, fsm_finals, trie_nodes, trie_ptr, word_offsets, words,
                                n_positions, max_states, max_trie_states)
         if out[0] != _NO_ROOM:
             return out
-        room *= 2
 
 
 @njit(cache=True)
-def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions, fsm_meta,
+def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions, fsm_meta,
                      fsm_final_ptr, fsm_finals, trie_nodes, trie_ptr, word_offsets, words, n_positions,
                      max_states, max_trie_states):
-    """thompson_nfa with room for `room` edges of each kind and room / 2 memo entries, or _NO_ROOM.
+    """thompson_nfa with room for rooms[*_ROOM] edges of each kind and rooms[MEMO_ROOM] / 2 memo
+    entries (a power of two slots), or _NO_ROOM with the room of the buffer that overflowed grown.
 
     Built right to left; `build(node, end)` (the root, SEQ and ALT items) is memoised on
     (node, end): a sub-expression that occurs several times in front of the same continuation
@@ -151,20 +160,17 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
     trie_of = np.full(n_nodes, -1, np.int64)
     for t in range(trie_nodes.shape[0]):
         trie_of[trie_nodes[t]] = t
-    eps = np.empty((room, 2), np.int32)
-    byte = np.empty((room, 4), np.int32)
-    code_points = np.empty((room, 4), np.int32)
-    refs = np.empty((room, 3), np.int32)
+    eps = np.empty((rooms[EPS_ROOM], 2), np.int32)
+    byte = np.empty((rooms[BYTE_ROOM], 4), np.int32)
+    code_points = np.empty((rooms[CODE_POINT_ROOM], 4), np.int32)
+    refs = np.empty((rooms[REF_ROOM], 3), np.int32)
     n_eps = n_byte = n_code_points = n_refs_edges = 0
     ref_local = np.full(n_positions, -1, np.int64)
     ref_order = np.empty(n_positions, np.int64)
     n_refs = 0
     # the memo: start states by (node << 31 | end), an open-addressing table at most half full
-    memo_size = 64
-    while memo_size < room:
-        memo_size *= 2
-    memo_keys = np.full(memo_size, -1, np.int64)
-    memo_values = np.empty(memo_size, np.int64)
+    memo_keys = np.full(rooms[MEMO_ROOM], -1, np.int64)
+    memo_values = np.empty(rooms[MEMO_ROOM], np.int64)
     n_memo = 0
     # frames: node, end, memoised, calls made, waiting for a call's result, here, aux (ALT: its
     # start state; REPEAT: the state of its current optional copy or loop)
@@ -178,6 +184,7 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
     top = 0
 
     status = 0
+    full = need = 0  # with _NO_ROOM: the buffer that overflowed, the rows it needed
     n_states = 1  # the final state, 0
     if max_states < 1:
         status = ERR_TOO_MANY_NFA_STATES
@@ -212,8 +219,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                 first = n_states
                 n_states += count
                 if k == BYTES:  # a path through `count` fresh states, the last byte into end
-                    if n_byte + count > room:
-                        status = _NO_ROOM
+                    if n_byte + count > byte.shape[0]:
+                        status, full, need = _NO_ROOM, BYTE_ROOM, n_byte + count
                         break
                     here = end
                     for j in range(count - 1, -1, -1):
@@ -228,8 +235,11 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                     ret = here
                 elif k == CHARS or k == BYTE_RANGES:
                     n_ranges = arg[node, 1]
-                    if (n_code_points if k == CHARS else n_byte) + n_ranges > room:
-                        status = _NO_ROOM
+                    if k == CHARS and n_code_points + n_ranges > code_points.shape[0]:
+                        status, full, need = _NO_ROOM, CODE_POINT_ROOM, n_code_points + n_ranges
+                        break
+                    if k == BYTE_RANGES and n_byte + n_ranges > byte.shape[0]:
+                        status, full, need = _NO_ROOM, BYTE_ROOM, n_byte + n_ranges
                         break
                     for r in range(n_ranges):
                         lo = numbers[arg[node, 0] + 2 * r]
@@ -253,8 +263,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                         ref_local[position] = n_refs
                         ref_order[n_refs] = position
                         n_refs += 1
-                    if n_refs_edges == room:
-                        status = _NO_ROOM
+                    if n_refs_edges + 1 > refs.shape[0]:
+                        status, full, need = _NO_ROOM, REF_ROOM, n_refs_edges + 1
                         break
                     refs[n_refs_edges, 0] = first
                     refs[n_refs_edges, 1] = ref_local[position]
@@ -263,9 +273,11 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                     ret = first
                 else:  # FSM: one NFA state per automaton state, its finals into end
                     i = arg[node, 0]
-                    if (n_code_points + fsm_ptr[i + 1] - fsm_ptr[i] > room
-                            or n_eps + fsm_final_ptr[i + 1] - fsm_final_ptr[i] > room):
-                        status = _NO_ROOM
+                    if n_code_points + fsm_ptr[i + 1] - fsm_ptr[i] > code_points.shape[0]:
+                        status, full, need = _NO_ROOM, CODE_POINT_ROOM, n_code_points + fsm_ptr[i + 1] - fsm_ptr[i]
+                        break
+                    if n_eps + fsm_final_ptr[i + 1] - fsm_final_ptr[i] > eps.shape[0]:
+                        status, full, need = _NO_ROOM, EPS_ROOM, n_eps + fsm_final_ptr[i + 1] - fsm_final_ptr[i]
                         break
                     for e in range(fsm_ptr[i], fsm_ptr[i + 1]):
                         code_points[n_code_points, 0] = first + fsm_transitions[e, 0]
@@ -279,8 +291,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                         n_eps += 1
                     ret = first + fsm_meta[i, 1]
                 if memoise:
-                    if 2 * (n_memo + 1) > memo_size:
-                        status = _NO_ROOM
+                    if 2 * (n_memo + 1) > memo_keys.shape[0]:
+                        status, full, need = _NO_ROOM, MEMO_ROOM, 2 * (n_memo + 1)
                         break
                     memo_keys[slot] = key
                     memo_values[slot] = ret
@@ -305,8 +317,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                 n_items = arg[frame, 1]
                 trie = trie_of[frame] >= 0
                 if f_waiting[f]:
-                    if n_eps == room:
-                        status = _NO_ROOM
+                    if n_eps + 1 > eps.shape[0]:
+                        status, full, need = _NO_ROOM, EPS_ROOM, n_eps + 1
                         break
                     eps[n_eps, 0] = f_aux[f]
                     eps[n_eps, 1] = ret
@@ -329,8 +341,11 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                             status = ERR_TOO_MANY_TRIE_STATES
                             break
                         n_states = next_state
-                        if n_byte + edges.shape[0] > room or n_eps + ends.shape[0] > room:
-                            status = _NO_ROOM
+                        if n_byte + edges.shape[0] > byte.shape[0]:
+                            status, full, need = _NO_ROOM, BYTE_ROOM, n_byte + edges.shape[0]
+                            break
+                        if n_eps + ends.shape[0] > eps.shape[0]:
+                            status, full, need = _NO_ROOM, EPS_ROOM, n_eps + ends.shape[0]
                             break
                         byte[n_byte:n_byte + edges.shape[0]] = edges
                         n_byte += edges.shape[0]
@@ -351,8 +366,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                 n_optional = 1 if maximum < 0 else maximum - minimum
                 if f_waiting[f]:
                     if f_calls[f] < n_optional:
-                        if n_eps == room:
-                            status = _NO_ROOM
+                        if n_eps + 1 > eps.shape[0]:
+                            status, full, need = _NO_ROOM, EPS_ROOM, n_eps + 1
                             break
                         eps[n_eps, 0] = f_aux[f]
                         eps[n_eps, 1] = ret
@@ -371,8 +386,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                         break
                     f_aux[f] = n_states
                     n_states += 1
-                    if n_eps == room:
-                        status = _NO_ROOM
+                    if n_eps + 1 > eps.shape[0]:
+                        status, full, need = _NO_ROOM, EPS_ROOM, n_eps + 1
                         break
                     eps[n_eps, 0] = f_aux[f]
                     eps[n_eps, 1] = f_end[f]
@@ -388,8 +403,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
                 ret = f_here[f]
                 top -= 1
                 if f_memo[f]:
-                    if 2 * (n_memo + 1) > memo_size:
-                        status = _NO_ROOM
+                    if 2 * (n_memo + 1) > memo_keys.shape[0]:
+                        status, full, need = _NO_ROOM, MEMO_ROOM, 2 * (n_memo + 1)
                         break
                     key = (frame << 31) | f_end[f]
                     slot = _memo_slot(memo_keys, key)
@@ -399,6 +414,8 @@ def _thompson_nfa_in(room, n_nodes, kind, arg, children, numbers, literals, fsm_
         if status == 0 and not calling:
             return (0, n_states, ret, trie_states, eps[:n_eps], byte[:n_byte], code_points[:n_code_points],
                     refs[:n_refs_edges], ref_order[:n_refs])
+    if status == _NO_ROOM:
+        rooms[full] = max(2 * rooms[full], need)
     return status, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
 
 
