@@ -101,6 +101,15 @@ def _memo_slot(keys, key):
     return slot
 
 
+@njit(cache=True, inline="always")
+def _put_row(rows, i, a, b, c, d):
+    """rows[i] = (a, b, c, d): an edge (src, lo, hi, dst)."""
+    rows[i, 0] = a
+    rows[i, 1] = b
+    rows[i, 2] = c
+    rows[i, 3] = d
+
+
 _NO_ROOM = -6  # a buffer of _thompson_nfa_in is full: thompson_nfa starts again with more room
 EPS_ROOM, BYTE_ROOM, CODE_POINT_ROOM, REF_ROOM, MEMO_ROOM = range(5)  # rows of each edge buffer, memo slots
 
@@ -226,10 +235,7 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                     for j in range(count - 1, -1, -1):
                         there = first + j
                         b = literals[arg[node, 0] + j]
-                        byte[n_byte, 0] = there
-                        byte[n_byte, 1] = b
-                        byte[n_byte, 2] = b
-                        byte[n_byte, 3] = here
+                        _put_row(byte, n_byte, there, b, b, here)
                         n_byte += 1
                         here = there
                     ret = here
@@ -245,16 +251,10 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                         lo = numbers[arg[node, 0] + 2 * r]
                         hi = numbers[arg[node, 0] + 2 * r + 1]
                         if k == CHARS:
-                            code_points[n_code_points, 0] = first
-                            code_points[n_code_points, 1] = lo
-                            code_points[n_code_points, 2] = hi
-                            code_points[n_code_points, 3] = end
+                            _put_row(code_points, n_code_points, first, lo, hi, end)
                             n_code_points += 1
                         else:
-                            byte[n_byte, 0] = first
-                            byte[n_byte, 1] = lo
-                            byte[n_byte, 2] = hi
-                            byte[n_byte, 3] = end
+                            _put_row(byte, n_byte, first, lo, hi, end)
                             n_byte += 1
                     ret = first
                 elif k == REF:
@@ -280,10 +280,8 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                         status, full, need = _NO_ROOM, EPS_ROOM, n_eps + fsm_final_ptr[i + 1] - fsm_final_ptr[i]
                         break
                     for e in range(fsm_ptr[i], fsm_ptr[i + 1]):
-                        code_points[n_code_points, 0] = first + fsm_transitions[e, 0]
-                        code_points[n_code_points, 1] = fsm_transitions[e, 1]
-                        code_points[n_code_points, 2] = fsm_transitions[e, 2]
-                        code_points[n_code_points, 3] = first + fsm_transitions[e, 3]
+                        _put_row(code_points, n_code_points, first + fsm_transitions[e, 0], fsm_transitions[e, 1],
+                                 fsm_transitions[e, 2], first + fsm_transitions[e, 3])
                         n_code_points += 1
                     for e in range(fsm_final_ptr[i], fsm_final_ptr[i + 1]):
                         eps[n_eps, 0] = first + fsm_finals[e]
