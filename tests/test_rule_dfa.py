@@ -1,5 +1,5 @@
-"""Rule DFAs: the numba construction (automata/dfa_kernels.py) against the pure-Python one it
-replaced (tests/rule_dfa_reference.py, kept verbatim as the oracle), RuleDfa for RuleDfa, on every
+"""Rule DFAs: the numba construction (automata/thompson_kernels.py, automata/dfa_kernels.py)
+against the pure-Python one it replaced (tests/rule_dfa_reference.py, kept verbatim as the oracle), RuleDfa for RuleDfa, on every
 rule of a sample of dev schemas and of the test grammars; targeted cases (overlapping ranges,
 references, epsilon loops, the empty language, budgets) also against `re.fullmatch`.
 
