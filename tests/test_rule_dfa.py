@@ -1,8 +1,8 @@
 """Rule DFAs: the numba construction (automata/thompson_kernels.py, automata/dfa_kernels.py)
 against the pure-Python one it replaced (tests/rule_dfa_reference.py, kept verbatim as the
-oracle), RuleDfa for RuleDfa, on every rule of a sample of dev schemas and of the test grammars;
-targeted cases (overlapping ranges, references, epsilon loops, shared sub-expressions, the empty
-language, budgets) also against `re.fullmatch`.
+oracle), RuleDfa for RuleDfa, on every rule of a sample of dev schemas and of the test grammars,
+and on targeted cases: overlapping ranges, references, epsilon loops (these also against
+`re.fullmatch`), the empty language, shared sub-expressions, long repetitions and budgets.
 
 The Python construction left DFAs with more than 2000 states after trimming unminimised; the
 numba one minimises every DFA, so the oracle runs with minimize_up_to unbounded (below 2000
