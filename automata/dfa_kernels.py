@@ -1,6 +1,6 @@
 """numba kernels of rule-DFA construction: subset construction (grammar/subset_kernels.py),
 trimming, minimisation and breadth-first numbering of a Thompson NFA given as flat edge lists
-(automata/dfa.py builds it).
+(automata/thompson_kernels.py builds it).
 
 Letters: the rule's byte classes (a partition of 0..255 into intervals, induced by every NFA
 byte-range boundary, so no edge splits a class) numbered in byte order, then one letter per
@@ -387,7 +387,7 @@ def number_states(trans, accepting, block, n_blocks, class_lo, class_hi):
 
 
 @njit(cache=True)
-def _no_automaton(status):
+def no_automaton(status):
     """construct's result when there is no automaton to number (the empty language, budgets)."""
     ptr = np.zeros(1, np.int64)
     none = np.empty(0, np.int32)
@@ -405,7 +405,7 @@ def construct(n_nfa, start, final, eps_edges, byte_edges, code_point_edges, ref_
     ERR_TOO_MANY_NFA_STATES or ERR_TOO_MANY_STATES (more than max_states NFA / DFA states)."""
     n_nfa, paths = _expand_code_points(n_nfa, code_point_edges, max_states)
     if n_nfa == ERR_TOO_MANY_NFA_STATES:
-        return _no_automaton(ERR_TOO_MANY_NFA_STATES)
+        return no_automaton(ERR_TOO_MANY_NFA_STATES)
     byte_edges = np.concatenate((byte_edges, paths))
     # byte classes: the intervals between consecutive edge boundaries, numbered in byte order
     boundary = np.zeros(257, np.bool_)
@@ -448,7 +448,7 @@ def construct(n_nfa, start, final, eps_edges, byte_edges, code_point_edges, ref_
     if status > 0 and not live[0]:
         status = 0
     if status <= 0:
-        return _no_automaton(status)
+        return no_automaton(status)
     state_ids = np.full(trans.shape[0], -1, np.int32)
     n_live = 0
     for s in range(trans.shape[0]):

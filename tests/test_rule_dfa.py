@@ -1,7 +1,8 @@
-"""Rule DFAs: the numba construction (automata/dfa_kernels.py) against the pure-Python one it
-replaced (tests/rule_dfa_reference.py, kept verbatim as the oracle), RuleDfa for RuleDfa, on every
-rule of a sample of dev schemas and of the test grammars; targeted cases (overlapping ranges,
-references, epsilon loops, the empty language, budgets) also against `re.fullmatch`.
+"""Rule DFAs: the numba construction (automata/thompson_kernels.py, automata/dfa_kernels.py)
+against the pure-Python one it replaced (tests/rule_dfa_reference.py, kept verbatim as the
+oracle), RuleDfa for RuleDfa, on every rule of a sample of dev schemas and of the test grammars,
+and on targeted cases: overlapping ranges, references, epsilon loops (these also against
+`re.fullmatch`), the empty language, shared sub-expressions, long repetitions and budgets.
 
 The Python construction left DFAs with more than 2000 states after trimming unminimised; the
 numba one minimises every DFA, so the oracle runs with minimize_up_to unbounded (below 2000
@@ -17,6 +18,7 @@ import random
 import re
 
 import numpy as np
+import pytest
 
 from pushmask.automata import dfa as dfa_module
 from pushmask.automata.dfa import RuleDfa, _construct_rule_dfa, _structure_digest, build_rule_dfa, clear_dfa_cache
@@ -24,11 +26,12 @@ from pushmask.automata.dfa_kernels import MAX_SEQUENCES, utf8_sequences
 from pushmask.automata.utf8 import utf8_byte_ranges
 from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.errors import BudgetExceededError, PushmaskError
-from pushmask.grammar.ir import EPSILON, NOTHING, ByteClass, CharClass, Ref, Seq, alt, lit, opt, ref, rep, seq, star
+from pushmask.grammar.ir import (EPSILON, NOTHING, Alt, ByteClass, CharClass, CharFsm, Ref, Repeat, Seq, alt, lit, opt,
+                                 ref, rep, seq, star)
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import normalize
-from pushmask.grammar.regex import parse_regex
+from pushmask.grammar.regex import parse_regex, regex_to_ir
 from rule_dfa_reference import construct_rule_dfa_python
 from support import DATA, REPO, require_shared
 
@@ -236,6 +239,78 @@ def test_dfa_budget_counts_the_same_subsets():
     new, old = budget_messages(body, threshold - 1)
     assert new == old and f"exceeds {threshold - 1} DFA states" in new and "split it into separate rules" in new
     assert budget_messages(body, threshold) == [None, None]
+
+
+def shared_bodies():
+    """Bodies whose sub-expressions are shared objects (DAGs), built with the classes directly
+    (the constructors would flatten them): memoised fragments, unmemoised repetition copies of
+    a shared item, bounded repetitions of items with references, references met right to left."""
+    comma = Alt((EPSILON, lit(",")))
+    tail = Seq((ref("x"), comma))
+    pair = Seq((ref("b"), lit("="), ref("a")))
+    return [
+        Alt((Seq((lit("a"), tail)), Seq((lit("b"), tail)), tail, Repeat(comma, 1, 1), Repeat(comma, 0, 1),
+             Repeat(tail, 1, 2))),
+        Seq((Repeat(pair, 2, 4), lit(";"), pair, Repeat(Alt((ref("c"), pair)), 0, None))),
+        Seq((Alt((Repeat(Seq((ref("d"), tail)), 1, 3), ref("c"))), Repeat(tail, 0, 2), tail)),
+        Repeat(Alt((pair, Seq((pair, tail)), Repeat(pair, 0, 1))), 1, 3),
+    ]
+
+
+def test_shared_sub_expressions_match_the_reference_up_to_the_nfa_budget():
+    """Same automaton and reference order as the Python construction, and the same budget
+    outcome at every max_states up to past the NFA's size: bytes, classes, references,
+    sequences, alternatives and repetitions take the same NFA states in both, so this pins which
+    fragments are shared (memoised on (node, end)) and which are copied."""
+    for body in shared_bodies():
+        dfa = _construct_rule_dfa(body, MAX_STATES)
+        assert dfa == reference(body)
+        threshold = next(m for m in range(1, 500) if budget_messages(body, m)[1] is None)
+        for m in range(1, threshold + 2):
+            new, old = budget_messages(body, m)
+            assert new == old, (body, m)
+
+
+def test_long_repetitions_match_the_reference_at_the_nfa_budget():
+    """Repetitions with hundreds of copies outgrow the kernel's first buffers (it starts again
+    with more room): same automaton, same budget threshold."""
+    tail = Seq((ref("x"), Alt((EPSILON, lit(",")))))
+    for body in (Repeat(Seq((tail, ref("y"), lit("ab"))), 5, 150), Repeat(Alt((tail, lit("q"))), 0, 400)):
+        assert _construct_rule_dfa(body, MAX_STATES) == reference(body)
+        lo, hi = 1, 5000  # the reference's threshold: the fewest max_states it builds the body in
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if budget_messages(body, mid)[1] is None else (mid + 1, hi)
+        assert budget_messages(body, lo) == [None, None]
+        new, old = budget_messages(body, lo - 1)
+        assert new == old and "NFA states" in new
+
+
+def test_shared_regex_automata_and_unicode_classes_match_the_reference():
+    fsm = regex_to_ir(r"[a-c\u00e9]+x?", automaton=True)
+    assert isinstance(fsm, CharFsm)
+    greek = CharClass(((0x3B1, 0x3C9),))
+    bodies = [
+        Alt((Seq((fsm, ref("r"))), Seq((lit("q"), fsm, ref("r"))), Repeat(Seq((greek, fsm)), 1, 3))),
+        Seq((Repeat(fsm, 0, None), ref("s"), Repeat(Seq((fsm, ref("r"), greek)), 2, 2), fsm)),
+    ]
+    for body in bodies:
+        assert _construct_rule_dfa(body, MAX_STATES) == reference(body)
+
+
+def test_literal_trie_budget():
+    """A trie's states (one per distinct prefix) are counted apart, up to TRIE_STATES_FACTOR
+    times max_states: the budget error fires exactly past that many prefixes."""
+    rng = random.Random(3)
+    words = sorted({"".join(rng.choice("abcdef") for _ in range(rng.randint(1, 7))) for _ in range(60)})
+    prefixes = len({word[:k] for word in words for k in range(1, len(word) + 1)})
+    body = Alt((*(lit(word) for word in words), Seq((ref("r"), lit("!")))))
+    factor = dfa_module.TRIE_STATES_FACTOR
+    enough = -(-prefixes // factor)  # the smallest max_states whose trie budget holds the prefixes
+    dfa = _construct_rule_dfa(body, enough)
+    assert dfa == reference(body) and dfa.refs == ["r"]
+    with pytest.raises(BudgetExceededError, match=f"more than {factor * (enough - 1)} distinct prefixes"):
+        _construct_rule_dfa(body, enough - 1)
 
 
 def test_utf8_sequences_match_the_python_splitting():
