@@ -137,7 +137,7 @@ class Grammar:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     allow_empty: bool = False
     checks: dict[str, object] = field(default_factory=dict)
-    productive: bool = False
+    productive: bool = field(default=False, compare=False, repr=False)
 
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
