@@ -15,8 +15,9 @@ from referencing.jsonschema import DRAFT202012
 from ..errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, Ref
 from ..limits import DEFAULT_LIMITS, Limits
+from .closing import close_document, spec_copy
 from .documents import (
-    DEFAULT_BASE, _count_key, _forbid_additional, draft_of, join_uri, normalize_document, translate_pointer,
+    DEFAULT_BASE, _count_key, draft_of, join_uri, normalize_document, original_uri, spec_uri, translate_pointer,
 )
 from .dynamic import DynamicScopes
 from .emit import _Layout
@@ -59,6 +60,7 @@ class CompileContext:
         self.empty_reason: tuple[str, str] | None = None
         self.inline_depth = 0
         self.retrieved: list = []
+        self.retrieved_uris: set[str] = set()
         self.no_negation = 0
         self.one_of_depth = 0
         self.disjoint_checks = 0
@@ -76,9 +78,13 @@ class CompileContext:
         # so that the root's own $id does not join onto itself when the document is normalized.
         root_url = urldefrag(root_base)[0] if root_base else ""
         self.base = join_uri(DEFAULT_BASE, root_url) if root_url else DEFAULT_BASE
-        self.root = self._prepare(schema, self.base, self.draft)
+        normalized = normalize_document(schema, self.base, self.draft)
+        self.root = self._close(normalized)
         self.registry = Registry(retrieve=self._retrieve).with_resource(
             self.base, Resource(self.root, specification=DRAFT202012))
+        if self.root is not normalized:  # strict mode: negative positions refer to the spec copy
+            self.registry = self.registry.with_resource(
+                spec_uri(self.base), Resource(spec_copy(normalized), specification=DRAFT202012))
         self.registry = self.registry.crawl()
         self.resolver = self.registry.resolver()
         self.validator_cls = jsonschema.Draft202012Validator
@@ -97,19 +103,24 @@ class CompileContext:
         self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
         self.resolver = self.registry.resolver()
 
-    def _prepare(self, doc, base, draft):
-        doc = normalize_document(doc, base, draft)
-        if self.addl_default is not True:
-            doc = _forbid_additional(doc, only_declared=self.addl_default == "declared")
-        return doc
+    def _close(self, doc):
+        """A normalised document with strict mode applied where it narrows (closing.py)."""
+        if self.addl_default is True:
+            return doc
+        return close_document(doc, only_declared=self.addl_default == "declared")
 
     def _retrieve(self, uri: str) -> Resource:
+        """Another document, prepared as the root is; a spec_uri asks for its spec copy."""
+        original = original_uri(uri)
         if self.retrieve_raw is None:
             raise Unresolvable(uri)
-        raw = self.retrieve_raw(uri)
-        self.retrieved.append(raw)
-        draft = draft_of(raw, self.draft)
-        return Resource(self._prepare(raw, uri, draft), specification=DRAFT202012)
+        raw = self.retrieve_raw(original)
+        if original not in self.retrieved_uris:  # count each document's dynamic anchors once
+            self.retrieved_uris.add(original)
+            self.retrieved.append(raw)
+        doc = normalize_document(raw, original, draft_of(raw, self.draft))
+        doc = self._close(doc) if original == uri else spec_copy(doc)
+        return Resource(doc, specification=DRAFT202012)
 
     def lookup(self, uri: str, pointer: str):
         url, frag = urldefrag(uri)

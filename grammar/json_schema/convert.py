@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 from .. import passes
@@ -92,21 +93,33 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
                               "#")
-        def compile_(dynamic_scopes: bool) -> Grammar:
-            comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
-                             additional_properties_default=additional_properties_default, lenient=lenient,
-                             separators=separators, retrieve=retrieve, property_order=property_order,
-                             root_whitespace=root_whitespace, dynamic_scopes=dynamic_scopes,
-                             value_checks=value_checks, limits=limits)
-            if clock is not None:
-                comp.clock = clock
-            return comp.compile()
+        def compile_(additional) -> Grammar:
+            def once(dynamic_scopes: bool) -> Grammar:
+                comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
+                                 additional_properties_default=additional, lenient=lenient,
+                                 separators=separators, retrieve=retrieve, property_order=property_order,
+                                 root_whitespace=root_whitespace, dynamic_scopes=dynamic_scopes,
+                                 value_checks=value_checks, limits=limits)
+                if clock is not None:
+                    comp.clock = clock
+                return comp.compile()
+
+            try:
+                return once(dynamic_scopes=False)
+            except _NeedsDynamicScopes:
+                return once(dynamic_scopes=True)
 
         try:
             try:
-                return compile_(dynamic_scopes=False)
-            except _NeedsDynamicScopes:
-                return compile_(dynamic_scopes=True)
+                return compile_(additional_properties_default)
+            except _Unsatisfiable:
+                if additional_properties_default is True:
+                    raise
+                # strict mode never turns a satisfiable schema into an error: the spec language
+                grammar = compile_(True)
+                warnings.warn("pushmask: closing object schemas (strict mode) leaves this schema no valid value; "
+                              "it is compiled without closing them (the schema's own language)", stacklevel=2)
+                return grammar
         except _Unsatisfiable as exc:
             if unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import urldefrag, urljoin
+from urllib.parse import quote, unquote, urldefrag, urljoin
 
 import jsonschema
 
@@ -226,7 +226,26 @@ def _escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
+SPEC_COPY = "https://pushmask.invalid/spec/"
+"""Strict mode's spec copies of documents (closing.py) live under this prefix."""
+
+
+def spec_uri(uri: str) -> str:
+    """The URI of `uri`'s place in the spec copy of its document: SPEC_COPY + the quoted URI."""
+    url, frag = urldefrag(uri)
+    return SPEC_COPY + quote(url, safe="") + ("#" + frag if frag else "")
+
+
+def original_uri(uri: str) -> str:
+    """The inverse of spec_uri (other URIs unchanged)."""
+    if not uri.startswith(SPEC_COPY):
+        return uri
+    url, frag = urldefrag(uri)
+    return unquote(url[len(SPEC_COPY):]) + ("#" + frag if frag else "")
+
+
 def _uri_pointer(uri: str) -> str:
+    uri = original_uri(uri)
     url, frag = urldefrag(uri)
     if url == DEFAULT_BASE:
         return "#" + frag
@@ -239,44 +258,6 @@ def _count_key(node, key: str) -> int:
     if isinstance(node, list):
         return sum(_count_key(v, key) for v in node)
     return 0
-
-
-_DECLARING_KEYWORDS = ("properties", "patternProperties", "required", "minProperties", "maxProperties",
-                       "dependentRequired", "dependentSchemas", "dependencies")
-"""With additional_properties_default="declared" (XGrammar's strict mode), an object schema with one of
-these keywords takes no undeclared members; one with none of them (`{"type": "object"}`) any."""
-
-
-def _forbid_additional(node, only_declared: bool = False):
-    """additional_properties_default=False: object schemas without additionalProperties get false.
-    only_declared ("declared", XGrammar's strict mode): only those with a _DECLARING_KEYWORDS
-    keyword, and a tuple (prefixItems, or a list of items before 2020-12) gets no further items
-    unless the schema says what else may come."""
-    if isinstance(node, list):
-        return [_forbid_additional(v, only_declared) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for k, v in node.items():
-        if k in ("enum", "const", "default", "examples"):
-            out[k] = v
-        elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
-            out[k] = {n: _forbid_additional(s, only_declared) for n, s in v.items()} if isinstance(v, dict) else v
-        else:
-            out[k] = _forbid_additional(v, only_declared)
-    t = node.get("type")
-    is_object = (t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
-                 or "patternProperties" in node)
-    if only_declared:
-        is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
-    if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
-        out["additionalProperties"] = False
-    if only_declared and "unevaluatedItems" not in node:
-        if "prefixItems" in node and "items" not in node:
-            out["items"] = False
-        elif isinstance(node.get("items"), list) and "additionalItems" not in node:
-            out["additionalItems"] = False
-    return out
 
 
 def _load(schema):

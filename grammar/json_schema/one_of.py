@@ -1,10 +1,16 @@
 """oneOf: exact when its branches are provably disjoint (per type), when two branches accept a
-type wholesale (then it is excluded), or by negation; otherwise a value check or unsupported."""
+type wholesale (then it is excluded), or by negation; otherwise a value check or unsupported.
+
+In strict mode a positive oneOf also carries its closed branches (closing.CLOSED_ONE_OF): the spec
+branches decide "exactly one matches" (disjointness, excluded types, the negations of the
+others), the closed ones are what is emitted, so the result is the instances some closed branch
+accepts among those exactly one spec branch accepts."""
 
 from __future__ import annotations
 
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
 from .algebra import _applicable
+from .closing import CLOSED_ONE_OF
 from .keywords import (
     WITNESS, _as_schema, _as_terms, _is_true, _len_disjoint, _num_range, _ranges_disjoint, _RefMarker, _types_of,
 )
@@ -28,14 +34,19 @@ class OneOfMixin:
         finally:
             self.one_of_depth -= 1
 
-    def _one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
+    def _branch_terms(self, branches: list, siblings: dict, pointer: str) -> list[list]:
+        """Each branch's DNF terms merged with the oneOf's siblings."""
         groups = []
-        for i, sub in enumerate(schema["oneOf"]):
+        for i, sub in enumerate(branches):
             terms = []
             for term in self.dnf(sub, f"{pointer}/oneOf/{i}"):
                 merged = self.merge(siblings, term, pointer)
                 terms.extend(_as_terms(merged))
             groups.append(terms)
+        return groups
+
+    def _one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
+        groups = self._branch_terms(schema["oneOf"], siblings, pointer)
         # Decide type by type: a type on which the branches are disjoint is exact; a type that two
         # branches accept without any constraint is excluded (every such instance matches both).
         excluded = []
@@ -81,7 +92,9 @@ class OneOfMixin:
                              f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
                              + ("; widened to anyOf" if self.lenient else ""))
             break
-        out = [t for g in groups for t in g]
+        emitted = groups if CLOSED_ONE_OF not in schema else \
+            self._branch_terms(schema[CLOSED_ONE_OF], siblings, pointer)
+        out = [t for g in emitted for t in g]
         if excluded:
             keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
             out = self.merge_all(out, [{"type": keep}], pointer) if keep else []
@@ -109,13 +122,15 @@ class OneOfMixin:
 
     def one_of_by_negation(self, schema: dict, siblings: dict, pointer: str) -> list | None:
         """oneOf [B1..Bn] = anyOf_i (Bi and not Bj for every j != i), when each `not` has a
-        positive form; None when some negation cannot be expressed (or the expansion is too big)."""
+        positive form; None when some negation cannot be expressed (or the expansion is too big).
+        In strict mode the first Bi is the closed branch, the negated ones the spec branches."""
         branches = schema["oneOf"]
+        emitted = schema.get(CLOSED_ONE_OF, branches)
         lenient, self.lenient = self.lenient, False  # a widened negation would not be exact
         self.no_value_checks += 1
         try:
             out = []
-            for i, branch in enumerate(branches):
+            for i, branch in enumerate(emitted):
                 others = [{"not": other} for j, other in enumerate(branches) if j != i]
                 for term in self.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
                     merged = self.merge(siblings, term, pointer)
