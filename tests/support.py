@@ -100,3 +100,79 @@ def edges_by_state(fsm) -> dict:
         _EDGE_CACHE.clear()
         _EDGE_CACHE[key] = (fsm, by_state)
     return _EDGE_CACHE[key][1]
+
+
+class CompileTimeout(Exception):
+    """A compile ran past compile_with_timeout's limit."""
+
+
+def compile_with_timeout(compile_, seconds: int):
+    """compile_() with warnings silenced, or "unsupported" (a pushmask schema or budget error) or
+    "timeout" past `seconds` (SIGALRM, main thread only)."""
+    import signal
+    import warnings
+
+    from pushmask.grammar.errors import BudgetExceededError, SchemaError
+
+    def alarm(*_):
+        raise CompileTimeout()
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile_()
+    except (SchemaError, BudgetExceededError):
+        return "unsupported"
+    except CompileTimeout:
+        return "timeout"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+STRUCTURAL_BYTES = frozenset(b'"{}[],:0123456789-.')
+
+
+def short_structural_tokens(info):
+    """Token ids of at most two structural JSON bytes: walks that prefer them close strings and
+    brackets often enough to finish."""
+    import numpy as np
+
+    decoded = info.decoded_vocab
+    return np.array([t for t in range(len(decoded)) if decoded[t] and len(decoded[t]) <= 2
+                     and all(b in STRUCTURAL_BYTES for b in decoded[t])], dtype=np.int64)
+
+
+def mask_walk(compiled, rng, short, max_tokens: int = 160) -> bytes | None:
+    """One random mask-guided output: each step takes a token the filled bitmask allows (a short
+    structural one with probability 0.8, a stop token with probability 0.3 when one is allowed,
+    or surely when only stop tokens are), and every allowed token must be accepted.  The text
+    when the matcher terminated on a stop token, None when the walk ran out of steps.  An empty
+    mask before termination fails the calling test."""
+    import numpy as np
+
+    import pushmask
+
+    info = compiled.tokenizer_info
+    stop = np.array(sorted(set(info.stop_token_ids)), dtype=np.int64)
+    matcher = pushmask.GrammarMatcher(compiled)
+    bitmask = pushmask.allocate_token_bitmask(1, info.vocab_size)
+    out = b""
+    for _ in range(max_tokens):
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        bits = np.unpackbits(np.asarray(bitmask)[0].view(np.uint8), bitorder="little")[: info.vocab_size]
+        allowed = np.flatnonzero(bits)
+        assert allowed.size, f"the mask is empty before the output is finished, after {out[-200:]!r}"
+        ends = allowed[np.isin(allowed, stop)]
+        text = allowed[~np.isin(allowed, stop)]
+        if ends.size and (not text.size or rng.random() < 0.3):
+            assert matcher.accept_token(int(ends[0])), "an allowed stop token was refused"
+            assert matcher.is_terminated()
+            return out
+        pool = np.intersect1d(text, short) if rng.random() < 0.8 else text
+        tid = int(rng.choice(pool if pool.size else text))
+        assert matcher.accept_token(tid), f"allowed token {tid} was refused after {out[-200:]!r}"
+        out += info.decoded_vocab[tid]
+    return None

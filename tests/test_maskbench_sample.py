@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import sys
-import warnings
 from pathlib import Path
 
 import jsonschema
@@ -24,10 +22,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, require_shared  # noqa: E402
+from support import (  # noqa: E402
+    DATA, accepts_token_ids, compile_with_timeout, grammar_compiler, hf_tokenizer, mask_walk, require_shared,
+    short_structural_tokens,
+)
 
-import pushmask as pm  # noqa: E402
-from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 MASKBENCH = DATA / "maskbench-dev"
@@ -53,31 +52,6 @@ def sample_files() -> list[Path]:
     return random.Random(SAMPLE_SEED).sample(with_tests, SAMPLE_SIZE)
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(*_):
-    raise _Timeout()
-
-
-def compile_with_timeout(compiler, schema, seconds: int, **options):
-    """Compiled grammar, "unsupported" (a pushmask schema error) or "timeout"."""
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(seconds)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return compiler.compile_ir(json_schema_to_grammar(schema, **options))
-    except (SchemaError, BudgetExceededError):
-        return "unsupported"
-    except _Timeout:
-        return "timeout"
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_sample(files: list[Path], floors: dict) -> dict:
     compiler = grammar_compiler("llama3")
     tokenizer = hf_tokenizer("llama3")
@@ -87,7 +61,8 @@ def run_sample(files: list[Path], floors: dict) -> dict:
     for path in files:
         entry = json.loads(path.read_text())
         counts["schemas"] += 1
-        compiled = compile_with_timeout(compiler, entry["schema"], COMPILE_SECONDS, property_order="any")
+        compiled = compile_with_timeout(
+            lambda: compiler.compile_ir(json_schema_to_grammar(entry["schema"], property_order="any")), COMPILE_SECONDS)
         if isinstance(compiled, str):
             counts[compiled] += 1
             continue
@@ -152,7 +127,6 @@ GENERATION_SCHEMAS = [
     {"type": "object", "properties": {f"p{i}": {"type": "integer", "maximum": 9} for i in range(9)},
      "required": ["p2", "p7"], "additionalProperties": False},
 ]
-STRUCTURAL = set(b'"{}[],:0123456789-.')
 
 
 # Schemas 4-6 took 24 s, 95 s and 26 s in a run on 2 busy cores (load ~9), the others 11 s or less.
@@ -166,35 +140,13 @@ def test_random_mask_guided_generation_is_valid(index):
     compiler = grammar_compiler("llama3")
     info = compiler.tokenizer_info
     compiled = compiler.compile_ir(json_schema_to_grammar(schema, whitespace="compact", property_order="any"))
-    decoded = info.decoded_vocab
-    stop = set(info.stop_token_ids)
-    # short structural tokens, so random walks close strings and brackets often enough to finish
-    short = np.array([t for t in range(len(decoded)) if decoded[t] and len(decoded[t]) <= 2
-                      and all(b in STRUCTURAL for b in decoded[t])], dtype=np.int64)
+    short = short_structural_tokens(info)
     rng = np.random.default_rng(1000 + index)
     validator = jsonschema.Draft202012Validator(schema)
-    bitmask = pm.allocate_token_bitmask(1, info.vocab_size)
     finished = 0
     for _ in range(8):
-        matcher = pm.GrammarMatcher(compiled)
-        out = b""
-        for _step in range(120):
-            matcher.fill_next_token_bitmask(bitmask, 0)
-            bits = np.unpackbits(np.asarray(bitmask)[0].view(np.uint8), bitorder="little")[: info.vocab_size]
-            allowed = np.flatnonzero(bits)
-            assert allowed.size, "the mask is empty before the output is finished"
-            ends = [t for t in allowed if t in stop]
-            if ends and (allowed.size == len(ends) or rng.random() < 0.3):
-                assert matcher.accept_token(int(ends[0]))
-                break
-            non_stop = allowed[~np.isin(allowed, list(stop))]
-            pool = np.intersect1d(non_stop, short) if rng.random() < 0.8 else non_stop
-            if pool.size == 0:
-                pool = non_stop
-            tid = int(rng.choice(pool))
-            assert matcher.accept_token(tid)
-            out += decoded[tid]
-        if not matcher.is_terminated():
+        out = mask_walk(compiled, rng, short, max_tokens=120)
+        if out is None:
             continue
         finished += 1
         value = json.loads(out.decode("utf-8"))

@@ -51,15 +51,21 @@ _DYNAMIC_ANCHORS = ("$dynamicAnchor", "$recursiveAnchor")
 _MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def spec_copy(node):
-    """A normalised document (or subschema) with every $id and reference moved into the spec
-    copies: the same schema, whose references never reach a closed subschema."""
+def spec_copy(node, keys=_REF_KEYS):
+    """A normalised document (or subschema) with every $id and reference (`keys`) moved into the
+    spec copies: the same schema, whose references never reach a closed subschema."""
     if isinstance(node, list):
-        return [spec_copy(v) for v in node]
+        return [spec_copy(v, keys) for v in node]
     if not isinstance(node, dict):
         return node
-    return {k: v if k in VALUE_KEYS else spec_uri(v) if k in _REF_KEYS and isinstance(v, str) else spec_copy(v)
+    return {k: v if k in VALUE_KEYS else spec_uri(v) if k in keys and isinstance(v, str) else spec_copy(v, keys)
             for k, v in node.items()}
+
+
+def _spec_subtree(node):
+    """A negative position in the closed document: its references lead into the spec copies; its
+    $ids stay, so references from positive positions still find them (with the spec meaning)."""
+    return spec_copy(node, _REF_KEYS[1:])
 
 
 def close_document(doc, only_declared: bool):
@@ -97,7 +103,7 @@ class _Closer:
             if k in VALUE_KEYS:
                 out[k] = v
             elif k in ("not", "if") or (k == "contains" and "maxContains" in node):
-                out[k] = spec_copy(v)  # negated or counted: spec meaning
+                out[k] = _spec_subtree(v)  # negated or counted: spec meaning
             elif k == "oneOf" and isinstance(v, list):
                 out.update(self._one_of(v, at))
             elif k in _MAPS and isinstance(v, dict):
@@ -113,7 +119,7 @@ class _Closer:
         closed = [self.positive(b, f"{pointer}/{i}") for i, b in enumerate(branches)]
         if closed == branches and not _mentions(branches, _REF_KEYS[1:]):
             return {"oneOf": closed}
-        return {"oneOf": spec_copy(branches), CLOSED_ONE_OF: closed}
+        return {"oneOf": _spec_subtree(branches), CLOSED_ONE_OF: closed}
 
     def _close(self, node: dict, out: dict, pointer: str) -> None:
         t = node.get("type")
