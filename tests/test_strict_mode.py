@@ -190,6 +190,11 @@ def check_case(name, schema, tests, walks: int, rng, counts: dict) -> list[str]:
         return []
     counts["compiled"] += 1
     validator = suite_validator(schema)
+    # jsonschema is the oracle where it agrees with the corpus's own verdicts (it does not on a
+    # few Test Suite groups, e.g. 2019-09 unevaluatedProperties next to a non-boolean
+    # additionalProperties): elsewhere the walks still run, but their outputs are not judged
+    trusted = all(validator.is_valid(test["data"]) == test["valid"] for test in tests)
+    counts["oracle_disagrees"] += not trusted
     bad = []
     for test in tests:
         if not test["valid"] and accepts_text(compiled, json.dumps(test["data"], ensure_ascii=False)):
@@ -202,14 +207,14 @@ def check_case(name, schema, tests, walks: int, rng, counts: dict) -> list[str]:
         if out is None:
             continue
         counts["outputs"] += 1
-        if not validator.is_valid(json.loads(out)):
+        if trusted and not validator.is_valid(json.loads(out)):
             bad.append(f"{name}: generated {out[:200]!r}, which the schema rejects")
     return bad
 
 
 def new_counts() -> dict:
-    return {"schemas": 0, "compiled": 0, "unsupported": 0, "timeout": 0, "invalid_tests": 0, "walks": 0,
-            "outputs": 0}
+    return {"schemas": 0, "compiled": 0, "unsupported": 0, "timeout": 0, "oracle_disagrees": 0, "invalid_tests": 0,
+            "walks": 0, "outputs": 0}
 
 
 @pytest.mark.parametrize("corpus", ["maskbench-dev", "test-suite"])
