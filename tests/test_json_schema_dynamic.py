@@ -87,7 +87,7 @@ SCHEMAS = {"GENERIC_LISTS": GENERIC_LISTS, "TREE": TREE, "OUTERMOST": OUTERMOST,
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_dynamic_references_agree_with_jsonschema(name, llama3_compiler, llama3_tokenizer):
     schema = SCHEMAS[name]
-    compiled = llama3_compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
+    compiled = llama3_compiler.compile_ir(json_schema_to_grammar(schema, JsonOptions.validation()))
     validator = jsonschema.validators.validator_for(schema)(schema)
     verdicts = []
     for value in POOLS[name]:

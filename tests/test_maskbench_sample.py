@@ -87,7 +87,8 @@ def run_sample(files: list[Path], floors: dict) -> dict:
     for path in files:
         entry = json.loads(path.read_text())
         counts["schemas"] += 1
-        compiled = compile_with_timeout(compiler, entry["schema"], COMPILE_SECONDS, property_order="any")
+        compiled = compile_with_timeout(compiler, entry["schema"], COMPILE_SECONDS, property_order="any",
+                                        additional_properties_default=True)
         if isinstance(compiled, str):
             counts[compiled] += 1
             continue
@@ -165,7 +166,8 @@ def test_random_mask_guided_generation_is_valid(index):
     schema = GENERATION_SCHEMAS[index]
     compiler = grammar_compiler("llama3")
     info = compiler.tokenizer_info
-    compiled = compiler.compile_ir(json_schema_to_grammar(schema, whitespace="compact", property_order="any"))
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, whitespace="compact", property_order="any",
+                                                           additional_properties_default=True))
     decoded = info.decoded_vocab
     stop = set(info.stop_token_ids)
     # short structural tokens, so random walks close strings and brackets often enough to finish
