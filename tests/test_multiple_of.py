@@ -1,16 +1,15 @@
 """Integer multipleOf (grammar/json_numbers.py: the remainder automaton) against brute force.
 
 For each k the automaton's language, cut at texts of at most MAX_LEN characters, must equal
-the texts an enumeration of the integers gives: every multiple of k within the bounds written as
-json.dumps writes it, "-0" when 0 is allowed, and (draft 6+) each followed by ".0", ".00", ...
-Equality is checked by counting the automaton's texts of each length (dynamic programming over
-its edges) and running every expected text through it: the expected texts are all accepted, and
-there are exactly as many accepted texts as expected ones.
+the texts an enumeration of the integers gives: every multiple of k within the bounds as
+Python (and json.dumps) writes it, "-0" when 0 is allowed, and (draft 6+) each followed by
+".0", ".00", ...  Equality is checked by counting the automaton's texts of each length (dynamic
+programming over its edges) and running every expected text through it: the expected texts are
+all accepted, and there are exactly as many accepted texts as expected ones.
 """
 
 from __future__ import annotations
 
-import json
 import random
 
 import numpy as np
@@ -39,8 +38,24 @@ def language_counts(dfa, max_len: int) -> list[int]:
 
 
 def accepts_all(dfa, texts: list[str]) -> list[str]:
-    """The texts the automaton rejects."""
-    return [t for t in texts if not dfa.accepts(t)]
+    """The texts the automaton rejects (run as a batch over its dense ASCII table)."""
+    start, count, lo, hi, target, final = dfa.arrays()
+    n = start.shape[0]
+    table = np.full((n + 1, 128), n, np.int64)  # row n: the dead state
+    width = hi - lo + 1
+    first = np.repeat(np.cumsum(width) - width, width)
+    chars = np.repeat(lo, width) + np.arange(int(width.sum())) - first
+    table[np.repeat(np.repeat(np.arange(n), count), width), chars] = np.repeat(target, width)
+    accepting = np.append(final, False)
+    rejected = []
+    for length in sorted({len(t) for t in texts}):
+        group = [t for t in texts if len(t) == length]
+        codes = np.frombuffer("".join(group).encode("ascii"), np.uint8).reshape(len(group), length)
+        state = np.zeros(len(group), np.int64)
+        for i in range(length):
+            state = table[state, codes[:, i]]
+        rejected += [t for t, ok in zip(group, accepting[state]) if not ok]
+    return rejected
 
 
 def expected_texts(k: int, lo: int | None, hi: int | None, zero_fraction: bool, max_len: int) -> list[str]:
@@ -50,7 +65,7 @@ def expected_texts(k: int, lo: int | None, hi: int | None, zero_fraction: bool, 
     for n in range(-(bound // k) * k, 10 * bound, k):
         if (lo is not None and n < lo) or (hi is not None and n > hi):
             continue
-        texts = [json.dumps(n)] + (["-0"] if n == 0 else [])
+        texts = [str(n)] + (["-0"] if n == 0 else [])
         for t in texts:
             out.append(t)
             if zero_fraction:
