@@ -27,6 +27,10 @@ Policies (documented choices, all sound):
   texts are accepted in normalised scientific form only -- one non-zero digit before the
   point, as repr/json.dumps write them ("1e-05", "-2.5E+300") -- so the exponent tells the
   magnitude and the automaton stays finite.  With multipleOf, exponent texts are rejected.
+- An integer multipleOf k is the remainder automaton of k, built directly (`multiples_dfa`);
+  k whose automaton passes Limits.max_rule_states is refused at once.  Zero fractions of an
+  unbounded range need the multiples up to 2**53 (about 16 copies of it): past the budget they
+  are left out (integer texts only).
 - multipleOf uses the *decimal* value of the schema's number (0.01 means 1/100, as the
   spec says).  The jsonschema library divides floats instead and wrongly rejects about one
   in six exact multiples of 0.01 (e.g. 0.07 / 0.01 = 7.000000000000001); we follow the

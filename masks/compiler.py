@@ -9,7 +9,7 @@ import os
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

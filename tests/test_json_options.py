@@ -50,7 +50,7 @@ def test_bad_options_are_clear_errors():
     with pytest.raises(TypeError, match="unknown JSON option 'strict'"):
         JsonOptions.generation(strict=False)
     with pytest.raises(TypeError, match="unknown JSON option 'ident'"):
-        pm.GrammarCompiler.compile_json_schema(None, {}, ident=2)
+        json_schema_to_grammar({}, ident=2)
     with pytest.raises(ValueError, match="strict_mode=False contradicts"):
         JsonOptions.from_xgrammar(strict_mode=False, additional_properties_default="declared")
     with pytest.raises(ArgumentTypeError, match="must be a pushmask.JsonOptions"):

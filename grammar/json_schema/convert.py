@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from .. import passes
 from ..errors import BudgetExceededError, CompileClock, GrammarError, SchemaError
