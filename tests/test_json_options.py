@@ -103,3 +103,26 @@ def test_strict_is_the_default_everywhere():
     with pytest.raises(SchemaError):  # unsatisfiable="error" by default, "empty" for validation
         json_schema_to_grammar(False)
     json_schema_to_grammar(False, JsonOptions.validation())
+
+
+def test_cli_generate_strict_flag(tmp_path):
+    """`pushmask generate --no-strict` compiles the schema's own language; the default is strict."""
+    import argparse
+    import json
+
+    from pushmask.integrations import cli_generate
+
+    schema_file = tmp_path / "s.json"
+    schema_file.write_text(json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}}))
+    parser = argparse.ArgumentParser()
+    cli_generate.add_arguments(parser)
+    got = {}
+    for flags in ([], ["--no-strict"], ["--strict", "--indent", "2"], ["--no-strict", "--whitespace", "compact"]):
+        args = parser.parse_args(["--schema", str(schema_file), *flags, "prompt"])
+        got[tuple(flags)] = cli_generate._read_constraint(args)[0]["json_options"]
+    assert got[()] == JsonOptions.generation()
+    assert got[("--no-strict",)] == JsonOptions.generation(additional_properties_default=True)
+    assert got[("--strict", "--indent", "2")] == JsonOptions.from_xgrammar(indent=2)
+    assert got[("--no-strict", "--whitespace", "compact")] == JsonOptions(whitespace="compact",
+                                                                         additional_properties_default=True)
+    assert "--no-strict" in parser.format_help()
