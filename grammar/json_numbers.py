@@ -29,8 +29,8 @@ Policies (documented choices, all sound):
   magnitude and the automaton stays finite.  With multipleOf, exponent texts are rejected.
 - An integer multipleOf k is the remainder automaton of k, built directly (`multiples_dfa`);
   k whose automaton passes Limits.max_rule_states is refused at once.  Zero fractions of an
-  unbounded range need the multiples up to 2**53 (about 16 copies of it): past the budget they
-  are left out (integer texts only).
+  unbounded range need the multiples up to 2**53 (about 16 copies of it): past
+  Limits.max_string_states they are left out (integer texts only).
 - multipleOf uses the *decimal* value of the schema's number (0.01 means 1/100, as the
   spec says).  The jsonschema library divides floats instead and wrongly rejects about one
   in six exact multiples of 0.01 (e.g. 0.07 / 0.01 = 7.000000000000001); we follow the
@@ -633,11 +633,12 @@ def _zero_fractions(dfa: Dfa) -> Dfa:
                                                 np.concatenate([final, [False, True]])))
 
 
-def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction: bool, budget: int) -> Dfa:
-    """Integer texts of n in [lo, hi] with n % k == 0, and with zero_fraction also "n.0",
-    "n.00", ... for |n| <= 2**53.  When the range reaches past 2**53 and the multiples up to
-    2**53 (or their union with the rest) pass `budget` states, the zero-fraction texts are left
-    out: integer texts only, narrower, never wider."""
+def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction: bool, budget: int,
+                          fraction_budget: int) -> Dfa:
+    """Integer texts of n in [lo, hi] with n % k == 0 (automata within `budget` states), and with
+    zero_fraction also "n.0", "n.00", ... for |n| <= 2**53.  When the range reaches past 2**53
+    and the multiples up to 2**53 (or their union with the rest) pass `fraction_budget` states,
+    the zero-fraction texts are left out: integer texts only, narrower, never wider."""
     dfa = _signed_multiples(lo, hi, k, budget)
     if not zero_fraction or dfa.is_empty():
         return dfa
@@ -645,11 +646,11 @@ def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction:
     small_hi = _MAX_EXACT_INT if hi is None else min(hi, _MAX_EXACT_INT)
     if (small_lo, small_hi) == (lo, hi):
         return _zero_fractions(dfa)
-    if small_lo > small_hi or 16 * multiples_dfa(k, budget).size > budget:
+    if small_lo > small_hi or 16 * multiples_dfa(k, budget).size > fraction_budget:
         return dfa  # the multiples up to 2**53 need about 16 copies of the remainder automaton
     try:
-        fractions = _zero_fractions(_signed_multiples(small_lo, small_hi, k, budget))
-        return dfa.union(fractions, budget, minimize=False)
+        fractions = _zero_fractions(_signed_multiples(small_lo, small_hi, k, fraction_budget))
+        return dfa.union(fractions, fraction_budget, minimize=False)
     except StateBudgetExceeded:
         return dfa
 
@@ -701,7 +702,7 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
         if lo > hi:
             return Dfa([[]], ())
     if modulus > 1 and not excluded:
-        return _multiple_integer_dfa(lo, hi, modulus, zero_fraction, remainder_budget)
+        return _multiple_integer_dfa(lo, hi, modulus, zero_fraction, remainder_budget, budget)
     dfa = integer_range_dfa(lo, hi, modulus, budget, excluded)
     if zero_fraction:
         small = integer_range_dfa(max(lo, -_MAX_EXACT_INT) if lo is not None else -_MAX_EXACT_INT,
