@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     import torch
 
     from pushmask.integrations.cli_generate import ModelNotFound, load_model
-    from pushmask.integrations.generate import DEFAULT_JSON_LAYOUT, compiler_for
+    from pushmask.integrations.generate import DEFAULT_JSON_OPTIONS, compiler_for
     from pushmask.samplers.asap import ASApSampler
     from pushmask.samplers.smc import smc
 
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         return 2
     clock = ModelClock(model)
     schema = json.loads(Path(args.schema).read_text())
-    compiled = compiler_for(tokenizer).compile_json_schema(schema, **DEFAULT_JSON_LAYOUT)
+    compiled = compiler_for(tokenizer).compile_json_schema(schema, DEFAULT_JSON_OPTIONS)
     vocab = compiled.tokenizer_info.vocab_size
 
     def prompt_ids(prompt):

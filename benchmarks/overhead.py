@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
     import pushmask as pm
     from pushmask.integrations.cli_generate import ModelNotFound, load_model
-    from pushmask.integrations.generate import DEFAULT_JSON_LAYOUT, compiler_for
+    from pushmask.integrations.generate import DEFAULT_JSON_OPTIONS, compiler_for
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     schema = json.loads(Path(args.schema).read_text())
     eos = model.generation_config.eos_token_id
     t0 = time.perf_counter()
-    compiled = compiler_for(tokenizer).compile_json_schema(schema, **DEFAULT_JSON_LAYOUT)
+    compiled = compiler_for(tokenizer).compile_json_schema(schema, DEFAULT_JSON_OPTIONS)
     compile_s = time.perf_counter() - t0
 
     def encode(prompt):

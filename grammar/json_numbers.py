@@ -27,6 +27,10 @@ Policies (documented choices, all sound):
   texts are accepted in normalised scientific form only -- one non-zero digit before the
   point, as repr/json.dumps write them ("1e-05", "-2.5E+300") -- so the exponent tells the
   magnitude and the automaton stays finite.  With multipleOf, exponent texts are rejected.
+- An integer multipleOf k is the remainder automaton of k, built directly (`multiples_dfa`);
+  k whose automaton passes Limits.max_rule_states is refused at once.  Zero fractions of an
+  unbounded range need the multiples up to 2**53 (about 16 copies of it): past
+  Limits.max_string_states they are left out (integer texts only).
 - multipleOf uses the *decimal* value of the schema's number (0.01 means 1/100, as the
   spec says).  The jsonschema library divides floats instead and wrongly rejects about one
   in six exact multiples of 0.01 (e.g. 0.07 / 0.01 = 7.000000000000001); we follow the
@@ -35,6 +39,7 @@ Policies (documented choices, all sound):
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import Iterable
@@ -42,7 +47,8 @@ from typing import Iterable
 import numpy as np
 
 from . import number_kernels, string_kernels
-from .codepoint_dfa import Dfa, StateBudgetExceeded, budgeted, dfa_to_char_fsm
+from .codepoint_dfa import Dfa, StateBudgetExceeded, budgeted, dfa_to_char_fsm, literal_dfa
+from .caches import register
 from .errors import SchemaError
 from .ir import Expr, NOTHING
 from .limits import DEFAULT_LIMITS
@@ -494,6 +500,161 @@ def _signed(build, lower, upper, budget: int) -> Dfa:
     return _union_all(parts, budget)
 
 
+# ---------------------------------------------------------------------------------------------
+# Multiples of an integer k: the remainder automaton, built directly.
+
+
+ENUMERATE_MULTIPLES = 4096
+"""A bounded range holding at most this many multiples of k is spelled out as literals (a trie)
+instead of intersecting the remainder automaton with the range's."""
+
+
+@functools.lru_cache(maxsize=64)
+def multiples_dfa(k: int, budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
+    """Canonical decimal texts of the naturals divisible by k, minimised.
+
+    k = m * 10**c with m prime to 10 is read as "n mod m, and how many trailing zeros (up to
+    c)"; any other k as "n mod k": one state per pair plus the start and "0" states, built
+    with numpy in one go; StateBudgetExceeded before anything is built when that count passes
+    `budget` (so a huge k is refused at once).  Memoised (callers copy before changing arrays).
+    """
+    c, m = 0, k
+    while m % 10 == 0:
+        m //= 10
+        c += 1
+    if math.gcd(m, 10) != 1:  # 10**c | n and m | n then say less than k | n: track n mod k
+        c, m = 0, k
+    size = m * (c + 1) + 2
+    if size > budget:
+        raise StateBudgetExceeded(f"the remainder automaton of multipleOf {k} ({size} states)", budget)
+    digits = np.arange(10, dtype=np.int64)
+    r = np.repeat(np.arange(m, dtype=np.int64), c + 1)
+    z = np.tile(np.arange(c + 1, dtype=np.int64), m)
+    # state 0: start; 1: the text "0"; 2 + r * (c + 1) + z: remainder r, z trailing zeros so far
+    nr = (10 * r[:, None] + digits) % m
+    nz = np.where(digits == 0, np.minimum(z[:, None] + 1, c), 0)
+    body = 2 + nr * (c + 1) + nz
+    first = 2 + (digits[1:] % m) * (c + 1)  # the start reads a first digit 1..9 (no zero before it)
+    target = np.concatenate([[1], first, body.reshape(-1)])
+    lo = np.concatenate([digits, np.tile(digits, m * (c + 1))]) + ord("0")
+    count = np.array([10, 0] + [10] * (m * (c + 1)), np.int64)
+    start = np.cumsum(count) - count
+    final = np.concatenate([[False, True], (r == 0) & (z == c)])
+    arrays = string_kernels.trim(start, count, lo, lo.copy(), target, final)
+    if c == 0 and math.gcd(m, 10) == 1:
+        # already minimal: for m prime to 10 every two remainders r != r' part on some digit
+        # string w (w = -r * 10**len(w) mod m written with len(w) digits), and the start and "0"
+        # states differ from all of them; minimising 10**5 states would cost a second
+        return Dfa.from_arrays(*arrays)
+    return Dfa.from_arrays(*string_kernels.minimize(*arrays))
+
+
+register(multiples_dfa.cache_clear, "json_numbers.multiples_dfa")
+
+
+def _positive_multiples(k: int, budget: int) -> Dfa:
+    """multiples_dfa(k) without "0" (the start's first edge, on '0', leads to it alone)."""
+    start, count, lo, hi, target, final = multiples_dfa(k, budget).arrays()
+    assert lo[0] == hi[0] == ord("0") and count[0] > 0
+    count = count.copy()
+    count[0] -= 1
+    return Dfa.from_arrays(*string_kernels.trim(np.cumsum(count) - count, count, lo[1:], hi[1:], target[1:], final))
+
+
+def _natural_multiples(lo: int, hi: int | None, k: int, budget: int) -> Dfa:
+    """Canonical texts of naturals n in [lo, hi] (hi None: unbounded) with n % k == 0: the
+    multiples spelled out when a bounded range holds few, else the remainder automaton (alone,
+    without "0", or intersected with the range's automaton); StateBudgetExceeded past `budget`."""
+    lo = max(lo, 0)
+    first = -(-lo // k) * k  # the least multiple >= lo
+    if hi is not None:
+        if first > hi:
+            return Dfa([[]], ())
+        if (hi - first) // k < ENUMERATE_MULTIPLES:
+            return literal_dfa([str(n) for n in range(first, hi + 1, k)])
+    elif lo <= k:  # every positive multiple is >= lo
+        return multiples_dfa(k, budget) if lo == 0 else _positive_multiples(k, budget)
+    return multiples_dfa(k, budget).intersect(natural_range_dfa(lo, hi, budget=budget), budget)
+
+
+def _signed_multiples(lo: int | None, hi: int | None, k: int, budget: int) -> Dfa:
+    """Canonical integer texts of n in [lo, hi] with n % k == 0 ("-0" too when 0 is in range)."""
+    none = Dfa([[]], ())
+    pos = _natural_multiples(max(lo, 0) if lo is not None else 0, hi, k, budget) if hi is None or hi >= 0 else none
+    neg = _natural_multiples(max(-hi, 0) if hi is not None else 0, None if lo is None else -lo, k, budget) \
+        if lo is None or lo <= 0 else none
+    return _sign_split(pos, neg)
+
+
+def _sign_split(positive: Dfa, negative: Dfa) -> Dfa:
+    """positive | "-" negative, neither accepting the empty text: a new start state with the
+    positive start's edges and '-' into the negative automaton (no product: the size is the
+    sum, or the positive one's plus one when both are the same minimal automaton)."""
+    if negative.is_empty():
+        return positive
+    p_start, p_count, p_lo, p_hi, p_tgt, p_final = positive.arrays()
+    n_pos = p_start.shape[0]
+    if all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(positive.arrays(), negative.arrays())):
+        # '-' leads to the positive start itself, which has no edge on '-'
+        n_lo, n_hi, n_tgt, n_count, n_final, minus = (np.zeros(0, np.int64),) * 4 + (np.zeros(0, np.bool_), 1)
+    else:
+        _, n_count, n_lo, n_hi, n_tgt, n_final = negative.arrays()
+        minus = n_pos + 1
+    head = slice(p_start[0], p_start[0] + p_count[0])
+    # state 0: the new start; 1 .. n_pos: positive; n_pos + 1 ..: negative ('-' sorts before digits)
+    lo = np.concatenate([[ord("-")], p_lo[head], p_lo, n_lo])
+    hi = np.concatenate([[ord("-")], p_hi[head], p_hi, n_hi])
+    tgt = np.concatenate([[minus], p_tgt[head] + 1, p_tgt + 1, n_tgt + n_pos + 1])
+    count = np.concatenate([[1 + p_count[0]], p_count, n_count])
+    final = np.concatenate([[False], p_final, n_final])
+    return Dfa.from_arrays(*string_kernels.trim(np.cumsum(count) - count, count, lo, hi, tgt, final))
+
+
+def _zero_fractions(dfa: Dfa) -> Dfa:
+    """dfa's integer texts, and each followed by "." and one or more "0": every final state gets
+    an edge on '.' (which no integer text continues with) into two new states."""
+    start, count, lo, hi, tgt, final = dfa.arrays()
+    n = start.shape[0]
+    extra = final.astype(np.int64)
+    new_count = count + extra
+    new_start = np.cumsum(new_count) - new_count
+    owner = np.repeat(np.arange(n), count)
+    position = new_start[owner] + extra[owner] + (np.arange(owner.shape[0]) - start[owner])
+    dots = new_start[final]
+    size = int(new_count.sum()) + 2
+    new_lo, new_hi, new_tgt = (np.empty(size, np.int64) for _ in range(3))
+    for out, old, add in ((new_lo, lo, ord(".")), (new_hi, hi, ord(".")), (new_tgt, tgt, n)):
+        out[position] = old
+        out[dots] = add
+    new_lo[-2:] = new_hi[-2:] = ord("0")
+    new_tgt[-2:] = n + 1  # n: after '.', n + 1: after one or more '0' (final)
+    count = np.concatenate([new_count, [1, 1]])
+    return Dfa.from_arrays(*string_kernels.trim(np.cumsum(count) - count, count, new_lo, new_hi, new_tgt,
+                                                np.concatenate([final, [False, True]])))
+
+
+def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction: bool, budget: int,
+                          fraction_budget: int) -> Dfa:
+    """Integer texts of n in [lo, hi] with n % k == 0 (automata within `budget` states), and with
+    zero_fraction also "n.0", "n.00", ... for |n| <= 2**53.  When the range reaches past 2**53
+    and the multiples up to 2**53 (or their union with the rest) pass `fraction_budget` states,
+    the zero-fraction texts are left out: integer texts only, narrower, never wider."""
+    dfa = _signed_multiples(lo, hi, k, budget)
+    if not zero_fraction or dfa.is_empty():
+        return dfa
+    small_lo = -_MAX_EXACT_INT if lo is None else max(lo, -_MAX_EXACT_INT)
+    small_hi = _MAX_EXACT_INT if hi is None else min(hi, _MAX_EXACT_INT)
+    if (small_lo, small_hi) == (lo, hi):
+        return _zero_fractions(dfa)
+    if small_lo > small_hi or 16 * multiples_dfa(k, budget).size > fraction_budget:
+        return dfa  # the multiples up to 2**53 need about 16 copies of the remainder automaton
+    try:
+        fractions = _zero_fractions(_signed_multiples(small_lo, small_hi, k, fraction_budget))
+        return dfa.union(fractions, fraction_budget, minimize=False)
+    except StateBudgetExceeded:
+        return dfa
+
+
 def _decimal_multiple(multiple_of, pointer) -> tuple[int, int]:
     """multipleOf as p / 10**d with p, d integers (decimal reading of the schema's number)."""
     if isinstance(multiple_of, bool) or not isinstance(multiple_of, (int, float)) or not multiple_of > 0 \
@@ -522,7 +683,8 @@ def integer_range_dfa(lo: int | None, hi: int | None, modulus: int = 1,
 
 
 def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget: int,
-                 empty_is_error: bool = True, excluded: tuple[int, ...] = ()) -> Dfa:
+                 empty_is_error: bool = True, excluded: tuple[int, ...] = (),
+                 remainder_budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
     lo, hi = _int_range(lower, upper)
     if lo is not None and hi is not None and lo > hi:
         if empty_is_error:
@@ -539,6 +701,8 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
         hi = _MAX_EXACT_INT if hi is None else min(hi, _MAX_EXACT_INT)
         if lo > hi:
             return Dfa([[]], ())
+    if modulus > 1 and not excluded:
+        return _multiple_integer_dfa(lo, hi, modulus, zero_fraction, remainder_budget, budget)
     dfa = integer_range_dfa(lo, hi, modulus, budget, excluded)
     if zero_fraction:
         small = integer_range_dfa(max(lo, -_MAX_EXACT_INT) if lo is not None else -_MAX_EXACT_INT,
@@ -551,22 +715,28 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
 
 def _guard(keyword: str, at: str, fn, *args, **kwargs):
     """Run fn, turning an exhausted state budget into UnsupportedSchemaError(keyword, at)."""
-    return budgeted(keyword, at, fn, *args, hint="loosen the bounds or multipleOf", **kwargs)
+    return budgeted(keyword, at, fn, *args, hint="use a smaller multipleOf (or one of the form m * 10**c with a "
+                                                  "small m not divisible by 2 or 5), narrower bounds, or an enum of "
+                                                  "the allowed values",
+                    **kwargs)
 
 
 def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
                  multiple_of=None, pointer: str = "", zero_fraction: bool = True,
-                 budget: int = DEFAULT_LIMITS.max_string_states, not_multiple_of: tuple[int, ...] = ()) -> Expr:
+                 budget: int = DEFAULT_LIMITS.max_string_states, not_multiple_of: tuple[int, ...] = (),
+                 remainder_budget: int = DEFAULT_LIMITS.max_rule_states) -> Expr:
     """JSON texts of integers within the bounds (int or float, draft-4 boolean exclusives too).
 
     zero_fraction: also accept "n.0", "n.00", ... for |n| <= 2**53 (draft 6+; pass False for
     draft 4, where 1.0 is not an integer).  Empty ranges raise SchemaError; automata past the
-    budget raise UnsupportedSchemaError naming multipleOf (or minimum).
+    budget raise UnsupportedSchemaError naming multipleOf (or minimum).  An integer multipleOf
+    builds its remainder automaton (and its products with the bounds) within
+    `remainder_budget` states (Limits.max_rule_states: the rule holds that automaton).
     """
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     keyword = "multipleOf" if multiple_of is not None else "minimum"
     dfa = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, zero_fraction, budget,
-                 excluded=tuple(not_multiple_of))
+                 excluded=tuple(not_multiple_of), remainder_budget=remainder_budget)
     return dfa_to_char_fsm(dfa.minimize())
 
 
@@ -576,7 +746,8 @@ def number_dfa(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     if multiple_of is not None:
         p, d = _decimal_multiple(multiple_of, pointer)
-        ints = _integer_dfa(lower, upper, multiple_of, pointer, False, budget, empty_is_error=False)
+        ints = _integer_dfa(lower, upper, multiple_of, pointer, False, budget, empty_is_error=False,
+                            remainder_budget=budget)
         flo, fhi = _float_text_bound(lower, "lower"), _float_text_bound(upper, "upper")
         fracs = _signed(lambda lo, hi: _decimal_dfa(lo, hi, modulus=(p, d), budget=budget), flo, fhi, budget)
         return _union_all([ints, fracs], budget)

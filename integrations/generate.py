@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..grammar.errors import SchemaError
+from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.vocab import TokenizerInfo
 from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
 
 __all__ = ["generate", "Generation", "compiler_for", "compile_constraint", "TextSink"]
 
-# Layout of schema-constrained JSON: exactly what json.dumps writes (`{"a": 1, "b": [1, 2]}`), so a
-# model cannot format it oddly or loop on whitespace; json_options={"indent": 2} for json.dumps's
-# indent=2 layout, {"whitespace": "flexible"} for any JSON whitespace.
-DEFAULT_JSON_LAYOUT = {"separators": (", ", ": ")}
+DEFAULT_JSON_OPTIONS = JsonOptions.generation()
+"""Schema-constrained JSON in strict mode and exactly the layout json.dumps writes (`{"a": 1, "b":
+[1, 2]}`), so a model cannot format it oddly or loop on whitespace; json_options=
+JsonOptions.generation(indent=2) for json.dumps's indent=2 layout, JsonOptions.generation(
+separators=None) for any JSON whitespace."""
 
 _COMPILED_PER_TOKENIZER = 32
 
@@ -93,12 +95,14 @@ def compile_constraint(
     grammar: str | None = None,
     regex: str | None = None,
     grammar_format: str = "auto",
-    json_options: dict | None = None,
+    json_options: JsonOptions | dict | None = None,
 ) -> CompiledGrammar:
-    """Compile exactly one of schema / grammar / regex for `tokenizer`, memoised per tokenizer.
+    """Compile exactly one of schema / grammar / regex for `tokenizer`, memoised per tokenizer
+    (the key holds the schema and its JsonOptions).
 
     grammar_format: "ebnf" (also GBNF), "lark", or "auto" (EBNF when the text has `::=`).
-    json_options: keyword arguments of compile_json_schema (default: DEFAULT_JSON_LAYOUT).
+    json_options: a JsonOptions (default: DEFAULT_JSON_OPTIONS), or a dict of compile_json_schema's
+        keyword arguments applied to the defaults of compile_json_schema.
     """
     given = [name for name, v in (("schema", schema), ("grammar", grammar), ("regex", regex)) if v is not None]
     if len(given) != 1:
@@ -106,9 +110,10 @@ def compile_constraint(
     compiler = compiler_for(tokenizer)
     options: dict = {}
     if schema is not None:
-        options = dict(DEFAULT_JSON_LAYOUT if json_options is None else json_options)
+        json_options = DEFAULT_JSON_OPTIONS if json_options is None else JsonOptions.of(json_options, {}, "generate")
+        options = {"json_options": json_options}
         kind, spec = "json_schema", _schema_object(schema)
-        key = (kind, json.dumps(spec, sort_keys=True), tuple(sorted(options.items())))
+        key = (kind, json.dumps(spec, sort_keys=True), json_options)
     elif grammar is not None:
         kind = grammar_format
         if kind == "auto":
@@ -230,7 +235,7 @@ def generate(
     regex: str | None = None,
     compiled_grammar: CompiledGrammar | None = None,
     grammar_format: str = "auto",
-    json_options: dict | None = None,
+    json_options: JsonOptions | dict | None = None,
     max_new_tokens: int = 256,
     chat_template: bool | None = None,
     jump_forward: bool = True,
@@ -246,8 +251,10 @@ def generate(
         message; chat_template=False feeds the string as raw text.
     schema / grammar / regex / compiled_grammar: exactly one constraint. grammar is EBNF
         (GBNF) or Lark text (see grammar_format).
-    json_options: compile_json_schema options (default: the layout json.dumps writes, so a small
-        model cannot format oddly or loop on whitespace; {"indent": 2} for an indented layout).
+    json_options: a JsonOptions, or a dict of compile_json_schema's keyword arguments (default:
+        JsonOptions.generation(): strict mode in the layout json.dumps writes, so a small model
+        cannot format oddly or loop on whitespace; JsonOptions.generation(indent=2) for an
+        indented layout).
     jump_forward: append text the grammar forces (at least min_jump_chars characters) without
         decoding it token by token.
     stream: called with each new piece of text as it is generated; or True: return a

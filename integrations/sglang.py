@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - only without SGLang
     raise ImportError(f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}") from exc
 
 from ..grammar.errors import PushmaskError
+from ..grammar.json_options import JsonOptions
 from ..masks.bitmask import apply_token_bitmask_inplace, get_bitmask_shape
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
@@ -143,6 +144,10 @@ class PushmaskGrammarBackend(BaseGrammarBackend):
         self.vocab_size = vocab_size
         self.any_whitespace = any_whitespace
         self.max_whitespace_cnt = max_whitespace_cnt
+        # xgrammar's defaults with SGLang's two JSON flags, as SGLang's xgrammar backend has them
+        self.json_options = JsonOptions.from_xgrammar(any_whitespace=any_whitespace,
+                                                      max_whitespace_cnt=max_whitespace_cnt,
+                                                      base=JsonOptions.xgrammar())
 
     def _grammar(self, kind: str, key_string: str, compile_) -> BaseGrammarObject:
         try:
@@ -156,7 +161,7 @@ class PushmaskGrammarBackend(BaseGrammarBackend):
         if key_string == "$$ANY$$":  # SGLang's "any JSON value" (response_format json_object)
             return self._grammar("json", key_string, self.compiler.compile_builtin_json_grammar)
         return self._grammar("json", key_string, lambda: self.compiler.compile_json_schema(
-            json.loads(key_string), any_whitespace=self.any_whitespace, max_whitespace_cnt=self.max_whitespace_cnt))
+            json.loads(key_string), self.json_options))
 
     def dispatch_regex(self, key_string: str) -> BaseGrammarObject:
         return self._grammar("regex", key_string, lambda: self.compiler.compile_regex(key_string))

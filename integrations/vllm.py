@@ -57,6 +57,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
     ) from exc
 
 from ..grammar.frontends import to_grammar
+from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher
 from ..masks.vocab import TokenizerInfo
@@ -184,14 +185,18 @@ def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tup
 
 def _front_end_options(kind: str, compact: bool, max_whitespace: int | None) -> dict[str, Any]:
     """to_grammar options of a request: for JSON bodies (schemas, structural tags), xgrammar's
-    defaults as vLLM calls it: strict mode (an object schema that declares members takes no
-    others; a bare {"type": "object"} any) and no whitespace around the top-level value."""
+    defaults as vLLM calls it (JsonOptions.xgrammar: strict mode, no whitespace around the
+    top-level value) with the backend's whitespace settings."""
     if kind not in ("json_schema", "structural_tag"):
         return {}
-    xgrammar_defaults = {"additional_properties_default": "declared", "root_whitespace": False}
+    return {"json_options": vllm_json_options(compact, max_whitespace)}
+
+
+def vllm_json_options(compact: bool, max_whitespace: int | None) -> JsonOptions:
+    """The JsonOptions of this backend: xgrammar's defaults, compact or flexible whitespace."""
     if compact:
-        return {"whitespace": "compact", **xgrammar_defaults}
-    return {"whitespace": "flexible", "max_whitespace": max_whitespace, **xgrammar_defaults}
+        return JsonOptions.xgrammar(whitespace="compact")
+    return JsonOptions.xgrammar(max_whitespace=max_whitespace)
 
 
 def _resolve_any_token(token) -> int:

@@ -160,8 +160,8 @@ class PushmaskEngine(Engine):
     def __init__(self, hf_tokenizer: Any):
         super().__init__(hf_tokenizer)
         pm = _import_engine_package("pushmask")
-        if not hasattr(pm, "GrammarCompiler"):
-            raise EngineUnavailableError("this pushmask build has no GrammarCompiler yet")
+        if not hasattr(pm, "JsonOptions"):
+            raise EngineUnavailableError("this pushmask build has no JsonOptions yet")
         self.pm = pm
         self.info = pm.TokenizerInfo.from_huggingface(hf_tokenizer)
         self.compiler = pm.GrammarCompiler(self.info)
@@ -170,8 +170,7 @@ class PushmaskEngine(Engine):
         # the corpus checks existing documents, whose members come in any order, against the
         # schema's own language (not xgrammar's strict default); a schema no instance satisfies
         # rejects them all (the empty language) instead of failing to compile
-        compiled = self.compiler.compile_json_schema(schema, property_order="any", strict_mode=False,
-                                                     unsatisfiable="empty")
+        compiled = self.compiler.compile_json_schema(schema, self.pm.JsonOptions.validation())
         return PushmaskSession(self.pm, compiled, self.info.vocab_size)
 
     def clear_cache(self) -> None:

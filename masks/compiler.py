@@ -9,7 +9,7 @@ import os
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
 from ..grammar.gc_pause import paused_gc
 from ..grammar.frontends import to_grammar
+from ..grammar.json_options import JsonOptions
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.limits import DEFAULT_LIMITS, Limits
 from ..grammar.passes import normalize as normalize_grammar
@@ -187,72 +188,24 @@ class GrammarCompiler:
         _check_text(pattern, "pattern", "compile_regex")
         return self.compile("regex", pattern)
 
-    def compile_json_schema(
-        self,
-        schema: Any,
-        *,
-        any_whitespace: bool | None = None,
-        indent: int | None = None,
-        separators: tuple[str, str] | None = None,
-        strict_mode: bool | None = None,
-        max_whitespace_cnt: int | None = None,
-        any_order: bool | None = None,
-        whitespace: str | None = None,
-        max_whitespace: int | None = None,
-        additional_properties_default: bool | str | None = None,
-        property_order: str | None = None,
-        root_whitespace: bool = True,
-        retrieve: Callable[[str], Any] | None = None,
-        value_checks: bool = True,
-        unsatisfiable: str = "error",
-        lenient: bool = False,
-    ) -> "CompiledGrammar":
+    def compile_json_schema(self, schema: Any, options: JsonOptions | None = None,
+                            **keywords: Any) -> "CompiledGrammar":
         """Compile a JSON Schema: the output is one JSON value the schema accepts.
-
-        XGrammar's keyword arguments keep XGrammar's meanings; each has a pushmask twin (giving
-        both with different values is an error).  See ``grammar.frontends.json_schema_options``.
 
         Parameters
         ----------
         schema : dict, bool, str or pydantic model class
             The schema (JSON text is parsed; a model class gives its ``model_json_schema()``).
-        any_whitespace : bool, optional
-            True: any JSON whitespace between tokens (`indent`, `separators` ignored); False: the
-            exact layout of ``json.dumps(indent=indent, separators=separators)``.  Unset: flexible
-            whitespace unless `indent`, `separators` or ``whitespace="compact"`` fix the layout.
-        indent : int, optional
-            ``json.dumps`` indentation of the fixed layout.
-        separators : (str, str), optional
-            The (item, key) separators of the fixed layout, as in ``json.dumps``.
-        strict_mode : bool, optional
-            True (the default, as in XGrammar): an object schema that declares members, or an
-            array schema with ``prefixItems``, takes nothing beyond them unless the schema says
-            what else may come; False: the schema's own language.
-        max_whitespace_cnt : int, optional
-            At most this many characters in each whitespace run (pushmask: `max_whitespace`).
-        any_order : bool, optional
-            True: object members in any order (pushmask: ``property_order="any"``).
-        whitespace : {"flexible", "compact"}, optional
-            pushmask's name for the layout: any whitespace, or none at all.
-        max_whitespace : int, optional
-            pushmask's name for `max_whitespace_cnt`.
-        additional_properties_default : bool or "declared", optional
-            pushmask's name for `strict_mode`: what a missing ``additionalProperties`` means
-            (True: any members; False: none; "declared": none where members are declared).
-        property_order : {"definition", "any"}, optional
-            Members in the order the schema lists them (the default), or in any order.
-        root_whitespace : bool, default True
-            False refuses whitespace before and after the top-level value (XGrammar's layout).
-        retrieve : callable, optional
-            URI -> schema document, for ``$ref`` to other documents (none is fetched otherwise).
-        value_checks : bool, default True
-            True: ``uniqueItems`` on open item types and overlapping ``oneOf`` compile to a superset
-            the matcher checks on each closed value; False: UnsupportedSchemaError for them.
-        unsatisfiable : {"error", "empty"}, default "error"
-            A schema no instance satisfies raises SchemaError, or compiles to the empty language.
-        lenient : bool, default False
-            Widen what cannot be expressed exactly (with a warning) instead of raising
-            UnsupportedSchemaError.
+        options : JsonOptions, optional
+            How it compiles (grammar/json_options.py): layout, strict mode, member order, value
+            checks, unsatisfiable schemas, lenient, retrieve.  The defaults if None: strict mode
+            (an object schema that declares members takes no others unless the schema says what
+            else may come, as in XGrammar), flexible whitespace, members in definition order.
+        **keywords
+            Changes on top of `options`: JsonOptions field names, or XGrammar's keyword
+            arguments with XGrammar's meanings (``strict_mode``, ``any_whitespace``, ``indent``,
+            ``separators``, ``max_whitespace_cnt``, ``any_order``; see JsonOptions.from_xgrammar).
+            An unknown name is a TypeError.
 
         Returns
         -------
@@ -268,26 +221,11 @@ class GrammarCompiler:
         BudgetExceededError
             A budget of the compiler's ``Limits`` exceeded (the message names it).
         """
-        return self.compile("json_schema", schema, any_whitespace=any_whitespace, indent=indent,
-                            separators=separators, strict_mode=strict_mode, max_whitespace_cnt=max_whitespace_cnt,
-                            any_order=any_order, whitespace=whitespace, max_whitespace=max_whitespace,
-                            additional_properties_default=additional_properties_default,
-                            property_order=property_order, root_whitespace=root_whitespace, retrieve=retrieve,
-                            value_checks=value_checks, unsatisfiable=unsatisfiable, lenient=lenient)
+        return self.compile("json_schema", schema,
+                            json_options=JsonOptions.of(options, keywords, "compile_json_schema"))
 
-    def compile_structural_tag(
-        self,
-        tags: Any,
-        triggers: Any = None,
-        *,
-        whitespace: str = "flexible",
-        max_whitespace: int | None = None,
-        indent: int | None = None,
-        separators: tuple[str, str] | None = None,
-        additional_properties_default: bool | str = "declared",
-        property_order: str = "definition",
-        root_whitespace: bool = True,
-    ) -> "CompiledGrammar":
+    def compile_structural_tag(self, tags: Any, triggers: Any = None, options: JsonOptions | None = None,
+                               **keywords: Any) -> "CompiledGrammar":
         """Compile XGrammar's structural tags: free text until a trigger, then a constrained tag
         body (grammar/structural_tag.py lists the formats).
 
@@ -298,12 +236,11 @@ class GrammarCompiler:
             with ``model_dump``), or the legacy list of ``{"begin", "schema", "end"}`` items.
         triggers : list of str, optional
             The legacy form's triggers.
-        whitespace, max_whitespace, indent, separators, property_order, root_whitespace
-            The layout of the JSON bodies, as in compile_json_schema's pushmask names (a format's
-            own ``any_order`` / ``max_whitespace_cnt`` override them).
-        additional_properties_default : bool or "declared", default "declared"
-            What a missing ``additionalProperties`` means in the JSON bodies ("declared" is
-            XGrammar's strict default).
+        options : JsonOptions, optional
+            How the JSON bodies compile, as in compile_json_schema (strict mode by default); a
+            format's own ``any_order`` / ``max_whitespace_cnt`` override them.
+        **keywords
+            Changes on top of `options`, as in compile_json_schema.
 
         Returns
         -------
@@ -316,10 +253,8 @@ class GrammarCompiler:
             A malformed document; UnsupportedFormatError (a GrammarError) for a format pushmask
             cannot compile exactly.
         """
-        return self.compile("structural_tag", tags, triggers=triggers, whitespace=whitespace,
-                            max_whitespace=max_whitespace, indent=indent, separators=separators,
-                            additional_properties_default=additional_properties_default,
-                            property_order=property_order, root_whitespace=root_whitespace)
+        return self.compile("structural_tag", tags, triggers=triggers,
+                            json_options=JsonOptions.of(options, keywords, "compile_structural_tag"))
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
         """Compile the grammar of any JSON value (``compile_json_schema({})``).
@@ -371,8 +306,8 @@ class GrammarCompiler:
             The constraint in the form `kind` names (schema, grammar text, pattern, document,
             list of strings).
         **options
-            The front end's options (grammar/frontends.py: to_grammar), e.g. ``root`` for EBNF or
-            compile_json_schema's keyword arguments for a schema.
+            The front end's options (grammar/frontends.py: to_grammar), e.g. ``root`` for EBNF, or
+            ``json_options`` (a JsonOptions) for a schema or structural tag.
 
         Returns
         -------

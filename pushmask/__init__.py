@@ -16,6 +16,7 @@ from .grammar.errors import (
     UnsupportedSchemaError,
 )
 from .grammar.ir import Grammar
+from .grammar.json_options import JsonOptions
 from .grammar.limits import Budgets, Limits
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
@@ -44,6 +45,7 @@ __all__ = [
     "GrammarError",
     "GrammarMatcher",
     "InfillResult",
+    "JsonOptions",
     "Limits",
     "PushmaskError",
     "SchemaError",

@@ -44,8 +44,9 @@ def accepts_tokens(compiled, tokenizer, text: str) -> bool:
 
 def check(compiler, tokenizer, schema, valid=(), invalid=(), **options):
     """Every `valid` instance is accepted, every `invalid` one rejected; jsonschema agrees.
-    (Validation semantics: members in any order unless the test asks for another order.)"""
+    (Validation semantics: members in any order and no strict mode unless the test asks.)"""
     options.setdefault("property_order", "any")
+    options.setdefault("additional_properties_default", True)  # the schema's own language
     compiled = compiler.compile_ir(json_schema_to_grammar(schema, **options))
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
@@ -219,10 +220,10 @@ def test_definition_order_members_across_rule_checkpoints():
 def test_min_properties_that_needs_two_additional_members_is_unsupported(compiler, tokenizer):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 3}
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar(schema)
+        json_schema_to_grammar(schema, additional_properties_default=True)
     assert info.value.keyword == "minProperties" and info.value.pointer == "#"
     with pytest.warns(UserWarning, match="minProperties"):
-        json_schema_to_grammar(schema, lenient=True)
+        json_schema_to_grammar(schema, additional_properties_default=True, lenient=True)
     # one additional member can never be a duplicate: exact
     check(compiler, tokenizer, {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
                                 "minProperties": 2},
@@ -250,8 +251,10 @@ def test_additional_properties_default_option(compiler, tokenizer):
     compiled = compiler.compile_ir(json_schema_to_grammar(schema, additional_properties_default=False))
     assert accepts(compiled, '{"a": 1}')
     assert not accepts(compiled, '{"a": 1, "b": 2}')
-    compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, additional_properties_default=True))
     assert accepts(compiled, '{"a": 1, "b": 2}')
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema))  # strict mode, the default everywhere
+    assert accepts(compiled, '{"a": 1}') and not accepts(compiled, '{"a": 1, "b": 2}')
 
 
 def test_additional_member_cannot_reuse_a_defined_name(compiler):

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import accepts_text, accepts_token_ids  # noqa: E402
 
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
+from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema.convert import _Compiler  # noqa: E402
 
 D2020 = "https://json-schema.org/draft/2020-12/schema"
@@ -86,7 +87,7 @@ SCHEMAS = {"GENERIC_LISTS": GENERIC_LISTS, "TREE": TREE, "OUTERMOST": OUTERMOST,
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_dynamic_references_agree_with_jsonschema(name, llama3_compiler, llama3_tokenizer):
     schema = SCHEMAS[name]
-    compiled = llama3_compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
+    compiled = llama3_compiler.compile_ir(json_schema_to_grammar(schema, JsonOptions.validation()))
     validator = jsonschema.validators.validator_for(schema)(schema)
     verdicts = []
     for value in POOLS[name]:
@@ -100,8 +101,7 @@ def test_dynamic_references_agree_with_jsonschema(name, llama3_compiler, llama3_
 
 def specialised_copies(schema) -> dict:
     """The scope-specialised copies the compiler registers, by URI."""
-    comp = _Compiler(schema, whitespace="flexible", indent=None, max_whitespace=None, additional_properties_default=True,
-                     lenient=False, separators=None, retrieve=None, property_order="any", dynamic_scopes=True)
+    comp = _Compiler(schema, JsonOptions.validation(), dynamic_scopes=True)
     out, todo = {}, [comp.root]
     while todo:
         node = todo.pop()

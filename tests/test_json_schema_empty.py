@@ -23,6 +23,7 @@ from support import accepts_text, accepts_token_ids  # noqa: E402
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import GrammarError, SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.ir import NOTHING, Grammar  # noqa: E402
+from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 from pushmask.grammar.passes import normalize  # noqa: E402
 
@@ -112,8 +113,8 @@ def test_empty_root_needs_the_flag():
 def test_unsatisfiable_subschemas_drop_out(schema, llama3_compiler, llama3_tokenizer):
     """A subschema no instance satisfies removes its branch/member/item; the rest compiles in
     both modes, to the same grammar, and agrees with jsonschema."""
-    grammar = json_schema_to_grammar(schema, property_order="any")
-    assert grammar == json_schema_to_grammar(schema, property_order="any", unsatisfiable="empty")
+    grammar = json_schema_to_grammar(schema, property_order="any", additional_properties_default=True)
+    assert grammar == json_schema_to_grammar(schema, JsonOptions.validation())
     compiled = llama3_compiler.compile_ir(grammar)
     validator = jsonschema.Draft202012Validator(schema)
     probes = PROBES + [{"a": None}, {"b": 3}, {"a": 1, "b": 2}, {"x": 1}, [1, 2], [4], [1, 2, 3], "abcd", 7]

@@ -32,6 +32,7 @@ from support import DATA, accepts_text, grammar_compiler, hf_tokenizer, require_
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
+from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 SUITE = DATA / "json-schema-test-suite"
@@ -87,7 +88,7 @@ def run_group(compiler, tokenizer, schema, tests, check_mask: bool) -> tuple[str
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            grammar = json_schema_to_grammar(schema, retrieve=retrieve, property_order="any", unsatisfiable="empty")
+            grammar = json_schema_to_grammar(schema, JsonOptions.validation(retrieve=retrieve))
         compiled = compiler.compile_ir(grammar)
     except (SchemaError, BudgetExceededError) as exc:
         return "unsupported", str(exc)

@@ -85,7 +85,7 @@ def check_exact(compiler, tokenizer, schema, pool, exact=lambda value: True):
     """The matcher accepts exactly the valid instances of the pool (only the sound half for
     instances outside the documented completeness policy: `exact(value)` false)."""
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", additional_properties_default=True))
     validator = jsonschema.Draft202012Validator(schema)
     wrong = []
     for value in pool:

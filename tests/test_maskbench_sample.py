@@ -62,7 +62,9 @@ def run_sample(files: list[Path], floors: dict) -> dict:
         entry = json.loads(path.read_text())
         counts["schemas"] += 1
         compiled = compile_with_timeout(
-            lambda: compiler.compile_ir(json_schema_to_grammar(entry["schema"], property_order="any")), COMPILE_SECONDS)
+            lambda: compiler.compile_ir(json_schema_to_grammar(entry["schema"], property_order="any",
+                                                               additional_properties_default=True)),
+            COMPILE_SECONDS)
         if isinstance(compiled, str):
             counts[compiled] += 1
             continue
@@ -139,7 +141,8 @@ def test_random_mask_guided_generation_is_valid(index):
     schema = GENERATION_SCHEMAS[index]
     compiler = grammar_compiler("llama3")
     info = compiler.tokenizer_info
-    compiled = compiler.compile_ir(json_schema_to_grammar(schema, whitespace="compact", property_order="any"))
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, whitespace="compact", property_order="any",
+                                                           additional_properties_default=True))
     short = short_structural_tokens(info)
     rng = np.random.default_rng(1000 + index)
     validator = jsonschema.Draft202012Validator(schema)

@@ -38,7 +38,7 @@ CHECKED = [UNIQUE_STRINGS, UNIQUE_NUMBERS, UNIQUE_ANY, UNIQUE_NESTED, ONE_OF_REQ
 
 def _compile(compiler, schema, **options):
     """Members in any order, so every serialisation of a valid object is in the language."""
-    return compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", **options))
+    return compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", additional_properties_default=True, **options))
 
 
 def _random_value(rng: random.Random, depth: int = 0):

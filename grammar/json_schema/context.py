@@ -14,6 +14,7 @@ from referencing.jsonschema import DRAFT202012
 
 from ..errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, Ref
+from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
 from .closing import close_document, spec_copy
 from .documents import (
@@ -41,17 +42,15 @@ class _Unsatisfiable(SchemaError):
 class CompileContext:
     """Options, limits, rules and counters of one compile (the base of the compiler class)."""
 
-    def __init__(self, schema, *, whitespace, indent, max_whitespace, additional_properties_default, lenient,
-                 separators, retrieve, property_order="definition", root_whitespace=True,
-                 dynamic_scopes=False, value_checks=True, limits: Limits = DEFAULT_LIMITS):
-        if property_order not in ("any", "definition"):
-            raise ValueError(f"property_order must be 'any' or 'definition', not {property_order!r}")
-        self.property_order = property_order
+    def __init__(self, schema, options: JsonOptions, *, dynamic_scopes=False, limits: Limits = DEFAULT_LIMITS):
+        self.options = options  # read-only: one object for the whole compile (grammar/json_options.py)
+        self.property_order = options.property_order
         self.limits = limits
-        self.lenient = lenient
-        self.layout = _Layout(whitespace, indent, max_whitespace, separators, root_whitespace)
-        self.addl_default = additional_properties_default
-        self.retrieve_raw = retrieve
+        self.lenient = options.lenient
+        self.layout = _Layout(options.whitespace, options.indent, options.max_whitespace, options.separators,
+                              options.root_whitespace)
+        self.addl_default = options.additional_properties_default
+        self.retrieve_raw = options.retrieve
         self.rules: dict[str, Expr] = {}
         self.memo: dict[tuple, Expr] = {}
         self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
@@ -64,7 +63,7 @@ class CompileContext:
         self.no_negation = 0
         self.one_of_depth = 0
         self.disjoint_checks = 0
-        self.value_checks = value_checks
+        self.value_checks = options.value_checks
         self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
         self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
         self.no_value_checks = 0  # > 0 where a superset would not be exact (one_of_by_negation)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 from .. import passes
 from ..errors import BudgetExceededError, CompileClock, GrammarError, SchemaError
 from ..ir import NOTHING, Grammar, seq
+from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
 from .algebra import AlgebraMixin
 from .arrays import ArraysMixin
@@ -49,57 +50,40 @@ def _prune(grammar: Grammar, reason) -> Grammar:
     return passes.remove_unreachable(productive)
 
 
-def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None, max_whitespace=None,
-                           additional_properties_default: bool = True, lenient: bool = False, separators=None,
-                           retrieve: Callable[[str], Any] | None = None,
-                           property_order: str = "definition",
-                           root_whitespace: bool = True, value_checks: bool = True,
-                           clock: CompileClock | None = None, unsatisfiable: str = "error",
-                           limits: Limits = DEFAULT_LIMITS) -> Grammar:
+def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock: CompileClock | None = None,
+                           limits: Limits = DEFAULT_LIMITS, **keywords: Any) -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
-    whitespace: "flexible" (any JSON whitespace between tokens and around the value) or "compact".
-    indent: json.dumps(indent=N) layout.  max_whitespace: cap on each whitespace run (flexible).
-    separators: exact (item, key) separators as in json.dumps.  additional_properties_default:
-    False treats a missing additionalProperties on object schemas as false; "declared" (XGrammar's
-    strict mode) only on object schemas that declare members (properties, required, ...), and
-    closes tuples (prefixItems) the same way.  lenient: widen what
-    cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
-    retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
-    property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
-    in the order the schema lists them, which also keeps generation on one path; "any" accepts
-    them in any order (JSON objects are unordered), for validating existing documents.
+    options: the JsonOptions of the compile (grammar/json_options.py: layout, strict mode, member
+    order, value checks, unsatisfiable schemas, lenient, retrieve); the defaults if None, with
+    `keywords` (its field names, or XGrammar's) applied on top.  The same defaults as
+    GrammarCompiler.compile_json_schema: strict mode, flexible whitespace, definition order.
     limits: the budgets (grammar/limits.py): max_schema_depth, max_schema_rules, max_schema_branches,
     max_object_expr, max_dynamic_copies and max_string_states apply here; BudgetExceededError (or
     UnsupportedSchemaError for string automata) past one.
     clock: a wall-clock compile limit, checked once per subschema compiled.
-    root_whitespace: False refuses whitespace before and after the top-level value (XGrammar's
-    layout; between tokens flexible whitespace stays).
-    unsatisfiable: what a schema no instance satisfies compiles to: "error" (default, for
-    generation, where it is a mistake) raises SchemaError; "empty" (for validation: the Test
-    Suite, validate-corpus) gives the empty language, whose matcher allows no token and no EOS.
-    value_checks: uniqueItems on open item types and oneOf whose branches overlap (on objects,
-    arrays or strings) compile to a superset named in `Grammar.checks`, which the matcher checks
-    on each closed value; False raises UnsupportedSchemaError for them (or widens, if lenient).
+
+    An unsatisfiable schema raises SchemaError, or with options.unsatisfiable="empty" (for
+    validation: the Test Suite, validate-corpus) gives the empty language, whose matcher allows
+    no token and no EOS.  Under options.value_checks, uniqueItems on open item types and oneOf
+    whose branches overlap (on objects, arrays or strings) compile to a superset named in
+    `Grammar.checks`, which the matcher checks on each closed value.
     """
-    if unsatisfiable not in ("error", "empty"):
-        raise ValueError(f"unsatisfiable must be 'error' or 'empty', not {unsatisfiable!r}")
+    options = JsonOptions.of(options, keywords, "json_schema_to_grammar")
     schema = _load(schema)
     check_json_document(schema, limits.max_schema_depth)
     try:
         _check_metaschema(schema)
         if schema is False:
-            if unsatisfiable == "empty":
+            if options.unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
                               "#")
         def compile_(additional) -> Grammar:
+            compile_options = options.replace(additional_properties_default=additional)
+
             def once(dynamic_scopes: bool) -> Grammar:
-                comp = _Compiler(schema, whitespace=whitespace, indent=indent, max_whitespace=max_whitespace,
-                                 additional_properties_default=additional, lenient=lenient,
-                                 separators=separators, retrieve=retrieve, property_order=property_order,
-                                 root_whitespace=root_whitespace, dynamic_scopes=dynamic_scopes,
-                                 value_checks=value_checks, limits=limits)
+                comp = _Compiler(schema, compile_options, dynamic_scopes=dynamic_scopes, limits=limits)
                 if clock is not None:
                     comp.clock = clock
                 return comp.compile()
@@ -111,9 +95,9 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
 
         try:
             try:
-                return compile_(additional_properties_default)
+                return compile_(options.additional_properties_default)
             except _Unsatisfiable:
-                if additional_properties_default is True:
+                if options.additional_properties_default is True:
                     raise
                 # strict mode never turns a satisfiable schema into an error: the spec language
                 grammar = compile_(True)
@@ -121,7 +105,7 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
                               "it is compiled without closing them (the schema's own language)", stacklevel=2)
                 return grammar
         except _Unsatisfiable as exc:
-            if unsatisfiable == "empty":
+            if options.unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError(exc.message, exc.pointer) from None
     except RecursionError:

@@ -366,6 +366,7 @@ class EmitMixin:
             kwargs["not_multiple_of"] = not_multiple_of
         if integer:
             kwargs["zero_fraction"] = self.draft != "draft4"
+            kwargs["remainder_budget"] = self.limits.max_rule_states
         elif non_integral:
             kwargs["non_integral"] = True
         try:
