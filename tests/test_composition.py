@@ -51,3 +51,27 @@ def test_infilling_refuses_value_checks(byte_compiler):
     # the same schema without the check (widened on request) is answered as its grammar reads
     widened = byte_compiler.compile_json_schema(UNIQUE_STRINGS, value_checks=False, lenient=True)
     assert pm.can_complete(widened, ['["a", "a"]'], [])
+
+
+# -- the rollback window -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [0, 1, 3, -1])
+def test_max_rollback_tokens_bounds_the_history(byte_compiler, window):
+    """After k tokens the matcher keeps min(k, window) states (all with -1); rolling back within
+    the window restores the earlier masks, beyond it is a ValueError naming the depth."""
+    compiled = byte_compiler.compile_grammar('root ::= "(" [a-z]+ ("," [a-z]+)* ")"')
+    matcher = pm.GrammarMatcher(compiled, max_rollback_tokens=window)
+    masks = [matcher.get_next_token_mask()]
+    text = "(ab,cd,e)"
+    for k, t in enumerate(token_of(text), 1):
+        assert matcher.accept_token(t)
+        assert matcher.num_accepted_tokens == (k if window < 0 else min(k, window))
+        masks.append(matcher.get_next_token_mask())
+    keep = len(text) if window < 0 else window
+    for depth in range(1, keep + 1):
+        fork = matcher.fork()
+        fork.rollback(depth)
+        assert np.array_equal(fork.get_next_token_mask(), masks[-1 - depth]), depth
+    with pytest.raises(ValueError, match=f"cannot roll back {keep + 1} tokens; {keep} can be undone"):
+        matcher.rollback(keep + 1)
