@@ -18,6 +18,10 @@ and below (`refine`: the bytes the top's own rule takes count exactly, as inside
 only those still undecided run through the automaton (`check_tokens`); bounds and exact costs
 are kept per stack set.  With a generous budget no token is checked and the mask is the
 unbudgeted one bit for bit.
+
+Value checks (uniqueItems, overlapping oneOf) are not in these costs: the shortest completion may
+close a duplicate item.  For such grammars `CheckedBudget` also keeps a token only when a
+completion that passes the checks fits after it (a short depth-first search, see there).
 """
 
 from __future__ import annotations
@@ -401,3 +405,94 @@ def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.nd
         f"{int(table.completions.dist[start])} bytes{shown}, which pushmask can guarantee to finish in "
         f"{need} tokens; raise max_tokens (max_new_tokens) to at least {need}"
     )
+
+
+class _Exhausted(Exception):
+    """The search of one CheckedBudget verification ran out of nodes."""
+
+
+class CheckedBudget:
+    """The budget for a grammar with value checks: a token is kept only if, after it, a completion
+    passing the checks is found within the tokens left, by a deterministic depth-first search that
+    tries, at each state, the tokens in order of their unchecked cost (fewest first, then id; at
+    most BRANCH of them that pass the checks).
+
+    The search is the same from wherever it starts, so if a state's search succeeds through token
+    t, the search from the state after t succeeds too: the token the current state's search went
+    through is always kept, and the mask is never empty before the text may end.  A search that
+    runs out of MAX_NODES counts as a failure (the token is dropped: the budget stays an upper
+    bound).  Searches are memoised per (stacks, open checked values, tokens left)."""
+
+    BRANCH = 4
+    MAX_NODES = 400
+    MEMO_ENTRIES = 1 << 14
+
+    def __init__(self, table: BudgetTable, matcher):
+        self.table = table
+        self.matcher = matcher
+        self.tokens = np.flatnonzero(table.has_bytes).astype(np.int64)
+        self.memo: OrderedDict = OrderedDict()
+
+    def finishable(self, state, tokens_left: int) -> bool:
+        """Whether the search finds a completion passing the checks within tokens_left tokens."""
+        try:
+            return self._search(state, tokens_left, [self.MAX_NODES])
+        except _Exhausted:
+            return False
+
+    def restrict(self, words: np.ndarray, state, remaining: int) -> None:
+        """Clear the allowed tokens (bits of `words`, stop tokens aside) after which no completion
+        passing the checks is found within remaining - 1 tokens."""
+        matcher = self.matcher
+        allowed = np.unpackbits(words.view(np.uint8), count=len(self.table.has_bytes), bitorder="little").view(bool)
+        dropped = np.zeros(32 * len(words), dtype=bool)
+        for t in np.flatnonzero(allowed & self.table.has_bytes).tolist():
+            after = matcher._state_after_token(t, state)
+            if after is None or not self.finishable(after, remaining - 1):
+                dropped[t] = True
+        words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
+
+    def _key(self, state, tokens_left: int) -> tuple:
+        scans = tuple(sorted(((key, scan.structure(), scan.items, scan.done) for key, scan in state.scans.items()),
+                             key=lambda entry: entry[0]))
+        return state.stacks.tobytes(), state.can_end, scans, tokens_left
+
+    def _search(self, state, tokens_left: int, nodes: list) -> bool:
+        if state.can_end:
+            return True
+        if tokens_left <= 0:
+            return False
+        key = self._key(state, tokens_left)
+        known = self.memo.get(key)
+        if known is not None:
+            self.memo.move_to_end(key)
+            return known
+        if nodes[0] <= 0:
+            raise _Exhausted
+        nodes[0] -= 1
+        found, tried = False, 0
+        for t in self._by_cost(state, tokens_left - 1).tolist():
+            after = self.matcher._state_after_token(t, state)
+            if after is None:
+                continue  # a check fails on t
+            if self._search(after, tokens_left - 1, nodes):
+                found = True
+                break
+            tried += 1
+            if tried >= self.BRANCH:
+                break
+        self.memo[key] = found
+        if len(self.memo) > self.MEMO_ENTRIES:
+            self.memo.popitem(last=False)
+        return found
+
+    def _by_cost(self, state, limit: int) -> np.ndarray:
+        """The tokens after which the unchecked parse costs at most `limit`, fewest first."""
+        table, runner = self.table, self.matcher._runner
+        exact = np.full(len(table.has_bytes), -1, dtype=np.int32)
+        runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, state.stacks, table.vocab, table.offsets, self.tokens,
+                   table.cost, MAX_TOPS, exact)
+        costs = exact[self.tokens]
+        fits = costs <= limit
+        tokens, costs = self.tokens[fits], costs[fits]
+        return tokens[np.lexsort((tokens, costs))]

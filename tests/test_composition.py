@@ -53,6 +53,62 @@ def test_infilling_refuses_value_checks(byte_compiler):
     assert pm.can_complete(widened, ['["a", "a"]'], [])
 
 
+# -- token budgets with value checks: never a dead end, always within N ------------------------
+
+
+def unique_strings_prefix_ok(text: str) -> bool:
+    """Oracle: can `text` be completed to an array of distinct strings (jsonschema)?  Tries tails
+    that close an open string or escape with characters no walk writes, then the array."""
+    validator = jsonschema.Draft202012Validator(UNIQUE_STRINGS)
+    fresh = "\u00e9\u00e8"
+    for head in ("", "n", "0000", "000", "00", "0"):
+        for tail in ("", "[]", "]", '"]', fresh + '"]', '"' + fresh + '"]'):
+            try:
+                value = json.loads(text + head + tail)
+            except ValueError:
+                continue
+            if validator.is_valid(value):
+                return True
+    return False
+
+
+def budgeted_walk(compiled, n: int, rng: random.Random, favoured: bytes) -> list[int]:
+    """A mask-guided walk under max_tokens=n that favours the bytes in `favoured` (to meet
+    duplicates); fails on an empty mask; returns the tokens taken (stop token last)."""
+    matcher = pm.GrammarMatcher(compiled, max_tokens=n)
+    taken: list[int] = []
+    while not matcher.is_terminated():
+        allowed = np.flatnonzero(matcher.get_next_token_mask()).tolist()
+        assert allowed, f"empty mask after {bytes(b''.join(BYTE_VOCAB[t] for t in taken))!r} (max_tokens={n})"
+        liked = [t for t in allowed if t != STOP and BYTE_VOCAB[t][0] in favoured]
+        t = rng.choice(liked if liked and rng.random() < 0.85 else allowed)
+        assert matcher.accept_token(t)
+        taken.append(t)
+    return taken
+
+
+def test_budgets_with_value_checks_never_dead_end(byte_compiler):
+    """Random walks under many budgets N: every mask is non-empty until the stop token, every
+    prefix can still become a valid instance (oracle above), and every walk ends, within N tokens,
+    in JSON that jsonschema accepts."""
+    compiled = byte_compiler.compile_json_schema(UNIQUE_STRINGS)
+    validator = jsonschema.Draft202012Validator(UNIQUE_STRINGS)
+    rng = random.Random(7)
+    walks = 0
+    for n in range(5, 16):
+        for _ in range(8):
+            taken = budgeted_walk(compiled, n, rng, favoured=b'"],')
+            assert taken[-1] == STOP and len(taken) - 1 <= n
+            text = b"".join(BYTE_VOCAB[t] for t in taken[:-1]).decode()
+            for k in range(len(text) + 1):
+                assert unique_strings_prefix_ok(text[:k]), (n, text[:k])
+            assert validator.is_valid(json.loads(text)), text
+            walks += 1
+    assert walks == 88
+    with pytest.raises(pm.BudgetTooSmallError):
+        pm.GrammarMatcher(compiled, max_tokens=1)
+
+
 # -- the rollback window -----------------------------------------------------------------------
 
 
