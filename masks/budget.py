@@ -417,66 +417,90 @@ class CheckedBudget:
     tries, at each state, the tokens in order of their unchecked cost (fewest first, then id; at
     most BRANCH of them that pass the checks).
 
-    The search is the same from wherever it starts, so if a state's search succeeds through token
-    t, the search from the state after t succeeds too: the token the current state's search went
-    through is always kept, and the mask is never empty before the text may end.  A search that
-    runs out of MAX_NODES counts as a failure (the token is dropped: the budget stays an upper
-    bound).  Searches are memoised per (stacks, open checked values, tokens left)."""
+    The search is the same from wherever it starts, so if the current state's search succeeds
+    through token t, the search from the state after t succeeds too: that token is always kept,
+    and the mask is never empty before the text may end.  A search that runs out of MAX_NODES
+    counts as a failure (the token is dropped).  Searches are memoised per (stacks, open checked
+    values, tokens left).
+
+    Cost: a search per allowed token.  Tokens whose unchecked cost leaves MARGIN tokens or more
+    to spare are kept without one (a completion passing the checks is taken to need fewer than
+    MARGIN tokens more than the shortest one); of the tighter ones, the first MAX_VERIFIED by cost
+    are searched and the rest dropped (fewer choices, never a dead end)."""
 
     BRANCH = 4
     MAX_NODES = 400
+    MARGIN = 16
+    MAX_VERIFIED = 256
     MEMO_ENTRIES = 1 << 14
 
     def __init__(self, table: BudgetTable, matcher):
         self.table = table
-        self.matcher = matcher
+        self.matcher = matcher  # for its runner and checked advance, both shared with its forks
         self.tokens = np.flatnonzero(table.has_bytes).astype(np.int64)
         self.memo: OrderedDict = OrderedDict()
 
     def finishable(self, state, tokens_left: int) -> bool:
         """Whether the search finds a completion passing the checks within tokens_left tokens."""
-        try:
-            return self._search(state, tokens_left, [self.MAX_NODES])
-        except _Exhausted:
-            return False
+        return self._path_token(state, tokens_left) is not None
 
     def restrict(self, words: np.ndarray, state, remaining: int) -> None:
         """Clear the allowed tokens (bits of `words`, stop tokens aside) after which no completion
-        passing the checks is found within remaining - 1 tokens."""
-        matcher = self.matcher
+        passing the checks is found within remaining - 1 tokens (see the class docstring)."""
+        limit = remaining - 1
         allowed = np.unpackbits(words.view(np.uint8), count=len(self.table.has_bytes), bitorder="little").view(bool)
+        tokens, costs = self._costs(state, np.flatnonzero(allowed & self.table.has_bytes).astype(np.int64))
+        tight = costs > limit - self.MARGIN
+        tokens, costs = tokens[tight], costs[tight]
+        order = np.lexsort((tokens, costs))
+        keep = self._path_token(state, remaining)  # the current state's own path: always kept
         dropped = np.zeros(32 * len(words), dtype=bool)
-        for t in np.flatnonzero(allowed & self.table.has_bytes).tolist():
-            after = matcher._state_after_token(t, state)
-            if after is None or not self.finishable(after, remaining - 1):
+        for rank, t in enumerate(tokens[order].tolist()):
+            if t == keep:
+                continue
+            if rank >= self.MAX_VERIFIED:
+                dropped[t] = True
+                continue
+            after = self.matcher._state_after_token(t, state)
+            if after is None or not self.finishable(after, limit):
                 dropped[t] = True
         words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
+
+    def _path_token(self, state, tokens_left: int):
+        """The first token of the path the search finds (-1 when the state may end already), or
+        None when it finds none."""
+        try:
+            return self._search(state, tokens_left, [self.MAX_NODES])
+        except _Exhausted:
+            return None
 
     def _key(self, state, tokens_left: int) -> tuple:
         scans = tuple(sorted(((key, scan.structure(), scan.items, scan.done) for key, scan in state.scans.items()),
                              key=lambda entry: entry[0]))
         return state.stacks.tobytes(), state.can_end, scans, tokens_left
 
-    def _search(self, state, tokens_left: int, nodes: list) -> bool:
+    def _search(self, state, tokens_left: int, nodes: list):
         if state.can_end:
-            return True
+            return -1
         if tokens_left <= 0:
-            return False
+            return None
         key = self._key(state, tokens_left)
-        known = self.memo.get(key)
-        if known is not None:
+        if key in self.memo:
             self.memo.move_to_end(key)
-            return known
+            return self.memo[key]
         if nodes[0] <= 0:
             raise _Exhausted
         nodes[0] -= 1
-        found, tried = False, 0
-        for t in self._by_cost(state, tokens_left - 1).tolist():
+        found, tried = None, 0
+        tokens, costs = self._costs(state, self.tokens)
+        fits = costs <= tokens_left - 1
+        tokens, costs = tokens[fits], costs[fits]
+        for t in tokens[np.lexsort((tokens, costs))].tolist():
             after = self.matcher._state_after_token(t, state)
             if after is None:
                 continue  # a check fails on t
-            if self._search(after, tokens_left - 1, nodes):
-                found = True
+            if self._search(after, tokens_left - 1, nodes) is not None:
+                found = t
                 break
             tried += 1
             if tried >= self.BRANCH:
@@ -486,13 +510,12 @@ class CheckedBudget:
             self.memo.popitem(last=False)
         return found
 
-    def _by_cost(self, state, limit: int) -> np.ndarray:
-        """The tokens after which the unchecked parse costs at most `limit`, fewest first."""
-        table, runner = self.table, self.matcher._runner
+    def _costs(self, state, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, the unchecked cost of the parse after each), rejected tokens left out."""
+        table = self.table
         exact = np.full(len(table.has_bytes), -1, dtype=np.int32)
-        runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, state.stacks, table.vocab, table.offsets, self.tokens,
-                   table.cost, MAX_TOPS, exact)
-        costs = exact[self.tokens]
-        fits = costs <= limit
-        tokens, costs = self.tokens[fits], costs[fits]
-        return tokens[np.lexsort((tokens, costs))]
+        self.matcher._runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, state.stacks, table.vocab, table.offsets,
+                                 tokens, table.cost, MAX_TOPS, exact)
+        costs = exact[tokens]
+        kept = costs < STORED_MAX
+        return tokens[kept], costs[kept]
