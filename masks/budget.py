@@ -420,7 +420,8 @@ class CheckedBudget:
     The search is the same from wherever it starts, so if the current state's search succeeds
     through token t, the search from the state after t succeeds too: that token is always kept,
     and the mask is never empty before the text may end.  A search that runs out of MAX_NODES
-    counts as a failure (the token is dropped).  Searches are memoised per (stacks, open checked
+    counts as a failure (the token is dropped), and so does every search once a fill has spent
+    FILL_NODES.  Searches are memoised per (stacks, open checked
     values, tokens left).
 
     Cost: a search per allowed token.  Tokens whose unchecked cost leaves MARGIN tokens or more
@@ -431,7 +432,8 @@ class CheckedBudget:
     punctuation and space), which keeps each step of it cheap on large vocabularies."""
 
     BRANCH = 4
-    MAX_NODES = 400
+    MAX_NODES = 200
+    FILL_NODES = 1000
     MARGIN = 16
     MAX_VERIFIED = 64
     MEMO_ENTRIES = 1 << 14
@@ -474,14 +476,12 @@ class CheckedBudget:
         order = np.lexsort((tokens, costs))
         keep = self._path_token(state, remaining)  # the current state's own path: always kept
         dropped = np.zeros(32 * len(words), dtype=bool)
+        nodes = [self.FILL_NODES]  # shared by this fill's searches; once spent, the rest is dropped
         for rank, t in enumerate(tokens[order].tolist()):
             if t == keep:
                 continue
-            if rank >= self.MAX_VERIFIED:
-                dropped[t] = True
-                continue
-            after = self.matcher._state_after_token(t, state)
-            if after is None or not self.finishable(after, limit):
+            after = None if rank >= self.MAX_VERIFIED or nodes[0] <= 0 else self.matcher._state_after_token(t, state)
+            if after is None or not self._within(after, limit, nodes):
                 dropped[t] = True
         words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
 
@@ -492,6 +492,16 @@ class CheckedBudget:
             return self._search(state, tokens_left, [self.MAX_NODES])
         except _Exhausted:
             return None
+
+    def _within(self, state, tokens_left: int, shared: list) -> bool:
+        """finishable, its nodes also counted against `shared` (a fill's allowance)."""
+        nodes = [min(self.MAX_NODES, shared[0])]
+        try:
+            return self._search(state, tokens_left, nodes) is not None
+        except _Exhausted:
+            return False
+        finally:
+            shared[0] -= min(self.MAX_NODES, shared[0]) - nodes[0]
 
     def _key(self, state, tokens_left: int) -> tuple:
         scans = tuple(sorted(((key, scan.structure(), scan.items, scan.done) for key, scan in state.scans.items()),

@@ -14,10 +14,10 @@ import pytest
 
 import pushmask as pm
 from pushmask.masks.infill import InfillValueChecksError
+from support import UNIQUE_STRINGS, unique_strings_prefix_ok
 
 BYTE_VOCAB = [bytes([b]) for b in range(32, 127)] + [b"</s>"]
 STOP = 95
-UNIQUE_STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 
 
 @pytest.fixture(scope="module")
@@ -54,22 +54,6 @@ def test_infilling_refuses_value_checks(byte_compiler):
 
 
 # -- token budgets with value checks: never a dead end, always within N ------------------------
-
-
-def unique_strings_prefix_ok(text: str) -> bool:
-    """Oracle: can `text` be completed to an array of distinct strings (jsonschema)?  Tries tails
-    that close an open string or escape with characters no walk writes, then the array."""
-    validator = jsonschema.Draft202012Validator(UNIQUE_STRINGS)
-    fresh = "\u00e9\u00e8"
-    for head in ("", "n", "0000", "000", "00", "0"):
-        for tail in ("", "[]", "]", '"]', fresh + '"]', '"' + fresh + '"]'):
-            try:
-                value = json.loads(text + head + tail)
-            except ValueError:
-                continue
-            if validator.is_valid(value):
-                return True
-    return False
 
 
 def budgeted_walk(compiled, n: int, rng: random.Random, favoured: bytes) -> list[int]:
