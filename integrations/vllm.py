@@ -358,17 +358,7 @@ class PushmaskGrammar(StructuredOutputGrammar):
         with self._lock:
             if self._is_terminated:
                 return []
-            matcher = self.matcher
-            accepted: list[int] = []
-            with _unbounded_history(matcher):
-                for token in tokens:
-                    if not self._accept_one(token):
-                        break
-                    accepted.append(token)
-                    if matcher.is_terminated():
-                        break
-                matcher.rollback(len(accepted))
-            return accepted
+            return self._valid_prefix(tokens)
 
     def rollback(self, num_tokens: int) -> None:
         with self._lock:
@@ -395,26 +385,27 @@ class PushmaskGrammar(StructuredOutputGrammar):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _accept_one(self, token: int) -> bool:
-        """One token; an id outside the vocabulary is a rejection, not an exception."""
-        try:
-            return self.matcher.accept_token(token)
-        except ValueError:
-            return False
+    def _valid_prefix(self, tokens: list[int]) -> list[int]:
+        """The longest prefix of `tokens` the matcher would accept (up to a stop token), computed
+        without touching its state or history; an id outside the vocabulary ends it."""
+        size = self.matcher.vocab_size
+        inside = next((k for k, t in enumerate(tokens) if not 0 <= int(t) < size), len(tokens))
+        return self.matcher.validate_tokens(tokens[:inside])
 
     def _advance(self, tokens: list[int]) -> int | None:
-        """Accept tokens up to the one that terminates; the count, or None (and no change) on a rejection."""
-        matcher = self.matcher
-        accepted = 0
-        with _unbounded_history(matcher):
-            for token in tokens:
-                if not self._accept_one(token):
-                    matcher.rollback(accepted)
-                    return None
-                accepted += 1
-                if matcher.is_terminated():
-                    break
-        return accepted
+        """Accept tokens up to the one that terminates; the count, or None (and no change) on a
+        rejection.  The tokens are validated first, so a rejection never needs a rollback deeper
+        than the matcher's window (max_rollback_tokens: what speculative decoding rolls back)."""
+        if len(tokens) == 1:  # nothing to undo on a rejection
+            return 1 if self._valid_prefix(tokens) and self.matcher.accept_token(tokens[0]) else None
+        valid = self._valid_prefix(tokens)
+        ends = bool(valid) and int(valid[-1]) in self.matcher.stop_token_ids
+        if len(valid) < len(tokens) and not ends:
+            return None
+        for token in valid:
+            if not self.matcher.accept_token(token):
+                raise RuntimeError(f"token {token} passed validate_tokens but accept_token refused it")
+        return len(valid)
 
 
 def _clear_bit(row, token: int) -> None:
@@ -422,27 +413,6 @@ def _clear_bit(row, token: int) -> None:
     word_index, bit = divmod(token, 32)
     word = (int(row[word_index]) & 0xFFFFFFFF) & ~(1 << bit)
     row[word_index] = word - (1 << 32) if word >= 1 << 31 else word
-
-
-class _unbounded_history:
-    """Let the matcher keep every state while a few tokens are tried, so they can all be undone
-    even past max_rollback_tokens; the bound applies again from the next accepted token."""
-
-    def __init__(self, matcher: GrammarMatcher, text_stop_tokens: list[int] = ()):
-        self.matcher = matcher
-        # Stop ids that are also text tokens: the matcher's mask may allow them as text, but
-        # accept_token treats them as stop tokens (refused until the grammar can end), so
-        # fill_bitmask clears them until then -- vLLM's contract: "masked until the grammar
-        # terminates", and what xgrammar does.
-        self.text_stop_tokens = tuple(text_stop_tokens)
-
-    def __enter__(self):
-        self.saved = self.matcher.max_rollback_tokens
-        self.matcher.max_rollback_tokens = -1
-
-    def __exit__(self, *exc):
-        self.matcher.max_rollback_tokens = self.saved
-        return False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,10 @@ and below (`refine`: the bytes the top's own rule takes count exactly, as inside
 only those still undecided run through the automaton (`check_tokens`); bounds and exact costs
 are kept per stack set.  With a generous budget no token is checked and the mask is the
 unbudgeted one bit for bit.
+
+Value checks (uniqueItems, overlapping oneOf) are not in these costs: the shortest completion may
+close a duplicate item.  For such grammars `CheckedBudget` also keeps a token only when a
+completion that passes the checks fits after it (a short depth-first search, see there).
 """
 
 from __future__ import annotations
@@ -401,3 +405,146 @@ def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.nd
         f"{int(table.completions.dist[start])} bytes{shown}, which pushmask can guarantee to finish in "
         f"{need} tokens; raise max_tokens (max_new_tokens) to at least {need}"
     )
+
+
+class _Exhausted(Exception):
+    """The search of one CheckedBudget verification ran out of nodes."""
+
+
+class CheckedBudget:
+    """The budget for a grammar with value checks: a token is kept only if, after it, a completion
+    passing the checks is found within the tokens left, by a deterministic depth-first search that
+    tries, at each state, the tokens in order of their unchecked cost (fewest first, then id; at
+    most BRANCH of them that pass the checks).
+
+    The search is the same from wherever it starts, so if the current state's search succeeds
+    through token t, the search from the state after t succeeds too: that token is always kept,
+    and the mask is never empty before the text may end.  A search that runs out of MAX_NODES
+    counts as a failure (the token is dropped), and so does every search once a fill has spent
+    FILL_NODES.  Searches are memoised per (stacks, open checked
+    values, tokens left).
+
+    Cost: a search per allowed token.  Tokens whose unchecked cost leaves MARGIN tokens or more
+    to spare are kept without one (a completion passing the checks is taken to need fewer than
+    MARGIN tokens more than the shortest one); of the tighter ones, the first MAX_VERIFIED by cost
+    are searched and the rest dropped (fewer choices, never a dead end).  The search writes with
+    the short tokens only (SEARCH_TOKEN_BYTES bytes at most, or SEARCH_PUNCT_BYTES of JSON
+    punctuation and space), which keeps each step of it cheap on large vocabularies."""
+
+    BRANCH = 4
+    MAX_NODES = 200
+    FILL_NODES = 1000
+    MARGIN = 16
+    MAX_VERIFIED = 64
+    MEMO_ENTRIES = 1 << 14
+    SEARCH_TOKEN_BYTES = 2
+    SEARCH_PUNCT_BYTES = 6
+    _PUNCT = frozenset(b'[]{}",: ')
+
+    def __init__(self, table: BudgetTable, matcher):
+        self.table = table
+        self.matcher = matcher  # for its runner and checked advance, both shared with its forks
+        self.tokens = self._search_tokens(table)  # what the search writes with
+        self.memo: OrderedDict = OrderedDict()
+
+    @classmethod
+    def _search_tokens(cls, table: BudgetTable) -> np.ndarray:
+        """The short tokens (see the class docstring), found once per grammar's table."""
+        got = getattr(table, "search_tokens", None)
+        if got is None:
+            lengths = np.diff(table.offsets)
+            punct = np.zeros(256, dtype=np.int64)
+            punct[list(cls._PUNCT)] = 1
+            cumulative = np.concatenate([[0], np.cumsum(1 - punct[table.vocab])])
+            other = cumulative[table.offsets[1:]] - cumulative[table.offsets[:-1]]  # bytes that are not punctuation
+            short = (lengths <= cls.SEARCH_TOKEN_BYTES) | ((lengths <= cls.SEARCH_PUNCT_BYTES) & (other == 0))
+            got = table.search_tokens = np.flatnonzero(short & table.has_bytes).astype(np.int64)
+        return got
+
+    def finishable(self, state, tokens_left: int) -> bool:
+        """Whether the search finds a completion passing the checks within tokens_left tokens."""
+        return self._path_token(state, tokens_left) is not None
+
+    def restrict(self, words: np.ndarray, state, remaining: int) -> None:
+        """Clear the allowed tokens (bits of `words`, stop tokens aside) after which no completion
+        passing the checks is found within remaining - 1 tokens (see the class docstring)."""
+        limit = remaining - 1
+        allowed = np.unpackbits(words.view(np.uint8), count=len(self.table.has_bytes), bitorder="little").view(bool)
+        tokens, costs = self._costs(state, np.flatnonzero(allowed & self.table.has_bytes).astype(np.int64))
+        tight = costs > limit - self.MARGIN
+        tokens, costs = tokens[tight], costs[tight]
+        order = np.lexsort((tokens, costs))
+        keep = self._path_token(state, remaining)  # the current state's own path: always kept
+        dropped = np.zeros(32 * len(words), dtype=bool)
+        nodes = [self.FILL_NODES]  # shared by this fill's searches; once spent, the rest is dropped
+        for rank, t in enumerate(tokens[order].tolist()):
+            if t == keep:
+                continue
+            after = None if rank >= self.MAX_VERIFIED or nodes[0] <= 0 else self.matcher._state_after_token(t, state)
+            if after is None or not self._within(after, limit, nodes):
+                dropped[t] = True
+        words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
+
+    def _path_token(self, state, tokens_left: int):
+        """The first token of the path the search finds (-1 when the state may end already), or
+        None when it finds none."""
+        try:
+            return self._search(state, tokens_left, [self.MAX_NODES])
+        except _Exhausted:
+            return None
+
+    def _within(self, state, tokens_left: int, shared: list) -> bool:
+        """finishable, its nodes also counted against `shared` (a fill's allowance)."""
+        nodes = [min(self.MAX_NODES, shared[0])]
+        try:
+            return self._search(state, tokens_left, nodes) is not None
+        except _Exhausted:
+            return False
+        finally:
+            shared[0] -= min(self.MAX_NODES, shared[0]) - nodes[0]
+
+    def _key(self, state, tokens_left: int) -> tuple:
+        scans = tuple(sorted(((key, scan.structure(), scan.items, scan.done) for key, scan in state.scans.items()),
+                             key=lambda entry: entry[0]))
+        return state.stacks.tobytes(), state.can_end, scans, tokens_left
+
+    def _search(self, state, tokens_left: int, nodes: list):
+        if state.can_end:
+            return -1
+        if tokens_left <= 0:
+            return None
+        key = self._key(state, tokens_left)
+        if key in self.memo:
+            self.memo.move_to_end(key)
+            return self.memo[key]
+        if nodes[0] <= 0:
+            raise _Exhausted
+        nodes[0] -= 1
+        found, tried = None, 0
+        tokens, costs = self._costs(state, self.tokens)
+        fits = costs <= tokens_left - 1
+        tokens, costs = tokens[fits], costs[fits]
+        for t in tokens[np.lexsort((tokens, costs))].tolist():
+            after = self.matcher._state_after_token(t, state)
+            if after is None:
+                continue  # a check fails on t
+            if self._search(after, tokens_left - 1, nodes) is not None:
+                found = t
+                break
+            tried += 1
+            if tried >= self.BRANCH:
+                break
+        self.memo[key] = found
+        if len(self.memo) > self.MEMO_ENTRIES:
+            self.memo.popitem(last=False)
+        return found
+
+    def _costs(self, state, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, the unchecked cost of the parse after each), rejected tokens left out."""
+        table = self.table
+        exact = np.full(len(table.has_bytes), -1, dtype=np.int32)
+        self.matcher._runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, state.stacks, table.vocab, table.offsets,
+                                 tokens, table.cost, MAX_TOPS, exact)
+        costs = exact[tokens]
+        kept = costs < STORED_MAX
+        return tokens[kept], costs[kept]

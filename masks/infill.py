@@ -12,6 +12,10 @@ gaps become copies of the token trie.
 token t is allowed iff the template with that gap replaced by t followed by the rest of the gap
 (one token fewer, or len(t) bytes fewer) can be completed.  One saturation with a trie slot at the
 gap and a backward pass over the recorded derivations answers it for the whole vocabulary.
+
+Value checks (uniqueItems, overlapping oneOf: masks/value_checks.py) are not part of the
+automaton the saturation reads, so a grammar with checked rules is refused
+(`InfillValueChecksError`) rather than answered for its unchecked superset.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import numpy as np
 
 from ..automata import saturation
 from ..automata.kernels import POOL_HEADER, ROOT
-from ..grammar.errors import BudgetExceededError
+from ..grammar.errors import BudgetExceededError, UnsupportedSchemaError
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
 from .trie import TokenTrie
+from ..grammar.value_checks import UniqueItems
 
 MAX_ITEMS = 2_000_000
 """Default bound on the parse items one check may create (about 100 bytes each, derivations
@@ -136,6 +141,25 @@ class Template:
 
     def __repr__(self) -> str:
         return f"Template({list(self.parts)!r})"
+
+
+class InfillValueChecksError(UnsupportedSchemaError):
+    """Infilling was asked of a grammar with value checks, which it cannot evaluate."""
+
+    def __init__(self, keyword: str, pointer: str):
+        self.keyword = keyword
+        super(UnsupportedSchemaError, self).__init__(
+            f"infilling (can_complete, find_completion, allowed_tokens, fill_in_the_middle, diffusion_generate) "
+            f"cannot evaluate the value check of {keyword!r}; generate left to right with a GrammarMatcher, "
+            "or compile with value_checks=False, lenient=True for a wider grammar without the check", pointer)
+
+
+def refuse_value_checks(compiled: CompiledGrammar) -> None:
+    """Raise InfillValueChecksError when the grammar has checked rules: the saturation reads the
+    automaton only, whose language is the unchecked superset, so its "yes" could be wrong."""
+    for check in compiled.value_checks.values():
+        raise InfillValueChecksError("uniqueItems" if isinstance(check, UniqueItems) else "oneOf",
+                                     getattr(check, "pointer", "#"))
 
 
 def _as_template(segments, gaps) -> Template:
@@ -545,9 +569,11 @@ def _grammar_and_start(grammar: CompiledGrammar | GrammarMatcher) -> tuple[Compi
     """(compiled grammar, start stacks): a matcher's current parse as stacks for the saturation --
     (top states, frames, frame return states, frame parents) -- or None to start at the root."""
     if isinstance(grammar, CompiledGrammar):
+        refuse_value_checks(grammar)
         return grammar, None
     if not isinstance(grammar, GrammarMatcher):
         raise TypeError(f"expected a CompiledGrammar or a GrammarMatcher, got {type(grammar).__name__}")
+    refuse_value_checks(grammar.compiled_grammar)
     if grammar.is_terminated():
         raise ValueError("the matcher has terminated (a stop token was accepted); nothing can follow")
     kernel_s, kernel_p, pool = grammar.parse_stacks()

@@ -14,7 +14,8 @@ from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from . import walk
-from .budget import budget_table, check_budget
+from .budget import CheckedBudget, budget_table, check_budget
+from ..grammar.errors import BudgetTooSmallError
 from ..grammar.ir import TOKEN_MARK
 from .compiler import CompiledGrammar
 from .value_checks import CheckedAdvance, MaskChecks
@@ -115,6 +116,7 @@ class GrammarMatcher:
         self._row_cache: tuple | None = None
         self.max_tokens = max_tokens
         self._budget = None
+        self._checked_budget = None  # a budget that also keeps the value checks passable
         self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
         if max_tokens is not None and self._token_terminals:
             raise ValueError("max_tokens is not supported for grammars with token terminals (<|...|>); "
@@ -125,6 +127,12 @@ class GrammarMatcher:
             self._budget = budget_table(compiled_grammar)
             check_budget(self._budget, compiled_grammar, self._runner.pool.blob, self._initial.stacks,
                          self._initial.can_end, int(max_tokens))
+            if self._checked is not None:
+                self._checked_budget = CheckedBudget(self._budget, self)
+                if not self._checked_budget.finishable(self._initial, int(max_tokens)):
+                    raise BudgetTooSmallError(
+                        f"max_tokens={max_tokens} is too small for this grammar: no completion passing its value "
+                        "checks (uniqueItems, oneOf) was found within it; raise max_tokens")
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -254,6 +262,8 @@ class GrammarMatcher:
         if self._budget is not None and not state.terminated:
             self._budget.restrict(words, state.stacks, self.remaining_tokens, self._runner, self._stop_ids,
                                   self._budget_memo)
+            if self._checked_budget is not None and self.remaining_tokens > 0:
+                self._checked_budget.restrict(words, state, self.remaining_tokens)
 
     def _copy_memoised(self, memo_key: tuple, words: np.ndarray) -> bool:
         cached = self._fill_memo.get(memo_key)

@@ -32,7 +32,7 @@ import numpy as np
 
 from .asap import _as_numpy
 from ..masks.compiler import CompiledGrammar
-from ..masks.infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete
+from ..masks.infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete, refuse_value_checks
 from ..masks.matcher import GrammarMatcher
 
 
@@ -176,6 +176,7 @@ def diffusion_generate(
         eos_token_id = info.stop_token_ids[0]
     if not 0 <= eos_token_id < info.vocab_size:
         raise ValueError(f"eos_token_id {eos_token_id} is outside the vocabulary (size {info.vocab_size})")
+    refuse_value_checks(compiled)
     prefix, suffix = _text(prefix, "prefix"), _text(suffix, "suffix")
     runs = _Runs(compiled, exact_runs)
     vocab = info.decoded_vocab
@@ -259,6 +260,7 @@ def fill_in_the_middle(
     once; each check picks up from the matcher's stacks."""
     if not isinstance(max_tokens, int) or max_tokens < 0:
         raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    refuse_value_checks(compiled)
     prefix, suffix = _text(prefix, "prefix"), _text(suffix, "suffix")
     runs = _Runs(compiled, exact_runs)
     matcher = GrammarMatcher(compiled)

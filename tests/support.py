@@ -176,3 +176,27 @@ def mask_walk(compiled, rng, short, max_tokens: int = 160) -> bytes | None:
         assert matcher.accept_token(tid), f"allowed token {tid} was refused after {out[-200:]!r}"
         out += info.decoded_vocab[tid]
     return None
+
+
+UNIQUE_STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+
+
+def unique_strings_prefix_ok(text: str) -> bool:
+    """Oracle: can `text` be completed to an array of distinct strings (json.loads, jsonschema)?
+    Tries tails that finish an open escape, close an open string with characters no walk writes
+    (as escapes), then the array; whitespace anywhere JSON allows it."""
+    import json
+
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(UNIQUE_STRINGS)
+    fresh = "\\u00e9\\u00e8"
+    for head in ("", "n", "0000", "000", "00", "0"):
+        for tail in ("", "[]", "]", '"]', fresh + '"]', '"' + fresh + '"]', ' "' + fresh + '"]'):
+            try:
+                value = json.loads(text + head + tail)
+            except ValueError:
+                continue
+            if validator.is_valid(value):
+                return True
+    return False

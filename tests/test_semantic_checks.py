@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import grammar_compiler, hf_tokenizer  # noqa: E402
+from support import grammar_compiler, hf_tokenizer, unique_strings_prefix_ok  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
@@ -119,22 +119,22 @@ def test_tokenized_instances_match_jsonschema(schema):
 
 @pytest.mark.parametrize("schema", CHECKED, ids=lambda s: json.dumps(s)[:60])
 def test_mask_guided_walks_validate(schema):
-    """Random walks that take only masked-in tokens (Llama-3, a token budget so they finish):
-    every finished text is JSON that jsonschema accepts, and each mask agrees with accept_token
-    on the token taken and on a sample of the rejected ones."""
+    """Random walks that take only masked-in tokens (Llama-3, a token budget of 24): no mask is
+    empty before the stop token, every walk finishes within the budget in JSON that jsonschema
+    accepts, every prefix of an array of strings can still be completed (json.loads and
+    jsonschema on closing tails), and each mask agrees with accept_token on the token taken and on
+    a sample of the rejected ones."""
     compiled = _compile(grammar_compiler("llama3"), schema)
     validator = jsonschema.Draft202012Validator(schema)
     rng = random.Random(2)
     info = compiled.tokenizer_info
-    finished = 0
     for _ in range(8):
-        matcher = pm.GrammarMatcher(compiled, max_tokens=24)  # picks the tokens, so walks finish
+        matcher = pm.GrammarMatcher(compiled, max_tokens=24)
         plain = pm.GrammarMatcher(compiled)  # the same text without a budget: mask vs accept_token
         taken = []
         while not matcher.is_terminated():
             allowed = np.flatnonzero(matcher.get_next_token_mask())
-            if len(allowed) == 0:
-                break
+            assert len(allowed), f"empty mask after {info.decode_tokens(taken)!r}"
             token = int(rng.choice(allowed))
             plain_allowed = plain.get_next_token_mask()
             assert plain_allowed[token]
@@ -143,11 +143,12 @@ def test_mask_guided_walks_validate(schema):
                     assert plain.fork().accept_token(other) == plain_allowed[other]
             assert matcher.accept_token(token) and plain.accept_token(token)
             taken.append(token)
-        if matcher.is_terminated():
-            text = info.decode_tokens([t for t in taken if t not in info.stop_token_ids]).decode("utf-8")
-            assert validator.is_valid(json.loads(text)), text
-            finished += 1
-    assert finished >= 4
+            if schema is UNIQUE_STRINGS and token not in info.stop_token_ids:
+                prefix = info.decode_tokens(taken).decode("utf-8", "ignore")
+                assert unique_strings_prefix_ok(prefix), prefix
+        assert len(taken) <= 25
+        text = info.decode_tokens([t for t in taken if t not in info.stop_token_ids]).decode("utf-8")
+        assert validator.is_valid(json.loads(text)), text
 
 
 # -- brute force over a small vocabulary -------------------------------------------------------

@@ -444,11 +444,14 @@ def _regex_prefix_ok(text: str) -> bool:
     return False
 
 
-def test_rollback_restores_every_earlier_row(backends, tokenizer, vocab_size):
-    pm_backend, xg_backend = backends
+def test_rollback_restores_every_earlier_row(backends, make_config, tokenizer, vocab_size):
+    """With a rollback window as deep as the whole text, every earlier row comes back."""
+    _, xg_backend = backends
+    ids = encode(tokenizer, '(x,"hi there",7,zz)')
+    pm_backend = PushmaskBackend(make_config(num_speculative_tokens=len(ids) + 1), tokenizer=tokenizer,
+                                 vocab_size=vocab_size)
     pm = pm_backend.compile_grammar(Opt.GRAMMAR, EBNF, stop_token_ids=STOP)
     xg = xg_backend.compile_grammar(Opt.GRAMMAR, EBNF, stop_token_ids=STOP)
-    ids = encode(tokenizer, '(x,"hi there",7,zz)')
     rows = []  # rows[k]: the row before token k; rows[len(ids)]: the row before the stop token
     for token in ids + [2]:
         rows.append(row(pm_backend, pm, vocab_size))
@@ -480,6 +483,37 @@ def test_rollback_depth_covers_speculative_tokens(make_config, tokenizer, vocab_
     # validate_tokens may try more drafts than the rollback depth without losing state.
     assert grammar.validate_tokens(ids[3:]) == ids[3:]
     assert torch.equal(row(backend, grammar, vocab_size), start)
+    # The window is exactly num_speculative_tokens: the history stops growing there, rollback
+    # works at every depth within it and is a clear error beyond it.
+    rows = [start]
+    for k, token in enumerate(ids[3:], 1):
+        assert grammar.accept_tokens("r", [token])
+        assert grammar.matcher.num_accepted_tokens == min(k, 3)
+        rows.append(row(backend, grammar, vocab_size))
+    for depth in (1, 2, 3):
+        grammar.rollback(depth)
+        assert torch.equal(row(backend, grammar, vocab_size), rows[-1 - depth]), depth
+        assert grammar.accept_tokens("r", ids[len(ids) - depth :])  # several tokens in one call
+        assert grammar.matcher.num_accepted_tokens == 3
+    with pytest.raises(ValueError, match="cannot roll back 4 tokens; 3 can be undone"):
+        grammar.rollback(4)
+    # a rejected multi-token accept leaves the state (and the window) as it was
+    assert grammar.accept_tokens("r", [ids[-1], 10**6]) is False
+    assert torch.equal(row(backend, grammar, vocab_size), rows[-1]) and grammar.matcher.num_accepted_tokens == 3
+
+
+def test_history_is_bounded_without_speculation(backends, tokenizer, vocab_size):
+    """Without speculative decoding nothing is rolled back: the matcher keeps no history."""
+    pm_backend, _ = backends
+    assert pm_backend.num_speculative_tokens == 0
+    grammar = pm_backend.compile_grammar(Opt.GRAMMAR, EBNF, stop_token_ids=STOP)
+    ids = encode(tokenizer, "(abc,12,x,y)")
+    assert grammar.accept_tokens("r", ids[:3])
+    for token in ids[3:]:
+        assert grammar.accept_tokens("r", [token])
+    assert grammar.matcher.num_accepted_tokens == 0 and grammar.num_processed_tokens == len(ids)
+    with pytest.raises(ValueError, match="cannot roll back"):
+        grammar.rollback(1)
 
 
 def test_reset_returns_to_the_start(backends, tokenizer, vocab_size):
