@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..automata.dfa import build_rule_dfa
 from ..grammar.ir import CharClass, Repeat
