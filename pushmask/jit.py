@@ -53,8 +53,10 @@ def _choose_generic_cpu() -> str | None:
             numba_config.reload_config()
     from numba.core import config
 
-    if config.CPU_NAME != GENERIC_CPU or config.CPU_FEATURES:
-        return f"NUMBA_CPU_NAME={config.CPU_NAME} NUMBA_CPU_FEATURES={config.CPU_FEATURES} are set"
+    if config.CPU_NAME != GENERIC_CPU:
+        return f"NUMBA_CPU_NAME={config.CPU_NAME} is set"
+    if config.CPU_FEATURES:
+        return f"NUMBA_CPU_FEATURES={config.CPU_FEATURES} is set"
     return None
 
 

@@ -167,6 +167,18 @@ def test_numba_used_for_the_host_cpu_first(toy, tmp_path):
     assert out == {"result": 45, "hits": 1, "misses": 0} and len(logs) == 1
 
 
+def test_another_cpu_named_by_the_user(toy, tmp_path):
+    """NUMBA_CPU_NAME names this machine's CPU: one log line says the prepared kernels do not
+    apply, and the kernel compiles for that CPU."""
+    import llvmlite.binding
+
+    src, prepared = toy
+    host = {"NUMBA_CPU_NAME": llvmlite.binding.get_host_cpu_name()}
+    out, logs = _run(RUN_KERNEL, prepared=prepared, cache=tmp_path / "cache", path=src, env=host)
+    assert out == {"result": 45, "hits": 0, "misses": 1}
+    assert len(logs) == 1 and f"NUMBA_CPU_NAME={host['NUMBA_CPU_NAME']} is set" in logs[0]
+
+
 def test_parallel_processes_share_an_empty_cache(toy, tmp_path):
     """Four processes compile into the same empty cache at once (no prepared kernel); every one
     gets the right result and the cache they leave loads cleanly."""
@@ -245,6 +257,7 @@ FIRST_MASK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
     """`pushmask warmup` (it only loads what is already prepared and current), then a fresh process
     with an empty NUMBA_CACHE_DIR compiles a schema and fills masks without compiling a kernel."""
