@@ -102,7 +102,7 @@ class _CheckedCacheFile(IndexDataCacheFile):
 
     def _reject(self, path: str, why: str) -> None:
         unreadable = why.startswith("unreadable")
-        if self._prepared or unreadable:
+        if (self._prepared and not _preparing) or unreadable:  # warmup replaces stale prepared files
             _warn_once("kernel cache file %s is %s, so it is not used: its kernels compile once and are cached "
                        "in numba's cache", path, why)
         if unreadable and not self._prepared:
