@@ -141,6 +141,8 @@ def workload(info, rng) -> dict:
         for text in VALUES:
             matcher.reset()
             matcher.accept_string(text)
+    deep = GrammarMatcher(compiler.compile_grammar('root ::= "[" root? "]"'))
+    deep.accept_string("[" * 1500)  # past the frame pool's first capacity: it grows
     matchers = [GrammarMatcher(grammar) for grammar in compiled[:4]]
     batch_fill_next_token_bitmask(matchers, allocate_token_bitmask(len(matchers), info.vocab_size))
 
