@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -120,7 +121,8 @@ def workload(info, rng) -> dict:
     for kind, text in GRAMMARS:
         compile_ = {"ebnf": compiler.compile_grammar, "lark": compiler.compile_lark, "regex": compiler.compile_regex}
         compiled.append(compile_[kind](text))
-    compiled.append(compiler.compile_builtin_json_grammar())
+    json_grammar = compiler.compile_builtin_json_grammar()
+    compiled.append(json_grammar)
     stop = info.stop_token_ids[0]
     compiled.append(compiler.compile_grammar(f'root ::= [a-z]* <[{stop - 1}]> "{{" [a-z]* "}}"'))
     compiled.append(compiler.compile_structural_tag({"type": "structural_tag", "format": {
@@ -146,7 +148,6 @@ def workload(info, rng) -> dict:
     matchers = [GrammarMatcher(grammar) for grammar in compiled[:4]]
     batch_fill_next_token_bitmask(matchers, allocate_token_bitmask(len(matchers), info.vocab_size))
 
-    json_grammar = compiled[-3]
     can_complete(json_grammar, ['{"name": ', ', "age": 7}'])
     can_complete(json_grammar, ['[1, ', ']]'], [Gap.tokens(1)])
     can_complete(json_grammar, ['{"a": ', '}'], [Gap.bytes(3, alphabet=b"0123456789")])
@@ -177,7 +178,6 @@ def _hf_tokenizer_info(path: str):
         return TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(path))
     except ImportError:
         import tokenizers
-        from pathlib import Path
 
         return TokenizerInfo.from_huggingface(tokenizers.Tokenizer.from_file(str(Path(path) / "tokenizer.json")))
 
