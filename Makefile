@@ -81,4 +81,4 @@ test-llama-cpp: install
 	$(PY) -m pytest -q tests/test_llama_cpp.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build *.egg-info pushmask/kernel-cache
