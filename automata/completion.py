@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from . import kernels
 

@@ -11,7 +11,7 @@ The subset automaton is a dense [state, letter] table, -1 where there is no edge
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..grammar.graph_kernels import grouped, mark_reaching
 from ..grammar.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py

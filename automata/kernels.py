@@ -25,7 +25,7 @@ Every kernel returns a status: >= 0 is a count, ERR_* asks the caller to grow a 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 ROOT = -1
 BOTTOM = -2

@@ -33,7 +33,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError
 from ..grammar.graph_kernels import grouped

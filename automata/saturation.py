@@ -40,7 +40,7 @@ Buffers have fixed capacities; a full one returns ERR_* and the caller grows it 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..grammar.graph_kernels import grouped, mark_reaching
 from .kernels import ROOT, _pda_views, find_byte_target

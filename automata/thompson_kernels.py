@@ -13,7 +13,7 @@ Nodes are numbered by visit (order of first appearance), so a node number stands
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from .dfa_kernels import ERR_TOO_MANY_NFA_STATES, construct, literal_trie, no_automaton
 

@@ -9,9 +9,10 @@ of states, which a Python exploration walked at about a microsecond per edge.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.typed import Dict
 
+from ..jit import njit
 from .graph_kernels import grown
 
 OK = 0

@@ -14,7 +14,7 @@ ran out (the caller raises `codepoint_dfa.StateBudgetExceeded`); FULL when the e
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from .graph_kernels import grouped, grown, mark_reaching
 

@@ -31,7 +31,7 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..automata import kernels
 from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions

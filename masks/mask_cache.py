@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from .walk import (
     KIND_ACCEPTED_BITSET as ACCEPTED_BITSET,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..automata.dfa import build_rule_dfa
 from ..grammar.ir import CharClass, Repeat
@@ -186,7 +186,9 @@ class TokenTrie(TrieOrder):
             chars[member] = counts[member]
         bucket = np.where(group < OTHER, _bucket_of(chars), 0)
 
-        main = np.array(sorted(range(len(ids)), key=lambda i: (group[i], decoded_vocab[ids[i]])), dtype=np.int64)
+        # sort keys of Python ints and bytes: comparing numpy scalars made these sorts most of the build
+        groups, tokens = group.tolist(), [decoded_vocab[i] for i in ids.tolist()]
+        main = np.array(sorted(range(len(ids)), key=lambda i: (groups[i], tokens[i])), dtype=np.int64)
         run_start = np.ones(len(ids), dtype=bool)
         run_start[1:] = group[main][1:] != group[main][:-1]
         super().__init__(decoded_vocab, ids[main], run_start)
@@ -196,8 +198,9 @@ class TokenTrie(TrieOrder):
         self.all_positions = np.arange(len(ids), dtype=np.int32)
         self.max_token_length = int(np.diff(self.tok_offsets).max()) if len(ids) else 0
 
-        in_slice = [i for i in range(len(ids)) if group[i] < OTHER]
-        order = np.array(sorted(in_slice, key=lambda i: (group[i], -bucket[i], decoded_vocab[ids[i]])), dtype=np.int64)
+        buckets = bucket.tolist()
+        in_slice = [i for i in range(len(ids)) if groups[i] < OTHER]
+        order = np.array(sorted(in_slice, key=lambda i: (groups[i], -buckets[i], tokens[i])), dtype=np.int64)
         run_start = np.ones(len(order), dtype=bool)
         run_start[1:] = (group[order][1:] != group[order][:-1]) | (bucket[order][1:] != bucket[order][:-1])
         self.bucketed = TrieOrder(decoded_vocab, ids[order], run_start)

@@ -31,7 +31,7 @@ then the same tokens' ids, then each one's common prefix length with the previou
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from ..automata.kernels import (
     BOTTOM, CONT, ERR_BUFFER_FULL, ERR_TOO_MANY_TOPS, FLAG_END, FLAG_RULE_END, PDA_ACCEPT, PDA_BYTE_DST, PDA_BYTE_HI,

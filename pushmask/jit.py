@@ -1,0 +1,264 @@
+"""numba's `njit` for pushmask's kernels, with prepared caches: no JIT wait in a fresh environment.
+
+`pushmask warmup` compiles every kernel signature pushmask uses for LLVM's *generic* CPU of the
+architecture and stores the code in `kernel-cache/` beside this file; wheels ship that folder.
+Code for the generic CPU runs on any CPU of the architecture, so a process that also compiles
+for the generic CPU (chosen here, before numba's first compile) loads it instead of compiling.
+
+A kernel's code is looked up first in numba's usual cache (NUMBA_CACHE_DIR, else `__pycache__`
+beside the source, else the user's cache folder: wherever numba would cache it), then in the
+prepared folder, which is only ever read outside `pushmask warmup`, so a read-only
+site-packages works. Whatever had to be compiled is saved in numba's usual cache. A prepared
+file that does not fit this process (another numba or llvmlite version, other sources, a
+truncated file) is never loaded: the kernel compiles once, one log line says why, and later
+processes find the result in numba's usual cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import pickle
+import sys
+import weakref
+from pathlib import Path
+
+# Where prepared kernels are read (and written by `pushmask warmup`); PUSHMASK_KERNEL_CACHE moves it.
+PREPARED_DIR = Path(os.environ.get("PUSHMASK_KERNEL_CACHE") or Path(__file__).resolve().parent / "kernel-cache")
+GENERIC_CPU = "generic"
+
+log = logging.getLogger("pushmask")
+
+
+def _choose_generic_cpu() -> str | None:
+    """Make numba compile for the generic CPU unless it is too late or the user chose another
+    CPU; the reason prepared kernels can't apply in this process, or None."""
+    requested = os.environ.get("NUMBA_CPU_NAME")
+    if requested is None:
+        numba_config = sys.modules.get("numba.core.config")
+        if numba_config is None:  # numba not imported yet: it reads the variable at import
+            os.environ["NUMBA_CPU_NAME"] = GENERIC_CPU
+        else:
+            from numba.core.registry import cpu_target
+
+            # The CPU target's code generator is made, with the CPU it targets, at the first jit
+            # decorator of the process; changing the setting after that would mislabel its code.
+            if "_toplevel_target_context" in vars(cpu_target):
+                return "numba made code for this machine's CPU before pushmask was imported"
+            os.environ["NUMBA_CPU_NAME"] = GENERIC_CPU
+            numba_config.reload_config()
+    from numba.core import config
+
+    if config.CPU_NAME != GENERIC_CPU:
+        return f"NUMBA_CPU_NAME={config.CPU_NAME} is set"
+    if config.CPU_FEATURES:
+        return f"NUMBA_CPU_FEATURES={config.CPU_FEATURES} is set"
+    return None
+
+
+NOT_GENERIC = _choose_generic_cpu()
+
+import llvmlite  # noqa: E402 - numba must see NUMBA_CPU_NAME at import
+import numba  # noqa: E402
+from numba.core.caching import (  # noqa: E402
+    CompileResultCacheImpl, FunctionCache, IndexDataCacheFile, _CacheLocator,
+    _SourceFileBackedLocatorMixin,
+)
+from numba.core.dispatcher import Dispatcher  # noqa: E402
+
+if NOT_GENERIC:
+    log.warning("pushmask: %s, so its prepared kernels (compiled for the generic CPU) do not apply; each "
+                "kernel compiles on first use, once (then numba's cache has it)", NOT_GENERIC)
+
+_preparing = False  # True inside `pushmask warmup`: read and write the prepared folder only
+_kernels: "weakref.WeakSet[Dispatcher]" = weakref.WeakSet()  # every njit(cache=True) kernel
+_warned = False
+
+
+def _warn_once(message: str, *args) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("pushmask: " + message, *args)
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class _CheckedCacheFile(IndexDataCacheFile):
+    """numba's index + data files, but a file that can't be read is a miss, not a crash (numba
+    raises on a truncated file). Prepared files log, once, why they were not used; an unreadable
+    file of numba's usual cache is deleted, so the kernel compiled instead takes its place."""
+
+    def __init__(self, cache_path, filename_base, source_stamp, prepared: bool):
+        super().__init__(cache_path, filename_base, source_stamp)
+        self._prepared = prepared
+
+    def _reject(self, path: str, why: str) -> None:
+        unreadable = why.startswith("unreadable")
+        if (self._prepared and not _preparing) or unreadable:  # warmup replaces stale prepared files
+            _warn_once("kernel cache file %s is %s, so it is not used: its kernels compile once and are cached "
+                       "in numba's cache", path, why)
+        if unreadable and not self._prepared:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def _load_index(self):
+        try:
+            with open(self._index_path, "rb") as f:
+                version = pickle.load(f)
+                data = f.read()
+            if version != self._version:
+                self._reject(self._index_path, f"for numba {version}, not {self._version}")
+                return {}
+            stamp, overloads = pickle.loads(data)
+        except FileNotFoundError:
+            return {}
+        except Exception as exc:  # noqa: BLE001 - any unreadable index is a miss
+            self._reject(self._index_path, f"unreadable ({type(exc).__name__}: {exc})")
+            return {}
+        if stamp != self._source_stamp:
+            if not self._prepared:
+                return {}  # numba's own rule: sources changed since, the entries are stale
+            if isinstance(stamp, tuple) and stamp[1:] != self._source_stamp[1:]:
+                self._reject(self._index_path, f"for llvmlite {stamp[1]}, not {self._source_stamp[1]}")
+            else:
+                self._reject(self._index_path, "for other sources (run `pushmask warmup`)")
+            return {}
+        return overloads
+
+    def _load_data(self, name):
+        try:
+            return super()._load_data(name)
+        except OSError:
+            raise  # numba's own miss: the index named a file that is gone
+        except Exception as exc:  # noqa: BLE001 - a data file that does not unpickle is a miss
+            self._reject(self._data_path(name), f"unreadable ({type(exc).__name__}: {exc})")
+            return None
+
+    def index_and_data_names(self) -> set[str]:
+        """The index's file name and its data files' names, if the index is current."""
+        overloads = self._load_index()
+        return {self._index_name, *overloads.values()} if overloads else set()
+
+
+class _PreparedOnlyLocator(_SourceFileBackedLocatorMixin, _CacheLocator):
+    """Last resort when numba finds no writable cache folder: the prepared folder, read only."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+
+    def get_cache_path(self):
+        return str(PREPARED_DIR)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        return cls(py_func, py_file) if os.path.exists(py_file) else None
+
+
+class _KernelCacheImpl(CompileResultCacheImpl):
+    """numba's compile-result cache, with file names that carry the full module name (the
+    prepared folder is flat) and a read-only last resort."""
+
+    def __init__(self, py_func):
+        self._module = py_func.__module__
+        super().__init__(py_func)
+
+    @property
+    def _locator_classes(self):
+        return [*CompileResultCacheImpl._locator_classes, _PreparedOnlyLocator]
+
+    def get_filename_base(self, fullname, abiflags):
+        return super().get_filename_base(f"{self._module}.{fullname.split('.', 1)[1]}", abiflags)
+
+
+class KernelCache(FunctionCache):
+    """A kernel's cache: numba's usual cache first, then the prepared folder."""
+
+    _impl_class = _KernelCacheImpl
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        # The source's content hash (older numba stamps by mtime, which no wheel keeps) and
+        # llvmlite's version: numba itself checks only its own version, the object code is LLVM's.
+        stamp = (_source_hash(inspect.getfile(py_func)), llvmlite.__version__)
+        base = self._impl.filename_base
+        self._cache_file = _CheckedCacheFile(self._cache_path, base, stamp, prepared=False)
+        self._prepared = _CheckedCacheFile(str(PREPARED_DIR), base, stamp, prepared=True)
+
+    def _load_overload(self, sig, target_context):
+        if not self._enabled:
+            return None
+        key = self._index_key(sig, target_context.codegen())
+        for cache_file in (self._prepared,) if _preparing else (self._cache_file, self._prepared):
+            data = cache_file.load(key)
+            if data is not None:
+                try:
+                    return self._impl.rebuild(target_context, data)
+                except Exception as exc:  # noqa: BLE001 - code that does not load is recompiled
+                    cache_file._reject(cache_file._index_path, f"unreadable ({type(exc).__name__}: {exc})")
+        return None
+
+    def _save_overload(self, sig, data):
+        if not _preparing:
+            try:
+                super()._save_overload(sig, data)
+            except OSError as exc:  # nowhere writable: the kernel stays compiled in this process only
+                log.debug("pushmask: could not cache %s: %s", self._name, exc)
+            return
+        if self._enabled and self._impl.check_cachable(data):
+            PREPARED_DIR.mkdir(parents=True, exist_ok=True)
+            self._prepared.save(self._index_key(sig, data.codegen), self._impl.reduce(data))
+
+
+def njit(function=None, **options):
+    """`numba.njit`; with cache=True the kernel's cache is a KernelCache."""
+    cache = options.pop("cache", False)
+
+    def decorate(py_func):
+        dispatcher = numba.njit(**options)(py_func)
+        if cache and isinstance(dispatcher, Dispatcher):  # NUMBA_DISABLE_JIT returns py_func
+            dispatcher._cache = KernelCache(py_func)
+            _kernels.add(dispatcher)
+        return dispatcher
+
+    return decorate if function is None else decorate(function)
+
+
+def start_preparing() -> None:
+    """From now on kernels are looked up in, and compiled into, the prepared folder only
+    (`pushmask warmup`); raises if this process does not compile for the generic CPU."""
+    global _preparing
+    if NOT_GENERIC:
+        raise RuntimeError(f"prepared kernels must be compiled for the generic CPU, but {NOT_GENERIC}")
+    _preparing = True
+
+
+def prune_prepared() -> tuple[int, int]:
+    """Delete this Python version's prepared files that no current kernel index refers to (older
+    sources, removed kernels); (files kept, files deleted)."""
+    keep: set[str] = set()
+    for kernel in list(_kernels):
+        keep |= kernel._cache._prepared.index_and_data_names()
+    tag = "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", ""))
+    kept = deleted = 0
+    for path in PREPARED_DIR.glob(f"*.{tag}*"):
+        if path.name in keep:
+            kept += 1
+        elif path.name.endswith((f".{tag}.nbi", ".nbc")) or ".tmp." in path.name:
+            path.unlink(missing_ok=True)
+            deleted += 1
+    return kept, deleted
+
+
+def cache_stats() -> tuple[int, int]:
+    """(signatures loaded from a cache, signatures compiled) over pushmask's kernels so far."""
+    stats = [kernel.stats for kernel in list(_kernels)]
+    return (sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats))

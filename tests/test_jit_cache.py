@@ -1,0 +1,273 @@
+"""Prepared kernel caches (pushmask/jit.py): fresh processes load them instead of compiling, and a
+prepared file that does not fit (another numba or llvmlite, other sources, truncated) is never
+loaded but compiled once, said in one log line, and cached in numba's usual cache.
+
+Every check runs fresh subprocesses with their own empty NUMBA_CACHE_DIR and reads numba's
+dispatcher statistics (cache hits / misses) and the cache folders; nothing is timed. A tiny kernel
+written by the test stands for pushmask's kernels (same decorator, same cache), so its prepared
+folder can be damaged freely; one test checks pushmask's own prepared kernels end to end.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+KERNEL = textwrap.dedent("""
+    from pushmask.jit import njit
+
+    @njit(cache=True)
+    def triangle(n):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+""")
+
+RUN_KERNEL = textwrap.dedent("""
+    import json, sys
+    if "--numba-first" in sys.argv:  # another library compiles with numba before pushmask is imported
+        import numba
+        numba.njit(lambda x: x + 1)(1)
+    import pushmask.jit as jit
+    if "--prepare" in sys.argv:
+        jit.start_preparing()
+    import toy_kernels
+    stats = toy_kernels.triangle.stats
+    result = toy_kernels.triangle(10)
+    print(json.dumps({"result": result, "hits": sum(stats.cache_hits.values()),
+                      "misses": sum(stats.cache_misses.values())}))
+""")
+
+
+def _run(code: str, *args: str, prepared: Path, cache: Path | None, path: Path | None = None,
+         env: dict | None = None, prefix: tuple = ()) -> tuple[dict, list[str]]:
+    """Run `code` in a fresh interpreter; its last stdout line as JSON, and its pushmask log lines."""
+    environ = dict(os.environ, PUSHMASK_KERNEL_CACHE=str(prepared), PYTHONPATH=str(path or ""))
+    environ.pop("NUMBA_CACHE_DIR", None)
+    environ.pop("NUMBA_CPU_NAME", None)
+    if cache is not None:
+        environ["NUMBA_CACHE_DIR"] = str(cache)
+    environ.update(env or {})
+    proc = subprocess.run([*prefix, sys.executable, "-c", code, *args], env=environ, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    logs = [line for line in proc.stderr.splitlines() if line.startswith("pushmask:")]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), logs
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """The toy kernel's module folder and its prepared folder, made by a `--prepare` run."""
+    root = tmp_path_factory.mktemp("jit")
+    (root / "src").mkdir()
+    (root / "src" / "toy_kernels.py").write_text(KERNEL)
+    prepared = root / "prepared"
+    out, logs = _run(RUN_KERNEL, "--prepare", prepared=prepared, cache=root / "unused", path=root / "src")
+    assert out == {"result": 45, "hits": 0, "misses": 1} and not logs
+    assert not (root / "unused").exists() or not list((root / "unused").rglob("*.nb*"))
+    return root / "src", prepared
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.rglob("*.nb*")} if folder.exists() else {}
+
+
+def test_fresh_process_loads_the_prepared_kernel(toy, tmp_path):
+    src, prepared = toy
+    before = _files(prepared)
+    out, logs = _run(RUN_KERNEL, prepared=prepared, cache=tmp_path / "cache", path=src)
+    assert out == {"result": 45, "hits": 1, "misses": 0} and not logs
+    assert not _files(tmp_path / "cache")  # nothing compiled, nothing written
+    assert _files(prepared) == before
+
+
+def _index(prepared: Path) -> Path:
+    (index,) = prepared.glob("toy_kernels.triangle-*.nbi")
+    return index
+
+
+def _split_index(data: bytes) -> tuple[str, bytes]:
+    """An index file's numba version and the rest (a pickle of (source stamp, entries))."""
+    stream = io.BytesIO(data)
+    version = pickle.load(stream)
+    return version, data[stream.tell():]
+
+
+def _with_version(data: bytes, version: str) -> bytes:
+    """The index file with its numba version replaced."""
+    return pickle.dumps(version, protocol=-1) + _split_index(data)[1]
+
+
+def _with_stamp(data: bytes, change) -> bytes:
+    """The index file with its source stamp replaced by change(stamp)."""
+    version, rest = _split_index(data)
+    stamp, entries = pickle.loads(rest)
+    return pickle.dumps(version, protocol=-1) + pickle.dumps((change(stamp), entries), protocol=-1)
+
+
+DAMAGE = {
+    "numba version": ("numba 0.0.1", lambda p: _index(p).write_bytes(_with_version(_index(p).read_bytes(), "0.0.1"))),
+    "llvmlite version": ("llvmlite 0.0.2", lambda p: _index(p).write_bytes(
+        _with_stamp(_index(p).read_bytes(), lambda stamp: (stamp[0], "0.0.2")))),
+    "other sources": ("other sources", lambda p: _index(p).write_bytes(
+        _with_stamp(_index(p).read_bytes(), lambda stamp: ("0" * 64, stamp[1])))),
+    "truncated index": ("unreadable", lambda p: _index(p).write_bytes(_index(p).read_bytes()[:-7])),
+    "truncated data": ("unreadable", lambda p: [f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
+                                                for f in p.glob("toy_kernels.triangle-*.nbc")]),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_prepared_file_that_does_not_fit_is_compiled_once_and_cached(toy, tmp_path, damage):
+    src, prepared = toy
+    reason, apply = DAMAGE[damage]
+    broken = tmp_path / "prepared"
+    shutil.copytree(prepared, broken)
+    apply(broken)
+    cache = tmp_path / "cache"
+    out, logs = _run(RUN_KERNEL, prepared=broken, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 0, "misses": 1}
+    assert len(logs) == 1 and reason in logs[0], logs
+    assert _files(cache)  # the compiled kernel went to numba's usual cache
+    out, logs = _run(RUN_KERNEL, prepared=broken, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 1, "misses": 0} and not logs
+
+
+def test_a_truncated_file_in_numbas_cache_is_replaced(toy, tmp_path):
+    src, _ = toy
+    empty, cache = tmp_path / "no-prepared", tmp_path / "cache"
+    assert _run(RUN_KERNEL, prepared=empty, cache=cache, path=src)[0]["misses"] == 1
+    for data in cache.rglob("*.nbc"):
+        data.write_bytes(data.read_bytes()[:100])
+    out, logs = _run(RUN_KERNEL, prepared=empty, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 0, "misses": 1} and len(logs) == 1 and "unreadable" in logs[0]
+    out, logs = _run(RUN_KERNEL, prepared=empty, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 1, "misses": 0} and not logs
+
+
+def test_numba_used_for_the_host_cpu_first(toy, tmp_path):
+    """Another library compiled for the host CPU first: one log line, the kernel compiles (and is
+    cached for the next such process), and results are right."""
+    src, prepared = toy
+    cache = tmp_path / "cache"
+    out, logs = _run(RUN_KERNEL, "--numba-first", prepared=prepared, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 0, "misses": 1}
+    assert len(logs) == 1 and "before pushmask was imported" in logs[0]
+    out, logs = _run(RUN_KERNEL, "--numba-first", prepared=prepared, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 1, "misses": 0} and len(logs) == 1
+
+
+def test_another_cpu_named_by_the_user(toy, tmp_path):
+    """NUMBA_CPU_NAME names this machine's CPU: one log line says the prepared kernels do not
+    apply, and the kernel compiles for that CPU."""
+    import llvmlite.binding
+
+    src, prepared = toy
+    host = {"NUMBA_CPU_NAME": llvmlite.binding.get_host_cpu_name()}
+    out, logs = _run(RUN_KERNEL, prepared=prepared, cache=tmp_path / "cache", path=src, env=host)
+    assert out == {"result": 45, "hits": 0, "misses": 1}
+    assert len(logs) == 1 and f"NUMBA_CPU_NAME={host['NUMBA_CPU_NAME']} is set" in logs[0]
+
+
+def test_parallel_processes_share_an_empty_cache(toy, tmp_path):
+    """Four processes compile into the same empty cache at once (no prepared kernel); every one
+    gets the right result and the cache they leave loads cleanly."""
+    src, _ = toy
+    empty, cache = tmp_path / "no-prepared", tmp_path / "cache"
+    environ = dict(os.environ, PUSHMASK_KERNEL_CACHE=str(empty), PYTHONPATH=str(src), NUMBA_CACHE_DIR=str(cache))
+    environ.pop("NUMBA_CPU_NAME", None)
+    procs = [subprocess.Popen([sys.executable, "-c", RUN_KERNEL], env=environ, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr
+        assert json.loads(stdout.strip().splitlines()[-1])["result"] == 45
+    out, logs = _run(RUN_KERNEL, prepared=empty, cache=cache, path=src)
+    assert out == {"result": 45, "hits": 1, "misses": 0} and not logs
+
+
+def _read_only_prefix() -> tuple:
+    """A command prefix under which files this user owns can be made read-only (root ignores
+    permissions, so root runs as a mapped ordinary user in a user namespace)."""
+    if os.geteuid() != 0:
+        return ()
+    probe = subprocess.run(["unshare", "--user", "--map-user=1000", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"running as root and user namespaces are unavailable ({probe.stderr.decode().strip()}), so "
+                    "no folder can be made read-only for this process")
+    return ("unshare", "--user", "--map-user=1000")
+
+
+def test_read_only_install(toy, tmp_path):
+    """Sources and prepared kernels read-only, as in a read-only site-packages: the prepared kernel
+    loads; a damaged one compiles into NUMBA_CACHE_DIR, or with no writable cache at all, just runs."""
+    src, prepared = toy
+    prefix = _read_only_prefix()
+    ro_src, ro_prepared, broken = tmp_path / "src", tmp_path / "prepared", tmp_path / "broken"
+    shutil.copytree(src, ro_src)
+    shutil.copytree(prepared, ro_prepared)
+    shutil.copytree(prepared, broken)
+    DAMAGE["truncated data"][1](broken)
+    nowhere = tmp_path / "home"
+    nowhere.mkdir()
+    for folder in (ro_src, ro_prepared, broken, nowhere):
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+    no_home = {"HOME": str(nowhere), "XDG_CACHE_HOME": str(nowhere)}
+    try:
+        out, logs = _run(RUN_KERNEL, prepared=ro_prepared, cache=None, path=ro_src, env=no_home, prefix=prefix)
+        assert out == {"result": 45, "hits": 1, "misses": 0} and not logs
+        cache = tmp_path / "cache"
+        out, logs = _run(RUN_KERNEL, prepared=broken, cache=cache, path=ro_src, prefix=prefix)
+        assert out == {"result": 45, "hits": 0, "misses": 1} and len(logs) == 1
+        assert _files(cache)
+        out, logs = _run(RUN_KERNEL, prepared=broken, cache=None, path=ro_src, env=no_home, prefix=prefix)
+        assert out == {"result": 45, "hits": 0, "misses": 1} and len(logs) == 1
+        assert not list(tmp_path.rglob("__pycache__/*.nb*"))
+    finally:
+        for path in tmp_path.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+FIRST_MASK = textwrap.dedent("""
+    import json
+    import pushmask, pushmask.jit as jit
+    from pushmask.warmup import small_vocabulary
+    info = small_vocabulary()
+    compiled = pushmask.GrammarCompiler(info).compile_json_schema(
+        {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+         "required": ["name", "age"]})
+    matcher = pushmask.GrammarMatcher(compiled)
+    bitmask = pushmask.allocate_token_bitmask(1, info.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    assert matcher.accept_string('{"name": "B')
+    matcher.fill_next_token_bitmask(bitmask)
+    hits, misses = jit.cache_stats()
+    print(json.dumps({"hits": hits, "misses": misses}))
+""")
+
+
+@pytest.mark.slow
+def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
+    """`pushmask warmup` (it only loads what is already prepared and current), then a fresh process
+    with an empty NUMBA_CACHE_DIR compiles a schema and fills masks without compiling a kernel."""
+    from pushmask import jit
+
+    warm = subprocess.run([sys.executable, "-m", "pushmask", "warmup"], capture_output=True, text=True,
+                          timeout=3600, env={k: v for k, v in os.environ.items() if k != "NUMBA_CPU_NAME"})
+    assert warm.returncode == 0, warm.stderr
+    before = _files(jit.PREPARED_DIR)
+    out, logs = _run(FIRST_MASK, prepared=jit.PREPARED_DIR, cache=tmp_path / "cache")
+    assert out["misses"] == 0 and out["hits"] > 10 and not logs, (out, logs)
+    assert not _files(tmp_path / "cache")
+    assert _files(jit.PREPARED_DIR) == before
