@@ -13,7 +13,7 @@ import numpy as np
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
-from . import walk
+from . import batch_fill, walk
 from .budget import budget_table, check_budget
 from ..grammar.ir import TOKEN_MARK
 from .compiler import CompiledGrammar
@@ -42,6 +42,7 @@ class _MatchState:
     memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
     scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
+    address: int | None = None  # where `stacks` lies, once a batch fill asked
 
     @property
     def kernel_s(self) -> np.ndarray:
@@ -113,6 +114,7 @@ class GrammarMatcher:
         self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
         self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._row_cache: tuple | None = None
+        self._row_desc: tuple | None = None  # batch_fill's table row for the current blobs
         self.max_tokens = max_tokens
         self._budget = None
         self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
@@ -184,19 +186,25 @@ class GrammarMatcher:
             row = _writable_row(bitmask, index, self._words)
             self._row_cache = (bitmask, index, row) if isinstance(row, np.ndarray) else None
         words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
-        self._fill_words(words)
-        self._add_token_terminals(words)
-        self._apply_budget(words)
+        self._fill_grammar_words(words)
+        self._finish_words(words)
         if words is not row:
             row.copy_(_torch_from_numpy(words, row))
         return True
 
-    def _fill_words(self, words: np.ndarray) -> None:
-        """The grammar's mask, less the tokens that would close a value failing its check."""
-        self._fill_grammar_words(words)
+    def _finish_words(self, words: np.ndarray) -> None:
+        """What a fill adds to the grammar's mask: value checks drop the tokens that would close
+        a failing value, token terminals add their ids, the budget drops what cannot finish."""
         state = self._state
         if self._mask_checks is not None and not state.terminated:
             self._mask_checks.restrict(words, state.stacks, state.scans)
+        self._add_token_terminals(words)
+        self._apply_budget(words)
+
+    def _plain_fill(self) -> bool:
+        """Whether the fill is the grammar's mask alone (no value checks, token terminals or
+        budget), so that a batch step needs no Python for this row once the kernel wrote it."""
+        return self._mask_checks is None and not self._token_terminals and self._budget is None
 
     def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
@@ -229,9 +237,50 @@ class GrammarMatcher:
                 if self._copy_memoised(memo_key, words):
                     return
         if memo_key is not None:
-            self._fill_memo[memo_key] = words.copy()
-            if len(self._fill_memo) > FILL_MEMO_ENTRIES:
-                self._fill_memo.popitem(last=False)
+            self._memoise(memo_key, words)
+
+    def _memoise(self, memo_key: tuple, words: np.ndarray) -> None:
+        self._fill_memo[memo_key] = words.copy()
+        if len(self._fill_memo) > FILL_MEMO_ENTRIES:
+            self._fill_memo.popitem(last=False)
+
+    def _describe_row(self, desc: np.ndarray, words_address: int) -> bool:
+        """Write this row's batch_fill table row (its bitmask row at words_address); False when
+        the fill needs Python (a finished matcher).  The arrays it names stay referenced by the
+        matcher, its state and its grammar for the whole batch call."""
+        state = self._state
+        if state.terminated:
+            return False
+        compiled, runner = self.compiled_grammar, self._runner
+        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
+        cached = self._row_desc
+        if cached is None or any(a is not b for a, b in zip(arrays, cached[0])):
+            template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
+            for field, array in ((batch_fill.ROW_STOPS, self._stop_ids), (batch_fill.ROW_PDA, compiled.pda.blob),
+                                 (batch_fill.ROW_POOL, arrays[0]), (batch_fill.ROW_WS, arrays[1]),
+                                 (batch_fill.ROW_TRIE, self._trie_blob), (batch_fill.ROW_MASK_INDEX, compiled.mask_index),
+                                 (batch_fill.ROW_MASK_POOL, arrays[2]), (batch_fill.ROW_SLICE_ROWS, self._slice_rows)):
+                template[field] = array.ctypes.data
+                template[field + 1] = len(array)
+            template[batch_fill.ROW_N_WORDS] = self._words
+            template[batch_fill.ROW_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
+            cached = self._row_desc = (arrays, template)
+        desc[:] = cached[1]
+        desc[batch_fill.ROW_WORDS] = words_address
+        if state.address is None:
+            state.address = state.stacks.ctypes.data
+        desc[batch_fill.ROW_STACKS] = state.address
+        desc[batch_fill.ROW_N_STACKS] = len(state.stacks)
+        desc[batch_fill.ROW_N_KERNEL] = state.n_kernel
+        desc[batch_fill.ROW_CAN_END] = state.can_end
+        memo_key = state.memo_key
+        if memo_key is not None:
+            desc[batch_fill.ROW_UNCERTAIN_OK] = 1
+            cached_words = self._fill_memo.get(memo_key)
+            if cached_words is not None:
+                self._fill_memo.move_to_end(memo_key)
+                desc[batch_fill.ROW_COPY_FROM] = cached_words.ctypes.data
+        return True
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -266,9 +315,8 @@ class GrammarMatcher:
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
         words = np.zeros(self._words, dtype=np.int32)
-        self._fill_words(words)
-        self._add_token_terminals(words)
-        self._apply_budget(words)
+        self._fill_grammar_words(words)
+        self._finish_words(words)
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")
         return bits[: self.vocab_size].astype(bool)
 
@@ -386,6 +434,7 @@ class GrammarMatcher:
         other = copy.copy(self)
         other._history = list(self._history)
         other._row_cache = None
+        other._row_desc = None
         return other
 
     def find_jump_forward_string(self) -> str:
@@ -429,34 +478,100 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
                                   num_threads: int | None = None) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
-    The fill kernel releases the GIL, so rows whose masks need real work (uncertain tokens,
-    first visits) run on all cores; each matcher must appear once (it owns its workspace).
+    One numba call per thread fills its rows without the GIL (masks/batch_fill.py); the rows that
+    need Python (a state met for the first time, an uncertain-token walk to memoise, a finished
+    matcher) are then finished by the single-row path, also over the threads, whose kernels
+    release the GIL too.  Each matcher must appear once (it owns its workspace).
     """
-    global _POOL
     import os
-    from concurrent.futures import ThreadPoolExecutor
 
     indices = list(range(len(matchers))) if indices is None else list(indices)
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
     if len({id(m) for m in matchers}) != len(matchers):
         raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
-    threads = num_threads or min(len(matchers), os.cpu_count() or 1)
-    shared_runners = len({id(m._runner) for m in matchers}) != len(matchers)  # forks share one (see fork)
-    if threads <= 1 or len(matchers) <= 1 or shared_runners:
-        for matcher, row in zip(matchers, indices):
-            matcher.fill_next_token_bitmask(bitmask, row)
+    threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
+    if len({id(m._runner) for m in matchers}) != len(matchers):
+        threads = 1  # forks share one workspace (see fork): their rows run one after the other
+    target = _batch_target(bitmask, matchers)
+    if target is None:  # not a CPU int32 [batch, words] array: row by row
+        _run_chunks([list(zip(matchers, indices))], lambda m, r: m.fill_next_token_bitmask(bitmask, r), 1)
         return
-    if _POOL is None or _POOL._max_workers < threads:
-        _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pushmask-fill")
-    chunks = [list(zip(matchers, indices))[k::threads] for k in range(threads)]
+    base, stride, rows_view = target
+    table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
+    kernel_rows, python_rows = [], []
+    for k, (matcher, row) in enumerate(zip(matchers, indices)):
+        if matcher._describe_row(table[k], base + row * stride):
+            kernel_rows.append(k)
+        else:
+            python_rows.append(k)
+    status = np.zeros(len(matchers), dtype=np.int64)
+    if kernel_rows:
+        order = np.array(kernel_rows, dtype=np.int64)
+        _run_parts([order[t::threads] for t in range(threads)], lambda part: batch_fill.run_fill_rows(table, part, status))
+    finish = []
+    for k in kernel_rows:
+        if status[k] != 0:
+            python_rows.append(k)
+        else:
+            matcher = matchers[k]
+            if matcher._state.memo_key is not None and table[k, batch_fill.ROW_COPY_FROM] == 0:
+                matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
+            if not matcher._plain_fill():
+                finish.append(k)
+    for k in finish:
+        matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
+    if python_rows:
+        python_rows.sort()
+        chunk = [(matchers[k], indices[k]) for k in python_rows]
+        _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
+                    threads)
 
-    def fill_chunk(chunk):
-        for matcher, row in chunk:
-            matcher.fill_next_token_bitmask(bitmask, row)
 
-    for future in [_POOL.submit(fill_chunk, chunk) for chunk in chunks if chunk]:
+def _batch_target(bitmask, matchers):
+    """(address of row 0, row stride in bytes, rows_view(row, words) -> numpy view) of a C-ordered
+    CPU int32 [batch, words] bitmask wide enough for every matcher, else None."""
+    words = max(m._words for m in matchers)
+    if isinstance(bitmask, np.ndarray):
+        if bitmask.ndim != 2 or bitmask.dtype != np.int32 or not bitmask.flags.c_contiguous or bitmask.shape[1] < words:
+            return None
+        return bitmask.ctypes.data, bitmask.strides[0], lambda row, n: bitmask[row, :n]
+    try:
+        import torch
+    except ImportError:
+        return None
+    if (not isinstance(bitmask, torch.Tensor) or bitmask.dim() != 2 or bitmask.dtype != torch.int32
+            or bitmask.device.type != "cpu" or not bitmask.is_contiguous() or bitmask.shape[1] < words):
+        return None
+    array = bitmask.numpy()
+    return array.ctypes.data, array.strides[0], lambda row, n: array[row, :n]
+
+
+def _run_parts(parts, work) -> None:
+    """work(part) for each non-empty part, on the shared thread pool when there are several."""
+    global _POOL
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        for part in parts:
+            work(part)
+        return
+    if _POOL is None or _POOL._max_workers < len(parts):
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="pushmask-fill")
+    futures = [_POOL.submit(work, part) for part in parts[1:]]
+    work(parts[0])  # the calling thread takes a part too
+    for future in futures:
         future.result()
+
+
+def _run_chunks(chunks, fill, threads: int) -> None:
+    """fill(matcher, row) for each pair of each chunk, chunks spread over the threads."""
+    def run(chunk):
+        for matcher, row in chunk:
+            fill(matcher, row)
+
+    _run_parts(chunks if threads > 1 else [[pair for chunk in chunks for pair in chunk]], run)
 
 
 def _complete_utf8_prefix(data: bytes) -> str:
