@@ -254,7 +254,7 @@ class GrammarMatcher:
         compiled, runner = self.compiled_grammar, self._runner
         arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
         cached = self._row_desc
-        if cached is None or any(a is not b for a, b in zip(arrays, cached[0])):
+        if cached is None or arrays[0] is not cached[0][0] or arrays[1] is not cached[0][1] or arrays[2] is not cached[0][2]:
             template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
             for field, array in ((batch_fill.ROW_STOPS, self._stop_ids), (batch_fill.ROW_PDA, compiled.pda.blob),
                                  (batch_fill.ROW_POOL, arrays[0]), (batch_fill.ROW_WS, arrays[1]),
@@ -273,14 +273,21 @@ class GrammarMatcher:
         desc[batch_fill.ROW_N_STACKS] = len(state.stacks)
         desc[batch_fill.ROW_N_KERNEL] = state.n_kernel
         desc[batch_fill.ROW_CAN_END] = state.can_end
-        memo_key = state.memo_key
-        if memo_key is not None:
-            desc[batch_fill.ROW_UNCERTAIN_OK] = 1
-            cached_words = self._fill_memo.get(memo_key)
-            if cached_words is not None:
-                self._fill_memo.move_to_end(memo_key)
-                desc[batch_fill.ROW_COPY_FROM] = cached_words.ctypes.data
+        if state.memo_key is not None:
+            self._describe_walk(desc)
         return True
+
+    def _describe_walk(self, desc: np.ndarray) -> None:
+        """Let the row's fill walk its uncertain tokens, or copy the bitmask memoised for the
+        same stack set (see _fill_grammar_words)."""
+        state = self._state
+        if state.memo_key is None:
+            state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
+        desc[batch_fill.ROW_UNCERTAIN_OK] = 1
+        cached_words = self._fill_memo.get(state.memo_key)
+        if cached_words is not None:
+            self._fill_memo.move_to_end(state.memo_key)
+            desc[batch_fill.ROW_COPY_FROM] = cached_words.ctypes.data
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -506,9 +513,18 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
         else:
             python_rows.append(k)
     status = np.zeros(len(matchers), dtype=np.int64)
+    run = lambda part: batch_fill.run_fill_rows(table, part, status)  # noqa: E731
     if kernel_rows:
         order = np.array(kernel_rows, dtype=np.int64)
-        _run_parts([order[t::threads] for t in range(threads)], lambda part: batch_fill.run_fill_rows(table, part, status))
+        _run_parts([order[t::threads] for t in range(threads)], run)
+    # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set is
+    # copied, the others walk (a second call), as the single-row path does.
+    walked = [k for k in kernel_rows if status[k] == walk.FILL_UNCERTAIN]
+    for k in walked:
+        matchers[k]._describe_walk(table[k])
+    if walked:
+        order = np.array(walked, dtype=np.int64)
+        _run_parts([order[t::threads] for t in range(threads)], run)
     finish = []
     for k in kernel_rows:
         if status[k] != 0:
