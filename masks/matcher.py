@@ -4,6 +4,7 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -479,16 +480,19 @@ class GrammarMatcher:
 
 
 _POOL = None
+PARTS_PER_THREAD = 4
+"""A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
 
 
 def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None,
                                   num_threads: int | None = None) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
-    One numba call per thread fills its rows without the GIL (masks/batch_fill.py); the rows that
-    need Python (a state met for the first time, an uncertain-token walk to memoise, a finished
-    matcher) are then finished by the single-row path, also over the threads, whose kernels
-    release the GIL too.  Each matcher must appear once (it owns its workspace).
+    One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
+    per row only to describe it, to compute the masks of states met for the first time (each
+    (grammar, state) once, grammars over the threads) before the row goes round again, and for
+    value checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
+    single-row path.  Each matcher must appear once (it owns its workspace).
     """
     import os
 
@@ -502,7 +506,9 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
     target = _batch_target(bitmask, matchers)
     if target is None:  # not a CPU int32 [batch, words] array: row by row
-        _run_chunks([list(zip(matchers, indices))], lambda m, r: m.fill_next_token_bitmask(bitmask, r), 1)
+        chunk = list(zip(matchers, indices))
+        _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
+                    threads)
         return
     base, stride, rows_view = target
     table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
@@ -513,28 +519,31 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
         else:
             python_rows.append(k)
     status = np.zeros(len(matchers), dtype=np.int64)
-    run = lambda part: batch_fill.run_fill_rows(table, part, status)  # noqa: E731
-    if kernel_rows:
-        order = np.array(kernel_rows, dtype=np.int64)
-        _run_parts([order[t::threads] for t in range(threads)], run)
-    # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set is
-    # copied, the others walk (a second call), as the single-row path does.
-    walked = [k for k in kernel_rows if status[k] == walk.FILL_UNCERTAIN]
-    for k in walked:
-        matchers[k]._describe_walk(table[k])
-    if walked:
-        order = np.array(walked, dtype=np.int64)
-        _run_parts([order[t::threads] for t in range(threads)], run)
-    finish = []
-    for k in kernel_rows:
-        if status[k] != 0:
-            python_rows.append(k)
-        else:
+    finish, pending = [], kernel_rows
+    while pending:
+        _run_kernel(table, pending, status, threads)
+        # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set
+        # is copied, the others walk (a second call), as the single-row path does.
+        walked = [k for k in pending if status[k] == walk.FILL_UNCERTAIN]
+        for k in walked:
+            matchers[k]._describe_walk(table[k])
+        _run_kernel(table, walked, status, threads)
+        missing = [k for k in pending if status[k] == walk.FILL_MASKS_MISSING]
+        for k in pending:
             matcher = matchers[k]
-            if matcher._state.memo_key is not None and table[k, batch_fill.ROW_COPY_FROM] == 0:
-                matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
-            if not matcher._plain_fill():
-                finish.append(k)
+            if status[k] == 0:
+                if matcher._state.memo_key is not None and table[k, batch_fill.ROW_COPY_FROM] == 0:
+                    matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
+                if not matcher._plain_fill():
+                    finish.append(k)
+            elif status[k] != walk.FILL_MASKS_MISSING:
+                python_rows.append(k)  # a buffer to grow: the single-row path does it
+        # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
+        # (their walks release the GIL); then those rows go round again.
+        _compute_missing_masks([matchers[k] for k in missing], threads)
+        for k in missing:
+            matchers[k]._describe_row(table[k], base + indices[k] * stride)
+        pending = missing
     for k in finish:
         matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
     if python_rows:
@@ -542,6 +551,31 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
         chunk = [(matchers[k], indices[k]) for k in python_rows]
         _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
                     threads)
+
+
+def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int) -> None:
+    """batch_fill.run_fill_rows over these table rows, split over the threads."""
+    if rows:
+        order = np.array(rows, dtype=np.int64)
+        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)),
+                   lambda part: batch_fill.run_fill_rows(table, part, status), threads)
+
+
+def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
+    """Compute the masks the matchers' kernel stacks lack, each grammar's on one thread (a
+    grammar computes one state at a time), grammars spread over the threads."""
+    by_grammar: dict[int, tuple[CompiledGrammar, set]] = {}
+    for matcher in matchers:
+        compiled = matcher.compiled_grammar
+        kernel_s = matcher._state.kernel_s
+        lacking = kernel_s[compiled.mask_index[kernel_s * walk.MASK_FIELDS] < 0]
+        by_grammar.setdefault(id(compiled), (compiled, set()))[1].update(lacking.tolist())
+    def compute(part):
+        compiled, states = part
+        for state in sorted(states):
+            compiled.state_mask(state)
+
+    _run_parts(sorted(by_grammar.values(), key=lambda item: -len(item[1])), compute, threads)
 
 
 def _batch_target(bitmask, matchers):
@@ -563,22 +597,46 @@ def _batch_target(bitmask, matchers):
     return array.ctypes.data, array.strides[0], lambda row, n: array[row, :n]
 
 
-def _run_parts(parts, work) -> None:
-    """work(part) for each non-empty part, on the shared thread pool when there are several."""
+def _run_parts(parts, work, threads: int) -> None:
+    """work(part) for each non-empty part, taken in turn by the calling thread and up to threads - 1
+    pool threads.  Returns once every part is done, without waiting for pool threads that took
+    none (a busy machine may start them late: the caller then did the work alone)."""
     global _POOL
     parts = [p for p in parts if len(p)]
-    if len(parts) <= 1:
+    if threads <= 1 or len(parts) <= 1:
         for part in parts:
             work(part)
         return
-    if _POOL is None or _POOL._max_workers < len(parts):
+    if _POOL is None or _POOL._max_workers < threads - 1:
         from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="pushmask-fill")
-    futures = [_POOL.submit(work, part) for part in parts[1:]]
-    work(parts[0])  # the calling thread takes a part too
-    for future in futures:
-        future.result()
+        _POOL = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="pushmask-fill")
+    lock, done = threading.Lock(), threading.Event()
+    queue = list(reversed(parts))
+    left = [len(parts)]
+    errors: list[BaseException] = []
+
+    def drain():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                part = queue.pop()
+            try:
+                work(part)
+            except BaseException as error:  # noqa: BLE001 -- re-raised on the calling thread
+                errors.append(error)
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+    for _ in range(min(threads, len(parts)) - 1):
+        _POOL.submit(drain)
+    drain()
+    done.wait()
+    if errors:
+        raise errors[0]
 
 
 def _run_chunks(chunks, fill, threads: int) -> None:
@@ -587,7 +645,7 @@ def _run_chunks(chunks, fill, threads: int) -> None:
         for matcher, row in chunk:
             fill(matcher, row)
 
-    _run_parts(chunks if threads > 1 else [[pair for chunk in chunks for pair in chunk]], run)
+    _run_parts(chunks, run, threads)
 
 
 def _complete_utf8_prefix(data: bytes) -> str:
