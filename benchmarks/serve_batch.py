@@ -15,7 +15,8 @@ accepts (not timed).  Per engine:
 - steady: the same compiled grammars again, new matchers;
 
 each filled row by row in one thread ("seq") and through the engine's batch API with 1 and with
---threads threads.  Per-step fill time p50 / p99 / max in ms.
+--threads threads.  Per-step fill time p50 / p99 / max in ms, and a control that says whether the
+machine had free cores for the threads (a pure nogil spin split the same way).
 """
 
 from __future__ import annotations
@@ -184,6 +185,37 @@ def stats(times_cpu):
             round(statistics.median(cpu), 3))
 
 
+def free_cores(threads: int) -> tuple[float, float]:
+    """Control: per-call ms (p50) of a pure nogil numba spin over 64 rows, in one part and in
+    `threads` parts on as many pool threads.  On a machine with free cores the second is
+    about 1/threads of the first; when it is not, no batch API can scale here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba import njit
+
+    @njit(nogil=True)
+    def spin(part, out):
+        total = 0.0
+        for _ in part:
+            for i in range(20000):
+                total += i * 1e-9
+        out[0] = total
+
+    out, order = np.zeros(1), np.arange(64)
+    spin(order[:1], out)
+    result = []
+    with ThreadPoolExecutor(threads) as pool:
+        for n in (1, threads):
+            times = []
+            for _ in range(100):
+                t0 = time.perf_counter()
+                for future in [pool.submit(spin, part, out) for part in np.array_split(order, n)]:
+                    future.result()
+                times.append((time.perf_counter() - t0) * 1e3)
+            result.append(round(statistics.median(times), 3))
+    return result[0], result[1]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default=str(REPO.parent / "shared" / "bench" / "rows-dev64.json"))
@@ -226,6 +258,10 @@ def main() -> None:
             res[f"steady {mode}"] = stats(one_pass(e, rows, grammars, threads, steps))
             print(f"  {mode}: first {res[f'first {mode}']}  steady {res[f'steady {mode}']}", flush=True)
     out["load_avg_after"] = os.getloadavg()[0]
+    if "pushmask" in engines:
+        out["control_spin_ms_1_vs_N_threads"] = free_cores(args.threads)
+        print(f"control: a nogil spin of the same split, 1 vs {args.threads} threads: "
+              f"{out['control_spin_ms_1_vs_N_threads']} ms (free cores?), load average {os.getloadavg()[0]:.2f}")
     print()
     print(f"per-step fill, ms, wall p50 / p99 / max (process CPU p50) (B = {len(rows)}; seq = row by row; "
           "batchK = batch API, K threads)")
