@@ -25,7 +25,7 @@ import numpy as np
 
 from ..masks.bitmask import apply_token_bitmask_inplace
 from ..masks.compiler import CompiledGrammar
-from ..masks.matcher import GrammarMatcher
+from ..masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 
 try:  # subclass the real base class when transformers is installed (isinstance checks, docs)
     from transformers import LogitsProcessor as _LogitsProcessorBase
@@ -259,21 +259,27 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             self._torch_bitmask = None
         bitmask = self._bitmask
         filled: dict[tuple, int] = {}  # rows in the same state (beams, equal samples) share a mask
+        live, copies = [], []
         for r, slot in enumerate(self._slots):
             key = slot.key() if rows > 1 else None
             if key is not None and key in filled:
-                bitmask[r] = bitmask[filled[key]]
+                copies.append((r, filled[key]))
                 continue
             if slot.dead:
                 bitmask[r] = 0
                 _set_bits(bitmask[r], self.stop_token_ids)
             else:
-                slot.matcher.fill_next_token_bitmask(bitmask, r)
-            if self.pad_token_id is not None and (slot.dead or slot.matcher.is_terminated()):
-                if self.pad_token_id < self.vocab_size:
-                    _set_bits(bitmask[r], (self.pad_token_id,))
+                live.append(r)
             if key is not None:
                 filled[key] = r
+        if live:  # one batch call: the rows' grammar masks in one kernel call per thread
+            batch_fill_next_token_bitmask([self._slots[r].matcher for r in live], bitmask, indices=live)
+        if self.pad_token_id is not None and self.pad_token_id < self.vocab_size:
+            for r, slot in enumerate(self._slots):
+                if slot.dead or slot.matcher.is_terminated():
+                    _set_bits(bitmask[r], (self.pad_token_id,))
+        for r, source in copies:
+            bitmask[r] = bitmask[source]
         return bitmask
 
     def __call__(self, input_ids, scores):

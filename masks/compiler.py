@@ -470,7 +470,9 @@ class CompiledGrammar:
             pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
             runner.run(run_follow_pairs, PDA_BLOB, POOL_BLOB, WS_BLOB, rule, MAX_TOPS, pairs,
                        on_retry=lambda: pairs.fill(0))
-            got = self._pairs[rule] = (pairs, hashlib.blake2b(pairs.tobytes(), digest_size=16).hexdigest())
+            # pairs hold 0/1 only, so their packed bits (an eighth of the bytes) name them exactly
+            packed = np.packbits(pairs).tobytes()
+            got = self._pairs[rule] = (pairs, hashlib.blake2b(packed, digest_size=16).hexdigest())
         return got
 
     def _runner(self) -> StackRunner:

@@ -4,6 +4,7 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -13,7 +14,7 @@ import numpy as np
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
-from . import walk
+from . import batch_fill, walk
 from .budget import CheckedBudget, budget_table, check_budget
 from ..grammar.errors import BudgetTooSmallError
 from ..grammar.ir import TOKEN_MARK
@@ -43,6 +44,7 @@ class _MatchState:
     memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
     scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
+    address: int | None = None  # where `stacks` lies, once a batch fill asked
 
     @property
     def kernel_s(self) -> np.ndarray:
@@ -114,6 +116,7 @@ class GrammarMatcher:
         self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
         self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._row_cache: tuple | None = None
+        self._row_desc: tuple | None = None  # batch_fill's table row for the current blobs
         self.max_tokens = max_tokens
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
@@ -192,19 +195,25 @@ class GrammarMatcher:
             row = _writable_row(bitmask, index, self._words)
             self._row_cache = (bitmask, index, row) if isinstance(row, np.ndarray) else None
         words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
-        self._fill_words(words)
-        self._add_token_terminals(words)
-        self._apply_budget(words)
+        self._fill_grammar_words(words)
+        self._finish_words(words)
         if words is not row:
             row.copy_(_torch_from_numpy(words, row))
         return True
 
-    def _fill_words(self, words: np.ndarray) -> None:
-        """The grammar's mask, less the tokens that would close a value failing its check."""
-        self._fill_grammar_words(words)
+    def _finish_words(self, words: np.ndarray) -> None:
+        """What a fill adds to the grammar's mask: value checks drop the tokens that would close
+        a failing value, token terminals add their ids, the budget drops what cannot finish."""
         state = self._state
         if self._mask_checks is not None and not state.terminated:
             self._mask_checks.restrict(words, state.stacks, state.scans)
+        self._add_token_terminals(words)
+        self._apply_budget(words)
+
+    def _plain_fill(self) -> bool:
+        """Whether the fill is the grammar's mask alone (no value checks, token terminals or
+        budget), so that a batch step needs no Python for this row once the kernel wrote it."""
+        return self._mask_checks is None and not self._token_terminals and self._budget is None
 
     def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
@@ -237,9 +246,57 @@ class GrammarMatcher:
                 if self._copy_memoised(memo_key, words):
                     return
         if memo_key is not None:
-            self._fill_memo[memo_key] = words.copy()
-            if len(self._fill_memo) > FILL_MEMO_ENTRIES:
-                self._fill_memo.popitem(last=False)
+            self._memoise(memo_key, words)
+
+    def _memoise(self, memo_key: tuple, words: np.ndarray) -> None:
+        self._fill_memo[memo_key] = words.copy()
+        if len(self._fill_memo) > FILL_MEMO_ENTRIES:
+            self._fill_memo.popitem(last=False)
+
+    def _describe_row(self, desc: np.ndarray, words_address: int) -> bool:
+        """Write this row's batch_fill table row (its bitmask row at words_address); False when
+        the fill needs Python (a finished matcher).  The arrays it names stay referenced by the
+        matcher, its state and its grammar for the whole batch call."""
+        state = self._state
+        if state.terminated:
+            return False
+        compiled, runner = self.compiled_grammar, self._runner
+        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
+        cached = self._row_desc
+        if cached is None or arrays[0] is not cached[0][0] or arrays[1] is not cached[0][1] or arrays[2] is not cached[0][2]:
+            template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
+            for field, array in ((batch_fill.ROW_STOPS, self._stop_ids), (batch_fill.ROW_PDA, compiled.pda.blob),
+                                 (batch_fill.ROW_POOL, arrays[0]), (batch_fill.ROW_WS, arrays[1]),
+                                 (batch_fill.ROW_TRIE, self._trie_blob), (batch_fill.ROW_MASK_INDEX, compiled.mask_index),
+                                 (batch_fill.ROW_MASK_POOL, arrays[2]), (batch_fill.ROW_SLICE_ROWS, self._slice_rows)):
+                template[field] = array.ctypes.data
+                template[field + 1] = len(array)
+            template[batch_fill.ROW_N_WORDS] = self._words
+            template[batch_fill.ROW_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
+            cached = self._row_desc = (arrays, template)
+        desc[:] = cached[1]
+        desc[batch_fill.ROW_WORDS] = words_address
+        if state.address is None:
+            state.address = state.stacks.ctypes.data
+        desc[batch_fill.ROW_STACKS] = state.address
+        desc[batch_fill.ROW_N_STACKS] = len(state.stacks)
+        desc[batch_fill.ROW_N_KERNEL] = state.n_kernel
+        desc[batch_fill.ROW_CAN_END] = state.can_end
+        if state.memo_key is not None:
+            self._describe_walk(desc)
+        return True
+
+    def _describe_walk(self, desc: np.ndarray) -> None:
+        """Let the row's fill walk its uncertain tokens, or copy the bitmask memoised for the
+        same stack set (see _fill_grammar_words)."""
+        state = self._state
+        if state.memo_key is None:
+            state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
+        desc[batch_fill.ROW_UNCERTAIN_OK] = 1
+        cached_words = self._fill_memo.get(state.memo_key)
+        if cached_words is not None:
+            self._fill_memo.move_to_end(state.memo_key)
+            desc[batch_fill.ROW_COPY_FROM] = cached_words.ctypes.data
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -276,9 +333,8 @@ class GrammarMatcher:
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
         words = np.zeros(self._words, dtype=np.int32)
-        self._fill_words(words)
-        self._add_token_terminals(words)
-        self._apply_budget(words)
+        self._fill_grammar_words(words)
+        self._finish_words(words)
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")
         return bits[: self.vocab_size].astype(bool)
 
@@ -396,6 +452,7 @@ class GrammarMatcher:
         other = copy.copy(self)
         other._history = list(self._history)
         other._row_cache = None
+        other._row_desc = None
         return other
 
     def find_jump_forward_string(self) -> str:
@@ -433,40 +490,172 @@ class GrammarMatcher:
 
 
 _POOL = None
+PARTS_PER_THREAD = 4
+"""A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
 
 
 def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None,
                                   num_threads: int | None = None) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
-    The fill kernel releases the GIL, so rows whose masks need real work (uncertain tokens,
-    first visits) run on all cores; each matcher must appear once (it owns its workspace).
+    One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
+    per row only to describe it, to compute the masks of states met for the first time (each
+    (grammar, state) once, grammars over the threads) before the row goes round again, and for
+    value checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
+    single-row path.  Each matcher must appear once (it owns its workspace).
     """
-    global _POOL
     import os
-    from concurrent.futures import ThreadPoolExecutor
 
     indices = list(range(len(matchers))) if indices is None else list(indices)
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
     if len({id(m) for m in matchers}) != len(matchers):
         raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
-    threads = num_threads or min(len(matchers), os.cpu_count() or 1)
-    shared_runners = len({id(m._runner) for m in matchers}) != len(matchers)  # forks share one (see fork)
-    if threads <= 1 or len(matchers) <= 1 or shared_runners:
-        for matcher, row in zip(matchers, indices):
-            matcher.fill_next_token_bitmask(bitmask, row)
+    threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
+    if len({id(m._runner) for m in matchers}) != len(matchers):
+        threads = 1  # forks share one workspace (see fork): their rows run one after the other
+    target = _batch_target(bitmask, matchers)
+    if target is None:  # not a CPU int32 [batch, words] array: row by row
+        chunk = list(zip(matchers, indices))
+        _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
+                    threads)
         return
-    if _POOL is None or _POOL._max_workers < threads:
-        _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pushmask-fill")
-    chunks = [list(zip(matchers, indices))[k::threads] for k in range(threads)]
+    base, stride, rows_view = target
+    table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
+    kernel_rows, python_rows = [], []
+    for k, (matcher, row) in enumerate(zip(matchers, indices)):
+        if matcher._describe_row(table[k], base + row * stride):
+            kernel_rows.append(k)
+        else:
+            python_rows.append(k)
+    status = np.zeros(len(matchers), dtype=np.int64)
+    finish, pending = [], kernel_rows
+    while pending:
+        _run_kernel(table, pending, status, threads)
+        # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set
+        # is copied, the others walk (a second call), as the single-row path does.
+        walked = [k for k in pending if status[k] == walk.FILL_UNCERTAIN]
+        for k in walked:
+            matchers[k]._describe_walk(table[k])
+        _run_kernel(table, walked, status, threads)
+        missing = [k for k in pending if status[k] == walk.FILL_MASKS_MISSING]
+        for k in pending:
+            matcher = matchers[k]
+            if status[k] == 0:
+                if matcher._state.memo_key is not None and table[k, batch_fill.ROW_COPY_FROM] == 0:
+                    matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
+                if not matcher._plain_fill():
+                    finish.append(k)
+            elif status[k] != walk.FILL_MASKS_MISSING:
+                python_rows.append(k)  # a buffer to grow: the single-row path does it
+        # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
+        # (their walks release the GIL); then those rows go round again.
+        _compute_missing_masks([matchers[k] for k in missing], threads)
+        for k in missing:
+            matchers[k]._describe_row(table[k], base + indices[k] * stride)
+        pending = missing
+    for k in finish:
+        matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
+    if python_rows:
+        python_rows.sort()
+        chunk = [(matchers[k], indices[k]) for k in python_rows]
+        _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
+                    threads)
 
-    def fill_chunk(chunk):
+
+def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int) -> None:
+    """batch_fill.run_fill_rows over these table rows, split over the threads."""
+    if rows:
+        order = np.array(rows, dtype=np.int64)
+        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)),
+                   lambda part: batch_fill.run_fill_rows(table, part, status), threads)
+
+
+def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
+    """Compute the masks the matchers' kernel stacks lack, each grammar's on one thread (a
+    grammar computes one state at a time), grammars spread over the threads."""
+    by_grammar: dict[int, tuple[CompiledGrammar, set]] = {}
+    for matcher in matchers:
+        compiled = matcher.compiled_grammar
+        kernel_s = matcher._state.kernel_s
+        lacking = kernel_s[compiled.mask_index[kernel_s * walk.MASK_FIELDS] < 0]
+        by_grammar.setdefault(id(compiled), (compiled, set()))[1].update(lacking.tolist())
+    def compute(part):
+        compiled, states = part
+        for state in sorted(states):
+            compiled.state_mask(state)
+
+    _run_parts(sorted(by_grammar.values(), key=lambda item: -len(item[1])), compute, threads)
+
+
+def _batch_target(bitmask, matchers):
+    """(address of row 0, row stride in bytes, rows_view(row, words) -> numpy view) of a C-ordered
+    CPU int32 [batch, words] bitmask wide enough for every matcher, else None."""
+    words = max(m._words for m in matchers)
+    if isinstance(bitmask, np.ndarray):
+        if bitmask.ndim != 2 or bitmask.dtype != np.int32 or not bitmask.flags.c_contiguous or bitmask.shape[1] < words:
+            return None
+        return bitmask.ctypes.data, bitmask.strides[0], lambda row, n: bitmask[row, :n]
+    try:
+        import torch
+    except ImportError:
+        return None
+    if (not isinstance(bitmask, torch.Tensor) or bitmask.dim() != 2 or bitmask.dtype != torch.int32
+            or bitmask.device.type != "cpu" or not bitmask.is_contiguous() or bitmask.shape[1] < words):
+        return None
+    array = bitmask.numpy()
+    return array.ctypes.data, array.strides[0], lambda row, n: array[row, :n]
+
+
+def _run_parts(parts, work, threads: int) -> None:
+    """work(part) for each non-empty part, taken in turn by the calling thread and up to threads - 1
+    pool threads.  Returns once every part is done, without waiting for pool threads that took
+    none (a busy machine may start them late: the caller then did the work alone)."""
+    global _POOL
+    parts = [p for p in parts if len(p)]
+    if threads <= 1 or len(parts) <= 1:
+        for part in parts:
+            work(part)
+        return
+    if _POOL is None or _POOL._max_workers < threads - 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="pushmask-fill")
+    lock, done = threading.Lock(), threading.Event()
+    queue = list(reversed(parts))
+    left = [len(parts)]
+    errors: list[BaseException] = []
+
+    def drain():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                part = queue.pop()
+            try:
+                work(part)
+            except BaseException as error:  # noqa: BLE001 -- re-raised on the calling thread
+                errors.append(error)
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+    for _ in range(min(threads, len(parts)) - 1):
+        _POOL.submit(drain)
+    drain()
+    done.wait()
+    if errors:
+        raise errors[0]
+
+
+def _run_chunks(chunks, fill, threads: int) -> None:
+    """fill(matcher, row) for each pair of each chunk, chunks spread over the threads."""
+    def run(chunk):
         for matcher, row in chunk:
-            matcher.fill_next_token_bitmask(bitmask, row)
+            fill(matcher, row)
 
-    for future in [_POOL.submit(fill_chunk, chunk) for chunk in chunks if chunk]:
-        future.result()
+    _run_parts(chunks, run, threads)
 
 
 def _complete_utf8_prefix(data: bytes) -> str:

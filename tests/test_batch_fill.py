@@ -1,0 +1,128 @@
+"""The batch fill (batch_fill_next_token_bitmask: one nogil kernel call per thread, Python only for
+first visits and extras) writes exactly what each matcher's own fill_next_token_bitmask writes."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from support import DATA, hf_tokenizer, require_shared, tokenizer_info  # noqa: E402
+
+import pushmask as pm  # noqa: E402
+
+TOKENIZERS = ["llama3", "qwen", "mistral", "smollm2"]
+
+
+def _dev_rows(tokenizer_name: str, n: int, steps: int) -> list[tuple[dict, list[int]]]:
+    """n MaskBench-dev schemas (sorted by file name) with a valid instance of >= steps tokens."""
+    hf = hf_tokenizer(tokenizer_name)
+    rows = []
+    for path in sorted(require_shared(DATA / "maskbench-dev").glob("*.json")):
+        item = json.loads(path.read_text())
+        valid = [t["data"] for t in item.get("tests", []) if t["valid"]]
+        if not valid:
+            continue
+        tokens = hf.encode(json.dumps(valid[0], ensure_ascii=False), add_special_tokens=False)
+        if len(tokens) >= steps:
+            rows.append((item["schema"], tokens[:steps]))
+        if len(rows) == n:
+            break
+    return rows
+
+
+def _single_fills(matchers) -> np.ndarray:
+    out = np.zeros((len(matchers), (matchers[0].vocab_size + 31) // 32), dtype=np.int32)
+    for row, matcher in enumerate(matchers):
+        matcher.fill_next_token_bitmask(out, row)
+    return out
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_batch_equals_single_fills_on_dev_schemas(name):
+    """Rows of dev schemas, two rows per schema (the same states), teacher-forced on a valid
+    instance: with a fresh compiler the batch path meets every state first (first visits), then
+    runs again with new matchers (known masks, empty memos); with 1 and 3 threads, torch and numpy
+    bitmasks, every row equals the single-row fill and allows the instance's token."""
+    info = tokenizer_info(name)
+    steps = 24
+    rows = _dev_rows(name, 6, steps)
+    assert len(rows) == 6
+    for threads, torch_bitmask in ((1, False), (3, True)):
+        compiler = pm.GrammarCompiler(info, cache_enabled=False)  # nothing known: first visits in the batch
+        grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False)
+                    for schema, _ in rows]
+        for _ in range(2):
+            order = list(range(len(rows))) * 2
+            batch = [pm.GrammarMatcher(grammars[k]) for k in order]
+            single = [pm.GrammarMatcher(grammars[k]) for k in order]
+            indices = list(reversed(range(len(batch))))
+            bitmask = pm.allocate_token_bitmask(len(batch), info.vocab_size)
+            if not torch_bitmask:
+                bitmask = bitmask.numpy().copy()
+            for step in range(steps):
+                pm.batch_fill_next_token_bitmask(batch, bitmask, indices=indices, num_threads=threads)
+                got = np.asarray(bitmask)[indices]
+                expected = _single_fills(single)
+                assert (got == expected).all(), (name, threads, step)
+                for row, k in enumerate(order):
+                    token = rows[k][1][step]
+                    assert (got[row, token >> 5] >> (token & 31)) & 1, (name, k, step)
+                    assert batch[row].accept_token(token) and single[row].accept_token(token)
+
+
+def _mixed_matchers(compiler):
+    """Matchers whose fills need Python after the kernel or instead of it: value checks, a token
+    budget, token terminals, a terminated matcher, forks; and plain ones."""
+    unique = compiler.compile_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True})
+    plain = compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"},
+                                                                           "b": {"type": "string"}}})
+    tagged = compiler.compile_grammar('root ::= [ab ]* <|python_tag|> "{" [ab]* "}"')
+    matchers = [pm.GrammarMatcher(unique), pm.GrammarMatcher(unique, max_tokens=12), pm.GrammarMatcher(plain),
+                pm.GrammarMatcher(plain, max_tokens=9), pm.GrammarMatcher(tagged), pm.GrammarMatcher(unique)]
+    assert matchers[5].accept_string('["x", "y"]')
+    assert matchers[5].accept_token(compiler.tokenizer_info.stop_token_ids[0]) and matchers[5].is_terminated()
+    return matchers
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batch_keeps_value_checks_budgets_and_token_terminals(threads):
+    """Random walks (each row takes a random allowed token) of rows with value checks, budgets,
+    token terminals and a finished matcher, mixed with plain rows: each step's batch rows equal
+    the single-row fills of twin matchers walked the same way."""
+    info = tokenizer_info("llama3")
+    compiler = pm.GrammarCompiler(info)
+    batch, twins = _mixed_matchers(compiler), _mixed_matchers(compiler)
+    rng = random.Random(threads)
+    bitmask = np.zeros((len(batch), (info.vocab_size + 31) // 32), dtype=np.int32)
+    for step in range(30):
+        pm.batch_fill_next_token_bitmask(batch, bitmask, num_threads=threads)
+        expected = _single_fills(twins)
+        assert (bitmask == expected).all(), step
+        for row, (matcher, twin) in enumerate(zip(batch, twins)):
+            if matcher.is_terminated():
+                continue
+            allowed = np.flatnonzero(np.unpackbits(bitmask[row].view(np.uint8), bitorder="little")[: info.vocab_size])
+            assert len(allowed), (row, step)  # a sound mask never leaves a live row without a token
+            token = int(rng.choice(allowed))
+            assert matcher.accept_token(token) and twin.accept_token(token)
+
+
+def test_forks_share_a_workspace_and_still_fill_alike():
+    """Forks share one frame pool and workspace, so the batch runs them on one thread; their
+    rows still equal their own fills."""
+    info = tokenizer_info("llama3")
+    compiler = pm.GrammarCompiler(info)
+    base = pm.GrammarMatcher(compiler.compile_json_schema({"type": "array", "items": {"type": "number"}}))
+    assert base.accept_string("[1, ")
+    forks = [base.fork() for _ in range(3)]
+    assert forks[1].accept_string("22") and forks[2].accept_string("3]")
+    matchers = [base, *forks]
+    bitmask = np.zeros((len(matchers), (info.vocab_size + 31) // 32), dtype=np.int32)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=4)
+    assert (bitmask == _single_fills(matchers)).all()
