@@ -63,7 +63,8 @@ def json_schema_to_grammar(schema, *, whitespace: str = "flexible", indent=None,
     separators: exact (item, key) separators as in json.dumps.  additional_properties_default:
     False treats a missing additionalProperties on object schemas as false; "declared" (XGrammar's
     strict mode) only on object schemas that declare members (properties, required, ...), and
-    closes tuples (prefixItems) the same way.  lenient: widen what
+    closes tuples (prefixItems) the same way; both close only where that narrows the language
+    (closing.py: not inside `not`, an `if` condition, ...).  lenient: widen what
     cannot be expressed exactly (with a warning) instead of raising UnsupportedSchemaError.
     retrieve: uri -> schema document, for `$ref`s to other documents (none are fetched otherwise).
     property_order: "definition" (default, as XGrammar and llguidance do) takes an object's members
