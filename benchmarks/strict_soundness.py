@@ -35,7 +35,7 @@ def main(corpus: str, limit: int | None) -> None:
         for line in bad:
             print("INVALID", line, flush=True)
         invalid += bad
-        if n % 50 == 0:
+        if n % 10 == 0:
             print(f"{n}/{len(cases)}", counts, f"invalid={len(invalid)}", f"{time.time() - start:.0f}s", flush=True)
     print(corpus, counts, f"invalid={len(invalid)}", f"{time.time() - start:.0f}s")
 

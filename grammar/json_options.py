@@ -39,7 +39,9 @@ class JsonOptions:
             means.  "declared" is strict mode (XGrammar's default, for generation): an object
             schema that declares members, or an array schema with ``prefixItems``, takes nothing
             beyond them unless the schema says what else may come; True: the schema's own
-            language (any members); False: no undeclared members anywhere.
+            language (any members); False: no undeclared members anywhere.  Closing applies
+            only where it narrows the language (grammar/json_schema/closing.py: never inside
+            `not`, an `if` condition, the other branches of a oneOf, ...).
         property_order ["definition"]: members in the order the schema lists them, or "any".
         value_checks [True]: ``uniqueItems`` on open item types and overlapping ``oneOf`` compile
             to a superset the matcher checks on each closed value; False raises

@@ -125,6 +125,7 @@ def test_suite_groups_strict_mode_accepted_wrongly(draft, file, description):
             assert not accepts_text(compiled, json.dumps(test["data"])), test["description"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema,valid", [
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}, {"a": 1, "b": 2}),
     ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"]}, {"b": 1}),
@@ -136,7 +137,10 @@ def test_strict_mode_keeps_satisfiable_schemas_compiling(schema, valid):
     assert accepts_text(compiled, json.dumps(valid))
     validator = jsonschema.Draft202012Validator(schema)
     rng = np.random.default_rng(7)
-    outputs = [mask_walk(compiled, rng, short_structural_tokens(compiled.tokenizer_info)) for _ in range(6)]
+    with pytest.warns(UserWarning, match="strict mode leaves the object schema"):
+        compiled = compile_default(schema, whitespace="compact")  # fewer states for the walks to mask
+    short = short_structural_tokens(compiled.tokenizer_info)
+    outputs = [mask_walk(compiled, rng, short) for _ in range(4)]
     finished = [out for out in outputs if out is not None]
     assert finished
     for out in finished:
@@ -153,9 +157,9 @@ def test_the_spec_language_when_strict_mode_leaves_nothing():
 # The property test: a seeded sample of both corpora under the generation defaults.
 
 SAMPLE_SEED = 27
-DEV_SAMPLE = 6
+DEV_SAMPLE = 5
 DEV_MAX_BYTES = 3000
-SUITE_SAMPLE = 30
+SUITE_SAMPLE = 24
 WALKS = 3
 COMPILE_SECONDS = 20
 
@@ -217,6 +221,7 @@ def new_counts() -> dict:
             "walks": 0, "outputs": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corpus", ["maskbench-dev", "test-suite"])
 def test_generation_defaults_only_narrow(corpus):
     cases = dev_cases(DEV_SAMPLE, max_bytes=DEV_MAX_BYTES) if corpus == "maskbench-dev" else suite_cases(SUITE_SAMPLE)
