@@ -43,6 +43,12 @@ _i32 = _pointer_intrinsic(types.int32)
 _i64 = _pointer_intrinsic(types.int64)
 
 
+@njit(cache=True)
+def address(array):
+    """Where an array's data lies: one numba call costs a fifth of `array.ctypes.data`."""
+    return array.ctypes.data
+
+
 @njit(cache=True, nogil=True)
 def run_fill_rows(table, rows, status):
     """walk.run_fill for each row k of `table` listed in `rows`; its status goes to status[k]."""

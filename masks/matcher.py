@@ -277,7 +277,7 @@ class GrammarMatcher:
         desc[:] = cached[1]
         desc[batch_fill.ROW_WORDS] = words_address
         if state.address is None:
-            state.address = state.stacks.ctypes.data
+            state.address = batch_fill.address(state.stacks)
         desc[batch_fill.ROW_STACKS] = state.address
         desc[batch_fill.ROW_N_STACKS] = len(state.stacks)
         desc[batch_fill.ROW_N_KERNEL] = state.n_kernel
@@ -296,7 +296,7 @@ class GrammarMatcher:
         cached_words = self._fill_memo.get(state.memo_key)
         if cached_words is not None:
             self._fill_memo.move_to_end(state.memo_key)
-            desc[batch_fill.ROW_COPY_FROM] = cached_words.ctypes.data
+            desc[batch_fill.ROW_COPY_FROM] = batch_fill.address(cached_words)
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -492,6 +492,9 @@ class GrammarMatcher:
 _POOL = None
 PARTS_PER_THREAD = 4
 """A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
+MIN_WALKS_TO_SPLIT = 8
+"""Uncertain-token walks below which a step's second call stays on the calling thread (memo
+copies and a few walks cost less than waking another thread)."""
 
 
 def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None,
@@ -537,7 +540,8 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
         walked = [k for k in pending if status[k] == walk.FILL_UNCERTAIN]
         for k in walked:
             matchers[k]._describe_walk(table[k])
-        _run_kernel(table, walked, status, threads)
+        walks = sum(1 for k in walked if table[k, batch_fill.ROW_COPY_FROM] == 0)  # the rest copy a memo
+        _run_kernel(table, walked, status, threads if walks >= MIN_WALKS_TO_SPLIT else 1)
         missing = [k for k in pending if status[k] == walk.FILL_MASKS_MISSING]
         for k in pending:
             matcher = matchers[k]
@@ -580,6 +584,7 @@ def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None
         kernel_s = matcher._state.kernel_s
         lacking = kernel_s[compiled.mask_index[kernel_s * walk.MASK_FIELDS] < 0]
         by_grammar.setdefault(id(compiled), (compiled, set()))[1].update(lacking.tolist())
+
     def compute(part):
         compiled, states = part
         for state in sorted(states):
