@@ -28,7 +28,6 @@ from support import (  # noqa: E402
 from test_json_schema_suite import DRAFTS, groups, retrieve  # noqa: E402
 
 from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
-from pushmask.grammar.frontends import json_schema_options  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 MASKBENCH = DATA / "maskbench-dev"
@@ -37,7 +36,7 @@ MASKBENCH = DATA / "maskbench-dev"
 def compile_default(schema, **options):
     """compile_json_schema's defaults (strict mode, definition order, flexible whitespace)."""
     return grammar_compiler("llama3").compile_ir(
-        json_schema_to_grammar(schema, retrieve=retrieve, **{**json_schema_options(), **options}))
+        json_schema_to_grammar(schema, retrieve=retrieve, **options))
 
 
 def suite_validator(schema):
