@@ -13,9 +13,10 @@ else happens to it; the caller finishes it with the single-row path.
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, types
+from numba import carray, types
 from numba.extending import intrinsic
 
+from ..jit import njit
 from .walk import run_fill
 
 (ROW_WORDS, ROW_N_WORDS, ROW_STACKS, ROW_N_STACKS, ROW_N_KERNEL, ROW_CAN_END, ROW_STOPS, ROW_N_STOPS, ROW_PDA,
