@@ -132,6 +132,16 @@ def compile_with_timeout(compile_, seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
+def compile_with_hang_guard(compile_, seconds: int, what: str):
+    """compile_with_timeout, but a compile past `seconds` fails the calling test (naming `what`)
+    instead of being counted: a guard against hangs, generous enough never to fire on a slow
+    machine, so that what a test counts does not depend on timing."""
+    compiled = compile_with_timeout(compile_, seconds)
+    if isinstance(compiled, str) and compiled == "timeout":
+        pytest.fail(f"compiling {what} did not finish in {seconds} s: a hang, or a pathological slowdown")
+    return compiled
+
+
 STRUCTURAL_BYTES = frozenset(b'"{}[],:0123456789-.')
 
 
@@ -200,3 +210,4 @@ def unique_strings_prefix_ok(text: str) -> bool:
             if validator.is_valid(value):
                 return True
     return False
+
