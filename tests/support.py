@@ -211,3 +211,84 @@ def unique_strings_prefix_ok(text: str) -> bool:
                 return True
     return False
 
+
+# ---------------------------------------------------------------------------------------------
+# Prefix oracles: can a text still be completed to a sentence?  Independent of pushmask.
+
+def decodable_prefix(data: bytes) -> str:
+    """The longest UTF-8 decodable head of `data` (a token walk may stop inside a character)."""
+    for cut in range(4):
+        try:
+            return data[: len(data) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    raise AssertionError(f"not UTF-8: {data[-20:]!r}")
+
+
+def lark_prefix_viable(parser, text: str, window: int = 48) -> bool:
+    """Oracle: can `text` be extended to a sentence of `parser` (a lark.Lark with parser="earley",
+    lexer="dynamic_complete": character-level, so it reads keywords glued to names as pushmask
+    does)?  A parse that succeeds or runs out of text (UnexpectedEOF) is viable; one that stalls
+    at position p is viable when the tail from p, or from a point i shortly before p where
+    text[:i] itself runs out of text, is a prefix of a terminal expected there, or of an ignored
+    one (a `regex` partial match): that terminal is the one left unfinished."""
+    import lark
+    import regex
+
+    def expected_at(i: int):
+        """Terminals expected after text[:i], or None if text[:i] is dead."""
+        try:
+            parser.parse(text[:i])
+        except lark.exceptions.UnexpectedEOF as error:
+            return set(error.expected)
+        except lark.exceptions.UnexpectedInput:
+            return None
+        return {t.name for t in parser.terminals}  # a whole sentence: what may follow is not reported
+
+    def partial(name: str, rest: str) -> bool:
+        return bool(regex.fullmatch(parser.get_terminal(name).pattern.to_regexp(), rest, partial=True))
+
+    try:
+        parser.parse(text)
+        return True
+    except lark.exceptions.UnexpectedEOF:
+        return True
+    except lark.exceptions.UnexpectedCharacters as error:
+        stall, allowed = error.pos_in_stream, set(error.allowed)
+    ignore = set(parser.lexer_conf.ignore)
+    if any(partial(name, text[stall:]) for name in allowed | ignore):
+        return True
+    names = [t.name for t in parser.terminals]
+    for i in range(stall - 1, max(-1, stall - window), -1):  # a terminal begun before the stall
+        rest = text[i:]
+        hopeful = [name for name in names if partial(name, rest)]
+        if hopeful:
+            expected = expected_at(i)
+            if expected is not None and (expected | ignore) & set(hopeful):
+                return True
+    return False
+
+
+JSON_LARK = r"""
+?start: value
+?value: object | array | STRING | NUMBER | "true" | "false" | "null"
+object: "{" (member ("," member)*)? "}"
+member: STRING ":" value
+array: "[" (value ("," value)*)? "]"
+STRING: /"(?:[^"\\\x00-\x1f]|\\(?:["\\\/bfnrt]|u[0-9a-fA-F]{4}))*"/
+NUMBER: /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/
+%ignore /[ \t\n\r]+/
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def json_prefix_parser():
+    """Strict JSON (RFC 8259) as a lark grammar, for lark_prefix_viable."""
+    import lark
+
+    return lark.Lark(JSON_LARK, parser="earley", lexer="dynamic_complete")
+
+
+def json_prefix_viable(text: str) -> bool:
+    """Oracle: can `text` be extended to a JSON text (json.loads)?"""
+    return lark_prefix_viable(json_prefix_parser(), text)
