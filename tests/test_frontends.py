@@ -40,8 +40,7 @@ from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import left_recursive_rules, normalize
 from pushmask.grammar.regex import fsm_to_char_fsm, parse_regex, regex_to_ir
 
-from support import accepts_text
-from test_passes import all_strings, bounded_language, ir_accepts
+from support import accepts_text, all_strings, bounded_language, ir_accepts
 
 GRAMMARS = Path(__file__).parent / "grammars"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
