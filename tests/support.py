@@ -296,6 +296,62 @@ def json_prefix_viable(text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Oracles for the grammar files in tests/grammars: json.gbnf is json.loads, parens.ebnf balanced
+# () and [], a .lark file lark's Earley parser (dynamic_complete, character-level like pushmask).
+
+GRAMMARS = REPO / "tests" / "grammars"
+
+
+@functools.lru_cache(maxsize=None)
+def lark_file_parser(file: str):
+    import lark
+
+    return lark.Lark((GRAMMARS / file).read_text(), parser="earley", lexer="dynamic_complete")
+
+
+def _brackets_ok(text: str, complete: bool) -> bool:
+    stack = []
+    for ch in text:
+        if ch in "([":
+            stack.append(ch)
+        elif ch not in ")]" or not stack or stack.pop() != {")": "(", "]": "["}[ch]:
+            return False
+    return not stack or not complete
+
+
+def grammar_file_accepts(file: str, text: str) -> bool:
+    """Is `text` in the language of tests/grammars/`file`?"""
+    import json
+
+    import lark
+
+    if file == "json.gbnf":
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+    if file == "parens.ebnf":
+        return _brackets_ok(text, complete=True)
+    assert file.endswith(".lark"), f"no oracle for {file}"
+    try:
+        lark_file_parser(file).parse(text)
+    except lark.exceptions.LarkError:
+        return False
+    return True
+
+
+def grammar_file_prefix_viable(file: str, text: str) -> bool:
+    """Can `text` still be completed to a string grammar_file_accepts accepts?"""
+    if file == "json.gbnf":
+        return json_prefix_viable(text)
+    if file == "parens.ebnf":
+        return _brackets_ok(text, complete=False)
+    assert file.endswith(".lark"), f"no oracle for {file}"
+    return lark_prefix_viable(lark_file_parser(file), text)
+
+
+# ---------------------------------------------------------------------------------------------
 # Brute-force IR oracles: the strings of bounded length a grammar derives (a least fixpoint,
 # so left recursion is fine) and a memoised matcher; independent of the passes under test.
 
