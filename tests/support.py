@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 from pathlib import Path
 
@@ -349,6 +350,39 @@ def grammar_file_prefix_viable(file: str, text: str) -> bool:
         return _brackets_ok(text, complete=False)
     assert file.endswith(".lark"), f"no oracle for {file}"
     return lark_prefix_viable(lark_file_parser(file), text)
+
+
+# ---------------------------------------------------------------------------------------------
+# The official JSON Schema Test Suite: its drafts, groups and remote documents.
+
+SUITE = DATA / "json-schema-test-suite"
+DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
+METASCHEMAS = {
+    "draft4": "http://json-schema.org/draft-04/schema#",
+    "draft6": "http://json-schema.org/draft-06/schema#",
+    "draft7": "http://json-schema.org/draft-07/schema#",
+    "draft2019-09": "https://json-schema.org/draft/2019-09/schema",
+    "draft2020-12": "https://json-schema.org/draft/2020-12/schema",
+}
+REMOTE = "http://localhost:1234/"
+
+
+def retrieve(uri: str):
+    """Serve the suite's remote documents from the local folder (nothing else is fetched)."""
+    if not uri.startswith(REMOTE):
+        raise LookupError(f"no network access for {uri}")
+    path = SUITE / "remotes" / uri[len(REMOTE):].split("#")[0]
+    return json.loads(path.read_text())
+
+
+def groups(draft: str):
+    """(group id, schema with $schema filled in, tests) for every group of a draft."""
+    for path in sorted(require_shared(SUITE / "tests" / draft).glob("*.json")):
+        for index, group in enumerate(json.loads(path.read_text())):
+            schema = group["schema"]
+            if isinstance(schema, dict) and "$schema" not in schema:
+                schema = {"$schema": METASCHEMAS[draft], **schema}
+            yield f"{path.name}#{index}", schema, group["tests"]
 
 
 # ---------------------------------------------------------------------------------------------
