@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from support import UNDER_CI, grammar_compiler, hf_tokenizer, missing_shared_message, missing_shared_parts
+from support import (
+    UNDER_CI, Oracle, binary_problem, grammar_compiler, hf_tokenizer, missing_shared_message, missing_shared_parts,
+    paren_problem,
+)
 
 try:
     from hypothesis import settings
@@ -47,3 +50,17 @@ def llama3_compiler():
 @pytest.fixture(scope="session")
 def llama3_tokenizer():
     return hf_tokenizer("llama3")
+
+
+@pytest.fixture(scope="module")
+def binary(smollm2_compiler):
+    """The binary toy problem of support: (toy LM, compiled grammar, exact oracle)."""
+    lm, compiled = binary_problem(smollm2_compiler)
+    return lm, compiled, Oracle(lm, compiled)
+
+
+@pytest.fixture(scope="module")
+def parens(smollm2_compiler):
+    """The balanced-parentheses toy problem of support: (toy LM, compiled grammar, exact oracle)."""
+    lm, compiled = paren_problem(smollm2_compiler)
+    return lm, compiled, Oracle(lm, compiled)

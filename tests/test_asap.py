@@ -3,180 +3,23 @@
 The model is a deterministic toy LM over the real SmolLM2 vocabulary: logits are -inf except on a
 few dozen tokens, and those come from a hash of the prefix, with knobs that put mass on the stop
 token and on tokens outside the grammar.  That keeps depth-first enumeration (the oracle) cheap
-while leaving GCD visibly distorted.  The oracle below is written independently of the sampler:
+while leaving GCD visibly distorted.  The toy problems and the oracle live in support.py (the
+binary and parens fixtures in conftest.py); the oracle is written independently of the sampler:
 it walks every grammatical token sequence with a GrammarMatcher and the toy LM.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections import Counter
 
 import numpy as np
 import pytest
 
-from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
-from pushmask.samplers.asap import ASApSampler, Sample, aligned_generate, enumerate_distributions
-from pushmask.masks.matcher import GrammarMatcher
+from pushmask.samplers.asap import ASApSampler, aligned_generate, enumerate_distributions
 
-from support import hf_tokenizer
-
-# -- the toy model ----------------------------------------------------------------------------
-
-
-class HashedToyLM:
-    """logits(prefix) = bias[t] + scale * N(0, 1), seeded by a hash of the prefix, on `support`;
-    -inf elsewhere.  Deterministic across runs and platforms; counts its calls."""
-
-    def __init__(self, vocab_size: int, biases: dict[int, float], *, scale: float = 1.5, salt: bytes = b""):
-        self.vocab_size = vocab_size
-        self.support = np.array(sorted(biases), dtype=np.int64)
-        self.bias = np.array([biases[t] for t in self.support], dtype=np.float64)
-        self.scale = scale
-        self.salt = salt
-        self.calls = 0
-
-    def __call__(self, token_ids: list[int]) -> np.ndarray:
-        self.calls += 1
-        digest = hashlib.blake2b(np.asarray(token_ids, dtype=np.int64).tobytes(), key=self.salt, digest_size=8).digest()
-        noise = np.random.default_rng(int.from_bytes(digest, "little")).standard_normal(len(self.support))
-        logits = np.full(self.vocab_size, -np.inf)
-        logits[self.support] = self.bias + self.scale * noise
-        return logits
-
-
-def _ids(tok, *texts: str) -> list[int]:
-    out = []
-    for text in texts:
-        ids = tok.encode(text, add_special_tokens=False)
-        assert len(ids) == 1, f"{text!r} is not one SmolLM2 token"
-        out.append(ids[0])
-    return out
-
-
-def binary_problem(compiler):
-    """{00000} U {1 followed by 4 bits}; the LM also gives mass to '2', 'a' and the stop token
-    everywhere, so forced zeros lose more mass than free bits and GCD over-weights 00000."""
-    tok = hf_tokenizer("smollm2")
-    bit = alt(lit("0"), lit("1"))
-    grammar = Grammar({"root": alt(lit("00000"), seq(lit("1"), ref("bits"))), "bits": rep(bit, 4, 4)})
-    compiled = compiler.compile_ir(grammar, normalize=False)
-    zero, one = _ids(tok, "0", "1")
-    biases = {zero: 1.0, one: 1.0, tok.eos_token_id: 0.0}
-    biases.update({t: -0.5 for t in _ids(tok, "2", "a")})
-    lm = HashedToyLM(compiler.tokenizer_info.vocab_size, biases, scale=0.8, salt=b"binary")
-    return lm, compiled
-
-
-def balanced(n: int) -> list[str]:
-    """Balanced parenthesis strings with n pairs."""
-    if n == 0:
-        return [""]
-    return sorted({"(" + a + ")" + b for k in range(n) for a in balanced(k) for b in balanced(n - 1 - k)})
-
-
-def paren_problem(compiler):
-    """Balanced parentheses of length 2..6, with several tokenizations per string."""
-    tok = hf_tokenizer("smollm2")
-    strings = [s for n in (1, 2, 3) for s in balanced(n)]
-    compiled = compiler.compile_ir(Grammar({"root": alt(*(lit(s) for s in strings))}), normalize=False)
-    biases = {t: 0.5 for t in _ids(tok, "(", ")", "()")}
-    biases[tok.eos_token_id] = 0.0
-    biases.update({t: -0.5 for t in _ids(tok, "x", " ", "[", "]")})
-    lm = HashedToyLM(compiler.tokenizer_info.vocab_size, biases, scale=1.5, salt=b"parens")
-    return lm, compiled
-
-
-# -- the oracle -------------------------------------------------------------------------------
-
-
-def _log_softmax(x):
-    top = np.max(x)
-    return x - top - np.log(np.sum(np.exp(x - top)))
-
-
-class Oracle:
-    """Every grammatical sequence's P(w) (stop included), c(u) for every grammatical prefix, Z,
-    and the exact distributions Q and Q_GCD, by depth-first search with a matcher."""
-
-    def __init__(self, lm, compiled):
-        matcher = GrammarMatcher(compiled)
-        stops = set(matcher.stop_token_ids)
-        self.p: dict[tuple, float] = {}
-        self.gcd: dict[tuple, float] = {}
-        self.c: dict[tuple, float] = {}
-
-        def visit(prefix: tuple, p: float, g: float) -> float:
-            probs = np.exp(_log_softmax(lm(list(prefix))))
-            allowed = np.flatnonzero(matcher.get_next_token_mask())
-            allowed = [int(t) for t in allowed if probs[t] > 0]
-            mass = sum(probs[t] for t in allowed)
-            c = 0.0
-            for t in allowed:
-                if t in stops:
-                    self.p[prefix] = self.p.get(prefix, 0.0) + p * probs[t]
-                    self.gcd[prefix] = self.gcd.get(prefix, 0.0) + g * probs[t] / mass
-                    c += probs[t]
-                else:
-                    assert matcher.accept_token(t)
-                    c += probs[t] * visit(prefix + (t,), p * probs[t], g * probs[t] / mass)
-                    matcher.rollback(1)
-            self.c[prefix] = c
-            return c
-
-        self.z = visit((), 1.0, 1.0)
-        self.q = {w: p / self.z for w, p in self.p.items()}
-        assert math.isclose(sum(self.gcd.values()), 1.0, rel_tol=1e-9)
-
-
-def kl(p: dict, q: dict) -> float:
-    """KL(p || q) in nats; p's support must lie inside q's."""
-    return sum(pv * math.log(pv / q[w]) for w, pv in p.items() if pv > 0)
-
-
-def empirical(samples: list[Sample]) -> dict:
-    counts = Counter(tuple(s.token_ids) for s in samples)
-    n = len(samples)
-    return {w: k / n for w, k in counts.items()}
-
-
-def chi_square_p(samples: list[Sample], q: dict) -> float:
-    """Pearson chi-square goodness of fit, outcomes with expected count < 5 pooled into one bin."""
-    from scipy.stats import chisquare
-
-    n = len(samples)
-    counts = Counter(tuple(s.token_ids) for s in samples)
-    assert set(counts) <= set(q), "a sample outside the grammar's support"
-    observed, expected = [], []
-    pooled_o = pooled_e = 0.0
-    for w, qw in q.items():
-        if n * qw >= 5:
-            observed.append(counts.get(w, 0))
-            expected.append(n * qw)
-        else:
-            pooled_o += counts.get(w, 0)
-            pooled_e += n * qw
-    if pooled_e > 0:
-        observed.append(pooled_o)
-        expected.append(pooled_e)
-    return float(chisquare(observed, expected).pvalue)
-
-
-# -- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def binary(smollm2_compiler):
-    lm, compiled = binary_problem(smollm2_compiler)
-    return lm, compiled, Oracle(lm, compiled)
-
-
-@pytest.fixture(scope="module")
-def parens(smollm2_compiler):
-    lm, compiled = paren_problem(smollm2_compiler)
-    return lm, compiled, Oracle(lm, compiled)
-
+from support import (
+    HashedToyLM, balanced, chi_square_p, empirical, hf_tokenizer, kl, single_token_ids, tiny_binary_llama,
+)
 
 PROBLEMS = ["binary", "parens"]
 
@@ -405,21 +248,6 @@ def test_bad_arguments(binary):
         ASApSampler(lambda ids: np.full(49152, np.nan), None, compiled, []).sample()
 
 
-def tiny_binary_llama():
-    """A tiny random-weight Llama over 320 ids that likes the binary problem's tokens ("0", "1"
-    and the stop token), so samples come back quickly."""
-    import torch
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2)
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight[[2, 32, 33]] *= 8
-    return model
-
-
 def test_transformers_model_with_key_value_cache(binary):
     """A (tiny, random) transformers causal LM: the sampler reuses its key/value cache across
     expansions, and the log-probabilities it reports match full forward passes."""
@@ -455,7 +283,8 @@ def test_model_that_never_enters_the_grammar(binary):
     exact mode proves there is nothing to accept and says so."""
     _, compiled, _ = binary
     tok = hf_tokenizer("smollm2")
-    junk = HashedToyLM(compiled.tokenizer_info.vocab_size, {t: 0.0 for t in _ids(tok, "2", "a")} | {tok.eos_token_id: 0.0})
+    junk = HashedToyLM(compiled.tokenizer_info.vocab_size,
+                       {t: 0.0 for t in single_token_ids(tok, "2", "a")} | {tok.eos_token_id: 0.0})
     for mode in ("gcd", "asap"):
         s = ASApSampler(junk, None, compiled, [], mode=mode, seed=0).sample()
         assert not s.complete and s.token_ids == [] and s.text == ""

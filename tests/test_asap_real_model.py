@@ -17,8 +17,7 @@ import pytest
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
 from pushmask.samplers.asap import ASApSampler, enumerate_distributions
 
-from support import hf_tokenizer
-from test_asap import empirical, kl
+from support import empirical, hf_tokenizer, kl, mean_within
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +104,6 @@ def test_awrs_and_smc_on_smollm2(smollm2_model, binary_task):
     batched over particles): AWRS draws GCD's distribution with weights whose mean is Z, SMC's
     weighted particles land near Q and its log Z estimate near log Z."""
     from pushmask.samplers.smc import smc
-    from test_awrs_smc import _mean_within
 
     tok, compiled, prompt = binary_task
     enum = enumerate_distributions(smollm2_model, tok, compiled, prompt)
@@ -116,7 +114,7 @@ def test_awrs_and_smc_on_smollm2(smollm2_model, binary_task):
     samples = awrs.sample_many(1500)
     assert all(s.complete and tuple(s.token_ids) in q for s in samples)
     assert kl(empirical(samples), q_gcd) < 0.02 < kl(q, q_gcd)
-    ok, got = _mean_within([math.exp(s.log_weight) for s in samples], math.exp(enum.log_z))
+    ok, got = mean_within([math.exp(s.log_weight) for s in samples], math.exp(enum.log_z))
     assert ok, got
     assert awrs.forward_passes <= 37 and awrs.grammar_checks / awrs.steps < 3
 

@@ -1,5 +1,5 @@
 """AWRS (pushmask.samplers.asap, mode "awrs" and awrs_step) and SMC (pushmask.samplers.smc) against
-exact enumeration: the toy LMs and grammars of test_asap.py (whose Oracle walks every
+exact enumeration: the toy LMs and grammars of support.py (whose Oracle walks every
 grammatical sequence with a matcher), small hand-made distributions, and a grammar-mask oracle
 for single steps over the real SmolLM2 vocabulary.
 """
@@ -16,16 +16,9 @@ from pushmask.samplers.asap import ASApSampler, awrs_step
 from pushmask.masks.matcher import GrammarMatcher
 from pushmask.samplers.smc import smc
 
-from support import hf_tokenizer
-from test_asap import (  # noqa: F401 (binary, parens: fixtures)
-    PROBLEMS, HashedToyLM, binary, chi_square_p, empirical, kl, parens, tiny_binary_llama,
-)
+from support import HashedToyLM, chi_square_p, empirical, hf_tokenizer, kl, mean_within, tiny_binary_llama, tiny_llama
 
-
-def _mean_within(values, target, sigmas=4.0):
-    values = np.asarray(values, dtype=float)
-    se = values.std() / math.sqrt(len(values))
-    return abs(values.mean() - target) <= sigmas * se + 1e-12, (values.mean(), se, target)
+PROBLEMS = ["binary", "parens"]
 
 
 def _chi_square_p(counts: Counter, ids, probs) -> float:
@@ -107,11 +100,11 @@ def test_awrs_step_samples_the_masked_distribution_with_unbiased_weights(max_che
     counts = Counter(tokens)
     assert set(counts) <= set(np.flatnonzero(allowed))
     assert _chi_square_p(counts, np.flatnonzero(allowed), masses[allowed] / z) >= 1e-3
-    ok, got = _mean_within(weights, z)
+    ok, got = mean_within(weights, z)
     assert ok, got
     weights = np.array(weights)
     for t in np.flatnonzero(allowed):  # E[W | x = t] = Z as well
-        ok, got = _mean_within(weights[np.array(tokens) == t], z)
+        ok, got = mean_within(weights[np.array(tokens) == t], z)
         assert ok, (t, got)
     if max_checks == 0:
         assert checks == 0 and fallbacks == n  # the mask decides everything
@@ -178,7 +171,7 @@ def test_awrs_step_over_the_real_vocabulary(smollm2_compiler, bias):
         checks += step.checks
         fallbacks += step.fell_back
     assert all(mask[t] for t in tokens)
-    ok, got = _mean_within(weights, z)
+    ok, got = mean_within(weights, z)
     assert ok, got
     ids = np.flatnonzero(mask)
     assert len(ids) == 10
@@ -204,7 +197,7 @@ def test_awrs_mode_draws_gcd_and_weights_estimate_z(request, name):
     for s in samples[:50]:
         assert math.isclose(math.exp(s.log_p), oracle.p[tuple(s.token_ids)], rel_tol=1e-9)
     assert chi_square_p(samples, oracle.gcd) >= 1e-3
-    ok, got = _mean_within([math.exp(s.log_weight) for s in samples], oracle.z)
+    ok, got = mean_within([math.exp(s.log_weight) for s in samples], oracle.z)
     assert ok, got
     assert sampler.forward_passes <= len(oracle.c)  # revisits reuse the stored distribution
     assert sampler.grammar_checks < 4 * sampler.steps
@@ -221,7 +214,7 @@ def test_fresh_awrs_samples_are_unbiased(binary):
     lm, compiled, oracle = binary
     weights = [math.exp(ASApSampler(lm, None, compiled, [], mode="awrs", seed=s).sample().log_weight)
                for s in range(600)]
-    ok, got = _mean_within(weights, oracle.z)
+    ok, got = mean_within(weights, oracle.z)
     assert ok, got
 
 
@@ -233,7 +226,7 @@ def test_awrs_budget_falls_back_to_the_mask(binary):
     samples = sampler.sample_many(2000)
     assert sampler.mask_fallbacks > 0 and sampler.grammar_checks <= sampler.steps
     assert chi_square_p(samples, oracle.gcd) >= 1e-3
-    ok, got = _mean_within([math.exp(s.log_weight) for s in samples], oracle.z)
+    ok, got = mean_within([math.exp(s.log_weight) for s in samples], oracle.z)
     assert ok, got
 
 
@@ -283,7 +276,7 @@ def test_smc_marginal_likelihood_is_unbiased(request, name):
         assert all(tuple(p.token_ids) in oracle.q for p in result.particles if p.complete)
         mean_weight = np.mean([math.exp(p.log_weight) for p in result.particles])
         assert math.isclose(mean_weight, estimates[-1], rel_tol=1e-9)
-    ok, got = _mean_within(estimates, oracle.z)
+    ok, got = mean_within(estimates, oracle.z)
     assert ok, got
 
 
@@ -403,7 +396,6 @@ def test_check_token_agrees_with_accept_token_and_fork_is_independent(smollm2_co
 def test_cli_awrs_and_smc(tmp_path, capsys):
     pytest.importorskip("transformers")
     from pushmask.cli import main
-    from test_transformers import tiny_llama
 
     tok = hf_tokenizer("smollm2")
     model_dir = tmp_path / "tiny"

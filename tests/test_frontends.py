@@ -40,8 +40,7 @@ from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import left_recursive_rules, normalize
 from pushmask.grammar.regex import fsm_to_char_fsm, parse_regex, regex_to_ir
 
-from support import accepts_text
-from test_passes import all_strings, bounded_language, ir_accepts
+from support import accepts_text, all_strings, bounded_language, ir_accepts
 
 GRAMMARS = Path(__file__).parent / "grammars"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -294,35 +293,33 @@ def test_ebnf_empty_language_error_through_pipeline():
     assert (info.value.line, info.value.column) == (1, 1)
 
 
-@pytest.mark.parametrize("file", ["llama_json.gbnf", "llama_json_legacy.gbnf", "chess.gbnf", "arithmetic.gbnf",
-                                  "list.gbnf", "c.gbnf", "json.gbnf", "parens.ebnf"])
-def test_llama_cpp_and_test_grammars_load(file):
+EBNF_FILE_CASES = {  # file -> (strings in the language, strings outside it)
+    "llama_json.gbnf": (['{"a": [1, 2.5, "x\\n"], "b": {"c": null}}', '{\n  "k": true}'],
+                        ['{"a": [1, 2,]}', "[1]"]),  # llama.cpp's root is an object
+    "llama_json_legacy.gbnf": (['{ "a" :\t[1, {"b": "\\u00e9\\/"}] }'], ['{"a": 01}']),
+    "chess.gbnf": (["1. e4 e5\n2. Nf3 Nc6\n3. O-O exd4\n"], ["1. e4 e9\n2. Nf3 Nc6\n", "1. e4 e5\n"]),
+    "arithmetic.gbnf": (["x=(y+1)\na +b = 2\n"], ["x=(y+1)*2\n", "x=1"]),  # one term after '='
+    "list.gbnf": (["- milk\n- eggs \u00e9\n"], ["- milk\u2028\n", "", "-milk\n"]),
+    "c.gbnf": (["int main(){int x = 1;x = x*2+f(x);return x;}",
+                "float f(int a){while(a<3){a = a+1;}/* done */}"],
+               ["int main(){x = ;}", "int main(){x = x + 1;}"]),  # no spaces inside expressions
+    "json.gbnf": (['{"a": [1, -2.5e3, "\\u00e9"], "b": null}', "0", ' "x" '], ["{'a': 1}", "[1,]", "01", '"\\x"']),
+    "parens.ebnf": (["", "()", "[()[]]"], ["(", ")(", "(]", "( )"]),
+}
+
+
+@pytest.mark.parametrize("file", sorted(EBNF_FILE_CASES))
+def test_llama_cpp_and_test_grammars_mean_what_they_say(file):
+    """Each grammar file loads with root "root" and derives its sample outputs and nothing
+    near them (ir_accepts, a brute-force matcher over the normalized grammar)."""
     g = parse_ebnf((GRAMMARS / file).read_text())
     assert g.root == "root"
-    assert normalize(g).rules
-
-
-def test_llama_cpp_grammars_accept_typical_outputs():
-    def accepts(file, text):
-        return ir_accepts(normalize(parse_ebnf((GRAMMARS / file).read_text())), text)
-
-    assert accepts("llama_json.gbnf", '{"a": [1, 2.5, "x\\n"], "b": {"c": null}}')
-    assert accepts("llama_json.gbnf", '{\n  "k": true}')
-    assert not accepts("llama_json.gbnf", '{"a": [1, 2,]}')
-    assert not accepts("llama_json.gbnf", "[1]")  # llama.cpp's root is an object
-    assert accepts("chess.gbnf", "1. e4 e5\n2. Nf3 Nc6\n3. O-O exd4\n")
-    assert not accepts("chess.gbnf", "1. e4 e9\n2. Nf3 Nc6\n")
-    assert accepts("arithmetic.gbnf", "x=(y+1)\na +b = 2\n")
-    assert not accepts("arithmetic.gbnf", "x=(y+1)*2\n")  # only one term after '='
-
-    assert accepts("list.gbnf", "- milk\n- eggs \u00e9\n")
-    assert accepts("llama_json_legacy.gbnf", '{ "a" :\t[1, {"b": "\\u00e9\\/"}] }')
-    assert not accepts("llama_json_legacy.gbnf", '{"a": 01}')
-    assert accepts("c.gbnf", "int main(){int x = 1;x = x*2+f(x);return x;}")
-    assert accepts("c.gbnf", "float f(int a){while(a<3){a = a+1;}/* done */}")
-    assert not accepts("c.gbnf", "int main(){x = ;}")
-    assert not accepts("c.gbnf", "int main(){x = x + 1;}")  # no spaces inside expressions
-    assert not accepts("list.gbnf", "- milk\u2028\n")
+    normalized = normalize(g)
+    good, bad = EBNF_FILE_CASES[file]
+    for text in good:
+        assert ir_accepts(normalized, text), text
+    for text in bad:
+        assert not ir_accepts(normalized, text), text
 
 
 json_values = st.recursive(
@@ -402,6 +399,12 @@ def test_lark_structure_terminals_and_helper_rules():
     # case-insensitive literal: one class per character
     assert any(body == char_class([(ord("A"), ord("A")), (ord("a"), ord("a"))]) for body in g.rules.values())
     assert isinstance(g.rules["NAME"], CharFsm)
+    # and the language is lark's, on every short string
+    oracle = lark_oracle('start: "a"i NAME+ | "b"\nNAME: /[x-z]+/\n')
+    language = bounded_language(normalize(g), "aAbxz", 4)
+    assert {"b", "ax", "Azx", "axz"} <= language
+    for s in all_strings("aAbxz", 4):
+        assert (s in language) == lark_accepts(oracle, s), s
 
 
 def test_lark_templates_ranges_priorities_and_keep_tokens_match_oracle():

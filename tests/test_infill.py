@@ -24,8 +24,7 @@ import pytest
 import pushmask as pm
 from pushmask.samplers.infill_sampling import _Chooser
 
-from support import grammar_compiler, hf_tokenizer
-from test_soundness import oracle_accepts
+from support import grammar_compiler, grammar_file_accepts, hf_tokenizer
 
 GRAMMARS = Path(__file__).parent / "grammars"
 
@@ -42,9 +41,9 @@ CASES = {
 
 
 def in_language(name: str, text: str) -> bool:
-    """The independent membership test test_soundness uses for the case's grammar file (a bracket
-    recognizer, json.loads, lark's Earley parser)."""
-    return oracle_accepts(CASES[name][0], text)
+    """The independent membership test for the case's grammar file (a bracket recognizer,
+    json.loads, lark's Earley parser)."""
+    return grammar_file_accepts(CASES[name][0], text)
 
 
 _COMPILED: dict[str, pm.CompiledGrammar] = {}

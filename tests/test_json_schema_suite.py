@@ -15,7 +15,8 @@ was not recorded so.  When more groups pass, the test prints a hint to refresh t
 
     .venv/bin/python tests/test_json_schema_suite.py --update
 
-Remote references (http://localhost:1234/...) are served from the suite's remotes/ folder.
+Remote references (http://localhost:1234/...) are served from the suite's remotes/ folder
+(support.retrieve).
 """
 
 from __future__ import annotations
@@ -28,43 +29,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, accepts_text, grammar_compiler, hf_tokenizer, require_shared  # noqa: E402
+from support import DRAFTS, accepts_text, grammar_compiler, groups, hf_tokenizer, retrieve  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
 from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
-SUITE = DATA / "json-schema-test-suite"
 EXPECTED = Path(__file__).resolve().parent / "json_schema_suite_expected.json"
-DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
-METASCHEMAS = {
-    "draft4": "http://json-schema.org/draft-04/schema#",
-    "draft6": "http://json-schema.org/draft-06/schema#",
-    "draft7": "http://json-schema.org/draft-07/schema#",
-    "draft2019-09": "https://json-schema.org/draft/2019-09/schema",
-    "draft2020-12": "https://json-schema.org/draft/2020-12/schema",
-}
-REMOTE = "http://localhost:1234/"
 MASK_CHECK_EVERY = 15  # every 15th group also checks each token against the bitmask
-
-
-def retrieve(uri: str):
-    """Serve the suite's remote documents from the local folder (nothing else is fetched)."""
-    if not uri.startswith(REMOTE):
-        raise LookupError(f"no network access for {uri}")
-    path = SUITE / "remotes" / uri[len(REMOTE):].split("#")[0]
-    return json.loads(path.read_text())
-
-
-def groups(draft: str):
-    """(group id, schema with $schema filled in, tests) for every group of a draft."""
-    for path in sorted(require_shared(SUITE / "tests" / draft).glob("*.json")):
-        for index, group in enumerate(json.loads(path.read_text())):
-            schema = group["schema"]
-            if isinstance(schema, dict) and "$schema" not in schema:
-                schema = {"$schema": METASCHEMAS[draft], **schema}
-            yield f"{path.name}#{index}", schema, group["tests"]
 
 
 def accepts_tokens(compiled, token_ids, check_mask: bool) -> bool:

@@ -3,6 +3,8 @@
 Each plain grammar is read both ways and compiled over a byte vocabulary; strings drawn by random
 mask-guided walks over either automaton must be accepted by the other, and lark's Earley parser
 (dynamic_complete lexer, the frontend's documented semantics) must agree on every drawn string.
+Every prefix of a walk must be viable for both (the other matcher, support.lark_prefix_viable),
+and the mask must never be empty before the end.
 Grammars outside the subset must fall back to lark, with lark's errors."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pushmask.grammar import lark_frontend
 from pushmask.grammar.errors import GrammarError
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.lark_reader import read_plain_lark
-from support import accepts_text
+from support import accepts_text, decodable_prefix, lark_prefix_viable
 
 PLAIN = {
     "alternatives_and_lines": 'start: "a" b\n     | "c" "d"?\n\nb: "x" | "y"\n',
@@ -60,19 +62,24 @@ def _read(text: str, fast: bool, monkeypatch) -> pm.CompiledGrammar:
     return _compiler().compile_ir(parse_lark(text))
 
 
-def _walk(compiled, rng: random.Random, max_len: int = 24) -> str | None:
-    """A random string of the language (None when the walk ran past max_len without an end)."""
+def _walk(compiled, rng: random.Random, viable, max_len: int = 24) -> str | None:
+    """A random string of the language (None when the walk ran past max_len without an end).
+    The mask must not be empty before the end, and every prefix must pass `viable`."""
     matcher = pm.GrammarMatcher(compiled)
     out = bytearray()
     while True:
         allowed = [t for t in matcher.get_next_token_mask().nonzero()[0].tolist() if t < 256]
-        if matcher.can_end() and (not allowed or rng.random() < 0.25 or len(out) >= max_len):
+        can_end = matcher.can_end()
+        assert allowed or can_end, f"the mask is empty before the end, after {bytes(out)!r}"
+        if can_end and (not allowed or rng.random() < 0.25 or len(out) >= max_len):
             return out.decode("utf-8", errors="strict")
-        if not allowed or len(out) > 4 * max_len:
+        if len(out) > 4 * max_len:
             return None
         token = rng.choice(allowed)
         assert matcher.accept_token(token)
         out.append(token)
+        prefix = decodable_prefix(bytes(out))
+        assert viable(prefix), f"the mask allowed a dead prefix {prefix!r}"
 
 
 @pytest.mark.parametrize("name", sorted(PLAIN))
@@ -84,9 +91,13 @@ def test_plain_grammars_read_fast_mean_what_lark_reads(name, monkeypatch):
     oracle = lark.Lark(text, parser="earley", lexer="dynamic_complete")
     rng = random.Random(name)
     drawn = 0
+    def viable_for(other):
+        """Both oracles: lark's Earley parser, and the other reader's matcher takes the prefix."""
+        return lambda prefix: lark_prefix_viable(oracle, prefix) and pm.GrammarMatcher(other).accept_string(prefix)
+
     for source, other in ((fast, slow), (slow, fast)):
         for _ in range(40):
-            text_drawn = _walk(source, rng)
+            text_drawn = _walk(source, rng, viable_for(other))
             if text_drawn is None:
                 continue
             drawn += 1

@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    DATA, accepts_token_ids, compile_with_timeout, grammar_compiler, hf_tokenizer, mask_walk, require_shared,
+    DATA, accepts_token_ids, compile_with_hang_guard, grammar_compiler, hf_tokenizer, mask_walk, require_shared,
     short_structural_tokens,
 )
 
@@ -32,17 +32,17 @@ from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 MASKBENCH = DATA / "maskbench-dev"
 SAMPLE_SEED = 20261123
 SAMPLE_SIZE = 150
-COMPILE_SECONDS = 20  # per schema; a slower compile counts as "timeout", not as a failure
+# A hang guard, not a time limit: a compile this slow fails the test loudly, so the counts below
+# depend only on the code, never on the machine's load.
+HANG_SECONDS = 600
 
-# Measured 2026-11-24 (8c32a97, load ~5-9 on 2 cores, no timeouts): all 150: 149 compiled, 1
-# unsupported; valid accepted 219 of 219; invalid rejected 331 of 331. The first 30: 29 compiled,
-# 1 unsupported; valid accepted 40 of 40; invalid rejected 48 of 48.
-# Floors sit just under those, leaving one or two schemas for timeouts on a loaded machine.
+# Measured 2026-11-27 (merge-trial 2614aba): the first 30: 29 compiled, 1 unsupported; valid
+# accepted 40 of 40; invalid rejected 48 of 48. All 150: 149 compiled, 1 unsupported; valid
+# accepted 219 of 219; invalid rejected 331 of 331. The floors are those counts: with no
+# timeouts they are deterministic, so any drop is a regression (raise them when coverage grows).
 FLOORS = {
-    "head": {"compiled_fraction": 0.93,        # 28 of 30 schemas compiled without error or timeout
-             "valid_accepted_fraction": 0.95},  # 38 of 40 valid instances accepted (compiled schemas)
-    "full": {"compiled_fraction": 0.98,        # 147 of 150
-             "valid_accepted_fraction": 0.98},  # 215 of 219
+    "head": {"compiled": 29, "valid_accepted": 40},
+    "full": {"compiled": 149, "valid_accepted": 219},
 }
 
 
@@ -55,16 +55,16 @@ def sample_files() -> list[Path]:
 def run_sample(files: list[Path], floors: dict) -> dict:
     compiler = grammar_compiler("llama3")
     tokenizer = hf_tokenizer("llama3")
-    counts = {"schemas": 0, "compiled": 0, "unsupported": 0, "timeout": 0, "valid_accepted": 0,
+    counts = {"schemas": 0, "compiled": 0, "unsupported": 0, "valid_accepted": 0,
               "valid_rejected": 0, "invalid_rejected": 0, "invalid_accepted": 0}
     unsound = []
     for path in files:
         entry = json.loads(path.read_text())
         counts["schemas"] += 1
-        compiled = compile_with_timeout(
+        compiled = compile_with_hang_guard(
             lambda: compiler.compile_ir(json_schema_to_grammar(entry["schema"], property_order="any",
                                                                additional_properties_default=True)),
-            COMPILE_SECONDS)
+            HANG_SECONDS, path.name)
         if isinstance(compiled, str):
             counts[compiled] += 1
             continue
@@ -78,9 +78,8 @@ def run_sample(files: list[Path], floors: dict) -> dict:
                 unsound.append(f"{path.name}: {text[:120]}")
     print("maskbench sample:", counts)
     assert not unsound, "accepted invalid instances:\n" + "\n".join(unsound)
-    assert counts["compiled"] >= floors["compiled_fraction"] * counts["schemas"], counts
-    valid = counts["valid_accepted"] + counts["valid_rejected"]
-    assert counts["valid_accepted"] >= floors["valid_accepted_fraction"] * valid, counts
+    assert counts["compiled"] >= floors["compiled"], counts
+    assert counts["valid_accepted"] >= floors["valid_accepted"], counts
     assert counts["invalid_rejected"] > 0  # the sample does exercise rejection
     return counts
 

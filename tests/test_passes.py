@@ -1,13 +1,12 @@
 """Tests of the IR passes (pushmask.grammar.passes).
 
 Languages are compared with a brute-force enumerator of the strings of bounded length over a
-small alphabet (`bounded_language`), computed as a least fixpoint straight from the IR, so it
-handles left recursion and is independent of the passes under test.
+small alphabet (support.bounded_language), computed as a least fixpoint straight from the IR, so
+it handles left recursion and is independent of the passes under test.
 """
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,6 @@ from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.errors import GrammarError
 from pushmask.grammar.ir import (
     Alt,
-    ByteClass,
-    Bytes,
-    CharClass,
-    CharFsm,
     Grammar,
     Ref,
     Repeat,
@@ -41,158 +36,9 @@ from pushmask.grammar.passes import (
     remove_unreachable,
 )
 
+from support import all_strings, bounded_language, ir_accepts
+
 GRAMMARS = Path(__file__).parent / "grammars"
-
-
-# ---------------------------------------------------------------------------------------------
-# Brute-force language enumeration (the oracle for language equivalence of IR grammars)
-
-
-def _concat(left: set[str], right: set[str], max_len: int) -> set[str]:
-    by_len: dict[int, list[str]] = {}
-    for s in right:
-        by_len.setdefault(len(s), []).append(s)
-    out = set()
-    for a in left:
-        for n in range(max_len - len(a) + 1):
-            for b in by_len.get(n, ()):
-                out.add(a + b)
-    return out
-
-
-def _fsm_strings(fsm: CharFsm, alphabet: str, max_len: int) -> set[str]:
-    out = set()
-    frontier = {("", fsm.initial)}
-    for _ in range(max_len + 1):
-        nxt = set()
-        for text, state in frontier:
-            if state in fsm.finals:
-                out.add(text)
-            if len(text) == max_len:
-                continue
-            for src, lo, hi, dst in fsm.transitions:
-                if src == state:
-                    nxt.update((text + c, dst) for c in alphabet if lo <= ord(c) <= hi)
-        frontier = nxt
-    return out
-
-
-def _eval(expr, env: dict[str, set[str]], alphabet: str, max_len: int) -> set[str]:
-    if isinstance(expr, Bytes):
-        text = expr.value.decode("utf-8")
-        return {text} if len(text) <= max_len and all(c in alphabet for c in text) else set()
-    if isinstance(expr, CharClass):
-        return {c for c in alphabet if any(lo <= ord(c) <= hi for lo, hi in expr.ranges)} if max_len else set()
-    if isinstance(expr, ByteClass):
-        return {c for c in alphabet if ord(c) < 128 and any(lo <= ord(c) <= hi for lo, hi in expr.ranges)}
-    if isinstance(expr, CharFsm):
-        return _fsm_strings(expr, alphabet, max_len)
-    if isinstance(expr, Seq):
-        acc = {""}
-        for item in expr.items:
-            acc = _concat(acc, _eval(item, env, alphabet, max_len), max_len)
-        return acc
-    if isinstance(expr, Alt):
-        return set().union(*(_eval(item, env, alphabet, max_len) for item in expr.items))
-    if isinstance(expr, Repeat):
-        item = _eval(expr.item, env, alphabet, max_len)
-        top = expr.min + max_len if expr.max is None else min(expr.max, expr.min + max_len)
-        power = {""}
-        out = set()
-        for k in range(top + 1):
-            if k >= expr.min:
-                out |= power
-            power = _concat(power, item, max_len)
-            if not power:
-                break
-        return out
-    if isinstance(expr, Ref):
-        return env[expr.name]
-    raise TypeError(expr)
-
-
-def bounded_language(grammar: Grammar, alphabet: str, max_len: int) -> set[str]:
-    """All strings over `alphabet` of length <= max_len that the grammar's root derives."""
-    env = {name: set() for name in grammar.rules}
-    while True:
-        new = {name: _eval(body, env, alphabet, max_len) for name, body in grammar.rules.items()}
-        if new == env:
-            return env[grammar.root]
-        env = new
-
-
-def ir_accepts(grammar: Grammar, text: str) -> bool:
-    """Does the (left-recursion-free) grammar derive `text`?  A memoised top-down matcher
-    computing, for each (rule, start), the set of end positions."""
-    memo: dict[tuple[str, int], frozenset[int]] = {}
-    in_progress: set[tuple[str, int]] = set()
-    n = len(text)
-
-    def step(expr, starts) -> set[int]:
-        out: set[int] = set()
-        for i in starts:
-            out |= ends(expr, i)
-        return out
-
-    def ends(expr, i: int) -> frozenset[int] | set[int]:
-        if isinstance(expr, Bytes):
-            lit_text = expr.value.decode("utf-8")
-            return {i + len(lit_text)} if text.startswith(lit_text, i) else set()
-        if isinstance(expr, (CharClass, ByteClass)):
-            return {i + 1} if i < n and any(lo <= ord(text[i]) <= hi for lo, hi in expr.ranges) else set()
-        if isinstance(expr, CharFsm):
-            out, states, j = set(), {expr.initial}, i
-            while states:
-                if states & expr.finals:
-                    out.add(j)
-                if j == n:
-                    break
-                c = ord(text[j])
-                states = {dst for src, lo, hi, dst in expr.transitions if src in states and lo <= c <= hi}
-                j += 1
-            return out
-        if isinstance(expr, Seq):
-            positions = {i}
-            for item in expr.items:
-                positions = step(item, positions)
-            return positions
-        if isinstance(expr, Alt):
-            return step_all(expr.items, i)
-        if isinstance(expr, Repeat):
-            current = {i}
-            for _ in range(expr.min):
-                current = step(expr.item, current)
-            result = set(current)
-            count = expr.min
-            frontier = current
-            while frontier and (expr.max is None or count < expr.max):
-                frontier = step(expr.item, frontier) - (result if expr.max is None else set())
-                result |= frontier
-                count += 1
-            return result
-        if isinstance(expr, Ref):
-            key = (expr.name, i)
-            if key not in memo:
-                assert key not in in_progress, f"left recursion through {expr.name}"
-                in_progress.add(key)
-                memo[key] = frozenset(ends(grammar.rules[expr.name], i))
-                in_progress.discard(key)
-            return memo[key]
-        raise TypeError(expr)
-
-    def step_all(items, i):
-        out: set[int] = set()
-        for item in items:
-            out |= ends(item, i)
-        return out
-
-    return n in ends(Ref(grammar.root), 0)
-
-
-def all_strings(alphabet: str, max_len: int):
-    for n in range(max_len + 1):
-        for chars in itertools.product(alphabet, repeat=n):
-            yield "".join(chars)
 
 
 def assert_contract(grammar: Grammar) -> None:

@@ -1,8 +1,10 @@
 """Soundness and completeness on every shared tokenizer, judged by independent oracles.
 
-(a) Random walks that pick only mask-allowed tokens: whenever the walk stops on an allowed stop
-    token, the text must be accepted by the oracle (json.loads, or lark's Earley parser), and so
-    are all its prefixes viable.
+(a) Random walks that pick only mask-allowed tokens: the mask is never empty before the walk
+    ends, every prefix is viable for an independent prefix oracle (lark's interactive LALR
+    parser with a regex partial match for the last token; for JSON the same over a strict JSON
+    grammar), and whenever the walk stops on an allowed stop token, the text is accepted by the
+    oracle (json.loads, or lark's Earley parser).
 (b) Tokenizations of valid strings are accepted token by token; strings the oracle rejects are
     rejected (some token is refused, or the end is not allowed).
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import lark
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,62 +21,27 @@ from hypothesis import strategies as st
 
 import pushmask as pm
 
-from support import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer
+from support import TOKENIZER_NAMES, decodable_prefix, grammar_compiler, hf_tokenizer
+from support import grammar_file_accepts as oracle_accepts
+from support import grammar_file_prefix_viable as oracle_prefix_viable
 
 GRAMMARS = Path(__file__).parent / "grammars"
 
-# file -> (oracle, bytes that close things so walks can finish, valid samples, invalid samples)
+# file -> (bytes that close things so walks can finish, valid samples, invalid samples)
 CASES = {
     "json.gbnf": (
-        "json",
         b'"}]0 ',
         ['{"a": [1, 2.5, -3e2], "b": {"c": null}}', '[true, false, "x\\n\\u00e9"]', '"日本"', "0"],
         ['{"a": 1,}', "[1 2]", '{"a" 1}', "01", '"unterminated'],
     ),
-    "arithmetic.lark": ("lark", b")0123456789", ["1+2*(3-4)", "((7))", "10/2-3*4"], ["1+", "(1", "1+*2", "()"]),
+    "arithmetic.lark": (b")0123456789", ["1+2*(3-4)", "((7))", "10/2-3*4"], ["1+", "(1", "1+*2", "()"]),
     "sql.lark": (
-        "lark",
         b"0123456789;x )'*/\n",
         ["SELECT a, b FROM t WHERE a > 1;", "select * from users u join orders on u.id = orders.uid"],
         ["SELECT FROM t", "SELECT a FROM", "SELECT a b c FROM t"],
     ),
-    "parens.ebnf": ("parens", b")]", ["(()())", "()", "[()[]]", ""], ["(()", ")(", "(a)", "(]"]),
+    "parens.ebnf": (b")]", ["(()())", "()", "[()[]]", ""], ["(()", ")(", "(a)", "(]"]),
 }
-
-
-def oracle_accepts(file: str, text: str) -> bool:
-    kind = CASES[file][0]
-    if kind == "json":
-        try:
-            json.loads(text)
-        except ValueError:
-            return False
-        return True
-    if kind == "parens":  # balanced () and []
-        stack = []
-        for ch in text:
-            if ch in "([":
-                stack.append(ch)
-            elif ch in ")]":
-                if not stack or stack.pop() != {")": "(", "]": "["}[ch]:
-                    return False
-            else:
-                return False
-        return not stack
-    try:
-        lark_parser(file).parse(text)
-    except lark.exceptions.LarkError:
-        return False
-    return True
-
-
-_PARSERS: dict[str, lark.Lark] = {}
-
-
-def lark_parser(file: str) -> lark.Lark:
-    if file not in _PARSERS:
-        _PARSERS[file] = lark.Lark((GRAMMARS / file).read_text(), parser="earley", lexer="dynamic_complete")
-    return _PARSERS[file]
 
 
 _COMPILED: dict[tuple[str, str], pm.CompiledGrammar] = {}
@@ -103,13 +69,13 @@ def random_walk(name: str, file: str, seed: int, max_tokens: int = 80) -> tuple[
     matcher = pm.GrammarMatcher(compiled(name, file))
     info = matcher.compiled_grammar.tokenizer_info
     stops = set(matcher.stop_token_ids)
-    closers = set(CASES[file][1])
+    closers = set(CASES[file][0])
     rng = np.random.default_rng(seed)
     # Odd seeds start from a random prefix of a valid sample, so keyword-heavy grammars (SQL)
     # get walks that can finish; the continuation is still random and mask-guided.
     data = b""
     if seed % 2:
-        good = CASES[file][2]
+        good = CASES[file][1]
         sample = good[int(rng.integers(len(good)))].encode()
         data = sample[: int(rng.integers(len(sample) + 1))]
         assert matcher.accept_string(data), data
@@ -117,23 +83,31 @@ def random_walk(name: str, file: str, seed: int, max_tokens: int = 80) -> tuple[
         allowed = allowed_ids(matcher)
         assert len(allowed) > 0, f"dead end after {data!r}: the mask allows nothing"
         allowed_stops = [t for t in allowed if t in stops]
-        if allowed_stops and rng.random() < (0.2 if step < 12 else 0.8):
+        text_tokens = [t for t in allowed if t not in stops]
+        if allowed_stops and (not text_tokens or rng.random() < (0.2 if step < 12 else 0.8)):
             assert matcher.accept_token(int(allowed_stops[0]))
             return data.decode("utf-8"), True
-        text_tokens = [t for t in allowed if t not in stops]
-        if not text_tokens:
-            break
         if step >= 12:
             closing = [t for t in text_tokens if len(info.decoded_vocab[t]) <= 2 and set(info.decoded_vocab[t]) <= closers]
             text_tokens = closing or text_tokens
         choice = int(rng.choice(text_tokens))
         assert matcher.accept_token(choice)
         data += info.decoded_vocab[choice]
+        prefix = decodable_prefix(data)
+        assert oracle_prefix_viable(file, prefix), f"{file}: the mask allowed a dead prefix {prefix[-200:]!r}"
     return data.decode("utf-8", "replace"), False
 
 
-@pytest.mark.parametrize("name", TOKENIZER_NAMES)
-@pytest.mark.parametrize("file", sorted(CASES))
+# pushmask lets an %ignore'd line comment (SQL_COMMENT, /--[^\n]*/) end before the newline, so
+# "select a --c from t" is accepted where lark (Earley and LALR) reads the rest of the line as the
+# comment; this seeded Mistral walk reaches such a prefix (see test_line_comment_runs_to_the_end_of_the_line).
+COMMENT_BUG = "pushmask ends an ignored line comment before the newline; lark does not"
+WALK_CASES = [pytest.param(file, name, marks=pytest.mark.xfail(strict=True, reason=COMMENT_BUG))
+              if (file, name) == ("sql.lark", "mistral") else (file, name)
+              for file in sorted(CASES) for name in TOKENIZER_NAMES]
+
+
+@pytest.mark.parametrize("file,name", WALK_CASES)
 def test_random_walks_stay_in_the_language(name, file):
     finished = 0
     for seed in range(8):
@@ -142,6 +116,13 @@ def test_random_walks_stay_in_the_language(name, file):
             finished += 1
             assert oracle_accepts(file, text), (name, file, text)
     assert finished >= 1, f"no walk finished for {file} with {name}; the walk heuristic needs closers"
+
+
+@pytest.mark.xfail(strict=True, reason=COMMENT_BUG)
+def test_line_comment_runs_to_the_end_of_the_line():
+    for text in ["select a --c from t", "select a + --c 'x' from t"]:
+        assert not oracle_accepts("sql.lark", text)
+        assert not accepts_tokens("qwen", "sql.lark", text), text
 
 
 def accepts_tokens(name: str, file: str, text: str) -> bool:
@@ -165,7 +146,7 @@ def accepts_tokens(name: str, file: str, text: str) -> bool:
 @pytest.mark.parametrize("name", TOKENIZER_NAMES)
 @pytest.mark.parametrize("file", sorted(CASES))
 def test_tokenized_samples_follow_the_oracle(name, file):
-    _, _, good, bad = CASES[file]
+    _, good, bad = CASES[file]
     for text in good + bad:
         assert accepts_tokens(name, file, text) == oracle_accepts(file, text), (name, file, text)
 

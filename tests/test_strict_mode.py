@@ -23,9 +23,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    DATA, accepts_text, compile_with_timeout, grammar_compiler, mask_walk, require_shared, short_structural_tokens,
+    DATA, DRAFTS, accepts_text, compile_with_timeout, grammar_compiler, groups, mask_walk, require_shared, retrieve,
+    short_structural_tokens,
 )
-from test_json_schema_suite import DRAFTS, groups, retrieve  # noqa: E402
 
 from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402

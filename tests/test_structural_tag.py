@@ -19,7 +19,7 @@ import pushmask as pm
 from pushmask.grammar.errors import GrammarError
 from pushmask.grammar.structural_tag import UnsupportedFormatError
 
-from support import grammar_compiler, hf_tokenizer, tokenizer_info
+from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
 
 regex = pytest.importorskip("regex", reason="the oracle uses the regex package's partial matching (transformers needs it)")
 
@@ -81,8 +81,7 @@ def check_walks(compiled, pattern: str, walks: int = 25, steps: int = 14, seed: 
                 assert mask[token] == expected, (text, token, info.decoded_vocab[token], expected)
             checked += 1
             allowed = np.flatnonzero(mask).tolist()
-            if not allowed:
-                break
+            assert allowed, f"the mask is empty after {text!r}, which the oracle says is viable"
             token = rng.choice(allowed)
             if token == STOP:
                 break
@@ -248,6 +247,41 @@ def calls_are_valid(text: str, *, free_text: bool) -> bool:
     return True
 
 
+def calls_prefix_viable(text: str) -> bool:
+    """Oracle for the 'required' format: can `text` still be completed to calls that
+    calls_are_valid accepts?  Finished calls go through calls_are_valid; the unfinished one must
+    follow a tool's begin text with arguments that are a JSON prefix (support.json_prefix_viable),
+    or finished arguments valid for jsonschema followed by a prefix of the end text."""
+    end = "}\n</tool_call>"
+    parts = text.split("<tool_call>")
+    if len(parts) == 1:
+        return "<tool_call>".startswith(text)
+    if parts[0] or not all(calls_are_valid("<tool_call>" + part, free_text=False) for part in parts[1:-1]):
+        return False
+    last = parts[-1]
+    if "\n</tool_call>" in last:
+        body, _, tail = last.partition("\n</tool_call>")
+        return calls_are_valid(f"<tool_call>{body}\n</tool_call>", free_text=False) and "<tool_call>".startswith(tail)
+    for name, schema in TOOLS.items():
+        begin = f'\n{{"name": "{name}", "arguments": '
+        if begin.startswith(last):
+            return True
+        if not last.startswith(begin):
+            continue
+        rest = last[len(begin):]
+        if json_prefix_viable(rest):
+            return True
+        for cut in range(1, len(rest)):
+            if end.startswith(rest[cut:]):
+                try:
+                    arguments = json.loads(rest[:cut])
+                except json.JSONDecodeError:
+                    continue
+                if jsonschema.Draft202012Validator({**schema, "additionalProperties": False}).is_valid(arguments):
+                    return True
+    return False
+
+
 CANDIDATES = [
     call("get_weather", {"city": "Paris"}),
     "Let me check. " + call("get_weather", {"city": "Oslo", "unit": "c"}) + " and " + call("add", {"a": -3, "b": 4}),
@@ -283,7 +317,8 @@ def test_multi_tool_calls_agree_with_json_and_jsonschema(required):
 def test_sampled_tool_calls_are_valid():
     """Random walks through the 'required' grammar on the real Llama-3 vocabulary (short tokens,
     half the time one that closes a string or object, so walks finish): every finished output
-    passes the json/jsonschema oracle."""
+    passes the json/jsonschema oracle, every prefix is viable for calls_prefix_viable, and the
+    mask is never empty before the end."""
     compiler = grammar_compiler("llama3")
     info = tokenizer_info("llama3")
     compiled = compiler.compile_structural_tag(hermes_tag(required=True))
@@ -295,6 +330,7 @@ def test_sampled_tool_calls_are_valid():
         out = bytearray()
         for _ in range(300):
             allowed = np.flatnonzero(matcher.get_next_token_mask())
+            assert allowed.size, f"the mask is empty after {bytes(out)[-200:]!r}"
             stops = [t for t in allowed.tolist() if t in info.stop_token_ids]
             if stops and rng.random() < 0.7:
                 finished += 1
@@ -304,6 +340,8 @@ def test_sampled_tool_calls_are_valid():
             token = rng.choice(closing if closing and rng.random() < 0.5 else short or allowed.tolist())
             assert matcher.accept_token(int(token))
             out += info.decoded_vocab[int(token)]
+            prefix = decodable_prefix(bytes(out))
+            assert calls_prefix_viable(prefix), f"the mask allowed a dead prefix {prefix[-200:]!r}"
         else:
             continue
         assert calls_are_valid(out.decode("utf-8"), free_text=False), out

@@ -18,7 +18,7 @@ lark = pytest.importorskip("lark")
 import pushmask as pm  # noqa: E402
 from pushmask.integrations.transformers import GrammarLogitsProcessor  # noqa: E402
 
-from support import REPO, grammar_compiler, hf_tokenizer  # noqa: E402
+from support import REPO, grammar_compiler, hf_tokenizer, tiny_llama  # noqa: E402
 
 VOCAB = 49_152
 EOS = 2  # <|im_end|>, SmolLM2's eos and pad
@@ -60,18 +60,6 @@ ADDOP: / [+-] /
 MULOP: / [*\/] /
 NUMBER: /0|[1-9][0-9]{0,5}/
 """
-
-
-def tiny_llama(seed: int, vocab_size: int = VOCAB):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, vocab_size=vocab_size, max_position_embeddings=256,
-        bos_token_id=1, eos_token_id=EOS, pad_token_id=EOS,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 @pytest.fixture(scope="module")
