@@ -517,11 +517,15 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
     if len({id(m._runner) for m in matchers}) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
+
+    def row_by_row(rows: list[int]) -> None:
+        pairs = [(matchers[k], indices[k]) for k in rows]
+        _run_chunks([pairs[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
+                    threads)
+
     target = _batch_target(bitmask, matchers)
     if target is None:  # not a CPU int32 [batch, words] array: row by row
-        chunk = list(zip(matchers, indices))
-        _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
-                    threads)
+        row_by_row(list(range(len(matchers))))
         return
     base, stride, rows_view = target
     table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
@@ -560,11 +564,7 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
         pending = missing
     for k in finish:
         matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
-    if python_rows:
-        python_rows.sort()
-        chunk = [(matchers[k], indices[k]) for k in python_rows]
-        _run_chunks([chunk[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
-                    threads)
+    row_by_row(sorted(python_rows))
 
 
 def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int) -> None:
