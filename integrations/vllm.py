@@ -396,8 +396,9 @@ class PushmaskGrammar(StructuredOutputGrammar):
         """Accept tokens up to the one that terminates; the count, or None (and no change) on a
         rejection.  The tokens are validated first, so a rejection never needs a rollback deeper
         than the matcher's window (max_rollback_tokens: what speculative decoding rolls back)."""
-        if len(tokens) == 1:  # nothing to undo on a rejection
-            return 1 if self._valid_prefix(tokens) and self.matcher.accept_token(tokens[0]) else None
+        if len(tokens) == 1:  # accept_token refuses without a change: one advance, nothing to undo
+            token = int(tokens[0])
+            return 1 if 0 <= token < self.matcher.vocab_size and self.matcher.accept_token(token) else None
         valid = self._valid_prefix(tokens)
         ends = bool(valid) and int(valid[-1]) in self.matcher.stop_token_ids
         if len(valid) < len(tokens) and not ends:
