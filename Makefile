@@ -51,12 +51,14 @@ docs: install
 demo: install
 	$(VENV)/bin/pushmask generate --threads 1 --schema examples/person.json "Describe a person who owns a cat"
 
+# The code examples of the README and docs/ run too, each page's on one worker (they share a namespace).
 test: install
-	$(PY) -m pytest -q -n 2 tests docs README.md
+	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile docs README.md
 
 # Everything but the tests marked slow (CI runs those too, through `make test`).
 test-fast:
-	$(PY) -m pytest -q -n 2 -m "not slow" tests docs README.md
+	$(PY) -m pytest -q -n 2 -m "not slow" tests
 
 # vLLM's CPU build in its own venv (about 3.4 GB), torch first so nothing pulls another build;
 # its torchvision/torchaudio/torchcodec do not match torch 2.13.0 and break `import transformers`.

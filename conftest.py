@@ -1,6 +1,7 @@
 """The code examples of README.md and docs/*.md run as tests (Sybil): every ```python block of a
-page runs in order in one namespace, so a page's examples can build on each other, and docs that
-drift from the code fail `make test`. A block that needs what this environment may lack is marked
+page runs in order in one namespace, so a page's examples can build on each other (under
+pytest-xdist, run them with `--dist loadfile`), and docs that drift from the code fail
+`make test`. A block that needs what an environment may lack is marked
 `<!-- skip: next if(missing("module"), reason="...") -->` in the page."""
 
 from __future__ import annotations
@@ -58,3 +59,4 @@ if Sybil is not None:
         setup=_setup,
         fixtures=["_gguf_tokenizers_read_once"],
     ).pytest()
+
