@@ -90,7 +90,7 @@ test-sglang: $(SGLANG_PY)
 # llama-cpp-python has no CPU wheel on PyPI: pip builds llama.cpp (2 cores: 25+ minutes).
 test-llama-cpp: install
 	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q 'llama-cpp-python==0.3.36'
-	$(PY) -m pytest -q tests/test_llama_cpp.py
+	$(PY) -m pytest -q tests/test_llama_cpp.py docs/serving.md
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build dist site *.egg-info pushmask/kernel-cache
