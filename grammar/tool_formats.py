@@ -81,7 +81,7 @@ class _Writer:
 
     def const(self, text: str) -> dict:
         parts = [p if isinstance(p, dict) else {"type": "const_string", "value": p} for p in self.pieces(text)]
-        return parts[0] if len(parts) == 1 else {"type": "sequence", "elements": parts}
+        return {"type": "const_string", "value": ""} if not parts else parts[0] if len(parts) == 1 else _seq(*parts)
 
     def tag(self, begin: str, content: dict, end: str) -> dict:
         ends = [self.pieces(e) for e in (begin, end)]
@@ -133,9 +133,10 @@ _XML_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "d
 _ANNOTATIONS = {"description", "title", "default", "examples", "$comment"}
 
 
-def _xml_params(tool: _Tool, param: Callable[[str, dict], dict]) -> dict:
+def _xml_params(tool: _Tool, param: Callable[[str, dict], dict], python_bools: bool = False) -> dict:
     """The XML elements of the tool's declared properties, in declaration order, the required
-    ones required (what strict mode allows in JSON: no undeclared member)."""
+    ones required (what strict mode allows in JSON: no undeclared member); `python_bools`: a
+    boolean may also be written True / False (a template that renders values with `| string`)."""
     schema = tool.parameters
     where = f"tool {tool.name!r}"
     if schema.get("type", "object") != "object" or not isinstance(schema.get("properties", {}), dict):
@@ -152,7 +153,7 @@ def _xml_params(tool: _Tool, param: Callable[[str, dict], dict]) -> dict:
     defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
     elements = []
     for key, sub in properties.items():
-        element = param(key, _xml_value(sub, defs, f"{where} property {key!r}"))
+        element = param(key, _xml_value(sub, defs, f"{where} property {key!r}", python_bools))
         elements.append(element if key in required else {"type": "optional", "content": element})
     return _seq(*elements) if elements else {"type": "const_string", "value": ""}
 
@@ -162,8 +163,11 @@ def _raw_string(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "string"
 
 
-def _xml_value(schema: Any, defs: dict, where: str) -> dict:
+def _xml_value(schema: Any, defs: dict, where: str, python_bools: bool) -> dict:
     """A property's value: raw text for a string schema, else a JSON value of the schema."""
+    if python_bools and isinstance(schema, dict) and schema.get("type") == "boolean" and set(schema) - _ANNOTATIONS \
+            == {"type"}:
+        return {"type": "regex", "pattern": "true|false|True|False"}
     if not _raw_string(schema):
         if isinstance(schema, dict) and defs:
             schema = {**defs, **schema}
@@ -201,7 +205,8 @@ def _mistral(w: _Writer, tool: _Tool) -> list[dict]:
 def _qwen3_coder(w: _Writer, tool: _Tool) -> list[dict]:
     def param(key, value):
         return w.tag(f"<parameter={key}>\n", _excluding(value, "</parameter>"), "\n</parameter>\n")
-    return [w.tag(f"<tool_call>\n<function={tool.name}>\n", _xml_params(tool, param), "</function>\n</tool_call>")]
+    return [w.tag(f"<tool_call>\n<function={tool.name}>\n", _xml_params(tool, param, python_bools=True),
+                  "</function>\n</tool_call>")]
 
 
 def _deepseek_v3(w: _Writer, tool: _Tool) -> list[dict]:
@@ -214,7 +219,7 @@ def _deepseek_v3_1(w: _Writer, tool: _Tool) -> list[dict]:
 
 
 def _kimi_k2(w: _Writer, tool: _Tool) -> list[dict]:
-    index = {"type": "regex", "pattern": "[0-9]+"}
+    index = {"type": "regex", "pattern": "[0-9]{1,6}"}  # the call's number in the conversation
     return [w.tag(f"<|tool_call_begin|>functions.{tool.name}:",
                   _seq(index, w.const("<|tool_call_argument_begin|>"), _json(tool)), "<|tool_call_end|>")]
 
