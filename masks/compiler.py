@@ -116,15 +116,17 @@ class GrammarCompiler:
 
     # -- front ends -------------------------------------------------------------------------
 
-    def compile_grammar(self, ebnf: str, *, root_rule_name: str = "root") -> "CompiledGrammar":
+    def compile_grammar(self, ebnf: "str | Grammar", *, root_rule_name: str = "root") -> "CompiledGrammar":
         """Compile an EBNF grammar in the XGrammar / llama.cpp GBNF dialect.
 
         Parameters
         ----------
-        ebnf : str
+        ebnf : str or Grammar
             The grammar text; token terminals ``<|name|>`` / ``<[ID]>`` name vocabulary tokens.
+            Or a Grammar (``Grammar.from_ebnf`` / ``from_json_schema`` / ``union`` ...), as XGrammar
+            takes one; its own root is the start.
         root_rule_name : str, default "root"
-            The rule the output must match.
+            The rule the output must match (text only).
 
         Returns
         -------
@@ -137,6 +139,8 @@ class GrammarCompiler:
             Malformed text, an undefined rule, nesting past ``Limits.max_nesting`` or a repetition
             bound past ``Limits.max_repeat``.
         """
+        if isinstance(ebnf, Grammar):
+            return self.compile_ir(ebnf)
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
         return self.compile("ebnf", ebnf, root=root_rule_name)
