@@ -28,10 +28,11 @@ def from_json_schema(schema: Any, *, any_whitespace: bool = True, indent: int | 
                      max_whitespace_cnt: int | None = None, print_converted_ebnf: bool = False,
                      any_order: bool = False) -> Grammar:
     """The grammar of the JSON values `schema` accepts, with XGrammar's layout keywords and
-    strict mode (JsonOptions.from_xgrammar reads them as compile_json_schema does)."""
+    strict mode (JsonOptions.from_xgrammar reads them as compile_json_schema does) over
+    XGrammar's defaults (JsonOptions.xgrammar: no whitespace around the top-level value)."""
     keywords = {"any_whitespace": any_whitespace, "indent": indent, "separators": separators,
                 "strict_mode": strict_mode, "max_whitespace_cnt": max_whitespace_cnt, "any_order": any_order}
-    options = JsonOptions.of(None, keywords, "Grammar.from_json_schema")
+    options = JsonOptions.of(JsonOptions.xgrammar(), keywords, "Grammar.from_json_schema")
     return _printed(to_grammar("json_schema", schema, json_options=options), print_converted_ebnf)
 
 
@@ -43,13 +44,15 @@ def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Gram
 
 def from_structural_tag(tags: Any, triggers: Any = None) -> Grammar:
     """The grammar of a structural tag document (or XGrammar's older items and triggers);
-    ``token`` formats by id only, since no tokenizer names them here."""
-    return to_grammar("structural_tag", tags, triggers=triggers)
+    ``token`` formats by id only, since no tokenizer names them here.  JSON bodies with
+    XGrammar's defaults (JsonOptions.xgrammar)."""
+    return to_grammar("structural_tag", tags, triggers=triggers, json_options=JsonOptions.xgrammar())
 
 
 def builtin_json_grammar() -> Grammar:
-    """The grammar of any JSON value (json.org's JSON text)."""
-    return from_json_schema({})
+    """XGrammar's JSON grammar: a JSON object or array (its root takes no other value), any
+    members and items, JSON whitespace inside."""
+    return from_json_schema({"type": ["object", "array"]}, strict_mode=False)
 
 
 def union(*grammars: Grammar) -> Grammar:

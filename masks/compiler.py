@@ -261,14 +261,15 @@ class GrammarCompiler:
                             json_options=JsonOptions.of(options, keywords, "compile_structural_tag"))
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
-        """Compile the grammar of any JSON value (``compile_json_schema({})``).
+        """Compile XGrammar's JSON grammar: a JSON object or array, as xgrammar's (its root
+        takes no bare string, number or literal; ``compile_json_schema({})`` takes any value).
 
         Returns
         -------
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
-        return self.compile_json_schema({})
+        return self.compile_ir(Grammar.builtin_json_grammar())
 
     def compile_ir(self, grammar: Grammar, *, normalize: bool = True,
                    clock: CompileClock | None = None) -> "CompiledGrammar":
