@@ -391,7 +391,11 @@ def _harmony(w: _Writer, tools: list[_Tool], choice: str) -> dict:
     (a call ends the turn).  The stop tokens that close them (``<|return|>``, ``<|call|>``) are the
     matcher's stop tokens, not part of the grammar."""
     final = _seq(w.const("<|channel|>final<|message|>"), TEXT)
-    calls = [_seq(w.const(f"<|channel|>commentary to=functions.{t.name} <|constrain|>json<|message|>"), _json(t))
+    space = {"type": "regex", "pattern": " ?"}
+    # The recipient after the channel (the Harmony guide's examples), or in the header before it.
+    calls = [_or([_seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t))
+                  for head in (f"<|channel|>commentary to=functions.{t.name}",
+                               f" to=functions.{t.name}<|channel|>commentary")])
              for t in tools]
     if choice == "none":
         return final

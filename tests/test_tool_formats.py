@@ -150,8 +150,10 @@ PARSE = {
                         for n, b in re.findall(r"<tool_call>([^\n<]*)(.*?)</tool_call>", t, re.S)],
     "minimax_m2": lambda t: [(n, _xml_args(re.findall(r'<parameter name="(.*?)">(.*?)</parameter>', b, re.S), n))
                              for n, b in re.findall(r'<invoke name="(.*?)">\n(.*?)</invoke>', t, re.S)],
-    "harmony": lambda t: [(n, json.loads(a)) for n, a in re.findall(
-        r"<\|channel\|>commentary to=functions\.(\S+) <\|constrain\|>json<\|message\|>(.*)", t, re.S)],
+    # the recipient after the channel or in the header before it, a space before <|constrain|> or not
+    "harmony": lambda t: [(n or m, json.loads(a)) for n, m, a in re.findall(
+        r"(?:<\|channel\|>commentary to=functions\.([^\s<]+)| to=functions\.([^\s<]+)<\|channel\|>commentary)"
+        r" ?<\|constrain\|>json<\|message\|>(.*)", t, re.S)],
 }
 PARSE["glm47"] = PARSE["glm45"]
 
@@ -342,6 +344,19 @@ def test_special_token_markers(family):
     bad = prefix.get(family, "") + RENDER[family]([("get_weather", {"city": "Paris", "days": 0})])
     for grammar in (compiled, required):
         assert not run_tokens(grammar, tokens_with_specials("smollm2", bad, ids))[0]
+
+
+def test_harmony_recipient_in_the_header_and_no_space():
+    """gpt-oss may put the recipient in the header (after the generation prompt's role) and
+    leave out the space before <|constrain|>."""
+    compiled = compiled_for("harmony", tool_choice="required")
+    args = '{"city": "Paris"}'
+    for text in (f" to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{args}",
+                 f"<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{args}"):
+        assert run_tokens(compiled, encode("smollm2", text))[0]
+        assert PARSE["harmony"](text) == [("get_weather", {"city": "Paris"})]
+    assert not run_tokens(compiled, encode("smollm2", f"<|channel|>commentary to=functions.get_weathe <|constrain|>json"
+                                                      f"<|message|>{args}"))[0]
 
 
 def test_errors_name_the_problem():
