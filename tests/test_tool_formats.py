@@ -9,6 +9,7 @@ masks end only in outputs whose calls PARSE reads and jsonschema accepts."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 
@@ -383,3 +384,26 @@ def test_no_parameters_means_no_arguments():
     ok = '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
     assert run_tokens(compiled, encode("smollm2", ok))[0]
     assert not run_tokens(compiled, encode("smollm2", ok.replace("{}", '{"a": 1}')))[0]
+
+
+# Families whose format xgrammar 0.2.8's get_model_structural_tag also writes (its model name).
+XGRAMMAR_MODELS = {"llama": "llama", "hermes": "qwen_3", "qwen3_coder": "qwen_3_coder", "kimi_k2": "kimi",
+                   "deepseek_v3": "deepseek_r1", "glm45": "glm_4_7", "glm47": "glm_4_7"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None,
+                    reason="xgrammar is not installed (pip install xgrammar): the chat-template renderings stand alone")
+@pytest.mark.parametrize("family", list(XGRAMMAR_MODELS))
+def test_xgrammar_reads_the_same_renderings(family):
+    """A second reading of the same templates: xgrammar's built-in structural tag for the model
+    accepts every rendered call with valid arguments that it can write (Qwen3-Coder's Python
+    booleans aside: xgrammar writes JSON ones)."""
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    tag = xgr.get_model_structural_tag(XGRAMMAR_MODELS[family], TOOLS, tool_choice="auto", reasoning=False)
+    grammar = xgr.Grammar.from_structural_tag(tag)
+    for calls in GOOD:
+        if family == "qwen3_coder" and any(isinstance(v, bool) for _, args in calls for v in args.values()):
+            continue
+        assert _is_grammar_accept_string(grammar, RENDER[family](calls)), calls
