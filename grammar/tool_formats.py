@@ -79,6 +79,10 @@ class _Writer:
             out.append(text[start:])
         return out
 
+    def is_text(self, text: str) -> bool:
+        """No special token in `text`."""
+        return all(isinstance(p, str) for p in self.pieces(text))
+
     def const(self, text: str) -> dict:
         parts = [p if isinstance(p, dict) else {"type": "const_string", "value": p} for p in self.pieces(text)]
         return {"type": "const_string", "value": ""} if not parts else parts[0] if len(parts) == 1 else _seq(*parts)
@@ -88,6 +92,9 @@ class _Writer:
         if all(len(p) <= 1 for p in ends):  # each side one text or one token: a tag
             begin_, end_ = (p[0] if p else "" for p in ends)
             return {"type": "tag", "begin": begin_, "content": content, "end": end_}
+        first = ends[1][0] if ends[1] else None
+        if content is TEXT and isinstance(first, str):  # free text stops before the end's text, as in a tag
+            content = {"type": "any_text", "excludes": [first]}
         return {"type": "sequence", "elements": [self.const(begin), content, self.const(end)]}
 
     def triggered(self, triggers: list[str], tags: list[dict], at_least_one: bool, stop_after_first: bool) -> dict:
@@ -96,8 +103,7 @@ class _Writer:
                     "at_least_one": at_least_one, "stop_after_first": stop_after_first}
         # Token triggers: free text excludes only the text triggers; the rest is triggered_tags'
         # language written out.
-        text = {"type": "any_text", "excludes": [t for t in triggers if len(self.pieces(t)) == 1
-                                                 and isinstance(self.pieces(t)[0], str)]}
+        text = {"type": "any_text", "excludes": [t for t in triggers if self.is_text(t)]}
         tag = _or(tags)
         if stop_after_first:
             return tag if at_least_one else _seq(text, {"type": "optional", "content": tag})
@@ -105,10 +111,9 @@ class _Writer:
         return _seq(tag, text, more) if at_least_one else _seq(text, more)
 
     def joined(self, tags: list[dict], separator: str, at_least_one: bool, stop_after_first: bool) -> dict:
-        if not self.pieces(separator) or all(isinstance(p, str) for p in self.pieces(separator)):
-            if all(t["type"] == "tag" for t in tags):
-                return {"type": "tags_with_separator", "tags": tags, "separator": separator,
-                        "at_least_one": at_least_one, "stop_after_first": stop_after_first}
+        if self.is_text(separator) and all(t["type"] == "tag" for t in tags):
+            return {"type": "tags_with_separator", "tags": tags, "separator": separator,
+                    "at_least_one": at_least_one, "stop_after_first": stop_after_first}
         tag = _or(tags)
         body = tag if stop_after_first else _seq(tag, {"type": "star", "content": _seq(self.const(separator), tag)})
         return body if at_least_one else {"type": "optional", "content": body}
@@ -369,7 +374,7 @@ def _calls(spec: Family, w: _Writer, tools: list[_Tool], choice: str, parallel: 
     """Free text and calls (auto), calls only (required, named) or text only (none)."""
     triggers = list(spec.triggers)
     if choice == "none":
-        return {"type": "any_text", "excludes": [t for t in triggers if t not in w.specials]}
+        return {"type": "any_text", "excludes": [t for t in triggers if w.is_text(t)]}
     calls = [tag for tool in tools for tag in spec.call(w, tool)]
     one = choice == "named" or not parallel
     if spec.section is not None:
