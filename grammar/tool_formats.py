@@ -144,8 +144,10 @@ def _xml_params(tool: _Tool, param: Callable[[str, dict], dict], python_bools: b
     boolean may also be written True / False (a template that renders values with `| string`)."""
     schema = tool.parameters
     where = f"tool {tool.name!r}"
-    if schema.get("type", "object") != "object" or not isinstance(schema.get("properties", {}), dict):
-        raise UnsupportedFormatError(f"{where}: XML parameters need an object schema with \"properties\"")
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" \
+            or not isinstance(schema.get("properties"), dict):
+        raise UnsupportedFormatError(f"{where}: XML parameters need an object schema with \"properties\" "
+                                     "(its elements are the declared properties)")
     extra = set(schema) - _XML_OBJECT_KEYS
     if extra or schema.get("additionalProperties", False) is not False and schema.get("properties"):
         raise UnsupportedFormatError(f"{where}: XML parameters take declared properties only; "

@@ -376,6 +376,11 @@ def test_errors_name_the_problem():
     open_object = [{"name": "f", "parameters": {"type": "object", "additionalProperties": True, "properties": {"a": {}}}}]
     with pytest.raises(UnsupportedFormatError, match="declared properties only"):
         tool_call_structural_tag("glm45", open_object)
+    for loose in ({"name": "f", "parameters": {"type": "object"}}, {"name": "f", "parameters": True},
+                  {"name": "f", "strict": False, "parameters": WEATHER}):
+        with pytest.raises(UnsupportedFormatError, match="need an object schema with \"properties\""):
+            tool_call_structural_tag("minimax_m2", [loose])
+        assert tool_call_structural_tag("kimi_k2", [loose])  # JSON families take any object there
 
 
 def test_no_parameters_means_no_arguments():
