@@ -147,6 +147,53 @@ class Grammar:
         return Grammar(rules, self.root, dict(self.positions), self.allow_empty,
                        {name: check for name, check in self.checks.items() if name in rules})
 
+    # XGrammar's constructors, with its arguments (grammar/grammar_api.py; imported on use, since
+    # it reaches the front ends, which build on this module).
+
+    @staticmethod
+    def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> "Grammar":
+        from .grammar_api import from_ebnf
+
+        return from_ebnf(ebnf_string, root_rule_name=root_rule_name)
+
+    @staticmethod
+    def from_json_schema(schema, **xgrammar_keywords) -> "Grammar":
+        """Keywords: any_whitespace, indent, separators, strict_mode, max_whitespace_cnt,
+        print_converted_ebnf, any_order, as in XGrammar."""
+        from .grammar_api import from_json_schema
+
+        return from_json_schema(schema, **xgrammar_keywords)
+
+    @staticmethod
+    def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> "Grammar":
+        from .grammar_api import from_regex
+
+        return from_regex(regex_string, print_converted_ebnf=print_converted_ebnf)
+
+    @staticmethod
+    def from_structural_tag(tags, triggers=None) -> "Grammar":
+        from .grammar_api import from_structural_tag
+
+        return from_structural_tag(tags, triggers)
+
+    @staticmethod
+    def builtin_json_grammar() -> "Grammar":
+        from .grammar_api import builtin_json_grammar
+
+        return builtin_json_grammar()
+
+    @staticmethod
+    def union(*grammars: "Grammar") -> "Grammar":
+        from .grammar_api import union
+
+        return union(*grammars)
+
+    @staticmethod
+    def concat(*grammars: "Grammar") -> "Grammar":
+        from .grammar_api import concat
+
+        return concat(*grammars)
+
 
 # ---------------------------------------------------------------------------------------------
 # Constructors that simplify as they go (flatten nested Seq/Alt, drop epsilons).

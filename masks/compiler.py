@@ -116,15 +116,17 @@ class GrammarCompiler:
 
     # -- front ends -------------------------------------------------------------------------
 
-    def compile_grammar(self, ebnf: str, *, root_rule_name: str = "root") -> "CompiledGrammar":
+    def compile_grammar(self, ebnf: "str | Grammar", *, root_rule_name: str = "root") -> "CompiledGrammar":
         """Compile an EBNF grammar in the XGrammar / llama.cpp GBNF dialect.
 
         Parameters
         ----------
-        ebnf : str
+        ebnf : str or Grammar
             The grammar text; token terminals ``<|name|>`` / ``<[ID]>`` name vocabulary tokens.
+            Or a Grammar (``Grammar.from_ebnf`` / ``from_json_schema`` / ``union`` ...), as XGrammar
+            takes one; its own root is the start.
         root_rule_name : str, default "root"
-            The rule the output must match.
+            The rule the output must match (text only).
 
         Returns
         -------
@@ -137,6 +139,8 @@ class GrammarCompiler:
             Malformed text, an undefined rule, nesting past ``Limits.max_nesting`` or a repetition
             bound past ``Limits.max_repeat``.
         """
+        if isinstance(ebnf, Grammar):
+            return self.compile_ir(ebnf)
         _check_text(ebnf, "ebnf", "compile_grammar")
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
         return self.compile("ebnf", ebnf, root=root_rule_name)
@@ -257,14 +261,15 @@ class GrammarCompiler:
                             json_options=JsonOptions.of(options, keywords, "compile_structural_tag"))
 
     def compile_builtin_json_grammar(self) -> "CompiledGrammar":
-        """Compile the grammar of any JSON value (``compile_json_schema({})``).
+        """Compile XGrammar's JSON grammar: a JSON object or array, as xgrammar's (its root
+        takes no bare string, number or literal; ``compile_json_schema({})`` takes any value).
 
         Returns
         -------
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
-        return self.compile_json_schema({})
+        return self.compile_ir(Grammar.builtin_json_grammar())
 
     def compile_ir(self, grammar: Grammar, *, normalize: bool = True,
                    clock: CompileClock | None = None) -> "CompiledGrammar":

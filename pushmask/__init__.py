@@ -24,6 +24,7 @@ from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
+from .masks.batch_matcher import BatchGrammarMatcher
 from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
 
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ASApSampler",
+    "BatchGrammarMatcher",
     "ArgumentTypeError",
     "Sample",
     "aligned_generate",
@@ -67,7 +69,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """Lazy attributes: `pushmask.generate` and `pushmask.hf` import torch/transformers on first use."""
+    """Lazy attributes: `pushmask.generate` and `pushmask.hf` import torch/transformers on first use,
+    `pushmask.tool_call_structural_tag` the JSON Schema front end, `pushmask.bitmask_dtype` torch."""
     if name == "generate":
         from .integrations.generate import generate
 
@@ -76,4 +79,18 @@ def __getattr__(name: str):
         from .integrations import transformers as hf
 
         return hf
+    if name == "tool_call_structural_tag":
+        from .grammar.tool_formats import tool_call_structural_tag
+
+        return tool_call_structural_tag
+    if name == "bitmask_dtype":  # xgrammar's name: the bitmask's element type
+        from .masks.bitmask import _torch_installed
+
+        if _torch_installed():
+            import torch
+
+            return torch.int32
+        import numpy
+
+        return numpy.int32
     raise AttributeError(f"module 'pushmask' has no attribute {name!r}")

@@ -24,6 +24,8 @@ __all__ = [
     "_is_grammar_accept_string",
     "_get_masked_tokens_from_bitmask",
     "_is_single_token_bitmask",
+    "_bool_mask_to_bitmask",
+    "_ebnf_to_grammar_no_normalization",
     "bool_mask_to_bitmask",
     "bitmask_to_bool_mask",
 ]
@@ -65,6 +67,11 @@ def _is_grammar_accept_string(grammar: str | Grammar | CompiledGrammar, input_st
     return accepted and (matcher.can_end() or not require_termination)
 
 
+def _ebnf_to_grammar_no_normalization(ebnf_string: str, root_rule_name: str = "root") -> Grammar:
+    """The EBNF text as grammar IR, before the normalizing passes (they run when it compiles)."""
+    return Grammar.from_ebnf(ebnf_string, root_rule_name=root_rule_name)
+
+
 def _row_bits(bitmask, vocab_size: int, index: int) -> np.ndarray:
     rows = np.asarray(bitmask)
     if rows.ndim == 2:
@@ -92,6 +99,9 @@ def bool_mask_to_bitmask(bool_mask):
     padded = np.ones((allowed.shape[0], -(-allowed.shape[1] // 32) * 32), dtype=bool)
     padded[:, : allowed.shape[1]] = allowed
     return _like(bool_mask, bool_to_bitmask(padded))
+
+
+_bool_mask_to_bitmask = bool_mask_to_bitmask  # xgrammar's newer name
 
 
 def bitmask_to_bool_mask(bit_mask, vocab_size: int | None = None):

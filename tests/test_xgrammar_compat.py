@@ -4,6 +4,7 @@ validate_tokens, pushmask.testing, and pickle / JSON round trips of compiled gra
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import pickle
@@ -25,16 +26,19 @@ PROGRAM = HERE / "xgrammar_program.py"
 # What tests/xgrammar_program.py printed when run with the real xgrammar 0.2.8 (pip install
 # xgrammar==0.2.8; python tests/xgrammar_program.py ../shared/tokenizers/smollm2).
 XGRAMMAR_RESULTS = HERE / "data" / "xgrammar_0.2.8_program_smollm2.json"
+# What its run_grammar_api printed with xgrammar 0.2.8 (pip install --no-deps --target DIR xgrammar==0.2.8
+# apache-tvm-ffi; PYTHONPATH=DIR python tests/xgrammar_program.py ../shared/tokenizers/smollm2 grammar_api).
+XGRAMMAR_API_RESULTS = HERE / "data" / "xgrammar_0.2.8_grammar_api_smollm2.json"
 
 
-def run_program(module_name: str) -> list[dict]:
+def run_program(module_name: str, entry: str = "run"):
     """Run the program with its import line naming module_name (the only change)."""
     source = PROGRAM.read_text()
     assert source.count("\nimport xgrammar as xgr\n") == 1
     source = source.replace("\nimport xgrammar as xgr\n", f"\nimport {module_name} as xgr\n")
     namespace = {"__name__": "xgrammar_program"}
     exec(compile(source, str(PROGRAM), "exec"), namespace)
-    return namespace["run"](str(require_shared(TOKENIZERS / "smollm2")))
+    return namespace[entry](str(require_shared(TOKENIZERS / "smollm2")))
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,106 @@ def test_xgrammar_program_runs_with_only_the_import_changed(pushmask_results):
                     reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results")
 def test_xgrammar_program_equals_a_live_xgrammar_run(pushmask_results):
     _compare(pushmask_results, run_program("xgrammar"), {hf_tokenizer("smollm2").eos_token_id})
+
+
+# ------------------------------------------------------------------ Grammar constructors, BatchGrammarMatcher
+
+# The tokens pushmask allows where xgrammar 0.2.8's mask does not, per case, and why; nothing else
+# may differ but xgrammar's tokens that begin with a UTF-8 continuation byte (free text that
+# would not be UTF-8, which pushmask never allows) and special tokens (see _compare).
+PUSHMASK_ALSO_ALLOWS = {
+    "ebnf": {"))": "after ((xy: ((xy)) is in the language; xgrammar's mask leaves it out, its accept_token takes it"},
+    "concat": {"0": "-0 is a JSON integer", ".": "0.0 is an integer (JSON Schema: a number with zero fraction)"},
+    "structural_tag": {".": "1.0 is an integer (JSON Schema: a number with zero fraction)"},
+}
+
+
+def _digest(ids) -> str:
+    return hashlib.sha256(np.array(sorted(ids), dtype=np.int64).tobytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pushmask_api_results():
+    pytest.importorskip("torch")
+    return run_program("pushmask", "run_grammar_api")
+
+
+def _compare_api(ours: dict, theirs: dict) -> int:
+    """Everything equal but the documented mask differences; how many masks differed."""
+    for key in ("cases", "jobs", "terminated", "row_0_untouched", "accept_string", "can_end"):
+        assert ours[key] == theirs[key], key
+    tokenizer, info = hf_tokenizer("smollm2"), tokenizer_info("smollm2")
+    text_ids = set(range(info.vocab_size)) - set(info.special_token_ids)
+    stop = {tokenizer.eos_token_id}
+    differed = 0
+    for job, (a, b) in enumerate(zip(ours["steps"], theirs["steps"], strict=True)):
+        case = ours["jobs"][job]
+        extra = {i for text in PUSHMASK_ALSO_ALLOWS.get(case, {}) for i in tokenizer.encode(text, add_special_tokens=False)
+                 if tokenizer.decode([i]) == text}
+        for step, (x, y) in enumerate(zip(a, b, strict=True)):
+            where = f"{case} (job {job}) step {step}"
+            assert x["accepted"] == y["accepted"] and x["token_allowed"] and x["accepted"], where
+            assert y["token_allowed"] or (case, "))") in [(c, t) for c in PUSHMASK_ALSO_ALLOWS for t in
+                                                         PUSHMASK_ALSO_ALLOWS[c]], where
+            assert set(x["special_tokens"]) <= stop and set(x["special_tokens"]) == set(y["special_tokens"]) & stop
+            ids = set(x["allowed_ids"])
+            if _digest(ids) == y["digest"]:
+                continue
+            differed += 1
+            present = sorted(extra & ids)
+            if any(_digest(ids - {t for k, t in enumerate(present) if bits >> k & 1}) == y["digest"]
+                   for bits in range(1, 1 << len(present))):
+                continue  # exactly some of the documented tokens
+            if y["allowed_ids"] is not None:
+                theirs_ids = set(y["allowed_ids"])
+            else:
+                assert y["rejected_ids"] is not None, f"{where}: masks differ ({x['text_tokens']} vs {y['text_tokens']})"
+                theirs_ids = text_ids - set(y["rejected_ids"])
+            assert ids - theirs_ids <= extra, where
+            assert all(0x80 <= info.decoded_vocab[i][0] <= 0xBF for i in theirs_ids - ids), where
+    return differed
+
+
+def test_grammar_api_program_masks_equal_xgrammars_but_the_documented_tokens(pushmask_api_results):
+    """Grammars built with Grammar.from_ebnf / from_json_schema / from_regex / from_structural_tag /
+    builtin_json_grammar / union / concat, compiled with compile_grammar(Grammar), filled by one
+    BatchGrammarMatcher (indices, a spare row left alone), advanced by batch_accept_token, checked
+    with batch_accept_string and xgrammar.testing's helpers: the same results as xgrammar 0.2.8
+    (recorded), masks included, but for the tokens PUSHMASK_ALSO_ALLOWS lists."""
+    differed = _compare_api(pushmask_api_results, json.loads(XGRAMMAR_API_RESULTS.read_text()))
+    assert differed < sum(len(steps) for steps in pushmask_api_results["steps"]) // 3
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None,
+                    reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results")
+def test_grammar_api_program_equals_a_live_xgrammar_run(pushmask_api_results):
+    _compare_api(pushmask_api_results, run_program("xgrammar", "run_grammar_api"))
+
+
+def test_grammar_constructors_refuse_what_is_not_a_grammar():
+    with pytest.raises(TypeError, match="argument 1 is a str, not a Grammar"):
+        pm.Grammar.union(pm.Grammar.from_regex("a"), "b")
+    with pytest.raises(ValueError, match="at least one grammar"):
+        pm.Grammar.concat()
+    with pytest.raises(TypeError, match="ebnf_string must be a str"):
+        pm.Grammar.from_ebnf(b'root ::= "a"')
+    with pytest.raises(pm.GrammarError):
+        pm.Grammar.from_ebnf('root ::= "a" undefined_rule')
+    with pytest.raises(ValueError, match="max_threads"):
+        pm.BatchGrammarMatcher(max_threads=0)
+    matchers = [pm.GrammarMatcher(pm.GrammarCompiler(tokenizer_info("smollm2")).compile_regex("a"))]
+    with pytest.raises(ValueError, match="1 matchers but 2 tokens"):
+        pm.BatchGrammarMatcher.batch_accept_token(matchers, [1, 2])
+
+
+def test_union_and_concat_keep_value_checks(compiler):
+    """Parts with value checks (uniqueItems) keep them inside union and concat."""
+    unique = pm.Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
+    both = compiler.compile_grammar(pm.Grammar.concat(unique, pm.Grammar.from_regex(";"),
+                                                      pm.Grammar.union(unique, pm.Grammar.from_regex("x"))))
+    assert both.value_checks
+    assert accepts_text(both, "[1, 2];[3]") and accepts_text(both, "[1];x")
+    assert not accepts_text(both, "[1, 1];x") and not accepts_text(both, "[1];[2, 2]")
 
 
 # ------------------------------------------------------------------ compile_json_schema keywords

@@ -1,0 +1,98 @@
+"""XGrammar's ``Grammar`` constructors over pushmask's grammar IR: ``Grammar.from_ebnf``,
+``from_json_schema``, ``from_regex``, ``from_structural_tag``, ``builtin_json_grammar``,
+``union`` and ``concat`` (grammar/ir.py's Grammar calls these), with XGrammar's arguments and
+meanings.  The result is a Grammar that ``GrammarCompiler.compile_grammar`` (or ``compile_ir``)
+compiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .frontends import to_grammar
+from .ir import Grammar, Ref, alt, map_refs, seq, to_text
+from .json_options import JsonOptions
+
+__all__ = ["builtin_json_grammar", "concat", "from_ebnf", "from_json_schema", "from_regex", "from_structural_tag",
+           "union"]
+
+
+def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> Grammar:
+    """The grammar of EBNF text (XGrammar / GBNF dialect) whose start is `root_rule_name`;
+    token terminals by id (``<[128010]>``) only, since no tokenizer names them here."""
+    _text(ebnf_string, "ebnf_string", "from_ebnf")
+    return to_grammar("ebnf", ebnf_string, root=root_rule_name)
+
+
+def from_json_schema(schema: Any, *, any_whitespace: bool = True, indent: int | None = None,
+                     separators: tuple[str, str] | None = None, strict_mode: bool = True,
+                     max_whitespace_cnt: int | None = None, print_converted_ebnf: bool = False,
+                     any_order: bool = False) -> Grammar:
+    """The grammar of the JSON values `schema` accepts, with XGrammar's layout keywords and
+    strict mode (JsonOptions.from_xgrammar reads them as compile_json_schema does) over
+    XGrammar's defaults (JsonOptions.xgrammar: no whitespace around the top-level value)."""
+    keywords = {"any_whitespace": any_whitespace, "indent": indent, "separators": separators,
+                "strict_mode": strict_mode, "max_whitespace_cnt": max_whitespace_cnt, "any_order": any_order}
+    options = JsonOptions.of(JsonOptions.xgrammar(), keywords, "Grammar.from_json_schema")
+    return _printed(to_grammar("json_schema", schema, json_options=options), print_converted_ebnf)
+
+
+def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Grammar:
+    """The grammar of the strings the regular expression matches whole."""
+    _text(regex_string, "regex_string", "from_regex")
+    return _printed(to_grammar("regex", regex_string), print_converted_ebnf)
+
+
+def from_structural_tag(tags: Any, triggers: Any = None) -> Grammar:
+    """The grammar of a structural tag document (or XGrammar's older items and triggers);
+    ``token`` formats by id only, since no tokenizer names them here.  JSON bodies with
+    XGrammar's defaults (JsonOptions.xgrammar)."""
+    return to_grammar("structural_tag", tags, triggers=triggers, json_options=JsonOptions.xgrammar())
+
+
+def builtin_json_grammar() -> Grammar:
+    """XGrammar's JSON grammar: a JSON object or array (its root takes no other value), any
+    members and items, JSON whitespace inside."""
+    return from_json_schema({"type": ["object", "array"]}, strict_mode=False)
+
+
+def union(*grammars: Grammar) -> Grammar:
+    """The grammar of the strings any of `grammars` matches."""
+    return _combine(grammars, alt, "union")
+
+
+def concat(*grammars: Grammar) -> Grammar:
+    """The grammar of a string of the first grammar, then one of the second, and so on."""
+    return _combine(grammars, seq, "concat")
+
+
+def _combine(grammars: tuple, join, name: str) -> Grammar:
+    """The rules of every grammar under a prefix of its own, and a root that joins their roots."""
+    if not grammars:
+        raise ValueError(f"Grammar.{name} needs at least one grammar")
+    for i, grammar in enumerate(grammars):
+        if not isinstance(grammar, Grammar):
+            raise TypeError(f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
+                            "(make one with Grammar.from_ebnf / from_json_schema / from_regex)")
+    rules, positions, checks, roots = {}, {}, {}, []
+    for i, grammar in enumerate(grammars):
+        prefix = f"g{i}_"
+        for rule, body in grammar.rules.items():
+            rules[prefix + rule] = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
+        positions.update({prefix + rule: at for rule, at in grammar.positions.items()})
+        checks.update({prefix + rule: check for rule, check in grammar.checks.items()})
+        roots.append(Ref(prefix + grammar.root))
+    rules["root"] = join(*roots)
+    # A part that is empty on purpose (an unsatisfiable schema) may leave the whole empty.
+    return Grammar(rules, "root", positions, any(g.allow_empty for g in grammars), checks)
+
+
+def _text(value: Any, name: str, where: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"Grammar.{where}: {name} must be a str, got {type(value).__name__}")
+
+
+def _printed(grammar: Grammar, show: bool) -> Grammar:
+    """XGrammar's print_converted_ebnf: the rules, as pushmask renders its IR."""
+    if show:
+        print("\n".join(f"{rule} ::= {to_text(body)}" for rule, body in grammar.rules.items()))
+    return grammar

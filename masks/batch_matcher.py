@@ -1,0 +1,61 @@
+"""XGrammar's BatchGrammarMatcher: one object that fills the bitmask rows of many matchers over
+threads and advances them together (matcher.batch_fill_next_token_bitmask does the filling)."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from .matcher import GrammarMatcher, batch_fill_next_token_bitmask
+
+__all__ = ["BatchGrammarMatcher"]
+
+
+class BatchGrammarMatcher:
+    """Fills and advances a batch of GrammarMatchers, as XGrammar's class of the same name."""
+
+    def __init__(self, max_threads: int | str = "auto"):
+        """`max_threads`: the most threads a fill uses; "auto" is half the CPU cores (at least
+        one), as in XGrammar."""
+        if max_threads == "auto":
+            max_threads = max(1, (os.cpu_count() or 1) // 2)
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise ValueError(f"max_threads must be a positive int or \"auto\", got {max_threads!r}")
+        self.max_threads = max_threads
+
+    def batch_fill_next_token_bitmask(self, matchers: Sequence[GrammarMatcher], bitmask,
+                                      indices: Sequence[int] | None = None, debug_print: bool = False) -> None:
+        """Fill row indices[i] (default i) of the int32 [rows, ceil(V / 32)] bitmask for matcher i."""
+        batch_fill_next_token_bitmask(matchers, bitmask, indices, num_threads=self.max_threads)
+        if debug_print:
+            rows = np.asarray(bitmask)
+            for k, row in enumerate(range(len(matchers)) if indices is None else indices):
+                allowed = int(np.unpackbits(rows[row].view(np.uint8), bitorder="little")[: matchers[k].vocab_size].sum())
+                print(f"row {row}: {allowed} tokens allowed")
+
+    @staticmethod
+    def batch_accept_token(matchers: Sequence[GrammarMatcher], tokens: Sequence[int],
+                           debug_print: bool = False) -> list[bool]:
+        """Matcher i accepts tokens[i]; whether each did (a refused token changes nothing)."""
+        _same_length(matchers, tokens, "tokens")
+        accepted = [matcher.accept_token(int(token)) for matcher, token in zip(matchers, tokens)]
+        if debug_print:
+            print(f"accepted: {accepted}")
+        return accepted
+
+    @staticmethod
+    def batch_accept_string(matchers: Sequence[GrammarMatcher], strings: Sequence[str | bytes],
+                            debug_print: bool = False) -> list[bool]:
+        """Matcher i accepts strings[i]; whether each did."""
+        _same_length(matchers, strings, "strings")
+        accepted = [matcher.accept_string(text) for matcher, text in zip(matchers, strings)]
+        if debug_print:
+            print(f"accepted: {accepted}")
+        return accepted
+
+
+def _same_length(matchers, items, name: str) -> None:
+    if len(matchers) != len(items):
+        raise ValueError(f"{len(matchers)} matchers but {len(items)} {name}")
