@@ -10,6 +10,8 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
+from importlib import metadata as _metadata
+
 from .grammar.caches import clear_caches
 from .grammar.errors import (
     ArgumentTypeError, BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError,
@@ -27,7 +29,10 @@ from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
 
-__version__ = "0.1.0"
+try:  # the version is written once, in pyproject.toml; the installed metadata carries it
+    __version__ = _metadata.version("pushmask")
+except _metadata.PackageNotFoundError:  # pragma: no cover - sources on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ASApSampler",
@@ -62,16 +67,22 @@ __all__ = [
     "fill_in_the_middle",
     "find_completion",
     "get_bitmask_shape",
+    "load_default_model",
     "reset_token_bitmask",
 ]
 
 
 def __getattr__(name: str):
-    """Lazy attributes: `pushmask.generate` and `pushmask.hf` import torch/transformers on first use."""
+    """Lazy attributes: `pushmask.generate`, `pushmask.hf` and `pushmask.load_default_model` import
+    torch/transformers on first use."""
     if name == "generate":
         from .integrations.generate import generate
 
         return generate
+    if name == "load_default_model":
+        from .integrations.models import load_default_model
+
+        return load_default_model
     if name == "hf":
         from .integrations import transformers as hf
 

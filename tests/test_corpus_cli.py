@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from pushmask import TokenizerInfo, cli
-from pushmask.integrations import cli_generate
+from pushmask.integrations import cli_generate, models
 from pushmask.jsonschemabench import engines, runner
 from pushmask.jsonschemabench.corpus import load_corpus, sample_items
 from pushmask.jsonschemabench.engines import Engine, Session
@@ -296,7 +296,7 @@ def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkey
 
 
 def test_without_the_default_model_package_the_commands_ask_for_one(tmp_path, capsys, monkeypatch, fake_engine):
-    monkeypatch.setattr(cli_generate, "DEFAULT_GGUF_PACKAGE", "no_such_package_here")
+    monkeypatch.setattr(models, "DEFAULT_GGUF_DISTRIBUTION", "no-such-package-here")
     maskbench_file(tmp_path / "corpus", "a.json", PERSON)
     assert run_cli("validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress",
                    "--out", tmp_path / "r.jsonl") == 2
