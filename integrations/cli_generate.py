@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from ..grammar.frontends import grammar_kind, to_grammar
@@ -286,7 +287,14 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
 
 def _check_constraint(constraint: dict) -> None:
     """Parse the constraint without a tokenizer, so a malformed grammar, regex or schema fails
-    before the model loads (token terminals are resolved later, against the real vocabulary)."""
+    before the model loads (token terminals are resolved later, against the real vocabulary;
+    warnings come from that real compile, once)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _parse_constraint(constraint)
+
+
+def _parse_constraint(constraint: dict) -> None:
     if "schema" in constraint:
         to_grammar("json_schema", constraint["schema"], json_options=constraint["json_options"])
     elif "grammar" in constraint:

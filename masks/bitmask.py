@@ -16,6 +16,8 @@ import sys
 
 import numpy as np
 
+from ..grammar.errors import ArgumentTypeError, check_integer
+
 __all__ = [
     "allocate_token_bitmask",
     "allocate_numpy_bitmask",
@@ -30,14 +32,12 @@ __all__ = [
 
 def bitmask_width(vocab_size: int) -> int:
     """Number of int32 words needed for ``vocab_size`` bits."""
-    if vocab_size < 0:
-        raise ValueError(f"vocab_size must be >= 0, got {vocab_size}")
-    return (int(vocab_size) + 31) // 32
+    return (check_integer(vocab_size, "vocab_size", "bitmask", minimum=0) + 31) // 32
 
 
 def get_bitmask_shape(batch_size: int, vocab_size: int) -> tuple[int, int]:
     """(batch_size, ceil(vocab_size / 32)): the shape allocate_token_bitmask returns."""
-    return (int(batch_size), bitmask_width(vocab_size))
+    return (check_integer(batch_size, "batch_size", "bitmask", minimum=0), bitmask_width(vocab_size))
 
 
 def allocate_token_bitmask(batch_size: int, vocab_size: int):
@@ -52,8 +52,7 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int):
 
 def allocate_numpy_bitmask(batch_size: int, vocab_size: int) -> np.ndarray:
     """allocate_token_bitmask as a numpy array whether or not torch is installed."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_integer(batch_size, "batch_size", "allocate_token_bitmask", minimum=1)
     return np.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=np.int32)
 
 
@@ -71,8 +70,11 @@ def reset_token_bitmask(bitmask) -> None:
     """Set every bit again (numpy array or torch tensor), in place."""
     if _is_torch(bitmask):
         bitmask.fill_(-1)
-    else:
+    elif isinstance(bitmask, np.ndarray):
         bitmask.fill(-1)
+    else:
+        raise ArgumentTypeError(f"reset_token_bitmask: bitmask must be a numpy array or torch tensor, got "
+                                f"{type(bitmask).__name__}")
 
 
 def bitmask_to_bool(bitmask_row, vocab_size: int) -> np.ndarray:
