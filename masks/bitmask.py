@@ -68,20 +68,20 @@ def _torch_installed() -> bool:
 
 def reset_token_bitmask(bitmask) -> None:
     """Set every bit again (numpy array or torch tensor), in place."""
+    if not (_is_torch(bitmask) or isinstance(bitmask, np.ndarray)) or str(bitmask.dtype).rsplit(".")[-1] != "int32":
+        raise ArgumentTypeError("reset_token_bitmask: bitmask must be an int32 numpy array or torch tensor, got "
+                                + (f"dtype {bitmask.dtype}" if hasattr(bitmask, "dtype") else type(bitmask).__name__))
     if _is_torch(bitmask):
         bitmask.fill_(-1)
-    elif isinstance(bitmask, np.ndarray):
-        bitmask.fill(-1)
     else:
-        raise ArgumentTypeError(f"reset_token_bitmask: bitmask must be a numpy array or torch tensor, got "
-                                f"{type(bitmask).__name__}")
+        bitmask.fill(-1)
 
 
 def bitmask_to_bool(bitmask_row, vocab_size: int) -> np.ndarray:
     """Unpack one bitmask row (or a [batch, words] array) into bools of length ``vocab_size``."""
     row = _to_numpy(bitmask_row)
     if row.dtype != np.int32:
-        raise TypeError(f"bitmask must be int32, got {row.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {row.dtype}")
     if vocab_size > row.shape[-1] * 32:
         raise ValueError(
             f"vocab_size={vocab_size} needs {bitmask_width(vocab_size)} words, "
@@ -120,7 +120,7 @@ def apply_token_bitmask_inplace(logits, bitmask, vocab_size: int | None = None, 
         _apply_numpy(logits, bitmask, vocab_size, indices)
     else:
         kind = type(logits).__name__
-        raise TypeError(f"logits must be a torch tensor or numpy array, got {kind}")
+        raise ArgumentTypeError(f"logits must be a torch tensor or numpy array, got {kind}")
     return logits
 
 
@@ -167,10 +167,10 @@ def _usable_width(logits_width: int, bitmask_words: int, vocab_size: int | None)
 
 def _apply_numpy(logits: np.ndarray, bitmask, vocab_size, indices) -> None:
     if not np.issubdtype(logits.dtype, np.floating):
-        raise TypeError(f"logits must be floating point, got {logits.dtype}")
+        raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
     mask = _to_numpy(bitmask)
     if mask.dtype != np.int32:
-        raise TypeError(f"bitmask must be int32, got {mask.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {mask.dtype}")
     _check_shapes(logits.shape, mask.shape, indices)
     width = _usable_width(logits.shape[-1], mask.shape[-1], vocab_size)
     allowed = bitmask_to_bool(mask, width)
@@ -196,13 +196,13 @@ def _apply_torch(logits, bitmask, vocab_size, indices) -> None:
     import torch
 
     if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point, got {logits.dtype}")
+        raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
     if not _is_torch(bitmask):
         bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
     elif logits.device.type == "cpu":
         bitmask = bitmask.detach().cpu()
     if bitmask.dtype != torch.int32:
-        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
     _check_shapes(tuple(logits.shape), tuple(bitmask.shape), indices)
     width = _usable_width(logits.shape[-1], bitmask.shape[-1], vocab_size)
     logits2d = logits.unsqueeze(0) if logits.dim() == 1 else logits  # a view: writes go through

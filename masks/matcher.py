@@ -697,7 +697,7 @@ def _writable_row(bitmask, index: int, words: int):
         raise ValueError(f"fill_next_token_bitmask: index {index} outside the bitmask's {bitmask.shape[0]} rows")
     if isinstance(bitmask, np.ndarray):
         if bitmask.dtype != np.int32:
-            raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+            raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
         row = bitmask if bitmask.ndim == 1 else bitmask[index]
         if row.shape[0] < words:
             raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
@@ -705,7 +705,7 @@ def _writable_row(bitmask, index: int, words: int):
     import torch
 
     if bitmask.dtype != torch.int32:
-        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
     row = bitmask if bitmask.dim() == 1 else bitmask[index]
     if row.shape[0] < words:
         raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
