@@ -22,6 +22,7 @@ from ..grammar.frontends import grammar_kind
 from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.vocab import TokenizerInfo
+from ..samplers.kv_cache import kv_cache_name
 from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
 
 if TYPE_CHECKING:
@@ -335,7 +336,7 @@ def generate(
         out = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            **{_cache_name(): cache},
+            **{kv_cache_name(): cache},
             logits_processor=[processor, *extra_processors],
             stopping_criteria=[*criteria, *extra_criteria],
             max_new_tokens=budget,
@@ -346,7 +347,7 @@ def generate(
             **generate_kwargs,
         )
         new_len = out.sequences.shape[1]
-        cache = getattr(out, _cache_name(), None)
+        cache = getattr(out, kv_cache_name(), None)
         if new_len == ids.shape[1]:
             break  # nothing generated (a stopping criterion fired at once); avoid looping
         ids = out.sequences
@@ -388,14 +389,6 @@ def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, forced: st
         ok = matcher.min_tokens_to_finish() <= matcher.remaining_tokens
     processor.sync(ids, new_call=False)  # back; the caller appends them if ok
     return tokens if ok else []
-
-
-def _cache_name() -> str:
-    """What transformers calls the KV cache in generate's arguments and outputs: `cache` where
-    its outputs have that field (`past_key_values` there warns on every call), else the old name."""
-    from transformers.generation.utils import GenerateDecoderOnlyOutput
-
-    return "cache" if "cache" in getattr(GenerateDecoderOnlyOutput, "__dataclass_fields__", {}) else "past_key_values"
 
 
 def _model_device(model):

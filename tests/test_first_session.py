@@ -253,6 +253,21 @@ def test_generate_streams_without_deprecation_warnings_and_says_what_it_is_doing
     assert out.startswith('{"name": "')
 
 
+@pytest.mark.parametrize("mode", ["asap", "smc"])
+def test_aligned_sampling_uses_the_current_cache_argument(tmp_path, capfd, mode):
+    model_dir = tmp_path / "tiny"
+    tiny_llama(5).save_pretrained(model_dir)
+    hf_tokenizer("smollm2").save_pretrained(model_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status = run_cli("generate", "--regex", "[01]{3}", "--model", model_dir, "--aligned", mode, "--num-samples",
+                         "2", "--particles", "2", "--seed", "1", "--json-only", "Bits")
+    out, err = capfd.readouterr()
+    assert status == 0, err
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
+    assert "deprecated" not in err
+
+
 def test_the_processor_warns_when_generate_stops_before_its_budget():
     import torch
 
