@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
-from .models import ModelNotFound, TokenizerMismatch, default_gguf_path, gguf_tokenizer, load_model  # noqa: F401
+from .models import ModelNotFound, TokenizerMismatch, load_model
 
 SCHEMA_SYSTEM_PROMPT = "Answer with one JSON value that follows this JSON Schema:\n{schema}"
 

