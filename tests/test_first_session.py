@@ -44,7 +44,6 @@ def test_version_comes_from_pyproject_through_the_installed_metadata(capsys):
 
 @pytest.mark.parametrize("command", ["validate-corpus", "report", "generate", "warmup"])
 def test_every_subcommand_help_ends_with_examples_of_itself(command, capsys):
-    assert command in cli.build_parser()._subparsers._group_actions[0].choices
     with pytest.raises(SystemExit) as exit_:
         run_cli(command, "--help")
     assert exit_.value.code == 0
