@@ -58,7 +58,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from pushmask.integrations.cli_generate import ModelNotFound, load_model
+    from pushmask.integrations.models import ModelNotFound, load_model
     from pushmask.integrations.generate import DEFAULT_JSON_OPTIONS, compiler_for
     from pushmask.samplers.asap import ASApSampler
     from pushmask.samplers.smc import smc

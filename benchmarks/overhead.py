@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     import torch
 
     import pushmask as pm
-    from pushmask.integrations.cli_generate import ModelNotFound, load_model
+    from pushmask.integrations.models import ModelNotFound, load_model
     from pushmask.integrations.generate import DEFAULT_JSON_OPTIONS, compiler_for
 
     if args.threads:

@@ -176,7 +176,7 @@ class _Parser:
             c = self.peek()
             if c == "" or c == "|" or c == ")":
                 break
-            if not nested and self.at_rule_start():
+            if self.at_rule_start():  # inside a group too: the group then misses its ')'
                 break
             if c == "(" and not nested and self.text.startswith("=", self.pos + 1 + self._spaces(self.pos + 1)):
                 break  # a trailing lookahead assertion

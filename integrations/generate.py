@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..grammar.errors import SchemaError
+from ..grammar.frontends import grammar_kind
 from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.vocab import TokenizerInfo
+from ..samplers.kv_cache import kv_cache_name
 from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
 
 if TYPE_CHECKING:
@@ -100,7 +102,8 @@ def compile_constraint(
     """Compile exactly one of schema / grammar / regex for `tokenizer`, memoised per tokenizer
     (the key holds the schema and its JsonOptions).
 
-    grammar_format: "ebnf" (also GBNF), "lark", or "auto" (EBNF when the text has `::=`).
+    grammar_format: "ebnf" (also GBNF), "lark", or "auto" (grammar/frontends.py: grammar_kind; EBNF
+        when a line defines a rule with `::=`).
     json_options: a JsonOptions (default: DEFAULT_JSON_OPTIONS), or a dict of compile_json_schema's
         keyword arguments applied to the defaults of compile_json_schema.
     """
@@ -115,13 +118,11 @@ def compile_constraint(
         kind, spec = "json_schema", _schema_object(schema)
         key = (kind, json.dumps(spec, sort_keys=True), json_options)
     elif grammar is not None:
-        kind = grammar_format
-        if kind == "auto":
-            kind = "ebnf" if "::=" in grammar else "lark"
-        if kind in ("gbnf",):
-            kind = "ebnf"
-        if kind not in ("ebnf", "lark"):
+        if grammar_format not in ("auto", "ebnf", "gbnf", "lark"):
             raise ValueError(f"grammar_format must be 'ebnf', 'gbnf', 'lark' or 'auto', got {grammar_format!r}")
+        kind = grammar_kind(grammar).kind if grammar_format == "auto" else grammar_format.replace("gbnf", "ebnf")
+        if kind == "json":
+            raise ValueError("grammar= is JSON text, not a grammar: pass a JSON Schema as schema=")
         spec, key = grammar, (kind, grammar)
     else:
         kind, spec = "regex", regex
@@ -335,7 +336,7 @@ def generate(
         out = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            past_key_values=cache,
+            **{kv_cache_name(): cache},
             logits_processor=[processor, *extra_processors],
             stopping_criteria=[*criteria, *extra_criteria],
             max_new_tokens=budget,
@@ -346,7 +347,7 @@ def generate(
             **generate_kwargs,
         )
         new_len = out.sequences.shape[1]
-        cache = getattr(out, "past_key_values", None)
+        cache = getattr(out, kv_cache_name(), None)
         if new_len == ids.shape[1]:
             break  # nothing generated (a stopping criterion fired at once); avoid looping
         ids = out.sequences

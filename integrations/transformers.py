@@ -18,6 +18,8 @@ every step) and assisted decoding (candidate tokens are proposed, then partly re
 from __future__ import annotations
 
 import logging
+import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -204,6 +206,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         self._slots = [self._new_slot(self._grammar_index(r, rows)) for r in range(rows)]
         self._prompt = ids.copy()
         self._max_len = ids.shape[1]
+        self._budget_checked = self.max_new_tokens is None
 
     # -- syncing rows to their tokens --------------------------------------------------------
 
@@ -287,6 +290,9 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         import torch
 
         bitmask = self.fill_bitmask(input_ids)
+        if not self._budget_checked:
+            self._budget_checked = True
+            self._check_generate_budget(input_ids.shape[1])
         if self._torch_bitmask is None:
             self._torch_bitmask = torch.from_numpy(bitmask)  # shares memory with the numpy mask
         # Columns past the tokenizer (the model's padded vocabulary) are masked too.
@@ -302,6 +308,25 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
                 )
             scores[empty, stop] = 0.0
         return scores
+
+    def _check_generate_budget(self, length: int) -> None:
+        """Warn when the model.generate call this runs in stops sooner than max_new_tokens: the
+        masks then close the grammar too late and the output is cut off.  The call's limit is read
+        from transformers' decoding loop (its prepared `generation_config`), where it can be."""
+        frame = sys._getframe(2)
+        for _ in range(6):  # __call__ <- LogitsProcessorList.__call__ <- the decoding loop
+            if frame is None:
+                return
+            config = frame.f_locals.get("generation_config")
+            if isinstance(getattr(config, "max_length", None), int):
+                left = config.max_length - length
+                ours = self.max_new_tokens - (length - self._prompt.shape[1])
+                if left < ours:
+                    warnings.warn(f"GrammarLogitsProcessor(max_new_tokens={self.max_new_tokens}) runs in a "
+                                  f"model.generate call that stops after {left} more tokens: outputs may be cut off "
+                                  "before the grammar ends; pass generate the same max_new_tokens", stacklevel=4)
+                return
+            frame = frame.f_back
 
     # -- queries -----------------------------------------------------------------------------
 

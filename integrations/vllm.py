@@ -56,7 +56,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
         f"importing it failed: {exc}"
     ) from exc
 
-from ..grammar.frontends import to_grammar
+from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher
@@ -157,10 +157,9 @@ def _env_max_whitespace() -> int | None:
 
 
 def _grammar_is_likely_lark(text: str) -> bool:
-    """vLLM's own test for Lark syntax, so GRAMMAR requests split the way they do for xgrammar."""
-    from vllm.v1.structured_output.utils import grammar_is_likely_lark
-
-    return grammar_is_likely_lark(text)
+    """Lark unless the text defines a rule with `::=` (grammar_kind applies vLLM's own test, so
+    GRAMMAR requests split the way they do for xgrammar; JSON text stays with Lark, as there)."""
+    return grammar_kind(text).kind != "ebnf"
 
 
 def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tuple[str, Any]:

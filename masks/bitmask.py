@@ -16,6 +16,8 @@ import sys
 
 import numpy as np
 
+from ..grammar.errors import ArgumentTypeError, check_integer
+
 __all__ = [
     "allocate_token_bitmask",
     "allocate_numpy_bitmask",
@@ -30,14 +32,12 @@ __all__ = [
 
 def bitmask_width(vocab_size: int) -> int:
     """Number of int32 words needed for ``vocab_size`` bits."""
-    if vocab_size < 0:
-        raise ValueError(f"vocab_size must be >= 0, got {vocab_size}")
-    return (int(vocab_size) + 31) // 32
+    return (check_integer(vocab_size, "vocab_size", "bitmask", minimum=0) + 31) // 32
 
 
 def get_bitmask_shape(batch_size: int, vocab_size: int) -> tuple[int, int]:
     """(batch_size, ceil(vocab_size / 32)): the shape allocate_token_bitmask returns."""
-    return (int(batch_size), bitmask_width(vocab_size))
+    return (check_integer(batch_size, "batch_size", "bitmask", minimum=0), bitmask_width(vocab_size))
 
 
 def allocate_token_bitmask(batch_size: int, vocab_size: int):
@@ -52,8 +52,7 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int):
 
 def allocate_numpy_bitmask(batch_size: int, vocab_size: int) -> np.ndarray:
     """allocate_token_bitmask as a numpy array whether or not torch is installed."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_integer(batch_size, "batch_size", "allocate_token_bitmask", minimum=1)
     return np.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=np.int32)
 
 
@@ -69,6 +68,9 @@ def _torch_installed() -> bool:
 
 def reset_token_bitmask(bitmask) -> None:
     """Set every bit again (numpy array or torch tensor), in place."""
+    if not (_is_torch(bitmask) or isinstance(bitmask, np.ndarray)) or str(bitmask.dtype).rsplit(".")[-1] != "int32":
+        raise ArgumentTypeError("reset_token_bitmask: bitmask must be an int32 numpy array or torch tensor, got "
+                                + (f"dtype {bitmask.dtype}" if hasattr(bitmask, "dtype") else type(bitmask).__name__))
     if _is_torch(bitmask):
         bitmask.fill_(-1)
     else:
@@ -79,7 +81,7 @@ def bitmask_to_bool(bitmask_row, vocab_size: int) -> np.ndarray:
     """Unpack one bitmask row (or a [batch, words] array) into bools of length ``vocab_size``."""
     row = _to_numpy(bitmask_row)
     if row.dtype != np.int32:
-        raise TypeError(f"bitmask must be int32, got {row.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {row.dtype}")
     if vocab_size > row.shape[-1] * 32:
         raise ValueError(
             f"vocab_size={vocab_size} needs {bitmask_width(vocab_size)} words, "
@@ -118,7 +120,7 @@ def apply_token_bitmask_inplace(logits, bitmask, vocab_size: int | None = None, 
         _apply_numpy(logits, bitmask, vocab_size, indices)
     else:
         kind = type(logits).__name__
-        raise TypeError(f"logits must be a torch tensor or numpy array, got {kind}")
+        raise ArgumentTypeError(f"logits must be a torch tensor or numpy array, got {kind}")
     return logits
 
 
@@ -165,10 +167,10 @@ def _usable_width(logits_width: int, bitmask_words: int, vocab_size: int | None)
 
 def _apply_numpy(logits: np.ndarray, bitmask, vocab_size, indices) -> None:
     if not np.issubdtype(logits.dtype, np.floating):
-        raise TypeError(f"logits must be floating point, got {logits.dtype}")
+        raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
     mask = _to_numpy(bitmask)
     if mask.dtype != np.int32:
-        raise TypeError(f"bitmask must be int32, got {mask.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {mask.dtype}")
     _check_shapes(logits.shape, mask.shape, indices)
     width = _usable_width(logits.shape[-1], mask.shape[-1], vocab_size)
     allowed = bitmask_to_bool(mask, width)
@@ -194,13 +196,13 @@ def _apply_torch(logits, bitmask, vocab_size, indices) -> None:
     import torch
 
     if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point, got {logits.dtype}")
+        raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
     if not _is_torch(bitmask):
         bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
     elif logits.device.type == "cpu":
         bitmask = bitmask.detach().cpu()
     if bitmask.dtype != torch.int32:
-        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
     _check_shapes(tuple(logits.shape), tuple(bitmask.shape), indices)
     width = _usable_width(logits.shape[-1], bitmask.shape[-1], vocab_size)
     logits2d = logits.unsqueeze(0) if logits.dim() == 1 else logits  # a view: writes go through

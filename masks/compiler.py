@@ -68,8 +68,10 @@ class GrammarCompiler:
         mask_cache_max_bytes : int
             Cap of the disk cache (or PUSHMASK_MASK_CACHE_MAX_BYTES).
         """
+        check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler",
+                       "build one with TokenizerInfo.from_huggingface(tokenizer)")
         self.tokenizer_info = tokenizer_info
-        self.limits = _checked_limits(limits or budgets)
+        self.limits = _checked_limits(limits if limits is not None else budgets)
         self.cache_enabled = cache_enabled
         self.cache = MaskCache(cache_limit_bytes)
         # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte

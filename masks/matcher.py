@@ -16,7 +16,7 @@ from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from . import batch_fill, walk
 from .budget import CheckedBudget, budget_table, check_budget
-from ..grammar.errors import BudgetTooSmallError
+from ..grammar.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
 from ..grammar.ir import TOKEN_MARK
 from .compiler import CompiledGrammar
 from .value_checks import CheckedAdvance, MaskChecks
@@ -76,12 +76,16 @@ class GrammarMatcher:
         max_rollback_tokens: int = -1,
         max_tokens: int | None = None,
     ):
+        check_argument(compiled_grammar, CompiledGrammar, "compiled_grammar", "GrammarMatcher",
+                       "compile the grammar first: GrammarCompiler(tokenizer_info).compile_grammar(text), "
+                       ".compile_json_schema(schema), ...")
         self.compiled_grammar = compiled_grammar
         info = compiled_grammar.tokenizer_info
         self.vocab_size = info.vocab_size
         if isinstance(override_stop_tokens, (int, np.integer)):
             override_stop_tokens = [override_stop_tokens]  # one id, as xgrammar takes it
-        self.stop_token_ids = tuple(int(t) for t in (override_stop_tokens if override_stop_tokens is not None else info.stop_token_ids))
+        self.stop_token_ids = tuple(info.stop_token_ids if override_stop_tokens is None else
+                                    check_integers(override_stop_tokens, "override_stop_tokens", "GrammarMatcher"))
         for t in self.stop_token_ids:
             if not 0 <= t < self.vocab_size:
                 raise ValueError(f"stop token id {t} outside the vocabulary (size {self.vocab_size})")
@@ -355,7 +359,7 @@ class GrammarMatcher:
         tokens with it).  Tokens after an accepted stop token are not taken."""
         accepted: list[int] = []
         state = self._state
-        for token_id in token_ids:
+        for token_id in check_integers(token_ids, "token_ids", "validate_tokens"):
             state = None if state.terminated else self._state_after_token(token_id, state)
             if state is None:
                 break
@@ -369,7 +373,7 @@ class GrammarMatcher:
 
     def _state_after_token(self, token_id: int, state: _MatchState | None = None) -> _MatchState | None:
         """The state after token_id from `state` (default: the current one); None if refused."""
-        token_id = int(token_id)
+        token_id = check_integer(token_id, "token_id", "GrammarMatcher")
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} outside the vocabulary (size {self.vocab_size})")
         state = self._state if state is None else state
@@ -390,6 +394,9 @@ class GrammarMatcher:
 
     def accept_string(self, text: str | bytes, *, debug_print: bool = False) -> bool:
         """Advance over a whole string (one rollback step); False and no change if not allowed."""
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            raise ArgumentTypeError(f"accept_string: text must be str or bytes, got {type(text).__name__}; "
+                                    "pass token ids to accept_token")
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if self._state.terminated:
             raise RuntimeError("the matcher has terminated; call reset() or rollback()")
@@ -430,6 +437,7 @@ class GrammarMatcher:
 
     def rollback(self, num_tokens: int = 1) -> None:
         """Undo the last num_tokens accepted tokens (accept_string counts as one)."""
+        num_tokens = check_integer(num_tokens, "num_tokens", "rollback")
         if num_tokens < 0 or num_tokens > len(self._history):
             raise ValueError(f"cannot roll back {num_tokens} tokens; {len(self._history)} can be undone")
         if num_tokens == 0:
@@ -482,7 +490,7 @@ class GrammarMatcher:
 
     def accept_tokens(self, token_ids: Sequence[int]) -> bool:
         """Accept several tokens; on the first rejection, undo the ones accepted and return False."""
-        for n, t in enumerate(token_ids):
+        for n, t in enumerate(check_integers(token_ids, "token_ids", "accept_tokens")):
             if not self.accept_token(t):
                 self.rollback(n)
                 return False
@@ -509,9 +517,16 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
     """
     import os
 
-    indices = list(range(len(matchers))) if indices is None else list(indices)
+    if not isinstance(matchers, (list, tuple)) or not all(isinstance(m, GrammarMatcher) for m in matchers):
+        raise ArgumentTypeError("batch_fill_next_token_bitmask: matchers must be a list of GrammarMatcher, got "
+                                + type(matchers).__name__)
+    indices = list(range(len(matchers))) if indices is None else check_integers(indices, "indices",
+                                                                                   "batch_fill_next_token_bitmask")
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
+    rows = bitmask.shape[0] if len(getattr(bitmask, "shape", ())) == 2 else 1
+    if any(not 0 <= i < rows for i in indices):  # the kernel writes at these rows: never past the array
+        raise ValueError(f"batch_fill_next_token_bitmask: row indices must be in [0, {rows}), got {indices}")
     if len({id(m) for m in matchers}) != len(matchers):
         raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
@@ -673,10 +688,16 @@ def _complete_utf8_prefix(data: bytes) -> str:
 
 
 def _writable_row(bitmask, index: int, words: int):
-    """Row `index` of a numpy or torch bitmask, checked for shape and dtype."""
+    """Row `index` of a numpy or torch bitmask, checked for type, shape and dtype."""
+    index = check_integer(index, "index", "fill_next_token_bitmask")
+    if not isinstance(bitmask, np.ndarray) and type(bitmask).__name__ != "Tensor":
+        raise ArgumentTypeError(f"fill_next_token_bitmask: bitmask must be a numpy array or torch tensor (int32, "
+                                f"from allocate_token_bitmask), got {type(bitmask).__name__}")
+    if len(bitmask.shape) == 2 and not 0 <= index < bitmask.shape[0]:
+        raise ValueError(f"fill_next_token_bitmask: index {index} outside the bitmask's {bitmask.shape[0]} rows")
     if isinstance(bitmask, np.ndarray):
         if bitmask.dtype != np.int32:
-            raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+            raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
         row = bitmask if bitmask.ndim == 1 else bitmask[index]
         if row.shape[0] < words:
             raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
@@ -684,7 +705,7 @@ def _writable_row(bitmask, index: int, words: int):
     import torch
 
     if bitmask.dtype != torch.int32:
-        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+        raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
     row = bitmask if bitmask.dim() == 1 else bitmask[index]
     if row.shape[0] < words:
         raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")

@@ -22,6 +22,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..grammar.errors import ArgumentTypeError, check_integer, check_integers
+
 __all__ = [
     "TokenizerInfo",
     "VOCAB_TYPES",
@@ -130,14 +132,12 @@ class TokenizerInfo:
         special_token_ids: Iterable[int] | None = None,
         special_token_texts: dict[str, int] | None = None,
     ):
-        if vocab_type not in VOCAB_TYPES:
-            raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r}")
+        _check_vocab_type(vocab_type)
+        _check_token_list(encoded_vocab, "encoded_vocab", "TokenizerInfo")
         n_tokens = len(encoded_vocab)
         # {text: id} of special tokens, so grammars can name them (`<|python_tag|>`).
         self.special_token_texts: dict[str, int] = dict(special_token_texts or {})
-        if vocab_size is None:
-            vocab_size = n_tokens
-        vocab_size = int(vocab_size)
+        vocab_size = n_tokens if vocab_size is None else check_integer(vocab_size, "vocab_size", "TokenizerInfo")
         if vocab_size < n_tokens:
             raise ValueError(
                 f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} tokens; "
@@ -148,8 +148,9 @@ class TokenizerInfo:
 
         if isinstance(stop_token_ids, (int, np.integer)) and not isinstance(stop_token_ids, bool):
             stop_token_ids = [stop_token_ids]  # one id, as xgrammar takes it
-        stops = _unique_ids(stop_token_ids or (), vocab_size, "stop_token_ids")
-        specials = set(_unique_ids(special_token_ids or (), vocab_size, "special_token_ids"))
+        stops = _unique_ids(() if stop_token_ids is None else stop_token_ids, vocab_size, "stop_token_ids")
+        specials = set(_unique_ids(() if special_token_ids is None else special_token_ids, vocab_size,
+                                   "special_token_ids"))
         # A stop token ends generation; it never stands for grammar text.
         specials.update(stops)
         self.stop_token_ids: tuple[int, ...] = stops
@@ -158,15 +159,7 @@ class TokenizerInfo:
 
         decoded: list[bytes] = []
         for token_id, token in enumerate(encoded_vocab):
-            if token is None or token_id in specials:
-                decoded.append(b"")
-            elif isinstance(token, (bytes, bytearray, memoryview)):
-                decoded.append(bytes(token))
-            else:
-                raise TypeError(
-                    f"encoded_vocab[{token_id}] must be bytes, got {type(token).__name__}; "
-                    "use TokenizerInfo.from_vocab for string tokens"
-                )
+            decoded.append(b"" if token is None or token_id in specials else bytes(token))
         decoded.extend([b""] * (vocab_size - n_tokens))  # model padding ids
         self.decoded_vocab: list[bytes] = decoded
         self.num_tokenizer_tokens = n_tokens
@@ -203,8 +196,8 @@ class TokenizerInfo:
         ``None`` marks an unused id. Handy in tests:
         ``TokenizerInfo.from_vocab(["a", "b", "ab", "</s>"], stop_token_ids=[3])``.
         """
-        if vocab_type not in VOCAB_TYPES:
-            raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r}")
+        _check_vocab_type(vocab_type)
+        _check_token_list(tokens, "tokens", "TokenizerInfo.from_vocab", str)
         decode = _DECODERS[vocab_type]
         encoded = [
             None if t is None else (bytes(t) if isinstance(t, (bytes, bytearray)) else decode(t))
@@ -388,12 +381,27 @@ class TokenizerInfo:
 # ---------------------------------------------------------------------- reading tokenizers
 
 
+def _check_vocab_type(vocab_type) -> None:
+    if not isinstance(vocab_type, str) or vocab_type not in VOCAB_TYPES:
+        raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r:.60}")
+
+
+def _check_token_list(tokens, name: str, where: str, *also: type) -> None:
+    """ArgumentTypeError unless `tokens` is a list (or tuple) of bytes, None or `also` types."""
+    kinds = (bytes, bytearray, memoryview, type(None), *also)
+    if not isinstance(tokens, (list, tuple)):
+        raise ArgumentTypeError(f"{where}: {name} must be a list of token {'strings or ' if also else ''}bytes "
+                                f"by id, got {type(tokens).__name__}")
+    for token_id, token in enumerate(tokens):
+        if not isinstance(token, kinds):
+            raise ArgumentTypeError(f"{where}: {name}[{token_id}] must be {'str or ' if also else ''}bytes, got "
+                                    f"{type(token).__name__}" + ("" if also else
+                                                                 "; use TokenizerInfo.from_vocab for string tokens"))
+
+
 def _unique_ids(ids: Iterable[int], vocab_size: int, what: str) -> tuple[int, ...]:
     out = []
-    for token_id in ids:
-        if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
-            raise TypeError(f"{what} must hold ints, got {token_id!r}")
-        token_id = int(token_id)
+    for token_id in check_integers(ids, what, "TokenizerInfo"):
         if not 0 <= token_id < vocab_size:
             raise ValueError(f"{what}: id {token_id} out of range [0, {vocab_size})")
         if token_id not in out:

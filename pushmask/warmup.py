@@ -183,6 +183,8 @@ def _hf_tokenizer_info(path: str):
 
 
 def add_arguments(parser) -> None:
+    parser.epilog = ("examples:\n  pushmask warmup\n"
+                     "  pushmask warmup --tokenizer ../shared/tokenizers/llama3 --tokenizer ../shared/tokenizers/qwen")
     parser.add_argument("--tokenizer", action="append", default=[], metavar="DIR",
                         help="also run the workload with this Hugging Face tokenizer folder (repeatable)")
     parser.add_argument("--keep-stale", action="store_true", help="do not delete prepared files no kernel uses")

@@ -56,6 +56,7 @@ import numpy as np
 
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
+from .kv_cache import kv_cache_name
 
 MODES = ("gcd", "asap", "exact", "awrs")
 
@@ -905,8 +906,8 @@ class _HFLogits:
                 raise ValueError("the key/value cache did not crop")
         self.cached_ids = []  # in case the call below fails half way
         new = self._torch.tensor([ids[common:]], dtype=self._torch.long, device=self.device)
-        out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+        out = self.model(input_ids=new, use_cache=True, **{kv_cache_name(): self.cache})
+        self.cache = getattr(out, kv_cache_name())
         self.cached_ids = list(ids)
         return _as_numpy(out.logits[0, -1])
 

@@ -34,6 +34,7 @@ from .asap import (
 )
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
+from .kv_cache import kv_cache_name
 
 
 @dataclass
@@ -339,7 +340,7 @@ class _BatchedHFLogits:
             if parents != list(range(len(self.rows))):
                 self.cache.reorder_cache(torch.tensor(parents, dtype=torch.long, device=self.device))
             new = torch.tensor([[token] for _, _, token, _ in entries], dtype=torch.long, device=self.device)
-            out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+            out = self.model(input_ids=new, use_cache=True, **{kv_cache_name(): self.cache})
+        self.cache = getattr(out, kv_cache_name())
         self.rows = {prefix: i for i, (prefix, _, _, _) in enumerate(entries)}
         return out.logits[:, -1].double().cpu().numpy()

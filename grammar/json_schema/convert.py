@@ -79,6 +79,8 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
                               "#")
+        widened: set[tuple[str, str]] = set()  # one warning per widening across the retries below
+
         def compile_(additional) -> Grammar:
             compile_options = options.replace(additional_properties_default=additional)
 
@@ -86,6 +88,7 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
                 comp = _Compiler(schema, compile_options, dynamic_scopes=dynamic_scopes, limits=limits)
                 if clock is not None:
                     comp.clock = clock
+                comp.widened = widened
                 return comp.compile()
 
             try:
