@@ -4,7 +4,8 @@ general plugins (pushmask's entry point) under the environment the test chose.
 
 usage: python engine_run.py MODEL_DIR SPEC_JSON
 SPEC_JSON: {"requests": [{"json"|"regex"|"choice"|"grammar": ...}], "seed": int, "max_tokens": int,
-            "disable_any_whitespace": bool}
+            "disable_any_whitespace": bool, "speculative": {vLLM speculative_config} (optional),
+            "prompts": [str] (optional)}
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
+    extra = {"speculative_config": spec["speculative"]} if spec.get("speculative") else {}
     llm = LLM(
         model=model_dir,
         load_format="dummy",
@@ -30,6 +32,7 @@ def main() -> None:
             "backend": "xgrammar",
             "disable_any_whitespace": spec.get("disable_any_whitespace", False),
         },
+        **extra,
     )
     params = [
         SamplingParams(
@@ -40,7 +43,7 @@ def main() -> None:
         )
         for i, request in enumerate(spec["requests"])
     ]
-    prompts = [f"Answer {i}:" for i in range(len(params))]
+    prompts = spec.get("prompts") or [f"Answer {i}:" for i in range(len(params))]
     outputs = llm.generate(prompts, params)
     manager = llm.llm_engine.engine_core.engine_core.scheduler.structured_output_manager
     backend = manager.backend
