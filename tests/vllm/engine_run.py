@@ -20,6 +20,7 @@ def main() -> None:
     from vllm.sampling_params import StructuredOutputsParams
 
     extra = {"speculative_config": spec["speculative"]} if spec.get("speculative") else {}
+    drafts = _count_planned_drafts() if spec.get("speculative") else None
     llm = LLM(
         model=model_dir,
         load_format="dummy",
@@ -55,7 +56,37 @@ def main() -> None:
             for o in outputs
         ],
     }
+    if drafts is not None:
+        result["drafts"] = drafts
     print("ENGINE_RESULT " + json.dumps(result), flush=True)
+
+
+def _count_planned_drafts() -> dict:
+    """Count the draft tokens pushmask planned masks for in one call (the engine runs in this
+    process: VLLM_ENABLE_V1_MULTIPROCESSING=0), and the planned rows vLLM's walk then used."""
+    counts = {"calls": 0, "tokens": 0, "rows_used": 0}
+    try:
+        import pushmask.integrations.vllm as pmv
+        import pushmask.integrations.vllm_drafts as drafts
+    except ImportError:
+        return counts
+    plan = drafts.plan_drafts
+
+    def counting_plan(*args):
+        planned = plan(*args)
+        counts["calls"] += bool(planned)
+        counts["tokens"] += sum(len(g.drafts.tokens) for g in planned)
+        return planned
+
+    copy_row = pmv._copy_row
+
+    def counting_copy(*args):
+        counts["rows_used"] += 1
+        copy_row(*args)
+
+    drafts.plan_drafts = counting_plan
+    pmv._copy_row = counting_copy
+    return counts
 
 
 if __name__ == "__main__":
