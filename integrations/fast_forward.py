@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..masks.vocab import TokenizerInfo
 
-__all__ = ["canonical_fast_forward", "DEFAULT_MAX_BACK"]
+__all__ = ["canonical_fast_forward", "bare_encode", "DEFAULT_MAX_BACK"]
 
 DEFAULT_MAX_BACK = 4
 """Generated tokens that may be re-tokenized together with forced text."""
@@ -39,17 +39,43 @@ def canonical_fast_forward(tokenizer, info: TokenizerInfo, generated: Sequence[i
             tail_text = tail_bytes.decode("utf-8")
         except UnicodeDecodeError:
             continue  # the window cuts a character: try a shorter one
-        encoded = _encode(tokenizer, tail_text + forced)
-        if b"".join(vocab[t] if 0 <= t < len(vocab) else b"\0" for t in encoded) != tail_bytes + target_forced:
-            continue  # the tokenizer normalizes this text: not an exact re-encoding
+        encoded = bare_encode(tokenizer, info, tail_text + forced)
+        if encoded is None:
+            continue  # the tokenizer normalizes this text: no exact re-encoding
         same = 0
         while same < min(len(tail), len(encoded)) and tail[same] == encoded[same]:
             same += 1
         if same == len(encoded) or window - same > max_back:
             continue
         return window - same, encoded[same:]
-    return 0, _encode(tokenizer, forced)
+    return 0, bare_encode(tokenizer, info, forced) or _encode(tokenizer, forced)
 
 
 def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+SENTINEL = "\n"
+"""Put before text that a tokenizer would otherwise start with its prefix space (SentencePiece
+tokenizers such as Mistral's and Llama 2's write "ab" as " ab" at the start of a text)."""
+
+
+def bare_encode(tokenizer, info: TokenizerInfo, text: str) -> list[int] | None:
+    """The tokenizer's tokens for `text` as it splits it inside a longer text: tokens whose bytes
+    are exactly text's; None when neither a plain encode nor one after a sentinel line break
+    (dropped with the tokens that spell it) gives them."""
+    vocab = info.decoded_vocab
+    target = text.encode("utf-8")
+    spell = lambda ids: b"".join(vocab[t] if 0 <= t < len(vocab) else b"\0" for t in ids)  # noqa: E731
+    encoded = _encode(tokenizer, text)
+    if spell(encoded) == target:
+        return encoded
+    encoded = _encode(tokenizer, SENTINEL + text)
+    head = b""
+    for k, t in enumerate(encoded):
+        if head.strip(b" ") == SENTINEL.encode() and spell(encoded[k:]) == target:
+            return encoded[k:]
+        if len(head) > 4:
+            break
+        head += vocab[t] if 0 <= t < len(vocab) else b"\0"
+    return None
