@@ -51,6 +51,8 @@ class Generation:
     num_tokens: tokens generated, forced ones included; num_forced: how many were jump-forwarded.
     token_ids: the generated token ids (stop token included); forced: per token, whether it was
         appended by jump-forward rather than chosen by the model.
+    healed_prefix: with token_healing, the text of the prompt token removed: `text` starts with
+        it, and the grammar's text (what `value` parses) follows it.
     """
 
     text: str
@@ -60,6 +62,7 @@ class Generation:
     num_forced: int = 0
     token_ids: list = field(default_factory=list)
     forced: list = field(default_factory=list)
+    healed_prefix: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -320,7 +323,10 @@ def generate(
     pad = _pad_id(model, tokenizer, eos)
 
     processor = GrammarLogitsProcessor(compiled, eos_token_id=eos,
-                                       max_new_tokens=max_new_tokens if finish_within_budget else None)
+                                       max_new_tokens=max_new_tokens if finish_within_budget else None,
+                                       token_healing=token_healing)
+    if token_healing:
+        input_ids = processor.heal_prompt(input_ids)
     processor.start(input_ids)
     prompt_len = input_ids.shape[1]
     sink = TextSink(info, stream) if stream is not None else None
@@ -336,7 +342,7 @@ def generate(
         matcher = processor.sync(ids, new_call=False)[0]
         if budget <= 0 or matcher.is_terminated() or processor.row_rejected(0):
             break
-        if jump_forward:
+        if jump_forward and not (token_healing and generated == 0):  # the first token heals first
             text = matcher.find_jump_forward_string()
             back, forced = _forced_tokens(tokenizer, processor, ids, prompt_len, text, budget, canonical)
             if forced:
@@ -382,13 +388,14 @@ def generate(
     complete = matcher.is_terminated() or (not processor.row_rejected(0) and matcher.can_end())
     body = [t for t in slot_tokens if t not in set(eos)]
     text = info.decode_tokens(body).decode("utf-8", errors="replace")
+    healed = processor.healed_bytes(0).decode("utf-8", errors="replace")
     value = None
     if complete and schema is not None:
-        value = json.loads(text)
+        value = json.loads(text[len(healed):])
     token_ids = ids[0, prompt_len:].tolist()
     return Generation(text=text, value=value, complete=complete, num_tokens=len(token_ids),
                       num_forced=len(forced_at), token_ids=token_ids,
-                      forced=[i in forced_at for i in range(len(token_ids))])
+                      forced=[i in forced_at for i in range(len(token_ids))], healed_prefix=healed)
 
 
 def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, prompt_len: int, forced: str, budget: int,
