@@ -115,3 +115,18 @@ def test_back_off_keeps_the_model_conditioned_on_the_text(model, tok):
         plain = pm.generate(model, tok, prompt, compiled_grammar=compiled, max_new_tokens=40, canonical=False)
         backed += plain.token_ids != result.token_ids
     assert backed  # canonical fast-forward re-tokenized somewhere
+
+
+def test_assisted_decoding_in_generate_is_lossless(model, tok):
+    """pushmask.generate with transformers' prompt-lookup assisted decoding (candidates drafted
+    from the context, checked by the model in one forward pass; the processor masks each draft
+    position and follows the rejected ones back): greedy outputs equal greedy without it."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                                               "tags": {"type": "array", "items": {"enum": ["red", "green"]},
+                                                        "maxItems": 4}},
+              "required": ["name", "tags"], "additionalProperties": False}
+    prompt = 'Like {"name": "red green", "tags": ["red", "green", "red"]} give one:'
+    plain = pm.generate(model, tok, prompt, schema=schema, max_new_tokens=64)
+    assisted = pm.generate(model, tok, prompt, schema=schema, max_new_tokens=64, prompt_lookup_num_tokens=3)
+    assert plain.complete and assisted.complete
+    assert assisted.token_ids == plain.token_ids and assisted.value == plain.value
