@@ -129,6 +129,7 @@ def test_speculative_decoding_outputs_satisfy_their_constraints(speculative_run)
     assert result["backend"] == "pushmask.integrations.vllm.PushmaskBackend"
     assert "SpeculativeConfig(method='ngram'" in log
     drafts = result["drafts"]
+    print("planned draft masks:", drafts, "output tokens:", [len(o["token_ids"]) for o in result["outputs"]])
     assert drafts["tokens"] > 0 and drafts["rows_used"] > 0, drafts
     outputs = result["outputs"]
     assert len(outputs) == len(REQUESTS)
