@@ -293,7 +293,8 @@ def generate(
         options = dict(schema=schema, grammar=grammar, regex=regex, compiled_grammar=compiled_grammar,
                        grammar_format=grammar_format, json_options=json_options, max_new_tokens=max_new_tokens,
                        chat_template=chat_template, jump_forward=jump_forward, min_jump_chars=min_jump_chars,
-                       canonical=canonical, token_healing=token_healing, finish_within_budget=finish_within_budget, **generate_kwargs)
+                       canonical=canonical, token_healing=token_healing, finish_within_budget=finish_within_budget,
+                       **generate_kwargs)
         return GenerationStream(lambda sink: generate(model, tokenizer, prompt_or_messages, stream=sink, **options),
                                 schema=None if schema is None else _schema_object(schema))
     import torch
@@ -387,15 +388,16 @@ def generate(
     matcher = processor.matchers()[0]
     complete = matcher.is_terminated() or (not processor.row_rejected(0) and matcher.can_end())
     body = [t for t in slot_tokens if t not in set(eos)]
-    text = info.decode_tokens(body).decode("utf-8", errors="replace")
-    healed = processor.healed_bytes(0).decode("utf-8", errors="replace")
+    data, healed = info.decode_tokens(body), processor.healed_bytes(0)
+    text = data.decode("utf-8", errors="replace")
     value = None
     if complete and schema is not None:
-        value = json.loads(text[len(healed):])
+        value = json.loads(data[len(healed):])
     token_ids = ids[0, prompt_len:].tolist()
     return Generation(text=text, value=value, complete=complete, num_tokens=len(token_ids),
                       num_forced=len(forced_at), token_ids=token_ids,
-                      forced=[i in forced_at for i in range(len(token_ids))], healed_prefix=healed)
+                      forced=[i in forced_at for i in range(len(token_ids))],
+                      healed_prefix=healed.decode("utf-8", errors="replace"))
 
 
 def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, prompt_len: int, forced: str, budget: int,

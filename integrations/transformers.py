@@ -227,9 +227,11 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         rows = ids.shape[0]
         self._slots = [self._new_slot(self._grammar_index(r, rows)) for r in range(rows)]
         heal, self._heal_next = self._heal_next, None
-        if heal is not None and len(heal) == rows:
-            for slot, removed in zip(self._slots, heal):
-                slot.heal = removed
+        if heal is not None:  # rows b * n ... b * n + n - 1 come from prompt b (num_return_sequences, beams)
+            if rows % len(heal):
+                raise ValueError(f"{rows} rows cannot come from the {len(heal)} healed prompts")
+            for r, slot in enumerate(self._slots):
+                slot.heal = heal[r // (rows // len(heal))]
         self._prompt = ids.copy()
         self._max_len = ids.shape[1]
 

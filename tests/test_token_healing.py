@@ -126,3 +126,21 @@ def test_heal_prompt_needs_the_flag_and_text(tok):
         pm.hf.GrammarLogitsProcessor(compiled).heal_prompt(torch.tensor([[1, 2, 3]]))
     with pytest.raises(ValueError, match="spells no text"):
         pm.hf.GrammarLogitsProcessor(compiled, token_healing=True).heal_prompt(torch.tensor([[5, 6, 2]]))
+
+
+def test_healing_follows_num_return_sequences(model, tok):
+    """Rows b * n ... b * n + n - 1 come from prompt b: each heals with its prompt's bytes."""
+    compiled = grammar_compiler("smollm2").compile_json_schema(PERSON)
+    eos = tok.eos_token_id
+    processor = pm.hf.GrammarLogitsProcessor(compiled, eos_token_id=eos, max_new_tokens=40, token_healing=True)
+    batch = tok(["Person: {", "A person: "], return_tensors="pt", padding=True, padding_side="left")
+    healed = processor.heal_prompt(batch["input_ids"])
+    out = model.generate(input_ids=healed, attention_mask=batch["attention_mask"][:, :-1], logits_processor=[processor],
+                         max_new_tokens=40, do_sample=True, num_return_sequences=2, pad_token_id=eos, eos_token_id=eos)
+    vocab = compiled.tokenizer_info.decoded_vocab
+    for row in range(4):
+        removed = vocab[int(batch["input_ids"][row // 2, -1])]
+        assert processor.healed_bytes(row) == removed
+        data = compiled.tokenizer_info.decode_tokens([t for t in out[row, healed.shape[1]:].tolist() if t != eos])
+        assert data.startswith(removed)
+        jsonschema.validate(json.loads(data[len(removed):]), PERSON)
