@@ -23,6 +23,7 @@ from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.vocab import TokenizerInfo
 from ..samplers.kv_cache import kv_cache_name
+from .fast_forward import canonical_fast_forward
 from .transformers import GrammarLogitsProcessor, JumpForwardStoppingCriteria
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class Generation:
     num_tokens: tokens generated, forced ones included; num_forced: how many were jump-forwarded.
     token_ids: the generated token ids (stop token included); forced: per token, whether it was
         appended by jump-forward rather than chosen by the model.
+    healed_prefix: with token_healing, the text of the prompt token removed: `text` starts with
+        it, and the grammar's text (what `value` parses) follows it.
     """
 
     text: str
@@ -61,6 +64,7 @@ class Generation:
     num_forced: int = 0
     token_ids: list = field(default_factory=list)
     forced: list = field(default_factory=list)
+    healed_prefix: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -179,6 +183,11 @@ class TextSink:
                 self.data += self.info.decoded_vocab[t]
         self._flush(final=False)
 
+    def put_bytes(self, data: bytes) -> None:
+        """New text given as bytes (forced text whose tokens re-spell some already put)."""
+        self.data += data
+        self._flush(final=False)
+
     def _flush(self, final: bool) -> None:
         pending = bytes(self.data[self.emitted :])
         if not pending:
@@ -241,6 +250,8 @@ def generate(
     chat_template: bool | None = None,
     jump_forward: bool = True,
     min_jump_chars: int = 3,
+    canonical: bool = True,
+    token_healing: bool = False,
     stream: Callable[[str], None] | bool | None = None,
     finish_within_budget: bool = True,
     **generate_kwargs,
@@ -258,6 +269,12 @@ def generate(
         indented layout).
     jump_forward: append text the grammar forces (at least min_jump_chars characters) without
         decoding it token by token.
+    canonical: append forced text as the tokenizer's own tokens for the text so far: the last
+        few generated tokens (at most fast_forward.DEFAULT_MAX_BACK) are re-tokenized together
+        with it (integrations/fast_forward.py); False encodes the forced piece alone.
+    token_healing: back up the prompt's last token and make the first generated token start
+        with its text (a prompt ending in a space or half a word then continues as the tokenizer
+        would have split it); the output text then starts with those bytes.
     stream: called with each new piece of text as it is generated; or True: return a
         GenerationStream at once, an iterator of StreamEvents (text pieces and, for a schema,
         the value so far with its closed members, top-level ones checked as they close; see
@@ -277,7 +294,8 @@ def generate(
         options = dict(schema=schema, grammar=grammar, regex=regex, compiled_grammar=compiled_grammar,
                        grammar_format=grammar_format, json_options=json_options, max_new_tokens=max_new_tokens,
                        chat_template=chat_template, jump_forward=jump_forward, min_jump_chars=min_jump_chars,
-                       finish_within_budget=finish_within_budget, **generate_kwargs)
+                       canonical=canonical, token_healing=token_healing, finish_within_budget=finish_within_budget,
+                       **generate_kwargs)
         return GenerationStream(lambda sink: generate(model, tokenizer, prompt_or_messages, stream=sink, **options),
                                 schema=None if schema is None else _schema_object(schema))
     import torch
@@ -307,7 +325,10 @@ def generate(
     pad = _pad_id(model, tokenizer, eos)
 
     processor = GrammarLogitsProcessor(compiled, eos_token_id=eos,
-                                       max_new_tokens=max_new_tokens if finish_within_budget else None)
+                                       max_new_tokens=max_new_tokens if finish_within_budget else None,
+                                       token_healing=token_healing)
+    if token_healing:
+        input_ids = processor.heal_prompt(input_ids)
     processor.start(input_ids)
     prompt_len = input_ids.shape[1]
     sink = TextSink(info, stream) if stream is not None else None
@@ -323,13 +344,19 @@ def generate(
         matcher = processor.sync(ids, new_call=False)[0]
         if budget <= 0 or matcher.is_terminated() or processor.row_rejected(0):
             break
-        if jump_forward:
-            forced = _forced_tokens(tokenizer, processor, ids, matcher.find_jump_forward_string(), budget)
+        if jump_forward and not (token_healing and generated == 0):  # the first token heals first
+            text = matcher.find_jump_forward_string()
+            back, forced = _forced_tokens(tokenizer, processor, ids, prompt_len, text, budget, canonical)
             if forced:
+                if back:  # re-tokenized with the forced text: those tokens are replaced
+                    ids = ids[:, : ids.shape[1] - back]
+                    cache = _crop_cache(cache, ids.shape[1])
+                    generated -= back
+                    forced_at = {p for p in forced_at if p < generated}
                 forced_at.update(range(generated, generated + len(forced)))
                 ids = torch.cat([ids, torch.tensor([forced], dtype=ids.dtype, device=device)], dim=1)
                 if sink is not None:
-                    sink.put_tokens(forced)
+                    sink.put_bytes(text.encode("utf-8"))
                 continue
         if streamer is not None:
             streamer.begin_call()
@@ -362,33 +389,55 @@ def generate(
     matcher = processor.matchers()[0]
     complete = matcher.is_terminated() or (not processor.row_rejected(0) and matcher.can_end())
     body = [t for t in slot_tokens if t not in set(eos)]
-    text = info.decode_tokens(body).decode("utf-8", errors="replace")
+    data, healed = info.decode_tokens(body), processor.healed_bytes(0)
+    text = data.decode("utf-8", errors="replace")
     value = None
     if complete and schema is not None:
-        value = json.loads(text)
+        value = json.loads(data[len(healed):])
     token_ids = ids[0, prompt_len:].tolist()
     return Generation(text=text, value=value, complete=complete, num_tokens=len(token_ids),
                       num_forced=len(forced_at), token_ids=token_ids,
-                      forced=[i in forced_at for i in range(len(token_ids))])
+                      forced=[i in forced_at for i in range(len(token_ids))],
+                      healed_prefix=healed.decode("utf-8", errors="replace"))
 
 
-def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, forced: str, budget: int) -> list[int]:
-    """Tokens for the forced text, checked against the grammar (empty when not worth it or not
-    accepted, e.g. text that the tokenizer turns into a special token)."""
+def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, prompt_len: int, forced: str, budget: int,
+                   canonical: bool) -> tuple[int, list[int]]:
+    """(back, tokens) for the forced text: drop the last `back` generated tokens and append
+    `tokens` (canonical: the tokenizer's tokens for the text so far, see fast_forward.py; else
+    the forced piece encoded alone), checked against the grammar; (0, []) when not worth it or
+    not accepted (e.g. text that the tokenizer turns into a special token)."""
     if not forced:
-        return []
-    tokens = tokenizer.encode(forced, add_special_tokens=False)[:budget]
-    if not tokens:
-        return []
+        return 0, []
+    tries = []
+    if canonical:
+        tries.append(canonical_fast_forward(tokenizer, processor.tokenizer_info, ids[0, prompt_len:].tolist(), forced))
+    tries.append((0, tokenizer.encode(forced, add_special_tokens=False)[:budget]))
     import torch
 
-    trial = torch.cat([ids, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
-    matcher = processor.sync(trial, new_call=False)[0]
-    ok = not processor.row_rejected(0) and processor.generated_tokens(0)[-len(tokens):] == tokens
-    if ok and matcher.remaining_tokens is not None:  # the tokenizer's split must leave room to finish
-        ok = matcher.min_tokens_to_finish() <= matcher.remaining_tokens
-    processor.sync(ids, new_call=False)  # back; the caller appends them if ok
-    return tokens if ok else []
+    for back, tokens in tries:
+        if not tokens or len(tokens) - back > budget:
+            continue
+        kept = ids[:, : ids.shape[1] - back]
+        trial = torch.cat([kept, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
+        matcher = processor.sync(trial, new_call=False)[0]
+        ok = not processor.row_rejected(0) and processor.generated_tokens(0)[-len(tokens):] == tokens
+        if ok and matcher.remaining_tokens is not None:  # the tokenizer's split must leave room to finish
+            ok = matcher.min_tokens_to_finish() <= matcher.remaining_tokens
+        processor.sync(ids, new_call=False)  # back; the caller appends them if ok
+        if ok:
+            return back, tokens
+    return 0, []
+
+
+def _crop_cache(cache, length: int):
+    """The KV cache cut to its first `length` positions (None, to recompute, when it can't be cut)."""
+    if cache is None or not hasattr(cache, "get_seq_length") or not hasattr(cache, "crop"):
+        return None
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)  # a negative count removes that many positions (every transformers version)
+    return cache
 
 
 def _model_device(model):

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..masks.bitmask import apply_token_bitmask_inplace
 from ..masks.compiler import CompiledGrammar
+from ..masks.healing import accept_healing_token, fill_healing_mask
 from ..masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 
 try:  # subclass the real base class when transformers is installed (isinstance checks, docs)
@@ -52,6 +53,8 @@ class _Slot:
     # the scores, or in beam search's -inf fillers): the row may then only stop.
     dead: bool = False
     rejected: int = -1  # the token that made it dead
+    heal: bytes = b""  # token healing: the prompt bytes the first token must start with
+    heal_steps: int = 0  # matcher steps the first token took (0 when it spelled just `heal`)
 
     def common_prefix(self, tokens: np.ndarray) -> int:
         n = min(len(self.fed), len(tokens))
@@ -64,7 +67,10 @@ class _Slot:
         """Make the matcher's state the one reached after `tokens` (the row's generated tokens)."""
         keep = self.common_prefix(tokens)
         if keep < len(self.fed):
-            self.matcher.rollback(len(self.fed) - keep)
+            steps = len(self.fed) - keep
+            if keep == 0 and self.heal:
+                steps += self.heal_steps - 1
+            self.matcher.rollback(steps)
             del self.fed[keep:]
         # `dead` describes the token right after `fed`; recheck it whenever that token changed.
         if self.dead and (len(tokens) <= keep or int(tokens[keep]) != self.rejected):
@@ -75,13 +81,21 @@ class _Slot:
         for token in tokens[keep:].tolist():
             if self.matcher.is_terminated():
                 return  # tokens after the stop token are padding
+            if self.heal and not self.fed:
+                steps = accept_healing_token(self.matcher, self.heal, token)
+                if steps is None:
+                    self.dead, self.rejected = True, token
+                    return
+                self.heal_steps = steps
+                self.fed.append(token)
+                continue
             if not (0 <= token < vocab_size and self.matcher.accept_token(token)):
                 self.dead, self.rejected = True, token
                 return
             self.fed.append(token)
 
     def key(self) -> tuple:
-        return (self.grammar_index, self.dead, tuple(self.fed))
+        return (self.grammar_index, self.dead, self.heal, tuple(self.fed))
 
 
 class GrammarLogitsProcessor(_LogitsProcessorBase):
@@ -99,6 +113,9 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             must then be able to end inside its grammar within that many tokens, and masks close
             arrays, strings and objects in time (GrammarMatcher's max_tokens).  Raises
             BudgetTooSmallError here when a grammar needs more.
+        token_healing: allow `heal_prompt`, which removes each prompt's last token; the first
+            generated token must then start with its bytes (masks/healing.py), and the grammar
+            applies to the text after them.
 
     The processor may be reused across `generate` calls. A new call is detected when the batch
     size changes, when a row no longer starts with the prompt seen at the previous call's start,
@@ -114,6 +131,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         eos_token_id: int | Iterable[int] | None = None,
         pad_token_id: int | None = None,
         max_new_tokens: int | None = None,
+        token_healing: bool = False,
     ):
         if isinstance(compiled_grammars, CompiledGrammar):
             grammars = [compiled_grammars]
@@ -146,6 +164,8 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         self.stop_token_ids = tuple(stops)
         self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
         self.max_new_tokens = max_new_tokens
+        self.token_healing = token_healing
+        self._heal_next: list[bytes] | None = None  # heal_prompt's removed bytes, for the next start
         self._words = (self.vocab_size + 31) // 32
         self._free: list[_Slot] = []  # matchers not assigned to a row, reused before new ones
         if max_new_tokens is not None:  # a budget too small for a grammar fails here, not mid-generation
@@ -168,14 +188,18 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         slot.matcher.reset()
         slot.fed.clear()
         slot.dead = False
+        slot.heal, slot.heal_steps = b"", 0
         self._free.append(slot)
 
     def _new_slot(self, grammar_index: int) -> _Slot:
         for i, slot in enumerate(self._free):
             if slot.grammar_index == grammar_index:
                 return self._free.pop(i)
+        budget = self.max_new_tokens
+        if budget is not None and self.token_healing:
+            budget -= 1  # the first token may re-spell the removed prompt bytes only
         matcher = GrammarMatcher(self.grammars[grammar_index], override_stop_tokens=self.stop_token_ids,
-                                 max_tokens=self.max_new_tokens)
+                                 max_tokens=budget)
         return _Slot(grammar_index, matcher)
 
     def _is_new_call(self, ids: np.ndarray) -> bool:
@@ -204,9 +228,38 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             self._release(slot)
         rows = ids.shape[0]
         self._slots = [self._new_slot(self._grammar_index(r, rows)) for r in range(rows)]
+        heal, self._heal_next = self._heal_next, None
+        if heal is not None:  # rows b * n ... b * n + n - 1 come from prompt b (num_return_sequences, beams)
+            if rows % len(heal):
+                raise ValueError(f"{rows} rows cannot come from the {len(heal)} healed prompts")
+            for r, slot in enumerate(self._slots):
+                slot.heal = heal[r // (rows // len(heal))]
         self._prompt = ids.copy()
         self._max_len = ids.shape[1]
         self._budget_checked = self.max_new_tokens is None
+
+    def heal_prompt(self, input_ids):
+        """Token healing: input_ids without each row's last token (which must spell text), to
+        pass to `generate`; the next generation's first token in each row must start with the
+        removed bytes (see `healed_bytes`).  Needs token_healing=True."""
+        if not self.token_healing:
+            raise ValueError("construct the processor with token_healing=True to heal prompts")
+        ids = _as_numpy_ids(input_ids)
+        if ids.shape[1] < 2:
+            raise ValueError("token healing needs a prompt of at least two tokens")
+        vocab = self.tokenizer_info.decoded_vocab
+        removed = []
+        for row, token in enumerate(ids[:, -1].tolist()):
+            spelled = vocab[token] if 0 <= token < self.vocab_size and token not in self.stop_token_ids else b""
+            if not spelled:
+                raise ValueError(f"row {row}: the prompt's last token {token} spells no text; nothing to heal")
+            removed.append(spelled)
+        self._heal_next = removed
+        return input_ids[:, :-1]
+
+    def healed_bytes(self, row: int = 0) -> bytes:
+        """The prompt bytes row's output starts with (empty without token healing)."""
+        return self._slots[row].heal
 
     # -- syncing rows to their tokens --------------------------------------------------------
 
@@ -271,6 +324,8 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             if slot.dead:
                 bitmask[r] = 0
                 _set_bits(bitmask[r], self.stop_token_ids)
+            elif slot.heal and not slot.fed:  # the first token re-covers the removed prompt bytes
+                fill_healing_mask(slot.matcher, slot.heal, bitmask[r])
             else:
                 live.append(r)
             if key is not None:

@@ -43,6 +43,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 try:
     import vllm
     from vllm.v1.structured_output.backend_types import (
@@ -336,6 +338,9 @@ class PushmaskGrammar(StructuredOutputGrammar):
         self.num_processed_tokens = 0
         self._is_terminated = False
         self._lock = threading.RLock()
+        # This step's draft masks, planned in one call (vllm_drafts.py); None outside it.
+        self.drafts = None
+        self.draft_rows = None
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         """Advance over `tokens`.  True when all were accepted (tokens after the one that
@@ -367,7 +372,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
 
     def fill_bitmask(self, bitmask: "torch.Tensor", batch_index: int) -> None:
         with self._lock:
-            self.matcher.fill_next_token_bitmask(bitmask, batch_index)
+            node = self.drafts.node_at() if self.drafts is not None else None
+            if node is not None:  # the matcher stands at a planned draft state: its row is ready
+                _copy_row(bitmask, batch_index, self.draft_rows[self.drafts.row(node)])
+            else:
+                self.matcher.fill_next_token_bitmask(bitmask, batch_index)
             if self.text_stop_tokens and not self.matcher.can_end():
                 row = bitmask[batch_index]
                 for token in self.text_stop_tokens:
@@ -397,6 +406,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
         than the matcher's window (max_rollback_tokens: what speculative decoding rolls back)."""
         if len(tokens) == 1:  # accept_token refuses without a change: one advance, nothing to undo
             token = int(tokens[0])
+            node = self.drafts.node_at() if self.drafts is not None else None
+            child = self.drafts.child(node, token) if node is not None else None
+            if child is not None:  # a planned draft token: take the state computed for its mask
+                self.drafts.accept(child)
+                return 1
             return 1 if 0 <= token < self.matcher.vocab_size and self.matcher.accept_token(token) else None
         valid = self._valid_prefix(tokens)
         ends = bool(valid) and int(valid[-1]) in self.matcher.stop_token_ids
@@ -406,6 +420,16 @@ class PushmaskGrammar(StructuredOutputGrammar):
             if not self.matcher.accept_token(token):
                 raise RuntimeError(f"token {token} passed validate_tokens but accept_token refused it")
         return len(valid)
+
+
+def _copy_row(bitmask, index: int, words) -> None:
+    """Write a numpy row of words into row `index` of a torch or numpy bitmask."""
+    if isinstance(bitmask, np.ndarray):
+        bitmask[index, : len(words)] = words
+    else:
+        import torch
+
+        bitmask[index, : len(words)].copy_(torch.from_numpy(words))
 
 
 def _clear_bit(row, token: int) -> None:
@@ -552,6 +576,9 @@ def register() -> None:
     so.XgrammarBackend = PushmaskBackend
     bx.XgrammarBackend = PushmaskBackend
     bx.validate_xgrammar_grammar = validate_pushmask_request
+    from .vllm_drafts import install_draft_masks
+
+    install_draft_masks(so.StructuredOutputManager)  # speculative masks planned in one call
     _registered = True
     # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
     # override of a backend name should be visible in every process's log.

@@ -4,7 +4,8 @@ general plugins (pushmask's entry point) under the environment the test chose.
 
 usage: python engine_run.py MODEL_DIR SPEC_JSON
 SPEC_JSON: {"requests": [{"json"|"regex"|"choice"|"grammar": ...}], "seed": int, "max_tokens": int,
-            "disable_any_whitespace": bool}
+            "disable_any_whitespace": bool, "speculative": {vLLM speculative_config} (optional),
+            "prompts": [str] (optional)}
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
+    extra = {"speculative_config": spec["speculative"]} if spec.get("speculative") else {}
+    drafts = _count_planned_drafts() if spec.get("speculative") else None
     llm = LLM(
         model=model_dir,
         load_format="dummy",
@@ -30,6 +33,7 @@ def main() -> None:
             "backend": "xgrammar",
             "disable_any_whitespace": spec.get("disable_any_whitespace", False),
         },
+        **extra,
     )
     params = [
         SamplingParams(
@@ -40,7 +44,7 @@ def main() -> None:
         )
         for i, request in enumerate(spec["requests"])
     ]
-    prompts = [f"Answer {i}:" for i in range(len(params))]
+    prompts = spec.get("prompts") or [f"Answer {i}:" for i in range(len(params))]
     outputs = llm.generate(prompts, params)
     manager = llm.llm_engine.engine_core.engine_core.scheduler.structured_output_manager
     backend = manager.backend
@@ -52,7 +56,37 @@ def main() -> None:
             for o in outputs
         ],
     }
+    if drafts is not None:
+        result["drafts"] = drafts
     print("ENGINE_RESULT " + json.dumps(result), flush=True)
+
+
+def _count_planned_drafts() -> dict:
+    """Count the draft tokens pushmask planned masks for in one call (the engine runs in this
+    process: VLLM_ENABLE_V1_MULTIPROCESSING=0), and the planned rows vLLM's walk then used."""
+    counts = {"calls": 0, "tokens": 0, "rows_used": 0}
+    try:
+        import pushmask.integrations.vllm as pmv
+        import pushmask.integrations.vllm_drafts as drafts
+    except ImportError:
+        return counts
+    plan = drafts.plan_drafts
+
+    def counting_plan(*args):
+        planned = plan(*args)
+        counts["calls"] += bool(planned)
+        counts["tokens"] += sum(len(g.drafts.tokens) for g in planned)
+        return planned
+
+    copy_row = pmv._copy_row
+
+    def counting_copy(*args):
+        counts["rows_used"] += 1
+        copy_row(*args)
+
+    drafts.plan_drafts = counting_plan
+    pmv._copy_row = counting_copy
+    return counts
 
 
 if __name__ == "__main__":

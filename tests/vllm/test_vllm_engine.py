@@ -102,3 +102,41 @@ def test_without_the_flag_vllm_keeps_xgrammar(tiny_model):
     assert result["backend"].endswith("XgrammarBackend")
     out = result["outputs"][0]
     assert out["finish_reason"] == "stop" and re.fullmatch(REGEX, out["text"])
+
+
+# n-gram drafting proposes tokens seen earlier in the context; prompts that repeat JSON-like text
+# give it drafts to propose.  Every output must still satisfy its constraint.
+SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+SPECULATIVE_PROMPTS = [
+    'Person: {"name": "Ann", "age": 7, "color": "red", "ok": true} {"name": "Bo", "age": 7, "color": "red", "ok":',
+    "Numbers: 7 14 21 28 35 42 49 7 14 21",
+    "Codes: ab-12 ab-12 ab-12 ab-1",
+    'Answers: yes no maybe "so" yes no',
+]
+
+
+@pytest.fixture(scope="module")
+def speculative_run(tiny_model):
+    spec = {"requests": REQUESTS, "seed": 5, "max_tokens": 160, "speculative": SPECULATIVE,
+            "prompts": SPECULATIVE_PROMPTS}
+    return run_engine(tiny_model, spec, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1")
+
+
+def test_speculative_decoding_outputs_satisfy_their_constraints(speculative_run):
+    """A real engine with n-gram speculative decoding: pushmask planned draft masks in one call
+    (and vLLM's walk used the planned rows), and every output satisfies its constraint."""
+    result, log = speculative_run
+    assert result["backend"] == "pushmask.integrations.vllm.PushmaskBackend"
+    assert "SpeculativeConfig(method='ngram'" in log
+    drafts = result["drafts"]
+    print("planned draft masks:", drafts, "output tokens:", [len(o["token_ids"]) for o in result["outputs"]])
+    assert drafts["tokens"] > 0 and drafts["rows_used"] > 0, drafts
+    outputs = result["outputs"]
+    assert len(outputs) == len(REQUESTS)
+    for out in outputs:
+        assert out["finish_reason"] == "stop", out
+    person, number, regex, choice = (o["text"] for o in outputs)
+    jsonschema.validate(json.loads(person), PERSON)
+    jsonschema.validate(json.loads(number), MULTIPLE_OF_7)
+    assert re.fullmatch(REGEX, regex)
+    assert choice in CHOICES

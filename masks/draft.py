@@ -1,0 +1,163 @@
+"""Masks along draft tokens (speculative decoding) in one call, the matcher left where it was.
+
+A draft is a chain or a tree of proposed tokens: node i holds tokens[i] and hangs under
+parents[i] (-1: the matcher's current state; otherwise an earlier node, parents[i] < i).  The
+verifier needs the mask before every draft token and after every leaf (the bonus token), which
+step by step costs an accept, a fill and a rollback per node.  Here every node's state is
+computed once from its parent's (the grammar advance of one token), then the masks of all states,
+of all requests of a batch, are filled by one batch fill (masks/matcher.py's
+batch_fill_next_token_bitmask, one numba call over every row).
+
+Rows: a draft of n nodes takes n + 1 bitmask rows from its first row: the root (the mask before
+the first tokens), then one per node, the mask after it.  For a chain that is vLLM's layout: the
+mask before each draft token, then the bonus token's.  A node whose token the grammar refuses
+(or that hangs under a refused node, or follows a stop token) stops its branch: its row repeats
+its parent's, as vLLM does for a rejected draft, and `accepted[i]` is False.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
+
+__all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks"]
+
+
+@dataclass
+class DraftMasks:
+    """The states along one draft of one matcher, and where its rows went.
+
+    tokens, parents: the draft (int64 arrays); accepted[i]: whether the grammar takes node i's
+    token after its parent's path; depth[i]: tokens from the root to node i, itself included;
+    first_row: the bitmask row of the root (node i's row is first_row + 1 + i).
+    """
+
+    matcher: GrammarMatcher
+    tokens: np.ndarray
+    parents: np.ndarray
+    accepted: np.ndarray
+    depth: np.ndarray
+    first_row: int
+    _states: list  # by node + 1 (0: the root); None for refused nodes
+
+    def row(self, node: int) -> int:
+        """The bitmask row of the state after `node` (-1: the root)."""
+        return self.first_row + 1 + node
+
+    def node_at(self, state=None) -> int | None:
+        """The node whose state the matcher (or `state`) stands at (-1: the root), else None."""
+        state = self.matcher._state if state is None else state
+        for k, s in enumerate(self._states):
+            if s is state:
+                return k - 1
+        return None
+
+    def child(self, node: int, token: int) -> int | None:
+        """The accepted child of `node` (-1: the root) with this token, else None."""
+        hits = np.flatnonzero((self.parents == node) & (self.tokens == token) & self.accepted)
+        return int(hits[0]) if len(hits) else None
+
+    def accept(self, node: int) -> None:
+        """Advance the matcher over node's token, reusing the state computed for the masks; the
+        matcher must stand at the node's parent (as after accepting the path to it)."""
+        if not self.accepted[node]:
+            raise ValueError(f"draft node {node} (token {int(self.tokens[node])}) was refused by the grammar")
+        if self.matcher._state is not self._states[int(self.parents[node]) + 1]:
+            raise ValueError(f"the matcher does not stand at draft node {node}'s parent")
+        self.matcher._push(self._states[node + 1])
+
+    def accepted_prefix(self) -> list[int]:
+        """For a chain: the tokens the grammar takes one after the other (validate_tokens)."""
+        n = 0
+        while n < len(self.tokens) and self.accepted[n] and self.parents[n] == n - 1:
+            n += 1
+        return self.tokens[:n].tolist()
+
+
+def fill_draft_bitmasks(matcher: GrammarMatcher, tokens: Sequence[int], bitmask, *, parents: Sequence[int] | None = None,
+                        first_row: int = 0) -> DraftMasks:
+    """Fill rows first_row .. first_row + len(tokens) of `bitmask` (int32 [rows, words], numpy or
+    torch) with the masks along a draft (a chain unless `parents` is given; see the module
+    docstring).  The matcher is left where it was."""
+    return batch_fill_draft_bitmasks([matcher], [tokens], bitmask, parents=None if parents is None else [parents],
+                                     first_rows=[first_row])[0]
+
+
+def batch_fill_draft_bitmasks(matchers: Sequence[GrammarMatcher], drafts: Sequence[Sequence[int]], bitmask, *,
+                              parents: Sequence[Sequence[int] | None] | None = None,
+                              first_rows: Sequence[int] | None = None) -> list[DraftMasks]:
+    """fill_draft_bitmasks for many requests in one batch fill: drafts[k] for matchers[k] (each
+    matcher once), its rows from first_rows[k] (default: one after the other from row 0, the
+    layout vLLM uses, len(drafts[k]) + 1 rows each)."""
+    if len(drafts) != len(matchers):
+        raise ValueError(f"{len(matchers)} matchers but {len(drafts)} drafts")
+    if len({id(m) for m in matchers}) != len(matchers):
+        raise ValueError("a matcher appears twice; each request needs its own matcher")
+    if parents is None:
+        parents = [None] * len(matchers)
+    if first_rows is None:
+        first_rows = np.concatenate([[0], np.cumsum([len(d) + 1 for d in drafts])[:-1]]).tolist()
+    results, views, rows = [], [], []
+    for matcher, draft, draft_parents, first in zip(matchers, drafts, parents, first_rows):
+        result = _walk(matcher, draft, draft_parents, int(first))
+        results.append(result)
+        for k, state in enumerate(result._states):
+            if state is not None:
+                views.append(_view(matcher, state, 0 if k == 0 else int(result.depth[k - 1])))
+                rows.append(result.first_row + k)
+    batch_fill_next_token_bitmask(views, bitmask, indices=rows)
+    for result in results:  # a refused node repeats its parent's row (parents come first)
+        for node in np.flatnonzero(~result.accepted).tolist():
+            bitmask[result.row(node)] = bitmask[result.row(int(result.parents[node]))]
+    return results
+
+
+def _walk(matcher: GrammarMatcher, tokens, parents, first_row: int) -> DraftMasks:
+    """Each node's state from its parent's (None where refused), without moving the matcher."""
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    n = len(tokens)
+    if parents is None:
+        parents = np.arange(-1, n - 1, dtype=np.int64)
+    else:
+        parents = np.asarray(parents, dtype=np.int64).reshape(-1)
+        if len(parents) != n:
+            raise ValueError(f"{n} draft tokens but {len(parents)} parent indices")
+        bad = np.flatnonzero((parents < -1) | (parents >= np.arange(n)))
+        if len(bad):
+            i = int(bad[0])
+            raise ValueError(f"draft node {i}: parent {int(parents[i])} must be -1 (the root) or an earlier node")
+    if first_row < 0:
+        raise ValueError(f"first_row must be >= 0, got {first_row}")
+    states: list = [matcher._state]
+    accepted = np.zeros(n, dtype=bool)
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        p = int(parents[i])
+        parent_state = states[p + 1]
+        depth[i] = 1 if p < 0 else depth[p] + 1
+        state = None
+        token = int(tokens[i])
+        # Ids past the tokenizer (a model's padded vocabulary) and tokens after a stop are refused.
+        if parent_state is not None and not parent_state.terminated and 0 <= token < matcher.vocab_size:
+            state = matcher._state_after_token(token, parent_state)
+        accepted[i] = state is not None
+        states.append(state)
+    return DraftMasks(matcher, tokens, parents, accepted, depth, first_row, states)
+
+
+def _view(matcher: GrammarMatcher, state: _MatchState, depth: int) -> GrammarMatcher:
+    """A matcher standing at `state`, `depth` tokens past `matcher` (its budget counts them),
+    sharing everything else (see GrammarMatcher.fork); only filled, never advanced."""
+    if depth == 0:
+        return matcher
+    view = copy.copy(matcher)
+    view._state = state
+    view._history = []
+    view._n_tokens = matcher._n_tokens + depth
+    view._row_cache = None
+    return view
