@@ -24,6 +24,8 @@ restricts their first character.
 
 from __future__ import annotations
 
+from collections import deque
+
 from .errors import BudgetExceededError, GrammarError
 from .codepoint_dfa import complement_chars, intersect_ranges
 from .ir import (EPSILON, MAX_CODE_POINT, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref, Repeat, Seq,
@@ -212,8 +214,9 @@ class _Product:
         self.restricted: dict[tuple[Expr, int], Expr] = {}
         self.memo: dict[tuple[Expr, int], Row] = {}
         self.atoms: dict[Expr, bool] = {}
+        self.firsts = self._first_sets()
         self.events = self._event_matrix(dfas)
-        self.skip_rows = _closure(self.events, len(guards))
+        self.skip_rows = self._skip_rows()
         self.outs = self._exit_classes()
 
     # -- names
@@ -252,55 +255,92 @@ class _Product:
                     events[g][h] = alt(events[g][h], self.restrict(Ref(token), g))
         return events
 
-    # -- which classes a rule can leave with (a fixpoint over the rules, before building bodies)
+    def _skip_rows(self) -> list[Row]:
+        """Rows of the `skip` block; each non-empty part is a rule of its own, so the rule
+        bodies that hold a gap stay small."""
+        rows = _closure(self.events, len(self.guards))
+        for g, row in enumerate(rows):
+            for h, part in row.items():
+                if part != EPSILON:
+                    name = self._name(self.grammar.root, f"__gap{g}to{h}")
+                    self.out_rules[name] = part
+                    row[h] = Ref(name)
+            row[g] = alt(EPSILON, row.get(g, NOTHING))  # no ignored token at all
+        return rows
 
-    def _exit_classes(self) -> dict[str, list[frozenset[int]]]:
-        reach = [frozenset(h for h in self.classes if self.skip_rows[g].get(h, NOTHING) != NOTHING)
-                 for g in self.classes]
-        outs: dict[str, list[frozenset[int]]] = {name: [frozenset()] * len(self.guards)
-                                                 for name in self.rules if not is_terminal_name(name)}
-        callers: dict[str, set[str]] = {}
-        for name in outs:
-            for target in ref_names(self.rules[name]):
-                callers.setdefault(target, set()).add(name)
+    # -- which classes a rule's non-empty strings can leave with (entering class g only passes
+    # through the empty string: any character clears it), a fixpoint over the rules
 
-        def exits(e: Expr, g: int) -> frozenset[int]:
+    def _exit_classes(self) -> dict[str, frozenset[int]]:
+        ending = frozenset(h for h in self.classes if any(row[h] != NOTHING for row in self.events))
+        zero = frozenset({0})
+
+        def exits(e: Expr, outs) -> frozenset[int]:
             if e == self.skip:
-                return reach[g]
-            if isinstance(e, Ref) and e.name in outs:
-                return outs[e.name][g]
-            if self.is_atom(e):
-                return frozenset({0} | ({g} if is_nullable(e, self.nullable) else set()))
-            if isinstance(e, Alt):
-                return frozenset().union(*(exits(item, g) for item in e.items))
-            if isinstance(e, Seq):
-                current = frozenset({g})
-                for item in e.items:
-                    current = frozenset().union(*(exits(item, s) for s in current))
-                return current
-            assert isinstance(e, Repeat), e
-            current = frozenset({g})
-            for _ in range(e.min):
-                current = frozenset().union(*(exits(e.item, s) for s in current))
-            seen = current
-            for _ in range(len(self.guards) if e.max is None else min(e.max - e.min, len(self.guards))):
-                current = frozenset().union(*(exits(e.item, s) for s in current))
-                seen |= current
-            return seen
+                return ending
+            if isinstance(e, Ref):
+                return outs.get(e.name, zero) if not is_terminal_name(e.name) else zero
+            if isinstance(e, (CharClass, ByteClass, Bytes, CharFsm)):
+                return zero
+            if isinstance(e, Repeat):
+                return exits(e.item, outs) if e.max != 0 else frozenset()
+            found: set[int] = set()
+            for i in reversed(range(len(e.items))) if isinstance(e, Seq) else range(len(e.items)):
+                found |= exits(e.items[i], outs)
+                if isinstance(e, Seq) and not is_nullable(e.items[i], self.nullable):
+                    break
+            return frozenset(found)
 
-        todo = list(outs)
-        queued = set(todo)
-        while todo:
-            name = todo.pop()
-            queued.discard(name)
-            new = [exits(self.rules[name], g) for g in self.classes]
-            if new != outs[name]:
-                outs[name] = new
-                for caller in callers.get(name, ()):
-                    if caller not in queued:
-                        queued.add(caller)
-                        todo.append(caller)
-        return outs
+        names = [name for name in self.rules if not is_terminal_name(name)]
+        return _fixpoint(self.rules, names, exits, frozenset())
+
+    def exits(self, rule: str, g: int) -> list[int]:
+        """The classes rule[g->h] may leave with: h."""
+        found = set(self.outs[rule])
+        if rule in self.nullable:
+            found.add(g)
+        return sorted(found)
+
+    # -- first characters: where the guard of a class cannot change a rule, no variant is needed
+
+    def _first_sets(self) -> dict[str, tuple[Ranges, bool]]:
+        """Per rule (terminals included): the code points its strings can begin with, and whether
+        some begin with a byte that starts no character (a token terminal)."""
+        return _fixpoint(self.rules, list(self.rules), self._first, ((), False))
+
+    def _first(self, e: Expr, firsts) -> tuple[Ranges, bool]:
+        if isinstance(e, Bytes):
+            cp = _first_code_point(e.value)
+            return (((cp, cp),), False) if cp is not None else ((), bool(e.value))
+        if isinstance(e, CharClass):
+            return e.ranges, False
+        if isinstance(e, ByteClass):
+            return intersect_ranges(e.ranges, ((0, 0x7F),)), bool(e.ranges) and e.ranges[-1][1] >= 0x80
+        if isinstance(e, CharFsm):
+            return normalize_ranges((lo, hi) for src, lo, hi, _ in e.transitions if src == e.initial), False
+        if isinstance(e, Ref):
+            return firsts.get(e.name) or self._first(self.out_rules[e.name], firsts)
+        if isinstance(e, Repeat):
+            return self._first(e.item, firsts) if e.max != 0 else ((), False)
+        items = e.items
+        parts = []
+        for item in items:
+            parts.append(self._first(item, firsts))
+            if isinstance(e, Seq) and not is_nullable(item, self.nullable):
+                break
+        return normalize_ranges(r for ranges, _ in parts for r in ranges), any(opaque for _, opaque in parts)
+
+    def bites(self, e: Expr, g: int) -> bool | None:
+        """Does class g's guard change the non-empty strings of `e`?  False: no string begins
+        with a guarded character; None: every string does (and `e` is not nullable); True: some."""
+        if g == 0:
+            return False
+        ranges, opaque = self._first(e, self.firsts)
+        if not intersect_ranges(ranges, self.guards[g]):
+            return False
+        if not opaque and not is_nullable(e, self.nullable) and not intersect_ranges(ranges, self.allowed[g]):
+            return None
+        return True
 
     # -- atoms: expressions with no ignored terminal and no rule inside (only terminals)
 
@@ -326,6 +366,12 @@ class _Product:
         if key in self.restricted:
             return self.restricted[key]
         allowed = self.allowed[g]
+        bites = self.bites(e, g)
+        if bites is not True:
+            out = NOTHING if bites is None else _nonempty(e, self.nullable)
+            if out is not None:
+                self.restricted[key] = out
+                return out
         if isinstance(e, Bytes):
             out = e if e.value and _first_allowed(e.value, allowed) else NOTHING
         elif isinstance(e, CharClass):
@@ -377,15 +423,22 @@ class _Product:
         if e == self.skip:
             out = dict(self.skip_rows[g])
         elif isinstance(e, Ref) and not is_terminal_name(e.name):
-            out = {h: Ref(self.variant(e.name, g, h)) for h in sorted(self.outs[e.name][g])}
+            bites = self.bites(e, g)
+            if bites is None:
+                out = {}
+            else:
+                entered = g if bites else 0
+                out = {h: Ref(self.variant(e.name, entered, h)) for h in self.exits(e.name, entered)}
         elif self.is_atom(e):
             out = _row(((0, e if g == 0 else self.restrict(e, g)),))
             if g and is_nullable(e, self.nullable):
                 out[g] = EPSILON
         elif isinstance(e, Alt):
-            out = {}
+            options: dict[int, list[Expr]] = {}
             for item in e.items:
-                _merge(out, self.row(item, g))
+                for h, part in self.row(item, g).items():
+                    options.setdefault(h, []).append(part)
+            out = _row((h, alt(*parts)) for h, parts in options.items())
         elif isinstance(e, Seq):
             out = self.seq_row(e.items, g)
         else:
@@ -394,6 +447,8 @@ class _Product:
                 head = self.seq_row((e.item,) * e.min, g)
                 loop = _closure([[self.row(e.item, s).get(h, NOTHING) for h in self.classes] for s in self.classes],
                                 len(self.guards))
+                for s_ in self.classes:
+                    loop[s_][s_] = alt(EPSILON, loop[s_].get(s_, NOTHING))
                 out = {}
                 for s, prefix in head.items():
                     _merge(out, {h: seq(prefix, tail) for h, tail in loop[s].items()})
@@ -411,9 +466,24 @@ class _Product:
         fixed: list[Expr] = []
         current: Row = {g: EPSILON}
         for item in items:
-            following: Row = {}
+            if len(current) == 1 and EPSILON in current.values():  # the common case, nothing to join
+                (s,) = current
+                following = self.row(item, s)
+                if len(following) == 1:
+                    ((h, part),) = following.items()
+                    fixed.append(part)
+                    current = {h: EPSILON}
+                    continue
+                if not following:
+                    return {}
+                current = following
+                continue
+            joins: dict[int, dict[Expr, list[Expr]]] = {}  # h -> part -> what may come before it
             for s, before in current.items():
-                _merge(following, {h: seq(before, part) for h, part in self.row(item, s).items()})
+                for h, part in self.row(item, s).items():
+                    joins.setdefault(h, {}).setdefault(part, []).append(before)
+            following = {h: alt(*(seq(alt(*befores), part) for part, befores in parts.items()))
+                         for h, parts in joins.items()}
             if not following:
                 return {}
             if len(following) == 1:
@@ -425,7 +495,7 @@ class _Product:
 
     def run(self) -> Grammar:
         root = self.grammar.root
-        ends = [Ref(self.variant(root, 0, h)) for h in sorted(self.outs[root][0])]
+        ends = [Ref(self.variant(root, 0, h)) for h in self.exits(root, 0)]
         while self.todo:
             rule, g, h = self.todo.pop()
             self.out_rules[self.variants[(rule, g, h)]] = self.row(self.rules[rule], g).get(h, NOTHING)
@@ -441,6 +511,30 @@ class _Product:
         return Grammar(rules, new_root, positions, self.grammar.allow_empty, dict(self.grammar.checks))
 
 
+def _fixpoint(rules: dict[str, Expr], names: list[str], evaluate, bottom) -> dict:
+    """The least solution of value[name] = evaluate(rules[name], value) over `names`, by a
+    first-in first-out worklist that re-evaluates a rule's callers when its value changes (a
+    caller waiting in it is evaluated once for all the changes it waited for)."""
+    values = {name: bottom for name in names}
+    callers: dict[str, set[str]] = {}
+    for name in names:
+        for target in ref_names(rules[name]):
+            callers.setdefault(target, set()).add(name)
+    todo = deque(reversed(names))  # callees (defined later, as a rule) mostly first
+    queued = set(todo)
+    while todo:
+        name = todo.popleft()
+        queued.discard(name)
+        new = evaluate(rules[name], values)
+        if new != values[name]:
+            values[name] = new
+            for caller in callers.get(name, ()):
+                if caller in values and caller not in queued:
+                    queued.add(caller)
+                    todo.append(caller)
+    return values
+
+
 def _row(pairs) -> Row:
     return {h: e for h, e in pairs if e != NOTHING}
 
@@ -452,7 +546,7 @@ def _merge(into: Row, more: Row) -> None:
 
 
 def _closure(matrix: list[list[Expr]], n: int) -> list[Row]:
-    """Rows of the Kleene closure (zero or more steps) of a matrix of expressions between n
+    """Rows of the transitive closure (one or more steps) of a matrix of expressions between n
     classes (Kleene's algorithm; n is tiny)."""
     paths = [row[:] for row in matrix]
     for k in range(n):
@@ -465,16 +559,25 @@ def _closure(matrix: list[list[Expr]], n: int) -> list[Row]:
                 if paths[k][j] != NOTHING:
                     nxt[i][j] = alt(nxt[i][j], seq(paths[i][k], loop, paths[k][j]))
         paths = nxt
-    return [_row((j, alt(EPSILON, paths[i][j]) if i == j else paths[i][j]) for j in range(n)) for i in range(n)]
+    return [_row((j, paths[i][j]) for j in range(n)) for i in range(n)]
+
+
+def _first_code_point(data: bytes) -> int | None:
+    """The first character of `data`; None when it starts with no UTF-8 character (a token
+    terminal's mark, which no guard holds)."""
+    for size in range(1, 5):
+        try:
+            return ord(data[:size].decode("utf-8")[0])
+        except (UnicodeDecodeError, IndexError):
+            continue
+    return None
 
 
 def _first_allowed(data: bytes, allowed: Ranges) -> bool:
-    """Does the first character of `data` fall in `allowed`?  Bytes that start no UTF-8
-    character (a token terminal's mark) are never in a guard."""
-    for size in range(1, 5):
-        try:
-            cp = ord(data[:size].decode("utf-8")[0])
-        except UnicodeDecodeError:
-            continue
-        return any(lo <= cp <= hi for lo, hi in allowed)
-    return True
+    cp = _first_code_point(data)
+    return cp is None or any(lo <= cp <= hi for lo, hi in allowed)
+
+
+def _nonempty(e: Expr, nullable) -> Expr | None:
+    """`e` when it cannot match the empty string (else None: the caller strips it)."""
+    return None if is_nullable(e, nullable) else e
