@@ -32,7 +32,10 @@ from .ir import (EPSILON, MAX_CODE_POINT, NOTHING, Alt, ByteClass, Bytes, CharCl
                  alt, char_class, normalize_ranges, ref_names, rep, seq, star)
 from .passes import is_nullable, nullable_rules
 
-__all__ = ["greedy_ignores", "is_terminal_name"]
+__all__ = ["greedy_ignores"]
+
+MAX_GUARD_CLASSES = 16
+"""Distinct guards past which the product (rules times classes squared) is refused."""
 
 Ranges = tuple[tuple[int, int], ...]
 Row = dict[int, Expr]  # monitor class on leaving -> the strings that leave with it
@@ -52,11 +55,13 @@ def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states:
     guards: list[Ranges] = [()]
     for trans, finals in dfas.values():
         for q in sorted(finals):
-            guard = normalize_ranges((lo, hi) for lo, hi, _ in trans[q])
-            if guard and guard not in guards:
-                guards.append(guard)
+            if _guard(trans, q) not in guards:
+                guards.append(_guard(trans, q))
     if len(guards) == 1:
         return grammar  # no ignored terminal can go on after any of its ends
+    if len(guards) > MAX_GUARD_CLASSES:
+        raise BudgetExceededError(f"%ignore'd terminals {', '.join(ignored)} can end in {len(guards) - 1} different "
+                                  f"ways (at most {MAX_GUARD_CLASSES - 1}); ignore fewer or simpler terminals")
     return _Product(grammar, dfas, guards, skip).run()
 
 
@@ -180,6 +185,12 @@ def _determinize(edges, initial: int, accept: int, max_states: int, name: str):
     return _merged(trans), frozenset(finals)
 
 
+def _guard(trans, q: int) -> Ranges:
+    """The characters a match ending in final state q may not be followed by: every character
+    the DFA can go on with from q (trans is trimmed: each edge leads on to a final state)."""
+    return normalize_ranges((lo, hi) for lo, hi, _ in trans[q])
+
+
 def _merged(trans):
     """Adjacent ranges to the same target merged (guards compare as range tuples)."""
     out = []
@@ -245,8 +256,7 @@ class _Product:
         for name, (trans, finals) in dfas.items():
             by_class: dict[int, set[int]] = {}
             for q in finals:
-                guard = normalize_ranges((lo, hi) for lo, hi, _ in trans[q])
-                by_class.setdefault(self.guards.index(guard), set()).add(q)
+                by_class.setdefault(self.guards.index(_guard(trans, q)), set()).add(q)
             for h, ends in by_class.items():
                 fsm = CharFsm(0, frozenset(ends), tuple((s, lo, hi, t) for s, out in enumerate(trans) for lo, hi, t in out))
                 token = self._name(name, f"__ends{h}")
@@ -275,7 +285,7 @@ class _Product:
         ending = frozenset(h for h in self.classes if any(row[h] != NOTHING for row in self.events))
         zero = frozenset({0})
 
-        def exits(e: Expr, outs) -> frozenset[int]:
+        def leaving(e: Expr, outs) -> frozenset[int]:
             if e == self.skip:
                 return ending
             if isinstance(e, Ref):
@@ -283,16 +293,16 @@ class _Product:
             if isinstance(e, (CharClass, ByteClass, Bytes, CharFsm)):
                 return zero
             if isinstance(e, Repeat):
-                return exits(e.item, outs) if e.max != 0 else frozenset()
+                return leaving(e.item, outs) if e.max != 0 else frozenset()
             found: set[int] = set()
             for i in reversed(range(len(e.items))) if isinstance(e, Seq) else range(len(e.items)):
-                found |= exits(e.items[i], outs)
+                found |= leaving(e.items[i], outs)
                 if isinstance(e, Seq) and not is_nullable(e.items[i], self.nullable):
                     break
             return frozenset(found)
 
         names = [name for name in self.rules if not is_terminal_name(name)]
-        return _fixpoint(self.rules, names, exits, frozenset())
+        return _fixpoint(self.rules, names, leaving, frozenset())
 
     def exits(self, rule: str, g: int) -> list[int]:
         """The classes rule[g->h] may leave with: h."""

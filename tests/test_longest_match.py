@@ -73,6 +73,12 @@ start: "a" WS "b"
 WS: / +/
 %ignore WS
 """, "ab ", 6),
+    "ignored_whitespace_before_a_newline_token": (r"""
+start: (NAME _NL)+
+NAME: /[a-z]+/
+_NL: /\n/
+%ignore /\s+/
+""", "a \n", 6),
     "two_ignored_terminals": (r"""
 start: "z"+
 %ignore /x+/
@@ -88,6 +94,7 @@ LONGEST_MATCH_MATTERS = [
     ("hash_comment_before_newline_token", "#x a"),
     ("token_starting_with_an_ignored_character", "a  xa"),
     ("two_ignored_terminals", "zxxyz"),
+    ("ignored_whitespace_before_a_newline_token", "a \n"),
     ("nullable_rule_between_gaps", "a--ob"),
 ]
 
