@@ -437,7 +437,8 @@ class _Product:
             if bites is None:
                 out = {}
             else:
-                entered = g if bites else 0
+                # the empty string of a nullable rule leaves the guard pending: keep class g
+                entered = g if bites or e.name in self.nullable else 0
                 out = {h: Ref(self.variant(e.name, entered, h)) for h in self.exits(e.name, entered)}
         elif self.is_atom(e):
             out = _row(((0, e if g == 0 else self.restrict(e, g)),))

@@ -68,6 +68,12 @@ opt: | "o"
 %ignore /--[^\n]*/
 %ignore "\n"
 """, "ab-\no", 5),
+    "nullable_rule_before_a_token_with_an_ignored_character": (r"""
+start: "a" opt SPX
+opt: | "o"
+SPX: / x/
+%ignore / +/
+""", "aox ", 5),
     "ignored_terminal_used_as_a_symbol": (r"""
 start: "a" WS "b"
 WS: / +/
@@ -95,6 +101,7 @@ LONGEST_MATCH_MATTERS = [
     ("token_starting_with_an_ignored_character", "a  xa"),
     ("two_ignored_terminals", "zxxyz"),
     ("ignored_whitespace_before_a_newline_token", "a \n"),
+    ("nullable_rule_before_a_token_with_an_ignored_character", "a  x"),
     ("nullable_rule_between_gaps", "a--ob"),
 ]
 
