@@ -19,8 +19,8 @@ operators), then convert what it compiled:
   one SQL comment): longest_match.greedy_ignores keeps only those ends.
 
 The IR is scannerless: adjacent (not ignored) terminals may split the input anywhere, as with
-lark's Earley `dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one match per
-terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.
+lark's Earley `dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one
+match per terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.
 
 Lexer semantics we do mirror: lark's common `ESCAPED_STRING` uses a lookbehind; we substitute the
 equivalent `"([^"\\\\\\n]|\\\\[^\\n])*"`.  A terminal regex with a lazy quantifier whose tail after
