@@ -15,10 +15,12 @@ operators), then convert what it compiled:
   `(IGNORED)*` between adjacent symbols of every rule expansion (never inside a terminal) and
   around the start symbol, which covers every gap between two tokens: two tokens adjacent in
   the input are adjacent children (up to nullable ones) of their lowest common ancestor.
+  Like lark's lexer, an ignored token is the longest match where it starts (`--c from t` is
+  one SQL comment): longest_match.greedy_ignores keeps only those ends.
 
-The IR is scannerless: adjacent terminals may split the input anywhere, as with lark's Earley
-`dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one match per
-terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.
+The IR is scannerless: adjacent (not ignored) terminals may split the input anywhere, as with
+lark's Earley `dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one
+match per terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.
 
 Lexer semantics we do mirror: lark's common `ESCAPED_STRING` uses a lookbehind; we substitute the
 equivalent `"([^"\\\\\\n]|\\\\[^\\n])*"`.  A terminal regex with a lazy quantifier whose tail after
@@ -44,6 +46,7 @@ from .errors import BudgetExceededError, GrammarError, check_argument
 from .ir import NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
 from .limits import DEFAULT_LIMITS
+from .longest_match import greedy_ignores
 from .regex import regex_to_ir
 
 __all__ = ["parse_lark"]
@@ -305,15 +308,15 @@ def parse_lark(text: str, start: str = "start", max_states: int = DEFAULT_LIMITS
         if line is not None:
             positions.setdefault(name, (line, column))
 
-    root = start
-    if ignored:
-        skip = star(alt(*(Ref(name) for name in ignored)))
-        root = f"{start}__with_ignored"
-        while root in rules:
-            root += "_"
-        rules = {root: seq(skip, Ref(start), skip), **rules}
-        positions[root] = positions.get(start, (1, 1))
-    return Grammar(rules, root, positions)
+    if not ignored:
+        return Grammar(rules, start, positions)
+    skip = star(alt(*(Ref(name) for name in ignored)))
+    root = f"{start}__with_ignored"
+    while root in rules:
+        root += "_"
+    rules = {root: seq(skip, Ref(start), skip), **rules}
+    positions[root] = positions.get(start, (1, 1))
+    return greedy_ignores(Grammar(rules, root, positions), ignored, skip, max_states)
 
 
 def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, max_nesting: int,

@@ -32,6 +32,7 @@ PLAIN = {
     "case_and_regex_flags": 'start: "Sel"i NAME "=" VALUE\nNAME: /[a-z]+/i\nVALUE: /[0-9]+/ | "\\"" /[^"\\\\]*/ "\\""\n',
     "ignore_terminal": 'start: word ("," word)*\nword: LETTER+\nLETTER: "a".."e"\n%ignore WS\nWS: /[ \\t]+/\n',
     "ignore_literal": 'start: "x" "y"* "z"\n%ignore " "\n',
+    "ignore_comment_longest_match": 'start: word ("," word)*\nword: /[a-z]+/\n%ignore /--[^\\n]*/\n%ignore /[ \\n]+/\n',
     "escapes": 'start: "\\\\n" | "\\n" | "tab\\there" | /\\// "/"\n',
     "empty_alternative": 'start: "a" opt "b"\nopt: | "o" | "p" opt\n',
     "recursion": 'start: expr\n?expr: expr "+" term | term\nterm: "(" expr ")" | /[0-9]/\n',
