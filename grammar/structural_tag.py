@@ -65,7 +65,7 @@ from .json_schema import json_schema_to_grammar
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 
-__all__ = ["structural_tag_to_grammar", "UnsupportedFormatError", "text_without"]
+__all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
 
 FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "any_text", "any_tokens",
@@ -85,7 +85,7 @@ def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Call
     None) compile the JSON bodies, a format's own ``any_order`` / ``max_whitespace_cnt`` over
     them; the regex and EBNF bodies are held to `limits`."""
     json_options = JsonOptions.of(json_options, {}, "structural_tag_to_grammar")
-    fmt = _root_format(tags, triggers)
+    fmt = root_format(tags, triggers)
     builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
     return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits)
@@ -98,7 +98,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _root_format(tags: Any, triggers: Any) -> dict:
+def root_format(tags: Any, triggers: Any = None) -> dict:
+    """The format of a structural tag document, its legacy forms as triggered_tags."""
     if isinstance(tags, (str, bytes)):
         try:
             tags = json.loads(tags)
@@ -112,8 +113,9 @@ def _root_format(tags: Any, triggers: Any) -> dict:
         return _legacy([_item_dict(item) for item in tags], triggers)
     if not isinstance(tags, dict):
         raise GrammarError(f"a structural tag is a JSON object, got {type(tags).__name__}")
-    if "structures" in tags:  # vLLM's legacy structural_tag response format
-        return _legacy([_item_dict(item) for item in tags["structures"]], tags.get("triggers"))
+    if "structures" in tags:  # vLLM's and SGLang's legacy structural_tag response format
+        fmt = _legacy([_item_dict(item) for item in tags["structures"]], tags.get("triggers"))
+        return {**fmt, "at_least_one": bool(tags.get("at_least_one", False))}
     if tags.get("type", "structural_tag") != "structural_tag" or "format" not in tags:
         if "type" in tags and tags.get("type") != "structural_tag":
             return tags  # a bare format

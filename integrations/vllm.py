@@ -64,10 +64,10 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
 
 from ..grammar.frontends import to_grammar
 from ..grammar.json_options import JsonOptions
-from ..grammar.errors import BudgetTooSmallError
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher
 from ..masks.vocab import TokenizerInfo
+from .token_budget import budgeted_matcher
 
 if TYPE_CHECKING:
     import torch
@@ -284,23 +284,13 @@ class PushmaskBackend(StructuredOutputBackend):
 
     def _matcher(self, compiled: CompiledGrammar, stops: list[int] | None, left: int | None,
                  request_type: StructuredOutputOptions) -> GrammarMatcher:
-        """A matcher with a budget of `left` tokens (None: none), one kept for the stop token where
-        the grammar allows; a budget the grammar cannot finish in is dropped with a warning."""
-        def make(max_tokens):
-            return GrammarMatcher(compiled, override_stop_tokens=stops, max_rollback_tokens=self.num_speculative_tokens,
-                                  max_tokens=max_tokens)
-
-        for max_tokens in ([] if left is None else [left - 1, left]):
-            if max_tokens < 0:
-                continue
-            try:
-                return make(max_tokens)
-            except (BudgetTooSmallError, ValueError) as exc:
-                reason = str(exc)
-        if left is not None:
+        """A matcher for `left` tokens of output (None: unbounded); see integrations/token_budget.py."""
+        matcher, unused = budgeted_matcher(compiled, left, override_stop_tokens=stops,
+                                           max_rollback_tokens=self.num_speculative_tokens)
+        if unused is not None:
             logger.warning("pushmask: a %s request's budget of %d tokens is not used (%s)", request_type.name, left,
-                           reason[:300] if left > 0 else "no tokens left")
-        return make(None)
+                           unused[:300])
+        return matcher
 
     def _compiled_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
         """Compile, or reuse the CompiledGrammar of an identical earlier request (its masks included)."""

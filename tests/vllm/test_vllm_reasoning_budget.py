@@ -19,7 +19,7 @@ pytest.importorskip("vllm.v1.structured_output.backend_types",
 
 import jsonschema  # noqa: E402
 
-from conftest import TINY_LLAMA_CONFIG, make_tiny_model  # noqa: E402
+from conftest import add_tokens, make_tiny_model  # noqa: E402
 from test_vllm_engine import run_engine  # noqa: E402
 
 THINKING = 6
@@ -42,16 +42,9 @@ REQUESTS = [
 
 
 def make_thinking_model(folder: Path) -> tuple[Path, int, int]:
-    """The tiny Llama with <think> and </think> added to its tokenizer (ordinary added tokens, as
-    in Qwen3); returns the folder and the two ids."""
-    from tokenizers import AddedToken, Tokenizer
-
+    """The tiny Llama with <think> and </think> added to its tokenizer; the folder and their ids."""
     make_tiny_model(folder)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.add_tokens([AddedToken("<think>", normalized=False), AddedToken("</think>", normalized=False)])
-    tokenizer.save(str(folder / "tokenizer.json"))
-    start, end = tokenizer.token_to_id("<think>"), tokenizer.token_to_id("</think>")
-    (folder / "config.json").write_text(json.dumps({**TINY_LLAMA_CONFIG, "vocab_size": 49216}))
+    start, end = add_tokens(folder, ["<think>", "</think>"])
     return folder, start, end
 
 
