@@ -64,6 +64,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
 
 from ..grammar.frontends import to_grammar
 from ..grammar.json_options import JsonOptions
+from ..masks.budget import budget_table
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher
 from ..masks.vocab import TokenizerInfo
@@ -276,6 +277,7 @@ class PushmaskBackend(StructuredOutputBackend):
         if budget is None:
             matcher = self._matcher(compiled, stops, None, request_type)
         else:  # built when the grammar starts (after the reasoning), with the tokens left then
+            budget_table(compiled)  # the grammar's budget tables, here on the compile thread, not the engine's
             matcher = lambda: self._matcher(compiled, stops, budget.left(), request_type)  # noqa: E731
         # A request's stop ids may be ordinary text tokens (SamplingParams.stop_token_ids=[198]).
         vocab = self.tokenizer_info.decoded_vocab
