@@ -1,4 +1,5 @@
-"""Token terminals (`<|special|>`, `<[id]>`) and structural tags.
+"""Token terminals (`<|special|>`, `<[id]>`), token budgets over them, and structural tags
+(the token-level formats and any_text's token limit included).
 
 Masks are checked by brute force against an independent oracle: the `regex` package's partial
 matching says whether a text is a prefix of the language (a token terminal is a private-use
