@@ -427,12 +427,25 @@ def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.nd
     pda = compiled.pda
     start = int(pda.rule_start[pda.root_rule])
     text = table.completions.completion(start, 200)
-    shown = f" (for example {text.decode('utf-8', 'replace')!r})" if text is not None else ""
+    shown = f" (for example {_readable(text)!r})" if text is not None else ""
     raise BudgetTooSmallError(
         f"max_tokens={max_tokens} is too small for this grammar: its shortest output takes "
         f"{int(table.completions.dist[start])} bytes{shown}, which pushmask can guarantee to finish in "
         f"{need} tokens; raise max_tokens (max_new_tokens) to at least {need}"
     )
+
+
+def _readable(text: bytes) -> str:
+    """Bytes of a completion as text, each token terminal shown as <[id]> (as EBNF writes it)."""
+    parts = text.split(bytes([TOKEN_MARK]))
+    out = parts[0].decode("utf-8", "replace")
+    for part in parts[1:]:
+        code = part[:TERMINAL_BYTES - 1]
+        token = 0
+        for byte in code:
+            token = token << 6 | (byte & 0x3F)
+        out += f"<[{token}]>" + part[TERMINAL_BYTES - 1:].decode("utf-8", "replace")
+    return out
 
 
 class _Exhausted(Exception):
