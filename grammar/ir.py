@@ -127,6 +127,9 @@ class Grammar:
     rule matches: the rule's language is a superset and the matcher rejects the bytes that close
     a value failing it.  Passes keep checked rules as rules (never inlined), so the automaton says
     where each checked value starts and ends.
+    token_limits maps a rule name to the most tokens a generation may spend inside it (a thinking
+    budget: structural tags' any_text max_tokens); passes keep these rules as rules too, and the
+    matcher closes the rule once they are spent (masks/token_regions.py).
     productive: passes.check_productive found every rule productive (and left these rules as
     they are): running it again can be skipped.  Grammars are not modified in place, and copy()
     with new rules clears it.
@@ -137,6 +140,7 @@ class Grammar:
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     allow_empty: bool = False
     checks: dict[str, object] = field(default_factory=dict)
+    token_limits: dict[str, int] = field(default_factory=dict)
     productive: bool = field(default=False, compare=False, repr=False)
 
     def references(self, name: str) -> set[str]:
@@ -145,7 +149,8 @@ class Grammar:
     def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
         rules = dict(self.rules if rules is None else rules)
         return Grammar(rules, self.root, dict(self.positions), self.allow_empty,
-                       {name: check for name, check in self.checks.items() if name in rules})
+                       {name: check for name, check in self.checks.items() if name in rules},
+                       {name: n for name, n in self.token_limits.items() if name in rules})
 
     # XGrammar's constructors, with its arguments (grammar/grammar_api.py; imported on use, since
     # it reaches the front ends, which build on this module).

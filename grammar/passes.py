@@ -683,7 +683,8 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     rules = dict(grammar.rules)
     graph = {name: ref_names(body) & rules.keys() for name, body in rules.items()}
     recursive = {name for component in _cyclic_components(graph) for name in component}
-    used_once = _built_once(rules.values(), rules.keys() - recursive - grammar.checks.keys() - {grammar.root})
+    kept = recursive | grammar.checks.keys() | grammar.token_limits.keys() | {grammar.root}
+    used_once = _built_once(rules.values(), rules.keys() - kept)
 
     # Leaves first: every rule a body references comes earlier (or is in its own cycle, never
     # inlined), so one rewrite per body substitutes final bodies; rewriting each user once per
@@ -699,7 +700,8 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
             if graph[name] & inlined.keys():
                 rules[name] = map_refs(rules[name], lambda r: inlined.get(r.name, r))
         name = component[0]
-        if len(component) > 1 or name in recursive or name == grammar.root or name in grammar.checks:
+        if (len(component) > 1 or name in recursive or name == grammar.root or name in grammar.checks
+                or name in grammar.token_limits):
             continue
         measured.append(rules[name])
         size = expr_size(rules[name], size_memo, max(tiny, MAX_INLINED_SIZE))

@@ -15,16 +15,25 @@ FORMAT ``type``s and their languages:
 | ``const_string`` | the string ``value`` |
 | ``json_schema`` | a JSON value of ``json_schema`` (``style`` "json" only) |
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
-| ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end |
+| ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
+| ``any_tokens`` | ``any_text`` whose text holds none of the ``exclude_tokens``' texts (``max_tokens`` as above) |
 | ``sequence`` / ``or`` | concatenation / alternation of ``elements`` |
 | ``tag`` | ``begin`` ``content`` ``end`` (``begin`` / ``end`` a string or a token; ``end`` may list strings) |
 | ``triggered_tags`` | text without the triggers, then any number of tags each followed by such text; ``at_least_one``: starts with a tag; ``stop_after_first``: ends after one tag |
+| ``token_triggered_tags`` | the same with tags whose ``begin`` is a token, triggered by that token (``trigger_tokens``) |
+| ``dispatch`` | text without the patterns, then a pattern and its format, then such text again (``loop``) or the end |
+| ``token_dispatch`` | the same with tokens as the patterns |
 | ``tags_with_separator`` | tags joined by ``separator``, nothing else; ``at_least_one``, ``stop_after_first`` as above |
 | ``optional`` / ``star`` / ``plus`` / ``repeat`` | repetitions of ``content`` |
 
-What the automaton cannot express exactly (``any_text.max_tokens``, the XML argument styles,
-token-level dispatch) raises UnsupportedFormatError naming the format; nothing is widened.
+Tokens are taken by id: text that spells a trigger token is free text, as in XGrammar.  Excluded
+tokens (``exclude_tokens``) are kept out of free text by their text: a token without text (a
+special token) is never text anyway, and the text of one that has it may not appear in the free
+text at all, however it is tokenized (narrower than XGrammar, never wider).
+
+What the automaton cannot express exactly (``exclude_token``: exactly one token of any kind, the
+XML argument styles) raises UnsupportedFormatError naming the format; nothing is widened.
 """
 
 from __future__ import annotations
@@ -56,11 +65,12 @@ from .json_schema import json_schema_to_grammar
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 
-__all__ = ["structural_tag_to_grammar", "UnsupportedFormatError", "text_without"]
+__all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
 
-FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "any_text", "sequence", "or",
-                          "optional", "star", "plus", "repeat", "tag", "triggered_tags", "tags_with_separator"})
+FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "any_text", "any_tokens",
+                          "sequence", "or", "optional", "star", "plus", "repeat", "tag", "triggered_tags",
+                          "token_triggered_tags", "dispatch", "token_dispatch", "tags_with_separator"})
 
 
 class UnsupportedFormatError(GrammarError):
@@ -75,10 +85,10 @@ def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Call
     None) compile the JSON bodies, a format's own ``any_order`` / ``max_whitespace_cnt`` over
     them; the regex and EBNF bodies are held to `limits`."""
     json_options = JsonOptions.of(json_options, {}, "structural_tag_to_grammar")
-    fmt = _root_format(tags, triggers)
+    fmt = root_format(tags, triggers)
     builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
-    return Grammar(builder.rules, "root")
+    return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits)
 
 
 def _plain(value: Any) -> Any:
@@ -88,7 +98,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _root_format(tags: Any, triggers: Any) -> dict:
+def root_format(tags: Any, triggers: Any = None) -> dict:
+    """The format of a structural tag document, its legacy forms as triggered_tags."""
     if isinstance(tags, (str, bytes)):
         try:
             tags = json.loads(tags)
@@ -102,8 +113,9 @@ def _root_format(tags: Any, triggers: Any) -> dict:
         return _legacy([_item_dict(item) for item in tags], triggers)
     if not isinstance(tags, dict):
         raise GrammarError(f"a structural tag is a JSON object, got {type(tags).__name__}")
-    if "structures" in tags:  # vLLM's legacy structural_tag response format
-        return _legacy([_item_dict(item) for item in tags["structures"]], tags.get("triggers"))
+    if "structures" in tags:  # vLLM's and SGLang's legacy structural_tag response format
+        fmt = _legacy([_item_dict(item) for item in tags["structures"]], tags.get("triggers"))
+        return {**fmt, "at_least_one": bool(tags.get("at_least_one", False))}
     if tags.get("type", "structural_tag") != "structural_tag" or "format" not in tags:
         if "type" in tags and tags.get("type") != "structural_tag":
             return tags  # a bare format
@@ -153,6 +165,8 @@ class _Builder:
         self.clock = clock
         self.json_options = json_options
         self.rules: dict[str, Expr] = {}
+        self.checks: dict[str, object] = {}  # the embedded JSON Schemas' value checks
+        self.token_limits: dict[str, int] = {}  # any_text rules with a token budget
         self.count = 0
 
     def format(self, fmt: Any, where: str, end_text: list[str] | None = None) -> Expr:
@@ -163,7 +177,7 @@ class _Builder:
         kind = fmt["type"]
         if kind not in FORMAT_TYPES:
             raise UnsupportedFormatError(f"{where}: structural tag format type {kind!r} is not supported by pushmask")
-        if kind == "any_text":
+        if kind in ("any_text", "any_tokens"):
             return self._any_text(fmt, where, end_text or [])
         return getattr(self, "_" + kind)(fmt, where)
 
@@ -210,18 +224,49 @@ class _Builder:
             raise GrammarError(f"{where}: {exc}") from None
 
     def _any_text(self, fmt, where, end_text: list[str]):
-        if fmt.get("max_tokens") is not None:
-            raise UnsupportedFormatError(f"{where}: any_text max_tokens is not supported (a token count is not "
-                                         "a property of the text)")
-        excludes = _strings(fmt.get("excludes", fmt.get("excluded_str", [])), where, "excludes")
+        if fmt["type"] == "any_tokens":
+            excludes = self._token_texts(fmt.get("exclude_tokens", []), where)
+        else:
+            excludes = _strings(fmt.get("excludes", fmt.get("excluded_str", [])), where, "excludes")
         max_chars = fmt.get("max_chars")
         avoid = excludes + end_text
         if max_chars is not None:
             if avoid:
                 raise UnsupportedFormatError(f"{where}: any_text with max_chars and excluded strings or an "
                                              "end tag is not supported")
-            return rep(char_class([(0, MAX_CODE_POINT)]), 0, int(max_chars))
-        return text_without(avoid)
+            text = rep(char_class([(0, MAX_CODE_POINT)]), 0, _count(max_chars, where, "max_chars"))
+        else:
+            text = text_without(avoid)
+        max_tokens = fmt.get("max_tokens")
+        if max_tokens is None:
+            return text
+        rule = self._rule(text)  # the matcher counts the tokens that start inside this rule
+        self.token_limits[rule.name] = _count(max_tokens, where, "max_tokens")
+        return rule
+
+    def _token_texts(self, tokens: Any, where: str) -> list[str]:
+        """The texts of excluded tokens (what free text must not hold).  A token without text (a
+        special token) is never free text anyway; without a vocabulary, a token named by text
+        excludes that text and one named by id nothing (request validation only)."""
+        if not isinstance(tokens, (list, tuple)):
+            raise GrammarError(f"{where}: \"exclude_tokens\" must be a list of token ids or texts, got {tokens!r}")
+        vocab = getattr(getattr(self.token_id, "__self__", None), "decoded_vocab", None)
+        texts = []
+        for token in tokens:
+            self._token({"token": token}, where)  # one token of the vocabulary, or a clear error
+            if vocab is None:
+                if isinstance(token, str):
+                    texts.append(token)
+                continue
+            data = vocab[int(self.token_id(token))]
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UnsupportedFormatError(f"{where}: excluded token {token!r} is not whole UTF-8 text "
+                                             f"({data!r}); exclude it by a longer text instead") from None
+            if text:
+                texts.append(text)
+        return texts
 
     # -- combinators ----------------------------------------------------------------------------
 
@@ -284,13 +329,64 @@ class _Builder:
                                    f"of {triggers!r} (it starts with {len(matching)})")
         excludes = _strings(fmt.get("excludes", []), where, "excludes")
         text = self._rule(text_without(triggers + excludes))
-        tag = self._rule(alt(*self._tags(fmt, where)))
+        return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
+
+    @staticmethod
+    def _repeated_tags(fmt, text: Expr, tag: Expr) -> Expr:
+        """Free text and tags as (token_)triggered_tags' at_least_one and stop_after_first say."""
         at_least_one, stop_after_first = bool(fmt.get("at_least_one")), bool(fmt.get("stop_after_first"))
         if stop_after_first:
             return tag if at_least_one else seq(text, opt(tag))
         if at_least_one:
             return seq(tag, text, star(seq(tag, text)))
         return seq(text, star(seq(tag, text)))
+
+    def _token_triggered_tags(self, fmt, where):
+        triggers = fmt.get("trigger_tokens")
+        if not isinstance(triggers, (list, tuple)) or not triggers:
+            raise GrammarError(f"{where}: token_triggered_tags needs a non-empty \"trigger_tokens\" list")
+        trigger_ids = {self._token_id(t, f"{where}/trigger_tokens") for t in triggers}
+        for i, tag in enumerate(_list(fmt, "tags", where)):
+            begin = _plain(_plain(tag).get("begin"))
+            if not (isinstance(begin, dict) and begin.get("type") == "token"):
+                raise GrammarError(f"{where}/tags/{i}: token_triggered_tags needs tags that begin with a token")
+            if self._token_id(begin.get("token"), f"{where}/tags/{i}/begin") not in trigger_ids:
+                raise GrammarError(f"{where}/tags/{i}: begin token {begin.get('token')!r} is not one of the "
+                                   f"trigger_tokens {list(triggers)!r}")
+        text = self._rule(text_without(self._token_texts(fmt.get("exclude_tokens", []), where)))
+        return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
+
+    def _dispatch(self, fmt, where):
+        rules = _list(fmt, "rules", where)
+        patterns, branches = [], []
+        for i, pair in enumerate(rules):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise GrammarError(f"{where}/rules/{i}: a dispatch rule is a [pattern, format] pair, got {pair!r}")
+            pattern, content = pair
+            if fmt["type"] == "token_dispatch":
+                head = self._token({"token": pattern}, f"{where}/rules/{i}/0")
+            elif isinstance(pattern, str) and pattern:
+                head = lit(pattern)
+                patterns.append(pattern)
+            else:
+                raise GrammarError(f"{where}/rules/{i}: a dispatch pattern is a non-empty string, got {pattern!r}")
+            branches.append(seq(head, self.format(content, f"{where}/rules/{i}/1")))
+        if fmt["type"] == "token_dispatch":
+            avoid = self._token_texts(fmt.get("exclude_tokens", []), where)
+        else:
+            avoid = patterns + _strings(fmt.get("excludes", []), where, "excludes")
+        text = self._rule(text_without(avoid))
+        branch = self._rule(alt(*branches))
+        if fmt.get("loop", True):
+            return seq(text, star(seq(branch, text)))
+        return seq(text, opt(branch))
+
+    _token_dispatch = _dispatch
+
+    def _token_id(self, token, where) -> int:
+        """A token's id (as _token resolves it) for comparing tokens named by text and by id."""
+        self._token({"token": token}, where)  # a clear error for a token the vocabulary lacks
+        return int(self.token_id(token)) if self.token_id is not None else token
 
     def _tags_with_separator(self, fmt, where):
         tag = self._rule(alt(*self._tags(fmt, where)))
@@ -314,7 +410,14 @@ class _Builder:
         prefix = f"st{self.count}_"
         for name, body in grammar.rules.items():
             self.rules[prefix + name] = map_refs(body, lambda r: Ref(prefix + r.name))
+        self.checks.update((prefix + name, check) for name, check in grammar.checks.items())
         return Ref(prefix + grammar.root)
+
+
+def _count(value: Any, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GrammarError(f"{where}: \"{key}\" must be an integer >= 0, got {value!r}")
+    return value
 
 
 def _string(fmt: dict, key: str, where: str) -> str:

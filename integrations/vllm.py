@@ -21,6 +21,12 @@ feature or structural-tag format it cannot express exactly) is handed to the rea
 backend in the same process, which fills the same bitmask layout; a warning names the request
 type and the reason.
 
+The request's ``max_tokens`` reaches the matcher (a token budget, masks/budget.py): the text is
+kept able to finish within the tokens left, counted from where the grammar starts -- after the
+reasoning when vLLM's reasoning parser is on, so the answer is budgeted by what the thinking
+left.  The budget keeps one token for the stop token where it can (so the request ends with
+"stop", not "length"); a budget too small for the grammar is dropped with a warning.
+
 Options, read from the environment when the backend is built:
 
 - ``PUSHMASK_VLLM_MAX_WHITESPACE=N``: cap each run of JSON whitespace at N characters (flexible
@@ -60,9 +66,11 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
 
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
+from ..masks.budget import budget_table
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher
 from ..masks.vocab import TokenizerInfo
+from .token_budget import budgeted_matcher
 
 if TYPE_CHECKING:
     import torch
@@ -228,6 +236,7 @@ class PushmaskBackend(StructuredOutputBackend):
         self._compiled_lock = threading.Lock()
         self._xgrammar: StructuredOutputBackend | None = None  # built on the first refused request
         self._refused: OrderedDict[tuple[str, str], str] = OrderedDict()  # request -> why pushmask refused it
+        self._fallback_logged: set[str] = set()  # request types whose hand-over to xgrammar was logged
         logger.info(
             "pushmask backend ready: vocab_size=%d, stop tokens %s, %s JSON whitespace%s, rollback depth %d",
             self.vocab_size,
@@ -255,21 +264,36 @@ class PushmaskBackend(StructuredOutputBackend):
                     while len(self._refused) > _COMPILED_CACHE_ENTRIES:
                         self._refused.popitem(last=False)
         if reason is not None:
-            logger.warning("pushmask cannot compile this %s request (%s); handing it to xgrammar",
-                           request_type.name, reason[:300])
+            first = request_type.name not in self._fallback_logged
+            self._fallback_logged.add(request_type.name)
+            (logger.warning if first else logger.debug)(
+                "pushmask cannot compile this %s request (%s); handing it to xgrammar%s", request_type.name,
+                reason[:300], " (logged once per request type)" if first else "")
             return self._xgrammar_backend().compile_grammar(request_type, grammar_spec, stop_token_ids)
         stops = sorted(int(t) for t in stop_token_ids) if stop_token_ids else None
         if stops is not None:
             stops = [t for t in stops if 0 <= t < self.vocab_size]  # ids the model cannot emit never stop it
-        matcher = GrammarMatcher(
-            compiled,
-            override_stop_tokens=stops or None,
-            max_rollback_tokens=self.num_speculative_tokens,
-        )
+        stops = stops or None
+        budget = getattr(_CURRENT_REQUEST, "budget", None)
+        if budget is None:
+            matcher = self._matcher(compiled, stops, None, request_type)
+        else:  # built when the grammar starts (after the reasoning), with the tokens left then
+            budget_table(compiled)  # the grammar's budget tables, here on the compile thread, not the engine's
+            matcher = lambda: self._matcher(compiled, stops, budget.left(), request_type)  # noqa: E731
         # A request's stop ids may be ordinary text tokens (SamplingParams.stop_token_ids=[198]).
         vocab = self.tokenizer_info.decoded_vocab
-        text_stops = [t for t in matcher.stop_token_ids if vocab[t]]
+        text_stops = [t for t in (stops or self.tokenizer_info.stop_token_ids) if vocab[t]]
         return PushmaskGrammar(matcher, text_stop_tokens=text_stops)
+
+    def _matcher(self, compiled: CompiledGrammar, stops: list[int] | None, left: int | None,
+                 request_type: StructuredOutputOptions) -> GrammarMatcher:
+        """A matcher for `left` tokens of output (None: unbounded); see integrations/token_budget.py."""
+        matcher, unused = budgeted_matcher(compiled, left, override_stop_tokens=stops,
+                                           max_rollback_tokens=self.num_speculative_tokens)
+        if unused is not None:
+            logger.warning("pushmask: a %s request's budget of %d tokens is not used (%s)", request_type.name, left,
+                           unused[:300])
+        return matcher
 
     def _compiled_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
         """Compile, or reuse the CompiledGrammar of an identical earlier request (its masks included)."""
@@ -328,8 +352,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
     """Request-level state: one GrammarMatcher, guarded by a lock because vLLM fills bitmasks
     from a thread pool for large batches."""
 
-    def __init__(self, matcher: GrammarMatcher, text_stop_tokens: list[int] = ()):
-        self.matcher = matcher
+    def __init__(self, matcher, text_stop_tokens: list[int] = ()):
+        # A GrammarMatcher, or a function that builds it when the grammar is first used (its
+        # token budget counts from there: after the reasoning, when vLLM's parser is on).
+        self._matcher = matcher if isinstance(matcher, GrammarMatcher) else None
+        self._start = None if self._matcher is not None else matcher
         # Stop ids that are also text tokens: the matcher's mask may allow them as text, but
         # accept_token treats them as stop tokens (refused until the grammar can end), so
         # fill_bitmask clears them until then -- vLLM's contract: "masked until the grammar
@@ -341,6 +368,14 @@ class PushmaskGrammar(StructuredOutputGrammar):
         # This step's draft masks, planned in one call (vllm_drafts.py); None outside it.
         self.drafts = None
         self.draft_rows = None
+
+    @property
+    def matcher(self) -> GrammarMatcher:
+        if self._matcher is None:
+            with self._lock:
+                if self._matcher is None:
+                    self._matcher = self._start()
+        return self._matcher
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         """Advance over `tokens`.  True when all were accepted (tokens after the one that
@@ -387,7 +422,8 @@ class PushmaskGrammar(StructuredOutputGrammar):
 
     def reset(self):
         with self._lock:
-            self.matcher.reset()
+            if self._matcher is not None:
+                self._matcher.reset()
             self.num_processed_tokens = 0
             self._is_terminated = False
 
@@ -532,11 +568,48 @@ def check_vllm_compatibility() -> list[str]:
         problems.append("vllm.v1.structured_output no longer names XgrammarBackend (where the backend is built)")
     if not hasattr(bx, "validate_xgrammar_grammar"):
         problems.append("vllm.v1.structured_output.backend_xgrammar has no validate_xgrammar_grammar")
+    create = getattr(getattr(so, "StructuredOutputManager", None), "_create_grammar", None)
+    if create is None or tuple(inspect.signature(create).parameters) != ("self", "request"):
+        problems.append("StructuredOutputManager._create_grammar(self, request) is gone (where the request's "
+                        "max_tokens reaches the matcher)")
     return problems
 
 
 _registered = False
 _ORIGINAL_XGRAMMAR: tuple | None = None  # vLLM's (XgrammarBackend, validate_xgrammar_grammar)
+
+# The request whose grammar this thread compiles: StructuredOutputManager._create_grammar (wrapped
+# by register) holds its sampling parameters; compile_grammar's signature has no room for them.
+_CURRENT_REQUEST = threading.local()
+
+
+@dataclass
+class _RequestBudget:
+    """A request's max_tokens and what it has generated: the tokens left when its grammar starts."""
+
+    max_tokens: int
+    request: Any  # a weak reference to vLLM's Request
+
+    def left(self) -> int | None:
+        request = self.request()
+        return None if request is None else max(0, self.max_tokens - int(request.num_output_tokens))
+
+
+def _with_request_budget(create_grammar):
+    """StructuredOutputManager._create_grammar, with the request's budget visible to compile_grammar."""
+    import weakref
+
+    def _create_grammar(self, request):
+        params = getattr(request, "sampling_params", None)
+        max_tokens = getattr(params, "max_tokens", None)
+        _CURRENT_REQUEST.budget = None if max_tokens is None else _RequestBudget(int(max_tokens), weakref.ref(request))
+        try:
+            return create_grammar(self, request)
+        finally:
+            _CURRENT_REQUEST.budget = None
+
+    _create_grammar._pushmask_budget = True
+    return _create_grammar
 
 
 def _original_xgrammar() -> tuple:
@@ -573,6 +646,9 @@ def register() -> None:
     # StructuredOutputManager.grammar_init builds `XgrammarBackend(...)` from its module globals;
     # the validator is imported from backend_xgrammar at each call site, inside functions.
     _ORIGINAL_XGRAMMAR = (bx.XgrammarBackend, bx.validate_xgrammar_grammar)
+    manager = so.StructuredOutputManager
+    if not getattr(manager._create_grammar, "_pushmask_budget", False):
+        manager._create_grammar = _with_request_budget(manager._create_grammar)
     so.XgrammarBackend = PushmaskBackend
     bx.XgrammarBackend = PushmaskBackend
     bx.validate_xgrammar_grammar = validate_pushmask_request

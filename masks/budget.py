@@ -37,11 +37,15 @@ from ..automata import kernels
 from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions
 from ..automata.kernels import FLAG_END, POOL_HEADER
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
+from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
 from ..grammar.errors import BudgetTooSmallError
 from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4
 """Stack sets whose per-token bounds a matcher keeps (three int32 per vocabulary token each)."""
+
+TERMINAL_BYTES = len(token_terminal_bytes(0))
+"""A token terminal's bytes in the automaton: TOKEN_MARK and its id (grammar/ir.py)."""
 
 STORED_MAX = np.int64(2**31 - 1)
 """Costs are stored as int32; anything larger (UNREACHABLE) is stored as this."""
@@ -107,15 +111,23 @@ def _state_costs(pda, order, kind, arg, nxt, vocab, offsets, ids, max_token_leng
             n = 0
             u = s
             while n < max_token_length and kind[u] == CHOICE_BYTE:
+                if arg[u] == TOKEN_MARK and n > 0:
+                    break  # text tokens stop before a token terminal
                 run[n] = arg[u]
                 chain[n] = u
                 n += 1
                 u = nxt[u]
+                if run[0] == TOKEN_MARK and n == TERMINAL_BYTES:
+                    break
             chain[n] = u  # chain[j]: the state after the run's first j bytes
             best = UNREACHABLE
-            for i in range(_token_lengths(run, n, vocab, offsets, ids, lengths)):
-                if lengths[i] > 0:
-                    best = min(best, 1 + cost[chain[lengths[i]]])
+            if run[0] == TOKEN_MARK:  # a token terminal: its bytes are one token
+                if n == TERMINAL_BYTES:
+                    best = 1 + cost[chain[n]]
+            else:
+                for i in range(_token_lengths(run, n, vocab, offsets, ids, lengths)):
+                    if lengths[i] > 0:
+                        best = min(best, 1 + cost[chain[lengths[i]]])
             cost[s] = best
     return cost
 
@@ -315,7 +327,8 @@ class BudgetTable:
         self.vocab, self.offsets = vocab, offsets
         kind, arg, nxt = self.completions.choices
         self.cost = _state_costs(pda.blob, self.completions.order, kind, arg, nxt, vocab, offsets,
-                                 info.sorted_grammar_token_ids(), compiled.compiler.trie.max_token_length)
+                                 info.sorted_grammar_token_ids(),
+                                 max(compiled.compiler.trie.max_token_length, TERMINAL_BYTES))
         self.eps = _epsilon_extremes(pda.blob, self.cost, 1)
         self.eps_fall = _epsilon_extremes(pda.blob, self.cost, -1)
         self.byte_rise = _byte_rises(pda.blob, self.cost, self.eps)
@@ -323,6 +336,8 @@ class BudgetTable:
         self.token_rise = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
         self.max_rise = int(self.token_rise.max()) if len(self.token_rise) else 0
         self.has_bytes = np.diff(offsets) > 0  # stop and special tokens have none: never candidates
+        # Token terminals are checked one by one by the matcher (restrict_terminals), whatever their text.
+        self.has_bytes[list(compiled.token_terminals)] = False
 
     def parse_cost(self, pool_blob: np.ndarray, stacks: np.ndarray, can_end: bool) -> int:
         """Tokens that surely finish the input from a parse state (its packed closed stacks)."""
@@ -371,6 +386,19 @@ class BudgetTable:
         words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
 
 
+    def restrict_terminals(self, words: np.ndarray, remaining: int, terminals, after, runner) -> None:
+        """Clear the allowed token terminals after which the parse would cost more than
+        remaining - 1 tokens; after(t) is the matcher's state after token t (None if refused),
+        whose frames live in runner's pool."""
+        for t in terminals:
+            bit = np.int32(1) << np.int32(t & 31)
+            if not words[t >> 5] & bit:
+                continue
+            state = after(t)
+            if state is None or self.parse_cost(runner.pool.blob, state.stacks, state.can_end) > remaining - 1:
+                words[t >> 5] &= ~bit
+
+
 _TABLES: "weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable]" = weakref.WeakKeyDictionary()
 _TABLES_LOCK = threading.Lock()
 
@@ -399,12 +427,25 @@ def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.nd
     pda = compiled.pda
     start = int(pda.rule_start[pda.root_rule])
     text = table.completions.completion(start, 200)
-    shown = f" (for example {text.decode('utf-8', 'replace')!r})" if text is not None else ""
+    shown = f" (for example {_readable(text)!r})" if text is not None else ""
     raise BudgetTooSmallError(
         f"max_tokens={max_tokens} is too small for this grammar: its shortest output takes "
         f"{int(table.completions.dist[start])} bytes{shown}, which pushmask can guarantee to finish in "
         f"{need} tokens; raise max_tokens (max_new_tokens) to at least {need}"
     )
+
+
+def _readable(text: bytes) -> str:
+    """Bytes of a completion as text, each token terminal shown as <[id]> (as EBNF writes it)."""
+    parts = text.split(bytes([TOKEN_MARK]))
+    out = parts[0].decode("utf-8", "replace")
+    for part in parts[1:]:
+        code = part[:TERMINAL_BYTES - 1]
+        token = 0
+        for byte in code:
+            token = token << 6 | (byte & 0x3F)
+        out += f"<[{token}]>" + part[TERMINAL_BYTES - 1:].decode("utf-8", "replace")
+    return out
 
 
 class _Exhausted(Exception):

@@ -25,6 +25,7 @@ from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
 from .serialization import DeserializeError, check_header, from_json, header, to_json
+from .token_regions import TokenRegions
 from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
 from .vocab import TokenizerInfo
 from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs, run_slice_bounds, run_state_walk
@@ -382,7 +383,8 @@ class CompiledGrammar:
     fill kernel reads.
     """
 
-    def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda, token_ids: tuple[int, ...] = ()):
+    def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda, token_ids: tuple[int, ...] = (),
+                 token_limits: dict[int, int] | None = None):
         self.compiler = compiler
         self.tokenizer_info = compiler.tokenizer_info
         self.grammar = grammar
@@ -411,6 +413,11 @@ class CompiledGrammar:
                 raise GrammarError(f"token id {token} in the grammar is outside the vocabulary "
                                    f"(size {self.tokenizer_info.vocab_size})")
             self.token_terminals[token] = np.frombuffer(token_terminal_bytes(token), dtype=np.uint8)
+        # Token-limited rules (a thinking budget), by rule index; a deserialized grammar names them.
+        if grammar is not None:
+            index = {name: i for i, name in enumerate(pda.rule_names)}
+            token_limits = {index[name]: n for name, n in grammar.token_limits.items() if name in index}
+        self.token_regions = TokenRegions(pda, token_limits) if token_limits else None
 
     def state_mask(self, state: int) -> StateMask:
         """The mask of a global state, from this grammar's store, the shared cache, or a trie walk."""
@@ -571,7 +578,9 @@ class CompiledGrammar:
                 "budgets": dataclasses.asdict(compiler.limits),
                 "pda": {"rule_names": list(pda.rule_names), "rule_keys": list(pda.rule_keys),
                         "rule_first_state": pda.rule_first_state, "blob": pda.blob, "root_rule": int(pda.root_rule)},
-                "token_terminals": sorted(self.token_terminals), "masks": masks}
+                "token_terminals": sorted(self.token_terminals), "masks": masks,
+                "token_limits": ([[int(r), n] for r, n in zip(self.token_regions.rules, self.token_regions.limits)]
+                                 if self.token_regions is not None else [])}
 
     def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
         if not isinstance(tokenizer_info, TokenizerInfo):
@@ -583,7 +592,8 @@ class CompiledGrammar:
         p = payload["pda"]
         pda = Pda(list(p["rule_names"]), list(p["rule_keys"]), np.asarray(p["rule_first_state"]),
                   np.asarray(p["blob"]), int(p["root_rule"]))
-        CompiledGrammar.__init__(self, compiler, None, pda, tuple(payload["token_terminals"]))
+        CompiledGrammar.__init__(self, compiler, None, pda, tuple(payload["token_terminals"]),
+                                 {int(r): int(n) for r, n in payload.get("token_limits", [])})
         if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
             return  # masks from another token order: recomputed on first visit instead
         for m in payload["masks"]:

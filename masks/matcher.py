@@ -45,6 +45,8 @@ class _MatchState:
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
     scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
     address: int | None = None  # where `stacks` lies, once a batch fill asked
+    regions: tuple | None = None  # tokens spent in each token-limited region (masks/token_regions.py)
+    closed: bool = False  # a spent region was closed here: no kernel, the fill runs every token
 
     @property
     def kernel_s(self) -> np.ndarray:
@@ -115,6 +117,10 @@ class GrammarMatcher:
             np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int64),
             np.array([ROOT], dtype=np.int64),
         )
+        self._regions = compiled_grammar.token_regions
+        if self._regions is not None:
+            self._initial.regions = (0,) * len(self._regions.limits)
+            self._initial = self._with_regions(self._initial)
         self._state = self._initial
         self._history: list[_MatchState] = []
         self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
@@ -125,9 +131,9 @@ class GrammarMatcher:
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
         self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
-        if max_tokens is not None and self._token_terminals:
-            raise ValueError("max_tokens is not supported for grammars with token terminals (<|...|>); "
-                             "leave max_tokens unset")
+        if max_tokens is not None and self._token_terminals and self._checked is not None:
+            raise ValueError("max_tokens is not supported for grammars with both token terminals (<|...|>) and "
+                             "value checks (uniqueItems, overlapping oneOf); leave max_tokens unset")
         if max_tokens is not None:
             if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
                 raise ValueError(f"max_tokens must be None or an integer >= 0, got {max_tokens!r}")
@@ -226,6 +232,9 @@ class GrammarMatcher:
             for t in self.stop_token_ids:
                 words[t >> 5] |= np.int32(1) << np.int32(t & 31)
             return
+        if state.closed:
+            self._fill_closed(words)
+            return
         compiled = self.compiled_grammar
         # A fill that checks uncertain tokens against the stacks is memoised per stack set: the
         # result depends on nothing else, and inside a JSON string consecutive tokens leave the
@@ -252,6 +261,30 @@ class GrammarMatcher:
         if memo_key is not None:
             self._memoise(memo_key, words)
 
+    def _fill_closed(self, words: np.ndarray) -> None:
+        """The grammar's mask where a token-limited region was just closed (token_regions.py)."""
+        state = self._state
+        words[:] = 0
+        info = self.compiled_grammar.tokenizer_info
+        self._regions.fill(words, state.stacks, self._runner, self.compiled_grammar.compiler.trie.token_ids,
+                           *info.flat_vocab())
+        if state.can_end:
+            for t in self.stop_token_ids:
+                words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+
+    def _with_regions(self, state: _MatchState, before: _MatchState | None = None) -> _MatchState:
+        """`state` (fresh, its region counts set) with the regions whose tokens are spent closed;
+        `before`: the state the token started from, counted towards the regions it may be in."""
+        regions = self._regions
+        if before is not None:
+            state.regions = regions.counts_after(before.regions, regions.inside(before.stacks))
+        spent = regions.spent(state.regions, regions.inside(state.stacks))
+        if not spent.any():
+            return state
+        stacks = regions.close(state.stacks, spent)
+        terminated = state.terminated or (self.terminate_without_stop_token and state.can_end and len(stacks) == 0)
+        return _MatchState(stacks, 0, state.can_end, terminated, scans=state.scans, regions=state.regions, closed=True)
+
     def _memoise(self, memo_key: tuple, words: np.ndarray) -> None:
         self._fill_memo[memo_key] = words.copy()
         if len(self._fill_memo) > FILL_MEMO_ENTRIES:
@@ -262,7 +295,7 @@ class GrammarMatcher:
         the fill needs Python (a finished matcher).  The arrays it names stay referenced by the
         matcher, its state and its grammar for the whole batch call."""
         state = self._state
-        if state.terminated:
+        if state.terminated or state.closed:
             return False
         compiled, runner = self.compiled_grammar, self._runner
         arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
@@ -323,6 +356,9 @@ class GrammarMatcher:
         if self._budget is not None and not state.terminated:
             self._budget.restrict(words, state.stacks, self.remaining_tokens, self._runner, self._stop_ids,
                                   self._budget_memo)
+            if self._token_terminals and self.remaining_tokens > 0:
+                self._budget.restrict_terminals(words, self.remaining_tokens, self._token_terminals,
+                                                lambda t: self._state_after_token(t, state), self._runner)
             if self._checked_budget is not None and self.remaining_tokens > 0:
                 self._checked_budget.restrict(words, state, self.remaining_tokens)
 
@@ -373,10 +409,16 @@ class GrammarMatcher:
 
     def _state_after_token(self, token_id: int, state: _MatchState | None = None) -> _MatchState | None:
         """The state after token_id from `state` (default: the current one); None if refused."""
+        state = self._state if state is None else state
+        after = self._step_token(token_id, state)
+        if after is None or after.terminated or self._regions is None:
+            return after
+        return self._with_regions(after, before=state)
+
+    def _step_token(self, token_id: int, state: _MatchState) -> _MatchState | None:
         token_id = check_integer(token_id, "token_id", "GrammarMatcher")
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} outside the vocabulary (size {self.vocab_size})")
-        state = self._state if state is None else state
         if state.terminated:
             raise RuntimeError("the matcher has terminated (a stop token was accepted); call reset() or rollback()")
         if token_id in self._token_terminals:
@@ -407,6 +449,9 @@ class GrammarMatcher:
         new_state = self._state_after_bytes(np.frombuffer(data, dtype=np.uint8), 0, len(data))
         if new_state is None:
             return False
+        if self._regions is not None:  # as in XGrammar, a string spends no region's tokens
+            new_state.regions = self._state.regions
+            new_state = self._with_regions(new_state)
         self._push(new_state)
         return True
 

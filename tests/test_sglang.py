@@ -161,3 +161,107 @@ def test_masks_equal_sglangs_xgrammar_backend(backend, tokenizer):
             a.accept_token(token)
             b.accept_token(token)
         assert a.is_terminated() and b.is_terminated()
+
+
+# -- structural tags, the reasoner wrapper and the token budget ---------------------------------
+
+TOOL = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"]}
+HERMES = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [
+    {"type": "tag", "begin": '<tool_call>{"name": "w", "arguments": ', "content": {"type": "json_schema", "json_schema": TOOL},
+     "end": "}</tool_call>"}]}}
+
+
+def _walk_accepts(grammar, tokenizer, text: str) -> bool:
+    vocab = len(tokenizer)
+    mask = grammar.allocate_vocab_mask(vocab, 1, "cpu")
+    for token in tokenizer.encode(text, add_special_tokens=False):
+        grammar.fill_vocab_mask(mask, 0)
+        if not _allowed(mask[0])[token]:
+            return False
+        grammar.accept_token(token)
+    return True
+
+
+def test_structural_tags_are_compiled_by_pushmask(backend, tokenizer):
+    """Calls the schema allows pass, one it refuses (maxLength) is cut where it breaks; the legacy
+    `structures` form keeps SGLang's at_least_one.  (SGLang's xgrammar backend is no oracle here:
+    its structural tags ignore the whitespace flags and let control characters into strings.)"""
+    grammar = _dispatch(backend, "structural_tag", json.dumps(HERMES))
+    assert isinstance(grammar, pm_sglang.PushmaskGrammar)
+    assert _walk_accepts(grammar, tokenizer, 'Sure. <tool_call>{"name": "w", "arguments": {"city": "Oslo"}}</tool_call> ok')
+    refused = _dispatch(backend, "structural_tag", json.dumps(HERMES))
+    assert not _walk_accepts(refused, tokenizer, '<tool_call>{"name": "w", "arguments": {"city": "Stockholm"}}</tool_call>')
+    legacy = {"structures": [{"begin": '<tool_call>{"name": "w", "arguments": ', "schema": TOOL, "end": "}</tool_call>"}],
+              "triggers": ["<tool_call>"], "at_least_one": True}
+    assert not _walk_accepts(_dispatch(backend, "structural_tag", json.dumps(legacy)), tokenizer, "text first")
+    # The JSON body follows the backend's layout (compact separators here), as SGLang's flags say.
+    assert not _walk_accepts(_dispatch(backend, "structural_tag", json.dumps(HERMES)), tokenizer,
+                             '<tool_call>{"name": "w", "arguments": {"city":"Rome"}}</tool_call>')
+
+
+STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+def _budgeted_walk(grammar, req, tokenizer, thinking: list[int], budget: int, seed: int) -> str:
+    """Decode as SGLang's scheduler does (fill, sample among allowed, accept), the first tokens
+    forced to `thinking`; returns the text after them."""
+    from sglang.srt.constrained.grammar_manager import GrammarManager
+
+    manager = GrammarManager.__new__(GrammarManager)  # its scheduler is all this step reads
+    manager.scheduler = SimpleNamespace(model_config=SimpleNamespace())
+    manager._apply_request_reasoning_config(req)  # where the budget reaches the grammar
+    vocab = grammar.allocate_vocab_mask(len(tokenizer), 1, "cpu")
+    rng = np.random.default_rng(seed)
+    out = []
+    while not grammar.is_terminated():
+        assert len(req.output_ids) < budget, "the budget was exceeded"
+        vocab.fill_(-1)  # SGLang resets the rows before a step
+        grammar.fill_vocab_mask(vocab, 0)
+        allowed = np.flatnonzero(_allowed(vocab[0])[:len(tokenizer)])
+        if len(req.output_ids) < len(thinking):
+            token = thinking[len(req.output_ids)]
+            assert allowed.size == len(tokenizer), "the thinking is free"
+        else:
+            assert allowed.size, "empty mask"
+            token = int(rng.choice(allowed))
+            out.append(token)
+        grammar.accept_token(token)
+        req.output_ids.append(token)
+    return tokenizer.decode(out[:-1])
+
+
+def test_max_new_tokens_reaches_the_matcher(backend, tokenizer):
+    """An array of strings that random sampling never closes: with max_new_tokens=10 every walk
+    ends on the stop token within 10 tokens and the text is complete JSON."""
+    for seed in range(4):
+        grammar = _dispatch(backend, "json", json.dumps(STRINGS))
+        req = SimpleNamespace(grammar=grammar, output_ids=[],
+                              sampling_params=SimpleNamespace(max_new_tokens=10, custom_params=None))
+        text = _budgeted_walk(grammar, req, tokenizer, [], 10, seed)
+        jsonschema.validate(json.loads(text), STRINGS)
+
+
+def test_reasoning_is_free_then_the_answer_budgeted_by_what_is_left(tokenizer):
+    """--reasoning-parser deepseek-r1: pushmask is wrapped in SGLang's ReasonerGrammarBackend;
+    the thinking is unconstrained, then the JSON answer finishes within max_new_tokens less the
+    thinking's tokens."""
+    import copy
+
+    thinking_tokenizer = copy.deepcopy(tokenizer)
+    thinking_tokenizer.add_tokens(["<think>", "</think>"])
+    args = SimpleNamespace(constrained_json_disable_any_whitespace=True, constrained_json_max_whitespace_cnt=None,
+                           reasoning_parser="deepseek-r1")
+    from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBackend, ReasonerGrammarObject
+
+    wrapped = base.GRAMMAR_BACKEND_REGISTRY["pushmask"](args, thinking_tokenizer, len(thinking_tokenizer),
+                                                         {thinking_tokenizer.eos_token_id})
+    assert isinstance(wrapped, ReasonerGrammarBackend)
+    end = thinking_tokenizer.convert_tokens_to_ids("</think>")
+    thinking = thinking_tokenizer.encode("I will think it over", add_special_tokens=False) + [end]
+    for seed in range(3):
+        grammar = wrapped._init_value_dispatch(("json", json.dumps(STRINGS)), True)
+        assert isinstance(grammar, ReasonerGrammarObject) and isinstance(grammar.grammar, pm_sglang.PushmaskGrammar)
+        req = SimpleNamespace(grammar=grammar, output_ids=[],
+                              sampling_params=SimpleNamespace(max_new_tokens=len(thinking) + 9, custom_params=None))
+        text = _budgeted_walk(grammar, req, thinking_tokenizer, thinking, len(thinking) + 9, seed)
+        jsonschema.validate(json.loads(text), STRINGS)

@@ -1,4 +1,5 @@
-"""Token terminals (`<|special|>`, `<[id]>`) and structural tags.
+"""Token terminals (`<|special|>`, `<[id]>`), token budgets over them, and structural tags
+(the token-level formats and any_text's token limit included).
 
 Masks are checked by brute force against an independent oracle: the `regex` package's partial
 matching says whether a text is a prefix of the language (a token terminal is a private-use
@@ -128,9 +129,32 @@ def test_token_terminal_errors(small_compiler):
         small_compiler.compile_grammar('root ::= "a" <[999]>')
     with pytest.raises(GrammarError, match="closing"):
         small_compiler.compile_grammar('root ::= "a" <|py tag|>')
-    compiled = small_compiler.compile_grammar('root ::= <tool> "a"')
-    with pytest.raises(ValueError, match="max_tokens"):
-        pm.GrammarMatcher(compiled, max_tokens=5)
+    with pytest.raises(pm.BudgetTooSmallError, match="at least 2"):
+        pm.GrammarMatcher(small_compiler.compile_grammar('root ::= <tool> "a"'), max_tokens=1)
+
+
+@pytest.mark.parametrize("budget", [2, 3, 5, 9])
+def test_budgets_over_token_terminals_end_in_the_language(small_compiler, budget):
+    """A token terminal costs one token: with max_tokens=N every mask-guided walk that never stops
+    by choice ends inside the language within N tokens, and the mask is never empty before."""
+    compiled = small_compiler.compile_grammar('root ::= [ab ]* <|python_tag|> "{" [ab]* "}" | "x" <tool> "y"*')
+    oracle = regex.compile(r"[ab ]*\ue000\{[ab]*\}|x\ue001y*")
+    rng = random.Random(budget)
+    for _ in range(30):
+        matcher = pm.GrammarMatcher(compiled, max_tokens=budget)
+        text, tokens = "", 0
+        while True:
+            allowed = np.flatnonzero(matcher.get_next_token_mask()).tolist()
+            assert allowed, f"the mask is empty after {text!r}"
+            choices = [t for t in allowed if t != STOP]
+            if not choices:
+                break
+            token = rng.choice(choices)
+            assert matcher.accept_token(token)
+            text += oracle_text(compiled, token)
+            tokens += 1
+            assert oracle.fullmatch(text, partial=True), text
+        assert tokens <= budget and oracle.fullmatch(text), text
 
 
 TEXT = r"(?:[^<\ue000\ue001]|<(?!f=))*"  # text (special tokens are not text) without the trigger "<f="
@@ -167,6 +191,94 @@ def test_tags_with_separator_token_tags_and_any_text_are_exact(small_compiler):
     assert check_walks(compiled, pattern, walks=20, steps=16) >= 60
 
 
+FREE = r"[^\ue000\ue001]*"  # free text: any text (special tokens are not text)
+TOOL_TAG = {"type": "tag", "begin": {"type": "token", "token": "<tool>"},
+            "content": {"type": "regex", "pattern": "[01]+"}, "end": "</f>"}
+
+
+@pytest.mark.parametrize("at_least_one, stop_after_first, pattern", [
+    (False, False, rf"{TEXT}(?:\ue001[01]+</f>{TEXT})*"),
+    (True, False, rf"\ue001[01]+</f>{TEXT}(?:\ue001[01]+</f>{TEXT})*"),
+    (False, True, rf"{TEXT}(?:\ue001[01]+</f>)?"),
+])
+def test_token_triggered_tags_are_exact(small_compiler, at_least_one, stop_after_first, pattern):
+    """Tags that begin with a trigger token; the excluded token's text ("<f=") is no free text."""
+    fmt = {"type": "token_triggered_tags", "trigger_tokens": [SPECIAL["<tool>"]], "tags": [TOOL_TAG],
+           "exclude_tokens": ["<f="], "at_least_one": at_least_one, "stop_after_first": stop_after_first}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    assert set(compiled.token_terminals) == {SPECIAL["<tool>"]}
+    assert check_walks(compiled, pattern, walks=15, steps=14, seed=int(at_least_one) * 2 + stop_after_first) >= 40
+
+
+@pytest.mark.parametrize("loop", [True, False])
+def test_dispatch_and_token_dispatch_are_exact(small_compiler, loop):
+    body = {"type": "regex", "pattern": "a>[01]+</f>"}
+    fmt = {"type": "dispatch", "rules": [["<f=", body]], "excludes": ["x"], "loop": loop}
+    text = r"(?:[^<x\ue000\ue001]|<(?!f=))*"
+    pattern = rf"{text}(?:<f=a>[01]+</f>{text})*" if loop else rf"{text}(?:<f=a>[01]+</f>)?"
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    assert check_walks(compiled, pattern, walks=15, steps=14, seed=loop) >= 40
+    fmt = {"type": "token_dispatch", "loop": loop, "rules": [
+        ["<tool>", {"type": "const_string", "value": "x"}],
+        [SPECIAL["<|python_tag|>"], {"type": "regex", "pattern": "[ab]+;"}]]}
+    branch = r"(?:\ue001x|\ue000[ab]+;)"
+    pattern = rf"{FREE}(?:{branch}{FREE})*" if loop else rf"{FREE}{branch}?"
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    assert check_walks(compiled, pattern, walks=15, steps=14, seed=2 + loop) >= 40
+
+
+def region_oracle(region: str, after: str, piece: str, end: str) -> bool:
+    """Once a region's tokens are spent with `region` its text then: `piece` (after the text
+    `after` that followed) is allowed iff the region ends at some point of that text and `end`
+    (the rest of the format) continues from there -- the region's text never grows."""
+    return any(end.startswith(region[cut:] + after + piece) for cut in range(len(region) + 1) if "</f>" not in region[:cut])
+
+
+@pytest.mark.parametrize("limit", [0, 1, 4])
+def test_any_text_max_tokens_closes_the_region_after_its_tokens(small_compiler, limit):
+    """A thinking budget: <tool> any_text(max_tokens=N) </f> then "y".  Until N tokens started
+    in the region the mask is the language's (the regex oracle); after them, only what ends the
+    region where it is (region_oracle); every walk finishes, and counted by the oracle (tokens
+    that start before the region's end tag) the region never gets more than N."""
+    fmt = {"type": "sequence", "elements": [
+        {"type": "tag", "begin": {"type": "token", "token": "<tool>"},
+         "content": {"type": "any_text", "max_tokens": limit}, "end": "</f>"},
+        {"type": "const_string", "value": "y"}]}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    oracle = regex.compile(r"\ue001(?:[^<\ue000\ue001]|<(?!/f>))*</f>y")
+    info = compiled.tokenizer_info
+    rng = random.Random(limit)
+    for _ in range(12):
+        matcher = pm.GrammarMatcher(compiled)
+        text, starts, closed_at = "", [], None
+        for _ in range(limit + 12):
+            mask = matcher.get_next_token_mask()
+            if closed_at is None and text and sum(1 for s in starts if s >= 1) >= limit and "</f>" not in text:
+                closed_at = len(text)
+            for token in range(info.vocab_size):
+                piece = oracle_text(compiled, token)
+                if token == STOP:
+                    expected = oracle.fullmatch(text) is not None
+                elif piece is None:
+                    expected = False
+                elif closed_at is not None:
+                    expected = region_oracle(text[1:closed_at], text[closed_at:], piece, "</f>y")
+                else:
+                    expected = oracle.fullmatch(text + piece, partial=True) is not None
+                assert mask[token] == expected, (text, info.decoded_vocab[token], closed_at)
+            allowed = np.flatnonzero(mask).tolist()
+            assert allowed, f"the mask is empty after {text!r}"
+            token = rng.choice(allowed)
+            if token == STOP:
+                break
+            assert matcher.accept_token(token)
+            starts.append(len(text))
+            text += oracle_text(compiled, token)
+        assert oracle.fullmatch(text), text
+        end = text.index("</f>")
+        assert sum(1 for s in starts if 1 <= s < end) <= limit, (text, starts)
+
+
 def test_legacy_forms_match_the_new_one(small_compiler):
     schema = {"type": "integer"}
     legacy = {"structures": [{"begin": "<f=a>", "schema": schema, "end": "</f>"}], "triggers": ["<f="]}
@@ -181,12 +293,20 @@ def test_unsupported_and_malformed_formats_raise_clear_errors(small_compiler):
     def compile_format(fmt):
         return small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
 
-    with pytest.raises(UnsupportedFormatError, match="max_tokens"):
-        compile_format({"type": "any_text", "max_tokens": 3})
-    with pytest.raises(UnsupportedFormatError, match="qwen_xml"):
-        compile_format({"type": "json_schema", "json_schema": {}, "style": "qwen_xml"})
-    with pytest.raises(UnsupportedFormatError, match="token_triggered_tags"):
-        compile_format({"type": "token_triggered_tags", "trigger_tokens": [1], "tags": []})
+    with pytest.raises(UnsupportedFormatError, match="exclude_token"):
+        compile_format({"type": "exclude_token", "exclude_tokens": [1]})
+    with pytest.raises(GrammarError, match="max_tokens"):
+        compile_format({"type": "any_text", "max_tokens": -1})
+    with pytest.raises(GrammarError, match="not one of the trigger_tokens"):
+        compile_format({"type": "token_triggered_tags", "trigger_tokens": ["<tool>"], "tags": [
+            {"type": "tag", "begin": {"type": "token", "token": "<|python_tag|>"}, "content": {"type": "any_text"},
+             "end": "x"}]})
+    with pytest.raises(GrammarError, match="begin with a token"):
+        compile_format({"type": "token_triggered_tags", "trigger_tokens": ["<tool>"], "tags": TAGS})
+    with pytest.raises(GrammarError, match="no single token"):
+        compile_format({"type": "token_dispatch", "rules": [["<nope>", {"type": "any_text"}]]})
+    with pytest.raises(GrammarError, match="pair"):
+        compile_format({"type": "dispatch", "rules": [["<f="]]})
     with pytest.raises(GrammarError, match="exactly one trigger"):
         compile_format({"type": "triggered_tags", "triggers": ["<g"], "tags": TAGS})
     with pytest.raises(GrammarError, match="not valid JSON"):

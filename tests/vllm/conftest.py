@@ -51,6 +51,20 @@ def make_tiny_model(folder: Path) -> Path:
     return folder
 
 
+def add_tokens(folder: Path, texts: list[str]) -> list[int]:
+    """Add ordinary tokens (decoded as their text, as Qwen3's <think>) to a tiny model's tokenizer
+    and widen its vocabulary to hold them; returns their ids."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.add_tokens([AddedToken(text, normalized=False) for text in texts])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] = max(config["vocab_size"], -(-tokenizer.get_vocab_size() // 64) * 64)
+    (folder / "config.json").write_text(json.dumps(config))
+    return [tokenizer.token_to_id(text) for text in texts]
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     require_shared(SMOLLM2)

@@ -3,9 +3,10 @@ results as one JSON line.  Started by test_vllm_engine.py in a fresh interpreter
 general plugins (pushmask's entry point) under the environment the test chose.
 
 usage: python engine_run.py MODEL_DIR SPEC_JSON
-SPEC_JSON: {"requests": [{"json"|"regex"|"choice"|"grammar": ...}], "seed": int, "max_tokens": int,
-            "disable_any_whitespace": bool, "speculative": {vLLM speculative_config} (optional),
-            "prompts": [str] (optional)}
+SPEC_JSON: {"requests": [{"json"|"regex"|"choice"|"grammar"|"structural_tag": ...,
+                           "sampling": {SamplingParams overrides}}], "seed": int, "max_tokens": int,
+            "disable_any_whitespace": bool, "reasoning_parser": str, "prompt_suffix": str,
+            "speculative": {vLLM speculative_config} (optional), "prompts": [str] (optional)}
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> None:
         max_model_len=256,
         max_num_seqs=4,
         dtype="float32",
+        **({"reasoning_parser": spec["reasoning_parser"]} if spec.get("reasoning_parser") else {}),
         seed=spec.get("seed", 0),
         structured_outputs_config={
             "backend": "xgrammar",
@@ -36,15 +38,16 @@ def main() -> None:
         **extra,
     )
     params = [
-        SamplingParams(
-            max_tokens=spec.get("max_tokens", 160),
-            temperature=1.0,
-            seed=spec.get("seed", 0) + i,
-            structured_outputs=StructuredOutputsParams(**request),
-        )
+        SamplingParams(**{
+            "max_tokens": spec.get("max_tokens", 160),
+            "temperature": 1.0,
+            "seed": spec.get("seed", 0) + i,
+            "structured_outputs": StructuredOutputsParams(**{k: v for k, v in request.items() if k != "sampling"}),
+            **request.get("sampling", {}),
+        })
         for i, request in enumerate(spec["requests"])
     ]
-    prompts = spec.get("prompts") or [f"Answer {i}:" for i in range(len(params))]
+    prompts = spec.get("prompts") or [f"Answer {i}:" + spec.get("prompt_suffix", "") for i in range(len(params))]
     outputs = llm.generate(prompts, params)
     manager = llm.llm_engine.engine_core.engine_core.scheduler.structured_output_manager
     backend = manager.backend
