@@ -576,21 +576,18 @@ def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads:
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
-    """Compute the masks the matchers' kernel stacks lack, each grammar's on one thread (a
-    grammar computes one state at a time), grammars spread over the threads."""
-    by_grammar: dict[int, tuple[CompiledGrammar, set]] = {}
+    """Compute the masks the matchers' kernel stacks lack, each grammar's in one nogil kernel
+    call (CompiledGrammar.ensure_masks), grammars spread over the threads."""
+    by_grammar: dict[int, tuple[CompiledGrammar, list]] = {}
     for matcher in matchers:
         compiled = matcher.compiled_grammar
-        kernel_s = matcher._state.kernel_s
-        lacking = kernel_s[compiled.mask_index[kernel_s * walk.MASK_FIELDS] < 0]
-        by_grammar.setdefault(id(compiled), (compiled, set()))[1].update(lacking.tolist())
+        by_grammar.setdefault(id(compiled), (compiled, []))[1].append(matcher._state.kernel_s)
 
     def compute(part):
         compiled, states = part
-        for state in sorted(states):
-            compiled.state_mask(state)
+        compiled.ensure_masks(np.concatenate(states))
 
-    _run_parts(sorted(by_grammar.values(), key=lambda item: -len(item[1])), compute, threads)
+    _run_parts(sorted(by_grammar.values(), key=lambda item: -sum(len(s) for s in item[1])), compute, threads)
 
 
 def _batch_target(bitmask, matchers):
