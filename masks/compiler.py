@@ -25,7 +25,7 @@ from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset
 from .serialization import DeserializeError, check_header, from_json, header, to_json
-from .state_masks import run_state_mask, run_store_masks, trie_tables
+from .state_masks import run_store_masks, trie_tables
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
 from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs
@@ -454,36 +454,34 @@ class CompiledGrammar:
     def _compute_and_store(self, states: list[int], keys: list, pairs_at: list[int]) -> None:
         """Compute these states' masks into the store (the lock held), then publish them and put
         them in the shared caches."""
+        kinds, num_accepted = self._run_store_masks(states, pairs_at, self)
+        index, pool = self.mask_index, self.mask_pool
+        index[np.array(states, dtype=np.int64) * MASK_FIELDS] = kinds  # published: fills read them from now on
+        compiler = self.compiler
+        for k, state in enumerate(states):
+            mask = self._masks[state] = _stored_mask(index, pool, state, int(num_accepted[k]))
+            if keys[k] is not None:
+                if compiler.disk_cache is not None:
+                    compiler.disk_cache.put(keys[k], mask)
+                compiler.cache.put(keys[k], mask)
+
+    def _run_store_masks(self, states: list[int], pairs_at: list[int], store, use_slices: bool = True):
+        """state_masks.run_store_masks into `store` (an object with mask_index, mask_pool,
+        _pool_used and _grow_pool: this grammar, or a scratch store); (kinds, accepted counts)."""
         compiler, runner = self.compiler, self._runner()
         scratch = compiler.walk_scratch()
         n = len(states)
         states_array = np.array(states, dtype=np.int64)
         kinds = np.full(n, -1, dtype=np.int64)
         num_accepted = np.zeros(n, dtype=np.int64)
-        used = np.array([self._pool_used, 0], dtype=np.int64)
+        used = np.array([store._pool_used, 0], dtype=np.int64)
         pairs_array = np.array(pairs_at, dtype=np.int64)
-        while True:
-            status = runner.run(run_store_masks, PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS, states_array, pairs_array,
-                                compiler.trie_tables, scratch.kernel_args, self.mask_index, self.mask_pool, used,
-                                kinds, num_accepted, scratch.words, scratch.parts)
-            if status == 0:
-                break
-            self._grow_pool(int(used[1]))  # STORE_FULL: used[1] words needed
-        self._pool_used = int(used[0])
-        index, pool = self.mask_index, self.mask_pool
-        bases = states_array * MASK_FIELDS
-        index[bases] = kinds  # published: concurrent fills read these states from now on
-        for k, state in enumerate(states):
-            b = state * MASK_FIELDS
-            data_at, size, u_at, n_u = (int(v) for v in index[b + 1 : b + 5])
-            mask = StateMask(int(kinds[k]), pool[data_at : data_at + size].copy(), pool[u_at : u_at + n_u].copy(),
-                             pool[u_at + n_u : u_at + 2 * n_u].copy(), pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
-                             int(num_accepted[k]))
-            self._masks[state] = mask
-            if keys[k] is not None:
-                if compiler.disk_cache is not None:
-                    compiler.disk_cache.put(keys[k], mask)
-                compiler.cache.put(keys[k], mask)
+        while runner.run(run_store_masks, PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS, states_array, pairs_array,
+                         use_slices, compiler.trie_tables, scratch.kernel_args, store.mask_index, store.mask_pool,
+                         used, kinds, num_accepted, scratch.words, scratch.parts) != 0:
+            store._grow_pool(int(used[1]))  # STORE_FULL: used[1] words needed
+        store._pool_used = int(used[0])
+        return kinds, num_accepted
 
     def _grow_pool(self, need: int) -> None:
         """A larger mask pool holding the same prefix.  A fill running on another thread keeps the
@@ -526,19 +524,13 @@ class CompiledGrammar:
         return self._offline
 
     def _compute_mask(self, state: int, pairs: np.ndarray, use_slices: bool = True) -> StateMask:
-        """A state's mask (what follows its rule judged by its follow pairs), not stored: the
+        """A state's mask (what follows its rule judged by its follow pairs), not stored here: the
         slice tokens it accepts whole, then a walk of the rest of the trie.  use_slices=False
         walks the whole trie (the reference the slices are tested against)."""
-        scratch = self.compiler.walk_scratch()
-        info = np.zeros(4, dtype=np.int64)
-        self._runner().run(run_state_mask, PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS, state, pairs, use_slices,
-                           self.compiler.trie_tables, scratch.kernel_args, self.compiler.all_grammar_words,
-                           scratch.words, scratch.parts, info)
-        kind, size, n_u, num_accepted = (int(v) for v in info)
-        parts = scratch.parts
-        return StateMask(kind, parts[:size].copy(), parts[size : size + n_u].copy(),
-                         parts[size + n_u : size + 2 * n_u].copy(), parts[size + 2 * n_u : size + 3 * n_u].copy(),
-                         num_accepted)
+        store = _ScratchStore(self)
+        kinds, num_accepted = self._run_store_masks([state], [pairs.ctypes.data], store, use_slices)
+        store.mask_index[state * MASK_FIELDS] = kinds[0]
+        return _stored_mask(store.mask_index, store.mask_pool, state, int(num_accepted[0]))
 
     def precompute_masks(self) -> None:
         """Compute every state's mask now instead of on first visit."""
@@ -610,6 +602,29 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
+
+
+class _ScratchStore:
+    """An empty mask store shaped like a grammar's, for a mask computed but not kept."""
+
+    def __init__(self, grammar: CompiledGrammar):
+        self.mask_index = np.full(len(grammar.mask_index), -1, dtype=np.int32)
+        words = len(grammar.compiler.all_grammar_words)
+        self.mask_pool = np.empty(2 * words, dtype=np.int32)
+        self.mask_pool[:words] = grammar.compiler.all_grammar_words  # a store starts with the grammar tokens' bitset
+        self._pool_used = words
+
+    def _grow_pool(self, need: int) -> None:
+        CompiledGrammar._grow_pool(self, need)
+
+
+def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:
+    """The StateMask of a state in a mask store (copies of its parts)."""
+    b = state * MASK_FIELDS
+    kind, data_at, size, u_at, n_u = (int(v) for v in index[b : b + 5])
+    return StateMask(kind, pool[data_at : data_at + size].copy(), pool[u_at : u_at + n_u].copy(),
+                     pool[u_at + n_u : u_at + 2 * n_u].copy(), pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
+                     num_accepted)
 
 
 def _checked_limits(limits) -> Limits:

@@ -74,7 +74,9 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
                 info):
     """A state's mask into `words` (scratch, W words) and `out` (data, then positions, ids and lcp
     of its uncertain tokens); info = (kind, data length, uncertain count, accepted count).
-    Returns 0 or ERR_* (nothing usable written)."""
+    Returns 0 or ERR_* (nothing usable written).  The same arithmetic as the slice tables'
+    docstring in masks/trie.py: bucket k of slice s holds tokens of at most BUCKET_BOUNDS[k]
+    characters."""
     (trie, token_ids, all_positions, b_trie, b_token_ids, b_position, region_start, above, cumulative,
      cumulative_counts, max_chars, bounds, ptrs, los, his, dsts, caps) = tables
     slice_scratch, uncertain = scratch
@@ -174,22 +176,14 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
 
 
 @njit(cache=True, nogil=True)
-def run_state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out,
-                   info):
-    """One state's mask into `out` (see _state_mask), without storing it.  0 or ERR_*."""
-    return _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out,
-                       info)
-
-
-@njit(cache=True, nogil=True)
-def run_store_masks(pda, pool, ws, max_tops, states, pairs_at, tables, scratch, mask_index, mask_pool, used, kinds,
-                    num_accepted, words, out):
+def run_store_masks(pda, pool, ws, max_tops, states, pairs_at, use_slices, tables, scratch, mask_index, mask_pool,
+                    used, kinds, num_accepted, words, out):
     """Compute the masks of `states` (pairs_at[i]: the address of state i's follow pairs) and
     append each to the mask store from used[0] on, writing its mask_index fields but the kind,
     which goes to kinds[i] for the caller to publish (a concurrent reader sees "not computed"
     until then).  States with kinds[i] >= 0 are done already and skipped, so a call after a
     status resumes.  Returns 0, ERR_* (make room, call again) or STORE_FULL (need[used[1]] more
-    words in mask_pool)."""
+    words in mask_pool).  use_slices=False walks the whole trie (the reference for tests)."""
     n_words = words.shape[0]
     grammar_words = mask_pool[:n_words]
     info = np.zeros(4, dtype=np.int64)
@@ -197,8 +191,8 @@ def run_store_masks(pda, pool, ws, max_tops, states, pairs_at, tables, scratch, 
         if kinds[i] >= 0:
             continue
         pairs = carray(_u8_pointer(pairs_at[i]), 256 * PAIR_WIDTH)
-        status = _state_mask(pda, pool, ws, max_tops, states[i], pairs, True, tables, scratch, grammar_words, words,
-                             out, info)
+        status = _state_mask(pda, pool, ws, max_tops, states[i], pairs, use_slices, tables, scratch, grammar_words,
+                             words, out, info)
         if status != 0:
             return status
         size = info[1]
