@@ -13,7 +13,7 @@ import numpy as np
 
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
-from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
+from ..automata.stack import StackRunner
 from . import batch_fill, walk
 from .budget import CheckedBudget, budget_table, check_budget
 from ..grammar.errors import BudgetTooSmallError
@@ -231,14 +231,19 @@ class GrammarMatcher:
         memo_key = state.memo_key
         if memo_key is not None and self._copy_memoised(memo_key, words):
             return
+        runner = self._runner
         while True:
-            status = self._runner.run(
-                walk.run_fill, words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, PDA_BLOB,
-                POOL_BLOB, WS_BLOB, self._trie_blob, compiled.mask_index, compiled.mask_pool, self._slice_rows,
-                MAX_TOPS, memo_key is not None,
+            # called directly, not through runner.run: a steady fill is a few microseconds
+            status = walk.run_fill(
+                words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, runner.pda.blob,
+                runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
+                self._slice_rows, runner.limits.max_stack_tops, memo_key is not None,
             )
             if status == 0:
                 break
+            if status < 0:
+                runner.handle(status)  # room made: call again
+                continue
             if status == walk.FILL_MASKS_MISSING:
                 compiled.ensure_masks(state.kernel_s)
             else:  # walk.FILL_UNCERTAIN
