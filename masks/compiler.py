@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
@@ -293,7 +294,9 @@ class GrammarCompiler:
         with _compiling("grammar"):
             if normalize:
                 grammar = normalize_grammar(grammar, clock)
-            return CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
+            compiled = CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
+        compiled.ensure_first_masks()
+        return compiled
 
     def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
         """Compile a constraint of any front-end kind (what the integrations call with a kind
@@ -450,6 +453,14 @@ class CompiledGrammar:
                 pairs_at.append(pairs.ctypes.data)  # self._pairs keeps the array alive
             if compute:
                 self._compute_and_store(compute, keys, pairs_at)
+
+    def ensure_first_masks(self) -> None:
+        """Compute the masks of the states a matcher starts in, at compile time: a server compiles
+        off its decode loop (vLLM compiles asynchronously), so a new request's first batch step
+        finds them ready instead of computing them while every other row waits."""
+        closure_s, _, n_kernel, _ = self._runner().close(
+            np.array([self.pda.rule_start[self.pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64))
+        self.ensure_masks(closure_s[:n_kernel])
 
     def _compute_and_store(self, states: list[int], keys: list, pairs_at: list[int]) -> None:
         """Compute these states' masks into the store (the lock held), then publish them and put

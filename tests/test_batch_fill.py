@@ -144,7 +144,7 @@ def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
     reference = pm.GrammarCompiler(info, cache_enabled=False)
     grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     for grammar in grammars:  # a pool that must grow many times
-        grammar.mask_pool = grammar.mask_pool[: len(compiler.all_grammar_words) + 1].copy()
+        grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
     references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False)
                   for schema, _ in rows]
     order = [k for k in range(len(rows)) for _ in range(4)]
