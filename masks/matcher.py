@@ -507,10 +507,10 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
     One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
-    per row only to describe it, to compute the masks of states met for the first time (each
-    (grammar, state) once, grammars over the threads) before the row goes round again, and for
-    value checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
-    single-row path.  Each matcher must appear once (it owns its workspace).
+    per row only to describe it, to gather the states met for the first time (their masks are
+    computed in one nogil kernel call per grammar, grammars over the threads) before the row goes
+    round again, and for value checks, budgets and token terminals; finished matchers and non-CPU
+    bitmasks take the single-row path.  Each matcher must appear once (it owns its workspace).
     """
     import os
 
