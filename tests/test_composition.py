@@ -295,13 +295,9 @@ def test_plain_masks_equal_brute_force(matrix_compiler, name):
 @pytest.mark.parametrize("name", ROWS)
 def test_budget_walks_finish_within_n(matrix_compiler, name):
     """Under max_tokens=N the walk never meets an empty mask, every prefix is viable and the
-    text is complete within N tokens; token terminals refuse a budget (documented)."""
+    text is complete within N tokens (a token terminal costs one token)."""
     row = ROWS[name]
     compiled = row.compile(matrix_compiler)
-    if row.terminals:
-        with pytest.raises(ValueError, match="max_tokens is not supported"):
-            pm.GrammarMatcher(compiled, max_tokens=30)
-        return
     need = pm.GrammarMatcher(compiled).min_tokens_to_finish()
     rng = random.Random(2)
     for n in range(need, need + 8):
@@ -314,11 +310,11 @@ def test_budget_walks_finish_within_n(matrix_compiler, name):
 
 
 def sample_texts(row: Row, compiled, count: int, seed: int) -> list[str]:
-    """Complete texts from budgeted walks (plain walks for token terminals), for templates."""
+    """Complete texts from budgeted walks, for templates."""
     rng = random.Random(seed)
     out = []
     while len(out) < count:
-        budget = None if row.terminals else pm.GrammarMatcher(compiled).min_tokens_to_finish() + 6
+        budget = pm.GrammarMatcher(compiled).min_tokens_to_finish() + 6
         text = walk(row, pm.GrammarMatcher(compiled, max_tokens=budget), rng, 40)
         if row.complete(text):
             out.append(text)
