@@ -40,7 +40,7 @@ class BatchGrammarMatcher:
                            debug_print: bool = False) -> list[bool]:
         """Matcher i accepts tokens[i]; whether each did (a refused token changes nothing)."""
         _same_length(matchers, tokens, "tokens")
-        accepted = [matcher.accept_token(int(token)) for matcher, token in zip(matchers, tokens)]
+        accepted = [matcher.accept_token(token) for matcher, token in zip(matchers, tokens)]
         if debug_print:
             print(f"accepted: {accepted}")
         return accepted

@@ -165,6 +165,8 @@ def test_grammar_constructors_refuse_what_is_not_a_grammar():
     matchers = [pm.GrammarMatcher(pm.GrammarCompiler(tokenizer_info("smollm2")).compile_regex("a"))]
     with pytest.raises(ValueError, match="1 matchers but 2 tokens"):
         pm.BatchGrammarMatcher.batch_accept_token(matchers, [1, 2])
+    with pytest.raises(pm.ArgumentTypeError, match="token_id must be an int, got float"):
+        pm.BatchGrammarMatcher.batch_accept_token(matchers, [64.0])  # as accept_token: not read as token 64
 
 
 def test_union_and_concat_keep_value_checks(compiler):
