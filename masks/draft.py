@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..grammar.errors import check_integers
 from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
 
 __all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks"]
@@ -119,7 +120,7 @@ def batch_fill_draft_bitmasks(matchers: Sequence[GrammarMatcher], drafts: Sequen
 
 def _walk(matcher: GrammarMatcher, tokens, parents, first_row: int) -> DraftMasks:
     """Each node's state from its parent's (None where refused), without moving the matcher."""
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    tokens = np.array(check_integers(tokens, "draft tokens", "fill_draft_bitmasks"), dtype=np.int64)
     n = len(tokens)
     if parents is None:
         parents = np.arange(-1, n - 1, dtype=np.int64)

@@ -216,6 +216,8 @@ def test_bad_trees_get_clear_errors():
         fill_draft_bitmasks(matcher, [1, 2], bitmask, parents=[-1, 1])
     with pytest.raises(ValueError, match="2 draft tokens but 1 parent"):
         fill_draft_bitmasks(matcher, [1, 2], bitmask, parents=[-1])
+    with pytest.raises(pm.ArgumentTypeError, match=r"draft tokens\[1\] must be an int, got float"):
+        fill_draft_bitmasks(matcher, [1, 2.5], bitmask)  # not read as token 2
     result = fill_draft_bitmasks(matcher, [1], bitmask)
     with pytest.raises(ValueError, match="refused"):
         result.accept(0)
