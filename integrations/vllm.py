@@ -166,10 +166,10 @@ def _env_max_whitespace() -> int | None:
     return value
 
 
-def _grammar_is_likely_lark(text: str) -> bool:
-    """Lark unless the text defines a rule with `::=` (grammar_kind applies vLLM's own test, so
-    GRAMMAR requests split the way they do for xgrammar; JSON text stays with Lark, as there)."""
-    return grammar_kind(text).kind != "ebnf"
+def _grammar_front_end(text: str) -> str:
+    """"ebnf" if the text defines a rule with `::=`, else "lark" (grammar_kind applies vLLM's own
+    test, so GRAMMAR requests split the way they do for xgrammar; JSON text stays with Lark, as there)."""
+    return "ebnf" if grammar_kind(text).kind == "ebnf" else "lark"
 
 
 def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tuple[str, Any]:
@@ -183,7 +183,7 @@ def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tup
     if name == "REGEX":
         return "regex", grammar_spec
     if name == "GRAMMAR":
-        return ("lark" if _grammar_is_likely_lark(grammar_spec) else "ebnf"), grammar_spec
+        return _grammar_front_end(grammar_spec), grammar_spec
     if name == "CHOICE":
         choices = json.loads(grammar_spec) if isinstance(grammar_spec, str) else grammar_spec
         return "choice", choices
@@ -515,7 +515,7 @@ def validate_pushmask_request(sampling_params) -> None:
     elif params.json_object:
         kind, arg = "json_schema", {"type": "object"}
     elif params.grammar is not None:
-        kind = "lark" if _grammar_is_likely_lark(params.grammar) else "ebnf"
+        kind = _grammar_front_end(params.grammar)
         arg = params.grammar
     else:
         return
