@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     import pushmask as pm
-    from pushmask.integrations.cli_generate import load_model
+    from pushmask.integrations.models import load_model
     from pushmask.jsonschemabench.corpus import generation_tasks
 
     torch.set_num_threads(args.threads)
