@@ -15,8 +15,9 @@ operators), then convert what it compiled:
   `(IGNORED)*` between adjacent symbols of every rule expansion (never inside a terminal) and
   around the start symbol, which covers every gap between two tokens: two tokens adjacent in
   the input are adjacent children (up to nullable ones) of their lowest common ancestor.
-  Like lark's lexer, an ignored token is the longest match where it starts (`--c from t` is
-  one SQL comment): longest_match.greedy_ignores keeps only those ends.
+  Like lark's lexer, an ignored token is the match Python's `re` finds where it starts (the
+  longest for `--c from t`, one SQL comment; the first alternative for `x|xy`):
+  longest_match.greedy_ignores keeps only those ends, given the regex lark matches it with.
 
 The IR is scannerless: adjacent (not ignored) terminals may split the input anywhere, as with
 lark's Earley `dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one
@@ -299,10 +300,10 @@ def parse_lark(text: str, start: str = "start", max_states: int = DEFAULT_LIMITS
         plain = read_plain_lark(text, start, lambda raw, pattern: _pattern_to_ir(raw, pattern, max_states, max_nesting))
     positions: dict[str, tuple[int, int]] = {}
     if plain is not None:
-        rule_bodies, terminal_bodies, ignored = plain
+        rule_bodies, terminal_bodies, ignored, sources = plain
         rules = {**rule_bodies, **terminal_bodies}
     else:
-        rules, ignored = _read_with_lark(text, start, index, max_states, max_nesting, positions, token_id)
+        rules, ignored, sources = _read_with_lark(text, start, index, max_states, max_nesting, positions, token_id)
     for name in rules:
         line, column = index.position(name)
         if line is not None:
@@ -316,13 +317,14 @@ def parse_lark(text: str, start: str = "start", max_states: int = DEFAULT_LIMITS
         root += "_"
     rules = {root: seq(skip, Ref(start), skip), **rules}
     positions[root] = positions.get(start, (1, 1))
-    return greedy_ignores(Grammar(rules, root, positions), ignored, skip, max_states)
+    return greedy_ignores(Grammar(rules, root, positions), ignored, skip, max_states, sources)
 
 
 def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, max_nesting: int,
-                    positions: dict[str, tuple[int, int]], token_id) -> tuple[dict[str, Expr], list[str]]:
-    """(rules and used terminals as IR, %ignore'd terminal names) from lark's own reading;
-    anonymous terminals get the position of their literal in `positions`."""
+                    positions: dict[str, tuple[int, int]], token_id) -> tuple[dict[str, Expr], list[str], dict[str, str]]:
+    """(rules and used terminals as IR, %ignore'd terminal names, the regex lark's lexer matches
+    each of them with) from lark's own reading; anonymous terminals get the position of their
+    literal in `positions`."""
     text, token_terminals = _extract_token_terminals(text)
     terminal_list, lark_rules, ignored = _load(text, start)
     terminals = {str(t.name): t for t in terminal_list}
@@ -366,4 +368,4 @@ def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, m
             rules[name] = _pattern_to_ir(name, terminals[name].pattern, max_states, max_nesting)
         except GrammarError as exc:
             raise GrammarError(exc.message, line, column) from None
-    return rules, ignored
+    return rules, ignored, {name: terminals[name].pattern.to_regexp() for name in ignored}

@@ -149,6 +149,14 @@ class _Reader:
         self.take("NL")
         return expr
 
+    def single_pattern(self, start: int):
+        """The lark pattern of a body that is one string or regex literal (the regex lark's
+        lexer matches an ignored terminal with); a longer body is lark's to join."""
+        (kind, raw), (after, _) = self.tokens[start], self.tokens[start + 1]
+        if kind not in ("STRING", "REGEXP") or after != "NL":
+            raise _NotPlain
+        return _literal_to_pattern(Token(kind, raw))
+
     # -- bodies
 
     def expansions(self, terminal: bool, skip) -> Expr:
@@ -275,12 +283,14 @@ def _check_terminals_acyclic(terminals: dict[str, Expr]) -> None:
 
 
 def read_plain_lark(text: str, start: str, pattern_to_ir):
-    """(rules, terminals, ignored) as IR when `text` is in the plain subset, else None.
+    """(rules, terminals, ignored, sources) as IR when `text` is in the plain subset, else None.
 
     `rules` maps rule names to bodies with the %ignore'd terminals interleaved, `terminals` maps
     terminal names to bodies (both keep definition order), `ignored` lists the names of the
     %ignore'd terminals (literals get a name of their own, `__IGNORE_<k>`, which no lark name can
-    take).  `pattern_to_ir(raw, pattern)` turns one lark PatternStr/PatternRE into IR.
+    take), `sources` the regex lark's lexer matches each of them with (an ignored terminal that
+    is not one literal is left to lark, which joins it into one regex).  `pattern_to_ir(raw,
+    pattern)` turns one lark PatternStr/PatternRE into IR.
     """
     try:
         reader = _Reader(_tokenize(text), pattern_to_ir)
@@ -302,8 +312,11 @@ def read_plain_lark(text: str, start: str, pattern_to_ir):
         if terminals and nullable_rules(Grammar(terminals, next(iter(terminals)))):
             return None  # a terminal that matches "": lark refuses it
         ignored = list(dict.fromkeys(ignored))
+        sources = {name: reader.single_pattern(reader.terminals[name] if name in reader.terminals
+                                               else reader.ignored[int(name[len("__IGNORE_"):])]).to_regexp()
+                   for name in ignored}
         skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
         rules = {name: reader.body(at, False, skip) for name, at in reader.rules.items()}
     except _NotPlain:
         return None
-    return rules, terminals, ignored
+    return rules, terminals, ignored, sources

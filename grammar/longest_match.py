@@ -21,18 +21,22 @@ itself is X[0->0]); the variants no derivation needs are removed by `passes.norm
 unproductive or unreachable.  Terminals (upper-case lark names) are atoms: the monitor only
 restricts their first character.
 
-Known gaps (strict xfails in tests/test_longest_match.py): an inexact guard refuses a character
-that only begins a longer match which then fails (`(\\s|//[^\\n]*)+` before a lone `/`), and lark
-runs the regex with Python's `re`, whose match is the first alternative that matches, not the
-longest (`x|xy` ends after `x`; here after `xy`).
+lark runs the regex with Python's `re`, whose match is the first way the pattern matches, not the
+longest (`x|xy` ends after `x`): where a match can go on to a longer one, the DFA is
+first_match.first_match_dfa's, whose final states are where `re` records a match, and a regex it
+cannot model is a GrammarError naming the terminal.
+
+Known gap (a strict xfail in tests/test_longest_match.py): an inexact guard refuses a character
+that only begins a longer match which then fails (`(\\s|//[^\\n]*)+` before a lone `/`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from .errors import BudgetExceededError, GrammarError
 from .codepoint_dfa import complement_chars, intersect_ranges
+from .errors import BudgetExceededError, GrammarError
+from .first_match import first_match_dfa
 from .ir import (EPSILON, MAX_CODE_POINT, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref,
                  Repeat, Seq, alt, char_class, normalize_ranges, ref_names, rep, seq, star)
 from .passes import is_nullable, nullable_rules
@@ -52,17 +56,20 @@ def is_terminal_name(name: str) -> bool:
     return bool(stripped) and stripped[0].isupper()
 
 
-def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states: int) -> Grammar:
+def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states: int,
+                   sources: dict[str, str]) -> Grammar:
     """The grammar where each ignored terminal in a `skip` block ends only where lark's lexer
     ends it (see the module docstring).  `skip` is the exact expression the front end put
-    between symbols; `ignored` names its terminals; `max_states` bounds each one's DFA."""
-    dfas = {name: _codepoint_dfa(grammar.rules[name], grammar.rules, max_states, name) for name in ignored}
+    between symbols; `ignored` names its terminals; `max_states` bounds each one's DFA;
+    `sources` holds the Python regex lark matches each ignored terminal with."""
+    read = {name: _ignored_dfa(grammar, name, sources.get(name), max_states) for name in ignored}
+    dfas = {name: (trans, finals) for name, (trans, finals, _) in read.items()}
     guards: list[Ranges] = [()]
     for trans, finals in dfas.values():
         for q in sorted(finals):
             if _guard(trans, q) not in guards:
                 guards.append(_guard(trans, q))
-    if len(guards) == 1:
+    if len(guards) == 1 and all(plain for _, _, plain in read.values()):
         return grammar  # no ignored terminal can go on after any of its ends
     if len(guards) > MAX_GUARD_CLASSES:
         raise BudgetExceededError(f"%ignore'd terminals {', '.join(ignored)} can end in {len(guards) - 1} different "
@@ -72,6 +79,28 @@ def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states:
 
 # ---------------------------------------------------------------------------------------------
 # An ignored terminal's code-point DFA (terminals are small: plain Python)
+
+
+def _ignored_dfa(grammar: Grammar, name: str, source: str | None, max_states: int):
+    """(trans, finals, plain) where the final states are where Python's `re` can end the ignored
+    terminal.  plain: the terminal's own DFA, exact where no match can go on to a longer one
+    (then every match is the only one); otherwise first_match.first_match_dfa of its regex, and a
+    GrammarError where that regex is outside what it models."""
+    trans, finals = _codepoint_dfa(grammar.rules[name], grammar.rules, max_states, name)
+    if not any(trans[q] for q in finals):
+        return trans, finals, True
+    if source is not None:
+        try:
+            dfa = first_match_dfa(source, max_states)
+        except BudgetExceededError:
+            raise BudgetExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states") from None
+        if dfa is not None:
+            return (*dfa, False)
+    raise GrammarError(
+        f"%ignore'd terminal {name}{f' /{source}/' if source else ''} can match and then go on to a longer "
+        "match, and pushmask cannot tell where Python's re (lark's lexer) ends it: the regex uses an anchor, "
+        "a lookaround, a backreference, case-insensitive matching, an atomic group or a loop whose body can "
+        "match nothing; rewrite it without them", *grammar.positions.get(name, (None, None)))
 
 
 def _codepoint_dfa(expr: Expr, rules: dict[str, Expr], max_states: int, name: str):

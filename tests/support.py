@@ -157,12 +157,13 @@ def short_structural_tokens(info):
                      and all(b in STRUCTURAL_BYTES for b in decoded[t])], dtype=np.int64)
 
 
-def mask_walk(compiled, rng, short, max_tokens: int = 160) -> bytes | None:
+def mask_walk(compiled, rng, short, max_tokens: int = 160, prefix_viable=None) -> bytes | None:
     """One random mask-guided output: each step takes a token the filled bitmask allows (a short
     structural one with probability 0.8, a stop token with probability 0.3 when one is allowed,
     or surely when only stop tokens are), and every allowed token must be accepted.  The text
     when the matcher terminated on a stop token, None when the walk ran out of steps.  An empty
-    mask before termination fails the calling test."""
+    mask before termination fails the calling test, and so does a prefix written so far (its
+    decodable head) that `prefix_viable`, an independent oracle, says no sentence extends."""
     import numpy as np
 
     import pushmask
@@ -187,6 +188,8 @@ def mask_walk(compiled, rng, short, max_tokens: int = 160) -> bytes | None:
         tid = int(rng.choice(pool if pool.size else text))
         assert matcher.accept_token(tid), f"allowed token {tid} was refused after {out[-200:]!r}"
         out += info.decoded_vocab[tid]
+        if prefix_viable is not None:
+            assert prefix_viable(decodable_prefix(out)), f"the mask allowed a dead prefix {out[-200:]!r}"
     return None
 
 
@@ -294,6 +297,77 @@ def json_prefix_parser():
 def json_prefix_viable(text: str) -> bool:
     """Oracle: can `text` be extended to a JSON text (json.loads)?"""
     return lark_prefix_viable(json_prefix_parser(), text)
+
+
+_JSON_LITERALS = ("true", "false", "null")
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_prefix_completes(text: str) -> bool:
+    """Oracle for long walks (json_prefix_viable parses the whole prefix with Earley, ~75 ms at
+    300 characters): does json.loads (NaN and Infinity refused) read `text` + a tail that
+    finishes the open escape, string, number or literal, a pending member or value, and closes
+    the open brackets?  A True is a witness; a False on a viable prefix would be a tail this
+    misses (tests/test_soundness.py compares it with json_prefix_viable)."""
+    import json
+    import re
+
+    stack: list[str] = []
+    in_string = key_string = want_key = after_key = False
+    escape = None  # None outside an escape, "" after a backslash, "u..." inside \uXXXX
+    for ch in text:
+        if in_string:
+            if escape is None:
+                if ch == "\\":
+                    escape = ""
+                elif ch == '"':
+                    in_string, after_key = False, key_string
+            elif escape == "" and ch == "u" or escape and len(escape) < 4:
+                escape += ch
+            else:
+                escape = None
+        elif ch == '"':
+            in_string, key_string, want_key = True, want_key, False
+        elif ch in "{[":
+            stack.append(ch)
+            want_key = ch == "{"
+        elif ch in "}]":
+            if not stack:
+                return False
+            stack.pop()
+            want_key = False
+        elif ch == ",":
+            want_key = stack[-1:] == ["{"]
+        elif ch == ":":
+            after_key = False
+    tail = ""
+    if in_string:
+        tail = ("n" if escape == "" else "0" * (5 - len(escape)) if escape else "") + '"' + (":0" if key_string else "")
+    else:
+        fragment = re.search(r"[A-Za-z0-9.+\-]*$", text).group()
+        if fragment[:1].isalpha():
+            tail = next((word[len(fragment):] for word in _JSON_LITERALS if word.startswith(fragment)), None)
+            if tail is None:
+                return False
+        elif fragment[-1:] in ("-", "+", ".", "e", "E"):
+            tail = "0"
+        elif not fragment:
+            last = text.rstrip()[-1:]
+            if after_key:
+                tail = ":0"
+            elif last in ("", ":") or last == "," and stack[-1:] == ["["]:
+                tail = "0"
+            elif last == ",":
+                tail = '"k":0'
+    tail += "".join("}" if bracket == "{" else "]" for bracket in reversed(stack))
+    try:
+        json.loads(text + tail, parse_constant=_no_constants)
+    except ValueError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

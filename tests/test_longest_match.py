@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import lark
 import numpy as np
@@ -19,6 +20,8 @@ import pytest
 
 import pushmask as pm
 from pushmask.grammar import lark_frontend
+from pushmask.grammar.first_match import first_match_dfa
+from pushmask.grammar.lark_reader import read_plain_lark
 from support import decodable_prefix, grammar_compiler, hf_tokenizer, lark_prefix_viable
 
 # name -> (grammar, alphabet, longest string checked)
@@ -90,6 +93,24 @@ start: "z"+
 %ignore /x+/
 %ignore "xy"
 """, "xyz", 6),
+    # Python's re (lark's lexer) takes the first alternative that matches, not the longest
+    "first_alternative_not_the_longest": (r"""
+start: "z"+
+%ignore /x|xy/
+""", "zxy", 6),
+    "first_match_after_backtracking": (r"""
+start: ("a" | "w")+
+%ignore /(x|xy)(z|yzw)/
+""", "axyzw", 5),
+    "lazy_ignored_loop": (r"""
+start: ("z" | "y")+
+%ignore /xy*?/
+""", "zxy", 6),
+    # \s is Unicode whitespace for re: the ignored match goes on over U+00A0
+    "unicode_whitespace": ("""
+start: "a" "\u00a0" "b"
+%ignore /\\s+/
+""", "a \u00a0b", 5),
 }
 
 # Strings lark rejects because an ignored match is the longest one, which an ignored terminal
@@ -103,6 +124,8 @@ LONGEST_MATCH_MATTERS = [
     ("ignored_whitespace_before_a_newline_token", "a \n"),
     ("nullable_rule_before_a_token_with_an_ignored_character", "a  x"),
     ("nullable_rule_between_gaps", "a--ob"),
+    ("first_alternative_not_the_longest", "zxyz"),
+    ("unicode_whitespace", "a \u00a0b"),
 ]
 
 _PARSERS: dict[str, lark.Lark] = {}
@@ -138,6 +161,13 @@ def allowed_bytes(matcher: pm.GrammarMatcher) -> set[str]:
     return {chr(t) for t in matcher.get_next_token_mask().nonzero()[0].tolist() if t < 128}
 
 
+def allowed_chars(name: str, matcher: pm.GrammarMatcher, text: str) -> set[str]:
+    """The ASCII characters the mask allows after `text`, and the wider characters of the
+    grammar's alphabet a matcher of their own accepts after it."""
+    wide = {c for c in GRAMMARS[name][1] if ord(c) >= 128 and pm.GrammarMatcher(compiled(name)).accept_string(text + c)}
+    return allowed_bytes(matcher) | wide
+
+
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 def test_every_short_string_and_mask_follows_lark(name):
     """Every string up to `longest` characters: a whole sentence exactly when lark parses it.
@@ -158,7 +188,7 @@ def test_every_short_string_and_mask_follows_lark(name):
         assert lark_prefix_viable(parser(name), text), (name, text, "a dead prefix is accepted")
         assert matcher.can_end() == (text in sentences), (name, text)
         if len(text) < longest:
-            allowed = allowed_bytes(matcher) & set(alphabet)
+            allowed = allowed_chars(name, matcher, text) & set(alphabet)
             assert {c for c in alphabet if text + c in extendable} <= allowed, (name, text)
             assert all(lark_prefix_viable(parser(name), text + c) for c in allowed), (name, text, allowed)
 
@@ -185,7 +215,7 @@ def test_byte_walks_keep_every_prefix_viable(name):
         matcher = pm.GrammarMatcher(compiled(name))
         text = ""
         for _ in range(30):
-            allowed = sorted(allowed_bytes(matcher))
+            allowed = sorted(allowed_chars(name, matcher, text))
             assert allowed or matcher.can_end(), f"empty mask after {text!r}"
             if matcher.can_end() and (not allowed or rng.random() < 0.1):
                 assert lark_accepts(name, text), (name, text)
@@ -256,11 +286,67 @@ def test_guard_longer_than_one_character():
     assert _ends(_byte_compiler().compile_lark(grammar), text)
 
 
-@pytest.mark.xfail(strict=True, reason="soundness: Python's regex match (lark's) takes the first "
-                                       "alternative that matches, not the longest (`x|xy`)")
-def test_ignored_alternation_whose_first_match_is_not_the_longest():
-    grammar = 'start: "z"+\n%ignore /x|xy/\n'
-    text = "zxyz"
-    with pytest.raises(lark.exceptions.LarkError):
+# -- first match: where Python's re ends an ignored regex (grammar/first_match.py)
+
+FIRST_MATCH_PATTERNS = [r"x|xy", r"xy|x", r"\s+", r"(\s|//[^\n]*)+", r"/\*(.|\n)*?\*/", r"a*?b", r"(a|ab)(c|bcd)",
+                        r"(?:x|xy)z?", r"xyz|x", r"a{2,4}?", r"a{2,4}", r"(ab|a)*c?", r"(?s:.)+?z", r"\d+|\w+",
+                        r"(x|xy)+?z|x", r"[^a-c]+|\W", r"(?a:\w+)"]
+
+
+@pytest.mark.parametrize("pattern", FIRST_MATCH_PATTERNS)
+def test_first_match_dfa_ends_where_python_re_ends(pattern):
+    """Oracle: re.match on random texts over the pattern's characters (and some others):
+    the match ends at the last final state the DFA reaches before it stops."""
+    trans, finals = first_match_dfa(pattern, 1000)
+    alphabet = sorted({c for c in pattern if c.isprintable()} | set(" \n/ab\u00a0\u0663é"))
+    rng = random.Random(pattern)
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9)))
+        state, end = 0, (0 if 0 in finals else None)
+        for i, ch in enumerate(text):
+            state = next((t for lo, hi, t in trans[state] if lo <= ord(ch) <= hi), None)
+            if state is None:
+                break
+            if state in finals:
+                end = i + 1
+        match = re.match(pattern, text)
+        assert end == (match.end() if match else None), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"(|a)*", r"^x", r"(?i)x", r"x(?=y)", r"(a)\1", r"(?>x|xy)"])
+def test_first_match_dfa_declines_what_it_does_not_model(pattern):
+    assert first_match_dfa(pattern, 1000) is None
+
+
+def test_an_ignored_regex_whose_first_match_cannot_be_modelled_is_refused():
+    """Sound, not silently wrong: the error names the terminal and what to change."""
+    with pytest.raises(pm.GrammarError, match=r"%ignore'd terminal COMMENT .*case-insensitive") as error:
+        _byte_compiler().compile_lark('start: "z"+\nCOMMENT: /x+/i\n%ignore COMMENT\n')
+    assert error.value.line == 2
+    # a regex outside the model whose matches never go on is exact as it is
+    grammar = 'start: "z"+\n%ignore /(?i)rem[^\\n]*\\n/\n'
+    compiled_grammar = _byte_compiler().compile_lark(grammar)
+    assert _ends(compiled_grammar, "zREM x\nz") and not _ends(compiled_grammar, "zREM x z")
+
+
+def test_the_fast_reader_gives_the_same_first_match_ends(monkeypatch):
+    """Big grammars go through lark_reader: an ignored literal's regex reaches the pass there
+    too, and an ignored terminal joined from several literals is left to lark."""
+    single = 'start: "z"+\n%ignore /x|xy/\n'
+    joined = 'start: "z"+\nIGN: "x" | "xy"\n%ignore IGN\n'
+    monkeypatch.setattr(lark_frontend, "FAST_READER_MIN_CHARS", 0)
+    assert read_plain_lark(single, "start", lambda raw, p: lark_frontend._pattern_to_ir(raw, p, 10_000, 100))
+    assert read_plain_lark(joined, "start", lambda raw, p: lark_frontend._pattern_to_ir(raw, p, 10_000, 100)) is None
+    assert not lark_accepts_text(single, "zxyz") and lark_accepts_text(joined, "zxyz")  # lark joins it as xy|x
+    for grammar in (single, joined):
+        compiled_grammar = _byte_compiler().compile_lark(grammar)
+        for text in ("zxyz", "zxz", "zxyxz", "zxxyz"):
+            assert _ends(compiled_grammar, text) == lark_accepts_text(grammar, text), (grammar, text)
+
+
+def lark_accepts_text(grammar: str, text: str) -> bool:
+    try:
         lark.Lark(grammar, parser="earley", lexer="dynamic_complete").parse(text)
-    assert not _ends(_byte_compiler().compile_lark(grammar), text)
+    except lark.exceptions.LarkError:
+        return False
+    return True

@@ -23,8 +23,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    DATA, accepts_token_ids, compile_with_hang_guard, grammar_compiler, hf_tokenizer, mask_walk, require_shared,
-    short_structural_tokens,
+    DATA, accepts_token_ids, compile_with_hang_guard, grammar_compiler, hf_tokenizer, json_prefix_completes, mask_walk,
+    require_shared, short_structural_tokens,
 )
 
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
@@ -147,7 +147,7 @@ def test_random_mask_guided_generation_is_valid(index):
     validator = jsonschema.Draft202012Validator(schema)
     finished = 0
     for _ in range(8):
-        out = mask_walk(compiled, rng, short, max_tokens=120)
+        out = mask_walk(compiled, rng, short, max_tokens=120, prefix_viable=json_prefix_completes)
         if out is None:
             continue
         finished += 1

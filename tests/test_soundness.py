@@ -168,3 +168,27 @@ def test_corrupted_json_is_rejected_exactly_when_json_loads_rejects(value, cut, 
     position = cut % (len(text) + 1)
     corrupted = text[:position] + junk + text[position:]
     assert accepts_tokens(name, "json.gbnf", corrupted) == oracle_accepts("json.gbnf", corrupted), corrupted
+
+
+def test_the_fast_json_prefix_oracle_agrees_with_lark():
+    """support.json_prefix_completes (the prefix oracle of long mask walks) against
+    json_prefix_viable (lark's Earley parser over strict JSON): every prefix of JSON texts, and
+    prefixes with one character replaced by a JSON-significant one, get the same verdict."""
+    import random
+
+    from support import json_prefix_completes, json_prefix_viable
+
+    texts = ['{"abc": [1, -2.5e+3, true, {"x": "h\\u00e9\\"o\\n", "y": null}], "d": false, "e": {}}',
+             '[[], [1,[2,{}]], "a\\\\b", 0, -0.0E-1]', ' "x" ', "12", "null", '{"k":{"j":[]} }']
+    for text in texts:
+        assert all(json_prefix_completes(text[:i]) for i in range(len(text) + 1)), text
+    rng = random.Random(5)
+    verdicts = set()
+    for _ in range(600):
+        text = rng.choice(texts)
+        at = rng.randrange(len(text))
+        mutated = (text[:at] + rng.choice('{}[],:"0-.etrunl\\ x') + text[at + 1:])[: rng.randint(at, len(text))]
+        verdict = json_prefix_completes(mutated)
+        assert verdict == json_prefix_viable(mutated), mutated
+        verdicts.add(verdict)
+    assert verdicts == {True, False}

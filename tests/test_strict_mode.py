@@ -23,8 +23,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    DATA, DRAFTS, accepts_text, compile_with_timeout, grammar_compiler, groups, mask_walk, require_shared, retrieve,
-    short_structural_tokens,
+    DATA, DRAFTS, accepts_text, compile_with_timeout, grammar_compiler, groups, json_prefix_completes, mask_walk,
+    require_shared, retrieve, short_structural_tokens,
 )
 
 from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
@@ -139,7 +139,7 @@ def test_strict_mode_keeps_satisfiable_schemas_compiling(schema, valid):
     with pytest.warns(UserWarning, match="strict mode leaves the object schema"):
         compiled = compile_default(schema, whitespace="compact")  # fewer states for the walks to mask
     short = short_structural_tokens(compiled.tokenizer_info)
-    outputs = [mask_walk(compiled, rng, short) for _ in range(4)]
+    outputs = [mask_walk(compiled, rng, short, prefix_viable=json_prefix_completes) for _ in range(4)]
     finished = [out for out in outputs if out is not None]
     assert finished
     for out in finished:
@@ -206,7 +206,7 @@ def check_case(name, schema, tests, walks: int, rng, counts: dict) -> list[str]:
     short = short_structural_tokens(compiled.tokenizer_info)
     for _ in range(walks):
         counts["walks"] += 1
-        out = mask_walk(compiled, rng, short)
+        out = mask_walk(compiled, rng, short, prefix_viable=json_prefix_completes)
         if out is None:
             continue
         counts["outputs"] += 1
