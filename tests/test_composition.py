@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import pushmask as pm
+from pushmask.masks.draft import fill_draft_bitmasks
 from pushmask.masks.infill import InfillValueChecksError
 from support import UNIQUE_STRINGS, unique_strings_prefix_ok
 
@@ -452,3 +453,106 @@ def test_jump_forward_is_forced(matrix_compiler, name):
     for _ in range(5):
         walk(row, pm.GrammarMatcher(compiled), rng, 12, check)
     assert len(jumps) >= 25
+
+
+# -- draft masks (speculative decoding) under token budgets ------------------------------------
+
+
+def row_bits(bitmask, row: int) -> np.ndarray:
+    return np.unpackbits(np.asarray(bitmask[row]).view(np.uint8), bitorder="little")[: len(MATRIX_VOCAB)].astype(bool)
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_draft_masks_under_a_budget_equal_step_by_step(matrix_compiler, name):
+    """fill_draft_bitmasks on a budgeted matcher: each row equals the mask a fork reaches by
+    accepting the draft one token at a time (a refused token's row repeats its parent's), for
+    drafts that mix tokens within the budget and tokens the grammar allows but the budget does
+    not, at every remaining budget down to none."""
+    row = ROWS[name]
+    compiled = row.compile(matrix_compiler)
+    need = pm.GrammarMatcher(compiled).min_tokens_to_finish()
+    rng = random.Random(8)
+    checked = 0
+    for n in range(need, need + 4):
+        for _ in range(4):
+            matcher = pm.GrammarMatcher(compiled, max_tokens=n)
+            free = pm.GrammarMatcher(compiled)  # the same tokens without a budget: what the grammar allows
+            for _ in range(rng.randrange(n + 1)):
+                allowed = [t for t in np.flatnonzero(matcher.get_next_token_mask()).tolist() if t != STOP]
+                if not allowed:
+                    break
+                token = rng.choice(allowed)
+                assert matcher.accept_token(token) and free.accept_token(token)
+            twin, draft = matcher.fork(), []
+            for _ in range(rng.randrange(1, 6)):
+                budgeted = np.flatnonzero(twin.get_next_token_mask()).tolist()
+                grammar_only = np.flatnonzero(free.get_next_token_mask()).tolist() if not free.is_terminated() else []
+                pool = grammar_only if grammar_only and rng.random() < 0.4 else budgeted
+                if not pool:
+                    break
+                token = rng.choice(pool)
+                draft.append(token)
+                if token == STOP or not (twin.accept_token(token) and free.accept_token(token)):
+                    break
+            if not draft:
+                continue
+            bitmask = pm.allocate_token_bitmask(len(draft) + 1, len(MATRIX_VOCAB))
+            result = fill_draft_bitmasks(matcher, draft, bitmask)
+            step = matcher.fork()
+            for i, token in enumerate([None] + draft):
+                if token is not None:
+                    taken = not step.is_terminated() and step.accept_token(token)  # nothing after a stop
+                    assert bool(result.accepted[i - 1]) == taken, (row.name, n, draft, i)
+                    if not taken:
+                        for later in range(i, len(draft) + 1):  # the rest repeat the last row filled
+                            assert np.array_equal(row_bits(bitmask, later), row_bits(bitmask, i - 1))
+                        break
+                if step.is_terminated():
+                    continue
+                assert np.array_equal(row_bits(bitmask, i), step.get_next_token_mask()), (row.name, n, draft, i)
+                checked += 1
+    assert checked >= 30
+
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_speculative_walks_under_a_budget_finish_within_it(matrix_compiler, name):
+    """Speculative decoding under max_tokens=N: a draft of up to 4 tokens the grammar allows
+    (budget or not) is checked against its draft rows (a token is kept while the row before it
+    allows it), then a bonus token is drawn from the row after the last kept one.  Every kept
+    text is a viable prefix, no row on the path is empty, and the output is complete within N."""
+    row = ROWS[name]
+    compiled = row.compile(matrix_compiler)
+    need = pm.GrammarMatcher(compiled).min_tokens_to_finish()
+    rng = random.Random(9)
+    for n in range(need, need + 6):
+        for _ in range(3):
+            matcher, free, text = pm.GrammarMatcher(compiled, max_tokens=n), pm.GrammarMatcher(compiled), ""
+            while not matcher.is_terminated():
+                proposal, twin = [], free.fork()
+                for _ in range(rng.randrange(5)):
+                    options = [] if twin.is_terminated() else np.flatnonzero(twin.get_next_token_mask()).tolist()
+                    if not options:
+                        break
+                    proposal.append(rng.choice(options))
+                    assert twin.accept_token(proposal[-1])
+                bitmask = pm.allocate_token_bitmask(len(proposal) + 1, len(MATRIX_VOCAB))
+                result = fill_draft_bitmasks(matcher, proposal, bitmask)
+                kept = -1  # the node whose row comes next (-1: the root)
+                for i, token in enumerate(proposal):
+                    if not row_bits(bitmask, kept + 1)[token]:
+                        break
+                    result.accept(i)
+                    assert free.accept_token(token)
+                    text += row.piece(token) if token != STOP else ""
+                    kept = i
+                    assert matcher.is_terminated() or row.viable(text), (row.name, n, text)
+                if matcher.is_terminated():
+                    break
+                allowed = np.flatnonzero(row_bits(bitmask, kept + 1)).tolist()
+                assert allowed, (row.name, n, "empty draft row", text)
+                bonus = rng.choice(allowed)
+                assert matcher.accept_token(bonus) and free.accept_token(bonus)
+                text += row.piece(bonus) if bonus != STOP else ""
+                assert matcher.is_terminated() or row.viable(text), (row.name, n, text)
+            assert matcher.num_accepted_tokens - 1 <= n and row.complete(text), (row.name, n, text)
