@@ -556,3 +556,75 @@ def test_speculative_walks_under_a_budget_finish_within_it(matrix_compiler, name
                 text += row.piece(bonus) if bonus != STOP else ""
                 assert matcher.is_terminated() or row.viable(text), (row.name, n, text)
             assert matcher.num_accepted_tokens - 1 <= n and row.complete(text), (row.name, n, text)
+
+
+# -- %ignore'd terminals (first / longest match) inside infilling ------------------------------
+
+IGNORING_LARK = r"""
+start: NAME ("," NAME)*
+NAME: /[a-w]+/
+%ignore / +/
+%ignore /--[a-z]*/
+%ignore /x|xy/
+"""
+IGNORING_SENTENCES = ["ab --cd,e", "a,b --x", "ab  ,c --", "a x,b", "axx,c", "a--b, c"]
+
+
+def test_infill_keeps_where_lark_ends_ignored_terminals(byte_compiler, monkeypatch):
+    """can_complete / find_completion / allowed_tokens around a gap of up to two bytes, where
+    the text around the gap holds comments, spaces and `x|xy` (which Python's re ends after x):
+    against lark's Earley parser over every middle the gap can hold.  The same grammar with
+    ignored terminals that may end anywhere answers some of these templates differently, so the
+    templates reach the first/longest-match ends."""
+    import itertools
+
+    from pushmask.grammar import lark_frontend
+
+    lark = pytest.importorskip("lark")
+    parser = lark.Lark(IGNORING_LARK, parser="earley", lexer="dynamic_complete")
+
+    def complete(text: str) -> bool:
+        try:
+            parser.parse(text)
+        except lark.exceptions.LarkError:
+            return False
+        return True
+
+    compiled = byte_compiler.compile_lark(IGNORING_LARK)
+    with monkeypatch.context() as patch:
+        patch.setattr(lark_frontend, "greedy_ignores", lambda grammar, *_: grammar)
+        anywhere = pm.GrammarCompiler(byte_compiler.tokenizer_info).compile_lark(IGNORING_LARK)
+    alphabet = b"a-, xyz"
+    middles = [""] + [bytes(p).decode() for k in (1, 2) for p in itertools.product(alphabet, repeat=k)]
+    rng = random.Random(11)
+    differs = checked = 0
+    for text in IGNORING_SENTENCES:
+        assert complete(text), text
+        for _ in range(4):
+            i = rng.randrange(len(text) + 1)
+            j = min(len(text), i + rng.randrange(3))
+            prefix, suffix = text[:i], text[j:]
+            gap = pm.Gap.bytes(2, alphabet=alphabet)
+            expected = any(complete(prefix + m + suffix) for m in middles)
+            assert pm.can_complete(compiled, [prefix, suffix], [gap]) == expected, (prefix, suffix)
+            differs += pm.can_complete(anywhere, [prefix, suffix], [gap]) != expected
+            found = pm.find_completion(compiled, [prefix, suffix], [gap])
+            assert (found is not None) == expected
+            if found is not None:
+                assert complete(found.decode()), (prefix, suffix, found)
+            mask = pm.allowed_tokens(compiled, pm.Template([prefix, gap, suffix]), 1)
+            for t, piece in enumerate(BYTE_VOCAB):
+                want = (complete(prefix + suffix) if t == STOP else
+                        any(complete(prefix + piece.decode() + m + suffix) for m in middles if len(m) <= 1))
+                assert bool(mask[t]) == want, (prefix, suffix, piece)
+            checked += 1
+    # gaps that only the first/longest-match ends make impossible: letters after "--" are all
+    # comment (no NAME after the comma), and "x" before "y" is ignored alone (y is no NAME letter)
+    for prefix, suffix, gap_alphabet in (("a,--", "", b"abc"), ("a,", "yb", b"x")):
+        gap = pm.Gap.bytes(2, min=1, alphabet=gap_alphabet)
+        fillings = [bytes(p).decode() for k in (1, 2) for p in itertools.product(gap_alphabet, repeat=k)]
+        expected = any(complete(prefix + m + suffix) for m in fillings)
+        assert not expected and pm.can_complete(compiled, [prefix, suffix], [gap]) == expected, (prefix, suffix)
+        assert pm.find_completion(compiled, [prefix, suffix], [gap]) is None
+        differs += pm.can_complete(anywhere, [prefix, suffix], [gap]) != expected
+    assert checked == 24 and differs >= 2
