@@ -144,3 +144,55 @@ def test_healing_follows_num_return_sequences(model, tok):
         data = compiled.tokenizer_info.decode_tokens([t for t in out[row, healed.shape[1]:].tolist() if t != eos])
         assert data.startswith(removed)
         jsonschema.validate(json.loads(data[len(removed):]), PERSON)
+
+
+@pytest.mark.parametrize("family", ["hermes", "llama", "mistral"])
+def test_healing_into_a_tool_call_format(family):
+    """Token healing x structural tags (pm.tool_call_structural_tag, the family's own tokenizer):
+    the first-token mask equals the brute force, the token the tokenizer itself writes for the
+    removed bytes followed by the call is among them, and walks that start with a random healing
+    token end in calls the family's parser reads and jsonschema accepts (test_tool_formats'
+    RENDER / PARSE, as the serving parsers read them)."""
+    from support import short_structural_tokens
+    from test_tool_formats import PARSE, RENDER, TOKENIZER, TOOLS, encode, valid
+
+    from pushmask.grammar.tool_formats import tool_call_structural_tag
+    from pushmask.masks.healing import accept_healing_token
+
+    name = TOKENIZER[family]
+    tag = tool_call_structural_tag(family, TOOLS[1:], tool_choice="required", parallel_tool_calls=False)
+    compiled = grammar_compiler(name).compile_structural_tag(tag, any_whitespace=False)
+    info = compiled.tokenizer_info
+    call = RENDER[family]([("get_time", {"utc": True})])
+    short = short_structural_tokens(info)
+    rng = np.random.default_rng(4)
+    finished = 0
+    for removed in (b" ", b"\n", call[:1].encode()):
+        matcher = pm.GrammarMatcher(compiled)
+        words = np.zeros((matcher.vocab_size + 31) // 32, dtype=np.int32)
+        fill_healing_mask(matcher, removed, words)
+        allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[: matcher.vocab_size].astype(bool)
+        assert (allowed == _brute_force(compiled, removed)).all(), (family, removed)
+        own = encode(name, removed.decode() + call)[0]  # the grammar's text starts after `removed`
+        if info.decoded_vocab[own].startswith(removed):
+            assert allowed[own], (family, removed, info.decoded_vocab[own])
+        for first in rng.choice(np.flatnonzero(allowed), size=min(3, int(allowed.sum())), replace=False).tolist():
+            matcher = pm.GrammarMatcher(compiled)
+            assert accept_healing_token(matcher, removed, first) is not None
+            out = info.decoded_vocab[first][len(removed):]
+            for _ in range(250):
+                ids = np.flatnonzero(matcher.get_next_token_mask())
+                assert ids.size, (family, removed, out)
+                stops = [t for t in ids.tolist() if t in set(info.stop_token_ids)]
+                if stops and (len(stops) == ids.size or rng.random() < 0.3):
+                    assert matcher.accept_token(stops[0])
+                    break
+                text_ids = np.setdiff1d(ids, stops)
+                pool = np.intersect1d(text_ids, short)
+                token = int(rng.choice(pool if pool.size and rng.random() < 0.8 else text_ids))
+                assert matcher.accept_token(token)
+                out += info.decoded_vocab[token]
+            if matcher.is_terminated():
+                finished += 1
+                assert valid(PARSE[family](out.decode())), (family, removed, out)
+    assert finished >= 3
