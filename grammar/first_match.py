@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-__all__ = ["first_match_dfa"]
+__all__ = ["explore", "first_match_dfa", "trimmed"]
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -208,16 +208,27 @@ def first_match_dfa(source: str, max_states: int):
                 break  # lower-priority threads can never be the match
         return tuple(out)
 
-    first = closure([start])
+    def moves(threads):
+        return [(lo, hi, node[2]) for node in (nodes[n] for n in threads if nodes[n][0] == "char") for lo, hi in node[1]]
+
+    trans, order = explore(closure([start]), moves, closure, max_states)
+    finals = frozenset(i for i, threads in enumerate(order) if threads and nodes[threads[-1]][0] == "match")
+    return trimmed(trans, finals), finals
+
+
+def explore(first, moves, closure, max_states: int):
+    """(trans, order): the DFA whose states are the keys reachable from `first`, in order of
+    discovery; moves(key) lists the NFA's (lo, hi, target) edges out of a state, closure(targets)
+    the next key (empty: no state).  BudgetExceededError past `max_states` states."""
     index = {first: 0}
     order = [first]
     trans: list[list[tuple[int, int, int]]] = []
-    for threads in order:  # grows while we walk it
-        chars = [nodes[n] for n in threads if nodes[n][0] == "char"]
-        cuts = sorted({lo for node in chars for lo, _ in node[1]} | {hi + 1 for node in chars for _, hi in node[1]})
+    for key in order:  # grows while we walk it
+        edges = moves(key)
+        cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
         out = []
         for lo, nxt in zip(cuts, cuts[1:]):
-            target = closure([node[2] for node in chars if _contains(node[1], lo)])
+            target = closure([dst for a, b, dst in edges if a <= lo and nxt - 1 <= b])
             if not target:
                 continue
             if target not in index:
@@ -227,7 +238,12 @@ def first_match_dfa(source: str, max_states: int):
                 order.append(target)
             out.append((lo, nxt - 1, index[target]))
         trans.append(out)
-    finals = {i for i, threads in enumerate(order) if threads and nodes[threads[-1]][0] == "match"}
+    return trans, order
+
+
+def trimmed(trans, finals):
+    """The DFA's edges without those into states that reach no final state (dead states keep
+    no edges), so every edge left leads on to a final state."""
     live = set(finals)
     changed = True
     while changed:
@@ -236,9 +252,4 @@ def first_match_dfa(source: str, max_states: int):
             if s not in live and any(t in live for _, _, t in out):
                 live.add(s)
                 changed = True
-    trans = [[(lo, hi, t) for lo, hi, t in out if t in live] if s in live else [] for s, out in enumerate(trans)]
-    return trans, frozenset(finals)
-
-
-def _contains(ranges: Ranges, cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in ranges)
+    return [[(lo, hi, t) for lo, hi, t in out if t in live] if s in live else [] for s, out in enumerate(trans)]

@@ -36,7 +36,7 @@ from collections import deque
 
 from .codepoint_dfa import complement_chars, intersect_ranges
 from .errors import BudgetExceededError, GrammarError
-from .first_match import first_match_dfa
+from .first_match import explore, first_match_dfa, trimmed
 from .ir import (EPSILON, MAX_CODE_POINT, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref,
                  Repeat, Seq, alt, char_class, normalize_ranges, ref_names, rep, seq, star)
 from .passes import is_nullable, nullable_rules
@@ -186,37 +186,15 @@ def _determinize(edges, initial: int, accept: int, max_states: int, name: str):
                     todo.append(dst)
         return frozenset(seen)
 
-    first = closure([initial])
-    index = {first: 0}
-    order = [first]
-    trans: list[list[tuple[int, int, int]]] = []
-    for subset in order:  # grows while we walk it
-        moves = [(lo, hi, dst) for s in subset for lo, hi, dst in edges[s] if lo >= 0]
-        cuts = sorted({lo for lo, _, _ in moves} | {hi + 1 for _, hi, _ in moves})
-        out = []
-        for lo, nxt in zip(cuts, cuts[1:]):
-            targets = [dst for a, b, dst in moves if a <= lo and nxt - 1 <= b]
-            if not targets:
-                continue
-            target = closure(targets)
-            if target not in index:
-                if len(order) >= max_states:
-                    raise BudgetExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states")
-                index[target] = len(order)
-                order.append(target)
-            out.append((lo, nxt - 1, index[target]))
-        trans.append(out)
-    finals = {i for i, subset in enumerate(order) if accept in subset}
-    live = set(finals)
-    changed = True
-    while changed:
-        changed = False
-        for s, out in enumerate(trans):
-            if s not in live and any(t in live for _, _, t in out):
-                live.add(s)
-                changed = True
-    trans = [[(lo, hi, t) for lo, hi, t in out if t in live] if s in live else [] for s, out in enumerate(trans)]
-    return _merged(trans), frozenset(finals)
+    def moves(subset):
+        return [(lo, hi, dst) for s in subset for lo, hi, dst in edges[s] if lo >= 0]
+
+    try:
+        trans, order = explore(closure([initial]), moves, closure, max_states)
+    except BudgetExceededError:
+        raise BudgetExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states") from None
+    finals = frozenset(i for i, subset in enumerate(order) if accept in subset)
+    return _merged(trimmed(trans, finals)), finals
 
 
 def _fsm_states(fsm: CharFsm) -> set[int]:
