@@ -628,3 +628,28 @@ def test_infill_keeps_where_lark_ends_ignored_terminals(byte_compiler, monkeypat
         assert pm.find_completion(compiled, [prefix, suffix], [gap]) is None
         differs += pm.can_complete(anywhere, [prefix, suffix], [gap]) != expected
     assert checked == 24 and differs >= 2
+
+
+# -- token healing with value checks ------------------------------------------------------------
+
+
+def test_healing_mask_keeps_the_value_checks():
+    """The first token after healing may hold a whole array: one whose strings repeat is refused
+    (uniqueItems), by an oracle independent of pushmask (json.loads + jsonschema on the text
+    with closing tails, support.unique_strings_prefix_ok)."""
+    from pushmask.masks.healing import fill_healing_mask
+
+    extra = [b' ["a","a"', b' ["a","b"', b' ["a","a"]', b' ["a","b"]', b' [" ",', b' ["x"],']
+    vocab = BYTE_VOCAB + extra
+    compiled = pm.GrammarCompiler(pm.TokenizerInfo.from_vocab(vocab, "raw", stop_token_ids=[STOP])).compile_json_schema(
+        UNIQUE_STRINGS)
+    for removed in (b" ", b" [", b' ["a'):
+        matcher = pm.GrammarMatcher(compiled)
+        words = np.zeros((len(vocab) + 31) // 32, dtype=np.int32)
+        fill_healing_mask(matcher, removed, words)
+        got = np.unpackbits(words.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
+        for t, spelled in enumerate(vocab):  # the grammar's text starts after `removed`
+            want = t != STOP and spelled.startswith(removed) and unique_strings_prefix_ok(spelled[len(removed):].decode())
+            assert got[t] == want, (removed, spelled)
+        if removed == b" ":
+            assert got[len(BYTE_VOCAB) + 1] and not got[len(BYTE_VOCAB)]  # ["a","b" yes, ["a","a" no
