@@ -21,7 +21,8 @@ import pytest
 import pushmask as pm
 from pushmask.automata.completion import ShortestCompletions
 
-from support import DATA, REPO, grammar_compiler, require_shared
+from support import (DATA, REPO, decodable_prefix, grammar_compiler, grammar_file_prefix_viable, json_prefix_completes,
+                     require_shared)
 
 jsonschema = pytest.importorskip("jsonschema")
 lark = pytest.importorskip("lark")
@@ -61,10 +62,10 @@ def _dev_schema(name):
     return doc.get("schema", doc)
 
 
-def _walk(compiled, budget: int, rng) -> tuple[bytes, int]:
+def _walk(compiled, budget: int, rng, viable=None) -> tuple[bytes, int]:
     """A random walk through budgeted masks that stops only when nothing else is allowed, half
-    its steps among tokens of at most two bytes (brackets, quotes, commas: structure); returns
-    (text, tokens before the stop token)."""
+    its steps among tokens of at most two bytes (brackets, quotes, commas: structure), every
+    prefix held to the oracle `viable` when given; returns (text, tokens before the stop token)."""
     matcher = pm.GrammarMatcher(compiled, max_tokens=budget)
     stops = set(matcher.stop_token_ids)
     vocab = compiled.tokenizer_info.decoded_vocab
@@ -80,6 +81,7 @@ def _walk(compiled, budget: int, rng) -> tuple[bytes, int]:
         if token not in stops:
             text += vocab[token]
             n += 1
+            assert viable is None or viable(decodable_prefix(bytes(text))), f"a dead prefix {bytes(text)!r}"
     assert n <= budget
     return bytes(text), n
 
@@ -89,22 +91,24 @@ def _least_budget(compiled) -> int:
 
 
 def _language(compiler, name):
-    """(compiled grammar, oracle that raises on text outside the language) of a test case."""
+    """(compiled grammar, oracle that raises on text outside the language, prefix oracle) of a
+    test case."""
     if name in GRAMMARS:
         compiled, parse = _grammar(compiler, name)
-        return compiled, lambda text: parse(text)
+        return compiled, lambda text: parse(text), lambda text: grammar_file_prefix_viable(GRAMMARS[name][1], text)
     schema = PERSON if name.startswith("person") else _dev_schema(name)
-    return _schema(compiler, schema, **({"whitespace": "flexible"} if name == "person-flexible" else {}))
+    compiled, check = _schema(compiler, schema, **({"whitespace": "flexible"} if name == "person-flexible" else {}))
+    return compiled, check, json_prefix_completes
 
 
 @pytest.mark.parametrize("name", [*GRAMMARS, "person", "person-flexible", *DEV_SCHEMAS])
 def test_walks_end_in_the_language_within_budget(compiler, name):
-    compiled, check = _language(compiler, name)
+    compiled, check, viable = _language(compiler, name)
     least = _least_budget(compiled)
     rng = np.random.default_rng(1)
     for extra in EXTRA_BUDGET:
         for _ in range(3):
-            text, n = _walk(compiled, least + extra, rng)
+            text, n = _walk(compiled, least + extra, rng, viable)
             check(text.decode("utf-8"))
 
 
