@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import grammar_compiler, hf_tokenizer, unique_strings_prefix_ok  # noqa: E402
+from support import (  # noqa: E402
+    decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_completes, unique_strings_prefix_ok,
+)
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
@@ -121,9 +123,9 @@ def test_tokenized_instances_match_jsonschema(schema):
 def test_mask_guided_walks_validate(schema):
     """Random walks that take only masked-in tokens (Llama-3, a token budget of 24): no mask is
     empty before the stop token, every walk finishes within the budget in JSON that jsonschema
-    accepts, every prefix of an array of strings can still be completed (json.loads and
-    jsonschema on closing tails), and each mask agrees with accept_token on the token taken and on
-    a sample of the rejected ones."""
+    accepts, every prefix can still be completed to JSON and, for an array of strings, to a
+    valid one (json.loads and jsonschema on closing tails), and each mask agrees with
+    accept_token on the token taken and on a sample of the rejected ones."""
     compiled = _compile(grammar_compiler("llama3"), schema)
     validator = jsonschema.Draft202012Validator(schema)
     rng = random.Random(2)
@@ -143,9 +145,10 @@ def test_mask_guided_walks_validate(schema):
                     assert plain.fork().accept_token(other) == plain_allowed[other]
             assert matcher.accept_token(token) and plain.accept_token(token)
             taken.append(token)
-            if schema is UNIQUE_STRINGS and token not in info.stop_token_ids:
-                prefix = info.decode_tokens(taken).decode("utf-8", "ignore")
-                assert unique_strings_prefix_ok(prefix), prefix
+            if token not in info.stop_token_ids:
+                prefix = decodable_prefix(info.decode_tokens(taken))
+                assert json_prefix_completes(prefix), prefix
+                assert schema is not UNIQUE_STRINGS or unique_strings_prefix_ok(prefix), prefix
         assert len(taken) <= 25
         text = info.decode_tokens([t for t in taken if t not in info.stop_token_ids]).decode("utf-8")
         assert validator.is_valid(json.loads(text)), text
