@@ -24,6 +24,8 @@ from __future__ import annotations
 import functools
 import re
 
+import numpy as np
+
 from .errors import BudgetExceededError
 from .ir import MAX_CODE_POINT, complement_ranges, normalize_ranges, remove_surrogates
 
@@ -52,7 +54,8 @@ def _unicode_class(letter: str) -> Ranges:
 
 @functools.lru_cache(maxsize=1)
 def _every_code_point() -> str:
-    return "".join(map(chr, range(MAX_CODE_POINT + 1)))
+    """Every code point in order, surrogates included (one decode: a join takes ten times longer)."""
+    return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
 _ASCII_CLASSES = {"d": ((0x30, 0x39),), "s": ((0x09, 0x0D), (0x20, 0x20)),

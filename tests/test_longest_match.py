@@ -313,6 +313,16 @@ def test_first_match_dfa_ends_where_python_re_ends(pattern):
         assert end == (match.end() if match else None), (pattern, text)
 
 
+def test_unicode_classes_are_what_re_matches_one_character_at_a_time():
+    from pushmask.grammar.first_match import _unicode_class
+
+    for letter in "dsw":
+        one = re.compile("\\" + letter).fullmatch
+        ranges = _unicode_class(letter)
+        inside = {cp for lo, hi in ranges for cp in range(lo, hi + 1)}
+        assert inside == {cp for cp in range(0x110000) if one(chr(cp))}, letter
+
+
 @pytest.mark.parametrize("pattern", [r"(|a)*", r"^x", r"(?i)x", r"x(?=y)", r"(a)\1", r"(?>x|xy)"])
 def test_first_match_dfa_declines_what_it_does_not_model(pattern):
     assert first_match_dfa(pattern, 1000) is None
