@@ -15,7 +15,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_completes, unique_strings_prefix_ok,
+    decodable_prefix,
+    grammar_compiler,
+    hf_tokenizer,
+    json_prefix_completes,
+    unique_strings_prefix_ok,
 )
 
 import pushmask as pm  # noqa: E402
