@@ -13,7 +13,7 @@ FORMAT ``type``s and their languages:
 | type | language |
 |---|---|
 | ``const_string`` | the string ``value`` |
-| ``json_schema`` | a JSON value of ``json_schema`` (``style`` "json" only) |
+| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml``: its properties as XML elements (grammar/xml_arguments.py) |
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
@@ -33,7 +33,7 @@ special token) is never text anyway, and the text of one that has it may not app
 text at all, however it is tokenized (narrower than XGrammar, never wider).
 
 What the automaton cannot express exactly (``exclude_token``: exactly one token of any kind, the
-XML argument styles) raises UnsupportedFormatError naming the format; nothing is widened.
+other XML argument styles) raises UnsupportedFormatError naming the format; nothing is widened.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
+from .xml_arguments import xml_arguments
 
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
@@ -188,8 +189,6 @@ class _Builder:
 
     def _json_schema(self, fmt, where):
         style = fmt.get("style", "json")
-        if style != "json":
-            raise UnsupportedFormatError(f"{where}: json_schema style {style!r} is not supported (only \"json\")")
         if fmt.get("excludes"):
             raise UnsupportedFormatError(f"{where}: json_schema excludes are not supported")
         options = self.json_options
@@ -199,8 +198,15 @@ class _Builder:
             options = options.replace(max_whitespace=int(fmt["max_whitespace_cnt"]))
         if "json_schema" not in fmt:
             raise GrammarError(f"{where}: json_schema format lacks \"json_schema\"")
-        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), options, clock=self.clock,
-                                                  limits=self.limits))
+        schema = _schema(fmt["json_schema"])
+        if style != "json":
+            if fmt.get("any_order"):
+                raise UnsupportedFormatError(f"{where}: any_order with json_schema style {style!r} is not supported")
+            # XML element values: a bare JSON scalar, no whitespace around it
+            value_options = options.replace(root_whitespace=False)
+            return xml_arguments(schema, style, lambda sub: self._embed(json_schema_to_grammar(
+                sub, value_options, clock=self.clock, limits=self.limits)), f"{where}/json_schema")
+        return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
 
     def _regex(self, fmt, where):
         return self._embed(parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states,

@@ -1,0 +1,148 @@
+"""Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
+``qwen_xml``, ``minimax_xml``, ``glm_xml``), as grammar IR.
+
+One element per declared property of the object schema, in declaration order, the required ones
+present; a string property's value is the raw text (no quotes, no escapes), any other value its
+JSON text, as the models' templates write them and the servers' parsers read them back:
+
+| style | element |
+|---|---|
+| ``qwen_xml`` | ``<parameter=KEY>\\nVALUE\\n</parameter>`` (the parsers strip one newline each side) |
+| ``minimax_xml`` | ``<parameter name="KEY">VALUE</parameter>`` |
+| ``glm_xml`` | ``<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>`` (a newline may sit between) |
+
+Elements may be preceded by one newline.  Raw string values are held to the string's
+constraints (minLength, maxLength, pattern, format, enum, const) and never hold text the parsers
+would read as an element's end or the next element's start (qwen_xml / minimax_xml: no ``<``
+followed by optional whitespace and ``/`` or ``p``; glm_xml: no ``</arg_value>``).  A value that
+could be read either way (a schema allowing strings and other types), or a JSON value that may
+hold strings (objects, arrays: their strings could spell an element's end), raises
+UnsupportedFormatError naming the property: nothing is widened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
+from .ecma_regex import pattern_dfa
+from .errors import GrammarError
+from .ir import Expr, alt, lit, opt, seq
+from .json_strings import string_dfa
+
+__all__ = ["XML_STYLES", "xml_arguments"]
+
+_ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS | {"$schema", "$id"}
+_STRING_KEYS = {"type", "minLength", "maxLength", "pattern", "format", "enum", "const"} | _ANNOTATIONS
+_SCALARS = {"integer", "number", "boolean", "null"}
+# Whitespace as the parsers' regex module reads \s, and more (a superset keeps the exclusion sound).
+_SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
+
+
+@dataclass(frozen=True)
+class XmlStyle:
+    """How one style writes an element: `key(name)`, optionally `gap`, `value_open`, the value,
+    `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
+    `python_bools`: booleans may also be written True / False (the parser lower-cases them)."""
+
+    key: Callable[[str], str]
+    close: str
+    forbidden: str
+    python_bools: bool = False
+    gap: str = ""
+    value_open: str = ""
+
+
+XML_STYLES: dict[str, XmlStyle] = {
+    "qwen_xml": XmlStyle(lambda key: f"<parameter={key}>\n", "\n</parameter>", f"<{_SPACE}*[/p]",
+                         python_bools=True),
+    "minimax_xml": XmlStyle(lambda key: f'<parameter name="{key}">', "</parameter>", f"<{_SPACE}*[/p]"),
+    "glm_xml": XmlStyle(lambda key: f"<arg_key>{key}</arg_key>", "</arg_value>", "</arg_value>", gap="\n",
+                        value_open="<arg_value>"),
+}
+
+
+def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], where: str) -> Expr:
+    """The IR of the elements of `schema`'s declared properties in `style`; `json_value(schema)`
+    is the IR of a JSON value of a (non-string) property schema."""
+    spec = XML_STYLES.get(style)
+    if spec is None:
+        raise _unsupported(where, f"json_schema style {style!r} is not supported "
+                                  f"(only \"json\", {', '.join(map(repr, XML_STYLES))})")
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" \
+            or not isinstance(schema.get("properties", {}), dict):
+        raise _unsupported(where, f"{style} arguments need an object schema with \"properties\"")
+    extra = set(schema) - _OBJECT_KEYS
+    if extra or schema.get("additionalProperties", False) is not False and schema.get("properties"):
+        raise _unsupported(where, f"{style} arguments take declared properties only; "
+                                  f"{sorted(extra) or ['additionalProperties']} cannot be written as elements")
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not set(required) <= set(properties):
+        raise _unsupported(where, f"required {required!r} are not all declared properties")
+    forbidden = any_string_dfa().difference(pattern_dfa(spec.forbidden, where))
+    elements = []
+    for key, sub in properties.items():
+        here = f"{where}/properties/{key}"
+        if not key or any(c in key for c in "<>\"'=") or key != key.strip():
+            raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
+        value = _value(sub, spec, forbidden, json_value, here)
+        head = seq(lit(spec.key(key)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
+        element = seq(opt(lit("\n")), head, value, lit(spec.close))
+        elements.append(element if key in required else opt(element))
+    return seq(*elements)
+
+
+def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> Expr:
+    """A property's value: raw text for a schema of strings only, else JSON of a scalar schema."""
+    if schema is True or schema == {}:  # any value: the parsers read raw text as a string
+        return dfa_to_char_fsm(allowed)
+    if not isinstance(schema, dict):
+        raise _unsupported(where, f"a property schema is an object, got {schema!r}")
+    kinds = _kinds(schema)
+    if kinds == {"string"}:
+        return dfa_to_char_fsm(allowed.intersect(_string_values(schema, where)))
+    if kinds and kinds <= _SCALARS:
+        if spec.python_bools and kinds == {"boolean"} and set(schema) - _ANNOTATIONS == {"type"}:
+            return alt(lit("true"), lit("false"), lit("True"), lit("False"))
+        return json_value(schema)
+    raise _unsupported(where, f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
+                              "XML text (only strings, or integers / numbers / booleans / null)")
+
+
+def _kinds(schema: dict) -> set[str]:
+    """The JSON types a property's values may have, as far as its keywords say (empty: unknown)."""
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return set(declared)
+    values = schema["enum"] if isinstance(schema.get("enum"), list) else [schema["const"]] if "const" in schema else None
+    if values is None or set(schema) - _ANNOTATIONS - {"enum", "const"}:
+        return set()
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
+    return {names.get(type(v), "object") for v in values}
+
+
+def _string_values(schema: dict, where: str) -> Dfa:
+    """The decoded strings a string-only schema allows."""
+    extra = set(schema) - _STRING_KEYS
+    if extra:
+        raise _unsupported(where, f"a raw string value with {sorted(extra)} is not supported")
+    values = any_string_dfa()
+    if "enum" in schema or "const" in schema:
+        listed = schema["enum"] if "enum" in schema else [schema["const"]]
+        if "enum" in schema and "const" in schema:
+            listed = [v for v in listed if v == schema["const"]]
+        values = literal_dfa([v for v in listed if isinstance(v, str)])
+    constrained = string_dfa(min_length=schema.get("minLength"), max_length=schema.get("maxLength"),
+                             pattern=schema.get("pattern"), format=schema.get("format"), pointer=where)
+    return values if constrained is None else values.intersect(constrained)
+
+
+def _unsupported(where: str, message: str) -> GrammarError:
+    from .structural_tag import UnsupportedFormatError  # the structural tag front end's error
+
+    return UnsupportedFormatError(f"{where}: {message}")
