@@ -17,6 +17,7 @@ FORMAT ``type``s and their languages:
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
+| ``exclude_token`` | one token of the vocabulary (text or special; stop tokens end the output instead) but the ``exclude_tokens`` |
 | ``any_tokens`` | ``any_text`` whose text holds none of the ``exclude_tokens``' texts (``max_tokens`` as above) |
 | ``sequence`` / ``or`` | concatenation / alternation of ``elements`` |
 | ``tag`` | ``begin`` ``content`` ``end`` (``begin`` / ``end`` a string or a token; ``end`` may list strings) |
@@ -32,8 +33,8 @@ tokens (``exclude_tokens``) are kept out of free text by their text: a token wit
 special token) is never text anyway, and the text of one that has it may not appear in the free
 text at all, however it is tokenized (narrower than XGrammar, never wider).
 
-What the automaton cannot express exactly (``exclude_token``: exactly one token of any kind, the
-other XML argument styles) raises UnsupportedFormatError naming the format; nothing is widened.
+What the automaton cannot express exactly (the other XML argument styles) raises
+UnsupportedFormatError naming the format; nothing is widened.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ from .ir import (
     rep,
     seq,
     star,
+    TOKEN_CLASS_BASE,
+    token_class_terminal,
     token_terminal,
 )
 from .json_options import JsonOptions
@@ -69,7 +72,8 @@ from .xml_arguments import xml_arguments
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
 
-FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "any_text", "any_tokens",
+FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "exclude_token", "any_text",
+                          "any_tokens",
                           "sequence", "or", "optional", "star", "plus", "repeat", "tag", "triggered_tags",
                           "token_triggered_tags", "dispatch", "token_dispatch", "tags_with_separator"})
 
@@ -89,7 +93,8 @@ def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Call
     fmt = root_format(tags, triggers)
     builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
-    return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits)
+    return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits,
+                   token_classes=builder.token_classes)
 
 
 def _plain(value: Any) -> Any:
@@ -168,6 +173,7 @@ class _Builder:
         self.rules: dict[str, Expr] = {}
         self.checks: dict[str, object] = {}  # the embedded JSON Schemas' value checks
         self.token_limits: dict[str, int] = {}  # any_text rules with a token budget
+        self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0
 
     def format(self, fmt: Any, where: str, end_text: list[str] | None = None) -> Expr:
@@ -228,6 +234,21 @@ class _Builder:
             return token_terminal(int(self.token_id(token)))
         except ValueError as exc:
             raise GrammarError(f"{where}: {exc}") from None
+
+    def _exclude_token(self, fmt, where):
+        """One token of any kind (text or special, never a stop token) but the excluded ones: a
+        token-class terminal the matcher takes by id (masks/compiler.py)."""
+        tokens = fmt.get("exclude_tokens", [])
+        if not isinstance(tokens, (list, tuple)):
+            raise GrammarError(f"{where}: \"exclude_tokens\" must be a list of token ids or texts, got {tokens!r}")
+        excluded = frozenset(self._token_id(t, f"{where}/exclude_tokens/{i}") for i, t in enumerate(tokens))
+        known = {v: k for k, v in self.token_classes.items()}
+        if excluded not in known:
+            terminal = token_class_terminal(len(self.token_classes))
+            known[excluded] = TOKEN_CLASS_BASE + len(self.token_classes)
+            self.token_classes[known[excluded]] = excluded
+            return terminal
+        return token_class_terminal(known[excluded] - TOKEN_CLASS_BASE)
 
     def _any_text(self, fmt, where, end_text: list[str]):
         if fmt["type"] == "any_tokens":
