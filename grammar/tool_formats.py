@@ -43,7 +43,7 @@ class Family:
     """How one model family writes its calls: `call(writer, tool)` is one call; `section` wraps
     all the calls of a turn (the trigger is then its begin, and `section_gap` a regex after it),
     else one of `triggers` starts every call; `separator` goes between calls; `reasoning` is the
-    (open, close) pair of its thinking."""
+    (open, close) pair of its thinking; `calls_end_output`: text may come before the calls only."""
 
     models: str
     call: Callable
@@ -52,6 +52,7 @@ class Family:
     section: tuple[str, str] | None = None
     section_gap: str | None = None
     reasoning: tuple[str, str] | None = ("<think>", "</think>")
+    calls_end_output: bool = False  # no text after the calls (the parser reads it as arguments)
 
 
 class _Writer:
@@ -209,6 +210,10 @@ def _mistral(w: _Writer, tool: _Tool) -> list[dict]:
     return [w.tag(f'{{"name": {json.dumps(tool.name)}, "arguments": ', _seq(_json(tool), _MISTRAL_ID), "}")]
 
 
+def _mistral_v11(w: _Writer, tool: _Tool) -> list[dict]:
+    return [w.tag(f"[TOOL_CALLS]{tool.name}[ARGS]", _json(tool), "")]
+
+
 def _qwen3_coder(w: _Writer, tool: _Tool) -> list[dict]:
     def param(key, value):
         return w.tag(f"<parameter={key}>\n", _excluding(value, "</parameter>"), "\n</parameter>\n")
@@ -259,6 +264,9 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family("Mistral 7B v0.3, Nemo, Small (before v11): [TOOL_CALLS] [JSON list]", _mistral,
                       triggers=("[TOOL_CALLS]",), separator=", ", section=("[TOOL_CALLS]", "]"),
                       section_gap=r" ?\[", reasoning=None),  # "[TOOL_CALLS] [" (v0.3), "[TOOL_CALLS][" (Nemo),
+    "mistral_v11": Family("Mistral Small 3.2, Magistral, Devstral (tokenizer v11 and later): "
+                          "[TOOL_CALLS]NAME[ARGS]JSON per call", _mistral_v11, triggers=("[TOOL_CALLS]",),
+                          reasoning=None, calls_end_output=True),
     "qwen3_coder": Family("Qwen3-Coder, Qwen3-Coder-Next: <function=NAME> with <parameter=KEY> elements",
                           _qwen3_coder, triggers=("<tool_call>",), separator="\n"),
     "deepseek_v3": Family("DeepSeek V3 / V3-0324, R1 / R1-0528: function<｜tool▁sep｜>NAME and a ```json block",
@@ -390,17 +398,23 @@ def _calls(spec: Family, w: _Writer, tools: list[_Tool], choice: str, parallel: 
         return w.triggered(triggers, [section], at_least_one=False, stop_after_first=True)
     if choice != "auto":
         return w.joined(calls, spec.separator, at_least_one=True, stop_after_first=one)
+    if spec.calls_end_output:
+        text = {"type": "any_text", "excludes": [t for t in triggers if w.is_text(t)]}
+        joined = w.joined(calls, spec.separator, at_least_one=True, stop_after_first=one)
+        return _seq(text, {"type": "optional", "content": joined})
     return w.triggered(triggers, calls, at_least_one=False, stop_after_first=one)
 
 
 def _harmony(w: _Writer, tools: list[_Tool], choice: str) -> dict:
     """gpt-oss: after the generation prompt ``<|start|>assistant``, a final message or one call
-    (a call ends the turn).  The stop tokens that close them (``<|return|>``, ``<|call|>``) are the
-    matcher's stop tokens, not part of the grammar."""
+    (a call ends the turn).  A call ends with ``<|call|>`` where special_tokens names it (the
+    model's token); else that token, like ``<|return|>`` after a final message, is left to the
+    matcher's stop tokens."""
     final = _seq(w.const("<|channel|>final<|message|>"), TEXT)
     space = {"type": "regex", "pattern": " ?"}
+    end = [w.const("<|call|>")] if not w.is_text("<|call|>") else []
     # The recipient after the channel (the Harmony guide's examples), or in the header before it.
-    calls = [_or([_seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t))
+    calls = [_or([_seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t), *end)
                   for head in (f"<|channel|>commentary to=functions.{t.name}",
                                f" to=functions.{t.name}<|channel|>commentary")])
              for t in tools]
