@@ -13,8 +13,9 @@ JSON text, as the models' templates write them and the servers' parsers read the
 
 Elements may be preceded by one newline.  Raw string values are held to the string's
 constraints (minLength, maxLength, pattern, format, enum, const) and never hold text the parsers
-would read as an element's end or the next element's start (qwen_xml / minimax_xml: no ``<``
-followed by optional whitespace and ``/`` or ``p``; glm_xml: no ``</arg_value>``).  A value that
+would read as an element's end, the next element's start or the call's tags: no ``<`` followed by
+a letter or ``_``, nor by optional whitespace and ``/`` or ``p`` (narrower than the parsers
+need, never wider).  A value that
 could be read either way (a schema allowing strings and other types), or a JSON value that may
 hold strings (objects, arrays: their strings could spell an element's end), raises
 UnsupportedFormatError naming the property: nothing is widened.
@@ -22,8 +23,9 @@ UnsupportedFormatError naming the property: nothing is widened.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
 from .ecma_regex import pattern_dfa
@@ -39,6 +41,10 @@ _STRING_KEYS = {"type", "minLength", "maxLength", "pattern", "format", "enum", "
 _SCALARS = {"integer", "number", "boolean", "null"}
 # Whitespace as the parsers' regex module reads \s, and more (a superset keeps the exclusion sound).
 _SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
+# A raw value never holds what may read as a tag: "<" then a letter or "_", or "<", optional
+# whitespace and "/" or "p".  That covers the element's own end and the next element's start (the
+# parsers allow whitespace inside them) and the call's tags (</function>, </invoke>, <tool_call>).
+_MARKUP = f"<{_SPACE}*[/p]|<[A-Za-z_]"
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,9 @@ class XmlStyle:
 
 
 XML_STYLES: dict[str, XmlStyle] = {
-    "qwen_xml": XmlStyle(lambda key: f"<parameter={key}>\n", "\n</parameter>", f"<{_SPACE}*[/p]",
-                         python_bools=True),
-    "minimax_xml": XmlStyle(lambda key: f'<parameter name="{key}">', "</parameter>", f"<{_SPACE}*[/p]"),
-    "glm_xml": XmlStyle(lambda key: f"<arg_key>{key}</arg_key>", "</arg_value>", "</arg_value>", gap="\n",
+    "qwen_xml": XmlStyle(lambda key: f"<parameter={key}>\n", "\n</parameter>", _MARKUP, python_bools=True),
+    "minimax_xml": XmlStyle(lambda key: f'<parameter name="{key}">', "</parameter>", _MARKUP),
+    "glm_xml": XmlStyle(lambda key: f"<arg_key>{key}</arg_key>", "</arg_value>", _MARKUP, gap="\n",
                         value_open="<arg_value>"),
 }
 
@@ -97,7 +102,8 @@ def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], wh
 
 def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> Expr:
     """A property's value: raw text for a schema of strings only, else JSON of a scalar schema."""
-    if schema is True or schema == {}:  # any value: the parsers read raw text as a string
+    if schema is True or isinstance(schema, dict) and not set(schema) - _ANNOTATIONS:
+        # any value: the parsers read raw text as a string
         return dfa_to_char_fsm(allowed)
     if not isinstance(schema, dict):
         raise _unsupported(where, f"a property schema is an object, got {schema!r}")

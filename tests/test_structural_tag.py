@@ -18,7 +18,6 @@ import pytest
 
 import pushmask as pm
 from pushmask.grammar.errors import GrammarError
-from pushmask.grammar.structural_tag import UnsupportedFormatError
 
 from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
 
