@@ -17,7 +17,7 @@ FORMAT ``type``s and their languages:
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
-| ``exclude_token`` | one token of the vocabulary (text or special; stop tokens end the output instead) but the ``exclude_tokens`` |
+| ``exclude_token`` | one token of the vocabulary (text or special; stop tokens end the output instead) but the ``exclude_tokens`` and, as a tag's content, the tag's end tokens |
 | ``any_tokens`` | ``any_text`` whose text holds none of the ``exclude_tokens``' texts (``max_tokens`` as above) |
 | ``sequence`` / ``or`` | concatenation / alternation of ``elements`` |
 | ``tag`` | ``begin`` ``content`` ``end`` (``begin`` / ``end`` a string or a token; ``end`` may list strings) |
@@ -176,8 +176,10 @@ class _Builder:
         self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0
 
-    def format(self, fmt: Any, where: str, end_text: list[str] | None = None) -> Expr:
-        """The IR of one format; `end_text` (inside a tag) is what any_text must stop before."""
+    def format(self, fmt: Any, where: str, end_text: list[str] | None = None,
+               end_tokens: frozenset[int] = frozenset()) -> Expr:
+        """The IR of one format; `end_text` (inside a tag) is what any_text must stop before,
+        `end_tokens` the tag's end tokens, which an exclude_token there leaves out (as XGrammar)."""
         fmt = _plain(fmt)
         if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
             raise GrammarError(f"{where}: a format is an object with a \"type\", got {fmt!r}")
@@ -186,6 +188,8 @@ class _Builder:
             raise UnsupportedFormatError(f"{where}: structural tag format type {kind!r} is not supported by pushmask")
         if kind in ("any_text", "any_tokens"):
             return self._any_text(fmt, where, end_text or [])
+        if kind == "exclude_token":
+            return self._exclude_token(fmt, where, end_tokens)
         return getattr(self, "_" + kind)(fmt, where)
 
     # -- leaves ---------------------------------------------------------------------------------
@@ -235,13 +239,14 @@ class _Builder:
         except ValueError as exc:
             raise GrammarError(f"{where}: {exc}") from None
 
-    def _exclude_token(self, fmt, where):
-        """One token of any kind (text or special, never a stop token) but the excluded ones: a
-        token-class terminal the matcher takes by id (masks/compiler.py)."""
+    def _exclude_token(self, fmt, where, end_tokens: frozenset[int] = frozenset()):
+        """One token of any kind (text or special, never a stop token) but the excluded ones and
+        the enclosing tag's end tokens: a token-class terminal the matcher takes by id
+        (masks/compiler.py)."""
         tokens = fmt.get("exclude_tokens", [])
         if not isinstance(tokens, (list, tuple)):
             raise GrammarError(f"{where}: \"exclude_tokens\" must be a list of token ids or texts, got {tokens!r}")
-        excluded = frozenset(self._token_id(t, f"{where}/exclude_tokens/{i}") for i, t in enumerate(tokens))
+        excluded = end_tokens | {self._token_id(t, f"{where}/exclude_tokens/{i}") for i, t in enumerate(tokens)}
         known = {v: k for k, v in self.token_classes.items()}
         if excluded not in known:
             terminal = token_class_terminal(len(self.token_classes))
@@ -326,7 +331,10 @@ class _Builder:
         end = alt(*(self._tag_end(e, f"{where}/end") for e in end_texts)) if isinstance(ends, list) \
             else self._tag_end(ends, f"{where}/end")
         text_ends = [e for e in end_texts if isinstance(e, str) and e]
-        content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends)
+        token_ends = frozenset(self._token_id(e.get("token"), f"{where}/end")
+                               for e in map(_plain, ends if isinstance(ends, list) else [ends])
+                               if isinstance(e, dict) and e.get("type") == "token")
+        content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends, end_tokens=token_ends)
         return seq(begin, content, end)
 
     def _tag_end(self, value, where):

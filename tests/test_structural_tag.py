@@ -509,3 +509,23 @@ def test_exclude_token_beside_text_takes_either(small_compiler):
     assert matcher.accept_token(TEXT_TOKENS.index("ab")) and matcher.accept_string("}") and matcher.can_end()
     with pytest.raises(ValueError, match="exclude_token"):
         pm.GrammarMatcher(compiled, max_tokens=5)
+
+
+def test_exclude_token_in_a_tag_leaves_out_the_tags_end_token(small_compiler):
+    """As in XGrammar, an exclude_token that is a tag's content, the tag's end a token, never
+    takes that token."""
+    tool, python_tag = SPECIAL["<tool>"], SPECIAL["<|python_tag|>"]
+    fmt = {"type": "sequence", "elements": [{"type": "const_string", "value": "<f="}, {"type": "star", "content": {
+        "type": "tag", "begin": "", "end": {"type": "token", "token": "<tool>"},
+        "content": {"type": "exclude_token", "exclude_tokens": ["<|python_tag|>"]}}}]}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    (_, words), = compiled.token_classes.values()  # the class itself holds neither token
+    assert not words[tool >> 5] >> (tool & 31) & 1 and not words[python_tag >> 5] >> (python_tag & 31) & 1
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_string("<f=")
+    for token in (TEXT_TOKENS.index("ab"), len(TEXT_TOKENS) + 3, TEXT_TOKENS.index("</f>")):
+        mask = matcher.get_next_token_mask()  # one token of the class, then <tool>
+        assert not mask[tool] and not mask[python_tag] and mask[STOP] and mask[token]
+        assert matcher.accept_token(token)
+        assert set(np.flatnonzero(matcher.get_next_token_mask()).tolist()) == {tool}
+        assert matcher.accept_token(tool) and matcher.can_end()
