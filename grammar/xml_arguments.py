@@ -1,5 +1,6 @@
 """Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
-``qwen_xml``, ``minimax_xml``, ``glm_xml``), as grammar IR.
+``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``), as
+grammar IR.
 
 One element per declared property of the object schema, in declaration order, the required ones
 present; a string property's value is the raw text (no quotes, no escapes), any other value its
@@ -10,8 +11,10 @@ JSON text, as the models' templates write them and the servers' parsers read the
 | ``qwen_xml`` | ``<parameter=KEY>\\nVALUE\\n</parameter>`` (the parsers strip one newline each side) |
 | ``minimax_xml`` | ``<parameter name="KEY">VALUE</parameter>`` |
 | ``glm_xml`` | ``<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>`` (a newline may sit between) |
+| ``deepseek_xml`` | ``<｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>`` (``"false"``: a JSON value) |
+| ``deepseek_v4_1_xml`` | the same with ``<｜DSML｜ parameter`` and ``</｜DSML｜ parameter>`` |
 
-Elements may be preceded by one newline.  Raw string values are held to the string's
+Each element may be preceded by one newline, and the last followed by one.  Raw string values are held to the string's
 constraints (minLength, maxLength, pattern, format, enum, const) and never hold text the parsers
 would read as an element's end, the next element's start or the call's tags: no ``<`` followed by
 a letter or ``_``, nor by optional whitespace and ``/`` or ``p`` (narrower than the parsers
@@ -53,7 +56,7 @@ class XmlStyle:
     `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
     `python_bools`: booleans may also be written True / False (the parser lower-cases them)."""
 
-    key: Callable[[str], str]
+    key: Callable[[str, bool], str]  # (name, whether the value is raw text) -> the element's head
     close: str
     forbidden: str
     python_bools: bool = False
@@ -62,10 +65,15 @@ class XmlStyle:
 
 
 XML_STYLES: dict[str, XmlStyle] = {
-    "qwen_xml": XmlStyle(lambda key: f"<parameter={key}>\n", "\n</parameter>", _MARKUP, python_bools=True),
-    "minimax_xml": XmlStyle(lambda key: f'<parameter name="{key}">', "</parameter>", _MARKUP),
-    "glm_xml": XmlStyle(lambda key: f"<arg_key>{key}</arg_key>", "</arg_value>", _MARKUP, gap="\n",
+    "qwen_xml": XmlStyle(lambda key, _: f"<parameter={key}>\n", "\n</parameter>", _MARKUP, python_bools=True),
+    "minimax_xml": XmlStyle(lambda key, _: f'<parameter name="{key}">', "</parameter>", _MARKUP),
+    "glm_xml": XmlStyle(lambda key, _: f"<arg_key>{key}</arg_key>", "</arg_value>", _MARKUP, gap="\n",
                         value_open="<arg_value>"),
+    # DeepSeek's markup starts "<｜": kept out of raw values too
+    "deepseek_xml": XmlStyle(lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
+                             "</｜DSML｜parameter>", _MARKUP + "|<｜"),
+    "deepseek_v4_1_xml": XmlStyle(lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
+                                  "</｜DSML｜ parameter>", _MARKUP + "|<｜"),
 }
 
 
@@ -93,27 +101,28 @@ def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], wh
         here = f"{where}/properties/{key}"
         if not key or any(c in key for c in "<>\"'=") or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
-        value = _value(sub, spec, forbidden, json_value, here)
-        head = seq(lit(spec.key(key)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
+        value, raw = _value(sub, spec, forbidden, json_value, here)
+        head = seq(lit(spec.key(key, raw)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
         element = seq(opt(lit("\n")), head, value, lit(spec.close))
         elements.append(element if key in required else opt(element))
-    return seq(*elements)
+    return seq(*elements, opt(lit("\n")))
 
 
-def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> Expr:
-    """A property's value: raw text for a schema of strings only, else JSON of a scalar schema."""
+def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> tuple[Expr, bool]:
+    """A property's value and whether it is raw text: raw for a schema of strings only, else
+    JSON of a scalar schema."""
     if schema is True or isinstance(schema, dict) and not set(schema) - _ANNOTATIONS:
         # any value: the parsers read raw text as a string
-        return dfa_to_char_fsm(allowed)
+        return dfa_to_char_fsm(allowed), True
     if not isinstance(schema, dict):
         raise _unsupported(where, f"a property schema is an object, got {schema!r}")
     kinds = _kinds(schema)
     if kinds == {"string"}:
-        return dfa_to_char_fsm(allowed.intersect(_string_values(schema, where)))
+        return dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True
     if kinds and kinds <= _SCALARS:
         if spec.python_bools and kinds == {"boolean"} and set(schema) - _ANNOTATIONS == {"type"}:
-            return alt(lit("true"), lit("false"), lit("True"), lit("False"))
-        return json_value(schema)
+            return alt(lit("true"), lit("false"), lit("True"), lit("False")), False
+        return json_value(schema), False
     raise _unsupported(where, f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
                               "XML text (only strings, or integers / numbers / booleans / null)")
 

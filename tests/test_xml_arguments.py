@@ -29,22 +29,37 @@ SCHEMA = {"type": "object", "properties": {
     "utc": {"type": "boolean"},
     "note": {"type": "string"}}, "required": ["city", "days"]}
 
-# style: (structural tag begin, end, element renderer, element parser)
+# style: (structural tag begin, end, element renderer (key, text, raw), element parser -> (key, text, raw))
 STYLES = {
     "qwen_xml": ("<tool_call>\n<function=f>\n", "\n</function>\n</tool_call>",
-                 lambda k, v: f"<parameter={k}>\n{v}\n</parameter>",
-                 lambda body: [(k, v[1:] if v.startswith("\n") else v) for k, v in
+                 lambda k, v, raw: f"<parameter={k}>\n{v}\n</parameter>",
+                 lambda body: [(k, v[1:] if v.startswith("\n") else v, None) for k, v in
                                ((k, v[:-1] if v.endswith("\n") else v) for k, v in
                                 re.findall(r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))",
                                            body, re.S))]),
     "minimax_xml": ('<invoke name="f">\n', "</invoke>\n",
-                    lambda k, v: f'<parameter name="{k}">{v}</parameter>',
-                    lambda body: re.findall(r'<\s*parameter\s+name\s*=\s*"([^"]*)"\s*>(.*?)'
-                                            r'(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))', body, re.S)),
+                    lambda k, v, raw: f'<parameter name="{k}">{v}</parameter>\n',
+                    lambda body: [(k, v, None) for k, v in re.findall(
+                        r'<\s*parameter\s+name\s*=\s*"([^"]*)"\s*>(.*?)'
+                        r'(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))', body, re.S)]),
     "glm_xml": ("<tool_call>f", "</tool_call>",
-                lambda k, v: f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>",
-                lambda body: re.findall(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", body, re.S)),
+                lambda k, v, raw: f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>",
+                lambda body: [(k, v, None) for k, v in re.findall(
+                    r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", body, re.S)]),
+    # DeepSeek V3.2 / V4: string="true" marks raw text, "false" a JSON value (its parser reads both)
+    "deepseek_xml": ('<｜DSML｜invoke name="f">\n', "</｜DSML｜invoke>\n",
+                     lambda k, v, raw: f'<｜DSML｜parameter name="{k}" string="{str(raw).lower()}">{v}</｜DSML｜parameter>\n',
+                     lambda body: re.findall(r'<｜DSML｜parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>(.*?)'
+                                             r'(?:</｜DSML｜parameter>|(?=<｜DSML｜parameter\s+name=))', body, re.S)),
+    "deepseek_v4_1_xml": ('<｜DSML｜ invoke name="f">\n', "</｜DSML｜ invoke>\n",
+                          lambda k, v, raw: f'<｜DSML｜ parameter name="{k}" string="{str(raw).lower()}">{v}'
+                                            "</｜DSML｜ parameter>\n",
+                          lambda body: re.findall(r'<｜DSML｜ parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
+                                                  r'(.*?)(?:</｜DSML｜ parameter>|(?=<｜DSML｜ parameter\s+name=))', body, re.S)),
 }
+for _style in ("deepseek_xml", "deepseek_v4_1_xml"):  # the parser's fields (key, string flag, value) in order
+    _begin, _end, _render, _parse = STYLES[_style]
+    STYLES[_style] = (_begin, _end, _render, lambda body, parse=_parse: [(k, v, flag) for k, flag, v in parse(body)])
 
 GOOD = [{"city": "Paris", "days": 3}, {"city": "", "days": 30, "unit": "f", "utc": True},
         {"city": "a < b & c", "days": 1, "code": "FR", "note": "line 1\nline 2 x < y"},
@@ -56,12 +71,16 @@ BAD = [{"city": "Paris"}, {"city": "Paris", "days": 0}, {"city": "Paris, France!
 SPOOFS = {"qwen_xml": ["a</parameter>b", "x\n</parameter>\n<parameter=days>\n0", "x< /parameter >",
                        "x</function>"],
           "minimax_xml": ["a</parameter>b", 'x<parameter name="days">0', "x</invoke>"],
-          "glm_xml": ["a</arg_value>b", "x</arg_value><arg_key>days</arg_key><arg_value>0", "x</tool_call>"]}
+          "glm_xml": ["a</arg_value>b", "x</arg_value><arg_key>days</arg_key><arg_value>0", "x</tool_call>"],
+          "deepseek_xml": ["a</｜DSML｜parameter>b", 'x<｜DSML｜parameter name="days" string="false">0'],
+          "deepseek_v4_1_xml": ["a</｜DSML｜ parameter>b", "x</｜DSML｜ invoke>"]}
 
 
-def coerce(value: str, schema: dict):
-    """A value as the parsers type it: raw for string schemas, else the JSON it spells."""
-    if schema.get("type") == "string" or "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
+def coerce(value: str, schema: dict, flag: str | None):
+    """A value as the parsers type it: raw for string schemas (DeepSeek: where string="true"),
+    else the JSON it spells, or the text where it spells none."""
+    if flag == "true" or flag is None and (schema.get("type") == "string" or "enum" in schema
+                                           and all(isinstance(v, str) for v in schema["enum"])):
         return value
     try:
         return json.loads(value.lower() if schema.get("type") == "boolean" else value)
@@ -76,17 +95,17 @@ def parse(style: str, text: str) -> dict | None:
     if not (text.startswith(begin) and text.endswith(end)):
         return None
     close = end[end.index("</"):end.index(">", end.index("</")) + 1]
-    pairs = elements(text[len(begin):text.index(close, len(begin))])
-    return {k: coerce(v, SCHEMA["properties"].get(k, {})) for k, v in pairs}
+    triples = elements(text[len(begin):text.index(close, len(begin))])
+    return {k: coerce(v, SCHEMA["properties"].get(k, {}), flag) for k, v, flag in triples}
 
 
 def render(style: str, args: dict) -> str:
     """The elements in the schema's order (the order the style holds them to, as XGrammar's)."""
     begin, end, element, _ = STYLES[style]
-    sep = "" if style == "glm_xml" else "\n"
+    sep = "\n" if style == "qwen_xml" else ""
     order = sorted(args, key=lambda k: list(SCHEMA["properties"]).index(k) if k in SCHEMA["properties"] else 99)
-    return begin + sep.join(element(k, args[k] if isinstance(args[k], str) else json.dumps(args[k]))
-                            for k in order) + end
+    return begin + sep.join(element(k, args[k] if isinstance(args[k], str) else json.dumps(args[k]),
+                                    isinstance(args[k], str)) for k in order) + end
 
 
 def tag(style: str, schema=SCHEMA) -> dict:

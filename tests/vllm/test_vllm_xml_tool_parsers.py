@@ -1,6 +1,6 @@
 """Strict tool calling in the XML argument styles, the request vLLM's serving layer builds and the
 parser it reads the output with, without a server: for each XML tool parser (Qwen3-Coder's
-qwen3_xml, GLM-4.7's glm47, MiniMax-M2's minimax_m2) vLLM's own get_model_structural_tag turns
+qwen3_xml, GLM-4.7's glm47, MiniMax-M2's minimax_m2, DeepSeek V3.2 / V4 / V4.1's DSML) vLLM's own get_model_structural_tag turns
 the tools into a structural tag, PushmaskBackend compiles it (no hand-over to xgrammar: a
 refusal would hand it over, which the test refuses), random walks through its bitmask rows write calls, and vLLM's tool
 parser must read each one back as a call of a declared tool whose arguments pass jsonschema
@@ -37,7 +37,8 @@ TOOLS = {
 }
 OPENAI_TOOLS = [{"type": "function", "function": {"name": name, "parameters": schema, "strict": True}}
                 for name, schema in TOOLS.items()]
-PARSERS = {"qwen3_xml": "qwen_3_coder", "glm47": "glm_4_7", "minimax_m2": "minimax"}
+PARSERS = {"qwen3_xml": "qwen_3_coder", "glm47": "glm_4_7", "minimax_m2": "minimax", "deepseek_v32": "deepseek_v3_2",
+           "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v4_1"}
 STOP = 2
 
 
