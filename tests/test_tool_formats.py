@@ -400,10 +400,17 @@ def test_errors_name_the_problem():
         tool_call_structural_tag("hermes", TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
     with pytest.raises(GrammarError, match="needs a \"name\""):
         tool_call_structural_tag("hermes", [{"type": "function", "function": {}}])
-    patterned = [{"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "string", "pattern": "a+"}}}}]
-    with pytest.raises(UnsupportedFormatError, match=r"tool 'f' property 's'.*\['pattern'\]"):
-        tool_call_structural_tag("qwen3_coder", patterned)
-    assert tool_call_structural_tag("hermes", patterned)  # JSON families hold strings to their pattern
+    mixed = [{"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": ["string", "integer"]}}}}]
+    with pytest.raises(UnsupportedFormatError, match=r"tool 'f'/properties/s: a value of types \['integer', 'string'\]"):
+        tool_call_structural_tag("qwen3_coder", mixed)  # raw "5" would read back as either
+    assert tool_call_structural_tag("hermes", mixed)  # JSON families quote strings
+    patterned = [{"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$"}},
+                                              "required": ["s"]}}]
+    compiled = grammar_compiler("smollm2").compile_structural_tag(
+        tool_call_structural_tag("qwen3_coder", patterned, tool_choice="required"))
+    call = "<tool_call>\n<function=f>\n<parameter=s>\n{}\n</parameter>\n</function>\n</tool_call>"
+    assert run_tokens(compiled, encode("smollm2", call.format("aaa")))[0]  # raw strings held to their pattern
+    assert not run_tokens(compiled, encode("smollm2", call.format("aab")))[0]
     open_object = [{"name": "f", "parameters": {"type": "object", "additionalProperties": True, "properties": {"a": {}}}}]
     with pytest.raises(UnsupportedFormatError, match="declared properties only"):
         tool_call_structural_tag("glm45", open_object)
