@@ -130,6 +130,8 @@ class Grammar:
     token_limits maps a rule name to the most tokens a generation may spend inside it (a thinking
     budget: structural tags' any_text max_tokens); passes keep these rules as rules too, and the
     matcher closes the rule once they are spent (masks/token_regions.py).
+    token_classes maps the id of a token-class terminal (token_class_terminal) to the token ids
+    it excludes: the terminal stands for any one token of the vocabulary but those.
     productive: passes.check_productive found every rule productive (and left these rules as
     they are): running it again can be skipped.  Grammars are not modified in place, and copy()
     with new rules clears it.
@@ -141,6 +143,7 @@ class Grammar:
     allow_empty: bool = False
     checks: dict[str, object] = field(default_factory=dict)
     token_limits: dict[str, int] = field(default_factory=dict)
+    token_classes: dict[int, frozenset[int]] = field(default_factory=dict)
     productive: bool = field(default=False, compare=False, repr=False)
 
     def references(self, name: str) -> set[str]:
@@ -150,7 +153,8 @@ class Grammar:
         rules = dict(self.rules if rules is None else rules)
         return Grammar(rules, self.root, dict(self.positions), self.allow_empty,
                        {name: check for name, check in self.checks.items() if name in rules},
-                       {name: n for name, n in self.token_limits.items() if name in rules})
+                       {name: n for name, n in self.token_limits.items() if name in rules},
+                       dict(self.token_classes))
 
     # XGrammar's constructors, with its arguments (grammar/grammar_api.py; imported on use, since
     # it reaches the front ends, which build on this module).
@@ -473,6 +477,17 @@ def token_terminal(token_id: int) -> Bytes:
     if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < TOKEN_ID_LIMIT:
         raise GrammarError(f"token id {token_id!r} must be an integer in [0, {TOKEN_ID_LIMIT})")
     return Bytes(bytes([TOKEN_MARK] + [0x80 | ((token_id >> shift) & 0x3F) for shift in (18, 12, 6, 0)]))
+
+
+TOKEN_CLASS_BASE = TOKEN_ID_LIMIT - (1 << 16)
+"""Terminal ids from here up name token classes (Grammar.token_classes), never vocabulary tokens."""
+
+
+def token_class_terminal(index: int) -> Bytes:
+    """The terminal of a grammar's `index`-th token class (its id is TOKEN_CLASS_BASE + index)."""
+    if not 0 <= index < TOKEN_ID_LIMIT - TOKEN_CLASS_BASE:
+        raise GrammarError(f"too many token classes ({index + 1})")
+    return token_terminal(TOKEN_CLASS_BASE + index)
 
 
 def token_terminal_bytes(token_id: int) -> bytes:

@@ -13,10 +13,11 @@ FORMAT ``type``s and their languages:
 | type | language |
 |---|---|
 | ``const_string`` | the string ``value`` |
-| ``json_schema`` | a JSON value of ``json_schema`` (``style`` "json" only) |
+| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml``: its properties as XML elements (grammar/xml_arguments.py) |
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
+| ``exclude_token`` | one token of the vocabulary (text or special; stop tokens end the output instead) but the ``exclude_tokens`` and, as a tag's content, the tag's end tokens |
 | ``any_tokens`` | ``any_text`` whose text holds none of the ``exclude_tokens``' texts (``max_tokens`` as above) |
 | ``sequence`` / ``or`` | concatenation / alternation of ``elements`` |
 | ``tag`` | ``begin`` ``content`` ``end`` (``begin`` / ``end`` a string or a token; ``end`` may list strings) |
@@ -32,8 +33,8 @@ tokens (``exclude_tokens``) are kept out of free text by their text: a token wit
 special token) is never text anyway, and the text of one that has it may not appear in the free
 text at all, however it is tokenized (narrower than XGrammar, never wider).
 
-What the automaton cannot express exactly (``exclude_token``: exactly one token of any kind, the
-XML argument styles) raises UnsupportedFormatError naming the format; nothing is widened.
+What the automaton cannot express exactly (the other XML argument styles) raises
+UnsupportedFormatError naming the format; nothing is widened.
 """
 
 from __future__ import annotations
@@ -58,17 +59,21 @@ from .ir import (
     rep,
     seq,
     star,
+    TOKEN_CLASS_BASE,
+    token_class_terminal,
     token_terminal,
 )
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
 from .limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
+from .xml_arguments import xml_arguments
 
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
 
-FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "any_text", "any_tokens",
+FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "exclude_token", "any_text",
+                          "any_tokens",
                           "sequence", "or", "optional", "star", "plus", "repeat", "tag", "triggered_tags",
                           "token_triggered_tags", "dispatch", "token_dispatch", "tags_with_separator"})
 
@@ -88,7 +93,8 @@ def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Call
     fmt = root_format(tags, triggers)
     builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
-    return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits)
+    return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits,
+                   token_classes=builder.token_classes)
 
 
 def _plain(value: Any) -> Any:
@@ -167,10 +173,13 @@ class _Builder:
         self.rules: dict[str, Expr] = {}
         self.checks: dict[str, object] = {}  # the embedded JSON Schemas' value checks
         self.token_limits: dict[str, int] = {}  # any_text rules with a token budget
+        self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0
 
-    def format(self, fmt: Any, where: str, end_text: list[str] | None = None) -> Expr:
-        """The IR of one format; `end_text` (inside a tag) is what any_text must stop before."""
+    def format(self, fmt: Any, where: str, end_text: list[str] | None = None,
+               end_tokens: frozenset[int] = frozenset()) -> Expr:
+        """The IR of one format; `end_text` (inside a tag) is what any_text must stop before,
+        `end_tokens` the tag's end tokens, which an exclude_token there leaves out (as XGrammar)."""
         fmt = _plain(fmt)
         if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
             raise GrammarError(f"{where}: a format is an object with a \"type\", got {fmt!r}")
@@ -179,6 +188,8 @@ class _Builder:
             raise UnsupportedFormatError(f"{where}: structural tag format type {kind!r} is not supported by pushmask")
         if kind in ("any_text", "any_tokens"):
             return self._any_text(fmt, where, end_text or [])
+        if kind == "exclude_token":
+            return self._exclude_token(fmt, where, end_tokens)
         return getattr(self, "_" + kind)(fmt, where)
 
     # -- leaves ---------------------------------------------------------------------------------
@@ -188,8 +199,6 @@ class _Builder:
 
     def _json_schema(self, fmt, where):
         style = fmt.get("style", "json")
-        if style != "json":
-            raise UnsupportedFormatError(f"{where}: json_schema style {style!r} is not supported (only \"json\")")
         if fmt.get("excludes"):
             raise UnsupportedFormatError(f"{where}: json_schema excludes are not supported")
         options = self.json_options
@@ -199,8 +208,15 @@ class _Builder:
             options = options.replace(max_whitespace=int(fmt["max_whitespace_cnt"]))
         if "json_schema" not in fmt:
             raise GrammarError(f"{where}: json_schema format lacks \"json_schema\"")
-        return self._embed(json_schema_to_grammar(_schema(fmt["json_schema"]), options, clock=self.clock,
-                                                  limits=self.limits))
+        schema = _schema(fmt["json_schema"])
+        if style != "json":
+            if fmt.get("any_order"):
+                raise UnsupportedFormatError(f"{where}: any_order with json_schema style {style!r} is not supported")
+            # XML element values: a bare JSON scalar, no whitespace around it
+            value_options = options.replace(root_whitespace=False)
+            return xml_arguments(schema, style, lambda sub: self._embed(json_schema_to_grammar(
+                sub, value_options, clock=self.clock, limits=self.limits)), f"{where}/json_schema")
+        return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
 
     def _regex(self, fmt, where):
         return self._embed(parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states,
@@ -222,6 +238,22 @@ class _Builder:
             return token_terminal(int(self.token_id(token)))
         except ValueError as exc:
             raise GrammarError(f"{where}: {exc}") from None
+
+    def _exclude_token(self, fmt, where, end_tokens: frozenset[int] = frozenset()):
+        """One token of any kind (text or special, never a stop token) but the excluded ones and
+        the enclosing tag's end tokens: a token-class terminal the matcher takes by id
+        (masks/compiler.py)."""
+        tokens = fmt.get("exclude_tokens", [])
+        if not isinstance(tokens, (list, tuple)):
+            raise GrammarError(f"{where}: \"exclude_tokens\" must be a list of token ids or texts, got {tokens!r}")
+        excluded = end_tokens | {self._token_id(t, f"{where}/exclude_tokens/{i}") for i, t in enumerate(tokens)}
+        known = {v: k for k, v in self.token_classes.items()}
+        if excluded not in known:
+            terminal = token_class_terminal(len(self.token_classes))
+            known[excluded] = TOKEN_CLASS_BASE + len(self.token_classes)
+            self.token_classes[known[excluded]] = excluded
+            return terminal
+        return token_class_terminal(known[excluded] - TOKEN_CLASS_BASE)
 
     def _any_text(self, fmt, where, end_text: list[str]):
         if fmt["type"] == "any_tokens":
@@ -299,7 +331,10 @@ class _Builder:
         end = alt(*(self._tag_end(e, f"{where}/end") for e in end_texts)) if isinstance(ends, list) \
             else self._tag_end(ends, f"{where}/end")
         text_ends = [e for e in end_texts if isinstance(e, str) and e]
-        content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends)
+        token_ends = frozenset(self._token_id(e.get("token"), f"{where}/end")
+                               for e in map(_plain, ends if isinstance(ends, list) else [ends])
+                               if isinstance(e, dict) and e.get("type") == "token")
+        content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends, end_tokens=token_ends)
         return seq(begin, content, end)
 
     def _tag_end(self, value, where):

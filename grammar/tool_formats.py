@@ -6,7 +6,7 @@ tool-call and reasoning output, from OpenAI-style tools and tool_choice.
 
 Each family writes its calls as its chat template renders them (FAMILIES lists the models).  The
 arguments are a JSON value of the tool's ``parameters`` (JSON families), or one XML element per
-declared property (XML families: string properties raw, the others as JSON, as the templates
+declared property (XML families, grammar/xml_arguments.py: string properties raw, the others as JSON, as the templates
 write them).  ``tool_choice``: "auto" (free text with calls), "required" (calls only, at least
 one), "none" (text only, no call can start), or a named function (exactly that one call).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .errors import GrammarError
-from .structural_tag import UnsupportedFormatError
+from .xml_arguments import check_xml_arguments
 
 __all__ = ["FAMILIES", "tool_call_structural_tag"]
 
@@ -43,7 +43,7 @@ class Family:
     """How one model family writes its calls: `call(writer, tool)` is one call; `section` wraps
     all the calls of a turn (the trigger is then its begin, and `section_gap` a regex after it),
     else one of `triggers` starts every call; `separator` goes between calls; `reasoning` is the
-    (open, close) pair of its thinking."""
+    (open, close) pair of its thinking; `calls_end_output`: text may come before the calls only."""
 
     models: str
     call: Callable
@@ -52,6 +52,7 @@ class Family:
     section: tuple[str, str] | None = None
     section_gap: str | None = None
     reasoning: tuple[str, str] | None = ("<think>", "</think>")
+    calls_end_output: bool = False  # no text after the calls (the parser reads it as arguments)
 
 
 class _Writer:
@@ -133,62 +134,11 @@ def _json(tool: _Tool) -> dict:
 
 # -- XML parameters ----------------------------------------------------------------------------
 
-_XML_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "description", "title", "$defs",
-                    "definitions", "$schema", "$id"}
-_ANNOTATIONS = {"description", "title", "default", "examples", "$comment"}
-
-
-def _xml_params(tool: _Tool, param: Callable[[str, dict], dict], python_bools: bool = False) -> dict:
-    """The XML elements of the tool's declared properties, in declaration order, the required
-    ones required (what strict mode allows in JSON: no undeclared member); `python_bools`: a
-    boolean may also be written True / False (a template that renders values with `| string`)."""
-    schema = tool.parameters
-    where = f"tool {tool.name!r}"
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" \
-            or not isinstance(schema.get("properties"), dict):
-        raise UnsupportedFormatError(f"{where}: XML parameters need an object schema with \"properties\" "
-                                     "(its elements are the declared properties)")
-    extra = set(schema) - _XML_OBJECT_KEYS
-    if extra or schema.get("additionalProperties", False) is not False and schema.get("properties"):
-        raise UnsupportedFormatError(f"{where}: XML parameters take declared properties only; "
-                                     f"{sorted(extra) or ['additionalProperties']} cannot be written as XML elements")
-    properties = schema.get("properties", {})
-    required = schema.get("required", [])
-    if not set(required) <= set(properties):
-        raise UnsupportedFormatError(f"{where}: required {sorted(set(required) - set(properties))} are not "
-                                     "declared properties")
-    defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
-    elements = []
-    for key, sub in properties.items():
-        element = param(key, _xml_value(sub, defs, f"{where} property {key!r}", python_bools))
-        elements.append(element if key in required else {"type": "optional", "content": element})
-    return _seq(*elements) if elements else {"type": "const_string", "value": ""}
-
-
-def _raw_string(schema: Any) -> bool:
-    """Whether the template writes this property's value raw: a schema of strings only."""
-    return isinstance(schema, dict) and schema.get("type") == "string"
-
-
-def _xml_value(schema: Any, defs: dict, where: str, python_bools: bool) -> dict:
-    """A property's value: raw text for a string schema, else a JSON value of the schema."""
-    if python_bools and isinstance(schema, dict) and schema.get("type") == "boolean" and set(schema) - _ANNOTATIONS \
-            == {"type"}:
-        return {"type": "regex", "pattern": "true|false|True|False"}
-    if not _raw_string(schema):
-        if isinstance(schema, dict) and defs:
-            schema = {**defs, **schema}
-        return {"type": "json_schema", "json_schema": schema}
-    constraints = set(schema) - _ANNOTATIONS - {"type"}
-    if constraints <= {"enum"} and "enum" in schema:
-        if all(isinstance(v, str) for v in schema["enum"]):
-            return _or([{"type": "const_string", "value": v} for v in schema["enum"]])
-    if "const" in schema and constraints == {"const"} and isinstance(schema["const"], str):
-        return {"type": "const_string", "value": schema["const"]}
-    if constraints:
-        raise UnsupportedFormatError(f"{where}: a raw string value with {sorted(constraints)} cannot be held to "
-                                     "them (the XML families write strings unquoted); use a JSON family")
-    return TEXT
+def _xml(tool: _Tool, style: str) -> dict:
+    """The tool's arguments as XML elements (grammar/xml_arguments.py), checked here so that a
+    schema XML cannot hold is refused when the tag is built, naming the tool."""
+    check_xml_arguments(tool.parameters, style, f"tool {tool.name!r}")
+    return {"type": "json_schema", "json_schema": tool.parameters, "style": style}
 
 
 # -- the families --------------------------------------------------------------------------------
@@ -209,11 +159,13 @@ def _mistral(w: _Writer, tool: _Tool) -> list[dict]:
     return [w.tag(f'{{"name": {json.dumps(tool.name)}, "arguments": ', _seq(_json(tool), _MISTRAL_ID), "}")]
 
 
+def _mistral_v11(w: _Writer, tool: _Tool) -> list[dict]:
+    return [w.tag(f"[TOOL_CALLS]{tool.name}[ARGS]", _json(tool), "")]
+
+
 def _qwen3_coder(w: _Writer, tool: _Tool) -> list[dict]:
-    def param(key, value):
-        return w.tag(f"<parameter={key}>\n", _excluding(value, "</parameter>"), "\n</parameter>\n")
-    return [w.tag(f"<tool_call>\n<function={tool.name}>\n", _xml_params(tool, param, python_bools=True),
-                  "</function>\n</tool_call>")]
+    # each element a line of its own: '<parameter=KEY>\nVALUE\n</parameter>\n'
+    return [w.tag(f"<tool_call>\n<function={tool.name}>\n", _xml(tool, "qwen_xml"), "</function>\n</tool_call>")]
 
 
 def _deepseek_v3(w: _Writer, tool: _Tool) -> list[dict]:
@@ -231,24 +183,13 @@ def _kimi_k2(w: _Writer, tool: _Tool) -> list[dict]:
                   _seq(index, w.const("<|tool_call_argument_begin|>"), _json(tool)), "<|tool_call_end|>")]
 
 
-def _glm(newline: str) -> Callable:
-    def call(w: _Writer, tool: _Tool) -> list[dict]:
-        def param(key, value):
-            return w.tag(f"<arg_key>{key}</arg_key>{newline}<arg_value>", _excluding(value, "</arg_value>"),
-                         f"</arg_value>{newline}")
-        return [w.tag(f"<tool_call>{tool.name}{newline}", _xml_params(tool, param), "</tool_call>")]
-    return call
+def _glm(w: _Writer, tool: _Tool) -> list[dict]:
+    # GLM-4.5 / 4.6 put each key and value on a line of their own, GLM-4.7 / 5 no newlines
+    return [w.tag(f"<tool_call>{tool.name}", _xml(tool, "glm_xml"), "</tool_call>")]
 
 
 def _minimax_m2(w: _Writer, tool: _Tool) -> list[dict]:
-    def param(key, value):
-        return w.tag(f'<parameter name="{key}">', _excluding(value, "</parameter>"), "</parameter>\n")
-    return [w.tag(f'<invoke name="{tool.name}">\n', _xml_params(tool, param), "</invoke>\n")]
-
-
-def _excluding(value: dict, closing: str) -> dict:
-    """A raw text value never holds its element's closing tag (the parsers cut there)."""
-    return {"type": "any_text", "excludes": [closing]} if value is TEXT else value
+    return [w.tag(f'<invoke name="{tool.name}">\n', _xml(tool, "minimax_xml"), "</invoke>\n")]
 
 
 FAMILIES: dict[str, Family] = {
@@ -259,6 +200,9 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family("Mistral 7B v0.3, Nemo, Small (before v11): [TOOL_CALLS] [JSON list]", _mistral,
                       triggers=("[TOOL_CALLS]",), separator=", ", section=("[TOOL_CALLS]", "]"),
                       section_gap=r" ?\[", reasoning=None),  # "[TOOL_CALLS] [" (v0.3), "[TOOL_CALLS][" (Nemo),
+    "mistral_v11": Family("Mistral Small 3.2, Magistral, Devstral (tokenizer v11 and later): "
+                          "[TOOL_CALLS]NAME[ARGS]JSON per call", _mistral_v11, triggers=("[TOOL_CALLS]",),
+                          reasoning=None, calls_end_output=True),
     "qwen3_coder": Family("Qwen3-Coder, Qwen3-Coder-Next: <function=NAME> with <parameter=KEY> elements",
                           _qwen3_coder, triggers=("<tool_call>",), separator="\n"),
     "deepseek_v3": Family("DeepSeek V3 / V3-0324, R1 / R1-0528: function<｜tool▁sep｜>NAME and a ```json block",
@@ -270,9 +214,9 @@ FAMILIES: dict[str, Family] = {
     "kimi_k2": Family("Kimi K2: <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>JSON",
                       _kimi_k2, triggers=("<|tool_calls_section_begin|>",),
                       section=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")),
-    "glm45": Family("GLM-4.5 / 4.6: <tool_call>NAME with <arg_key>/<arg_value> pairs, one a line", _glm("\n"),
+    "glm45": Family("GLM-4.5 / 4.6: <tool_call>NAME with <arg_key>/<arg_value> pairs, one a line", _glm,
                     triggers=("<tool_call>",), separator="\n"),
-    "glm47": Family("GLM-4.7 / 5: as GLM-4.5 without the newlines", _glm(""), triggers=("<tool_call>",)),
+    "glm47": Family("GLM-4.7 / 5: as GLM-4.5 without the newlines", _glm, triggers=("<tool_call>",)),
     "minimax_m2": Family('MiniMax-M2: <minimax:tool_call> with <invoke name="NAME"> and <parameter name="KEY">',
                          _minimax_m2, triggers=("<minimax:tool_call>",),
                          section=("<minimax:tool_call>\n", "</minimax:tool_call>")),
@@ -390,17 +334,23 @@ def _calls(spec: Family, w: _Writer, tools: list[_Tool], choice: str, parallel: 
         return w.triggered(triggers, [section], at_least_one=False, stop_after_first=True)
     if choice != "auto":
         return w.joined(calls, spec.separator, at_least_one=True, stop_after_first=one)
+    if spec.calls_end_output:
+        text = {"type": "any_text", "excludes": [t for t in triggers if w.is_text(t)]}
+        joined = w.joined(calls, spec.separator, at_least_one=True, stop_after_first=one)
+        return _seq(text, {"type": "optional", "content": joined})
     return w.triggered(triggers, calls, at_least_one=False, stop_after_first=one)
 
 
 def _harmony(w: _Writer, tools: list[_Tool], choice: str) -> dict:
     """gpt-oss: after the generation prompt ``<|start|>assistant``, a final message or one call
-    (a call ends the turn).  The stop tokens that close them (``<|return|>``, ``<|call|>``) are the
-    matcher's stop tokens, not part of the grammar."""
+    (a call ends the turn).  A call ends with ``<|call|>`` where special_tokens names it (the
+    model's token); else that token, like ``<|return|>`` after a final message, is left to the
+    matcher's stop tokens."""
     final = _seq(w.const("<|channel|>final<|message|>"), TEXT)
     space = {"type": "regex", "pattern": " ?"}
+    end = [w.const("<|call|>")] if not w.is_text("<|call|>") else []
     # The recipient after the channel (the Harmony guide's examples), or in the header before it.
-    calls = [_or([_seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t))
+    calls = [_or([_seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t), *end)
                   for head in (f"<|channel|>commentary to=functions.{t.name}",
                                f" to=functions.{t.name}<|channel|>commentary")])
              for t in tools]

@@ -384,7 +384,7 @@ class CompiledGrammar:
     """
 
     def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda, token_ids: tuple[int, ...] = (),
-                 token_limits: dict[int, int] | None = None):
+                 token_limits: dict[int, int] | None = None, token_classes: dict[int, frozenset[int]] | None = None):
         self.compiler = compiler
         self.tokenizer_info = compiler.tokenizer_info
         self.grammar = grammar
@@ -408,7 +408,14 @@ class CompiledGrammar:
             # every token terminal starts with TOKEN_MARK, which no UTF-8 text holds: an automaton
             # without an edge on that byte has none, and the IR walk is skipped
             token_ids = token_terminal_ids(grammar) if (pda.byte_hi >= TOKEN_MARK).any() else ()
-        for token in sorted(token_ids):
+        # Token classes (structural tags' exclude_token): class terminal id -> (its bytes, the
+        # bitmask words of the tokens it stands for); the matcher takes them by id like terminals.
+        classes = dict(grammar.token_classes) if grammar is not None else dict(token_classes or {})
+        self.token_classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for token in sorted(set(token_ids) & classes.keys()):
+            self.token_classes[token] = (np.frombuffer(token_terminal_bytes(token), dtype=np.uint8),
+                                         self._class_words(classes[token]))
+        for token in sorted(set(token_ids) - classes.keys()):
             if token >= self.tokenizer_info.vocab_size:
                 raise GrammarError(f"token id {token} in the grammar is outside the vocabulary "
                                    f"(size {self.tokenizer_info.vocab_size})")
@@ -418,6 +425,16 @@ class CompiledGrammar:
             index = {name: i for i, name in enumerate(pda.rule_names)}
             token_limits = {index[name]: n for name, n in grammar.token_limits.items() if name in index}
         self.token_regions = TokenRegions(pda, token_limits) if token_limits else None
+
+    def _class_words(self, excluded: frozenset[int]) -> np.ndarray:
+        """Bitmask words of one token class: the tokens with text or special, less the stop
+        tokens (they end the output) and `excluded`."""
+        info = self.tokenizer_info
+        bits = np.array([bool(data) for data in info.decoded_vocab] + [False] * (info.vocab_size - len(info.decoded_vocab)))
+        bits[list(info.special_token_ids)] = True
+        bits[list(info.stop_token_ids)] = False
+        bits[[t for t in excluded if t < info.vocab_size]] = False
+        return ids_to_bitset(np.flatnonzero(bits), (info.vocab_size + 31) // 32)
 
     def state_mask(self, state: int) -> StateMask:
         """The mask of a global state, from this grammar's store, the shared cache, or a trie walk."""
@@ -578,7 +595,10 @@ class CompiledGrammar:
                 "budgets": dataclasses.asdict(compiler.limits),
                 "pda": {"rule_names": list(pda.rule_names), "rule_keys": list(pda.rule_keys),
                         "rule_first_state": pda.rule_first_state, "blob": pda.blob, "root_rule": int(pda.root_rule)},
-                "token_terminals": sorted(self.token_terminals), "masks": masks,
+                "token_terminals": sorted(self.token_terminals) + sorted(self.token_classes), "masks": masks,
+                "token_classes": [[t, np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")
+                                                     [:self.tokenizer_info.vocab_size] == 0).tolist()]
+                                  for t, (_, words) in self.token_classes.items()],
                 "token_limits": ([[int(r), n] for r, n in zip(self.token_regions.rules, self.token_regions.limits)]
                                  if self.token_regions is not None else [])}
 
@@ -593,7 +613,8 @@ class CompiledGrammar:
         pda = Pda(list(p["rule_names"]), list(p["rule_keys"]), np.asarray(p["rule_first_state"]),
                   np.asarray(p["blob"]), int(p["root_rule"]))
         CompiledGrammar.__init__(self, compiler, None, pda, tuple(payload["token_terminals"]),
-                                 {int(r): int(n) for r, n in payload.get("token_limits", [])})
+                                 {int(r): int(n) for r, n in payload.get("token_limits", [])},
+                                 {int(t): frozenset(ids) for t, ids in payload.get("token_classes", [])})
         if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
             return  # masks from another token order: recomputed on first visit instead
         for m in payload["masks"]:

@@ -111,7 +111,9 @@ class GrammarMatcher:
         # Token terminals (grammar/ir.py): taken by their id only; ordinary tokens holding the
         # reserved byte are refused, so no text reaches a terminal's bytes.
         self._token_terminals = compiled_grammar.token_terminals
-        self._reserved_tokens = compiler.reserved_token_ids if self._token_terminals else frozenset()
+        self._token_classes = compiled_grammar.token_classes  # exclude_token: many tokens, one terminal
+        self._reserved_tokens = compiler.reserved_token_ids if self._token_terminals or self._token_classes \
+            else frozenset()
         self._slice_rows = compiler.trie.cumulative
         self._initial = self._make_state(
             np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int64),
@@ -131,6 +133,9 @@ class GrammarMatcher:
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
         self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
+        if max_tokens is not None and self._token_classes:
+            raise ValueError("max_tokens is not supported for grammars with exclude_token formats (token "
+                             "classes); leave max_tokens unset")
         if max_tokens is not None and self._token_terminals and self._checked is not None:
             raise ValueError("max_tokens is not supported for grammars with both token terminals (<|...|>) and "
                              "value checks (uniqueItems, overlapping oneOf); leave max_tokens unset")
@@ -223,7 +228,8 @@ class GrammarMatcher:
     def _plain_fill(self) -> bool:
         """Whether the fill is the grammar's mask alone (no value checks, token terminals or
         budget), so that a batch step needs no Python for this row once the kernel wrote it."""
-        return self._mask_checks is None and not self._token_terminals and self._budget is None
+        return self._mask_checks is None and not self._token_terminals and not self._token_classes \
+            and self._budget is None
 
     def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
@@ -339,15 +345,20 @@ class GrammarMatcher:
         """Set the bits of the token terminals the stacks can take next (one advance over each
         terminal's bytes, remembered on the state)."""
         state = self._state
-        if not self._token_terminals or state.terminated:
+        if not (self._token_terminals or self._token_classes) or state.terminated:
             return
         if state.token_terminals is None:
-            state.token_terminals = tuple(t for t in self._token_terminals if self._after_terminal(t) is not None)
+            state.token_terminals = tuple(t for t in [*self._token_terminals, *self._token_classes]
+                                          if self._after_terminal(t) is not None)
         for t in state.token_terminals:
-            words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+            if t in self._token_classes:
+                words |= self._token_classes[t][1]
+            else:
+                words[t >> 5] |= np.int32(1) << np.int32(t & 31)
 
     def _after_terminal(self, token_id: int, state: _MatchState | None = None) -> _MatchState | None:
-        data = self._token_terminals[token_id]
+        """The state after a token terminal or token class terminal's bytes (None if refused)."""
+        data = self._token_terminals[token_id] if token_id in self._token_terminals else self._token_classes[token_id][0]
         return self._state_after_bytes(data, 0, len(data), state)
 
     def _apply_budget(self, words: np.ndarray) -> None:
@@ -427,6 +438,11 @@ class GrammarMatcher:
             after = self._after_terminal(token_id, state)
             if after is not None:
                 return after
+        for terminal, (_, words) in self._token_classes.items():  # likewise a class holding the token
+            if words[token_id >> 5] >> (token_id & 31) & 1:
+                after = self._after_terminal(terminal, state)
+                if after is not None:
+                    return after
         if token_id in self._stop_set:
             return _MatchState(state.stacks, state.n_kernel, True, True, scans=state.scans) if state.can_end else None
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
@@ -444,7 +460,7 @@ class GrammarMatcher:
             raise RuntimeError("the matcher has terminated; call reset() or rollback()")
         if not data:
             return True
-        if self._token_terminals and TOKEN_MARK in data:
+        if (self._token_terminals or self._token_classes) and TOKEN_MARK in data:
             return False  # the byte that spells token terminals is never text
         new_state = self._state_after_bytes(np.frombuffer(data, dtype=np.uint8), 0, len(data))
         if new_state is None:

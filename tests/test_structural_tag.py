@@ -18,7 +18,6 @@ import pytest
 
 import pushmask as pm
 from pushmask.grammar.errors import GrammarError
-from pushmask.grammar.structural_tag import UnsupportedFormatError
 
 from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
 
@@ -293,8 +292,8 @@ def test_unsupported_and_malformed_formats_raise_clear_errors(small_compiler):
     def compile_format(fmt):
         return small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
 
-    with pytest.raises(UnsupportedFormatError, match="exclude_token"):
-        compile_format({"type": "exclude_token", "exclude_tokens": [1]})
+    with pytest.raises(GrammarError, match="exclude_tokens/0"):
+        compile_format({"type": "exclude_token", "exclude_tokens": ["no such token"]})
     with pytest.raises(GrammarError, match="max_tokens"):
         compile_format({"type": "any_text", "max_tokens": -1})
     with pytest.raises(GrammarError, match="not one of the trigger_tokens"):
@@ -466,3 +465,67 @@ def test_sampled_tool_calls_are_valid():
             continue
         assert calls_are_valid(out.decode("utf-8"), free_text=False), out
     assert finished >= 3
+
+
+def test_exclude_token_is_any_one_token_but_the_excluded_ones(small_compiler):
+    """Brute force over the whole vocabulary at every step: after "a", one token of any kind
+    (text, special, even one holding the reserved byte) but <tool>, "b" and "ab"; then one token
+    but nothing excluded, then "}".  Stop tokens are never the class (they end the output)."""
+    ids = {text: i for i, text in enumerate(TEXT_TOKENS)}
+    fmt = {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "a"},
+        {"type": "exclude_token", "exclude_tokens": ["<tool>", ids["b"], "ab"]},
+        {"type": "exclude_token", "exclude_tokens": []},
+        {"type": "const_string", "value": "}"}]}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    vocab = set(range(compiled.tokenizer_info.vocab_size)) - {STOP}
+    steps = [{ids["a"]}, vocab - {SPECIAL["<tool>"], ids["b"], ids["ab"]}, vocab, {ids["}"]}, {STOP}]
+    rng = random.Random(3)
+    restored = type(compiled).deserialize_json(compiled.serialize_json(), compiled.tokenizer_info)
+    for walk in range(20):
+        matcher = pm.GrammarMatcher(compiled if walk % 2 else restored)  # the class survives serialization
+        for expected in steps:
+            mask = matcher.get_next_token_mask()
+            assert set(np.flatnonzero(mask).tolist()) == expected
+            assert {t for t in range(len(mask)) if matcher.check_token(t)} == expected  # accept agrees
+            assert matcher.accept_token(rng.choice(sorted(expected)))
+        assert matcher.is_terminated()
+
+
+def test_exclude_token_beside_text_takes_either(small_compiler):
+    """A class open beside text: the class's tokens and the text's tokens are both allowed, and
+    each walk ends in the language (one token of the class, or "x" then "y")."""
+    fmt = {"type": "sequence", "elements": [
+        {"type": "or", "elements": [{"type": "exclude_token", "exclude_tokens": ["x", "<|python_tag|>"]},
+                                    {"type": "const_string", "value": "xy"}]},
+        {"type": "const_string", "value": "}"}]}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    matcher = pm.GrammarMatcher(compiled)
+    allowed = set(np.flatnonzero(matcher.get_next_token_mask()).tolist())
+    assert allowed == set(range(compiled.tokenizer_info.vocab_size)) - {STOP, SPECIAL["<|python_tag|>"]}
+    assert matcher.accept_token(TEXT_TOKENS.index("x"))  # "x" is not in the class: the text's x
+    assert set(np.flatnonzero(matcher.get_next_token_mask()).tolist()) == {TEXT_TOKENS.index("y")}
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_token(TEXT_TOKENS.index("ab")) and matcher.accept_string("}") and matcher.can_end()
+    with pytest.raises(ValueError, match="exclude_token"):
+        pm.GrammarMatcher(compiled, max_tokens=5)
+
+
+def test_exclude_token_in_a_tag_leaves_out_the_tags_end_token(small_compiler):
+    """As in XGrammar, an exclude_token that is a tag's content, the tag's end a token, never
+    takes that token."""
+    tool, python_tag = SPECIAL["<tool>"], SPECIAL["<|python_tag|>"]
+    fmt = {"type": "sequence", "elements": [{"type": "const_string", "value": "<f="}, {"type": "star", "content": {
+        "type": "tag", "begin": "", "end": {"type": "token", "token": "<tool>"},
+        "content": {"type": "exclude_token", "exclude_tokens": ["<|python_tag|>"]}}}]}
+    compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    (_, words), = compiled.token_classes.values()  # the class itself holds neither token
+    assert not words[tool >> 5] >> (tool & 31) & 1 and not words[python_tag >> 5] >> (python_tag & 31) & 1
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_string("<f=")
+    for token in (TEXT_TOKENS.index("ab"), len(TEXT_TOKENS) + 3, TEXT_TOKENS.index("</f>")):
+        mask = matcher.get_next_token_mask()  # one token of the class, then <tool>
+        assert not mask[tool] and not mask[python_tag] and mask[STOP] and mask[token]
+        assert matcher.accept_token(token)
+        assert set(np.flatnonzero(matcher.get_next_token_mask()).tolist()) == {tool}
+        assert matcher.accept_token(tool) and matcher.can_end()

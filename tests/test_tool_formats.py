@@ -66,6 +66,9 @@ RENDER = {
     # Mistral 7B v0.3: "[TOOL_CALLS] [" + (tool_call.function | tojson)[:-1] + ', "id": "' + id + '"}' joined by ", " + "]"
     "mistral": lambda calls: "[TOOL_CALLS] [" + ", ".join(
         f'{{"name": "{n}", "arguments": {args_json(a)}, "id": "a1B2c3D4{i}"}}' for i, (n, a) in enumerate(calls)) + "]",
+    # Mistral tokenizer v11+ (vLLM's mistral parser): each call '[TOOL_CALLS]' + name + '[ARGS]' + arguments JSON,
+    # nothing after the last one
+    "mistral_v11": lambda calls: "".join(f"[TOOL_CALLS]{n}[ARGS]{args_json(a)}" for n, a in calls),
     # Qwen3-Coder: '<tool_call>\n<function=' + name + '>\n' then per argument '<parameter=' + k + '>\n' + value +
     # '\n</parameter>\n' (mappings and sequences | tojson, other values | string), then '</function>\n</tool_call>'
     "qwen3_coder": lambda calls: "\n".join(
@@ -139,6 +142,8 @@ PARSE = {
     "hermes": lambda t: [(o["name"], o["arguments"]) for o in
                          map(json.loads, re.findall(r"<tool_call>\n(.*?)\n</tool_call>", t, re.S))],
     "mistral": lambda t: [(o["name"], o["arguments"]) for o in json.loads(t.split("[TOOL_CALLS]", 1)[1])],
+    # the arguments run to the next [TOOL_CALLS] or the end of the output
+    "mistral_v11": lambda t: [(n, json.loads(a)) for n, a in (p.split("[ARGS]", 1) for p in t.split("[TOOL_CALLS]")[1:])],
     "qwen3_coder": lambda t: [(n, _xml_args(re.findall(r"<parameter=(.*?)>\n(.*?)\n</parameter>", body, re.S), n))
                               for n, body in re.findall(r"<function=(.*?)>\n(.*?)</function>", t, re.S)],
     "deepseek_v3": lambda t: [(n, json.loads(a)) for n, a in re.findall(
@@ -253,7 +258,7 @@ def test_reasoning_comes_first(family):
     assert not run_tokens(opened, encode(name, f"{thought}{close}{spaced}{call}{close}"))[0]
 
 
-@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "mistral", "kimi_k2", "glm47", "harmony"])
+@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "mistral", "mistral_v11", "kimi_k2", "glm47", "harmony"])
 def test_tool_choice(family):
     name = TOKENIZER.get(family, "smollm2")
     weather = RENDER[family]([("get_weather", {"city": "Paris"})]).strip()
@@ -317,6 +322,7 @@ def tokens_with_specials(base: str, text: str, ids: dict[str, int]) -> list[int]
 
 MARKERS = {
     "mistral": ["[TOOL_CALLS]"],
+    "mistral_v11": ["[TOOL_CALLS]", "[ARGS]"],
     "deepseek_v3": ["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
                     "<｜tool▁sep｜>"],
     "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
@@ -347,6 +353,31 @@ def test_special_token_markers(family):
         assert not run_tokens(grammar, tokens_with_specials("smollm2", bad, ids))[0]
 
 
+def test_mistral_v11_has_no_text_after_the_calls():
+    """vLLM's mistral parser reads everything after [ARGS] up to the next [TOOL_CALLS] as the
+    arguments: text may come before the calls, never after them."""
+    compiled = compiled_for("mistral_v11")
+    call = RENDER["mistral_v11"]([("get_time", {"utc": True})])
+    assert run_tokens(compiled, encode("smollm2", "Checking. " + call))[0]
+    assert not run_tokens(compiled, encode("smollm2", call + " Done."))[0]
+    assert PARSE["mistral_v11"]("Checking. " + call) == [("get_time", {"utc": True})]
+
+
+def test_harmony_call_ends_with_the_call_token():
+    """With <|call|> a special token of the vocabulary, a gpt-oss call ends with it (by id): the
+    call without it cannot end, its text spelled by ordinary tokens is refused."""
+    markers = MARKERS["harmony"] + ["<|call|>"]
+    info, ids = with_special_tokens("smollm2", markers)
+    compiled = pm.GrammarCompiler(info).compile_structural_tag(
+        tool_call_structural_tag("harmony", TOOLS, "required", special_tokens=info.special_token_texts))
+    call = RENDER["harmony"]([("get_weather", {"city": "Paris"})])
+    assert run_tokens(compiled, tokens_with_specials("smollm2", call + "<|call|>", ids)) == \
+        (True, len(tokens_with_specials("smollm2", call + "<|call|>", ids)))
+    assert not run_tokens(compiled, tokens_with_specials("smollm2", call, ids))[0]
+    spelled = tokens_with_specials("smollm2", call, ids) + encode("smollm2", "<|call|>")
+    assert not run_tokens(compiled, spelled)[0]
+
+
 def test_harmony_recipient_in_the_header_and_no_space():
     """gpt-oss may put the recipient in the header (after the generation prompt's role) and
     leave out the space before <|constrain|>."""
@@ -369,10 +400,17 @@ def test_errors_name_the_problem():
         tool_call_structural_tag("hermes", TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
     with pytest.raises(GrammarError, match="needs a \"name\""):
         tool_call_structural_tag("hermes", [{"type": "function", "function": {}}])
-    patterned = [{"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "string", "pattern": "a+"}}}}]
-    with pytest.raises(UnsupportedFormatError, match=r"tool 'f' property 's'.*\['pattern'\]"):
-        tool_call_structural_tag("qwen3_coder", patterned)
-    assert tool_call_structural_tag("hermes", patterned)  # JSON families hold strings to their pattern
+    mixed = [{"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": ["string", "integer"]}}}}]
+    with pytest.raises(UnsupportedFormatError, match=r"tool 'f'/properties/s: a value of types \['integer', 'string'\]"):
+        tool_call_structural_tag("qwen3_coder", mixed)  # raw "5" would read back as either
+    assert tool_call_structural_tag("hermes", mixed)  # JSON families quote strings
+    patterned = [{"name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$"}},
+                                              "required": ["s"]}}]
+    compiled = grammar_compiler("smollm2").compile_structural_tag(
+        tool_call_structural_tag("qwen3_coder", patterned, tool_choice="required"))
+    call = "<tool_call>\n<function=f>\n<parameter=s>\n{}\n</parameter>\n</function>\n</tool_call>"
+    assert run_tokens(compiled, encode("smollm2", call.format("aaa")))[0]  # raw strings held to their pattern
+    assert not run_tokens(compiled, encode("smollm2", call.format("aab")))[0]
     open_object = [{"name": "f", "parameters": {"type": "object", "additionalProperties": True, "properties": {"a": {}}}}]
     with pytest.raises(UnsupportedFormatError, match="declared properties only"):
         tool_call_structural_tag("glm45", open_object)

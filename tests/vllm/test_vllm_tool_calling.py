@@ -53,7 +53,6 @@ FAMILIES = {
                     ["--structured-outputs-config.disable_any_whitespace", "true"]),
     "qwen3_xml": ("qwen3_xml", ["<tool_call>", "</tool_call>"], "<tool_call>", []),
 }
-XML_FALLBACK = "json_schema style 'qwen_xml' is not supported"
 STRINGS = {"type": "array", "items": {"type": "string"}}  # random weights never close it unaided
 
 
@@ -143,20 +142,10 @@ def assert_valid_calls(message: dict, marker: str) -> list[tuple[str, dict]]:
     return calls
 
 
-def xfail_while_xml_goes_to_xgrammar(log_path, family: str) -> None:
-    """qwen3_xml requests are served by xgrammar until pushmask compiles the XML argument styles
-    (a separate change): their checks then test xgrammar, whose qwen_xml values take whitespace
-    that vLLM's parser keeps (an enum value padded with newlines fails jsonschema)."""
-    if family == "qwen3_xml" and XML_FALLBACK in log_path.read_text():
-        pytest.xfail("pushmask hands qwen_xml structural tags to xgrammar (as logged) until its tool-call "
-                     "formats compile the XML argument styles")
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_required_tool_choice_returns_valid_calls(server, seed):
-    base, log_path, marker, family = server
+    base, log_path, marker, _ = server
     response = chat(base, "required", seed)
-    xfail_while_xml_goes_to_xgrammar(log_path, family)
     choice = response["choices"][0]
     calls = assert_valid_calls(choice["message"], marker)
     assert calls, choice
@@ -166,32 +155,28 @@ def test_required_tool_choice_returns_valid_calls(server, seed):
 
 
 def test_named_tool_choice_calls_that_tool(server):
-    base, log_path, marker, family = server
+    base, log_path, marker, _ = server
     response = chat(base, {"type": "function", "function": {"name": "add"}}, seed=4)
-    xfail_while_xml_goes_to_xgrammar(log_path, family)
     calls = assert_valid_calls(response["choices"][0]["message"], marker)
     assert [name for name, _ in calls] == ["add"]
 
 
 def test_required_without_parallel_calls_makes_one_call(server):
-    base, log_path, marker, family = server
+    base, log_path, marker, _ = server
     response = chat(base, "required", seed=5, parallel=False)
-    xfail_while_xml_goes_to_xgrammar(log_path, family)
     assert len(assert_valid_calls(response["choices"][0]["message"], marker)) == 1
 
 
 def test_auto_tool_choice_with_strict_tools_returns_valid_calls_or_text(server):
-    base, log_path, marker, family = server
+    base, log_path, marker, _ = server
     response = chat(base, "auto", seed=6)
-    xfail_while_xml_goes_to_xgrammar(log_path, family)
     assert_valid_calls(response["choices"][0]["message"], marker)
 
 
 def test_max_tokens_that_binds_still_gets_complete_calls(server):
     """max_tokens=48: random weights would go on calling tools (or writing strings) past it; the
     budget makes the calls finish inside it, so vLLM's parser finds them all complete."""
-    base, log_path, marker, family = server
-    xfail_while_xml_goes_to_xgrammar(log_path, family)
+    base, log_path, marker, _ = server
     response = chat(base, "required", seed=8, max_tokens=48)
     choice = response["choices"][0]
     assert assert_valid_calls(choice["message"], marker), choice
@@ -210,9 +195,7 @@ def test_max_tokens_that_binds_still_gets_complete_json(server):
 
 def test_no_request_was_handed_to_xgrammar(server):
     """Runs after the requests above (file order): the backend logs every hand-over."""
-    _, log_path, _, family = server
+    _, log_path, _, _ = server
     log = log_path.read_text()
-    assert "pushmask compiled a STRUCTURAL_TAG request" in log or "handing it to xgrammar" in log
-    xfail_while_xml_goes_to_xgrammar(log_path, family)
     assert "handing it to xgrammar" not in log, "every request must be served by pushmask"
     assert "pushmask compiled a STRUCTURAL_TAG request" in log and "pushmask compiled a JSON request" in log

@@ -1,0 +1,169 @@
+"""Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
+``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``), as
+grammar IR.
+
+One element per declared property of the object schema, in declaration order, the required ones
+present; a string property's value is the raw text (no quotes, no escapes), any other value its
+JSON text, as the models' templates write them and the servers' parsers read them back:
+
+| style | element |
+|---|---|
+| ``qwen_xml`` | ``<parameter=KEY>\\nVALUE\\n</parameter>`` (the parsers strip one newline each side) |
+| ``minimax_xml`` | ``<parameter name="KEY">VALUE</parameter>`` |
+| ``glm_xml`` | ``<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>`` (a newline may sit between) |
+| ``deepseek_xml`` | ``<｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>`` (``"false"``: a JSON value) |
+| ``deepseek_v4_1_xml`` | the same with ``<｜DSML｜ parameter`` and ``</｜DSML｜ parameter>`` |
+
+Each element may be preceded by one newline, and the last followed by one.  Raw string values are held to the string's
+constraints (minLength, maxLength, pattern, format, enum, const) and never hold text the parsers
+would read as an element's end, the next element's start or the call's tags: no ``<`` followed by
+a letter or ``_``, nor by optional whitespace and ``/`` or ``p`` (narrower than the parsers
+need, never wider).  A value that
+could be read either way (a schema allowing strings and other types), or a JSON value that may
+hold strings (objects, arrays: their strings could spell an element's end), raises
+UnsupportedFormatError naming the property: nothing is widened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
+from .ecma_regex import pattern_dfa
+from .errors import GrammarError
+from .ir import Expr, alt, lit, opt, seq
+from .json_strings import string_dfa
+
+__all__ = ["XML_STYLES", "xml_arguments", "check_xml_arguments"]
+
+_ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS | {"$schema", "$id"}
+_STRING_KEYS = {"type", "minLength", "maxLength", "pattern", "format", "enum", "const"} | _ANNOTATIONS
+_SCALARS = {"integer", "number", "boolean", "null"}
+# Whitespace as the parsers' regex module reads \s, and more (a superset keeps the exclusion sound).
+_SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
+# A raw value never holds what may read as a tag: "<" then a letter or "_", or "<", optional
+# whitespace and "/" or "p".  That covers the element's own end and the next element's start (the
+# parsers allow whitespace inside them) and the call's tags (</function>, </invoke>, <tool_call>).
+_MARKUP = f"<{_SPACE}*[/p]|<[A-Za-z_]"
+
+
+@dataclass(frozen=True)
+class XmlStyle:
+    """How one style writes an element: `key(name)`, optionally `gap`, `value_open`, the value,
+    `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
+    `python_bools`: booleans may also be written True / False (the parser lower-cases them)."""
+
+    key: Callable[[str, bool], str]  # (name, whether the value is raw text) -> the element's head
+    close: str
+    forbidden: str
+    python_bools: bool = False
+    gap: str = ""
+    value_open: str = ""
+
+
+XML_STYLES: dict[str, XmlStyle] = {
+    "qwen_xml": XmlStyle(lambda key, _: f"<parameter={key}>\n", "\n</parameter>", _MARKUP, python_bools=True),
+    "minimax_xml": XmlStyle(lambda key, _: f'<parameter name="{key}">', "</parameter>", _MARKUP),
+    "glm_xml": XmlStyle(lambda key, _: f"<arg_key>{key}</arg_key>", "</arg_value>", _MARKUP, gap="\n",
+                        value_open="<arg_value>"),
+    # DeepSeek's markup starts "<｜": kept out of raw values too
+    "deepseek_xml": XmlStyle(lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
+                             "</｜DSML｜parameter>", _MARKUP + "|<｜"),
+    "deepseek_v4_1_xml": XmlStyle(lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
+                                  "</｜DSML｜ parameter>", _MARKUP + "|<｜"),
+}
+
+
+def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], where: str) -> Expr:
+    """The IR of the elements of `schema`'s declared properties in `style`; `json_value(schema)`
+    is the IR of a JSON value of a (non-string) property schema."""
+    spec = XML_STYLES.get(style)
+    if spec is None:
+        raise _unsupported(where, f"json_schema style {style!r} is not supported "
+                                  f"(only \"json\", {', '.join(map(repr, XML_STYLES))})")
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" \
+            or not isinstance(schema.get("properties"), dict):
+        raise _unsupported(where, f"{style} arguments need an object schema with \"properties\"")
+    extra = set(schema) - _OBJECT_KEYS
+    if extra or schema.get("additionalProperties", False) is not False and schema.get("properties"):
+        raise _unsupported(where, f"{style} arguments take declared properties only; "
+                                  f"{sorted(extra) or ['additionalProperties']} cannot be written as elements")
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not set(required) <= set(properties):
+        raise _unsupported(where, f"required {required!r} are not all declared properties")
+    forbidden = any_string_dfa().difference(pattern_dfa(spec.forbidden, where))
+    elements = []
+    for key, sub in properties.items():
+        here = f"{where}/properties/{key}"
+        if not key or any(c in key for c in "<>\"'=") or key != key.strip():
+            raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
+        value, raw = _value(sub, spec, forbidden, json_value, here)
+        head = seq(lit(spec.key(key, raw)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
+        element = seq(opt(lit("\n")), head, value, lit(spec.close))
+        elements.append(element if key in required else opt(element))
+    return seq(*elements, opt(lit("\n")))
+
+
+def check_xml_arguments(schema: Any, style: str, where: str) -> None:
+    """Raise what xml_arguments raises for `schema` in `style` (UnsupportedFormatError naming
+    the place), building nothing to keep."""
+    xml_arguments(schema, style, lambda _: lit(""), where)
+
+
+def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> tuple[Expr, bool]:
+    """A property's value and whether it is raw text: raw for a schema of strings only, else
+    JSON of a scalar schema."""
+    if schema is True or isinstance(schema, dict) and not set(schema) - _ANNOTATIONS:
+        # any value: the parsers read raw text as a string
+        return dfa_to_char_fsm(allowed), True
+    if not isinstance(schema, dict):
+        raise _unsupported(where, f"a property schema is an object, got {schema!r}")
+    kinds = _kinds(schema)
+    if kinds == {"string"}:
+        return dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True
+    if kinds and kinds <= _SCALARS:
+        if spec.python_bools and kinds == {"boolean"} and set(schema) - _ANNOTATIONS == {"type"}:
+            return alt(lit("true"), lit("false"), lit("True"), lit("False")), False
+        return json_value(schema), False
+    raise _unsupported(where, f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
+                              "XML text (only strings, or integers / numbers / booleans / null)")
+
+
+def _kinds(schema: dict) -> set[str]:
+    """The JSON types a property's values may have, as far as its keywords say (empty: unknown)."""
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return set(declared)
+    values = schema["enum"] if isinstance(schema.get("enum"), list) else [schema["const"]] if "const" in schema else None
+    if values is None or set(schema) - _ANNOTATIONS - {"enum", "const"}:
+        return set()
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
+    return {names.get(type(v), "object") for v in values}
+
+
+def _string_values(schema: dict, where: str) -> Dfa:
+    """The decoded strings a string-only schema allows."""
+    extra = set(schema) - _STRING_KEYS
+    if extra:
+        raise _unsupported(where, f"a raw string value with {sorted(extra)} is not supported")
+    values = any_string_dfa()
+    if "enum" in schema or "const" in schema:
+        listed = schema["enum"] if "enum" in schema else [schema["const"]]
+        if "enum" in schema and "const" in schema:
+            listed = [v for v in listed if v == schema["const"]]
+        values = literal_dfa([v for v in listed if isinstance(v, str)])
+    constrained = string_dfa(min_length=schema.get("minLength"), max_length=schema.get("maxLength"),
+                             pattern=schema.get("pattern"), format=schema.get("format"), pointer=where)
+    return values if constrained is None else values.intersect(constrained)
+
+
+def _unsupported(where: str, message: str) -> GrammarError:
+    from .structural_tag import UnsupportedFormatError  # the structural tag front end's error
+
+    return UnsupportedFormatError(f"{where}: {message}")
