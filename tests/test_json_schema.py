@@ -541,6 +541,22 @@ def test_unique_items_unsupported_and_lenient_warns(compiler):
     json_schema_to_grammar({**schema, "maxItems": 1})
 
 
+def test_rules_are_memoised_per_mode():
+    """A subschema compiled with value checks (a checked rule) is not reused where the caller needs
+    the grammar exact (a oneOf's negated form, `narrowed`): there the keyword is unsupported."""
+    from pushmask.grammar.json_options import JsonOptions
+    from pushmask.grammar.json_schema.convert import _Compiler
+
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    comp = _Compiler(schema, JsonOptions())
+    checked = comp.value(schema, "#", None)
+    assert set(comp.checks) == {checked.name}
+    with comp.narrowed(lenient=False, value_checks=False), pytest.raises(UnsupportedSchemaError) as info:
+        comp.value(schema, "#", None)
+    assert info.value.keyword == "uniqueItems"
+    assert comp.value(schema, "#", None) == checked  # the outer mode's rule again
+
+
 def test_annotations_and_unknown_keywords_are_ignored(compiler, tokenizer):
     check(compiler, tokenizer, {"type": "integer", "title": "t", "description": "d", "default": 3, "examples": [1],
                                 "$comment": "c", "deprecated": True, "x-custom": {"type": "string"}},

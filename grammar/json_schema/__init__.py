@@ -21,7 +21,8 @@ How it works
    or when every branch can be negated: oneOf [B1..Bn] = anyOf_i (Bi and not Bj, j != i).
 3. Each flat conjunction becomes, per allowed type, a leaf token (json_strings / json_numbers)
    or an object/array grammar.  Every compiled object/array schema and every `$ref` target gets
-   its own IR rule, memoised by the canonical JSON of the subschema (and the indent depth), so
+   its own IR rule, memoised by the canonical JSON of the subschema (with the indent depth and the
+   `Mode`: lenient, value checks), so
    identical subschemas share a rule and recursion becomes a recursive rule.  An object with
    many optional members is split into "members" checkpoint rules every few members, so no rule
    body grows quadratically (or exponentially, with min/maxProperties).

@@ -24,11 +24,8 @@ class AlgebraMixin:
         sets, member-name automata): a value check only makes the value at a `value` position
         exact, so here an overlapping oneOf raises UnsupportedSchemaError as without checks (and
         nested oneOfs are not followed through their negations, which multiplies the work)."""
-        self.no_value_checks += 1
-        try:
+        with self.narrowed(value_checks=False):
             return self.dnf(schema, pointer)
-        finally:
-            self.no_value_checks -= 1
 
     def dnf(self, schema, pointer: str) -> list:
         """Flat conjunctions (dicts) and _RefMarkers whose union is `schema`."""

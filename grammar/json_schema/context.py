@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from urllib.parse import urldefrag
 
 import jsonschema
@@ -31,6 +33,17 @@ MAX_INLINE_DEPTH = 40
 nest this deep; deeper means a reference cycle that cannot be expanded (UnsupportedSchemaError)."""
 
 
+@dataclass(frozen=True)
+class Mode:
+    """What a compile may do where a keyword cannot be expressed exactly: widen it (lenient) and
+    leave it to a value check in the matcher (value_checks).  The analyses that need exact terms
+    (a oneOf's negated form, disjointness, finite value sets) narrow it for their extent
+    (`CompileContext.narrowed`); a subschema's rule depends on it, so the memo keys on it."""
+
+    lenient: bool
+    value_checks: bool
+
+
 class _NeedsDynamicScopes(Exception):
     """Several dynamic anchors: compile again with references specialised per dynamic scope."""
 
@@ -46,7 +59,7 @@ class CompileContext:
         self.options = options  # read-only: one object for the whole compile (grammar/json_options.py)
         self.property_order = options.property_order
         self.limits = limits
-        self.lenient = options.lenient
+        self.mode = Mode(lenient=options.lenient, value_checks=options.value_checks)
         self.layout = _Layout(options.whitespace, options.indent, options.max_whitespace, options.separators,
                               options.root_whitespace)
         self.addl_default = options.additional_properties_default
@@ -64,10 +77,8 @@ class CompileContext:
         self.no_negation = 0
         self.one_of_depth = 0
         self.disjoint_checks = 0
-        self.value_checks = options.value_checks
         self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
         self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
-        self.no_value_checks = 0  # > 0 where a superset would not be exact (one_of_by_negation)
         self.static_dynamic: str | None = None
         self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
@@ -138,7 +149,7 @@ class CompileContext:
 
     def unsupported(self, keyword: str, pointer: str, detail: str) -> None:
         """Raise UnsupportedSchemaError, or under lenient=True warn that the keyword is widened."""
-        if not self.lenient:
+        if not self.mode.lenient:
             raise UnsupportedSchemaError(keyword, pointer, detail)
         if (keyword, pointer) in self.widened:
             return  # one warning per widening, however often the compile meets it
@@ -148,7 +159,17 @@ class CompileContext:
     def value_checks_allowed(self) -> bool:
         """May a keyword the grammar cannot express become a value check in the matcher?  Not
         where the caller needs the grammar itself exact (a negation's positive form)."""
-        return self.value_checks and not self.no_value_checks
+        return self.mode.value_checks
+
+    @contextmanager
+    def narrowed(self, **changes: bool):
+        """`self.mode` with `changes` (e.g. value_checks=False) for the extent of a with-block."""
+        outer = self.mode
+        self.mode = replace(outer, **changes)
+        try:
+            yield
+        finally:
+            self.mode = outer
 
     def note_empty(self, pointer: str, why: str) -> None:
         if self.empty_reason is None:

@@ -103,7 +103,7 @@ class EmitMixin:
             return NOTHING
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
-        key = (_canon(schema), depth)
+        key = (_canon(schema), depth, self.mode)  # the rule depends on the mode too (see Mode)
         hit = self.memo.get(key)
         if hit is not None:
             if isinstance(hit, Ref):
@@ -255,7 +255,7 @@ class EmitMixin:
             dfa = self.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
                                   pointer=pointer)
         except UnsupportedSchemaError as exc:
-            if exc.keyword != "format" or not self.lenient:
+            if exc.keyword != "format" or not self.mode.lenient:
                 raise
             self.unsupported("format", pointer, str(exc.message))
             dfa = self.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None,
@@ -372,7 +372,7 @@ class EmitMixin:
         try:
             return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
         except UnsupportedSchemaError as exc:
-            if not self.lenient or exc.keyword != "multipleOf":
+            if not self.mode.lenient or exc.keyword != "multipleOf":
                 raise
             self.unsupported("multipleOf", pointer, exc.message)
             kwargs["multiple_of"] = None

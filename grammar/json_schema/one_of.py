@@ -90,7 +90,7 @@ class OneOfMixin:
                 continue
             self.unsupported("oneOf", f"{pointer}/oneOf",
                              f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
-                             + ("; widened to anyOf" if self.lenient else ""))
+                             + ("; widened to anyOf" if self.mode.lenient else ""))
             break
         emitted = groups if CLOSED_ONE_OF not in schema else \
             self._branch_terms(schema[CLOSED_ONE_OF], siblings, pointer)
@@ -126,23 +126,19 @@ class OneOfMixin:
         In strict mode the first Bi is the closed branch, the negated ones the spec branches."""
         branches = schema["oneOf"]
         emitted = schema.get(CLOSED_ONE_OF, branches)
-        lenient, self.lenient = self.lenient, False  # a widened negation would not be exact
-        self.no_value_checks += 1
         try:
-            out = []
-            for i, branch in enumerate(emitted):
-                others = [{"not": other} for j, other in enumerate(branches) if j != i]
-                for term in self.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
-                    merged = self.merge(siblings, term, pointer)
-                    out.extend(_as_terms(merged))
-                if len(out) > self.limits.max_schema_branches:
-                    return None
-            return out
+            with self.narrowed(lenient=False, value_checks=False):  # a widened negation would not be exact
+                out = []
+                for i, branch in enumerate(emitted):
+                    others = [{"not": other} for j, other in enumerate(branches) if j != i]
+                    for term in self.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
+                        merged = self.merge(siblings, term, pointer)
+                        out.extend(_as_terms(merged))
+                    if len(out) > self.limits.max_schema_branches:
+                        return None
+                return out
         except (UnsupportedSchemaError, BudgetExceededError):
             return None
-        finally:
-            self.lenient = lenient
-            self.no_value_checks -= 1
 
     def disjoint(self, x, y, level: int) -> bool:
         """True only when no instance can satisfy both terms (conservative)."""
