@@ -71,15 +71,9 @@ class CompileContext:
         self.recursed: set[str] = set()
         self.names: dict[str, int] = {}
         self.empty_reason: tuple[str, str] | None = None
-        self.inline_depth = 0
         self.retrieved: list = []
         self.retrieved_uris: set[str] = set()
-        self.no_negation = 0
-        self.one_of_depth = 0
-        self.disjoint_checks = 0
         self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
-        self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
-        self.static_dynamic: str | None = None
         self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None

@@ -10,24 +10,27 @@ from ..errors import BudgetExceededError, CompileClock, GrammarError, SchemaErro
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
-from .algebra import AlgebraMixin
+from .algebra import SchemaAlgebra
 from .arrays import ArraysMixin
 from .context import CompileContext, _NeedsDynamicScopes, _Unsatisfiable
 from .documents import _check_metaschema, _load, check_json_document
 from .emit import EmitMixin
-from .negation import NegationMixin
 from .objects import ObjectsMixin
-from .one_of import OneOfMixin
 
 
-class _Compiler(ObjectsMixin, ArraysMixin, EmitMixin, OneOfMixin, NegationMixin, AlgebraMixin, CompileContext):
-    """One compile of one schema document: see the package docstring for how it works."""
+class _Compiler(ObjectsMixin, ArraysMixin, EmitMixin, CompileContext):
+    """One compile of one schema document: see the package docstring for how it works.  The schema
+    algebra (DNF, merge, oneOf, not) is its `algebra`, which reads schemas and never emits."""
+
+    def __init__(self, schema, options: JsonOptions, **keywords):
+        super().__init__(schema, options, **keywords)
+        self.algebra = SchemaAlgebra(self)
 
     def compile(self) -> Grammar:
         """The grammar of the whole document (rules nothing derives or the root cannot reach dropped)."""
         layout = self.layout
         value = self.value(self.root, "#", layout.start_depth())
-        if self.static_dynamic and self.dynamic_anchors(self.static_dynamic) > 1:
+        if self.algebra.static_dynamic and self.dynamic_anchors(self.algebra.static_dynamic) > 1:
             raise _NeedsDynamicScopes()
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
         grammar = Grammar(self.rules, "root", checks=self.checks)

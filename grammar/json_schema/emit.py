@@ -111,9 +111,9 @@ class EmitMixin:
             return hit
         name = self.new_rule(_hint(schema, pointer))
         self.memo[key] = Ref(name)
-        overlapping = self.overlapping_one_ofs
-        branches = self.dnf(schema, pointer)
-        if self.overlapping_one_ofs != overlapping:
+        overlapping = self.algebra.overlapping_one_ofs
+        branches = self.algebra.dnf(schema, pointer)
+        if self.algebra.overlapping_one_ofs != overlapping:
             # a oneOf here compiled to the union of its branches: the value is checked against
             # this whole subschema when it closes, so the rule stays a rule (never inlined)
             self.checks[name] = ValidatesSchema(schema, self.validator_cls(schema, registry=self.registry), pointer)
@@ -334,7 +334,7 @@ class EmitMixin:
         """The distinct values a schema allows when it is an enum (or const) of at most
         UNIQUE_ENUM_MAX values, else None."""
         try:
-            terms = self.exact_dnf(schema, "#")
+            terms = self.algebra.exact_dnf(schema, "#")
         except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
             return None
         values: list = []

@@ -91,8 +91,8 @@ class ObjectsMixin:
         if t.names_true:
             return None
         names_terms = []
-        for term in self.exact_dnf(t.names_schema, f"{t.pointer}/propertyNames"):
-            names_terms.extend(self.inline_ref(term.uri, t.pointer) if isinstance(term, _RefMarker) else [term])
+        for term in self.algebra.exact_dnf(t.names_schema, f"{t.pointer}/propertyNames"):
+            names_terms.extend(self.algebra.inline_ref(term.uri, t.pointer) if isinstance(term, _RefMarker) else [term])
         return names_terms
 
     def _member_schema(self, t: "_ObjectTerm", name: str, in_props: bool):
@@ -180,7 +180,7 @@ class ObjectsMixin:
         if schema is False:
             return literal_dfa([])
         allowed = None
-        for term in self.exact_dnf(schema, f"{pointer}/propertyNames"):
+        for term in self.algebra.exact_dnf(schema, f"{pointer}/propertyNames"):
             if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
                                                           "enum"}) or "string" not in _types_of(term):
                 raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
