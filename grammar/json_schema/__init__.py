@@ -86,14 +86,16 @@ dependentSchemas, maxContains without a negatable `contains`, ...) raises
 
 
 Modules: documents (loading, metaschema check, $ref/$id normalisation), dynamic ($dynamicRef
-scopes), keywords (the vocabulary of flat terms), context (options, limits, counters, rules),
-algebra (DNF and merging), one_of (oneOf and disjointness), negation (`not`), emit (layout,
-values, enums/consts, scalars), leaves (the string/number automata, memoised), objects, arrays,
-convert (the compiler class and `json_schema_to_grammar`).
+scopes), keywords (the vocabulary of flat terms), context (what the emitter and the algebra share:
+options, `Mode`, limits, diagnostics, the document registry), algebra (`SchemaAlgebra`: DNF; it
+reads schemas and never emits), merge (the conjunction of two flat terms, pure functions), one_of
+(oneOf and disjointness) and negation (`not`), functions over the algebra; emit (`Emitter`: rules,
+memo, values, enums/consts, scalars), objects and arrays (functions over the emitter), layout
+(whitespace), leaves (the string/number automata, memoised), convert (`json_schema_to_grammar`).
 """
 
 from .convert import json_schema_to_grammar
-from .emit import INDENT_DEPTH_LIMIT
+from .layout import INDENT_DEPTH_LIMIT
 from .leaves import clear_leaf_cache
 
 __all__ = ["json_schema_to_grammar", "clear_leaf_cache", "INDENT_DEPTH_LIMIT"]

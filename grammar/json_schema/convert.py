@@ -10,21 +10,13 @@ from ..errors import BudgetExceededError, CompileClock, GrammarError, SchemaErro
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
-from .algebra import SchemaAlgebra
-from .arrays import ArraysMixin
-from .context import CompileContext, _NeedsDynamicScopes, _Unsatisfiable
+from .context import _NeedsDynamicScopes, _Unsatisfiable
 from .documents import _check_metaschema, _load, check_json_document
-from .emit import EmitMixin
-from .objects import ObjectsMixin
+from .emit import Emitter
 
 
-class _Compiler(ObjectsMixin, ArraysMixin, EmitMixin, CompileContext):
-    """One compile of one schema document: see the package docstring for how it works.  The schema
-    algebra (DNF, merge, oneOf, not) is its `algebra`, which reads schemas and never emits."""
-
-    def __init__(self, schema, options: JsonOptions, **keywords):
-        super().__init__(schema, options, **keywords)
-        self.algebra = SchemaAlgebra(self)
+class _Compiler(Emitter):
+    """One compile of one schema document: see the package docstring for how it works."""
 
     def compile(self) -> Grammar:
         """The grammar of the whole document (rules nothing derives or the root cannot reach dropped)."""

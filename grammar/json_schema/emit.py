@@ -1,32 +1,35 @@
-"""Grammar emission: the whitespace layout, a subschema's rule, enums/consts as literals, and the
-scalar leaves (strings, numbers) with the counted repetitions they use."""
+"""Grammar emission: the `Emitter` (rules, memo, layout), a subschema's rule, enums/consts as
+literals, and the scalar leaves (strings, numbers) with the counted repetitions they use."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+import re
+from collections.abc import Callable
 
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
-from ..ir import EPSILON, NOTHING, CharClass, Expr, Ref, alt, lit, rep, seq, star
+from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
+from ..json_options import JsonOptions
 from ..passes import expr_nodes
 from ..value_checks import ValidatesSchema
+from .algebra import SchemaAlgebra
+from .arrays import UNIQUE_ENUM_MAX, array_expr
+from .context import CompileContext
 from .documents import _uri_pointer
 from .keywords import (
     _canon, _hint, _is_true, _json_equal, _json_type, _num_range, _ranges_disjoint, _RefMarker, _types_of,
 )
+from .layout import Layout
 from .leaves import (
-    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, _cached_leaf, _integer_expr, _number_expr, any_string_dfa, check_lengths,
-    format_dfa, json_string_expr, literal_dfa, string_literal_expr,
+    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, _cached_leaf, _dfa_op, _integer_expr, _number_expr, any_string_dfa,
+    check_lengths, format_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa, string_literal_expr,
 )
+from .objects import object_expr
 
-INDENT_DEPTH_LIMIT = 12
-"""Nesting depth up to which `indent=` layout is exact; deeper values use flexible whitespace."""
 BIG_ENUM = 64
 """Enums with more values than this take each number in the spellings json.dumps writes ("5",
 "5.0", "0.25"), so the whole enum is one set of literals (a trie); smaller enums take every
 spelling of a number's value ("5.00", "2.5e-1")."""
-UNIQUE_ENUM_MAX = 8
-"""uniqueItems is exact for items from an enum of at most this many values (2^n states)."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxItems 4096) are built from blocks (see `counted`)."""
 STRING_COUNT_BLOCK = 1024
@@ -35,63 +38,58 @@ rules of this many past it (each character a raw code point or a reference to on
 rule, ~8 states a count; see `chained`)."""
 SHORT_STRING = 64
 """Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
-_WS_RANGES = ((9, 10), (13, 13), (32, 32))
 
 
-class _Layout:
-    """Token separators for one nesting depth.
+class Emitter(CompileContext):
+    """The grammar of one compile: its rules, the memo of subschema rules, the layout and the
+    value checks; values, literals and scalars here, objects and arrays in objects.py /
+    arrays.py (functions of the emitter).  It reads schemas through its `algebra` (DNF, merge,
+    oneOf, not), which never emits."""
 
-    depth None means "depth-independent": flexible or compact whitespace, or fixed separators.
-    With indent, depth d gives json.dumps(indent=N) text at that depth.
-    """
+    def __init__(self, schema, options: JsonOptions, **keywords):
+        super().__init__(schema, options, **keywords)
+        self.layout = Layout(options.whitespace, options.indent, options.max_whitespace, options.separators,
+                             options.root_whitespace)
+        self.rules: dict[str, Expr] = {}
+        self.memo: dict[tuple, Expr] = {}  # keys start with what they memoise (see `value`)
+        self.names: dict[str, int] = {}  # rule name stem -> rules named with it so far
+        self.recursed: set[str] = set()  # rules a subschema reached again while being compiled
+        self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
+        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
+        self.algebra = SchemaAlgebra(self)
 
-    def __init__(self, whitespace: str, indent, max_whitespace, separators, root_whitespace: bool = True):
-        if whitespace not in ("flexible", "compact"):
-            raise ValueError(f"whitespace must be 'flexible' or 'compact', got {whitespace!r}")
-        if max_whitespace is not None and (not isinstance(max_whitespace, int) or max_whitespace < 0):
-            raise ValueError(f"max_whitespace must be a non-negative int, got {max_whitespace!r}")
-        if isinstance(indent, int) and not isinstance(indent, bool):
-            indent = " " * indent if indent >= 0 else None
-        elif indent is not None and not isinstance(indent, str):
-            raise ValueError(f"indent must be an int or a string, got {indent!r}")
-        self.indent = indent
-        if separators is not None:
-            item_sep, key_sep = separators
-        elif indent is not None:
-            item_sep, key_sep = ",", ": "
-        elif whitespace == "compact":
-            item_sep, key_sep = ",", ":"
-        else:
-            item_sep, key_sep = None, None
-        self.fixed = separators is not None or indent is not None or whitespace == "compact"
-        self.item_sep, self.key_sep = item_sep, key_sep
-        cls = CharClass(_WS_RANGES)
-        self.flex_ws = rep(cls, 0, max_whitespace)
-        self.root_ws = EPSILON if self.fixed or not root_whitespace else self.flex_ws
+    def new_rule(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]+", "_", hint).strip("_")[:40] or "r"
+        n = self.names.get(base, 0)
+        self.names[base] = n + 1
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self.rules or name == "root":  # "root" is the grammar's start rule, added last
+            n += 1
+            name = f"{base}_{n}"
+        budget = self.limits.max_schema_rules
+        if len(self.rules) >= budget:
+            raise BudgetExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
+                                      "simplify the schema or split it, or raise the limit")
+        self.rules[name] = NOTHING
+        return name
 
-    def child(self, depth):
-        if self.indent is None or depth is None:
-            return None
-        return depth + 1 if depth + 1 < INDENT_DEPTH_LIMIT else None
+    def rule_ref(self, hint: str, body: Expr) -> Ref:
+        """A new rule holding `body`, referenced: copies of the reference stay one automaton."""
+        name = self.new_rule(hint)
+        self.rules[name] = body
+        return Ref(name)
 
-    def start_depth(self):
-        return 0 if self.indent is not None else None
+    def dfa_op(self, fn, other, keyword: str, pointer: str):
+        """`fn(other)` (a product of string automata) within Limits.max_string_states."""
+        return _dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
 
-    def parts(self, depth, open_: str, close: str):
-        """(open, first_prefix, next_prefix, colon, item_end, close_empty, close_nonempty)."""
-        if self.indent is not None and depth is not None:
-            inner = "\n" + self.indent * (depth + 1)
-            outer = "\n" + self.indent * depth
-            return (lit(open_), lit(inner), lit(self.item_sep + inner), lit(self.key_sep), EPSILON,
-                    lit(close), lit(outer + close))
-        if self.fixed and not (self.indent is not None and depth is None):
-            return (lit(open_), EPSILON, lit(self.item_sep), lit(self.key_sep), EPSILON, lit(close), lit(close))
-        ws = self.flex_ws
-        return (seq(lit(open_), ws), EPSILON, seq(lit(","), ws), seq(ws, lit(":"), ws), ws, lit(close), lit(close))
+    def pattern_dfa(self, pattern: str, pointer: str):
+        """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
+        return pattern_dfa(pattern, pointer, self.limits.max_string_states)
 
-
-class EmitMixin:
-    """Values, literals and scalars (methods of the compiler)."""
+    def string_dfa(self, **constraints):
+        """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""
+        return string_dfa(**constraints, budget=self.limits.max_string_states)
 
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
@@ -190,10 +188,10 @@ class EmitMixin:
             if t not in types or (t == "integer" and "number" in types):
                 continue
             if t == "object":
-                exprs.append(self.object(f, pointer, depth))
+                exprs.append(object_expr(self, f, pointer, depth))
                 structural = True
             elif t == "array":
-                exprs.append(self.array(f, pointer, depth))
+                exprs.append(array_expr(self, f, pointer, depth))
                 structural = True
             elif t == "string":
                 exprs.append(self.string(f, pointer))
