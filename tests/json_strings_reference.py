@@ -11,7 +11,7 @@ from collections import deque
 from typing import Callable
 
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
-from pushmask.grammar.json_schema.leaves import _dfa_op
+from pushmask.grammar.json_schema.leaves import budgeted_dfa_op
 from pushmask.grammar.codepoint_dfa import ALL_CHARS, Dfa, StateBudgetExceeded, intersect_ranges
 from pushmask.grammar.limits import DEFAULT_LIMITS
 from pushmask.grammar.partition import refine_partition
@@ -326,7 +326,7 @@ def reference_keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, bud
     for mask in masks:
         dfa = key_dfa
         for i, pdfa in enumerate(pdfas):
-            dfa = _dfa_op(dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer)
+            dfa = budgeted_dfa_op(dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer)
             if dfa.is_empty():
                 break
         if not dfa.is_empty() and mask in wanted:

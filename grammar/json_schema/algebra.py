@@ -9,14 +9,14 @@ terms (merge.py) are functions over it."""
 from __future__ import annotations
 
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
-from .context import MAX_INLINE_DEPTH, CompileContext, _NeedsDynamicScopes
-from .documents import _uri_pointer
+from .context import MAX_INLINE_DEPTH, CompileContext, NeedsDynamicScopes
+from .documents import uri_pointer
 from .keywords import (
-    _APPLICATORS, _KNOWN, ANNOTATIONS, FLAT_KEYS, UNANNOTATED, _is_true, _json_equal, _RefMarker, _as_schema,
-    _as_terms,
+    APPLICATORS, KNOWN, ANNOTATIONS, FLAT_KEYS, UNANNOTATED, is_true, json_equal, RefMarker, as_schema,
+    as_terms,
 )
 from .merge import merge_flat
-from .negation import _flat_exclusion, negate
+from .negation import flat_exclusion, negate
 from .one_of import one_of
 
 
@@ -52,21 +52,21 @@ class SchemaAlgebra:
         for key in ("$dynamicRef", "$recursiveRef"):
             if key in schema:
                 schema = self._static_dynamic_ref(schema, key, pointer)
-        constraining = [k for k in schema if k not in ANNOTATIONS and k in _KNOWN]
+        constraining = [k for k in schema if k not in ANNOTATIONS and k in KNOWN]
         if constraining == ["$ref"]:
-            return [_RefMarker(schema["$ref"])]
+            return [RefMarker(schema["$ref"])]
         unevaluated = [k for k in ("unevaluatedProperties", "unevaluatedItems")
-                       if k in schema and not _is_true(schema[k])]
-        if unevaluated and any(k in schema for k in _APPLICATORS):
+                       if k in schema and not is_true(schema[k])]
+        if unevaluated and any(k in schema for k in APPLICATORS):
             return self._unevaluated_dnf(schema, unevaluated, pointer)
         for key in unevaluated:
             schema = self._reduce_unevaluated(schema, key, pointer)
         flat = {k: v for k, v in schema.items() if k in FLAT_KEYS}
         if "const" in schema:
             const = schema["const"]
-            flat["enum"] = [v for v in flat["enum"] if _json_equal(v, const)] if "enum" in flat else [const]
+            flat["enum"] = [v for v in flat["enum"] if json_equal(v, const)] if "enum" in flat else [const]
         not_schema = schema.get("not")
-        if not_schema is not None and _flat_exclusion(not_schema, schema):
+        if not_schema is not None and flat_exclusion(not_schema, schema):
             flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern", "type", "multipleOf")
                                       if k in not_schema}]}
             not_schema = None
@@ -106,7 +106,7 @@ class SchemaAlgebra:
             combined = []
             for left in result:
                 for right in factor:
-                    combined.extend(_as_terms(self.merge(left, right, pointer)))
+                    combined.extend(as_terms(self.merge(left, right, pointer)))
                     if len(combined) > self.limits.max_schema_branches:
                         raise BudgetExceededError(
                             f"schema at {pointer} expands to more than {self.limits.max_schema_branches} "
@@ -124,19 +124,19 @@ class SchemaAlgebra:
                                          "with no object or array in between cannot be expanded")
         self.inline_depth += 1
         try:
-            return self.dnf(self.ctx.lookup(uri, pointer), _uri_pointer(uri))
+            return self.dnf(self.ctx.lookup(uri, pointer), uri_pointer(uri))
         finally:
             self.inline_depth -= 1
 
     def merge(self, a, b, pointer: str):
         """Conjunction of two DNF terms: a flat dict, a list of flat dicts, or None (unsatisfiable)."""
-        if isinstance(a, _RefMarker) or isinstance(b, _RefMarker):
-            if isinstance(a, _RefMarker) and isinstance(b, dict) and not b:
+        if isinstance(a, RefMarker) or isinstance(b, RefMarker):
+            if isinstance(a, RefMarker) and isinstance(b, dict) and not b:
                 return a
-            if isinstance(b, _RefMarker) and isinstance(a, dict) and not a:
+            if isinstance(b, RefMarker) and isinstance(a, dict) and not a:
                 return b
-            left = self.inline_ref(a.uri, pointer) if isinstance(a, _RefMarker) else [a]
-            right = self.inline_ref(b.uri, pointer) if isinstance(b, _RefMarker) else [b]
+            left = self.inline_ref(a.uri, pointer) if isinstance(a, RefMarker) else [a]
+            right = self.inline_ref(b.uri, pointer) if isinstance(b, RefMarker) else [b]
             return self.merge_all(left, right, pointer)
         return merge_flat(a, b, self.ctx.unsupported, pointer)
 
@@ -146,13 +146,13 @@ class SchemaAlgebra:
         for term in terms:
             for other in others:
                 m = self.merge(term, other, pointer)
-                out.extend(_as_terms(m))
+                out.extend(as_terms(m))
         return out
 
     def restrict_type(self, term, t: str, pointer: str):
         """A DNF term limited to instances of type t; a reference is inlined for that when it
         can be (a branch "$ref" to an object schema without "type" also accepts every string)."""
-        if isinstance(term, _RefMarker):
+        if isinstance(term, RefMarker):
             try:
                 return self.merge(term, {"type": [t]}, pointer)
             except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
@@ -161,9 +161,9 @@ class SchemaAlgebra:
 
     def accepts_value(self, term, value, pointer: str) -> bool:
         """Does a DNF term (a flat dict or a reference) accept this instance?"""
-        if isinstance(term, _RefMarker):
+        if isinstance(term, RefMarker):
             return any(self.accepts_value(t, value, pointer) for t in self.inline_ref(term.uri, pointer))
-        return self.ctx.validates(_as_schema(term), value)
+        return self.ctx.validates(as_schema(term), value)
 
     def _static_dynamic_ref(self, schema: dict, key: str, pointer: str) -> dict:
         """$dynamicRef/$recursiveRef whose target is unambiguous behave like $ref; with several
@@ -176,7 +176,7 @@ class SchemaAlgebra:
             if "$ref" in rest:
                 return {**rest, "allOf": [*rest.get("allOf", []), {"$ref": uri}]}
             return {**rest, "$ref": uri}
-        raise _NeedsDynamicScopes()
+        raise NeedsDynamicScopes()
 
     def _unevaluated_dnf(self, schema: dict, keys: list[str], pointer: str) -> list:
         """unevaluatedProperties/Items next to in-place applicators, term by term.
@@ -195,7 +195,7 @@ class SchemaAlgebra:
             terms, flat_terms = self.dnf(rest, pointer), []
             while terms:
                 term = terms.pop(0)
-                if isinstance(term, _RefMarker):
+                if isinstance(term, RefMarker):
                     terms[:0] = self.inline_ref(term.uri, pointer)
                 else:
                     flat_terms.append(term)
@@ -206,7 +206,7 @@ class SchemaAlgebra:
             term = dict(term)
             unannotated = term.pop(UNANNOTATED, [])
             for key in keys:
-                if _is_true(term.get(key, False)):
+                if is_true(term.get(key, False)):
                     continue  # an unevaluated* true among the term's conjuncts evaluates every member
                 term = self._reduce_unevaluated({**term, key: schema[key]}, key, pointer)
             factors = [[term]] + [self.dnf(sub, f"{pointer}/not") for sub in unannotated]

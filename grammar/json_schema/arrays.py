@@ -10,7 +10,7 @@ from ..errors import UnsupportedSchemaError
 from ..ir import EPSILON, NOTHING, Expr, Ref, alt, rep, seq
 from ..passes import expr_nodes
 from ..value_checks import UniqueItems
-from .keywords import _hint, _is_true
+from .keywords import rule_hint, is_true
 from .objects import any_order_members
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def _unique_array(em: Emitter, f: dict, shape: _ArrayShape, depth) -> Expr | Non
         return seq(s.open, any_order_members(em, members, None, s.first, s.nxt, empty, s.close_ne))
     if em.value_checks_allowed():
         # any array of the items; the matcher rejects the bytes closing a duplicate item
-        name = em.new_rule(f"unique_{_hint(f, pointer)}")
+        name = em.new_rule(f"unique_{rule_hint(f, pointer)}")
         em.rules[name] = array_expr(em, {k: v for k, v in f.items() if k != "uniqueItems"}, pointer, depth)
         em.checks[name] = UniqueItems(f"{pointer}/uniqueItems")
         return Ref(name)
@@ -123,7 +123,7 @@ def _item_exprs(em: Emitter, s: _ArrayShape, i: int) -> tuple[Expr, Expr]:
     ptr = f"{s.pointer}/prefixItems/{i}" if i < len(s.prefix) else f"{s.pointer}/items"
     if s.contains is None:
         return em.value(schema, ptr, s.child), NOTHING
-    marked = em.value({"allOf": [schema, s.contains]} if not _is_true(schema) else s.contains,
+    marked = em.value({"allOf": [schema, s.contains]} if not is_true(schema) else s.contains,
                         f"{s.pointer}/contains", s.child)
     if s.max_c is None:
         return em.value(schema, ptr, s.child), marked

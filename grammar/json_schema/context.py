@@ -18,10 +18,10 @@ from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
 from .closing import close_document, spec_copy
 from .documents import (
-    DEFAULT_BASE, _count_key, draft_of, join_uri, normalize_document, original_uri, spec_uri, translate_pointer,
+    DEFAULT_BASE, count_key, draft_of, join_uri, normalize_document, original_uri, spec_uri, translate_pointer,
 )
 from .dynamic import DynamicScopes
-from .keywords import ANNOTATIONS, _as_schema
+from .keywords import ANNOTATIONS, as_schema
 
 
 MAX_INLINE_DEPTH = 40
@@ -40,11 +40,11 @@ class Mode:
     value_checks: bool
 
 
-class _NeedsDynamicScopes(Exception):
+class NeedsDynamicScopes(Exception):
     """Several dynamic anchors: compile again with references specialised per dynamic scope."""
 
 
-class _Unsatisfiable(SchemaError):
+class UnsatisfiableSchema(SchemaError):
     """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
 
 
@@ -93,7 +93,7 @@ class CompileContext:
         """How many anchors a `$dynamicRef` ($dynamicAnchor) or `$recursiveRef` ($recursiveAnchor)
         may resolve to across the root and the retrieved documents."""
         anchor_key = "$dynamicAnchor" if ref_key == "$dynamicRef" else "$recursiveAnchor"
-        return _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved)
+        return count_key(self.root, anchor_key) + sum(count_key(d, anchor_key) for d in self.retrieved)
 
     def _register(self, uri: str, schema) -> None:
         self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
@@ -164,7 +164,7 @@ class CompileContext:
         """The values of a flat term's enum that meet its other keywords.  Every value meets the
         enum itself, so only the rest is checked (jsonschema's enum check scans the whole list per
         value: quadratic in its size)."""
-        return self.valid_values({k: v for k, v in _as_schema(term).items() if k != "enum"}, term["enum"])
+        return self.valid_values({k: v for k, v in as_schema(term).items() if k != "enum"}, term["enum"])
 
     def valid_values(self, schema: dict, values: list) -> list:
         """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator

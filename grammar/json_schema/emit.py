@@ -15,13 +15,13 @@ from ..value_checks import ValidatesSchema
 from .algebra import SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
-from .documents import _uri_pointer
+from .documents import uri_pointer
 from .keywords import (
-    _canon, _hint, _is_true, _json_equal, _json_type, _num_range, _ranges_disjoint, _RefMarker, _types_of,
+    canonical_json, rule_hint, is_true, json_equal, json_type, num_range, ranges_disjoint, RefMarker, types_of,
 )
 from .layout import Layout
 from .leaves import (
-    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, _cached_leaf, _dfa_op, _integer_expr, _number_expr, any_string_dfa,
+    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, cached_leaf, budgeted_dfa_op, integer_leaf, number_leaf, any_string_dfa,
     check_lengths, format_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa, string_literal_expr,
 )
 from .objects import object_expr
@@ -81,7 +81,7 @@ class Emitter(CompileContext):
 
     def dfa_op(self, fn, other, keyword: str, pointer: str):
         """`fn(other)` (a product of string automata) within Limits.max_string_states."""
-        return _dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
+        return budgeted_dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
 
     def pattern_dfa(self, pattern: str, pointer: str):
         """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
@@ -94,20 +94,20 @@ class Emitter(CompileContext):
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
         self.clock.check(f"the subschema at {pointer}")
-        if schema is True or (isinstance(schema, dict) and _is_true(schema)):
+        if schema is True or (isinstance(schema, dict) and is_true(schema)):
             return self.generic(depth)
         if schema is False:
             self.note_empty(pointer, "false schema")
             return NOTHING
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
-        key = (_canon(schema), depth, self.mode)  # the rule depends on the mode too (see Mode)
+        key = (canonical_json(schema), depth, self.mode)  # the rule depends on the mode too (see Mode)
         hit = self.memo.get(key)
         if hit is not None:
             if isinstance(hit, Ref):
                 self.recursed.add(hit.name)
             return hit
-        name = self.new_rule(_hint(schema, pointer))
+        name = self.new_rule(rule_hint(schema, pointer))
         self.memo[key] = Ref(name)
         overlapping = self.algebra.overlapping_one_ofs
         branches = self.algebra.dnf(schema, pointer)
@@ -118,9 +118,9 @@ class Emitter(CompileContext):
         exprs = []
         structural = False
         for branch in branches:
-            if isinstance(branch, _RefMarker):
+            if isinstance(branch, RefMarker):
                 target = self.lookup(branch.uri, pointer)
-                exprs.append(self.value(target, _uri_pointer(branch.uri), depth))
+                exprs.append(self.value(target, uri_pointer(branch.uri), depth))
                 structural = True
             else:
                 expr, is_struct = self.flat(branch, pointer, depth)
@@ -150,7 +150,7 @@ class Emitter(CompileContext):
             self.rules[sname] = ANY_STRING
             self.memo[("json_string",)] = Ref(sname)
             nname = self.new_rule("json_number")
-            self.rules[nname] = _number_expr(pointer="#", budget=self.limits.max_string_states)
+            self.rules[nname] = number_leaf(pointer="#", budget=self.limits.max_string_states)
             self.memo[("json_number",)] = Ref(nname)
         string, number = self.memo[("json_string",)], self.memo[("json_number",)]
         child = self.generic(self.layout.child(depth)) if self.layout.child(depth) != depth else Ref(names["value"])
@@ -168,7 +168,7 @@ class Emitter(CompileContext):
 
     def flat(self, f: dict, pointer: str, depth) -> tuple[Expr, bool]:
         """(IR, structural?) for one flat conjunction."""
-        types = _types_of(f)
+        types = types_of(f)
         if not types:
             self.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
@@ -177,7 +177,7 @@ class Emitter(CompileContext):
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
             if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
-                exprs = [alt(*map(lit, _number_spellings(v))) if _json_type(v) in ("integer", "number")
+                exprs = [alt(*map(lit, _number_spellings(v))) if json_type(v) in ("integer", "number")
                          else self.literal(v, depth) for v in values]
             else:
                 exprs = [self.literal(v, depth) for v in values]
@@ -210,7 +210,7 @@ class Emitter(CompileContext):
         if isinstance(value, bool):
             return lit("true" if value else "false")
         if isinstance(value, (int, float)):
-            return _cached_leaf("literal", {"value": value})
+            return cached_leaf("literal", {"value": value})
         if isinstance(value, str):
             return string_literal_expr(value)
         child = self.layout.child(depth)
@@ -340,7 +340,7 @@ class Emitter(CompileContext):
             if not isinstance(term, dict) or "enum" not in term:
                 return None
             for v in self.enum_values(term):
-                if not any(_json_equal(v, w) for w in values):
+                if not any(json_equal(v, w) for w in values):
                     values.append(v)
                     if len(values) > UNIQUE_ENUM_MAX:
                         return None
@@ -351,8 +351,8 @@ class Emitter(CompileContext):
                       exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
                       multiple_of=f.get("multipleOf"), pointer=pointer,
                       budget=self.limits.max_string_states)
-        lo, hi = _num_range(f)
-        if _ranges_disjoint(lo, hi, lo, hi):
+        lo, hi = num_range(f)
+        if ranges_disjoint(lo, hi, lo, hi):
             self.note_empty(pointer, "minimum/maximum leave no number")
             return NOTHING
         exclusions = f.get("not", {}).get("anyOf", ())
@@ -368,13 +368,13 @@ class Emitter(CompileContext):
         elif non_integral:
             kwargs["non_integral"] = True
         try:
-            return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
+            return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
         except UnsupportedSchemaError as exc:
             if not self.mode.lenient or exc.keyword != "multipleOf":
                 raise
             self.unsupported("multipleOf", pointer, exc.message)
             kwargs["multiple_of"] = None
-            return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
+            return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
         except SchemaError as exc:  # the leaf reports an empty range (e.g. no integer in (1, 2))
             self.note_empty(exc.pointer or pointer, exc.message)
             return NOTHING

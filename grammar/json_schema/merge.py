@@ -8,8 +8,8 @@ import math
 from fractions import Fraction
 from collections.abc import Callable
 
-from .keywords import UNANNOTATED, WITNESS, _canon, _is_true, _json_equal, _types_of
-from .leaves import _search
+from .keywords import UNANNOTATED, WITNESS, canonical_json, is_true, json_equal, types_of
+from .leaves import pattern_search
 
 Unsupported = Callable[[str, str, str], None]
 """unsupported(keyword, pointer, detail): raise UnsupportedSchemaError or warn and widen."""
@@ -33,14 +33,14 @@ def merge_flat(a: dict, b: dict, unsupported: Unsupported, pointer: str):
             continue
         mine = out[key]
         if key == "type":
-            ta = _types_of({"type": mine})
-            tb = _types_of({"type": value})
+            ta = types_of({"type": mine})
+            tb = types_of({"type": value})
             both = ta & tb
             if "number" in both:
                 both.discard("integer")
             out[key] = sorted(both)
         elif key == "enum":
-            out[key] = [v for v in mine if any(_json_equal(v, w) for w in value)]
+            out[key] = [v for v in mine if any(json_equal(v, w) for w in value)]
         elif key in _MAX_KEYS:
             out[key] = max(mine, value)
         elif key in _MIN_KEYS:
@@ -64,7 +64,7 @@ def merge_flat(a: dict, b: dict, unsupported: Unsupported, pointer: str):
             out[key] = [*mine, *value]
         elif key == "format":
             continue  # format only narrows strings: keeping one of two is still sound
-        elif key == "not":  # both are leaf exclusions (see _flat_exclusion): {"anyOf": [...]}
+        elif key == "not":  # both are leaf exclusions (see flat_exclusion): {"anyOf": [...]}
             out[key] = {"anyOf": [*mine["anyOf"], *value["anyOf"]]}
         elif key == "required":
             out[key] = list(dict.fromkeys([*mine, *value]))
@@ -78,7 +78,7 @@ def merge_flat(a: dict, b: dict, unsupported: Unsupported, pointer: str):
                      "prefixItems", "items", "contains"):
             continue  # handled below
         else:
-            if _canon(mine) != _canon(value):
+            if canonical_json(mine) != canonical_json(value):
                 unsupported("allOf", pointer, f"cannot combine two {key!r} keywords")
     _merge_object_keys(out, a, b, unsupported, pointer)
     _merge_array_keys(out, a, b, unsupported, pointer)
@@ -91,20 +91,20 @@ def merge_flat(a: dict, b: dict, unsupported: Unsupported, pointer: str):
 
 def both(x, y):
     """The schema of instances valid against x and y (None: no constraint on either side)."""
-    if x is None or _is_true(x):
+    if x is None or is_true(x):
         return y
-    if y is None or _is_true(y):
+    if y is None or is_true(y):
         return x
     if x is False or y is False:
         return False
-    if _canon(x) == _canon(y):
+    if canonical_json(x) == canonical_json(y):
         return x
     return {"allOf": [x, y]}
 
 
 def applicable(f: dict, name: str, pointer: str):
     """The schema `f` applies to a member called `name` that its own `properties` do not list."""
-    matching = [s for p, s in (f.get("patternProperties") or {}).items() if _search(p, name, pointer)]
+    matching = [s for p, s in (f.get("patternProperties") or {}).items() if pattern_search(p, name, pointer)]
     if matching:
         out = None
         for s in matching:
@@ -134,7 +134,7 @@ def _merge_object_keys(out: dict, a: dict, b: dict, unsupported: Unsupported, po
         for own, other in ((qa, b), (qb, a)):
             for p in own:
                 other_pats = other.get("patternProperties") or {}
-                if p not in other_pats and not _is_true(other.get("additionalProperties", True)):
+                if p not in other_pats and not is_true(other.get("additionalProperties", True)):
                     unsupported("allOf", pointer, "patternProperties combined with another branch's "
                                      "additionalProperties")
         out["patternProperties"] = pats
@@ -160,9 +160,9 @@ def _merge_array_keys(out: dict, a: dict, b: dict, unsupported: Unsupported, poi
         if prefix:
             out["prefixItems"] = prefix
         items = both(ia, ib)
-        if items is None or _is_true(items):
+        if items is None or is_true(items):
             out.pop("items", None)
         else:
             out["items"] = items
-    if "contains" in a and "contains" in b and _canon(a["contains"]) != _canon(b["contains"]):
+    if "contains" in a and "contains" in b and canonical_json(a["contains"]) != canonical_json(b["contains"]):
         unsupported("allOf", pointer, "two different 'contains' keywords; kept the first")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..errors import SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH
 from .keywords import (
-    _KNOWN, ANNOTATIONS, UNANNOTATED, WITNESS, _as_schema, _is_true, _json_type, _positive_whole, _types_of,
+    KNOWN, ANNOTATIONS, UNANNOTATED, WITNESS, as_schema, is_true, json_type, positive_whole, types_of,
 )
 
 if TYPE_CHECKING:
@@ -22,15 +22,15 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
         return True
     if not isinstance(schema, dict):
         raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
-    if _is_true(schema):
+    if is_true(schema):
         return False
     if alg.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
         return {UNANNOTATED: [{"not": schema}]}
     unevaluated = ("unevaluatedProperties", "unevaluatedItems")
-    if any(not _is_true(schema.get(k, True)) for k in unevaluated):
+    if any(not is_true(schema.get(k, True)) for k in unevaluated):
         # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
-        return negate(alg, {"anyOf": [_as_schema(t) for t in alg.dnf(schema, pointer)]}, pointer)
-    if "$ref" in schema and [k for k in schema if k in _KNOWN and k not in ANNOTATIONS] == ["$ref"]:
+        return negate(alg, {"anyOf": [as_schema(t) for t in alg.dnf(schema, pointer)]}, pointer)
+    if "$ref" in schema and [k for k in schema if k in KNOWN and k not in ANNOTATIONS] == ["$ref"]:
         if alg.inline_depth > MAX_INLINE_DEPTH:
             raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
         alg.inline_depth += 1
@@ -40,7 +40,7 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
             alg.inline_depth -= 1
     parts: list = []
     for key, value in schema.items():
-        if key in ANNOTATIONS or key not in _KNOWN or key == "format" or key in unevaluated:
+        if key in ANNOTATIONS or key not in KNOWN or key == "format" or key in unevaluated:
             continue  # (unevaluated* true always holds)
         part = _negate_keyword(key, value, schema, alg, pointer)
         if part is _WIDEN:
@@ -73,7 +73,7 @@ def _negate_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: 
 def _negate_scalar_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """type, enum/const and the string/number/count keywords; None for other keywords."""
     if key == "type":
-        allowed = _types_of({"type": value})
+        allowed = types_of({"type": value})
         rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in allowed]
         parts = [{"type": rest}] if rest else []
         if "integer" in allowed and "number" not in allowed:
@@ -85,7 +85,7 @@ def _negate_scalar_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, po
         return _negate_enum(value if key == "enum" else [value], alg, pointer)
     if key == "pattern":
         return {"type": "string", "not": {"pattern": value}}
-    if key == "multipleOf" and _positive_whole(value):
+    if key == "multipleOf" and positive_whole(value):
         return {"type": "number", "not": {"multipleOf": int(value)}}
     if key in _NUMERIC_NEG:
         return {"type": "number", _NUMERIC_NEG[key]: value}
@@ -109,7 +109,7 @@ def _negate_object_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, po
                                              "patterns": sorted(schema.get("patternProperties") or {}),
                                              "value": True if value is False else {"not": value}}]}
     if key == "propertyNames":  # some member name breaks it
-        if value is True or _is_true(value):
+        if value is True or is_true(value):
             return False
         return {"type": "object", WITNESS: [{"pattern": None, "names": [], "patterns": [], "value": True,
                                              "key_not": value}]}
@@ -153,7 +153,7 @@ def _negate_applicator(key: str, value, schema: dict, alg: SchemaAlgebra, pointe
 
 
 def _negate_enum(values: list, alg: SchemaAlgebra, pointer: str):
-    kinds = {_json_type(v) for v in values}
+    kinds = {json_type(v) for v in values}
     parts: list = []
     rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in kinds]
     numbers = sorted({v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)})
@@ -174,7 +174,7 @@ def _negate_enum(values: list, alg: SchemaAlgebra, pointer: str):
         ranges.append({"exclusiveMinimum": numbers[-1]})
         parts.extend({"type": "number", **r} for r in ranges)
     for kind, excluding in (("array", _not_this_array), ("object", _not_this_object)):
-        excluded = [v for v in values if _json_type(v) == kind]
+        excluded = [v for v in values if json_type(v) == kind]
         if excluded:
             parts.append({"type": kind, "allOf": [excluding(v) for v in excluded]})
     return {"anyOf": parts}
@@ -202,7 +202,7 @@ def _not_this_object(value: dict) -> dict:
     return {"anyOf": parts}
 
 
-def _flat_exclusion(schema, parent: dict) -> bool:
+def flat_exclusion(schema, parent: dict) -> bool:
     """`not` that the leaf automata compile as a difference: `{enum: [strings]}`, `{pattern: p}`
     next to `type: string`, `{type: integer}` next to `type: number`.  (Non-strings satisfy the
     first negation; the others reject other types, hence the sibling type.)"""
@@ -214,5 +214,5 @@ def _flat_exclusion(schema, parent: dict) -> bool:
     if keys == {"type"}:  # not integer next to type number: the non-integral numbers
         return schema["type"] == "integer" and parent.get("type") == "number"
     if keys == {"multipleOf"}:  # next to a numeric type: the numbers that are no multiple of k
-        return _positive_whole(schema["multipleOf"]) and parent.get("type") in ("number", "integer")
+        return positive_whole(schema["multipleOf"]) and parent.get("type") in ("number", "integer")
     return keys == {"pattern"} and isinstance(schema["pattern"], str) and parent.get("type") == "string"

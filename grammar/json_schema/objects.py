@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from ..errors import BudgetExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
-from .documents import _escape
-from .keywords import WITNESS, _is_true, _RefMarker, _types_of
-from .leaves import _dfa_op, _search, any_string_dfa, json_string_expr, literal_dfa, string_literal_expr
+from .documents import escape_pointer
+from .keywords import WITNESS, is_true, RefMarker, types_of
+from .leaves import budgeted_dfa_op, pattern_search, any_string_dfa, json_string_expr, literal_dfa, string_literal_expr
 
 if TYPE_CHECKING:
     from .emit import Emitter
@@ -52,7 +52,7 @@ class _ObjectTerm:
 
     @property
     def names_true(self) -> bool:
-        return _is_true(self.names_schema)
+        return is_true(self.names_schema)
 
 
 def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
@@ -94,20 +94,20 @@ def _property_names_terms(em: Emitter, t: "_ObjectTerm") -> list | None:
         return None
     names_terms = []
     for term in em.algebra.exact_dnf(t.names_schema, f"{t.pointer}/propertyNames"):
-        names_terms.extend(em.algebra.inline_ref(term.uri, t.pointer) if isinstance(term, _RefMarker) else [term])
+        names_terms.extend(em.algebra.inline_ref(term.uri, t.pointer) if isinstance(term, RefMarker) else [term])
     return names_terms
 
 
 def _member_schema(em: Emitter, t: "_ObjectTerm", name: str, in_props: bool):
     """The schema a member called `name` must satisfy (False: no such member)."""
     parts = [t.props[name]] if in_props else []
-    matching = [p for p in t.patterns if _search(p, name, t.pointer)]
+    matching = [p for p in t.patterns if pattern_search(p, name, t.pointer)]
     parts += [t.patterns[p] for p in matching]
     if not in_props and not matching:
         parts.append(t.addl)
     if not t.names_true and not em.validates(t.names_schema, name):
         return False
-    parts = [p for p in parts if not _is_true(p)]
+    parts = [p for p in parts if not is_true(p)]
     if any(p is False for p in parts):
         return False
     if not parts:
@@ -122,7 +122,7 @@ def _named_members(em: Emitter, t: "_ObjectTerm", order: list, colon, end, child
     required_rank = []
     for name in order:
         schema = _member_schema(em, t, name, name in t.props)
-        vexpr = em.value(schema, f"{t.pointer}/properties/{_escape(name)}", child) \
+        vexpr = em.value(schema, f"{t.pointer}/properties/{escape_pointer(name)}", child) \
             if schema is not False else NOTHING
         is_req = name in t.required
         if vexpr == NOTHING:
@@ -189,7 +189,7 @@ def names_dfa(em: Emitter, schema, pointer: str):
     allowed = None
     for term in em.algebra.exact_dnf(schema, f"{pointer}/propertyNames"):
         if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
-                                                      "enum"}) or "string" not in _types_of(term):
+                                                      "enum"}) or "string" not in types_of(term):
             raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
                                          "only string length/pattern/format or enum name constraints negate")
         if "enum" in term:
@@ -216,14 +216,14 @@ def witness_member(em: Emitter, conditions, later, defined, schema_for, patterns
         fits = em.dfa_op(fits.difference, witness_fits(em, condition, pointer), "not", pointer)
     if names is not None:  # propertyNames of this object
         fits = em.dfa_op(fits.intersect, names, "not", pointer)
-    wanted = [c["value"] for c in conditions if not _is_true(c["value"])]
+    wanted = [c["value"] for c in conditions if not is_true(c["value"])]
     wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
     alternatives = []
     for name in defined:
         own = schema_for(name)
         if own is False or not fits.accepts(name):
             continue
-        value = em.value(wanted_value if _is_true(own) else {"allOf": [own, wanted_value]}, where, child)
+        value = em.value(wanted_value if is_true(own) else {"allOf": [own, wanted_value]}, where, child)
         if value != NOTHING:
             alternatives.append(seq(string_literal_expr(name), colon, value, end))
     key_dfa = fits
@@ -243,7 +243,7 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
             return None
         if len(names_terms) != 1 or not isinstance(names_terms[0], dict) or \
                 set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"} or \
-                "string" not in _types_of(names_terms[0]):
+                "string" not in types_of(names_terms[0]):
             em.unsupported("propertyNames", f"{pointer}/propertyNames",
                              "only string length/pattern/format or enum constraints on names are supported")
         else:
@@ -279,7 +279,7 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
     def value_schema(mask: int):
         """The value schema of a key matching exactly the patterns in `mask` (bit i: pattern i)."""
         parts = [*([patterns[p] for i, p in enumerate(pats) if mask >> i & 1] if mask else [addl]), also]
-        parts = [p for p in parts if not _is_true(p)]
+        parts = [p for p in parts if not is_true(p)]
         if any(p is False for p in parts):
             return False
         return True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
@@ -514,7 +514,7 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
     depth first, pattern by pattern, so masks share the automata of their common choices.
     """
     def op(fn, pdfa):
-        return _dfa_op(fn, pdfa, "patternProperties", pointer, budget)
+        return budgeted_dfa_op(fn, pdfa, "patternProperties", pointer, budget)
 
     found: dict[int, object] = {}
     if not overlapping:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
 from .closing import CLOSED_ONE_OF
 from .keywords import (
-    WITNESS, _as_schema, _as_terms, _is_true, _len_disjoint, _num_range, _ranges_disjoint, _RefMarker, _types_of,
+    WITNESS, as_schema, as_terms, is_true, len_disjoint, num_range, ranges_disjoint, RefMarker, types_of,
 )
-from .leaves import _closed_names_disjoint
+from .leaves import closed_names_disjoint
 from .merge import applicable
 from .negation import negate
 
@@ -45,7 +45,7 @@ def _branch_terms(alg: SchemaAlgebra, branches: list, siblings: dict, pointer: s
         terms = []
         for term in alg.dnf(sub, f"{pointer}/oneOf/{i}"):
             merged = alg.merge(siblings, term, pointer)
-            terms.extend(_as_terms(merged))
+            terms.extend(as_terms(merged))
         groups.append(terms)
     return groups
 
@@ -65,7 +65,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
         for g in groups:
             terms = []
             for term in g:
-                terms.extend(_as_terms(alg.restrict_type(term, t, pointer)))
+                terms.extend(as_terms(alg.restrict_type(term, t, pointer)))
             restricted.append(terms)
         live = [g for g in restricted if g]
         if len(live) < 2:
@@ -140,7 +140,7 @@ def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer
                 others = [{"not": other} for j, other in enumerate(branches) if j != i]
                 for term in alg.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
                     merged = alg.merge(siblings, term, pointer)
-                    out.extend(_as_terms(merged))
+                    out.extend(as_terms(merged))
                 if len(out) > alg.limits.max_schema_branches:
                     return None
             return out
@@ -153,33 +153,33 @@ def disjoint(alg: SchemaAlgebra, x, y, level: int) -> bool:
     alg.disjoint_checks += 1
     if level > 6 or alg.disjoint_checks > MAX_DISJOINT_CHECKS:
         return False
-    if isinstance(x, _RefMarker) or isinstance(y, _RefMarker):
+    if isinstance(x, RefMarker) or isinstance(y, RefMarker):
         try:
-            xs = alg.inline_ref(x.uri, "#") if isinstance(x, _RefMarker) else [x]
-            ys = alg.inline_ref(y.uri, "#") if isinstance(y, _RefMarker) else [y]
+            xs = alg.inline_ref(x.uri, "#") if isinstance(x, RefMarker) else [x]
+            ys = alg.inline_ref(y.uri, "#") if isinstance(y, RefMarker) else [y]
         except (SchemaError, BudgetExceededError):
             return False
         return all(disjoint(alg, a, b, level + 1) for a in xs for b in ys)
-    tx, ty = _types_of(x), _types_of(y)
+    tx, ty = types_of(x), types_of(y)
     common = tx & ty
     if not common:
         return True
-    if "enum" in x and not alg.ctx.valid_values(_as_schema(y), x["enum"]):
+    if "enum" in x and not alg.ctx.valid_values(as_schema(y), x["enum"]):
         return True
-    if "enum" in y and not alg.ctx.valid_values(_as_schema(x), y["enum"]):
+    if "enum" in y and not alg.ctx.valid_values(as_schema(x), y["enum"]):
         return True
     return all(_disjoint_on(alg, t, x, y, level) for t in common)
 
 
 def _disjoint_on(alg: SchemaAlgebra, t: str, x: dict, y: dict, level: int) -> bool:
     if t in ("integer", "number"):
-        lo_x, hi_x = _num_range(x)
-        lo_y, hi_y = _num_range(y)
-        return _ranges_disjoint(lo_x, hi_x, lo_y, hi_y)
+        lo_x, hi_x = num_range(x)
+        lo_y, hi_y = num_range(y)
+        return ranges_disjoint(lo_x, hi_x, lo_y, hi_y)
     if t == "string":
-        return _len_disjoint(x, y, "minLength", "maxLength")
+        return len_disjoint(x, y, "minLength", "maxLength")
     if t == "array":
-        if _len_disjoint(x, y, "minItems", "maxItems"):
+        if len_disjoint(x, y, "minItems", "maxItems"):
             return True
         px, py = x.get("prefixItems", []), y.get("prefixItems", [])
         need = max(x.get("minItems", 0), y.get("minItems", 0))
@@ -188,7 +188,7 @@ def _disjoint_on(alg: SchemaAlgebra, t: str, x: dict, y: dict, level: int) -> bo
                 return True
         return False
     if t == "object":
-        if _len_disjoint(x, y, "minProperties", "maxProperties"):
+        if len_disjoint(x, y, "minProperties", "maxProperties"):
             return True
         req_x, req_y = set(x.get("required", [])), set(y.get("required", []))
         for name in req_x | req_y:
@@ -200,7 +200,7 @@ def _disjoint_on(alg: SchemaAlgebra, t: str, x: dict, y: dict, level: int) -> bo
                 return True
         # both closed (additionalProperties false), one needs a member, no name fits both
         needs_member = any(f.get("required") or f.get("minProperties", 0) >= 1 for f in (x, y))
-        return needs_member and _closed_names_disjoint(x, y)
+        return needs_member and closed_names_disjoint(x, y)
     return False
 
 
@@ -224,16 +224,16 @@ _TYPE_KEYWORDS = {
 
 def _total_on(f: dict, t: str) -> bool:
     """Does the flat term accept every value of type t?"""
-    if "enum" in f or t not in _types_of(f) or (t == "number" and "number" not in _types_of(f)):
+    if "enum" in f or t not in types_of(f) or (t == "number" and "number" not in types_of(f)):
         return False
     for k in _TYPE_KEYWORDS[t]:
         if k not in f:
             continue
         value = f[k]
         if k in ("properties", "patternProperties"):  # maps of schemas: every one must be true
-            if not all(_is_true(sub) for sub in value.values()):
+            if not all(is_true(sub) for sub in value.values()):
                 return False
-        elif k == "required" or not _is_true(value):
+        elif k == "required" or not is_true(value):
             return False
     return True
 
