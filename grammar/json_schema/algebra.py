@@ -12,8 +12,16 @@ from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH, CompileContext, NeedsDynamicScopes
 from .documents import uri_pointer
 from .keywords import (
-    APPLICATORS, KNOWN, ANNOTATIONS, FLAT_KEYS, UNANNOTATED, is_true, json_equal, RefMarker, as_schema,
+    ANNOTATIONS,
+    APPLICATORS,
+    FLAT_KEYS,
+    KNOWN,
+    UNANNOTATED,
+    RefMarker,
+    as_schema,
     as_terms,
+    is_true,
+    json_equal,
 )
 from .merge import merge_flat
 from .negation import flat_exclusion, negate

@@ -10,7 +10,7 @@ from ..errors import UnsupportedSchemaError
 from ..ir import EPSILON, NOTHING, Expr, Ref, alt, rep, seq
 from ..passes import expr_nodes
 from ..value_checks import UniqueItems
-from .keywords import rule_hint, is_true
+from .keywords import is_true, rule_hint
 from .objects import any_order_members
 
 if TYPE_CHECKING:

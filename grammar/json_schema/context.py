@@ -18,11 +18,17 @@ from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
 from .closing import close_document, spec_copy
 from .documents import (
-    DEFAULT_BASE, count_key, draft_of, join_uri, normalize_document, original_uri, spec_uri, translate_pointer,
+    DEFAULT_BASE,
+    count_key,
+    draft_of,
+    join_uri,
+    normalize_document,
+    original_uri,
+    spec_uri,
+    translate_pointer,
 )
 from .dynamic import DynamicScopes
 from .keywords import ANNOTATIONS, as_schema
-
 
 MAX_INLINE_DEPTH = 40
 """References expanded in place (through allOf/anyOf/oneOf/not, no object or array between) may

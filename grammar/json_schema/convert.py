@@ -11,7 +11,7 @@ from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
 from .context import NeedsDynamicScopes, UnsatisfiableSchema
-from .documents import check_metaschema, load_schema, check_json_document
+from .documents import check_json_document, check_metaschema, load_schema
 from .emit import Emitter
 
 

@@ -17,12 +17,33 @@ from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
 from .documents import uri_pointer
 from .keywords import (
-    canonical_json, rule_hint, is_true, json_equal, json_type, num_range, ranges_disjoint, RefMarker, types_of,
+    RefMarker,
+    canonical_json,
+    is_true,
+    json_equal,
+    json_type,
+    num_range,
+    ranges_disjoint,
+    rule_hint,
+    types_of,
 )
 from .layout import Layout
 from .leaves import (
-    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, cached_leaf, budgeted_dfa_op, integer_leaf, number_leaf, any_string_dfa,
-    check_lengths, format_dfa, json_string_expr, literal_dfa, pattern_dfa, string_dfa, string_literal_expr,
+    ANY_STRING,
+    JSON_ESCAPE,
+    RAW_STRING_CHAR,
+    any_string_dfa,
+    budgeted_dfa_op,
+    cached_leaf,
+    check_lengths,
+    format_dfa,
+    integer_leaf,
+    json_string_expr,
+    literal_dfa,
+    number_leaf,
+    pattern_dfa,
+    string_dfa,
+    string_literal_expr,
 )
 from .objects import object_expr
 

@@ -4,7 +4,7 @@ budget of their products."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .. import caches, ecma_regex, json_formats, json_numbers
 from ..codepoint_dfa import StateBudgetExceeded, any_string_dfa, budgeted, literal_dfa
@@ -13,7 +13,13 @@ from ..errors import UnsupportedSchemaError
 from ..ir import Expr
 from ..json_formats import format_dfa
 from ..json_strings import (
-    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, check_lengths, json_string_expr, string_dfa, string_literal_expr,
+    ANY_STRING,
+    JSON_ESCAPE,
+    RAW_STRING_CHAR,
+    check_lengths,
+    json_string_expr,
+    string_dfa,
+    string_literal_expr,
 )
 from ..limits import DEFAULT_LIMITS
 

@@ -5,8 +5,8 @@ through the `unsupported` callback the caller passes (it raises, or widens under
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections.abc import Callable
+from fractions import Fraction
 
 from .keywords import UNANNOTATED, WITNESS, canonical_json, is_true, json_equal, types_of
 from .leaves import pattern_search

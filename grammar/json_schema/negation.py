@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING
 from ..errors import SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH
 from .keywords import (
-    KNOWN, ANNOTATIONS, UNANNOTATED, WITNESS, as_schema, is_true, json_type, positive_whole, types_of,
+    ANNOTATIONS,
+    KNOWN,
+    UNANNOTATED,
+    WITNESS,
+    as_schema,
+    is_true,
+    json_type,
+    positive_whole,
+    types_of,
 )
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from ..errors import BudgetExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import escape_pointer
-from .keywords import WITNESS, is_true, RefMarker, types_of
-from .leaves import budgeted_dfa_op, pattern_search, any_string_dfa, json_string_expr, literal_dfa, string_literal_expr
+from .keywords import WITNESS, RefMarker, is_true, types_of
+from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
 
 if TYPE_CHECKING:
     from .emit import Emitter
@@ -43,7 +43,7 @@ class _ObjectTerm:
     max_p: int | None
 
     @classmethod
-    def read(cls, f: dict, pointer: str) -> "_ObjectTerm":
+    def read(cls, f: dict, pointer: str) -> _ObjectTerm:
         max_p = f.get("maxProperties")
         return cls(pointer, dict(f.get("properties") or {}), list(dict.fromkeys(f.get("required") or [])),
                    dict(f.get("patternProperties") or {}), f.get("additionalProperties", True),
@@ -88,7 +88,7 @@ def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
                             required_rank)
 
 
-def _property_names_terms(em: Emitter, t: "_ObjectTerm") -> list | None:
+def _property_names_terms(em: Emitter, t: _ObjectTerm) -> list | None:
     """The flat terms of propertyNames (references inlined), or None when it allows every name."""
     if t.names_true:
         return None
@@ -98,7 +98,7 @@ def _property_names_terms(em: Emitter, t: "_ObjectTerm") -> list | None:
     return names_terms
 
 
-def _member_schema(em: Emitter, t: "_ObjectTerm", name: str, in_props: bool):
+def _member_schema(em: Emitter, t: _ObjectTerm, name: str, in_props: bool):
     """The schema a member called `name` must satisfy (False: no such member)."""
     parts = [t.props[name]] if in_props else []
     matching = [p for p in t.patterns if pattern_search(p, name, t.pointer)]
@@ -115,7 +115,7 @@ def _member_schema(em: Emitter, t: "_ObjectTerm", name: str, in_props: bool):
     return parts[0] if len(parts) == 1 else {"allOf": parts}
 
 
-def _named_members(em: Emitter, t: "_ObjectTerm", order: list, colon, end, child) -> tuple[list, list] | None:
+def _named_members(em: Emitter, t: _ObjectTerm, order: list, colon, end, child) -> tuple[list, list] | None:
     """([(member IR, required?)], the index in `required` of each required one), for the names
     in `order`; None (noted as empty) when a required member can have no value."""
     members = []
@@ -136,7 +136,7 @@ def _named_members(em: Emitter, t: "_ObjectTerm", order: list, colon, end, child
     return members, required_rank
 
 
-def _witness_closing(em: Emitter, conditions: list, t: "_ObjectTerm", order: list, tokens, child):
+def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list, tokens, child):
     """(min_p, max_p, close_e, close_ne) for an object whose last members are the WITNESS
     members meeting `conditions`; None when no object can hold them."""
     first, nxt, colon, end, close_ne = tokens

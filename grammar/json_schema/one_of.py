@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
 from .closing import CLOSED_ONE_OF
 from .keywords import (
-    WITNESS, as_schema, as_terms, is_true, len_disjoint, num_range, ranges_disjoint, RefMarker, types_of,
+    WITNESS,
+    RefMarker,
+    as_schema,
+    as_terms,
+    is_true,
+    len_disjoint,
+    num_range,
+    ranges_disjoint,
+    types_of,
 )
 from .leaves import closed_names_disjoint
 from .merge import applicable
