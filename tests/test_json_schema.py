@@ -863,7 +863,7 @@ def test_witness_key_may_match_the_objects_patterns(compiler, tokenizer):
 def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer):
     """Lengths past STRING_COUNT_BLOCK are a chain of rules: exact at and around each link, with
     escapes and multi-byte characters counted as one character (jsonschema is the oracle)."""
-    from pushmask.grammar.json_schema.emit import STRING_COUNT_BLOCK as B
+    from pushmask.grammar.json_schema.scalars import STRING_COUNT_BLOCK as B
 
     lo, hi = B + 3, 2 * B + 5
     around = [lo - 1, lo, B, B + 1, 2 * B - 1, 2 * B, 2 * B + 1, hi, hi + 1]

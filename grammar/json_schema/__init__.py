@@ -90,7 +90,8 @@ scopes), keywords (the vocabulary of flat terms), context (what the emitter and 
 options, `Mode`, limits, diagnostics, the document registry), algebra (`SchemaAlgebra`: DNF; it
 reads schemas and never emits), merge (the conjunction of two flat terms, pure functions), one_of
 (oneOf and disjointness) and negation (`not`), functions over the algebra; emit (`Emitter`: rules,
-memo, values, enums/consts, scalars), objects and arrays (functions over the emitter), layout
+memo, values, enums/consts, counted repetitions), objects, arrays and scalars (strings, numbers):
+functions over the emitter; layout
 (whitespace), leaves (the string/number automata, memoised), convert (`json_schema_to_grammar`).
 """
 

@@ -1,5 +1,6 @@
 """Grammar emission: the `Emitter` (rules, memo, layout), a subschema's rule, enums/consts as
-literals, and the scalar leaves (strings, numbers) with the counted repetitions they use."""
+literals, and counted repetitions; objects, arrays and scalars are functions over it
+(objects.py, arrays.py, scalars.py)."""
 
 from __future__ import annotations
 
@@ -22,30 +23,21 @@ from .keywords import (
     is_true,
     json_equal,
     json_type,
-    num_range,
-    ranges_disjoint,
     rule_hint,
     types_of,
 )
 from .layout import Layout
 from .leaves import (
     ANY_STRING,
-    JSON_ESCAPE,
-    RAW_STRING_CHAR,
-    any_string_dfa,
     budgeted_dfa_op,
     cached_leaf,
-    check_lengths,
-    format_dfa,
-    integer_leaf,
-    json_string_expr,
-    literal_dfa,
     number_leaf,
     pattern_dfa,
     string_dfa,
     string_literal_expr,
 )
 from .objects import object_expr
+from .scalars import number_value, string_value
 
 BIG_ENUM = 64
 """Enums with more values than this take each number in the spellings json.dumps writes ("5",
@@ -53,19 +45,13 @@ BIG_ENUM = 64
 spelling of a number's value ("5.00", "2.5e-1")."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxItems 4096) are built from blocks (see `counted`)."""
-STRING_COUNT_BLOCK = 1024
-"""Strings with only a length bound count characters directly up to this many, in a chain of
-rules of this many past it (each character a raw code point or a reference to one shared escape
-rule, ~8 states a count; see `chained`)."""
-SHORT_STRING = 64
-"""Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
 
 
 class Emitter(CompileContext):
     """The grammar of one compile: its rules, the memo of subschema rules, the layout and the
-    value checks; values, literals and scalars here, objects and arrays in objects.py /
-    arrays.py (functions of the emitter).  It reads schemas through its `algebra` (DNF, merge,
-    oneOf, not), which never emits."""
+    value checks; values and literals here, objects, arrays, strings and numbers in objects.py /
+    arrays.py / scalars.py (functions of the emitter).  It reads schemas through its `algebra`
+    (DNF, merge, oneOf, not), which never emits."""
 
     def __init__(self, schema, options: JsonOptions, **keywords):
         super().__init__(schema, options, **keywords)
@@ -215,9 +201,9 @@ class Emitter(CompileContext):
                 exprs.append(array_expr(self, f, pointer, depth))
                 structural = True
             elif t == "string":
-                exprs.append(self.string(f, pointer))
+                exprs.append(string_value(self, f, pointer))
             elif t in ("number", "integer"):
-                exprs.append(self.number(f, pointer, integer=(t == "integer")))
+                exprs.append(number_value(self, f, pointer, integer=(t == "integer")))
             elif t == "boolean":
                 exprs.append(alt(lit("true"), lit("false")))
             else:
@@ -247,56 +233,6 @@ class Emitter(CompileContext):
         items = [seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
                  for i, (k, v) in enumerate(value.items())]
         return seq(o, *items, close_ne)
-
-    def string(self, f: dict, pointer: str) -> Expr:
-        patterns = [f["pattern"]] if "pattern" in f else []
-        patterns += f.get("x-patterns", [])
-        # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
-        patterns = [p for p in patterns if not isinstance(p, str)
-                    or not self.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
-        fmt = f.get("format") if isinstance(f.get("format"), str) else None
-        exclusions = f["not"]["anyOf"] if "not" in f else []
-        excluded = [v for part in exclusions for v in part.get("enum", [])]
-        excluded_patterns = [part["pattern"] for part in exclusions if "pattern" in part]
-        lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer, allow_empty=True)
-        if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
-            self.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
-            return NOTHING
-        if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
-                (fmt is None or format_dfa(fmt) is None):
-            # only a length constraint: count characters, escapes as one shared rule
-            key = ("string_chars", lo, hi)
-            if key not in self.memo:  # one rule per length bound: shared by its strings, not inlined
-                self.memo[key] = self.rule_ref("string_chars", self.chained(self.json_char(), lo, hi, "string_chars",
-                                                                            STRING_COUNT_BLOCK))
-            return seq(lit('"'), self.memo[key], lit('"'))
-        try:
-            dfa = self.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
-                                  pointer=pointer)
-        except UnsupportedSchemaError as exc:
-            if exc.keyword != "format" or not self.mode.lenient:
-                raise
-            self.unsupported("format", pointer, str(exc.message))
-            dfa = self.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None,
-                                  pointer=pointer)
-        if dfa is None and len(patterns) <= 1 and not exclusions:
-            return ANY_STRING
-        if dfa is None:
-            dfa = any_string_dfa()
-        for extra in patterns[1:]:
-            dfa = self.dfa_op(dfa.intersect, self.pattern_dfa(extra, f"{pointer}/allOf"), "pattern", pointer)
-        if excluded:
-            dfa = self.dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
-        for pattern in excluded_patterns:
-            dfa = self.dfa_op(dfa.difference, self.pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
-        return json_string_expr(dfa, pointer, budget=self.limits.max_encoded_string_states)
-
-    def json_char(self) -> Expr:
-        """One JSON string character: a raw code point, or a reference to the escape rule
-        (backslash escapes and surrogate pairs), so counted strings hold it once."""
-        if self.escape_rule is None:
-            self.escape_rule = self.rule_ref("string_escape", JSON_ESCAPE)
-        return alt(RAW_STRING_CHAR, self.escape_rule)
 
     def counted(self, item: Expr, lo: int, hi: int | None, hint: str, block: int = COUNT_BLOCK) -> Expr:
         """item{lo,hi}, where no automaton grows past `block` copies of `item`.
@@ -366,40 +302,6 @@ class Emitter(CompileContext):
                     if len(values) > UNIQUE_ENUM_MAX:
                         return None
         return values or None
-
-    def number(self, f: dict, pointer: str, integer: bool) -> Expr:
-        kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
-                      exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
-                      multiple_of=f.get("multipleOf"), pointer=pointer,
-                      budget=self.limits.max_string_states)
-        lo, hi = num_range(f)
-        if ranges_disjoint(lo, hi, lo, hi):
-            self.note_empty(pointer, "minimum/maximum leave no number")
-            return NOTHING
-        exclusions = f.get("not", {}).get("anyOf", ())
-        non_integral = any(part.get("type") == "integer" for part in exclusions)
-        if integer and non_integral:
-            return NOTHING
-        not_multiple_of = tuple(sorted({int(part["multipleOf"]) for part in exclusions if "multipleOf" in part}))
-        if not_multiple_of:
-            kwargs["not_multiple_of"] = not_multiple_of
-        if integer:
-            kwargs["zero_fraction"] = self.draft != "draft4"
-            kwargs["remainder_budget"] = self.limits.max_rule_states
-        elif non_integral:
-            kwargs["non_integral"] = True
-        try:
-            return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
-        except UnsupportedSchemaError as exc:
-            if not self.mode.lenient or exc.keyword != "multipleOf":
-                raise
-            self.unsupported("multipleOf", pointer, exc.message)
-            kwargs["multiple_of"] = None
-            return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
-        except SchemaError as exc:  # the leaf reports an empty range (e.g. no integer in (1, 2))
-            self.note_empty(exc.pointer or pointer, exc.message)
-            return NOTHING
-
 
 def _number_spellings(value) -> list[str]:
     """Texts json.loads reads as a number equal to `value` (as jsonschema compares), the ones
