@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
-from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
-from pushmask.grammar.json_schema.leaves import _dfa_op
 from pushmask.grammar.codepoint_dfa import ALL_CHARS, Dfa, StateBudgetExceeded, intersect_ranges
+from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
+from pushmask.grammar.json_schema.leaves import budgeted_dfa_op
 from pushmask.grammar.limits import DEFAULT_LIMITS
 from pushmask.grammar.partition import refine_partition
 
@@ -27,7 +27,7 @@ class ReferenceDfa(Dfa):
 
     # -- construction --------------------------------------------------------------------------
 
-    def trim(self) -> "ReferenceDfa":
+    def trim(self) -> ReferenceDfa:
         """Drop states that cannot reach a final state or are unreachable; renumber from 0."""
         reverse: list[list[int]] = [[] for _ in self.trans]
         for s, edges in enumerate(self.trans):
@@ -62,7 +62,7 @@ class ReferenceDfa(Dfa):
             trans.append(edges)
         return ReferenceDfa(trans, (number[s] for s in self.finals if s in number))
 
-    def minimize(self) -> "ReferenceDfa":
+    def minimize(self) -> ReferenceDfa:
         """An equivalent minimal trimmed DFA (incremental Moore refinement, `refine_partition`)."""
         dfa = self.trim()
         n = dfa.size
@@ -99,8 +99,8 @@ class ReferenceDfa(Dfa):
 
     # -- boolean operations --------------------------------------------------------------------
 
-    def _product(self, other: "ReferenceDfa", final: Callable[[bool, bool], bool], keep_dead: bool,
-                 budget: int, minimize: bool = True) -> "ReferenceDfa":
+    def _product(self, other: ReferenceDfa, final: Callable[[bool, bool], bool], keep_dead: bool,
+                 budget: int, minimize: bool = True) -> ReferenceDfa:
         a, b = self, other
 
         def step(key):
@@ -120,13 +120,13 @@ class ReferenceDfa(Dfa):
     # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
     # caller builds near-minimal automata anyway; the result is then only trimmed.
 
-    def intersect(self, other: "ReferenceDfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "ReferenceDfa":
+    def intersect(self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> ReferenceDfa:
         return self._product(other, lambda x, y: x and y, False, budget, minimize)
 
-    def union(self, other: "ReferenceDfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "ReferenceDfa":
+    def union(self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> ReferenceDfa:
         return self._product(other, lambda x, y: x or y, True, budget, minimize)
 
-    def difference(self, other: "ReferenceDfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "ReferenceDfa":
+    def difference(self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> ReferenceDfa:
         return self._product(other, lambda x, y: x and not y, True, budget, minimize)
 
     __and__ = intersect
@@ -326,7 +326,7 @@ def reference_keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, bud
     for mask in masks:
         dfa = key_dfa
         for i, pdfa in enumerate(pdfas):
-            dfa = _dfa_op(dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer)
+            dfa = budgeted_dfa_op(dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer)
             if dfa.is_empty():
                 break
         if not dfa.is_empty() and mask in wanted:

@@ -541,6 +541,22 @@ def test_unique_items_unsupported_and_lenient_warns(compiler):
     json_schema_to_grammar({**schema, "maxItems": 1})
 
 
+def test_rules_are_memoised_per_mode():
+    """A subschema compiled with value checks (a checked rule) is not reused where the caller needs
+    the grammar exact (a oneOf's negated form, `narrowed`): there the keyword is unsupported."""
+    from pushmask.grammar.json_options import JsonOptions
+    from pushmask.grammar.json_schema.convert import _Compiler
+
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    comp = _Compiler(schema, JsonOptions())
+    checked = comp.value(schema, "#", None)
+    assert set(comp.checks) == {checked.name}
+    with comp.narrowed(lenient=False, value_checks=False), pytest.raises(UnsupportedSchemaError) as info:
+        comp.value(schema, "#", None)
+    assert info.value.keyword == "uniqueItems"
+    assert comp.value(schema, "#", None) == checked  # the outer mode's rule again
+
+
 def test_annotations_and_unknown_keywords_are_ignored(compiler, tokenizer):
     check(compiler, tokenizer, {"type": "integer", "title": "t", "description": "d", "default": 3, "examples": [1],
                                 "$comment": "c", "deprecated": True, "x-custom": {"type": "string"}},
@@ -734,18 +750,18 @@ def test_one_of_tagged_by_a_member_required_on_one_side(compiler, tokenizer):
 def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
     """A real schema whose oneOf branches reach further oneOfs (tabris colors): without a budget
     the pairwise checks multiply for minutes; with it the compile ends with a clear error."""
-    from pushmask.grammar.json_schema import convert, one_of
+    from pushmask.grammar.json_schema import one_of
 
     schema = json.loads(require_shared(DATA / "maskbench-dev" / "Github_easy---o37786.json").read_text())["schema"]
     calls = 0
-    disjoint = convert._Compiler.disjoint
+    disjoint = one_of.disjoint
 
-    def counted(self, x, y, level):
+    def counted(alg, x, y, level):
         nonlocal calls
         calls += 1
-        return disjoint(self, x, y, level)
+        return disjoint(alg, x, y, level)
 
-    monkeypatch.setattr(convert._Compiler, "disjoint", counted)
+    monkeypatch.setattr(one_of, "disjoint", counted)
     with pytest.raises(UnsupportedSchemaError) as info:  # with value checks it compiles (35-60 s)
         json_schema_to_grammar(schema, property_order="any", value_checks=False)
     assert info.value.keyword == "oneOf"
@@ -847,7 +863,7 @@ def test_witness_key_may_match_the_objects_patterns(compiler, tokenizer):
 def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer):
     """Lengths past STRING_COUNT_BLOCK are a chain of rules: exact at and around each link, with
     escapes and multi-byte characters counted as one character (jsonschema is the oracle)."""
-    from pushmask.grammar.json_schema.emit import STRING_COUNT_BLOCK as B
+    from pushmask.grammar.json_schema.scalars import STRING_COUNT_BLOCK as B
 
     lo, hi = B + 3, 2 * B + 5
     around = [lo - 1, lo, B, B + 1, 2 * B - 1, 2 * B, 2 * B + 1, hi, hi + 1]

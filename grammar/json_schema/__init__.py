@@ -21,7 +21,8 @@ How it works
    or when every branch can be negated: oneOf [B1..Bn] = anyOf_i (Bi and not Bj, j != i).
 3. Each flat conjunction becomes, per allowed type, a leaf token (json_strings / json_numbers)
    or an object/array grammar.  Every compiled object/array schema and every `$ref` target gets
-   its own IR rule, memoised by the canonical JSON of the subschema (and the indent depth), so
+   its own IR rule, memoised by the canonical JSON of the subschema (with the indent depth and the
+   `Mode`: lenient, value checks), so
    identical subschemas share a rule and recursion becomes a recursive rule.  An object with
    many optional members is split into "members" checkpoint rules every few members, so no rule
    body grows quadratically (or exponentially, with min/maxProperties).
@@ -85,14 +86,17 @@ dependentSchemas, maxContains without a negatable `contains`, ...) raises
 
 
 Modules: documents (loading, metaschema check, $ref/$id normalisation), dynamic ($dynamicRef
-scopes), keywords (the vocabulary of flat terms), context (options, limits, counters, rules),
-algebra (DNF and merging), one_of (oneOf and disjointness), negation (`not`), emit (layout,
-values, enums/consts, scalars), leaves (the string/number automata, memoised), objects, arrays,
-convert (the compiler class and `json_schema_to_grammar`).
+scopes), keywords (the vocabulary of flat terms), context (what the emitter and the algebra share:
+options, `Mode`, limits, diagnostics, the document registry), algebra (`SchemaAlgebra`: DNF; it
+reads schemas and never emits), merge (the conjunction of two flat terms, pure functions), one_of
+(oneOf and disjointness) and negation (`not`), functions over the algebra; emit (`Emitter`: rules,
+memo, values, enums/consts, counted repetitions), objects, arrays and scalars (strings, numbers):
+functions over the emitter; layout
+(whitespace), leaves (the string/number automata, memoised), convert (`json_schema_to_grammar`).
 """
 
 from .convert import json_schema_to_grammar
-from .emit import INDENT_DEPTH_LIMIT
+from .layout import INDENT_DEPTH_LIMIT
 from .leaves import clear_leaf_cache
 
 __all__ = ["json_schema_to_grammar", "clear_leaf_cache", "INDENT_DEPTH_LIMIT"]

@@ -1,10 +1,11 @@
-"""What one compile keeps: its options, its `Limits`, the rules made so far and the counters of
-the analyses under way; and the document registry that resolves references."""
+"""What one compile shares between its emitter and its schema algebra: options, `Limits`, `Mode`,
+diagnostics, and the document registry that resolves references."""
 
 from __future__ import annotations
 
-import re
 import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from urllib.parse import urldefrag
 
 import jsonschema
@@ -12,63 +13,64 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from ..errors import BudgetExceededError, CompileClock, SchemaError, UnsupportedSchemaError
-from ..ir import NOTHING, Expr, Ref
+from ..errors import CompileClock, SchemaError, UnsupportedSchemaError
 from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
 from .closing import close_document, spec_copy
 from .documents import (
-    DEFAULT_BASE, _count_key, draft_of, join_uri, normalize_document, original_uri, spec_uri, translate_pointer,
+    DEFAULT_BASE,
+    count_key,
+    draft_of,
+    join_uri,
+    normalize_document,
+    original_uri,
+    spec_uri,
+    translate_pointer,
 )
 from .dynamic import DynamicScopes
-from .emit import _Layout
-from .keywords import ANNOTATIONS, _as_schema
-from .leaves import _dfa_op, pattern_dfa, string_dfa
-
+from .keywords import ANNOTATIONS, as_schema
 
 MAX_INLINE_DEPTH = 40
 """References expanded in place (through allOf/anyOf/oneOf/not, no object or array between) may
 nest this deep; deeper means a reference cycle that cannot be expanded (UnsupportedSchemaError)."""
 
 
-class _NeedsDynamicScopes(Exception):
+@dataclass(frozen=True)
+class Mode:
+    """What a compile may do where a keyword cannot be expressed exactly: widen it (lenient) and
+    leave it to a value check in the matcher (value_checks).  The analyses that need exact terms
+    (a oneOf's negated form, disjointness, finite value sets) narrow it for their extent
+    (`CompileContext.narrowed`); a subschema's rule depends on it, so the memo keys on it."""
+
+    lenient: bool
+    value_checks: bool
+
+
+class NeedsDynamicScopes(Exception):
     """Several dynamic anchors: compile again with references specialised per dynamic scope."""
 
 
-class _Unsatisfiable(SchemaError):
+class UnsatisfiableSchema(SchemaError):
     """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
 
 
 class CompileContext:
-    """Options, limits, rules and counters of one compile (the base of the compiler class)."""
+    """What the emitter and the schema algebra of one compile share: the options, limits and
+    `Mode`; the documents (registry, references, jsonschema checks); the diagnostics (widenings
+    warned about, the first reason for an empty language).  The emitter (emit.py) extends it with
+    the rules it makes."""
 
     def __init__(self, schema, options: JsonOptions, *, dynamic_scopes=False, limits: Limits = DEFAULT_LIMITS):
         self.options = options  # read-only: one object for the whole compile (grammar/json_options.py)
         self.property_order = options.property_order
         self.limits = limits
-        self.lenient = options.lenient
-        self.layout = _Layout(options.whitespace, options.indent, options.max_whitespace, options.separators,
-                              options.root_whitespace)
+        self.mode = Mode(lenient=options.lenient, value_checks=options.value_checks)
         self.addl_default = options.additional_properties_default
         self.retrieve_raw = options.retrieve
-        self.rules: dict[str, Expr] = {}
         self.widened: set[tuple[str, str]] = set()  # (keyword, pointer) warned about, shared by retries
-        self.memo: dict[tuple, Expr] = {}
-        self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
-        self.recursed: set[str] = set()
-        self.names: dict[str, int] = {}
         self.empty_reason: tuple[str, str] | None = None
-        self.inline_depth = 0
         self.retrieved: list = []
         self.retrieved_uris: set[str] = set()
-        self.no_negation = 0
-        self.one_of_depth = 0
-        self.disjoint_checks = 0
-        self.value_checks = options.value_checks
-        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
-        self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (see `value`)
-        self.no_value_checks = 0  # > 0 where a superset would not be exact (one_of_by_negation)
-        self.static_dynamic: str | None = None
         self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
@@ -97,7 +99,7 @@ class CompileContext:
         """How many anchors a `$dynamicRef` ($dynamicAnchor) or `$recursiveRef` ($recursiveAnchor)
         may resolve to across the root and the retrieved documents."""
         anchor_key = "$dynamicAnchor" if ref_key == "$dynamicRef" else "$recursiveAnchor"
-        return _count_key(self.root, anchor_key) + sum(_count_key(d, anchor_key) for d in self.retrieved)
+        return count_key(self.root, anchor_key) + sum(count_key(d, anchor_key) for d in self.retrieved)
 
     def _register(self, uri: str, schema) -> None:
         self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
@@ -138,7 +140,7 @@ class CompileContext:
 
     def unsupported(self, keyword: str, pointer: str, detail: str) -> None:
         """Raise UnsupportedSchemaError, or under lenient=True warn that the keyword is widened."""
-        if not self.lenient:
+        if not self.mode.lenient:
             raise UnsupportedSchemaError(keyword, pointer, detail)
         if (keyword, pointer) in self.widened:
             return  # one warning per widening, however often the compile meets it
@@ -148,50 +150,27 @@ class CompileContext:
     def value_checks_allowed(self) -> bool:
         """May a keyword the grammar cannot express become a value check in the matcher?  Not
         where the caller needs the grammar itself exact (a negation's positive form)."""
-        return self.value_checks and not self.no_value_checks
+        return self.mode.value_checks
+
+    @contextmanager
+    def narrowed(self, **changes: bool):
+        """`self.mode` with `changes` (e.g. value_checks=False) for the extent of a with-block."""
+        outer = self.mode
+        self.mode = replace(outer, **changes)
+        try:
+            yield
+        finally:
+            self.mode = outer
 
     def note_empty(self, pointer: str, why: str) -> None:
         if self.empty_reason is None:
             self.empty_reason = (pointer, why)
 
-    def new_rule(self, hint: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_]+", "_", hint).strip("_")[:40] or "r"
-        n = self.names.get(base, 0)
-        self.names[base] = n + 1
-        name = base if n == 0 else f"{base}_{n}"
-        while name in self.rules or name == "root":  # "root" is the grammar's start rule, added last
-            n += 1
-            name = f"{base}_{n}"
-        budget = self.limits.max_schema_rules
-        if len(self.rules) >= budget:
-            raise BudgetExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
-                                      "simplify the schema or split it, or raise the limit")
-        self.rules[name] = NOTHING
-        return name
-
-    def dfa_op(self, fn, other, keyword: str, pointer: str):
-        """`fn(other)` (a product of string automata) within Limits.max_string_states."""
-        return _dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
-
-    def pattern_dfa(self, pattern: str, pointer: str):
-        """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
-        return pattern_dfa(pattern, pointer, self.limits.max_string_states)
-
-    def string_dfa(self, **constraints):
-        """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""
-        return string_dfa(**constraints, budget=self.limits.max_string_states)
-
-    def rule_ref(self, hint: str, body: Expr) -> Ref:
-        """A new rule holding `body`, referenced: copies of the reference stay one automaton."""
-        name = self.new_rule(hint)
-        self.rules[name] = body
-        return Ref(name)
-
     def enum_values(self, term: dict) -> list:
         """The values of a flat term's enum that meet its other keywords.  Every value meets the
         enum itself, so only the rest is checked (jsonschema's enum check scans the whole list per
         value: quadratic in its size)."""
-        return self.valid_values({k: v for k, v in _as_schema(term).items() if k != "enum"}, term["enum"])
+        return self.valid_values({k: v for k, v in as_schema(term).items() if k != "enum"}, term["enum"])
 
     def valid_values(self, schema: dict, values: list) -> list:
         """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator

@@ -10,25 +10,20 @@ from ..errors import BudgetExceededError, CompileClock, GrammarError, SchemaErro
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
 from ..limits import DEFAULT_LIMITS, Limits
-from .algebra import AlgebraMixin
-from .arrays import ArraysMixin
-from .context import CompileContext, _NeedsDynamicScopes, _Unsatisfiable
-from .documents import _check_metaschema, _load, check_json_document
-from .emit import EmitMixin
-from .negation import NegationMixin
-from .objects import ObjectsMixin
-from .one_of import OneOfMixin
+from .context import NeedsDynamicScopes, UnsatisfiableSchema
+from .documents import check_json_document, check_metaschema, load_schema
+from .emit import Emitter
 
 
-class _Compiler(ObjectsMixin, ArraysMixin, EmitMixin, OneOfMixin, NegationMixin, AlgebraMixin, CompileContext):
+class _Compiler(Emitter):
     """One compile of one schema document: see the package docstring for how it works."""
 
     def compile(self) -> Grammar:
         """The grammar of the whole document (rules nothing derives or the root cannot reach dropped)."""
         layout = self.layout
         value = self.value(self.root, "#", layout.start_depth())
-        if self.static_dynamic and self.dynamic_anchors(self.static_dynamic) > 1:
-            raise _NeedsDynamicScopes()
+        if self.algebra.static_dynamic and self.dynamic_anchors(self.algebra.static_dynamic) > 1:
+            raise NeedsDynamicScopes()
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
         grammar = Grammar(self.rules, "root", checks=self.checks)
         return _prune(grammar, self.empty_reason)
@@ -46,7 +41,7 @@ def _prune(grammar: Grammar, reason) -> Grammar:
         productive = passes.check_productive(grammar)
     except GrammarError:
         where, why = reason if reason else ("#", "no JSON value satisfies the schema")
-        raise _Unsatisfiable(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where) from None
+        raise UnsatisfiableSchema(f"the schema is unsatisfiable: {why}; fix or relax the constraints", where) from None
     return passes.remove_unreachable(productive)
 
 
@@ -70,10 +65,10 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
     `Grammar.checks`, which the matcher checks on each closed value.
     """
     options = JsonOptions.of(options, keywords, "json_schema_to_grammar")
-    schema = _load(schema)
+    schema = load_schema(schema)
     check_json_document(schema, limits.max_schema_depth)
     try:
-        _check_metaschema(schema)
+        check_metaschema(schema)
         if schema is False:
             if options.unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
@@ -93,13 +88,13 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
 
             try:
                 return once(dynamic_scopes=False)
-            except _NeedsDynamicScopes:
+            except NeedsDynamicScopes:
                 return once(dynamic_scopes=True)
 
         try:
             try:
                 return compile_(options.additional_properties_default)
-            except _Unsatisfiable:
+            except UnsatisfiableSchema:
                 if options.additional_properties_default is True:
                     raise
                 # strict mode never turns a satisfiable schema into an error: the spec language
@@ -107,7 +102,7 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
                 warnings.warn("pushmask: closing object schemas (strict mode) leaves this schema no valid value; "
                               "it is compiled without closing them (the schema's own language)", stacklevel=2)
                 return grammar
-        except _Unsatisfiable as exc:
+        except UnsatisfiableSchema as exc:
             if options.unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError(exc.message, exc.pointer) from None

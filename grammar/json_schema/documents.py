@@ -28,7 +28,7 @@ import jsonschema
 
 from ..errors import BudgetExceededError, SchemaError
 from ..limits import DEFAULT_LIMITS
-from .keywords import _canon
+from .keywords import canonical_json
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
 
@@ -222,7 +222,7 @@ def translate_pointer(fragment: str) -> list[str]:
     return out
 
 
-def _escape(name: str) -> str:
+def escape_pointer(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
@@ -244,7 +244,7 @@ def original_uri(uri: str) -> str:
     return unquote(url[len(SPEC_COPY):]) + ("#" + frag if frag else "")
 
 
-def _uri_pointer(uri: str) -> str:
+def uri_pointer(uri: str) -> str:
     uri = original_uri(uri)
     url, frag = urldefrag(uri)
     if url == DEFAULT_BASE:
@@ -252,15 +252,15 @@ def _uri_pointer(uri: str) -> str:
     return uri
 
 
-def _count_key(node, key: str) -> int:
+def count_key(node, key: str) -> int:
     if isinstance(node, dict):
-        return (key in node) + sum(_count_key(v, key) for k, v in node.items() if k not in ("enum", "const"))
+        return (key in node) + sum(count_key(v, key) for k, v in node.items() if k not in ("enum", "const"))
     if isinstance(node, list):
-        return sum(_count_key(v, key) for v in node)
+        return sum(count_key(v, key) for v in node)
     return 0
 
 
-def _load(schema):
+def load_schema(schema):
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         return schema.model_json_schema()
     if isinstance(schema, (str, bytes)):
@@ -272,7 +272,7 @@ def _load(schema):
     return schema
 
 
-def _check_metaschema(schema) -> None:
+def check_metaschema(schema) -> None:
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
@@ -281,7 +281,7 @@ def _check_metaschema(schema) -> None:
     try:
         cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
-        path = "".join(f"/{_escape(str(p))}" for p in exc.path)
+        path = "".join(f"/{escape_pointer(str(p))}" for p in exc.path)
         raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
 
 
@@ -336,7 +336,7 @@ def _distinct_subschemas(node):
             seen: set[str] = set()
             kept = {}
             for name, sub in value.items():
-                canon = _canon(sub)
+                canon = canonical_json(sub)
                 if canon not in seen:
                     seen.add(canon)
                     kept[name] = _distinct_subschemas(sub)

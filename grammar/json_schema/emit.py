@@ -1,128 +1,133 @@
-"""Grammar emission: the whitespace layout, a subschema's rule, enums/consts as literals, and the
-scalar leaves (strings, numbers) with the counted repetitions they use."""
+"""Grammar emission: the `Emitter` (rules, memo, layout), a subschema's rule, enums/consts as
+literals, and counted repetitions; objects, arrays and scalars are functions over it
+(objects.py, arrays.py, scalars.py)."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+import re
+from collections.abc import Callable
 
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
-from ..ir import EPSILON, NOTHING, CharClass, Expr, Ref, alt, lit, rep, seq, star
+from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
+from ..json_options import JsonOptions
 from ..passes import expr_nodes
 from ..value_checks import ValidatesSchema
-from .documents import _uri_pointer
+from .algebra import SchemaAlgebra
+from .arrays import UNIQUE_ENUM_MAX, array_expr
+from .context import CompileContext
+from .documents import uri_pointer
 from .keywords import (
-    _canon, _hint, _is_true, _json_equal, _json_type, _num_range, _ranges_disjoint, _RefMarker, _types_of,
+    RefMarker,
+    canonical_json,
+    is_true,
+    json_equal,
+    json_type,
+    rule_hint,
+    types_of,
 )
+from .layout import Layout
 from .leaves import (
-    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, _cached_leaf, _integer_expr, _number_expr, any_string_dfa, check_lengths,
-    format_dfa, json_string_expr, literal_dfa, string_literal_expr,
+    ANY_STRING,
+    budgeted_dfa_op,
+    cached_leaf,
+    number_leaf,
+    pattern_dfa,
+    string_dfa,
+    string_literal_expr,
 )
+from .objects import object_expr
+from .scalars import number_value, string_value
 
-INDENT_DEPTH_LIMIT = 12
-"""Nesting depth up to which `indent=` layout is exact; deeper values use flexible whitespace."""
 BIG_ENUM = 64
 """Enums with more values than this take each number in the spellings json.dumps writes ("5",
 "5.0", "0.25"), so the whole enum is one set of literals (a trie); smaller enums take every
 spelling of a number's value ("5.00", "2.5e-1")."""
-UNIQUE_ENUM_MAX = 8
-"""uniqueItems is exact for items from an enum of at most this many values (2^n states)."""
 COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxItems 4096) are built from blocks (see `counted`)."""
-STRING_COUNT_BLOCK = 1024
-"""Strings with only a length bound count characters directly up to this many, in a chain of
-rules of this many past it (each character a raw code point or a reference to one shared escape
-rule, ~8 states a count; see `chained`)."""
-SHORT_STRING = 64
-"""Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
-_WS_RANGES = ((9, 10), (13, 13), (32, 32))
 
 
-class _Layout:
-    """Token separators for one nesting depth.
+class Emitter(CompileContext):
+    """The grammar of one compile: its rules, the memo of subschema rules, the layout and the
+    value checks; values and literals here, objects, arrays, strings and numbers in objects.py /
+    arrays.py / scalars.py (functions of the emitter).  It reads schemas through its `algebra`
+    (DNF, merge, oneOf, not), which never emits."""
 
-    depth None means "depth-independent": flexible or compact whitespace, or fixed separators.
-    With indent, depth d gives json.dumps(indent=N) text at that depth.
-    """
+    def __init__(self, schema, options: JsonOptions, **keywords):
+        super().__init__(schema, options, **keywords)
+        self.layout = Layout(options.whitespace, options.indent, options.max_whitespace, options.separators,
+                             options.root_whitespace)
+        self.rules: dict[str, Expr] = {}
+        self.memo: dict[tuple, Expr] = {}  # keys start with what they memoise (see `value`)
+        self.names: dict[str, int] = {}  # rule name stem -> rules named with it so far
+        self.recursed: set[str] = set()  # rules a subschema reached again while being compiled
+        self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
+        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
+        self.algebra = SchemaAlgebra(self)
 
-    def __init__(self, whitespace: str, indent, max_whitespace, separators, root_whitespace: bool = True):
-        if whitespace not in ("flexible", "compact"):
-            raise ValueError(f"whitespace must be 'flexible' or 'compact', got {whitespace!r}")
-        if max_whitespace is not None and (not isinstance(max_whitespace, int) or max_whitespace < 0):
-            raise ValueError(f"max_whitespace must be a non-negative int, got {max_whitespace!r}")
-        if isinstance(indent, int) and not isinstance(indent, bool):
-            indent = " " * indent if indent >= 0 else None
-        elif indent is not None and not isinstance(indent, str):
-            raise ValueError(f"indent must be an int or a string, got {indent!r}")
-        self.indent = indent
-        if separators is not None:
-            item_sep, key_sep = separators
-        elif indent is not None:
-            item_sep, key_sep = ",", ": "
-        elif whitespace == "compact":
-            item_sep, key_sep = ",", ":"
-        else:
-            item_sep, key_sep = None, None
-        self.fixed = separators is not None or indent is not None or whitespace == "compact"
-        self.item_sep, self.key_sep = item_sep, key_sep
-        cls = CharClass(_WS_RANGES)
-        self.flex_ws = rep(cls, 0, max_whitespace)
-        self.root_ws = EPSILON if self.fixed or not root_whitespace else self.flex_ws
+    def new_rule(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]+", "_", hint).strip("_")[:40] or "r"
+        n = self.names.get(base, 0)
+        self.names[base] = n + 1
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self.rules or name == "root":  # "root" is the grammar's start rule, added last
+            n += 1
+            name = f"{base}_{n}"
+        budget = self.limits.max_schema_rules
+        if len(self.rules) >= budget:
+            raise BudgetExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
+                                      "simplify the schema or split it, or raise the limit")
+        self.rules[name] = NOTHING
+        return name
 
-    def child(self, depth):
-        if self.indent is None or depth is None:
-            return None
-        return depth + 1 if depth + 1 < INDENT_DEPTH_LIMIT else None
+    def rule_ref(self, hint: str, body: Expr) -> Ref:
+        """A new rule holding `body`, referenced: copies of the reference stay one automaton."""
+        name = self.new_rule(hint)
+        self.rules[name] = body
+        return Ref(name)
 
-    def start_depth(self):
-        return 0 if self.indent is not None else None
+    def dfa_op(self, fn, other, keyword: str, pointer: str):
+        """`fn(other)` (a product of string automata) within Limits.max_string_states."""
+        return budgeted_dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
 
-    def parts(self, depth, open_: str, close: str):
-        """(open, first_prefix, next_prefix, colon, item_end, close_empty, close_nonempty)."""
-        if self.indent is not None and depth is not None:
-            inner = "\n" + self.indent * (depth + 1)
-            outer = "\n" + self.indent * depth
-            return (lit(open_), lit(inner), lit(self.item_sep + inner), lit(self.key_sep), EPSILON,
-                    lit(close), lit(outer + close))
-        if self.fixed and not (self.indent is not None and depth is None):
-            return (lit(open_), EPSILON, lit(self.item_sep), lit(self.key_sep), EPSILON, lit(close), lit(close))
-        ws = self.flex_ws
-        return (seq(lit(open_), ws), EPSILON, seq(lit(","), ws), seq(ws, lit(":"), ws), ws, lit(close), lit(close))
+    def pattern_dfa(self, pattern: str, pointer: str):
+        """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
+        return pattern_dfa(pattern, pointer, self.limits.max_string_states)
 
-
-class EmitMixin:
-    """Values, literals and scalars (methods of the compiler)."""
+    def string_dfa(self, **constraints):
+        """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""
+        return string_dfa(**constraints, budget=self.limits.max_string_states)
 
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
         self.clock.check(f"the subschema at {pointer}")
-        if schema is True or (isinstance(schema, dict) and _is_true(schema)):
+        if schema is True or (isinstance(schema, dict) and is_true(schema)):
             return self.generic(depth)
         if schema is False:
             self.note_empty(pointer, "false schema")
             return NOTHING
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
-        key = (_canon(schema), depth)
+        key = (canonical_json(schema), depth, self.mode)  # the rule depends on the mode too (see Mode)
         hit = self.memo.get(key)
         if hit is not None:
             if isinstance(hit, Ref):
                 self.recursed.add(hit.name)
             return hit
-        name = self.new_rule(_hint(schema, pointer))
+        name = self.new_rule(rule_hint(schema, pointer))
         self.memo[key] = Ref(name)
-        overlapping = self.overlapping_one_ofs
-        branches = self.dnf(schema, pointer)
-        if self.overlapping_one_ofs != overlapping:
+        overlapping = self.algebra.overlapping_one_ofs
+        branches = self.algebra.dnf(schema, pointer)
+        if self.algebra.overlapping_one_ofs != overlapping:
             # a oneOf here compiled to the union of its branches: the value is checked against
             # this whole subschema when it closes, so the rule stays a rule (never inlined)
             self.checks[name] = ValidatesSchema(schema, self.validator_cls(schema, registry=self.registry), pointer)
         exprs = []
         structural = False
         for branch in branches:
-            if isinstance(branch, _RefMarker):
+            if isinstance(branch, RefMarker):
                 target = self.lookup(branch.uri, pointer)
-                exprs.append(self.value(target, _uri_pointer(branch.uri), depth))
+                exprs.append(self.value(target, uri_pointer(branch.uri), depth))
                 structural = True
             else:
                 expr, is_struct = self.flat(branch, pointer, depth)
@@ -152,7 +157,7 @@ class EmitMixin:
             self.rules[sname] = ANY_STRING
             self.memo[("json_string",)] = Ref(sname)
             nname = self.new_rule("json_number")
-            self.rules[nname] = _number_expr(pointer="#", budget=self.limits.max_string_states)
+            self.rules[nname] = number_leaf(pointer="#", budget=self.limits.max_string_states)
             self.memo[("json_number",)] = Ref(nname)
         string, number = self.memo[("json_string",)], self.memo[("json_number",)]
         child = self.generic(self.layout.child(depth)) if self.layout.child(depth) != depth else Ref(names["value"])
@@ -170,7 +175,7 @@ class EmitMixin:
 
     def flat(self, f: dict, pointer: str, depth) -> tuple[Expr, bool]:
         """(IR, structural?) for one flat conjunction."""
-        types = _types_of(f)
+        types = types_of(f)
         if not types:
             self.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
@@ -179,7 +184,7 @@ class EmitMixin:
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
             if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
-                exprs = [alt(*map(lit, _number_spellings(v))) if _json_type(v) in ("integer", "number")
+                exprs = [alt(*map(lit, _number_spellings(v))) if json_type(v) in ("integer", "number")
                          else self.literal(v, depth) for v in values]
             else:
                 exprs = [self.literal(v, depth) for v in values]
@@ -190,15 +195,15 @@ class EmitMixin:
             if t not in types or (t == "integer" and "number" in types):
                 continue
             if t == "object":
-                exprs.append(self.object(f, pointer, depth))
+                exprs.append(object_expr(self, f, pointer, depth))
                 structural = True
             elif t == "array":
-                exprs.append(self.array(f, pointer, depth))
+                exprs.append(array_expr(self, f, pointer, depth))
                 structural = True
             elif t == "string":
-                exprs.append(self.string(f, pointer))
+                exprs.append(string_value(self, f, pointer))
             elif t in ("number", "integer"):
-                exprs.append(self.number(f, pointer, integer=(t == "integer")))
+                exprs.append(number_value(self, f, pointer, integer=(t == "integer")))
             elif t == "boolean":
                 exprs.append(alt(lit("true"), lit("false")))
             else:
@@ -212,7 +217,7 @@ class EmitMixin:
         if isinstance(value, bool):
             return lit("true" if value else "false")
         if isinstance(value, (int, float)):
-            return _cached_leaf("literal", {"value": value})
+            return cached_leaf("literal", {"value": value})
         if isinstance(value, str):
             return string_literal_expr(value)
         child = self.layout.child(depth)
@@ -228,56 +233,6 @@ class EmitMixin:
         items = [seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
                  for i, (k, v) in enumerate(value.items())]
         return seq(o, *items, close_ne)
-
-    def string(self, f: dict, pointer: str) -> Expr:
-        patterns = [f["pattern"]] if "pattern" in f else []
-        patterns += f.get("x-patterns", [])
-        # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
-        patterns = [p for p in patterns if not isinstance(p, str)
-                    or not self.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
-        fmt = f.get("format") if isinstance(f.get("format"), str) else None
-        exclusions = f["not"]["anyOf"] if "not" in f else []
-        excluded = [v for part in exclusions for v in part.get("enum", [])]
-        excluded_patterns = [part["pattern"] for part in exclusions if "pattern" in part]
-        lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer, allow_empty=True)
-        if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
-            self.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
-            return NOTHING
-        if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
-                (fmt is None or format_dfa(fmt) is None):
-            # only a length constraint: count characters, escapes as one shared rule
-            key = ("string_chars", lo, hi)
-            if key not in self.memo:  # one rule per length bound: shared by its strings, not inlined
-                self.memo[key] = self.rule_ref("string_chars", self.chained(self.json_char(), lo, hi, "string_chars",
-                                                                            STRING_COUNT_BLOCK))
-            return seq(lit('"'), self.memo[key], lit('"'))
-        try:
-            dfa = self.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
-                                  pointer=pointer)
-        except UnsupportedSchemaError as exc:
-            if exc.keyword != "format" or not self.lenient:
-                raise
-            self.unsupported("format", pointer, str(exc.message))
-            dfa = self.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None,
-                                  pointer=pointer)
-        if dfa is None and len(patterns) <= 1 and not exclusions:
-            return ANY_STRING
-        if dfa is None:
-            dfa = any_string_dfa()
-        for extra in patterns[1:]:
-            dfa = self.dfa_op(dfa.intersect, self.pattern_dfa(extra, f"{pointer}/allOf"), "pattern", pointer)
-        if excluded:
-            dfa = self.dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
-        for pattern in excluded_patterns:
-            dfa = self.dfa_op(dfa.difference, self.pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
-        return json_string_expr(dfa, pointer, budget=self.limits.max_encoded_string_states)
-
-    def json_char(self) -> Expr:
-        """One JSON string character: a raw code point, or a reference to the escape rule
-        (backslash escapes and surrogate pairs), so counted strings hold it once."""
-        if self.escape_rule is None:
-            self.escape_rule = self.rule_ref("string_escape", JSON_ESCAPE)
-        return alt(RAW_STRING_CHAR, self.escape_rule)
 
     def counted(self, item: Expr, lo: int, hi: int | None, hint: str, block: int = COUNT_BLOCK) -> Expr:
         """item{lo,hi}, where no automaton grows past `block` copies of `item`.
@@ -334,7 +289,7 @@ class EmitMixin:
         """The distinct values a schema allows when it is an enum (or const) of at most
         UNIQUE_ENUM_MAX values, else None."""
         try:
-            terms = self.exact_dnf(schema, "#")
+            terms = self.algebra.exact_dnf(schema, "#")
         except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
             return None
         values: list = []
@@ -342,45 +297,11 @@ class EmitMixin:
             if not isinstance(term, dict) or "enum" not in term:
                 return None
             for v in self.enum_values(term):
-                if not any(_json_equal(v, w) for w in values):
+                if not any(json_equal(v, w) for w in values):
                     values.append(v)
                     if len(values) > UNIQUE_ENUM_MAX:
                         return None
         return values or None
-
-    def number(self, f: dict, pointer: str, integer: bool) -> Expr:
-        kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
-                      exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
-                      multiple_of=f.get("multipleOf"), pointer=pointer,
-                      budget=self.limits.max_string_states)
-        lo, hi = _num_range(f)
-        if _ranges_disjoint(lo, hi, lo, hi):
-            self.note_empty(pointer, "minimum/maximum leave no number")
-            return NOTHING
-        exclusions = f.get("not", {}).get("anyOf", ())
-        non_integral = any(part.get("type") == "integer" for part in exclusions)
-        if integer and non_integral:
-            return NOTHING
-        not_multiple_of = tuple(sorted({int(part["multipleOf"]) for part in exclusions if "multipleOf" in part}))
-        if not_multiple_of:
-            kwargs["not_multiple_of"] = not_multiple_of
-        if integer:
-            kwargs["zero_fraction"] = self.draft != "draft4"
-            kwargs["remainder_budget"] = self.limits.max_rule_states
-        elif non_integral:
-            kwargs["non_integral"] = True
-        try:
-            return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
-        except UnsupportedSchemaError as exc:
-            if not self.lenient or exc.keyword != "multipleOf":
-                raise
-            self.unsupported("multipleOf", pointer, exc.message)
-            kwargs["multiple_of"] = None
-            return _integer_expr(**kwargs) if integer else _number_expr(**kwargs)
-        except SchemaError as exc:  # the leaf reports an empty range (e.g. no integer in (1, 2))
-            self.note_empty(exc.pointer or pointer, exc.message)
-            return NOTHING
-
 
 def _number_spellings(value) -> list[str]:
     """Texts json.loads reads as a number equal to `value` (as jsonschema compares), the ones

@@ -28,7 +28,7 @@ the parsed object really holds each witness's value."""
 UNANNOTATED = "\x00unannotated"
 """Internal flat keyword: a list of schemas a term must also satisfy that evaluate no member or
 item for unevaluatedProperties/Items (the `not`s in its scope, `if` conditions that failed)."""
-# Keywords that stay in a flat conjunction (merged by `_merge_flat`).
+# Keywords that stay in a flat conjunction (merged by `merge.merge_flat`).
 FLAT_KEYS = frozenset({
     "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
@@ -36,29 +36,29 @@ FLAT_KEYS = frozenset({
     "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
     "unevaluatedProperties", "unevaluatedItems", WITNESS, UNANNOTATED,
 })
-_APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
+APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
                 "dependentSchemas", "$dynamicRef", "$recursiveRef")
-_KNOWN = FLAT_KEYS | ANNOTATIONS | set(_APPLICATORS) | {"const"}
+KNOWN = FLAT_KEYS | ANNOTATIONS | set(APPLICATORS) | {"const"}
 
 
-def _canon(value) -> str:
+def canonical_json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _json_equal(a, b) -> bool:
+def json_equal(a, b) -> bool:
     """JSON Schema equality: 1 == 1.0, but True != 1; objects ignore key order."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
 
 
-def _json_type(value) -> str:
+def json_type(value) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -74,11 +74,11 @@ def _json_type(value) -> str:
     return "object"
 
 
-def _is_true(schema) -> bool:
-    return schema is True or (isinstance(schema, dict) and not (set(schema) & (_KNOWN - ANNOTATIONS)))
+def is_true(schema) -> bool:
+    return schema is True or (isinstance(schema, dict) and not (set(schema) & (KNOWN - ANNOTATIONS)))
 
 
-def _types_of(flat: dict) -> set[str]:
+def types_of(flat: dict) -> set[str]:
     """Allowed JSON types; "integer" stands for integers only, "number" includes them."""
     t = flat.get("type")
     if t is None:
@@ -90,13 +90,13 @@ def _types_of(flat: dict) -> set[str]:
 
 
 @dataclass(frozen=True)
-class _RefMarker:
+class RefMarker:
     """A conjunction that is exactly one `$ref` (compiled as a reference to the target's rule)."""
 
     uri: str
 
 
-def _as_schema(f: dict) -> dict:
+def as_schema(f: dict) -> dict:
     """A flat conjunction as a real 2020-12 schema (for jsonschema checks)."""
     if "x-patterns" not in f:
         return f
@@ -105,23 +105,23 @@ def _as_schema(f: dict) -> dict:
     return out
 
 
-def _as_terms(merged) -> list:
+def as_terms(merged) -> list:
     """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
     return merged if isinstance(merged, list) else [] if merged is None else [merged]
 
 
-def _positive_whole(value) -> bool:
+def positive_whole(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value == int(value)
 
 
-def _hint(schema: dict, pointer: str) -> str:
+def rule_hint(schema: dict, pointer: str) -> str:
     tail = pointer.rsplit("/", 1)[-1] if "/" in pointer else "value"
     if isinstance(schema.get("title"), str):
         tail = schema["title"]
     return tail if tail and not tail[0].isdigit() else f"item_{tail}"
 
 
-def _num_range(f: dict):
+def num_range(f: dict):
     lo = (f.get("minimum"), False)
     if f.get("exclusiveMinimum") is not None and (lo[0] is None or f["exclusiveMinimum"] >= lo[0]):
         lo = (f["exclusiveMinimum"], True)
@@ -131,7 +131,7 @@ def _num_range(f: dict):
     return lo, hi
 
 
-def _ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
+def ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
     lo = max((b for b in (lo_x, lo_y) if b[0] is not None), key=lambda b: (b[0], b[1]), default=None)
     hi = min((b for b in (hi_x, hi_y) if b[0] is not None), key=lambda b: (b[0], not b[1]), default=None)
     if lo is None or hi is None:
@@ -139,7 +139,7 @@ def _ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
     return lo[0] > hi[0] or (lo[0] == hi[0] and (lo[1] or hi[1]))
 
 
-def _len_disjoint(x: dict, y: dict, lo_key: str, hi_key: str) -> bool:
+def len_disjoint(x: dict, y: dict, lo_key: str, hi_key: str) -> bool:
     lo = max(x.get(lo_key, 0), y.get(lo_key, 0))
     his = [v for v in (x.get(hi_key), y.get(hi_key)) if v is not None]
     return bool(his) and lo > min(his)

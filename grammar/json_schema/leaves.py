@@ -4,7 +4,7 @@ budget of their products."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .. import caches, ecma_regex, json_formats, json_numbers
 from ..codepoint_dfa import StateBudgetExceeded, any_string_dfa, budgeted, literal_dfa
@@ -13,7 +13,13 @@ from ..errors import UnsupportedSchemaError
 from ..ir import Expr
 from ..json_formats import format_dfa
 from ..json_strings import (
-    ANY_STRING, JSON_ESCAPE, RAW_STRING_CHAR, check_lengths, json_string_expr, string_dfa, string_literal_expr,
+    ANY_STRING,
+    JSON_ESCAPE,
+    RAW_STRING_CHAR,
+    check_lengths,
+    json_string_expr,
+    string_dfa,
+    string_literal_expr,
 )
 from ..limits import DEFAULT_LIMITS
 
@@ -36,7 +42,7 @@ def clear_leaf_cache() -> None:
 caches.register(clear_leaf_cache, "JSON Schema leaf automata: numbers, patterns, formats")
 
 
-def _cached_leaf(kind: str, kwargs: dict) -> Expr:
+def cached_leaf(kind: str, kwargs: dict) -> Expr:
     """Leaf automata are pure functions of their arguments and can be slow: memoise them."""
     key = (kind, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "pointer")))
     if key not in _leaf_cache:
@@ -48,15 +54,15 @@ def _cached_leaf(kind: str, kwargs: dict) -> Expr:
     return _leaf_cache[key]
 
 
-def _integer_expr(**kwargs) -> Expr:
-    return _cached_leaf("integer", kwargs)
+def integer_leaf(**kwargs) -> Expr:
+    return cached_leaf("integer", kwargs)
 
 
-def _number_expr(**kwargs) -> Expr:
-    return _cached_leaf("number", kwargs)
+def number_leaf(**kwargs) -> Expr:
+    return cached_leaf("number", kwargs)
 
 
-def _dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int = DEFAULT_LIMITS.max_string_states):
+def budgeted_dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int = DEFAULT_LIMITS.max_string_states):
     """`fn(other, budget)` for a product of string automata (Dfa.intersect / difference / union);
     past the budget, UnsupportedSchemaError(keyword) naming Limits.max_string_states."""
     return budgeted(keyword, pointer, fn, other, budget)
@@ -66,7 +72,7 @@ _search_cache: dict[tuple[str, str], bool] = {}
 caches.register(_search_cache.clear, "JSON Schema patternProperties matches")
 
 
-def _search(pattern: str, name: str, pointer: str) -> bool:
+def pattern_search(pattern: str, name: str, pointer: str) -> bool:
     """Does the (ECMA, unanchored) pattern match `name`?  Decided by our pattern automaton."""
     key = (pattern, name)
     if key not in _search_cache:
@@ -76,7 +82,7 @@ def _search(pattern: str, name: str, pointer: str) -> bool:
     return _search_cache[key]
 
 
-def _closed_names_disjoint(x: dict, y: dict) -> bool:
+def closed_names_disjoint(x: dict, y: dict) -> bool:
     """Both terms are closed objects and no member name is allowed by both (conservative:
     a name excluded by other keywords still counts as allowed)."""
     sources = []
@@ -89,8 +95,8 @@ def _closed_names_disjoint(x: dict, y: dict) -> bool:
     (names_x, patterns_x), (names_y, patterns_y) = sources
     if names_x & names_y:
         return False
-    if any(_search(p, n, "#") for p in patterns_y for n in names_x) or \
-            any(_search(p, n, "#") for p in patterns_x for n in names_y):
+    if any(pattern_search(p, n, "#") for p in patterns_y for n in names_x) or \
+            any(pattern_search(p, n, "#") for p in patterns_x for n in names_y):
         return False
     try:
         return all(pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty()

@@ -2,49 +2,59 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import SchemaError, UnsupportedSchemaError
-from .context import MAX_INLINE_DEPTH, CompileContext
+from .context import MAX_INLINE_DEPTH
 from .keywords import (
-    _KNOWN, ANNOTATIONS, UNANNOTATED, WITNESS, _as_schema, _is_true, _json_type, _positive_whole, _types_of,
+    ANNOTATIONS,
+    KNOWN,
+    UNANNOTATED,
+    WITNESS,
+    as_schema,
+    is_true,
+    json_type,
+    positive_whole,
+    types_of,
 )
 
+if TYPE_CHECKING:
+    from .algebra import SchemaAlgebra
 
-class NegationMixin:
-    """`negate` (a method of the compiler)."""
 
-    def negate(self, schema, pointer: str):
-        """A positive schema for `not schema`, or UnsupportedSchemaError."""
-        if schema is True:
-            return False
-        if schema is False:
-            return True
-        if not isinstance(schema, dict):
-            raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
-        if _is_true(schema):
-            return False
-        if self.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
-            return {UNANNOTATED: [{"not": schema}]}
-        unevaluated = ("unevaluatedProperties", "unevaluatedItems")
-        if any(not _is_true(schema.get(k, True)) for k in unevaluated):
-            # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
-            return self.negate({"anyOf": [_as_schema(t) for t in self.dnf(schema, pointer)]}, pointer)
-        if "$ref" in schema and [k for k in schema if k in _KNOWN and k not in ANNOTATIONS] == ["$ref"]:
-            if self.inline_depth > MAX_INLINE_DEPTH:
-                raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
-            self.inline_depth += 1
-            try:
-                return self.negate(self.lookup(schema["$ref"], pointer), pointer)
-            finally:
-                self.inline_depth -= 1
-        parts: list = []
-        for key, value in schema.items():
-            if key in ANNOTATIONS or key not in _KNOWN or key == "format" or key in unevaluated:
-                continue  # (unevaluated* true always holds)
-            part = _negate_keyword(key, value, schema, self, pointer)
-            if part is _WIDEN:
-                continue
-            parts.append(part)
-        return {"anyOf": parts} if parts else False
+def negate(alg: SchemaAlgebra, schema, pointer: str):
+    """A positive schema for `not schema`, or UnsupportedSchemaError."""
+    if schema is True:
+        return False
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
+    if is_true(schema):
+        return False
+    if alg.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
+        return {UNANNOTATED: [{"not": schema}]}
+    unevaluated = ("unevaluatedProperties", "unevaluatedItems")
+    if any(not is_true(schema.get(k, True)) for k in unevaluated):
+        # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
+        return negate(alg, {"anyOf": [as_schema(t) for t in alg.dnf(schema, pointer)]}, pointer)
+    if "$ref" in schema and [k for k in schema if k in KNOWN and k not in ANNOTATIONS] == ["$ref"]:
+        if alg.inline_depth > MAX_INLINE_DEPTH:
+            raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
+        alg.inline_depth += 1
+        try:
+            return negate(alg, alg.ctx.lookup(schema["$ref"], pointer), pointer)
+        finally:
+            alg.inline_depth -= 1
+    parts: list = []
+    for key, value in schema.items():
+        if key in ANNOTATIONS or key not in KNOWN or key == "format" or key in unevaluated:
+            continue  # (unevaluated* true always holds)
+        part = _negate_keyword(key, value, schema, alg, pointer)
+        if part is _WIDEN:
+            continue
+        parts.append(part)
+    return {"anyOf": parts} if parts else False
 
 
 _WIDEN = object()
@@ -55,22 +65,23 @@ _COUNT_NEG = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", 
               "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
 
 
-def _negate_keyword(key: str, value, schema: dict, comp: CompileContext, pointer: str):
+def _negate_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """A positive schema for `not {key: value}` (with `schema`, the keyword's siblings, for the
-    keywords that read them), or _WIDEN after `comp.unsupported` when there is none."""
-    for negate in (_negate_scalar_keyword, _negate_object_keyword, _negate_array_keyword, _negate_applicator):
-        part = negate(key, value, schema, comp, pointer)
+    keywords that read them), or _WIDEN after `alg.ctx.unsupported` when there is none."""
+    for negate_keyword in (_negate_scalar_keyword, _negate_object_keyword, _negate_array_keyword,
+                           _negate_applicator):
+        part = negate_keyword(key, value, schema, alg, pointer)
         if part is not None:
             return part
-    comp.unsupported("not", f"{pointer}/{key}", f"the negation of {key!r} cannot be expressed; widened by "
-                     "ignoring this part of 'not'")
+    alg.ctx.unsupported("not", f"{pointer}/{key}", f"the negation of {key!r} cannot be expressed; widened by "
+                        "ignoring this part of 'not'")
     return _WIDEN
 
 
-def _negate_scalar_keyword(key: str, value, schema: dict, comp: CompileContext, pointer: str):
+def _negate_scalar_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """type, enum/const and the string/number/count keywords; None for other keywords."""
     if key == "type":
-        allowed = _types_of({"type": value})
+        allowed = types_of({"type": value})
         rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in allowed]
         parts = [{"type": rest}] if rest else []
         if "integer" in allowed and "number" not in allowed:
@@ -79,10 +90,10 @@ def _negate_scalar_keyword(key: str, value, schema: dict, comp: CompileContext, 
             parts.append({"type": "number"})
         return {"anyOf": parts} if parts else False
     if key in ("enum", "const"):
-        return _negate_enum(value if key == "enum" else [value], comp, pointer)
+        return _negate_enum(value if key == "enum" else [value], alg, pointer)
     if key == "pattern":
         return {"type": "string", "not": {"pattern": value}}
-    if key == "multipleOf" and _positive_whole(value):
+    if key == "multipleOf" and positive_whole(value):
         return {"type": "number", "not": {"multipleOf": int(value)}}
     if key in _NUMERIC_NEG:
         return {"type": "number", _NUMERIC_NEG[key]: value}
@@ -93,7 +104,7 @@ def _negate_scalar_keyword(key: str, value, schema: dict, comp: CompileContext, 
     return None
 
 
-def _negate_object_keyword(key: str, value, schema: dict, comp: CompileContext, pointer: str):
+def _negate_object_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """required, properties and the member keywords that need a WITNESS; None for others."""
     if key == "required":
         return {"type": "object", "anyOf": [{"properties": {n: False}} for n in value]} if value else False
@@ -106,7 +117,7 @@ def _negate_object_keyword(key: str, value, schema: dict, comp: CompileContext, 
                                              "patterns": sorted(schema.get("patternProperties") or {}),
                                              "value": True if value is False else {"not": value}}]}
     if key == "propertyNames":  # some member name breaks it
-        if value is True or _is_true(value):
+        if value is True or is_true(value):
             return False
         return {"type": "object", WITNESS: [{"pattern": None, "names": [], "patterns": [], "value": True,
                                              "key_not": value}]}
@@ -117,7 +128,7 @@ def _negate_object_keyword(key: str, value, schema: dict, comp: CompileContext, 
     return None
 
 
-def _negate_array_keyword(key: str, value, schema: dict, comp: CompileContext, pointer: str):
+def _negate_array_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """prefixItems, items and contains (without min/maxContains); None for others."""
     if key == "prefixItems":  # some item has a value its position's schema rejects
         parts = [{"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": s}]}
@@ -132,7 +143,7 @@ def _negate_array_keyword(key: str, value, schema: dict, comp: CompileContext, p
     return None
 
 
-def _negate_applicator(key: str, value, schema: dict, comp: CompileContext, pointer: str):
+def _negate_applicator(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """allOf / anyOf / oneOf (up to 8 branches) / not / $ref; None for others."""
     if key == "allOf":
         return {"anyOf": [{"not": s} for s in value]}
@@ -145,12 +156,12 @@ def _negate_applicator(key: str, value, schema: dict, comp: CompileContext, poin
     if key == "not":
         return value
     if key == "$ref":
-        return comp.negate(comp.lookup(value, pointer), pointer)
+        return negate(alg, alg.ctx.lookup(value, pointer), pointer)
     return None
 
 
-def _negate_enum(values: list, comp: CompileContext, pointer: str):
-    kinds = {_json_type(v) for v in values}
+def _negate_enum(values: list, alg: SchemaAlgebra, pointer: str):
+    kinds = {json_type(v) for v in values}
     parts: list = []
     rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in kinds]
     numbers = sorted({v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)})
@@ -171,7 +182,7 @@ def _negate_enum(values: list, comp: CompileContext, pointer: str):
         ranges.append({"exclusiveMinimum": numbers[-1]})
         parts.extend({"type": "number", **r} for r in ranges)
     for kind, excluding in (("array", _not_this_array), ("object", _not_this_object)):
-        excluded = [v for v in values if _json_type(v) == kind]
+        excluded = [v for v in values if json_type(v) == kind]
         if excluded:
             parts.append({"type": kind, "allOf": [excluding(v) for v in excluded]})
     return {"anyOf": parts}
@@ -199,7 +210,7 @@ def _not_this_object(value: dict) -> dict:
     return {"anyOf": parts}
 
 
-def _flat_exclusion(schema, parent: dict) -> bool:
+def flat_exclusion(schema, parent: dict) -> bool:
     """`not` that the leaf automata compile as a difference: `{enum: [strings]}`, `{pattern: p}`
     next to `type: string`, `{type: integer}` next to `type: number`.  (Non-strings satisfy the
     first negation; the others reject other types, hence the sibling type.)"""
@@ -211,5 +222,5 @@ def _flat_exclusion(schema, parent: dict) -> bool:
     if keys == {"type"}:  # not integer next to type number: the non-integral numbers
         return schema["type"] == "integer" and parent.get("type") == "number"
     if keys == {"multipleOf"}:  # next to a numeric type: the numbers that are no multiple of k
-        return _positive_whole(schema["multipleOf"]) and parent.get("type") in ("number", "integer")
+        return positive_whole(schema["multipleOf"]) and parent.get("type") in ("number", "integer")
     return keys == {"pattern"} and isinstance(schema["pattern"], str) and parent.get("type") == "string"

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import BudgetExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
-from .documents import _escape
-from .keywords import WITNESS, _is_true, _RefMarker, _types_of
-from .leaves import _dfa_op, _search, any_string_dfa, json_string_expr, literal_dfa, string_literal_expr
+from .documents import escape_pointer
+from .keywords import WITNESS, RefMarker, is_true, types_of
+from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
+
+if TYPE_CHECKING:
+    from .emit import Emitter
 
 ANY_ORDER_MAX_MEMBERS = 6
 """With property_order="any", objects with at most this many named members accept them in any
@@ -39,7 +43,7 @@ class _ObjectTerm:
     max_p: int | None
 
     @classmethod
-    def read(cls, f: dict, pointer: str) -> "_ObjectTerm":
+    def read(cls, f: dict, pointer: str) -> _ObjectTerm:
         max_p = f.get("maxProperties")
         return cls(pointer, dict(f.get("properties") or {}), list(dict.fromkeys(f.get("required") or [])),
                    dict(f.get("patternProperties") or {}), f.get("additionalProperties", True),
@@ -48,438 +52,449 @@ class _ObjectTerm:
 
     @property
     def names_true(self) -> bool:
-        return _is_true(self.names_schema)
+        return is_true(self.names_schema)
 
 
-class ObjectsMixin:
-    """Object grammars (methods of the compiler)."""
-
-    def object(self, f: dict, pointer: str, depth) -> Expr:
-        """The IR of the objects one flat term allows."""
-        t = _ObjectTerm.read(f, pointer)
-        if t.max_p is not None and t.min_p > t.max_p:
-            self.note_empty(pointer, "minProperties > maxProperties")
+def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
+    """The IR of the objects one flat term allows."""
+    t = _ObjectTerm.read(f, pointer)
+    if t.max_p is not None and t.min_p > t.max_p:
+        em.note_empty(pointer, "minProperties > maxProperties")
+        return NOTHING
+    child = em.layout.child(depth)
+    o, first, nxt, colon, end, close_e, close_ne = em.layout.parts(depth, "{", "}")
+    names_terms = _property_names_terms(em, t)
+    finite_names = None
+    if names_terms is not None and all(isinstance(term, dict) and "enum" in term for term in names_terms):
+        finite_names = [v for term in names_terms for v in term["enum"] if isinstance(v, str)]
+    order = list(t.props) + [r for r in t.required if r not in t.props]
+    if finite_names is not None:
+        order += [n for n in dict.fromkeys(finite_names) if n not in order]
+    named = _named_members(em, t, order, colon, end, child)
+    if named is None:
+        return NOTHING
+    members, required_rank = named
+    extra = None
+    if finite_names is None:
+        extra = extra_members(em, order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end,
+                                   child)
+    min_p, max_p = t.min_p, t.max_p
+    if WITNESS in f:
+        closing = _witness_closing(em, f[WITNESS], t, order, (first, nxt, colon, end, close_ne), child)
+        if closing is None:
             return NOTHING
-        child = self.layout.child(depth)
-        o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
-        names_terms = self._property_names_terms(t)
-        finite_names = None
-        if names_terms is not None and all(isinstance(term, dict) and "enum" in term for term in names_terms):
-            finite_names = [v for term in names_terms for v in term["enum"] if isinstance(v, str)]
-        order = list(t.props) + [r for r in t.required if r not in t.props]
-        if finite_names is not None:
-            order += [n for n in dict.fromkeys(finite_names) if n not in order]
-        named = self._named_members(t, order, colon, end, child)
-        if named is None:
-            return NOTHING
-        members, required_rank = named
-        extra = None
-        if finite_names is None:
-            extra = self.extra_members(order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end,
-                                       child)
-        min_p, max_p = t.min_p, t.max_p
-        if WITNESS in f:
-            closing = self._witness_closing(f[WITNESS], t, order, (first, nxt, colon, end, close_ne), child)
-            if closing is None:
-                return NOTHING
-            min_p, max_p, close_e, close_ne = closing
-        return self.object_body(members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
-                                required_rank)
+        min_p, max_p, close_e, close_ne = closing
+    return object_body(em, members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
+                            required_rank)
 
-    def _property_names_terms(self, t: "_ObjectTerm") -> list | None:
-        """The flat terms of propertyNames (references inlined), or None when it allows every name."""
-        if t.names_true:
+
+def _property_names_terms(em: Emitter, t: _ObjectTerm) -> list | None:
+    """The flat terms of propertyNames (references inlined), or None when it allows every name."""
+    if t.names_true:
+        return None
+    names_terms = []
+    for term in em.algebra.exact_dnf(t.names_schema, f"{t.pointer}/propertyNames"):
+        names_terms.extend(em.algebra.inline_ref(term.uri, t.pointer) if isinstance(term, RefMarker) else [term])
+    return names_terms
+
+
+def _member_schema(em: Emitter, t: _ObjectTerm, name: str, in_props: bool):
+    """The schema a member called `name` must satisfy (False: no such member)."""
+    parts = [t.props[name]] if in_props else []
+    matching = [p for p in t.patterns if pattern_search(p, name, t.pointer)]
+    parts += [t.patterns[p] for p in matching]
+    if not in_props and not matching:
+        parts.append(t.addl)
+    if not t.names_true and not em.validates(t.names_schema, name):
+        return False
+    parts = [p for p in parts if not is_true(p)]
+    if any(p is False for p in parts):
+        return False
+    if not parts:
+        return True
+    return parts[0] if len(parts) == 1 else {"allOf": parts}
+
+
+def _named_members(em: Emitter, t: _ObjectTerm, order: list, colon, end, child) -> tuple[list, list] | None:
+    """([(member IR, required?)], the index in `required` of each required one), for the names
+    in `order`; None (noted as empty) when a required member can have no value."""
+    members = []
+    required_rank = []
+    for name in order:
+        schema = _member_schema(em, t, name, name in t.props)
+        vexpr = em.value(schema, f"{t.pointer}/properties/{escape_pointer(name)}", child) \
+            if schema is not False else NOTHING
+        is_req = name in t.required
+        if vexpr == NOTHING:
+            if is_req:
+                em.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
+                return None
+            continue
+        members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
+        if is_req:
+            required_rank.append(t.required.index(name))
+    return members, required_rank
+
+
+def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list, tokens, child):
+    """(min_p, max_p, close_e, close_ne) for an object whose last members are the WITNESS
+    members meeting `conditions`; None when no object can hold them."""
+    first, nxt, colon, end, close_ne = tokens
+    min_p, max_p = t.min_p, t.max_p
+    if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
+        # a witness may repeat an earlier name, so it cannot count towards minProperties
+        em.unsupported("not", t.pointer, "member conditions next to minProperties > 1, several of them "
+                         f"next to maxProperties, or more than {MAX_WITNESSES} of them")
+    min_p = 0  # the witness is a member
+    if max_p is not None:
+        max_p -= 1  # ...and counts at most once
+        if max_p < 0:
             return None
-        names_terms = []
-        for term in self.exact_dnf(t.names_schema, f"{t.pointer}/propertyNames"):
-            names_terms.extend(self.inline_ref(term.uri, t.pointer) if isinstance(term, _RefMarker) else [term])
-        return names_terms
+    names = None if t.names_true else names_dfa(em, t.names_schema, t.pointer)
 
-    def _member_schema(self, t: "_ObjectTerm", name: str, in_props: bool):
-        """The schema a member called `name` must satisfy (False: no such member)."""
-        parts = [t.props[name]] if in_props else []
-        matching = [p for p in t.patterns if _search(p, name, t.pointer)]
-        parts += [t.patterns[p] for p in matching]
-        if not in_props and not matching:
-            parts.append(t.addl)
-        if not t.names_true and not self.validates(t.names_schema, name):
-            return False
-        parts = [p for p in parts if not _is_true(p)]
+    def member(conds, later=()):
+        return witness_member(em, conds, later, order, lambda n: _member_schema(em, t, n, n in t.props),
+                                   t.patterns, t.addl, names, t.pointer, colon, end, child)
+
+    # one member meeting every condition, or one member per condition (in some order)
+    options = [member(conditions)]
+    if len(conditions) > 1:
+        for perm in itertools.permutations(conditions):
+            parts = [member([c], perm[j + 1:]) for j, c in enumerate(perm)]
+            options.append(seq(*[x for j, part in enumerate(parts) for x in ((nxt, part) if j else (part,))]))
+    witnesses = alt(*options)
+    if witnesses == NOTHING:
+        return None
+    # the witnesses close every object: they are the last members
+    return min_p, max_p, seq(first, witnesses, close_ne), seq(nxt, witnesses, close_ne)
+
+
+def witness_fits(em: Emitter, condition, pointer: str):
+    """The keys a WITNESS condition allows."""
+    where = f"{pointer}/not/patternProperties"
+    fits = em.pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
+    for p in condition["patterns"]:
+        fits = em.dfa_op(fits.difference, em.pattern_dfa(p, where), "not", pointer)
+    if condition["names"]:
+        fits = em.dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
+    if "key_not" in condition:  # not propertyNames: a name outside the names schema
+        fits = em.dfa_op(fits.difference, names_dfa(em, condition["key_not"], pointer), "not", pointer)
+    return fits
+
+
+def names_dfa(em: Emitter, schema, pointer: str):
+    """The member names a propertyNames schema allows, as a Dfa (string constraints or an enum)."""
+    if schema is False:
+        return literal_dfa([])
+    allowed = None
+    for term in em.algebra.exact_dnf(schema, f"{pointer}/propertyNames"):
+        if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
+                                                      "enum"}) or "string" not in types_of(term):
+            raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
+                                         "only string length/pattern/format or enum name constraints negate")
+        if "enum" in term:
+            dfa = literal_dfa([v for v in em.enum_values(term) if isinstance(v, str)])
+        else:
+            dfa = em.string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
+                                  pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
+            dfa = dfa if dfa is not None else any_string_dfa()
+        allowed = dfa if allowed is None else em.dfa_op(allowed.union, dfa, "not", pointer)
+    return allowed if allowed is not None else literal_dfa([])
+
+
+def witness_member(em: Emitter, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end,
+                   child):
+    """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
+    condition allows and a value valid for whatever else applies to its key here: its own
+    schema for a named member, else the schemas of the patterns it matches, else
+    additionalProperties."""
+    where = f"{pointer}/not"
+    fits = witness_fits(em, conditions[0], pointer)
+    for condition in conditions[1:]:
+        fits = em.dfa_op(fits.intersect, witness_fits(em, condition, pointer), "not", pointer)
+    for condition in later:
+        fits = em.dfa_op(fits.difference, witness_fits(em, condition, pointer), "not", pointer)
+    if names is not None:  # propertyNames of this object
+        fits = em.dfa_op(fits.intersect, names, "not", pointer)
+    wanted = [c["value"] for c in conditions if not is_true(c["value"])]
+    wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
+    alternatives = []
+    for name in defined:
+        own = schema_for(name)
+        if own is False or not fits.accepts(name):
+            continue
+        value = em.value(wanted_value if is_true(own) else {"allOf": [own, wanted_value]}, where, child)
+        if value != NOTHING:
+            alternatives.append(seq(string_literal_expr(name), colon, value, end))
+    key_dfa = fits
+    if defined:
+        key_dfa = em.dfa_op(key_dfa.difference, literal_dfa(defined), "not", pointer)
+    alternatives += unnamed_members(em, key_dfa, patterns, addl, wanted_value, pointer, colon, end, child)
+    return alt(*alternatives)
+
+
+def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
+    """The IR of one member not named in `properties`, or None when there can be none."""
+    if addl is False and not patterns:
+        return None
+    key_dfa = any_string_dfa()
+    if names_terms is not None:
+        if not names_terms:
+            return None
+        if len(names_terms) != 1 or not isinstance(names_terms[0], dict) or \
+                set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"} or \
+                "string" not in types_of(names_terms[0]):
+            em.unsupported("propertyNames", f"{pointer}/propertyNames",
+                             "only string length/pattern/format or enum constraints on names are supported")
+        else:
+            t = names_terms[0]
+            d = em.string_dfa(min_length=t.get("minLength"), max_length=t.get("maxLength"),
+                                pattern=t.get("pattern"), format=t.get("format"),
+                                pointer=f"{pointer}/propertyNames")
+            if d is not None:
+                key_dfa = d
+    if defined:
+        key_dfa = em.dfa_op(key_dfa.difference, literal_dfa(defined), "additionalProperties", pointer)
+    alternatives = unnamed_members(em, key_dfa, patterns, addl, True, pointer, colon, end, child)
+    if not alternatives:
+        return None
+    expr = alt(*alternatives)
+    return em.rule_ref("extra_member", expr) if expr_nodes(expr, fsm_edges=True) > 200 else expr
+
+
+def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, end, child) -> list:
+    """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
+    of patterns a key can match: the value must satisfy those patterns' schemas (or
+    additionalProperties when it matches none), and the schema `also`."""
+    pats = list(patterns)
+    if len(pats) > 24:
+        raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
+    pdfas = [em.pattern_dfa(p, f"{pointer}/patternProperties") for p in pats]
+    overlapping = any(em.dfa_op(pdfas[i].intersects, pdfas[j], "patternProperties", pointer)
+                      for i in range(len(pats)) for j in range(i + 1, len(pats)))
+    if overlapping and len(pats) > MAX_PATTERN_GROUPS:
+        raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties",
+                                     f"more than {MAX_PATTERN_GROUPS} overlapping patterns")
+
+    def value_schema(mask: int):
+        """The value schema of a key matching exactly the patterns in `mask` (bit i: pattern i)."""
+        parts = [*([patterns[p] for i, p in enumerate(pats) if mask >> i & 1] if mask else [addl]), also]
+        parts = [p for p in parts if not is_true(p)]
         if any(p is False for p in parts):
             return False
-        if not parts:
-            return True
-        return parts[0] if len(parts) == 1 else {"allOf": parts}
+        return True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
 
-    def _named_members(self, t: "_ObjectTerm", order: list, colon, end, child) -> tuple[list, list] | None:
-        """([(member IR, required?)], the index in `required` of each required one), for the names
-        in `order`; None (noted as empty) when a required member can have no value."""
-        members = []
-        required_rank = []
-        for name in order:
-            schema = self._member_schema(t, name, name in t.props)
-            vexpr = self.value(schema, f"{t.pointer}/properties/{_escape(name)}", child) \
-                if schema is not False else NOTHING
-            is_req = name in t.required
-            if vexpr == NOTHING:
-                if is_req:
-                    self.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
-                    return None
-                continue
-            members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
-            if is_req:
-                required_rank.append(t.required.index(name))
-        return members, required_rank
+    # a key matches one subset of the patterns; with pairwise disjoint patterns, at most one
+    masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
+    wanted = {mask for mask in masks if value_schema(mask) is not False}
+    alternatives = []
+    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer,
+                                             em.limits.max_string_states):
+        vexpr = em.value(value_schema(mask), f"{pointer}/additionalProperties", child)
+        if vexpr == NOTHING:
+            continue
+        key = json_string_expr(dfa, pointer, "additionalProperties", em.limits.max_encoded_string_states)
+        alternatives.append(seq(key, colon, vexpr, end))
+    return alternatives
 
-    def _witness_closing(self, conditions: list, t: "_ObjectTerm", order: list, tokens, child):
-        """(min_p, max_p, close_e, close_ne) for an object whose last members are the WITNESS
-        members meeting `conditions`; None when no object can hold them."""
-        first, nxt, colon, end, close_ne = tokens
-        min_p, max_p = t.min_p, t.max_p
-        if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
-            # a witness may repeat an earlier name, so it cannot count towards minProperties
-            self.unsupported("not", t.pointer, "member conditions next to minProperties > 1, several of them "
-                             f"next to maxProperties, or more than {MAX_WITNESSES} of them")
-        min_p = 0  # the witness is a member
-        if max_p is not None:
-            max_p -= 1  # ...and counts at most once
-            if max_p < 0:
-                return None
-        names = None if t.names_true else self.names_dfa(t.names_schema, t.pointer)
 
-        def member(conds, later=()):
-            return self.witness_member(conds, later, order, lambda n: self._member_schema(t, n, n in t.props),
-                                       t.patterns, t.addl, names, t.pointer, colon, end, child)
+def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
+    """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p].
+    With property_order="any" (and counts that allow it) members come in any order instead."""
+    o, first, nxt, close_e, close_ne = parts
+    n = len(members)
+    cap = max_p if max_p is not None else max(min_p, 1)
+    memo: dict[tuple[int, int], Expr] = {}
+    chunk = 8 if cap == 1 else 4
 
-        # one member meeting every condition, or one member per condition (in some order)
-        options = [member(conditions)]
-        if len(conditions) > 1:
-            for perm in itertools.permutations(conditions):
-                parts = [member([c], perm[j + 1:]) for j, c in enumerate(perm)]
-                options.append(seq(*[x for j, part in enumerate(parts) for x in ((nxt, part) if j else (part,))]))
-        witnesses = alt(*options)
-        if witnesses == NOTHING:
-            return None
-        # the witnesses close every object: they are the last members
-        return min_p, max_p, seq(first, witnesses, close_ne), seq(nxt, witnesses, close_ne)
+    required_count = sum(1 for _, is_req in members if is_req)
 
-    def witness_fits(self, condition, pointer: str):
-        """The keys a WITNESS condition allows."""
-        where = f"{pointer}/not/patternProperties"
-        fits = self.pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
-        for p in condition["patterns"]:
-            fits = self.dfa_op(fits.difference, self.pattern_dfa(p, where), "not", pointer)
-        if condition["names"]:
-            fits = self.dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
-        if "key_not" in condition:  # not propertyNames: a name outside the names schema
-            fits = self.dfa_op(fits.difference, self.names_dfa(condition["key_not"], pointer), "not", pointer)
-        return fits
-
-    def names_dfa(self, schema, pointer: str):
-        """The member names a propertyNames schema allows, as a Dfa (string constraints or an enum)."""
-        if schema is False:
-            return literal_dfa([])
-        allowed = None
-        for term in self.exact_dnf(schema, f"{pointer}/propertyNames"):
-            if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
-                                                          "enum"}) or "string" not in _types_of(term):
-                raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
-                                             "only string length/pattern/format or enum name constraints negate")
-            if "enum" in term:
-                dfa = literal_dfa([v for v in self.enum_values(term) if isinstance(v, str)])
-            else:
-                dfa = self.string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
-                                      pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
-                dfa = dfa if dfa is not None else any_string_dfa()
-            allowed = dfa if allowed is None else self.dfa_op(allowed.union, dfa, "not", pointer)
-        return allowed if allowed is not None else literal_dfa([])
-
-    def witness_member(self, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end,
-                       child):
-        """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
-        condition allows and a value valid for whatever else applies to its key here: its own
-        schema for a named member, else the schemas of the patterns it matches, else
-        additionalProperties."""
-        where = f"{pointer}/not"
-        fits = self.witness_fits(conditions[0], pointer)
-        for condition in conditions[1:]:
-            fits = self.dfa_op(fits.intersect, self.witness_fits(condition, pointer), "not", pointer)
-        for condition in later:
-            fits = self.dfa_op(fits.difference, self.witness_fits(condition, pointer), "not", pointer)
-        if names is not None:  # propertyNames of this object
-            fits = self.dfa_op(fits.intersect, names, "not", pointer)
-        wanted = [c["value"] for c in conditions if not _is_true(c["value"])]
-        wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
-        alternatives = []
-        for name in defined:
-            own = schema_for(name)
-            if own is False or not fits.accepts(name):
-                continue
-            value = self.value(wanted_value if _is_true(own) else {"allOf": [own, wanted_value]}, where, child)
-            if value != NOTHING:
-                alternatives.append(seq(string_literal_expr(name), colon, value, end))
-        key_dfa = fits
-        if defined:
-            key_dfa = self.dfa_op(key_dfa.difference, literal_dfa(defined), "not", pointer)
-        alternatives += self.unnamed_members(key_dfa, patterns, addl, wanted_value, pointer, colon, end, child)
-        return alt(*alternatives)
-
-    def extra_members(self, defined, patterns, addl, names_schema, names_terms, pointer, colon, end, child):
-        """The IR of one member not named in `properties`, or None when there can be none."""
-        if addl is False and not patterns:
-            return None
-        key_dfa = any_string_dfa()
-        if names_terms is not None:
-            if not names_terms:
-                return None
-            if len(names_terms) != 1 or not isinstance(names_terms[0], dict) or \
-                    set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"} or \
-                    "string" not in _types_of(names_terms[0]):
-                self.unsupported("propertyNames", f"{pointer}/propertyNames",
-                                 "only string length/pattern/format or enum constraints on names are supported")
-            else:
-                t = names_terms[0]
-                d = self.string_dfa(min_length=t.get("minLength"), max_length=t.get("maxLength"),
-                                    pattern=t.get("pattern"), format=t.get("format"),
-                                    pointer=f"{pointer}/propertyNames")
-                if d is not None:
-                    key_dfa = d
-        if defined:
-            key_dfa = self.dfa_op(key_dfa.difference, literal_dfa(defined), "additionalProperties", pointer)
-        alternatives = self.unnamed_members(key_dfa, patterns, addl, True, pointer, colon, end, child)
-        if not alternatives:
-            return None
-        expr = alt(*alternatives)
-        return self.rule_ref("extra_member", expr) if expr_nodes(expr, fsm_edges=True) > 200 else expr
-
-    def unnamed_members(self, key_dfa, patterns, addl, also, pointer, colon, end, child) -> list:
-        """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
-        of patterns a key can match: the value must satisfy those patterns' schemas (or
-        additionalProperties when it matches none), and the schema `also`."""
-        pats = list(patterns)
-        if len(pats) > 24:
-            raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
-        pdfas = [self.pattern_dfa(p, f"{pointer}/patternProperties") for p in pats]
-        overlapping = any(self.dfa_op(pdfas[i].intersects, pdfas[j], "patternProperties", pointer)
-                          for i in range(len(pats)) for j in range(i + 1, len(pats)))
-        if overlapping and len(pats) > MAX_PATTERN_GROUPS:
-            raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties",
-                                         f"more than {MAX_PATTERN_GROUPS} overlapping patterns")
-
-        def value_schema(mask: int):
-            """The value schema of a key matching exactly the patterns in `mask` (bit i: pattern i)."""
-            parts = [*([patterns[p] for i, p in enumerate(pats) if mask >> i & 1] if mask else [addl]), also]
-            parts = [p for p in parts if not _is_true(p)]
-            if any(p is False for p in parts):
-                return False
-            return True if not parts else parts[0] if len(parts) == 1 else {"allOf": parts}
-
-        # a key matches one subset of the patterns; with pairwise disjoint patterns, at most one
-        masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
-        wanted = {mask for mask in masks if value_schema(mask) is not False}
-        alternatives = []
-        for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer,
-                                                 self.limits.max_string_states):
-            vexpr = self.value(value_schema(mask), f"{pointer}/additionalProperties", child)
-            if vexpr == NOTHING:
-                continue
-            key = json_string_expr(dfa, pointer, "additionalProperties", self.limits.max_encoded_string_states)
-            alternatives.append(seq(key, colon, vexpr, end))
-        return alternatives
-
-    def object_body(self, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
-        """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p].
-        With property_order="any" (and counts that allow it) members come in any order instead."""
-        o, first, nxt, close_e, close_ne = parts
-        n = len(members)
-        cap = max_p if max_p is not None else max(min_p, 1)
-        memo: dict[tuple[int, int], Expr] = {}
-        chunk = 8 if cap == 1 else 4
-
-        required_count = sum(1 for _, is_req in members if is_req)
-
-        def tail(k: int) -> Expr:
-            lo = max(0, min_p - k)
-            hi = None if max_p is None else max_p - k
-            if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
-                # two additional members could share a name, and json.loads would count them once
-                self.unsupported("minProperties", pointer, f"{lo} additional members would be needed to reach "
-                                 "minProperties, and a grammar cannot keep their names distinct")
-            if hi is not None and hi < lo:
-                return NOTHING
-            close = close_e if k == 0 else close_ne
-            if extra is None:
-                return close if lo == 0 else NOTHING
-            if k == 0:
-                options = [close_e] if lo == 0 else []
-                if hi is None or hi >= 1:
-                    options.append(seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0),
-                                                         None if hi is None else hi - 1), close_ne))
-                return alt(*options) if options else NOTHING
-            return seq(rep(seq(nxt, extra), lo, hi), close)
-
-        if self.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
-            # every instance writes its required members, so it has at least min_p members
-            if n <= ANY_ORDER_MAX_MEMBERS:
-                return seq(o, self.any_order_members(members, extra, first, nxt, close_e, close_ne))
-            return seq(o, self.interleaved_members(members, extra, first, nxt, close_e, close_ne, required_rank))
-
-        if max_p is None and min_p <= 1:
-            body = self.ordered_members(members, extra, min_p == 0, first, nxt, close_e, close_ne)
-            return seq(o, self._checked_size(body, pointer))
-
-        # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
-        for i in range(n, -1, -1):
-            for k in range(cap, -1, -1):
-                if i == n:
-                    memo[(i, k)] = tail(k)
-                    continue
-                item, is_req = members[i]
-                nk = k + 1 if max_p is not None else min(k + 1, cap)
-                if not is_req and nk == k > 0:
-                    # the count stays capped: "member i or not, then the same rest", written
-                    # linearly; alt(take, rest) would copy the rest twice per member as a tree
-                    memo[(i, k)] = seq(opt(seq(nxt, item)), memo[(i + 1, k)])
-                    continue
-                take = NOTHING
-                if max_p is None or k + 1 <= max_p:
-                    take = seq(first if k == 0 else nxt, item, memo[(i + 1, nk)])
-                memo[(i, k)] = take if is_req else alt(take, memo[(i + 1, k)])
-            if 0 < i < n and i % chunk == 0:
-                # Checkpoint: the states at position i become rules, so every rule body stays a
-                # small tree (a shared sub-expression would otherwise be copied quadratically or
-                # exponentially often by anything that walks expressions as trees).
-                for k in range(cap + 1):
-                    if memo[(i, k)] != NOTHING:
-                        name = self.new_rule("members")
-                        self.rules[name] = memo[(i, k)]
-                        memo[(i, k)] = Ref(name)
-        return seq(o, self._checked_size(memo[(0, 0)], pointer))
-
-    def _checked_size(self, body: Expr, pointer: str) -> Expr:
-        budget = self.limits.max_object_expr
-        if expr_nodes(body) > budget:
-            raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
-                                      f"with minProperties/maxProperties (more than {budget} expression nodes, "
-                                      "Limits.max_object_expr); simplify it or raise the limit")
-        return body
-
-    def ordered_members(self, members, extra, may_be_empty, first, nxt, close_e, close_ne) -> Expr:
-        """Members in definition order (required ones mandatory), then `extra` repeated, with no
-        maxProperties and at most one member required by minProperties (`may_be_empty` False).
-
-        Two families of expressions, i running backwards over the members:
-        written_from(i) "a first member at position i or later, then the rest" and
-        rest(i) "more members from position i on, each after a separator, then the close".
-        Member i continues with rest(i + 1) in both, so an automaton holds it once, where
-        counting members written (object_body) copies every member into two chains.
-        """
-        n = len(members)
-        required_after = [False] * (n + 1)  # a required member at position >= i
-        for i in range(n - 1, -1, -1):
-            required_after[i] = members[i][1] or required_after[i + 1]
+    def tail(k: int) -> Expr:
+        lo = max(0, min_p - k)
+        hi = None if max_p is None else max_p - k
+        if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
+            # two additional members could share a name, and json.loads would count them once
+            em.unsupported("minProperties", pointer, f"{lo} additional members would be needed to reach "
+                             "minProperties, and a grammar cannot keep their names distinct")
+        if hi is not None and hi < lo:
+            return NOTHING
+        close = close_e if k == 0 else close_ne
         if extra is None:
-            written_from, rest = NOTHING, close_ne
-        else:
-            more_extra = star(seq(nxt, extra))
-            written_from, rest = seq(extra, more_extra, close_ne), seq(more_extra, close_ne)
-        for i in range(n - 1, -1, -1):
+            return close if lo == 0 else NOTHING
+        if k == 0:
+            options = [close_e] if lo == 0 else []
+            if hi is None or hi >= 1:
+                options.append(seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0),
+                                                     None if hi is None else hi - 1), close_ne))
+            return alt(*options) if options else NOTHING
+        return seq(rep(seq(nxt, extra), lo, hi), close)
+
+    if em.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
+        # every instance writes its required members, so it has at least min_p members
+        if n <= ANY_ORDER_MAX_MEMBERS:
+            return seq(o, any_order_members(em, members, extra, first, nxt, close_e, close_ne))
+        return seq(o, interleaved_members(em, members, extra, first, nxt, close_e, close_ne, required_rank))
+
+    if max_p is None and min_p <= 1:
+        body = ordered_members(em, members, extra, min_p == 0, first, nxt, close_e, close_ne)
+        return seq(o, _checked_size(em, body, pointer))
+
+    # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
+    for i in range(n, -1, -1):
+        for k in range(cap, -1, -1):
+            if i == n:
+                memo[(i, k)] = tail(k)
+                continue
             item, is_req = members[i]
-            # pairs nest instead of flattening (seq / alt would copy the chain behind them at
-            # every member, quadratic in ORDERED_CHUNK); no two alternatives are equal (their
-            # member names differ)
-            after = _pair(Seq, item, rest)
-            written_from = after if is_req else _pair(Alt, after, written_from)
-            rest = _pair(Seq, nxt, after) if is_req else _pair(Seq, opt(seq(nxt, item)), rest)
-            if 0 < i and i % ORDERED_CHUNK == 0:
-                # Checkpoint: written_from(i) becomes a rule, so each rule body stays a small tree
-                # (the two families share sub-expressions, which tree walks would copy
-                # exponentially often) and rest(i) is "close, or a separator and that rule".
-                name = self.new_rule("members")
-                self.rules[name] = written_from
-                written_from = Ref(name)
-                rest = seq(nxt, written_from) if required_after[i] else alt(close_ne, seq(nxt, written_from))
-        opened = seq(first, written_from)
-        return alt(close_e, opened) if may_be_empty and not required_after[0] else opened
+            nk = k + 1 if max_p is not None else min(k + 1, cap)
+            if not is_req and nk == k > 0:
+                # the count stays capped: "member i or not, then the same rest", written
+                # linearly; alt(take, rest) would copy the rest twice per member as a tree
+                memo[(i, k)] = seq(opt(seq(nxt, item)), memo[(i + 1, k)])
+                continue
+            take = NOTHING
+            if max_p is None or k + 1 <= max_p:
+                take = seq(first if k == 0 else nxt, item, memo[(i + 1, nk)])
+            memo[(i, k)] = take if is_req else alt(take, memo[(i + 1, k)])
+        if 0 < i < n and i % chunk == 0:
+            # Checkpoint: the states at position i become rules, so every rule body stays a
+            # small tree (a shared sub-expression would otherwise be copied quadratically or
+            # exponentially often by anything that walks expressions as trees).
+            for k in range(cap + 1):
+                if memo[(i, k)] != NOTHING:
+                    name = em.new_rule("members")
+                    em.rules[name] = memo[(i, k)]
+                    memo[(i, k)] = Ref(name)
+    return seq(o, _checked_size(em, memo[(0, 0)], pointer))
 
-    def any_order_members(self, members, extra, first, nxt, close_e, close_ne) -> Expr:
-        """The members in any order, each at most once, required ones present; additional members
-        (`extra`, when allowed) anywhere between them.
 
-        Each member becomes a rule, so this object's automaton only tracks which members are
-        still to come (2^n states for n members) and the key bytes decide which member rule
-        goes on.  Sub-expressions are shared per set of remaining members.
-        """
-        refs = [self.rule_ref("member", item) for item, _ in members]
-        required = [is_req for _, is_req in members]
-        memo: dict[tuple[frozenset[int], bool], Expr] = {}
+def _checked_size(em: Emitter, body: Expr, pointer: str) -> Expr:
+    budget = em.limits.max_object_expr
+    if expr_nodes(body) > budget:
+        raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
+                                  f"with minProperties/maxProperties (more than {budget} expression nodes, "
+                                  "Limits.max_object_expr); simplify it or raise the limit")
+    return body
 
-        def rest(remaining: frozenset[int], written: bool) -> Expr:
-            key = (remaining, written)
-            if key not in memo:
-                options = []
-                if not any(required[i] for i in remaining):
-                    options.append(close_ne if written else close_e)
-                if extra is not None and not written:
-                    options.append(seq(first, extra, rest(remaining, True)))
-                for i in sorted(remaining):
-                    options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
-                body = alt(*options)
-                if extra is not None and written:
-                    body = seq(star(seq(nxt, extra)), body)
-                memo[key] = body
-            return memo[key]
 
-        return rest(frozenset(range(len(members))), False)
+def ordered_members(em: Emitter, members, extra, may_be_empty, first, nxt, close_e, close_ne) -> Expr:
+    """Members in definition order (required ones mandatory), then `extra` repeated, with no
+    maxProperties and at most one member required by minProperties (`may_be_empty` False).
 
-    def interleaved_members(self, members, extra, first, nxt, close_e, close_ne, required_rank=()) -> Expr:
-        """The members in any order: required ones exactly once, optional and additional ones freely.
+    Two families of expressions, i running backwards over the members:
+    written_from(i) "a first member at position i or later, then the rest" and
+    rest(i) "more members from position i on, each after a separator, then the close".
+    Member i continues with rest(i + 1) in both, so an automaton holds it once, where
+    counting members written (object_body) copies every member into two chains.
+    """
+    n = len(members)
+    required_after = [False] * (n + 1)  # a required member at position >= i
+    for i in range(n - 1, -1, -1):
+        required_after[i] = members[i][1] or required_after[i + 1]
+    if extra is None:
+        written_from, rest = NOTHING, close_ne
+    else:
+        more_extra = star(seq(nxt, extra))
+        written_from, rest = seq(extra, more_extra, close_ne), seq(more_extra, close_ne)
+    for i in range(n - 1, -1, -1):
+        item, is_req = members[i]
+        # pairs nest instead of flattening (seq / alt would copy the chain behind them at
+        # every member, quadratic in ORDERED_CHUNK); no two alternatives are equal (their
+        # member names differ)
+        after = _pair(Seq, item, rest)
+        written_from = after if is_req else _pair(Alt, after, written_from)
+        rest = _pair(Seq, nxt, after) if is_req else _pair(Seq, opt(seq(nxt, item)), rest)
+        if 0 < i and i % ORDERED_CHUNK == 0:
+            # Checkpoint: written_from(i) becomes a rule, so each rule body stays a small tree
+            # (the two families share sub-expressions, which tree walks would copy
+            # exponentially often) and rest(i) is "close, or a separator and that rule".
+            name = em.new_rule("members")
+            em.rules[name] = written_from
+            written_from = Ref(name)
+            rest = seq(nxt, written_from) if required_after[i] else alt(close_ne, seq(nxt, written_from))
+    opened = seq(first, written_from)
+    return alt(close_e, opened) if may_be_empty and not required_after[0] else opened
 
-        For objects too large to track which members were written (2^n states), only the
-        required members are tracked: in any order when there are at most
-        INTERLEAVE_ANY_ORDER_REQUIRED of them, else in definition order or in the order of the
-        `required` array (`required_rank`) among themselves.  An optional name may then repeat;
-        json.loads keeps the last value, which is valid too, so the parsed instance still
-        validates (the caller ensures min_p <= required and no max_p).
-        """
-        required = [item for item, is_req in members if is_req]
-        optional = [item for item, is_req in members if not is_req] + ([extra] if extra is not None else [])
-        free = self.rule_ref("optional_member", alt(*optional)) if optional else NOTHING
-        any_order = len(required) <= INTERLEAVE_ANY_ORDER_REQUIRED
-        if any_order and len(required) > 1:
-            required = [self.rule_ref("member", item) for item in required]
-        state_rules: dict[int, str] = {}
-        chains = [list(range(len(required)))]
-        if len(required_rank) == len(required):
-            by_rank = sorted(range(len(required)), key=lambda i: required_rank[i])
-            if by_rank != chains[0]:
-                chains.append(by_rank)
 
-        def pending(written: int) -> list[int]:
-            todo = [i for i in range(len(required)) if not written >> i & 1]
-            if any_order:
-                return todo
-            # the next member of each order whose prefix is exactly what was written
-            count = len(required) - len(todo)
-            nexts = {chain[count] for chain in chains if count < len(chain)
-                     and all(written >> i & 1 for i in chain[:count])}
-            return sorted(nexts)
+def any_order_members(em: Emitter, members, extra, first, nxt, close_e, close_ne) -> Expr:
+    """The members in any order, each at most once, required ones present; additional members
+    (`extra`, when allowed) anywhere between them.
 
-        def after(written: int) -> Expr:
-            """At least one member written; `written` is the bit set of required ones written."""
-            if written not in state_rules:
-                name = state_rules[written] = self.new_rule("members")
-                todo = pending(written)
-                options = [] if todo else [close_ne]
-                options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]
-                self.rules[name] = seq(star(seq(nxt, free)), alt(*options))
-            return Ref(state_rules[written])
+    Each member becomes a rule, so this object's automaton only tracks which members are
+    still to come (2^n states for n members) and the key bytes decide which member rule
+    goes on.  Sub-expressions are shared per set of remaining members.
+    """
+    refs = [em.rule_ref("member", item) for item, _ in members]
+    required = [is_req for _, is_req in members]
+    memo: dict[tuple[frozenset[int], bool], Expr] = {}
 
-        options = [] if required else [close_e]
-        if optional:
-            options.append(seq(first, free, after(0)))
-        options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
-        return alt(*options)
+    def rest(remaining: frozenset[int], written: bool) -> Expr:
+        key = (remaining, written)
+        if key not in memo:
+            options = []
+            if not any(required[i] for i in remaining):
+                options.append(close_ne if written else close_e)
+            if extra is not None and not written:
+                options.append(seq(first, extra, rest(remaining, True)))
+            for i in sorted(remaining):
+                options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
+            body = alt(*options)
+            if extra is not None and written:
+                body = seq(star(seq(nxt, extra)), body)
+            memo[key] = body
+        return memo[key]
+
+    return rest(frozenset(range(len(members))), False)
+
+
+def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_ne, required_rank=()) -> Expr:
+    """The members in any order: required ones exactly once, optional and additional ones freely.
+
+    For objects too large to track which members were written (2^n states), only the
+    required members are tracked: in any order when there are at most
+    INTERLEAVE_ANY_ORDER_REQUIRED of them, else in definition order or in the order of the
+    `required` array (`required_rank`) among themselves.  An optional name may then repeat;
+    json.loads keeps the last value, which is valid too, so the parsed instance still
+    validates (the caller ensures min_p <= required and no max_p).
+    """
+    required = [item for item, is_req in members if is_req]
+    optional = [item for item, is_req in members if not is_req] + ([extra] if extra is not None else [])
+    free = em.rule_ref("optional_member", alt(*optional)) if optional else NOTHING
+    any_order = len(required) <= INTERLEAVE_ANY_ORDER_REQUIRED
+    if any_order and len(required) > 1:
+        required = [em.rule_ref("member", item) for item in required]
+    state_rules: dict[int, str] = {}
+    chains = [list(range(len(required)))]
+    if len(required_rank) == len(required):
+        by_rank = sorted(range(len(required)), key=lambda i: required_rank[i])
+        if by_rank != chains[0]:
+            chains.append(by_rank)
+
+    def pending(written: int) -> list[int]:
+        todo = [i for i in range(len(required)) if not written >> i & 1]
+        if any_order:
+            return todo
+        # the next member of each order whose prefix is exactly what was written
+        count = len(required) - len(todo)
+        nexts = {chain[count] for chain in chains if count < len(chain)
+                 and all(written >> i & 1 for i in chain[:count])}
+        return sorted(nexts)
+
+    def after(written: int) -> Expr:
+        """At least one member written; `written` is the bit set of required ones written."""
+        if written not in state_rules:
+            name = state_rules[written] = em.new_rule("members")
+            todo = pending(written)
+            options = [] if todo else [close_ne]
+            options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]
+            em.rules[name] = seq(star(seq(nxt, free)), alt(*options))
+        return Ref(state_rules[written])
+
+    options = [] if required else [close_e]
+    if optional:
+        options.append(seq(first, free, after(0)))
+    options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
+    return alt(*options)
 
 
 def _pair(kind, first: Expr, second: Expr) -> Expr:
@@ -499,7 +514,7 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
     depth first, pattern by pattern, so masks share the automata of their common choices.
     """
     def op(fn, pdfa):
-        return _dfa_op(fn, pdfa, "patternProperties", pointer, budget)
+        return budgeted_dfa_op(fn, pdfa, "patternProperties", pointer, budget)
 
     found: dict[int, object] = {}
     if not overlapping:

@@ -8,202 +8,216 @@ accepts among those exactly one spec branch accepts."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
-from .algebra import _applicable
 from .closing import CLOSED_ONE_OF
 from .keywords import (
-    WITNESS, _as_schema, _as_terms, _is_true, _len_disjoint, _num_range, _ranges_disjoint, _RefMarker, _types_of,
+    WITNESS,
+    RefMarker,
+    as_schema,
+    as_terms,
+    is_true,
+    len_disjoint,
+    num_range,
+    ranges_disjoint,
+    types_of,
 )
-from .leaves import _closed_names_disjoint
+from .leaves import closed_names_disjoint
+from .merge import applicable
+from .negation import negate
+
+if TYPE_CHECKING:
+    from .algebra import SchemaAlgebra
 
 MAX_DISJOINT_CHECKS = 2000
 """Pairwise disjointness checks one oneOf (with the oneOfs its branches reach) may make; past
 it branches count as overlapping (conservative: the oneOf is then negated or unsupported)."""
 
 
-class OneOfMixin:
-    """oneOf and the disjointness checks it needs (methods of the compiler)."""
+def one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> list:
+    """oneOf as anyOf when its branches (with their siblings) are provably disjoint."""
+    if alg.one_of_depth == 0:
+        alg.disjoint_checks = 0
+    alg.one_of_depth += 1
+    try:
+        return _one_of(alg, schema, siblings, pointer)
+    finally:
+        alg.one_of_depth -= 1
 
-    def one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
-        """oneOf as anyOf when its branches (with their siblings) are provably disjoint."""
-        if self.one_of_depth == 0:
-            self.disjoint_checks = 0
-        self.one_of_depth += 1
-        try:
-            return self._one_of(schema, siblings, pointer)
-        finally:
-            self.one_of_depth -= 1
 
-    def _branch_terms(self, branches: list, siblings: dict, pointer: str) -> list[list]:
-        """Each branch's DNF terms merged with the oneOf's siblings."""
-        groups = []
-        for i, sub in enumerate(branches):
+def _branch_terms(alg: SchemaAlgebra, branches: list, siblings: dict, pointer: str) -> list[list]:
+    """Each branch's DNF terms merged with the oneOf's siblings."""
+    groups = []
+    for i, sub in enumerate(branches):
+        terms = []
+        for term in alg.dnf(sub, f"{pointer}/oneOf/{i}"):
+            merged = alg.merge(siblings, term, pointer)
+            terms.extend(as_terms(merged))
+        groups.append(terms)
+    return groups
+
+
+def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> list:
+    groups = _branch_terms(alg, schema["oneOf"], siblings, pointer)
+    # Decide type by type: a type on which the branches are disjoint is exact; a type that two
+    # branches accept without any constraint is excluded (every such instance matches both).
+    excluded = []
+    doubled_values = []  # null/true/false/[] values that two or more branches accept
+
+    def accepting(groups, value) -> int:
+        return sum(1 for g in groups if any(alg.accepts_value(x, value, pointer) for x in g))
+
+    for t in ("null", "boolean", "object", "array", "string", "number"):
+        restricted = []
+        for g in groups:
             terms = []
-            for term in self.dnf(sub, f"{pointer}/oneOf/{i}"):
-                merged = self.merge(siblings, term, pointer)
-                terms.extend(_as_terms(merged))
-            groups.append(terms)
-        return groups
+            for term in g:
+                terms.extend(as_terms(alg.restrict_type(term, t, pointer)))
+            restricted.append(terms)
+        live = [g for g in restricted if g]
+        if len(live) < 2:
+            continue
+        if all(disjoint(alg, x, y, 0) for i, gi in enumerate(live) for gj in live[i + 1:]
+               for x in gi for y in gj):
+            continue
+        if t in ("null", "boolean"):  # few values: count the branches accepting each one
+            doubled_values += [v for v in ((None,) if t == "null" else (True, False)) if accepting(live, v) >= 2]
+            continue
+        if t == "array" and disjoint_when_non_empty(alg, live):
+            # the branches share only [] (at most): it is invalid when two or more accept it
+            if accepting(live, []) >= 2:
+                doubled_values.append([])
+            continue
+        total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
+        if total >= 2:
+            excluded.append(t)
+            continue
+        exact = one_of_by_negation(alg, schema, siblings, pointer)
+        if exact is not None:
+            return exact
+        if t != "number" and alg.ctx.value_checks_allowed():
+            # the union of the branches; `value` checks the closed value against the schema
+            # (a number's end is only known from the byte after it, outside the value's rule)
+            alg.overlapping_one_ofs += 1
+            continue
+        alg.ctx.unsupported("oneOf", f"{pointer}/oneOf",
+                            f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
+                            + ("; widened to anyOf" if alg.ctx.mode.lenient else ""))
+        break
+    emitted = groups if CLOSED_ONE_OF not in schema else \
+        _branch_terms(alg, schema[CLOSED_ONE_OF], siblings, pointer)
+    out = [t for g in emitted for t in g]
+    if excluded:
+        keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
+        out = alg.merge_all(out, [{"type": keep}], pointer) if keep else []
+    for value in doubled_values:
+        out = alg.merge_all(out, alg.dnf(negate(alg, {"const": value}, pointer), pointer), pointer)
+    return out
 
-    def _one_of(self, schema: dict, siblings: dict, pointer: str) -> list:
-        groups = self._branch_terms(schema["oneOf"], siblings, pointer)
-        # Decide type by type: a type on which the branches are disjoint is exact; a type that two
-        # branches accept without any constraint is excluded (every such instance matches both).
-        excluded = []
-        doubled_values = []  # null/true/false/[] values that two or more branches accept
 
-        def accepting(groups, value) -> int:
-            return sum(1 for g in groups if any(self.accepts_value(x, value, pointer) for x in g))
+def disjoint_when_non_empty(alg: SchemaAlgebra, groups: list) -> bool:
+    """Are the branches' array terms disjoint on non-empty arrays (their first items cannot
+    match two branches)?"""
+    def first_item(term):
+        if not isinstance(term, dict):
+            return None
+        prefix = term.get("prefixItems") or []
+        return prefix[0] if prefix else term.get("items", True)
 
-        for t in ("null", "boolean", "object", "array", "string", "number"):
-            restricted = []
-            for g in groups:
-                terms = []
-                for term in g:
-                    terms.extend(_as_terms(self.restrict_type(term, t, pointer)))
-                restricted.append(terms)
-            live = [g for g in restricted if g]
-            if len(live) < 2:
-                continue
-            if all(self.disjoint(x, y, 0) for i, gi in enumerate(live) for gj in live[i + 1:]
-                   for x in gi for y in gj):
-                continue
-            if t in ("null", "boolean"):  # few values: count the branches accepting each one
-                doubled_values += [v for v in ((None,) if t == "null" else (True, False)) if accepting(live, v) >= 2]
-                continue
-            if t == "array" and self.disjoint_when_non_empty(live):
-                # the branches share only [] (at most): it is invalid when two or more accept it
-                if accepting(live, []) >= 2:
-                    doubled_values.append([])
-                continue
-            total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
-            if total >= 2:
-                excluded.append(t)
-                continue
-            exact = self.one_of_by_negation(schema, siblings, pointer)
-            if exact is not None:
-                return exact
-            if t != "number" and self.value_checks_allowed():
-                # the union of the branches; `value` checks the closed value against the schema
-                # (a number's end is only known from the byte after it, outside the value's rule)
-                self.overlapping_one_ofs += 1
-                continue
-            self.unsupported("oneOf", f"{pointer}/oneOf",
-                             f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
-                             + ("; widened to anyOf" if self.lenient else ""))
-            break
-        emitted = groups if CLOSED_ONE_OF not in schema else \
-            self._branch_terms(schema[CLOSED_ONE_OF], siblings, pointer)
-        out = [t for g in emitted for t in g]
-        if excluded:
-            keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
-            out = self.merge_all(out, [{"type": keep}], pointer) if keep else []
-        for value in doubled_values:
-            out = self.merge_all(out, self.dnf(self.negate({"const": value}, pointer), pointer), pointer)
-        return out
+    for i, gi in enumerate(groups):
+        for gj in groups[i + 1:]:
+            for x in gi:
+                for y in gj:
+                    a, b = first_item(x), first_item(y)
+                    if a is None or b is None or not _schemas_disjoint(alg, a, b, 1):
+                        return False
+    return True
 
-    def disjoint_when_non_empty(self, groups: list) -> bool:
-        """Are the branches' array terms disjoint on non-empty arrays (their first items cannot
-        match two branches)?"""
-        def first_item(term):
-            if not isinstance(term, dict):
-                return None
-            prefix = term.get("prefixItems") or []
-            return prefix[0] if prefix else term.get("items", True)
 
-        for i, gi in enumerate(groups):
-            for gj in groups[i + 1:]:
-                for x in gi:
-                    for y in gj:
-                        a, b = first_item(x), first_item(y)
-                        if a is None or b is None or not self._schemas_disjoint(a, b, 1):
-                            return False
-        return True
-
-    def one_of_by_negation(self, schema: dict, siblings: dict, pointer: str) -> list | None:
-        """oneOf [B1..Bn] = anyOf_i (Bi and not Bj for every j != i), when each `not` has a
-        positive form; None when some negation cannot be expressed (or the expansion is too big).
-        In strict mode the first Bi is the closed branch, the negated ones the spec branches."""
-        branches = schema["oneOf"]
-        emitted = schema.get(CLOSED_ONE_OF, branches)
-        lenient, self.lenient = self.lenient, False  # a widened negation would not be exact
-        self.no_value_checks += 1
-        try:
+def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> list | None:
+    """oneOf [B1..Bn] = anyOf_i (Bi and not Bj for every j != i), when each `not` has a
+    positive form; None when some negation cannot be expressed (or the expansion is too big).
+    In strict mode the first Bi is the closed branch, the negated ones the spec branches."""
+    branches = schema["oneOf"]
+    emitted = schema.get(CLOSED_ONE_OF, branches)
+    try:
+        with alg.ctx.narrowed(lenient=False, value_checks=False):  # a widened negation would not be exact
             out = []
             for i, branch in enumerate(emitted):
                 others = [{"not": other} for j, other in enumerate(branches) if j != i]
-                for term in self.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
-                    merged = self.merge(siblings, term, pointer)
-                    out.extend(_as_terms(merged))
-                if len(out) > self.limits.max_schema_branches:
+                for term in alg.dnf({"allOf": [branch, *others]}, f"{pointer}/oneOf/{i}"):
+                    merged = alg.merge(siblings, term, pointer)
+                    out.extend(as_terms(merged))
+                if len(out) > alg.limits.max_schema_branches:
                     return None
             return out
-        except (UnsupportedSchemaError, BudgetExceededError):
-            return None
-        finally:
-            self.lenient = lenient
-            self.no_value_checks -= 1
+    except (UnsupportedSchemaError, BudgetExceededError):
+        return None
 
-    def disjoint(self, x, y, level: int) -> bool:
-        """True only when no instance can satisfy both terms (conservative)."""
-        self.disjoint_checks += 1
-        if level > 6 or self.disjoint_checks > MAX_DISJOINT_CHECKS:
-            return False
-        if isinstance(x, _RefMarker) or isinstance(y, _RefMarker):
-            try:
-                xs = self.inline_ref(x.uri, "#") if isinstance(x, _RefMarker) else [x]
-                ys = self.inline_ref(y.uri, "#") if isinstance(y, _RefMarker) else [y]
-            except (SchemaError, BudgetExceededError):
-                return False
-            return all(self.disjoint(a, b, level + 1) for a in xs for b in ys)
-        tx, ty = _types_of(x), _types_of(y)
-        common = tx & ty
-        if not common:
-            return True
-        if "enum" in x and not self.valid_values(_as_schema(y), x["enum"]):
-            return True
-        if "enum" in y and not self.valid_values(_as_schema(x), y["enum"]):
-            return True
-        return all(self._disjoint_on(t, x, y, level) for t in common)
 
-    def _disjoint_on(self, t: str, x: dict, y: dict, level: int) -> bool:
-        if t in ("integer", "number"):
-            lo_x, hi_x = _num_range(x)
-            lo_y, hi_y = _num_range(y)
-            return _ranges_disjoint(lo_x, hi_x, lo_y, hi_y)
-        if t == "string":
-            return _len_disjoint(x, y, "minLength", "maxLength")
-        if t == "array":
-            if _len_disjoint(x, y, "minItems", "maxItems"):
-                return True
-            px, py = x.get("prefixItems", []), y.get("prefixItems", [])
-            need = max(x.get("minItems", 0), y.get("minItems", 0))
-            for i in range(min(len(px), len(py), need)):
-                if self._schemas_disjoint(px[i], py[i], level):
-                    return True
-            return False
-        if t == "object":
-            if _len_disjoint(x, y, "minProperties", "maxProperties"):
-                return True
-            req_x, req_y = set(x.get("required", [])), set(y.get("required", []))
-            for name in req_x | req_y:
-                sx, sy = _property_schema(x, name), _property_schema(y, name)
-                if (name in req_y and sx is False) or (name in req_x and sy is False):
-                    return True
-                # one side has the member (required), and its value can satisfy only one side
-                if sx is not None and sy is not None and self._schemas_disjoint(sx, sy, level):
-                    return True
-            # both closed (additionalProperties false), one needs a member, no name fits both
-            needs_member = any(f.get("required") or f.get("minProperties", 0) >= 1 for f in (x, y))
-            return needs_member and _closed_names_disjoint(x, y)
+def disjoint(alg: SchemaAlgebra, x, y, level: int) -> bool:
+    """True only when no instance can satisfy both terms (conservative)."""
+    alg.disjoint_checks += 1
+    if level > 6 or alg.disjoint_checks > MAX_DISJOINT_CHECKS:
         return False
-
-    def _schemas_disjoint(self, a, b, level: int) -> bool:
+    if isinstance(x, RefMarker) or isinstance(y, RefMarker):
         try:
-            xs, ys = self.exact_dnf(a, "#"), self.exact_dnf(b, "#")
+            xs = alg.inline_ref(x.uri, "#") if isinstance(x, RefMarker) else [x]
+            ys = alg.inline_ref(y.uri, "#") if isinstance(y, RefMarker) else [y]
         except (SchemaError, BudgetExceededError):
             return False
-        return all(self.disjoint(p, q, level + 1) for p in xs for q in ys)
+        return all(disjoint(alg, a, b, level + 1) for a in xs for b in ys)
+    tx, ty = types_of(x), types_of(y)
+    common = tx & ty
+    if not common:
+        return True
+    if "enum" in x and not alg.ctx.valid_values(as_schema(y), x["enum"]):
+        return True
+    if "enum" in y and not alg.ctx.valid_values(as_schema(x), y["enum"]):
+        return True
+    return all(_disjoint_on(alg, t, x, y, level) for t in common)
+
+
+def _disjoint_on(alg: SchemaAlgebra, t: str, x: dict, y: dict, level: int) -> bool:
+    if t in ("integer", "number"):
+        lo_x, hi_x = num_range(x)
+        lo_y, hi_y = num_range(y)
+        return ranges_disjoint(lo_x, hi_x, lo_y, hi_y)
+    if t == "string":
+        return len_disjoint(x, y, "minLength", "maxLength")
+    if t == "array":
+        if len_disjoint(x, y, "minItems", "maxItems"):
+            return True
+        px, py = x.get("prefixItems", []), y.get("prefixItems", [])
+        need = max(x.get("minItems", 0), y.get("minItems", 0))
+        for i in range(min(len(px), len(py), need)):
+            if _schemas_disjoint(alg, px[i], py[i], level):
+                return True
+        return False
+    if t == "object":
+        if len_disjoint(x, y, "minProperties", "maxProperties"):
+            return True
+        req_x, req_y = set(x.get("required", [])), set(y.get("required", []))
+        for name in req_x | req_y:
+            sx, sy = _property_schema(x, name), _property_schema(y, name)
+            if (name in req_y and sx is False) or (name in req_x and sy is False):
+                return True
+            # one side has the member (required), and its value can satisfy only one side
+            if sx is not None and sy is not None and _schemas_disjoint(alg, sx, sy, level):
+                return True
+        # both closed (additionalProperties false), one needs a member, no name fits both
+        needs_member = any(f.get("required") or f.get("minProperties", 0) >= 1 for f in (x, y))
+        return needs_member and closed_names_disjoint(x, y)
+    return False
+
+
+def _schemas_disjoint(alg: SchemaAlgebra, a, b, level: int) -> bool:
+    try:
+        xs, ys = alg.exact_dnf(a, "#"), alg.exact_dnf(b, "#")
+    except (SchemaError, BudgetExceededError):
+        return False
+    return all(disjoint(alg, p, q, level + 1) for p in xs for q in ys)
 
 
 _TYPE_KEYWORDS = {
@@ -218,16 +232,16 @@ _TYPE_KEYWORDS = {
 
 def _total_on(f: dict, t: str) -> bool:
     """Does the flat term accept every value of type t?"""
-    if "enum" in f or t not in _types_of(f) or (t == "number" and "number" not in _types_of(f)):
+    if "enum" in f or t not in types_of(f) or (t == "number" and "number" not in types_of(f)):
         return False
     for k in _TYPE_KEYWORDS[t]:
         if k not in f:
             continue
         value = f[k]
         if k in ("properties", "patternProperties"):  # maps of schemas: every one must be true
-            if not all(_is_true(sub) for sub in value.values()):
+            if not all(is_true(sub) for sub in value.values()):
                 return False
-        elif k == "required" or not _is_true(value):
+        elif k == "required" or not is_true(value):
             return False
     return True
 
@@ -236,4 +250,4 @@ def _property_schema(f: dict, name: str):
     props = f.get("properties") or {}
     if name in props:
         return props[name]
-    return _applicable(f, name, "#")
+    return applicable(f, name, "#")

@@ -1,0 +1,120 @@
+"""String and number values: the leaf automata of one flat term's string / number keywords
+(functions over the emitter, which memoises the counted-string rules)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import SchemaError, UnsupportedSchemaError
+from ..ir import NOTHING, Expr, alt, lit, seq
+from .keywords import num_range, ranges_disjoint
+from .leaves import (
+    ANY_STRING,
+    JSON_ESCAPE,
+    RAW_STRING_CHAR,
+    any_string_dfa,
+    check_lengths,
+    format_dfa,
+    integer_leaf,
+    json_string_expr,
+    literal_dfa,
+    number_leaf,
+)
+
+if TYPE_CHECKING:
+    from .emit import Emitter
+
+STRING_COUNT_BLOCK = 1024
+"""Strings with only a length bound count characters directly up to this many, in a chain of
+rules of this many past it (each character a raw code point or a reference to one shared escape
+rule, ~8 states a count; see `chained`)."""
+SHORT_STRING = 64
+"""Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
+
+
+def string_value(em: Emitter, f: dict, pointer: str) -> Expr:
+    """The IR of the strings one flat term allows (length, patterns, format, excluded values)."""
+    patterns = [f["pattern"]] if "pattern" in f else []
+    patterns += f.get("x-patterns", [])
+    # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
+    patterns = [p for p in patterns if not isinstance(p, str)
+                or not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
+    fmt = f.get("format") if isinstance(f.get("format"), str) else None
+    exclusions = f["not"]["anyOf"] if "not" in f else []
+    excluded = [v for part in exclusions for v in part.get("enum", [])]
+    excluded_patterns = [part["pattern"] for part in exclusions if "pattern" in part]
+    lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer, allow_empty=True)
+    if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
+        em.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
+        return NOTHING
+    if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
+            (fmt is None or format_dfa(fmt) is None):
+        # only a length constraint: count characters, escapes as one shared rule
+        key = ("string_chars", lo, hi)
+        if key not in em.memo:  # one rule per length bound: shared by its strings, not inlined
+            em.memo[key] = em.rule_ref("string_chars", em.chained(json_char(em), lo, hi, "string_chars",
+                                                                  STRING_COUNT_BLOCK))
+        return seq(lit('"'), em.memo[key], lit('"'))
+    try:
+        dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
+                            pointer=pointer)
+    except UnsupportedSchemaError as exc:
+        if exc.keyword != "format" or not em.mode.lenient:
+            raise
+        em.unsupported("format", pointer, str(exc.message))
+        dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None,
+                            pointer=pointer)
+    if dfa is None and len(patterns) <= 1 and not exclusions:
+        return ANY_STRING
+    if dfa is None:
+        dfa = any_string_dfa()
+    for extra in patterns[1:]:
+        dfa = em.dfa_op(dfa.intersect, em.pattern_dfa(extra, f"{pointer}/allOf"), "pattern", pointer)
+    if excluded:
+        dfa = em.dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
+    for pattern in excluded_patterns:
+        dfa = em.dfa_op(dfa.difference, em.pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
+    return json_string_expr(dfa, pointer, budget=em.limits.max_encoded_string_states)
+
+
+def json_char(em: Emitter) -> Expr:
+    """One JSON string character: a raw code point, or a reference to the escape rule
+    (backslash escapes and surrogate pairs), so counted strings hold it once."""
+    if em.escape_rule is None:
+        em.escape_rule = em.rule_ref("string_escape", JSON_ESCAPE)
+    return alt(RAW_STRING_CHAR, em.escape_rule)
+
+
+def number_value(em: Emitter, f: dict, pointer: str, integer: bool) -> Expr:
+    """The IR of the numbers (integers) one flat term allows."""
+    kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
+                  exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
+                  multiple_of=f.get("multipleOf"), pointer=pointer,
+                  budget=em.limits.max_string_states)
+    lo, hi = num_range(f)
+    if ranges_disjoint(lo, hi, lo, hi):
+        em.note_empty(pointer, "minimum/maximum leave no number")
+        return NOTHING
+    exclusions = f.get("not", {}).get("anyOf", ())
+    non_integral = any(part.get("type") == "integer" for part in exclusions)
+    if integer and non_integral:
+        return NOTHING
+    not_multiple_of = tuple(sorted({int(part["multipleOf"]) for part in exclusions if "multipleOf" in part}))
+    if not_multiple_of:
+        kwargs["not_multiple_of"] = not_multiple_of
+    if integer:
+        kwargs["zero_fraction"] = em.draft != "draft4"
+        kwargs["remainder_budget"] = em.limits.max_rule_states
+    elif non_integral:
+        kwargs["non_integral"] = True
+    try:
+        return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
+    except UnsupportedSchemaError as exc:
+        if not em.mode.lenient or exc.keyword != "multipleOf":
+            raise
+        em.unsupported("multipleOf", pointer, exc.message)
+        kwargs["multiple_of"] = None
+        return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
+    except SchemaError as exc:  # the leaf reports an empty range (e.g. no integer in (1, 2))
+        em.note_empty(exc.pointer or pointer, exc.message)
+        return NOTHING
