@@ -504,7 +504,10 @@ class CompiledGrammar:
         while runner.run(run_store_masks, PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS, states_array, pairs_array,
                          use_slices, compiler.trie_tables, scratch.kernel_args, store.mask_index, store.mask_pool,
                          used, kinds, num_accepted, scratch.words, scratch.parts) != 0:
-            store._grow_pool(int(used[1]))  # STORE_FULL: used[1] words needed
+            # STORE_FULL: used[1] words needed.  The masks this call stored so far (up to used[0])
+            # are part of the prefix the grown pool keeps: their index fields already point there.
+            store._pool_used = int(used[0])
+            store._grow_pool(int(used[1]))
         store._pool_used = int(used[0])
         return kinds, num_accepted
 

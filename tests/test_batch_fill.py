@@ -177,3 +177,34 @@ def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
         for row, k in enumerate(order):
             token = rows[k][1][step]
             assert matchers[row].accept_token(token) and twins[row].accept_token(token)
+
+
+def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch):
+    """ensure_masks computes many states in one kernel call; when the pool fills part way through,
+    the masks that call already stored must move into the grown pool with the rest: every stored
+    mask equals the one a grammar compiled apart computes state by state.  Free pool space is
+    poisoned on each growth, so a mask left behind reads as garbage, not as chance zeros."""
+    from pushmask.masks.compiler import CompiledGrammar, _stored_mask
+    from pushmask.masks.walk import MASK_FIELDS
+
+    grow = CompiledGrammar._grow_pool
+
+    def poisoned_grow(store, need):
+        grow(store, need)
+        store.mask_pool[store._pool_used:] = -7
+
+    monkeypatch.setattr(CompiledGrammar, "_grow_pool", poisoned_grow)
+    info = tokenizer_info("llama3")
+    schema = _dev_rows("llama3", 1, 8)[0][0]
+    grammar = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
+    reference = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
+    grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()  # full after the first mask
+    states = np.arange(grammar.num_states)
+    grammar.ensure_masks(states)
+    assert (grammar.mask_index[states * MASK_FIELDS] >= 0).all()
+    for state in states.tolist():
+        got = _stored_mask(grammar.mask_index, grammar.mask_pool, state, 0)
+        want = reference.state_mask(state)
+        assert got.kind == want.kind, state
+        for part, expected in zip(got.parts, want.parts):
+            assert np.array_equal(part, expected), state
