@@ -19,8 +19,17 @@ from numba.extending import intrinsic
 from ..jit import njit
 from .trie import BUCKET_BOUNDS, OTHER
 from .walk import (
-    KIND_ACCEPTED_BITSET, KIND_ACCEPTED_LIST, KIND_REJECTED_LIST, KIND_SLICE, MASK_FIELDS, PAIR_WIDTH, SLICE_ROWS,
-    bitset_ids, candidate_lcp, run_slice_bounds, run_state_walk,
+    KIND_ACCEPTED_BITSET,
+    KIND_ACCEPTED_LIST,
+    KIND_REJECTED_LIST,
+    KIND_SLICE,
+    MASK_FIELDS,
+    PAIR_WIDTH,
+    SLICE_ROWS,
+    bitset_ids,
+    candidate_lcp,
+    run_slice_bounds,
+    run_state_walk,
 )
 
 STORE_FULL = 3
