@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
@@ -23,12 +24,13 @@ from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_termin
 from ..grammar.limits import DEFAULT_LIMITS, Limits
 from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
-from .mask_cache import MaskCache, StateMask, ids_to_bitset, make_state_mask
+from .mask_cache import MaskCache, StateMask, ids_to_bitset
 from .serialization import DeserializeError, check_header, from_json, header, to_json
+from .state_masks import run_store_masks, trie_tables
 from .token_regions import TokenRegions
-from .trie import BUCKET_BOUNDS, OTHER, TokenTrie
+from .trie import TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs, run_slice_bounds, run_state_walk
+from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs
 
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
@@ -83,6 +85,7 @@ class GrammarCompiler:
                               sorted(set(tokenizer_info.special_token_ids) | self.reserved_token_ids))
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
+        self.trie_tables = trie_tables(self.trie)  # what the first-visit kernels read (masks/state_masks.py)
         self._thread_local = threading.local()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
         if not cache_enabled:
@@ -299,7 +302,9 @@ class GrammarCompiler:
         with _compiling("grammar"):
             if normalize:
                 grammar = normalize_grammar(grammar, clock)
-            return CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
+            compiled = CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
+        compiled.ensure_first_masks()
+        return compiled
 
     def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
         """Compile a constraint of any front-end kind (what the integrations call with a kind
@@ -340,7 +345,7 @@ class GrammarCompiler:
         """
         scratch = getattr(self._thread_local, "walk_scratch", None)
         if scratch is None:
-            scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie))
+            scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie), len(self.all_grammar_words))
         return scratch
 
     def clear_cache(self) -> None:
@@ -439,29 +444,102 @@ class CompiledGrammar:
     def state_mask(self, state: int) -> StateMask:
         """The mask of a global state, from this grammar's store, the shared cache, or a trie walk."""
         mask = self._masks[state]
-        if mask is not None:
-            return mask
-        with self._lock:
+        if mask is None:
+            self.ensure_masks(np.array([state], dtype=np.int64))
             mask = self._masks[state]
-            if mask is None:
-                mask = self._lookup_or_compute(state)
-                self._store(state, mask)
-                self._masks[state] = mask
         return mask
 
     def ensure_masks(self, states: np.ndarray) -> None:
-        """Compute (or fetch) the masks of these states if this grammar does not hold them yet."""
-        for state in states:
-            if self._masks[state] is None:
-                self.state_mask(int(state))
+        """Make sure these states' masks are in this grammar's store: from the shared cache (keyed
+        by the state's structure and its rule's follow pairs, all a mask depends on), else
+        computed in one nogil kernel call (masks/state_masks.py) and shared.  Safe to call from
+        several threads: one at a time per grammar, and readers of the store see a mask only
+        once it is whole (its kind is published last)."""
+        index = self.mask_index
+        lacking = np.unique(np.asarray(states, dtype=np.int64))
+        lacking = lacking[index[lacking * MASK_FIELDS] < 0]
+        if not len(lacking):
+            return
+        compiler = self.compiler
+        with self._lock:
+            lacking = lacking[index[lacking * MASK_FIELDS] < 0]  # another thread may have stored some
+            compute, keys, pairs_at = [], [], []
+            for state in lacking.tolist():
+                pairs, pairs_key = self._follow_pairs(int(self.pda.state_rule[state]))
+                key = None
+                if compiler.cache_enabled:
+                    key = (self.pda.state_key(state), pairs_key)
+                    mask = compiler.cache.get(key)
+                    disk = compiler.disk_cache
+                    if mask is None and disk is not None:
+                        mask = disk.get(key)
+                        if mask is not None:
+                            compiler.cache.put(key, mask)
+                    if mask is not None:
+                        self._store(state, mask)
+                        self._masks[state] = mask
+                        continue
+                compute.append(state)
+                keys.append(key)
+                pairs_at.append(pairs.ctypes.data)  # self._pairs keeps the array alive
+            if compute:
+                self._compute_and_store(compute, keys, pairs_at)
+
+    def ensure_first_masks(self) -> None:
+        """Compute the masks of the states a matcher starts in, at compile time: a server compiles
+        off its decode loop (vLLM compiles asynchronously), so a new request's first batch step
+        finds them ready instead of computing them while every other row waits."""
+        closure_s, _, n_kernel, _ = self._runner().close(
+            np.array([self.pda.rule_start[self.pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64))
+        self.ensure_masks(closure_s[:n_kernel])
+
+    def _compute_and_store(self, states: list[int], keys: list, pairs_at: list[int]) -> None:
+        """Compute these states' masks into the store (the lock held), then publish them and put
+        them in the shared caches."""
+        kinds, num_accepted = self._run_store_masks(states, pairs_at, self)
+        index, pool = self.mask_index, self.mask_pool
+        index[np.array(states, dtype=np.int64) * MASK_FIELDS] = kinds  # published: fills read them from now on
+        compiler = self.compiler
+        for k, state in enumerate(states):
+            mask = self._masks[state] = _stored_mask(index, pool, state, int(num_accepted[k]))
+            if keys[k] is not None:
+                if compiler.disk_cache is not None:
+                    compiler.disk_cache.put(keys[k], mask)
+                compiler.cache.put(keys[k], mask)
+
+    def _run_store_masks(self, states: list[int], pairs_at: list[int], store, use_slices: bool = True):
+        """state_masks.run_store_masks into `store` (an object with mask_index, mask_pool,
+        _pool_used and _grow_pool: this grammar, or a scratch store); (kinds, accepted counts)."""
+        compiler, runner = self.compiler, self._runner()
+        scratch = compiler.walk_scratch()
+        n = len(states)
+        states_array = np.array(states, dtype=np.int64)
+        kinds = np.full(n, -1, dtype=np.int64)
+        num_accepted = np.zeros(n, dtype=np.int64)
+        used = np.array([store._pool_used, 0], dtype=np.int64)
+        pairs_array = np.array(pairs_at, dtype=np.int64)
+        while runner.run(run_store_masks, PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS, states_array, pairs_array,
+                         use_slices, compiler.trie_tables, scratch.kernel_args, store.mask_index, store.mask_pool,
+                         used, kinds, num_accepted, scratch.words, scratch.parts) != 0:
+            # STORE_FULL: used[1] words needed.  The masks this call stored so far (up to used[0])
+            # are part of the prefix the grown pool keeps: their index fields already point there.
+            store._pool_used = int(used[0])
+            store._grow_pool(int(used[1]))
+        store._pool_used = int(used[0])
+        return kinds, num_accepted
+
+    def _grow_pool(self, need: int) -> None:
+        """A larger mask pool holding the same prefix.  A fill running on another thread keeps the
+        old one, and reads as "not computed" the entries that end past it (walk.run_fill)."""
+        grown = np.empty(max(need, 2 * len(self.mask_pool)), dtype=np.int32)
+        grown[: self._pool_used] = self.mask_pool[: self._pool_used]
+        self.mask_pool = grown
 
     def _store(self, state: int, mask: StateMask) -> None:
         parts = mask.parts
         need = self._pool_used + sum(len(p) for p in parts)
         if need > len(self.mask_pool):
-            grown = np.empty(max(need, 2 * len(self.mask_pool)), dtype=np.int32)
-            grown[: self._pool_used] = self.mask_pool[: self._pool_used]
-            self.mask_pool = grown
+            self._grow_pool(need)
         offsets = []
         for part in parts:
             offsets.append(self._pool_used)
@@ -471,27 +549,6 @@ class CompiledGrammar:
         # kind last: a concurrent reader sees either "not computed" or a complete entry.
         self.mask_index[base + 1 : base + 5] = (offsets[0], len(mask.data), offsets[1], len(mask.uncertain_positions))
         self.mask_index[base] = mask.kind
-
-    def _lookup_or_compute(self, state: int) -> StateMask:
-        """The state's mask from the shared cache (keyed by the state's structure and its rule's
-        follow pairs, all a mask depends on) or from a walk."""
-        compiler = self.compiler
-        rule = int(self.pda.state_rule[state])
-        pairs, pairs_key = self._follow_pairs(rule)
-        if not compiler.cache_enabled:
-            return self._compute_mask(state, pairs)
-        key = (self.pda.state_key(state), pairs_key)
-        mask = compiler.cache.get(key)
-        if mask is not None:
-            return mask
-        disk = compiler.disk_cache
-        mask = disk.get(key) if disk is not None else None
-        if mask is None:
-            mask = self._compute_mask(state, pairs)
-            if disk is not None:
-                disk.put(key, mask)
-        compiler.cache.put(key, mask)
-        return mask
 
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
         """The rule's follow pairs (masks/walk.py) and their digest, computed once."""
@@ -512,44 +569,13 @@ class CompiledGrammar:
         return self._offline
 
     def _compute_mask(self, state: int, pairs: np.ndarray, use_slices: bool = True) -> StateMask:
-        """A state's mask (what follows its rule judged by its follow pairs): the slice tokens it
-        accepts whole (one OR each), then a walk of the rest of the trie.  use_slices=False walks
-        the whole trie (the reference the slices are tested against)."""
-        trie, runner = self.compiler.trie, self._runner()
-        words = np.zeros(len(self.compiler.all_grammar_words), dtype=np.int32)
-        rows, main_ranges, bucketed_ranges, num_sliced = [], [], [], 0
-        bounds = np.zeros((len(trie.automata), 2), dtype=np.int64)
-        bounds[:, 1] = trie.max_chars + 1  # nothing known
-        if use_slices:
-            runner.run(run_slice_bounds, PDA_BLOB, POOL_BLOB, WS_BLOB, state, *trie.slice_automata, MAX_TOPS,
-                       self.compiler.walk_scratch().slice_bounds, bounds)
-        for s, (f, g) in enumerate(bounds.tolist()):
-            bucket = trie.accepted_buckets(s, f)
-            rows.append(s * len(BUCKET_BOUNDS) + bucket if bucket >= 0 else -1)
-            if bucket >= 0:
-                words |= trie.cumulative[rows[-1]]
-                num_sliced += int(trie.cumulative_counts[rows[-1]])
-            if bucket < 0 and g > trie.max_chars[s]:  # nothing known: the plain order walks faster
-                main_ranges.append((trie.region_start[s], trie.region_start[s + 1]))
-            else:
-                bucketed_ranges.append(trie.bucketed_range(s, f, g))
-        main_ranges.append((trie.region_start[OTHER], trie.region_start[OTHER + 1]))
-        accepted = np.empty(len(words) + 3, dtype=np.int32)  # past this a list is never the smallest form
-        uncertain = self.compiler.walk_scratch().uncertain
-        counts = np.zeros(3, dtype=np.int64)
-        for order, position_of, ranges in ((trie, trie.all_positions, main_ranges),
-                                           (trie.bucketed, trie.bucketed_position, bucketed_ranges)):
-            spans = np.array(_merge_ranges(ranges), dtype=np.int64).reshape(-1)
-            if len(spans) == 0:
-                continue
-            before = counts.copy()
-            runner.run(run_state_walk, PDA_BLOB, POOL_BLOB, WS_BLOB, order.blob, spans, position_of, state, pairs,
-                       order.token_ids, words, accepted, uncertain, counts, MAX_TOPS,
-                       on_retry=lambda: np.copyto(counts, before))
-        walk_accepted, n_uncertain, n_listed = (int(c) for c in counts)
-        return make_state_mask(trie, words, rows, num_sliced + walk_accepted, accepted[:n_listed],
-                               n_listed == walk_accepted, np.sort(uncertain[:n_uncertain]),
-                               self.compiler.all_grammar_words)
+        """A state's mask (what follows its rule judged by its follow pairs), not stored here: the
+        slice tokens it accepts whole, then a walk of the rest of the trie.  use_slices=False
+        walks the whole trie (the reference the slices are tested against)."""
+        store = _ScratchStore(self)
+        kinds, num_accepted = self._run_store_masks([state], [pairs.ctypes.data], store, use_slices)
+        store.mask_index[state * MASK_FIELDS] = kinds[0]
+        return _stored_mask(store.mask_index, store.mask_pool, state, int(num_accepted[0]))
 
     def precompute_masks(self) -> None:
         """Compute every state's mask now instead of on first visit."""
@@ -630,6 +656,29 @@ class CompiledGrammar:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
 
 
+class _ScratchStore:
+    """An empty mask store shaped like a grammar's, for a mask computed but not kept."""
+
+    def __init__(self, grammar: CompiledGrammar):
+        self.mask_index = np.full(len(grammar.mask_index), -1, dtype=np.int32)
+        words = len(grammar.compiler.all_grammar_words)
+        self.mask_pool = np.empty(2 * words, dtype=np.int32)
+        self.mask_pool[:words] = grammar.compiler.all_grammar_words  # a store starts with the grammar tokens' bitset
+        self._pool_used = words
+
+    def _grow_pool(self, need: int) -> None:
+        CompiledGrammar._grow_pool(self, need)
+
+
+def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:
+    """The StateMask of a state in a mask store (copies of its parts)."""
+    b = state * MASK_FIELDS
+    kind, data_at, size, u_at, n_u = (int(v) for v in index[b : b + 5])
+    return StateMask(kind, pool[data_at : data_at + size].copy(), pool[u_at : u_at + n_u].copy(),
+                     pool[u_at + n_u : u_at + 2 * n_u].copy(), pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
+                     num_accepted)
+
+
 def _checked_limits(limits) -> Limits:
     """The compiler's limits: the defaults for None, else a Limits (ArgumentTypeError otherwise)."""
     if limits is None:
@@ -654,16 +703,3 @@ def _compiling(what: str):
     except RecursionError:
         raise BudgetExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
                                   "flatten it or lower Limits.max_nesting / max_schema_depth") from None
-
-
-def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Non-empty [start, end) ranges in order, adjacent ones joined."""
-    out: list[tuple[int, int]] = []
-    for start, end in ranges:
-        if end <= start:
-            continue
-        if out and out[-1][1] == start:
-            out[-1] = (out[-1][0], int(end))
-        else:
-            out.append((int(start), int(end)))
-    return out

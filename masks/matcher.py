@@ -13,7 +13,7 @@ import numpy as np
 
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
-from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
+from ..automata.stack import StackRunner
 from . import batch_fill, walk
 from .budget import CheckedBudget, budget_table, check_budget
 from ..grammar.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
@@ -250,14 +250,19 @@ class GrammarMatcher:
         memo_key = state.memo_key
         if memo_key is not None and self._copy_memoised(memo_key, words):
             return
+        runner = self._runner
         while True:
-            status = self._runner.run(
-                walk.run_fill, words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, PDA_BLOB,
-                POOL_BLOB, WS_BLOB, self._trie_blob, compiled.mask_index, compiled.mask_pool, self._slice_rows,
-                MAX_TOPS, memo_key is not None,
+            # called directly, not through runner.run: a steady fill is a few microseconds
+            status = walk.run_fill(
+                words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, runner.pda.blob,
+                runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
+                self._slice_rows, runner.limits.max_stack_tops, memo_key is not None,
             )
             if status == 0:
                 break
+            if status < 0:
+                runner.handle(status)  # room made: call again
+                continue
             if status == walk.FILL_MASKS_MISSING:
                 compiled.ensure_masks(state.kernel_s)
             else:  # walk.FILL_UNCERTAIN
@@ -571,10 +576,10 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
     One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
-    per row only to describe it, to compute the masks of states met for the first time (each
-    (grammar, state) once, grammars over the threads) before the row goes round again, and for
-    value checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
-    single-row path.  Each matcher must appear once (it owns its workspace).
+    per row only to describe it, to gather the states met for the first time (their masks are
+    computed in one nogil kernel call per grammar, grammars over the threads) before the row goes
+    round again, and for value checks, budgets and token terminals; finished matchers and non-CPU
+    bitmasks take the single-row path.  Each matcher must appear once (it owns its workspace).
     """
     import os
 
@@ -652,21 +657,18 @@ def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads:
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
-    """Compute the masks the matchers' kernel stacks lack, each grammar's on one thread (a
-    grammar computes one state at a time), grammars spread over the threads."""
-    by_grammar: dict[int, tuple[CompiledGrammar, set]] = {}
+    """Compute the masks the matchers' kernel stacks lack, each grammar's in one nogil kernel
+    call (CompiledGrammar.ensure_masks), grammars spread over the threads."""
+    by_grammar: dict[int, tuple[CompiledGrammar, list]] = {}
     for matcher in matchers:
         compiled = matcher.compiled_grammar
-        kernel_s = matcher._state.kernel_s
-        lacking = kernel_s[compiled.mask_index[kernel_s * walk.MASK_FIELDS] < 0]
-        by_grammar.setdefault(id(compiled), (compiled, set()))[1].update(lacking.tolist())
+        by_grammar.setdefault(id(compiled), (compiled, []))[1].append(matcher._state.kernel_s)
 
     def compute(part):
         compiled, states = part
-        for state in sorted(states):
-            compiled.state_mask(state)
+        compiled.ensure_masks(np.concatenate(states))
 
-    _run_parts(sorted(by_grammar.values(), key=lambda item: -len(item[1])), compute, threads)
+    _run_parts(sorted(by_grammar.values(), key=lambda item: -sum(len(s) for s in item[1])), compute, threads)
 
 
 def _batch_target(bitmask, matchers):

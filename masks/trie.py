@@ -232,20 +232,3 @@ class TokenTrie(TrieOrder):
         h.update(vocab_hash.encode())
         h.update(repr((SLICE_CHARACTERS, BUCKET_BOUNDS, TRIE_HEADER)).encode())
         return h.hexdigest()
-
-    def accepted_buckets(self, s: int, f: int) -> int:
-        """The largest bucket of slice s whose tokens all have at most f characters, or -1."""
-        if f >= self.max_chars[s]:
-            return len(BUCKET_BOUNDS) - 1
-        return int(np.searchsorted(np.array(BUCKET_BOUNDS), f, side="right")) - 1
-
-    def bucketed_range(self, s: int, f: int, g: int) -> tuple[int, int]:
-        """Bucketed positions of slice s's tokens that may have more than f and fewer than g
-        characters (whole buckets)."""
-        bounds = np.array(BUCKET_BOUNDS)
-        k_f = self.accepted_buckets(s, f)
-        end = self.above[s, k_f] if k_f >= 0 else self.region_start[s + 1]
-        # buckets whose smallest count (the previous bound + 1) is at least g are rejected
-        k_g = int(np.searchsorted(bounds, g - 1, side="left"))  # first bucket k with bounds[k] >= g - 1
-        start = self.above[s, k_g] if k_g < len(bounds) else self.region_start[s]
-        return int(start), int(max(start, end))

@@ -564,12 +564,16 @@ def _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
 
 class WalkScratch:
     """One thread's reusable buffers for offline mask walks (GrammarCompiler.walk_scratch): the
-    slice-bounds search arrays and a state walk's uncertain positions, one per trie position
-    (fresh arrays would cost a map and page faults on every first visit)."""
+    slice-bounds search arrays, a state walk's uncertain positions (one per trie position), and
+    a computed mask's words and parts (masks/state_masks.py); fresh arrays would cost a map and
+    page faults on every first visit."""
 
-    def __init__(self, trie_positions: int):
+    def __init__(self, trie_positions: int, words: int):
         self.slice_bounds = new_slice_scratch()
         self.uncertain = np.empty(trie_positions, dtype=np.int32)
+        self.kernel_args = (self.slice_bounds, self.uncertain)  # state_masks' `scratch`
+        self.words = np.empty(words, dtype=np.int32)
+        self.parts = np.empty(words + 3 * trie_positions, dtype=np.int32)  # a mask's data + uncertain parts
 
 
 def new_slice_scratch() -> tuple[np.ndarray, ...]:
@@ -653,7 +657,9 @@ def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, ma
     uncertain = False
     for i in range(n):
         base = kernel_s[i] * MASK_FIELDS
-        if mask_index[base] < 0:
+        # An entry ending past this pool was stored, on another thread, into a grown pool that
+        # this call does not see: missing here (the caller passes the current pool again).
+        if mask_index[base] < 0 or mask_index[base + 3] + 3 * mask_index[base + 4] > mask_pool.shape[0]:
             return FILL_MASKS_MISSING
         if mask_index[base + 4] > 0:
             uncertain = True

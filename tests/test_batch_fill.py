@@ -48,11 +48,15 @@ def test_batch_equals_single_fills_on_dev_schemas(name):
     """Rows of dev schemas, two rows per schema (the same states), teacher-forced on a valid
     instance: with a fresh compiler the batch path meets every state first (first visits), then
     runs again with new matchers (known masks, empty memos); with 1 and 3 threads, torch and numpy
-    bitmasks, every row equals the single-row fill and allows the instance's token."""
+    bitmasks, every row equals the single-row fill of the same schema compiled apart and allows
+    the instance's token."""
     info = tokenizer_info(name)
     steps = 24
     rows = _dev_rows(name, 6, steps)
     assert len(rows) == 6
+    # The single-row fills read grammars of their own compiler: their masks are computed apart.
+    reference = pm.GrammarCompiler(info, cache_enabled=False)
+    references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     for threads, torch_bitmask in ((1, False), (3, True)):
         compiler = pm.GrammarCompiler(info, cache_enabled=False)  # nothing known: first visits in the batch
         grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False)
@@ -60,7 +64,7 @@ def test_batch_equals_single_fills_on_dev_schemas(name):
         for _ in range(2):
             order = list(range(len(rows))) * 2
             batch = [pm.GrammarMatcher(grammars[k]) for k in order]
-            single = [pm.GrammarMatcher(grammars[k]) for k in order]
+            single = [pm.GrammarMatcher(references[k]) for k in order]
             indices = list(reversed(range(len(batch))))
             bitmask = pm.allocate_token_bitmask(len(batch), info.vocab_size)
             if not torch_bitmask:
@@ -126,3 +130,81 @@ def test_forks_share_a_workspace_and_still_fill_alike():
     bitmask = np.zeros((len(matchers), (info.vocab_size + 31) // 32), dtype=np.int32)
     pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=4)
     assert (bitmask == _single_fills(matchers)).all()
+
+
+def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
+    """vLLM fills rows one call each from a thread pool: threads fill matchers of the same
+    grammars at once (first visits compute masks and grow the mask pool under the others' fills),
+    and every row equals the fill of a grammar compiled apart and filled in one thread."""
+    import threading
+
+    info = tokenizer_info("llama3")
+    rows = _dev_rows("llama3", 3, 16)
+    compiler = pm.GrammarCompiler(info, cache_enabled=False)
+    reference = pm.GrammarCompiler(info, cache_enabled=False)
+    grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
+    for grammar in grammars:  # a pool that must grow many times
+        grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
+    references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False)
+                  for schema, _ in rows]
+    order = [k for k in range(len(rows)) for _ in range(4)]
+    matchers = [pm.GrammarMatcher(grammars[k]) for k in order]
+    twins = [pm.GrammarMatcher(references[k]) for k in order]
+    words = (info.vocab_size + 31) // 32
+    bitmask = np.zeros((len(matchers), words), dtype=np.int32)
+    threads = 4
+    barrier = threading.Barrier(threads)
+    errors = []
+
+    def fill(part, step):
+        try:
+            barrier.wait()
+            for row in part:
+                matchers[row].fill_next_token_bitmask(bitmask, row)
+        except BaseException as error:  # noqa: BLE001 - reported on the main thread
+            errors.append(error)
+
+    for step in range(16):
+        bitmask[:] = 0
+        workers = [threading.Thread(target=fill, args=(range(t, len(matchers), threads), step))
+                   for t in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert not errors, errors
+        assert (bitmask == _single_fills(twins)).all(), step
+        for row, k in enumerate(order):
+            token = rows[k][1][step]
+            assert matchers[row].accept_token(token) and twins[row].accept_token(token)
+
+
+def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch):
+    """ensure_masks computes many states in one kernel call; when the pool fills part way through,
+    the masks that call already stored must move into the grown pool with the rest: every stored
+    mask equals the one a grammar compiled apart computes state by state.  Free pool space is
+    poisoned on each growth, so a mask left behind reads as garbage, not as chance zeros."""
+    from pushmask.masks.compiler import CompiledGrammar, _stored_mask
+    from pushmask.masks.walk import MASK_FIELDS
+
+    grow = CompiledGrammar._grow_pool
+
+    def poisoned_grow(store, need):
+        grow(store, need)
+        store.mask_pool[store._pool_used:] = -7
+
+    monkeypatch.setattr(CompiledGrammar, "_grow_pool", poisoned_grow)
+    info = tokenizer_info("llama3")
+    schema = _dev_rows("llama3", 1, 8)[0][0]
+    grammar = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
+    reference = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
+    grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()  # full after the first mask
+    states = np.arange(grammar.num_states)
+    grammar.ensure_masks(states)
+    assert (grammar.mask_index[states * MASK_FIELDS] >= 0).all()
+    for state in states.tolist():
+        got = _stored_mask(grammar.mask_index, grammar.mask_pool, state, 0)
+        want = reference.state_mask(state)
+        assert got.kind == want.kind, state
+        for part, expected in zip(got.parts, want.parts):
+            assert np.array_equal(part, expected), state

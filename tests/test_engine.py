@@ -176,8 +176,8 @@ def test_cache_reuses_masks_of_identical_rules(smollm2_compiler):
     compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info)
     g1 = compiler.compile_ir(first, normalize=False)
     g1.precompute_masks()
-    computed = compiler.cache.computed
     g2 = compiler.compile_ir(second, normalize=False)
+    computed = compiler.cache.computed  # after the compile, which computes the masks of g2's first states
     text_rule = g2.pda.rule_names.index("text")
     assert g2.pda.rule_keys[text_rule] == g1.pda.rule_keys[g1.pda.rule_names.index("s")]
     first_state = int(g2.pda.rule_first_state[text_rule])

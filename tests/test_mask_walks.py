@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pushmask as pm
-from pushmask.masks import compiler as compiler_module
+from pushmask.masks.walk import run_slice_bounds
 from pushmask.masks.trie import BUCKET_BOUNDS, OTHER
 
 from support import REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
@@ -101,18 +101,19 @@ def test_slices_equal_full_walks(name):
 
 
 def test_a_slice_applied_where_the_state_lacks_it_is_caught(monkeypatch):
-    """The comparison above fails when every state claims all slice tokens (the "^[^x]*$" string
-    state's self-loop lacks "x"), so it can tell a wrong slice from a right one."""
-    real = compiler_module.run_slice_bounds
-
-    def everything(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, scratch, out):
-        status = real(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, scratch, out)
-        if out[2, 0] > 0:  # a state inside some string: claim every content token
-            out[:, 0] = caps
-        return status
-
+    """The comparison above fails when a state that takes some content tokens whole is given all
+    of them (every content bucket's cumulative row made the whole slice's), so it can tell a
+    wrong slice from a right one."""
     compiled = _compiled("llama3")[0]
-    monkeypatch.setattr(compiler_module, "run_slice_bounds", everything)
+    compiler = compiled.compiler
+    tables = list(compiler.trie_tables)
+    cumulative = tables[8].copy()  # state_masks.trie_tables: the cumulative slice rows
+    n_buckets = len(BUCKET_BOUNDS)
+    content = 2 * n_buckets
+    cumulative[content : content + n_buckets] = cumulative[content + n_buckets - 1]
+    tables[8] = cumulative
+    monkeypatch.setattr(compiler, "trie_tables", tuple(tables))
+    monkeypatch.setattr(compiler.trie, "cumulative", cumulative)  # what a SLICE mask's rows read
     with pytest.raises(AssertionError):
         _assert_slices_equal_full_walks(compiled)
 
@@ -132,8 +133,8 @@ def test_slice_bounds_against_brute_force():
         state = int(matcher._state.kernel_s[0])
         runner = compiled._runner()
         bounds = np.zeros((3, 2), dtype=np.int64)
-        assert compiler_module.run_slice_bounds(compiled.pda.blob, runner.pool.blob, runner.ws.blob, state,
-                                                *trie.slice_automata, 4096, compiler.walk_scratch().slice_bounds, bounds) == 0
+        assert run_slice_bounds(compiled.pda.blob, runner.pool.blob, runner.ws.blob, state,
+                                *trie.slice_automata, 4096, compiler.walk_scratch().slice_bounds, bounds) == 0
         for s in range(3):
             f, g = bounds[s]
             lo, hi = trie.region_start[s], trie.region_start[s + 1]

@@ -469,3 +469,25 @@ def test_generate_stream_yields_closed_members(model, tok):
         if isinstance(e.value, dict):
             for key, value in e.value.items():
                 assert final[key] == value
+
+
+def test_processor_batch_masks_equal_row_by_row_fills(tok, schema_grammar, arithmetic_grammar):
+    """The processor fills its live rows in one batch call: rows of two grammars, two of them in
+    the same state, each step's bitmask rows equal each row's own single-row fill."""
+    texts = ['{"id":7,"tag":"ab","pet":"cat","ok":true}', '{"id":42,"tag":"wxyz","pet":"dog","ok":false}',
+             "(12 + 3) * 4 - 5 / 6", "(12 + 3) * 4 - 5 / 6"]
+    histories = [tok.encode(text, add_special_tokens=False) for text in texts]
+    n = min(len(h) for h in histories)
+    prompt = [3, 4, 5]
+    processor = GrammarLogitsProcessor([schema_grammar, arithmetic_grammar], eos_token_id=EOS)
+    grammars = [schema_grammar, schema_grammar, arithmetic_grammar, arithmetic_grammar]
+    matchers = [pm.GrammarMatcher(g, override_stop_tokens=[EOS]) for g in grammars]
+    expected = np.zeros((len(matchers), (VOCAB + 31) // 32), dtype=np.int32)
+    for k in range(n + 1):
+        got = processor.fill_bitmask(torch.tensor([prompt + h[:k] for h in histories]))
+        for row, matcher in enumerate(matchers):
+            matcher.fill_next_token_bitmask(expected, row)
+        assert np.array_equal(got, expected[:, : got.shape[1]]), k
+        if k < n:
+            for matcher, history in zip(matchers, histories):
+                assert matcher.accept_token(history[k])

@@ -1,0 +1,223 @@
+"""First visits in numba: a state's mask computed, put in its smallest form, and appended to the
+grammar's mask store, in one nogil kernel call for any number of states.
+
+A state's mask is the slice tokens it accepts whole (one OR of a cumulative bitset per slice,
+walk.run_slice_bounds), then a walk of the rest of the trie (walk.run_state_walk), stored as
+whichever form is smallest (mask_cache.StateMask; layouts in masks/walk.py).  Python keeps only
+what is per grammar or shared across grammars: follow pairs per rule, the shared cache's keys.
+
+`trie_tables(trie)` packs what the kernels read of a TokenTrie into one tuple; `scratch` is a
+thread's WalkScratch as a tuple (slice-search arrays, uncertain positions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, types
+from numba.extending import intrinsic
+
+from ..jit import njit
+from .trie import BUCKET_BOUNDS, OTHER
+from .walk import (
+    KIND_ACCEPTED_BITSET,
+    KIND_ACCEPTED_LIST,
+    KIND_REJECTED_LIST,
+    KIND_SLICE,
+    MASK_FIELDS,
+    PAIR_WIDTH,
+    SLICE_ROWS,
+    bitset_ids,
+    candidate_lcp,
+    run_slice_bounds,
+    run_state_walk,
+)
+
+STORE_FULL = 3
+"""run_store_masks: the mask pool lacks room for the next state (need[0] words); grow it, call again."""
+
+_BOUNDS = np.array(BUCKET_BOUNDS, dtype=np.int64)
+
+
+def trie_tables(trie) -> tuple:
+    """What the kernels read of a TokenTrie, as one tuple (numba takes it as one argument)."""
+    b = trie.bucketed
+    ptrs, los, his, dsts, caps = trie.slice_automata
+    return (trie.blob, trie.token_ids, trie.all_positions, b.blob, b.token_ids, trie.bucketed_position,
+            trie.region_start, trie.above, trie.cumulative, trie.cumulative_counts, trie.max_chars, _BOUNDS,
+            ptrs, los, his, dsts, caps)
+
+
+@intrinsic
+def _u8_pointer(typingctx, address):
+    sig = types.CPointer(types.uint8)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always")
+def _accepted_bucket(bounds, max_chars, s, f):
+    """The largest bucket of slice s whose tokens all have at most f characters, or -1."""
+    if f >= max_chars[s]:
+        return bounds.shape[0] - 1
+    return np.searchsorted(bounds, f, side="right") - 1
+
+
+@njit(cache=True)
+def _add_range(spans, n, start, end):
+    """Append [start, end) to spans (pairs), joining it to the last one when adjacent; new n."""
+    if end <= start:
+        return n
+    if n > 0 and spans[2 * n - 1] == start:
+        spans[2 * n - 1] = end
+        return n
+    spans[2 * n] = start
+    spans[2 * n + 1] = end
+    return n + 1
+
+
+@njit(cache=True)
+def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out,
+                info):
+    """A state's mask into `words` (scratch, W words) and `out` (data, then positions, ids and lcp
+    of its uncertain tokens); info = (kind, data length, uncertain count, accepted count).
+    Returns 0 or ERR_* (nothing usable written).  The same arithmetic as the slice tables'
+    docstring in masks/trie.py: bucket k of slice s holds tokens of at most BUCKET_BOUNDS[k]
+    characters."""
+    (trie, token_ids, all_positions, b_trie, b_token_ids, b_position, region_start, above, cumulative,
+     cumulative_counts, max_chars, bounds, ptrs, los, his, dsts, caps) = tables
+    slice_scratch, uncertain = scratch
+    n_words = words.shape[0]
+    n_slices = max_chars.shape[0]
+    n_buckets = bounds.shape[0]
+    words[:] = 0
+    slice_bounds = np.zeros((n_slices, 2), dtype=np.int64)
+    for s in range(n_slices):
+        slice_bounds[s, 1] = max_chars[s] + 1  # nothing known
+    if use_slices:
+        status = run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, slice_scratch,
+                                  slice_bounds)
+        if status != 0:
+            return status
+    rows = np.full(SLICE_ROWS, -1, dtype=np.int32)
+    main = np.empty(2 * (n_slices + 1), dtype=np.int64)
+    bucketed = np.empty(2 * n_slices, dtype=np.int64)
+    n_main = 0
+    n_bucketed = 0
+    num_sliced = 0
+    for s in range(n_slices):
+        f = slice_bounds[s, 0]
+        g = slice_bounds[s, 1]
+        k_f = _accepted_bucket(bounds, max_chars, s, f)
+        if k_f >= 0:
+            row = s * n_buckets + k_f
+            rows[s] = row
+            for w in range(n_words):
+                words[w] |= cumulative[row, w]
+            num_sliced += cumulative_counts[row]
+        if k_f < 0 and g > max_chars[s]:  # nothing known: the plain order walks faster
+            n_main = _add_range(main, n_main, region_start[s], region_start[s + 1])
+        else:
+            # buckets between f (accepted) and g (whose smallest count is at least g: rejected)
+            end = above[s, k_f] if k_f >= 0 else region_start[s + 1]
+            k_g = np.searchsorted(bounds, g - 1, side="left")
+            start = above[s, k_g] if k_g < n_buckets else region_start[s]
+            n_bucketed = _add_range(bucketed, n_bucketed, start, max(start, end))
+    n_main = _add_range(main, n_main, region_start[OTHER], region_start[OTHER + 1])
+    accepted = np.empty(n_words + 3, dtype=np.int32)  # past this a list is never the smallest form
+    counts = np.zeros(3, dtype=np.int64)
+    if n_main > 0:
+        status = run_state_walk(pda, pool, ws, trie, main[: 2 * n_main], all_positions, state, pairs, token_ids,
+                                words, accepted, uncertain, counts, max_tops)
+        if status != 0:
+            return status
+    if n_bucketed > 0:
+        status = run_state_walk(pda, pool, ws, b_trie, bucketed[: 2 * n_bucketed], b_position, state, pairs,
+                                b_token_ids, words, accepted, uncertain, counts, max_tops)
+        if status != 0:
+            return status
+    walk_accepted = counts[0]
+    n_uncertain = counts[1]
+    n_listed = counts[2]
+    num_accepted = num_sliced + walk_accepted
+    positions = np.sort(uncertain[:n_uncertain])
+    n_rejected = token_ids.shape[0] - num_accepted - n_uncertain
+    sliced = False
+    for s in range(SLICE_ROWS):
+        if rows[s] >= 0:
+            sliced = True
+    # the smallest form; ties go to the lower kind number
+    size, kind = n_words, KIND_ACCEPTED_BITSET
+    if n_rejected < size or (n_rejected == size and KIND_REJECTED_LIST < kind):
+        size, kind = n_rejected, KIND_REJECTED_LIST
+    if n_listed == walk_accepted:  # the walk listed every id it accepted
+        if sliced:
+            option, option_kind = SLICE_ROWS + n_listed, KIND_SLICE
+        else:
+            option, option_kind = num_accepted, KIND_ACCEPTED_LIST
+        if option < size or (option == size and option_kind < kind):
+            size, kind = option, option_kind
+    if kind == KIND_ACCEPTED_LIST:
+        out[:size] = np.sort(accepted[:n_listed])
+    elif kind == KIND_SLICE:
+        out[:SLICE_ROWS] = rows
+        out[SLICE_ROWS:size] = np.sort(accepted[:n_listed])
+    elif kind == KIND_REJECTED_LIST:
+        rejected = grammar_words & ~words
+        for i in range(n_uncertain):
+            t = token_ids[positions[i]]
+            rejected[t >> 5] &= ~(np.int32(1) << np.int32(t & 31))
+        out[:size] = bitset_ids(rejected, n_rejected)
+    else:
+        out[:size] = words
+    u = size
+    out[u : u + n_uncertain] = positions
+    for i in range(n_uncertain):
+        out[u + n_uncertain + i] = token_ids[positions[i]]
+    out[u + 2 * n_uncertain : u + 3 * n_uncertain] = candidate_lcp(trie, positions)
+    info[0] = kind
+    info[1] = size
+    info[2] = n_uncertain
+    info[3] = num_accepted
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def run_store_masks(pda, pool, ws, max_tops, states, pairs_at, use_slices, tables, scratch, mask_index, mask_pool,
+                    used, kinds, num_accepted, words, out):
+    """Compute the masks of `states` (pairs_at[i]: the address of state i's follow pairs) and
+    append each to the mask store from used[0] on, writing its mask_index fields but the kind,
+    which goes to kinds[i] for the caller to publish (a concurrent reader sees "not computed"
+    until then).  States with kinds[i] >= 0 are done already and skipped, so a call after a
+    status resumes.  Returns 0, ERR_* (make room, call again) or STORE_FULL (need[used[1]] more
+    words in mask_pool).  use_slices=False walks the whole trie (the reference for tests)."""
+    n_words = words.shape[0]
+    grammar_words = mask_pool[:n_words]
+    info = np.zeros(4, dtype=np.int64)
+    for i in range(states.shape[0]):
+        if kinds[i] >= 0:
+            continue
+        pairs = carray(_u8_pointer(pairs_at[i]), 256 * PAIR_WIDTH)
+        status = _state_mask(pda, pool, ws, max_tops, states[i], pairs, use_slices, tables, scratch, grammar_words,
+                             words, out, info)
+        if status != 0:
+            return status
+        size = info[1]
+        n_uncertain = info[2]
+        total = size + 3 * n_uncertain
+        at = used[0]
+        if at + total > mask_pool.shape[0]:
+            used[1] = at + total
+            return STORE_FULL
+        mask_pool[at : at + total] = out[:total]
+        base = states[i] * MASK_FIELDS
+        mask_index[base + 1] = at
+        mask_index[base + 2] = size
+        mask_index[base + 3] = at + size
+        mask_index[base + 4] = n_uncertain
+        used[0] = at + total
+        kinds[i] = info[0]
+        num_accepted[i] = info[3]
+    return 0
