@@ -50,7 +50,7 @@ class ArgumentTypeError(PushmaskError, TypeError):
     """A public entry point got an argument of the wrong type; the message names the argument."""
 
 
-def check_argument(value, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
+def check_argument(value: object, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
     """Raise ArgumentTypeError unless `value` is an instance of `expected`."""
     if not isinstance(value, expected):
         types = expected if isinstance(expected, tuple) else (expected,)

@@ -22,8 +22,8 @@ Alt, Repeat, character classes) whose rule automaton the numba kernels build und
 `max_rule_states` budget; a pattern whose repetitions unroll past that budget is refused before
 anything is built.  Groups nested deeper than `max_nesting` are a GrammarError.
 
-`regex_to_fsm` returns the raw interegular FSM (exact alphabet) for callers that combine FSMs
-(intersection, difference) before converting them with `fsm_to_char_fsm`.
+`fsm_to_char_fsm` converts an interegular FSM (also a product of FSMs: intersection,
+difference) to the IR's code-point automaton.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
 `_pattern_to_ir`) instead of interegular automata."""
 
-__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex", "read_hex",
+__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "preprocess_regex", "read_hex",
            "ASCII_CLASS_RANGES", "CONTROL_ESCAPES"]
 
 
@@ -404,15 +404,6 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
         raise GrammarError("unterminated character class; add ']'", 1, n + 1)
     where.append(n)
     return "".join(out), where
-
-
-def regex_to_fsm(pattern: str) -> FSM:
-    """Parse a Python-style regex into an interegular FSM (full-match), or raise GrammarError."""
-    return _interegular_fsm(*preprocess_regex(pattern))
-
-
-def _interegular_fsm(rewritten: str, where: list[int]) -> FSM:
-    return _to_fsm(_parse(rewritten, where))
 
 
 def _parse(rewritten: str, where: list[int]) -> Pattern:

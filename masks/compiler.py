@@ -15,6 +15,7 @@ import numpy as np
 
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
+from ..grammar.caches import BoundedCache
 from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
 from ..grammar.gc_pause import paused_gc
 from ..grammar.frontends import to_grammar
@@ -40,29 +41,36 @@ class GrammarCompiler:
     def __init__(
         self,
         tokenizer_info: TokenizerInfo,
-        *,
+        max_threads: int = 8,
         cache_enabled: bool = True,
-        cache_limit_bytes: int = 1 << 30,
+        cache_limit_bytes: int = -1,
+        *,
         limits: Limits | None = None,
-        budgets: Limits | None = None,
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
-        """A compiler for one vocabulary, holding the token masks its grammars share.
+        """A compiler for one vocabulary, holding the grammars it compiled and the token masks
+        they share.  The first three options have XGrammar's names and meanings.
 
         Parameters
         ----------
         tokenizer_info : TokenizerInfo
             The vocabulary (exact bytes per token, special and stop tokens).
+        max_threads : int, default 8
+            The most threads one compile may use.  pushmask compiles on the calling thread (so
+            any value of 1 or more gives the same result); several threads may call the same
+            compiler at once.
         cache_enabled : bool, default True
-            False turns the in-memory and the disk mask caches off (every grammar walks the trie
-            for each of its states).
-        cache_limit_bytes : int, default 1 GiB
-            Cap of the in-memory mask cache (least recently used masks out).
+            Whether the compiler keeps what it computed: each compiled grammar, memoised by
+            (kind, spec, options) so the same request compiles once; and the token masks its
+            grammars share, in memory and on disk.  False compiles every call anew and walks the
+            trie for each state of each grammar.
+        cache_limit_bytes : int, default -1
+            The most bytes the compiler's memory caches hold, each of them (the compiled
+            grammars, weighed when stored, and the shared masks), least recently used out
+            first; -1 for no limit.
         limits : Limits, optional
-            Every compile and match budget (grammar/limits.py); the defaults if None.
-        budgets : Limits, optional
-            The earlier name of `limits`.
+            Every compile and match limit (grammar/limits.py); the defaults if None.
         mask_cache_dir : str or PathLike, optional
             A persistent mask cache on disk shared by processes (else the
             PUSHMASK_MASK_CACHE_DIR environment variable, else none).
@@ -71,10 +79,16 @@ class GrammarCompiler:
         """
         check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler",
                        "build one with TokenizerInfo.from_huggingface(tokenizer)")
+        check_argument(max_threads, int, "max_threads", "GrammarCompiler")
+        check_argument(cache_limit_bytes, int, "cache_limit_bytes", "GrammarCompiler")
         self.tokenizer_info = tokenizer_info
-        self.limits = _checked_limits(limits if limits is not None else budgets)
+        self.limits = _checked_limits(limits)
+        self.max_threads = max_threads
         self.cache_enabled = cache_enabled
+        self.cache_limit_bytes = cache_limit_bytes
         self.cache = MaskCache(cache_limit_bytes)
+        self.compiled_cache: BoundedCache[tuple, CompiledGrammar] = BoundedCache(
+            cache_limit_bytes, cost=lambda compiled: compiled.memory_size_bytes())
         # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte
         # is reserved for token terminals (grammar/ir.py: TOKEN_MARK), so they stay out of every mask.
         self.reserved_token_ids = frozenset(i for i, data in enumerate(tokenizer_info.decoded_vocab)
@@ -105,7 +119,7 @@ class GrammarCompiler:
         tokenizer_info : TokenizerInfo
             The vocabulary.
         limits : Limits, optional
-            The budgets (the defaults if None); compilers with other limits are not shared.
+            The limits (the defaults if None); compilers with other limits are not shared.
 
         Returns
         -------
@@ -304,6 +318,8 @@ class GrammarCompiler:
     def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
         """Compile a constraint of any front-end kind (what the integrations call with a kind
         they read from a request); the `compile_*` methods check their arguments and call this.
+        With the cache enabled, the same (kind, spec, options) returns the grammar compiled
+        the first time (specs made of JSON values, text or a model class; others compile anew).
 
         Parameters
         ----------
@@ -322,11 +338,19 @@ class GrammarCompiler:
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
+        key = _memo_key(kind, spec, options) if self.cache_enabled else None
+        if key is not None:
+            found = self.compiled_cache.get(key)
+            if found is not None:
+                return found
         clock = CompileClock(self.limits.compile_time_limit_s)
         with _compiling(_KIND_WORDS.get(kind, "grammar")):
             grammar = to_grammar(kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock,
                                  **options)
-            return self.compile_ir(grammar, clock=clock)
+            compiled = self.compile_ir(grammar, clock=clock)
+        if key is not None:
+            self.compiled_cache.put(key, compiled)
+        return compiled
 
     # -- cache --------------------------------------------------------------------------------
 
@@ -344,10 +368,16 @@ class GrammarCompiler:
         return scratch
 
     def clear_cache(self) -> None:
-        """Forget the token masks held in memory.  A disk cache keeps its files; grammars
-        compiled earlier keep the masks they already copied; the process-wide automaton caches
-        are emptied by pushmask.clear_caches()."""
+        """Forget the compiled grammars and the token masks held in memory.  A disk cache keeps
+        its files; grammars compiled earlier keep working, with the masks they already copied;
+        the process-wide automaton caches are emptied by pushmask.clear_caches()."""
+        self.compiled_cache.clear()
         self.cache.clear()
+
+    def get_cache_size_bytes(self) -> int:
+        """Bytes held by the compiler's memory caches now: the compiled grammars (with the masks
+        they copied since) and the shared masks."""
+        return sum(compiled.memory_size_bytes() for compiled in self.compiled_cache.values()) + self.cache.total_bytes
 
     def cache_stats(self) -> dict[str, int]:
         """Counters of the mask caches.
@@ -356,12 +386,12 @@ class GrammarCompiler:
         -------
         dict of str to int
             ``entries``, ``bytes``, ``hits``, ``computed`` and ``evicted`` of the in-memory
-            cache; with a disk cache also ``disk_hits``, ``disk_writes``, ``disk_rejected`` and
+            mask cache, ``grammars`` and ``grammar_hits`` of the compiled grammars; with a disk cache also ``disk_hits``, ``disk_writes``, ``disk_rejected`` and
             ``disk_evicted``.
         """
         c = self.cache
         stats = {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed,
-                 "evicted": c.evicted}
+                 "evicted": c.evicted, "grammars": len(self.compiled_cache), "grammar_hits": self.compiled_cache.hits}
         if self.disk_cache is not None:
             d = self.disk_cache
             stats.update(disk_hits=d.hits, disk_writes=d.writes, disk_rejected=d.rejected, disk_evicted=d.evicted)
@@ -615,6 +645,45 @@ def _checked_limits(limits) -> Limits:
         return DEFAULT_LIMITS
     check_argument(limits, Limits, "limits", "GrammarCompiler", "build one with pushmask.Limits(...)")
     return limits
+
+
+def _memo_key(kind: str, spec: Any, options: dict[str, Any]) -> tuple | None:
+    """What a compile is memoised under: the kind, the spec's exact text (its repr: member
+    order, int vs float and list vs tuple kept) and the options; None when the spec or an option
+    is not made of plain values (such a compile is not memoised)."""
+    if isinstance(spec, type):  # a pydantic model class
+        spec_key: Any = spec
+    elif _plain(spec):
+        spec_key = (type(spec).__name__, repr(spec))
+    else:
+        return None
+    if not all(_hashable(value) or _plain(value) for value in options.values()):
+        return None
+    option_key = tuple(sorted((name, value if _hashable(value) else repr(value)) for name, value in options.items()))
+    return (kind, spec_key, option_key)
+
+
+def _plain(value: Any) -> bool:
+    """Made only of JSON's Python values (dict, list, tuple, str, int, float, bool, None)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif item is not None and not isinstance(item, (str, int, float)):
+            return False
+    return True
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _check_text(text, name: str, where: str) -> None:

@@ -14,7 +14,7 @@ from pushmask.automata.dfa import RuleDfa
 from pushmask.automata.utf8 import utf8_byte_ranges
 from pushmask.grammar.errors import BudgetExceededError
 from pushmask.grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
-from pushmask.grammar.partition import refine_partition
+from partition_reference import refine_partition
 
 
 class _Nfa:
