@@ -12,7 +12,7 @@ automata/dfa_kernels.py).
 
 Alternations of many literals (enums, word lists, property names) enter the NFA as a trie, built
 in linear time and already deterministic, so their size is bounded by the literals' bytes
-instead of by the determinisation budget (see TRIE_STATES_FACTOR).
+instead of by the determinisation limit (see TRIE_STATES_FACTOR).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ automaton is already deterministic."""
 def _nfa_budget_error(max_states: int, what: str = "") -> BudgetExceededError:
     return BudgetExceededError(
         f"rule automaton exceeds {max_states} NFA states{' (' + what + ')' if what else ''}; simplify large "
-        "repetitions (e.g. x{0,10000}) or raise the max_rule_states budget"
+        "repetitions (e.g. x{0,10000}) or raise the max_rule_states limit"
     )
 
 

@@ -7,7 +7,7 @@ import time
 
 
 class PushmaskError(Exception):
-    """Base class of every error pushmask raises on bad input or exhausted budgets."""
+    """Base class of every error pushmask raises on bad input or exhausted limits."""
 
 
 class GrammarError(PushmaskError, ValueError):
@@ -43,7 +43,7 @@ class UnsupportedSchemaError(SchemaError):
 
 
 class BudgetExceededError(PushmaskError, RuntimeError):
-    """A compile or match budget (states, stack tops, work units) ran out; the message says how to fix it."""
+    """A compile or match limit (states, stack tops, work units) ran out; the message says how to fix it."""
 
 
 class ArgumentTypeError(PushmaskError, TypeError):

@@ -19,7 +19,7 @@ Patterns with a counted repetition (`x{m,n}`) or more than TREE_PATTERN_NODES no
 interegular's automata, which are built and determinised in Python (minutes for
 `(a|b)*a(a|b){15}` or 10,000 alternatives): interegular's parse tree becomes an IR tree (Seq,
 Alt, Repeat, character classes) whose rule automaton the numba kernels build under the
-`max_rule_states` budget; a pattern whose repetitions unroll past that budget is refused before
+`max_rule_states` limit; a pattern whose repetitions unroll past that limit is refused before
 anything is built.  Groups nested deeper than `max_nesting` are a GrammarError.
 
 `fsm_to_char_fsm` converts an interegular FSM (also a product of FSMs: intersection,
@@ -467,7 +467,7 @@ def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
     if positions > max_states:
         raise BudgetExceededError(
             f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
-            f"budget of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
+            f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)

@@ -240,7 +240,7 @@ class GrammarCompiler:
         UnsupportedSchemaError
             A keyword pushmask cannot compile exactly (unless `lenient`).
         BudgetExceededError
-            A budget of the compiler's ``Limits`` exceeded (the message names it).
+            A limit of the compiler's ``Limits`` exceeded (the message names it).
         """
         return self.compile("json_schema", schema,
                             json_options=JsonOptions.of(options, keywords, "compile_json_schema"))

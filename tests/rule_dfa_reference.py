@@ -32,7 +32,7 @@ class _Nfa:
         if len(self.eps) >= self.max_states:
             raise BudgetExceededError(
                 f"rule automaton exceeds {self.max_states} NFA states; simplify large repetitions "
-                "(e.g. x{0,10000}) or raise the max_rule_states budget"
+                "(e.g. x{0,10000}) or raise the max_rule_states limit"
             )
         self.eps.append([])
         self.bytes.append([])
