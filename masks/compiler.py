@@ -650,24 +650,35 @@ def _checked_limits(limits) -> Limits:
 def _memo_key(kind: str, spec: Any, options: dict[str, Any]) -> tuple | None:
     """What a compile is memoised under: the kind, the spec's exact text (its repr: member
     order, int vs float and list vs tuple kept) and the options; None when the spec or an option
-    is not made of plain values (such a compile is not memoised)."""
-    if isinstance(spec, type):  # a pydantic model class
-        spec_key: Any = spec
-    elif _plain(spec):
-        spec_key = (type(spec).__name__, repr(spec))
-    else:
+    is not made of plain values, or nests past what repr can write (such a compile is not
+    memoised: the front end reports what is wrong with it)."""
+    try:
+        if isinstance(spec, type):  # a pydantic model class
+            spec_key: Any = spec
+        elif _plain(spec):
+            spec_key = (type(spec).__name__, repr(spec))
+        else:
+            return None
+        if not all(_hashable(value) or _plain(value) for value in options.values()):
+            return None
+        option_key = tuple(sorted((name, value if _hashable(value) else repr(value))
+                                  for name, value in options.items()))
+    except RecursionError:
         return None
-    if not all(_hashable(value) or _plain(value) for value in options.values()):
-        return None
-    option_key = tuple(sorted((name, value if _hashable(value) else repr(value)) for name, value in options.items()))
     return (kind, spec_key, option_key)
 
 
 def _plain(value: Any) -> bool:
-    """Made only of JSON's Python values (dict, list, tuple, str, int, float, bool, None)."""
+    """Made only of JSON's Python values (dict, list, tuple, str, int, float, bool, None), with
+    no container inside itself."""
     stack = [value]
+    seen: set[int] = set()
     while stack:
         item = stack.pop()
+        if isinstance(item, (dict, list)):
+            if id(item) in seen:
+                return False  # shared or cyclic: not memoised (a cycle would make repr useless)
+            seen.add(id(item))
         if isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())

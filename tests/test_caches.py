@@ -103,3 +103,15 @@ def test_the_compiler_cache_limit_bounds_the_compiled_grammars():
     x = compiler.compile_regex("x")
     y = compiler.compile_regex("y")  # past the limit: only the newest stays
     assert compiler.compile_regex("y") is y and compiler.compile_regex("x") is not x
+
+
+def test_specs_that_repr_cannot_key_are_compiled_without_the_memo():
+    from pushmask.masks.compiler import _memo_key
+
+    cyclic: dict = {"type": "array"}
+    cyclic["items"] = cyclic
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"items": deep}
+    assert _memo_key("json_schema", cyclic, {}) is None and _memo_key("json_schema", deep, {}) is None
+    assert _memo_key("json_schema", {"a": [1, 1.0, True, None, ()]}, {}) is not None
