@@ -16,7 +16,7 @@ import numpy as np
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.caches import BoundedCache
-from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
+from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument, check_integer
 from ..grammar.gc_pause import paused_gc
 from ..grammar.frontends import to_grammar
 from ..grammar.json_options import JsonOptions
@@ -41,24 +41,25 @@ class GrammarCompiler:
     def __init__(
         self,
         tokenizer_info: TokenizerInfo,
+        *,
         max_threads: int = 8,
         cache_enabled: bool = True,
         cache_limit_bytes: int = -1,
-        *,
         limits: Limits | None = None,
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
         """A compiler for one vocabulary, holding the grammars it compiled and the token masks
-        they share.  The first three options have XGrammar's names and meanings.
+        they share.  The first three options have XGrammar's names, defaults and meanings
+        (keyword arguments, as in XGrammar's Python API).
 
         Parameters
         ----------
         tokenizer_info : TokenizerInfo
             The vocabulary (exact bytes per token, special and stop tokens).
         max_threads : int, default 8
-            The most threads one compile may use.  pushmask compiles on the calling thread (so
-            any value of 1 or more gives the same result); several threads may call the same
+            The most threads one compile may use (1 or more).  pushmask compiles on the calling
+            thread (so every value gives the same result); several threads may call the same
             compiler at once.
         cache_enabled : bool, default True
             Whether the compiler keeps what it computed: each compiled grammar, memoised by
@@ -66,9 +67,11 @@ class GrammarCompiler:
             grammars share, in memory and on disk.  False compiles every call anew and walks the
             trie for each state of each grammar.
         cache_limit_bytes : int, default -1
-            The most bytes the compiler's memory caches hold, each of them (the compiled
-            grammars, weighed when stored, and the shared masks), least recently used out
-            first; -1 for no limit.
+            The most bytes the compiler's memory cache holds (get_cache_size_bytes), least
+            recently used out first; -1 for no limit.  Half of it goes to the compiled grammars
+            (each weighed when stored: a grammar's mask store grows as its states are visited,
+            so the use may slightly exceed the limit, as XGrammar says of its own) and half to
+            the token masks its grammars share.
         limits : Limits, optional
             Every compile and match limit (grammar/limits.py); the defaults if None.
         mask_cache_dir : str or PathLike, optional
@@ -79,16 +82,16 @@ class GrammarCompiler:
         """
         check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler",
                        "build one with TokenizerInfo.from_huggingface(tokenizer)")
-        check_argument(max_threads, int, "max_threads", "GrammarCompiler")
-        check_argument(cache_limit_bytes, int, "cache_limit_bytes", "GrammarCompiler")
+        self.max_threads = check_integer(max_threads, "max_threads", "GrammarCompiler", minimum=1)
+        check_argument(cache_enabled, bool, "cache_enabled", "GrammarCompiler")
+        self.cache_limit_bytes = check_integer(cache_limit_bytes, "cache_limit_bytes", "GrammarCompiler", minimum=-1)
         self.tokenizer_info = tokenizer_info
         self.limits = _checked_limits(limits)
-        self.max_threads = max_threads
         self.cache_enabled = cache_enabled
-        self.cache_limit_bytes = cache_limit_bytes
-        self.cache = MaskCache(cache_limit_bytes)
+        grammar_bytes = -1 if cache_limit_bytes < 0 else cache_limit_bytes // 2
+        self.cache = MaskCache(-1 if cache_limit_bytes < 0 else cache_limit_bytes - grammar_bytes)
         self.compiled_cache: BoundedCache[tuple, CompiledGrammar] = BoundedCache(
-            cache_limit_bytes, cost=lambda compiled: compiled.memory_size_bytes())
+            grammar_bytes, cost=lambda compiled: compiled.memory_size_bytes)
         # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte
         # is reserved for token terminals (grammar/ir.py: TOKEN_MARK), so they stay out of every mask.
         self.reserved_token_ids = frozenset(i for i, data in enumerate(tokenizer_info.decoded_vocab)
@@ -106,13 +109,16 @@ class GrammarCompiler:
         else:
             self.disk_cache = DiskMaskCache.from_environment(fingerprint)
         with _SHARED_LOCK:  # grammars read back from pickle in this process join the first compiler
-            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.limits)), self)
+            _SHARED_COMPILERS.setdefault(_shared_key(tokenizer_info, self.limits), self)
 
     @classmethod
     def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> "GrammarCompiler":
         """This process's compiler for a vocabulary and limits: the first one made while any is
         alive, else a new one.  Grammars read back from pickle or JSON join it, sharing its
-        token trie and mask cache.
+        token trie and mask cache.  "The same vocabulary" is the same tokens, special tokens,
+        stop tokens and vocabulary type: a grammar's matchers end on its compiler's stop tokens,
+        so a grammar restored with one TokenizerInfo never joins a compiler made with another
+        whose stop tokens differ (both have the same vocab_hash when only the stops differ).
 
         Parameters
         ----------
@@ -125,8 +131,9 @@ class GrammarCompiler:
         -------
         GrammarCompiler
         """
+        check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler.shared")
         limits = _checked_limits(limits)
-        key = (tokenizer_info.vocab_hash, dataclasses.astuple(limits))
+        key = _shared_key(tokenizer_info, limits)
         with _SHARED_LOCK:
             compiler = _SHARED_COMPILERS.get(key)
         return compiler if compiler is not None else cls(tokenizer_info, limits=limits)
@@ -377,7 +384,7 @@ class GrammarCompiler:
     def get_cache_size_bytes(self) -> int:
         """Bytes held by the compiler's memory caches now: the compiled grammars (with the masks
         they copied since) and the shared masks."""
-        return sum(compiled.memory_size_bytes() for compiled in self.compiled_cache.values()) + self.cache.total_bytes
+        return sum(compiled.memory_size_bytes for compiled in self.compiled_cache.values()) + self.cache.total_bytes
 
     def cache_stats(self) -> dict[str, int]:
         """Counters of the mask caches.
@@ -396,6 +403,14 @@ class GrammarCompiler:
             d = self.disk_cache
             stats.update(disk_hits=d.hits, disk_writes=d.writes, disk_rejected=d.rejected, disk_evicted=d.evicted)
         return stats
+
+
+def _shared_key(info: TokenizerInfo, limits: Limits) -> tuple:
+    """What makes two compilers interchangeable for a restored grammar: everything of the
+    vocabulary a mask or a matcher reads (vocab_hash covers the token bytes and the special ids,
+    not which of those are stop tokens), and the limits."""
+    return (info.vocab_hash, info.stop_token_ids, info.vocab_type, info.num_tokenizer_tokens,
+            dataclasses.astuple(limits))
 
 
 _KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
@@ -631,8 +646,9 @@ class CompiledGrammar:
             self._store(int(m["state"]), mask)
             self._masks[int(m["state"])] = mask
 
+    @property
     def memory_size_bytes(self) -> int:
-        """Bytes held by this grammar: its automaton and its mask store."""
+        """Bytes held by this grammar: its automaton and its mask store (a property, as in XGrammar)."""
         return self.pda.nbytes() + self.mask_index.nbytes + self._pool_used * 4
 
     def __repr__(self) -> str:
