@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import time
+from typing import Any
 
 
 class PushmaskError(Exception):
@@ -59,7 +60,7 @@ def check_argument(value: object, expected: type | tuple[type, ...], name: str, 
                                 + (f"; {hint}" if hint else ""))
 
 
-def check_integer(value, name: str, where: str, minimum: int | None = None) -> int:
+def check_integer(value: Any, name: str, where: str, minimum: int | None = None) -> int:
     """`value` as an int: ArgumentTypeError unless it is an integer (a numpy or 0-d torch integer
     passes, a bool, float or string does not), ValueError below `minimum`."""
     if not isinstance(value, bool):
@@ -75,7 +76,7 @@ def check_integer(value, name: str, where: str, minimum: int | None = None) -> i
     return value
 
 
-def check_integers(values, name: str, where: str) -> list[int]:
+def check_integers(values: Any, name: str, where: str) -> list[int]:
     """A sequence of ints (token ids) as a list: ArgumentTypeError for text or a non-sequence."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ArgumentTypeError(f"{where}: {name} must be a sequence of ints, got {type(values).__name__}")
