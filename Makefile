@@ -15,7 +15,7 @@ SGLANG_NO_DEPS := sglang==0.5.23 orjson psutil pybase64 requests urllib3 certifi
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF
 
-.PHONY: venv install wheel demo test test-fast test-vllm test-sglang test-llama-cpp clean docs wheel-check
+.PHONY: venv install wheel demo lint test test-fast test-vllm test-sglang test-llama-cpp clean docs wheel-check
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -51,8 +51,14 @@ docs: install
 demo: install
 	$(VENV)/bin/pushmask generate --threads 1 --schema examples/person.json "Describe a person who owns a cat"
 
+# ruff (lint, and the formatting it would write) and mypy (pyproject.toml: [tool.ruff], [tool.mypy]).
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) .ci/typecheck.py
+
 # The code examples of the README and docs/ run too, each page's on one worker (they share a namespace).
-test: install
+test: install lint
 	$(PY) -m pytest -q -n 2 tests
 	$(PY) -m pytest -q -n 2 --dist loadfile docs README.md
 

@@ -12,18 +12,17 @@ automata/dfa_kernels.py).
 
 Alternations of many literals (enums, word lists, property names) enter the NFA as a trie, built
 in linear time and already deterministic, so their size is bounded by the literals' bytes
-instead of by the determinisation budget (see TRIE_STATES_FACTOR).
+instead of by the determinisation limit (see TRIE_STATES_FACTOR).
 """
 
 from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict
 
 import numpy as np
 
-from ..grammar import caches
+from ..grammar.caches import BoundedCache
 from ..grammar.errors import BudgetExceededError
 from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
 from . import dfa_kernels, thompson_kernels
@@ -123,8 +122,8 @@ class RuleDfa:
 FSM_LAYOUT_TRANSITIONS = 1_000_000
 """Transitions of the CharFsm layouts kept per process (least recently used first out): an entry
 holds its automaton alive, and key-exclusion automata have tens of thousands of transitions."""
-_fsm_layouts: OrderedDict[int, tuple[CharFsm, tuple[int, np.ndarray, np.ndarray, int]]] = OrderedDict()
-_fsm_layout_transitions = 0
+_fsm_layouts: BoundedCache[int, tuple[CharFsm, tuple[int, np.ndarray, np.ndarray, int]]] = BoundedCache(
+    FSM_LAYOUT_TRANSITIONS, cost=lambda entry: len(entry[1][1]), name="automaton layouts (automata/dfa.py)")
 
 
 def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
@@ -132,10 +131,8 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     automaton's states renumbered 0.. in increasing order (finals that no transition or the
     initial state mentions are dropped).  Cached per object: regex and key-exclusion automata
     have up to tens of thousands of transitions, and string automata recur in many rules."""
-    global _fsm_layout_transitions
     got = _fsm_layouts.get(id(fsm))
     if got is not None and got[0] is fsm:
-        _fsm_layouts.move_to_end(id(fsm))
         return got[1]
     transitions = np.array(fsm.transitions, dtype=np.int32).reshape(-1, 4)
     states = np.unique(np.append(transitions[:, [0, 3]], fsm.initial))
@@ -144,12 +141,8 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     number = {q: i for i, q in enumerate(states.tolist())}
     finals = np.array(sorted(number[q] for q in fsm.finals if q in number), dtype=np.int64)
     layout = (len(states), transitions, finals, number[fsm.initial])
-    if got is not None:  # a dead automaton's id reused: drop its entry
-        _fsm_layout_transitions -= len(_fsm_layouts.pop(id(fsm))[1][1])
-    _fsm_layouts[id(fsm)] = (fsm, layout)  # holding fsm keeps its id from being reused
-    _fsm_layout_transitions += len(transitions)
-    while _fsm_layout_transitions > FSM_LAYOUT_TRANSITIONS and len(_fsm_layouts) > 1:
-        _fsm_layout_transitions -= len(_fsm_layouts.popitem(last=False)[1][1][1])
+    # holding fsm keeps its id from being reused; a dead automaton's entry under a reused id is replaced
+    _fsm_layouts.put(id(fsm), (fsm, layout))
     return layout
 
 
@@ -167,14 +160,14 @@ automaton is already deterministic."""
 def _nfa_budget_error(max_states: int, what: str = "") -> BudgetExceededError:
     return BudgetExceededError(
         f"rule automaton exceeds {max_states} NFA states{' (' + what + ')' if what else ''}; simplify large "
-        "repetitions (e.g. x{0,10000}) or raise the max_rule_states budget"
+        "repetitions (e.g. x{0,10000}) or raise the max_rule_states limit"
     )
 
 
 DFA_CACHE_STATES = 2_000_000
 """Total states of the rule DFAs kept per process (least recently used first out)."""
-_dfa_cache: OrderedDict[tuple[bytes, int], tuple[RuleDfa, tuple[int, ...]]] = OrderedDict()
-_dfa_cache_states = 0
+_dfa_cache: BoundedCache[tuple[bytes, int], tuple[RuleDfa, tuple[int, ...]]] = BoundedCache(
+    DFA_CACHE_STATES, cost=lambda entry: entry[0].num_states, name="rule DFAs (automata/dfa.py)")
 
 
 def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
@@ -186,14 +179,9 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     key = (digest, max_states)
     got = _dfa_cache.get(key)
     if got is None:
-        global _dfa_cache_states
         dfa = _construct_rule_dfa(body, max_states, walk)
-        _dfa_cache[key] = (dfa, tuple(position[name] for name in dfa.refs))
-        _dfa_cache_states += dfa.num_states
-        while _dfa_cache_states > DFA_CACHE_STATES and len(_dfa_cache) > 1:
-            _dfa_cache_states -= _dfa_cache.popitem(last=False)[1][0].num_states
+        _dfa_cache.put(key, (dfa, tuple(position[name] for name in dfa.refs)))
         return dfa
-    _dfa_cache.move_to_end(key)
     dfa, ref_positions = got
     return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions])
 
@@ -268,14 +256,8 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
 
 def clear_dfa_cache() -> None:
     """Forget every cached rule DFA and automaton layout (for cold-start measurements)."""
-    global _dfa_cache_states, _fsm_layout_transitions
     _dfa_cache.clear()
-    _dfa_cache_states = 0
     _fsm_layouts.clear()
-    _fsm_layout_transitions = 0
-
-
-caches.register(clear_dfa_cache, "rule DFAs and automaton layouts (automata/dfa.py)")
 
 
 def _construct_rule_dfa(body: Expr, max_states: int, walk: tuple | None = None) -> RuleDfa:

@@ -14,6 +14,7 @@ import numpy as np
 from ..jit import njit
 
 from ..grammar.graph_kernels import grouped, mark_reaching
+from ..grammar.partition_kernels import minimal_blocks as minimal_blocks_of_edges
 from ..grammar.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
 
 ERR_TOO_MANY_NFA_STATES = -4
@@ -178,146 +179,36 @@ def live_states(trans, accepting):
     return mark_reaching(accepting.copy(), ptr, preds)
 
 
-# A refinable partition of 0..n-1 (Valmari and Lehtinen) packed in one int32 array P, so that
-# the helpers below pass one array (each array argument costs reference counting per call):
-# the elements of set s are P[ELEMS, P[FIRST, s]:P[PAST, s]], its marked ones in front
-# (P[MARKED, s] of them); P[LOC] is the inverse of P[ELEMS]; P[SET, e] is e's set; the first
-# P[COUNTS, TOUCHED_SETS] entries of P[TOUCHED] are the sets with marked elements.
-ELEMS, LOC, SET, FIRST, PAST, MARKED, TOUCHED, COUNTS = range(8)
-N_SETS, TOUCHED_SETS = 0, 1
-
-
-@njit(cache=True)
-def _partition(n):
-    """One set holding 0..n-1 (room for n sets)."""
-    P = np.zeros((8, max(n, 2)), np.int32)
-    P[ELEMS, :n] = np.arange(n)
-    P[LOC, :n] = np.arange(n)
-    P[PAST, 0] = n
-    P[COUNTS, N_SETS] = 1 if n > 0 else 0
-    return P
-
-
-@njit(cache=True, inline="always")
-def _mark(P, e):
-    s = P[SET, e]
-    i = P[LOC, e]
-    j = P[FIRST, s] + P[MARKED, s]
-    P[ELEMS, i] = P[ELEMS, j]
-    P[LOC, P[ELEMS, i]] = i
-    P[ELEMS, j] = e
-    P[LOC, e] = j
-    if P[MARKED, s] == 0:
-        P[TOUCHED, P[COUNTS, TOUCHED_SETS]] = s
-        P[COUNTS, TOUCHED_SETS] += 1
-    P[MARKED, s] += 1
-
-
-@njit(cache=True, inline="always")
-def _split(P):
-    """Split every touched set into its marked and unmarked parts; the smaller part gets a new id."""
-    while P[COUNTS, TOUCHED_SETS] > 0:
-        P[COUNTS, TOUCHED_SETS] -= 1
-        s = P[TOUCHED, P[COUNTS, TOUCHED_SETS]]
-        j = P[FIRST, s] + P[MARKED, s]
-        if j == P[PAST, s]:
-            P[MARKED, s] = 0
-            continue
-        z = P[COUNTS, N_SETS]
-        if P[MARKED, s] <= P[PAST, s] - j:
-            P[FIRST, z] = P[FIRST, s]
-            P[PAST, z] = j
-            P[FIRST, s] = j
-        else:
-            P[PAST, z] = P[PAST, s]
-            P[FIRST, z] = j
-            P[PAST, s] = j
-        for i in range(P[FIRST, z], P[PAST, z]):
-            P[SET, P[ELEMS, i]] = z
-        P[MARKED, s] = 0
-        P[MARKED, z] = 0
-        P[COUNTS, N_SETS] = z + 1
-
-
 @njit(cache=True)
 def minimal_blocks(trans, accepting, state_ids, n):
     """Blocks of equivalent states of the automaton restricted to the states with
-    state_ids[s] >= 0 (numbered 0..n-1; edges to other states are ignored, as for dead ones).
-
-    Hopcroft's refinement in Valmari's formulation (O(m log n) for m edges, partial automata
-    allowed): blocks split by the sources of each "cord" (edges with one letter into one block),
-    cords split by the block of their target.  Returns block[compact id]."""
+    state_ids[s] >= 0 (numbered 0..n-1; edges to other states are ignored, as for dead ones):
+    its edges sorted by letter, minimised by the shared kernel (grammar/partition_kernels.py).
+    Returns (block[compact id], number of blocks)."""
     n_letters = trans.shape[1]
-    m = 0
-    for s in range(trans.shape[0]):
-        if state_ids[s] >= 0:
-            for a in range(n_letters):
-                t = trans[s, a]
-                if t >= 0 and state_ids[t] >= 0:
-                    m += 1
-    # edges sorted by letter (the initial cords), with incoming edges per state
-    tail = np.empty(m, np.int32)
-    head = np.empty(m, np.int32)
     letter_ptr = np.zeros(n_letters + 1, np.int64)
-    in_ptr = np.zeros(n + 1, np.int64)
+    final = np.zeros(n, np.bool_)
     for s in range(trans.shape[0]):
         if state_ids[s] >= 0:
+            final[state_ids[s]] = accepting[s]
             for a in range(n_letters):
                 t = trans[s, a]
                 if t >= 0 and state_ids[t] >= 0:
                     letter_ptr[a + 1] += 1
-                    in_ptr[state_ids[t] + 1] += 1
     for a in range(n_letters):
         letter_ptr[a + 1] += letter_ptr[a]
-    for q in range(n):
-        in_ptr[q + 1] += in_ptr[q]
-    incoming = np.empty(m, np.int32)
-    in_fill = in_ptr[:-1].copy()
+    tail = np.empty(letter_ptr[n_letters], np.int32)
+    head = np.empty(letter_ptr[n_letters], np.int32)
     fill = letter_ptr[:-1].copy()
     for s in range(trans.shape[0]):
         if state_ids[s] >= 0:
             for a in range(n_letters):
                 t = trans[s, a]
                 if t >= 0 and state_ids[t] >= 0:
-                    e = fill[a]
+                    tail[fill[a]] = state_ids[s]
+                    head[fill[a]] = state_ids[t]
                     fill[a] += 1
-                    tail[e] = state_ids[s]
-                    head[e] = state_ids[t]
-                    incoming[in_fill[head[e]]] = e
-                    in_fill[head[e]] += 1
-
-    blocks = _partition(n)
-    for s in range(trans.shape[0]):
-        if state_ids[s] >= 0 and accepting[s]:
-            _mark(blocks, state_ids[s])
-    _split(blocks)
-
-    cords = _partition(m)
-    n_cords = 0
-    for a in range(n_letters):
-        if letter_ptr[a + 1] > letter_ptr[a]:
-            cords[FIRST, n_cords] = letter_ptr[a]
-            cords[PAST, n_cords] = letter_ptr[a + 1]
-            for e in range(letter_ptr[a], letter_ptr[a + 1]):
-                cords[SET, e] = n_cords
-            n_cords += 1
-    cords[COUNTS, N_SETS] = n_cords
-
-    b = 1  # one block of the initial split need not split the cords (Hopcroft's "all but one")
-    c = 0
-    while c < cords[COUNTS, N_SETS]:
-        for i in range(cords[FIRST, c], cords[PAST, c]):
-            _mark(blocks, tail[cords[ELEMS, i]])
-        _split(blocks)
-        c += 1
-        while b < blocks[COUNTS, N_SETS]:
-            for i in range(blocks[FIRST, b], blocks[PAST, b]):
-                q = blocks[ELEMS, i]
-                for k in range(in_ptr[q], in_ptr[q + 1]):
-                    _mark(cords, incoming[k])
-            _split(cords)
-            b += 1
-    return blocks[SET, :n], blocks[COUNTS, N_SETS]
+    return minimal_blocks_of_edges(n, final, tail, head, letter_ptr)
 
 
 @njit(cache=True)

@@ -226,7 +226,7 @@ def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileC
         if total > limits.max_total_states:
             raise BudgetExceededError(
                 f"grammar automaton exceeds {limits.max_total_states} states; "
-                "reduce the grammar size or raise the max_total_states budget"
+                "reduce the grammar size or raise the max_total_states limit"
             )
         dfas.append(dfa)
 

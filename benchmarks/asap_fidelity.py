@@ -87,7 +87,7 @@ class ProbTree:
             steps = self.steps[prefix]
             ws = [math.exp(lp) * (1.0 if stop else weight(prefix, t)) for t, lp, stop in steps]
             total = sum(ws) if normalize_steps else 1.0
-            for (t, lp, stop), w in zip(steps, ws):
+            for (t, _, stop), w in zip(steps, ws):
                 if w <= 0:
                     continue
                 if stop:

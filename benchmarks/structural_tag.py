@@ -51,7 +51,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for n in args.tools:
         schemas = tools(n)
-        call = lambda name, a: f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(a)}}}\n</tool_call>'
+        def call(name: str, a: dict) -> str:
+            return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(a)}}}\n</tool_call>'
+
         text = ("Let me look that up for you. " + call("tool_0", {"city": "Paris", "days": 3, "unit": "celsius"})
                 + " and " + call(f"tool_{n - 1}", {"city": "Oslo", "days": 14, "tags": ["a", "b"]}) + " Done.")
         ids = tokenizer.encode(text, add_special_tokens=False)

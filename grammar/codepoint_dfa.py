@@ -199,8 +199,8 @@ class Dfa:
         return Dfa.from_arrays(*string_kernels.trim(*self.arrays()))
 
     def minimize(self) -> "Dfa":
-        """An equivalent minimal trimmed DFA (incremental Moore refinement, numbered as `trim`
-        does, so equal languages give equal automata)."""
+        """An equivalent minimal trimmed DFA (the shared minimiser, partition_kernels.py; numbered
+        as `trim` does, so equal languages give equal automata)."""
         return Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*self.arrays())))
 
     # -- boolean operations --------------------------------------------------------------------
@@ -213,8 +213,8 @@ class Dfa:
             raise StateBudgetExceeded("product automaton", budget)
         return Dfa.from_arrays(*arrays)
 
-    # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
-    # caller builds near-minimal automata anyway; the result is then only trimmed.
+    # minimize=False skips minimisation when the caller builds near-minimal automata anyway;
+    # the result is then only trimmed.
 
     def intersect(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
         """The strings both accept; StateBudgetExceeded past `budget` reachable state pairs."""
@@ -239,7 +239,7 @@ class Dfa:
 
 
 class StateBudgetExceeded(Exception):
-    """A code-point automaton ran past its state budget (`Limits.max_string_states` unless the
+    """A code-point automaton ran past its state limit (`Limits.max_string_states` unless the
     caller passed another): "`what` exceeds `budget` `unit`".  Not a PushmaskError: the leaf
     builders turn it into UnsupportedSchemaError naming the keyword (see `budgeted`)."""
 

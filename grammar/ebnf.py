@@ -199,7 +199,7 @@ class _Parser:
             self.pos += 1
             self.depth += 1
             if self.depth > self.max_nesting:
-                raise self.error(f"groups nest deeper than {self.max_nesting} levels (the max_nesting budget); "
+                raise self.error(f"groups nest deeper than {self.max_nesting} levels (the max_nesting limit); "
                                  "move inner groups into rules of their own, or raise Limits.max_nesting", start)
             inner = self.alternatives(nested=True)
             self.depth -= 1

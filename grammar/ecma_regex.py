@@ -37,6 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import subset_kernels
+from .caches import register
 from .codepoint_dfa import (
     ALL_CHARS, Dfa, Ranges, StateBudgetExceeded, char_ranges, complement_chars, intersect_ranges, union_ranges,
 )
@@ -467,6 +468,9 @@ def _pattern_dfa_cached(pattern: str, budget: int) -> Dfa:
         prefix = _search_dfa(("seq", [("bol",), body]), budget)
         dfa = dfa.intersect(prefix, budget) if positive else dfa.difference(prefix, budget)
     return dfa
+
+
+register(_pattern_dfa_cached.cache_clear, "ECMA pattern automata (grammar/ecma_regex.py)")
 
 
 def _search_dfa(ast, budget: int) -> Dfa:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import operator
 import time
+from typing import Any
 
 
 class PushmaskError(Exception):
-    """Base class of every error pushmask raises on bad input or exhausted budgets."""
+    """Base class of every error pushmask raises on bad input or exhausted limits."""
 
 
 class GrammarError(PushmaskError, ValueError):
@@ -43,14 +44,14 @@ class UnsupportedSchemaError(SchemaError):
 
 
 class BudgetExceededError(PushmaskError, RuntimeError):
-    """A compile or match budget (states, stack tops, work units) ran out; the message says how to fix it."""
+    """A compile or match limit (states, stack tops, work units) ran out; the message says how to fix it."""
 
 
 class ArgumentTypeError(PushmaskError, TypeError):
     """A public entry point got an argument of the wrong type; the message names the argument."""
 
 
-def check_argument(value, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
+def check_argument(value: object, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
     """Raise ArgumentTypeError unless `value` is an instance of `expected`."""
     if not isinstance(value, expected):
         types = expected if isinstance(expected, tuple) else (expected,)
@@ -59,7 +60,7 @@ def check_argument(value, expected: type | tuple[type, ...], name: str, where: s
                                 + (f"; {hint}" if hint else ""))
 
 
-def check_integer(value, name: str, where: str, minimum: int | None = None) -> int:
+def check_integer(value: Any, name: str, where: str, minimum: int | None = None) -> int:
     """`value` as an int: ArgumentTypeError unless it is an integer (a numpy or 0-d torch integer
     passes, a bool, float or string does not), ValueError below `minimum`."""
     if not isinstance(value, bool):
@@ -75,7 +76,7 @@ def check_integer(value, name: str, where: str, minimum: int | None = None) -> i
     return value
 
 
-def check_integers(values, name: str, where: str) -> list[int]:
+def check_integers(values: Any, name: str, where: str) -> list[int]:
     """A sequence of ints (token ids) as a list: ArgumentTypeError for text or a non-sequence."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ArgumentTypeError(f"{where}: {name} must be a sequence of ints, got {type(values).__name__}")

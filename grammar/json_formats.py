@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .caches import register
 from .codepoint_dfa import Dfa
 from .ecma_regex import fullmatch_dfa, pattern_dfa
 
@@ -193,6 +194,9 @@ def _format_dfa_cached(name: str) -> Dfa:
         # 4th positions of a label, which also leaves out "xn--" labels (maybe bad Punycode)
         dfa = dfa.difference(pattern_dfa(r"(?:^|\.)[^.][^.]--"), 200_000)
     return dfa
+
+
+register(_format_dfa_cached.cache_clear, "JSON Schema format automata (grammar/json_formats.py)")
 
 
 def format_dfa(name: str) -> Dfa | None:

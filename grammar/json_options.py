@@ -69,7 +69,7 @@ class JsonOptions:
     lenient: bool = False
     retrieve: Callable[[str], Any] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _one_of(self.whitespace, ("flexible", "compact"), "whitespace")
         _one_of(self.property_order, ("definition", "any"), "property_order")
         _one_of(self.unsatisfiable, ("error", "empty"), "unsatisfiable")
@@ -180,7 +180,7 @@ class JsonOptions:
         return self.additional_properties_default == "declared"
 
     @classmethod
-    def of(cls, options: "JsonOptions | dict | None", keywords: dict[str, Any], where: str) -> "JsonOptions":
+    def of(cls, options: "JsonOptions | dict[str, Any] | None", keywords: dict[str, Any], where: str) -> "JsonOptions":
         """The options of a public entry point: `options` (a JsonOptions, a dict of keyword
         arguments, or None for the defaults) with `keywords` (XGrammar's names or pushmask's)
         applied on top; built here once, then passed down unchanged."""
@@ -200,20 +200,21 @@ class JsonOptions:
 _FIELDS = frozenset(f.name for f in dataclasses.fields(JsonOptions))
 
 
-def _checked(options, where: str, name: str) -> JsonOptions:
+def _checked(options: Any, where: str, name: str) -> JsonOptions:
     if not isinstance(options, JsonOptions):
         raise ArgumentTypeError(f"{where}: {name} must be a pushmask.JsonOptions, got {type(options).__name__}; "
                                 "build one with JsonOptions(...) or a preset such as JsonOptions.generation()")
     return options
 
 
-def _known(changes: dict, where: str) -> None:
+def _known(changes: dict[str, Any], where: str) -> None:
     unknown = sorted(set(changes) - _FIELDS)
     if unknown:
         raise TypeError(f"{where}: unknown JSON option {unknown[0]!r}; the options are {', '.join(sorted(_FIELDS))}")
 
 
-def _twin(changes: dict, pm_name: str, value, xgr_name: str, xgr_value, same=None) -> None:
+def _twin(changes: dict[str, Any], pm_name: str, value: Any, xgr_name: str, xgr_value: Any,
+          same: Any = None) -> None:
     """Set `pm_name` from its XGrammar twin, unless `changes` already holds a different value."""
     if pm_name in changes and changes[pm_name] is not None:
         if not (same(changes[pm_name]) if same else changes[pm_name] == value):
@@ -222,12 +223,12 @@ def _twin(changes: dict, pm_name: str, value, xgr_name: str, xgr_value, same=Non
     changes[pm_name] = value
 
 
-def _one_of(value, allowed: tuple, name: str) -> None:
+def _one_of(value: Any, allowed: tuple[Any, ...], name: str) -> None:
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"JsonOptions.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
-def _typed(value, expected, name: str, wanted: str = "") -> None:
+def _typed(value: Any, expected: Any, name: str, wanted: str = "") -> None:
     types = expected if isinstance(expected, tuple) else (expected,)
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
         wanted = wanted or " or ".join(t.__name__ for t in types)

@@ -63,7 +63,7 @@ class Limits:
     max_encoded_string_states: int = 100_000
     compile_time_limit_s: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
             if name == "compile_time_limit_s":
                 if value is not None and not (isinstance(value, (int, float)) and value >= 0):
@@ -74,6 +74,3 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 """The defaults, for functions called without a `limits` argument."""
-
-Budgets = Limits
-"""The name earlier releases used; kept so existing code keeps working."""

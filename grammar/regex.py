@@ -19,11 +19,11 @@ Patterns with a counted repetition (`x{m,n}`) or more than TREE_PATTERN_NODES no
 interegular's automata, which are built and determinised in Python (minutes for
 `(a|b)*a(a|b){15}` or 10,000 alternatives): interegular's parse tree becomes an IR tree (Seq,
 Alt, Repeat, character classes) whose rule automaton the numba kernels build under the
-`max_rule_states` budget; a pattern whose repetitions unroll past that budget is refused before
+`max_rule_states` limit; a pattern whose repetitions unroll past that limit is refused before
 anything is built.  Groups nested deeper than `max_nesting` are a GrammarError.
 
-`regex_to_fsm` returns the raw interegular FSM (exact alphabet) for callers that combine FSMs
-(intersection, difference) before converting them with `fsm_to_char_fsm`.
+`fsm_to_char_fsm` converts an interegular FSM (also a product of FSMs: intersection,
+difference) to the IR's code-point automaton.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
 `_pattern_to_ir`) instead of interegular automata."""
 
-__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "regex_to_fsm", "preprocess_regex", "read_hex",
+__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "preprocess_regex", "read_hex",
            "ASCII_CLASS_RANGES", "CONTROL_ESCAPES"]
 
 
@@ -406,15 +406,6 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
     return "".join(out), where
 
 
-def regex_to_fsm(pattern: str) -> FSM:
-    """Parse a Python-style regex into an interegular FSM (full-match), or raise GrammarError."""
-    return _interegular_fsm(*preprocess_regex(pattern))
-
-
-def _interegular_fsm(rewritten: str, where: list[int]) -> FSM:
-    return _to_fsm(_parse(rewritten, where))
-
-
 def _parse(rewritten: str, where: list[int]) -> Pattern:
     """interegular's parse tree of the rewritten pattern, or GrammarError with the column."""
 
@@ -476,7 +467,7 @@ def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
     if positions > max_states:
         raise BudgetExceededError(
             f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
-            f"budget of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
+            f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)

@@ -17,6 +17,7 @@ import numpy as np
 from ..jit import njit
 
 from .graph_kernels import grouped, grown, mark_reaching
+from .partition_kernels import minimal_blocks
 
 OK = 0
 STATES = 1
@@ -605,223 +606,46 @@ def _explore_product(a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo
     return OK, pair_s[:n], pair_t[:n], start[:n], count[:n], lo[:m], hi[:m], tgt[:m]
 
 
-@_helper
-def _signature(s, start, count, lo, hi, tgt, block, out):
-    """State s's edges with targets replaced by their blocks, adjacent ranges to one block joined,
-    written to out[:, 0..2]; returns their number."""
-    k = 0
-    for e in range(start[s], start[s] + count[s]):
-        b = block[tgt[e]]
-        if k > 0 and out[k - 1, 2] == b and out[k - 1, 1] + 1 == lo[e]:
-            out[k - 1, 1] = hi[e]
-        else:
-            out[k, 0] = lo[e]
-            out[k, 1] = hi[e]
-            out[k, 2] = b
-            k += 1
-    return k
-
-
-@_helper
-def _same_signature(s, r, start, count, lo, hi, tgt, block, buf_s, buf_r):
-    k = _signature(s, start, count, lo, hi, tgt, block, buf_s)
-    if _signature(r, start, count, lo, hi, tgt, block, buf_r) != k:
-        return False
-    for i in range(k):
-        if buf_s[i, 0] != buf_r[i, 0] or buf_s[i, 1] != buf_r[i, 1] or buf_s[i, 2] != buf_r[i, 2]:
-            return False
-    return True
-
-
-@_helper
-def _signature_hash(s, start, count, lo, hi, tgt, block, buf):
-    k = _signature(s, start, count, lo, hi, tgt, block, buf)
-    h = np.int64(k) * np.int64(0x61C8864680B583EB)
-    for i in range(k):
-        for c in range(3):
-            h = (h ^ buf[i, c]) * np.int64(0x100000001B3)
-            h ^= h >> 31
-    return h
-
-
-@_helper
-def _same_as_stored(s, start, count, lo, hi, tgt, block, buf, pool, at, length):
-    """Is state s's signature the one stored at pool[at:at + length]?"""
-    if _signature(s, start, count, lo, hi, tgt, block, buf) != length:
-        return False
-    for i in range(length):
-        if buf[i, 0] != pool[at + i, 0] or buf[i, 1] != pool[at + i, 1] or buf[i, 2] != pool[at + i, 2]:
-            return False
-    return True
-
-
-@_helper
-def _move(s, b, block, head, nxt, prv, size):
-    """Move state s from its block to block b (blocks are doubly linked lists of states)."""
-    old = block[s]
-    if prv[s] >= 0:
-        nxt[prv[s]] = nxt[s]
-    else:
-        head[old] = nxt[s]
-    if nxt[s] >= 0:
-        prv[nxt[s]] = prv[s]
-    size[old] -= 1
-    block[s] = b
-    prv[s] = -1
-    nxt[s] = head[b]
-    if head[b] >= 0:
-        prv[head[b]] = s
-    head[b] = s
-    size[b] += 1
-
-
 @njit(cache=True)
-def _coarsest_partition(start, count, lo, hi, tgt, final):
-    """The block of each state in the coarsest partition that separates final from other states
-    and is stable (the states of a block have equal signatures, `_signature`).
-
-    Moore refinement, incremental as in `partition.refine_partition`: a round recomputes only the
-    signatures of predecessors of states that changed block (long chains refine a link per
-    round).  Each block keeps a copy of its members' signature, which stays valid for members
-    whose signature was not recomputed, so a block's unchanged members are never visited unless
-    they move; when a block splits, its largest part keeps the id.
-    """
+def _blocks(start, count, lo, hi, tgt, final):
+    """The coarsest partition of a trimmed automaton's states into language-equivalent blocks:
+    its edges cut at every edge bound into letters (code-point intervals that no edge splits),
+    then the shared minimiser (partition_kernels.minimal_blocks).  Returns (block, number)."""
     n = start.shape[0]
-    first_pred, preds = _predecessors(start, count, tgt)
-    block = np.zeros(n, np.int64)
-    head = np.full(n + 2, -1, np.int64)
-    nxt = np.full(n, -1, np.int64)
-    prv = np.full(n, -1, np.int64)
-    size = np.zeros(n + 2, np.int64)
+    k = lo.shape[0]
+    bounds = np.empty(2 * k, np.int64)
+    bounds[:k] = lo
+    bounds[k:] = hi + 1
+    letters = np.unique(bounds)  # letter i: [letters[i], letters[i + 1])
+    n_letters = max(letters.shape[0] - 1, 0)
+    first = np.searchsorted(letters, lo)
+    past = np.searchsorted(letters, hi + 1)
+    letter_ptr = np.zeros(n_letters + 1, np.int64)
     for s in range(n):
-        block[s] = 1 if final[s] else 0
-        size[block[s]] += 1
-        nxt[s] = head[block[s]]
-        if head[block[s]] >= 0:
-            prv[head[block[s]]] = s
-        head[block[s]] = s
-    n_blocks = 2
-    sig_at = np.zeros(n + 2, np.int64)  # a block's stored signature: pool[sig_at : sig_at + sig_len]
-    sig_len = np.zeros(n + 2, np.int64)
-    sig_hash = np.zeros(n + 2, np.int64)
-    pool = np.empty((64, 3), np.int64)
-    pool_size = 0
-    most = 1
+        for e in range(start[s], start[s] + count[s]):
+            for a in range(first[e], past[e]):
+                letter_ptr[a + 1] += 1
+    for a in range(n_letters):
+        letter_ptr[a + 1] += letter_ptr[a]
+    tail = np.empty(letter_ptr[n_letters], np.int32)
+    head = np.empty(letter_ptr[n_letters], np.int32)
+    fill = letter_ptr[:-1].copy()
     for s in range(n):
-        most = max(most, count[s])
-    buf = np.empty((most, 3), np.int64)
-    buf2 = np.empty((most, 3), np.int64)
-    hashes = np.zeros(n, np.int64)
-    dirty = np.arange(n)
-    seen = np.full(n, -1, np.int64)  # the round in which a state was last dirty
-    mark = np.full(n, -1, np.int64)
-    next_dirty = np.empty(n, np.int64)
-    group = np.empty(n, np.int64)
-    leader = np.empty(n + 1, np.int64)
-    changed = np.empty(n, np.int64)
-    round_ = 0
-    while dirty.shape[0] > 0:
-        for s in dirty:
-            hashes[s] = _signature_hash(s, start, count, lo, hi, tgt, block, buf)
-            seen[s] = round_
-        # dirty states grouped by block, each block's sorted by hash
-        by_hash = dirty[np.argsort(hashes[dirty], kind="mergesort")]
-        order = by_hash[np.argsort(block[by_hash], kind="mergesort")]
-        n_changed = 0
-        x = 0
-        while x < order.shape[0]:
-            b = block[order[x]]
-            y = x
-            while y < order.shape[0] and block[order[y]] == b:
-                y += 1
-            clean = size[b] - (y - x)
-            # group 0 (when there are clean members): their signature, the one stored for b
-            base = 1 if clean > 0 else 0
-            n_groups = base
-            run_from = base  # groups whose leader has the hash of the current run
-            for z in range(x, y):
-                s = order[z]
-                if z > x and hashes[s] != hashes[order[z - 1]]:
-                    run_from = n_groups
-                g = -1
-                if clean > 0 and hashes[s] == sig_hash[b] and _same_as_stored(
-                        s, start, count, lo, hi, tgt, block, buf, pool, sig_at[b], sig_len[b]):
-                    g = 0
-                else:
-                    for w in range(run_from, n_groups):
-                        if _same_signature(s, leader[w], start, count, lo, hi, tgt, block, buf, buf2):
-                            g = w
-                            break
-                    if g < 0:
-                        g = n_groups
-                        leader[g] = s
-                        n_groups += 1
-                group[z] = g
-            sizes = np.zeros(n_groups, np.int64)
-            sizes[0] = clean
-            for z in range(x, y):
-                sizes[group[z]] += 1
-            keep = np.argmax(sizes)
-            new_id = np.empty(n_groups, np.int64)
-            for g in range(n_groups):
-                if g == keep:
-                    new_id[g] = b
-                else:
-                    new_id[g] = n_blocks
-                    n_blocks += 1
-            # stored signatures: group 0 keeps b's; a group led by a dirty member gets its leader's
-            for g in range(n_groups):
-                nb = new_id[g]
-                if g == 0 and base == 1:
-                    sig_at[nb], sig_len[nb], sig_hash[nb] = sig_at[b], sig_len[b], sig_hash[b]
-            for g in range(base, n_groups):
-                nb = new_id[g]
-                k = _signature(leader[g], start, count, lo, hi, tgt, block, buf)
-                if pool_size + k > pool.shape[0]:
-                    pool = grown(pool, pool_size + k)
-                pool[pool_size:pool_size + k] = buf[:k]
-                sig_at[nb], sig_len[nb], sig_hash[nb] = pool_size, k, hashes[leader[g]]
-                pool_size += k
-            if n_groups == 1:
-                x = y
-                continue
-            if keep != 0 and base == 1:  # the clean members move: no more of them than kept ones
-                s = head[b]
-                while s >= 0:
-                    after = nxt[s]
-                    if seen[s] != round_:
-                        _move(s, new_id[0], block, head, nxt, prv, size)
-                        changed[n_changed] = s
-                        n_changed += 1
-                    s = after
-            for z in range(x, y):
-                if group[z] != keep:
-                    _move(order[z], new_id[group[z]], block, head, nxt, prv, size)
-                    changed[n_changed] = order[z]
-                    n_changed += 1
-            x = y
-        # next round: the predecessors of states that changed block
-        round_ += 1
-        m = 0
-        for q in range(n_changed):
-            s = changed[q]
-            for i in range(first_pred[s], first_pred[s + 1]):
-                p = preds[i]
-                if mark[p] != round_:
-                    mark[p] = round_
-                    next_dirty[m] = p
-                    m += 1
-        dirty = next_dirty[:m].copy()
-    return block, n_blocks
+        for e in range(start[s], start[s] + count[s]):
+            for a in range(first[e], past[e]):
+                tail[fill[a]] = s
+                head[fill[a]] = tgt[e]
+                fill[a] += 1
+    return minimal_blocks(n, final, tail, head, letter_ptr)
 
 
 @njit(cache=True)
 def minimize(start, count, lo, hi, tgt, final):
     """The minimal automaton of a trimmed one (see `trim` for the returned arrays): its states
-    are the blocks of `_coarsest_partition`, each with the edges of one member, numbered and
-    joined by `trim`."""
+    are the blocks of `_blocks`, each with the edges of one member, numbered and joined by
+    `trim`."""
     n = start.shape[0]
-    block, n_blocks = _coarsest_partition(start, count, lo, hi, tgt, final)
+    block, n_blocks = _blocks(start, count, lo, hi, tgt, final)
     number = np.full(n_blocks, -1, np.int64)
     member = np.empty(n_blocks, np.int64)
     m = 0

@@ -29,7 +29,6 @@ def canonical_fast_forward(tokenizer, info: TokenizerInfo, generated: Sequence[i
     tail re-encodes to exactly its own bytes plus the forced text."""
     generated = [int(t) for t in generated]
     vocab = info.decoded_vocab
-    target_forced = forced.encode("utf-8")
     for window in range(min(len(generated), max_back + 1), 0, -1):
         tail = generated[-window:]
         tail_bytes = b"".join(vocab[t] for t in tail)

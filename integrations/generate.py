@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -36,8 +35,6 @@ DEFAULT_JSON_OPTIONS = JsonOptions.generation()
 [1, 2]}`), so a model cannot format it oddly or loop on whitespace; json_options=
 JsonOptions.generation(indent=2) for json.dumps's indent=2 layout, JsonOptions.generation(
 separators=None) for any JSON whitespace."""
-
-_COMPILED_PER_TOKENIZER = 32
 
 
 @dataclass
@@ -71,27 +68,23 @@ class Generation:
 
 
 # ---------------------------------------------------------------------------------------------
-# per-tokenizer cache of TokenizerInfo, GrammarCompiler and compiled grammars
+# one GrammarCompiler per tokenizer (it memoises the grammars it compiled, with their masks)
 
+CACHE_LIMIT_BYTES = 1 << 30
+"""The cap of each per-tokenizer compiler's memory caches (compiled grammars, shared masks)."""
 
-class _Entry:
-    def __init__(self, compiler: GrammarCompiler):
-        self.compiler = compiler
-        self.compiled: OrderedDict[tuple, CompiledGrammar] = OrderedDict()
-
-
-_cache: "weakref.WeakKeyDictionary[Any, _Entry]" = weakref.WeakKeyDictionary()
-_cache_lock = threading.Lock()
+_compilers: "weakref.WeakKeyDictionary[Any, GrammarCompiler]" = weakref.WeakKeyDictionary()
+_compilers_lock = threading.Lock()
 
 
 def compiler_for(tokenizer) -> GrammarCompiler:
-    """The GrammarCompiler of a Hugging Face tokenizer, built once and reused (with its mask cache)."""
-    with _cache_lock:
-        entry = _cache.get(tokenizer)
-        if entry is None:
+    """The GrammarCompiler of a Hugging Face tokenizer, built once and reused (with its caches)."""
+    with _compilers_lock:
+        compiler = _compilers.get(tokenizer)
+        if compiler is None:
             info = TokenizerInfo.from_huggingface(tokenizer)
-            entry = _cache[tokenizer] = _Entry(GrammarCompiler(info))
-        return entry.compiler
+            compiler = _compilers[tokenizer] = GrammarCompiler(info, cache_limit_bytes=CACHE_LIMIT_BYTES)
+        return compiler
 
 
 def compile_constraint(
@@ -103,8 +96,8 @@ def compile_constraint(
     grammar_format: str = "auto",
     json_options: JsonOptions | dict | None = None,
 ) -> CompiledGrammar:
-    """Compile exactly one of schema / grammar / regex for `tokenizer`, memoised per tokenizer
-    (the key holds the schema and its JsonOptions).
+    """Compile exactly one of schema / grammar / regex for `tokenizer` (memoised by the
+    tokenizer's compiler: the same constraint and options compile once).
 
     grammar_format: "ebnf" (also GBNF), "lark", or "auto" (grammar/frontends.py: grammar_kind; EBNF
         when a line defines a rule with `::=`).
@@ -114,35 +107,21 @@ def compile_constraint(
     given = [name for name, v in (("schema", schema), ("grammar", grammar), ("regex", regex)) if v is not None]
     if len(given) != 1:
         raise ValueError(f"pass exactly one of schema=, grammar=, regex= (got {', '.join(given) or 'none'})")
-    compiler = compiler_for(tokenizer)
     options: dict = {}
     if schema is not None:
         json_options = DEFAULT_JSON_OPTIONS if json_options is None else JsonOptions.of(json_options, {}, "generate")
         options = {"json_options": json_options}
         kind, spec = "json_schema", _schema_object(schema)
-        key = (kind, json.dumps(spec, sort_keys=True), json_options)
     elif grammar is not None:
         if grammar_format not in ("auto", "ebnf", "gbnf", "lark"):
             raise ValueError(f"grammar_format must be 'ebnf', 'gbnf', 'lark' or 'auto', got {grammar_format!r}")
         kind = grammar_kind(grammar).kind if grammar_format == "auto" else grammar_format.replace("gbnf", "ebnf")
         if kind == "json":
             raise ValueError("grammar= is JSON text, not a grammar: pass a JSON Schema as schema=")
-        spec, key = grammar, (kind, grammar)
+        spec = grammar
     else:
         kind, spec = "regex", regex
-        key = (kind, regex)
-    with _cache_lock:
-        entry = _cache[tokenizer]
-        found = entry.compiled.get(key)
-        if found is not None:
-            entry.compiled.move_to_end(key)
-            return found
-    compiled = compiler.compile(kind, spec, **options)
-    with _cache_lock:
-        entry.compiled[key] = compiled
-        while len(entry.compiled) > _COMPILED_PER_TOKENIZER:
-            entry.compiled.popitem(last=False)
-    return compiled
+    return compiler_for(tokenizer).compile(kind, spec, **options)
 
 
 def _schema_object(schema: Any) -> Any:

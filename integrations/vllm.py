@@ -45,7 +45,6 @@ import math
 import os
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +63,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
         f"importing it failed: {exc}"
     ) from exc
 
+from ..grammar.caches import BoundedCache
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from ..masks.budget import budget_table
@@ -145,8 +145,10 @@ _EXPECTED_SIGNATURES: dict[type, dict[str, tuple[str, ...]]] = {
 _EXPECTED_BACKEND_FIELDS = ("vllm_config", "tokenizer", "vocab_size")
 _HANDLED_OPTIONS = {"JSON", "JSON_OBJECT", "REGEX", "GRAMMAR", "CHOICE", "STRUCTURAL_TAG"}
 
-# Compiled grammars kept per backend, so repeated schemas reuse their already computed masks.
-_COMPILED_CACHE_ENTRIES = 128
+CACHE_LIMIT_BYTES = 1 << 30
+"""The cap of the backend compiler's memory caches (compiled grammars by request, shared masks)."""
+_REFUSED_ENTRIES = 128
+"""Refused requests remembered per backend (with why), so a repeat goes to xgrammar at once."""
 
 
 def _env_flag(name: str) -> bool:
@@ -231,11 +233,11 @@ class PushmaskBackend(StructuredOutputBackend):
         self.max_whitespace = _env_max_whitespace()
         self.num_speculative_tokens = _num_speculative_tokens(config)
         self.tokenizer_info = TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size)
-        self.compiler = GrammarCompiler(self.tokenizer_info)
-        self._compiled: OrderedDict[tuple[str, str], CompiledGrammar] = OrderedDict()
-        self._compiled_lock = threading.Lock()
+        # it memoises compiled grammars by request (kind, spec, options), their masks included
+        self.compiler = GrammarCompiler(self.tokenizer_info, cache_limit_bytes=CACHE_LIMIT_BYTES)
+        self._xgrammar_lock = threading.Lock()
         self._xgrammar: StructuredOutputBackend | None = None  # built on the first refused request
-        self._refused: OrderedDict[tuple[str, str], str] = OrderedDict()  # request -> why pushmask refused it
+        self._refused: BoundedCache[tuple[str, str], str] = BoundedCache(_REFUSED_ENTRIES)  # request -> why refused
         self._fallback_logged: set[str] = set()  # request types whose hand-over to xgrammar was logged
         logger.info(
             "pushmask backend ready: vocab_size=%d, stop tokens %s, %s JSON whitespace%s, rollback depth %d",
@@ -259,10 +261,7 @@ class PushmaskBackend(StructuredOutputBackend):
                 compiled = self._compiled_grammar(request_type, grammar_spec)
             except Exception as exc:  # any refusal (unsupported feature, budget) goes to xgrammar
                 reason = f"{type(exc).__name__}: {exc}"
-                with self._compiled_lock:
-                    self._refused[key] = reason
-                    while len(self._refused) > _COMPILED_CACHE_ENTRIES:
-                        self._refused.popitem(last=False)
+                self._refused.put(key, reason)
         if reason is not None:
             first = request_type.name not in self._fallback_logged
             self._fallback_logged.add(request_type.name)
@@ -297,21 +296,12 @@ class PushmaskBackend(StructuredOutputBackend):
 
     def _compiled_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
         """Compile, or reuse the CompiledGrammar of an identical earlier request (its masks included)."""
-        key = (request_type.name, grammar_spec)
-        with self._compiled_lock:
-            hit = self._compiled.get(key)
-            if hit is not None:
-                self._compiled.move_to_end(key)
-                return hit
         kind, arg = _parse_spec(request_type, grammar_spec)
         started = time.perf_counter()
         compiled = self.compiler.compile(kind, arg, **_front_end_options(kind, self.compact_json, self.max_whitespace))
-        logger.info("pushmask compiled a %s request in %.1f ms (%d automaton states)", request_type.name,
+        logger.info("pushmask has a %s request ready in %.1f ms (%d automaton states; compiled or memoised)",
+                    request_type.name,
                     1000 * (time.perf_counter() - started), compiled.num_states)
-        with self._compiled_lock:
-            self._compiled[key] = compiled
-            while len(self._compiled) > _COMPILED_CACHE_ENTRIES:
-                self._compiled.popitem(last=False)
         return compiled
 
     def allocate_token_bitmask(self, max_num_seqs: int) -> "torch.Tensor":
@@ -323,16 +313,15 @@ class PushmaskBackend(StructuredOutputBackend):
     def _xgrammar_backend(self) -> StructuredOutputBackend:
         """vLLM's own xgrammar backend on the same config, tokenizer and vocabulary size (so its
         grammars fill the bitmask this backend allocates), built on first use."""
-        with self._compiled_lock:
+        with self._xgrammar_lock:
             if self._xgrammar is None:
                 cls = _original_xgrammar()[0]
                 self._xgrammar = cls(self.vllm_config, tokenizer=self.tokenizer, vocab_size=self.vocab_size)
             return self._xgrammar
 
     def destroy(self):
-        with self._compiled_lock:
-            self._compiled.clear()
-            self._refused.clear()
+        self._refused.clear()
+        with self._xgrammar_lock:
             if self._xgrammar is not None:
                 self._xgrammar.destroy()
                 self._xgrammar = None

@@ -16,7 +16,8 @@ import numpy as np
 from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
-from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument
+from ..grammar.caches import BoundedCache
+from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument, check_integer
 from ..grammar.gc_pause import paused_gc
 from ..grammar.frontends import to_grammar
 from ..grammar.json_options import JsonOptions
@@ -43,28 +44,38 @@ class GrammarCompiler:
         self,
         tokenizer_info: TokenizerInfo,
         *,
+        max_threads: int = 8,
         cache_enabled: bool = True,
-        cache_limit_bytes: int = 1 << 30,
+        cache_limit_bytes: int = -1,
         limits: Limits | None = None,
-        budgets: Limits | None = None,
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
-        """A compiler for one vocabulary, holding the token masks its grammars share.
+        """A compiler for one vocabulary, holding the grammars it compiled and the token masks
+        they share.  The first three options have XGrammar's names, defaults and meanings
+        (keyword arguments, as in XGrammar's Python API).
 
         Parameters
         ----------
         tokenizer_info : TokenizerInfo
             The vocabulary (exact bytes per token, special and stop tokens).
+        max_threads : int, default 8
+            The most threads one compile may use (1 or more).  pushmask compiles on the calling
+            thread (so every value gives the same result); several threads may call the same
+            compiler at once.
         cache_enabled : bool, default True
-            False turns the in-memory and the disk mask caches off (every grammar walks the trie
-            for each of its states).
-        cache_limit_bytes : int, default 1 GiB
-            Cap of the in-memory mask cache (least recently used masks out).
+            Whether the compiler keeps what it computed: each compiled grammar, memoised by
+            (kind, spec, options) so the same request compiles once; and the token masks its
+            grammars share, in memory and on disk.  False compiles every call anew and walks the
+            trie for each state of each grammar.
+        cache_limit_bytes : int, default -1
+            The most bytes the compiler's memory cache holds (get_cache_size_bytes), least
+            recently used out first; -1 for no limit.  Half of it goes to the compiled grammars
+            (each weighed when stored: a grammar's mask store grows as its states are visited,
+            so the use may slightly exceed the limit, as XGrammar says of its own) and half to
+            the token masks its grammars share.
         limits : Limits, optional
-            Every compile and match budget (grammar/limits.py); the defaults if None.
-        budgets : Limits, optional
-            The earlier name of `limits`.
+            Every compile and match limit (grammar/limits.py); the defaults if None.
         mask_cache_dir : str or PathLike, optional
             A persistent mask cache on disk shared by processes (else the
             PUSHMASK_MASK_CACHE_DIR environment variable, else none).
@@ -73,10 +84,16 @@ class GrammarCompiler:
         """
         check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler",
                        "build one with TokenizerInfo.from_huggingface(tokenizer)")
+        self.max_threads = check_integer(max_threads, "max_threads", "GrammarCompiler", minimum=1)
+        check_argument(cache_enabled, bool, "cache_enabled", "GrammarCompiler")
+        self.cache_limit_bytes = check_integer(cache_limit_bytes, "cache_limit_bytes", "GrammarCompiler", minimum=-1)
         self.tokenizer_info = tokenizer_info
-        self.limits = _checked_limits(limits if limits is not None else budgets)
+        self.limits = _checked_limits(limits)
         self.cache_enabled = cache_enabled
-        self.cache = MaskCache(cache_limit_bytes)
+        grammar_bytes = -1 if cache_limit_bytes < 0 else cache_limit_bytes // 2
+        self.cache = MaskCache(-1 if cache_limit_bytes < 0 else cache_limit_bytes - grammar_bytes)
+        self.compiled_cache: BoundedCache[tuple, CompiledGrammar] = BoundedCache(
+            grammar_bytes, cost=lambda compiled: compiled.memory_size_bytes)
         # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte
         # is reserved for token terminals (grammar/ir.py: TOKEN_MARK), so they stay out of every mask.
         self.reserved_token_ids = frozenset(i for i, data in enumerate(tokenizer_info.decoded_vocab)
@@ -95,27 +112,31 @@ class GrammarCompiler:
         else:
             self.disk_cache = DiskMaskCache.from_environment(fingerprint)
         with _SHARED_LOCK:  # grammars read back from pickle in this process join the first compiler
-            _SHARED_COMPILERS.setdefault((tokenizer_info.vocab_hash, dataclasses.astuple(self.limits)), self)
+            _SHARED_COMPILERS.setdefault(_shared_key(tokenizer_info, self.limits), self)
 
     @classmethod
     def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> "GrammarCompiler":
         """This process's compiler for a vocabulary and limits: the first one made while any is
         alive, else a new one.  Grammars read back from pickle or JSON join it, sharing its
-        token trie and mask cache.
+        token trie and mask cache.  "The same vocabulary" is the same tokens, special tokens,
+        stop tokens and vocabulary type: a grammar's matchers end on its compiler's stop tokens,
+        so a grammar restored with one TokenizerInfo never joins a compiler made with another
+        whose stop tokens differ (both have the same vocab_hash when only the stops differ).
 
         Parameters
         ----------
         tokenizer_info : TokenizerInfo
             The vocabulary.
         limits : Limits, optional
-            The budgets (the defaults if None); compilers with other limits are not shared.
+            The limits (the defaults if None); compilers with other limits are not shared.
 
         Returns
         -------
         GrammarCompiler
         """
+        check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler.shared")
         limits = _checked_limits(limits)
-        key = (tokenizer_info.vocab_hash, dataclasses.astuple(limits))
+        key = _shared_key(tokenizer_info, limits)
         with _SHARED_LOCK:
             compiler = _SHARED_COMPILERS.get(key)
         return compiler if compiler is not None else cls(tokenizer_info, limits=limits)
@@ -229,7 +250,7 @@ class GrammarCompiler:
         UnsupportedSchemaError
             A keyword pushmask cannot compile exactly (unless `lenient`).
         BudgetExceededError
-            A budget of the compiler's ``Limits`` exceeded (the message names it).
+            A limit of the compiler's ``Limits`` exceeded (the message names it).
         """
         return self.compile("json_schema", schema,
                             json_options=JsonOptions.of(options, keywords, "compile_json_schema"))
@@ -309,6 +330,8 @@ class GrammarCompiler:
     def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
         """Compile a constraint of any front-end kind (what the integrations call with a kind
         they read from a request); the `compile_*` methods check their arguments and call this.
+        With the cache enabled, the same (kind, spec, options) returns the grammar compiled
+        the first time (specs made of JSON values, text or a model class; others compile anew).
 
         Parameters
         ----------
@@ -327,11 +350,19 @@ class GrammarCompiler:
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
+        key = _memo_key(kind, spec, options) if self.cache_enabled else None
+        if key is not None:
+            found = self.compiled_cache.get(key)
+            if found is not None:
+                return found
         clock = CompileClock(self.limits.compile_time_limit_s)
         with _compiling(_KIND_WORDS.get(kind, "grammar")):
             grammar = to_grammar(kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock,
                                  **options)
-            return self.compile_ir(grammar, clock=clock)
+            compiled = self.compile_ir(grammar, clock=clock)
+        if key is not None:
+            self.compiled_cache.put(key, compiled)
+        return compiled
 
     # -- cache --------------------------------------------------------------------------------
 
@@ -349,10 +380,16 @@ class GrammarCompiler:
         return scratch
 
     def clear_cache(self) -> None:
-        """Forget the token masks held in memory.  A disk cache keeps its files; grammars
-        compiled earlier keep the masks they already copied; the process-wide automaton caches
-        are emptied by pushmask.clear_caches()."""
+        """Forget the compiled grammars and the token masks held in memory.  A disk cache keeps
+        its files; grammars compiled earlier keep working, with the masks they already copied;
+        the process-wide automaton caches are emptied by pushmask.clear_caches()."""
+        self.compiled_cache.clear()
         self.cache.clear()
+
+    def get_cache_size_bytes(self) -> int:
+        """Bytes held by the compiler's memory caches now: the compiled grammars (with the masks
+        they copied since) and the shared masks."""
+        return sum(compiled.memory_size_bytes for compiled in self.compiled_cache.values()) + self.cache.total_bytes
 
     def cache_stats(self) -> dict[str, int]:
         """Counters of the mask caches.
@@ -361,16 +398,24 @@ class GrammarCompiler:
         -------
         dict of str to int
             ``entries``, ``bytes``, ``hits``, ``computed`` and ``evicted`` of the in-memory
-            cache; with a disk cache also ``disk_hits``, ``disk_writes``, ``disk_rejected`` and
+            mask cache, ``grammars`` and ``grammar_hits`` of the compiled grammars; with a disk cache also ``disk_hits``, ``disk_writes``, ``disk_rejected`` and
             ``disk_evicted``.
         """
         c = self.cache
         stats = {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed,
-                 "evicted": c.evicted}
+                 "evicted": c.evicted, "grammars": len(self.compiled_cache), "grammar_hits": self.compiled_cache.hits}
         if self.disk_cache is not None:
             d = self.disk_cache
             stats.update(disk_hits=d.hits, disk_writes=d.writes, disk_rejected=d.rejected, disk_evicted=d.evicted)
         return stats
+
+
+def _shared_key(info: TokenizerInfo, limits: Limits) -> tuple:
+    """What makes two compilers interchangeable for a restored grammar: everything of the
+    vocabulary a mask or a matcher reads (vocab_hash covers the token bytes and the special ids,
+    not which of those are stop tokens), and the limits."""
+    return (info.vocab_hash, info.stop_token_ids, info.vocab_type, info.num_tokenizer_tokens,
+            dataclasses.astuple(limits))
 
 
 _KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
@@ -648,8 +693,9 @@ class CompiledGrammar:
             self._store(int(m["state"]), mask)
             self._masks[int(m["state"])] = mask
 
+    @property
     def memory_size_bytes(self) -> int:
-        """Bytes held by this grammar: its automaton and its mask store."""
+        """Bytes held by this grammar: its automaton and its mask store (a property, as in XGrammar)."""
         return self.pda.nbytes() + self.mask_index.nbytes + self._pool_used * 4
 
     def __repr__(self) -> str:
@@ -685,6 +731,56 @@ def _checked_limits(limits) -> Limits:
         return DEFAULT_LIMITS
     check_argument(limits, Limits, "limits", "GrammarCompiler", "build one with pushmask.Limits(...)")
     return limits
+
+
+def _memo_key(kind: str, spec: Any, options: dict[str, Any]) -> tuple | None:
+    """What a compile is memoised under: the kind, the spec's exact text (its repr: member
+    order, int vs float and list vs tuple kept) and the options; None when the spec or an option
+    is not made of plain values, or nests past what repr can write (such a compile is not
+    memoised: the front end reports what is wrong with it)."""
+    try:
+        if isinstance(spec, type):  # a pydantic model class
+            spec_key: Any = spec
+        elif _plain(spec):
+            spec_key = (type(spec).__name__, repr(spec))
+        else:
+            return None
+        if not all(_hashable(value) or _plain(value) for value in options.values()):
+            return None
+        option_key = tuple(sorted((name, value if _hashable(value) else repr(value))
+                                  for name, value in options.items()))
+    except RecursionError:
+        return None
+    return (kind, spec_key, option_key)
+
+
+def _plain(value: Any) -> bool:
+    """Made only of JSON's Python values (dict, list, tuple, str, int, float, bool, None), with
+    no container inside itself."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list)):
+            if id(item) in seen:
+                return False  # shared or cyclic: not memoised (a cycle would make repr useless)
+            seen.add(id(item))
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif item is not None and not isinstance(item, (str, int, float)):
+            return False
+    return True
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _check_text(text, name: str, where: str) -> None:

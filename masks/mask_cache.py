@@ -9,11 +9,11 @@ bitsets plus an accepted-id list (the layouts are in masks/walk.py; computed by 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..grammar.caches import BoundedCache
 from ..jit import njit
 
 
@@ -55,47 +55,22 @@ def ids_to_bitset(ids, num_words):
     return words
 
 
-class MaskCache:
-    """Masks keyed by (state key, follow-pairs digest), LRU-evicted past a byte limit; safe to
-    share between threads (the grammars of one compiler read and fill it concurrently)."""
+class MaskCache(BoundedCache[tuple[str, str], StateMask]):
+    """Masks keyed by (state key, follow-pairs digest), LRU-evicted past a byte limit (-1: none);
+    safe to share between threads (the grammars of one compiler read and fill it concurrently)."""
 
-    def __init__(self, max_bytes: int = 1 << 30):
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], StateMask] = OrderedDict()
-        self.total_bytes = 0
-        self.hits = 0
-        self.computed = 0
-        self.evicted = 0
+    def __init__(self, max_bytes: int = -1):
+        super().__init__(max_bytes, cost=lambda mask: mask.nbytes)
 
-    def get(self, key: tuple[str, str]) -> StateMask | None:
-        """The mask stored under key (now the most recently used), or None."""
-        with self._lock:
-            mask = self._entries.get(key)
-            if mask is not None:
-                self._entries.move_to_end(key)
-                self.hits += 1
-            return mask
+    @property
+    def max_bytes(self) -> int:
+        return self.max_cost
 
-    def put(self, key: tuple[str, str], mask: StateMask) -> None:
-        """Store a computed mask, evicting the least recently used past max_bytes."""
-        with self._lock:
-            self.computed += 1
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.total_bytes -= old.nbytes
-            self._entries[key] = mask
-            self.total_bytes += mask.nbytes
-            while self.total_bytes > self.max_bytes and len(self._entries) > 1:
-                _, dropped = self._entries.popitem(last=False)
-                self.total_bytes -= dropped.nbytes
-                self.evicted += 1
+    @property
+    def total_bytes(self) -> int:
+        return self.total_cost
 
-    def clear(self) -> None:
-        """Forget every mask."""
-        with self._lock:
-            self._entries.clear()
-            self.total_bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    @property
+    def computed(self) -> int:
+        """Masks stored (each one computed or read from disk on a miss)."""
+        return self.stored

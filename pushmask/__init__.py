@@ -10,6 +10,7 @@ The names mirror XGrammar's so users can switch::
     pushmask.apply_token_bitmask_inplace(logits, bitmask)
 """
 
+from typing import Any
 
 from .grammar.caches import clear_caches
 from .grammar.errors import (
@@ -18,7 +19,7 @@ from .grammar.errors import (
 )
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
-from .grammar.limits import Budgets, Limits
+from .grammar.limits import Limits
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
@@ -37,7 +38,6 @@ __all__ = [
     "ArgumentTypeError",
     "Sample",
     "aligned_generate",
-    "Budgets",
     "BudgetExceededError",
     "BudgetTooSmallError",
     "CompiledGrammar",
@@ -70,7 +70,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """Lazy attributes: `pushmask.generate`, `pushmask.hf` and `pushmask.load_default_model` import
     torch/transformers on first use, `pushmask.tool_call_structural_tag` the JSON Schema front end,
     `pushmask.bitmask_dtype` torch."""

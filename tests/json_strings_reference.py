@@ -14,7 +14,7 @@ from pushmask.grammar.codepoint_dfa import ALL_CHARS, Dfa, StateBudgetExceeded, 
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
 from pushmask.grammar.json_schema.leaves import budgeted_dfa_op
 from pushmask.grammar.limits import DEFAULT_LIMITS
-from pushmask.grammar.partition import refine_partition
+from partition_reference import refine_partition
 
 _SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
                   ord("n"): 10, ord("r"): 13, ord("t"): 9}

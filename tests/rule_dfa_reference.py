@@ -14,7 +14,7 @@ from pushmask.automata.dfa import RuleDfa
 from pushmask.automata.utf8 import utf8_byte_ranges
 from pushmask.grammar.errors import BudgetExceededError
 from pushmask.grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
-from pushmask.grammar.partition import refine_partition
+from partition_reference import refine_partition
 
 
 class _Nfa:
@@ -32,7 +32,7 @@ class _Nfa:
         if len(self.eps) >= self.max_states:
             raise BudgetExceededError(
                 f"rule automaton exceeds {self.max_states} NFA states; simplify large repetitions "
-                "(e.g. x{0,10000}) or raise the max_rule_states budget"
+                "(e.g. x{0,10000}) or raise the max_rule_states limit"
             )
         self.eps.append([])
         self.bytes.append([])

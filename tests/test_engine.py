@@ -363,7 +363,6 @@ def test_batch_fill_equals_one_by_one(smollm2_compiler):
 
 def test_stop_token_that_is_also_text_is_masked_until_the_grammar_can_end(smollm2_compiler):
     """A caller may name a text token (here the digit '1') a stop token: it then acts only as a stop."""
-    info = smollm2_compiler.tokenizer_info
     one = hf_tokenizer("smollm2").encode("1", add_special_tokens=False)[0]
     matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(LIST_GRAMMAR, normalize=False), override_stop_tokens=[one])
     assert matcher.accept_string("[")

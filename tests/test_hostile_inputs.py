@@ -181,7 +181,7 @@ def test_budgets_name_themselves_and_can_be_raised():
     assert accepts(compiler.compile_grammar(nested), "a") and accepts(compiler.compile_regex("(((((a)))))"), "a")
 
     compiler = _compiler(pushmask.Limits(max_rule_states=50))
-    with pytest.raises(pushmask.BudgetExceededError, match="51 character positions.*max_rule_states budget of 50"):
+    with pytest.raises(pushmask.BudgetExceededError, match="51 character positions.*max_rule_states limit of 50"):
         compiler.compile_regex("a{51}")
     compiler = _compiler(pushmask.Limits(compile_time_limit_s=0.0))
     with pytest.raises(pushmask.BudgetExceededError, match="compile_time_limit_s=0.0"):

@@ -12,6 +12,8 @@ import random
 
 import pytest
 
+import pushmask
+
 import json_strings_reference as reference
 from pushmask.grammar import ecma_regex, json_schema, json_strings
 from pushmask.grammar.codepoint_dfa import (
@@ -215,7 +217,7 @@ def _with_reference(monkeypatch):
 
 
 def _compile(schema):
-    json_schema.clear_leaf_cache()
+    pushmask.clear_caches()
     try:
         return json_schema.json_schema_to_grammar(schema, property_order="any", additional_properties_default=True).rules
     except Exception as exc:  # noqa: BLE001 - the same error is expected both ways
@@ -265,7 +267,7 @@ def test_schemas_compile_to_the_reference_grammars(monkeypatch):
     with monkeypatch.context() as patched:
         _with_reference(patched)
         slow = [_compile(schema) for _, schema in schemas]
-    json_schema.clear_leaf_cache()
+    pushmask.clear_caches()
     for (name, _), a, b in zip(schemas, fast, slow):
         assert a == b, name
     fsms = [e for rules in fast if isinstance(rules, dict) for e in _walk(rules) if isinstance(e, CharFsm)]

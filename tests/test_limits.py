@@ -99,8 +99,7 @@ def test_limits_are_checked():
     info = _compiler().tokenizer_info
     with pytest.raises(pushmask.ArgumentTypeError, match="limits must be Limits"):
         pushmask.GrammarCompiler(info, limits={"max_rule_states": 10})
-    assert pushmask.Budgets is pushmask.Limits  # the earlier name keeps working
-    assert pushmask.GrammarCompiler(info, budgets=pushmask.Limits(max_nesting=7)).limits.max_nesting == 7
+    assert pushmask.GrammarCompiler(info, limits=pushmask.Limits(max_nesting=7)).limits.max_nesting == 7
 
 
 def test_paused_gc_nests_and_restores_across_threads():

@@ -102,7 +102,7 @@ def assert_well_formed(dfa: RuleDfa) -> None:
     """Byte edges sorted, disjoint and merged (no two adjacent ranges with one target); reference
     edges sorted by reference index; every state reachable in breadth-first numbering."""
     for edges in dfa.byte_edges:
-        for (lo1, hi1, t1), (lo2, hi2, t2) in zip(edges, edges[1:]):
+        for (_, hi1, t1), (lo2, _, t2) in zip(edges, edges[1:]):
             assert hi1 < lo2 and not (hi1 + 1 == lo2 and t1 == t2)
     for edges in dfa.ref_edges:
         assert [r for r, _ in edges] == sorted({r for r, _ in edges})

@@ -111,7 +111,7 @@ def test_processor_heals_a_batch(model, tok):
     healed = processor.heal_prompt(batch["input_ids"])
     out = model.generate(input_ids=healed, attention_mask=batch["attention_mask"][:, :-1], logits_processor=[processor],
                          max_new_tokens=48, do_sample=True, pad_token_id=eos, eos_token_id=eos)
-    for row, prompt in enumerate(prompts):
+    for row in range(len(prompts)):
         removed = processor.healed_bytes(row)
         assert removed == compiled.tokenizer_info.decoded_vocab[int(batch["input_ids"][row, -1])]
         generated = [t for t in out[row, healed.shape[1]:].tolist() if t != eos]

@@ -360,6 +360,61 @@ def test_compiled_grammar_and_tokenizer_info_round_trips(compiler, tmp_path):
     assert np.array_equal(np.load(tmp_path / "masks.npy"), np.stack(reference))
 
 
+def test_grammar_compiler_takes_xgrammars_constructor(compiler):
+    """GrammarCompiler(tokenizer_info, *, max_threads=8, cache_enabled=True, cache_limit_bytes=-1),
+    as XGrammar's Python API documents it: keyword arguments, -1 for no cache limit, the limit
+    bounding get_cache_size_bytes (one grammar past it stays), clear_cache emptying it."""
+    info = compiler.tokenizer_info
+    default = pm.GrammarCompiler(info)
+    assert (default.max_threads, default.cache_enabled, default.cache_limit_bytes) == (8, True, -1)
+    with pytest.raises(TypeError):
+        pm.GrammarCompiler(info, 8)  # keyword-only, as in XGrammar
+    for bad in ({"max_threads": 0}, {"cache_limit_bytes": -2}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            pm.GrammarCompiler(info, **bad)
+    with pytest.raises(pm.ArgumentTypeError, match="cache_enabled"):
+        pm.GrammarCompiler(info, cache_enabled="yes")
+    schemas = [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]} for i in range(4)]
+    one = default.compile_json_schema(schemas[0])
+    limit = 3 * one.memory_size_bytes  # room for about one grammar in the grammars' half
+    small = pm.GrammarCompiler(info, max_threads=1, cache_enabled=True, cache_limit_bytes=limit)
+    compiled = [small.compile_json_schema(schema) for schema in schemas]
+    assert small.compile_json_schema(schemas[-1]) is compiled[-1]  # the newest stays
+    assert small.compile_json_schema(schemas[0]) is not compiled[0]  # the oldest went
+    assert 0 < small.get_cache_size_bytes() <= limit + one.memory_size_bytes
+    small.clear_cache()
+    assert small.get_cache_size_bytes() == 0 and accepted(compiled[0], ['{"k0": 1}']) == ['{"k0": 1}']
+    off = pm.GrammarCompiler(info, cache_enabled=False)
+    assert off.compile_json_schema(schemas[0]) is not off.compile_json_schema(schemas[0])
+    assert off.get_cache_size_bytes() == 0
+
+
+def test_a_restored_grammar_keeps_the_stop_tokens_it_was_compiled_with():
+    """A grammar read back from pickle joins a compiler of its own vocabulary *and stop tokens*:
+    a live compiler made first for the same tokens with other stops (the same vocab_hash: the
+    EOS token stays special) must not lend it those stops.  Compilers that memoise their grammars
+    (each grammar holds its compiler) live until the garbage collector finds the cycle, so such a
+    compiler can be alive long after its test; a pickled grammar joined one and refused EOS."""
+    tokenizer = hf_tokenizer("smollm2")
+    eos = tokenizer.eos_token_id
+    limits = pm.Limits(max_stack_tops=4095)  # a registry slot of this test's own
+    no_stops = pm.TokenizerInfo.from_huggingface(tokenizer, stop_token_ids=[])
+    first = pm.GrammarCompiler(no_stops, limits=limits)  # made first and alive: the old key's shared compiler
+    info = pm.TokenizerInfo.from_huggingface(tokenizer)
+    assert no_stops.vocab_hash == info.vocab_hash and eos in info.stop_token_ids and not no_stops.stop_token_ids
+    compiled = pm.GrammarCompiler(info, limits=limits).compile_json_schema({"type": "integer"})
+    tokens = tokenizer.encode("17", add_special_tokens=False) + [eos]
+    for copy in (pickle.loads(pickle.dumps(compiled)), pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info)):
+        assert copy.compiler is not first and copy.tokenizer_info.stop_token_ids == info.stop_token_ids
+        matcher = pm.GrammarMatcher(copy)
+        assert all(matcher.accept_token(t) for t in tokens) and matcher.is_terminated()
+    # restored with the stop-less vocabulary, it takes that one's stops: EOS is no token of it
+    copy = pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), no_stops)
+    matcher = pm.GrammarMatcher(copy)
+    assert copy.compiler is first and all(matcher.accept_token(t) for t in tokens[:-1])
+    assert matcher.can_end() and not matcher.accept_token(eos)
+
+
 def test_deserialize_refuses_other_vocabularies_and_bad_text(compiler):
     compiled = compiler.compile_grammar('root ::= "yes" | "no"')
     other = pm.TokenizerInfo.from_vocab(["y", "e", "s", "n", "o", "</s>"], stop_token_ids=[5])

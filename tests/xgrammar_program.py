@@ -43,7 +43,7 @@ CASES = [
 def run(tokenizer_dir: str) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, stop_token_ids=[tokenizer.eos_token_id])
-    compiler = xgr.GrammarCompiler(info)
+    compiler = xgr.GrammarCompiler(info, max_threads=8, cache_enabled=True, cache_limit_bytes=-1)
     special = torch.tensor(sorted(i for i, added in tokenizer.added_tokens_decoder.items() if added.special))
     results = []
     for schema, kwargs, text in CASES:
@@ -68,6 +68,10 @@ def run(tokenizer_dir: str) -> list[dict]:
         again = [matcher.accept_token(token) for token in tokens[-3:]]
         results.append({"steps": steps, "terminated": terminated, "reaccepted": again,
                         "terminated_again": matcher.is_terminated()})
+    # the compiler's cache: what it holds, forgotten on request (the grammars keep working)
+    assert compiler.cache_limit_bytes == -1 and compiler.get_cache_size_bytes() >= compiled.memory_size_bytes > 0
+    compiler.clear_cache()
+    assert compiler.get_cache_size_bytes() == 0 and matcher.is_terminated()
     return results
 
 
@@ -102,7 +106,7 @@ def grammar_cases():
 def run_grammar_api(tokenizer_dir: str) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, stop_token_ids=[tokenizer.eos_token_id])
-    compiler = xgr.GrammarCompiler(info)
+    compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=False)  # every grammar compiled anew
     testing = importlib.import_module(xgr.__name__ + ".testing")
     special = sorted(i for i, added in tokenizer.added_tokens_decoder.items() if added.special)
     results, jobs = {}, []

@@ -97,6 +97,5 @@ functions over the emitter; layout
 
 from .convert import json_schema_to_grammar
 from .layout import INDENT_DEPTH_LIMIT
-from .leaves import clear_leaf_cache
 
-__all__ = ["json_schema_to_grammar", "clear_leaf_cache", "INDENT_DEPTH_LIMIT"]
+__all__ = ["json_schema_to_grammar", "INDENT_DEPTH_LIMIT"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import caches, ecma_regex, json_formats, json_numbers
+from .. import json_numbers
+from ..caches import BoundedCache
 from ..codepoint_dfa import StateBudgetExceeded, any_string_dfa, budgeted, literal_dfa
 from ..ecma_regex import pattern_dfa
 from ..errors import UnsupportedSchemaError
@@ -26,32 +27,18 @@ from ..limits import DEFAULT_LIMITS
 # The string-automaton names the package uses come through here: one importer of those modules in it.
 __all__ = [
     "ANY_STRING", "JSON_ESCAPE", "RAW_STRING_CHAR", "any_string_dfa", "check_lengths", "format_dfa",
-    "json_string_expr", "literal_dfa", "pattern_dfa", "string_dfa", "string_literal_expr", "clear_leaf_cache",
+    "json_string_expr", "literal_dfa", "pattern_dfa", "string_dfa", "string_literal_expr",
 ]
 
-_leaf_cache: dict = {}
-
-
-def clear_leaf_cache() -> None:
-    """Forget the memoised leaf automata: numbers, patterns, formats (for cold-start measurements)."""
-    _leaf_cache.clear()
-    ecma_regex._pattern_dfa_cached.cache_clear()
-    json_formats._format_dfa_cached.cache_clear()
-
-
-caches.register(clear_leaf_cache, "JSON Schema leaf automata: numbers, patterns, formats")
+_leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(4096, name="JSON Schema leaf automata: numbers")
 
 
 def cached_leaf(kind: str, kwargs: dict) -> Expr:
     """Leaf automata are pure functions of their arguments and can be slow: memoise them."""
     key = (kind, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "pointer")))
-    if key not in _leaf_cache:
-        if len(_leaf_cache) > 4096:
-            _leaf_cache.clear()
-        fn = {"integer": json_numbers.integer_expr, "number": json_numbers.number_expr,
-              "literal": json_numbers.number_literal_expr}[kind]
-        _leaf_cache[key] = fn(**kwargs)
-    return _leaf_cache[key]
+    fn = {"integer": json_numbers.integer_expr, "number": json_numbers.number_expr,
+          "literal": json_numbers.number_literal_expr}[kind]
+    return _leaf_cache.get_or_make(key, lambda: fn(**kwargs))
 
 
 def integer_leaf(**kwargs) -> Expr:
@@ -68,18 +55,13 @@ def budgeted_dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int
     return budgeted(keyword, pointer, fn, other, budget)
 
 
-_search_cache: dict[tuple[str, str], bool] = {}
-caches.register(_search_cache.clear, "JSON Schema patternProperties matches")
+_search_cache: BoundedCache[tuple[str, str], bool] = BoundedCache(65536, name="JSON Schema patternProperties matches")
 
 
 def pattern_search(pattern: str, name: str, pointer: str) -> bool:
     """Does the (ECMA, unanchored) pattern match `name`?  Decided by our pattern automaton."""
-    key = (pattern, name)
-    if key not in _search_cache:
-        if len(_search_cache) > 65536:
-            _search_cache.clear()
-        _search_cache[key] = pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name)
-    return _search_cache[key]
+    return _search_cache.get_or_make(
+        (pattern, name), lambda: pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name))
 
 
 def closed_names_disjoint(x: dict, y: dict) -> bool:

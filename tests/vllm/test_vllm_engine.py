@@ -53,7 +53,7 @@ def run_engine(model: Path, spec: dict, **env) -> tuple[dict, str]:
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"the engine run failed:\n{log[-6000:]}"
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("ENGINE_RESULT ")), None)
+    line = next((row for row in proc.stdout.splitlines() if row.startswith("ENGINE_RESULT ")), None)
     assert line is not None, f"no result line:\n{log[-6000:]}"
     return json.loads(line[len("ENGINE_RESULT "):]), log
 

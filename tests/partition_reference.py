@@ -1,5 +1,5 @@
-"""Partition refinement for automaton minimisation of the rule DFAs (`automata.dfa`); the
-decoded-string automata (`codepoint_dfa.Dfa`) use its numba counterpart in `string_kernels`."""
+"""Moore partition refinement in plain Python: the minimisation of the reference automata the
+tests compare the numba kernels with (rule_dfa_reference.py, json_strings_reference.py)."""
 
 from __future__ import annotations
 
