@@ -18,6 +18,7 @@ instead of by the determinisation budget (see TRIE_STATES_FACTOR).
 from __future__ import annotations
 
 import hashlib
+import itertools
 from array import array
 from collections import OrderedDict
 
@@ -47,11 +48,14 @@ class RuleDfa:
         self._lists: tuple | None = (list(accepting), byte_edges, ref_edges)
         self._arrays: tuple[np.ndarray, ...] | None = None
         self.refs = refs
+        self._digest: bytes | None = None
 
     @classmethod
-    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str]) -> "RuleDfa":
+    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str], digest: bytes | None = None) -> "RuleDfa":
+        """The DFA of these arrays; `digest`, when given, is theirs (`digest()`), from a DFA that
+        holds the same arrays."""
         dfa = cls.__new__(cls)
-        dfa._lists, dfa._arrays, dfa.refs = None, tuple(arrays), refs
+        dfa._lists, dfa._arrays, dfa.refs, dfa._digest = None, tuple(arrays), refs, digest
         return dfa
 
     @property
@@ -103,11 +107,13 @@ class RuleDfa:
 
     def digest(self) -> bytes:
         """A digest of the structure (references by local index): equal for equal automata."""
-        h = hashlib.blake2b(digest_size=16)
-        for table in self.arrays:
-            h.update(np.ascontiguousarray(table, dtype=np.int64).tobytes())
-            h.update(b"|")
-        return h.digest()
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            for table in self.arrays:
+                h.update(np.ascontiguousarray(table, dtype=np.int64).tobytes())
+                h.update(b"|")
+            self._digest = h.digest()
+        return self._digest
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, RuleDfa):
@@ -137,7 +143,8 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     if got is not None and got[0] is fsm:
         _fsm_layouts.move_to_end(id(fsm))
         return got[1]
-    transitions = np.array(fsm.transitions, dtype=np.int32).reshape(-1, 4)
+    transitions = np.fromiter(itertools.chain.from_iterable(fsm.transitions), dtype=np.int32,
+                              count=4 * len(fsm.transitions)).reshape(-1, 4)
     states = np.unique(np.append(transitions[:, [0, 3]], fsm.initial))
     transitions[:, 0] = np.searchsorted(states, transitions[:, 0])
     transitions[:, 3] = np.searchsorted(states, transitions[:, 3])
@@ -195,7 +202,7 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
         return dfa
     _dfa_cache.move_to_end(key)
     dfa, ref_positions = got
-    return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions])
+    return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions], dfa.digest())
 
 
 def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
@@ -210,7 +217,9 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
     starts, so the encoding is unambiguous.  A node shared by several parents (the DAGs the JSON
     Schema compiler builds) is written once and referred back to by its visit number after
     that, so the walk stays linear in the DAG's size.  Two equal trees shared differently digest
-    differently, which only costs a cache miss.
+    differently, which only costs a cache miss.  An automaton (CharFsm) is written as the number
+    of its content in this process (`_fsm_number`), so the digest is a key within one process
+    only.
 
     The encoding: (the integers as an array("q"), the literal bytes, the CharFsm nodes in visit
     order, (visit number, node) of the alternations with enough items to hold a literal trie).
@@ -251,8 +260,7 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
             try:
                 data = node._digest
             except AttributeError:
-                data = hashlib.blake2b(repr((node.initial, sorted(node.finals), node.transitions)).encode(),
-                                       digest_size=16).digest()
+                data = _fsm_number(node)
                 object.__setattr__(node, "_digest", data)
             numbers += (FSM, len(data))
             literals.append(data)
@@ -266,13 +274,39 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
     return digest.digest(), ref_position, (stream, literal_bytes, fsms, wide_alts)
 
 
+FSM_NUMBERS_TRANSITIONS = 1_000_000
+"""Transitions of the automata numbered by content kept per process (all forgotten when past)."""
+_fsm_numbers: dict[tuple, bytes] = {}
+_fsm_numbers_transitions = 0
+_fsm_counter = itertools.count()
+
+
+def _fsm_number(fsm: CharFsm) -> bytes:
+    """The number of the automaton's content (initial state, finals, transitions) in this process,
+    as 8 bytes: equal automata built apart share it, and a number is never given to other
+    content (the counter never restarts, so forgetting the table only costs cache misses).
+    Hashing and comparing the transition tuples runs in C, unlike writing them out to digest."""
+    global _fsm_numbers_transitions
+    key = (fsm.initial, frozenset(fsm.finals), fsm.transitions)
+    number = _fsm_numbers.get(key)
+    if number is None:
+        if _fsm_numbers_transitions > FSM_NUMBERS_TRANSITIONS:
+            _fsm_numbers.clear()
+            _fsm_numbers_transitions = 0
+        number = _fsm_numbers[key] = next(_fsm_counter).to_bytes(8, "little")
+        _fsm_numbers_transitions += len(fsm.transitions)
+    return number
+
+
 def clear_dfa_cache() -> None:
     """Forget every cached rule DFA and automaton layout (for cold-start measurements)."""
-    global _dfa_cache_states, _fsm_layout_transitions
+    global _dfa_cache_states, _fsm_layout_transitions, _fsm_numbers_transitions
     _dfa_cache.clear()
     _dfa_cache_states = 0
     _fsm_layouts.clear()
     _fsm_layout_transitions = 0
+    _fsm_numbers.clear()  # the counter goes on: a number stays with its content
+    _fsm_numbers_transitions = 0
 
 
 caches.register(clear_dfa_cache, "rule DFAs and automaton layouts (automata/dfa.py)")
