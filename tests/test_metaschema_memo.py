@@ -11,6 +11,7 @@ hold anything under.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -23,7 +24,11 @@ from support import DRAFTS, METASCHEMAS, groups  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.errors import SchemaError  # noqa: E402
-from pushmask.grammar.json_schema.documents import _check_metaschema, _metaschema_formats  # noqa: E402
+from pushmask.grammar.json_schema.documents import (  # noqa: E402
+    _check_metaschema,
+    _inlined_metaschema,
+    _metaschema_formats,
+)
 
 BAD = ({"type": 5}, {"minLength": -1}, {"required": "name"}, {"pattern": "("}, {"properties": {"a": 3}})
 SUBSCHEMA_KEYS = ("items", "not", "additionalProperties", "contains", "propertyNames", "if", "then", "else",
@@ -123,3 +128,24 @@ def test_error_is_jsonschemas_after_the_memo_holds_the_valid_parts():
     with pytest.raises(SchemaError, match="invalid schema") as info:
         _check_metaschema({**good, "properties": {**good["properties"], "c": {"minLength": -1}}})
     assert info.value.pointer == "#/properties/c/minLength"
+
+
+@pytest.mark.parametrize("cls", [jsonschema.Draft201909Validator, jsonschema.Draft202012Validator])
+def test_inlined_metaschema_judges_as_the_original(cls):
+    """The vocabularies copied into one document give every suite schema and mutant of the
+    draft the verdict of the original metaschema (both ways, not only through the fallback)."""
+    inlined = _inlined_metaschema(cls)
+    text = json.dumps(inlined)
+    assert inlined is not cls.META_SCHEMA and '"$dynamicRef": "#meta"' not in text and '"$recursiveRef": "#"' not in text
+    formats = _metaschema_formats(cls)
+    ours, theirs = cls(inlined, format_checker=formats), cls(cls.META_SCHEMA, format_checker=formats)
+    draft = "draft2020-12" if cls is jsonschema.Draft202012Validator else "draft2019-09"
+    rng = random.Random(1)
+    checked = 0
+    for _, schema, _ in groups(draft):
+        paths: list = []
+        places(schema, paths)
+        for candidate in [schema] + [replaced(schema, p, rng.choice(BAD)) for p in rng.sample(paths, min(3, len(paths)))]:
+            assert ours.is_valid(candidate) == theirs.is_valid(candidate), candidate
+            checked += 1
+    assert checked > 300

@@ -354,7 +354,7 @@ class _MetaCheck:
 
     def __init__(self, cls):
         self.cls = cls
-        self.validator = cls(cls.META_SCHEMA, format_checker=_metaschema_formats(cls))
+        self.validator = cls(_inlined_metaschema(cls), format_checker=_metaschema_formats(cls))
         bad = {"type": 5}  # no draft takes a number for "type"
         self.schema_keys = {key for key in SCHEMA_KEYS if self._checks({key: {}}, {key: bad})}
         self.list_keys = {key for key in LIST_KEYS + ("items",) if self._checks({key: [{}]}, {key: [bad]})}
@@ -387,6 +387,51 @@ class _MetaCheck:
 
 
 _meta_checks: dict[type, _MetaCheck] = {}
+
+
+def _inlined_metaschema(cls):
+    """`cls`'s metaschema with the vocabulary metaschemas its allOf references (drafts 2019-09
+    and 2020-12) copied in, and the dynamic self-references ($dynamicRef "#meta",
+    $recursiveRef "#") made plain ones ("#"): the same language (the dynamic scope of a
+    metaschema check always starts at its root), checked without a registry look-up per
+    vocabulary and subschema, which is most of jsonschema's time on these drafts.  The
+    metaschema itself where it has no vocabularies or a reference leads elsewhere."""
+    root = cls.META_SCHEMA
+    vocabularies = [item.get("$ref") for item in root.get("allOf", ())]
+    if not vocabularies or not all(isinstance(ref, str) and "#" not in ref for ref in vocabularies):
+        return root
+    from jsonschema_specifications import REGISTRY
+
+    position = {ref: i for i, ref in enumerate(vocabularies)}
+    base = root["$id"].rsplit("/", 1)[0] + "/"
+
+    def inline(node, vocabulary):
+        if isinstance(node, list):
+            return [inline(item, vocabulary) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key in ("$id", "$schema", "$vocabulary", "$dynamicAnchor", "$recursiveAnchor") and not isinstance(value, dict):
+                continue  # identifiers and anchors of the parts: the copy is one document
+            if (key, value) in (("$dynamicRef", "#meta"), ("$recursiveRef", "#")):
+                out["$ref"] = "#"
+            elif key in ("$dynamicRef", "$recursiveRef") and isinstance(value, str):
+                raise LookupError(value)
+            elif key == "$ref" and isinstance(value, str):
+                target, _, fragment = value.partition("#")
+                part = position[target] if target else vocabulary  # KeyError: a reference elsewhere
+                out["$ref"] = "#" + fragment if part is None else f"#/allOf/{part}{fragment}"
+            else:
+                out[key] = inline(value, vocabulary)
+        return out
+
+    try:
+        inlined = inline({key: value for key, value in root.items() if key != "allOf"}, None)
+        inlined["allOf"] = [inline(REGISTRY.contents(base + ref), i) for i, ref in enumerate(vocabularies)]
+    except (KeyError, LookupError):
+        return root
+    return inlined
 _SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 
 
