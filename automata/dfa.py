@@ -51,7 +51,7 @@ class RuleDfa:
         self._digest: bytes | None = None
 
     @classmethod
-    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str], digest: bytes | None = None) -> "RuleDfa":
+    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str], digest: bytes | None = None) -> RuleDfa:
         """The DFA of these arrays; `digest`, when given, is theirs (`digest()`), from a DFA that
         holds the same arrays."""
         dfa = cls.__new__(cls)

@@ -432,6 +432,8 @@ def _inlined_metaschema(cls):
     except (KeyError, LookupError):
         return root
     return inlined
+
+
 _SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 
 
