@@ -18,6 +18,7 @@ instead of by the determinisation limit (see TRIE_STATES_FACTOR).
 from __future__ import annotations
 
 import hashlib
+import itertools
 from array import array
 
 import numpy as np
@@ -46,11 +47,14 @@ class RuleDfa:
         self._lists: tuple | None = (list(accepting), byte_edges, ref_edges)
         self._arrays: tuple[np.ndarray, ...] | None = None
         self.refs = refs
+        self._digest: bytes | None = None
 
     @classmethod
-    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str]) -> "RuleDfa":
+    def from_arrays(cls, arrays: tuple[np.ndarray, ...], refs: list[str], digest: bytes | None = None) -> RuleDfa:
+        """The DFA of these arrays; `digest`, when given, is theirs (`digest()`), from a DFA that
+        holds the same arrays."""
         dfa = cls.__new__(cls)
-        dfa._lists, dfa._arrays, dfa.refs = None, tuple(arrays), refs
+        dfa._lists, dfa._arrays, dfa.refs, dfa._digest = None, tuple(arrays), refs, digest
         return dfa
 
     @property
@@ -102,11 +106,13 @@ class RuleDfa:
 
     def digest(self) -> bytes:
         """A digest of the structure (references by local index): equal for equal automata."""
-        h = hashlib.blake2b(digest_size=16)
-        for table in self.arrays:
-            h.update(np.ascontiguousarray(table, dtype=np.int64).tobytes())
-            h.update(b"|")
-        return h.digest()
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            for table in self.arrays:
+                h.update(np.ascontiguousarray(table, dtype=np.int64).tobytes())
+                h.update(b"|")
+            self._digest = h.digest()
+        return self._digest
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, RuleDfa):
@@ -134,7 +140,8 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     got = _fsm_layouts.get(id(fsm))
     if got is not None and got[0] is fsm:
         return got[1]
-    transitions = np.array(fsm.transitions, dtype=np.int32).reshape(-1, 4)
+    transitions = np.fromiter(itertools.chain.from_iterable(fsm.transitions), dtype=np.int32,
+                              count=4 * len(fsm.transitions)).reshape(-1, 4)
     states = np.unique(np.append(transitions[:, [0, 3]], fsm.initial))
     transitions[:, 0] = np.searchsorted(states, transitions[:, 0])
     transitions[:, 3] = np.searchsorted(states, transitions[:, 3])
@@ -183,7 +190,7 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
         _dfa_cache.put(key, (dfa, tuple(position[name] for name in dfa.refs)))
         return dfa
     dfa, ref_positions = got
-    return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions])
+    return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions], dfa.digest())
 
 
 def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
@@ -198,7 +205,9 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
     starts, so the encoding is unambiguous.  A node shared by several parents (the DAGs the JSON
     Schema compiler builds) is written once and referred back to by its visit number after
     that, so the walk stays linear in the DAG's size.  Two equal trees shared differently digest
-    differently, which only costs a cache miss.
+    differently, which only costs a cache miss.  An automaton (CharFsm) is written as the number
+    of its content in this process (`_fsm_number`), so the digest is a key within one process
+    only.
 
     The encoding: (the integers as an array("q"), the literal bytes, the CharFsm nodes in visit
     order, (visit number, node) of the alternations with enough items to hold a literal trie).
@@ -239,8 +248,7 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
             try:
                 data = node._digest
             except AttributeError:
-                data = hashlib.blake2b(repr((node.initial, sorted(node.finals), node.transitions)).encode(),
-                                       digest_size=16).digest()
+                data = _fsm_number(node)
                 object.__setattr__(node, "_digest", data)
             numbers += (FSM, len(data))
             literals.append(data)
@@ -254,10 +262,32 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
     return digest.digest(), ref_position, (stream, literal_bytes, fsms, wide_alts)
 
 
+FSM_NUMBERS_TRANSITIONS = 1_000_000
+"""Transitions of the automata numbered by content kept per process (least recently used first out)."""
+_fsm_numbers: BoundedCache[tuple, tuple[bytes, int]] = BoundedCache(
+    FSM_NUMBERS_TRANSITIONS, cost=lambda entry: entry[1], name="automaton content numbers (automata/dfa.py)")
+_fsm_counter = itertools.count()
+
+
+def _fsm_number(fsm: CharFsm) -> bytes:
+    """The number of the automaton's content (initial state, finals, transitions) in this process,
+    as 8 bytes: equal automata built apart share it, and a number is never given to other
+    content (the counter never restarts, so forgetting an entry only costs cache misses).
+    Hashing and comparing the transition tuples runs in C, unlike writing them out to digest."""
+    key = (fsm.initial, frozenset(fsm.finals), fsm.transitions)
+    entry = _fsm_numbers.get(key)
+    if entry is None:
+        # two threads numbering the same content at once give it two numbers: cache misses only
+        entry = (next(_fsm_counter).to_bytes(8, "little"), len(fsm.transitions))
+        _fsm_numbers.put(key, entry)
+    return entry[0]
+
+
 def clear_dfa_cache() -> None:
     """Forget every cached rule DFA and automaton layout (for cold-start measurements)."""
     _dfa_cache.clear()
     _fsm_layouts.clear()
+    _fsm_numbers.clear()  # the counter goes on: a number stays with its content
 
 
 def _construct_rule_dfa(body: Expr, max_states: int, walk: tuple | None = None) -> RuleDfa:

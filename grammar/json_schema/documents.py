@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote, urldefrag, urljoin
 
 import jsonschema
 
+from ..caches import BoundedCache
 from ..errors import BudgetExceededError, SchemaError
 from ..limits import DEFAULT_LIMITS
 from .keywords import canonical_json
@@ -278,7 +279,9 @@ def check_metaschema(schema) -> None:
     if not isinstance(schema, dict):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
+    if _each_node_valid(schema, cls):
+        return
+    try:  # some node fails: the whole check finds the error jsonschema reports (its best match)
         cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
         path = "".join(f"/{escape_pointer(str(p))}" for p in exc.path)
@@ -314,6 +317,120 @@ def _metaschema_formats(cls) -> jsonschema.FormatChecker:
         checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_is_ecma_regex, re.error)}
         _FORMAT_CHECKERS[cls] = checker
     return _FORMAT_CHECKERS[cls]
+
+
+VALID_SUBSCHEMAS_KEPT = 20_000
+"""Subschemas known to pass the metaschema, kept per process (least recently stored first out):
+JSON strings, numbers and members recur across schemas, and jsonschema's check costs about
+0.2-0.5 ms per subschema."""
+_valid_subschemas: BoundedCache[tuple[type, str], bool] = BoundedCache(
+    VALID_SUBSCHEMAS_KEPT, name="JSON Schema subschemas that passed the metaschema check")
+_NODE_MAPS = MAP_KEYS + ("dependencies",)
+
+
+def _each_node_valid(schema, cls) -> bool:
+    """True when the document passes `cls`'s metaschema, checked in one call with each subschema
+    known valid from earlier compiles replaced by {} (valid wherever a schema goes): a
+    metaschema checks each position it takes a schema at against its own root ($ref "#",
+    $dynamicRef "#meta", $recursiveRef "#"), so a subschema's verdict does not depend on what
+    encloses it.  Those checked anew are remembered.  False: the caller checks the whole
+    document, which finds and words the error."""
+    meta = _meta_checks.get(cls)
+    if meta is None:
+        meta = _meta_checks[cls] = _MetaCheck(cls)
+    checked: list[str] = []
+    if not meta.validator.is_valid(meta.without_known(schema, checked)):
+        return False
+    for canon in checked:
+        _valid_subschemas.put((cls, canon), True)
+    return True
+
+
+class _MetaCheck:
+    """A draft's metaschema validator and the keywords its metaschema checks subschemas at,
+    found by asking it (a draft ignores the keywords of later drafts: a subschema under one of
+    them is not checked, so it must not be remembered as valid)."""
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.validator = cls(_inlined_metaschema(cls), format_checker=_metaschema_formats(cls))
+        bad = {"type": 5}  # no draft takes a number for "type"
+        self.schema_keys = {key for key in SCHEMA_KEYS if self._checks({key: {}}, {key: bad})}
+        self.list_keys = {key for key in LIST_KEYS + ("items",) if self._checks({key: [{}]}, {key: [bad]})}
+        self.map_keys = {key for key in _NODE_MAPS if self._checks({key: {"a": {}}}, {key: {"a": bad}})}
+
+    def _checks(self, good, bad) -> bool:
+        return self.validator.is_valid(good) and not self.validator.is_valid(bad)
+
+    def without_known(self, value, checked: list[str]):
+        """The subschema `value` with its subschemas known valid replaced by {} ({} if it is
+        known itself); the canonical texts of the object subschemas kept (its own included)
+        appended to `checked`."""
+        if not isinstance(value, dict):
+            return value  # booleans stay: draft-04 takes them in few places
+        canon = canonical_json(value)
+        if (self.cls, canon) in _valid_subschemas:
+            return {}
+        checked.append(canon)
+        out = {}
+        for key, sub in value.items():
+            if key in self.schema_keys:
+                out[key] = self.without_known(sub, checked)
+            elif key in self.list_keys and isinstance(sub, list):
+                out[key] = [self.without_known(item, checked) for item in sub]
+            elif key in self.map_keys and isinstance(sub, dict):
+                out[key] = {name: self.without_known(item, checked) for name, item in sub.items()}
+            else:
+                out[key] = sub
+        return out
+
+
+_meta_checks: dict[type, _MetaCheck] = {}
+
+
+def _inlined_metaschema(cls):
+    """`cls`'s metaschema with the vocabulary metaschemas its allOf references (drafts 2019-09
+    and 2020-12) copied in, and the dynamic self-references ($dynamicRef "#meta",
+    $recursiveRef "#") made plain ones ("#"): the same language (the dynamic scope of a
+    metaschema check always starts at its root), checked without a registry look-up per
+    vocabulary and subschema, which is most of jsonschema's time on these drafts.  The
+    metaschema itself where it has no vocabularies or a reference leads elsewhere."""
+    root = cls.META_SCHEMA
+    vocabularies = [item.get("$ref") for item in root.get("allOf", ())]
+    if not vocabularies or not all(isinstance(ref, str) and "#" not in ref for ref in vocabularies):
+        return root
+    from jsonschema_specifications import REGISTRY
+
+    position = {ref: i for i, ref in enumerate(vocabularies)}
+    base = root["$id"].rsplit("/", 1)[0] + "/"
+
+    def inline(node, vocabulary):
+        if isinstance(node, list):
+            return [inline(item, vocabulary) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key in ("$id", "$schema", "$vocabulary", "$dynamicAnchor", "$recursiveAnchor") and not isinstance(value, dict):
+                continue  # identifiers and anchors of the parts: the copy is one document
+            if (key, value) in (("$dynamicRef", "#meta"), ("$recursiveRef", "#")):
+                out["$ref"] = "#"
+            elif key in ("$dynamicRef", "$recursiveRef") and isinstance(value, str):
+                raise LookupError(value)
+            elif key == "$ref" and isinstance(value, str):
+                target, _, fragment = value.partition("#")
+                part = position[target] if target else vocabulary  # KeyError: a reference elsewhere
+                out["$ref"] = "#" + fragment if part is None else f"#/allOf/{part}{fragment}"
+            else:
+                out[key] = inline(value, vocabulary)
+        return out
+
+    try:
+        inlined = inline({key: value for key, value in root.items() if key != "allOf"}, None)
+        inlined["allOf"] = [inline(REGISTRY.contents(base + ref), i) for i, ref in enumerate(vocabularies)]
+    except (KeyError, LookupError):
+        return root
+    return inlined
 
 
 _SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
