@@ -49,10 +49,10 @@ def _csr(keys, n_keys):
 def _shortest(pda):
     """(dist, choice_kind, choice_arg, choice_next) per state, and the reachable states in the
     order they became final (each one's choice points at earlier ones); see the module docstring."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
     n = accept.shape[0]
     n_rules = rule_start.shape[0]
-    state_rule = kernels._section(pda, kernels.PDA_STATE_RULE)
+    state_rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)
     byte_src = np.empty(byte_dst.shape[0], dtype=np.int64)
     for s in range(n):
         for e in range(byte_ptr[s], byte_ptr[s + 1]):
@@ -125,7 +125,7 @@ def _shortest(pda):
 def expand(pda, kind, arg, nxt, state, out):
     """Write the recorded shortest completion of `state` (a reachable one) into `out`; returns
     its length, or -1 when it does not fit."""
-    rule_start = kernels._section(pda, kernels.PDA_RULE_START)
+    rule_start = kernels.blob_section(pda, kernels.PDA_RULE_START)
     pending = np.empty(64, dtype=np.int64)  # return states still to finish, innermost last
     n_pending = 0
     n = 0

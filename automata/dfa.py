@@ -23,8 +23,8 @@ from array import array
 
 import numpy as np
 
-from ..grammar.caches import BoundedCache
-from ..grammar.errors import BudgetExceededError
+from ..grammar.core.caches import BoundedCache
+from ..grammar.core.errors import LimitExceededError
 from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
 from . import dfa_kernels, thompson_kernels
 from .thompson_kernels import ALT, BACK, BYTE_RANGES, BYTES, CHARS, FSM, REF, REPEAT, SEQ
@@ -164,8 +164,8 @@ one state per distinct prefix, built in one pass over the sorted literals
 automaton is already deterministic."""
 
 
-def _nfa_budget_error(max_states: int, what: str = "") -> BudgetExceededError:
-    return BudgetExceededError(
+def _nfa_budget_error(max_states: int, what: str = "") -> LimitExceededError:
+    return LimitExceededError(
         f"rule automaton exceeds {max_states} NFA states{' (' + what + ')' if what else ''}; simplify large "
         "repetitions (e.g. x{0,10000}) or raise the max_rule_states limit"
     )
@@ -307,7 +307,7 @@ def _construct_rule_dfa(body: Expr, max_states: int, walk: tuple | None = None) 
         raise _nfa_budget_error(max_states, f"a set of literals has more than "
                                 f"{TRIE_STATES_FACTOR * max_states} distinct prefixes")
     if status == dfa_kernels.ERR_TOO_MANY_STATES:
-        raise BudgetExceededError(
+        raise LimitExceededError(
             f"rule automaton exceeds {max_states} DFA states; the rule mixes too many overlapping "
             "alternatives or large repetitions -- split it into separate rules or raise max_rule_states"
         )

@@ -1,4 +1,4 @@
-"""numba kernels of rule-DFA construction: subset construction (grammar/subset_kernels.py),
+"""numba kernels of rule-DFA construction: subset construction (grammar/fsm/subset_kernels.py),
 trimming, minimisation and breadth-first numbering of a Thompson NFA given as flat edge lists
 (automata/thompson_kernels.py builds it).
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from ..jit import njit
 
-from ..grammar.graph_kernels import grouped, mark_reaching
-from ..grammar.partition_kernels import minimal_blocks as minimal_blocks_of_edges
-from ..grammar.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
+from ..grammar.fsm.graph_kernels import grouped, mark_reaching
+from ..grammar.fsm.partition_kernels import minimal_blocks as minimal_blocks_of_edges
+from ..grammar.fsm.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
 
 ERR_TOO_MANY_NFA_STATES = -4
 
@@ -183,7 +183,7 @@ def live_states(trans, accepting):
 def minimal_blocks(trans, accepting, state_ids, n):
     """Blocks of equivalent states of the automaton restricted to the states with
     state_ids[s] >= 0 (numbered 0..n-1; edges to other states are ignored, as for dead ones):
-    its edges sorted by letter, minimised by the shared kernel (grammar/partition_kernels.py).
+    its edges sorted by letter, minimised by the shared kernel (grammar/fsm/partition_kernels.py).
     Returns (block[compact id], number of blocks)."""
     n_letters = trans.shape[1]
     letter_ptr = np.zeros(n_letters + 1, np.int64)

@@ -399,16 +399,16 @@ def advance(pda, pool, ws, stacks, data, start, end, max_tops):
 
 
 @njit(cache=True, inline="always")
-def _section(blob, k):
+def blob_section(blob, k):
     return blob[blob[k] : blob[k + 1]]
 
 
 @njit(cache=True, inline="always")
-def _pda_views(pda):
+def pda_views(pda):
     return (
-        _section(pda, PDA_ACCEPT), _section(pda, PDA_BYTE_PTR), _section(pda, PDA_BYTE_LO),
-        _section(pda, PDA_BYTE_HI), _section(pda, PDA_BYTE_DST), _section(pda, PDA_REF_PTR),
-        _section(pda, PDA_REF_RULE), _section(pda, PDA_REF_DST), _section(pda, PDA_RULE_START),
+        blob_section(pda, PDA_ACCEPT), blob_section(pda, PDA_BYTE_PTR), blob_section(pda, PDA_BYTE_LO),
+        blob_section(pda, PDA_BYTE_HI), blob_section(pda, PDA_BYTE_DST), blob_section(pda, PDA_REF_PTR),
+        blob_section(pda, PDA_REF_RULE), blob_section(pda, PDA_REF_DST), blob_section(pda, PDA_RULE_START),
     )
 
 
@@ -449,9 +449,9 @@ def run_allowed_first_bytes(pda, set_s, out):
     """out[b] = 1 for every byte some stack of the closed set can consume next."""
     for i in range(256):
         out[i] = 0
-    byte_ptr = _section(pda, PDA_BYTE_PTR)
-    byte_lo = _section(pda, PDA_BYTE_LO)
-    byte_hi = _section(pda, PDA_BYTE_HI)
+    byte_ptr = blob_section(pda, PDA_BYTE_PTR)
+    byte_lo = blob_section(pda, PDA_BYTE_LO)
+    byte_hi = blob_section(pda, PDA_BYTE_HI)
     for i in range(set_s.shape[0]):
         s = set_s[i]
         for e in range(byte_ptr[s], byte_ptr[s + 1]):

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from ..jit import njit
 
-from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError
-from ..grammar.graph_kernels import grouped
+from ..grammar.core.errors import LimitExceededError, CompileClock, GrammarError
+from ..grammar.fsm.graph_kernels import grouped
 from ..grammar.ir import Grammar
-from ..grammar.limits import DEFAULT_LIMITS, Limits
+from ..grammar.core.limits import DEFAULT_LIMITS, Limits
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 
@@ -147,8 +147,8 @@ def _reachable_shape(pda, state, rule_hashes, max_states):
     """The reachable part of a state's rule as int64s, states numbered breadth-first from it:
     per state its accept flag, byte edges (lo, hi, target number) and references (rule hash,
     target number).  Empty past max_states reachable states."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
-    rule = kernels._section(pda, kernels.PDA_STATE_RULE)[state]
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
+    rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)[state]
     first = rule_start[rule]
     end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else accept.shape[0]
     number = np.full(end - first, -1, dtype=np.int64)
@@ -224,7 +224,7 @@ def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileC
                 raise GrammarError(f"rule {name!r} references undefined rule {ref_name!r}", line, col)
         total += dfa.num_states
         if total > limits.max_total_states:
-            raise BudgetExceededError(
+            raise LimitExceededError(
                 f"grammar automaton exceeds {limits.max_total_states} states; "
                 "reduce the grammar size or raise the max_total_states limit"
             )

@@ -42,8 +42,8 @@ from __future__ import annotations
 import numpy as np
 from ..jit import njit
 
-from ..grammar.graph_kernels import grouped, mark_reaching
-from .kernels import ROOT, _pda_views, find_byte_target
+from ..grammar.fsm.graph_kernels import grouped, mark_reaching
+from .kernels import ROOT, pda_views, find_byte_target
 
 FOUND = 1
 DONE = 0
@@ -257,7 +257,7 @@ def saturate(
     and calls again with the same cnt; the fact being processed is processed again, which only
     repeats idempotent additions.  A first call takes zeroed cnt and tables (a power of two at
     least twice their buffer's rows)."""
-    accept, bp, bl, bh, bd, rp, rr, rd, rs = _pda_views(pda)
+    accept, bp, bl, bh, bd, rp, rr, rd, rs = pda_views(pda)
     absent = np.int64(-1)
     if cnt[C_STARTED] == 0:
         # Frame entries: the frame below a stack top is the entry of the rule instance that returns

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..grammar.errors import BudgetExceededError
+from ..grammar.core.errors import LimitExceededError
 from . import kernels
-from ..grammar.limits import Limits
+from ..grammar.core.limits import Limits
 from .pda import Pda
 
 
@@ -53,7 +53,7 @@ class FramePool:
     def grow(self) -> None:
         old, capacity = self.blob, min(2 * self.capacity, self.max_frames)
         if capacity == self.capacity:  # already max_frames frames: the pool is full for good
-            raise BudgetExceededError(
+            raise LimitExceededError(
                 f"more than {self.max_frames} stack frames; the grammar nests rules too deeply for "
                 "this input (raise Limits.max_stack_frames or bound the recursion)"
             )
@@ -101,8 +101,8 @@ class Workspace:
         self.blob = self._make(2 * self.buffer_size, epoch=int(self.blob[0]))
 
 
-def too_many_tops(max_tops: int) -> BudgetExceededError:
-    return BudgetExceededError(
+def too_many_tops(max_tops: int) -> LimitExceededError:
+    return LimitExceededError(
         f"more than {max_tops} live stack tops: the grammar is too ambiguous here (the same text "
         "parses in very many ways). Make alternatives disjoint or raise Limits.max_stack_tops"
     )

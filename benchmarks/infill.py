@@ -127,7 +127,7 @@ def check_table(pm, compiled, make_doc, bad_end: str, repeat: int) -> list[str]:
                 for expected, segs in ((True, segments), (False, bad)):
                     try:
                         ms, got = median_ms(lambda: pm.can_complete(compiled, segs, gaps), repeat)
-                    except pm.BudgetExceededError:
+                    except pm.LimitExceededError:
                         cells.append(f"over {pm.masks.infill.MAX_ITEMS:,} items")
                         continue
                     assert got == expected, (size, k, bounded)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_json_schema_suite as suite  # noqa: E402
 from support import accepts_text  # noqa: E402
 
-from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
+from pushmask.grammar.core.errors import LimitExceededError, SchemaError  # noqa: E402
 
 PRESETS = {
     "validation": {"additional_properties_default": True, "property_order": "any"},
@@ -43,7 +43,7 @@ def main(draft: str, checks: bool, preset: str = "validation") -> dict:
                 grammar = suite.json_schema_to_grammar(schema, retrieve=suite.retrieve, value_checks=checks,
                                                        unsatisfiable="empty", **PRESETS[preset])
             compiled = compiler.compile_ir(grammar)
-        except (SchemaError, BudgetExceededError) as exc:
+        except (SchemaError, LimitExceededError) as exc:
             counts["not_compiled"] += len(tests)
             why[str(exc)[:70]] = why.get(str(exc)[:70], 0) + len(tests)
             continue

@@ -1,10 +1,10 @@
 """Grammar front ends (EBNF/GBNF, Lark, regex, JSON Schema) and the IR passes; text in, grammar IR out."""
 
-from .errors import BudgetExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
+from .core.errors import LimitExceededError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
 from .ir import Grammar
 
 __all__ = [
-    "BudgetExceededError",
+    "LimitExceededError",
     "Grammar",
     "GrammarError",
     "PushmaskError",

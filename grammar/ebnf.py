@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 
-from .errors import GrammarError, check_argument
+from .core.errors import GrammarError, check_argument
 from .ir import (
     MAX_CODE_POINT,
     SURROGATES,
@@ -35,7 +35,7 @@ from .ir import (
     seq,
     token_terminal,
 )
-from .limits import DEFAULT_LIMITS
+from .core.limits import DEFAULT_LIMITS
 
 __all__ = ["parse_ebnf"]
 

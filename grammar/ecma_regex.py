@@ -36,16 +36,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import subset_kernels
-from .caches import register
-from .codepoint_dfa import (
-    ALL_CHARS, Dfa, Ranges, StateBudgetExceeded, char_ranges, complement_chars, intersect_ranges, union_ranges,
-)
-from .errors import UnsupportedSchemaError
+from .fsm import subset_kernels
+from .core.caches import register
+from .fsm.codepoint_dfa import ALL_CHARS, Dfa, Ranges, StateLimitExceeded, char_ranges, complement_chars, intersect_ranges, union_ranges
+from .core.errors import UnsupportedSchemaError
 from .ir import SURROGATES
-from .limits import DEFAULT_LIMITS
+from .core.limits import DEFAULT_LIMITS
 from .regex import ASCII_CLASS_RANGES, CONTROL_ESCAPES, read_hex
-from .unicode_properties import UnknownProperty, every_code_point, property_ranges
+from .fsm.unicode_properties import UnknownProperty, every_code_point, property_ranges
 
 __all__ = ["pattern_dfa", "fullmatch_dfa"]
 
@@ -349,7 +347,7 @@ class _Nfa:
         self.char_edges.append([])
         self.eps.append([])
         if len(self.eps) > 4 * DEFAULT_LIMITS.max_string_states:
-            raise StateBudgetExceeded("pattern automaton", 4 * DEFAULT_LIMITS.max_string_states)
+            raise StateLimitExceeded("pattern automaton", 4 * DEFAULT_LIMITS.max_string_states)
         return len(self.eps) - 1
 
     def build(self, node, start: int, end: int) -> None:
@@ -434,7 +432,7 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
     status, trans, accepting = subset_kernels.subset_automaton(
         state(0, 0, start), final, eps_ptr, eps_rows[:, 1].copy(), edge_ptr, edge_rows, max(len(bounds) - 1, 0), budget)
     if status == subset_kernels.ERR_TOO_MANY_STATES:
-        raise StateBudgetExceeded("pattern automaton", budget)
+        raise StateLimitExceeded("pattern automaton", budget)
     # dense table -> runs of equal targets over consecutive letters, as code-point edges
     source, letter = np.nonzero(trans >= 0)
     target = trans[source, letter]
@@ -492,7 +490,7 @@ def pattern_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_LIMITS.ma
         return _pattern_dfa_cached(pattern, budget)
     except _PatternUnsupported as exc:
         raise UnsupportedSchemaError("pattern", pointer, str(exc)) from None
-    except StateBudgetExceeded as exc:
+    except StateLimitExceeded as exc:
         raise UnsupportedSchemaError(
             "pattern", pointer, f"{exc}; simplify the pattern or raise Limits.max_string_states") from None
     except RecursionError:

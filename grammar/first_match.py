@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from .errors import BudgetExceededError
+from .core.errors import LimitExceededError
 from .ir import MAX_CODE_POINT, complement_ranges, normalize_ranges, remove_surrogates
 
 try:  # Python 3.11+
@@ -72,7 +72,7 @@ class _Nfa:
 
     def add(self, node: tuple) -> int:
         if len(self.nodes) >= self.max_nodes:
-            raise BudgetExceededError("too many NFA states")
+            raise LimitExceededError("too many NFA states")
         self.nodes.append(node)
         return len(self.nodes) - 1
 
@@ -180,7 +180,7 @@ def first_match_dfa(source: str, max_states: int):
     """(trans, finals) of a trimmed DFA over code points whose final states are where
     `re.match(source, text)` records a match (see the module docstring), its initial state 0;
     trans[s] lists (lo, hi, target).  None when the regex is outside the modelled subset.
-    BudgetExceededError past `max_states` DFA states."""
+    LimitExceededError past `max_states` DFA states."""
     try:
         parsed = sre_parse.parse(source)
         flags = parsed.state.flags
@@ -222,7 +222,7 @@ def first_match_dfa(source: str, max_states: int):
 def explore(first, moves, closure, max_states: int):
     """(trans, order): the DFA whose states are the keys reachable from `first`, in order of
     discovery; moves(key) lists the NFA's (lo, hi, target) edges out of a state, closure(targets)
-    the next key (empty: no state).  BudgetExceededError past `max_states` states."""
+    the next key (empty: no state).  LimitExceededError past `max_states` states."""
     index = {first: 0}
     order = [first]
     trans: list[list[tuple[int, int, int]]] = []
@@ -236,7 +236,7 @@ def explore(first, moves, closure, max_states: int):
                 continue
             if target not in index:
                 if len(order) >= max_states:
-                    raise BudgetExceededError(f"the automaton exceeds {max_states} states")
+                    raise LimitExceededError(f"the automaton exceeds {max_states} states")
                 index[target] = len(order)
                 order.append(target)
             out.append((lo, nxt - 1, index[target]))

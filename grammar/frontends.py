@@ -16,11 +16,11 @@ from pathlib import PurePath
 from typing import Any, Callable, NamedTuple
 
 from .ebnf import parse_ebnf
-from .errors import CompileClock
+from .core.errors import CompileClock
 from .ir import Grammar, alt, lit
 from .json_options import JsonOptions
 from .lark_frontend import parse_lark
-from .limits import DEFAULT_LIMITS, Limits
+from .core.limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 
 __all__ = ["FRONT_ENDS", "GrammarKind", "choice_grammar", "grammar_kind", "to_grammar"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .errors import GrammarError
+from .core.errors import GrammarError
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -123,7 +123,7 @@ class Grammar:
     positions maps a rule name to the (line, column) where the source defined it, for errors.
     allow_empty: the empty language is intended (a JSON Schema no instance satisfies, compiled
     for validation): the passes keep a root that derives nothing instead of raising GrammarError.
-    checks maps a rule name to a semantic check (grammar/value_checks.py) on the one JSON value the
+    checks maps a rule name to a semantic check (grammar/json_checks.py) on the one JSON value the
     rule matches: the rule's language is a superset and the matcher rejects the bytes that close
     a value failing it.  Passes keep checked rules as rules (never inlined), so the automaton says
     where each checked value starts and ends.

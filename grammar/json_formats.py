@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .caches import register
-from .codepoint_dfa import Dfa
+from .core.caches import register
+from .fsm.codepoint_dfa import Dfa
 from .ecma_regex import fullmatch_dfa, pattern_dfa
 
 __all__ = ["FORMAT_REGEXES", "KNOWN_FORMATS", "format_dfa", "is_known_format"]

@@ -46,12 +46,12 @@ from typing import Iterable
 
 import numpy as np
 
-from . import number_kernels, string_kernels
-from .codepoint_dfa import Dfa, StateBudgetExceeded, budgeted, dfa_to_char_fsm, literal_dfa
-from .caches import register
-from .errors import SchemaError
+from .fsm import number_kernels, string_kernels
+from .fsm.codepoint_dfa import Dfa, StateLimitExceeded, budgeted, dfa_to_char_fsm, literal_dfa
+from .core.caches import register
+from .core.errors import SchemaError
 from .ir import Expr, NOTHING
-from .limits import DEFAULT_LIMITS
+from .core.limits import DEFAULT_LIMITS
 
 __all__ = ["integer_expr", "number_expr", "number_literal_expr", "integer_range_dfa", "number_dfa",
            "natural_range_dfa"]
@@ -128,7 +128,7 @@ def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zero
             np.array([int(c) for c in ls], np.int64), np.array([int(c) for c in hs or ""], np.int64),
             hs is not None, cap, wanted, modulus, np.array(excluded, np.int64), lo == 0, leading_zeros, budget)
         if status == number_kernels.OVER_BUDGET:
-            raise StateBudgetExceeded("integer automaton", budget)
+            raise StateLimitExceeded("integer automaton", budget)
         return Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*arrays)))
     return _natural_range_dfa_python(lo, ls, hs, cap, wanted, modulus, leading_zeros, budget, excluded)
 
@@ -515,7 +515,7 @@ def multiples_dfa(k: int, budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
 
     k = m * 10**c with m prime to 10 is read as "n mod m, and how many trailing zeros (up to
     c)"; any other k as "n mod k": one state per pair plus the start and "0" states, built
-    with numpy in one go; StateBudgetExceeded before anything is built when that count passes
+    with numpy in one go; StateLimitExceeded before anything is built when that count passes
     `budget` (so a huge k is refused at once).  Memoised (callers copy before changing arrays).
     """
     c, m = 0, k
@@ -526,7 +526,7 @@ def multiples_dfa(k: int, budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
         c, m = 0, k
     size = m * (c + 1) + 2
     if size > budget:
-        raise StateBudgetExceeded(f"the remainder automaton of multipleOf {k} ({size} states)", budget)
+        raise StateLimitExceeded(f"the remainder automaton of multipleOf {k} ({size} states)", budget)
     digits = np.arange(10, dtype=np.int64)
     r = np.repeat(np.arange(m, dtype=np.int64), c + 1)
     z = np.tile(np.arange(c + 1, dtype=np.int64), m)
@@ -564,7 +564,7 @@ def _positive_multiples(k: int, budget: int) -> Dfa:
 def _natural_multiples(lo: int, hi: int | None, k: int, budget: int) -> Dfa:
     """Canonical texts of naturals n in [lo, hi] (hi None: unbounded) with n % k == 0: the
     multiples spelled out when a bounded range holds few, else the remainder automaton (alone,
-    without "0", or intersected with the range's automaton); StateBudgetExceeded past `budget`."""
+    without "0", or intersected with the range's automaton); StateLimitExceeded past `budget`."""
     lo = max(lo, 0)
     first = -(-lo // k) * k  # the least multiple >= lo
     if hi is not None:
@@ -651,7 +651,7 @@ def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction:
     try:
         fractions = _zero_fractions(_signed_multiples(small_lo, small_hi, k, fraction_budget))
         return dfa.union(fractions, fraction_budget, minimize=False)
-    except StateBudgetExceeded:
+    except StateLimitExceeded:
         return dfa
 
 

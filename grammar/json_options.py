@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import ArgumentTypeError
+from .core.errors import ArgumentTypeError
 
 __all__ = ["JsonOptions", "XGRAMMAR_NAMES"]
 

@@ -15,7 +15,7 @@ API: `string_expr`, `string_literal_expr`, `string_excluding_expr` give whole st
 `JSON_CHAR` / `ANY_STRING` / `RAW_STRING_CHAR` / `JSON_ESCAPE` are the unconstrained pieces.  To
 combine constraints yourself, build decoded automata (`string_dfa` here, `pattern_dfa`,
 `format_dfa`, `literal_dfa`, `length_dfa`, `any_string_dfa`), combine them with `Dfa.intersect`
-/ `union` / `difference` (which raise `StateBudgetExceeded` past `Limits.max_string_states`) and
+/ `union` / `difference` (which raise `StateLimitExceeded` past `Limits.max_string_states`) and
 encode the result with `json_string_expr`.
 
 Lone surrogate escapes (\\ud800 without a low half) are never accepted: they decode to strings
@@ -31,16 +31,13 @@ from typing import Iterable
 
 import numpy as np
 
-from . import string_kernels
-from .codepoint_dfa import (
-    ALL_CHARS, Dfa, StateBudgetExceeded, any_string_dfa, budgeted, dfa_to_char_fsm, intersect_ranges, length_dfa,
-    literal_dfa,
-)
+from .fsm import string_kernels
+from .fsm.codepoint_dfa import ALL_CHARS, Dfa, StateLimitExceeded, any_string_dfa, budgeted, dfa_to_char_fsm, intersect_ranges, length_dfa, literal_dfa
 from .ecma_regex import pattern_dfa
-from .errors import SchemaError, UnsupportedSchemaError
+from .core.errors import SchemaError, UnsupportedSchemaError
 from .ir import MAX_CODE_POINT, SURROGATES, CharClass, CharFsm, Expr, NOTHING, alt, lit, rep, seq
 from .json_formats import format_dfa
-from .limits import DEFAULT_LIMITS
+from .core.limits import DEFAULT_LIMITS
 
 __all__ = [
     "string_expr", "string_literal_expr", "string_excluding_expr", "string_dfa", "check_lengths",
@@ -63,7 +60,7 @@ __all__ = [
 
 def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
     """The trimmed JSON text automaton of `dfa` as flat arrays (see `string_kernels.trim`);
-    StateBudgetExceeded past `budget` states or twice as many edges.  The kernel starts with room for
+    StateLimitExceeded past `budget` states or twice as many edges.  The kernel starts with room for
     `capacity` states and retries with four times more while that is too little."""
     start, count, lo, hi, target, final = dfa.arrays()
     if capacity is None:
@@ -74,9 +71,9 @@ def _encode(dfa: Dfa, budget: int, capacity: int | None = None) -> tuple:
             break
         capacity *= 4
     if status == string_kernels.STATES:
-        raise StateBudgetExceeded("JSON string automaton", budget)
+        raise StateLimitExceeded("JSON string automaton", budget)
     if status == string_kernels.EDGES:
-        raise StateBudgetExceeded("JSON string automaton", 2 * budget, "edges")
+        raise StateLimitExceeded("JSON string automaton", 2 * budget, "edges")
     final = np.concatenate((final, np.zeros(n - dfa.size, np.bool_)))  # the decoded states' finals
     (start, count), (lo, hi, target) = st.T.copy(), edges.T.copy()
     return string_kernels.trim(start, count, lo, hi, target, final)
@@ -100,7 +97,7 @@ def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern",
         return NOTHING
     try:
         start, count, lo, hi, target, final = _encode(dfa, budget)
-    except StateBudgetExceeded as exc:
+    except StateLimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint or raise "
                                      "Limits.max_encoded_string_states") from None
     if not final.any():

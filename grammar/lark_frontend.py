@@ -43,10 +43,10 @@ from lark.lexer import PatternRE, PatternStr
 from lark.load_grammar import load_grammar
 
 from .ebnf import token_expr
-from .errors import BudgetExceededError, GrammarError, check_argument
+from .core.errors import LimitExceededError, GrammarError, check_argument
 from .ir import NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
-from .limits import DEFAULT_LIMITS
+from .core.limits import DEFAULT_LIMITS
 from .longest_match import greedy_ignores
 from .regex import regex_to_ir
 
@@ -149,8 +149,8 @@ def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int) -> Ex
         expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end)
     except GrammarError as exc:
         raise GrammarError(f"terminal {label}: {exc.message} in /{pattern.value}/") from None
-    except BudgetExceededError as exc:
-        raise BudgetExceededError(f"terminal {label}: {exc}") from None
+    except LimitExceededError as exc:
+        raise LimitExceededError(f"terminal {label}: {exc}") from None
     return _first_end_only(expr) if first_end else expr
 
 

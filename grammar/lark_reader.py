@@ -24,7 +24,7 @@ import re
 from lark import Token
 from lark.load_grammar import _literal_to_pattern
 
-from .errors import BudgetExceededError, GrammarError
+from .core.errors import LimitExceededError, GrammarError
 from .ir import EPSILON, Expr, Grammar, Ref, alt, char_class, opt, ref_names, rep, seq, star
 from .passes import is_nullable, nullable_rules
 
@@ -243,7 +243,7 @@ class _Reader:
             if kind == "REGEXP" and terminal and LAZY_QUANTIFIER.search(pattern.value):
                 raise _NotPlain  # lark joins a composite terminal into one regex before lazy matching
             expr = self.pattern_to_ir(raw, pattern)
-        except (GrammarError, BudgetExceededError, ValueError, re.error):
+        except (GrammarError, LimitExceededError, ValueError, re.error):
             raise _NotPlain from None  # bad escapes, regex or budget: lark's path reports it with a position
         if not terminal and is_nullable(expr, ()):
             raise _NotPlain  # an anonymous terminal matching "": lark refuses it

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from .codepoint_dfa import complement_chars, intersect_ranges
-from .errors import BudgetExceededError, GrammarError
+from .fsm.codepoint_dfa import complement_chars, intersect_ranges
+from .core.errors import LimitExceededError, GrammarError
 from .first_match import explore, first_match_dfa, trimmed
 from .ir import (EPSILON, MAX_CODE_POINT, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref,
                  Repeat, Seq, alt, char_class, normalize_ranges, ref_names, rep, seq, star)
@@ -72,7 +72,7 @@ def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states:
     if len(guards) == 1 and all(plain for _, _, plain in read.values()):
         return grammar  # no ignored terminal can go on after any of its ends
     if len(guards) > MAX_GUARD_CLASSES:
-        raise BudgetExceededError(f"%ignore'd terminals {', '.join(ignored)} can end in {len(guards) - 1} different "
+        raise LimitExceededError(f"%ignore'd terminals {', '.join(ignored)} can end in {len(guards) - 1} different "
                                   f"ways (at most {MAX_GUARD_CLASSES - 1}); ignore fewer or simpler terminals")
     return _Product(grammar, dfas, guards, skip).run()
 
@@ -92,8 +92,8 @@ def _ignored_dfa(grammar: Grammar, name: str, source: str | None, max_states: in
     if source is not None:
         try:
             dfa = first_match_dfa(source, max_states)
-        except BudgetExceededError:
-            raise BudgetExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states") from None
+        except LimitExceededError:
+            raise LimitExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states") from None
         if dfa is not None:
             return (*dfa, False)
     raise GrammarError(
@@ -118,7 +118,7 @@ def _codepoint_dfa(expr: Expr, rules: dict[str, Expr], max_states: int, name: st
 
     def build(e: Expr, start: int, depth: int = 0) -> int:
         if depth > 64 or len(edges) > 64 * max_states:
-            raise BudgetExceededError(f"%ignore'd terminal {name} is too large to find where it ends")
+            raise LimitExceededError(f"%ignore'd terminal {name} is too large to find where it ends")
         if isinstance(e, Bytes):
             try:
                 text = e.value.decode("utf-8")
@@ -191,8 +191,8 @@ def _determinize(edges, initial: int, accept: int, max_states: int, name: str):
 
     try:
         trans, order = explore(closure([initial]), moves, closure, max_states)
-    except BudgetExceededError:
-        raise BudgetExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states") from None
+    except LimitExceededError:
+        raise LimitExceededError(f"%ignore'd terminal {name}: its automaton exceeds {max_states} states") from None
     finals = frozenset(i for i, subset in enumerate(order) if accept in subset)
     return _merged(trimmed(trans, finals)), finals
 

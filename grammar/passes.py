@@ -18,7 +18,7 @@ import sys
 from collections import deque
 from typing import Callable, Iterable
 
-from .errors import CompileClock, GrammarError
+from .core.errors import CompileClock, GrammarError
 from .ir import (
     EPSILON,
     NOTHING,

@@ -39,12 +39,12 @@ from interegular.patterns import (
 )
 from interegular.utils.simple_parser import NoMatch
 
-from .errors import BudgetExceededError, GrammarError, check_argument
+from .core.errors import LimitExceededError, GrammarError, check_argument
 from .ir import (
     EPSILON, MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, Grammar, alt, char_class,
     complement_ranges, lit, normalize_ranges, remove_surrogates, rep, seq,
 )
-from .limits import DEFAULT_LIMITS
+from .core.limits import DEFAULT_LIMITS
 
 TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
@@ -449,7 +449,7 @@ def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
     `(a|b)*a(a|b){15}` or an alternation of 10,000 words takes minutes there; as a tree, the rule's
     automaton is built by the numba kernels under the `max_rule_states` budget instead.
     Patterns whose repetitions unroll to more than `max_states` positions (`a{1000000}`) are a
-    BudgetExceededError before anything is built.
+    LimitExceededError before anything is built.
     """
     check_argument(pattern, str, "pattern", "regex_to_ir", "pass the regex as str")
     rewritten, where = preprocess_regex(pattern, max_nesting)
@@ -465,7 +465,7 @@ def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
     parsed = _parse(rewritten, where)
     positions, nodes, counted = _measure(parsed)
     if positions > max_states:
-        raise BudgetExceededError(
+        raise LimitExceededError(
             f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
             f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:

@@ -43,7 +43,7 @@ import json
 from typing import Any, Callable
 
 from .ebnf import parse_ebnf
-from .errors import GrammarError
+from .core.errors import GrammarError
 from .ir import (
     MAX_CODE_POINT,
     SURROGATES,
@@ -65,7 +65,7 @@ from .ir import (
 )
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
-from .limits import DEFAULT_LIMITS, Limits
+from .core.limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 from .xml_arguments import xml_arguments
 

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from .errors import GrammarError
+from .core.errors import GrammarError
 from .xml_arguments import check_xml_arguments
 
 __all__ = ["FAMILIES", "tool_call_structural_tag"]

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
+from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
 from .ecma_regex import pattern_dfa
-from .errors import GrammarError
+from .core.errors import GrammarError
 from .ir import Expr, alt, lit, opt, seq
 from .json_strings import string_dfa
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..grammar.errors import SchemaError
+from ..grammar.core.errors import SchemaError
 from ..grammar.frontends import grammar_kind
 from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler

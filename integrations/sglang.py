@@ -37,7 +37,7 @@ try:
 except ImportError as exc:  # pragma: no cover - only without SGLang
     raise ImportError(f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}") from exc
 
-from ..grammar.errors import PushmaskError
+from ..grammar.core.errors import PushmaskError
 from ..grammar.structural_tag import root_format
 from ..grammar.json_options import JsonOptions
 from ..masks.bitmask import apply_token_bitmask_inplace, get_bitmask_shape

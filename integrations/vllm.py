@@ -63,7 +63,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
         f"importing it failed: {exc}"
     ) from exc
 
-from ..grammar.caches import BoundedCache
+from ..grammar.core.caches import BoundedCache
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from ..masks.budget import budget_table

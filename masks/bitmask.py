@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from ..grammar.errors import ArgumentTypeError, check_integer
+from ..grammar.core.errors import ArgumentTypeError, check_integer
 
 __all__ = [
     "allocate_token_bitmask",

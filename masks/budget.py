@@ -38,7 +38,7 @@ from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHAB
 from ..automata.kernels import FLAG_END, POOL_HEADER
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
 from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
-from ..grammar.errors import BudgetTooSmallError
+from ..grammar.core.errors import BudgetTooSmallError
 from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4
@@ -96,7 +96,7 @@ def _state_costs(pda, order, kind, arg, nxt, vocab, offsets, ids, max_token_leng
     rule's start plus the return state.  So from a state of cost c > 0, some token (or epsilon
     move) reaches a stack costing at most c - 1: a budget that covers the cost always fits.
     States come in `order`, after the states their completions lead to."""
-    rule_start = kernels._section(pda, kernels.PDA_RULE_START)
+    rule_start = kernels.blob_section(pda, kernels.PDA_RULE_START)
     cost = np.full(kind.shape[0], UNREACHABLE, dtype=np.int64)
     run = np.empty(max_token_length, dtype=np.uint8)
     chain = np.empty(max_token_length + 1, dtype=np.int64)
@@ -139,10 +139,10 @@ def _epsilon_extremes(pda, cost, sign):
     replaces v's level by the callee's start and the return state; a pop removes an accepting
     level (cost 0) and goes on from any return state of the rule's callers.  A fixpoint; none
     within n rounds means a cycle that keeps changing the cost: unbounded."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
-    state_rule = kernels._section(pda, kernels.PDA_STATE_RULE)
-    returns_ptr = kernels._section(pda, kernels.PDA_RETURNS_PTR)
-    returns = kernels._section(pda, kernels.PDA_RETURNS)
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
+    state_rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)
+    returns_ptr = kernels.blob_section(pda, kernels.PDA_RETURNS_PTR)
+    returns = kernels.blob_section(pda, kernels.PDA_RETURNS)
     n = accept.shape[0]
     ext = np.zeros(n, dtype=np.int64)
     rounds = 0
@@ -173,7 +173,7 @@ def _epsilon_extremes(pda, cost, sign):
 def _byte_rises(pda, cost, eps):
     """byte_rise[256]: the most one byte can raise a stack's cost (its edge, then the epsilon
     rise `eps` of the state it reaches); see the module docstring."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels._pda_views(pda)
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
     n = accept.shape[0]
     rise = np.full(256, -UNREACHABLE, dtype=np.int64)
     for u in range(n):
@@ -228,10 +228,10 @@ def refine(pda, pool, stacks, cost, eps, eps_fall, byte_rise, token_rise, vocab,
     the top may leave its rule (an epsilon move: a reference or an end) before the token ends,
     that path is bounded above by the epsilon rise and the rest of the token's byte rises, and
     not below."""
-    byte_ptr = kernels._section(pda, kernels.PDA_BYTE_PTR)
-    byte_lo = kernels._section(pda, kernels.PDA_BYTE_LO)
-    byte_hi = kernels._section(pda, kernels.PDA_BYTE_HI)
-    byte_dst = kernels._section(pda, kernels.PDA_BYTE_DST)
+    byte_ptr = kernels.blob_section(pda, kernels.PDA_BYTE_PTR)
+    byte_lo = kernels.blob_section(pda, kernels.PDA_BYTE_LO)
+    byte_hi = kernels.blob_section(pda, kernels.PDA_BYTE_HI)
+    byte_dst = kernels.blob_section(pda, kernels.PDA_BYTE_DST)
     n = stacks.shape[0] // 2
     tops = np.empty(n, dtype=np.int64)
     below_max = np.empty(n, dtype=np.int64)  # the greatest and least cost of the levels under each distinct top

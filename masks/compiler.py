@@ -16,13 +16,13 @@ import numpy as np
 from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
-from ..grammar.caches import BoundedCache
-from ..grammar.errors import BudgetExceededError, CompileClock, GrammarError, check_argument, check_integer
-from ..grammar.gc_pause import paused_gc
+from ..grammar.core.caches import BoundedCache
+from ..grammar.core.errors import LimitExceededError, CompileClock, GrammarError, check_argument, check_integer
+from ..grammar.core.gc_pause import paused_gc
 from ..grammar.frontends import to_grammar
 from ..grammar.json_options import JsonOptions
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
-from ..grammar.limits import DEFAULT_LIMITS, Limits
+from ..grammar.core.limits import DEFAULT_LIMITS, Limits
 from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset
@@ -75,7 +75,7 @@ class GrammarCompiler:
             so the use may slightly exceed the limit, as XGrammar says of its own) and half to
             the token masks its grammars share.
         limits : Limits, optional
-            Every compile and match limit (grammar/limits.py); the defaults if None.
+            Every compile and match limit (grammar/core/limits.py); the defaults if None.
         mask_cache_dir : str or PathLike, optional
             A persistent mask cache on disk shared by processes (else the
             PUSHMASK_MASK_CACHE_DIR environment variable, else none).
@@ -249,7 +249,7 @@ class GrammarCompiler:
             An invalid schema (or an unsatisfiable one, with ``unsatisfiable="error"``).
         UnsupportedSchemaError
             A keyword pushmask cannot compile exactly (unless `lenient`).
-        BudgetExceededError
+        LimitExceededError
             A limit of the compiler's ``Limits`` exceeded (the message names it).
         """
         return self.compile("json_schema", schema,
@@ -439,7 +439,7 @@ class CompiledGrammar:
         self.tokenizer_info = compiler.tokenizer_info
         self.grammar = grammar
         self.pda = pda
-        # value checks (grammar/value_checks.py) by rule name; a deserialized grammar has none
+        # value checks (grammar/json_checks.py) by rule name; a deserialized grammar has none
         self.value_checks: dict[str, object] = dict(grammar.checks) if grammar is not None else {}
         self._masks: list[StateMask | None] = [None] * pda.num_states
         self.mask_index = np.full(pda.num_states * MASK_FIELDS, -1, dtype=np.int32)
@@ -790,12 +790,12 @@ def _check_text(text, name: str, where: str) -> None:
 
 @contextmanager
 def _compiling(what: str):
-    """What every compile runs under: the cyclic garbage collector paused (grammar/gc_pause.py),
+    """What every compile runs under: the cyclic garbage collector paused (grammar/core/gc_pause.py),
     and Python's recursion limit reached anywhere (the explicit nesting budgets should fire
-    first) turned into a BudgetExceededError, not a RecursionError."""
+    first) turned into a LimitExceededError, not a RecursionError."""
     try:
         with paused_gc():
             yield
     except RecursionError:
-        raise BudgetExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
+        raise LimitExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
                                   "flatten it or lower Limits.max_nesting / max_schema_depth") from None

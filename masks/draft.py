@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..grammar.errors import check_integers
+from ..grammar.core.errors import check_integers
 from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
 
 __all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks"]

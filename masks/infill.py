@@ -28,15 +28,15 @@ import numpy as np
 
 from ..automata import saturation
 from ..automata.kernels import POOL_HEADER, ROOT
-from ..grammar.errors import BudgetExceededError, UnsupportedSchemaError
+from ..grammar.core.errors import LimitExceededError, UnsupportedSchemaError
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
 from .trie import TokenTrie
-from ..grammar.value_checks import UniqueItems
+from ..grammar.json_checks import UniqueItems
 
 MAX_ITEMS = 2_000_000
 """Default bound on the parse items one check may create (about 100 bytes each, derivations
-included); past it the check raises BudgetExceededError instead of running on."""
+included); past it the check raises LimitExceededError instead of running on."""
 
 GAP_UNITS = ("bytes", "tokens")
 
@@ -469,7 +469,7 @@ def _saturate(compiled: CompiledGrammar, builder: _Builder, final_state: int, st
         which = _ERRORS[int(status)]
         capacity = len(buffers.rows[which])
         if which == "items" and capacity >= max_items:
-            raise BudgetExceededError(
+            raise LimitExceededError(
                 f"infilling needs more than max_items={max_items} parse items for this template; bound its "
                 "gaps (Gap.bytes(max=...)), use fewer token gaps or less text, or pass a larger max_items"
             )
@@ -496,7 +496,7 @@ def can_complete(grammar: CompiledGrammar | GrammarMatcher, segments, gaps: Sequ
     """True iff some string of the grammar matches the template: segments[0], a string that fits
     gaps[0], segments[1], ...  (`segments` may also be a Template).  Given a GrammarMatcher instead
     of a compiled grammar, the template continues the text the matcher has accepted (its parse is
-    picked up, not redone).  Exact for every kind of gap; raises BudgetExceededError past
+    picked up, not redone).  Exact for every kind of gap; raises LimitExceededError past
     max_items parse items instead of running on."""
     compiled, start = _grammar_and_start(grammar)
     return _search(compiled, _as_template(segments, gaps).parts, start, max_items).status == saturation.FOUND

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grammar.caches import BoundedCache
+from ..grammar.core.caches import BoundedCache
 from ..jit import njit
 
 

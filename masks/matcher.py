@@ -16,7 +16,7 @@ from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
 from . import batch_fill, walk
 from .budget import CheckedBudget, budget_table, check_budget
-from ..grammar.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
+from ..grammar.core.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
 from ..grammar.ir import TOKEN_MARK
 from .compiler import CompiledGrammar
 from .value_checks import CheckedAdvance, MaskChecks

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.errors import PushmaskError
+from ..grammar.core.errors import PushmaskError
 
 FORMAT_VERSION = 1
 

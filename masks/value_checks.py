@@ -1,6 +1,6 @@
 """Value checks in the matcher: uniqueItems and overlapping oneOf, which no grammar can express.
 
-The JSON Schema compiler names checked rules in `Grammar.checks` (grammar/value_checks.py); each
+The JSON Schema compiler names checked rules in `Grammar.checks` (grammar/json_checks.py); each
 matches exactly one JSON value, a superset of the valid ones.  The automaton says where a checked
 value is: a stack whose chain holds the frame pushed on entering the checked rule is inside one
 instance of it, keyed by (that frame, the rule).  An instance starts at the first byte a stack
@@ -26,7 +26,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..automata import kernels
-from ..grammar.value_checks import UniqueItems, ValidatesSchema, json_key, parse_json
+from ..grammar.json_checks import UniqueItems, ValidatesSchema, json_key, parse_json
 
 _WS = frozenset(b" \t\n\r")
 _LITERALS = (b"true", b"false", b"null")

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..grammar.errors import ArgumentTypeError, check_integer, check_integers
+from ..grammar.core.errors import ArgumentTypeError, check_integer, check_integers
 
 __all__ = [
     "TokenizerInfo",

@@ -35,7 +35,7 @@ from ..jit import njit
 
 from ..automata.kernels import (
     BOTTOM, CONT, ERR_BUFFER_FULL, ERR_TOO_MANY_TOPS, FLAG_END, FLAG_RULE_END, PDA_ACCEPT, PDA_BYTE_DST, PDA_BYTE_HI,
-    PDA_BYTE_LO, PDA_BYTE_PTR, PDA_FOLLOW, PDA_REF_PTR, PDA_RETURNS, PDA_RETURNS_PTR, WS_HEADER, _pda_views, closure,
+    PDA_BYTE_LO, PDA_BYTE_PTR, PDA_FOLLOW, PDA_REF_PTR, PDA_RETURNS, PDA_RETURNS_PTR, WS_HEADER, pda_views, closure,
     closure_memo, has_epsilon, step_byte, ws_buffer_p, ws_levels,
 )
 from ..automata.pda import MAX_CONTINUATIONS
@@ -408,7 +408,7 @@ def _slice_search(pda, state, ptr, lo, hi, dst, cap, table, slots, pair_q, pair_
     Returns (0, cap + 1) when the search would visit more than SLICE_PAIRS pairs.  The scratch
     arrays come from `_slice_scratch`; `table` is all -1 again on return.
     """
-    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, _, _, _ = _pda_views(pda)
+    state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, _, _, _ = pda_views(pda)
     q_states = ptr.shape[0] - 1
     budget = pair_q.shape[0]
     edge_budget = succ_to.shape[0]

@@ -12,14 +12,11 @@ The names mirror XGrammar's so users can switch::
 
 from typing import Any
 
-from .grammar.caches import clear_caches
-from .grammar.errors import (
-    ArgumentTypeError, BudgetExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError,
-    UnsupportedSchemaError,
-)
+from .grammar.core.caches import clear_caches
+from .grammar.core.errors import ArgumentTypeError, LimitExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
-from .grammar.limits import Limits
+from .grammar.core.limits import Limits
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
@@ -38,7 +35,7 @@ __all__ = [
     "ArgumentTypeError",
     "Sample",
     "aligned_generate",
-    "BudgetExceededError",
+    "LimitExceededError",
     "BudgetTooSmallError",
     "CompiledGrammar",
     "DeserializeError",

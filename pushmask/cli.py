@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 # name -> (module, one-line help); imported lazily when the subcommand runs.
 _LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "generate": ("pushmask.integrations.cli_generate", "generate text with a model under a grammar or JSON Schema"),
+    "generate": ("pushmask.integrations.model_cli", "generate text with a model under a grammar or JSON Schema"),
     "warmup": ("pushmask.warmup", "compile pushmask's kernels into its prepared cache (for wheels and images)"),
 }
 

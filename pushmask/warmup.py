@@ -108,7 +108,7 @@ def workload(info, rng) -> dict:
         Gap, GrammarCompiler, GrammarMatcher, Template, allocate_token_bitmask, allowed_tokens,
         batch_fill_next_token_bitmask, can_complete, find_completion,
     )
-    from .grammar.errors import PushmaskError
+    from .grammar.core.errors import PushmaskError
 
     compiler = GrammarCompiler(info)
     compiled = []

@@ -10,10 +10,10 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 
-from pushmask.grammar.codepoint_dfa import ALL_CHARS, Dfa, StateBudgetExceeded, intersect_ranges
+from pushmask.grammar.fsm.codepoint_dfa import ALL_CHARS, Dfa, StateLimitExceeded, intersect_ranges
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
 from pushmask.grammar.json_schema.leaves import budgeted_dfa_op
-from pushmask.grammar.limits import DEFAULT_LIMITS
+from pushmask.grammar.core.limits import DEFAULT_LIMITS
 from partition_reference import refine_partition
 
 _SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
@@ -183,12 +183,12 @@ class ReferenceEncoder:
                 merged.append((lo, hi, t))
         self.edges += len(merged)
         if self.edges > self.edge_budget:
-            raise StateBudgetExceeded("JSON string automaton", self.edge_budget, "edges")
+            raise StateLimitExceeded("JSON string automaton", self.edge_budget, "edges")
         self.trans[state] = merged
 
     def new_state(self) -> int:
         if len(self.trans) >= self.budget:
-            raise StateBudgetExceeded("JSON string automaton", self.budget)
+            raise StateLimitExceeded("JSON string automaton", self.budget)
         self.trans.append([])
         return len(self.trans) - 1
 

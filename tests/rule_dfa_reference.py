@@ -12,7 +12,7 @@ import gc
 
 from pushmask.automata.dfa import RuleDfa
 from pushmask.automata.utf8 import utf8_byte_ranges
-from pushmask.grammar.errors import BudgetExceededError
+from pushmask.grammar.core.errors import LimitExceededError
 from pushmask.grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
 from partition_reference import refine_partition
 
@@ -30,7 +30,7 @@ class _Nfa:
 
     def new_state(self) -> int:
         if len(self.eps) >= self.max_states:
-            raise BudgetExceededError(
+            raise LimitExceededError(
                 f"rule automaton exceeds {self.max_states} NFA states; simplify large repetitions "
                 "(e.g. x{0,10000}) or raise the max_rule_states limit"
             )
@@ -190,7 +190,7 @@ def _determinize(nfa: _Nfa, start: int, final: int, max_states: int):
         got = index.get(subset)
         if got is None:
             if len(order) >= max_states:
-                raise BudgetExceededError(
+                raise LimitExceededError(
                     f"rule automaton exceeds {max_states} DFA states; the rule mixes too many overlapping "
                     "alternatives or large repetitions -- split it into separate rules or raise max_rule_states"
                 )

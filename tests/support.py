@@ -114,7 +114,7 @@ def compile_with_timeout(compile_, seconds: int):
     import signal
     import warnings
 
-    from pushmask.grammar.errors import BudgetExceededError, SchemaError
+    from pushmask.grammar.core.errors import LimitExceededError, SchemaError
 
     def alarm(*_):
         raise CompileTimeout()
@@ -125,7 +125,7 @@ def compile_with_timeout(compile_, seconds: int):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return compile_()
-    except (SchemaError, BudgetExceededError):
+    except (SchemaError, LimitExceededError):
         return "unsupported"
     except CompileTimeout:
         return "timeout"

@@ -5,7 +5,7 @@ import numpy as np
 
 import pushmask
 from pushmask.automata import dfa as dfa_module
-from pushmask.grammar import caches
+from pushmask.grammar.core import caches
 from pushmask.grammar.json_schema import leaves
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.passes import normalize

@@ -312,7 +312,7 @@ def test_too_many_stack_tops_is_a_budget_error(smollm2_compiler):
     grammar = Grammar({"root": ref("a"), "a": alt(seq(lit("x"), ref("a"), lit("y")), seq(lit("x"), ref("a")), lit(""))})
     compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, limits=pm.Limits(max_stack_tops=16))
     matcher = pm.GrammarMatcher(compiler.compile_ir(grammar, normalize=False))
-    with pytest.raises(pm.BudgetExceededError, match="stack tops"):
+    with pytest.raises(pm.LimitExceededError, match="stack tops"):
         for _ in range(40):
             matcher.accept_string("x")
 
@@ -321,7 +321,7 @@ def test_unremoved_left_recursion_cannot_hang(smollm2_compiler):
     """Even if left recursion reached the automaton, the closure stops at the stack-top budget."""
     grammar = Grammar({"root": alt(seq(ref("root"), lit("x")), lit("y"))})
     compiler = pm.GrammarCompiler(smollm2_compiler.tokenizer_info, limits=pm.Limits(max_stack_tops=64))
-    with pytest.raises(pm.BudgetExceededError):
+    with pytest.raises(pm.LimitExceededError):
         pm.GrammarMatcher(compiler.compile_ir(grammar, normalize=False))
 
 

@@ -113,12 +113,12 @@ def test_generate_refuses_json_text_as_a_grammar():
 @pytest.fixture
 def no_model(monkeypatch):
     """Make loading any model fail loudly: the errors under test must come before it."""
-    from pushmask.integrations import cli_generate
+    from pushmask.integrations import model_cli
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the constraint was checked")
 
-    monkeypatch.setattr(cli_generate, "load_model", refuse)
+    monkeypatch.setattr(model_cli, "load_model", refuse)
 
 
 @pytest.mark.parametrize("file_name, text, message", [

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pushmask.grammar.ebnf import parse_ebnf
-from pushmask.grammar.errors import GrammarError
+from pushmask.grammar.core.errors import GrammarError
 from pushmask.grammar.ir import (
     NOTHING,
     CharClass,
@@ -689,7 +689,7 @@ def test_to_grammar_dispatches_every_kind_to_its_front_end():
 
 
 def test_to_grammar_holds_each_front_end_to_the_limits():
-    from pushmask import BudgetExceededError, Limits
+    from pushmask import LimitExceededError, Limits
     from pushmask.grammar.frontends import to_grammar
 
     assert ir_accepts(to_grammar("ebnf", 'root ::= "a"{5}', limits=Limits(max_repeat=5)), "aaaaa")
@@ -700,15 +700,15 @@ def test_to_grammar_holds_each_front_end_to_the_limits():
     for kind, spec in (("regex", nested), ("ebnf", f"root ::= {nested.replace('a', chr(34) + 'a' + chr(34))}")):
         with pytest.raises(GrammarError):
             to_grammar(kind, spec, limits=Limits(max_nesting=4))
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(LimitExceededError):
         to_grammar("regex", "a{5000}", limits=Limits(max_rule_states=1000))
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(LimitExceededError):
         to_grammar("lark", "start: /a{5000}/", limits=Limits(max_rule_states=1000))
     tag = {"type": "structural_tag", "format": {"type": "regex", "pattern": "a{5000}"}}
     assert ir_accepts(to_grammar("structural_tag", tag), "a" * 5000)
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(LimitExceededError):
         to_grammar("structural_tag", tag, limits=Limits(max_rule_states=1000))
     deep = {"type": "array", "items": {"type": "array", "items": {"type": "array"}}}
     to_grammar("json_schema", deep, limits=Limits(max_schema_depth=8))
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(LimitExceededError):
         to_grammar("json_schema", {"type": "array", "items": deep}, limits=Limits(max_schema_depth=2))

@@ -166,7 +166,7 @@ def test_argument_types_are_named(compiler):
 def test_budgets_name_themselves_and_can_be_raised():
     deep = {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {}}}}
     compiler = _compiler(pushmask.Limits(max_schema_depth=3))
-    with pytest.raises(pushmask.BudgetExceededError, match="deeper than 3 levels.*max_schema_depth"):
+    with pytest.raises(pushmask.LimitExceededError, match="deeper than 3 levels.*max_schema_depth"):
         compiler.compile_json_schema(deep)
     compiler = _compiler(pushmask.Limits(max_schema_depth=6))
     assert accepts(compiler.compile_json_schema(deep), "[[[1]]]")
@@ -181,8 +181,8 @@ def test_budgets_name_themselves_and_can_be_raised():
     assert accepts(compiler.compile_grammar(nested), "a") and accepts(compiler.compile_regex("(((((a)))))"), "a")
 
     compiler = _compiler(pushmask.Limits(max_rule_states=50))
-    with pytest.raises(pushmask.BudgetExceededError, match="51 character positions.*max_rule_states limit of 50"):
+    with pytest.raises(pushmask.LimitExceededError, match="51 character positions.*max_rule_states limit of 50"):
         compiler.compile_regex("a{51}")
     compiler = _compiler(pushmask.Limits(compile_time_limit_s=0.0))
-    with pytest.raises(pushmask.BudgetExceededError, match="compile_time_limit_s=0.0"):
+    with pytest.raises(pushmask.LimitExceededError, match="compile_time_limit_s=0.0"):
         compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "string"}}})

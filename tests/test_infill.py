@@ -243,7 +243,7 @@ def test_mask_with_a_suffix_on_a_real_vocabulary(smollm2_json):
 
 def test_budget_instead_of_a_hang(smollm2_json):
     template = pm.Template(['{"a": "'] + [pm.Gap.tokens(1, min=1), "x"] * 40 + ['"}'])
-    with pytest.raises(pm.BudgetExceededError, match="max_items"):
+    with pytest.raises(pm.LimitExceededError, match="max_items"):
         pm.can_complete(smollm2_json, template, max_items=50_000)
 
 

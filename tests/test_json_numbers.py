@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError
+from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError
 from support import edges_by_state  # noqa: E402
 from pushmask.grammar.ir import NOTHING, CharFsm, Expr
 from pushmask.grammar.json_numbers import (

@@ -16,7 +16,7 @@ import pytest
 
 import pushmask as pm
 from pushmask import JsonOptions
-from pushmask.grammar.errors import ArgumentTypeError, SchemaError
+from pushmask.grammar.core.errors import ArgumentTypeError, SchemaError
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.integrations.generate import compile_constraint
 
@@ -110,16 +110,16 @@ def test_cli_generate_strict_flag(tmp_path):
     import argparse
     import json
 
-    from pushmask.integrations import cli_generate
+    from pushmask.integrations import model_cli
 
     schema_file = tmp_path / "s.json"
     schema_file.write_text(json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}}))
     parser = argparse.ArgumentParser()
-    cli_generate.add_arguments(parser)
+    model_cli.add_arguments(parser)
     got = {}
     for flags in ([], ["--no-strict"], ["--strict", "--indent", "2"], ["--no-strict", "--whitespace", "compact"]):
         args = parser.parse_args(["--schema", str(schema_file), *flags, "prompt"])
-        got[tuple(flags)] = cli_generate._read_constraint(args)[0]["json_options"]
+        got[tuple(flags)] = model_cli._read_constraint(args)[0]["json_options"]
     assert got[()] == JsonOptions.generation()
     assert got[("--no-strict",)] == JsonOptions.generation(additional_properties_default=True)
     assert got[("--strict", "--indent", "2")] == JsonOptions.from_xgrammar(indent=2)

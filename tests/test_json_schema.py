@@ -23,7 +23,7 @@ from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, req
 from support import accepts_text as accepts  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.errors import BudgetExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
+from pushmask.grammar.core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.ir import iter_refs  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
@@ -566,7 +566,7 @@ def test_annotations_and_unknown_keywords_are_ignored(compiler, tokenizer):
 def test_budget_on_alternatives():
     many = {f"p{i}": {"enum": [i, i + 100]} for i in range(20)}
     schema = {"allOf": [{"anyOf": [{"properties": {k: v}}, {"required": [k]}]} for k, v in many.items()]}
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(LimitExceededError):
         json_schema_to_grammar(schema)
 
 
@@ -677,7 +677,7 @@ def test_absurdly_deep_schema_gives_a_clear_error():
     schema: dict = {"type": "integer"}
     for _ in range(5000):
         schema = {"type": "array", "items": schema}
-    with pytest.raises((BudgetExceededError, SchemaError)):
+    with pytest.raises((LimitExceededError, SchemaError)):
         json_schema_to_grammar(schema)
 
 

@@ -8,7 +8,7 @@ exactly when the suite says it is valid.  The compact text is fed token by token
 of groups every token is also checked against the filled next-token bitmask.
 
 Outcome per group: "pass", "unsupported" (SchemaError / UnsupportedSchemaError /
-BudgetExceededError at compile time), "fail" (a valid instance rejected: a completeness gap)
+LimitExceededError at compile time), "fail" (a valid instance rejected: a completeness gap)
 or "unsound" (an invalid instance accepted).  tests/json_schema_suite_expected.json is a
 ratchet: a group recorded as "pass" must keep passing, and no group may become unsound that
 was not recorded so.  When more groups pass, the test prints a hint to refresh the file:
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import DRAFTS, accepts_text, grammar_compiler, groups, hf_tokenizer, retrieve  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.errors import BudgetExceededError, SchemaError  # noqa: E402
+from pushmask.grammar.core.errors import LimitExceededError, SchemaError  # noqa: E402
 from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
@@ -63,7 +63,7 @@ def run_group(compiler, tokenizer, schema, tests, check_mask: bool) -> tuple[str
             warnings.simplefilter("ignore")
             grammar = json_schema_to_grammar(schema, JsonOptions.validation(retrieve=retrieve))
         compiled = compiler.compile_ir(grammar)
-    except (SchemaError, BudgetExceededError) as exc:
+    except (SchemaError, LimitExceededError) as exc:
         return "unsupported", str(exc)
     outcome, detail = "pass", ""
     for test in tests:

@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError
+from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError
 from support import edges_by_state  # noqa: E402
 from pushmask.grammar.ir import NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Repeat, Seq
-from pushmask.grammar.codepoint_dfa import literal_dfa
+from pushmask.grammar.fsm.codepoint_dfa import literal_dfa
 from pushmask.grammar.ecma_regex import pattern_dfa
 from pushmask.grammar.json_formats import format_dfa, is_known_format
 from pushmask.grammar.json_strings import (

@@ -1,4 +1,4 @@
-"""The fast decoded-string automata (numba kernels in grammar/string_kernels.py) against the code
+"""The fast decoded-string automata (numba kernels in grammar/fsm/string_kernels.py) against the code
 they replaced, kept verbatim in tests/json_strings_reference.py: the JSON string encoder, trim,
 minimisation and products must build exactly the same automata, and whole schemas exactly the
 same grammars -- on random automata (astral ranges, surrogate and escape boundaries), handmade
@@ -16,11 +16,9 @@ import pushmask
 
 import json_strings_reference as reference
 from pushmask.grammar import ecma_regex, json_schema, json_strings
-from pushmask.grammar.codepoint_dfa import (
-    ALL_CHARS, Dfa, StateBudgetExceeded, any_string_dfa, dfa_to_char_fsm, intersect_ranges, length_dfa, literal_dfa,
-)
+from pushmask.grammar.fsm.codepoint_dfa import ALL_CHARS, Dfa, StateLimitExceeded, any_string_dfa, dfa_to_char_fsm, intersect_ranges, length_dfa, literal_dfa
 from pushmask.grammar.ecma_regex import pattern_dfa
-from pushmask.grammar.errors import UnsupportedSchemaError
+from pushmask.grammar.core.errors import UnsupportedSchemaError
 from pushmask.grammar.ir import NOTHING, CharFsm, lit, seq
 from pushmask.grammar.json_schema import emit, objects
 from pushmask.grammar.json_formats import format_dfa
@@ -96,11 +94,11 @@ def test_encoder_budget_is_the_reference_one(budget):
         trimmed = old(random_dfa(rng, 4)).trim()
         try:
             expected = reference_encode(trimmed, budget)
-        except StateBudgetExceeded:
+        except StateLimitExceeded:
             expected = None
         try:
             got = encode_json_string(Dfa(trimmed.trans, trimmed.finals), budget)
-        except StateBudgetExceeded:
+        except StateLimitExceeded:
             got = None
         # both count the same states and edges; which of the two limits trips first may differ
         assert (got is None) == (expected is None)
@@ -161,11 +159,11 @@ def test_product_budget_is_the_reference_one(budget):
         for op in ("intersect", "union", "difference"):
             try:
                 expected = getattr(old(a), op)(old(b), budget)
-            except StateBudgetExceeded as exc:
+            except StateLimitExceeded as exc:
                 expected = str(exc)
             try:
                 got = getattr(a, op)(b, budget)
-            except StateBudgetExceeded as exc:
+            except StateLimitExceeded as exc:
                 got = str(exc)
             assert got == expected if isinstance(got, str) else same(got, expected)
 
@@ -201,7 +199,7 @@ def _with_reference(monkeypatch):
             return NOTHING
         try:
             body = reference_encode(old(dfa), budget)
-        except StateBudgetExceeded as exc:
+        except StateLimitExceeded as exc:
             raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint") from None
         return seq(lit('"'), dfa_to_char_fsm(to_new(body)), lit('"'))
 

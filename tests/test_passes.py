@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pushmask.grammar.ebnf import parse_ebnf
-from pushmask.grammar.errors import GrammarError
+from pushmask.grammar.core.errors import GrammarError
 from pushmask.grammar.ir import (
     Alt,
     Grammar,

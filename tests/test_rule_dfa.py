@@ -25,7 +25,7 @@ from pushmask.automata.dfa import RuleDfa, _construct_rule_dfa, _structure_diges
 from pushmask.automata.dfa_kernels import MAX_SEQUENCES, utf8_sequences
 from pushmask.automata.utf8 import utf8_byte_ranges
 from pushmask.grammar.ebnf import parse_ebnf
-from pushmask.grammar.errors import BudgetExceededError, PushmaskError
+from pushmask.grammar.core.errors import LimitExceededError, PushmaskError
 from pushmask.grammar.ir import (EPSILON, NOTHING, Alt, ByteClass, CharClass, CharFsm, Ref, Repeat, Seq, alt, lit, opt,
                                  ref, rep, seq, star)
 from pushmask.grammar.json_schema import json_schema_to_grammar
@@ -217,7 +217,7 @@ def budget_messages(body, max_states):
         try:
             construct(body, max_states)
             out.append(None)
-        except BudgetExceededError as error:
+        except LimitExceededError as error:
             out.append(str(error))
     return out
 
@@ -309,7 +309,7 @@ def test_literal_trie_budget():
     enough = -(-prefixes // factor)  # the smallest max_states whose trie budget holds the prefixes
     dfa = _construct_rule_dfa(body, enough)
     assert dfa == reference(body) and dfa.refs == ["r"]
-    with pytest.raises(BudgetExceededError, match=f"more than {factor * (enough - 1)} distinct prefixes"):
+    with pytest.raises(LimitExceededError, match=f"more than {factor * (enough - 1)} distinct prefixes"):
         _construct_rule_dfa(body, enough - 1)
 
 

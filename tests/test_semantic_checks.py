@@ -23,9 +23,9 @@ from support import (  # noqa: E402
 )
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
+from pushmask.grammar.core.errors import UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
-from pushmask.grammar.value_checks import json_key  # noqa: E402
+from pushmask.grammar.json_checks import json_key  # noqa: E402
 
 UNIQUE_STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 UNIQUE_NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}

@@ -27,7 +27,7 @@ from support import (  # noqa: E402
     require_shared, retrieve, short_structural_tokens,
 )
 
-from pushmask.grammar.errors import UnsupportedSchemaError  # noqa: E402
+from pushmask.grammar.core.errors import UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 MASKBENCH = DATA / "maskbench-dev"

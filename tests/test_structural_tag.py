@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pushmask as pm
-from pushmask.grammar.errors import GrammarError
+from pushmask.grammar.core.errors import GrammarError
 
 from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
 

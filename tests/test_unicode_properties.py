@@ -21,10 +21,10 @@ import regex
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import DATA, accepts_token_ids, require_shared  # noqa: E402
 
-from pushmask.grammar.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
+from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 from pushmask.grammar.ecma_regex import pattern_dfa  # noqa: E402
-from pushmask.grammar.unicode_properties import property_ranges  # noqa: E402
+from pushmask.grammar.fsm.unicode_properties import property_ranges  # noqa: E402
 
 CATEGORY_CHANGED = {0x0295, 0x1171E}
 """Assigned code points whose general category changed after Python's Unicode version (14.0)."""

@@ -8,7 +8,7 @@ terms (merge.py) are functions over it."""
 
 from __future__ import annotations
 
-from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
+from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH, CompileContext, NeedsDynamicScopes
 from .documents import uri_pointer
 from .keywords import (
@@ -116,7 +116,7 @@ class SchemaAlgebra:
                 for right in factor:
                     combined.extend(as_terms(self.merge(left, right, pointer)))
                     if len(combined) > self.limits.max_schema_branches:
-                        raise BudgetExceededError(
+                        raise LimitExceededError(
                             f"schema at {pointer} expands to more than {self.limits.max_schema_branches} "
                             "alternatives (Limits.max_schema_branches; anyOf/oneOf/if/dependencies multiply); "
                             "simplify it or raise the limit")
@@ -163,7 +163,7 @@ class SchemaAlgebra:
         if isinstance(term, RefMarker):
             try:
                 return self.merge(term, {"type": [t]}, pointer)
-            except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
+            except (SchemaError, UnsupportedSchemaError, LimitExceededError):
                 return term
         return self.merge(term, {"type": [t]}, pointer) if isinstance(term, dict) else term
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import UnsupportedSchemaError
+from ..core.errors import UnsupportedSchemaError
 from ..ir import EPSILON, NOTHING, Expr, Ref, alt, rep, seq
 from ..passes import expr_nodes
-from ..value_checks import UniqueItems
+from ..json_checks import UniqueItems
 from .keywords import is_true, rule_hint
 from .objects import any_order_members
 

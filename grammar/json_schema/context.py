@@ -13,9 +13,9 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from ..errors import CompileClock, SchemaError, UnsupportedSchemaError
+from ..core.errors import CompileClock, SchemaError, UnsupportedSchemaError
 from ..json_options import JsonOptions
-from ..limits import DEFAULT_LIMITS, Limits
+from ..core.limits import DEFAULT_LIMITS, Limits
 from .closing import close_document, spec_copy
 from .documents import (
     DEFAULT_BASE,

@@ -6,10 +6,10 @@ import warnings
 from typing import Any
 
 from .. import passes
-from ..errors import BudgetExceededError, CompileClock, GrammarError, SchemaError
+from ..core.errors import LimitExceededError, CompileClock, GrammarError, SchemaError
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
-from ..limits import DEFAULT_LIMITS, Limits
+from ..core.limits import DEFAULT_LIMITS, Limits
 from .context import NeedsDynamicScopes, UnsatisfiableSchema
 from .documents import check_json_document, check_metaschema, load_schema
 from .emit import Emitter
@@ -53,8 +53,8 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
     order, value checks, unsatisfiable schemas, lenient, retrieve); the defaults if None, with
     `keywords` (its field names, or XGrammar's) applied on top.  The same defaults as
     GrammarCompiler.compile_json_schema: strict mode, flexible whitespace, definition order.
-    limits: the budgets (grammar/limits.py): max_schema_depth, max_schema_rules, max_schema_branches,
-    max_object_expr, max_dynamic_copies and max_string_states apply here; BudgetExceededError (or
+    limits: the budgets (grammar/core/limits.py): max_schema_depth, max_schema_rules, max_schema_branches,
+    max_object_expr, max_dynamic_copies and max_string_states apply here; LimitExceededError (or
     UnsupportedSchemaError for string automata) past one.
     clock: a wall-clock compile limit, checked once per subschema compiled.
 
@@ -107,6 +107,6 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError(exc.message, exc.pointer) from None
     except RecursionError:
-        raise BudgetExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
+        raise LimitExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
                                   "parts into $defs with $ref, or lower max_schema_depth so that budget "
                                   "stops it first") from None

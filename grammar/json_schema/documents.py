@@ -26,9 +26,9 @@ from urllib.parse import quote, unquote, urldefrag, urljoin
 
 import jsonschema
 
-from ..caches import BoundedCache
-from ..errors import BudgetExceededError, SchemaError
-from ..limits import DEFAULT_LIMITS
+from ..core.caches import BoundedCache
+from ..core.errors import LimitExceededError, SchemaError
+from ..core.limits import DEFAULT_LIMITS
 from .keywords import canonical_json
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
@@ -65,7 +65,7 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 def check_json_document(doc, max_depth: int = DEFAULT_LIMITS.max_schema_depth) -> None:
     """SchemaError at the first value that is not JSON data (a tuple, a set, bytes, a non-string
-    key), BudgetExceededError where objects and arrays nest deeper than `max_depth`.  Iterative,
+    key), LimitExceededError where objects and arrays nest deeper than `max_depth`.  Iterative,
     so any depth is checked without recursing."""
     stack = [(doc, "#", 0)]
     while stack:
@@ -73,7 +73,7 @@ def check_json_document(doc, max_depth: int = DEFAULT_LIMITS.max_schema_depth) -
         if isinstance(node, _JSON_SCALARS):
             continue
         if depth >= max_depth:
-            raise BudgetExceededError(f"the schema nests objects/arrays deeper than {max_depth} levels (at {pointer}, "
+            raise LimitExceededError(f"the schema nests objects/arrays deeper than {max_depth} levels (at {pointer}, "
                                       "the max_schema_depth budget); move deep parts into $defs with $ref, or raise "
                                       "Limits.max_schema_depth")
         if isinstance(node, dict):

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urldefrag
 
-from ..errors import BudgetExceededError
-from ..limits import DEFAULT_LIMITS
+from ..core.errors import LimitExceededError
+from ..core.limits import DEFAULT_LIMITS
 from .documents import LIST_KEYS, MAP_KEYS, SCHEMA_KEYS, VALUE_KEYS
 
 PREFIX = "urn:pushmask:dynamic-scope:"
@@ -172,7 +172,7 @@ class DynamicScopes:
         key = (target, scope)
         if key not in self.copies:
             if len(self.copies) >= self.max_copies:
-                raise BudgetExceededError(f"$dynamicRef/$recursiveRef resolution needs more than {self.max_copies} "
+                raise LimitExceededError(f"$dynamicRef/$recursiveRef resolution needs more than {self.max_copies} "
                                           "scope-specialised copies of their targets (Limits.max_dynamic_copies); "
                                           "simplify the references or raise the limit")
             uri = self.copies[key] = f"{PREFIX}{len(self.copies)}"

@@ -8,11 +8,11 @@ import math
 import re
 from collections.abc import Callable
 
-from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
+from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
 from ..json_options import JsonOptions
 from ..passes import expr_nodes
-from ..value_checks import ValidatesSchema
+from ..json_checks import ValidatesSchema
 from .algebra import SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
@@ -62,7 +62,7 @@ class Emitter(CompileContext):
         self.names: dict[str, int] = {}  # rule name stem -> rules named with it so far
         self.recursed: set[str] = set()  # rules a subschema reached again while being compiled
         self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
-        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/value_checks.py)
+        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/json_checks.py)
         self.algebra = SchemaAlgebra(self)
 
     def new_rule(self, hint: str) -> str:
@@ -75,7 +75,7 @@ class Emitter(CompileContext):
             name = f"{base}_{n}"
         budget = self.limits.max_schema_rules
         if len(self.rules) >= budget:
-            raise BudgetExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
+            raise LimitExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
                                       "simplify the schema or split it, or raise the limit")
         self.rules[name] = NOTHING
         return name
@@ -290,7 +290,7 @@ class Emitter(CompileContext):
         UNIQUE_ENUM_MAX values, else None."""
         try:
             terms = self.algebra.exact_dnf(schema, "#")
-        except (SchemaError, UnsupportedSchemaError, BudgetExceededError):
+        except (SchemaError, UnsupportedSchemaError, LimitExceededError):
             return None
         values: list = []
         for term in terms:

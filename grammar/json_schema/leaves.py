@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import json_numbers
-from ..caches import BoundedCache
-from ..codepoint_dfa import StateBudgetExceeded, any_string_dfa, budgeted, literal_dfa
+from ..core.caches import BoundedCache
+from ..fsm.codepoint_dfa import StateLimitExceeded, any_string_dfa, budgeted, literal_dfa
 from ..ecma_regex import pattern_dfa
-from ..errors import UnsupportedSchemaError
+from ..core.errors import UnsupportedSchemaError
 from ..ir import Expr
 from ..json_formats import format_dfa
 from ..json_strings import (
@@ -22,7 +22,7 @@ from ..json_strings import (
     string_dfa,
     string_literal_expr,
 )
-from ..limits import DEFAULT_LIMITS
+from ..core.limits import DEFAULT_LIMITS
 
 # The string-automaton names the package uses come through here: one importer of those modules in it.
 __all__ = [
@@ -83,5 +83,5 @@ def closed_names_disjoint(x: dict, y: dict) -> bool:
     try:
         return all(pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty()
                    for p in patterns_x for q in patterns_y)
-    except (StateBudgetExceeded, UnsupportedSchemaError):
+    except (StateLimitExceeded, UnsupportedSchemaError):
         return False

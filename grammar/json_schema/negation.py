@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import SchemaError, UnsupportedSchemaError
+from ..core.errors import SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH
 from .keywords import (
     ANNOTATIONS,

@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import BudgetExceededError, UnsupportedSchemaError
+from ..core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import escape_pointer
@@ -371,7 +371,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
 def _checked_size(em: Emitter, body: Expr, pointer: str) -> Expr:
     budget = em.limits.max_object_expr
     if expr_nodes(body) > budget:
-        raise BudgetExceededError(f"object schema at {pointer} has too many optional properties combined "
+        raise LimitExceededError(f"object schema at {pointer} has too many optional properties combined "
                                   f"with minProperties/maxProperties (more than {budget} expression nodes, "
                                   "Limits.max_object_expr); simplify it or raise the limit")
     return body

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import BudgetExceededError, SchemaError, UnsupportedSchemaError
+from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .closing import CLOSED_ONE_OF
 from .keywords import (
     WITNESS,
@@ -152,7 +152,7 @@ def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer
                 if len(out) > alg.limits.max_schema_branches:
                     return None
             return out
-    except (UnsupportedSchemaError, BudgetExceededError):
+    except (UnsupportedSchemaError, LimitExceededError):
         return None
 
 
@@ -165,7 +165,7 @@ def disjoint(alg: SchemaAlgebra, x, y, level: int) -> bool:
         try:
             xs = alg.inline_ref(x.uri, "#") if isinstance(x, RefMarker) else [x]
             ys = alg.inline_ref(y.uri, "#") if isinstance(y, RefMarker) else [y]
-        except (SchemaError, BudgetExceededError):
+        except (SchemaError, LimitExceededError):
             return False
         return all(disjoint(alg, a, b, level + 1) for a in xs for b in ys)
     tx, ty = types_of(x), types_of(y)
@@ -215,7 +215,7 @@ def _disjoint_on(alg: SchemaAlgebra, t: str, x: dict, y: dict, level: int) -> bo
 def _schemas_disjoint(alg: SchemaAlgebra, a, b, level: int) -> bool:
     try:
         xs, ys = alg.exact_dnf(a, "#"), alg.exact_dnf(b, "#")
-    except (SchemaError, BudgetExceededError):
+    except (SchemaError, LimitExceededError):
         return False
     return all(disjoint(alg, p, q, level + 1) for p in xs for q in ys)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import SchemaError, UnsupportedSchemaError
+from ..core.errors import SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, alt, lit, seq
 from .keywords import num_range, ranges_disjoint
 from .leaves import (

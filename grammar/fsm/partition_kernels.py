@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ...jit import njit
 
 # A refinable partition of 0..n-1 packed in one int32 array P, so that the helpers below pass one
 # array (each array argument costs reference counting per call): the elements of set s are

@@ -1,7 +1,7 @@
 """Every compile and match budget in one object, `Limits`, passed through every `compile_*`.
 
 A budget bounds work or memory that an input could otherwise make unbounded; exceeding one raises
-BudgetExceededError (GrammarError for nesting, which is a property of the text) with a message
+LimitExceededError (GrammarError for nesting, which is a property of the text) with a message
 that names the budget, its value and how to change the input or raise it.  Thresholds that only
 choose between an exact and a cheaper construction (e.g. how many members an any-order object
 tracks exactly) are not budgets: they stay documented constants beside the code they tune.

@@ -5,7 +5,7 @@ lead to a root)."""
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
+from ...jit import njit
 
 
 @njit(cache=True)

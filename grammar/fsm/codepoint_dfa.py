@@ -7,7 +7,7 @@ keyword allows, before they are spelled as JSON text.  The leaf builders combine
 the result to the grammar IR as one `CharFsm`.
 
 Every construction is bounded by a state budget, `Limits.max_string_states` (20,000 by default)
-unless the caller passes another; past it, `StateBudgetExceeded` is raised, which the schema
+unless the caller passes another; past it, `StateLimitExceeded` is raised, which the schema
 front end reports as UnsupportedSchemaError naming the keyword (`budgeted`).  Trim, minimisation
 and the products run as numba kernels over the automaton's flat arrays (`string_kernels`).
 
@@ -24,12 +24,12 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import string_kernels
-from .errors import UnsupportedSchemaError
-from .ir import MAX_CODE_POINT, SURROGATES, CharFsm, Expr, NOTHING, complement_ranges, normalize_ranges
-from .limits import DEFAULT_LIMITS
+from ..core.errors import UnsupportedSchemaError
+from ..ir import MAX_CODE_POINT, SURROGATES, CharFsm, Expr, NOTHING, complement_ranges, normalize_ranges
+from ..core.limits import DEFAULT_LIMITS
 
 __all__ = [
-    "Dfa", "StateBudgetExceeded", "budgeted", "any_string_dfa", "length_dfa", "literal_dfa", "dfa_to_char_fsm",
+    "Dfa", "StateLimitExceeded", "budgeted", "any_string_dfa", "length_dfa", "literal_dfa", "dfa_to_char_fsm",
     "Ranges", "ALL_CHARS", "union_ranges", "intersect_ranges", "complement_chars", "char_ranges",
 ]
 
@@ -175,7 +175,7 @@ class Dfa:
     def explore(cls, initial, step: Callable, is_final: Callable, budget: int = DEFAULT_LIMITS.max_string_states,
                 what: str = "automaton") -> "Dfa":
         """Build a trimmed DFA from hashable state keys, breadth first from `initial`:
-        step(key) yields (lo, hi, next_key) edges; StateBudgetExceeded(`what`) past `budget` keys."""
+        step(key) yields (lo, hi, next_key) edges; StateLimitExceeded(`what`) past `budget` keys."""
         index = {initial: 0}
         keys = [initial]
         trans: list[list[tuple[int, int, int]]] = []
@@ -184,7 +184,7 @@ class Dfa:
             for lo, hi, nxt in step(key):
                 if nxt not in index:
                     if len(keys) >= budget:
-                        raise StateBudgetExceeded(what, budget)
+                        raise StateLimitExceeded(what, budget)
                     index[nxt] = len(keys)
                     keys.append(nxt)
                 edges.append((lo, hi, index[nxt]))
@@ -207,17 +207,17 @@ class Dfa:
 
     def _product(self, other: "Dfa", rule: int, keep_dead: bool, budget: int, minimize: bool = True) -> "Dfa":
         """The product automaton: finals by `rule` (string_kernels.AND, OR, AND_NOT); pairs with
-        one side dead are kept when `keep_dead`; StateBudgetExceeded past `budget` reachable pairs."""
+        one side dead are kept when `keep_dead`; StateLimitExceeded past `budget` reachable pairs."""
         status, *arrays = string_kernels.product(*self.arrays(), *other.arrays(), rule, keep_dead, budget, minimize)
         if status == string_kernels.STATES:
-            raise StateBudgetExceeded("product automaton", budget)
+            raise StateLimitExceeded("product automaton", budget)
         return Dfa.from_arrays(*arrays)
 
     # minimize=False skips minimisation when the caller builds near-minimal automata anyway;
     # the result is then only trimmed.
 
     def intersect(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
-        """The strings both accept; StateBudgetExceeded past `budget` reachable state pairs."""
+        """The strings both accept; StateLimitExceeded past `budget` reachable state pairs."""
         return self._product(other, string_kernels.AND, False, budget, minimize)
 
     def intersects(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states) -> bool:
@@ -225,12 +225,12 @@ class Dfa:
         return not self.intersect(other, budget, minimize=False).is_empty()
 
     def union(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
-        """The strings either accepts; StateBudgetExceeded past `budget` reachable state pairs."""
+        """The strings either accepts; StateLimitExceeded past `budget` reachable state pairs."""
         return self._product(other, string_kernels.OR, True, budget, minimize)
 
     def difference(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
         """The strings `self` accepts and `other` does not (a complement is `any_string_dfa() - other`);
-        StateBudgetExceeded past `budget` reachable state pairs."""
+        StateLimitExceeded past `budget` reachable state pairs."""
         return self._product(other, string_kernels.AND_NOT, True, budget, minimize)
 
     __and__ = intersect
@@ -238,7 +238,7 @@ class Dfa:
     __sub__ = difference
 
 
-class StateBudgetExceeded(Exception):
+class StateLimitExceeded(Exception):
     """A code-point automaton ran past its state limit (`Limits.max_string_states` unless the
     caller passed another): "`what` exceeds `budget` `unit`".  Not a PushmaskError: the leaf
     builders turn it into UnsupportedSchemaError naming the keyword (see `budgeted`)."""
@@ -249,11 +249,11 @@ class StateBudgetExceeded(Exception):
 
 def budgeted(keyword: str, pointer: str, fn: Callable, /, *args,
              hint: str = "simplify the constraint or raise Limits.max_string_states", **kwargs):
-    """fn(*args, **kwargs), with StateBudgetExceeded reported as UnsupportedSchemaError(keyword,
+    """fn(*args, **kwargs), with StateLimitExceeded reported as UnsupportedSchemaError(keyword,
     pointer) whose message ends with `hint`, how to fix the input."""
     try:
         return fn(*args, **kwargs)
-    except StateBudgetExceeded as exc:
+    except StateLimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, pointer, f"{exc}; {hint}") from None
 
 
@@ -269,10 +269,10 @@ def any_string_dfa() -> Dfa:
 def length_dfa(min_length: int = 0, max_length: int | None = None,
                budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
     """Strings of min_length..max_length code points (max_length None: no upper bound);
-    StateBudgetExceeded when that takes more than `budget` states."""
+    StateLimitExceeded when that takes more than `budget` states."""
     top = max_length if max_length is not None else min_length
     if top + 1 > budget:
-        raise StateBudgetExceeded("length automaton", budget)
+        raise StateLimitExceeded("length automaton", budget)
     trans = []
     for n in range(top + 1):
         if n < top:

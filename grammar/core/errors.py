@@ -43,7 +43,7 @@ class UnsupportedSchemaError(SchemaError):
         super().__init__(message, pointer)
 
 
-class BudgetExceededError(PushmaskError, RuntimeError):
+class LimitExceededError(PushmaskError, RuntimeError):
     """A compile or match limit (states, stack tops, work units) ran out; the message says how to fix it."""
 
 
@@ -94,7 +94,7 @@ class CompileClock:
 
     def check(self, stage: str) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise BudgetExceededError(f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
+            raise LimitExceededError(f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
                                       f"in {stage}); simplify the input or raise Limits.compile_time_limit_s")
 
 

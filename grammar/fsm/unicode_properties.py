@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .ir import MAX_CODE_POINT, SURROGATES, normalize_ranges
+from ..ir import MAX_CODE_POINT, SURROGATES, normalize_ranges
 
 Ranges = tuple[tuple[int, int], ...]
 

@@ -10,7 +10,7 @@ dense [state, letter] table, -1 where there is no edge.
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
+from ...jit import njit
 
 ERR_TOO_MANY_STATES = -1  # DFA states
 ERR_NO_ROOM = -2

@@ -7,14 +7,14 @@ parallel arrays (lo, hi, target), sorted by lo, and final[s] says whether it acc
 results are exactly those of the Python code they replaced (tests/json_strings_reference.py).
 
 `encode` and `product` return a status first: OK; STATES or EDGES when the state or edge budget
-ran out (the caller raises `codepoint_dfa.StateBudgetExceeded`); FULL when the encoder's arrays were too small
+ran out (the caller raises `codepoint_dfa.StateLimitExceeded`); FULL when the encoder's arrays were too small
 (the caller retries with a larger capacity).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
+from ...jit import njit
 
 from .graph_kernels import grouped, grown, mark_reaching
 from .partition_kernels import minimal_blocks

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0:
         err("error: --temperature must be >= 0")
         return 2
-    from ..grammar.errors import PushmaskError
+    from ..grammar.core.errors import PushmaskError
 
     try:
         constraint, schema, reader = _read_constraint(args)

@@ -1,0 +1,1 @@
+"""Shared infrastructure of every layer: errors, limits, the cache registry, the GC pause."""
