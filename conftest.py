@@ -34,7 +34,7 @@ def _gguf_tokenizers_read_once():
     original = AutoTokenizer.from_pretrained
     descriptor = AutoTokenizer.__dict__["from_pretrained"]
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def read(path, gguf_file):
         return original(path, gguf_file=gguf_file)
 
@@ -59,4 +59,3 @@ if Sybil is not None:
         setup=_setup,
         fixtures=["_gguf_tokenizers_read_once"],
     ).pytest()
-

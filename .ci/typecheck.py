@@ -48,8 +48,16 @@ def link_tree() -> Path:
 def main() -> int:
     tree = link_tree()
     env = {**os.environ, "MYPYPATH": str(tree)}
-    command = [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"), "-p", "pushmask",
-               *sys.argv[1:]]
+    command = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(REPO / "pyproject.toml"),
+        "-p",
+        "pushmask",
+        *sys.argv[1:],
+    ]
     return subprocess.call(command, cwd=REPO, env=env)
 
 

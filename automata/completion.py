@@ -17,8 +17,8 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-from ..jit import njit
 
+from ..jit import njit
 from . import kernels
 
 UNREACHABLE = np.int64(1) << np.int64(40)

@@ -42,8 +42,13 @@ class RuleDfa:
     refs: rule names by local reference index.
     """
 
-    def __init__(self, accepting: list[bool], byte_edges: list[list[tuple[int, int, int]]],
-                 ref_edges: list[list[tuple[int, int]]], refs: list[str]):
+    def __init__(
+        self,
+        accepting: list[bool],
+        byte_edges: list[list[tuple[int, int, int]]],
+        ref_edges: list[list[tuple[int, int]]],
+        refs: list[str],
+    ):
         self._lists: tuple | None = (list(accepting), byte_edges, ref_edges)
         self._arrays: tuple[np.ndarray, ...] | None = None
         self.refs = refs
@@ -65,9 +70,13 @@ class RuleDfa:
             ref_rows = [edge for edges in ref_edges for edge in edges]
             byte_cols = np.array(byte_rows, dtype=np.int32).reshape(-1, 3).T
             ref_cols = np.array(ref_rows, dtype=np.int32).reshape(-1, 2).T
-            self._arrays = (np.array(accepting, dtype=np.bool_),
-                            np.cumsum([0] + [len(edges) for edges in byte_edges]), *byte_cols,
-                            np.cumsum([0] + [len(edges) for edges in ref_edges]), *ref_cols)
+            self._arrays = (
+                np.array(accepting, dtype=np.bool_),
+                np.cumsum([0] + [len(edges) for edges in byte_edges]),
+                *byte_cols,
+                np.cumsum([0] + [len(edges) for edges in ref_edges]),
+                *ref_cols,
+            )
         return self._arrays
 
     def _edge_lists(self) -> tuple:
@@ -76,8 +85,11 @@ class RuleDfa:
             byte_edges = list(zip(lo, hi, dst))
             ref_edges = list(zip(ref_index, ref_dst))
             n = len(accepting)
-            self._lists = (accepting, [byte_edges[byte_ptr[s]: byte_ptr[s + 1]] for s in range(n)],
-                           [ref_edges[ref_ptr[s]: ref_ptr[s + 1]] for s in range(n)])
+            self._lists = (
+                accepting,
+                [byte_edges[byte_ptr[s] : byte_ptr[s + 1]] for s in range(n)],
+                [ref_edges[ref_ptr[s] : ref_ptr[s + 1]] for s in range(n)],
+            )
         return self._lists
 
     @property
@@ -129,7 +141,8 @@ FSM_LAYOUT_TRANSITIONS = 1_000_000
 """Transitions of the CharFsm layouts kept per process (least recently used first out): an entry
 holds its automaton alive, and key-exclusion automata have tens of thousands of transitions."""
 _fsm_layouts: BoundedCache[int, tuple[CharFsm, tuple[int, np.ndarray, np.ndarray, int]]] = BoundedCache(
-    FSM_LAYOUT_TRANSITIONS, cost=lambda entry: len(entry[1][1]), name="automaton layouts (automata/dfa.py)")
+    FSM_LAYOUT_TRANSITIONS, cost=lambda entry: len(entry[1][1]), name="automaton layouts (automata/dfa.py)"
+)
 
 
 def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
@@ -140,8 +153,9 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     got = _fsm_layouts.get(id(fsm))
     if got is not None and got[0] is fsm:
         return got[1]
-    transitions = np.fromiter(itertools.chain.from_iterable(fsm.transitions), dtype=np.int32,
-                              count=4 * len(fsm.transitions)).reshape(-1, 4)
+    transitions = np.fromiter(
+        itertools.chain.from_iterable(fsm.transitions), dtype=np.int32, count=4 * len(fsm.transitions)
+    ).reshape(-1, 4)
     states = np.unique(np.append(transitions[:, [0, 3]], fsm.initial))
     transitions[:, 0] = np.searchsorted(states, transitions[:, 0])
     transitions[:, 3] = np.searchsorted(states, transitions[:, 3])
@@ -174,7 +188,8 @@ def _nfa_budget_error(max_states: int, what: str = "") -> LimitExceededError:
 DFA_CACHE_STATES = 2_000_000
 """Total states of the rule DFAs kept per process (least recently used first out)."""
 _dfa_cache: BoundedCache[tuple[bytes, int], tuple[RuleDfa, tuple[int, ...]]] = BoundedCache(
-    DFA_CACHE_STATES, cost=lambda entry: entry[0].num_states, name="rule DFAs (automata/dfa.py)")
+    DFA_CACHE_STATES, cost=lambda entry: entry[0].num_states, name="rule DFAs (automata/dfa.py)"
+)
 
 
 def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
@@ -265,7 +280,8 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
 FSM_NUMBERS_TRANSITIONS = 1_000_000
 """Transitions of the automata numbered by content kept per process (least recently used first out)."""
 _fsm_numbers: BoundedCache[tuple, tuple[bytes, int]] = BoundedCache(
-    FSM_NUMBERS_TRANSITIONS, cost=lambda entry: entry[1], name="automaton content numbers (automata/dfa.py)")
+    FSM_NUMBERS_TRANSITIONS, cost=lambda entry: entry[1], name="automaton content numbers (automata/dfa.py)"
+)
 _fsm_counter = itertools.count()
 
 
@@ -296,16 +312,22 @@ def _construct_rule_dfa(body: Expr, max_states: int, walk: tuple | None = None) 
     `_structure_digest`, when the caller has it."""
     _, position, (stream, literal_bytes, fsms, wide_alts) = walk or _structure_digest(body)
     status, ref_order, *arrays = thompson_kernels.rule_dfa(
-        np.frombuffer(stream, dtype=np.int64), np.frombuffer(literal_bytes, dtype=np.uint8),
-        *_fsm_tables(fsms), *_trie_tables(wide_alts), len(position), max_states, TRIE_STATES_FACTOR * max_states,
+        np.frombuffer(stream, dtype=np.int64),
+        np.frombuffer(literal_bytes, dtype=np.uint8),
+        *_fsm_tables(fsms),
+        *_trie_tables(wide_alts),
+        len(position),
+        max_states,
+        TRIE_STATES_FACTOR * max_states,
     )
     names = list(position)
     refs = [names[i] for i in ref_order.tolist()]
     if status == dfa_kernels.ERR_TOO_MANY_NFA_STATES:
         raise _nfa_budget_error(max_states)
     if status == thompson_kernels.ERR_TOO_MANY_TRIE_STATES:
-        raise _nfa_budget_error(max_states, f"a set of literals has more than "
-                                f"{TRIE_STATES_FACTOR * max_states} distinct prefixes")
+        raise _nfa_budget_error(
+            max_states, f"a set of literals has more than {TRIE_STATES_FACTOR * max_states} distinct prefixes"
+        )
     if status == dfa_kernels.ERR_TOO_MANY_STATES:
         raise LimitExceededError(
             f"rule automaton exceeds {max_states} DFA states; the rule mixes too many overlapping "
@@ -324,11 +346,13 @@ def _fsm_tables(fsms: list[CharFsm]) -> tuple[np.ndarray, ...]:
     if not fsms:
         return _NO_FSMS
     layouts = [_fsm_layout(fsm) for fsm in fsms]
-    return (_offsets([len(transitions) for _, transitions, _, _ in layouts]),
-            np.concatenate([transitions for _, transitions, _, _ in layouts]),
-            np.array([(n_states, initial) for n_states, _, _, initial in layouts], dtype=np.int64),
-            _offsets([len(finals) for _, _, finals, _ in layouts]),
-            np.concatenate([finals for _, _, finals, _ in layouts]))
+    return (
+        _offsets([len(transitions) for _, transitions, _, _ in layouts]),
+        np.concatenate([transitions for _, transitions, _, _ in layouts]),
+        np.array([(n_states, initial) for n_states, _, _, initial in layouts], dtype=np.int64),
+        _offsets([len(finals) for _, _, finals, _ in layouts]),
+        np.concatenate([finals for _, _, finals, _ in layouts]),
+    )
 
 
 def _trie_tables(wide_alts: list[tuple[int, Alt]]) -> tuple[np.ndarray, ...]:
@@ -347,8 +371,12 @@ def _trie_tables(wide_alts: list[tuple[int, Alt]]) -> tuple[np.ndarray, ...]:
             word_counts.append(len(distinct))
     if not nodes:
         return _NO_TRIES
-    return (np.array(nodes, dtype=np.int64), _offsets(word_counts), _offsets([len(word) for word in words]),
-            np.frombuffer(b"".join(words), dtype=np.uint8))
+    return (
+        np.array(nodes, dtype=np.int64),
+        _offsets(word_counts),
+        _offsets([len(word) for word in words]),
+        np.frombuffer(b"".join(words), dtype=np.uint8),
+    )
 
 
 def _offsets(lengths: list[int]) -> np.ndarray:
@@ -358,6 +386,11 @@ def _offsets(lengths: list[int]) -> np.ndarray:
     return offsets
 
 
-_NO_FSMS = (np.zeros(1, np.int64), np.empty((0, 4), np.int32), np.empty((0, 2), np.int64), np.zeros(1, np.int64),
-            np.empty(0, np.int64))
+_NO_FSMS = (
+    np.zeros(1, np.int64),
+    np.empty((0, 4), np.int32),
+    np.empty((0, 2), np.int64),
+    np.zeros(1, np.int64),
+    np.empty(0, np.int64),
+)
 _NO_TRIES = (np.empty(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64), np.frombuffer(b"", dtype=np.uint8))

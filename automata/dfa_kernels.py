@@ -11,11 +11,11 @@ The subset automaton is a dense [state, letter] table, -1 where there is no edge
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
 
 from ..grammar.fsm.graph_kernels import grouped, mark_reaching
 from ..grammar.fsm.partition_kernels import minimal_blocks as minimal_blocks_of_edges
 from ..grammar.fsm.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
+from ..jit import njit
 
 ERR_TOO_MANY_NFA_STATES = -4
 
@@ -50,8 +50,13 @@ def utf8_sequences(lo, hi, seqs, stack):
     The same splitting as utf8.utf8_byte_ranges: a slice is split where its ends differ above a
     continuation byte whose range would not be full."""
     top = 0
-    for band_lo, band_hi in ((0x10000, 0x10FFFF), (_SURROGATE_HI + 1, 0xFFFF), (0x800, _SURROGATE_LO - 1),
-                             (0x80, 0x7FF), (0x0, 0x7F)):  # taken from the top: lowest first
+    for band_lo, band_hi in (
+        (0x10000, 0x10FFFF),
+        (_SURROGATE_HI + 1, 0xFFFF),
+        (0x800, _SURROGATE_LO - 1),
+        (0x80, 0x7FF),
+        (0x0, 0x7F),
+    ):  # taken from the top: lowest first
         a, b = max(lo, band_lo), min(hi, band_hi)
         if a <= b:
             stack[top, 0] = a
@@ -273,8 +278,16 @@ def number_states(trans, accepting, block, n_blocks, class_lo, class_hi):
                 n_refs += 1
         byte_ptr[k + 1] = n_bytes
         ref_ptr[k + 1] = n_refs
-    return (out_accepting, byte_ptr, byte_lo[:n_bytes], byte_hi[:n_bytes], byte_dst[:n_bytes],
-            ref_ptr, ref_index[:n_refs], ref_dst[:n_refs])
+    return (
+        out_accepting,
+        byte_ptr,
+        byte_lo[:n_bytes],
+        byte_hi[:n_bytes],
+        byte_dst[:n_bytes],
+        ref_ptr,
+        ref_index[:n_refs],
+        ref_dst[:n_refs],
+    )
 
 
 @njit(cache=True)

@@ -25,6 +25,7 @@ Every kernel returns a status: >= 0 is a count, ERR_* asks the caller to grow a 
 from __future__ import annotations
 
 import numpy as np
+
 from ..jit import njit
 
 ROOT = -1
@@ -251,8 +252,12 @@ def closure(pda, pool, ws, start, n_raw, max_tops, limit):
         p = ws[bp + start + i]
         # A top that can only end its rule (no edge left) stands for its return: the kernel then
         # names a state whose stored mask decides tokens, not one that defers them all to the stack.
-        while (p >= 0 and pda[accept + s] != 0 and pda[byte_ptr + s] == pda[byte_ptr + s + 1]
-               and pda[ref_ptr + s] == pda[ref_ptr + s + 1]):
+        while (
+            p >= 0
+            and pda[accept + s] != 0
+            and pda[byte_ptr + s] == pda[byte_ptr + s + 1]
+            and pda[ref_ptr + s] == pda[ref_ptr + s + 1]
+        ):
             s, p = pool[POOL_HEADER + p], pool[POOL_HEADER + pool[1] + p]
         if _seen_insert(ws, seen, size, epoch, s, p):
             ws[bs + start + n] = s
@@ -277,8 +282,9 @@ def closure(pda, pool, ws, start, n_raw, max_tops, limit):
                 return n, 0, 0
         if pda[accept + s]:
             if p >= 0:
-                n = _append_unseen(ws, start, n, pool[POOL_HEADER + p], pool[POOL_HEADER + pool[1] + p], seen, size,
-                                   epoch, max_tops)
+                n = _append_unseen(
+                    ws, start, n, pool[POOL_HEADER + p], pool[POOL_HEADER + pool[1] + p], seen, size, epoch, max_tops
+                )
                 if n < 0:
                     return n, 0, 0
             elif p == ROOT:
@@ -406,9 +412,15 @@ def blob_section(blob, k):
 @njit(cache=True, inline="always")
 def pda_views(pda):
     return (
-        blob_section(pda, PDA_ACCEPT), blob_section(pda, PDA_BYTE_PTR), blob_section(pda, PDA_BYTE_LO),
-        blob_section(pda, PDA_BYTE_HI), blob_section(pda, PDA_BYTE_DST), blob_section(pda, PDA_REF_PTR),
-        blob_section(pda, PDA_REF_RULE), blob_section(pda, PDA_REF_DST), blob_section(pda, PDA_RULE_START),
+        blob_section(pda, PDA_ACCEPT),
+        blob_section(pda, PDA_BYTE_PTR),
+        blob_section(pda, PDA_BYTE_LO),
+        blob_section(pda, PDA_BYTE_HI),
+        blob_section(pda, PDA_BYTE_DST),
+        blob_section(pda, PDA_REF_PTR),
+        blob_section(pda, PDA_REF_RULE),
+        blob_section(pda, PDA_REF_DST),
+        blob_section(pda, PDA_RULE_START),
     )
 
 

@@ -33,15 +33,14 @@ import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
-from ..jit import njit
 
-from ..grammar.core.errors import LimitExceededError, CompileClock, GrammarError
+from ..grammar.core.errors import CompileClock, GrammarError, LimitExceededError
+from ..grammar.core.limits import DEFAULT_LIMITS, Limits
 from ..grammar.fsm.graph_kernels import grouped
 from ..grammar.ir import Grammar
-from ..grammar.core.limits import DEFAULT_LIMITS, Limits
+from ..jit import njit
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
-
 
 MAX_CONTINUATIONS = 64
 """Return states past which a rule's follow pairs stop looking into its callers (any byte may
@@ -57,7 +56,7 @@ class _SectionView:
     def __init__(self, section: int):
         self.section = section
 
-    def __get__(self, pda: "Pda", owner=None) -> np.ndarray:
+    def __get__(self, pda: Pda, owner=None) -> np.ndarray:
         return pda._section(self.section)
 
 
@@ -257,8 +256,10 @@ def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileC
         concat([a[7] + base for a, base in zip(arrays, first[:-1].tolist())]),
         first[:-1],
     ]
-    sections += [_follow_bytes(len(names), *sections).reshape(-1),
-                 np.repeat(np.arange(len(names), dtype=np.int32), sizes)]
+    sections += [
+        _follow_bytes(len(names), *sections).reshape(-1),
+        np.repeat(np.arange(len(names), dtype=np.int32), sizes),
+    ]
     sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
         rule_names=names,
@@ -333,8 +334,9 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
         callee[e] = rule_start[ref_rule[e]]
     # nullable: s is nullable when accepting, or when some ref edge has a nullable callee start
     # and a nullable target; re-check s whenever one of those two becomes nullable.
-    ptr, edge_of = grouped(np.concatenate((callee, ref_dst.astype(np.int64))),
-                           np.concatenate((np.arange(n_refs), np.arange(n_refs))), n)
+    ptr, edge_of = grouped(
+        np.concatenate((callee, ref_dst.astype(np.int64))), np.concatenate((np.arange(n_refs), np.arange(n_refs))), n
+    )
     nullable = accept != 0
     stack = np.empty(n, dtype=np.int64)
     top = 0

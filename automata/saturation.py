@@ -40,10 +40,10 @@ Buffers have fixed capacities; a full one returns ERR_* and the caller grows it 
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
 
 from ..grammar.fsm.graph_kernels import grouped, mark_reaching
-from .kernels import ROOT, pda_views, find_byte_target
+from ..jit import njit
+from .kernels import ROOT, find_byte_target, pda_views
 
 FOUND = 1
 DONE = 0
@@ -202,8 +202,26 @@ def _return(items, item_table, sums, sum_table, ents, edges, cnt, record, caller
 
 
 @njit(cache=True)
-def _call(items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits, cnt, record, done_sums,
-          caller, citem, key_s, key_q, ret):
+def _call(
+    items,
+    item_table,
+    sums,
+    sum_table,
+    ents,
+    ent_table,
+    calls,
+    call_table,
+    edges,
+    exits,
+    cnt,
+    record,
+    done_sums,
+    caller,
+    citem,
+    key_s,
+    key_q,
+    ret,
+):
     """Item citem of entry `caller` starts entry (key_s, key_q) and returns to state ret (or, ret < 0,
     ends with it: a bridge).  A new caller record replays the summaries the callee already
     processed; it is marked replayed only once all are, so a call cut short by a full buffer is
@@ -231,8 +249,22 @@ def _call(items, item_table, sums, sum_table, ents, ent_table, calls, call_table
         j = ents[e2, E_SUMS]
         while j >= 0:
             if j < done_sums:  # unprocessed summaries will meet this record themselves
-                status = _return(items, item_table, sums, sum_table, ents, edges, cnt, record, caller, ret,
-                                 calls[k, K_ITEM], k, j, sums[j, 1])
+                status = _return(
+                    items,
+                    item_table,
+                    sums,
+                    sum_table,
+                    ents,
+                    edges,
+                    cnt,
+                    record,
+                    caller,
+                    ret,
+                    calls[k, K_ITEM],
+                    k,
+                    j,
+                    sums[j, 1],
+                )
                 if status != 0:
                     return status
             j = sums[j, S_NEXT]
@@ -242,11 +274,42 @@ def _call(items, item_table, sums, sum_table, ents, ent_table, calls, call_table
 
 @njit(cache=True)
 def saturate(
-    pda, x_ptr, x_lo, x_hi, x_dst, eps_ptr, eps_dst, final, n_explicit,
-    t_ptr, t_byte, t_child, t_depth, t_end, n_nodes, blk_ptr, exit_target, exit_cap, exit_max,
-    init_s, init_f, frame_state, frame_parent,
-    items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits, cnt,
-    record, stop_early,
+    pda,
+    x_ptr,
+    x_lo,
+    x_hi,
+    x_dst,
+    eps_ptr,
+    eps_dst,
+    final,
+    n_explicit,
+    t_ptr,
+    t_byte,
+    t_child,
+    t_depth,
+    t_end,
+    n_nodes,
+    blk_ptr,
+    exit_target,
+    exit_cap,
+    exit_max,
+    init_s,
+    init_f,
+    frame_state,
+    frame_parent,
+    items,
+    item_table,
+    sums,
+    sum_table,
+    ents,
+    ent_table,
+    calls,
+    call_table,
+    edges,
+    exits,
+    cnt,
+    record,
+    stop_early,
 ):
     """Saturate from the stacks (init_s[k], init_f[k]) at template state 0 (frames: frame_state /
     frame_parent, ROOT at the bottom).  Returns (status, bottom entry): FOUND (the bottom entry
@@ -303,8 +366,22 @@ def saturate(
                     return FOUND, bottom
             c = ents[e, E_CALLS]
             while c >= 0:
-                status = _return(items, item_table, sums, sum_table, ents, edges, cnt, record,
-                                 calls[c, 1], calls[c, 2], calls[c, K_ITEM], c, j, q)
+                status = _return(
+                    items,
+                    item_table,
+                    sums,
+                    sum_table,
+                    ents,
+                    edges,
+                    cnt,
+                    record,
+                    calls[c, 1],
+                    calls[c, 2],
+                    calls[c, K_ITEM],
+                    c,
+                    j,
+                    q,
+                )
                 if status != 0:
                     return status, bottom
                 c = calls[c, K_NEXT]
@@ -332,8 +409,26 @@ def saturate(
                     if record and not _add_edge(edges, cnt, NODE_ITEM + 3 * i, NODE_ITEM + 3 * r):
                         return ERR_EDGES, bottom
             for x in range(eps_ptr[q], eps_ptr[q + 1]):
-                status = _call(items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits,
-                               cnt, record, done_sums, e, i, s, eps_dst[x], absent)
+                status = _call(
+                    items,
+                    item_table,
+                    sums,
+                    sum_table,
+                    ents,
+                    ent_table,
+                    calls,
+                    call_table,
+                    edges,
+                    exits,
+                    cnt,
+                    record,
+                    done_sums,
+                    e,
+                    i,
+                    s,
+                    eps_dst[x],
+                    absent,
+                )
                 if status != 0:
                     return status, bottom
         else:
@@ -353,15 +448,50 @@ def saturate(
                 d = t_depth[node]
                 for x in range(blk_ptr[block], blk_ptr[block + 1]):
                     if exit_max[x] < 0 or d <= exit_max[x]:
-                        status = _call(items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges,
-                                       exits, cnt, record, done_sums, e, i, s, exit_target[x] + min(d, exit_cap[x]),
-                                       absent)
+                        status = _call(
+                            items,
+                            item_table,
+                            sums,
+                            sum_table,
+                            ents,
+                            ent_table,
+                            calls,
+                            call_table,
+                            edges,
+                            exits,
+                            cnt,
+                            record,
+                            done_sums,
+                            e,
+                            i,
+                            s,
+                            exit_target[x] + min(d, exit_cap[x]),
+                            absent,
+                        )
                         if status != 0:
                             return status, bottom
         # Calls.
         for r in range(rp[s], rp[s + 1]):
-            status = _call(items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits, cnt,
-                           record, done_sums, e, i, rs[rr[r]], q, rd[r])
+            status = _call(
+                items,
+                item_table,
+                sums,
+                sum_table,
+                ents,
+                ent_table,
+                calls,
+                call_table,
+                edges,
+                exits,
+                cnt,
+                record,
+                done_sums,
+                e,
+                i,
+                rs[rr[r]],
+                q,
+                rd[r],
+            )
             if status != 0:
                 return status, bottom
         # Ends.

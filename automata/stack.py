@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..grammar.core.errors import LimitExceededError
-from . import kernels
 from ..grammar.core.limits import Limits
+from . import kernels
 from .pda import Pda
 
 
@@ -148,8 +148,12 @@ class StackRunner:
         after each ERR_* status once `handle` made room and on_retry() undid any partial output.
         Returns the kernel's first status >= 0 (0: done; positive: a request to the caller)."""
         while True:
-            values = {PDA_BLOB: self.pda.blob, POOL_BLOB: self.pool.blob, WS_BLOB: self.ws.blob,
-                      MAX_TOPS: self.limits.max_stack_tops}
+            values = {
+                PDA_BLOB: self.pda.blob,
+                POOL_BLOB: self.pool.blob,
+                WS_BLOB: self.ws.blob,
+                MAX_TOPS: self.limits.max_stack_tops,
+            }
             status = kernel(*[values[a] if isinstance(a, _Slot) else a for a in args])
             if status >= 0:
                 return status
@@ -182,7 +186,14 @@ class StackRunner:
             end = len(data)
         while True:
             status, new_stacks, n_kernel, flags = kernels.run_advance(
-                self.pda.blob, self.pool.blob, self.ws.blob, stacks, data, start, end, self.limits.max_stack_tops,
+                self.pda.blob,
+                self.pool.blob,
+                self.ws.blob,
+                stacks,
+                data,
+                start,
+                end,
+                self.limits.max_stack_tops,
             )
             if status == 1:
                 return None

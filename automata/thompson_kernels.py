@@ -13,8 +13,8 @@ Nodes are numbered by visit (order of first appearance), so a node number stands
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
 
+from ..jit import njit
 from .dfa_kernels import ERR_TOO_MANY_NFA_STATES, construct, literal_trie, no_automaton
 
 SEQ, ALT, BYTES, REPEAT, REF, CHARS, BYTE_RANGES, FSM, BACK = range(-9, 0)
@@ -115,8 +115,22 @@ EPS_ROOM, BYTE_ROOM, CODE_POINT_ROOM, REF_ROOM, MEMO_ROOM = range(5)  # rows of 
 
 
 @njit(cache=True)
-def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_final_ptr, fsm_finals,
-                 trie_nodes, trie_ptr, word_offsets, words, n_positions, max_states, max_trie_states):
+def thompson_nfa(
+    numbers,
+    literals,
+    fsm_ptr,
+    fsm_transitions,
+    fsm_meta,
+    fsm_final_ptr,
+    fsm_finals,
+    trie_nodes,
+    trie_ptr,
+    word_offsets,
+    words,
+    n_positions,
+    max_states,
+    max_trie_states,
+):
     """The Thompson NFA of an encoded body, leading into its final state 0.
 
     FSM node i: fsm_meta[i] = (number of states, initial state), transitions
@@ -146,17 +160,53 @@ def thompson_nfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_fina
     while rooms[MEMO_ROOM] < numbers.shape[0]:
         rooms[MEMO_ROOM] *= 2
     while True:
-        out = _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions,
-                               fsm_meta, fsm_final_ptr, fsm_finals, trie_nodes, trie_ptr, word_offsets, words,
-                               n_positions, max_states, max_trie_states)
+        out = _thompson_nfa_in(
+            rooms,
+            n_nodes,
+            kind,
+            arg,
+            children,
+            numbers,
+            literals,
+            fsm_ptr,
+            fsm_transitions,
+            fsm_meta,
+            fsm_final_ptr,
+            fsm_finals,
+            trie_nodes,
+            trie_ptr,
+            word_offsets,
+            words,
+            n_positions,
+            max_states,
+            max_trie_states,
+        )
         if out[0] != _NO_ROOM:
             return out
 
 
 @njit(cache=True)
-def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm_ptr, fsm_transitions, fsm_meta,
-                     fsm_final_ptr, fsm_finals, trie_nodes, trie_ptr, word_offsets, words, n_positions,
-                     max_states, max_trie_states):
+def _thompson_nfa_in(
+    rooms,
+    n_nodes,
+    kind,
+    arg,
+    children,
+    numbers,
+    literals,
+    fsm_ptr,
+    fsm_transitions,
+    fsm_meta,
+    fsm_final_ptr,
+    fsm_finals,
+    trie_nodes,
+    trie_ptr,
+    word_offsets,
+    words,
+    n_positions,
+    max_states,
+    max_trie_states,
+):
     """thompson_nfa with room for rooms[*_ROOM] edges of each kind and rooms[MEMO_ROOM] / 2 memo
     entries (a power of two slots), or _NO_ROOM with the room of the buffer that overflowed grown.
 
@@ -280,8 +330,14 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                         status, full, need = _NO_ROOM, EPS_ROOM, n_eps + fsm_final_ptr[i + 1] - fsm_final_ptr[i]
                         break
                     for e in range(fsm_ptr[i], fsm_ptr[i + 1]):
-                        _put_row(code_points, n_code_points, first + fsm_transitions[e, 0], fsm_transitions[e, 1],
-                                 fsm_transitions[e, 2], first + fsm_transitions[e, 3])
+                        _put_row(
+                            code_points,
+                            n_code_points,
+                            first + fsm_transitions[e, 0],
+                            fsm_transitions[e, 1],
+                            fsm_transitions[e, 2],
+                            first + fsm_transitions[e, 3],
+                        )
                         n_code_points += 1
                     for e in range(fsm_final_ptr[i], fsm_final_ptr[i + 1]):
                         eps[n_eps, 0] = first + fsm_finals[e]
@@ -332,8 +388,9 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                         t = trie_of[frame]
                         a, b = trie_ptr[t], trie_ptr[t + 1]
                         base = word_offsets[a]
-                        next_state, edges, ends = literal_trie(words[base:word_offsets[b]], word_offsets[a:b + 1] - base,
-                                                               f_aux[f], n_states)
+                        next_state, edges, ends = literal_trie(
+                            words[base : word_offsets[b]], word_offsets[a : b + 1] - base, f_aux[f], n_states
+                        )
                         trie_states += next_state - n_states
                         if trie_states > max_trie_states:
                             status = ERR_TOO_MANY_TRIE_STATES
@@ -345,7 +402,7 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                         if n_eps + ends.shape[0] > eps.shape[0]:
                             status, full, need = _NO_ROOM, EPS_ROOM, n_eps + ends.shape[0]
                             break
-                        byte[n_byte:n_byte + edges.shape[0]] = edges
+                        byte[n_byte : n_byte + edges.shape[0]] = edges
                         n_byte += edges.shape[0]
                         for e in range(ends.shape[0]):
                             eps[n_eps, 0] = ends[e]
@@ -410,22 +467,58 @@ def _thompson_nfa_in(rooms, n_nodes, kind, arg, children, numbers, literals, fsm
                     memo_values[slot] = ret
                     n_memo += 1
         if status == 0 and not calling:
-            return (0, n_states, ret, trie_states, eps[:n_eps], byte[:n_byte], code_points[:n_code_points],
-                    refs[:n_refs_edges], ref_order[:n_refs])
+            return (
+                0,
+                n_states,
+                ret,
+                trie_states,
+                eps[:n_eps],
+                byte[:n_byte],
+                code_points[:n_code_points],
+                refs[:n_refs_edges],
+                ref_order[:n_refs],
+            )
     if status == _NO_ROOM:
         rooms[full] = max(2 * rooms[full], need)
     return status, 0, 0, 0, eps[:0], byte[:0], code_points[:0], refs[:0], ref_order[:0]
 
 
 @njit(cache=True)
-def rule_dfa(numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_final_ptr, fsm_finals,
-             trie_nodes, trie_ptr, word_offsets, words, n_positions, max_states, max_trie_states):
+def rule_dfa(
+    numbers,
+    literals,
+    fsm_ptr,
+    fsm_transitions,
+    fsm_meta,
+    fsm_final_ptr,
+    fsm_finals,
+    trie_nodes,
+    trie_ptr,
+    word_offsets,
+    words,
+    n_positions,
+    max_states,
+    max_trie_states,
+):
     """`thompson_nfa` then `dfa_kernels.construct` (DFA states bounded by max_states plus the trie
     states).  Returns (status, ref_order, construct's arrays); status as construct's, or
     thompson_nfa's error."""
     status, n_states, start, trie_states, eps, byte, code_points, refs, ref_order = thompson_nfa(
-        numbers, literals, fsm_ptr, fsm_transitions, fsm_meta, fsm_final_ptr, fsm_finals,
-        trie_nodes, trie_ptr, word_offsets, words, n_positions, max_states, max_trie_states)
+        numbers,
+        literals,
+        fsm_ptr,
+        fsm_transitions,
+        fsm_meta,
+        fsm_final_ptr,
+        fsm_finals,
+        trie_nodes,
+        trie_ptr,
+        word_offsets,
+        words,
+        n_positions,
+        max_states,
+        max_trie_states,
+    )
     if status < 0:
         return (status, ref_order) + no_automaton(status)[1:]
     out = construct(n_states, start, 0, eps, byte, code_points, refs, ref_order.shape[0], max_states + trie_states)

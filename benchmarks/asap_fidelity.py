@@ -39,12 +39,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the toy problems are the ones the tests check
 
-from support import grammar_compiler, hf_tokenizer  # noqa: E402
 import test_asap as toy  # noqa: E402
+from support import grammar_compiler, hf_tokenizer  # noqa: E402
 
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq  # noqa: E402
-from pushmask.samplers.asap import ASApSampler  # noqa: E402
 from pushmask.masks.matcher import GrammarMatcher  # noqa: E402
+from pushmask.samplers.asap import ASApSampler  # noqa: E402
 from pushmask.samplers.smc import smc  # noqa: E402
 
 MODES = ("gcd", "asap", "exact")  # the KL-vs-samples table and plot
@@ -125,15 +125,19 @@ def run_problem(name, lm, compiled, prompt_ids, n_samples, checkpoints, seed=0):
     tree = ProbTree(lm, compiled, prompt_ids)
     q = tree.target
     gcd_exact = tree.distribution(lambda prefix, t: 1.0)
-    print(f"\n== {name}: {len(q)} grammatical token sequences, {len(tree.steps)} prefixes "
-          f"(enumerated in {time.perf_counter() - t0:.1f}s); exact KL(Q || GCD) = {kl(q, gcd_exact):.4f}")
+    print(
+        f"\n== {name}: {len(q)} grammatical token sequences, {len(tree.steps)} prefixes "
+        f"(enumerated in {time.perf_counter() - t0:.1f}s); exact KL(Q || GCD) = {kl(q, gcd_exact):.4f}"
+    )
     curves: dict[str, list[float]] = {f"{m} emp": [] for m in MODES}
     curves["asap next"] = []
     samplers = {m: ASApSampler(lm, None, compiled, prompt_ids, mode=m, seed=seed) for m in MODES}
     counts = {m: Counter() for m in MODES}
     done = 0
     timing = {m: 0.0 for m in MODES}
-    print(f"{'n':>7} | {'GCD emp':>9} {'ASAp emp':>9} {'exact emp':>9} | {'ASAp next':>9} {'GCD next':>9} | noise (k-1)/2n")
+    print(
+        f"{'n':>7} | {'GCD emp':>9} {'ASAp emp':>9} {'exact emp':>9} | {'ASAp next':>9} {'GCD next':>9} | noise (k-1)/2n"
+    )
     for n in checkpoints:
         for m, sampler in samplers.items():
             t1 = time.perf_counter()
@@ -147,19 +151,30 @@ def run_problem(name, lm, compiled, prompt_ids, n_samples, checkpoints, seed=0):
             curves[f"{m} emp"].append(row[m])
         nxt = max(0.0, kl(q, tree.asap_next(samplers["asap"])))  # rounding can give -1e-16
         curves["asap next"].append(nxt)
-        print(f"{n:>7} | {row['gcd']:>9.4f} {row['asap']:>9.4f} {row['exact']:>9.4f} | {nxt:>9.2e} "
-              f"{kl(q, gcd_exact):>9.4f} | {(len(q) - 1) / (2 * n):.4f}")
+        print(
+            f"{n:>7} | {row['gcd']:>9.4f} {row['asap']:>9.4f} {row['exact']:>9.4f} | {nxt:>9.2e} "
+            f"{kl(q, gcd_exact):>9.4f} | {(len(q) - 1) / (2 * n):.4f}"
+        )
     for m, sampler in samplers.items():
         extra = f", {sampler.rejections} rejections" if m == "exact" else ""
         print(f"   {m}: {sampler.forward_passes} forward passes, {timing[m]:.2f}s for {done} samples{extra}")
-    return {"name": name, "checkpoints": list(checkpoints), "curves": curves,
-            "gcd_exact": kl(q, gcd_exact), "k": len(q), "q": q, "z": tree.z}
+    return {
+        "name": name,
+        "checkpoints": list(checkpoints),
+        "curves": curves,
+        "gcd_exact": kl(q, gcd_exact),
+        "k": len(q),
+        "q": q,
+        "z": tree.z,
+    }
 
 
 def run_equal_calls(name, lm, compiled, prompt_ids, q, z, budgets, particles, seed=0):
     """KL(estimate || Q) of every method after the same number of decode steps."""
     print(f"\n-- {name}: KL(estimate || Q) at equal decode steps (SMC: {particles} particles per run)")
-    samplers = {m: ASApSampler(lm, None, compiled, prompt_ids, mode=m, seed=seed) for m in ("gcd", "asap", "exact", "awrs")}
+    samplers = {
+        m: ASApSampler(lm, None, compiled, prompt_ids, mode=m, seed=seed) for m in ("gcd", "asap", "exact", "awrs")
+    }
     mass = {m: defaultdict(float) for m in (*samplers, "smc")}
     awrs_weights = []
     smc_steps = smc_calls = smc_runs = 0
@@ -181,13 +196,17 @@ def run_equal_calls(name, lm, compiled, prompt_ids, q, z, budgets, particles, se
                     mass["smc"][tuple(particle.token_ids)] += math.exp(particle.log_weight)
         row = {m: kl(_normalised(mass[m]), q) for m in mass}
         spent = ", ".join(f"{m} {s.steps} ({s.forward_passes})" for m, s in samplers.items())
-        print(f"{budget:>7} | {row['gcd']:>8.4f} {row['asap']:>8.4f} {row['exact']:>8.4f} {row['awrs']:>8.4f} "
-              f"{row['smc']:>8.4f} | {spent}, smc {smc_steps} ({smc_calls}, {smc_runs} runs)")
+        print(
+            f"{budget:>7} | {row['gcd']:>8.4f} {row['asap']:>8.4f} {row['exact']:>8.4f} {row['awrs']:>8.4f} "
+            f"{row['smc']:>8.4f} | {spent}, smc {smc_steps} ({smc_calls}, {smc_runs} runs)"
+        )
     awrs = samplers["awrs"]
     w = np.array(awrs_weights)
-    print(f"   awrs: {awrs.grammar_checks / awrs.steps:.2f} grammar checks per token, {awrs.mask_fallbacks} mask "
-          f"fallbacks; {len(w)} weights, mean {w.mean():.3e} +- {w.std() / math.sqrt(len(w)):.2e} (Z = {z:.3e}), "
-          f"largest {w.max():.3e}")
+    print(
+        f"   awrs: {awrs.grammar_checks / awrs.steps:.2f} grammar checks per token, {awrs.mask_fallbacks} mask "
+        f"fallbacks; {len(w)} weights, mean {w.mean():.3e} +- {w.std() / math.sqrt(len(w)):.2e} (Z = {z:.3e}), "
+        f"largest {w.max():.3e}"
+    )
 
 
 def _normalised(mass: dict) -> dict:
@@ -197,7 +216,9 @@ def _normalised(mass: dict) -> dict:
 
 def binary_grammar(compiler):
     bits = rep(alt(lit("0"), lit("1")), 4, 4)
-    return compiler.compile_ir(Grammar({"root": alt(lit("00000"), seq(lit("1"), ref("bits"))), "bits": bits}), normalize=False)
+    return compiler.compile_ir(
+        Grammar({"root": alt(lit("00000"), seq(lit("1"), ref("bits"))), "bits": bits}), normalize=False
+    )
 
 
 def real_smollm2():
@@ -230,9 +251,12 @@ def plot(results, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4.2), squeeze=False)
-    styles = {"gcd emp": ("GCD (empirical)", "tab:red", "-"), "asap emp": ("ASAp (empirical)", "tab:blue", "-"),
-              "exact emp": ("exact (empirical)", "tab:green", "-"),
-              "asap next": ("ASAp next-sample dist. (exact; 0 drawn at 1e-6)", "tab:blue", ":")}
+    styles = {
+        "gcd emp": ("GCD (empirical)", "tab:red", "-"),
+        "asap emp": ("ASAp (empirical)", "tab:blue", "-"),
+        "exact emp": ("exact (empirical)", "tab:green", "-"),
+        "asap next": ("ASAp next-sample dist. (exact; 0 drawn at 1e-6)", "tab:blue", ":"),
+    }
     floor = 1e-6
     for ax, res in zip(axes[0], results):
         ns = np.array(res["checkpoints"])
@@ -257,31 +281,51 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--real", action="store_true", help="also run SmolLM2-135M-Instruct on the binary grammar")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "asap_fidelity.png"))
-    parser.add_argument("--calls", default="1000,10000,60000",
-                        help="decode-step budgets of the equal-calls comparison (comma-separated; '' skips it)")
+    parser.add_argument(
+        "--calls",
+        default="1000,10000,60000",
+        help="decode-step budgets of the equal-calls comparison (comma-separated; '' skips it)",
+    )
     parser.add_argument("--particles", type=int, default=16, help="SMC particles per run (default: 16)")
     args = parser.parse_args(argv)
-    checkpoints = [n for n in (10, 30, 100, 300, 1000, 3000, 10_000, 30_000, 100_000) if n < args.samples] + [args.samples]
+    checkpoints = [n for n in (10, 30, 100, 300, 1000, 3000, 10_000, 30_000, 100_000) if n < args.samples] + [
+        args.samples
+    ]
     budgets = [int(b) for b in args.calls.split(",") if b]
 
     compiler = grammar_compiler("smollm2")
-    problems = [("toy LM, {00000} U 1{0,1}^4", *toy.binary_problem(compiler), [], args.samples, checkpoints, budgets),
-                ("toy LM, balanced parens <= 6", *toy.paren_problem(compiler), [], args.samples, checkpoints, budgets)]
+    problems = [
+        ("toy LM, {00000} U 1{0,1}^4", *toy.binary_problem(compiler), [], args.samples, checkpoints, budgets),
+        ("toy LM, balanced parens <= 6", *toy.paren_problem(compiler), [], args.samples, checkpoints, budgets),
+    ]
     if args.real:
         tok = hf_tokenizer("smollm2")
-        text = tok.apply_chat_template([{"role": "user", "content": "Generate a random binary string of length 5"}],
-                                       add_generation_prompt=True, tokenize=False)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": "Generate a random binary string of length 5"}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
         prompt_ids = tok.encode(text, add_special_tokens=False)
         n_real = min(args.samples, 3000)
         real_points = [n for n in checkpoints if n < n_real] + [n_real]
-        problems.append(("SmolLM2-135M, binary length 5", real_smollm2(), binary_grammar(compiler), prompt_ids,
-                         n_real, real_points, [b for b in budgets if b <= 6 * n_real]))
+        problems.append(
+            (
+                "SmolLM2-135M, binary length 5",
+                real_smollm2(),
+                binary_grammar(compiler),
+                prompt_ids,
+                n_real,
+                real_points,
+                [b for b in budgets if b <= 6 * n_real],
+            )
+        )
     results = []
     for name, lm, compiled, prompt_ids, n, points, problem_budgets in problems:
         results.append(run_problem(name, lm, compiled, prompt_ids, n, points))
         if problem_budgets:
-            run_equal_calls(name, lm, compiled, prompt_ids, results[-1]["q"], results[-1]["z"], problem_budgets,
-                            args.particles)
+            run_equal_calls(
+                name, lm, compiled, prompt_ids, results[-1]["q"], results[-1]["z"], problem_budgets, args.particles
+            )
     plot(results, args.out)
 
 

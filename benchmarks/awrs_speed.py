@@ -58,8 +58,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from pushmask.integrations.models import ModelNotFound, load_model
     from pushmask.integrations.generate import DEFAULT_JSON_OPTIONS, compiler_for
+    from pushmask.integrations.models import ModelNotFound, load_model
     from pushmask.samplers.asap import ASApSampler
     from pushmask.samplers.smc import smc
 
@@ -76,14 +76,24 @@ def main(argv=None) -> int:
     vocab = compiled.tokenizer_info.vocab_size
 
     def prompt_ids(prompt):
-        messages = [{"role": "system", "content": "Answer with JSON following this schema: " + json.dumps(schema)},
-                    {"role": "user", "content": prompt}]
+        messages = [
+            {"role": "system", "content": "Answer with JSON following this schema: " + json.dumps(schema)},
+            {"role": "user", "content": prompt},
+        ]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return tokenizer.encode(text, add_special_tokens=False)
 
     def sample(mode, prompt, seed):
-        sampler = ASApSampler(model, tokenizer, compiled, prompt_ids(prompt), mode=mode, temperature=1.0,
-                              max_new_tokens=args.tokens, seed=seed)
+        sampler = ASApSampler(
+            model,
+            tokenizer,
+            compiled,
+            prompt_ids(prompt),
+            mode=mode,
+            temperature=1.0,
+            max_new_tokens=args.tokens,
+            seed=seed,
+        )
         fill = sampler._matcher.get_next_token_mask
         mask_time = [0.0]
 
@@ -99,40 +109,62 @@ def main(argv=None) -> int:
         s = sampler.sample()
         wall = time.perf_counter() - start
         tokens = len(s.token_ids) + s.complete
-        return {"tokens": tokens, "wall": wall, "model": clock.seconds - model_before, "mask": mask_time[0],
-                "checks": sampler.grammar_checks, "fallbacks": sampler.mask_fallbacks, "complete": s.complete}
+        return {
+            "tokens": tokens,
+            "wall": wall,
+            "model": clock.seconds - model_before,
+            "mask": mask_time[0],
+            "checks": sampler.grammar_checks,
+            "fallbacks": sampler.mask_fallbacks,
+            "complete": s.complete,
+        }
 
     with torch.no_grad():
         for mode in ("gcd", "awrs"):
             sample(mode, "Describe a dog.", 0)  # warm-up: per-state masks, JIT, allocator
-        totals = {m: {"tokens": 0, "wall": 0.0, "model": 0.0, "mask": 0.0, "checks": 0, "fallbacks": 0, "complete": 0}
-                  for m in ("gcd", "awrs")}
+        totals = {
+            m: {"tokens": 0, "wall": 0.0, "model": 0.0, "mask": 0.0, "checks": 0, "fallbacks": 0, "complete": 0}
+            for m in ("gcd", "awrs")
+        }
         for r in range(args.repeats):
             for i, prompt in enumerate(PROMPTS):
                 for mode in ("gcd", "awrs"):  # interleaved, so machine load hits both alike
                     got = sample(mode, prompt, 100 * r + i)
                     for key, value in got.items():
                         totals[mode][key] += value
-        print(f"model: SmolLM2-135M-Instruct, torch threads {torch.get_num_threads()}, temperature 1, "
-              f"max {args.tokens} new tokens, {len(PROMPTS) * args.repeats} samples per mode; schema {args.schema}; "
-              f"vocabulary {vocab:,} tokens")
-        print(f"{'':26s} {'tokens':>7s} {'ms/token':>9s} {'model ms':>9s} {'rest ms':>8s} {'mask ms':>8s} "
-              f"{'checks/token':>13s} {'fallbacks':>10s} {'complete':>9s}")
+        print(
+            f"model: SmolLM2-135M-Instruct, torch threads {torch.get_num_threads()}, temperature 1, "
+            f"max {args.tokens} new tokens, {len(PROMPTS) * args.repeats} samples per mode; schema {args.schema}; "
+            f"vocabulary {vocab:,} tokens"
+        )
+        print(
+            f"{'':26s} {'tokens':>7s} {'ms/token':>9s} {'model ms':>9s} {'rest ms':>8s} {'mask ms':>8s} "
+            f"{'checks/token':>13s} {'fallbacks':>10s} {'complete':>9s}"
+        )
         for mode, label in (("gcd", "full mask (gcd)"), ("awrs", "AWRS")):
             t = totals[mode]
             n = t["tokens"]
             checks = f"{vocab:,} (mask)" if mode == "gcd" else f"{t['checks'] / n:.2f}"
-            print(f"{label:26s} {n:7d} {1e3 * t['wall'] / n:9.2f} {1e3 * t['model'] / n:9.2f} "
-                  f"{1e3 * (t['wall'] - t['model']) / n:8.2f} {1e3 * t['mask'] / n:8.3f} {checks:>13s} "
-                  f"{t['fallbacks'] / n:10.3f} {t['complete']:9d}")
+            print(
+                f"{label:26s} {n:7d} {1e3 * t['wall'] / n:9.2f} {1e3 * t['model'] / n:9.2f} "
+                f"{1e3 * (t['wall'] - t['model']) / n:8.2f} {1e3 * t['mask'] / n:8.3f} {checks:>13s} "
+                f"{t['fallbacks'] / n:10.3f} {t['complete']:9d}"
+            )
         for n_particles in [int(p) for p in args.particles.split(",") if p]:
             wall = model_s = 0.0
             tokens = steps = checks = fallbacks = complete = 0
             for i, prompt in enumerate(PROMPTS):
                 model_before = clock.seconds
                 start = time.perf_counter()
-                result = smc(model, tokenizer, compiled, prompt_ids(prompt), num_particles=n_particles,
-                             max_new_tokens=args.tokens, seed=i)
+                result = smc(
+                    model,
+                    tokenizer,
+                    compiled,
+                    prompt_ids(prompt),
+                    num_particles=n_particles,
+                    max_new_tokens=args.tokens,
+                    seed=i,
+                )
                 wall += time.perf_counter() - start
                 model_s += clock.seconds - model_before
                 tokens += result.tokens_sampled
@@ -140,12 +172,16 @@ def main(argv=None) -> int:
                 checks += result.grammar_checks
                 fallbacks += result.mask_fallbacks
                 complete += sum(p.complete for p in result.particles)
-            print(f"{'SMC, ' + str(n_particles) + ' particles':26s} {tokens:7d} {1e3 * wall / tokens:9.2f} "
-                  f"{1e3 * model_s / tokens:9.2f} {1e3 * (wall - model_s) / tokens:8.2f} {'':>8s} "
-                  f"{checks / tokens:13.2f} {fallbacks / tokens:10.3f} {complete:9d}"
-                  f"   ({1e3 * wall / steps:.1f} ms per step of {n_particles}, {len(PROMPTS)} runs)")
-    print("ms/token: wall time per generated token (SMC: per particle-token); model ms: forward passes; "
-          "rest: everything else (softmax, grammar, sampling); mask ms: mask fills (gcd; awrs past its budget)")
+            print(
+                f"{'SMC, ' + str(n_particles) + ' particles':26s} {tokens:7d} {1e3 * wall / tokens:9.2f} "
+                f"{1e3 * model_s / tokens:9.2f} {1e3 * (wall - model_s) / tokens:8.2f} {'':>8s} "
+                f"{checks / tokens:13.2f} {fallbacks / tokens:10.3f} {complete:9d}"
+                f"   ({1e3 * wall / steps:.1f} ms per step of {n_particles}, {len(PROMPTS)} runs)"
+            )
+    print(
+        "ms/token: wall time per generated token (SMC: per particle-token); model ms: forward passes; "
+        "rest: everything else (softmax, grammar, sampling); mask ms: mask fills (gcd; awrs past its budget)"
+    )
     return 0
 
 

@@ -89,8 +89,10 @@ def main() -> None:
         for name, batched in (("first", False), ("steady", False), ("steady", True)):
             times = run(batch, args.steps, args.threads, batched, info.vocab_size)
             fill = f"batch_fill, {args.threads} threads" if batched else "sequential"
-            print(f"| {size} | {name} | {fill} | {np.median(times):.2f} ms | {np.percentile(times, 99):.2f} ms "
-                  f"| {np.median(times) / size * 1e3:.1f} us |")
+            print(
+                f"| {size} | {name} | {fill} | {np.median(times):.2f} ms | {np.percentile(times, 99):.2f} ms "
+                f"| {np.median(times) / size * 1e3:.1f} us |"
+            )
 
 
 if __name__ == "__main__":

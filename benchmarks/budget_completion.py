@@ -48,8 +48,15 @@ def main(argv=None) -> int:
             for mode, sampling in modes:
                 torch.manual_seed(used)
                 start = time.perf_counter()
-                result = pm.generate(model, tokenizer, task.messages, schema=task.schema, max_new_tokens=args.tokens,
-                                     finish_within_budget=budget, **sampling)
+                result = pm.generate(
+                    model,
+                    tokenizer,
+                    task.messages,
+                    schema=task.schema,
+                    max_new_tokens=args.tokens,
+                    finish_within_budget=budget,
+                    **sampling,
+                )
                 if budget:
                     seconds += time.perf_counter() - start
                     tokens += result.num_tokens
@@ -60,8 +67,11 @@ def main(argv=None) -> int:
                     row[0] += 1
                     valid = not list(task.validator.iter_errors(json.loads(result.text)))
                     row[1] += valid
-                print(f"{task.name} budget={budget} {mode}: {result.num_tokens} tokens, complete={result.complete}, "
-                      f"valid={valid}: {result.text[:70]!r}", flush=True)
+                print(
+                    f"{task.name} budget={budget} {mode}: {result.num_tokens} tokens, complete={result.complete}, "
+                    f"valid={valid}: {result.text[:70]!r}",
+                    flush=True,
+                )
     print(f"{len(tasks)} schemas, max_new_tokens {args.tokens}, SmolLM2-135M-Instruct, torch threads {args.threads}")
     for (budget, mode), (complete, valid, runs) in counts.items():
         label = "with budget" if budget else "no budget  "

@@ -66,9 +66,11 @@ def main(argv=None) -> int:
     print(f"{len(schemas)} schemas, {len(times)} compiled, errors: {dict(errors) or 'none'}")
     for column, label in ((0, "wall"), (1, "cpu ")):
         secs = np.array([t[column] for t in times])
-        print(f"{label}: total {secs.sum():.2f} s  p50 {np.percentile(secs, 50) * 1e3:.1f} ms  "
-              f"p99 {np.percentile(secs, 99) * 1e3:.1f} ms  max {secs.max() * 1e3:.1f} ms")
-    for wall, cpu, name in sorted(times, reverse=True)[:args.slowest]:
+        print(
+            f"{label}: total {secs.sum():.2f} s  p50 {np.percentile(secs, 50) * 1e3:.1f} ms  "
+            f"p99 {np.percentile(secs, 99) * 1e3:.1f} ms  max {secs.max() * 1e3:.1f} ms"
+        )
+    for wall, cpu, name in sorted(times, reverse=True)[: args.slowest]:
         print(f"  {wall * 1e3:9.1f} ms wall {cpu * 1e3:9.1f} ms cpu  {name}")
     return 0
 

@@ -50,8 +50,11 @@ def main() -> None:
     calls = [0]
     model.register_forward_pre_hook(lambda module, inputs: calls.__setitem__(0, calls[0] + 1))
     tasks = generation_tasks(tokenizer, args.data, args.schemas, args.max_schema_chars)
-    print(f"{len(tasks)} schemas, SmolLM2-135M-Instruct, greedy, max_new_tokens={args.max_new_tokens}, "
-          f"{args.threads} torch thread(s)", flush=True)
+    print(
+        f"{len(tasks)} schemas, SmolLM2-135M-Instruct, greedy, max_new_tokens={args.max_new_tokens}, "
+        f"{args.threads} torch thread(s)",
+        flush=True,
+    )
     for task in tasks[:1]:  # warm: compile the grammar, load kernels
         pm.generate(model, tokenizer, task.messages, schema=task.schema, max_new_tokens=args.max_new_tokens)
     for mode, options in MODES.items():
@@ -60,8 +63,15 @@ def main() -> None:
         for task in tasks:
             calls[0] = 0
             started = time.perf_counter()
-            out = pm.generate(model, tokenizer, task.messages, schema=task.schema,
-                              max_new_tokens=args.max_new_tokens, do_sample=False, **options)
+            out = pm.generate(
+                model,
+                tokenizer,
+                task.messages,
+                schema=task.schema,
+                max_new_tokens=args.max_new_tokens,
+                do_sample=False,
+                **options,
+            )
             seconds += time.perf_counter() - started
             model_calls += calls[0]
             tokens += out.num_tokens
@@ -69,11 +79,22 @@ def main() -> None:
             body = [t for t in out.token_ids if t != tokenizer.eos_token_id]
             canonical += body == tokenizer.encode(out.text, add_special_tokens=False)
             valid += out.complete and task.validator.is_valid(out.value)
-        print(json.dumps({"mode": mode, "outputs": len(tasks), "tokens": tokens, "seconds": round(seconds, 2),
-                          "tokens_per_s": round(tokens / seconds, 1), "model_calls": model_calls,
-                          "forced_share": round(forced / max(tokens, 1), 3),
-                          "canonical_outputs": f"{canonical}/{len(tasks)}", "valid": f"{valid}/{len(tasks)}"}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "outputs": len(tasks),
+                    "tokens": tokens,
+                    "seconds": round(seconds, 2),
+                    "tokens_per_s": round(tokens / seconds, 1),
+                    "model_calls": model_calls,
+                    "forced_share": round(forced / max(tokens, 1), 3),
+                    "canonical_outputs": f"{canonical}/{len(tasks)}",
+                    "valid": f"{valid}/{len(tasks)}",
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

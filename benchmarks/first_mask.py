@@ -131,11 +131,14 @@ def probe(tokenizer_dir: str, sample: int) -> dict:
                 if test.get("valid"):
                     ids = tok.encode(json.dumps(test["data"], ensure_ascii=False), add_special_tokens=False).ids
                     masks += _feed(pushmask.GrammarMatcher(grammar), bitmask, ids)
-        out["dev_sample"] = {"schemas": len(files), "compiled": ok, "masks": masks,
-                             "seconds": time.perf_counter() - step,
-                             "jit_s": sum(s for _, s in compiles),
-                             "compiles_over_0.1s": sorted(((round(s, 3), n) for n, s in compiles if s > 0.1),
-                                                          reverse=True)}
+        out["dev_sample"] = {
+            "schemas": len(files),
+            "compiled": ok,
+            "masks": masks,
+            "seconds": time.perf_counter() - step,
+            "jit_s": sum(s for _, s in compiles),
+            "compiles_over_0.1s": sorted(((round(s, 3), n) for n, s in compiles if s > 0.1), reverse=True),
+        }
         out["cache_hits"], out["cache_misses"] = _dispatcher_stats()
     return out
 
@@ -172,8 +175,14 @@ def main(argv=None) -> int:
     cache.mkdir()
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     env.pop("PYTHONPATH", None)
-    result = subprocess.run([str(python), __file__, "--probe", "--tokenizer", args.tokenizer, "--sample", str(args.sample)],
-                            env=env, cwd=str(work), check=True, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(python), __file__, "--probe", "--tokenizer", args.tokenizer, "--sample", str(args.sample)],
+        env=env,
+        cwd=str(work),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     timings = json.loads(result.stdout.strip().splitlines()[-1])
     timings["wheel"] = str(wheel)
     timings["new_cache_files"] = len(list(cache.rglob("*.nbc")))

@@ -66,7 +66,8 @@ def collect(step: int, tokenizer_name: str) -> dict:
         for order in ("definition", "any"):
             out[f"{path.name}:{order}"] = outcome(
                 lambda: compiler.compile_json_schema(record["schema"], property_order=order, strict_mode=False),
-                tokens if order == "any" else None)
+                tokens if order == "any" else None,
+            )
     for path in sorted((REPO / "tests" / "grammars").iterdir()):
         if path.suffix == ".lark":
             out[path.name] = outcome(lambda: compiler.compile_lark(path.read_text()))

@@ -68,7 +68,9 @@ def c_document(rng: random.Random, size: int) -> str:
             if depth < 2 and r < 0.2:
                 out.append(f"while({expression()}<{expression()}){{{statements(depth + 1)}}}")
             elif depth < 2 and r < 0.35:
-                out.append(f"if({expression()}=={expression()}){{{statements(depth + 1)}}}else{{{statements(depth + 1)}}}")
+                out.append(
+                    f"if({expression()}=={expression()}){{{statements(depth + 1)}}}else{{{statements(depth + 1)}}}"
+                )
             elif r < 0.6:
                 out.append(f"int {rng.choice(names)} = {expression()};")
             elif r < 0.85:
@@ -111,8 +113,10 @@ def median_ms(fn, repeat: int) -> tuple[float, object]:
 
 
 def check_table(pm, compiled, make_doc, bad_end: str, repeat: int) -> list[str]:
-    rows = ["| template bytes | gaps | unbounded: yes | unbounded: no | bounded: yes | bounded: no |",
-            "|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| template bytes | gaps | unbounded: yes | unbounded: no | bounded: yes | bounded: no |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for size in SIZES:
         rng = random.Random(size)
         text = make_doc(rng, size)
@@ -141,8 +145,8 @@ def token_gap_rows(pm, compiled, repeat: int) -> list[str]:
     rows = ["| template | check | time |", "|---|---|---:|"]
     segments, _ = template(random.Random(3), text, 4, False)
     cases = [
-        ("`[{\"k0\": \"ab` <= 2 tokens `\", \"k1\": 1}]`", ['[{"k0": "ab', '", "k1": 1}]'], [pm.Gap.tokens(2)]),
-        ("`{\"k0\": 1` <= 2 tokens `\"k1\": 2}`", ['{"k0": 1', '"k1": 2}'], [pm.Gap.tokens(2)]),
+        ('`[{"k0": "ab` <= 2 tokens `", "k1": 1}]`', ['[{"k0": "ab', '", "k1": 1}]'], [pm.Gap.tokens(2)]),
+        ('`{"k0": 1` <= 2 tokens `"k1": 2}`', ['{"k0": 1', '"k1": 2}'], [pm.Gap.tokens(2)]),
         ("1 KB JSON, 4 gaps of <= 2 tokens", segments, [pm.Gap.tokens(2)] * (len(segments) - 1)),
         ("1 KB JSON, 4 gaps of <= 8 bytes", segments, [pm.Gap.bytes(8)] * (len(segments) - 1)),
     ]
@@ -150,10 +154,17 @@ def token_gap_rows(pm, compiled, repeat: int) -> list[str]:
         ms, ok = median_ms(lambda: pm.can_complete(compiled, segments, gaps), repeat)
         rows.append(f"| {label} | can_complete = {ok} | {ms:.1f} ms |")
     masks = [
-        ("mask after `{\"name\": \"Bo`, then any bytes", pm.Template(['{"name": "Bo', pm.Gap()]), 1),
-        ("mask after `{\"a\": [1, `, then <= 6 bytes, then `], \"b\": \"x\"}`",
-         pm.Template(['{"a": [1, ', pm.Gap.bytes(6), '], "b": "x"}']), 1),
-        ("mask for the first of <= 2 tokens inside a string", pm.Template(['[{"k0": "ab', pm.Gap.tokens(2), '", "k1": 1}]']), 1),
+        ('mask after `{"name": "Bo`, then any bytes', pm.Template(['{"name": "Bo', pm.Gap()]), 1),
+        (
+            'mask after `{"a": [1, `, then <= 6 bytes, then `], "b": "x"}`',
+            pm.Template(['{"a": [1, ', pm.Gap.bytes(6), '], "b": "x"}']),
+            1,
+        ),
+        (
+            "mask for the first of <= 2 tokens inside a string",
+            pm.Template(['[{"k0": "ab', pm.Gap.tokens(2), '", "k1": 1}]']),
+            1,
+        ),
     ]
     for label, tpl, position in masks:
         ms, mask = median_ms(lambda: pm.allowed_tokens(compiled, tpl, position), repeat)
@@ -166,8 +177,10 @@ def loop_rows(pm, compiled, tokenizer, repeat: int) -> list[str]:
     target_text = '{"name": "Bob", "age": 7, "tags": ["a", "b"], "ok": true}'
     target = tokenizer.encode(target_text, add_special_tokens=False)
     eos = info.stop_token_ids[0]
-    rows = ["| loop | setting | decided tokens | time per token | checks | masks | output parses |",
-            "|---|---|---:|---:|---:|---:|---|"]
+    rows = [
+        "| loop | setting | decided tokens | time per token | checks | masks | output parses |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
     for exact_runs in (0, 1, 2):
         length = len(target) + 8
         wanted = target + [eos] * 8
@@ -177,11 +190,14 @@ def loop_rows(pm, compiled, tokenizer, repeat: int) -> list[str]:
             logits[np.arange(length), wanted] += 8.0
             return logits
 
-        ms, result = median_ms(lambda: pm.diffusion_generate(compiled, model, length, exact_runs=exact_runs,
-                                                              tokens_per_step=2), repeat)
-        rows.append(f"| diffusion, {length} positions, 2 per step | exact_runs={exact_runs} | {length} | "
-                    f"{ms / length:.1f} ms | {result.checks} | {result.masks} | {_parses(result.text)} "
-                    f"({'target recovered' if result.text == target_text else 'other output'}) |")
+        ms, result = median_ms(
+            lambda: pm.diffusion_generate(compiled, model, length, exact_runs=exact_runs, tokens_per_step=2), repeat
+        )
+        rows.append(
+            f"| diffusion, {length} positions, 2 per step | exact_runs={exact_runs} | {length} | "
+            f"{ms / length:.1f} ms | {result.checks} | {result.masks} | {_parses(result.text)} "
+            f"({'target recovered' if result.text == target_text else 'other output'}) |"
+        )
     prefix, suffix = '{"name": "Bob", "age": ', ', "ok": true}'
     middle = tokenizer.encode('7, "tags": ["a", "b"]', add_special_tokens=False)
 
@@ -191,11 +207,15 @@ def loop_rows(pm, compiled, tokenizer, repeat: int) -> list[str]:
         return logits
 
     for exact_runs in (0, 1):
-        ms, result = median_ms(lambda: pm.fill_in_the_middle(compiled, fim_model, prefix, suffix, max_tokens=32,
-                                                              exact_runs=exact_runs), repeat)
+        ms, result = median_ms(
+            lambda: pm.fill_in_the_middle(compiled, fim_model, prefix, suffix, max_tokens=32, exact_runs=exact_runs),
+            repeat,
+        )
         n = len(result.token_ids) + 1
-        rows.append(f"| fill-in-the-middle, max 32 tokens | exact_runs={exact_runs} | {n} | {ms / n:.1f} ms | "
-                    f"{result.checks} | {result.masks} | {_parses(result.text)} |")
+        rows.append(
+            f"| fill-in-the-middle, max 32 tokens | exact_runs={exact_runs} | {n} | {ms / n:.1f} ms | "
+            f"{result.checks} | {result.masks} | {_parses(result.text)} |"
+        )
     return rows
 
 
@@ -226,9 +246,13 @@ def main() -> None:
     pm.allowed_tokens(json_grammar, pm.Template(["[", pm.Gap.tokens(1)]), 1)  # load the JIT cache
     warmup = time.perf_counter() - t
 
-    lines = [f"# Infilling benchmark ({platform.processor() or platform.machine()}, "
-             f"tokenizer {Path(args.tokenizer).name}, median of {args.repeat})", "",
-             f"Runtime warm-up (loading the numba cache, trie automaton): {warmup:.2f} s", ""]
+    lines = [
+        f"# Infilling benchmark ({platform.processor() or platform.machine()}, "
+        f"tokenizer {Path(args.tokenizer).name}, median of {args.repeat})",
+        "",
+        f"Runtime warm-up (loading the numba cache, trie automaton): {warmup:.2f} s",
+        "",
+    ]
     lines += ["## can_complete, JSON grammar (tests/grammars/json.gbnf)", ""]
     lines += check_table(pm, json_grammar, json_document, ",", args.repeat)
     lines += ["", "## can_complete, C-like grammar (tests/grammars/c.gbnf)", ""]

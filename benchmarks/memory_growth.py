@@ -67,8 +67,11 @@ def main() -> None:
         statuses[status] = statuses.get(status, 0) + 1
         if n % args.every == 0 or n == args.schemas:
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"| {n} | {rss_mb():.0f} | {peak:.0f} | {engine.cache_bytes() / 2**20:.0f} | "
-                  f"{(time.perf_counter() - start) / 60:.1f} |", flush=True)
+            print(
+                f"| {n} | {rss_mb():.0f} | {peak:.0f} | {engine.cache_bytes() / 2**20:.0f} | "
+                f"{(time.perf_counter() - start) / 60:.1f} |",
+                flush=True,
+            )
     print("statuses:", statuses)
 
 

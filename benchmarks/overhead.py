@@ -49,15 +49,18 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="max new tokens per prompt (default: 64)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the prompts (default: 1)")
-    parser.add_argument("--budget", action="store_true",
-                        help="give the processor the token budget (max_new_tokens=--tokens), as pm.generate does")
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="give the processor the token budget (max_new_tokens=--tokens), as pm.generate does",
+    )
     args = parser.parse_args(argv)
 
     import torch
 
     import pushmask as pm
-    from pushmask.integrations.models import ModelNotFound, load_model
     from pushmask.integrations.generate import DEFAULT_JSON_OPTIONS, compiler_for
+    from pushmask.integrations.models import ModelNotFound, load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,8 +76,10 @@ def main(argv=None) -> int:
     compile_s = time.perf_counter() - t0
 
     def encode(prompt):
-        messages = [{"role": "system", "content": "Answer with JSON following this schema: " + json.dumps(schema)},
-                    {"role": "user", "content": prompt}]
+        messages = [
+            {"role": "system", "content": "Answer with JSON following this schema: " + json.dumps(schema)},
+            {"role": "user", "content": prompt},
+        ]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False)])
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -83,8 +88,9 @@ def main(argv=None) -> int:
         inputs = encode(prompt)
         kwargs = {"logits_processor": [processor]} if processor is not None else {}
         start = time.perf_counter()
-        out = model.generate(**inputs, max_new_tokens=args.tokens, do_sample=False, eos_token_id=eos,
-                             pad_token_id=eos, **kwargs)
+        out = model.generate(
+            **inputs, max_new_tokens=args.tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos, **kwargs
+        )
         seconds = time.perf_counter() - start
         return out.shape[1] - inputs["input_ids"].shape[1], seconds
 
@@ -117,28 +123,36 @@ def main(argv=None) -> int:
     ms_per_token_plain = 1e3 / plain_tps
     ms_per_token_cons = 1e3 / cons_tps
     overhead = 100.0 * (ms_per_token_cons - ms_per_token_plain) / ms_per_token_plain
-    print(f"model: SmolLM2-135M-Instruct, torch threads {torch.get_num_threads()}, greedy, "
-          f"max {args.tokens} new tokens{' (token budget on)' if args.budget else ''}, "
-          f"{len(PROMPTS) * args.repeats} prompts")
-    print(f"schema: {args.schema} (compiled in {compile_s:.2f} s, "
-          f"{compiled.num_states} states)")
+    print(
+        f"model: SmolLM2-135M-Instruct, torch threads {torch.get_num_threads()}, greedy, "
+        f"max {args.tokens} new tokens{' (token budget on)' if args.budget else ''}, "
+        f"{len(PROMPTS) * args.repeats} prompts"
+    )
+    print(f"schema: {args.schema} (compiled in {compile_s:.2f} s, {compiled.num_states} states)")
     print(f"{'prompt':48s} {'plain tok/s':>12s} {'pushmask tok/s':>15s} {'mask ms/tok':>12s}")
     for prompt, a, b, ms in per_prompt:
         print(f"{prompt[:48]:48s} {a:12.1f} {b:15.1f} {ms:12.2f}")
-    print(f"plain:       {plain_tok:.0f} tokens in {plain_s:.2f} s = {plain_tps:.1f} tok/s "
-          f"({ms_per_token_plain:.2f} ms/token)")
-    print(f"constrained: {cons_tok:.0f} tokens in {cons_s:.2f} s = {cons_tps:.1f} tok/s "
-          f"({ms_per_token_cons:.2f} ms/token)")
-    print(f"processor:   {1e3 * processor_s / max(calls, 1):.2f} ms per call (mean over {calls} calls), "
-          f"{100.0 * processor_s / cons_s:.1f}% of constrained time")
-    print(f"cold first run: {cold_tokens} tokens, processor {1e3 * cold.seconds / max(cold.calls, 1):.2f} ms per call "
-          f"(masks computed on first visit)")
+    print(
+        f"plain:       {plain_tok:.0f} tokens in {plain_s:.2f} s = {plain_tps:.1f} tok/s "
+        f"({ms_per_token_plain:.2f} ms/token)"
+    )
+    print(
+        f"constrained: {cons_tok:.0f} tokens in {cons_s:.2f} s = {cons_tps:.1f} tok/s "
+        f"({ms_per_token_cons:.2f} ms/token)"
+    )
+    print(
+        f"processor:   {1e3 * processor_s / max(calls, 1):.2f} ms per call (mean over {calls} calls), "
+        f"{100.0 * processor_s / cons_s:.1f}% of constrained time"
+    )
+    print(
+        f"cold first run: {cold_tokens} tokens, processor {1e3 * cold.seconds / max(cold.calls, 1):.2f} ms per call "
+        f"(masks computed on first visit)"
+    )
     # Wall-clock tok/s compares runs of different lengths (the grammar ends some outputs early,
     # and the prompt's prefill is then spread over fewer tokens) and drifts with machine load;
     # the processor's own time is measured directly and is the cleaner number.
     own = 100.0 * processor_s / max(cons_s - processor_s, 1e-9)
-    print(f"overhead: {overhead:+.1f}% wall time per token (tok/s ratio); "
-          f"{own:.1f}% from the processor's own time")
+    print(f"overhead: {overhead:+.1f}% wall time per token (tok/s ratio); {own:.1f}% from the processor's own time")
     return 0
 
 

@@ -44,8 +44,9 @@ def sample_schemas(corpus: Path, count: int) -> list[tuple[str, object]]:
 
 def load_baseline(rev: str):
     """automata/dfa.py as of `rev`, imported as a sibling module of pushmask.automata.dfa."""
-    source = subprocess.run(["git", "show", f"{rev}:automata/dfa.py"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{rev}:automata/dfa.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     spec = importlib.util.spec_from_loader("pushmask.automata._baseline_dfa", loader=None)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "pushmask.automata"
@@ -90,8 +91,7 @@ def main() -> None:
             schemas.append((name, schema))
         except PushmaskError:
             pass
-    print(f"{len(schemas)} of {args.schemas} sampled schemas compile; "
-          f"{sum(len(g.rules) for g in grammars)} rules")
+    print(f"{len(schemas)} of {args.schemas} sampled schemas compile; {sum(len(g.rules) for g in grammars)} rules")
 
     print("\nrule-DFA construction (build_rule_dfa over every rule), seconds:")
     rule_dfa_seconds(current_dfa, grammars[:2], True)  # numba JIT warm (cache files loaded)
@@ -126,12 +126,15 @@ def main() -> None:
                 times[label].append(seconds)
         failed += k > 0 and len(row) < len(labels)
     use(current_dfa)
-    print(f"\ncompile_json_schema with cold caches, {len(schemas) - failed} schemas "
-          f"({failed} stopped by a budget), ms:")
+    print(
+        f"\ncompile_json_schema with cold caches, {len(schemas) - failed} schemas ({failed} stopped by a budget), ms:"
+    )
     for label, seconds in times.items():
         ms = np.array(seconds) * 1e3
         p50, p90, p99 = np.percentile(ms, [50, 90, 99])
-        print(f"  {label:24s} p50 {p50:8.1f}   p90 {p90:8.1f}   p99 {p99:8.1f}   max {ms.max():8.1f}   total {ms.sum() / 1e3:7.2f} s")
+        print(
+            f"  {label:24s} p50 {p50:8.1f}   p90 {p90:8.1f}   p99 {p99:8.1f}   max {ms.max():8.1f}   total {ms.sum() / 1e3:7.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -181,8 +181,12 @@ def one_pass(engine, rows, grammars, threads, steps):
 def stats(times_cpu):
     """(p50, p99, max) of the per-step wall times and the p50 of the process CPU time (all threads)."""
     times, cpu = times_cpu
-    return (round(statistics.median(times), 3), round(pct(times, 0.99), 3), round(max(times), 3),
-            round(statistics.median(cpu), 3))
+    return (
+        round(statistics.median(times), 3),
+        round(pct(times, 0.99), 3),
+        round(max(times), 3),
+        round(statistics.median(cpu), 3),
+    )
 
 
 def free_cores(threads: int) -> tuple[float, float]:
@@ -240,8 +244,14 @@ def main() -> None:
         e = engines["pushmask"]
         e.fresh()
         one_pass(e, rows, [e.compile(r["schema"]) for r in rows], 2, steps)
-    out = {"batch": len(rows), "steps": steps, "threads": args.threads, "cpus": os.cpu_count(),
-           "load_avg_before": os.getloadavg()[0], "results": {}}
+    out = {
+        "batch": len(rows),
+        "steps": steps,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "load_avg_before": os.getloadavg()[0],
+        "results": {},
+    }
     print(f"B = {len(rows)} rows, {steps} steps, load average {os.getloadavg()[0]:.2f}", flush=True)
     for name, e in engines.items():
         e.fresh()
@@ -260,11 +270,15 @@ def main() -> None:
     out["load_avg_after"] = os.getloadavg()[0]
     if "pushmask" in engines:
         out["control_spin_ms_1_vs_N_threads"] = free_cores(args.threads)
-        print(f"control: a nogil spin of the same split, 1 vs {args.threads} threads: "
-              f"{out['control_spin_ms_1_vs_N_threads']} ms (free cores?), load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"control: a nogil spin of the same split, 1 vs {args.threads} threads: "
+            f"{out['control_spin_ms_1_vs_N_threads']} ms (free cores?), load average {os.getloadavg()[0]:.2f}"
+        )
     print()
-    print(f"per-step fill, ms, wall p50 / p99 / max (process CPU p50) (B = {len(rows)}; seq = row by row; "
-          "batchK = batch API, K threads)")
+    print(
+        f"per-step fill, ms, wall p50 / p99 / max (process CPU p50) (B = {len(rows)}; seq = row by row; "
+        "batchK = batch API, K threads)"
+    )
     names = list(engines)
     print("| pass, fill | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")

@@ -21,17 +21,29 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 def tools(n: int) -> dict:
     out = {}
     for k in range(n):
-        out[f"tool_{k}"] = {"type": "object", "properties": {
-            "city": {"type": "string", "maxLength": 40}, "days": {"type": "integer", "minimum": 1, "maximum": 14},
-            "unit": {"enum": ["celsius", "fahrenheit"]}, "tags": {"type": "array", "items": {"type": "string"}}},
-            "required": ["city", "days"]}
+        out[f"tool_{k}"] = {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 40},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["city", "days"],
+        }
     return out
 
 
 def structural_tag(schemas: dict) -> dict:
-    tags = [{"type": "tag", "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
-             "content": {"type": "json_schema", "json_schema": schema}, "end": "}\n</tool_call>"}
-            for name, schema in schemas.items()]
+    tags = [
+        {
+            "type": "tag",
+            "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+            "content": {"type": "json_schema", "json_schema": schema},
+            "end": "}\n</tool_call>",
+        }
+        for name, schema in schemas.items()
+    ]
     return {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": tags}}
 
 
@@ -46,16 +58,24 @@ def main() -> None:
     info = pm.TokenizerInfo.from_huggingface(tokenizer)
     bitmask = pm.allocate_token_bitmask(1, info.vocab_size)
     pm.GrammarCompiler(info).compile_grammar('root ::= "x"')  # numba warm-up
-    print("| tools | compile ms (cold cache, median) | first mask ms | mask p50 / p99 / max µs, first pass | "
-          "same, second pass | tokens |")
+    print(
+        "| tools | compile ms (cold cache, median) | first mask ms | mask p50 / p99 / max µs, first pass | "
+        "same, second pass | tokens |"
+    )
     print("|---|---|---|---|---|---|")
     for n in args.tools:
         schemas = tools(n)
+
         def call(name: str, a: dict) -> str:
             return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(a)}}}\n</tool_call>'
 
-        text = ("Let me look that up for you. " + call("tool_0", {"city": "Paris", "days": 3, "unit": "celsius"})
-                + " and " + call(f"tool_{n - 1}", {"city": "Oslo", "days": 14, "tags": ["a", "b"]}) + " Done.")
+        text = (
+            "Let me look that up for you. "
+            + call("tool_0", {"city": "Paris", "days": 3, "unit": "celsius"})
+            + " and "
+            + call(f"tool_{n - 1}", {"city": "Oslo", "days": 14, "tags": ["a", "b"]})
+            + " Done."
+        )
         ids = tokenizer.encode(text, add_special_tokens=False)
         compiles, firsts, fills, again = [], [], [], []
         for _ in range(args.repeat):
@@ -76,14 +96,17 @@ def main() -> None:
                 matcher.fill_next_token_bitmask(bitmask)
                 again.append(time.perf_counter() - start)
                 assert matcher.accept_token(token)
-        print(f"| {n} | {1000 * statistics.median(compiles):.1f} | {1000 * statistics.median(firsts):.2f} | "
-              f"{_spread(fills)} | {_spread(again)} | {len(ids)} |")
+        print(
+            f"| {n} | {1000 * statistics.median(compiles):.1f} | {1000 * statistics.median(firsts):.2f} | "
+            f"{_spread(fills)} | {_spread(again)} | {len(ids)} |"
+        )
 
 
 def _spread(times: list[float]) -> str:
     times = sorted(times)
-    return (f"{1e6 * times[len(times) // 2]:.1f} / {1e6 * times[int(0.99 * (len(times) - 1))]:.0f} / "
-            f"{1e6 * times[-1]:.0f}")
+    return (
+        f"{1e6 * times[len(times) // 2]:.1f} / {1e6 * times[int(0.99 * (len(times) - 1))]:.0f} / {1e6 * times[-1]:.0f}"
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ def main(draft: str, checks: bool, preset: str = "validation") -> dict:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                grammar = suite.json_schema_to_grammar(schema, retrieve=suite.retrieve, value_checks=checks,
-                                                       unsatisfiable="empty", **PRESETS[preset])
+                grammar = suite.json_schema_to_grammar(
+                    schema, retrieve=suite.retrieve, value_checks=checks, unsatisfiable="empty", **PRESETS[preset]
+                )
             compiled = compiler.compile_ir(grammar)
         except (SchemaError, LimitExceededError) as exc:
             counts["not_compiled"] += len(tests)
@@ -49,8 +50,9 @@ def main(draft: str, checks: bool, preset: str = "validation") -> dict:
             continue
         for test in tests:
             ids = tokenizer.encode(json.dumps(test["data"], separators=(",", ":")), add_special_tokens=False)
-            accepted = (suite.accepts_tokens(compiled, ids, n % suite.MASK_CHECK_EVERY == 0)
-                        and accepts_text(compiled, json.dumps(test["data"])))
+            accepted = suite.accepts_tokens(compiled, ids, n % suite.MASK_CHECK_EVERY == 0) and accepts_text(
+                compiled, json.dumps(test["data"])
+            )
             if accepted == test["valid"]:
                 counts["pass"] += 1
             elif accepted:

@@ -21,16 +21,29 @@ import pushmask as pm  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 CASES = {
-    "unique strings": ({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-                       [f"item number {i} of the list" for i in range(30)]),
-    "unique numbers": ({"type": "array", "items": {"type": "number"}, "uniqueItems": True},
-                       [i * 1.5 for i in range(60)]),
-    "unique objects": ({"type": "array", "uniqueItems": True,
-                        "items": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}},
-                       [{"id": i, "name": f"n{i}"} for i in range(20)]),
-    "oneOf objects": ({"type": "object", "oneOf": [{"required": ["a"], "dependentSchemas": {"a": {"required": ["c"]}}},
-                                                   {"required": ["b"]}]},
-                      {"b": "some text here", "c": [1, 2, 3], "d": {"x": "nested value"}}),
+    "unique strings": (
+        {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        [f"item number {i} of the list" for i in range(30)],
+    ),
+    "unique numbers": (
+        {"type": "array", "items": {"type": "number"}, "uniqueItems": True},
+        [i * 1.5 for i in range(60)],
+    ),
+    "unique objects": (
+        {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}},
+        },
+        [{"id": i, "name": f"n{i}"} for i in range(20)],
+    ),
+    "oneOf objects": (
+        {
+            "type": "object",
+            "oneOf": [{"required": ["a"], "dependentSchemas": {"a": {"required": ["c"]}}}, {"required": ["b"]}],
+        },
+        {"b": "some text here", "c": [1, 2, 3], "d": {"x": "nested value"}},
+    ),
 }
 
 
@@ -59,8 +72,9 @@ def main() -> None:
         checked = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plain = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", value_checks=False,
-                                                               lenient=True))
+            plain = compiler.compile_ir(
+                json_schema_to_grammar(schema, property_order="any", value_checks=False, lenient=True)
+            )
         mask_times(plain, ids, 1)  # warm the mask cache for both
         mask_times(checked, ids, 1)
         row = []

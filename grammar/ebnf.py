@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 
 from .core.errors import GrammarError, check_argument
+from .core.limits import DEFAULT_LIMITS
 from .ir import (
     MAX_CODE_POINT,
     SURROGATES,
@@ -35,14 +36,25 @@ from .ir import (
     seq,
     token_terminal,
 )
-from .core.limits import DEFAULT_LIMITS
 
 __all__ = ["parse_ebnf"]
 
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 SIMPLE_ESCAPES = {
-    "n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0", "\\": "\\", '"': '"', "'": "'",
-    "[": "[", "]": "]", "-": "-", "^": "^", "/": "/",
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "f": "\f",
+    "v": "\v",
+    "0": "\0",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "[": "[",
+    "]": "]",
+    "-": "-",
+    "^": "^",
+    "/": "/",
 }
 HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 
@@ -50,8 +62,13 @@ HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 class _Parser:
     """Recursive descent over the text; `pos` is an offset, converted to line/column on error."""
 
-    def __init__(self, text: str, max_nesting: int = DEFAULT_LIMITS.max_nesting, token_id=None,
-                 max_repeat: int = DEFAULT_LIMITS.max_repeat):
+    def __init__(
+        self,
+        text: str,
+        max_nesting: int = DEFAULT_LIMITS.max_nesting,
+        token_id=None,
+        max_repeat: int = DEFAULT_LIMITS.max_repeat,
+    ):
         self.text = text
         self.max_repeat = max_repeat
         self.token_id = token_id
@@ -126,8 +143,11 @@ class _Parser:
                 raise self.error(f"expected '::=' after rule name {name!r}")
             if name in rules:
                 line, col = positions[name]
-                raise self.error(f"rule {name!r} is defined twice (first at line {line}, column {col}); "
-                                 "merge the definitions with '|'", start)
+                raise self.error(
+                    f"rule {name!r} is defined twice (first at line {line}, column {col}); "
+                    "merge the definitions with '|'",
+                    start,
+                )
             self.pos += 3
             positions[name] = self.where(start)
             rules[name] = self.alternatives(nested=False)
@@ -199,8 +219,11 @@ class _Parser:
             self.pos += 1
             self.depth += 1
             if self.depth > self.max_nesting:
-                raise self.error(f"groups nest deeper than {self.max_nesting} levels (the max_nesting limit); "
-                                 "move inner groups into rules of their own, or raise Limits.max_nesting", start)
+                raise self.error(
+                    f"groups nest deeper than {self.max_nesting} levels (the max_nesting limit); "
+                    "move inner groups into rules of their own, or raise Limits.max_nesting",
+                    start,
+                )
             inner = self.alternatives(nested=True)
             self.depth -= 1
             self.skip_space()
@@ -239,8 +262,10 @@ class _Parser:
         start = self.pos
         end = self.text.find(">", start + 1)
         if end < 0 or any(ch.isspace() for ch in self.text[start:end]):
-            raise self.error("a token terminal is `<[ID]>` or a special token's text like `<|python_tag|>`; "
-                             "no closing '>' here", start)
+            raise self.error(
+                "a token terminal is `<[ID]>` or a special token's text like `<|python_tag|>`; no closing '>' here",
+                start,
+            )
         self.pos = end + 1
         return token_expr(self.text[start : end + 1], self.token_id, lambda message: self.error(message, start))
 
@@ -261,8 +286,7 @@ class _Parser:
         if hi is not None and hi < lo:
             raise self.error(f"repetition {{{lo},{hi}}} has max < min", start)
         if max(lo, hi or 0) > self.max_repeat:  # bigger bounds make huge automata: refuse them early
-            raise self.error(f"repetition bound above {self.max_repeat} (Limits.max_repeat); use * or + instead",
-                             start)
+            raise self.error(f"repetition bound above {self.max_repeat} (Limits.max_repeat); use * or + instead", start)
         return rep(expr, lo, hi)
 
     def _skip_inline(self) -> None:
@@ -276,7 +300,7 @@ class _Parser:
             self.pos += 1
         if start == self.pos:
             raise self.error("expected a number in the repetition like {2}, {2,} or {2,5}", brace_pos)
-        return int(self.text[start:self.pos])
+        return int(self.text[start : self.pos])
 
     def escape(self) -> int:
         """Read one escape sequence (at the backslash); return its code point."""
@@ -287,7 +311,7 @@ class _Parser:
             return ord(SIMPLE_ESCAPES[c])
         if c in HEX_ESCAPES:
             width = HEX_ESCAPES[c]
-            digits = self.text[self.pos + 2:self.pos + 2 + width]
+            digits = self.text[self.pos + 2 : self.pos + 2 + width]
             if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
                 raise self.error(f"bad escape \\{c}: expected {width} hex digits", start)
             code = int(digits, 16)
@@ -297,8 +321,9 @@ class _Parser:
             return code
         if c == "":
             raise self.error("unterminated escape at end of grammar", start)
-        raise self.error(f"bad escape \\{c}; valid escapes are \\n \\t \\r \\\\ \\\" \\' \\xHH \\uHHHH \\UHHHHHHHH",
-                         start)
+        raise self.error(
+            f"bad escape \\{c}; valid escapes are \\n \\t \\r \\\\ \\\" \\' \\xHH \\uHHHH \\UHHHHHHHH", start
+        )
 
     def string(self) -> Expr:
         quote = self.peek()
@@ -315,8 +340,10 @@ class _Parser:
             if c == "\\":
                 chars.append(chr(self.escape()))
             elif SURROGATES[0] <= ord(c) <= SURROGATES[1]:
-                raise self.error(f"lone surrogate U+{ord(c):04X} in a string: UTF-8 cannot encode it; "
-                                 "write the character itself or a valid \\u escape")
+                raise self.error(
+                    f"lone surrogate U+{ord(c):04X} in a string: UTF-8 cannot encode it; "
+                    "write the character itself or a valid \\u escape"
+                )
             else:
                 chars.append(c)
                 self.pos += 1
@@ -364,8 +391,10 @@ def token_expr(text: str, token_id, error) -> Expr:
         token = text
     if token_id is None:
         if isinstance(token, str):
-            raise error(f"the special token {text!r} needs a tokenizer to resolve it; compile with a "
-                        "GrammarCompiler, or write its id as <[ID]>")
+            raise error(
+                f"the special token {text!r} needs a tokenizer to resolve it; compile with a "
+                "GrammarCompiler, or write its id as <[ID]>"
+            )
         return token_terminal(token)
     try:
         return token_terminal(int(token_id(token)))
@@ -373,8 +402,13 @@ def token_expr(text: str, token_id, error) -> Expr:
         raise error(f"token terminal {text}: {exc}") from None
 
 
-def parse_ebnf(text: str, root: str = "root", max_nesting: int = DEFAULT_LIMITS.max_nesting, token_id=None,
-               max_repeat: int = DEFAULT_LIMITS.max_repeat) -> Grammar:
+def parse_ebnf(
+    text: str,
+    root: str = "root",
+    max_nesting: int = DEFAULT_LIMITS.max_nesting,
+    token_id=None,
+    max_repeat: int = DEFAULT_LIMITS.max_repeat,
+) -> Grammar:
     """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined).
     Groups nested deeper than `max_nesting`, and repetition bounds `{m,n}` above `max_repeat`,
     are a GrammarError.  `token_id` (token text or id
@@ -388,6 +422,7 @@ def parse_ebnf(text: str, root: str = "root", max_nesting: int = DEFAULT_LIMITS.
             raise parser.error(f"reference to undefined rule {name!r}; define it with `{name} ::= ...`", offset)
     if root not in rules:
         known = ", ".join(list(rules)[:5]) or "none"
-        raise GrammarError(f"grammar has no root rule {root!r} (rules: {known}); add `{root} ::= ...` "
-                           f"or pass root_rule_name", 1, 1)
+        raise GrammarError(
+            f"grammar has no root rule {root!r} (rules: {known}); add `{root} ::= ...` or pass root_rule_name", 1, 1
+        )
     return Grammar(rules, root, positions)

@@ -32,30 +32,40 @@ limit by default), the NFA by four times its default.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
-from .fsm import subset_kernels
 from .core.caches import register
-from .fsm.codepoint_dfa import ALL_CHARS, Dfa, Ranges, StateLimitExceeded, char_ranges, complement_chars, intersect_ranges, union_ranges
 from .core.errors import UnsupportedSchemaError
-from .ir import SURROGATES
 from .core.limits import DEFAULT_LIMITS
-from .regex import ASCII_CLASS_RANGES, CONTROL_ESCAPES, read_hex
+from .fsm import subset_kernels
+from .fsm.codepoint_dfa import (
+    ALL_CHARS,
+    Dfa,
+    Ranges,
+    StateLimitExceeded,
+    char_ranges,
+    complement_chars,
+    intersect_ranges,
+    union_ranges,
+)
 from .fsm.unicode_properties import UnknownProperty, every_code_point, property_ranges
+from .ir import SURROGATES
+from .regex import ASCII_CLASS_RANGES, CONTROL_ESCAPES, read_hex
 
 __all__ = ["pattern_dfa", "fullmatch_dfa"]
 
-_ECMA_SPACE = union_ranges(char_ranges("\t\n\x0b\x0c\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"),
-                           ((0x2000, 0x200A),))
+_ECMA_SPACE = union_ranges(
+    char_ranges("\t\n\x0b\x0c\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"), ((0x2000, 0x200A),)
+)
 _ECMA_LINE_TERMINATORS = char_ranges("\n\r\u2028\u2029")
 _ECMA_CLASSES = {"d": ASCII_CLASS_RANGES["d"], "w": ASCII_CLASS_RANGES["w"], "s": _ECMA_SPACE}
 """ECMA-262's \\d \\w \\s: the ASCII classes of regex.py for digits and word characters, but
 Unicode white space and line terminators for \\s."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _python_class(name: str) -> Ranges:
     """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode):
     the runs `re` itself finds in a string of every code point."""
@@ -133,8 +143,14 @@ class _RegexParser:
     def sequence(self):
         items = []
         while self.i < len(self.p) and self.peek() not in "|)":
-            if (self.depth == 0 and not self.widen and self.p.startswith(("(?=", "(?!"), self.i)
-                    and items and items[0] == ("bol",) and all(item[0] == "look" for item in items[1:])):
+            if (
+                self.depth == 0
+                and not self.widen
+                and self.p.startswith(("(?=", "(?!"), self.i)
+                and items
+                and items[0] == ("bol",)
+                and all(item[0] == "look" for item in items[1:])
+            ):
                 items.append(self.lookahead())
                 continue
             atom = self.atom()
@@ -153,7 +169,7 @@ class _RegexParser:
         self.i += 1
         return ("look", positive, node)
 
-    def chars(self, charset: "_CharSet"):
+    def chars(self, charset: _CharSet):
         """The atom for a character set: both engines' characters, or either's when widened."""
         return ("set", charset.either() if self.widen else charset.both())
 
@@ -171,7 +187,7 @@ class _RegexParser:
             elif c == "{":
                 m = self._QUANT.match(self.p, self.i)
                 if not m:
-                    if re.match(r"\{,\d+\}", self.p[self.i:]):
+                    if re.match(r"\{,\d+\}", self.p[self.i :]):
                         self.fail("'{,n}' is a quantifier in Python but a literal in ECMA-262")
                     return atom  # a literal '{' (Annex B); the next atom() reads it
                 lo = int(m.group(1))
@@ -270,7 +286,7 @@ class _RegexParser:
         end = self.p.find("}", self.i)
         if self.peek() != "{" or end < 0:
             self.fail("\\p needs a braced property name, as in \\p{L}")
-        body = self.p[self.i + 1:end]
+        body = self.p[self.i + 1 : end]
         try:
             ranges = property_ranges(body)
         except UnknownProperty as exc:
@@ -430,7 +446,8 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
     eps_ptr, eps_rows = subset_kernels.by_source(4 * n + 1, np.array(eps, dtype=np.int32).reshape(-1, 2))
     edge_ptr, edge_rows = subset_kernels.by_source(4 * n + 1, letters)
     status, trans, accepting = subset_kernels.subset_automaton(
-        state(0, 0, start), final, eps_ptr, eps_rows[:, 1].copy(), edge_ptr, edge_rows, max(len(bounds) - 1, 0), budget)
+        state(0, 0, start), final, eps_ptr, eps_rows[:, 1].copy(), edge_ptr, edge_rows, max(len(bounds) - 1, 0), budget
+    )
     if status == subset_kernels.ERR_TOO_MANY_STATES:
         raise StateLimitExceeded("pattern automaton", budget)
     # dense table -> runs of equal targets over consecutive letters, as code-point edges
@@ -441,9 +458,14 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
     run_start = np.flatnonzero(new_run)
     run_end = np.append(run_start[1:], len(source)) - 1
     count = np.bincount(source[run_start], minlength=status).astype(np.int64)
-    dfa = Dfa.from_arrays(np.cumsum(count) - count, count, bounds[letter[run_start]].astype(np.int64),
-                          bounds[letter[run_end] + 1].astype(np.int64) - 1, target[run_start].astype(np.int64),
-                          accepting.astype(np.bool_))
+    dfa = Dfa.from_arrays(
+        np.cumsum(count) - count,
+        count,
+        bounds[letter[run_start]].astype(np.int64),
+        bounds[letter[run_end] + 1].astype(np.int64) - 1,
+        target[run_start].astype(np.int64),
+        accepting.astype(np.bool_),
+    )
     return dfa.minimize()
 
 
@@ -492,7 +514,8 @@ def pattern_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_LIMITS.ma
         raise UnsupportedSchemaError("pattern", pointer, str(exc)) from None
     except StateLimitExceeded as exc:
         raise UnsupportedSchemaError(
-            "pattern", pointer, f"{exc}; simplify the pattern or raise Limits.max_string_states") from None
+            "pattern", pointer, f"{exc}; simplify the pattern or raise Limits.max_string_states"
+        ) from None
     except RecursionError:
         raise UnsupportedSchemaError("pattern", pointer, "pattern nests too deeply") from None
 
@@ -500,4 +523,3 @@ def pattern_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_LIMITS.ma
 def fullmatch_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
     """Strings the regex matches as a whole (used for formats)."""
     return pattern_dfa("^(?:" + pattern + ")$", pointer, budget)
-

@@ -58,8 +58,11 @@ def _every_code_point() -> str:
     return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
-_ASCII_CLASSES = {"d": ((0x30, 0x39),), "s": ((0x09, 0x0D), (0x20, 0x20)),
-                  "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))}
+_ASCII_CLASSES = {
+    "d": ((0x30, 0x39),),
+    "s": ((0x09, 0x0D), (0x20, 0x20)),
+    "w": ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)),
+}
 
 
 class _Nfa:
@@ -92,8 +95,9 @@ class _Nfa:
         if op is c.NOT_LITERAL:
             return self.chars(complement_ranges(((av, av),)), nxt)
         if op is c.ANY:
-            return self.chars(((0, MAX_CODE_POINT),) if flags & sre_parse.SRE_FLAG_DOTALL
-                              else complement_ranges(((10, 10),)), nxt)
+            return self.chars(
+                ((0, MAX_CODE_POINT),) if flags & sre_parse.SRE_FLAG_DOTALL else complement_ranges(((10, 10),)), nxt
+            )
         if op is c.IN:
             return self.chars(_class_ranges(av, flags), nxt)
         if op is c.BRANCH:
@@ -212,7 +216,9 @@ def first_match_dfa(source: str, max_states: int):
         return tuple(out)
 
     def moves(threads):
-        return [(lo, hi, node[2]) for node in (nodes[n] for n in threads if nodes[n][0] == "char") for lo, hi in node[1]]
+        return [
+            (lo, hi, node[2]) for node in (nodes[n] for n in threads if nodes[n][0] == "char") for lo, hi in node[1]
+        ]
 
     trans, order = explore(closure([start]), moves, closure, max_states)
     finals = frozenset(i for i, threads in enumerate(order) if threads and nodes[threads[-1]][0] == "match")

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import PurePath
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
-from .ebnf import parse_ebnf
 from .core.errors import CompileClock
+from .core.limits import DEFAULT_LIMITS, Limits
+from .ebnf import parse_ebnf
 from .ir import Grammar, alt, lit
 from .json_options import JsonOptions
 from .lark_frontend import parse_lark
-from .core.limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 
 __all__ = ["FRONT_ENDS", "GrammarKind", "choice_grammar", "grammar_kind", "to_grammar"]
@@ -29,8 +30,16 @@ FRONT_ENDS = ("json_schema", "ebnf", "lark", "regex", "structural_tag", "choice"
 """The kinds `to_grammar` accepts."""
 
 
-def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_id: Callable | None = None,
-               clock: CompileClock | None = None, json_options: JsonOptions | None = None, **options: Any) -> Grammar:
+def to_grammar(
+    kind: str,
+    spec: Any,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    token_id: Callable | None = None,
+    clock: CompileClock | None = None,
+    json_options: JsonOptions | None = None,
+    **options: Any,
+) -> Grammar:
     """The grammar IR of one constraint.
 
     Parameters
@@ -68,24 +77,29 @@ def to_grammar(kind: str, spec: Any, *, limits: Limits = DEFAULT_LIMITS, token_i
     json_options = JsonOptions.of(json_options, {}, "to_grammar")
     if kind == "json_schema":
         if options:
-            raise TypeError(f"to_grammar: pass JSON Schema options as json_options=JsonOptions(...), not as "
-                            f"keywords ({', '.join(sorted(options))})")
+            raise TypeError(
+                f"to_grammar: pass JSON Schema options as json_options=JsonOptions(...), not as "
+                f"keywords ({', '.join(sorted(options))})"
+            )
         from .json_schema import json_schema_to_grammar  # on first use: see the module docstring
 
         return json_schema_to_grammar(spec, json_options, clock=clock, limits=limits)
     if kind == "ebnf":
-        return parse_ebnf(spec, max_nesting=limits.max_nesting, max_repeat=limits.max_repeat, token_id=token_id,
-                          **options)
+        return parse_ebnf(
+            spec, max_nesting=limits.max_nesting, max_repeat=limits.max_repeat, token_id=token_id, **options
+        )
     if kind == "lark":
-        return parse_lark(spec, max_states=limits.max_rule_states, max_nesting=limits.max_nesting,
-                          token_id=token_id, **options)
+        return parse_lark(
+            spec, max_states=limits.max_rule_states, max_nesting=limits.max_nesting, token_id=token_id, **options
+        )
     if kind == "regex":
         return parse_regex(spec, limits.max_rule_states, limits.max_nesting, **options)
     if kind == "structural_tag":
         from .structural_tag import structural_tag_to_grammar  # on first use: see the module docstring
 
-        return structural_tag_to_grammar(spec, token_id=token_id, clock=clock, limits=limits,
-                                         json_options=json_options, **options)
+        return structural_tag_to_grammar(
+            spec, token_id=token_id, clock=clock, limits=limits, json_options=json_options, **options
+        )
     if kind == "choice":
         return choice_grammar(spec, **options)
     raise ValueError(f"unknown grammar kind {kind!r}; pass one of {', '.join(FRONT_ENDS)}")

@@ -12,8 +12,15 @@ from .frontends import to_grammar
 from .ir import Grammar, Ref, alt, map_refs, seq, to_text
 from .json_options import JsonOptions
 
-__all__ = ["builtin_json_grammar", "concat", "from_ebnf", "from_json_schema", "from_regex", "from_structural_tag",
-           "union"]
+__all__ = [
+    "builtin_json_grammar",
+    "concat",
+    "from_ebnf",
+    "from_json_schema",
+    "from_regex",
+    "from_structural_tag",
+    "union",
+]
 
 
 def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> Grammar:
@@ -23,15 +30,28 @@ def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> Grammar:
     return to_grammar("ebnf", ebnf_string, root=root_rule_name)
 
 
-def from_json_schema(schema: Any, *, any_whitespace: bool = True, indent: int | None = None,
-                     separators: tuple[str, str] | None = None, strict_mode: bool = True,
-                     max_whitespace_cnt: int | None = None, print_converted_ebnf: bool = False,
-                     any_order: bool = False) -> Grammar:
+def from_json_schema(
+    schema: Any,
+    *,
+    any_whitespace: bool = True,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    strict_mode: bool = True,
+    max_whitespace_cnt: int | None = None,
+    print_converted_ebnf: bool = False,
+    any_order: bool = False,
+) -> Grammar:
     """The grammar of the JSON values `schema` accepts, with XGrammar's layout keywords and
     strict mode (JsonOptions.from_xgrammar reads them as compile_json_schema does) over
     XGrammar's defaults (JsonOptions.xgrammar: no whitespace around the top-level value)."""
-    keywords = {"any_whitespace": any_whitespace, "indent": indent, "separators": separators,
-                "strict_mode": strict_mode, "max_whitespace_cnt": max_whitespace_cnt, "any_order": any_order}
+    keywords = {
+        "any_whitespace": any_whitespace,
+        "indent": indent,
+        "separators": separators,
+        "strict_mode": strict_mode,
+        "max_whitespace_cnt": max_whitespace_cnt,
+        "any_order": any_order,
+    }
     options = JsonOptions.of(JsonOptions.xgrammar(), keywords, "Grammar.from_json_schema")
     return _printed(to_grammar("json_schema", schema, json_options=options), print_converted_ebnf)
 
@@ -71,8 +91,10 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
         raise ValueError(f"Grammar.{name} needs at least one grammar")
     for i, grammar in enumerate(grammars):
         if not isinstance(grammar, Grammar):
-            raise TypeError(f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
-                            "(make one with Grammar.from_ebnf / from_json_schema / from_regex)")
+            raise TypeError(
+                f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
+                "(make one with Grammar.from_ebnf / from_json_schema / from_regex)"
+            )
     rules, positions, checks, roots = {}, {}, {}, []
     for i, grammar in enumerate(grammars):
         prefix = f"g{i}_"

@@ -8,8 +8,8 @@ matches nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
 
 from .core.errors import GrammarError
 
@@ -149,24 +149,29 @@ class Grammar:
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
 
-    def copy(self, rules: dict[str, Expr] | None = None) -> "Grammar":
+    def copy(self, rules: dict[str, Expr] | None = None) -> Grammar:
         rules = dict(self.rules if rules is None else rules)
-        return Grammar(rules, self.root, dict(self.positions), self.allow_empty,
-                       {name: check for name, check in self.checks.items() if name in rules},
-                       {name: n for name, n in self.token_limits.items() if name in rules},
-                       dict(self.token_classes))
+        return Grammar(
+            rules,
+            self.root,
+            dict(self.positions),
+            self.allow_empty,
+            {name: check for name, check in self.checks.items() if name in rules},
+            {name: n for name, n in self.token_limits.items() if name in rules},
+            dict(self.token_classes),
+        )
 
     # XGrammar's constructors, with its arguments (grammar/grammar_api.py; imported on use, since
     # it reaches the front ends, which build on this module).
 
     @staticmethod
-    def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> "Grammar":
+    def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> Grammar:
         from .grammar_api import from_ebnf
 
         return from_ebnf(ebnf_string, root_rule_name=root_rule_name)
 
     @staticmethod
-    def from_json_schema(schema, **xgrammar_keywords) -> "Grammar":
+    def from_json_schema(schema, **xgrammar_keywords) -> Grammar:
         """Keywords: any_whitespace, indent, separators, strict_mode, max_whitespace_cnt,
         print_converted_ebnf, any_order, as in XGrammar."""
         from .grammar_api import from_json_schema
@@ -174,31 +179,31 @@ class Grammar:
         return from_json_schema(schema, **xgrammar_keywords)
 
     @staticmethod
-    def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> "Grammar":
+    def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Grammar:
         from .grammar_api import from_regex
 
         return from_regex(regex_string, print_converted_ebnf=print_converted_ebnf)
 
     @staticmethod
-    def from_structural_tag(tags, triggers=None) -> "Grammar":
+    def from_structural_tag(tags, triggers=None) -> Grammar:
         from .grammar_api import from_structural_tag
 
         return from_structural_tag(tags, triggers)
 
     @staticmethod
-    def builtin_json_grammar() -> "Grammar":
+    def builtin_json_grammar() -> Grammar:
         from .grammar_api import builtin_json_grammar
 
         return builtin_json_grammar()
 
     @staticmethod
-    def union(*grammars: "Grammar") -> "Grammar":
+    def union(*grammars: Grammar) -> Grammar:
         from .grammar_api import union
 
         return union(*grammars)
 
     @staticmethod
-    def concat(*grammars: "Grammar") -> "Grammar":
+    def concat(*grammars: Grammar) -> Grammar:
         from .grammar_api import concat
 
         return concat(*grammars)
@@ -215,8 +220,10 @@ def lit(text: str | bytes) -> Expr:
         try:
             return Bytes(text.encode("utf-8"))
         except UnicodeEncodeError as exc:
-            raise GrammarError(f"literal {text[:40]!r} holds a lone surrogate (U+{ord(text[exc.start]):04X}), "
-                               "which UTF-8 cannot encode") from None
+            raise GrammarError(
+                f"literal {text[:40]!r} holds a lone surrogate (U+{ord(text[exc.start]):04X}), "
+                "which UTF-8 cannot encode"
+            ) from None
     return Bytes(bytes(text))
 
 

@@ -15,11 +15,11 @@ limited to groups nested 3 deep (`_regex_syntax`).  Unknown formats are annotati
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from .core.caches import register
-from .fsm.codepoint_dfa import Dfa
 from .ecma_regex import fullmatch_dfa, pattern_dfa
+from .fsm.codepoint_dfa import Dfa
 
 __all__ = ["FORMAT_REGEXES", "KNOWN_FORMATS", "format_dfa", "is_known_format"]
 
@@ -27,25 +27,31 @@ _DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
 _IPV4 = rf"{_DEC_OCTET}(?:\.{_DEC_OCTET}){{3}}"
 _H16 = r"[0-9a-fA-F]{1,4}"
 _LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
-_IPV6 = "|".join([
-    rf"(?:{_H16}:){{6}}{_LS32}",
-    rf"::(?:{_H16}:){{5}}{_LS32}",
-    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
-    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
-    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
-    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
-    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
-])
+_IPV6 = "|".join(
+    [
+        rf"(?:{_H16}:){{6}}{_LS32}",
+        rf"::(?:{_H16}:){{5}}{_LS32}",
+        rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+        rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+        rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+        rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+    ]
+)
 # Days 1-28 always, 29-30 except February, 31 in the long months; February 29 only in
 # leap years, which needs the year: we enumerate leap years mod 400 below.
-_MONTH_DAY = (r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
-              r"|(?:0[13-9]|1[0-2])-(?:29|30)"
-              r"|(?:0[13578]|1[02])-31)")
+_MONTH_DAY = (
+    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
+    r"|(?:0[13-9]|1[0-2])-(?:29|30)"
+    r"|(?:0[13578]|1[02])-31)"
+)
 # Leap years: divisible by 4 but not 100, or by 400 (four-digit years).
-_LEAP_YEAR = (r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])"
-              r"|(?:0[48]|[2468][048]|[13579][26])00)")
+_LEAP_YEAR = (
+    r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])"
+    r"|(?:0[48]|[2468][048]|[13579][26])00)"
+)
 # Years 0001-9999: Python's date.fromisoformat (which jsonschema uses) has no year 0.
 _YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
 _DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
@@ -54,8 +60,10 @@ _TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[zZ]|[+-](?:
 _DATE_TIME = rf"{_DATE}[tT]{_TIME}"
 # RFC 3339 Appendix A: units in order, none skipped in between (P1Y3D is not in the grammar).
 _DUR_TIME = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
-_DURATION = (rf"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{_DUR_TIME})?"
-             rf"|{_DUR_TIME}|[0-9]+W)")
+_DURATION = (
+    rf"P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:{_DUR_TIME})?"
+    rf"|{_DUR_TIME}|[0-9]+W)"
+)
 _HEX = "[0-9a-fA-F]"
 _UUID = rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
@@ -73,8 +81,11 @@ _LDH_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_LDH_LABEL}(?:\.{_LDH_LABEL})*"
 # RFC 3986 section 3 and appendix A, transcribed rule by rule; with `iri`, RFC 3987's
 # additions (ucschar among the unreserved characters, iprivate in queries).
-_UCSCHAR = ("\u00a0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef" + "".join(
-    f"{chr(plane << 16)}-{chr((plane << 16) + 0xFFFD)}" for plane in range(1, 14)) + f"{chr(0xE1000)}-{chr(0xEFFFD)}")
+_UCSCHAR = (
+    "\u00a0-\ud7ff\uf900-\ufdcf\ufdf0-\uffef"
+    + "".join(f"{chr(plane << 16)}-{chr((plane << 16) + 0xFFFD)}" for plane in range(1, 14))
+    + f"{chr(0xE1000)}-{chr(0xEFFFD)}"
+)
 _IPRIVATE = f"\ue000-\uf8ff{chr(0xF0000)}-{chr(0xFFFFD)}{chr(0x100000)}-{chr(0x10FFFD)}"
 
 
@@ -130,8 +141,11 @@ def _regex_syntax(depth: int) -> str:
     literal = rf"[^{syntax}]"
     escape = rf"\\(?:[dDwWsSnrtfv]|[{syntax}/]|u[0-9a-fA-F]{{4}}|x[0-9a-fA-F]{{2}})"
     class_escape = rf"\\(?:[dDwWsSnrtfvb]|[{syntax}/-]|u[0-9a-fA-F]{{4}}|x[0-9a-fA-F]{{2}})"
-    ordered = [f"{c}-[{c}-{last}]" for first, last in (("0", "9"), ("a", "z"), ("A", "Z"))
-               for c in map(chr, range(ord(first), ord(last) + 1))]
+    ordered = [
+        f"{c}-[{c}-{last}]"
+        for first, last in (("0", "9"), ("a", "z"), ("A", "Z"))
+        for c in map(chr, range(ord(first), ord(last) + 1))
+    ]
     class_item = "|".join([r"[^\\\[\]^-]", class_escape] + ordered)
     char_class = rf"\[\^?(?:-(?:{class_item})*-?|(?:{class_item})+-?)\]"  # '-' also first or last
     number = "(?:0|[1-9][0-9]{0,2})"
@@ -184,7 +198,7 @@ def is_known_format(name: str) -> bool:
     return name in KNOWN_FORMATS
 
 
-@lru_cache(maxsize=None)
+@cache
 def _format_dfa_cached(name: str) -> Dfa:
     """`format_dfa` of a known format, memoised.  The regexes are ours, not the input's, so their
     bound of 200,000 states is no user budget: every format fits well within it."""
@@ -204,4 +218,3 @@ def format_dfa(name: str) -> Dfa | None:
     if name not in FORMAT_REGEXES:
         return None
     return _format_dfa_cached(name)
-

@@ -41,23 +41,22 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from fractions import Fraction
-from typing import Iterable
 
 import numpy as np
 
-from .fsm import number_kernels, string_kernels
-from .fsm.codepoint_dfa import Dfa, StateLimitExceeded, budgeted, dfa_to_char_fsm, literal_dfa
 from .core.caches import register
 from .core.errors import SchemaError
-from .ir import Expr, NOTHING
 from .core.limits import DEFAULT_LIMITS
+from .fsm import number_kernels, string_kernels
+from .fsm.codepoint_dfa import Dfa, StateLimitExceeded, budgeted, dfa_to_char_fsm, literal_dfa
+from .ir import NOTHING, Expr
 
-__all__ = ["integer_expr", "number_expr", "number_literal_expr", "integer_range_dfa", "number_dfa",
-           "natural_range_dfa"]
+__all__ = ["integer_expr", "number_expr", "number_literal_expr", "integer_range_dfa", "number_dfa", "natural_range_dfa"]
 
 _DIGIT = (ord("0"), ord("9"))
-_MAX_EXACT_INT = 2 ** 53
+_MAX_EXACT_INT = 2**53
 _MAX_DOUBLE = Fraction(1.7976931348623157e308)
 _HALF_TOP_ULP = (Fraction(2) ** 1024 - _MAX_DOUBLE) / 2  # half the gap from the largest double to 2**1024
 
@@ -107,8 +106,15 @@ def _union_all(dfas: list[Dfa], budget: int) -> Dfa:
 # Natural numbers in a range: the digit-range automaton.
 
 
-def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zeros: bool = False,
-                      budget: int = DEFAULT_LIMITS.max_string_states, excluded: tuple[int, ...] = ()) -> Dfa:
+def natural_range_dfa(
+    lo: int,
+    hi: int | None,
+    modulus: int = 1,
+    *,
+    leading_zeros: bool = False,
+    budget: int = DEFAULT_LIMITS.max_string_states,
+    excluded: tuple[int, ...] = (),
+) -> Dfa:
     """Decimal texts of naturals n with lo <= n <= hi (hi None: unbounded), n % modulus == 0 and
     n % k != 0 for every k in `excluded` (`not: {multipleOf: k}`).
 
@@ -123,10 +129,19 @@ def natural_range_dfa(lo: int, hi: int | None, modulus: int = 1, *, leading_zero
     hs = None if hi is None else str(hi)
     cap = len(ls) + 1 if hs is None else len(hs)
     wanted, modulus = modulus, math.lcm(modulus, *excluded)  # track n mod every divisor's lcm
-    if modulus * 10 * (cap + 1) < 2 ** 62:  # the kernel's int64 state keys and remainders
+    if modulus * 10 * (cap + 1) < 2**62:  # the kernel's int64 state keys and remainders
         status, *arrays = number_kernels.natural_range(
-            np.array([int(c) for c in ls], np.int64), np.array([int(c) for c in hs or ""], np.int64),
-            hs is not None, cap, wanted, modulus, np.array(excluded, np.int64), lo == 0, leading_zeros, budget)
+            np.array([int(c) for c in ls], np.int64),
+            np.array([int(c) for c in hs or ""], np.int64),
+            hs is not None,
+            cap,
+            wanted,
+            modulus,
+            np.array(excluded, np.int64),
+            lo == 0,
+            leading_zeros,
+            budget,
+        )
         if status == number_kernels.OVER_BUDGET:
             raise StateLimitExceeded("integer automaton", budget)
         return Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*arrays)))
@@ -195,18 +210,24 @@ def _decimal_parts(x: Fraction) -> tuple[str, str]:
         q //= 5
     assert q == 1, "not a finite decimal"
     k = 0  # the smallest power of ten that clears the denominator
-    while (x * 10 ** k).denominator != 1:
+    while (x * 10**k).denominator != 1:
         k += 1
-    n = int(x * 10 ** k)
+    n = int(x * 10**k)
     s = str(n).rjust(k + 1, "0")
     if k == 0:
         return s, ""
     return s[:-k], s[-k:].rstrip("0")
 
 
-def _decimal_dfa(lower: tuple[Fraction, bool] | None, upper: tuple[Fraction, bool] | None, *,
-                 fraction: str = "required", one_digit: bool = False, modulus: tuple[int, int] | None = None,
-                 budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
+def _decimal_dfa(
+    lower: tuple[Fraction, bool] | None,
+    upper: tuple[Fraction, bool] | None,
+    *,
+    fraction: str = "required",
+    one_digit: bool = False,
+    modulus: tuple[int, int] | None = None,
+    budget: int = DEFAULT_LIMITS.max_string_states,
+) -> Dfa:
     """Texts "I.F" of non-negative decimals x with bounds (value, strict) on each side.
 
     fraction: "required" ("I.F"), "optional" ("I" or "I.F").  one_digit: I is a single
@@ -581,8 +602,11 @@ def _signed_multiples(lo: int | None, hi: int | None, k: int, budget: int) -> Df
     """Canonical integer texts of n in [lo, hi] with n % k == 0 ("-0" too when 0 is in range)."""
     none = Dfa([[]], ())
     pos = _natural_multiples(max(lo, 0) if lo is not None else 0, hi, k, budget) if hi is None or hi >= 0 else none
-    neg = _natural_multiples(max(-hi, 0) if hi is not None else 0, None if lo is None else -lo, k, budget) \
-        if lo is None or lo <= 0 else none
+    neg = (
+        _natural_multiples(max(-hi, 0) if hi is not None else 0, None if lo is None else -lo, k, budget)
+        if lo is None or lo <= 0
+        else none
+    )
     return _sign_split(pos, neg)
 
 
@@ -629,12 +653,16 @@ def _zero_fractions(dfa: Dfa) -> Dfa:
     new_lo[-2:] = new_hi[-2:] = ord("0")
     new_tgt[-2:] = n + 1  # n: after '.', n + 1: after one or more '0' (final)
     count = np.concatenate([new_count, [1, 1]])
-    return Dfa.from_arrays(*string_kernels.trim(np.cumsum(count) - count, count, new_lo, new_hi, new_tgt,
-                                                np.concatenate([final, [False, True]])))
+    return Dfa.from_arrays(
+        *string_kernels.trim(
+            np.cumsum(count) - count, count, new_lo, new_hi, new_tgt, np.concatenate([final, [False, True]])
+        )
+    )
 
 
-def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction: bool, budget: int,
-                          fraction_budget: int) -> Dfa:
+def _multiple_integer_dfa(
+    lo: int | None, hi: int | None, k: int, zero_fraction: bool, budget: int, fraction_budget: int
+) -> Dfa:
     """Integer texts of n in [lo, hi] with n % k == 0 (automata within `budget` states), and with
     zero_fraction also "n.0", "n.00", ... for |n| <= 2**53.  When the range reaches past 2**53
     and the multiples up to 2**53 (or their union with the rest) pass `fraction_budget` states,
@@ -657,24 +685,34 @@ def _multiple_integer_dfa(lo: int | None, hi: int | None, k: int, zero_fraction:
 
 def _decimal_multiple(multiple_of, pointer) -> tuple[int, int]:
     """multipleOf as p / 10**d with p, d integers (decimal reading of the schema's number)."""
-    if isinstance(multiple_of, bool) or not isinstance(multiple_of, (int, float)) or not multiple_of > 0 \
-            or (isinstance(multiple_of, float) and not math.isfinite(multiple_of)):
+    if (
+        isinstance(multiple_of, bool)
+        or not isinstance(multiple_of, (int, float))
+        or not multiple_of > 0
+        or (isinstance(multiple_of, float) and not math.isfinite(multiple_of))
+    ):
         raise SchemaError(f"multipleOf must be a number > 0, got {multiple_of!r}", f"{pointer}/multipleOf")
     value = Fraction(repr(multiple_of)) if isinstance(multiple_of, float) else Fraction(multiple_of)
     d = 0
-    while (value * 10 ** d).denominator != 1:
+    while (value * 10**d).denominator != 1:
         d += 1
-    return int(value * 10 ** d), d
+    return int(value * 10**d), d
 
 
-def integer_range_dfa(lo: int | None, hi: int | None, modulus: int = 1,
-                      budget: int = DEFAULT_LIMITS.max_string_states, excluded: tuple[int, ...] = ()) -> Dfa:
+def integer_range_dfa(
+    lo: int | None,
+    hi: int | None,
+    modulus: int = 1,
+    budget: int = DEFAULT_LIMITS.max_string_states,
+    excluded: tuple[int, ...] = (),
+) -> Dfa:
     """Canonical integer texts ("-0" included when 0 is in range) of n in [lo, hi], n % modulus == 0,
     n % k != 0 for k in `excluded`."""
     parts = []
     if hi is None or hi >= 0:
-        parts.append(natural_range_dfa(max(lo, 0) if lo is not None else 0, hi, modulus, budget=budget,
-                                       excluded=excluded))
+        parts.append(
+            natural_range_dfa(max(lo, 0) if lo is not None else 0, hi, modulus, budget=budget, excluded=excluded)
+        )
     if lo is None or lo <= 0:
         neg_lo = max(-hi, 0) if hi is not None else 0
         neg_hi = -lo if lo is not None else None
@@ -682,9 +720,17 @@ def integer_range_dfa(lo: int | None, hi: int | None, modulus: int = 1,
     return _union_all(parts, budget)
 
 
-def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget: int,
-                 empty_is_error: bool = True, excluded: tuple[int, ...] = (),
-                 remainder_budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
+def _integer_dfa(
+    lower,
+    upper,
+    multiple_of,
+    pointer,
+    zero_fraction: bool,
+    budget: int,
+    empty_is_error: bool = True,
+    excluded: tuple[int, ...] = (),
+    remainder_budget: int = DEFAULT_LIMITS.max_rule_states,
+) -> Dfa:
     lo, hi = _int_range(lower, upper)
     if lo is not None and hi is not None and lo > hi:
         if empty_is_error:
@@ -694,7 +740,7 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
     float_divisor = False
     if multiple_of is not None:
         p, d = _decimal_multiple(multiple_of, pointer)
-        modulus = p // math.gcd(p, 10 ** d)  # n * 10**d % p == 0
+        modulus = p // math.gcd(p, 10**d)  # n * 10**d % p == 0
         float_divisor = isinstance(multiple_of, float)
     if float_divisor:  # jsonschema divides floats: keep integers exact as floats
         lo = -_MAX_EXACT_INT if lo is None else max(lo, -_MAX_EXACT_INT)
@@ -705,9 +751,13 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
         return _multiple_integer_dfa(lo, hi, modulus, zero_fraction, remainder_budget, budget)
     dfa = integer_range_dfa(lo, hi, modulus, budget, excluded)
     if zero_fraction:
-        small = integer_range_dfa(max(lo, -_MAX_EXACT_INT) if lo is not None else -_MAX_EXACT_INT,
-                                  min(hi, _MAX_EXACT_INT) if hi is not None else _MAX_EXACT_INT, modulus, budget,
-                                  excluded)
+        small = integer_range_dfa(
+            max(lo, -_MAX_EXACT_INT) if lo is not None else -_MAX_EXACT_INT,
+            min(hi, _MAX_EXACT_INT) if hi is not None else _MAX_EXACT_INT,
+            modulus,
+            budget,
+            excluded,
+        )
         zeros = Dfa([[(ord("0"), ord("0"), 1)], [(ord("0"), ord("0"), 1)]], [1])  # 0+
         dfa = dfa.union(_chain(small, ".", zeros), budget, minimize=False)
     return dfa
@@ -715,16 +765,31 @@ def _integer_dfa(lower, upper, multiple_of, pointer, zero_fraction: bool, budget
 
 def _guard(keyword: str, at: str, fn, *args, **kwargs):
     """Run fn, turning an exhausted state budget into UnsupportedSchemaError(keyword, at)."""
-    return budgeted(keyword, at, fn, *args, hint="use a smaller multipleOf (or one of the form m * 10**c with a "
-                                                  "small m not divisible by 2 or 5), narrower bounds, or an enum of "
-                                                  "the allowed values",
-                    **kwargs)
+    return budgeted(
+        keyword,
+        at,
+        fn,
+        *args,
+        hint="use a smaller multipleOf (or one of the form m * 10**c with a "
+        "small m not divisible by 2 or 5), narrower bounds, or an enum of "
+        "the allowed values",
+        **kwargs,
+    )
 
 
-def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
-                 multiple_of=None, pointer: str = "", zero_fraction: bool = True,
-                 budget: int = DEFAULT_LIMITS.max_string_states, not_multiple_of: tuple[int, ...] = (),
-                 remainder_budget: int = DEFAULT_LIMITS.max_rule_states) -> Expr:
+def integer_expr(
+    *,
+    minimum=None,
+    maximum=None,
+    exclusive_minimum=None,
+    exclusive_maximum=None,
+    multiple_of=None,
+    pointer: str = "",
+    zero_fraction: bool = True,
+    budget: int = DEFAULT_LIMITS.max_string_states,
+    not_multiple_of: tuple[int, ...] = (),
+    remainder_budget: int = DEFAULT_LIMITS.max_rule_states,
+) -> Expr:
     """JSON texts of integers within the bounds (int or float, draft-4 boolean exclusives too).
 
     zero_fraction: also accept "n.0", "n.00", ... for |n| <= 2**53 (draft 6+; pass False for
@@ -735,19 +800,39 @@ def integer_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusiv
     """
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     keyword = "multipleOf" if multiple_of is not None else "minimum"
-    dfa = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, zero_fraction, budget,
-                 excluded=tuple(not_multiple_of), remainder_budget=remainder_budget)
+    dfa = _guard(
+        keyword,
+        pointer,
+        _integer_dfa,
+        lower,
+        upper,
+        multiple_of,
+        pointer,
+        zero_fraction,
+        budget,
+        excluded=tuple(not_multiple_of),
+        remainder_budget=remainder_budget,
+    )
     return dfa_to_char_fsm(dfa.minimize())
 
 
-def number_dfa(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
-               multiple_of=None, pointer: str = "", budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
+def number_dfa(
+    *,
+    minimum=None,
+    maximum=None,
+    exclusive_minimum=None,
+    exclusive_maximum=None,
+    multiple_of=None,
+    pointer: str = "",
+    budget: int = DEFAULT_LIMITS.max_string_states,
+) -> Dfa:
     """The Dfa behind number_expr (see the module docstring for the policies)."""
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     if multiple_of is not None:
         p, d = _decimal_multiple(multiple_of, pointer)
-        ints = _integer_dfa(lower, upper, multiple_of, pointer, False, budget, empty_is_error=False,
-                            remainder_budget=budget)
+        ints = _integer_dfa(
+            lower, upper, multiple_of, pointer, False, budget, empty_is_error=False, remainder_budget=budget
+        )
         flo, fhi = _float_text_bound(lower, "lower"), _float_text_bound(upper, "upper")
         fracs = _signed(lambda lo, hi: _decimal_dfa(lo, hi, modulus=(p, d), budget=budget), flo, fhi, budget)
         return _union_all([ints, fracs], budget)
@@ -812,23 +897,50 @@ def non_integral_dfa() -> Dfa:
     return Dfa(trans, [6, 9, 14])
 
 
-def number_expr(*, minimum=None, maximum=None, exclusive_minimum=None, exclusive_maximum=None,
-                multiple_of=None, pointer: str = "", budget: int = DEFAULT_LIMITS.max_string_states,
-                non_integral: bool = False, not_multiple_of: tuple[int, ...] = ()) -> Expr:
+def number_expr(
+    *,
+    minimum=None,
+    maximum=None,
+    exclusive_minimum=None,
+    exclusive_maximum=None,
+    multiple_of=None,
+    pointer: str = "",
+    budget: int = DEFAULT_LIMITS.max_string_states,
+    non_integral: bool = False,
+    not_multiple_of: tuple[int, ...] = (),
+) -> Expr:
     """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`;
     non_integral: only those `non_integral_dfa` accepts (for `not: {type: integer}`);
     not_multiple_of: integers k none of which the value is a multiple of (`not: {multipleOf: k}`):
     the integers left by residue, plus the non-integral spellings (never multiples of an integer)."""
     keyword = "multipleOf" if multiple_of is not None else "minimum"
-    bounds = dict(minimum=minimum, maximum=maximum, exclusive_minimum=exclusive_minimum,
-                  exclusive_maximum=exclusive_maximum, multiple_of=multiple_of, pointer=pointer, budget=budget)
+    bounds = dict(
+        minimum=minimum,
+        maximum=maximum,
+        exclusive_minimum=exclusive_minimum,
+        exclusive_maximum=exclusive_maximum,
+        multiple_of=multiple_of,
+        pointer=pointer,
+        budget=budget,
+    )
     dfa = _guard(keyword, pointer, number_dfa, **bounds)
     if non_integral or not_multiple_of:
         dfa = _guard(keyword, pointer, dfa.intersect, non_integral_dfa(), budget)
     if not_multiple_of and not non_integral:
         lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
-        ints = _guard(keyword, pointer, _integer_dfa, lower, upper, multiple_of, pointer, False, budget,
-                      empty_is_error=False, excluded=tuple(not_multiple_of))
+        ints = _guard(
+            keyword,
+            pointer,
+            _integer_dfa,
+            lower,
+            upper,
+            multiple_of,
+            pointer,
+            False,
+            budget,
+            empty_is_error=False,
+            excluded=tuple(not_multiple_of),
+        )
         dfa = _guard(keyword, pointer, dfa.union, ints, budget)
     return dfa_to_char_fsm(dfa.minimize())
 

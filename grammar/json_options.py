@@ -11,8 +11,9 @@ every entry point.  XGrammar's keyword names (`strict_mode`, `any_whitespace`, `
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .core.errors import ArgumentTypeError
 
@@ -73,10 +74,13 @@ class JsonOptions:
         _one_of(self.whitespace, ("flexible", "compact"), "whitespace")
         _one_of(self.property_order, ("definition", "any"), "property_order")
         _one_of(self.unsatisfiable, ("error", "empty"), "unsatisfiable")
-        if self.additional_properties_default not in (True, False, "declared") or \
-                not isinstance(self.additional_properties_default, (bool, str)):
-            raise ValueError("JsonOptions.additional_properties_default must be True, False or 'declared', "
-                             f"got {self.additional_properties_default!r}")
+        if self.additional_properties_default not in (True, False, "declared") or not isinstance(
+            self.additional_properties_default, (bool, str)
+        ):
+            raise ValueError(
+                "JsonOptions.additional_properties_default must be True, False or 'declared', "
+                f"got {self.additional_properties_default!r}"
+            )
         for name in ("root_whitespace", "value_checks", "lenient"):
             _typed(getattr(self, name), bool, name)
         if self.max_whitespace is not None:
@@ -93,40 +97,51 @@ class JsonOptions:
                 raise ArgumentTypeError(f"JsonOptions.separators must be a pair of strings, got {seps!r}")
             for sep, mark in zip(seps, ",:"):
                 if sep.strip(_JSON_WHITESPACE) != mark:
-                    raise ValueError(f"JsonOptions.separators: {sep!r} must be {mark!r} with JSON whitespace "
-                                     "around it, as in json.dumps")
+                    raise ValueError(
+                        f"JsonOptions.separators: {sep!r} must be {mark!r} with JSON whitespace "
+                        "around it, as in json.dumps"
+                    )
             object.__setattr__(self, "separators", tuple(seps))
         if self.retrieve is not None and not callable(self.retrieve):
-            raise ArgumentTypeError(f"JsonOptions.retrieve must be a callable URI -> schema or None, "
-                                    f"got {type(self.retrieve).__name__}")
+            raise ArgumentTypeError(
+                f"JsonOptions.retrieve must be a callable URI -> schema or None, got {type(self.retrieve).__name__}"
+            )
 
     # -- presets -------------------------------------------------------------------------------
 
     @classmethod
-    def xgrammar(cls, **changes: Any) -> "JsonOptions":
+    def xgrammar(cls, **changes: Any) -> JsonOptions:
         """XGrammar's defaults as vLLM calls it: strict mode, any whitespace between tokens, none
         around the top-level value."""
         return cls(root_whitespace=False).replace(**changes)
 
     @classmethod
-    def generation(cls, **changes: Any) -> "JsonOptions":
+    def generation(cls, **changes: Any) -> JsonOptions:
         """What `pushmask.generate` and ``pushmask generate`` use: strict mode in the layout
         json.dumps writes (``{"a": 1, "b": [1, 2]}``), so a model cannot format oddly or loop
         on whitespace."""
         return cls(separators=(", ", ": ")).replace(**changes)
 
     @classmethod
-    def validation(cls, **changes: Any) -> "JsonOptions":
+    def validation(cls, **changes: Any) -> JsonOptions:
         """For checking existing documents (``validate-corpus``, the Test Suite): the schema's own
         language (no strict mode), members in any order, any whitespace, and an unsatisfiable
         schema as the empty language."""
         return cls(additional_properties_default=True, property_order="any", unsatisfiable="empty").replace(**changes)
 
     @classmethod
-    def from_xgrammar(cls, *, any_whitespace: bool | None = None, indent: int | None = None,
-                      separators: tuple[str, str] | None = None, strict_mode: bool | None = None,
-                      max_whitespace_cnt: int | None = None, any_order: bool | None = None,
-                      base: "JsonOptions | None" = None, **changes: Any) -> "JsonOptions":
+    def from_xgrammar(
+        cls,
+        *,
+        any_whitespace: bool | None = None,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        strict_mode: bool | None = None,
+        max_whitespace_cnt: int | None = None,
+        any_order: bool | None = None,
+        base: JsonOptions | None = None,
+        **changes: Any,
+    ) -> JsonOptions:
         """The options XGrammar's keyword arguments name, over `base` (the defaults if None), with
         pushmask's field names in `changes`.  Giving an XGrammar name and its pushmask twin with
         different values is an error.  As in XGrammar:
@@ -142,8 +157,14 @@ class JsonOptions:
         _known(changes, "JsonOptions.from_xgrammar")
         if strict_mode is not None:
             _typed(strict_mode, bool, "strict_mode")
-            _twin(changes, "additional_properties_default", "declared" if strict_mode else True, "strict_mode",
-                  strict_mode, same=lambda pm: (pm is not True) == strict_mode)
+            _twin(
+                changes,
+                "additional_properties_default",
+                "declared" if strict_mode else True,
+                "strict_mode",
+                strict_mode,
+                same=lambda pm: (pm is not True) == strict_mode,
+            )
         if any_order is not None:
             _typed(any_order, bool, "any_order")
             _twin(changes, "property_order", "any" if any_order else "definition", "any_order", any_order)
@@ -157,19 +178,23 @@ class JsonOptions:
             _typed(any_whitespace, bool, "any_whitespace")
             whitespace = changes.get("whitespace")
             if whitespace is not None and (whitespace == "flexible") != any_whitespace:
-                raise ValueError(f"any_whitespace={any_whitespace!r} contradicts whitespace={whitespace!r}; "
-                                 "pass one of them")
+                raise ValueError(
+                    f"any_whitespace={any_whitespace!r} contradicts whitespace={whitespace!r}; pass one of them"
+                )
             if any_whitespace:
                 changes.update(whitespace="flexible", indent=None, separators=None)
             elif changes.get("whitespace", base.whitespace) != "compact":
                 layout_indent = changes.get("indent", base.indent)
-                changes["separators"] = (changes.get("separators") or base.separators
-                                         or ((",", ": ") if layout_indent is not None else (", ", ": ")))
+                changes["separators"] = (
+                    changes.get("separators")
+                    or base.separators
+                    or ((",", ": ") if layout_indent is not None else (", ", ": "))
+                )
         return base.replace(**changes)
 
     # -- use ------------------------------------------------------------------------------------
 
-    def replace(self, **changes: Any) -> "JsonOptions":
+    def replace(self, **changes: Any) -> JsonOptions:
         """These options with some fields changed (an unknown name is a TypeError naming the known ones)."""
         _known(changes, "JsonOptions.replace")
         return dataclasses.replace(self, **changes) if changes else self
@@ -180,7 +205,7 @@ class JsonOptions:
         return self.additional_properties_default == "declared"
 
     @classmethod
-    def of(cls, options: "JsonOptions | dict[str, Any] | None", keywords: dict[str, Any], where: str) -> "JsonOptions":
+    def of(cls, options: JsonOptions | dict[str, Any] | None, keywords: dict[str, Any], where: str) -> JsonOptions:
         """The options of a public entry point: `options` (a JsonOptions, a dict of keyword
         arguments, or None for the defaults) with `keywords` (XGrammar's names or pushmask's)
         applied on top; built here once, then passed down unchanged."""
@@ -192,8 +217,10 @@ class JsonOptions:
             return options if options is not None else cls()
         unknown = sorted(set(keywords) - set(XGRAMMAR_NAMES) - _FIELDS)
         if unknown:
-            raise TypeError(f"{where}: unknown JSON option {unknown[0]!r}; the options are "
-                            f"{', '.join(sorted(_FIELDS))} (or XGrammar's {', '.join(XGRAMMAR_NAMES)})")
+            raise TypeError(
+                f"{where}: unknown JSON option {unknown[0]!r}; the options are "
+                f"{', '.join(sorted(_FIELDS))} (or XGrammar's {', '.join(XGRAMMAR_NAMES)})"
+            )
         return cls.from_xgrammar(base=options, **keywords)
 
 
@@ -202,8 +229,10 @@ _FIELDS = frozenset(f.name for f in dataclasses.fields(JsonOptions))
 
 def _checked(options: Any, where: str, name: str) -> JsonOptions:
     if not isinstance(options, JsonOptions):
-        raise ArgumentTypeError(f"{where}: {name} must be a pushmask.JsonOptions, got {type(options).__name__}; "
-                                "build one with JsonOptions(...) or a preset such as JsonOptions.generation()")
+        raise ArgumentTypeError(
+            f"{where}: {name} must be a pushmask.JsonOptions, got {type(options).__name__}; "
+            "build one with JsonOptions(...) or a preset such as JsonOptions.generation()"
+        )
     return options
 
 
@@ -213,8 +242,7 @@ def _known(changes: dict[str, Any], where: str) -> None:
         raise TypeError(f"{where}: unknown JSON option {unknown[0]!r}; the options are {', '.join(sorted(_FIELDS))}")
 
 
-def _twin(changes: dict[str, Any], pm_name: str, value: Any, xgr_name: str, xgr_value: Any,
-          same: Any = None) -> None:
+def _twin(changes: dict[str, Any], pm_name: str, value: Any, xgr_name: str, xgr_value: Any, same: Any = None) -> None:
     """Set `pm_name` from its XGrammar twin, unless `changes` already holds a different value."""
     if pm_name in changes and changes[pm_name] is not None:
         if not (same(changes[pm_name]) if same else changes[pm_name] == value):

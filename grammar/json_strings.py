@@ -26,22 +26,41 @@ are annotations: `string_expr(..., format=unknown)` accepts any string.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from json.encoder import encode_basestring, encode_basestring_ascii
-from typing import Iterable
 
 import numpy as np
 
-from .fsm import string_kernels
-from .fsm.codepoint_dfa import ALL_CHARS, Dfa, StateLimitExceeded, any_string_dfa, budgeted, dfa_to_char_fsm, intersect_ranges, length_dfa, literal_dfa
-from .ecma_regex import pattern_dfa
 from .core.errors import SchemaError, UnsupportedSchemaError
-from .ir import MAX_CODE_POINT, SURROGATES, CharClass, CharFsm, Expr, NOTHING, alt, lit, rep, seq
-from .json_formats import format_dfa
 from .core.limits import DEFAULT_LIMITS
+from .ecma_regex import pattern_dfa
+from .fsm import string_kernels
+from .fsm.codepoint_dfa import (
+    ALL_CHARS,
+    Dfa,
+    StateLimitExceeded,
+    any_string_dfa,
+    budgeted,
+    dfa_to_char_fsm,
+    intersect_ranges,
+    length_dfa,
+    literal_dfa,
+)
+from .ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, alt, lit, rep, seq
+from .json_formats import format_dfa
 
 __all__ = [
-    "string_expr", "string_literal_expr", "string_excluding_expr", "string_dfa", "check_lengths",
-    "encode_json_string", "json_string_expr", "JSON_CHAR", "ANY_STRING", "RAW_STRING_CHAR", "JSON_ESCAPE",
+    "string_expr",
+    "string_literal_expr",
+    "string_excluding_expr",
+    "string_dfa",
+    "check_lengths",
+    "encode_json_string",
+    "json_string_expr",
+    "JSON_CHAR",
+    "ANY_STRING",
+    "RAW_STRING_CHAR",
+    "JSON_ESCAPE",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -84,11 +103,9 @@ def encode_json_string(dfa: Dfa, budget: int = DEFAULT_LIMITS.max_encoded_string
     return Dfa.from_arrays(*_encode(dfa, budget))
 
 
-
-
-
-def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern",
-                     budget: int = DEFAULT_LIMITS.max_encoded_string_states) -> Expr:
+def json_string_expr(
+    dfa: Dfa, pointer: str = "", keyword: str = "pattern", budget: int = DEFAULT_LIMITS.max_encoded_string_states
+) -> Expr:
     """The whole JSON string token (with quotes) for the decoded language of `dfa`.
 
     Past `budget` states (or twice as many edges) raises UnsupportedSchemaError(keyword).
@@ -98,8 +115,9 @@ def json_string_expr(dfa: Dfa, pointer: str = "", keyword: str = "pattern",
     try:
         start, count, lo, hi, target, final = _encode(dfa, budget)
     except StateLimitExceeded as exc:
-        raise UnsupportedSchemaError(keyword, pointer, f"{exc}; simplify the constraint or raise "
-                                     "Limits.max_encoded_string_states") from None
+        raise UnsupportedSchemaError(
+            keyword, pointer, f"{exc}; simplify the constraint or raise Limits.max_encoded_string_states"
+        ) from None
     if not final.any():
         return NOTHING
     # edges come state by state, each state's sorted: the order dfa_to_char_fsm sorts into
@@ -137,8 +155,9 @@ def check_lengths(min_length, max_length, pointer, allow_empty: bool = False):
     """(minLength, maxLength) as ints; SchemaError for bad values, and for an empty range unless
     allow_empty (then the caller handles lo > hi)."""
     for name, value in (("minLength", min_length), ("maxLength", max_length)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or value < 0 or value != int(value)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value)
+        ):
             raise SchemaError(f"{name} must be a non-negative integer, got {value!r}", f"{pointer}/{name}")
     lo = int(min_length) if min_length is not None else 0
     hi = int(max_length) if max_length is not None else None
@@ -147,8 +166,15 @@ def check_lengths(min_length, max_length, pointer, allow_empty: bool = False):
     return lo, hi
 
 
-def string_dfa(*, min_length=None, max_length=None, pattern=None, format=None, pointer: str = "",
-               budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa | None:
+def string_dfa(
+    *,
+    min_length=None,
+    max_length=None,
+    pattern=None,
+    format=None,
+    pointer: str = "",
+    budget: int = DEFAULT_LIMITS.max_string_states,
+) -> Dfa | None:
     """The decoded language as a Dfa, or None when it is "any string" (no effective constraint).
 
     The format is intersected last, so a product past the budget that involves a format is
@@ -186,8 +212,9 @@ def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, 
     gives NOTHING (the empty language); minLength > maxLength raises SchemaError.
     """
     lo, hi = check_lengths(min_length, max_length, pointer)
-    if (pattern is None or pattern_dfa(pattern, f"{pointer}/pattern").is_universal()) and \
-            (format is None or format_dfa(format) is None):
+    if (pattern is None or pattern_dfa(pattern, f"{pointer}/pattern").is_universal()) and (
+        format is None or format_dfa(format) is None
+    ):
         return seq(lit('"'), rep(JSON_CHAR, lo, hi), lit('"'))
     dfa = string_dfa(min_length=lo, max_length=hi, pattern=pattern, format=format, pointer=pointer)
     keyword = "pattern" if pattern is not None else "format"
@@ -212,8 +239,11 @@ def string_literal_expr(value: str) -> Expr:
         return lit(text)  # than the raw character): the one literal the loop below gives
     parts: list[Expr] = [lit('"')]
     for i, ch in enumerate(value):
-        if _HIGH_SURROGATE[0] <= ord(ch) <= _HIGH_SURROGATE[1] and i + 1 < len(value) \
-                and _HIGH_SURROGATE[1] < ord(value[i + 1]) <= SURROGATES[1]:
+        if (
+            _HIGH_SURROGATE[0] <= ord(ch) <= _HIGH_SURROGATE[1]
+            and i + 1 < len(value)
+            and _HIGH_SURROGATE[1] < ord(value[i + 1]) <= SURROGATES[1]
+        ):
             return NOTHING
         spellings = {json.dumps(ch)[1:-1]}
         if not SURROGATES[0] <= ord(ch) <= SURROGATES[1]:
@@ -226,9 +256,16 @@ def string_literal_expr(value: str) -> Expr:
 _HIGH_SURROGATE = (0xD800, 0xDBFF)
 
 
-def string_excluding_expr(excluded: Iterable[str] = (), excluded_patterns: Iterable[str] = (), *,
-                          pattern_constraint: str | None = None, min_length=None, max_length=None,
-                          format=None, pointer: str = "") -> Expr:
+def string_excluding_expr(
+    excluded: Iterable[str] = (),
+    excluded_patterns: Iterable[str] = (),
+    *,
+    pattern_constraint: str | None = None,
+    min_length=None,
+    max_length=None,
+    format=None,
+    pointer: str = "",
+) -> Expr:
     """JSON strings whose value is not in `excluded` and matched by none of `excluded_patterns`.
 
     For additionalProperties keys: `excluded` are the names in `properties`, `excluded_patterns`
@@ -236,8 +273,9 @@ def string_excluding_expr(excluded: Iterable[str] = (), excluded_patterns: Itera
     the string must match, lengths, format -- e.g. from propertyNames) are intersected in.
     Returns NOTHING when no string is left.
     """
-    base = string_dfa(min_length=min_length, max_length=max_length, pattern=pattern_constraint,
-                      format=format, pointer=pointer)
+    base = string_dfa(
+        min_length=min_length, max_length=max_length, pattern=pattern_constraint, format=format, pointer=pointer
+    )
     dfa = base if base is not None else any_string_dfa()
     names = list(excluded)
     if names:

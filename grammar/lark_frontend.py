@@ -42,11 +42,11 @@ from lark.exceptions import LarkError, UnexpectedInput
 from lark.lexer import PatternRE, PatternStr
 from lark.load_grammar import load_grammar
 
+from .core.errors import GrammarError, LimitExceededError, check_argument
+from .core.limits import DEFAULT_LIMITS
 from .ebnf import token_expr
-from .core.errors import LimitExceededError, GrammarError, check_argument
 from .ir import NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
-from .core.limits import DEFAULT_LIMITS
 from .longest_match import greedy_ignores
 from .regex import regex_to_ir
 
@@ -57,6 +57,7 @@ __all__ = ["parse_lark"]
 _KNOWN_REGEX_REPLACEMENTS = {
     '".*?(?<!\\\\)(\\\\\\\\)*?"': '"(?:[^"\\\\\\n]|\\\\[^\\n])*"',
 }
+
 
 def _case_insensitive_literal(text: str) -> Expr:
     items = []
@@ -86,7 +87,7 @@ def _strip_escapes_and_classes(pattern: str) -> str:
         elif c == "[":
             in_class = True
             out.append(" ")
-            if pattern[i + 1:i + 2] == "]" or pattern[i + 1:i + 3] == "^]":
+            if pattern[i + 1 : i + 2] == "]" or pattern[i + 1 : i + 3] == "^]":
                 extra = 1 if pattern[i + 1] == "]" else 2
                 out.append(" " * extra)
                 i += extra
@@ -132,19 +133,22 @@ def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int) -> Ex
     if isinstance(pattern, PatternStr):
         surrogates = [c for c in pattern.value if SURROGATES[0] <= ord(c) <= SURROGATES[1]]
         if surrogates:
-            raise GrammarError(f"terminal {label}: lone surrogate U+{ord(surrogates[0]):04X} in a string; "
-                               "UTF-8 cannot encode it")
+            raise GrammarError(
+                f"terminal {label}: lone surrogate U+{ord(surrogates[0]):04X} in a string; UTF-8 cannot encode it"
+            )
         return _case_insensitive_literal(pattern.value) if "i" in flags else lit(pattern.value)
     assert isinstance(pattern, PatternRE)
     source = _KNOWN_REGEX_REPLACEMENTS.get(pattern.value, pattern.value)
     flags.discard("m")  # only changes ^ and $, which regex_to_ir rejects anyway
     flags.discard("u")  # Python 3 str patterns are always Unicode
     if "x" in flags or "l" in flags:
-        raise GrammarError(f"terminal {label}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
-                           "write the regex without verbose/locale flags")
+        raise GrammarError(
+            f"terminal {label}: regex flag(s) {''.join(sorted(flags))!r} are not supported; "
+            "write the regex without verbose/locale flags"
+        )
     prefixed = f"(?{''.join(sorted(flags))}:{source})" if flags else source
     lazy = list(LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
-    first_end = bool(lazy) and not any(op in _strip_escapes_and_classes(source)[lazy[-1].end():] for op in "*+?{")
+    first_end = bool(lazy) and not any(op in _strip_escapes_and_classes(source)[lazy[-1].end() :] for op in "*+?{")
     try:
         expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end)
     except GrammarError as exc:
@@ -226,14 +230,16 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
     except LarkError as exc:
         message = str(exc).strip()
         if f"NonTerminal('{start}')" in message:
-            raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=",
-                               1, 1) from None
+            raise GrammarError(
+                f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=", 1, 1
+            ) from None
         first = message.splitlines()[0] if message else type(exc).__name__
         line, column = _locate(_TextIndex(text), message)
         raise GrammarError(f"invalid lark grammar: {first}", line, column) from None
     except Exception as exc:  # e.g. re.error / regex.error from a bad terminal regex
-        raise GrammarError(f"invalid lark grammar: {type(exc).__name__}: {exc}",
-                           *_locate(_TextIndex(text), str(exc))) from None
+        raise GrammarError(
+            f"invalid lark grammar: {type(exc).__name__}: {exc}", *_locate(_TextIndex(text), str(exc))
+        ) from None
     if not any(rule.origin.name == start for rule in rules):
         raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=", 1, 1)
     return terminals, rules, ignored
@@ -286,9 +292,13 @@ FAST_READER_MIN_CHARS = 20_000
 lark's loader reads the rest (milliseconds for ordinary grammars, seconds for 10,000 rules)."""
 
 
-def parse_lark(text: str, start: str = "start", max_states: int = DEFAULT_LIMITS.max_rule_states,
-               max_nesting: int = DEFAULT_LIMITS.max_nesting,
-               token_id=None) -> Grammar:
+def parse_lark(
+    text: str,
+    start: str = "start",
+    max_states: int = DEFAULT_LIMITS.max_rule_states,
+    max_nesting: int = DEFAULT_LIMITS.max_nesting,
+    token_id=None,
+) -> Grammar:
     """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any).
     `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir).  Token
     terminals `<|python_tag|>` / `<[ID]>` are resolved with `token_id` (see ebnf.token_expr)."""
@@ -320,8 +330,15 @@ def parse_lark(text: str, start: str = "start", max_states: int = DEFAULT_LIMITS
     return greedy_ignores(Grammar(rules, root, positions), ignored, skip, max_states, sources)
 
 
-def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, max_nesting: int,
-                    positions: dict[str, tuple[int, int]], token_id) -> tuple[dict[str, Expr], list[str], dict[str, str]]:
+def _read_with_lark(
+    text: str,
+    start: str,
+    index: _TextIndex,
+    max_states: int,
+    max_nesting: int,
+    positions: dict[str, tuple[int, int]],
+    token_id,
+) -> tuple[dict[str, Expr], list[str], dict[str, str]]:
     """(rules and used terminals as IR, %ignore'd terminal names, the regex lark's lexer matches
     each of them with) from lark's own reading; anonymous terminals get the position of their
     literal in `positions`."""
@@ -353,16 +370,21 @@ def _read_with_lark(text: str, start: str, index: _TextIndex, max_states: int, m
     for name in sorted(used_terminals):
         line, column = index.position(name)
         if name not in terminals:
-            raise GrammarError(f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
-                               "define it with `NAME: ...`", line, column)
+            raise GrammarError(
+                f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
+                "define it with `NAME: ...`",
+                line,
+                column,
+            )
         raw = getattr(terminals[name].pattern, "raw", None)
         if line is None and raw:
             line, column = index.literal_position(raw)
             if line is not None:
                 positions[name] = (line, column)
         if name in token_terminals:
-            rules[name] = token_expr(token_terminals[name], token_id,
-                                     lambda message: GrammarError(message, line, column))
+            rules[name] = token_expr(
+                token_terminals[name], token_id, lambda message: GrammarError(message, line, column)
+            )
             continue
         try:
             rules[name] = _pattern_to_ir(name, terminals[name].pattern, max_states, max_nesting)

@@ -24,7 +24,7 @@ import re
 from lark import Token
 from lark.load_grammar import _literal_to_pattern
 
-from .core.errors import LimitExceededError, GrammarError
+from .core.errors import GrammarError, LimitExceededError
 from .ir import EPSILON, Expr, Grammar, Ref, alt, char_class, opt, ref_names, rep, seq, star
 from .passes import is_nullable, nullable_rules
 
@@ -312,9 +312,12 @@ def read_plain_lark(text: str, start: str, pattern_to_ir):
         if terminals and nullable_rules(Grammar(terminals, next(iter(terminals)))):
             return None  # a terminal that matches "": lark refuses it
         ignored = list(dict.fromkeys(ignored))
-        sources = {name: reader.single_pattern(reader.terminals[name] if name in reader.terminals
-                                               else reader.ignored[int(name[len("__IGNORE_"):])]).to_regexp()
-                   for name in ignored}
+        sources = {
+            name: reader.single_pattern(
+                reader.terminals[name] if name in reader.terminals else reader.ignored[int(name[len("__IGNORE_") :])]
+            ).to_regexp()
+            for name in ignored
+        }
         skip = star(alt(*(Ref(name) for name in ignored))) if ignored else None
         rules = {name: reader.body(at, False, skip) for name, at in reader.rules.items()}
     except _NotPlain:

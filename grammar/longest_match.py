@@ -34,11 +34,31 @@ from __future__ import annotations
 
 from collections import deque
 
-from .fsm.codepoint_dfa import complement_chars, intersect_ranges
-from .core.errors import LimitExceededError, GrammarError
+from .core.errors import GrammarError, LimitExceededError
 from .first_match import explore, first_match_dfa, trimmed
-from .ir import (EPSILON, MAX_CODE_POINT, NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Grammar, Ref,
-                 Repeat, Seq, alt, char_class, normalize_ranges, ref_names, rep, seq, star)
+from .fsm.codepoint_dfa import complement_chars, intersect_ranges
+from .ir import (
+    EPSILON,
+    MAX_CODE_POINT,
+    NOTHING,
+    Alt,
+    ByteClass,
+    Bytes,
+    CharClass,
+    CharFsm,
+    Expr,
+    Grammar,
+    Ref,
+    Repeat,
+    Seq,
+    alt,
+    char_class,
+    normalize_ranges,
+    ref_names,
+    rep,
+    seq,
+    star,
+)
 from .passes import is_nullable, nullable_rules
 
 __all__ = ["greedy_ignores"]
@@ -56,8 +76,9 @@ def is_terminal_name(name: str) -> bool:
     return bool(stripped) and stripped[0].isupper()
 
 
-def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states: int,
-                   sources: dict[str, str]) -> Grammar:
+def greedy_ignores(
+    grammar: Grammar, ignored: list[str], skip: Expr, max_states: int, sources: dict[str, str]
+) -> Grammar:
     """The grammar where each ignored terminal in a `skip` block ends only where lark's lexer
     ends it (see the module docstring).  `skip` is the exact expression the front end put
     between symbols; `ignored` names its terminals; `max_states` bounds each one's DFA;
@@ -72,8 +93,10 @@ def greedy_ignores(grammar: Grammar, ignored: list[str], skip: Expr, max_states:
     if len(guards) == 1 and all(plain for _, _, plain in read.values()):
         return grammar  # no ignored terminal can go on after any of its ends
     if len(guards) > MAX_GUARD_CLASSES:
-        raise LimitExceededError(f"%ignore'd terminals {', '.join(ignored)} can end in {len(guards) - 1} different "
-                                  f"ways (at most {MAX_GUARD_CLASSES - 1}); ignore fewer or simpler terminals")
+        raise LimitExceededError(
+            f"%ignore'd terminals {', '.join(ignored)} can end in {len(guards) - 1} different "
+            f"ways (at most {MAX_GUARD_CLASSES - 1}); ignore fewer or simpler terminals"
+        )
     return _Product(grammar, dfas, guards, skip).run()
 
 
@@ -100,7 +123,9 @@ def _ignored_dfa(grammar: Grammar, name: str, source: str | None, max_states: in
         f"%ignore'd terminal {name}{f' /{source}/' if source else ''} can match and then go on to a longer "
         "match, and pushmask cannot tell where Python's re (lark's lexer) ends it: the regex uses an anchor, "
         "a lookaround, a backreference, case-insensitive matching, an atomic group or a loop whose body can "
-        "match nothing; rewrite it without them", *grammar.positions.get(name, (None, None)))
+        "match nothing; rewrite it without them",
+        *grammar.positions.get(name, (None, None)),
+    )
 
 
 def _codepoint_dfa(expr: Expr, rules: dict[str, Expr], max_states: int, name: str):
@@ -123,8 +148,10 @@ def _codepoint_dfa(expr: Expr, rules: dict[str, Expr], max_states: int, name: st
             try:
                 text = e.value.decode("utf-8")
             except UnicodeDecodeError:
-                raise GrammarError(f"%ignore'd terminal {name} holds bytes that are not text (a token terminal?); "
-                                   "ignore text terminals only") from None
+                raise GrammarError(
+                    f"%ignore'd terminal {name} holds bytes that are not text (a token terminal?); "
+                    "ignore text terminals only"
+                ) from None
             for ch in text:
                 start = chars(((ord(ch), ord(ch)),), start)
             return start
@@ -410,15 +437,19 @@ class _Product:
             out = ByteClass(ranges) if ranges else NOTHING
         elif isinstance(e, CharFsm):
             start = max(_fsm_states(e)) + 1
-            first = tuple((start, lo, hi, dst) for src, a, b, dst in e.transitions if src == e.initial
-                          for lo, hi in intersect_ranges(((a, b),), allowed))
+            first = tuple(
+                (start, lo, hi, dst)
+                for src, a, b, dst in e.transitions
+                if src == e.initial
+                for lo, hi in intersect_ranges(((a, b),), allowed)
+            )
             out = CharFsm(start, e.finals, e.transitions + first) if first else NOTHING
         elif isinstance(e, Alt):
             out = alt(*(self.restrict(item, g) for item in e.items))
         elif isinstance(e, Seq):
             options = []
             for i, item in enumerate(e.items):
-                options.append(seq(self.restrict(item, g), *e.items[i + 1:]))
+                options.append(seq(self.restrict(item, g), *e.items[i + 1 :]))
                 if not is_nullable(item, self.nullable):
                     break
             out = alt(*options)
@@ -473,8 +504,10 @@ class _Product:
             assert isinstance(e, Repeat), e
             if e.max is None:
                 head = self.seq_row((e.item,) * e.min, g)
-                loop = _closure([[self.row(e.item, s).get(h, NOTHING) for h in self.classes] for s in self.classes],
-                                len(self.guards))
+                loop = _closure(
+                    [[self.row(e.item, s).get(h, NOTHING) for h in self.classes] for s in self.classes],
+                    len(self.guards),
+                )
                 for s_ in self.classes:
                     loop[s_][s_] = alt(EPSILON, loop[s_].get(s_, NOTHING))
                 out = {}
@@ -510,8 +543,9 @@ class _Product:
             for s, before in current.items():
                 for h, part in self.row(item, s).items():
                     joins.setdefault(h, {}).setdefault(part, []).append(before)
-            following = {h: alt(*(seq(alt(*befores), part) for part, befores in parts.items()))
-                         for h, parts in joins.items()}
+            following = {
+                h: alt(*(seq(alt(*befores), part) for part, befores in parts.items())) for h, parts in joins.items()
+            }
             if not following:
                 return {}
             if len(following) == 1:

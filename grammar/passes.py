@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .core.errors import CompileClock, GrammarError
 from .ir import (
@@ -273,8 +273,9 @@ def check_references(grammar: Grammar) -> Grammar:
         raise GrammarError(f"root rule {grammar.root!r} is not defined; add `{grammar.root} ::= ...`", 1, 1)
     for name, body in grammar.rules.items():
         for target in sorted(ref for ref in ref_names(body) if ref not in grammar.rules):
-            raise GrammarError(f"rule {name!r} references undefined rule {target!r}; define it",
-                               *_position(grammar, name))
+            raise GrammarError(
+                f"rule {name!r} references undefined rule {target!r}; define it", *_position(grammar, name)
+            )
     return grammar
 
 
@@ -312,9 +313,12 @@ def check_productive(grammar: Grammar) -> Grammar:
         out.positions = {name: pos for name, pos in grammar.positions.items() if name == grammar.root}
         return out
     if grammar.root not in productive:
-        raise GrammarError(f"grammar accepts no string: rule {grammar.root!r} can never finish "
-                           "(every alternative needs an infinite derivation or an empty class); "
-                           "add a non-recursive alternative", *_position(grammar, grammar.root))
+        raise GrammarError(
+            f"grammar accepts no string: rule {grammar.root!r} can never finish "
+            "(every alternative needs an infinite derivation or an empty class); "
+            "add a non-recursive alternative",
+            *_position(grammar, grammar.root),
+        )
     if len(productive) == len(grammar.rules):
         out = grammar.copy()
         out.productive = True
@@ -419,8 +423,10 @@ class _LeftRecursionEliminator:
         while todo:
             steps += 1
             if steps > 100_000:
-                raise GrammarError("left-recursion elimination does not converge; simplify the recursive rules "
-                                   f"{sorted(scc)}", *_position(self.grammar, sorted(scc)[0]))
+                raise GrammarError(
+                    f"left-recursion elimination does not converge; simplify the recursive rules {sorted(scc)}",
+                    *_position(self.grammar, sorted(scc)[0]),
+                )
             items = todo.pop()
             if not items:
                 done.append(items)
@@ -574,7 +580,9 @@ class _LeftRecursionEliminator:
             raise GrammarError(
                 f"cannot eliminate left recursion through rules {', '.join(names)}: a rule reaches itself "
                 "at its left edge behind a nullable prefix; make that prefix non-empty or move it after "
-                "the recursive reference", *_position(self.grammar, names[0]))
+                "the recursive reference",
+                *_position(self.grammar, names[0]),
+            )
         return out
 
 
@@ -700,8 +708,13 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
             if graph[name] & inlined.keys():
                 rules[name] = map_refs(rules[name], lambda r: inlined.get(r.name, r))
         name = component[0]
-        if (len(component) > 1 or name in recursive or name == grammar.root or name in grammar.checks
-                or name in grammar.token_limits):
+        if (
+            len(component) > 1
+            or name in recursive
+            or name == grammar.root
+            or name in grammar.checks
+            or name in grammar.token_limits
+        ):
             continue
         measured.append(rules[name])
         size = expr_size(rules[name], size_memo, max(tiny, MAX_INLINED_SIZE))

@@ -34,24 +34,54 @@ from collections import defaultdict, deque
 
 from interegular.fsm import FSM, anything_else
 from interegular.patterns import (
-    _DOT, _EMPTY, InvalidSyntax, Pattern, REFlags, Unsupported, _CharGroup, _combine_flags, _Concatenation,
-    _ParsePattern, _Repeated,
+    _DOT,
+    _EMPTY,
+    InvalidSyntax,
+    Pattern,
+    REFlags,
+    Unsupported,
+    _CharGroup,
+    _combine_flags,
+    _Concatenation,
+    _ParsePattern,
+    _Repeated,
 )
 from interegular.utils.simple_parser import NoMatch
 
-from .core.errors import LimitExceededError, GrammarError, check_argument
-from .ir import (
-    EPSILON, MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, Grammar, alt, char_class,
-    complement_ranges, lit, normalize_ranges, remove_surrogates, rep, seq,
-)
+from .core.errors import GrammarError, LimitExceededError, check_argument
 from .core.limits import DEFAULT_LIMITS
+from .ir import (
+    EPSILON,
+    MAX_CODE_POINT,
+    NOTHING,
+    SURROGATES,
+    CharClass,
+    CharFsm,
+    Expr,
+    Grammar,
+    alt,
+    char_class,
+    complement_ranges,
+    lit,
+    normalize_ranges,
+    remove_surrogates,
+    rep,
+    seq,
+)
 
 TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
 `_pattern_to_ir`) instead of interegular automata."""
 
-__all__ = ["regex_to_ir", "parse_regex", "fsm_to_char_fsm", "preprocess_regex", "read_hex",
-           "ASCII_CLASS_RANGES", "CONTROL_ESCAPES"]
+__all__ = [
+    "regex_to_ir",
+    "parse_regex",
+    "fsm_to_char_fsm",
+    "preprocess_regex",
+    "read_hex",
+    "ASCII_CLASS_RANGES",
+    "CONTROL_ESCAPES",
+]
 
 
 def _symbol_ranges(fsm: FSM, expansion: dict[str, tuple[int, int]] | None = None) -> dict:
@@ -165,7 +195,7 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 def read_hex(text: str, start: int, width: int) -> int | None:
     """The value of the `width` hex digits at text[start:], or None unless there are that many."""
-    digits = text[start:start + width]
+    digits = text[start : start + width]
     if len(digits) != width or not _HEX_DIGITS.issuperset(digits):
         return None
     return int(digits, 16)
@@ -175,7 +205,7 @@ def _class_char(text: str, j: int) -> tuple[tuple[tuple[int, int], ...], int, bo
     """One class member at text[j]: (ranges, next index, is_single_char), or None if unsure."""
     if text[j] != "\\":
         return ((ord(text[j]), ord(text[j])),), j + 1, True
-    e = text[j + 1:j + 2]
+    e = text[j + 1 : j + 2]
     if e == "x":
         code = read_hex(text, j + 2, 2)
         return None if code is None else (((code, code),), j + 4, True)
@@ -183,7 +213,7 @@ def _class_char(text: str, j: int) -> tuple[tuple[tuple[int, int], ...], int, bo
         k = j + 1
         while k < j + 4 and k < len(text) and text[k] in "01234567":
             k += 1
-        code = int(text[j + 1:k], 8)
+        code = int(text[j + 1 : k], 8)
         return ((code, code),), k, True
     if e in ASCII_CLASS_RANGES:
         return ASCII_CLASS_RANGES[e], j + 2, False
@@ -197,7 +227,7 @@ def _class_char(text: str, j: int) -> tuple[tuple[tuple[int, int], ...], int, bo
 def _parse_class(text: str, i: int) -> tuple[int, bool, list[tuple[int, int]]] | None:
     """Parse the class starting at text[i] == '['; None when it holds anything we are unsure of."""
     j = i + 1
-    negated = text[j:j + 1] == "^"
+    negated = text[j : j + 1] == "^"
     if negated:
         j += 1
     ranges: list[tuple[int, int]] = []
@@ -208,7 +238,7 @@ def _parse_class(text: str, i: int) -> tuple[int, bool, list[tuple[int, int]]] |
         if member is None:
             return None
         lo_ranges, j, single = member
-        if single and text[j:j + 1] == "-" and text[j + 1:j + 2] not in ("]", ""):
+        if single and text[j : j + 1] == "-" and text[j + 1 : j + 2] not in ("]", ""):
             upper = _class_char(text, j + 1)
             if upper is None or not upper[2] or upper[0][0][0] < lo_ranges[0][0]:
                 return None
@@ -306,19 +336,22 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
     if e in "pPN":
         raise GrammarError(
             f"Unicode property escape \\{e} is not supported; use an explicit class like [a-zA-Z\\u00c0-\\u024f]",
-            1, col)
+            1,
+            col,
+        )
     if not in_class and e in "bBAZzG":
         raise GrammarError(
-            f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col)
+            f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col
+        )
     if e in "uU":
         width = 4 if e == "u" else 8
         code = read_hex(pattern, i + 2, width)
         if code is None:
             raise GrammarError(f"bad escape \\{e}: expected {width} hex digits", 1, col)
         if code > 0x10FFFF or SURROGATES[0] <= code <= SURROGATES[1]:
-            raise GrammarError(f"escape \\{e}{pattern[i + 2:i + 2 + width]} is not a Unicode scalar value", 1, col)
+            raise GrammarError(f"escape \\{e}{pattern[i + 2 : i + 2 + width]} is not a Unicode scalar value", 1, col)
         return _escape_literal(chr(code)), i + 2 + width
-    return pattern[i:i + 2], i + 2
+    return pattern[i : i + 2], i + 2
 
 
 def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting) -> tuple[str, list[int]]:
@@ -379,25 +412,32 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
         if c == "(":
             depth += 1
             if depth > max_nesting:
-                raise GrammarError(f"groups nest deeper than {max_nesting} levels (the max_nesting budget); "
-                                   "flatten the pattern or raise Limits.max_nesting", 1, col)
+                raise GrammarError(
+                    f"groups nest deeper than {max_nesting} levels (the max_nesting budget); "
+                    "flatten the pattern or raise Limits.max_nesting",
+                    1,
+                    col,
+                )
         elif c == ")":
             depth -= 1
         if c == "(" and pattern.startswith("(?", i):
-            rest = pattern[i + 2:i + 4]
+            rest = pattern[i + 2 : i + 4]
             if rest[:1] in ("=", "!") or rest in ("<=", "<!"):
-                raise GrammarError(f"lookaround {pattern[i:i + 3 + (rest[0] == '<')]!r}...) is not supported; "
-                                   f"{_HINT_LOOKAROUND}", 1, col)
+                raise GrammarError(
+                    f"lookaround {pattern[i : i + 3 + (rest[0] == '<')]!r}...) is not supported; {_HINT_LOOKAROUND}",
+                    1,
+                    col,
+                )
             if pattern.startswith("(?P=", i):
                 raise GrammarError(f"named backreference (?P=...) is not supported; {_HINT_BACKREF}", 1, col)
             if rest[:1] == "(":
                 raise GrammarError("conditional groups (?(...)...) are not supported; split into alternatives", 1, col)
         if c == "^":
-            raise GrammarError("'^' is only supported at the start of the pattern (the match is always anchored)",
-                               1, col)
+            raise GrammarError(
+                "'^' is only supported at the start of the pattern (the match is always anchored)", 1, col
+            )
         if c == "$":
-            raise GrammarError("'$' is only supported at the end of the pattern (the match is always anchored)",
-                               1, col)
+            raise GrammarError("'$' is only supported at the end of the pattern (the match is always anchored)", 1, col)
         emit(c, i)
         i += 1
     if in_class:
@@ -416,8 +456,12 @@ def _parse(rewritten: str, where: list[int]) -> Pattern:
     try:
         parsed = parser.parse().simplify()
     except NoMatch as exc:
-        raise GrammarError(f"invalid regex: unexpected {rewritten[exc.index:exc.index + 5]!r}; "
-                           f"expected one of {sorted(set(exc.expected))}", 1, column(exc.index)) from None
+        raise GrammarError(
+            f"invalid regex: unexpected {rewritten[exc.index : exc.index + 5]!r}; "
+            f"expected one of {sorted(set(exc.expected))}",
+            1,
+            column(exc.index),
+        ) from None
     except InvalidSyntax as exc:
         index = max(parser._expected) if parser._expected else parser.index
         detail = str(exc) or "unbalanced parenthesis or misplaced operator"
@@ -438,9 +482,12 @@ def _to_fsm(parsed: Pattern) -> FSM:
         raise GrammarError(f"invalid regex: {exc}; check repetition bounds like {{m,n}} with m <= n", 1, 1) from None
 
 
-def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
-                max_nesting: int = DEFAULT_LIMITS.max_nesting,
-                automaton: bool = False) -> Expr:
+def regex_to_ir(
+    pattern: str,
+    max_states: int = DEFAULT_LIMITS.max_rule_states,
+    max_nesting: int = DEFAULT_LIMITS.max_nesting,
+    automaton: bool = False,
+) -> Expr:
     """An IR expression for the strings `pattern` fully matches: a CharFsm (or NOTHING) for
     small patterns, an IR tree for patterns with counted repetitions or many nodes (unless
     `automaton`: then always a CharFsm).
@@ -467,7 +514,8 @@ def regex_to_ir(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
     if positions > max_states:
         raise LimitExceededError(
             f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
-            f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states")
+            f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states"
+        )
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)
@@ -504,14 +552,20 @@ def _pattern_to_ir(node, flags: REFlags, expansion: dict[str, tuple[int, int]]) 
         inner = _combine_flags(flags, node.added_flags, node.removed_flags)
         return alt(*(_pattern_to_ir(option, inner, expansion) for option in node.options))
     if isinstance(node, _Concatenation):
-        if not all(isinstance(part, (Pattern, _Concatenation, _Repeated, _CharGroup)) or part is _DOT
-                   or part is _EMPTY for part in node.parts):
+        if not all(
+            isinstance(part, (Pattern, _Concatenation, _Repeated, _CharGroup)) or part is _DOT or part is _EMPTY
+            for part in node.parts
+        ):
             raise GrammarError("unsupported regex construct: lookaround; " + _HINT_LOOKAROUND, 1, 1)
         return seq(*(_pattern_to_ir(part, flags, expansion) for part in node.parts))
     if isinstance(node, _Repeated):
         if node.max is not None and node.max < node.min:
-            raise GrammarError(f"invalid regex: repetition {{{node.min},{node.max}}} has max < min; "
-                               "check repetition bounds like {m,n} with m <= n", 1, 1)
+            raise GrammarError(
+                f"invalid regex: repetition {{{node.min},{node.max}}} has max < min; "
+                "check repetition bounds like {m,n} with m <= n",
+                1,
+                1,
+            )
         return rep(_pattern_to_ir(node.base, flags, expansion), node.min, node.max)
     if node is _EMPTY:
         return EPSILON
@@ -533,7 +587,8 @@ def _pattern_to_ir(node, flags: REFlags, expansion: dict[str, tuple[int, int]]) 
     return expr
 
 
-def parse_regex(pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states,
-                max_nesting: int = DEFAULT_LIMITS.max_nesting) -> Grammar:
+def parse_regex(
+    pattern: str, max_states: int = DEFAULT_LIMITS.max_rule_states, max_nesting: int = DEFAULT_LIMITS.max_nesting
+) -> Grammar:
     """A one-rule grammar ("root") for the regex."""
     return Grammar({"root": regex_to_ir(pattern, max_states, max_nesting)}, "root", {"root": (1, 1)})

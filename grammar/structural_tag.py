@@ -40,13 +40,16 @@ UnsupportedFormatError naming the format; nothing is widened.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .ebnf import parse_ebnf
 from .core.errors import GrammarError
+from .core.limits import DEFAULT_LIMITS, Limits
+from .ebnf import parse_ebnf
 from .ir import (
     MAX_CODE_POINT,
     SURROGATES,
+    TOKEN_CLASS_BASE,
     CharFsm,
     Expr,
     Grammar,
@@ -59,32 +62,56 @@ from .ir import (
     rep,
     seq,
     star,
-    TOKEN_CLASS_BASE,
     token_class_terminal,
     token_terminal,
 )
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
-from .core.limits import DEFAULT_LIMITS, Limits
 from .regex import parse_regex
 from .xml_arguments import xml_arguments
 
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
 
-FORMAT_TYPES = frozenset({"const_string", "json_schema", "regex", "grammar", "token", "exclude_token", "any_text",
-                          "any_tokens",
-                          "sequence", "or", "optional", "star", "plus", "repeat", "tag", "triggered_tags",
-                          "token_triggered_tags", "dispatch", "token_dispatch", "tags_with_separator"})
+FORMAT_TYPES = frozenset(
+    {
+        "const_string",
+        "json_schema",
+        "regex",
+        "grammar",
+        "token",
+        "exclude_token",
+        "any_text",
+        "any_tokens",
+        "sequence",
+        "or",
+        "optional",
+        "star",
+        "plus",
+        "repeat",
+        "tag",
+        "triggered_tags",
+        "token_triggered_tags",
+        "dispatch",
+        "token_dispatch",
+        "tags_with_separator",
+    }
+)
 
 
 class UnsupportedFormatError(GrammarError):
     """A structural-tag format (or option) pushmask cannot compile exactly."""
 
 
-def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Callable | None = None,
-                              clock=None, limits: Limits = DEFAULT_LIMITS,
-                              json_options: JsonOptions | None = None) -> Grammar:
+def structural_tag_to_grammar(
+    tags: Any,
+    triggers: Any = None,
+    *,
+    token_id: Callable | None = None,
+    clock=None,
+    limits: Limits = DEFAULT_LIMITS,
+    json_options: JsonOptions | None = None,
+) -> Grammar:
     """The grammar of a structural tag document (see the module docstring).  `token_id` resolves
     tokens given by text (TokenizerInfo.token_id); `json_options` (the defaults, strict mode, if
     None) compile the JSON bodies, a format's own ``any_order`` / ``max_whitespace_cnt`` over
@@ -93,8 +120,13 @@ def structural_tag_to_grammar(tags: Any, triggers: Any = None, *, token_id: Call
     fmt = root_format(tags, triggers)
     builder = _Builder(token_id, clock, json_options, limits)
     builder.rules["root"] = builder.format(fmt, "#/format")
-    return Grammar(builder.rules, "root", checks=builder.checks, token_limits=builder.token_limits,
-                   token_classes=builder.token_classes)
+    return Grammar(
+        builder.rules,
+        "root",
+        checks=builder.checks,
+        token_limits=builder.token_limits,
+        token_classes=builder.token_classes,
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -114,8 +146,9 @@ def root_format(tags: Any, triggers: Any = None) -> dict:
     tags = _plain(tags)
     if isinstance(tags, (list, tuple)):  # xgrammar's legacy compile_structural_tag(tags, triggers)
         if triggers is None:
-            raise GrammarError("a list of structural tag items needs the triggers: "
-                               "compile_structural_tag(items, triggers)")
+            raise GrammarError(
+                "a list of structural tag items needs the triggers: compile_structural_tag(items, triggers)"
+            )
         return _legacy([_item_dict(item) for item in tags], triggers)
     if not isinstance(tags, dict):
         raise GrammarError(f"a structural tag is a JSON object, got {type(tags).__name__}")
@@ -125,8 +158,10 @@ def root_format(tags: Any, triggers: Any = None) -> dict:
     if tags.get("type", "structural_tag") != "structural_tag" or "format" not in tags:
         if "type" in tags and tags.get("type") != "structural_tag":
             return tags  # a bare format
-        raise GrammarError('a structural tag is {"type": "structural_tag", "format": {...}} '
-                           'or {"structures": [...], "triggers": [...]}')
+        raise GrammarError(
+            'a structural tag is {"type": "structural_tag", "format": {...}} '
+            'or {"structures": [...], "triggers": [...]}'
+        )
     return _plain(tags["format"])
 
 
@@ -147,10 +182,19 @@ def _legacy(items: list[dict], triggers: Any) -> dict:
         missing = {"begin", "schema", "end"} - set(item)
         if missing:
             raise GrammarError(f"structural tag item {item!r} lacks {sorted(missing)}")
-    return {"type": "triggered_tags", "triggers": list(triggers),
-            "tags": [{"type": "tag", "begin": item["begin"], "end": item["end"],
-                      "content": {"type": "json_schema", "json_schema": _schema(item["schema"])}}
-                     for item in items]}
+    return {
+        "type": "triggered_tags",
+        "triggers": list(triggers),
+        "tags": [
+            {
+                "type": "tag",
+                "begin": item["begin"],
+                "end": item["end"],
+                "content": {"type": "json_schema", "json_schema": _schema(item["schema"])},
+            }
+            for item in items
+        ],
+    }
 
 
 def _schema(schema: Any) -> Any:
@@ -176,13 +220,14 @@ class _Builder:
         self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0
 
-    def format(self, fmt: Any, where: str, end_text: list[str] | None = None,
-               end_tokens: frozenset[int] = frozenset()) -> Expr:
+    def format(
+        self, fmt: Any, where: str, end_text: list[str] | None = None, end_tokens: frozenset[int] = frozenset()
+    ) -> Expr:
         """The IR of one format; `end_text` (inside a tag) is what any_text must stop before,
         `end_tokens` the tag's end tokens, which an exclude_token there leaves out (as XGrammar)."""
         fmt = _plain(fmt)
         if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-            raise GrammarError(f"{where}: a format is an object with a \"type\", got {fmt!r}")
+            raise GrammarError(f'{where}: a format is an object with a "type", got {fmt!r}')
         kind = fmt["type"]
         if kind not in FORMAT_TYPES:
             raise UnsupportedFormatError(f"{where}: structural tag format type {kind!r} is not supported by pushmask")
@@ -207,29 +252,42 @@ class _Builder:
         if fmt.get("max_whitespace_cnt") is not None:
             options = options.replace(max_whitespace=int(fmt["max_whitespace_cnt"]))
         if "json_schema" not in fmt:
-            raise GrammarError(f"{where}: json_schema format lacks \"json_schema\"")
+            raise GrammarError(f'{where}: json_schema format lacks "json_schema"')
         schema = _schema(fmt["json_schema"])
         if style != "json":
             if fmt.get("any_order"):
                 raise UnsupportedFormatError(f"{where}: any_order with json_schema style {style!r} is not supported")
             # XML element values: a bare JSON scalar, no whitespace around it
             value_options = options.replace(root_whitespace=False)
-            return xml_arguments(schema, style, lambda sub: self._embed(json_schema_to_grammar(
-                sub, value_options, clock=self.clock, limits=self.limits)), f"{where}/json_schema")
+            return xml_arguments(
+                schema,
+                style,
+                lambda sub: self._embed(
+                    json_schema_to_grammar(sub, value_options, clock=self.clock, limits=self.limits)
+                ),
+                f"{where}/json_schema",
+            )
         return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
 
     def _regex(self, fmt, where):
-        return self._embed(parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states,
-                                       self.limits.max_nesting))
+        return self._embed(
+            parse_regex(_string(fmt, "pattern", where), self.limits.max_rule_states, self.limits.max_nesting)
+        )
 
     def _grammar(self, fmt, where):
-        return self._embed(parse_ebnf(_string(fmt, "grammar", where), max_nesting=self.limits.max_nesting,
-                                      token_id=self.token_id, max_repeat=self.limits.max_repeat))
+        return self._embed(
+            parse_ebnf(
+                _string(fmt, "grammar", where),
+                max_nesting=self.limits.max_nesting,
+                token_id=self.token_id,
+                max_repeat=self.limits.max_repeat,
+            )
+        )
 
     def _token(self, fmt, where):
         token = fmt.get("token")
         if isinstance(token, bool) or not isinstance(token, (int, str)):
-            raise GrammarError(f"{where}: token format needs \"token\" (an id or a token's text), got {token!r}")
+            raise GrammarError(f'{where}: token format needs "token" (an id or a token\'s text), got {token!r}')
         if self.token_id is None:
             if isinstance(token, str):
                 raise GrammarError(f"{where}: token {token!r} needs a tokenizer to resolve it")
@@ -245,7 +303,7 @@ class _Builder:
         (masks/compiler.py)."""
         tokens = fmt.get("exclude_tokens", [])
         if not isinstance(tokens, (list, tuple)):
-            raise GrammarError(f"{where}: \"exclude_tokens\" must be a list of token ids or texts, got {tokens!r}")
+            raise GrammarError(f'{where}: "exclude_tokens" must be a list of token ids or texts, got {tokens!r}')
         excluded = end_tokens | {self._token_id(t, f"{where}/exclude_tokens/{i}") for i, t in enumerate(tokens)}
         known = {v: k for k, v in self.token_classes.items()}
         if excluded not in known:
@@ -264,8 +322,9 @@ class _Builder:
         avoid = excludes + end_text
         if max_chars is not None:
             if avoid:
-                raise UnsupportedFormatError(f"{where}: any_text with max_chars and excluded strings or an "
-                                             "end tag is not supported")
+                raise UnsupportedFormatError(
+                    f"{where}: any_text with max_chars and excluded strings or an end tag is not supported"
+                )
             text = rep(char_class([(0, MAX_CODE_POINT)]), 0, _count(max_chars, where, "max_chars"))
         else:
             text = text_without(avoid)
@@ -281,7 +340,7 @@ class _Builder:
         special token) is never free text anyway; without a vocabulary, a token named by text
         excludes that text and one named by id nothing (request validation only)."""
         if not isinstance(tokens, (list, tuple)):
-            raise GrammarError(f"{where}: \"exclude_tokens\" must be a list of token ids or texts, got {tokens!r}")
+            raise GrammarError(f'{where}: "exclude_tokens" must be a list of token ids or texts, got {tokens!r}')
         vocab = getattr(getattr(self.token_id, "__self__", None), "decoded_vocab", None)
         texts = []
         for token in tokens:
@@ -294,8 +353,10 @@ class _Builder:
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
-                raise UnsupportedFormatError(f"{where}: excluded token {token!r} is not whole UTF-8 text "
-                                             f"({data!r}); exclude it by a longer text instead") from None
+                raise UnsupportedFormatError(
+                    f"{where}: excluded token {token!r} is not whole UTF-8 text "
+                    f"({data!r}); exclude it by a longer text instead"
+                ) from None
             if text:
                 texts.append(text)
         return texts
@@ -328,12 +389,17 @@ class _Builder:
         begin = self._tag_end(fmt.get("begin"), f"{where}/begin")
         ends = fmt.get("end")
         end_texts = [ends] if isinstance(ends, str) else ends if isinstance(ends, list) else []
-        end = alt(*(self._tag_end(e, f"{where}/end") for e in end_texts)) if isinstance(ends, list) \
+        end = (
+            alt(*(self._tag_end(e, f"{where}/end") for e in end_texts))
+            if isinstance(ends, list)
             else self._tag_end(ends, f"{where}/end")
+        )
         text_ends = [e for e in end_texts if isinstance(e, str) and e]
-        token_ends = frozenset(self._token_id(e.get("token"), f"{where}/end")
-                               for e in map(_plain, ends if isinstance(ends, list) else [ends])
-                               if isinstance(e, dict) and e.get("type") == "token")
+        token_ends = frozenset(
+            self._token_id(e.get("token"), f"{where}/end")
+            for e in map(_plain, ends if isinstance(ends, list) else [ends])
+            if isinstance(e, dict) and e.get("type") == "token"
+        )
         content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends, end_tokens=token_ends)
         return seq(begin, content, end)
 
@@ -356,12 +422,15 @@ class _Builder:
         for i, tag in enumerate(_list(fmt, "tags", where)):
             begin = _plain(tag).get("begin")
             if not isinstance(begin, str):
-                raise UnsupportedFormatError(f"{where}/tags/{i}: triggered_tags needs string begin tags "
-                                             "(token-level triggers are not supported)")
+                raise UnsupportedFormatError(
+                    f"{where}/tags/{i}: triggered_tags needs string begin tags (token-level triggers are not supported)"
+                )
             matching = [t for t in triggers if begin.startswith(t)]
             if len(matching) != 1:
-                raise GrammarError(f"{where}/tags/{i}: begin {begin!r} must start with exactly one trigger "
-                                   f"of {triggers!r} (it starts with {len(matching)})")
+                raise GrammarError(
+                    f"{where}/tags/{i}: begin {begin!r} must start with exactly one trigger "
+                    f"of {triggers!r} (it starts with {len(matching)})"
+                )
         excludes = _strings(fmt.get("excludes", []), where, "excludes")
         text = self._rule(text_without(triggers + excludes))
         return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
@@ -379,15 +448,17 @@ class _Builder:
     def _token_triggered_tags(self, fmt, where):
         triggers = fmt.get("trigger_tokens")
         if not isinstance(triggers, (list, tuple)) or not triggers:
-            raise GrammarError(f"{where}: token_triggered_tags needs a non-empty \"trigger_tokens\" list")
+            raise GrammarError(f'{where}: token_triggered_tags needs a non-empty "trigger_tokens" list')
         trigger_ids = {self._token_id(t, f"{where}/trigger_tokens") for t in triggers}
         for i, tag in enumerate(_list(fmt, "tags", where)):
             begin = _plain(_plain(tag).get("begin"))
             if not (isinstance(begin, dict) and begin.get("type") == "token"):
                 raise GrammarError(f"{where}/tags/{i}: token_triggered_tags needs tags that begin with a token")
             if self._token_id(begin.get("token"), f"{where}/tags/{i}/begin") not in trigger_ids:
-                raise GrammarError(f"{where}/tags/{i}: begin token {begin.get('token')!r} is not one of the "
-                                   f"trigger_tokens {list(triggers)!r}")
+                raise GrammarError(
+                    f"{where}/tags/{i}: begin token {begin.get('token')!r} is not one of the "
+                    f"trigger_tokens {list(triggers)!r}"
+                )
         text = self._rule(text_without(self._token_texts(fmt.get("exclude_tokens", []), where)))
         return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
 
@@ -451,14 +522,14 @@ class _Builder:
 
 def _count(value: Any, where: str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise GrammarError(f"{where}: \"{key}\" must be an integer >= 0, got {value!r}")
+        raise GrammarError(f'{where}: "{key}" must be an integer >= 0, got {value!r}')
     return value
 
 
 def _string(fmt: dict, key: str, where: str) -> str:
     value = fmt.get(key)
     if not isinstance(value, str):
-        raise GrammarError(f"{where}: \"{key}\" must be a string, got {value!r}")
+        raise GrammarError(f'{where}: "{key}" must be a string, got {value!r}')
     return value
 
 
@@ -466,14 +537,14 @@ def _strings(value: Any, where: str, key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise GrammarError(f"{where}: \"{key}\" must be a list of strings, got {value!r}")
+        raise GrammarError(f'{where}: "{key}" must be a list of strings, got {value!r}')
     return [v for v in value]
 
 
 def _list(fmt: dict, key: str, where: str) -> list:
     value = fmt.get(key)
     if not isinstance(value, (list, tuple)) or not value:
-        raise GrammarError(f"{where}: \"{key}\" must be a non-empty list, got {value!r}")
+        raise GrammarError(f'{where}: "{key}" must be a non-empty list, got {value!r}')
     return list(value)
 
 
@@ -545,4 +616,3 @@ def _gaps(codes: list[int]) -> list[tuple[int, int]]:
             if hi > SURROGATES[1]:
                 cut.append((SURROGATES[1] + 1, hi))
     return cut
-

@@ -20,8 +20,9 @@ needs no exclusion: a token is not text).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .core.errors import GrammarError
 from .xml_arguments import check_xml_arguments
@@ -100,8 +101,13 @@ class _Writer:
 
     def triggered(self, triggers: list[str], tags: list[dict], at_least_one: bool, stop_after_first: bool) -> dict:
         if all(t["type"] == "tag" and isinstance(t["begin"], str) for t in tags):
-            return {"type": "triggered_tags", "triggers": triggers, "tags": tags,
-                    "at_least_one": at_least_one, "stop_after_first": stop_after_first}
+            return {
+                "type": "triggered_tags",
+                "triggers": triggers,
+                "tags": tags,
+                "at_least_one": at_least_one,
+                "stop_after_first": stop_after_first,
+            }
         # Token triggers: free text excludes only the text triggers; the rest is triggered_tags'
         # language written out.
         text = {"type": "any_text", "excludes": [t for t in triggers if self.is_text(t)]}
@@ -113,8 +119,13 @@ class _Writer:
 
     def joined(self, tags: list[dict], separator: str, at_least_one: bool, stop_after_first: bool) -> dict:
         if self.is_text(separator) and all(t["type"] == "tag" for t in tags):
-            return {"type": "tags_with_separator", "tags": tags, "separator": separator,
-                    "at_least_one": at_least_one, "stop_after_first": stop_after_first}
+            return {
+                "type": "tags_with_separator",
+                "tags": tags,
+                "separator": separator,
+                "at_least_one": at_least_one,
+                "stop_after_first": stop_after_first,
+            }
         tag = _or(tags)
         body = tag if stop_after_first else _seq(tag, {"type": "star", "content": _seq(self.const(separator), tag)})
         return body if at_least_one else {"type": "optional", "content": body}
@@ -134,6 +145,7 @@ def _json(tool: _Tool) -> dict:
 
 # -- XML parameters ----------------------------------------------------------------------------
 
+
 def _xml(tool: _Tool, style: str) -> dict:
     """The tool's arguments as XML elements (grammar/xml_arguments.py), checked here so that a
     schema XML cannot hold is refused when the tag is built, naming the tool."""
@@ -142,6 +154,7 @@ def _xml(tool: _Tool, style: str) -> dict:
 
 
 # -- the families --------------------------------------------------------------------------------
+
 
 def _llama(w: _Writer, tool: _Tool) -> list[dict]:
     head = f'{{"name": {json.dumps(tool.name)}, "parameters": '
@@ -169,8 +182,13 @@ def _qwen3_coder(w: _Writer, tool: _Tool) -> list[dict]:
 
 
 def _deepseek_v3(w: _Writer, tool: _Tool) -> list[dict]:
-    return [w.tag(f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{tool.name}\n```json\n", _json(tool),
-                  "\n```<｜tool▁call▁end｜>")]
+    return [
+        w.tag(
+            f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{tool.name}\n```json\n",
+            _json(tool),
+            "\n```<｜tool▁call▁end｜>",
+        )
+    ]
 
 
 def _deepseek_v3_1(w: _Writer, tool: _Tool) -> list[dict]:
@@ -179,8 +197,13 @@ def _deepseek_v3_1(w: _Writer, tool: _Tool) -> list[dict]:
 
 def _kimi_k2(w: _Writer, tool: _Tool) -> list[dict]:
     index = {"type": "regex", "pattern": "[0-9]{1,6}"}  # the call's number in the conversation
-    return [w.tag(f"<|tool_call_begin|>functions.{tool.name}:",
-                  _seq(index, w.const("<|tool_call_argument_begin|>"), _json(tool)), "<|tool_call_end|>")]
+    return [
+        w.tag(
+            f"<|tool_call_begin|>functions.{tool.name}:",
+            _seq(index, w.const("<|tool_call_argument_begin|>"), _json(tool)),
+            "<|tool_call_end|>",
+        )
+    ]
 
 
 def _glm(w: _Writer, tool: _Tool) -> list[dict]:
@@ -193,44 +216,95 @@ def _minimax_m2(w: _Writer, tool: _Tool) -> list[dict]:
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family("Llama 3.1 / 3.2 / 3.3 JSON tool calls (optionally after <|python_tag|>)", _llama,
-                    triggers=('{"name": ', "<|python_tag|>"), separator="; ", reasoning=None),
-    "hermes": Family("Hermes 2 Pro, Qwen 2.5, Qwen3, QwQ: <tool_call> JSON </tool_call>", _hermes,
-                     triggers=("<tool_call>",), separator="\n"),
-    "mistral": Family("Mistral 7B v0.3, Nemo, Small (before v11): [TOOL_CALLS] [JSON list]", _mistral,
-                      triggers=("[TOOL_CALLS]",), separator=", ", section=("[TOOL_CALLS]", "]"),
-                      section_gap=r" ?\[", reasoning=None),  # "[TOOL_CALLS] [" (v0.3), "[TOOL_CALLS][" (Nemo),
-    "mistral_v11": Family("Mistral Small 3.2, Magistral, Devstral (tokenizer v11 and later): "
-                          "[TOOL_CALLS]NAME[ARGS]JSON per call", _mistral_v11, triggers=("[TOOL_CALLS]",),
-                          reasoning=None, calls_end_output=True),
-    "qwen3_coder": Family("Qwen3-Coder, Qwen3-Coder-Next: <function=NAME> with <parameter=KEY> elements",
-                          _qwen3_coder, triggers=("<tool_call>",), separator="\n"),
-    "deepseek_v3": Family("DeepSeek V3 / V3-0324, R1 / R1-0528: function<｜tool▁sep｜>NAME and a ```json block",
-                          _deepseek_v3, triggers=("<｜tool▁calls▁begin｜>",), separator="\n",
-                          section=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")),
-    "deepseek_v3_1": Family("DeepSeek V3.1, V3.2-Exp: NAME<｜tool▁sep｜>JSON", _deepseek_v3_1,
-                            triggers=("<｜tool▁calls▁begin｜>",),
-                            section=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")),
-    "kimi_k2": Family("Kimi K2: <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>JSON",
-                      _kimi_k2, triggers=("<|tool_calls_section_begin|>",),
-                      section=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")),
-    "glm45": Family("GLM-4.5 / 4.6: <tool_call>NAME with <arg_key>/<arg_value> pairs, one a line", _glm,
-                    triggers=("<tool_call>",), separator="\n"),
+    "llama": Family(
+        "Llama 3.1 / 3.2 / 3.3 JSON tool calls (optionally after <|python_tag|>)",
+        _llama,
+        triggers=('{"name": ', "<|python_tag|>"),
+        separator="; ",
+        reasoning=None,
+    ),
+    "hermes": Family(
+        "Hermes 2 Pro, Qwen 2.5, Qwen3, QwQ: <tool_call> JSON </tool_call>",
+        _hermes,
+        triggers=("<tool_call>",),
+        separator="\n",
+    ),
+    "mistral": Family(
+        "Mistral 7B v0.3, Nemo, Small (before v11): [TOOL_CALLS] [JSON list]",
+        _mistral,
+        triggers=("[TOOL_CALLS]",),
+        separator=", ",
+        section=("[TOOL_CALLS]", "]"),
+        section_gap=r" ?\[",
+        reasoning=None,
+    ),  # "[TOOL_CALLS] [" (v0.3), "[TOOL_CALLS][" (Nemo),
+    "mistral_v11": Family(
+        "Mistral Small 3.2, Magistral, Devstral (tokenizer v11 and later): [TOOL_CALLS]NAME[ARGS]JSON per call",
+        _mistral_v11,
+        triggers=("[TOOL_CALLS]",),
+        reasoning=None,
+        calls_end_output=True,
+    ),
+    "qwen3_coder": Family(
+        "Qwen3-Coder, Qwen3-Coder-Next: <function=NAME> with <parameter=KEY> elements",
+        _qwen3_coder,
+        triggers=("<tool_call>",),
+        separator="\n",
+    ),
+    "deepseek_v3": Family(
+        "DeepSeek V3 / V3-0324, R1 / R1-0528: function<｜tool▁sep｜>NAME and a ```json block",
+        _deepseek_v3,
+        triggers=("<｜tool▁calls▁begin｜>",),
+        separator="\n",
+        section=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+    ),
+    "deepseek_v3_1": Family(
+        "DeepSeek V3.1, V3.2-Exp: NAME<｜tool▁sep｜>JSON",
+        _deepseek_v3_1,
+        triggers=("<｜tool▁calls▁begin｜>",),
+        section=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+    ),
+    "kimi_k2": Family(
+        "Kimi K2: <|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>JSON",
+        _kimi_k2,
+        triggers=("<|tool_calls_section_begin|>",),
+        section=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+    ),
+    "glm45": Family(
+        "GLM-4.5 / 4.6: <tool_call>NAME with <arg_key>/<arg_value> pairs, one a line",
+        _glm,
+        triggers=("<tool_call>",),
+        separator="\n",
+    ),
     "glm47": Family("GLM-4.7 / 5: as GLM-4.5 without the newlines", _glm, triggers=("<tool_call>",)),
-    "minimax_m2": Family('MiniMax-M2: <minimax:tool_call> with <invoke name="NAME"> and <parameter name="KEY">',
-                         _minimax_m2, triggers=("<minimax:tool_call>",),
-                         section=("<minimax:tool_call>\n", "</minimax:tool_call>")),
-    "harmony": Family("gpt-oss (OpenAI Harmony): <|channel|>commentary to=functions.NAME ... <|message|>JSON",
-                      None, triggers=("<|channel|>",), reasoning=("<|channel|>analysis<|message|>",
-                                                             "<|end|><|start|>assistant")),
+    "minimax_m2": Family(
+        'MiniMax-M2: <minimax:tool_call> with <invoke name="NAME"> and <parameter name="KEY">',
+        _minimax_m2,
+        triggers=("<minimax:tool_call>",),
+        section=("<minimax:tool_call>\n", "</minimax:tool_call>"),
+    ),
+    "harmony": Family(
+        "gpt-oss (OpenAI Harmony): <|channel|>commentary to=functions.NAME ... <|message|>JSON",
+        None,
+        triggers=("<|channel|>",),
+        reasoning=("<|channel|>analysis<|message|>", "<|end|><|start|>assistant"),
+    ),
 }
 
 
 # -- the entry point -----------------------------------------------------------------------------
 
-def tool_call_structural_tag(family: str, tools: list, tool_choice: Any = "auto", *,
-                             parallel_tool_calls: bool = True, reasoning: bool = False,
-                             reasoning_opened: bool = False, special_tokens: Iterable[str] = ()) -> dict:
+
+def tool_call_structural_tag(
+    family: str,
+    tools: list,
+    tool_choice: Any = "auto",
+    *,
+    parallel_tool_calls: bool = True,
+    reasoning: bool = False,
+    reasoning_opened: bool = False,
+    special_tokens: Iterable[str] = (),
+) -> dict:
     """The structural tag of `family`'s output with these tools.
 
     Parameters
@@ -290,7 +364,7 @@ def _tool(tool: Any, index: int) -> _Tool:
         raise GrammarError(f"tools[{index}]: a tool is a JSON object, got {tool!r}")
     function = tool.get("function", tool) if tool.get("type", "function") == "function" else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-        raise GrammarError(f"tools[{index}]: a function tool needs a \"name\", got {tool!r}")
+        raise GrammarError(f'tools[{index}]: a function tool needs a "name", got {tool!r}')
     parameters = function.get("parameters", {"type": "object", "properties": {}})
     if function.get("strict") is False:
         parameters = {"type": "object"}
@@ -311,8 +385,10 @@ def _choice(tool_choice: Any, tools: list[_Tool]) -> tuple[str, list[_Tool]]:
         name = (tool_choice.get("function") or {}).get("name", tool_choice.get("name"))
     chosen = [t for t in tools if t.name == name]
     if not chosen:
-        raise GrammarError(f"tool_choice {tool_choice!r} is not \"auto\", \"required\", \"none\" or a function "
-                           f"among the tools ({', '.join(t.name for t in tools)})")
+        raise GrammarError(
+            f'tool_choice {tool_choice!r} is not "auto", "required", "none" or a function '
+            f"among the tools ({', '.join(t.name for t in tools)})"
+        )
     return "named", chosen[:1]
 
 
@@ -350,10 +426,18 @@ def _harmony(w: _Writer, tools: list[_Tool], choice: str) -> dict:
     space = {"type": "regex", "pattern": " ?"}
     end = [w.const("<|call|>")] if not w.is_text("<|call|>") else []
     # The recipient after the channel (the Harmony guide's examples), or in the header before it.
-    calls = [_or([_seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t), *end)
-                  for head in (f"<|channel|>commentary to=functions.{t.name}",
-                               f" to=functions.{t.name}<|channel|>commentary")])
-             for t in tools]
+    calls = [
+        _or(
+            [
+                _seq(w.const(head), space, w.const("<|constrain|>json<|message|>"), _json(t), *end)
+                for head in (
+                    f"<|channel|>commentary to=functions.{t.name}",
+                    f" to=functions.{t.name}<|channel|>commentary",
+                )
+            ]
+        )
+        for t in tools
+    ]
     if choice == "none":
         return final
     if choice == "auto":

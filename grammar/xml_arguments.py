@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
-from .ecma_regex import pattern_dfa
 from .core.errors import GrammarError
+from .ecma_regex import pattern_dfa
+from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
 from .ir import Expr, alt, lit, opt, seq
 from .json_strings import string_dfa
 
@@ -67,13 +67,20 @@ class XmlStyle:
 XML_STYLES: dict[str, XmlStyle] = {
     "qwen_xml": XmlStyle(lambda key, _: f"<parameter={key}>\n", "\n</parameter>", _MARKUP, python_bools=True),
     "minimax_xml": XmlStyle(lambda key, _: f'<parameter name="{key}">', "</parameter>", _MARKUP),
-    "glm_xml": XmlStyle(lambda key, _: f"<arg_key>{key}</arg_key>", "</arg_value>", _MARKUP, gap="\n",
-                        value_open="<arg_value>"),
+    "glm_xml": XmlStyle(
+        lambda key, _: f"<arg_key>{key}</arg_key>", "</arg_value>", _MARKUP, gap="\n", value_open="<arg_value>"
+    ),
     # DeepSeek's markup starts "<｜": kept out of raw values too
-    "deepseek_xml": XmlStyle(lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
-                             "</｜DSML｜parameter>", _MARKUP + "|<｜"),
-    "deepseek_v4_1_xml": XmlStyle(lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
-                                  "</｜DSML｜ parameter>", _MARKUP + "|<｜"),
+    "deepseek_xml": XmlStyle(
+        lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
+        "</｜DSML｜parameter>",
+        _MARKUP + "|<｜",
+    ),
+    "deepseek_v4_1_xml": XmlStyle(
+        lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
+        "</｜DSML｜ parameter>",
+        _MARKUP + "|<｜",
+    ),
 }
 
 
@@ -82,15 +89,22 @@ def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], wh
     is the IR of a JSON value of a (non-string) property schema."""
     spec = XML_STYLES.get(style)
     if spec is None:
-        raise _unsupported(where, f"json_schema style {style!r} is not supported "
-                                  f"(only \"json\", {', '.join(map(repr, XML_STYLES))})")
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" \
-            or not isinstance(schema.get("properties"), dict):
-        raise _unsupported(where, f"{style} arguments need an object schema with \"properties\"")
+        raise _unsupported(
+            where, f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, XML_STYLES))})'
+        )
+    if (
+        not isinstance(schema, dict)
+        or schema.get("type", "object") != "object"
+        or not isinstance(schema.get("properties"), dict)
+    ):
+        raise _unsupported(where, f'{style} arguments need an object schema with "properties"')
     extra = set(schema) - _OBJECT_KEYS
     if extra or schema.get("additionalProperties", False) is not False and schema.get("properties"):
-        raise _unsupported(where, f"{style} arguments take declared properties only; "
-                                  f"{sorted(extra) or ['additionalProperties']} cannot be written as elements")
+        raise _unsupported(
+            where,
+            f"{style} arguments take declared properties only; "
+            f"{sorted(extra) or ['additionalProperties']} cannot be written as elements",
+        )
     properties = schema.get("properties", {})
     required = schema.get("required", [])
     if not isinstance(required, list) or not set(required) <= set(properties):
@@ -129,8 +143,11 @@ def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, wher
         if spec.python_bools and kinds == {"boolean"} and set(schema) - _ANNOTATIONS == {"type"}:
             return alt(lit("true"), lit("false"), lit("True"), lit("False")), False
         return json_value(schema), False
-    raise _unsupported(where, f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
-                              "XML text (only strings, or integers / numbers / booleans / null)")
+    raise _unsupported(
+        where,
+        f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
+        "XML text (only strings, or integers / numbers / booleans / null)",
+    )
 
 
 def _kinds(schema: dict) -> set[str]:
@@ -140,7 +157,9 @@ def _kinds(schema: dict) -> set[str]:
         return {declared}
     if isinstance(declared, list):
         return set(declared)
-    values = schema["enum"] if isinstance(schema.get("enum"), list) else [schema["const"]] if "const" in schema else None
+    values = (
+        schema["enum"] if isinstance(schema.get("enum"), list) else [schema["const"]] if "const" in schema else None
+    )
     if values is None or set(schema) - _ANNOTATIONS - {"enum", "const"}:
         return set()
     names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
@@ -158,8 +177,13 @@ def _string_values(schema: dict, where: str) -> Dfa:
         if "enum" in schema and "const" in schema:
             listed = [v for v in listed if v == schema["const"]]
         values = literal_dfa([v for v in listed if isinstance(v, str)])
-    constrained = string_dfa(min_length=schema.get("minLength"), max_length=schema.get("maxLength"),
-                             pattern=schema.get("pattern"), format=schema.get("format"), pointer=where)
+    constrained = string_dfa(
+        min_length=schema.get("minLength"),
+        max_length=schema.get("maxLength"),
+        pattern=schema.get("pattern"),
+        format=schema.get("format"),
+        pointer=where,
+    )
     return values if constrained is None else values.intersect(constrained)
 
 

@@ -9,7 +9,7 @@ the rest replaced.  The caller removes `back` tokens and appends `tokens`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..masks.vocab import TokenizerInfo
 
@@ -19,8 +19,9 @@ DEFAULT_MAX_BACK = 4
 """Generated tokens that may be re-tokenized together with forced text."""
 
 
-def canonical_fast_forward(tokenizer, info: TokenizerInfo, generated: Sequence[int], forced: str,
-                           max_back: int = DEFAULT_MAX_BACK) -> tuple[int, list[int]]:
+def canonical_fast_forward(
+    tokenizer, info: TokenizerInfo, generated: Sequence[int], forced: str, max_back: int = DEFAULT_MAX_BACK
+) -> tuple[int, list[int]]:
     """(back, tokens): drop the last `back` generated tokens (back <= max_back) and append
     `tokens`, whose bytes are exactly those of the dropped tokens followed by `forced`.
     `generated` holds the output's token ids so far (no prompt).  The re-encoded tail is the

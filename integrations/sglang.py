@@ -35,11 +35,13 @@ try:
         register_grammar_backend,
     )
 except ImportError as exc:  # pragma: no cover - only without SGLang
-    raise ImportError(f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}") from exc
+    raise ImportError(
+        f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}"
+    ) from exc
 
 from ..grammar.core.errors import PushmaskError
-from ..grammar.structural_tag import root_format
 from ..grammar.json_options import JsonOptions
+from ..grammar.structural_tag import root_format
 from ..masks.bitmask import apply_token_bitmask_inplace, get_bitmask_shape
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
 from ..masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
@@ -66,8 +68,9 @@ def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
 class PushmaskGrammar(BaseGrammarObject):
     """One request's grammar state: a pushmask matcher behind SGLang's grammar-object methods."""
 
-    def __init__(self, compiled: CompiledGrammar, key_string: str, grammar_stats: GrammarStats | None = None,
-                 kind: str = "json"):
+    def __init__(
+        self, compiled: CompiledGrammar, key_string: str, grammar_stats: GrammarStats | None = None, kind: str = "json"
+    ):
         super().__init__()
         self.compiled = compiled
         self.key_string = key_string
@@ -87,8 +90,9 @@ class PushmaskGrammar(BaseGrammarObject):
                 left = max(0, int(max_new_tokens) - int(generated()))
             self._matcher, unused = budgeted_matcher(self.compiled, left, max_rollback_tokens=MAX_ROLLBACK_TOKENS)
             if unused is not None:
-                logger.warning("pushmask: a budget of %d tokens is not used for %r (%s)", left, self.key_string[:80],
-                               unused[:300])
+                logger.warning(
+                    "pushmask: a budget of %d tokens is not used for %r (%s)", left, self.key_string[:80], unused[:300]
+                )
         return self._matcher
 
     def set_token_budget(self, max_new_tokens: int, generated) -> None:
@@ -121,8 +125,9 @@ class PushmaskGrammar(BaseGrammarObject):
     def fill_vocab_mask_batched(entries, vocab_mask: torch.Tensor) -> None:
         """Fill each entry's row, the rows spread over threads (the fill kernel frees the GIL)."""
         if entries:
-            batch_fill_next_token_bitmask([e.grammar.matcher for e in entries], vocab_mask,
-                                          indices=[e.row for e in entries])
+            batch_fill_next_token_bitmask(
+                [e.grammar.matcher for e in entries], vocab_mask, indices=[e.row for e in entries]
+            )
 
     @staticmethod
     def reset_vocab_mask(vocab_mask: torch.Tensor) -> None:
@@ -131,7 +136,7 @@ class PushmaskGrammar(BaseGrammarObject):
     move_vocab_mask = staticmethod(move_vocab_mask)
     apply_vocab_mask = staticmethod(apply_vocab_mask)
 
-    def copy(self) -> "PushmaskGrammar":
+    def copy(self) -> PushmaskGrammar:
         """A fresh state of the same compiled grammar (SGLang copies its cached grammars)."""
         stats = self.grammar_stats
         if stats is not None:
@@ -165,19 +170,26 @@ class PushmaskGrammar(BaseGrammarObject):
 class PushmaskGrammarBackend(BaseGrammarBackend):
     """Compiles SGLang's grammar requests with one pushmask compiler (its masks are shared)."""
 
-    def __init__(self, tokenizer, vocab_size: int, model_eos_token_ids: Optional[List[int]] = None,
-                 any_whitespace: bool = True, max_whitespace_cnt: Optional[int] = None):
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int,
+        model_eos_token_ids: Optional[List[int]] = None,
+        any_whitespace: bool = True,
+        max_whitespace_cnt: Optional[int] = None,
+    ):
         super().__init__()
-        info = TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
-                                              stop_token_ids=list(model_eos_token_ids) if model_eos_token_ids else None)
+        info = TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=list(model_eos_token_ids) if model_eos_token_ids else None
+        )
         self.compiler = GrammarCompiler(info)
         self.vocab_size = vocab_size
         self.any_whitespace = any_whitespace
         self.max_whitespace_cnt = max_whitespace_cnt
         # xgrammar's defaults with SGLang's two JSON flags, as SGLang's xgrammar backend has them
-        self.json_options = JsonOptions.from_xgrammar(any_whitespace=any_whitespace,
-                                                      max_whitespace_cnt=max_whitespace_cnt,
-                                                      base=JsonOptions.xgrammar())
+        self.json_options = JsonOptions.from_xgrammar(
+            any_whitespace=any_whitespace, max_whitespace_cnt=max_whitespace_cnt, base=JsonOptions.xgrammar()
+        )
 
     def _grammar(self, kind: str, key_string: str, compile_) -> BaseGrammarObject:
         try:
@@ -190,8 +202,9 @@ class PushmaskGrammarBackend(BaseGrammarBackend):
     def dispatch_json(self, key_string: str) -> BaseGrammarObject:
         if key_string == "$$ANY$$":  # SGLang's "any JSON value" (response_format json_object)
             return self._grammar("json", key_string, self.compiler.compile_builtin_json_grammar)
-        return self._grammar("json", key_string, lambda: self.compiler.compile_json_schema(
-            json.loads(key_string), self.json_options))
+        return self._grammar(
+            "json", key_string, lambda: self.compiler.compile_json_schema(json.loads(key_string), self.json_options)
+        )
 
     def dispatch_regex(self, key_string: str) -> BaseGrammarObject:
         return self._grammar("regex", key_string, lambda: self.compiler.compile_regex(key_string))
@@ -201,8 +214,11 @@ class PushmaskGrammarBackend(BaseGrammarBackend):
 
     def dispatch_structural_tag(self, key_string: str) -> BaseGrammarObject:
         """XGrammar's structural tag (SGLang's legacy ``structures`` form keeps its at_least_one)."""
-        return self._grammar("structural_tag", key_string, lambda: self.compiler.compile_structural_tag(
-            key_string, options=self.json_options))
+        return self._grammar(
+            "structural_tag",
+            key_string,
+            lambda: self.compiler.compile_structural_tag(key_string, options=self.json_options),
+        )
 
     def compile_framed_grammar(self, grammar: BaseGrammarObject, frame) -> Optional[BaseGrammarObject]:
         """frame(content): a structural tag embedding the request's grammar as its content
@@ -245,9 +261,12 @@ def create_backend(server_args, tokenizer, vocab_size: int, eos_token_ids=None):
     wrapped in SGLang's ReasonerGrammarBackend when the server has a reasoning parser (SGLang
     wraps only its built-in backends itself)."""
     backend = PushmaskGrammarBackend(
-        tokenizer, vocab_size, sorted(eos_token_ids) if eos_token_ids else None,
+        tokenizer,
+        vocab_size,
+        sorted(eos_token_ids) if eos_token_ids else None,
         any_whitespace=not getattr(server_args, "constrained_json_disable_any_whitespace", False),
-        max_whitespace_cnt=getattr(server_args, "constrained_json_max_whitespace_cnt", None))
+        max_whitespace_cnt=getattr(server_args, "constrained_json_max_whitespace_cnt", None),
+    )
     reasoning_parser = getattr(server_args, "reasoning_parser", None)
     if not reasoning_parser:
         return backend
@@ -255,8 +274,9 @@ def create_backend(server_args, tokenizer, vocab_size: int, eos_token_ids=None):
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
     parser = ReasoningParser(model_type=reasoning_parser, stream_reasoning=False, tokenizer=tokenizer)
-    return ReasonerGrammarBackend(backend, parser, tokenizer,
-                                  enable_strict_thinking=bool(getattr(server_args, "enable_strict_thinking", False)))
+    return ReasonerGrammarBackend(
+        backend, parser, tokenizer, enable_strict_thinking=bool(getattr(server_args, "enable_strict_thinking", False))
+    )
 
 
 def _pushmask_grammar(grammar) -> PushmaskGrammar | None:
@@ -268,6 +288,7 @@ def _pushmask_grammar(grammar) -> PushmaskGrammar | None:
 def _with_token_budget(apply_config):
     """GrammarManager._apply_request_reasoning_config (run for every request once its grammar is
     assigned), then the request's max_new_tokens handed to its pushmask grammar."""
+
     def _apply_request_reasoning_config(self, req) -> None:
         apply_config(self, req)
         grammar = _pushmask_grammar(getattr(req, "grammar", None))

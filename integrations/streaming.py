@@ -15,8 +15,9 @@ import json
 import queue
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 __all__ = ["GenerationStream", "StreamEvent", "partial_json"]
 
@@ -170,7 +171,7 @@ class GenerationStream:
         self.result = None
 
     def __iter__(self) -> Iterator[StreamEvent]:
-        pieces: "queue.Queue" = queue.Queue()
+        pieces: queue.Queue = queue.Queue()
         done = object()
         failure: list[BaseException] = []
 

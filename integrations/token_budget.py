@@ -17,7 +17,7 @@ def budgeted_matcher(compiled: CompiledGrammar, left: int | None, **options) -> 
     """(a matcher for `left` tokens of output, None if unbounded; why the budget is not used,
     or None).  `options` go to GrammarMatcher."""
     reason = None
-    for max_tokens in ([] if left is None else [left - 1, left]):
+    for max_tokens in [] if left is None else [left - 1, left]:
         if max_tokens < 0:
             reason = "no tokens left"
             continue

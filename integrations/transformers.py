@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -198,8 +198,9 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         budget = self.max_new_tokens
         if budget is not None and self.token_healing:
             budget -= 1  # the first token may re-spell the removed prompt bytes only
-        matcher = GrammarMatcher(self.grammars[grammar_index], override_stop_tokens=self.stop_token_ids,
-                                 max_tokens=budget)
+        matcher = GrammarMatcher(
+            self.grammars[grammar_index], override_stop_tokens=self.stop_token_ids, max_tokens=budget
+        )
         return _Slot(grammar_index, matcher)
 
     def _is_new_call(self, ids: np.ndarray) -> bool:
@@ -377,9 +378,12 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
                 left = config.max_length - length
                 ours = self.max_new_tokens - (length - self._prompt.shape[1])
                 if left < ours:
-                    warnings.warn(f"GrammarLogitsProcessor(max_new_tokens={self.max_new_tokens}) runs in a "
-                                  f"model.generate call that stops after {left} more tokens: outputs may be cut off "
-                                  "before the grammar ends; pass generate the same max_new_tokens", stacklevel=4)
+                    warnings.warn(
+                        f"GrammarLogitsProcessor(max_new_tokens={self.max_new_tokens}) runs in a "
+                        f"model.generate call that stops after {left} more tokens: outputs may be cut off "
+                        "before the grammar ends; pass generate the same max_new_tokens",
+                        stacklevel=4,
+                    )
                 return
             frame = frame.f_back
 
@@ -410,9 +414,7 @@ class JumpForwardStoppingCriteria(_StoppingCriteriaBase):
         import torch
 
         matchers = self.processor.sync(input_ids)
-        stop = [
-            (not m.is_terminated()) and len(m.find_jump_forward_string()) >= self.min_chars for m in matchers
-        ]
+        stop = [(not m.is_terminated()) and len(m.find_jump_forward_string()) >= self.min_chars for m in matchers]
         return torch.tensor(stop, dtype=torch.bool, device=input_ids.device)
 
 

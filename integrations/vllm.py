@@ -59,8 +59,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - only without vLLM
     raise ImportError(
-        "pushmask.integrations.vllm needs vLLM (v1 structured outputs, tested with 0.32); "
-        f"importing it failed: {exc}"
+        f"pushmask.integrations.vllm needs vLLM (v1 structured outputs, tested with 0.32); importing it failed: {exc}"
     ) from exc
 
 from ..grammar.core.caches import BoundedCache
@@ -169,7 +168,7 @@ def _env_max_whitespace() -> int | None:
 
 
 def _grammar_front_end(text: str) -> str:
-    """"ebnf" if the text defines a rule with `::=`, else "lark" (grammar_kind applies vLLM's own
+    """ "ebnf" if the text defines a rule with `::=`, else "lark" (grammar_kind applies vLLM's own
     test, so GRAMMAR requests split the way they do for xgrammar; JSON text stays with Lark, as there)."""
     return "ebnf" if grammar_kind(text).kind == "ebnf" else "lark"
 
@@ -266,8 +265,11 @@ class PushmaskBackend(StructuredOutputBackend):
             first = request_type.name not in self._fallback_logged
             self._fallback_logged.add(request_type.name)
             (logger.warning if first else logger.debug)(
-                "pushmask cannot compile this %s request (%s); handing it to xgrammar%s", request_type.name,
-                reason[:300], " (logged once per request type)" if first else "")
+                "pushmask cannot compile this %s request (%s); handing it to xgrammar%s",
+                request_type.name,
+                reason[:300],
+                " (logged once per request type)" if first else "",
+            )
             return self._xgrammar_backend().compile_grammar(request_type, grammar_spec, stop_token_ids)
         stops = sorted(int(t) for t in stop_token_ids) if stop_token_ids else None
         if stops is not None:
@@ -284,14 +286,21 @@ class PushmaskBackend(StructuredOutputBackend):
         text_stops = [t for t in (stops or self.tokenizer_info.stop_token_ids) if vocab[t]]
         return PushmaskGrammar(matcher, text_stop_tokens=text_stops)
 
-    def _matcher(self, compiled: CompiledGrammar, stops: list[int] | None, left: int | None,
-                 request_type: StructuredOutputOptions) -> GrammarMatcher:
+    def _matcher(
+        self,
+        compiled: CompiledGrammar,
+        stops: list[int] | None,
+        left: int | None,
+        request_type: StructuredOutputOptions,
+    ) -> GrammarMatcher:
         """A matcher for `left` tokens of output (None: unbounded); see integrations/token_budget.py."""
-        matcher, unused = budgeted_matcher(compiled, left, override_stop_tokens=stops,
-                                           max_rollback_tokens=self.num_speculative_tokens)
+        matcher, unused = budgeted_matcher(
+            compiled, left, override_stop_tokens=stops, max_rollback_tokens=self.num_speculative_tokens
+        )
         if unused is not None:
-            logger.warning("pushmask: a %s request's budget of %d tokens is not used (%s)", request_type.name, left,
-                           unused[:300])
+            logger.warning(
+                "pushmask: a %s request's budget of %d tokens is not used (%s)", request_type.name, left, unused[:300]
+            )
         return matcher
 
     def _compiled_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str) -> CompiledGrammar:
@@ -299,12 +308,15 @@ class PushmaskBackend(StructuredOutputBackend):
         kind, arg = _parse_spec(request_type, grammar_spec)
         started = time.perf_counter()
         compiled = self.compiler.compile(kind, arg, **_front_end_options(kind, self.compact_json, self.max_whitespace))
-        logger.info("pushmask has a %s request ready in %.1f ms (%d automaton states; compiled or memoised)",
-                    request_type.name,
-                    1000 * (time.perf_counter() - started), compiled.num_states)
+        logger.info(
+            "pushmask has a %s request ready in %.1f ms (%d automaton states; compiled or memoised)",
+            request_type.name,
+            1000 * (time.perf_counter() - started),
+            compiled.num_states,
+        )
         return compiled
 
-    def allocate_token_bitmask(self, max_num_seqs: int) -> "torch.Tensor":
+    def allocate_token_bitmask(self, max_num_seqs: int) -> torch.Tensor:
         """int32 [max_num_seqs, ceil(vocab_size / 32)], every bit set (all tokens allowed)."""
         import torch
 
@@ -394,7 +406,7 @@ class PushmaskGrammar(StructuredOutputGrammar):
             self.num_processed_tokens -= num_tokens
             self._is_terminated = self.matcher.is_terminated()
 
-    def fill_bitmask(self, bitmask: "torch.Tensor", batch_index: int) -> None:
+    def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
         with self._lock:
             node = self.drafts.node_at() if self.drafts is not None else None
             if node is not None:  # the matcher stands at a planned draft state: its row is ready
@@ -511,16 +523,20 @@ def validate_pushmask_request(sampling_params) -> None:
     try:
         # Compact or flexible whitespace does not change whether a constraint compiles.  Token
         # terminals given by name pass in structural tags only (EBNF / Lark ones need the tokenizer).
-        to_grammar(kind, arg, token_id=_resolve_any_token if kind == "structural_tag" else None,
-                   **_front_end_options(kind, compact=False, max_whitespace=_env_max_whitespace()))
+        to_grammar(
+            kind,
+            arg,
+            token_id=_resolve_any_token if kind == "structural_tag" else None,
+            **_front_end_options(kind, compact=False, max_whitespace=_env_max_whitespace()),
+        )
     except Exception as exc:  # every front-end error becomes a request error, never a crash
         try:
             _original_xgrammar()[1](sampling_params)
         except Exception as xgrammar_exc:
-            raise VLLMValidationError(f"pushmask cannot compile this {kind} constraint: {exc}; "
-                                      f"xgrammar neither: {xgrammar_exc}") from exc
-        logger.warning("pushmask cannot compile this %s constraint (%s); xgrammar will serve it", kind,
-                       str(exc)[:300])
+            raise VLLMValidationError(
+                f"pushmask cannot compile this {kind} constraint: {exc}; xgrammar neither: {xgrammar_exc}"
+            ) from exc
+        logger.warning("pushmask cannot compile this %s constraint (%s); xgrammar will serve it", kind, str(exc)[:300])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,9 +550,7 @@ def check_vllm_compatibility() -> list[str]:
     for base, methods in _EXPECTED_SIGNATURES.items():
         abstract = set(getattr(base, "__abstractmethods__", ()))
         if abstract != set(methods):
-            problems.append(
-                f"{base.__name__} abstract methods are {sorted(abstract)}, expected {sorted(methods)}"
-            )
+            problems.append(f"{base.__name__} abstract methods are {sorted(abstract)}, expected {sorted(methods)}")
         for name, params in methods.items():
             func = getattr(base, name, None)
             if func is None:
@@ -559,8 +573,10 @@ def check_vllm_compatibility() -> list[str]:
         problems.append("vllm.v1.structured_output.backend_xgrammar has no validate_xgrammar_grammar")
     create = getattr(getattr(so, "StructuredOutputManager", None), "_create_grammar", None)
     if create is None or tuple(inspect.signature(create).parameters) != ("self", "request"):
-        problems.append("StructuredOutputManager._create_grammar(self, request) is gone (where the request's "
-                        "max_tokens reaches the matcher)")
+        problems.append(
+            "StructuredOutputManager._create_grammar(self, request) is gone (where the request's "
+            "max_tokens reaches the matcher)"
+        )
     return problems
 
 
@@ -627,8 +643,11 @@ def register() -> None:
             "pushmask was written for: " + "; ".join(problems) + f". Unset {ENV_ENABLE} to use xgrammar."
         )
     if not version.startswith(TESTED_VLLM_VERSIONS):
-        logger.warning("pushmask was tested with vLLM %s; vLLM %s has matching interfaces, routing anyway",
-                       "/".join(v + "x" for v in TESTED_VLLM_VERSIONS), version)
+        logger.warning(
+            "pushmask was tested with vLLM %s; vLLM %s has matching interfaces, routing anyway",
+            "/".join(v + "x" for v in TESTED_VLLM_VERSIONS),
+            version,
+        )
     import vllm.v1.structured_output as so
     import vllm.v1.structured_output.backend_xgrammar as bx
 
@@ -647,8 +666,9 @@ def register() -> None:
     _registered = True
     # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
     # override of a backend name should be visible in every process's log.
-    logger.warning("pushmask: vLLM %s structured-output backend 'xgrammar' now routes to pushmask (%s=1)",
-                   version, ENV_ENABLE)
+    logger.warning(
+        "pushmask: vLLM %s structured-output backend 'xgrammar' now routes to pushmask (%s=1)", version, ENV_ENABLE
+    )
 
 
 def is_registered() -> bool:

@@ -34,8 +34,11 @@ def install_draft_masks(manager_cls) -> bool:
 
     params = tuple(inspect.signature(original).parameters)
     if params != ("self", "requests", "structured_output_request_ids", "scheduled_spec_decode_tokens"):
-        logger.warning("pushmask: StructuredOutputManager.grammar_bitmask%s is not the expected signature; "
-                       "speculative masks are filled step by step", params)
+        logger.warning(
+            "pushmask: StructuredOutputManager.grammar_bitmask%s is not the expected signature; "
+            "speculative masks are filled step by step",
+            params,
+        )
         return False
 
     @functools.wraps(original)

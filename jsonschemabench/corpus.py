@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 
 class CorpusError(ValueError):
@@ -48,7 +49,7 @@ def _check_tests(tests: Any, where: str) -> list[dict]:
     if not isinstance(tests, list) or not all(
         isinstance(t, dict) and "data" in t and isinstance(t.get("valid"), bool) for t in tests
     ):
-        raise CorpusError(f"{where}: 'tests' must be a list of {{\"data\": ..., \"valid\": true|false}}")
+        raise CorpusError(f'{where}: \'tests\' must be a list of {{"data": ..., "valid": true|false}}')
     return [{"data": t["data"], "valid": t["valid"]} for t in tests]
 
 
@@ -56,7 +57,7 @@ def _suite_items(doc: list, item_id: str, source: str) -> list[CorpusItem]:
     items = []
     for index, group in enumerate(doc):
         if not isinstance(group, dict) or "schema" not in group:
-            raise CorpusError(f"{source}: group {index} is not a {{\"schema\", \"tests\"}} object")
+            raise CorpusError(f'{source}: group {index} is not a {{"schema", "tests"}} object')
         tests = _check_tests(group.get("tests", []), f"{source} group {index}")
         description = str(group.get("description", "")).strip()
         items.append(CorpusItem(f"{item_id}#{index}", group["schema"], tests, description))
@@ -92,7 +93,7 @@ def load_corpus(paths: Iterable[str | Path], suite: bool = False) -> list[Corpus
             base_id = _relative_id(file, root)
             for item in items_from_file(file, base_id, suite=suite):
                 if item.id in seen:  # the same name under two roots: keep both, distinguishable
-                    item.id = f"{file.as_posix()}{item.id[len(base_id):]}"
+                    item.id = f"{file.as_posix()}{item.id[len(base_id) :]}"
                 seen.add(item.id)
                 items.append(item)
     return items
@@ -151,10 +152,14 @@ def generation_tasks(tokenizer, folder: str | Path, count: int, max_chars: int) 
         except UnsupportedSchemaError:
             continue  # outside what a grammar can express; the compiler says so
         messages = [
-            {"role": "system", "content": "Answer with one JSON value following this JSON Schema:\n" + json.dumps(schema)},
+            {
+                "role": "system",
+                "content": "Answer with one JSON value following this JSON Schema:\n" + json.dumps(schema),
+            },
             {"role": "user", "content": "Give an example."},
         ]
         validator_cls = jsonschema.validators.validator_for(schema)
-        tasks.append(GenerationTask(name, schema, messages, validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)))
+        tasks.append(
+            GenerationTask(name, schema, messages, validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER))
+        )
     return tasks
-

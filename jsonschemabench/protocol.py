@@ -56,9 +56,7 @@ def check_instance(session: Session, tokens: list[int], mask_us: list[float]) ->
     return True, ""
 
 
-def generate_instances(
-    session: Session, hf_tokenizer: Any, count: int, seed: int, max_tokens: int = 256
-) -> list[dict]:
+def generate_instances(session: Session, hf_tokenizer: Any, count: int, seed: int, max_tokens: int = 256) -> list[dict]:
     """Random mask-guided walks: at each step pick a uniformly random allowed token; stop as
     soon as the grammar can end. Walks that hit `max_tokens` first are reported as unfinished."""
     rng = random.Random(seed)
@@ -102,8 +100,9 @@ def _validate_generated(schema: Any, text: str) -> str:
     return ""
 
 
-def run_item(engine: Engine, hf_tokenizer: Any, task: dict, generate: int = 0, seed: int = 0,
-             cold_cache: bool = False) -> dict:
+def run_item(
+    engine: Engine, hf_tokenizer: Any, task: dict, generate: int = 0, seed: int = 0, cold_cache: bool = False
+) -> dict:
     """Run the protocol on one task ({"id", "schema", "tests"}) and return its record.
 
     cold_cache: clear the engine's cross-schema caches first, so compile and first mask run

@@ -42,7 +42,7 @@ class RunSummary:
     cache_bytes: int = 0
 
     @classmethod
-    def from_records(cls, label: str, records: list[dict]) -> "RunSummary":
+    def from_records(cls, label: str, records: list[dict]) -> RunSummary:
         summary = cls(label, records)
         summary.statuses = Counter(r.get("status", "crash") for r in records)
         summary.mask_us = np.array([t for r in records for t in r.get("mask_us") or []], dtype=np.float64)
@@ -134,8 +134,10 @@ def markdown_report(summaries: list[RunSummary]) -> str:
     if any(s.peak_rss_mb for s in summaries):
         rows.append(["peak RSS of a worker"] + [f"{s.peak_rss_mb:.0f} MB" if s.peak_rss_mb else "-" for s in summaries])
     if any(s.cache_bytes for s in summaries):
-        rows.append(["largest cross-schema cache"] + [f"{s.cache_bytes / 2**20:.1f} MB" if s.cache_bytes else "-"
-                                                      for s in summaries])
+        rows.append(
+            ["largest cross-schema cache"]
+            + [f"{s.cache_bytes / 2**20:.1f} MB" if s.cache_bytes else "-" for s in summaries]
+        )
     parts += ["## Results", "", _table(["", *labels], rows), ""]
 
     stat_names = [f"p{p:g}" for p in PERCENTILES] + ["max", "mean"]
@@ -144,8 +146,9 @@ def markdown_report(summaries: list[RunSummary]) -> str:
         ("Compile time", "compile_us", "schemas that compiled"),
         ("Time to first mask", "ttfm_us", "compile + first mask"),
     ):
-        timing_rows = [[s.label, str(getattr(s, attribute).size)] + percentile_row(getattr(s, attribute))
-                       for s in summaries]
+        timing_rows = [
+            [s.label, str(getattr(s, attribute).size)] + percentile_row(getattr(s, attribute)) for s in summaries
+        ]
         parts += [f"## {title} ({note})", "", _table(["engine", "n", *stat_names], timing_rows), ""]
 
     error_types = [Counter(_error_type(r) for r in s.records if r.get("status") == "compile_error") for s in summaries]
@@ -165,7 +168,8 @@ def markdown_report(summaries: list[RunSummary]) -> str:
                 continue
             shown[label] += 1
             detail = record.get("error") or "; ".join(
-                f"test {f.get('test', f.get('generated'))}: {f.get('detail')}" for f in (record.get("failures") or [])[:3]
+                f"test {f.get('test', f.get('generated'))}: {f.get('detail')}"
+                for f in (record.get("failures") or [])[:3]
             )
             parts.append(f"- {label} `{record['id']}`: {record['status']}: {_one_line(detail)}")
         parts.append("")

@@ -18,10 +18,11 @@ import signal
 import sys
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..integrations.models import ModelNotFound, default_gguf_path, resolve_tokenizer
 from ..integrations.models import load_tokenizer as _load_tokenizer
@@ -53,8 +54,10 @@ def resolve_tokenizer_path(spec: str | None) -> str:
     try:
         return str(default_gguf_path()) if spec is None else resolve_tokenizer(spec)
     except ModelNotFound as exc:
-        raise RunnerError(f"{'no default tokenizer: ' if spec is None else ''}{exc}"
-                          + ("; or pass --tokenizer DIR_OR_NAME" if spec is None else "")) from exc
+        raise RunnerError(
+            f"{'no default tokenizer: ' if spec is None else ''}{exc}"
+            + ("; or pass --tokenizer DIR_OR_NAME" if spec is None else "")
+        ) from exc
 
 
 _TOKENIZERS: dict[str, Any] = {}
@@ -130,8 +133,9 @@ def _worker_main(conn, config: RunConfig, tokenizer_path: str) -> None:
             return
         retire = False
         try:
-            record = run_item(engine, hf_tokenizer, task, generate=config.generate, seed=config.seed,
-                              cold_cache=config.cold_cache)
+            record = run_item(
+                engine, hf_tokenizer, task, generate=config.generate, seed=config.seed, cold_cache=config.cold_cache
+            )
         except MemoryError:
             record = {"status": "oom", "error": f"memory limit of {config.mem_limit_gb} GB exceeded"}
             retire = True  # the engine's state is suspect now: a fresh worker takes over
@@ -212,8 +216,9 @@ def _check_same_engine(out_path: Path, spec: str) -> None:
             except (json.JSONDecodeError, AttributeError):
                 continue
             if found and found != expected:
-                raise RunnerError(f"{out_path} holds results of engine {found!r}, not {expected!r}; "
-                                  f"choose another --out")
+                raise RunnerError(
+                    f"{out_path} holds results of engine {found!r}, not {expected!r}; choose another --out"
+                )
             return
 
 
@@ -301,16 +306,30 @@ def run_corpus(
                         elif not worker.process.is_alive() or worker.conn.closed:
                             replace = True
                             if worker.task is not None:
-                                emit({"id": worker.task["id"], "status": "crash", "num_tests": len(worker.task["tests"]),
-                                      "error": _crash_detail(worker.process.exitcode)})
+                                emit(
+                                    {
+                                        "id": worker.task["id"],
+                                        "status": "crash",
+                                        "num_tests": len(worker.task["tests"]),
+                                        "error": _crash_detail(worker.process.exitcode),
+                                    }
+                                )
                             elif not worker.ready:
-                                raise RunnerError(f"engine {config.engine!r} worker died while starting: "
-                                                  f"{_crash_detail(worker.process.exitcode)}")
+                                raise RunnerError(
+                                    f"engine {config.engine!r} worker died while starting: "
+                                    f"{_crash_detail(worker.process.exitcode)}"
+                                )
                     if not replace and time.monotonic() >= worker.deadline:
                         if worker.task is None:
                             raise RunnerError(f"engine {config.engine!r} did not start within {config.init_timeout} s")
-                        emit({"id": worker.task["id"], "status": "timeout", "num_tests": len(worker.task["tests"]),
-                              "error": f"time limit of {config.time_limit} s exceeded"})
+                        emit(
+                            {
+                                "id": worker.task["id"],
+                                "status": "timeout",
+                                "num_tests": len(worker.task["tests"]),
+                                "error": f"time limit of {config.time_limit} s exceeded",
+                            }
+                        )
                         replace = True
                     if replace:
                         worker.kill()
@@ -363,8 +382,11 @@ _POSTFIX_NAMES = [
 
 
 def _postfix(counts: Counter) -> str:
-    return " ".join(f"{label}={counts[key]}" for key, label in _POSTFIX_NAMES if counts[key] or key in
-                    ("pass", "compile_error", "invalidation_error", "validation_error"))
+    return " ".join(
+        f"{label}={counts[key]}"
+        for key, label in _POSTFIX_NAMES
+        if counts[key] or key in ("pass", "compile_error", "invalidation_error", "validation_error")
+    )
 
 
 class _NoBar:

@@ -12,17 +12,39 @@ else happens to it; the caller finishes it with the single-row path.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import carray, types
 from numba.extending import intrinsic
 
 from ..jit import njit
 from .walk import run_fill
 
-(ROW_WORDS, ROW_N_WORDS, ROW_STACKS, ROW_N_STACKS, ROW_N_KERNEL, ROW_CAN_END, ROW_STOPS, ROW_N_STOPS, ROW_PDA,
- ROW_N_PDA, ROW_POOL, ROW_N_POOL, ROW_WS, ROW_N_WS, ROW_TRIE, ROW_N_TRIE, ROW_MASK_INDEX, ROW_N_MASK_INDEX,
- ROW_MASK_POOL, ROW_N_MASK_POOL, ROW_SLICE_ROWS, ROW_N_SLICE_ROWS, ROW_MAX_TOPS, ROW_UNCERTAIN_OK,
- ROW_COPY_FROM) = range(25)
+(
+    ROW_WORDS,
+    ROW_N_WORDS,
+    ROW_STACKS,
+    ROW_N_STACKS,
+    ROW_N_KERNEL,
+    ROW_CAN_END,
+    ROW_STOPS,
+    ROW_N_STOPS,
+    ROW_PDA,
+    ROW_N_PDA,
+    ROW_POOL,
+    ROW_N_POOL,
+    ROW_WS,
+    ROW_N_WS,
+    ROW_TRIE,
+    ROW_N_TRIE,
+    ROW_MASK_INDEX,
+    ROW_N_MASK_INDEX,
+    ROW_MASK_POOL,
+    ROW_N_MASK_POOL,
+    ROW_SLICE_ROWS,
+    ROW_N_SLICE_ROWS,
+    ROW_MAX_TOPS,
+    ROW_UNCERTAIN_OK,
+    ROW_COPY_FROM,
+) = range(25)
 ROW_FIELDS = 25
 """ROW_COPY_FROM: nonzero = the address of a memoised bitmask (ROW_N_WORDS words) to copy instead."""
 
@@ -62,12 +84,19 @@ def run_fill_rows(table, rows, status):
             status[k] = 0
             continue
         status[k] = run_fill(
-            words, carray(_i64(d[ROW_STACKS]), d[ROW_N_STACKS]), d[ROW_N_KERNEL], d[ROW_CAN_END] != 0,
-            carray(_i64(d[ROW_STOPS]), d[ROW_N_STOPS]), carray(_i32(d[ROW_PDA]), d[ROW_N_PDA]),
-            carray(_i32(d[ROW_POOL]), d[ROW_N_POOL]), carray(_i64(d[ROW_WS]), d[ROW_N_WS]),
-            carray(_i32(d[ROW_TRIE]), d[ROW_N_TRIE]), carray(_i32(d[ROW_MASK_INDEX]), d[ROW_N_MASK_INDEX]),
+            words,
+            carray(_i64(d[ROW_STACKS]), d[ROW_N_STACKS]),
+            d[ROW_N_KERNEL],
+            d[ROW_CAN_END] != 0,
+            carray(_i64(d[ROW_STOPS]), d[ROW_N_STOPS]),
+            carray(_i32(d[ROW_PDA]), d[ROW_N_PDA]),
+            carray(_i32(d[ROW_POOL]), d[ROW_N_POOL]),
+            carray(_i64(d[ROW_WS]), d[ROW_N_WS]),
+            carray(_i32(d[ROW_TRIE]), d[ROW_N_TRIE]),
+            carray(_i32(d[ROW_MASK_INDEX]), d[ROW_N_MASK_INDEX]),
             carray(_i32(d[ROW_MASK_POOL]), d[ROW_N_MASK_POOL]),
-            carray(_i32(d[ROW_SLICE_ROWS]), (d[ROW_N_SLICE_ROWS], n_words)), d[ROW_MAX_TOPS],
+            carray(_i32(d[ROW_SLICE_ROWS]), (d[ROW_N_SLICE_ROWS], n_words)),
+            d[ROW_MAX_TOPS],
             d[ROW_UNCERTAIN_OK] != 0,
         )
     return 0

@@ -4,7 +4,7 @@ threads and advances them together (matcher.batch_fill_next_token_bitmask does t
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -22,22 +22,30 @@ class BatchGrammarMatcher:
         if max_threads == "auto":
             max_threads = max(1, (os.cpu_count() or 1) // 2)
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise ValueError(f"max_threads must be a positive int or \"auto\", got {max_threads!r}")
+            raise ValueError(f'max_threads must be a positive int or "auto", got {max_threads!r}')
         self.max_threads = max_threads
 
-    def batch_fill_next_token_bitmask(self, matchers: Sequence[GrammarMatcher], bitmask,
-                                      indices: Sequence[int] | None = None, debug_print: bool = False) -> None:
+    def batch_fill_next_token_bitmask(
+        self,
+        matchers: Sequence[GrammarMatcher],
+        bitmask,
+        indices: Sequence[int] | None = None,
+        debug_print: bool = False,
+    ) -> None:
         """Fill row indices[i] (default i) of the int32 [rows, ceil(V / 32)] bitmask for matcher i."""
         batch_fill_next_token_bitmask(matchers, bitmask, indices, num_threads=self.max_threads)
         if debug_print:
             rows = np.asarray(bitmask)
             for k, row in enumerate(range(len(matchers)) if indices is None else indices):
-                allowed = int(np.unpackbits(rows[row].view(np.uint8), bitorder="little")[: matchers[k].vocab_size].sum())
+                allowed = int(
+                    np.unpackbits(rows[row].view(np.uint8), bitorder="little")[: matchers[k].vocab_size].sum()
+                )
                 print(f"row {row}: {allowed} tokens allowed")
 
     @staticmethod
-    def batch_accept_token(matchers: Sequence[GrammarMatcher], tokens: Sequence[int],
-                           debug_print: bool = False) -> list[bool]:
+    def batch_accept_token(
+        matchers: Sequence[GrammarMatcher], tokens: Sequence[int], debug_print: bool = False
+    ) -> list[bool]:
         """Matcher i accepts tokens[i]; whether each did (a refused token changes nothing)."""
         _same_length(matchers, tokens, "tokens")
         accepted = [matcher.accept_token(token) for matcher, token in zip(matchers, tokens)]
@@ -46,8 +54,9 @@ class BatchGrammarMatcher:
         return accepted
 
     @staticmethod
-    def batch_accept_string(matchers: Sequence[GrammarMatcher], strings: Sequence[str | bytes],
-                            debug_print: bool = False) -> list[bool]:
+    def batch_accept_string(
+        matchers: Sequence[GrammarMatcher], strings: Sequence[str | bytes], debug_print: bool = False
+    ) -> list[bool]:
         """Matcher i accepts strings[i]; whether each did."""
         _same_length(matchers, strings, "strings")
         accepted = [matcher.accept_string(text) for matcher, text in zip(matchers, strings)]

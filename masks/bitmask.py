@@ -69,8 +69,10 @@ def _torch_installed() -> bool:
 def reset_token_bitmask(bitmask) -> None:
     """Set every bit again (numpy array or torch tensor), in place."""
     if not (_is_torch(bitmask) or isinstance(bitmask, np.ndarray)) or str(bitmask.dtype).rsplit(".")[-1] != "int32":
-        raise ArgumentTypeError("reset_token_bitmask: bitmask must be an int32 numpy array or torch tensor, got "
-                                + (f"dtype {bitmask.dtype}" if hasattr(bitmask, "dtype") else type(bitmask).__name__))
+        raise ArgumentTypeError(
+            "reset_token_bitmask: bitmask must be an int32 numpy array or torch tensor, got "
+            + (f"dtype {bitmask.dtype}" if hasattr(bitmask, "dtype") else type(bitmask).__name__)
+        )
     if _is_torch(bitmask):
         bitmask.fill_(-1)
     else:
@@ -84,8 +86,7 @@ def bitmask_to_bool(bitmask_row, vocab_size: int) -> np.ndarray:
         raise ArgumentTypeError(f"bitmask must be int32, got {row.dtype}")
     if vocab_size > row.shape[-1] * 32:
         raise ValueError(
-            f"vocab_size={vocab_size} needs {bitmask_width(vocab_size)} words, "
-            f"the bitmask has {row.shape[-1]}"
+            f"vocab_size={vocab_size} needs {bitmask_width(vocab_size)} words, the bitmask has {row.shape[-1]}"
         )
     # Viewed as little-endian bytes, word w's bit b is byte 4w + b//8, bit b%8 (LSB first).
     as_bytes = np.ascontiguousarray(row, dtype="<i4").view(np.uint8)
@@ -147,9 +148,7 @@ def _check_shapes(logits_shape, bitmask_shape, indices):
     rows = 1 if len(logits_shape) == 1 else logits_shape[0]
     mask_rows = 1 if len(bitmask_shape) == 1 else bitmask_shape[0]
     if indices is None and mask_rows != rows:
-        raise ValueError(
-            f"bitmask has {mask_rows} rows but logits have {rows}; pass indices to mask a subset"
-        )
+        raise ValueError(f"bitmask has {mask_rows} rows but logits have {rows}; pass indices to mask a subset")
     if indices is not None and len(logits_shape) == 1:
         raise ValueError("indices need 2-D logits [batch, vocab]")
     return rows

@@ -31,14 +31,14 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
-from ..jit import njit
 
 from ..automata import kernels
 from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions
 from ..automata.kernels import FLAG_END, POOL_HEADER
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
-from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
 from ..grammar.core.errors import BudgetTooSmallError
+from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
+from ..jit import njit
 from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4
@@ -287,8 +287,9 @@ def check_tokens(pda, pool, ws, stacks, vocab, offsets, candidates, cost, max_to
         t = candidates[i]
         if exact[t] >= 0:
             continue
-        status, offset, n_kernel, n, flags = kernels.advance(pda, pool, ws, stacks, vocab, offsets[t], offsets[t + 1],
-                                                             max_tops)
+        status, offset, n_kernel, n, flags = kernels.advance(
+            pda, pool, ws, stacks, vocab, offsets[t], offsets[t + 1], max_tops
+        )
         if status < 0:
             return status
         best = UNREACHABLE
@@ -326,9 +327,17 @@ class BudgetTable:
         vocab, offsets = info.flat_vocab()
         self.vocab, self.offsets = vocab, offsets
         kind, arg, nxt = self.completions.choices
-        self.cost = _state_costs(pda.blob, self.completions.order, kind, arg, nxt, vocab, offsets,
-                                 info.sorted_grammar_token_ids(),
-                                 max(compiled.compiler.trie.max_token_length, TERMINAL_BYTES))
+        self.cost = _state_costs(
+            pda.blob,
+            self.completions.order,
+            kind,
+            arg,
+            nxt,
+            vocab,
+            offsets,
+            info.sorted_grammar_token_ids(),
+            max(compiled.compiler.trie.max_token_length, TERMINAL_BYTES),
+        )
         self.eps = _epsilon_extremes(pda.blob, self.cost, 1)
         self.eps_fall = _epsilon_extremes(pda.blob, self.cost, -1)
         self.byte_rise = _byte_rises(pda.blob, self.cost, self.eps)
@@ -343,8 +352,9 @@ class BudgetTable:
         """Tokens that surely finish the input from a parse state (its packed closed stacks)."""
         return 0 if can_end else int(cost_range(pool_blob, self.cost, stacks)[0])
 
-    def restrict(self, words: np.ndarray, stacks: np.ndarray, remaining: int, runner, stop_ids: np.ndarray,
-                 memo: OrderedDict) -> None:
+    def restrict(
+        self, words: np.ndarray, stacks: np.ndarray, remaining: int, runner, stop_ids: np.ndarray, memo: OrderedDict
+    ) -> None:
         """Clear the allowed tokens (bits of `words`) after which the parse would cost more than
         remaining - 1 tokens; stop tokens stay as they are.  `memo`: the caller's per-stack-set
         _StackSetBounds (frame ids belong to one runner's pool)."""
@@ -373,18 +383,41 @@ class BudgetTable:
             memo.move_to_end(key)
         fresh = candidates[known.upper[candidates] < 0]
         if len(fresh):
-            refine(runner.pda.blob, runner.pool.blob, stacks, self.cost, self.eps, self.eps_fall, self.byte_rise,
-                   self.token_rise, self.vocab, self.offsets, fresh, known.upper, known.lower)
+            refine(
+                runner.pda.blob,
+                runner.pool.blob,
+                stacks,
+                self.cost,
+                self.eps,
+                self.eps_fall,
+                self.byte_rise,
+                self.token_rise,
+                self.vocab,
+                self.offsets,
+                fresh,
+                known.upper,
+                known.lower,
+            )
         over = candidates[known.lower[candidates] > limit]  # surely over: dropped unchecked
         candidates = candidates[(known.upper[candidates] > limit) & (known.lower[candidates] <= limit)]
         if len(candidates):
-            runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, stacks, self.vocab, self.offsets, candidates,
-                       self.cost, MAX_TOPS, known.exact)
+            runner.run(
+                check_tokens,
+                PDA_BLOB,
+                POOL_BLOB,
+                WS_BLOB,
+                stacks,
+                self.vocab,
+                self.offsets,
+                candidates,
+                self.cost,
+                MAX_TOPS,
+                known.exact,
+            )
         dropped = np.zeros(32 * len(words), dtype=bool)
         dropped[over] = True
         dropped[candidates[known.exact[candidates] > limit]] = True
         words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
-
 
     def restrict_terminals(self, words: np.ndarray, remaining: int, terminals, after, runner) -> None:
         """Clear the allowed token terminals after which the parse would cost more than
@@ -399,7 +432,7 @@ class BudgetTable:
                 words[t >> 5] &= ~bit
 
 
-_TABLES: "weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable]" = weakref.WeakKeyDictionary()
+_TABLES: weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable] = weakref.WeakKeyDictionary()
 _TABLES_LOCK = threading.Lock()
 
 
@@ -414,8 +447,14 @@ def budget_table(compiled: CompiledGrammar) -> BudgetTable:
     return table
 
 
-def check_budget(table: BudgetTable, compiled: CompiledGrammar, pool_blob: np.ndarray, stacks: np.ndarray,
-                 can_end: bool, max_tokens: int) -> None:
+def check_budget(
+    table: BudgetTable,
+    compiled: CompiledGrammar,
+    pool_blob: np.ndarray,
+    stacks: np.ndarray,
+    can_end: bool,
+    max_tokens: int,
+) -> None:
     """Raise BudgetTooSmallError when the grammar cannot surely finish within max_tokens."""
     need = table.parse_cost(pool_blob, stacks, can_end)
     if need <= max_tokens:
@@ -440,11 +479,11 @@ def _readable(text: bytes) -> str:
     parts = text.split(bytes([TOKEN_MARK]))
     out = parts[0].decode("utf-8", "replace")
     for part in parts[1:]:
-        code = part[:TERMINAL_BYTES - 1]
+        code = part[: TERMINAL_BYTES - 1]
         token = 0
         for byte in code:
             token = token << 6 | (byte & 0x3F)
-        out += f"<[{token}]>" + part[TERMINAL_BYTES - 1:].decode("utf-8", "replace")
+        out += f"<[{token}]>" + part[TERMINAL_BYTES - 1 :].decode("utf-8", "replace")
     return out
 
 
@@ -545,8 +584,12 @@ class CheckedBudget:
             shared[0] -= min(self.MAX_NODES, shared[0]) - nodes[0]
 
     def _key(self, state, tokens_left: int) -> tuple:
-        scans = tuple(sorted(((key, scan.structure(), scan.items, scan.done) for key, scan in state.scans.items()),
-                             key=lambda entry: entry[0]))
+        scans = tuple(
+            sorted(
+                ((key, scan.structure(), scan.items, scan.done) for key, scan in state.scans.items()),
+                key=lambda entry: entry[0],
+            )
+        )
         return state.stacks.tobytes(), state.can_end, scans, tokens_left
 
     def _search(self, state, tokens_left: int, nodes: list):
@@ -584,8 +627,19 @@ class CheckedBudget:
         """(tokens, the unchecked cost of the parse after each), rejected tokens left out."""
         table = self.table
         exact = np.full(len(table.has_bytes), -1, dtype=np.int32)
-        self.matcher._runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, state.stacks, table.vocab, table.offsets,
-                                 tokens, table.cost, MAX_TOPS, exact)
+        self.matcher._runner.run(
+            check_tokens,
+            PDA_BLOB,
+            POOL_BLOB,
+            WS_BLOB,
+            state.stacks,
+            table.vocab,
+            table.offsets,
+            tokens,
+            table.cost,
+            MAX_TOPS,
+            exact,
+        )
         costs = exact[tokens]
         kept = costs < STORED_MAX
         return tokens[kept], costs[kept]

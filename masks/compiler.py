@@ -17,12 +17,12 @@ from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.core.caches import BoundedCache
-from ..grammar.core.errors import LimitExceededError, CompileClock, GrammarError, check_argument, check_integer
+from ..grammar.core.errors import CompileClock, GrammarError, LimitExceededError, check_argument, check_integer
 from ..grammar.core.gc_pause import paused_gc
-from ..grammar.frontends import to_grammar
-from ..grammar.json_options import JsonOptions
-from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.core.limits import DEFAULT_LIMITS, Limits
+from ..grammar.frontends import to_grammar
+from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
+from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset
@@ -32,7 +32,6 @@ from .token_regions import TokenRegions
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
 from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs
-
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 
@@ -82,8 +81,13 @@ class GrammarCompiler:
         mask_cache_max_bytes : int
             Cap of the disk cache (or PUSHMASK_MASK_CACHE_MAX_BYTES).
         """
-        check_argument(tokenizer_info, TokenizerInfo, "tokenizer_info", "GrammarCompiler",
-                       "build one with TokenizerInfo.from_huggingface(tokenizer)")
+        check_argument(
+            tokenizer_info,
+            TokenizerInfo,
+            "tokenizer_info",
+            "GrammarCompiler",
+            "build one with TokenizerInfo.from_huggingface(tokenizer)",
+        )
         self.max_threads = check_integer(max_threads, "max_threads", "GrammarCompiler", minimum=1)
         check_argument(cache_enabled, bool, "cache_enabled", "GrammarCompiler")
         self.cache_limit_bytes = check_integer(cache_limit_bytes, "cache_limit_bytes", "GrammarCompiler", minimum=-1)
@@ -93,13 +97,18 @@ class GrammarCompiler:
         grammar_bytes = -1 if cache_limit_bytes < 0 else cache_limit_bytes // 2
         self.cache = MaskCache(-1 if cache_limit_bytes < 0 else cache_limit_bytes - grammar_bytes)
         self.compiled_cache: BoundedCache[tuple, CompiledGrammar] = BoundedCache(
-            grammar_bytes, cost=lambda compiled: compiled.memory_size_bytes)
+            grammar_bytes, cost=lambda compiled: compiled.memory_size_bytes
+        )
         # Ordinary tokens holding the byte 0xFF (invalid in UTF-8) never match grammar text; the byte
         # is reserved for token terminals (grammar/ir.py: TOKEN_MARK), so they stay out of every mask.
-        self.reserved_token_ids = frozenset(i for i, data in enumerate(tokenizer_info.decoded_vocab)
-                                            if TOKEN_MARK_BYTE in data)
-        self.trie = TokenTrie(tokenizer_info.decoded_vocab, tokenizer_info.vocab_size,
-                              sorted(set(tokenizer_info.special_token_ids) | self.reserved_token_ids))
+        self.reserved_token_ids = frozenset(
+            i for i, data in enumerate(tokenizer_info.decoded_vocab) if TOKEN_MARK_BYTE in data
+        )
+        self.trie = TokenTrie(
+            tokenizer_info.decoded_vocab,
+            tokenizer_info.vocab_size,
+            sorted(set(tokenizer_info.special_token_ids) | self.reserved_token_ids),
+        )
         words = (tokenizer_info.vocab_size + 31) // 32
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self.trie_tables = trie_tables(self.trie)  # what the first-visit kernels read (masks/state_masks.py)
@@ -115,7 +124,7 @@ class GrammarCompiler:
             _SHARED_COMPILERS.setdefault(_shared_key(tokenizer_info, self.limits), self)
 
     @classmethod
-    def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> "GrammarCompiler":
+    def shared(cls, tokenizer_info: TokenizerInfo, limits: Limits | None = None) -> GrammarCompiler:
         """This process's compiler for a vocabulary and limits: the first one made while any is
         alive, else a new one.  Grammars read back from pickle or JSON join it, sharing its
         token trie and mask cache.  "The same vocabulary" is the same tokens, special tokens,
@@ -143,7 +152,7 @@ class GrammarCompiler:
 
     # -- front ends -------------------------------------------------------------------------
 
-    def compile_grammar(self, ebnf: "str | Grammar", *, root_rule_name: str = "root") -> "CompiledGrammar":
+    def compile_grammar(self, ebnf: str | Grammar, *, root_rule_name: str = "root") -> CompiledGrammar:
         """Compile an EBNF grammar in the XGrammar / llama.cpp GBNF dialect.
 
         Parameters
@@ -172,7 +181,7 @@ class GrammarCompiler:
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
         return self.compile("ebnf", ebnf, root=root_rule_name)
 
-    def compile_lark(self, text: str, *, start: str = "start") -> "CompiledGrammar":
+    def compile_lark(self, text: str, *, start: str = "start") -> CompiledGrammar:
         """Compile a Lark grammar (the subset an automaton can hold: no lookaround in terminals).
 
         Parameters
@@ -197,7 +206,7 @@ class GrammarCompiler:
         check_argument(start, str, "start", "compile_lark")
         return self.compile("lark", text, start=start)
 
-    def compile_regex(self, pattern: str) -> "CompiledGrammar":
+    def compile_regex(self, pattern: str) -> CompiledGrammar:
         """Compile a regular expression (Python ``re`` syntax) that the whole output must match.
 
         Parameters
@@ -219,8 +228,7 @@ class GrammarCompiler:
         _check_text(pattern, "pattern", "compile_regex")
         return self.compile("regex", pattern)
 
-    def compile_json_schema(self, schema: Any, options: JsonOptions | None = None,
-                            **keywords: Any) -> "CompiledGrammar":
+    def compile_json_schema(self, schema: Any, options: JsonOptions | None = None, **keywords: Any) -> CompiledGrammar:
         """Compile a JSON Schema: the output is one JSON value the schema accepts.
 
         Parameters
@@ -252,11 +260,13 @@ class GrammarCompiler:
         LimitExceededError
             A limit of the compiler's ``Limits`` exceeded (the message names it).
         """
-        return self.compile("json_schema", schema,
-                            json_options=JsonOptions.of(options, keywords, "compile_json_schema"))
+        return self.compile(
+            "json_schema", schema, json_options=JsonOptions.of(options, keywords, "compile_json_schema")
+        )
 
-    def compile_structural_tag(self, tags: Any, triggers: Any = None, options: JsonOptions | None = None,
-                               **keywords: Any) -> "CompiledGrammar":
+    def compile_structural_tag(
+        self, tags: Any, triggers: Any = None, options: JsonOptions | None = None, **keywords: Any
+    ) -> CompiledGrammar:
         """Compile XGrammar's structural tags: free text until a trigger, then a constrained tag
         body (grammar/structural_tag.py lists the formats).
 
@@ -284,10 +294,14 @@ class GrammarCompiler:
             A malformed document; UnsupportedFormatError (a GrammarError) for a format pushmask
             cannot compile exactly.
         """
-        return self.compile("structural_tag", tags, triggers=triggers,
-                            json_options=JsonOptions.of(options, keywords, "compile_structural_tag"))
+        return self.compile(
+            "structural_tag",
+            tags,
+            triggers=triggers,
+            json_options=JsonOptions.of(options, keywords, "compile_structural_tag"),
+        )
 
-    def compile_builtin_json_grammar(self) -> "CompiledGrammar":
+    def compile_builtin_json_grammar(self) -> CompiledGrammar:
         """Compile XGrammar's JSON grammar: a JSON object or array, as xgrammar's (its root
         takes no bare string, number or literal; ``compile_json_schema({})`` takes any value).
 
@@ -298,8 +312,9 @@ class GrammarCompiler:
         """
         return self.compile_ir(Grammar.builtin_json_grammar())
 
-    def compile_ir(self, grammar: Grammar, *, normalize: bool = True,
-                   clock: CompileClock | None = None) -> "CompiledGrammar":
+    def compile_ir(
+        self, grammar: Grammar, *, normalize: bool = True, clock: CompileClock | None = None
+    ) -> CompiledGrammar:
         """Compile grammar IR built by hand or by a front end (grammar/frontends.py: to_grammar).
 
         Parameters
@@ -327,7 +342,7 @@ class GrammarCompiler:
         compiled.ensure_first_masks()
         return compiled
 
-    def compile(self, kind: str, spec: Any, **options: Any) -> "CompiledGrammar":
+    def compile(self, kind: str, spec: Any, **options: Any) -> CompiledGrammar:
         """Compile a constraint of any front-end kind (what the integrations call with a kind
         they read from a request); the `compile_*` methods check their arguments and call this.
         With the cache enabled, the same (kind, spec, options) returns the grammar compiled
@@ -357,8 +372,9 @@ class GrammarCompiler:
                 return found
         clock = CompileClock(self.limits.compile_time_limit_s)
         with _compiling(_KIND_WORDS.get(kind, "grammar")):
-            grammar = to_grammar(kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock,
-                                 **options)
+            grammar = to_grammar(
+                kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock, **options
+            )
             compiled = self.compile_ir(grammar, clock=clock)
         if key is not None:
             self.compiled_cache.put(key, compiled)
@@ -402,8 +418,15 @@ class GrammarCompiler:
             ``disk_evicted``.
         """
         c = self.cache
-        stats = {"entries": len(c), "bytes": c.total_bytes, "hits": c.hits, "computed": c.computed,
-                 "evicted": c.evicted, "grammars": len(self.compiled_cache), "grammar_hits": self.compiled_cache.hits}
+        stats = {
+            "entries": len(c),
+            "bytes": c.total_bytes,
+            "hits": c.hits,
+            "computed": c.computed,
+            "evicted": c.evicted,
+            "grammars": len(self.compiled_cache),
+            "grammar_hits": self.compiled_cache.hits,
+        }
         if self.disk_cache is not None:
             d = self.disk_cache
             stats.update(disk_hits=d.hits, disk_writes=d.writes, disk_rejected=d.rejected, disk_evicted=d.evicted)
@@ -414,13 +437,18 @@ def _shared_key(info: TokenizerInfo, limits: Limits) -> tuple:
     """What makes two compilers interchangeable for a restored grammar: everything of the
     vocabulary a mask or a matcher reads (vocab_hash covers the token bytes and the special ids,
     not which of those are stop tokens), and the limits."""
-    return (info.vocab_hash, info.stop_token_ids, info.vocab_type, info.num_tokenizer_tokens,
-            dataclasses.astuple(limits))
+    return (
+        info.vocab_hash,
+        info.stop_token_ids,
+        info.vocab_type,
+        info.num_tokenizer_tokens,
+        dataclasses.astuple(limits),
+    )
 
 
 _KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
 """How a compile's error message names the input of each front-end kind ("grammar" otherwise)."""
-_SHARED_COMPILERS: "weakref.WeakValueDictionary[tuple, GrammarCompiler]" = weakref.WeakValueDictionary()
+_SHARED_COMPILERS: weakref.WeakValueDictionary[tuple, GrammarCompiler] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 _PAYLOAD_KIND = "CompiledGrammar"
 
@@ -433,8 +461,15 @@ class CompiledGrammar:
     fill kernel reads.
     """
 
-    def __init__(self, compiler: GrammarCompiler, grammar: Grammar, pda: Pda, token_ids: tuple[int, ...] = (),
-                 token_limits: dict[int, int] | None = None, token_classes: dict[int, frozenset[int]] | None = None):
+    def __init__(
+        self,
+        compiler: GrammarCompiler,
+        grammar: Grammar,
+        pda: Pda,
+        token_ids: tuple[int, ...] = (),
+        token_limits: dict[int, int] | None = None,
+        token_classes: dict[int, frozenset[int]] | None = None,
+    ):
         self.compiler = compiler
         self.tokenizer_info = compiler.tokenizer_info
         self.grammar = grammar
@@ -463,12 +498,15 @@ class CompiledGrammar:
         classes = dict(grammar.token_classes) if grammar is not None else dict(token_classes or {})
         self.token_classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for token in sorted(set(token_ids) & classes.keys()):
-            self.token_classes[token] = (np.frombuffer(token_terminal_bytes(token), dtype=np.uint8),
-                                         self._class_words(classes[token]))
+            self.token_classes[token] = (
+                np.frombuffer(token_terminal_bytes(token), dtype=np.uint8),
+                self._class_words(classes[token]),
+            )
         for token in sorted(set(token_ids) - classes.keys()):
             if token >= self.tokenizer_info.vocab_size:
-                raise GrammarError(f"token id {token} in the grammar is outside the vocabulary "
-                                   f"(size {self.tokenizer_info.vocab_size})")
+                raise GrammarError(
+                    f"token id {token} in the grammar is outside the vocabulary (size {self.tokenizer_info.vocab_size})"
+                )
             self.token_terminals[token] = np.frombuffer(token_terminal_bytes(token), dtype=np.uint8)
         # Token-limited rules (a thinking budget), by rule index; a deserialized grammar names them.
         if grammar is not None:
@@ -480,7 +518,9 @@ class CompiledGrammar:
         """Bitmask words of one token class: the tokens with text or special, less the stop
         tokens (they end the output) and `excluded`."""
         info = self.tokenizer_info
-        bits = np.array([bool(data) for data in info.decoded_vocab] + [False] * (info.vocab_size - len(info.decoded_vocab)))
+        bits = np.array(
+            [bool(data) for data in info.decoded_vocab] + [False] * (info.vocab_size - len(info.decoded_vocab))
+        )
         bits[list(info.special_token_ids)] = True
         bits[list(info.stop_token_ids)] = False
         bits[[t for t in excluded if t < info.vocab_size]] = False
@@ -535,7 +575,8 @@ class CompiledGrammar:
         off its decode loop (vLLM compiles asynchronously), so a new request's first batch step
         finds them ready instead of computing them while every other row waits."""
         closure_s, _, n_kernel, _ = self._runner().close(
-            np.array([self.pda.rule_start[self.pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64))
+            np.array([self.pda.rule_start[self.pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64)
+        )
         self.ensure_masks(closure_s[:n_kernel])
 
     def _compute_and_store(self, states: list[int], keys: list, pairs_at: list[int]) -> None:
@@ -563,9 +604,28 @@ class CompiledGrammar:
         num_accepted = np.zeros(n, dtype=np.int64)
         used = np.array([store._pool_used, 0], dtype=np.int64)
         pairs_array = np.array(pairs_at, dtype=np.int64)
-        while runner.run(run_store_masks, PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS, states_array, pairs_array,
-                         use_slices, compiler.trie_tables, scratch.kernel_args, store.mask_index, store.mask_pool,
-                         used, kinds, num_accepted, scratch.words, scratch.parts) != 0:
+        while (
+            runner.run(
+                run_store_masks,
+                PDA_BLOB,
+                POOL_BLOB,
+                WS_BLOB,
+                MAX_TOPS,
+                states_array,
+                pairs_array,
+                use_slices,
+                compiler.trie_tables,
+                scratch.kernel_args,
+                store.mask_index,
+                store.mask_pool,
+                used,
+                kinds,
+                num_accepted,
+                scratch.words,
+                scratch.parts,
+            )
+            != 0
+        ):
             # STORE_FULL: used[1] words needed.  The masks this call stored so far (up to used[0])
             # are part of the prefix the grown pool keeps: their index fields already point there.
             store._pool_used = int(used[0])
@@ -601,8 +661,9 @@ class CompiledGrammar:
         if got is None:
             runner = self._runner()
             pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
-            runner.run(run_follow_pairs, PDA_BLOB, POOL_BLOB, WS_BLOB, rule, MAX_TOPS, pairs,
-                       on_retry=lambda: pairs.fill(0))
+            runner.run(
+                run_follow_pairs, PDA_BLOB, POOL_BLOB, WS_BLOB, rule, MAX_TOPS, pairs, on_retry=lambda: pairs.fill(0)
+            )
             # pairs hold 0/1 only, so their packed bits (an eighth of the bytes) name them exactly
             packed = np.packbits(pairs).tobytes()
             got = self._pairs[rule] = (pairs, hashlib.blake2b(packed, digest_size=16).hexdigest())
@@ -639,7 +700,7 @@ class CompiledGrammar:
         return to_json(self._payload())
 
     @staticmethod
-    def deserialize_json(text: str | bytes, tokenizer_info: TokenizerInfo) -> "CompiledGrammar":
+    def deserialize_json(text: str | bytes, tokenizer_info: TokenizerInfo) -> CompiledGrammar:
         """The grammar serialize_json wrote, on this process's shared compiler for tokenizer_info
         (DeserializeError for another vocabulary or malformed text)."""
         grammar = CompiledGrammar.__new__(CompiledGrammar)
@@ -654,38 +715,81 @@ class CompiledGrammar:
 
     def _payload(self) -> dict:
         if self.value_checks:
-            raise ValueError("this grammar has value checks (uniqueItems or an overlapping oneOf, checked with "
-                             "jsonschema validators in this process), so it cannot be pickled or serialized; "
-                             "compile it in the process that uses it, or compile with value_checks=False")
+            raise ValueError(
+                "this grammar has value checks (uniqueItems or an overlapping oneOf, checked with "
+                "jsonschema validators in this process), so it cannot be pickled or serialized; "
+                "compile it in the process that uses it, or compile with value_checks=False"
+            )
         compiler, pda = self.compiler, self.pda
-        masks = [{"state": state, "kind": mask.kind, "data": mask.data, "positions": mask.uncertain_positions,
-                  "ids": mask.uncertain_ids, "lcp": mask.uncertain_lcp, "accepted": mask.num_accepted}
-                 for state, mask in enumerate(list(self._masks)) if mask is not None]
-        return {**header(_PAYLOAD_KIND), "vocab_hash": self.tokenizer_info.vocab_hash,
-                "trie": compiler.trie.fingerprint(self.tokenizer_info.vocab_hash),
-                "budgets": dataclasses.asdict(compiler.limits),
-                "pda": {"rule_names": list(pda.rule_names), "rule_keys": list(pda.rule_keys),
-                        "rule_first_state": pda.rule_first_state, "blob": pda.blob, "root_rule": int(pda.root_rule)},
-                "token_terminals": sorted(self.token_terminals) + sorted(self.token_classes), "masks": masks,
-                "token_classes": [[t, np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")
-                                                     [:self.tokenizer_info.vocab_size] == 0).tolist()]
-                                  for t, (_, words) in self.token_classes.items()],
-                "token_limits": ([[int(r), n] for r, n in zip(self.token_regions.rules, self.token_regions.limits)]
-                                 if self.token_regions is not None else [])}
+        masks = [
+            {
+                "state": state,
+                "kind": mask.kind,
+                "data": mask.data,
+                "positions": mask.uncertain_positions,
+                "ids": mask.uncertain_ids,
+                "lcp": mask.uncertain_lcp,
+                "accepted": mask.num_accepted,
+            }
+            for state, mask in enumerate(list(self._masks))
+            if mask is not None
+        ]
+        return {
+            **header(_PAYLOAD_KIND),
+            "vocab_hash": self.tokenizer_info.vocab_hash,
+            "trie": compiler.trie.fingerprint(self.tokenizer_info.vocab_hash),
+            "budgets": dataclasses.asdict(compiler.limits),
+            "pda": {
+                "rule_names": list(pda.rule_names),
+                "rule_keys": list(pda.rule_keys),
+                "rule_first_state": pda.rule_first_state,
+                "blob": pda.blob,
+                "root_rule": int(pda.root_rule),
+            },
+            "token_terminals": sorted(self.token_terminals) + sorted(self.token_classes),
+            "masks": masks,
+            "token_classes": [
+                [
+                    t,
+                    np.flatnonzero(
+                        np.unpackbits(words.view(np.uint8), bitorder="little")[: self.tokenizer_info.vocab_size] == 0
+                    ).tolist(),
+                ]
+                for t, (_, words) in self.token_classes.items()
+            ],
+            "token_limits": (
+                [[int(r), n] for r, n in zip(self.token_regions.rules, self.token_regions.limits)]
+                if self.token_regions is not None
+                else []
+            ),
+        }
 
     def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
         if not isinstance(tokenizer_info, TokenizerInfo):
             raise TypeError(f"tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}")
         if tokenizer_info.vocab_hash != payload["vocab_hash"]:
-            raise DeserializeError("the grammar was compiled for another vocabulary (its vocab_hash differs); "
-                                   "pass the TokenizerInfo it was compiled with")
+            raise DeserializeError(
+                "the grammar was compiled for another vocabulary (its vocab_hash differs); "
+                "pass the TokenizerInfo it was compiled with"
+            )
         compiler = GrammarCompiler.shared(tokenizer_info, Limits(**payload["budgets"]))
         p = payload["pda"]
-        pda = Pda(list(p["rule_names"]), list(p["rule_keys"]), np.asarray(p["rule_first_state"]),
-                  np.asarray(p["blob"]), int(p["root_rule"]))
-        CompiledGrammar.__init__(self, compiler, None, pda, tuple(payload["token_terminals"]),
-                                 {int(r): int(n) for r, n in payload.get("token_limits", [])},
-                                 {int(t): frozenset(ids) for t, ids in payload.get("token_classes", [])})
+        pda = Pda(
+            list(p["rule_names"]),
+            list(p["rule_keys"]),
+            np.asarray(p["rule_first_state"]),
+            np.asarray(p["blob"]),
+            int(p["root_rule"]),
+        )
+        CompiledGrammar.__init__(
+            self,
+            compiler,
+            None,
+            pda,
+            tuple(payload["token_terminals"]),
+            {int(r): int(n) for r, n in payload.get("token_limits", [])},
+            {int(t): frozenset(ids) for t, ids in payload.get("token_classes", [])},
+        )
         if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
             return  # masks from another token order: recomputed on first visit instead
         for m in payload["masks"]:
@@ -720,9 +824,14 @@ def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: 
     """The StateMask of a state in a mask store (copies of its parts)."""
     b = state * MASK_FIELDS
     kind, data_at, size, u_at, n_u = (int(v) for v in index[b : b + 5])
-    return StateMask(kind, pool[data_at : data_at + size].copy(), pool[u_at : u_at + n_u].copy(),
-                     pool[u_at + n_u : u_at + 2 * n_u].copy(), pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
-                     num_accepted)
+    return StateMask(
+        kind,
+        pool[data_at : data_at + size].copy(),
+        pool[u_at : u_at + n_u].copy(),
+        pool[u_at + n_u : u_at + 2 * n_u].copy(),
+        pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
+        num_accepted,
+    )
 
 
 def _checked_limits(limits) -> Limits:
@@ -747,8 +856,9 @@ def _memo_key(kind: str, spec: Any, options: dict[str, Any]) -> tuple | None:
             return None
         if not all(_hashable(value) or _plain(value) for value in options.values()):
             return None
-        option_key = tuple(sorted((name, value if _hashable(value) else repr(value))
-                                  for name, value in options.items()))
+        option_key = tuple(
+            sorted((name, value if _hashable(value) else repr(value)) for name, value in options.items())
+        )
     except RecursionError:
         return None
     return (kind, spec_key, option_key)
@@ -784,8 +894,13 @@ def _hashable(value: Any) -> bool:
 
 
 def _check_text(text, name: str, where: str) -> None:
-    check_argument(text, str, name, where, "pass the text as str" + (" (decode bytes first)"
-                                                                      if isinstance(text, (bytes, bytearray)) else ""))
+    check_argument(
+        text,
+        str,
+        name,
+        where,
+        "pass the text as str" + (" (decode bytes first)" if isinstance(text, (bytes, bytearray)) else ""),
+    )
 
 
 @contextmanager
@@ -797,5 +912,7 @@ def _compiling(what: str):
         with paused_gc():
             yield
     except RecursionError:
-        raise LimitExceededError(f"the {what} nests too deeply to compile (Python's recursion limit); "
-                                  "flatten it or lower Limits.max_nesting / max_schema_depth") from None
+        raise LimitExceededError(
+            f"the {what} nests too deeply to compile (Python's recursion limit); "
+            "flatten it or lower Limits.max_nesting / max_schema_depth"
+        ) from None

@@ -51,7 +51,7 @@ class DiskMaskCache:
         self._bytes = self._scan_bytes()
 
     @classmethod
-    def from_environment(cls, fingerprint: str) -> "DiskMaskCache | None":
+    def from_environment(cls, fingerprint: str) -> DiskMaskCache | None:
         """The cache PUSHMASK_MASK_CACHE_DIR names (PUSHMASK_MASK_CACHE_MAX_BYTES caps it), or None."""
         directory = os.environ.get(ENV_DIR)
         if not directory:

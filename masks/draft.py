@@ -18,8 +18,8 @@ its parent's, as vLLM does for a rejected draft, and `accepted[i]` is False.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -80,18 +80,25 @@ class DraftMasks:
         return self.tokens[:n].tolist()
 
 
-def fill_draft_bitmasks(matcher: GrammarMatcher, tokens: Sequence[int], bitmask, *, parents: Sequence[int] | None = None,
-                        first_row: int = 0) -> DraftMasks:
+def fill_draft_bitmasks(
+    matcher: GrammarMatcher, tokens: Sequence[int], bitmask, *, parents: Sequence[int] | None = None, first_row: int = 0
+) -> DraftMasks:
     """Fill rows first_row .. first_row + len(tokens) of `bitmask` (int32 [rows, words], numpy or
     torch) with the masks along a draft (a chain unless `parents` is given; see the module
     docstring).  The matcher is left where it was."""
-    return batch_fill_draft_bitmasks([matcher], [tokens], bitmask, parents=None if parents is None else [parents],
-                                     first_rows=[first_row])[0]
+    return batch_fill_draft_bitmasks(
+        [matcher], [tokens], bitmask, parents=None if parents is None else [parents], first_rows=[first_row]
+    )[0]
 
 
-def batch_fill_draft_bitmasks(matchers: Sequence[GrammarMatcher], drafts: Sequence[Sequence[int]], bitmask, *,
-                              parents: Sequence[Sequence[int] | None] | None = None,
-                              first_rows: Sequence[int] | None = None) -> list[DraftMasks]:
+def batch_fill_draft_bitmasks(
+    matchers: Sequence[GrammarMatcher],
+    drafts: Sequence[Sequence[int]],
+    bitmask,
+    *,
+    parents: Sequence[Sequence[int] | None] | None = None,
+    first_rows: Sequence[int] | None = None,
+) -> list[DraftMasks]:
     """fill_draft_bitmasks for many requests in one batch fill: drafts[k] for matchers[k] (each
     matcher once), its rows from first_rows[k] (default: one after the other from row 0, the
     layout vLLM uses, len(drafts[k]) + 1 rows each)."""

@@ -70,7 +70,7 @@ def accept_healing_token(matcher: GrammarMatcher, removed: bytes, token: int) ->
     spelled = info.decoded_vocab[token]
     if not spelled.startswith(removed):
         return None
-    rest = spelled[len(removed):]
+    rest = spelled[len(removed) :]
     if not rest:
         return 0
     if not matcher.accept_string(rest):

@@ -21,18 +21,18 @@ automaton the saturation reads, so a grammar with checked rules is refused
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from ..automata import saturation
 from ..automata.kernels import POOL_HEADER, ROOT
 from ..grammar.core.errors import LimitExceededError, UnsupportedSchemaError
+from ..grammar.json_checks import UniqueItems
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
 from .trie import TokenTrie
-from ..grammar.json_checks import UniqueItems
 
 MAX_ITEMS = 2_000_000
 """Default bound on the parse items one check may create (about 100 bytes each, derivations
@@ -66,21 +66,21 @@ class Gap:
             object.__setattr__(self, "alphabet", bytes(sorted(set(self.alphabet))))
 
     @classmethod
-    def any(cls) -> "Gap":
+    def any(cls) -> Gap:
         """Any byte string, empty included."""
         return cls()
 
     @classmethod
-    def bytes(cls, max: int | None = None, *, min: int = 0, alphabet: bytes | None = None) -> "Gap":
+    def bytes(cls, max: int | None = None, *, min: int = 0, alphabet: bytes | None = None) -> Gap:
         """At most `max` (None: any number) and at least `min` bytes, from `alphabet` if given."""
         return cls(min, max, "bytes", alphabet)
 
     @classmethod
-    def tokens(cls, max: int | None = None, *, min: int = 0) -> "Gap":
+    def tokens(cls, max: int | None = None, *, min: int = 0) -> Gap:
         """At most `max` (None: any number) and at least `min` tokens of the tokenizer."""
         return cls(min, max, "tokens")
 
-    def less(self, n: int) -> "Gap":
+    def less(self, n: int) -> Gap:
         """The same gap after n of its units are used."""
         return Gap(max(self.min - n, 0), None if self.max is None else self.max - n, self.unit, self.alphabet)
 
@@ -116,7 +116,7 @@ class Template:
         self.parts: tuple[bytes | Gap, ...] = tuple(normal)
 
     @classmethod
-    def from_segments(cls, segments: Sequence[str | bytes], gaps: Sequence[Gap | None] | None = None) -> "Template":
+    def from_segments(cls, segments: Sequence[str | bytes], gaps: Sequence[Gap | None] | None = None) -> Template:
         """segments[0], gaps[0], segments[1], ...; gaps default to unbounded ones."""
         segments = list(segments)
         if not segments:
@@ -133,7 +133,7 @@ class Template:
                 parts.append(gaps[k])
         return cls(parts)
 
-    def replace(self, index: int, *parts: str | bytes | Gap | None) -> "Template":
+    def replace(self, index: int, *parts: str | bytes | Gap | None) -> Template:
         """The template with part `index` replaced by `parts` (none: removed)."""
         items = list(self.parts)
         items[index : index + 1] = parts
@@ -151,15 +151,18 @@ class InfillValueChecksError(UnsupportedSchemaError):
         super(UnsupportedSchemaError, self).__init__(
             f"infilling (can_complete, find_completion, allowed_tokens, fill_in_the_middle, diffusion_generate) "
             f"cannot evaluate the value check of {keyword!r}; generate left to right with a GrammarMatcher, "
-            "or compile with value_checks=False, lenient=True for a wider grammar without the check", pointer)
+            "or compile with value_checks=False, lenient=True for a wider grammar without the check",
+            pointer,
+        )
 
 
 def refuse_value_checks(compiled: CompiledGrammar) -> None:
     """Raise InfillValueChecksError when the grammar has checked rules: the saturation reads the
     automaton only, whose language is the unchecked superset, so its "yes" could be wrong."""
     for check in compiled.value_checks.values():
-        raise InfillValueChecksError("uniqueItems" if isinstance(check, UniqueItems) else "oneOf",
-                                     getattr(check, "pointer", "#"))
+        raise InfillValueChecksError(
+            "uniqueItems" if isinstance(check, UniqueItems) else "oneOf", getattr(check, "pointer", "#")
+        )
 
 
 def _as_template(segments, gaps) -> Template:
@@ -191,9 +194,9 @@ class _TrieAutomaton:
         return len(self.depth)
 
 
-_TRIE_AUTOMATA: "weakref.WeakKeyDictionary[TokenTrie, _TrieAutomaton]" = weakref.WeakKeyDictionary()
+_TRIE_AUTOMATA: weakref.WeakKeyDictionary[TokenTrie, _TrieAutomaton] = weakref.WeakKeyDictionary()
 _NO_TRIE = _TrieAutomaton(*(np.zeros(n, dtype=np.int64) for n in (2, 0, 0, 1, 1, 0)))  # templates without token gaps
-_PDA_BLOBS: "weakref.WeakKeyDictionary[CompiledGrammar, np.ndarray]" = weakref.WeakKeyDictionary()
+_PDA_BLOBS: weakref.WeakKeyDictionary[CompiledGrammar, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 def _pda_blob(compiled: CompiledGrammar) -> np.ndarray:
@@ -209,8 +212,11 @@ def _trie_automaton(trie: TokenTrie) -> _TrieAutomaton:
     """The trie automaton of a compiler's vocabulary, built once per TokenTrie."""
     got = _TRIE_AUTOMATA.get(trie)
     if got is None:
-        got = _TrieAutomaton(*saturation.build_trie_automaton(
-            trie.tok_offsets.astype(np.int64), trie.tok_bytes.astype(np.int64), trie.lcp.astype(np.int64)))
+        got = _TrieAutomaton(
+            *saturation.build_trie_automaton(
+                trie.tok_offsets.astype(np.int64), trie.tok_bytes.astype(np.int64), trie.lcp.astype(np.int64)
+            )
+        )
         _TRIE_AUTOMATA[trie] = got
     return got
 
@@ -330,8 +336,14 @@ class _Builder:
         np.cumsum([len(exits) for exits in self.blocks], out=blk_ptr[1:])
         exits = [x for exits in self.blocks for x in exits]
         return dict(
-            x_ptr=x_ptr, x_lo=rows[:, 1].copy(), x_hi=rows[:, 2].copy(), x_dst=rows[:, 3].copy(),
-            eps_ptr=eps_ptr, eps_dst=eps_dst, final=final, n_explicit=n,
+            x_ptr=x_ptr,
+            x_lo=rows[:, 1].copy(),
+            x_hi=rows[:, 2].copy(),
+            x_dst=rows[:, 3].copy(),
+            eps_ptr=eps_ptr,
+            eps_dst=eps_dst,
+            final=final,
+            n_explicit=n,
             blk_ptr=blk_ptr,
             exit_target=np.array([resolve(x[0]) for x in exits], dtype=np.int64),
             exit_cap=np.array([x[1] for x in exits], dtype=np.int64),
@@ -401,9 +413,14 @@ def _first_capacities(guess: int, record: bool, max_items: int) -> dict[str, int
     """Buffer rows to start with, from a guess of the items (a template state holds a few; a token
     slot reached everywhere about one per trie node).  A full buffer grows fourfold and the
     saturation resumes, so a low guess costs copies, not a restart."""
-    return {"items": min(max_items, max(1 << 12, guess)), "sums": max(1 << 10, guess // 4),
-            "ents": max(1 << 10, guess // 4), "calls": max(1 << 10, guess // 4),
-            "edges": max(1 << 13, 2 * guess) if record else 1, "exits": max(1 << 8, guess // 4) if record else 1}
+    return {
+        "items": min(max_items, max(1 << 12, guess)),
+        "sums": max(1 << 10, guess // 4),
+        "ents": max(1 << 10, guess // 4),
+        "calls": max(1 << 10, guess // 4),
+        "edges": max(1 << 13, 2 * guess) if record else 1,
+        "exits": max(1 << 8, guess // 4) if record else 1,
+    }
 
 
 class _Buffers:
@@ -411,8 +428,14 @@ class _Buffers:
     restart (the kernel resumes where it stopped)."""
 
     TABLES = ("items", "sums", "ents", "calls")  # the buffers with a hash table
-    COLUMNS = {"items": saturation.ITEM_COLUMNS, "sums": saturation.SUMMARY_COLUMNS,
-               "ents": saturation.ENTRY_COLUMNS, "calls": saturation.CALL_COLUMNS, "edges": 2, "exits": 2}
+    COLUMNS = {
+        "items": saturation.ITEM_COLUMNS,
+        "sums": saturation.SUMMARY_COLUMNS,
+        "ents": saturation.ENTRY_COLUMNS,
+        "calls": saturation.CALL_COLUMNS,
+        "edges": 2,
+        "exits": 2,
+    }
 
     def __init__(self, caps: dict[str, int]):
         self.rows = {name: np.empty((caps[name], self.COLUMNS[name]), dtype=np.int64) for name in self.COLUMNS}
@@ -435,37 +458,93 @@ class _Buffers:
 
     def args(self) -> tuple:
         r, t = self.rows, self.tables
-        return (r["items"], t["items"], r["sums"], t["sums"], r["ents"], t["ents"], r["calls"], t["calls"],
-                r["edges"], r["exits"], self.cnt)
+        return (
+            r["items"],
+            t["items"],
+            r["sums"],
+            t["sums"],
+            r["ents"],
+            t["ents"],
+            r["calls"],
+            t["calls"],
+            r["edges"],
+            r["exits"],
+            self.cnt,
+        )
 
 
-_ERRORS = {saturation.ERR_ITEMS: "items", saturation.ERR_SUMMARIES: "sums", saturation.ERR_ENTRIES: "ents",
-           saturation.ERR_CALLS: "calls", saturation.ERR_EDGES: "edges", saturation.ERR_EXITS: "exits"}
+_ERRORS = {
+    saturation.ERR_ITEMS: "items",
+    saturation.ERR_SUMMARIES: "sums",
+    saturation.ERR_ENTRIES: "ents",
+    saturation.ERR_CALLS: "calls",
+    saturation.ERR_EDGES: "edges",
+    saturation.ERR_EXITS: "exits",
+}
 
 
-def _saturate(compiled: CompiledGrammar, builder: _Builder, final_state: int, start, *, record: bool,
-              stop_early: bool, max_items: int) -> _Saturated:
+def _saturate(
+    compiled: CompiledGrammar,
+    builder: _Builder,
+    final_state: int,
+    start,
+    *,
+    record: bool,
+    stop_early: bool,
+    max_items: int,
+) -> _Saturated:
     if not isinstance(max_items, int) or max_items < 1:
         raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
     trie = _trie_automaton(compiled.compiler.trie) if builder.blocks else _NO_TRIE
     tpl = builder.arrays(final_state, trie.n_nodes)
     init_s, init_f, frame_state, frame_parent = _start_stacks(compiled, start)
-    caps = _first_capacities(4 * tpl["n_explicit"] + len(builder.blocks) * len(trie.child) + 4 * len(init_s),
-                             record, max_items)
+    caps = _first_capacities(
+        4 * tpl["n_explicit"] + len(builder.blocks) * len(trie.child) + 4 * len(init_s), record, max_items
+    )
     buffers = _Buffers(caps)
     while True:
         status, bottom = saturation.saturate(
-            _pda_blob(compiled), tpl["x_ptr"], tpl["x_lo"], tpl["x_hi"], tpl["x_dst"], tpl["eps_ptr"], tpl["eps_dst"],
-            tpl["final"], tpl["n_explicit"], trie.ptr, trie.byte, trie.child, trie.depth, trie.is_end, trie.n_nodes,
-            tpl["blk_ptr"], tpl["exit_target"], tpl["exit_cap"], tpl["exit_max"],
-            init_s, init_f, frame_state, frame_parent, *buffers.args(), record, stop_early,
+            _pda_blob(compiled),
+            tpl["x_ptr"],
+            tpl["x_lo"],
+            tpl["x_hi"],
+            tpl["x_dst"],
+            tpl["eps_ptr"],
+            tpl["eps_dst"],
+            tpl["final"],
+            tpl["n_explicit"],
+            trie.ptr,
+            trie.byte,
+            trie.child,
+            trie.depth,
+            trie.is_end,
+            trie.n_nodes,
+            tpl["blk_ptr"],
+            tpl["exit_target"],
+            tpl["exit_cap"],
+            tpl["exit_max"],
+            init_s,
+            init_f,
+            frame_state,
+            frame_parent,
+            *buffers.args(),
+            record,
+            stop_early,
         )
         if status >= 0:
             rows = buffers.rows
-            return _Saturated(int(status), int(bottom), int(buffers.cnt[saturation.C_FOUND]),
-                              rows["items"][: buffers.count("items")], rows["sums"][: buffers.count("sums")],
-                              buffers.count("calls"), rows["edges"][: buffers.count("edges")],
-                              rows["exits"][: buffers.count("exits")], tpl, trie)
+            return _Saturated(
+                int(status),
+                int(bottom),
+                int(buffers.cnt[saturation.C_FOUND]),
+                rows["items"][: buffers.count("items")],
+                rows["sums"][: buffers.count("sums")],
+                buffers.count("calls"),
+                rows["edges"][: buffers.count("edges")],
+                rows["exits"][: buffers.count("exits")],
+                tpl,
+                trie,
+            )
         which = _ERRORS[int(status)]
         capacity = len(buffers.rows[which])
         if which == "items" and capacity >= max_items:
@@ -480,7 +559,9 @@ def _saturate(compiled: CompiledGrammar, builder: _Builder, final_state: int, st
             buffers = _Buffers(caps)
 
 
-def _build(parts: Sequence[str | bytes | Gap | None], builder: _Builder | None = None, cur: int = 0) -> tuple[_Builder, int]:
+def _build(
+    parts: Sequence[str | bytes | Gap | None], builder: _Builder | None = None, cur: int = 0
+) -> tuple[_Builder, int]:
     """Add the parts to a builder (a new one by default) from state cur; returns (builder, last state)."""
     builder = builder or _Builder()
     for part in Template(parts).parts:
@@ -491,8 +572,13 @@ def _build(parts: Sequence[str | bytes | Gap | None], builder: _Builder | None =
 # -- public API ----------------------------------------------------------------------------------
 
 
-def can_complete(grammar: CompiledGrammar | GrammarMatcher, segments, gaps: Sequence[Gap | None] | None = None, *,
-                 max_items: int = MAX_ITEMS) -> bool:
+def can_complete(
+    grammar: CompiledGrammar | GrammarMatcher,
+    segments,
+    gaps: Sequence[Gap | None] | None = None,
+    *,
+    max_items: int = MAX_ITEMS,
+) -> bool:
     """True iff some string of the grammar matches the template: segments[0], a string that fits
     gaps[0], segments[1], ...  (`segments` may also be a Template).  Given a GrammarMatcher instead
     of a compiled grammar, the template continues the text the matcher has accepted (its parse is
@@ -502,8 +588,13 @@ def can_complete(grammar: CompiledGrammar | GrammarMatcher, segments, gaps: Sequ
     return _search(compiled, _as_template(segments, gaps).parts, start, max_items).status == saturation.FOUND
 
 
-def find_completion(grammar: CompiledGrammar | GrammarMatcher, segments, gaps: Sequence[Gap | None] | None = None, *,
-                    max_items: int = MAX_ITEMS) -> bytes | None:
+def find_completion(
+    grammar: CompiledGrammar | GrammarMatcher,
+    segments,
+    gaps: Sequence[Gap | None] | None = None,
+    *,
+    max_items: int = MAX_ITEMS,
+) -> bytes | None:
     """A string that matches the template and completes the grammar (after the matcher's text,
     given a matcher), or None if there is none; see can_complete."""
     compiled, start = _grammar_and_start(grammar)
@@ -511,8 +602,9 @@ def find_completion(grammar: CompiledGrammar | GrammarMatcher, segments, gaps: S
     return result.witness(result.found) if result.status == saturation.FOUND else None
 
 
-def allowed_tokens(grammar: CompiledGrammar | GrammarMatcher, template: Template, position: int, *,
-                   max_items: int = MAX_ITEMS) -> np.ndarray:
+def allowed_tokens(
+    grammar: CompiledGrammar | GrammarMatcher, template: Template, position: int, *, max_items: int = MAX_ITEMS
+) -> np.ndarray:
     """Bool mask over the vocabulary for the first token of gap `template.parts[position]`
     (after the matcher's text, given a GrammarMatcher).
 
@@ -553,8 +645,9 @@ def _slot_tokens(result: _Saturated, block: int, trie: TokenTrie) -> np.ndarray:
     """Ids of the tokens that leave the slot block on some accepting run: a token ending at a node
     is allowed iff an item there bridges out through a caller record that is on such a run."""
     n_items, n_sums = len(result.items), len(result.sums)
-    useful = saturation.useful_facts(n_items, n_sums, result.n_calls, result.edges, len(result.edges),
-                                     result.final_summaries())
+    useful = saturation.useful_facts(
+        n_items, n_sums, result.n_calls, result.edges, len(result.edges), result.final_summaries()
+    )
     base = result.tpl["n_explicit"] + block * result.trie.n_nodes
     exits = result.exits
     leaving = exits[useful[n_items + n_sums + exits[:, 1]], 0]

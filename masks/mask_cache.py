@@ -16,8 +16,6 @@ import numpy as np
 from ..grammar.core.caches import BoundedCache
 from ..jit import njit
 
-
-
 ENTRY_OVERHEAD = 800
 """Bytes a cached mask costs beyond its arrays' data (the object, four array headers, its key and
 the cache's entry; measured: with 64 here the RSS freed by clearing the cache was ~1.5x the

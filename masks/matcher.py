@@ -6,18 +6,18 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
-from . import batch_fill, walk
-from .budget import CheckedBudget, budget_table, check_budget
 from ..grammar.core.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
 from ..grammar.ir import TOKEN_MARK
+from . import batch_fill, walk
+from .budget import CheckedBudget, budget_table, check_budget
 from .compiler import CompiledGrammar
 from .value_checks import CheckedAdvance, MaskChecks
 
@@ -78,16 +78,24 @@ class GrammarMatcher:
         max_rollback_tokens: int = -1,
         max_tokens: int | None = None,
     ):
-        check_argument(compiled_grammar, CompiledGrammar, "compiled_grammar", "GrammarMatcher",
-                       "compile the grammar first: GrammarCompiler(tokenizer_info).compile_grammar(text), "
-                       ".compile_json_schema(schema), ...")
+        check_argument(
+            compiled_grammar,
+            CompiledGrammar,
+            "compiled_grammar",
+            "GrammarMatcher",
+            "compile the grammar first: GrammarCompiler(tokenizer_info).compile_grammar(text), "
+            ".compile_json_schema(schema), ...",
+        )
         self.compiled_grammar = compiled_grammar
         info = compiled_grammar.tokenizer_info
         self.vocab_size = info.vocab_size
         if isinstance(override_stop_tokens, (int, np.integer)):
             override_stop_tokens = [override_stop_tokens]  # one id, as xgrammar takes it
-        self.stop_token_ids = tuple(info.stop_token_ids if override_stop_tokens is None else
-                                    check_integers(override_stop_tokens, "override_stop_tokens", "GrammarMatcher"))
+        self.stop_token_ids = tuple(
+            info.stop_token_ids
+            if override_stop_tokens is None
+            else check_integers(override_stop_tokens, "override_stop_tokens", "GrammarMatcher")
+        )
         for t in self.stop_token_ids:
             if not 0 <= t < self.vocab_size:
                 raise ValueError(f"stop token id {t} outside the vocabulary (size {self.vocab_size})")
@@ -112,8 +120,9 @@ class GrammarMatcher:
         # reserved byte are refused, so no text reaches a terminal's bytes.
         self._token_terminals = compiled_grammar.token_terminals
         self._token_classes = compiled_grammar.token_classes  # exclude_token: many tokens, one terminal
-        self._reserved_tokens = compiler.reserved_token_ids if self._token_terminals or self._token_classes \
-            else frozenset()
+        self._reserved_tokens = (
+            compiler.reserved_token_ids if self._token_terminals or self._token_classes else frozenset()
+        )
         self._slice_rows = compiler.trie.cumulative
         self._initial = self._make_state(
             np.array([compiled_grammar.pda.rule_start[compiled_grammar.pda.root_rule]], dtype=np.int64),
@@ -134,23 +143,34 @@ class GrammarMatcher:
         self._checked_budget = None  # a budget that also keeps the value checks passable
         self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
         if max_tokens is not None and self._token_classes:
-            raise ValueError("max_tokens is not supported for grammars with exclude_token formats (token "
-                             "classes); leave max_tokens unset")
+            raise ValueError(
+                "max_tokens is not supported for grammars with exclude_token formats (token "
+                "classes); leave max_tokens unset"
+            )
         if max_tokens is not None and self._token_terminals and self._checked is not None:
-            raise ValueError("max_tokens is not supported for grammars with both token terminals (<|...|>) and "
-                             "value checks (uniqueItems, overlapping oneOf); leave max_tokens unset")
+            raise ValueError(
+                "max_tokens is not supported for grammars with both token terminals (<|...|>) and "
+                "value checks (uniqueItems, overlapping oneOf); leave max_tokens unset"
+            )
         if max_tokens is not None:
             if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
                 raise ValueError(f"max_tokens must be None or an integer >= 0, got {max_tokens!r}")
             self._budget = budget_table(compiled_grammar)
-            check_budget(self._budget, compiled_grammar, self._runner.pool.blob, self._initial.stacks,
-                         self._initial.can_end, int(max_tokens))
+            check_budget(
+                self._budget,
+                compiled_grammar,
+                self._runner.pool.blob,
+                self._initial.stacks,
+                self._initial.can_end,
+                int(max_tokens),
+            )
             if self._checked is not None:
                 self._checked_budget = CheckedBudget(self._budget, self)
                 if not self._checked_budget.finishable(self._initial, int(max_tokens)):
                     raise BudgetTooSmallError(
                         f"max_tokens={max_tokens} is too small for this grammar: no completion passing its value "
-                        "checks (uniqueItems, oneOf) was found within it; raise max_tokens")
+                        "checks (uniqueItems, oneOf) was found within it; raise max_tokens"
+                    )
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -228,8 +248,9 @@ class GrammarMatcher:
     def _plain_fill(self) -> bool:
         """Whether the fill is the grammar's mask alone (no value checks, token terminals or
         budget), so that a batch step needs no Python for this row once the kernel wrote it."""
-        return self._mask_checks is None and not self._token_terminals and not self._token_classes \
-            and self._budget is None
+        return (
+            self._mask_checks is None and not self._token_terminals and not self._token_classes and self._budget is None
+        )
 
     def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
@@ -254,9 +275,20 @@ class GrammarMatcher:
         while True:
             # called directly, not through runner.run: a steady fill is a few microseconds
             status = walk.run_fill(
-                words, state.stacks, state.n_kernel, state.can_end, self._stop_ids, runner.pda.blob,
-                runner.pool.blob, runner.ws.blob, self._trie_blob, compiled.mask_index, compiled.mask_pool,
-                self._slice_rows, runner.limits.max_stack_tops, memo_key is not None,
+                words,
+                state.stacks,
+                state.n_kernel,
+                state.can_end,
+                self._stop_ids,
+                runner.pda.blob,
+                runner.pool.blob,
+                runner.ws.blob,
+                self._trie_blob,
+                compiled.mask_index,
+                compiled.mask_pool,
+                self._slice_rows,
+                runner.limits.max_stack_tops,
+                memo_key is not None,
             )
             if status == 0:
                 break
@@ -277,8 +309,9 @@ class GrammarMatcher:
         state = self._state
         words[:] = 0
         info = self.compiled_grammar.tokenizer_info
-        self._regions.fill(words, state.stacks, self._runner, self.compiled_grammar.compiler.trie.token_ids,
-                           *info.flat_vocab())
+        self._regions.fill(
+            words, state.stacks, self._runner, self.compiled_grammar.compiler.trie.token_ids, *info.flat_vocab()
+        )
         if state.can_end:
             for t in self.stop_token_ids:
                 words[t >> 5] |= np.int32(1) << np.int32(t & 31)
@@ -311,12 +344,23 @@ class GrammarMatcher:
         compiled, runner = self.compiled_grammar, self._runner
         arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
         cached = self._row_desc
-        if cached is None or arrays[0] is not cached[0][0] or arrays[1] is not cached[0][1] or arrays[2] is not cached[0][2]:
+        if (
+            cached is None
+            or arrays[0] is not cached[0][0]
+            or arrays[1] is not cached[0][1]
+            or arrays[2] is not cached[0][2]
+        ):
             template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
-            for field, array in ((batch_fill.ROW_STOPS, self._stop_ids), (batch_fill.ROW_PDA, compiled.pda.blob),
-                                 (batch_fill.ROW_POOL, arrays[0]), (batch_fill.ROW_WS, arrays[1]),
-                                 (batch_fill.ROW_TRIE, self._trie_blob), (batch_fill.ROW_MASK_INDEX, compiled.mask_index),
-                                 (batch_fill.ROW_MASK_POOL, arrays[2]), (batch_fill.ROW_SLICE_ROWS, self._slice_rows)):
+            for field, array in (
+                (batch_fill.ROW_STOPS, self._stop_ids),
+                (batch_fill.ROW_PDA, compiled.pda.blob),
+                (batch_fill.ROW_POOL, arrays[0]),
+                (batch_fill.ROW_WS, arrays[1]),
+                (batch_fill.ROW_TRIE, self._trie_blob),
+                (batch_fill.ROW_MASK_INDEX, compiled.mask_index),
+                (batch_fill.ROW_MASK_POOL, arrays[2]),
+                (batch_fill.ROW_SLICE_ROWS, self._slice_rows),
+            ):
                 template[field] = array.ctypes.data
                 template[field + 1] = len(array)
             template[batch_fill.ROW_N_WORDS] = self._words
@@ -353,8 +397,9 @@ class GrammarMatcher:
         if not (self._token_terminals or self._token_classes) or state.terminated:
             return
         if state.token_terminals is None:
-            state.token_terminals = tuple(t for t in [*self._token_terminals, *self._token_classes]
-                                          if self._after_terminal(t) is not None)
+            state.token_terminals = tuple(
+                t for t in [*self._token_terminals, *self._token_classes] if self._after_terminal(t) is not None
+            )
         for t in state.token_terminals:
             if t in self._token_classes:
                 words |= self._token_classes[t][1]
@@ -363,18 +408,26 @@ class GrammarMatcher:
 
     def _after_terminal(self, token_id: int, state: _MatchState | None = None) -> _MatchState | None:
         """The state after a token terminal or token class terminal's bytes (None if refused)."""
-        data = self._token_terminals[token_id] if token_id in self._token_terminals else self._token_classes[token_id][0]
+        data = (
+            self._token_terminals[token_id] if token_id in self._token_terminals else self._token_classes[token_id][0]
+        )
         return self._state_after_bytes(data, 0, len(data), state)
 
     def _apply_budget(self, words: np.ndarray) -> None:
         """Drop the tokens after which the text could no longer finish within max_tokens."""
         state = self._state
         if self._budget is not None and not state.terminated:
-            self._budget.restrict(words, state.stacks, self.remaining_tokens, self._runner, self._stop_ids,
-                                  self._budget_memo)
+            self._budget.restrict(
+                words, state.stacks, self.remaining_tokens, self._runner, self._stop_ids, self._budget_memo
+            )
             if self._token_terminals and self.remaining_tokens > 0:
-                self._budget.restrict_terminals(words, self.remaining_tokens, self._token_terminals,
-                                                lambda t: self._state_after_token(t, state), self._runner)
+                self._budget.restrict_terminals(
+                    words,
+                    self.remaining_tokens,
+                    self._token_terminals,
+                    lambda t: self._state_after_token(t, state),
+                    self._runner,
+                )
             if self._checked_budget is not None and self.remaining_tokens > 0:
                 self._checked_budget.restrict(words, state, self.remaining_tokens)
 
@@ -458,8 +511,9 @@ class GrammarMatcher:
     def accept_string(self, text: str | bytes, *, debug_print: bool = False) -> bool:
         """Advance over a whole string (one rollback step); False and no change if not allowed."""
         if not isinstance(text, (str, bytes, bytearray, memoryview)):
-            raise ArgumentTypeError(f"accept_string: text must be str or bytes, got {type(text).__name__}; "
-                                    "pass token ids to accept_token")
+            raise ArgumentTypeError(
+                f"accept_string: text must be str or bytes, got {type(text).__name__}; pass token ids to accept_token"
+            )
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if self._state.terminated:
             raise RuntimeError("the matcher has terminated; call reset() or rollback()")
@@ -476,8 +530,9 @@ class GrammarMatcher:
         self._push(new_state)
         return True
 
-    def _state_after_bytes(self, data: np.ndarray, start: int, end: int,
-                           state: _MatchState | None = None) -> _MatchState | None:
+    def _state_after_bytes(
+        self, data: np.ndarray, start: int, end: int, state: _MatchState | None = None
+    ) -> _MatchState | None:
         state = self._state if state is None else state
         scans = _NO_SCANS
         if self._checked is not None and (state.scans or not self._check_starts.isdisjoint(data[start:end].tobytes())):
@@ -517,7 +572,7 @@ class GrammarMatcher:
         self._history.clear()
         self._n_tokens = 0
 
-    def fork(self) -> "GrammarMatcher":
+    def fork(self) -> GrammarMatcher:
         """An independent matcher at the same point, with the same rollback history, in
         O(history): states are immutable and hold frame ids, so the fork shares this matcher's
         frame pool and workspace (and its fill memo).  A matcher and its forks must therefore not
@@ -571,8 +626,9 @@ MIN_WALKS_TO_SPLIT = 8
 copies and a few walks cost less than waking another thread)."""
 
 
-def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None,
-                                  num_threads: int | None = None) -> None:
+def batch_fill_next_token_bitmask(
+    matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None, num_threads: int | None = None
+) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
     One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
@@ -584,10 +640,14 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
     import os
 
     if not isinstance(matchers, (list, tuple)) or not all(isinstance(m, GrammarMatcher) for m in matchers):
-        raise ArgumentTypeError("batch_fill_next_token_bitmask: matchers must be a list of GrammarMatcher, got "
-                                + type(matchers).__name__)
-    indices = list(range(len(matchers))) if indices is None else check_integers(indices, "indices",
-                                                                                   "batch_fill_next_token_bitmask")
+        raise ArgumentTypeError(
+            "batch_fill_next_token_bitmask: matchers must be a list of GrammarMatcher, got " + type(matchers).__name__
+        )
+    indices = (
+        list(range(len(matchers)))
+        if indices is None
+        else check_integers(indices, "indices", "batch_fill_next_token_bitmask")
+    )
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
     rows = bitmask.shape[0] if len(getattr(bitmask, "shape", ())) == 2 else 1
@@ -601,8 +661,9 @@ def batch_fill_next_token_bitmask(matchers: Sequence[GrammarMatcher], bitmask, i
 
     def row_by_row(rows: list[int]) -> None:
         pairs = [(matchers[k], indices[k]) for k in rows]
-        _run_chunks([pairs[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r),
-                    threads)
+        _run_chunks(
+            [pairs[t::threads] for t in range(threads)], lambda m, r: m.fill_next_token_bitmask(bitmask, r), threads
+        )
 
     target = _batch_target(bitmask, matchers)
     if target is None:  # not a CPU int32 [batch, words] array: row by row
@@ -652,8 +713,11 @@ def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads:
     """batch_fill.run_fill_rows over these table rows, split over the threads."""
     if rows:
         order = np.array(rows, dtype=np.int64)
-        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)),
-                   lambda part: batch_fill.run_fill_rows(table, part, status), threads)
+        _run_parts(
+            np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)),
+            lambda part: batch_fill.run_fill_rows(table, part, status),
+            threads,
+        )
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
@@ -683,8 +747,14 @@ def _batch_target(bitmask, matchers):
         import torch
     except ImportError:
         return None
-    if (not isinstance(bitmask, torch.Tensor) or bitmask.dim() != 2 or bitmask.dtype != torch.int32
-            or bitmask.device.type != "cpu" or not bitmask.is_contiguous() or bitmask.shape[1] < words):
+    if (
+        not isinstance(bitmask, torch.Tensor)
+        or bitmask.dim() != 2
+        or bitmask.dtype != torch.int32
+        or bitmask.device.type != "cpu"
+        or not bitmask.is_contiguous()
+        or bitmask.shape[1] < words
+    ):
         return None
     array = bitmask.numpy()
     return array.ctypes.data, array.strides[0], lambda row, n: array[row, :n]
@@ -734,6 +804,7 @@ def _run_parts(parts, work, threads: int) -> None:
 
 def _run_chunks(chunks, fill, threads: int) -> None:
     """fill(matcher, row) for each pair of each chunk, chunks spread over the threads."""
+
     def run(chunk):
         for matcher, row in chunk:
             fill(matcher, row)
@@ -754,8 +825,10 @@ def _writable_row(bitmask, index: int, words: int):
     """Row `index` of a numpy or torch bitmask, checked for type, shape and dtype."""
     index = check_integer(index, "index", "fill_next_token_bitmask")
     if not isinstance(bitmask, np.ndarray) and type(bitmask).__name__ != "Tensor":
-        raise ArgumentTypeError(f"fill_next_token_bitmask: bitmask must be a numpy array or torch tensor (int32, "
-                                f"from allocate_token_bitmask), got {type(bitmask).__name__}")
+        raise ArgumentTypeError(
+            f"fill_next_token_bitmask: bitmask must be a numpy array or torch tensor (int32, "
+            f"from allocate_token_bitmask), got {type(bitmask).__name__}"
+        )
     if len(bitmask.shape) == 2 and not 0 <= index < bitmask.shape[0]:
         raise ValueError(f"fill_next_token_bitmask: index {index} outside the bitmask's {bitmask.shape[0]} rows")
     if isinstance(bitmask, np.ndarray):

@@ -30,8 +30,10 @@ def check_header(payload: Any, kind: str) -> dict:
     if not isinstance(payload, dict) or payload.get("format") != kind:
         raise DeserializeError(f"not a serialized pushmask {kind}")
     if payload.get("version") != FORMAT_VERSION:
-        raise DeserializeError(f"serialized {kind} has format version {payload.get('version')!r}; this "
-                               f"pushmask reads version {FORMAT_VERSION}: serialize it again with this version")
+        raise DeserializeError(
+            f"serialized {kind} has format version {payload.get('version')!r}; this "
+            f"pushmask reads version {FORMAT_VERSION}: serialize it again with this version"
+        )
     return payload
 
 
@@ -54,8 +56,11 @@ def from_json(text: str | bytes, kind: str) -> dict:
 def _encode_array(value):
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
-        return {"__ndarray__": value.dtype.str.lstrip("<>|="), "shape": list(value.shape),
-                "base64": base64.b64encode(data.tobytes()).decode("ascii")}
+        return {
+            "__ndarray__": value.dtype.str.lstrip("<>|="),
+            "shape": list(value.shape),
+            "base64": base64.b64encode(data.tobytes()).decode("ascii"),
+        }
     if isinstance(value, (bytes, bytearray)):
         return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, np.integer):

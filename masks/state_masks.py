@@ -42,9 +42,25 @@ def trie_tables(trie) -> tuple:
     """What the kernels read of a TokenTrie, as one tuple (numba takes it as one argument)."""
     b = trie.bucketed
     ptrs, los, his, dsts, caps = trie.slice_automata
-    return (trie.blob, trie.token_ids, trie.all_positions, b.blob, b.token_ids, trie.bucketed_position,
-            trie.region_start, trie.above, trie.cumulative, trie.cumulative_counts, trie.max_chars, _BOUNDS,
-            ptrs, los, his, dsts, caps)
+    return (
+        trie.blob,
+        trie.token_ids,
+        trie.all_positions,
+        b.blob,
+        b.token_ids,
+        trie.bucketed_position,
+        trie.region_start,
+        trie.above,
+        trie.cumulative,
+        trie.cumulative_counts,
+        trie.max_chars,
+        _BOUNDS,
+        ptrs,
+        los,
+        his,
+        dsts,
+        caps,
+    )
 
 
 @intrinsic
@@ -79,15 +95,31 @@ def _add_range(spans, n, start, end):
 
 
 @njit(cache=True)
-def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out,
-                info):
+def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out, info):
     """A state's mask into `words` (scratch, W words) and `out` (data, then positions, ids and lcp
     of its uncertain tokens); info = (kind, data length, uncertain count, accepted count).
     Returns 0 or ERR_* (nothing usable written).  The same arithmetic as the slice tables'
     docstring in masks/trie.py: bucket k of slice s holds tokens of at most BUCKET_BOUNDS[k]
     characters."""
-    (trie, token_ids, all_positions, b_trie, b_token_ids, b_position, region_start, above, cumulative,
-     cumulative_counts, max_chars, bounds, ptrs, los, his, dsts, caps) = tables
+    (
+        trie,
+        token_ids,
+        all_positions,
+        b_trie,
+        b_token_ids,
+        b_position,
+        region_start,
+        above,
+        cumulative,
+        cumulative_counts,
+        max_chars,
+        bounds,
+        ptrs,
+        los,
+        his,
+        dsts,
+        caps,
+    ) = tables
     slice_scratch, uncertain = scratch
     n_words = words.shape[0]
     n_slices = max_chars.shape[0]
@@ -97,8 +129,9 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
     for s in range(n_slices):
         slice_bounds[s, 1] = max_chars[s] + 1  # nothing known
     if use_slices:
-        status = run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, slice_scratch,
-                                  slice_bounds)
+        status = run_slice_bounds(
+            pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops, slice_scratch, slice_bounds
+        )
         if status != 0:
             return status
     rows = np.full(SLICE_ROWS, -1, dtype=np.int32)
@@ -129,13 +162,41 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
     accepted = np.empty(n_words + 3, dtype=np.int32)  # past this a list is never the smallest form
     counts = np.zeros(3, dtype=np.int64)
     if n_main > 0:
-        status = run_state_walk(pda, pool, ws, trie, main[: 2 * n_main], all_positions, state, pairs, token_ids,
-                                words, accepted, uncertain, counts, max_tops)
+        status = run_state_walk(
+            pda,
+            pool,
+            ws,
+            trie,
+            main[: 2 * n_main],
+            all_positions,
+            state,
+            pairs,
+            token_ids,
+            words,
+            accepted,
+            uncertain,
+            counts,
+            max_tops,
+        )
         if status != 0:
             return status
     if n_bucketed > 0:
-        status = run_state_walk(pda, pool, ws, b_trie, bucketed[: 2 * n_bucketed], b_position, state, pairs,
-                                b_token_ids, words, accepted, uncertain, counts, max_tops)
+        status = run_state_walk(
+            pda,
+            pool,
+            ws,
+            b_trie,
+            bucketed[: 2 * n_bucketed],
+            b_position,
+            state,
+            pairs,
+            b_token_ids,
+            words,
+            accepted,
+            uncertain,
+            counts,
+            max_tops,
+        )
         if status != 0:
             return status
     walk_accepted = counts[0]
@@ -185,8 +246,24 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
 
 
 @njit(cache=True, nogil=True)
-def run_store_masks(pda, pool, ws, max_tops, states, pairs_at, use_slices, tables, scratch, mask_index, mask_pool,
-                    used, kinds, num_accepted, words, out):
+def run_store_masks(
+    pda,
+    pool,
+    ws,
+    max_tops,
+    states,
+    pairs_at,
+    use_slices,
+    tables,
+    scratch,
+    mask_index,
+    mask_pool,
+    used,
+    kinds,
+    num_accepted,
+    words,
+    out,
+):
     """Compute the masks of `states` (pairs_at[i]: the address of state i's follow pairs) and
     append each to the mask store from used[0] on, writing its mask_index fields but the kind,
     which goes to kinds[i] for the caller to publish (a concurrent reader sees "not computed"
@@ -200,8 +277,9 @@ def run_store_masks(pda, pool, ws, max_tops, states, pairs_at, use_slices, table
         if kinds[i] >= 0:
             continue
         pairs = carray(_u8_pointer(pairs_at[i]), 256 * PAIR_WIDTH)
-        status = _state_mask(pda, pool, ws, max_tops, states[i], pairs, use_slices, tables, scratch, grammar_words,
-                             words, out, info)
+        status = _state_mask(
+            pda, pool, ws, max_tops, states[i], pairs, use_slices, tables, scratch, grammar_words, words, out, info
+        )
         if status != 0:
             return status
         size = info[1]

@@ -58,15 +58,33 @@ class TokenRegions:
         keep = ~((slots >= 0) & spent[np.maximum(slots, 0)])
         return np.concatenate([tops[keep], stacks[half:][keep]])
 
-    def fill(self, words: np.ndarray, stacks: np.ndarray, runner, token_ids: np.ndarray, vocab: np.ndarray,
-             offsets: np.ndarray) -> None:
+    def fill(
+        self,
+        words: np.ndarray,
+        stacks: np.ndarray,
+        runner,
+        token_ids: np.ndarray,
+        vocab: np.ndarray,
+        offsets: np.ndarray,
+    ) -> None:
         """Set the bits of the text tokens a closed parse accepts (stop and terminal tokens are
         the caller's): every candidate runs through the automaton once."""
         from .budget import STORED_MAX, check_tokens  # budget imports the compiler, which imports this
 
         exact = np.full(len(offsets) - 1, -1, dtype=np.int32)
-        runner.run(check_tokens, PDA_BLOB, POOL_BLOB, WS_BLOB, stacks, vocab, offsets, token_ids, self._zero_cost,
-                   MAX_TOPS, exact)
+        runner.run(
+            check_tokens,
+            PDA_BLOB,
+            POOL_BLOB,
+            WS_BLOB,
+            stacks,
+            vocab,
+            offsets,
+            token_ids,
+            self._zero_cost,
+            MAX_TOPS,
+            exact,
+        )
         accepted = token_ids[exact[token_ids] < STORED_MAX]
         bits = np.zeros(32 * len(words), dtype=bool)
         bits[accepted] = True

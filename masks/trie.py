@@ -37,10 +37,10 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from ..jit import njit
 
 from ..automata.dfa import build_rule_dfa
 from ..grammar.ir import CharClass, Repeat
+from ..jit import njit
 
 SLICE_DIGITS, SLICE_WORD, SLICE_CONTENT = 0, 1, 2
 OTHER = 3
@@ -221,8 +221,11 @@ class TokenTrie(TrieOrder):
                 self.above[s, k] = lo + int(np.sum(region_buckets > k))
                 members = self.bucketed.token_ids[self.above[s, k] : hi]
                 self.cumulative_counts[s * n_buckets + k] = len(members)
-                np.bitwise_or.at(self.cumulative[s * n_buckets + k], members >> 5,
-                                 (np.ones(len(members), dtype=np.uint32) << (members & 31).astype(np.uint32)).view(np.int32))
+                np.bitwise_or.at(
+                    self.cumulative[s * n_buckets + k],
+                    members >> 5,
+                    (np.ones(len(members), dtype=np.uint32) << (members & 31).astype(np.uint32)).view(np.int32),
+                )
 
         self.slice_automata = (*self.slice_automata[:4], self.max_chars)
 

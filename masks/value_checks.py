@@ -66,7 +66,7 @@ class Scan:
         self.items = items
         self.done = done
 
-    def _with(self, **changes) -> "Scan":
+    def _with(self, **changes) -> Scan:
         new = object.__new__(Scan)
         new.check, new.depth, new.in_string, new.escaped = self.check, self.depth, self.in_string, self.escaped
         new.buf, new.items, new.done = self.buf, self.items, self.done
@@ -199,8 +199,9 @@ class CheckedAdvance:
         pda = compiled.pda
         self.runner = runner
         rule_ids = {name: i for i, name in enumerate(pda.rule_names)}
-        self.checks: dict[int, object] = {rule_ids[name]: check for name, check in compiled.value_checks.items()
-                                          if name in rule_ids}
+        self.checks: dict[int, object] = {
+            rule_ids[name]: check for name, check in compiled.value_checks.items() if name in rule_ids
+        }
         self.state_rule = pda.state_rule.tolist()
         self.byte_ptr, self.byte_lo, self.byte_hi = pda.byte_ptr.tolist(), pda.byte_lo.tolist(), pda.byte_hi.tolist()
         self._frame_keys: dict[int, tuple] = {}
@@ -214,8 +215,9 @@ class CheckedAdvance:
         out = {}
         allowed = np.zeros(256, dtype=np.uint8)
         for rule in self.checks:
-            s, _, _, _ = self.runner.close(np.array([pda.rule_start[rule]], dtype=np.int64),
-                                           np.array([kernels.ROOT], dtype=np.int64))
+            s, _, _, _ = self.runner.close(
+                np.array([pda.rule_start[rule]], dtype=np.int64), np.array([kernels.ROOT], dtype=np.int64)
+            )
             kernels.run_allowed_first_bytes(pda.blob, s, allowed)
             out[rule] = frozenset(np.flatnonzero(allowed).tolist())
         return out
@@ -343,7 +345,7 @@ class MaskChecks:
             got = self._cache["quotes"] = (quoted, escape_before, busy_tail, by_head)
         return got
 
-    def _string_candidates(self, scan: "Scan", allowed: np.ndarray) -> list[int]:
+    def _string_candidates(self, scan: Scan, allowed: np.ndarray) -> list[int]:
         """Tokens that may fail a scan inside a string (not after a backslash): those whose
         bytes after the closing quote may close more, those with an escape before it, and, when
         the quote closes an array item, those whose bytes before it spell an earlier item's rest."""
@@ -356,10 +358,10 @@ class MaskChecks:
                 return np.flatnonzero(allowed & quoted).tolist()
             for kind, value in scan.items:
                 if kind == "string" and value.startswith(start):
-                    out += [t for t in by_head.get(value[len(start):].encode("utf-8"), ()) if allowed[t]]
+                    out += [t for t in by_head.get(value[len(start) :].encode("utf-8"), ()) if allowed[t]]
         return out
 
-    def _closing(self, scan: "Scan", allowed: np.ndarray) -> list:
+    def _closing(self, scan: Scan, allowed: np.ndarray) -> list:
         """(token, Scan.effect) for the allowed tokens that close something from this scan."""
         if scan.in_string and not scan.escaped:
             tokens = self._string_candidates(scan, allowed)

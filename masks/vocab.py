@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -53,9 +53,7 @@ KNOWN_STOP_MARKERS = (
 def _gpt2_byte_alphabet() -> dict[int, str]:
     """GPT-2's byte -> printable character table (as in openai/gpt-2 encoder.bytes_to_unicode)."""
     printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     table = {b: chr(b) for b in printable}
     extra = 0
@@ -149,8 +147,9 @@ class TokenizerInfo:
         if isinstance(stop_token_ids, (int, np.integer)) and not isinstance(stop_token_ids, bool):
             stop_token_ids = [stop_token_ids]  # one id, as xgrammar takes it
         stops = _unique_ids(() if stop_token_ids is None else stop_token_ids, vocab_size, "stop_token_ids")
-        specials = set(_unique_ids(() if special_token_ids is None else special_token_ids, vocab_size,
-                                   "special_token_ids"))
+        specials = set(
+            _unique_ids(() if special_token_ids is None else special_token_ids, vocab_size, "special_token_ids")
+        )
         # A stop token ends generation; it never stands for grammar text.
         specials.update(stops)
         self.stop_token_ids: tuple[int, ...] = stops
@@ -190,7 +189,7 @@ class TokenizerInfo:
         vocab_size: int | None = None,
         stop_token_ids: Iterable[int] | None = None,
         special_token_ids: Iterable[int] | None = None,
-    ) -> "TokenizerInfo":
+    ) -> TokenizerInfo:
         """Build from token strings spelled the ``vocab_type`` way (bytes are taken as they are).
 
         ``None`` marks an unused id. Handy in tests:
@@ -200,8 +199,7 @@ class TokenizerInfo:
         _check_token_list(tokens, "tokens", "TokenizerInfo.from_vocab", str)
         decode = _DECODERS[vocab_type]
         encoded = [
-            None if t is None else (bytes(t) if isinstance(t, (bytes, bytearray)) else decode(t))
-            for t in tokens
+            None if t is None else (bytes(t) if isinstance(t, (bytes, bytearray)) else decode(t)) for t in tokens
         ]
         return cls(
             encoded,
@@ -217,7 +215,7 @@ class TokenizerInfo:
         tokenizer,
         vocab_size: int | None = None,
         stop_token_ids: Iterable[int] | None = None,
-    ) -> "TokenizerInfo":
+    ) -> TokenizerInfo:
         """Build from a Hugging Face tokenizer (fast/backend), a ``tokenizers.Tokenizer``, or a
         tiktoken-style tokenizer exposing ``mergeable_ranks`` (bytes -> id).
 
@@ -237,16 +235,13 @@ class TokenizerInfo:
         if vocab_size is None:
             vocab_size = max(n_tokens, _len_or_zero(tokenizer))
         elif vocab_size < n_tokens:
-            raise ValueError(
-                f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} token ids"
-            )
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} token ids")
 
         if stop_token_ids is None:
             stop_token_ids = _default_stop_ids(tokenizer, named_specials)
             if not stop_token_ids:
                 raise ValueError(
-                    "the tokenizer has no eos_token_id and no known end marker; "
-                    "pass stop_token_ids explicitly"
+                    "the tokenizer has no eos_token_id and no known end marker; pass stop_token_ids explicitly"
                 )
         return cls(
             tokens,
@@ -279,8 +274,10 @@ class TokenizerInfo:
                     by_text.setdefault(data, i)
         found = by_text.get(token.encode("utf-8"))
         if found is None:
-            raise ValueError(f"no single token of this vocabulary is {token!r}; name a special token "
-                             f"(e.g. {next(iter(self.special_token_texts), '<|eot_id|>')!r}) or give its id")
+            raise ValueError(
+                f"no single token of this vocabulary is {token!r}; name a special token "
+                f"(e.g. {next(iter(self.special_token_texts), '<|eot_id|>')!r}) or give its id"
+            )
         return found
 
     def decode_tokens(self, token_ids: Iterable[int]) -> bytes:
@@ -341,7 +338,7 @@ class TokenizerInfo:
         return to_json(self._payload())
 
     @staticmethod
-    def deserialize_json(text: str | bytes) -> "TokenizerInfo":
+    def deserialize_json(text: str | bytes) -> TokenizerInfo:
         """The TokenizerInfo serialize_json wrote (DeserializeError if the text is not one)."""
         from .serialization import from_json
 
@@ -351,20 +348,31 @@ class TokenizerInfo:
         from .serialization import header
 
         n = self.num_tokenizer_tokens
-        return {**header(_PAYLOAD_KIND), "vocab_type": self.vocab_type, "vocab_size": self.vocab_size,
-                "stop_token_ids": list(self.stop_token_ids), "special_token_ids": list(self.special_token_ids),
-                "token_lengths": self.token_lengths[:n].copy(), "token_bytes": b"".join(self.decoded_vocab[:n]),
-                "vocab_hash": self.vocab_hash}
+        return {
+            **header(_PAYLOAD_KIND),
+            "vocab_type": self.vocab_type,
+            "vocab_size": self.vocab_size,
+            "stop_token_ids": list(self.stop_token_ids),
+            "special_token_ids": list(self.special_token_ids),
+            "token_lengths": self.token_lengths[:n].copy(),
+            "token_bytes": b"".join(self.decoded_vocab[:n]),
+            "vocab_hash": self.vocab_hash,
+        }
 
     @staticmethod
-    def _from_payload(payload: dict) -> "TokenizerInfo":
+    def _from_payload(payload: dict) -> TokenizerInfo:
         from .serialization import DeserializeError, check_header
 
         payload = check_header(payload, _PAYLOAD_KIND)
         data, ends = payload["token_bytes"], np.cumsum(payload["token_lengths"]).tolist()
         tokens = [data[start:end] for start, end in zip([0] + ends[:-1], ends)]
-        info = TokenizerInfo(tokens, vocab_type=payload["vocab_type"], vocab_size=payload["vocab_size"],
-                             stop_token_ids=payload["stop_token_ids"], special_token_ids=payload["special_token_ids"])
+        info = TokenizerInfo(
+            tokens,
+            vocab_type=payload["vocab_type"],
+            vocab_size=payload["vocab_size"],
+            stop_token_ids=payload["stop_token_ids"],
+            special_token_ids=payload["special_token_ids"],
+        )
         if info.vocab_hash != payload["vocab_hash"]:
             raise DeserializeError("the serialized TokenizerInfo is damaged: its vocabulary hash does not match")
         return info
@@ -390,13 +398,16 @@ def _check_token_list(tokens, name: str, where: str, *also: type) -> None:
     """ArgumentTypeError unless `tokens` is a list (or tuple) of bytes, None or `also` types."""
     kinds = (bytes, bytearray, memoryview, type(None), *also)
     if not isinstance(tokens, (list, tuple)):
-        raise ArgumentTypeError(f"{where}: {name} must be a list of token {'strings or ' if also else ''}bytes "
-                                f"by id, got {type(tokens).__name__}")
+        raise ArgumentTypeError(
+            f"{where}: {name} must be a list of token {'strings or ' if also else ''}bytes "
+            f"by id, got {type(tokens).__name__}"
+        )
     for token_id, token in enumerate(tokens):
         if not isinstance(token, kinds):
-            raise ArgumentTypeError(f"{where}: {name}[{token_id}] must be {'str or ' if also else ''}bytes, got "
-                                    f"{type(token).__name__}" + ("" if also else
-                                                                 "; use TokenizerInfo.from_vocab for string tokens"))
+            raise ArgumentTypeError(
+                f"{where}: {name}[{token_id}] must be {'str or ' if also else ''}bytes, got "
+                f"{type(token).__name__}" + ("" if also else "; use TokenizerInfo.from_vocab for string tokens")
+            )
 
 
 def _unique_ids(ids: Iterable[int], vocab_size: int, what: str) -> tuple[int, ...]:

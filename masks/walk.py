@@ -31,14 +31,34 @@ then the same tokens' ids, then each one's common prefix length with the previou
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
 
 from ..automata.kernels import (
-    BOTTOM, CONT, ERR_BUFFER_FULL, ERR_TOO_MANY_TOPS, FLAG_END, FLAG_RULE_END, PDA_ACCEPT, PDA_BYTE_DST, PDA_BYTE_HI,
-    PDA_BYTE_LO, PDA_BYTE_PTR, PDA_FOLLOW, PDA_REF_PTR, PDA_RETURNS, PDA_RETURNS_PTR, WS_HEADER, pda_views, closure,
-    closure_memo, has_epsilon, step_byte, ws_buffer_p, ws_levels,
+    BOTTOM,
+    CONT,
+    ERR_BUFFER_FULL,
+    ERR_TOO_MANY_TOPS,
+    FLAG_END,
+    FLAG_RULE_END,
+    PDA_ACCEPT,
+    PDA_BYTE_DST,
+    PDA_BYTE_HI,
+    PDA_BYTE_LO,
+    PDA_BYTE_PTR,
+    PDA_FOLLOW,
+    PDA_REF_PTR,
+    PDA_RETURNS,
+    PDA_RETURNS_PTR,
+    WS_HEADER,
+    closure,
+    closure_memo,
+    has_epsilon,
+    pda_views,
+    step_byte,
+    ws_buffer_p,
+    ws_levels,
 )
 from ..automata.pda import MAX_CONTINUATIONS
+from ..jit import njit
 from .trie import TRIE_HEADER
 
 LVL_START, LVL_N, LVL_FLAG, LVL_UNSURE = range(4)
@@ -102,8 +122,25 @@ def _set_bit(words, t):
 
 
 @njit(cache=True)
-def _walk(pda, pool, ws, trie, ranges, candidates, cand_lcp, pairs, end_flag, max_tops, token_ids, position_of, words,
-          accepted, uncertain, result, counts):
+def _walk(
+    pda,
+    pool,
+    ws,
+    trie,
+    ranges,
+    candidates,
+    cand_lcp,
+    pairs,
+    end_flag,
+    max_tops,
+    token_ids,
+    position_of,
+    words,
+    accepted,
+    uncertain,
+    result,
+    counts,
+):
     """The trie walk behind every mask, from the level-0 stacks already in the workspace.
 
     Range mode (candidates empty): every position of `ranges` ([start, end) pairs) of the trie
@@ -160,8 +197,12 @@ def _walk(pda, pool, ws, trie, ranges, candidates, cand_lcp, pairs, end_flag, ma
                 built = length
             # Level `built` may have been judged by the previous token's byte `built` (a follow
             # pair read past the rule's end): step it again.
-            if (use_pairs and built >= 1 and (ws[lv_flag + built - 1] & FLAG_RULE_END) != 0
-                    and pairs[trie[tok_bytes + t0 + built - 1] * PAIR_WIDTH + PAIR_MIXED] != 0):
+            if (
+                use_pairs
+                and built >= 1
+                and (ws[lv_flag + built - 1] & FLAG_RULE_END) != 0
+                and pairs[trie[tok_bytes + t0 + built - 1] * PAIR_WIDTH + PAIR_MIXED] != 0
+            ):
                 built -= 1
             d = built
             while d < length:
@@ -221,8 +262,13 @@ def _walk(pda, pool, ws, trie, ranges, candidates, cand_lcp, pairs, end_flag, ma
             # the bytes that decided a dead prefix's verdict: d, or d + 1 when the rule ended
             # just before and the follow pair read the next byte
             shared = d
-            if (d < length and use_pairs and d >= 1 and (ws[lv_flag + d - 1] & FLAG_RULE_END) != 0
-                    and pairs[trie[tok_bytes + t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0):
+            if (
+                d < length
+                and use_pairs
+                and d >= 1
+                and (ws[lv_flag + d - 1] & FLAG_RULE_END) != 0
+                and pairs[trie[tok_bytes + t0 + d - 1] * PAIR_WIDTH + PAIR_MIXED] != 0
+            ):
                 shared = d + 1
             if by_candidates:
                 result[i] = verdict
@@ -260,18 +306,37 @@ def _walk(pda, pool, ws, trie, ranges, candidates, cand_lcp, pairs, end_flag, ma
 
 
 @njit(cache=True, nogil=True)
-def run_state_walk(pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts,
-                   max_tops):
+def run_state_walk(
+    pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts, max_tops
+):
     """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
     blob, its rule's follow pairs deciding what may come after the rule ends (see _walk's range
     mode).  Returns 0 or ERR_*."""
-    status = _init_levels(pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64),
-                          max_tops)
+    status = _init_levels(
+        pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64), max_tops
+    )
     if status < 0:
         return status
     none = np.empty(0, dtype=np.int32)
-    return _walk(pda, pool, ws, trie, ranges, none, none, pairs, FLAG_RULE_END | FLAG_END, max_tops, token_ids,
-                 position_of, words, accepted, uncertain, np.empty(0, dtype=np.int8), counts)
+    return _walk(
+        pda,
+        pool,
+        ws,
+        trie,
+        ranges,
+        none,
+        none,
+        pairs,
+        FLAG_RULE_END | FLAG_END,
+        max_tops,
+        token_ids,
+        position_of,
+        words,
+        accepted,
+        uncertain,
+        np.empty(0, dtype=np.int8),
+        counts,
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -285,9 +350,25 @@ def run_walk(pda, pool, ws, trie, candidates, cand_lcp, init_s, init_p, max_tops
     if status < 0:
         return status
     none = np.empty(0, dtype=np.int32)
-    return _walk(pda, pool, ws, trie, np.empty(0, dtype=np.int64), candidates, cand_lcp, np.empty(0, dtype=np.uint8),
-                 FLAG_END, max_tops, none, none, np.empty(0, dtype=np.int32), none, none, result,
-                 np.zeros(3, dtype=np.int64))
+    return _walk(
+        pda,
+        pool,
+        ws,
+        trie,
+        np.empty(0, dtype=np.int64),
+        candidates,
+        cand_lcp,
+        np.empty(0, dtype=np.uint8),
+        FLAG_END,
+        max_tops,
+        none,
+        none,
+        np.empty(0, dtype=np.int32),
+        none,
+        none,
+        result,
+        np.zeros(3, dtype=np.int64),
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -386,8 +467,29 @@ def candidate_lcp(trie, candidates):
 
 
 @njit(cache=True)
-def _slice_search(pda, state, ptr, lo, hi, dst, cap, table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end,
-                  succ_to, succ_lead, expanded, order, queue, value):
+def _slice_search(
+    pda,
+    state,
+    ptr,
+    lo,
+    hi,
+    dst,
+    cap,
+    table,
+    slots,
+    pair_q,
+    pair_p,
+    dist,
+    bound,
+    succ_start,
+    succ_end,
+    succ_to,
+    succ_lead,
+    expanded,
+    order,
+    queue,
+    value,
+):
     """(f, g) for one slice (its automaton ptr/lo/hi/dst, boundary state 0) from `state` alone:
     every slice token of at most f characters is accepted (its direct byte path stays alive),
     and every one of g or more is rejected; g = cap + 1 says nothing is known.
@@ -413,9 +515,38 @@ def _slice_search(pda, state, ptr, lo, hi, dst, cap, table, slots, pair_q, pair_
     budget = pair_q.shape[0]
     edge_budget = succ_to.shape[0]
     mask = table.shape[0] - 1
-    f, g, n = _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, state, ptr, lo, hi, dst,
-                               cap, table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to,
-                               succ_lead, expanded, order, queue, value, q_states, budget, edge_budget, mask)
+    f, g, n = _slice_search_in(
+        state_accept,
+        byte_ptr,
+        byte_lo,
+        byte_hi,
+        byte_dst,
+        ref_ptr,
+        state,
+        ptr,
+        lo,
+        hi,
+        dst,
+        cap,
+        table,
+        slots,
+        pair_q,
+        pair_p,
+        dist,
+        bound,
+        succ_start,
+        succ_end,
+        succ_to,
+        succ_lead,
+        expanded,
+        order,
+        queue,
+        value,
+        q_states,
+        budget,
+        edge_budget,
+        mask,
+    )
     for i in range(n):
         table[slots[i]] = -1
         expanded[i] = 0
@@ -423,9 +554,38 @@ def _slice_search(pda, state, ptr, lo, hi, dst, cap, table, slots, pair_q, pair_
 
 
 @njit(cache=True)
-def _slice_search_in(state_accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, state, ptr, lo, hi, dst, cap,
-                     table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded,
-                     order, queue, value, q_states, budget, edge_budget, mask):
+def _slice_search_in(
+    state_accept,
+    byte_ptr,
+    byte_lo,
+    byte_hi,
+    byte_dst,
+    ref_ptr,
+    state,
+    ptr,
+    lo,
+    hi,
+    dst,
+    cap,
+    table,
+    slots,
+    pair_q,
+    pair_p,
+    dist,
+    bound,
+    succ_start,
+    succ_end,
+    succ_to,
+    succ_lead,
+    expanded,
+    order,
+    queue,
+    value,
+    q_states,
+    budget,
+    edge_budget,
+    mask,
+):
     """_slice_search's body: (f, g, pairs inserted)."""
     head = edge_budget + 1
     tail = head
@@ -582,11 +742,20 @@ def new_slice_scratch() -> tuple[np.ndarray, ...]:
     budget = SLICE_PAIRS
     edge_budget = 8 * budget
     return (
-        np.full(4 * budget, -1, dtype=np.int32), np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
-        np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
-        np.zeros(budget, dtype=np.int32), np.zeros(budget, dtype=np.int32), np.empty(edge_budget, dtype=np.int32),
-        np.empty(edge_budget, dtype=np.int32), np.zeros(budget, dtype=np.int32), np.empty(budget, dtype=np.int32),
-        np.empty(2 * edge_budget + 2, dtype=np.int32), np.empty(budget, dtype=np.int32),
+        np.full(4 * budget, -1, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
+        np.zeros(budget, dtype=np.int32),
+        np.zeros(budget, dtype=np.int32),
+        np.empty(edge_budget, dtype=np.int32),
+        np.empty(edge_budget, dtype=np.int32),
+        np.zeros(budget, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
+        np.empty(2 * edge_budget + 2, dtype=np.int32),
+        np.empty(budget, dtype=np.int32),
     )
 
 
@@ -601,15 +770,49 @@ def run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops,
     if r[0] < 0:
         return r[0]
     tops = ws[WS_HEADER : WS_HEADER + r[0]].copy()
-    (table, slots, pair_q, pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded, order, queue,
-     value) = scratch
+    (
+        table,
+        slots,
+        pair_q,
+        pair_p,
+        dist,
+        bound,
+        succ_start,
+        succ_end,
+        succ_to,
+        succ_lead,
+        expanded,
+        order,
+        queue,
+        value,
+    ) = scratch
     for k in range(len(ptrs)):
         f = 0
         g = caps[k] + 1
         for i in range(tops.shape[0]):
-            fi, gi = _slice_search(pda, tops[i], ptrs[k], los[k], his[k], dsts[k], caps[k], table, slots, pair_q,
-                                   pair_p, dist, bound, succ_start, succ_end, succ_to, succ_lead, expanded, order,
-                                   queue, value)
+            fi, gi = _slice_search(
+                pda,
+                tops[i],
+                ptrs[k],
+                los[k],
+                his[k],
+                dsts[k],
+                caps[k],
+                table,
+                slots,
+                pair_q,
+                pair_p,
+                dist,
+                bound,
+                succ_start,
+                succ_end,
+                succ_to,
+                succ_lead,
+                expanded,
+                order,
+                queue,
+                value,
+            )
             if fi > f:
                 f = fi
             if tops.shape[0] == 1:
@@ -640,8 +843,22 @@ def bitset_ids(words, limit):
 
 
 @njit(cache=True, nogil=True)
-def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, mask_index, mask_pool, slice_rows,
-             max_tops, uncertain_ok):
+def run_fill(
+    words,
+    stacks,
+    n_kernel,
+    can_end,
+    stop_ids,
+    pda,
+    pool,
+    ws,
+    trie,
+    mask_index,
+    mask_pool,
+    slice_rows,
+    max_tops,
+    uncertain_ok,
+):
     """The whole next-token bitmask in one call: OR the stored masks of the kernel stacks (the
     first n_kernel of the packed set, see kernels.run_advance), then check each stack's uncertain
     tokens against the real stack.  Returns 0 (written), an ERR_* status (make room, call
@@ -722,8 +939,16 @@ def run_fill(words, stacks, n_kernel, can_end, stop_ids, pda, pool, ws, trie, ma
         if u_n > 0:
             result = np.empty(u_n, dtype=np.int8)
             status = run_walk(
-                pda, pool, ws, trie, mask_pool[u_off : u_off + u_n], mask_pool[u_off + 2 * u_n : u_off + 3 * u_n],
-                kernel_s[i : i + 1], kernel_p[i : i + 1], max_tops, result,
+                pda,
+                pool,
+                ws,
+                trie,
+                mask_pool[u_off : u_off + u_n],
+                mask_pool[u_off + 2 * u_n : u_off + 3 * u_n],
+                kernel_s[i : i + 1],
+                kernel_p[i : i + 1],
+                max_tops,
+                result,
             )
             if status != 0:
                 return status

@@ -13,19 +13,27 @@ The names mirror XGrammar's so users can switch::
 from typing import Any
 
 from .grammar.core.caches import clear_caches
-from .grammar.core.errors import ArgumentTypeError, LimitExceededError, BudgetTooSmallError, GrammarError, PushmaskError, SchemaError, UnsupportedSchemaError
+from .grammar.core.errors import (
+    ArgumentTypeError,
+    BudgetTooSmallError,
+    GrammarError,
+    LimitExceededError,
+    PushmaskError,
+    SchemaError,
+    UnsupportedSchemaError,
+)
+from .grammar.core.limits import Limits
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
-from .grammar.core.limits import Limits
-from .samplers.asap import ASApSampler, Sample, aligned_generate
+from .masks.batch_matcher import BatchGrammarMatcher
 from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, get_bitmask_shape, reset_token_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
-from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
-from .masks.batch_matcher import BatchGrammarMatcher
 from .masks.serialization import DeserializeError
 from .masks.vocab import TokenizerInfo
+from .samplers.asap import ASApSampler, Sample, aligned_generate
+from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 

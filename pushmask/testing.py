@@ -39,9 +39,9 @@ def _compile(grammar: str | Grammar | CompiledGrammar, tokenizer_info: Tokenizer
     return compiler.compile_ir(grammar) if isinstance(grammar, Grammar) else compiler.compile_grammar(grammar)
 
 
-def _get_matcher_from_grammar_and_tokenizer_info(grammar: str | Grammar | CompiledGrammar,
-                                                 tokenizer_info: TokenizerInfo | None = None,
-                                                 **kwargs: Any) -> GrammarMatcher:
+def _get_matcher_from_grammar_and_tokenizer_info(
+    grammar: str | Grammar | CompiledGrammar, tokenizer_info: TokenizerInfo | None = None, **kwargs: Any
+) -> GrammarMatcher:
     """A matcher for the grammar over tokenizer_info (default: an empty vocabulary, so the
     matcher takes strings only); kwargs go to GrammarMatcher."""
     if tokenizer_info is None:
@@ -54,9 +54,14 @@ def _get_matcher_from_grammar(grammar: str | Grammar | CompiledGrammar, **kwargs
     return _get_matcher_from_grammar_and_tokenizer_info(grammar, terminate_without_stop_token=True, **kwargs)
 
 
-def _is_grammar_accept_string(grammar: str | Grammar | CompiledGrammar, input_str: str | bytes, *,
-                              debug_print: bool = False, print_time: bool = False,
-                              require_termination: bool = True) -> bool:
+def _is_grammar_accept_string(
+    grammar: str | Grammar | CompiledGrammar,
+    input_str: str | bytes,
+    *,
+    debug_print: bool = False,
+    print_time: bool = False,
+    require_termination: bool = True,
+) -> bool:
     """Whether the grammar's language holds input_str (require_termination=False: whether
     input_str is a prefix of a string of the language)."""
     matcher = _get_matcher_from_grammar(grammar)

@@ -19,38 +19,87 @@ import numpy as np
 from . import jit
 
 SCHEMAS = [
-    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-     "required": ["name", "age"]},
-    {"type": "object", "additionalProperties": False, "properties": {
-        "id": {"type": "string", "format": "uuid"}, "email": {"type": "string", "format": "email"},
-        "when": {"type": "string", "format": "date-time"}, "day": {"type": "string", "format": "date"},
-        "site": {"type": "string", "format": "uri"}, "ip": {"type": "string", "format": "ipv4"},
-        "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"},
-        "word": {"type": "string", "minLength": 2, "maxLength": 12},
-        "pet": {"enum": ["cat", "dog", None, 3]}, "kind": {"const": "x"}}},
-    {"type": "object", "properties": {
-        "n": {"type": "integer", "minimum": -5, "maximum": 1200}, "m": {"type": "integer", "exclusiveMinimum": 0},
-        "x": {"type": "number", "minimum": 0.5, "maximum": 99.25}, "k": {"type": "integer", "multipleOf": 5},
-        "y": {"type": "number"}, "b": {"type": "boolean"}, "z": {"type": "null"}}},
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    },
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "email": {"type": "string", "format": "email"},
+            "when": {"type": "string", "format": "date-time"},
+            "day": {"type": "string", "format": "date"},
+            "site": {"type": "string", "format": "uri"},
+            "ip": {"type": "string", "format": "ipv4"},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}$"},
+            "word": {"type": "string", "minLength": 2, "maxLength": 12},
+            "pet": {"enum": ["cat", "dog", None, 3]},
+            "kind": {"const": "x"},
+        },
+    },
+    {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": -5, "maximum": 1200},
+            "m": {"type": "integer", "exclusiveMinimum": 0},
+            "x": {"type": "number", "minimum": 0.5, "maximum": 99.25},
+            "k": {"type": "integer", "multipleOf": 5},
+            "y": {"type": "number"},
+            "b": {"type": "boolean"},
+            "z": {"type": "null"},
+        },
+    },
     {"type": "array", "items": {"type": "string", "maxLength": 4}, "minItems": 1, "maxItems": 3, "uniqueItems": True},
     {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
     {"type": "array", "contains": {"type": "integer", "minimum": 3}, "items": {"type": ["integer", "string"]}},
-    {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
-                                                         "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-                        "required": ["v"]}},
-     "$ref": "#/$defs/node"},
-    {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-                "additionalProperties": False},
-               {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
-                "additionalProperties": False}]},
+    {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                "required": ["v"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "properties": {"b": {"type": "string"}},
+                "required": ["b"],
+                "additionalProperties": False,
+            },
+        ]
+    },
     {"anyOf": [{"type": "string", "pattern": "^[a-f0-9]+$"}, {"type": "number"}], "not": {"const": 7}},
-    {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "propertyNames": {"maxLength": 6},
-     "minProperties": 1, "maxProperties": 3},
-    {"type": "object", "properties": {"s": {"type": "string"}}, "additionalProperties": {"type": "number"},
-     "dependentRequired": {"s": ["t"]}},
+    {
+        "type": "object",
+        "patternProperties": {"^x-": {"type": "integer"}},
+        "propertyNames": {"maxLength": 6},
+        "minProperties": 1,
+        "maxProperties": 3,
+    },
+    {
+        "type": "object",
+        "properties": {"s": {"type": "string"}},
+        "additionalProperties": {"type": "number"},
+        "dependentRequired": {"s": ["t"]},
+    },
     {"type": "string", "pattern": "^(\\p{L}|[\u00e9\u4e2d])+\\s?$"},
-    {"allOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"required": ["a"]}],
-     "unevaluatedProperties": False},
+    {
+        "allOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"required": ["a"]}],
+        "unevaluatedProperties": False,
+    },
     {},
 ]
 GRAMMARS = [
@@ -65,12 +114,63 @@ VALUES = ['{"name": "Bob", "age": 7}', '[1, "x"]', '{"v": 1, "kids": [{"v": 2}]}
 
 def small_vocabulary():
     """A byte-level vocabulary: the 256 single bytes, common JSON pieces and words, and a stop token."""
-    pieces = ['{"', '"}', '":', '",', '":"', '", "', ' "', '": ', ', "', "[", "]", "{", "}", "[{", "}]", "},",
-              "true", "false", "null", "name", "age", "id", "email", "value", " the", "ing", "er", "an",
-              "0", "00", "12", "123", "2024", "-", "e+", ".5", "\\n", "\\\"", "\\u", "  ", "    ", "\n", "\n  ",
-              "\u00e9", "\u4e2d", "\u00e9t\u00e9", "\U0001f600", "http", "://", "www", ".com", "@", "x-"]
+    pieces = [
+        '{"',
+        '"}',
+        '":',
+        '",',
+        '":"',
+        '", "',
+        ' "',
+        '": ',
+        ', "',
+        "[",
+        "]",
+        "{",
+        "}",
+        "[{",
+        "}]",
+        "},",
+        "true",
+        "false",
+        "null",
+        "name",
+        "age",
+        "id",
+        "email",
+        "value",
+        " the",
+        "ing",
+        "er",
+        "an",
+        "0",
+        "00",
+        "12",
+        "123",
+        "2024",
+        "-",
+        "e+",
+        ".5",
+        "\\n",
+        '\\"',
+        "\\u",
+        "  ",
+        "    ",
+        "\n",
+        "\n  ",
+        "\u00e9",
+        "\u4e2d",
+        "\u00e9t\u00e9",
+        "\U0001f600",
+        "http",
+        "://",
+        "www",
+        ".com",
+        "@",
+        "x-",
+    ]
     tokens = [bytes([b]) for b in range(256)] + [p.encode() for p in pieces]
-    tokens += [bytes([0xE4]), bytes([0xB8, 0xAD]), None, "<|end|>".encode()]
+    tokens += [bytes([0xE4]), bytes([0xB8, 0xAD]), None, b"<|end|>"]
     from .masks.vocab import TokenizerInfo
 
     stop = len(tokens) - 1
@@ -105,8 +205,15 @@ def _walk(matcher, info, rng, steps: int) -> int:
 def workload(info, rng) -> dict:
     """Compile and match everything above with `info`'s vocabulary; counts of what ran."""
     from . import (
-        Gap, GrammarCompiler, GrammarMatcher, Template, allocate_token_bitmask, allowed_tokens,
-        batch_fill_next_token_bitmask, can_complete, find_completion,
+        Gap,
+        GrammarCompiler,
+        GrammarMatcher,
+        Template,
+        allocate_token_bitmask,
+        allowed_tokens,
+        batch_fill_next_token_bitmask,
+        can_complete,
+        find_completion,
     )
     from .grammar.core.errors import PushmaskError
 
@@ -125,10 +232,25 @@ def workload(info, rng) -> dict:
     compiled.append(json_grammar)
     stop = info.stop_token_ids[0]
     compiled.append(compiler.compile_grammar(f'root ::= [a-z]* <[{stop - 1}]> "{{" [a-z]* "}}"'))
-    compiled.append(compiler.compile_structural_tag({"type": "structural_tag", "format": {
-        "type": "triggered_tags", "triggers": ["<tool"],
-        "tags": [{"type": "tag", "begin": '<tool>{"name": "f", "arguments": ',
-                  "content": {"type": "json_schema", "json_schema": SCHEMAS[0]}, "end": "}</tool>"}]}}))
+    compiled.append(
+        compiler.compile_structural_tag(
+            {
+                "type": "structural_tag",
+                "format": {
+                    "type": "triggered_tags",
+                    "triggers": ["<tool"],
+                    "tags": [
+                        {
+                            "type": "tag",
+                            "begin": '<tool>{"name": "f", "arguments": ',
+                            "content": {"type": "json_schema", "json_schema": SCHEMAS[0]},
+                            "end": "}</tool>",
+                        }
+                    ],
+                },
+            }
+        )
+    )
 
     masks = 0
     for grammar in compiled:
@@ -149,9 +271,9 @@ def workload(info, rng) -> dict:
     batch_fill_next_token_bitmask(matchers, allocate_token_bitmask(len(matchers), info.vocab_size))
 
     can_complete(json_grammar, ['{"name": ', ', "age": 7}'])
-    can_complete(json_grammar, ['[1, ', ']]'], [Gap.tokens(1)])
-    can_complete(json_grammar, ['{"a": ', '}'], [Gap.bytes(3, alphabet=b"0123456789")])
-    find_completion(json_grammar, ['[1, ', ']]'])
+    can_complete(json_grammar, ["[1, ", "]]"], [Gap.tokens(1)])
+    can_complete(json_grammar, ['{"a": ', "}"], [Gap.bytes(3, alphabet=b"0123456789")])
+    find_completion(json_grammar, ["[1, ", "]]"])
     allowed_tokens(json_grammar, Template(['{"a": [1, ', Gap.bytes(6), '], "b": "x"}']), 1)
     allowed_tokens(compiled[0], Template(['{"name": "', Gap.tokens(2), '", "age": 1}']), 1)
     matcher = GrammarMatcher(compiled[0])
@@ -164,8 +286,13 @@ def workload(info, rng) -> dict:
         return rng.standard_normal((len(ids), info.vocab_size)).astype(np.float32)
 
     diffusion_generate(json_grammar, logits_rows, length=8, tokens_per_step=2, temperature=0.7, seed=0)
-    fill_in_the_middle(json_grammar, lambda ids: rng.standard_normal(info.vocab_size).astype(np.float32),
-                       '{"name": "Bob", "age": ', ", \"ok\": true}", max_tokens=6)
+    fill_in_the_middle(
+        json_grammar,
+        lambda ids: rng.standard_normal(info.vocab_size).astype(np.float32),
+        '{"name": "Bob", "age": ',
+        ', "ok": true}',
+        max_tokens=6,
+    )
     return {"grammars": len(compiled), "masks": masks}
 
 
@@ -183,10 +310,17 @@ def _hf_tokenizer_info(path: str):
 
 
 def add_arguments(parser) -> None:
-    parser.epilog = ("examples:\n  pushmask warmup\n"
-                     "  pushmask warmup --tokenizer ../shared/tokenizers/llama3 --tokenizer ../shared/tokenizers/qwen")
-    parser.add_argument("--tokenizer", action="append", default=[], metavar="DIR",
-                        help="also run the workload with this Hugging Face tokenizer folder (repeatable)")
+    parser.epilog = (
+        "examples:\n  pushmask warmup\n"
+        "  pushmask warmup --tokenizer ../shared/tokenizers/llama3 --tokenizer ../shared/tokenizers/qwen"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run the workload with this Hugging Face tokenizer folder (repeatable)",
+    )
     parser.add_argument("--keep-stale", action="store_true", help="do not delete prepared files no kernel uses")
 
 
@@ -200,7 +334,18 @@ def run(args) -> int:
     kept, deleted = (0, 0) if args.keep_stale else jit.prune_prepared()
     loaded, compiled = jit.cache_stats()
     size = sum(p.stat().st_size for p in jit.PREPARED_DIR.glob("*") if p.is_file())
-    print(json.dumps({"prepared_dir": str(jit.PREPARED_DIR), "seconds": round(time.perf_counter() - start, 1),
-                      "kernels_loaded": loaded, "kernels_compiled": compiled, "files_kept": kept,
-                      "files_deleted": deleted, "bytes": size, "runs": runs}))
+    print(
+        json.dumps(
+            {
+                "prepared_dir": str(jit.PREPARED_DIR),
+                "seconds": round(time.perf_counter() - start, 1),
+                "kernels_loaded": loaded,
+                "kernels_compiled": compiled,
+                "files_kept": kept,
+                "files_deleted": deleted,
+                "bytes": size,
+                "runs": runs,
+            }
+        )
+    )
     return 0

@@ -49,8 +49,9 @@ reports log P(w) - log W(w), W the product of its step weights, whose mean is P(
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -104,12 +105,29 @@ class _Node:
     sorted by id; before that, an awrs walk may have left the model's distribution and verdicts."""
 
     __slots__ = (
-        "parent", "token", "index", "depth", "ids", "logp", "log_w", "is_stop", "children",
-        "log_allowed", "log_deficit", "log_c", "expanded_attempt", "cum_p", "cum_w", "visits",
-        "cand_ids", "cand_logp", "cand_cum", "verdicts",
+        "parent",
+        "token",
+        "index",
+        "depth",
+        "ids",
+        "logp",
+        "log_w",
+        "is_stop",
+        "children",
+        "log_allowed",
+        "log_deficit",
+        "log_c",
+        "expanded_attempt",
+        "cum_p",
+        "cum_w",
+        "visits",
+        "cand_ids",
+        "cand_logp",
+        "cand_cum",
+        "verdicts",
     )
 
-    def __init__(self, parent: "_Node | None", token: int | None, index: int, depth: int):
+    def __init__(self, parent: _Node | None, token: int | None, index: int, depth: int):
         self.parent = parent
         self.token = token
         self.index = index  # position of `token` in parent.ids (-1 while the parent is not expanded)
@@ -179,7 +197,9 @@ class ASApSampler:
     ):
         self.mode = _check_mode(mode)
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a positive number, got {temperature!r} (use plain decoding for greedy)")
+            raise ValueError(
+                f"temperature must be a positive number, got {temperature!r} (use plain decoding for greedy)"
+            )
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if max_attempts < 1:
@@ -406,8 +426,9 @@ class ASApSampler:
             computed.append(self._matcher.get_next_token_mask())
             return computed[0][ids]
 
-        step = awrs_step(masses, is_allowed, full_mask, self._rng, max_checks=self.max_checks,
-                         verdicts=node.verdicts, cum=cum)
+        step = awrs_step(
+            masses, is_allowed, full_mask, self._rng, max_checks=self.max_checks, verdicts=node.verdicts, cum=cum
+        )
         self.grammar_checks += step.checks
         if step.fell_back:  # the mask is known now: later visits draw exactly
             self.mask_fallbacks += 1
@@ -711,7 +732,9 @@ def candidate_tokens(info, stop_token_ids: Sequence[int]) -> np.ndarray:
     return out
 
 
-def candidate_log_probs(logits: np.ndarray, temperature: float, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def candidate_log_probs(
+    logits: np.ndarray, temperature: float, candidates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(ids, log P(id | u)) of the candidate tokens with P > 0, ids sorted (int32); the softmax runs
     over the model's full logits (tokens past it have probability 0)."""
     scaled = logits / temperature
@@ -787,7 +810,9 @@ def enumerate_distributions(
                 log_p[key] = float(np.logaddexp(log_p.get(key, -math.inf), step_p))
                 log_gcd[key] = float(np.logaddexp(log_gcd.get(key, -math.inf), step_g))
                 if len(log_p) > max_sequences:
-                    raise ValueError(f"the grammar has more than {max_sequences} token sequences; too many to enumerate")
+                    raise ValueError(
+                        f"the grammar has more than {max_sequences} token sequences; too many to enumerate"
+                    )
             elif len(prefix) + 2 <= max_new_tokens:  # room for this token and a stop token
                 if not matcher.accept_token(t):
                     raise RuntimeError(f"internal error: token {t} was in the mask but not accepted")

@@ -25,15 +25,16 @@ exactly (fast; a token that needs the undecided positions around it to hold long
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from .asap import _as_numpy
 from ..masks.compiler import CompiledGrammar
 from ..masks.infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete, refuse_value_checks
 from ..masks.matcher import GrammarMatcher
+from .asap import _as_numpy
 
 
 @dataclass
@@ -269,7 +270,9 @@ def fill_in_the_middle(
 
     def completable(left: int) -> bool:
         """The matcher's text, then at most `left` more tokens, then the suffix."""
-        if runs.alphabet is not None and can_complete(matcher, Template([runs.cheap(left), suffix]), max_items=max_items):
+        if runs.alphabet is not None and can_complete(
+            matcher, Template([runs.cheap(left), suffix]), max_items=max_items
+        ):
             return True
         return runs.limit != 0 and can_complete(matcher, Template([runs.exact(left), suffix]), max_items=max_items)
 

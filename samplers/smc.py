@@ -23,17 +23,25 @@ In the last token slot only a stop token is allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from .asap import (
-    AWRS_MAX_CHECKS, _as_numpy, _check_max_checks, _is_torch_module, _logsumexp, _prompt_ids, awrs_step,
-    candidate_log_probs, candidate_tokens,
-)
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
+from .asap import (
+    AWRS_MAX_CHECKS,
+    _as_numpy,
+    _check_max_checks,
+    _is_torch_module,
+    _logsumexp,
+    _prompt_ids,
+    awrs_step,
+    candidate_log_probs,
+    candidate_tokens,
+)
 from .kv_cache import kv_cache_name
 
 
@@ -111,7 +119,7 @@ class _Walker:
         self.stop: int | None = None
         self.prefix = 0  # id of its token prefix: equal prefixes, equal ids
 
-    def copy(self, fork: bool) -> "_Walker":
+    def copy(self, fork: bool) -> _Walker:
         other = _Walker(self.matcher.fork() if fork else self.matcher)
         other.tokens = list(self.tokens)
         other.log_p, other.done, other.stop, other.prefix = self.log_p, self.done, self.stop, self.prefix
@@ -212,12 +220,19 @@ def smc(
     log_w = np.array([w.log_w for w in walkers])
     log_ml = log_z + _logsumexp(log_w) - math.log(num_particles)
     particles = [
-        Particle(list(w.tokens), info.decode_tokens(w.tokens).decode("utf-8", errors="replace"), log_z + w.log_w,
-                 w.log_p, w.stop is not None and w.log_w > -math.inf, w.stop)
+        Particle(
+            list(w.tokens),
+            info.decode_tokens(w.tokens).decode("utf-8", errors="replace"),
+            log_z + w.log_w,
+            w.log_p,
+            w.stop is not None and w.log_w > -math.inf,
+            w.stop,
+        )
         for w in walkers
     ]
-    return SMCResult(particles, log_ml, resamples, ess_history, steps, source.calls, source.passes, sampled,
-                     checks, fallbacks)
+    return SMCResult(
+        particles, log_ml, resamples, ess_history, steps, source.calls, source.passes, sampled, checks, fallbacks
+    )
 
 
 def _awrs_for(matcher: GrammarMatcher, ids, masses, cum, verdicts, rng, max_checks):
@@ -226,8 +241,15 @@ def _awrs_for(matcher: GrammarMatcher, ids, masses, cum, verdicts, rng, max_chec
     def full_mask() -> np.ndarray:
         return matcher.get_next_token_mask()[ids]
 
-    return awrs_step(masses, lambda i: matcher.check_token(int(ids[i])), full_mask, rng,
-                     max_checks=max_checks, verdicts=verdicts, cum=cum)
+    return awrs_step(
+        masses,
+        lambda i: matcher.check_token(int(ids[i])),
+        full_mask,
+        rng,
+        max_checks=max_checks,
+        verdicts=verdicts,
+        cum=cum,
+    )
 
 
 def _effective_sample_size(log_w: np.ndarray) -> float:
@@ -276,7 +298,9 @@ def _particle_logits(model: Any, prompt_ids: list[int]):
     returning one row per entry, from a transformers model (batched, cached) or a plain callable."""
     if _is_torch_module(model):
         if not prompt_ids:
-            raise ValueError("a transformers model needs at least one input token; give a prompt (e.g. the BOS token id)")
+            raise ValueError(
+                "a transformers model needs at least one input token; give a prompt (e.g. the BOS token id)"
+            )
         return _BatchedHFLogits(model, prompt_ids)
     if not callable(model):
         raise TypeError(f"model must be a transformers causal LM or a callable, got {type(model).__name__}")
@@ -325,16 +349,18 @@ class _BatchedHFLogits:
                 except (AttributeError, TypeError, ValueError, NotImplementedError, RuntimeError):
                     self.incremental = False  # an unusual cache: full forward passes from now on
                     self.cache = None
-            ids = torch.tensor([self.prompt_ids + tokens for _, _, _, tokens in entries], dtype=torch.long,
-                               device=self.device)
+            ids = torch.tensor(
+                [self.prompt_ids + tokens for _, _, _, tokens in entries], dtype=torch.long, device=self.device
+            )
             logits = self.model(input_ids=ids).logits[:, -1]
         return logits.double().cpu().numpy()
 
     def _incremental(self, entries) -> np.ndarray:
         torch = self.torch
         if entries[0][1] == -1:  # the first step: the prompt itself
-            out = self.model(input_ids=torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device),
-                             use_cache=True)
+            out = self.model(
+                input_ids=torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device), use_cache=True
+            )
         else:
             parents = [self.rows[parent] for _, parent, _, _ in entries]
             if parents != list(range(len(self.rows))):

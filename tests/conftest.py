@@ -4,9 +4,14 @@ check that the shared data is there."""
 from __future__ import annotations
 
 import pytest
-
 from support import (
-    UNDER_CI, Oracle, binary_problem, grammar_compiler, hf_tokenizer, missing_shared_message, missing_shared_parts,
+    UNDER_CI,
+    Oracle,
+    binary_problem,
+    grammar_compiler,
+    hf_tokenizer,
+    missing_shared_message,
+    missing_shared_parts,
     paren_problem,
 )
 

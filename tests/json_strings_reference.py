@@ -10,14 +10,23 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 
+from partition_reference import refine_partition
+
+from pushmask.grammar.core.limits import DEFAULT_LIMITS
 from pushmask.grammar.fsm.codepoint_dfa import ALL_CHARS, Dfa, StateLimitExceeded, intersect_ranges
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
 from pushmask.grammar.json_schema.leaves import budgeted_dfa_op
-from pushmask.grammar.core.limits import DEFAULT_LIMITS
-from partition_reference import refine_partition
 
-_SHORT_ESCAPES = {ord('"'): ord('"'), ord("\\"): ord("\\"), ord("/"): ord("/"), ord("b"): 8, ord("f"): 12,
-                  ord("n"): 10, ord("r"): 13, ord("t"): 9}
+_SHORT_ESCAPES = {
+    ord('"'): ord('"'),
+    ord("\\"): ord("\\"),
+    ord("/"): ord("/"),
+    ord("b"): 8,
+    ord("f"): 12,
+    ord("n"): 10,
+    ord("r"): 13,
+    ord("t"): 9,
+}
 _RAW_OK = intersect_ranges(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)), ALL_CHARS)
 
 
@@ -99,8 +108,14 @@ class ReferenceDfa(Dfa):
 
     # -- boolean operations --------------------------------------------------------------------
 
-    def _product(self, other: ReferenceDfa, final: Callable[[bool, bool], bool], keep_dead: bool,
-                 budget: int, minimize: bool = True) -> ReferenceDfa:
+    def _product(
+        self,
+        other: ReferenceDfa,
+        final: Callable[[bool, bool], bool],
+        keep_dead: bool,
+        budget: int,
+        minimize: bool = True,
+    ) -> ReferenceDfa:
         a, b = self, other
 
         def step(key):
@@ -120,13 +135,19 @@ class ReferenceDfa(Dfa):
     # minimize=False skips Moore refinement (whose rounds grow with the longest path) when the
     # caller builds near-minimal automata anyway; the result is then only trimmed.
 
-    def intersect(self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> ReferenceDfa:
+    def intersect(
+        self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True
+    ) -> ReferenceDfa:
         return self._product(other, lambda x, y: x and y, False, budget, minimize)
 
-    def union(self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> ReferenceDfa:
+    def union(
+        self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True
+    ) -> ReferenceDfa:
         return self._product(other, lambda x, y: x or y, True, budget, minimize)
 
-    def difference(self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> ReferenceDfa:
+    def difference(
+        self, other: ReferenceDfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True
+    ) -> ReferenceDfa:
         return self._product(other, lambda x, y: x and not y, True, budget, minimize)
 
     __and__ = intersect
@@ -160,9 +181,14 @@ def _merge_edges(ea, eb, keep_dead):
         yield lo, hi, x, y
 
 
-_HEX_DIGIT_CHARS = [[(ord("0") + d, ord("0") + d)] if d < 10 else
-                    [(ord("A") + d - 10, ord("A") + d - 10), (ord("a") + d - 10, ord("a") + d - 10)]
-                    for d in range(16)]
+_HEX_DIGIT_CHARS = [
+    [(ord("0") + d, ord("0") + d)]
+    if d < 10
+    else [(ord("A") + d - 10, ord("A") + d - 10), (ord("a") + d - 10, ord("a") + d - 10)]
+    for d in range(16)
+]
+
+
 class ReferenceEncoder:
     """Builds the JSON-text DFA of a decoded-language DFA, sharing hex-digit subtrees."""
 
@@ -212,9 +238,12 @@ class ReferenceEncoder:
 
     def hex_tree(self, level: int, base: int, segs: tuple) -> int | None:
         """State reading `level` hex digits of a code unit in [base, base + 16**level)."""
-        size = 16 ** level
-        inside = tuple((max(lo, base) - base, min(hi, base + size - 1) - base, k)
-                       for lo, hi, k in segs if hi >= base and lo < base + size)
+        size = 16**level
+        inside = tuple(
+            (max(lo, base) - base, min(hi, base + size - 1) - base, k)
+            for lo, hi, k in segs
+            if hi >= base and lo < base + size
+        )
         if not inside:
             return None
         if level == 0:
@@ -260,8 +289,11 @@ class ReferenceEncoder:
                 if empty >= 1:
                     h += empty
                     continue
-            residual = tuple((max(lo, block_lo) - block_lo, min(hi, block_lo + 1023) - block_lo, t)
-                             for lo, hi, t in edges if hi >= block_lo and lo <= block_lo + 1023)
+            residual = tuple(
+                (max(lo, block_lo) - block_lo, min(hi, block_lo + 1023) - block_lo, t)
+                for lo, hi, t in edges
+                if hi >= block_lo and lo <= block_lo + 1023
+            )
             high.append((h, h, residual))
             h += 1
         for a, b, residual in high:
@@ -326,7 +358,9 @@ def reference_keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, bud
     for mask in masks:
         dfa = key_dfa
         for i, pdfa in enumerate(pdfas):
-            dfa = budgeted_dfa_op(dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer)
+            dfa = budgeted_dfa_op(
+                dfa.intersect if mask >> i & 1 else dfa.difference, pdfa, "patternProperties", pointer
+            )
             if dfa.is_empty():
                 break
         if not dfa.is_empty() and mask in wanted:

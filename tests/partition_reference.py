@@ -3,10 +3,12 @@ tests compare the numba kernels with (rule_dfa_reference.py, json_strings_refere
 
 from __future__ import annotations
 
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 
-def refine_partition(block: list[int], preds: list[set[int]], signature: Callable[[int, list[int]], Hashable]) -> list[int]:
+def refine_partition(
+    block: list[int], preds: list[set[int]], signature: Callable[[int, list[int]], Hashable]
+) -> list[int]:
     """Moore refinement, incremental: splits the initial blocks (block[s] = 0 or 1) until all
     states of a block have equal signature(s, block) -- their edges with targets replaced by
     block ids -- and returns the final block of every state (ids not contiguous).

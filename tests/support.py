@@ -25,8 +25,10 @@ TOKENIZERS = SHARED / "tokenizers"
 DATA = SHARED / "data"
 TOKENIZER_NAMES = ("llama3", "qwen", "mistral", "smollm2")
 # Everything the suite reads from the shared folder.
-SHARED_PARTS = tuple(TOKENIZERS / name for name in TOKENIZER_NAMES) + (DATA / "maskbench-dev",
-                                                                       DATA / "json-schema-test-suite")
+SHARED_PARTS = tuple(TOKENIZERS / name for name in TOKENIZER_NAMES) + (
+    DATA / "maskbench-dev",
+    DATA / "json-schema-test-suite",
+)
 UNDER_CI = bool(os.environ.get("CI"))
 
 
@@ -36,8 +38,10 @@ def missing_shared_parts() -> list[Path]:
 
 def missing_shared_message(missing: list[Path]) -> str:
     what = ", ".join(map(str, missing)) if SHARED.is_dir() else f"the whole folder {SHARED}"
-    return (f"shared test data missing: {what}. Set PUSHMASK_SHARED to the folder "
-            f"holding tokenizers/ and data/ (unset, it is ../shared beside the repository: {REPO.parent / 'shared'})")
+    return (
+        f"shared test data missing: {what}. Set PUSHMASK_SHARED to the folder "
+        f"holding tokenizers/ and data/ (unset, it is ../shared beside the repository: {REPO.parent / 'shared'})"
+    )
 
 
 def require_shared(path: Path) -> Path:
@@ -50,21 +54,21 @@ def require_shared(path: Path) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hf_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(require_shared(TOKENIZERS / name)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tokenizer_info(name: str):
     import pushmask
 
     return pushmask.TokenizerInfo.from_huggingface(hf_tokenizer(name))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def grammar_compiler(name: str):
     """One compiler per tokenizer for the whole session, so tests share the mask cache like users do."""
     import pushmask
@@ -153,8 +157,14 @@ def short_structural_tokens(info):
     import numpy as np
 
     decoded = info.decoded_vocab
-    return np.array([t for t in range(len(decoded)) if decoded[t] and len(decoded[t]) <= 2
-                     and all(b in STRUCTURAL_BYTES for b in decoded[t])], dtype=np.int64)
+    return np.array(
+        [
+            t
+            for t in range(len(decoded))
+            if decoded[t] and len(decoded[t]) <= 2 and all(b in STRUCTURAL_BYTES for b in decoded[t])
+        ],
+        dtype=np.int64,
+    )
 
 
 def mask_walk(compiled, rng, short, max_tokens: int = 160, prefix_viable=None) -> bytes | None:
@@ -219,6 +229,7 @@ def unique_strings_prefix_ok(text: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Prefix oracles: can a text still be completed to a sentence?  Independent of pushmask.
+
 
 def decodable_prefix(data: bytes) -> str:
     """The longest UTF-8 decodable head of `data` (a token walk may stop inside a character)."""
@@ -286,7 +297,7 @@ NUMBER: /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def json_prefix_parser():
     """Strict JSON (RFC 8259) as a lark grammar, for lark_prefix_viable."""
     import lark
@@ -349,7 +360,7 @@ def json_prefix_completes(text: str) -> bool:
     else:
         fragment = re.search(r"[A-Za-z0-9.+\-]*$", text).group()
         if fragment[:1].isalpha():
-            tail = next((word[len(fragment):] for word in _JSON_LITERALS if word.startswith(fragment)), None)
+            tail = next((word[len(fragment) :] for word in _JSON_LITERALS if word.startswith(fragment)), None)
             if tail is None:
                 return False
         elif fragment[-1:] in ("-", "+", ".", "e", "E"):
@@ -377,7 +388,7 @@ def json_prefix_completes(text: str) -> bool:
 GRAMMARS = REPO / "tests" / "grammars"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lark_file_parser(file: str):
     import lark
 
@@ -445,7 +456,7 @@ def retrieve(uri: str):
     """Serve the suite's remote documents from the local folder (nothing else is fetched)."""
     if not uri.startswith(REMOTE):
         raise LookupError(f"no network access for {uri}")
-    path = SUITE / "remotes" / uri[len(REMOTE):].split("#")[0]
+    path = SUITE / "remotes" / uri[len(REMOTE) :].split("#")[0]
     return json.loads(path.read_text())
 
 
@@ -781,8 +792,14 @@ def tiny_binary_llama():
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2)
+    config = transformers.LlamaConfig(
+        vocab_size=320,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model = transformers.LlamaForCausalLM(config).eval()
     with torch.no_grad():
         model.lm_head.weight[[2, 32, 33]] *= 8
@@ -796,8 +813,15 @@ def tiny_llama(seed: int, vocab_size: int = 49_152, eos: int = 2):
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, vocab_size=vocab_size, max_position_embeddings=256,
-        bos_token_id=1, eos_token_id=eos, pad_token_id=eos,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=vocab_size,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=eos,
+        pad_token_id=eos,
     )
     return LlamaForCausalLM(config).eval()

@@ -14,12 +14,18 @@ import math
 
 import numpy as np
 import pytest
+from support import (
+    HashedToyLM,
+    balanced,
+    chi_square_p,
+    empirical,
+    hf_tokenizer,
+    kl,
+    single_token_ids,
+    tiny_binary_llama,
+)
 
 from pushmask.samplers.asap import ASApSampler, aligned_generate, enumerate_distributions
-
-from support import (
-    HashedToyLM, balanced, chi_square_p, empirical, hf_tokenizer, kl, single_token_ids, tiny_binary_llama,
-)
 
 PROBLEMS = ["binary", "parens"]
 
@@ -212,7 +218,7 @@ def test_torch_logits_and_string_prompt(binary):
 
     def torch_lm(ids):  # the same toy LM, reading the prompt off the front, returning a tensor
         assert ids[: len(prompt_ids)] == prompt_ids
-        return torch.from_numpy(lm(ids[len(prompt_ids):]))
+        return torch.from_numpy(lm(ids[len(prompt_ids) :]))
 
     a = ASApSampler(torch_lm, tok, compiled, prompt, seed=3).sample_many(20)
     b = ASApSampler(lm, None, compiled, [], seed=3).sample_many(20)
@@ -283,8 +289,9 @@ def test_model_that_never_enters_the_grammar(binary):
     exact mode proves there is nothing to accept and says so."""
     _, compiled, _ = binary
     tok = hf_tokenizer("smollm2")
-    junk = HashedToyLM(compiled.tokenizer_info.vocab_size,
-                       {t: 0.0 for t in single_token_ids(tok, "2", "a")} | {tok.eos_token_id: 0.0})
+    junk = HashedToyLM(
+        compiled.tokenizer_info.vocab_size, {t: 0.0 for t in single_token_ids(tok, "2", "a")} | {tok.eos_token_id: 0.0}
+    )
     for mode in ("gcd", "asap"):
         s = ASApSampler(junk, None, compiled, [], mode=mode, seed=0).sample()
         assert not s.complete and s.token_ids == [] and s.text == ""

@@ -13,11 +13,10 @@ import math
 import os
 
 import pytest
+from support import empirical, hf_tokenizer, kl, mean_within
 
 from pushmask.grammar.ir import Grammar, alt, lit, ref, rep, seq
 from pushmask.samplers.asap import ASApSampler, enumerate_distributions
-
-from support import empirical, hf_tokenizer, kl, mean_within
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +55,9 @@ def binary_task(smollm2_compiler):
         Grammar({"root": alt(lit("00000"), seq(lit("1"), ref("bits"))), "bits": bits}), normalize=False
     )
     chat = [{"role": "user", "content": "Generate a random binary string of length 5"}]
-    prompt = tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
+    prompt = tok.encode(
+        tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+    )
     return tok, compiled, prompt
 
 
@@ -122,7 +123,9 @@ def test_awrs_and_smc_on_smollm2(smollm2_model, binary_task):
     assert result.forward_passes == result.steps == 6  # five bits and the stop token, one batched pass each
     dist = result.distribution()
     assert set(dist) <= set(q)
-    print(f"SMC: KL(particles||Q)={kl(dist, q):.4f} KL(GCD||Q)={kl(q_gcd, q):.4f} "
-          f"log Z estimate {result.log_marginal_likelihood:.3f} vs {enum.log_z:.3f}")
+    print(
+        f"SMC: KL(particles||Q)={kl(dist, q):.4f} KL(GCD||Q)={kl(q_gcd, q):.4f} "
+        f"log Z estimate {result.log_marginal_likelihood:.3f} vs {enum.log_z:.3f}"
+    )
     assert kl(dist, q) < kl(q_gcd, q) / 5
     assert abs(result.log_marginal_likelihood - enum.log_z) < 0.3

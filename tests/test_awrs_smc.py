@@ -11,12 +11,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
-
-from pushmask.samplers.asap import ASApSampler, awrs_step
-from pushmask.masks.matcher import GrammarMatcher
-from pushmask.samplers.smc import smc
-
 from support import HashedToyLM, chi_square_p, empirical, hf_tokenizer, kl, mean_within, tiny_binary_llama, tiny_llama
+
+from pushmask.masks.matcher import GrammarMatcher
+from pushmask.samplers.asap import ASApSampler, awrs_step
+from pushmask.samplers.smc import smc
 
 PROBLEMS = ["binary", "parens"]
 
@@ -212,8 +211,9 @@ def test_awrs_mode_draws_gcd_and_weights_estimate_z(request, name):
 def test_fresh_awrs_samples_are_unbiased(binary):
     """Weights of first samples from fresh samplers (nothing cached): their mean is Z."""
     lm, compiled, oracle = binary
-    weights = [math.exp(ASApSampler(lm, None, compiled, [], mode="awrs", seed=s).sample().log_weight)
-               for s in range(600)]
+    weights = [
+        math.exp(ASApSampler(lm, None, compiled, [], mode="awrs", seed=s).sample().log_weight) for s in range(600)
+    ]
     ok, got = mean_within(weights, oracle.z)
     assert ok, got
 
@@ -248,15 +248,17 @@ def test_modes_share_the_trie_with_awrs(binary):
     assert kl(empirical(asap), oracle.q) <= 0.01
     more = sampler.sample_many(500, mode="awrs")  # awrs on expanded nodes: the exact step
     assert chi_square_p(more, oracle.gcd) >= 1e-3
-    assert all(math.isclose(s.log_weight, s.log_p - math.log(oracle.gcd[tuple(s.token_ids)]), rel_tol=1e-9)
-               for s in more)
+    assert all(
+        math.isclose(s.log_weight, s.log_p - math.log(oracle.gcd[tuple(s.token_ids)]), rel_tol=1e-9) for s in more
+    )
 
 
 def test_awrs_mode_dead_end_and_cut_off(binary):
     lm, compiled, _ = binary
     tok = hf_tokenizer("smollm2")
-    junk = HashedToyLM(compiled.tokenizer_info.vocab_size,
-                       {tok.encode(t, add_special_tokens=False)[0]: 0.0 for t in ("2", "a")})
+    junk = HashedToyLM(
+        compiled.tokenizer_info.vocab_size, {tok.encode(t, add_special_tokens=False)[0]: 0.0 for t in ("2", "a")}
+    )
     s = ASApSampler(junk, None, compiled, [], mode="awrs", seed=0).sample()
     assert not s.complete and s.token_ids == [] and s.log_weight == -math.inf
     cut = ASApSampler(lm, None, compiled, [], mode="awrs", max_new_tokens=5, seed=0).sample_many(20)
@@ -302,8 +304,11 @@ def test_smc_resampling_and_threshold(binary):
     assert len(never.ess) == never.steps and all(0 < e <= 16 + 1e-9 for e in never.ess)
     # without resampling SMC is importance sampling with AWRS proposals: particles are independent
     # awrs samples, so their mean weight is the estimate
-    assert math.isclose(math.exp(never.log_marginal_likelihood),
-                        np.mean([math.exp(p.log_weight) for p in never.particles]), rel_tol=1e-9)
+    assert math.isclose(
+        math.exp(never.log_marginal_likelihood),
+        np.mean([math.exp(p.log_weight) for p in never.particles]),
+        rel_tol=1e-9,
+    )
     assert sum(always.weights()) == pytest.approx(1.0)
     drawn = always.sample(np.random.default_rng(0))
     assert drawn.complete and tuple(drawn.token_ids) in oracle.q
@@ -322,9 +327,13 @@ def test_smc_last_slot_allows_only_stop_tokens(binary):
 
 def test_smc_bad_arguments(binary):
     lm, compiled, _ = binary
-    for kw, match in [({"num_particles": 0}, "num_particles"), ({"ess_threshold": 1.5}, "ess_threshold"),
-                      ({"temperature": 0}, "temperature"), ({"max_new_tokens": 0}, "max_new_tokens"),
-                      ({"max_checks": -1}, "max_checks")]:
+    for kw, match in [
+        ({"num_particles": 0}, "num_particles"),
+        ({"ess_threshold": 1.5}, "ess_threshold"),
+        ({"temperature": 0}, "temperature"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_checks": -1}, "max_checks"),
+    ]:
         with pytest.raises(ValueError, match=match):
             smc(lm, None, compiled, [], **kw)
     with pytest.raises(TypeError, match="CompiledGrammar"):
@@ -413,4 +422,3 @@ def test_cli_awrs_and_smc(tmp_path, capsys):
     assert status == 0 and len(out) == 5 and all(len(t) == 3 and set(t) <= {"0", "1"} for t in out)
     status = main(base + ["--aligned", "smc", "--particles", "0"])
     assert status == 2
-

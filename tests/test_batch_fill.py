@@ -59,8 +59,7 @@ def test_batch_equals_single_fills_on_dev_schemas(name):
     references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     for threads, torch_bitmask in ((1, False), (3, True)):
         compiler = pm.GrammarCompiler(info, cache_enabled=False)  # nothing known: first visits in the batch
-        grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False)
-                    for schema, _ in rows]
+        grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
         for _ in range(2):
             order = list(range(len(rows))) * 2
             batch = [pm.GrammarMatcher(grammars[k]) for k in order]
@@ -84,11 +83,18 @@ def _mixed_matchers(compiler):
     """Matchers whose fills need Python after the kernel or instead of it: value checks, a token
     budget, token terminals, a terminated matcher, forks; and plain ones."""
     unique = compiler.compile_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True})
-    plain = compiler.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"},
-                                                                           "b": {"type": "string"}}})
+    plain = compiler.compile_json_schema(
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    )
     tagged = compiler.compile_grammar('root ::= [ab ]* <|python_tag|> "{" [ab]* "}"')
-    matchers = [pm.GrammarMatcher(unique), pm.GrammarMatcher(unique, max_tokens=12), pm.GrammarMatcher(plain),
-                pm.GrammarMatcher(plain, max_tokens=9), pm.GrammarMatcher(tagged), pm.GrammarMatcher(unique)]
+    matchers = [
+        pm.GrammarMatcher(unique),
+        pm.GrammarMatcher(unique, max_tokens=12),
+        pm.GrammarMatcher(plain),
+        pm.GrammarMatcher(plain, max_tokens=9),
+        pm.GrammarMatcher(tagged),
+        pm.GrammarMatcher(unique),
+    ]
     assert matchers[5].accept_string('["x", "y"]')
     assert matchers[5].accept_token(compiler.tokenizer_info.stop_token_ids[0]) and matchers[5].is_terminated()
     return matchers
@@ -145,8 +151,7 @@ def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
     grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     for grammar in grammars:  # a pool that must grow many times
         grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
-    references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False)
-                  for schema, _ in rows]
+    references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     order = [k for k in range(len(rows)) for _ in range(4)]
     matchers = [pm.GrammarMatcher(grammars[k]) for k in order]
     twins = [pm.GrammarMatcher(references[k]) for k in order]
@@ -166,8 +171,7 @@ def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
 
     for step in range(16):
         bitmask[:] = 0
-        workers = [threading.Thread(target=fill, args=(range(t, len(matchers), threads), step))
-                   for t in range(threads)]
+        workers = [threading.Thread(target=fill, args=(range(t, len(matchers), threads), step)) for t in range(threads)]
         for worker in workers:
             worker.start()
         for worker in workers:
@@ -191,7 +195,7 @@ def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch)
 
     def poisoned_grow(store, need):
         grow(store, need)
-        store.mask_pool[store._pool_used:] = -7
+        store.mask_pool[store._pool_used :] = -7
 
     monkeypatch.setattr(CompiledGrammar, "_grow_pool", poisoned_grow)
     info = tokenizer_info("llama3")

@@ -178,8 +178,7 @@ torch_params = [
         "cuda",
         id="cuda",
         marks=pytest.mark.skipif(
-            "not __import__('importlib').util.find_spec('torch') "
-            "or not __import__('torch').cuda.is_available()",
+            "not __import__('importlib').util.find_spec('torch') or not __import__('torch').cuda.is_available()",
             reason="needs a CUDA device",
         ),
     ),

@@ -17,12 +17,18 @@ import json
 
 import numpy as np
 import pytest
+from support import (
+    DATA,
+    REPO,
+    decodable_prefix,
+    grammar_compiler,
+    grammar_file_prefix_viable,
+    json_prefix_completes,
+    require_shared,
+)
 
 import pushmask as pm
 from pushmask.automata.completion import ShortestCompletions
-
-from support import (DATA, REPO, decodable_prefix, grammar_compiler, grammar_file_prefix_viable, json_prefix_completes,
-                     require_shared)
 
 jsonschema = pytest.importorskip("jsonschema")
 lark = pytest.importorskip("lark")

@@ -5,15 +5,16 @@ import numpy as np
 
 import pushmask
 from pushmask.automata import dfa as dfa_module
-from pushmask.grammar.core import caches
-from pushmask.grammar.json_schema import leaves
-from pushmask.grammar.json_schema import json_schema_to_grammar
-from pushmask.grammar.passes import normalize
 from pushmask.automata.pda import build_pda
+from pushmask.grammar.core import caches
+from pushmask.grammar.json_schema import json_schema_to_grammar, leaves
+from pushmask.grammar.passes import normalize
 
-SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 3},
-                                           "tag": {"type": "string", "pattern": "^[a-z]+$"}},
-          "patternProperties": {"^x-": {"type": "number"}}}
+SCHEMA = {
+    "type": "object",
+    "properties": {"id": {"type": "integer", "minimum": 3}, "tag": {"type": "string", "pattern": "^[a-z]+$"}},
+    "patternProperties": {"^x-": {"type": "number"}},
+}
 
 
 def automaton(schema):
@@ -24,9 +25,14 @@ def test_clear_caches_empties_every_registered_cache_and_changes_no_automaton():
     before = automaton(SCHEMA)
     assert dfa_module._dfa_cache and leaves._leaf_cache  # the compile filled them
     names = caches.registered()
-    assert {"rule DFAs (automata/dfa.py)", "automaton layouts (automata/dfa.py)", "JSON Schema leaf automata: numbers",
-            "ECMA pattern automata (grammar/ecma_regex.py)", "JSON Schema format automata (grammar/json_formats.py)",
-            "JSON Schema patternProperties matches"} <= set(names)
+    assert {
+        "rule DFAs (automata/dfa.py)",
+        "automaton layouts (automata/dfa.py)",
+        "JSON Schema leaf automata: numbers",
+        "ECMA pattern automata (grammar/ecma_regex.py)",
+        "JSON Schema format automata (grammar/json_formats.py)",
+        "JSON Schema patternProperties matches",
+    } <= set(names)
     pushmask.clear_caches()
     assert not dfa_module._dfa_cache and not dfa_module._fsm_layouts and not leaves._leaf_cache
     assert not leaves._search_cache

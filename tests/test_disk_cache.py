@@ -9,15 +9,17 @@ import os
 
 import numpy as np
 import pytest
+from support import hf_tokenizer, tokenizer_info
 
 import pushmask as pm
 from pushmask.masks import disk_cache
 
-from support import hf_tokenizer, tokenizer_info
-
 SCHEMAS = [
-    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 4}, "b": {"type": "integer"}},
-     "required": ["a"]},
+    {
+        "type": "object",
+        "properties": {"a": {"type": "string", "maxLength": 4}, "b": {"type": "integer"}},
+        "required": ["a"],
+    },
     {"type": "array", "items": {"enum": ["x", "yz", 3]}},
 ]
 TEXTS = ['{"a": "héé", "b": -12}', '["x", 3, "yz"]']
@@ -118,7 +120,10 @@ def test_a_format_bump_starts_a_new_cache(tmp_path, reference, monkeypatch):
     bumped = pm.GrammarCompiler(tokenizer_info("smollm2"), mask_cache_dir=tmp_path)
     assert all(np.array_equal(a, b) for a, b in zip(_fills(bumped), reference))
     assert bumped.cache_stats()["disk_hits"] == 0
-    assert {p.name for p in tmp_path.iterdir()} == {f"v{disk_cache.FORMAT_VERSION - 1}", f"v{disk_cache.FORMAT_VERSION}"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        f"v{disk_cache.FORMAT_VERSION - 1}",
+        f"v{disk_cache.FORMAT_VERSION}",
+    }
 
 
 def test_eviction_keeps_the_cap_least_recently_used_first(tmp_path):

@@ -50,8 +50,11 @@ class StepOracle:
         """(whether every token of the path is accepted in turn, the mask after it)."""
         taken = 0
         for token in path:
-            if self.matcher.is_terminated() or not (0 <= token < self.matcher.vocab_size) \
-                    or not self.matcher.accept_token(token):
+            if (
+                self.matcher.is_terminated()
+                or not (0 <= token < self.matcher.vocab_size)
+                or not self.matcher.accept_token(token)
+            ):
                 self.matcher.rollback(taken)
                 return False, None
             taken += 1
@@ -123,11 +126,17 @@ def test_draft_masks_equal_step_by_step(name, kind):
     info = compiler.tokenizer_info
     rng = random.Random(f"{name}-{kind}")
     if kind == "dev":
-        problems = [(compiler.compile_json_schema(schema, strict_mode=False), tokens)
-                    for schema, tokens in _dev_items(name, 3, 97)]
+        problems = [
+            (compiler.compile_json_schema(schema, strict_mode=False), tokens)
+            for schema, tokens in _dev_items(name, 3, 97)
+        ]
         hf = hf_tokenizer(name)
-        problems.append((compiler.compile_json_schema(UNIQUE_STRINGS),  # value checks in the masks
-                         hf.encode('["ab", "cd", "e"]', add_special_tokens=False)))
+        problems.append(
+            (
+                compiler.compile_json_schema(UNIQUE_STRINGS),  # value checks in the masks
+                hf.encode('["ab", "cd", "e"]', add_special_tokens=False),
+            )
+        )
     else:
         problems = []
         for file in ("json.gbnf", "arithmetic.lark", "c.gbnf"):
@@ -157,8 +166,9 @@ def test_draft_masks_equal_step_by_step(name, kind):
             first_row = rng.randrange(3)
             bitmask = np.full((first_row + len(tokens) + 1, (info.vocab_size + 31) // 32), -1, dtype=np.int32)
             before = matcher.num_accepted_tokens, matcher._state
-            result = fill_draft_bitmasks(matcher, tokens, bitmask, parents=None if chain else parents,
-                                         first_row=first_row)
+            result = fill_draft_bitmasks(
+                matcher, tokens, bitmask, parents=None if chain else parents, first_row=first_row
+            )
             assert (matcher.num_accepted_tokens, matcher._state) == before  # left where it was
             _check(matcher, tokens, parents, expected, result, bitmask, first_row)
             if chain:

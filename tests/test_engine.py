@@ -7,11 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import regex
+from support import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
 
 import pushmask as pm
 from pushmask.grammar.ir import Grammar, alt, char_class, lit, opt, plus, ref, seq, star
-
-from support import TOKENIZER_NAMES, grammar_compiler, hf_tokenizer, tokenizer_info
 
 DIGIT = char_class([(0x30, 0x39)])
 NONZERO = char_class([(0x31, 0x39)])
@@ -19,8 +18,12 @@ INTEGER = seq(opt(lit("-")), alt(lit("0"), seq(NONZERO, star(DIGIT))))
 # A regular language with a regex twin: a list of integers and strings with optional spaces.
 ITEM = alt(INTEGER, seq(lit('"'), star(char_class([(0x22, 0x22), (0x5C, 0x5C), (0, 0x1F)], negated=True)), lit('"')))
 # An optional leading space: SentencePiece (mistral) encodes the text with one.
-LIST_GRAMMAR = Grammar({"root": seq(opt(lit(" ")), lit("["), opt(seq(ITEM, star(seq(lit(","), opt(lit(" ")), ITEM)))), lit("]"))})
-LIST_REGEX = regex.compile(r' ?\[((-?(0|[1-9][0-9]*)|"[^"\\\x00-\x1f]*")(, ?(-?(0|[1-9][0-9]*)|"[^"\\\x00-\x1f]*"))*)?\]')
+LIST_GRAMMAR = Grammar(
+    {"root": seq(opt(lit(" ")), lit("["), opt(seq(ITEM, star(seq(lit(","), opt(lit(" ")), ITEM)))), lit("]"))}
+)
+LIST_REGEX = regex.compile(
+    r' ?\[((-?(0|[1-9][0-9]*)|"[^"\\\x00-\x1f]*")(, ?(-?(0|[1-9][0-9]*)|"[^"\\\x00-\x1f]*"))*)?\]'
+)
 LIST_TEXT = '[12, "héllo wörld", -7,0, "日本語 text", 305]'
 
 
@@ -72,7 +75,9 @@ def test_mask_equals_regex_brute_force(name):
         mask = mask_of(matcher)
         if step in checked_steps:
             # Every allowed token plus a random sample of the others (the full vocabulary is slow).
-            candidates = set(np.flatnonzero(mask).tolist()) | set(rng.choice(info.vocab_size, 4000, replace=False).tolist())
+            candidates = set(np.flatnonzero(mask).tolist()) | set(
+                rng.choice(info.vocab_size, 4000, replace=False).tolist()
+            )
             for t in candidates:
                 data = info.decoded_vocab[t]
                 if t in info.stop_token_ids:
@@ -94,12 +99,14 @@ def test_mask_equals_regex_brute_force(name):
 
 # Three rules live at once after "a": the fill ORs masks of different kinds (a mostly-accepting
 # rule stored as a rejected list or bitset, short accepted lists), whichever stack comes first.
-THREE_WAY = Grammar({
-    "root": alt(ref("text"), ref("word"), ref("number")),
-    "text": seq(lit("a"), star(char_class([(0x22, 0x22), (0x5C, 0x5C), (0, 0x1F)], negated=True)), lit(".")),
-    "word": seq(lit("a"), lit("bc")),
-    "number": seq(lit("a"), plus(DIGIT)),
-})
+THREE_WAY = Grammar(
+    {
+        "root": alt(ref("text"), ref("word"), ref("number")),
+        "text": seq(lit("a"), star(char_class([(0x22, 0x22), (0x5C, 0x5C), (0, 0x1F)], negated=True)), lit(".")),
+        "word": seq(lit("a"), lit("bc")),
+        "number": seq(lit("a"), plus(DIGIT)),
+    }
+)
 THREE_WAY_REGEX = regex.compile(r'a[^"\\\x00-\x1f]*\.|abc|a[0-9]+')
 
 
@@ -149,7 +156,9 @@ def test_recursive_grammar_mask_equals_brute_force(name):
     info = tokenizer_info(name)
     compiled = grammar_compiler(name).compile_ir(PARENS, normalize=False)
     matcher = pm.GrammarMatcher(compiled)
-    paren_tokens = [t for t in range(info.vocab_size) if info.decoded_vocab[t] and set(info.decoded_vocab[t]) <= {40, 41}]
+    paren_tokens = [
+        t for t in range(info.vocab_size) if info.decoded_vocab[t] and set(info.decoded_vocab[t]) <= {40, 41}
+    ]
     assert len(paren_tokens) > 5
     rng = np.random.default_rng(1)
     prefix = b""
@@ -213,9 +222,10 @@ def test_cached_masks_respect_each_grammars_follow_set(llama3_compiler):
 
 
 def test_states_with_equal_continuations_share_masks_across_rules(llama3_compiler):
-    """"Any key but alpha/beta" and "any key but gamma" differ at their first states but, once a
+    """ "Any key but alpha/beta" and "any key but gamma" differ at their first states but, once a
     key has left the names, continue alike: those states share cached masks (state keys), and
     every mask of the second schema equals a fresh compiler's."""
+
     def schema(names):
         return {"type": "object", "properties": {name: {"type": "integer"} for name in names}}
 
@@ -231,8 +241,9 @@ def test_states_with_equal_continuations_share_masks_across_rules(llama3_compile
     cached = [s for s in states if shared.cache.get((pda.state_key(s), pairs_key)) is not None]
     assert 3 <= len(cached) < len(states)  # the key's free part, not its first states
     second.precompute_masks()
-    fresh = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema(["gamma"]), property_order="any",
-                                                                             strict_mode=False)
+    fresh = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(
+        schema(["gamma"]), property_order="any", strict_mode=False
+    )
     for state in range(second.num_states):
         a, b = second.state_mask(state), fresh.state_mask(state)
         assert a.kind == b.kind and np.array_equal(a.data, b.data), state
@@ -250,7 +261,9 @@ def test_invalid_token_ids_raise(smollm2_compiler):
 def test_padding_ids_are_never_allowed():
     info = tokenizer_info("smollm2")
     padded = pm.TokenizerInfo.from_huggingface(hf_tokenizer("smollm2"), vocab_size=info.vocab_size + 64)
-    compiled = pm.GrammarCompiler(padded).compile_ir(Grammar({"root": star(char_class([(0, 0x10FFFF)]))}), normalize=False)
+    compiled = pm.GrammarCompiler(padded).compile_ir(
+        Grammar({"root": star(char_class([(0, 0x10FFFF)]))}), normalize=False
+    )
     matcher = pm.GrammarMatcher(compiled)
     mask = mask_of(matcher)
     assert not mask[info.vocab_size :].any()
@@ -294,7 +307,9 @@ def test_rejected_token_leaves_state_unchanged(smollm2_compiler):
 
 
 def test_jump_forward_string(smollm2_compiler):
-    grammar = Grammar({"root": seq(lit('{"name": "'), plus(char_class([(0x61, 0x7A)])), lit('", "age": '), DIGIT, lit("}"))})
+    grammar = Grammar(
+        {"root": seq(lit('{"name": "'), plus(char_class([(0x61, 0x7A)])), lit('", "age": '), DIGIT, lit("}"))}
+    )
     matcher = pm.GrammarMatcher(smollm2_compiler.compile_ir(grammar, normalize=False))
     assert matcher.find_jump_forward_string() == '{"name": "'
     assert matcher.accept_string('{"name": "bob')

@@ -121,10 +121,15 @@ def test_assisted_decoding_in_generate_is_lossless(model, tok):
     """pushmask.generate with transformers' prompt-lookup assisted decoding (candidates drafted
     from the context, checked by the model in one forward pass; the processor masks each draft
     position and follows the rejected ones back): greedy outputs equal greedy without it."""
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
-                                               "tags": {"type": "array", "items": {"enum": ["red", "green"]},
-                                                        "maxItems": 4}},
-              "required": ["name", "tags"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 10},
+            "tags": {"type": "array", "items": {"enum": ["red", "green"]}, "maxItems": 4},
+        },
+        "required": ["name", "tags"],
+        "additionalProperties": False,
+    }
     prompt = 'Like {"name": "red green", "tags": ["red", "green", "red"]} give one:'
     plain = pm.generate(model, tok, prompt, schema=schema, max_new_tokens=64)
     assisted = pm.generate(model, tok, prompt, schema=schema, max_new_tokens=64, prompt_lookup_num_tokens=3)

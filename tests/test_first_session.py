@@ -10,19 +10,18 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 import warnings
 from importlib import metadata
 
 import numpy as np
 import pytest
+import tomllib
+from support import REPO, TOKENIZERS, hf_tokenizer, require_shared, tiny_llama
 
 import pushmask as pm
 from pushmask import cli
 from pushmask.grammar.frontends import grammar_kind
 from pushmask.integrations import models
-
-from support import REPO, TOKENIZERS, hf_tokenizer, require_shared, tiny_llama
 
 
 def run_cli(*argv) -> int:
@@ -50,9 +49,10 @@ def test_every_subcommand_help_ends_with_examples_of_itself(command, capsys):
         run_cli(command, "--help")
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    examples = out[out.index("examples:\n"):].splitlines()[1:]
-    assert examples and all(line.startswith(f"  pushmask {command} ") or line == f"  pushmask {command}"
-                            for line in examples), out
+    examples = out[out.index("examples:\n") :].splitlines()[1:]
+    assert examples and all(
+        line.startswith(f"  pushmask {command} ") or line == f"  pushmask {command}" for line in examples
+    ), out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ GRAMMAR_TEXTS = [
     'start: "a"',
     '# a comment with ::= in it\nstart: "a" | "b"',
     '// root ::= "x"\nstart: NAME\n%import common.CNAME -> NAME',
-    'expr: term\n\nroot ::= expr',
+    "expr: term\n\nroot ::= expr",
     "",
     '{"type": "object"}',
     "?start: value // comment",
@@ -121,14 +121,20 @@ def no_model(monkeypatch):
     monkeypatch.setattr(model_cli, "load_model", refuse)
 
 
-@pytest.mark.parametrize("file_name, text, message", [
-    ("g.txt", '{"type": "object"}', r"g.txt is JSON \(the text is a JSON document\), not a grammar: pass a JSON "
-                                    r"Schema with --schema"),
-    ("g.ebnf", 'root ::= ("a" | "b"\nx ::= "c"\n', r"unbalanced '\(': missing '\)' \(line 1, column 10\)"),
-    ("g.txt", 'start: "a" (', r"reading g.txt as Lark"),
-])
-def test_generate_reports_a_bad_grammar_before_loading_the_model(tmp_path, capsys, no_model, file_name, text,
-                                                                 message):
+@pytest.mark.parametrize(
+    "file_name, text, message",
+    [
+        (
+            "g.txt",
+            '{"type": "object"}',
+            r"g.txt is JSON \(the text is a JSON document\), not a grammar: pass a JSON "
+            r"Schema with --schema",
+        ),
+        ("g.ebnf", 'root ::= ("a" | "b"\nx ::= "c"\n', r"unbalanced '\(': missing '\)' \(line 1, column 10\)"),
+        ("g.txt", 'start: "a" (', r"reading g.txt as Lark"),
+    ],
+)
+def test_generate_reports_a_bad_grammar_before_loading_the_model(tmp_path, capsys, no_model, file_name, text, message):
     path = tmp_path / file_name
     path.write_text(text)
     assert run_cli("generate", "--grammar", path, "say it") == 2
@@ -171,20 +177,26 @@ def test_an_unknown_tokenizer_name_says_where_it_looked_without_asking_the_hub(t
     with pytest.raises(models.ModelNotFound) as info:
         models.resolve_tokenizer("no-such-tokenizer")
     message = str(info.value)
-    for place in [tmp_path / "no-such-tokenizer", tmp_path / "mine" / "tokenizers" / "no-such-tokenizer",
-                  (tmp_path / ".." / "shared" / "tokenizers" / "no-such-tokenizer").resolve()]:
+    for place in [
+        tmp_path / "no-such-tokenizer",
+        tmp_path / "mine" / "tokenizers" / "no-such-tokenizer",
+        (tmp_path / ".." / "shared" / "tokenizers" / "no-such-tokenizer").resolve(),
+    ]:
         assert str(place) in message
     assert "Hub id (org/name)" in message
     assert models.resolve_tokenizer("some-org/some-model") == "some-org/some-model"
 
 
 def test_a_hub_id_that_cannot_be_fetched_says_the_hub_was_asked_and_what_else_was_tried(tmp_path):
-    code = ("from pushmask.integrations import models\n"
-            "try:\n    models.load_tokenizer('no-such-org/no-such-model')\n"
-            "except models.ModelNotFound as exc:\n    print(exc)\n")
+    code = (
+        "from pushmask.integrations import models\n"
+        "try:\n    models.load_tokenizer('no-such-org/no-such-model')\n"
+        "except models.ModelNotFound as exc:\n    print(exc)\n"
+    )
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    ).stdout
     assert "no tokenizer 'no-such-org/no-such-model'" in out and "Hugging Face Hub" in out and "offline" in out, out
 
 
@@ -201,8 +213,9 @@ def test_a_tokenizer_reading_the_models_end_token_as_text_is_refused():
     """SmolLM2 ends with id 2, which Llama-3's tokenizer reads as '#': output would never end."""
     llama3 = hf_tokenizer("llama3")
     assert llama3.convert_ids_to_tokens(2) == "#"
-    with pytest.raises(models.TokenizerMismatch, match="ends with token 2, which this tokenizer reads as the "
-                                                       "ordinary text '#'"):
+    with pytest.raises(
+        models.TokenizerMismatch, match="ends with token 2, which this tokenizer reads as the ordinary text '#'"
+    ):
         models.check_tokenizer_matches(tiny_llama(1, vocab_size=len(llama3)), llama3)
 
 
@@ -238,15 +251,19 @@ def test_generate_streams_without_deprecation_warnings_and_says_what_it_is_doing
     tiny_llama(4).save_pretrained(model_dir)
     hf_tokenizer("smollm2").save_pretrained(model_dir)
     schema = tmp_path / "s.json"
-    schema.write_text('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}, '
-                      '"required": ["name"]}')
+    schema.write_text(
+        '{"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}, "required": ["name"]}'
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         status = run_cli("generate", "--schema", schema, "--model", model_dir, "--max-new-tokens", "30", "a cat")
     out, err = capfd.readouterr()
     assert status == 0, err
-    deprecations = [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))
-                    and "past_key_values" in str(w.message)]
+    deprecations = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, (FutureWarning, DeprecationWarning)) and "past_key_values" in str(w.message)
+    ]
     assert not deprecations
     assert "deprecated" not in out + err
     for step in ("loading the model", "compiling the constraint", "preparing the first token mask"):
@@ -261,8 +278,23 @@ def test_aligned_sampling_uses_the_current_cache_argument(tmp_path, capfd, mode)
     hf_tokenizer("smollm2").save_pretrained(model_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        status = run_cli("generate", "--regex", "[01]{3}", "--model", model_dir, "--aligned", mode, "--num-samples",
-                         "2", "--particles", "2", "--seed", "1", "--json-only", "Bits")
+        status = run_cli(
+            "generate",
+            "--regex",
+            "[01]{3}",
+            "--model",
+            model_dir,
+            "--aligned",
+            mode,
+            "--num-samples",
+            "2",
+            "--particles",
+            "2",
+            "--seed",
+            "1",
+            "--json-only",
+            "Bits",
+        )
     out, err = capfd.readouterr()
     assert status == 0, err
     assert not [w for w in caught if "past_key_values" in str(w.message)]
@@ -276,7 +308,8 @@ def test_the_processor_warns_when_generate_stops_before_its_budget():
 
     tok = hf_tokenizer("smollm2")
     compiled = pm.GrammarCompiler(pm.TokenizerInfo.from_huggingface(tok)).compile_json_schema(
-        {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    )
     model, ids = tiny_llama(3), torch.tensor([tok.encode("hello")])
     processor = GrammarLogitsProcessor(compiled, eos_token_id=2, max_new_tokens=40)
     with pytest.warns(UserWarning, match=r"max_new_tokens=40\) runs in a model.generate call that stops after 8"):
@@ -345,9 +378,14 @@ def test_batch_fill_refuses_rows_past_the_bitmask(compiled):
 
 
 WRONG_VALUES = [None, 1.5, "x", b"x", {"a": 1}, np.zeros(3), object()]
-RIGHT_VALUES = {"GrammarCompiler(limits=)": [None], "compile_regex": ["x"], "accept_string": ["x", b"x"],
-                "GrammarMatcher(override_stop_tokens=)": [None], "TokenizerInfo(vocab_size=)": [None],
-                "TokenizerInfo(stop_token_ids=)": [None]}
+RIGHT_VALUES = {
+    "GrammarCompiler(limits=)": [None],
+    "compile_regex": ["x"],
+    "accept_string": ["x", b"x"],
+    "GrammarMatcher(override_stop_tokens=)": [None],
+    "TokenizerInfo(vocab_size=)": [None],
+    "TokenizerInfo(stop_token_ids=)": [None],
+}
 
 
 def entry_points(compiled):

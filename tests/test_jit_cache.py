@@ -49,8 +49,15 @@ RUN_KERNEL = textwrap.dedent("""
 """)
 
 
-def _run(code: str, *args: str, prepared: Path, cache: Path | None, path: Path | None = None,
-         env: dict | None = None, prefix: tuple = ()) -> tuple[dict, list[str]]:
+def _run(
+    code: str,
+    *args: str,
+    prepared: Path,
+    cache: Path | None,
+    path: Path | None = None,
+    env: dict | None = None,
+    prefix: tuple = (),
+) -> tuple[dict, list[str]]:
     """Run `code` in a fresh interpreter; its last stdout line as JSON, and its pushmask log lines."""
     environ = dict(os.environ, PUSHMASK_KERNEL_CACHE=str(prepared), PYTHONPATH=str(path or ""))
     environ.pop("NUMBA_CACHE_DIR", None)
@@ -58,8 +65,9 @@ def _run(code: str, *args: str, prepared: Path, cache: Path | None, path: Path |
     if cache is not None:
         environ["NUMBA_CACHE_DIR"] = str(cache)
     environ.update(env or {})
-    proc = subprocess.run([*prefix, sys.executable, "-c", code, *args], env=environ, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     logs = [line for line in proc.stderr.splitlines() if line.startswith("pushmask:")]
     return json.loads(proc.stdout.strip().splitlines()[-1]), logs
@@ -100,7 +108,7 @@ def _split_index(data: bytes) -> tuple[str, bytes]:
     """An index file's numba version and the rest (a pickle of (source stamp, entries))."""
     stream = io.BytesIO(data)
     version = pickle.load(stream)
-    return version, data[stream.tell():]
+    return version, data[stream.tell() :]
 
 
 def _with_version(data: bytes, version: str) -> bytes:
@@ -117,13 +125,21 @@ def _with_stamp(data: bytes, change) -> bytes:
 
 DAMAGE = {
     "numba version": ("numba 0.0.1", lambda p: _index(p).write_bytes(_with_version(_index(p).read_bytes(), "0.0.1"))),
-    "llvmlite version": ("llvmlite 0.0.2", lambda p: _index(p).write_bytes(
-        _with_stamp(_index(p).read_bytes(), lambda stamp: (stamp[0], "0.0.2")))),
-    "other sources": ("other sources", lambda p: _index(p).write_bytes(
-        _with_stamp(_index(p).read_bytes(), lambda stamp: ("0" * 64, stamp[1])))),
+    "llvmlite version": (
+        "llvmlite 0.0.2",
+        lambda p: _index(p).write_bytes(_with_stamp(_index(p).read_bytes(), lambda stamp: (stamp[0], "0.0.2"))),
+    ),
+    "other sources": (
+        "other sources",
+        lambda p: _index(p).write_bytes(_with_stamp(_index(p).read_bytes(), lambda stamp: ("0" * 64, stamp[1]))),
+    ),
     "truncated index": ("unreadable", lambda p: _index(p).write_bytes(_index(p).read_bytes()[:-7])),
-    "truncated data": ("unreadable", lambda p: [f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
-                                                for f in p.glob("toy_kernels.triangle-*.nbc")]),
+    "truncated data": (
+        "unreadable",
+        lambda p: [
+            f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2]) for f in p.glob("toy_kernels.triangle-*.nbc")
+        ],
+    ),
 }
 
 
@@ -186,8 +202,12 @@ def test_parallel_processes_share_an_empty_cache(toy, tmp_path):
     empty, cache = tmp_path / "no-prepared", tmp_path / "cache"
     environ = dict(os.environ, PUSHMASK_KERNEL_CACHE=str(empty), PYTHONPATH=str(src), NUMBA_CACHE_DIR=str(cache))
     environ.pop("NUMBA_CPU_NAME", None)
-    procs = [subprocess.Popen([sys.executable, "-c", RUN_KERNEL], env=environ, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RUN_KERNEL], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=600)
         assert proc.returncode == 0, stderr
@@ -203,8 +223,10 @@ def _read_only_prefix() -> tuple:
         return ()
     probe = subprocess.run(["unshare", "--user", "--map-user=1000", "true"], capture_output=True)
     if probe.returncode != 0:
-        pytest.skip(f"running as root and user namespaces are unavailable ({probe.stderr.decode().strip()}), so "
-                    "no folder can be made read-only for this process")
+        pytest.skip(
+            f"running as root and user namespaces are unavailable ({probe.stderr.decode().strip()}), so "
+            "no folder can be made read-only for this process"
+        )
     return ("unshare", "--user", "--map-user=1000")
 
 
@@ -263,8 +285,13 @@ def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
     with an empty NUMBA_CACHE_DIR compiles a schema and fills masks without compiling a kernel."""
     from pushmask import jit
 
-    warm = subprocess.run([sys.executable, "-m", "pushmask", "warmup"], capture_output=True, text=True,
-                          timeout=3600, env={k: v for k, v in os.environ.items() if k != "NUMBA_CPU_NAME"})
+    warm = subprocess.run(
+        [sys.executable, "-m", "pushmask", "warmup"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={k: v for k, v in os.environ.items() if k != "NUMBA_CPU_NAME"},
+    )
     assert warm.returncode == 0, warm.stderr
     before = _files(jit.PREPARED_DIR)
     out, logs = _run(FIRST_MASK, prepared=jit.PREPARED_DIR, cache=tmp_path / "cache")

@@ -17,13 +17,18 @@ from fractions import Fraction
 
 import jsonschema
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from support import edges_by_state  # noqa: E402
 
 from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError
-from support import edges_by_state  # noqa: E402
 from pushmask.grammar.ir import NOTHING, CharFsm, Expr
 from pushmask.grammar.json_numbers import (
-    integer_expr, integer_range_dfa, natural_range_dfa, number_expr, number_literal_expr,
+    integer_expr,
+    integer_range_dfa,
+    natural_range_dfa,
+    number_expr,
+    number_literal_expr,
 )
 
 VALIDATOR = jsonschema.Draft202012Validator
@@ -63,8 +68,13 @@ def sample_walk(expr: CharFsm, rng: random.Random, max_len: int = 30) -> str | N
 
 
 def schema_for(kind: str, bounds: dict) -> dict:
-    keys = {"minimum": "minimum", "maximum": "maximum", "exclusive_minimum": "exclusiveMinimum",
-            "exclusive_maximum": "exclusiveMaximum", "multiple_of": "multipleOf"}
+    keys = {
+        "minimum": "minimum",
+        "maximum": "maximum",
+        "exclusive_minimum": "exclusiveMinimum",
+        "exclusive_maximum": "exclusiveMaximum",
+        "multiple_of": "multipleOf",
+    }
     return {"type": kind, **{keys[k]: v for k, v in bounds.items() if v is not None}}
 
 
@@ -127,22 +137,36 @@ def test_natural_range_kernel_equals_python_exploration_and_brute_force(modulus,
     """The numba exploration against the Python one (kept for remainders past int64): equal
     minimal automata; and both against the definition on every text up to 4 digits."""
     import itertools
+
     from pushmask.grammar import json_numbers
 
     for lo, hi in [(0, None), (0, 0), (7, 150), (10, 999), (123, None), (1000, 1000)]:
         cap = len(str(lo)) + 1 if hi is None else len(str(hi))
         kernel = natural_range_dfa(lo, hi, modulus, leading_zeros=leading_zeros, excluded=excluded)
         python = json_numbers._natural_range_dfa_python(
-            lo, str(lo), None if hi is None else str(hi), cap, modulus, math.lcm(modulus, *excluded),
-            leading_zeros, 20_000, excluded)
+            lo,
+            str(lo),
+            None if hi is None else str(hi),
+            cap,
+            modulus,
+            math.lcm(modulus, *excluded),
+            leading_zeros,
+            20_000,
+            excluded,
+        )
         assert kernel.size == python.size and kernel.finals == python.finals and kernel.trans == python.trans
         for width in range(1, 5):
             for digits in itertools.product("0123456789", repeat=width):
                 text = "".join(digits)
                 n = int(text)
                 canonical = text == str(n)
-                wanted = ((canonical or leading_zeros) and n >= lo and (hi is None or n <= hi) and n % modulus == 0
-                          and not any(n % k == 0 for k in excluded))
+                wanted = (
+                    (canonical or leading_zeros)
+                    and n >= lo
+                    and (hi is None or n <= hi)
+                    and n % modulus == 0
+                    and not any(n % k == 0 for k in excluded)
+                )
                 assert kernel.accepts(text) == wanted, (lo, hi, text)
 
 
@@ -157,7 +181,7 @@ def test_integer_range_dfa(lo, hi):
 # ---------------------------------------------------------------------------------------------
 # integer_expr.
 
-BOUND_INTS = st.one_of(st.integers(-300, 300), st.integers(-10 ** 20, 10 ** 20))
+BOUND_INTS = st.one_of(st.integers(-300, 300), st.integers(-(10**20), 10**20))
 BOUND = st.one_of(st.none(), BOUND_INTS, st.floats(-1000, 1000, allow_nan=False).map(lambda x: round(x, 2)))
 
 
@@ -176,8 +200,11 @@ def _try(fn, **kwargs):
 
 
 @settings(max_examples=80, deadline=None)
-@given(int_bounds(), st.lists(st.one_of(st.integers(-400, 400), st.integers(-10 ** 21, 10 ** 21)), min_size=1,
-                              max_size=8), st.integers(0, 99))
+@given(
+    int_bounds(),
+    st.lists(st.one_of(st.integers(-400, 400), st.integers(-(10**21), 10**21)), min_size=1, max_size=8),
+    st.integers(0, 99),
+)
 def test_integer_expr_agrees_with_jsonschema(bounds, values, seed):
     expr = _try(integer_expr, **bounds)
     if expr is None:  # SchemaError: really no integer in range
@@ -189,10 +216,10 @@ def test_integer_expr_agrees_with_jsonschema(bounds, values, seed):
     float_divisor = isinstance(bounds["multiple_of"], float)
     for n in values + [v for v in (bounds["minimum"], bounds["maximum"]) if isinstance(v, int)]:
         ok = is_valid("integer", bounds, str(n))
-        if float_divisor and abs(n) > 2 ** 53:
+        if float_divisor and abs(n) > 2**53:
             ok = False  # documented restriction: float divisors keep integers exact as floats
         assert matches(expr, str(n)) == ok, (bounds, n)
-        if abs(n) <= 2 ** 53:
+        if abs(n) <= 2**53:
             assert matches(expr, f"{n}.0") == ok and matches(expr, f"{n}.000") == ok, (bounds, n)
         assert not matches(expr, f"{n}.5") and not matches(expr, f"{n}e0")
     rng = random.Random(seed)
@@ -212,15 +239,24 @@ def test_integer_expr_details():
     assert matches(draft4, "5") and not matches(draft4, "5.0")
     # draft-4 boolean exclusiveMinimum
     assert not matches(integer_expr(minimum=0, exclusive_minimum=True), "0")
-    big = integer_expr(minimum=10 ** 30)
-    assert matches(big, str(10 ** 30)) and not matches(big, str(10 ** 30 - 1)) and matches(big, "9" * 40)
-    assert not matches(big, str(10 ** 30) + ".0")  # beyond 2**53 the float would not be exact
+    big = integer_expr(minimum=10**30)
+    assert matches(big, str(10**30)) and not matches(big, str(10**30 - 1)) and matches(big, "9" * 40)
+    assert not matches(big, str(10**30) + ".0")  # beyond 2**53 the float would not be exact
 
 
-@pytest.mark.parametrize("kwargs", [dict(minimum=3, maximum=2), dict(exclusive_minimum=1, exclusive_maximum=2),
-                                    dict(minimum=1.2, maximum=1.8), dict(minimum=2, exclusive_maximum=2),
-                                    dict(multiple_of=0), dict(multiple_of=-2), dict(minimum="1"),
-                                    dict(maximum=float("nan"))])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(minimum=3, maximum=2),
+        dict(exclusive_minimum=1, exclusive_maximum=2),
+        dict(minimum=1.2, maximum=1.8),
+        dict(minimum=2, exclusive_maximum=2),
+        dict(multiple_of=0),
+        dict(multiple_of=-2),
+        dict(minimum="1"),
+        dict(maximum=float("nan")),
+    ],
+)
 def test_integer_expr_bad_constraints(kwargs):
     with pytest.raises(SchemaError) as info:
         integer_expr(pointer="#/x", **kwargs)
@@ -229,7 +265,7 @@ def test_integer_expr_bad_constraints(kwargs):
 
 def test_integer_multiple_of_budget():
     with pytest.raises(UnsupportedSchemaError) as info:
-        integer_expr(multiple_of=10 ** 9 + 7, minimum=-10 ** 30, maximum=10 ** 30, budget=2000)
+        integer_expr(multiple_of=10**9 + 7, minimum=-(10**30), maximum=10**30, budget=2000)
     assert info.value.keyword == "multipleOf"
 
 
@@ -239,13 +275,28 @@ def test_integer_multiple_of_budget():
 # Extreme magnitudes make automata with hundreds of digit states (slow to build in tests), so
 # random floats stay moderate and the extremes come from a fixed list.
 EXTREMES = [6.603877275640762e16, 9007199254740993, 1e16, 1e-5, 0.1, -0.0, 1e22, 123456.789e-10]
-HUGE_AND_TINY = [5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308,
-                 1e300, -1e-300]
-FLOATS = st.one_of(st.floats(-1e20, 1e20, allow_nan=False), st.floats(-1e-3, 1e-3, allow_nan=False)
-                   .filter(lambda x: x == 0 or abs(x) > 1e-30), st.sampled_from(EXTREMES))
+HUGE_AND_TINY = [
+    5e-324,
+    -5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    -1.7976931348623157e308,
+    1e300,
+    -1e-300,
+]
+FLOATS = st.one_of(
+    st.floats(-1e20, 1e20, allow_nan=False),
+    st.floats(-1e-3, 1e-3, allow_nan=False).filter(lambda x: x == 0 or abs(x) > 1e-30),
+    st.sampled_from(EXTREMES),
+)
 ALL_FLOATS = st.floats(allow_nan=False, allow_infinity=False)
-NUM_BOUND = st.one_of(st.none(), st.integers(-100, 100), st.floats(-1e6, 1e6, allow_nan=False), FLOATS,
-                      st.sampled_from([0, 0.1, -0.1, 1e-5, 2.5, 1e16]))
+NUM_BOUND = st.one_of(
+    st.none(),
+    st.integers(-100, 100),
+    st.floats(-1e6, 1e6, allow_nan=False),
+    FLOATS,
+    st.sampled_from([0, 0.1, -0.1, 1e-5, 2.5, 1e16]),
+)
 
 
 @st.composite
@@ -263,8 +314,11 @@ def _near(bounds) -> list:
 
 
 @settings(max_examples=150, deadline=None)
-@given(num_bounds(), st.lists(st.one_of(ALL_FLOATS, st.integers(-10 ** 20, 10 ** 20), st.floats(-1e3, 1e3)),
-                               max_size=6), st.integers(0, 99))
+@given(
+    num_bounds(),
+    st.lists(st.one_of(ALL_FLOATS, st.integers(-(10**20), 10**20), st.floats(-1e3, 1e3)), max_size=6),
+    st.integers(0, 99),
+)
 def test_number_expr_agrees_with_jsonschema(bounds, values, seed):
     expr = _try(number_expr, **bounds)
     if expr is None:
@@ -286,11 +340,13 @@ def test_number_expr_agrees_with_jsonschema(bounds, values, seed):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.sampled_from([0.01, 0.5, 0.25, 2.5, 3, 0.05, 1, 10]),
-       st.one_of(st.none(), st.integers(-50, 50), st.floats(-50, 50).map(lambda x: round(x, 3))),
-       st.one_of(st.none(), st.integers(-50, 50), st.floats(-50, 50).map(lambda x: round(x, 3))),
-       st.lists(st.one_of(st.integers(-60, 60), st.floats(-60, 60).map(lambda x: round(x, 3))), max_size=8),
-       st.integers(0, 99))
+@given(
+    st.sampled_from([0.01, 0.5, 0.25, 2.5, 3, 0.05, 1, 10]),
+    st.one_of(st.none(), st.integers(-50, 50), st.floats(-50, 50).map(lambda x: round(x, 3))),
+    st.one_of(st.none(), st.integers(-50, 50), st.floats(-50, 50).map(lambda x: round(x, 3))),
+    st.lists(st.one_of(st.integers(-60, 60), st.floats(-60, 60).map(lambda x: round(x, 3))), max_size=8),
+    st.integers(0, 99),
+)
 def test_number_multiple_of_is_exact_decimal(step, lo, hi, values, seed):
     bounds = {"minimum": lo, "maximum": hi, "multiple_of": step}
     expr = _try(number_expr, **bounds)
@@ -307,9 +363,19 @@ def test_number_multiple_of_is_exact_decimal(step, lo, hi, values, seed):
 
 def test_number_expr_details():
     expr = number_expr(minimum=0.1, exclusive_maximum=1)
-    for text, ok in [("0.1", True), ("0.09999", False), ("0.99", True), ("1", False), ("1.0", False),
-                     ("0.99999999999999999", False),  # rounds to 1.0
-                     ("9.9e-1", True), ("1e-1", True), ("1E-2", False), ("5e-01", True), ("0", False)]:
+    for text, ok in [
+        ("0.1", True),
+        ("0.09999", False),
+        ("0.99", True),
+        ("1", False),
+        ("1.0", False),
+        ("0.99999999999999999", False),  # rounds to 1.0
+        ("9.9e-1", True),
+        ("1e-1", True),
+        ("1E-2", False),
+        ("5e-01", True),
+        ("0", False),
+    ]:
         assert matches(expr, text) == ok, text
     anything = number_expr()
     for text in ["0", "-0", "1.5", "-1e400", "12E+3", "0.0e-0"]:
@@ -320,15 +386,22 @@ def test_number_expr_details():
     assert matches(zero_up, "-0.0") and matches(zero_up, "1e400") and not matches(zero_up, "-1e-5")
 
 
-@pytest.mark.parametrize("kwargs", [dict(minimum=3, maximum=2.5), dict(minimum=1, exclusive_maximum=1),
-                                    dict(exclusive_minimum=0.5, maximum=0.5), dict(multiple_of=0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(minimum=3, maximum=2.5),
+        dict(minimum=1, exclusive_maximum=1),
+        dict(exclusive_minimum=0.5, maximum=0.5),
+        dict(multiple_of=0),
+    ],
+)
 def test_number_expr_bad_constraints(kwargs):
     with pytest.raises(SchemaError):
         number_expr(**kwargs)
 
 
 @settings(max_examples=70, deadline=None)
-@given(st.one_of(FLOATS, st.integers(-10 ** 20, 10 ** 20)), st.one_of(ALL_FLOATS, st.integers(-10 ** 6, 10 ** 6)))
+@given(st.one_of(FLOATS, st.integers(-(10**20), 10**20)), st.one_of(ALL_FLOATS, st.integers(-(10**6), 10**6)))
 def test_number_literal_expr(value, other):
     check_literal(value, other)
 
@@ -359,8 +432,9 @@ def test_number_literal_expr_rejects_bool():
 
 
 def test_end_to_end_through_engine(smollm2_compiler):
-    from pushmask.grammar.ir import Grammar
     from support import accepts_text
+
+    from pushmask.grammar.ir import Grammar
 
     compiler = smollm2_compiler
     cg = compiler.compile_ir(Grammar({"root": integer_expr(minimum=-20, maximum=130, multiple_of=5)}))

@@ -21,15 +21,24 @@ from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.integrations.generate import compile_constraint
 
 SCHEMAS = [
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}},
-     "required": ["a"]},
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}},
+        "required": ["a"],
+    },
     {"type": "object", "properties": {"x": {"enum": ["p", "q"]}}, "additionalProperties": {"type": "number"}},
     {"type": "array", "prefixItems": [{"type": "boolean"}], "maxItems": 3},
     {"type": "integer", "multipleOf": 1000, "minimum": -5000},
 ]
 
-OPTIONS = [JsonOptions(), JsonOptions.xgrammar(), JsonOptions.generation(), JsonOptions.validation(),
-           JsonOptions.generation(indent=2, property_order="any"), JsonOptions(whitespace="compact", max_whitespace=2)]
+OPTIONS = [
+    JsonOptions(),
+    JsonOptions.xgrammar(),
+    JsonOptions.generation(),
+    JsonOptions.validation(),
+    JsonOptions.generation(indent=2, property_order="any"),
+    JsonOptions(whitespace="compact", max_whitespace=2),
+]
 
 
 def digest(compiled) -> str:
@@ -69,13 +78,15 @@ def test_xgrammar_names_build_the_same_object():
     assert JsonOptions.from_xgrammar() == JsonOptions()
     assert JsonOptions.from_xgrammar(strict_mode=True) == JsonOptions()
     assert JsonOptions.from_xgrammar(strict_mode=False) == JsonOptions(additional_properties_default=True)
-    assert JsonOptions.from_xgrammar(any_order=True, max_whitespace_cnt=3) == \
-        JsonOptions(property_order="any", max_whitespace=3)
+    assert JsonOptions.from_xgrammar(any_order=True, max_whitespace_cnt=3) == JsonOptions(
+        property_order="any", max_whitespace=3
+    )
     assert JsonOptions.from_xgrammar(any_whitespace=False) == JsonOptions(separators=(", ", ": "))
     assert JsonOptions.from_xgrammar(any_whitespace=False, indent=2) == JsonOptions(indent=2, separators=(",", ": "))
     assert JsonOptions.from_xgrammar(any_whitespace=True, indent=2) == JsonOptions()
-    assert JsonOptions.validation() == JsonOptions.from_xgrammar(strict_mode=False, any_order=True,
-                                                                 unsatisfiable="empty")
+    assert JsonOptions.validation() == JsonOptions.from_xgrammar(
+        strict_mode=False, any_order=True, unsatisfiable="empty"
+    )
 
 
 @pytest.mark.parametrize("schema", SCHEMAS)
@@ -90,16 +101,18 @@ def test_every_entry_point_gives_the_same_automaton(schema, llama3_tokenizer):
     want = digest(compiler.compile_json_schema(schema))
     assert digest(compiler.compile_ir(json_schema_to_grammar(schema))) == want
     assert digest(compiler.compile_json_schema(schema, strict_mode=True)) == want
-    assert digest(compile_constraint(llama3_tokenizer, schema=schema)) == \
-        digest(compiler.compile_json_schema(schema, JsonOptions.generation()))
+    assert digest(compile_constraint(llama3_tokenizer, schema=schema)) == digest(
+        compiler.compile_json_schema(schema, JsonOptions.generation())
+    )
 
 
 def test_strict_is_the_default_everywhere():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     closed = json_schema_to_grammar(schema)
     assert closed == json_schema_to_grammar(schema, JsonOptions(additional_properties_default="declared"))
-    assert closed != json_schema_to_grammar(schema, JsonOptions.validation(property_order="definition",
-                                                                           unsatisfiable="error"))
+    assert closed != json_schema_to_grammar(
+        schema, JsonOptions.validation(property_order="definition", unsatisfiable="error")
+    )
     with pytest.raises(SchemaError):  # unsatisfiable="error" by default, "empty" for validation
         json_schema_to_grammar(False)
     json_schema_to_grammar(False, JsonOptions.validation())
@@ -123,6 +136,7 @@ def test_cli_generate_strict_flag(tmp_path):
     assert got[()] == JsonOptions.generation()
     assert got[("--no-strict",)] == JsonOptions.generation(additional_properties_default=True)
     assert got[("--strict", "--indent", "2")] == JsonOptions.from_xgrammar(indent=2)
-    assert got[("--no-strict", "--whitespace", "compact")] == JsonOptions(whitespace="compact",
-                                                                         additional_properties_default=True)
+    assert got[("--no-strict", "--whitespace", "compact")] == JsonOptions(
+        whitespace="compact", additional_properties_default=True
+    )
     assert "--no-strict" in parser.format_help()

@@ -68,7 +68,7 @@ def check(compiler, tokenizer, schema, valid=(), invalid=(), **options):
 
 
 def test_scalar_types(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "string"}, ["", "a\"b\\", "ünï"], [1, None, True, [], {}])
+    check(compiler, tokenizer, {"type": "string"}, ["", 'a"b\\', "ünï"], [1, None, True, [], {}])
     check(compiler, tokenizer, {"type": "integer"}, [0, -5, 123456789], [1.5, "1", None])
     check(compiler, tokenizer, {"type": "number"}, [0, -1.5, 1e20, 3], ["1", None])
     check(compiler, tokenizer, {"type": "boolean"}, [True, False], [0, "true"])
@@ -80,10 +80,20 @@ def test_type_list(compiler, tokenizer):
 
 
 def test_enum_and_const(compiler, tokenizer):
-    check(compiler, tokenizer, {"enum": ["a", 1, None, True, [1, "x"], {"k": [2]}]},
-          ["a", 1, None, True, [1, "x"], {"k": [2]}], ["b", 2, False, [1], {"k": [3]}, {}])
-    check(compiler, tokenizer, {"const": {"a": 1, "b": [True, None]}}, [{"a": 1, "b": [True, None]}],
-          [{"a": 1}, {"a": 2, "b": [True, None]}])
+    check(
+        compiler,
+        tokenizer,
+        {"enum": ["a", 1, None, True, [1, "x"], {"k": [2]}]},
+        ["a", 1, None, True, [1, "x"], {"k": [2]}],
+        ["b", 2, False, [1], {"k": [3]}, {}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"const": {"a": 1, "b": [True, None]}},
+        [{"a": 1, "b": [True, None]}],
+        [{"a": 1}, {"a": 2, "b": [True, None]}],
+    )
     # 1 and 1.0 are the same JSON Schema number
     compiled = check(compiler, tokenizer, {"const": 1}, [1], [2, True, "1"])
     assert accepts(compiled, "1.0")
@@ -104,17 +114,31 @@ def test_const_object_key_order_is_the_given_one(compiler):
 
 
 def test_properties_required_and_order(compiler, tokenizer):
-    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"},
-                                                "c": {"type": "boolean"}}, "required": ["b"]}
-    compiled = check(compiler, tokenizer, schema,
-                     [{"b": 1}, {"a": "x", "b": 2}, {"b": 1, "c": True}, {"a": "", "b": 0, "c": False},
-                      {"b": 1, "zzz": [1, {"q": None}]}],
-                     [{}, {"a": "x"}, {"b": "1"}, {"a": 1, "b": 1}, [], "x"])
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
+        "required": ["b"],
+    }
+    compiled = check(
+        compiler,
+        tokenizer,
+        schema,
+        [
+            {"b": 1},
+            {"a": "x", "b": 2},
+            {"b": 1, "c": True},
+            {"a": "", "b": 0, "c": False},
+            {"b": 1, "zzz": [1, {"q": None}]},
+        ],
+        [{}, {"a": "x"}, {"b": "1"}, {"a": 1, "b": 1}, [], "x"],
+    )
     # small objects take their members in any order, each at most once
     assert accepts(compiled, '{"b": 1, "a": "x"}') and accepts(compiled, '{"c": true, "b": 1, "a": ""}')
     assert not accepts(compiled, '{"b": 1, "b": 2}') and not accepts(compiled, '{"a": "x", "b": 1, "a": "y"}')
     # additional members may come anywhere
-    assert accepts(compiled, '{"zzz": 1, "b": 1}') and accepts(compiled, '{"a": "x", "z": 1, "b": 1, "y": [], "c": true}')
+    assert accepts(compiled, '{"zzz": 1, "b": 1}') and accepts(
+        compiled, '{"a": "x", "z": 1, "b": 1, "y": [], "c": true}'
+    )
     assert not accepts(compiled, '{"zzz": 1, "a": "x"}')
 
 
@@ -125,19 +149,32 @@ def test_large_objects_take_any_member_order(compiler, tokenizer):
     from pushmask.grammar.json_schema.objects import ANY_ORDER_MAX_MEMBERS
 
     names = [f"p{i}" for i in range(ANY_ORDER_MAX_MEMBERS + 3)]
-    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
-              "required": ["p0", "p5"], "additionalProperties": {"type": "string"}}
+    schema = {
+        "type": "object",
+        "properties": {n: {"type": "integer"} for n in names},
+        "required": ["p0", "p5"],
+        "additionalProperties": {"type": "string"},
+    }
     rng = random.Random(0)
     shuffled = []
     for _ in range(6):
         keys = names + ["extra"]
         rng.shuffle(keys)
         shuffled.append({k: ("s" if k == "extra" else i) for i, k in enumerate(keys)})
-    compiled = check(compiler, tokenizer, schema, [{"p5": 1, "p0": 2}, {"x": "y", "p5": 1, "p3": 3, "p0": 2}] + shuffled,
-                     [{}, {"p0": 1}, {"p5": 1, "p1": 1}, {"p5": 1, "p0": 2, "p3": "x"}, {"p0": 1, "p5": 2, "x": 3}])
+    compiled = check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"p5": 1, "p0": 2}, {"x": "y", "p5": 1, "p3": 3, "p0": 2}] + shuffled,
+        [{}, {"p0": 1}, {"p5": 1, "p1": 1}, {"p5": 1, "p0": 2, "p3": "x"}, {"p0": 1, "p5": 2, "x": 3}],
+    )
     validator = jsonschema.Draft202012Validator(schema)
     # a repeated optional name is accepted: json.loads keeps the last value, which is valid too
-    for text in ['{"p1": 1, "p0": 1, "p1": 2, "p5": 3}', '{"p0": 1, "p5": 1, "p0": 2}', '{"p0": 1, "p5": 1, "p1": "x", "p1": 2}']:
+    for text in [
+        '{"p1": 1, "p0": 1, "p1": 2, "p5": 3}',
+        '{"p0": 1, "p5": 1, "p0": 2}',
+        '{"p0": 1, "p5": 1, "p1": "x", "p1": 2}',
+    ]:
         if accepts(compiled, text):
             assert validator.is_valid(json.loads(text)), text
     assert accepts(compiled, '{"p1": 1, "p0": 1, "p1": 2, "p5": 3}')
@@ -150,8 +187,11 @@ def test_many_required_members_keep_their_relative_order(compiler):
     from pushmask.grammar.json_schema.objects import INTERLEAVE_ANY_ORDER_REQUIRED
 
     names = [f"r{i}" for i in range(INTERLEAVE_ANY_ORDER_REQUIRED + 1)]
-    schema = {"type": "object", "properties": {"opt": {"type": "integer"}, **{n: {"type": "integer"} for n in names}},
-              "required": names[::-1]}
+    schema = {
+        "type": "object",
+        "properties": {"opt": {"type": "integer"}, **{n: {"type": "integer"} for n in names}},
+        "required": names[::-1],
+    }
     compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
     validator = jsonschema.Draft202012Validator(schema)
 
@@ -168,8 +208,7 @@ def test_many_required_members_keep_their_relative_order(compiler):
 
 def test_property_order_definition_option(compiler, tokenizer):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"]}
-    compiled = check(compiler, tokenizer, schema, [{"a": 1}, {"a": 1, "b": 2}], [{"b": 2}],
-                     property_order="definition")
+    compiled = check(compiler, tokenizer, schema, [{"a": 1}, {"a": 1, "b": 2}], [{"b": 2}], property_order="definition")
     assert not accepts(compiled, '{"b": 2, "a": 1}')
     assert not accepts(compiler.compile_ir(json_schema_to_grammar(schema)), '{"b": 2, "a": 1}')  # the default
     assert accepts(compiler.compile_ir(json_schema_to_grammar(schema, property_order="any")), '{"b": 2, "a": 1}')
@@ -192,10 +231,18 @@ def test_definition_order_members_across_rule_checkpoints():
     for n in (3, ORDERED_CHUNK, ORDERED_CHUNK + 1, 2 * ORDERED_CHUNK + 3):
         names = [f"m{i}" for i in range(n)]
         for additional, min_p, required in (
-                (False, 0, []), (True, 1, [names[-1]]), ({"type": "string"}, 0, sorted(rng.sample(names, 2))),
-                ({"type": "string"}, 1, [])):
-            schema = {"type": "object", "properties": {name: {"type": "integer"} for name in names},
-                      "required": required, "additionalProperties": additional, "minProperties": min_p}
+            (False, 0, []),
+            (True, 1, [names[-1]]),
+            ({"type": "string"}, 0, sorted(rng.sample(names, 2))),
+            ({"type": "string"}, 1, []),
+        ):
+            schema = {
+                "type": "object",
+                "properties": {name: {"type": "integer"} for name in names},
+                "required": required,
+                "additionalProperties": additional,
+                "minProperties": min_p,
+            }
             compiled = compiler.compile_json_schema(schema, property_order="definition")
             validator = jsonschema.Draft202012Validator(schema)
             verdicts = set()
@@ -209,8 +256,11 @@ def test_definition_order_members_across_rule_checkpoints():
                 if rng.random() < 0.3:
                     instance[rng.choice(("x", "m0y"))] = rng.choice(("v", 2))
                 positions = [names.index(key) if key in names else n for key in instance]
-                wanted = validator.is_valid(instance) and positions == sorted(positions) and \
-                    len([p for p in positions if p == n]) <= 1
+                wanted = (
+                    validator.is_valid(instance)
+                    and positions == sorted(positions)
+                    and len([p for p in positions if p == n]) <= 1
+                )
                 for text in (json.dumps(instance), json.dumps(instance, separators=(",", ":"))):
                     assert accepts(compiled, text) == wanted, (schema, text)
                 verdicts.add(wanted)
@@ -225,9 +275,13 @@ def test_min_properties_that_needs_two_additional_members_is_unsupported(compile
     with pytest.warns(UserWarning, match="minProperties"):
         json_schema_to_grammar(schema, additional_properties_default=True, lenient=True)
     # one additional member can never be a duplicate: exact
-    check(compiler, tokenizer, {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-                                "minProperties": 2},
-          [{"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}], [{"a": 1}, {"b": 2}])
+    check(
+        compiler,
+        tokenizer,
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "minProperties": 2},
+        [{"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}],
+        [{"a": 1}, {"b": 2}],
+    )
 
 
 def test_property_names_never_clash_with_rule_names(compiler, tokenizer):
@@ -235,15 +289,30 @@ def test_property_names_never_clash_with_rule_names(compiler, tokenizer):
     helper rule must not replace it."""
     inner = {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False}
     schema = {"type": "object", "properties": {"root": inner, "json_value": inner, "members": inner}}
-    check(compiler, tokenizer, schema, [{"root": {}}, {"x": 1}, {"json_value": {"a": 1}, "members": {"b": 2}}],
-          [{"root": 1}, {"root": {"c": 1}}, {"members": []}])
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"root": {}}, {"x": 1}, {"json_value": {"a": 1}, "members": {"b": 2}}],
+        [{"root": 1}, {"root": {"c": 1}}, {"members": []}],
+    )
 
 
 def test_additional_properties(compiler, tokenizer):
-    check(compiler, tokenizer, {"properties": {"a": {}}, "additionalProperties": False},
-          [{}, {"a": [1]}, 5], [{"b": 1}, {"a": 1, "b": 2}])
-    check(compiler, tokenizer, {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
-          [{"a": "s", "b": 1}, {"x": 1, "y": 2}], [{"a": "s", "b": "s"}])
+    check(
+        compiler,
+        tokenizer,
+        {"properties": {"a": {}}, "additionalProperties": False},
+        [{}, {"a": [1]}, 5],
+        [{"b": 1}, {"a": 1, "b": 2}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+        [{"a": "s", "b": 1}, {"x": 1, "y": 2}],
+        [{"a": "s", "b": "s"}],
+    )
 
 
 def test_additional_properties_default_option(compiler, tokenizer):
@@ -266,30 +335,45 @@ def test_additional_member_cannot_reuse_a_defined_name(compiler):
 
 
 def test_pattern_properties(compiler, tokenizer):
-    check(compiler, tokenizer,
-          {"patternProperties": {"^x_": {"type": "integer"}, "_n$": {"type": "number"}},
-           "additionalProperties": False},
-          [{"x_a": 1}, {"b_n": 1.5}, {"x_n": 2}, {}], [{"x_a": "s"}, {"y": 1}, {"x_n": 1.5}])
+    check(
+        compiler,
+        tokenizer,
+        {"patternProperties": {"^x_": {"type": "integer"}, "_n$": {"type": "number"}}, "additionalProperties": False},
+        [{"x_a": 1}, {"b_n": 1.5}, {"x_n": 2}, {}],
+        [{"x_a": "s"}, {"y": 1}, {"x_n": 1.5}],
+    )
 
 
 def test_property_names(compiler, tokenizer):
     check(compiler, tokenizer, {"propertyNames": {"maxLength": 2}}, [{"ab": 1}, {}], [{"abc": 1}])
-    check(compiler, tokenizer, {"propertyNames": {"enum": ["a", "b"]}}, [{"a": 1, "b": 2}, {"b": 0}],
-          [{"c": 1}])
+    check(compiler, tokenizer, {"propertyNames": {"enum": ["a", "b"]}}, [{"a": 1, "b": 2}, {"b": 0}], [{"c": 1}])
 
 
 def test_min_max_properties(compiler, tokenizer):
-    check(compiler, tokenizer, {"properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 1, "maxProperties": 2},
-          [{"a": 1}, {"a": 1, "b": 2}, {"x": 1}, {"b": 1, "x": 2}],
-          [{}, {"a": 1, "b": 2, "c": 3}, {"a": 1, "x": 1, "y": 2}])
+    check(
+        compiler,
+        tokenizer,
+        {"properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 1, "maxProperties": 2},
+        [{"a": 1}, {"a": 1, "b": 2}, {"x": 1}, {"b": 1, "x": 2}],
+        [{}, {"a": 1, "b": 2, "c": 3}, {"a": 1, "x": 1, "y": 2}],
+    )
 
 
 def test_dependent_required_and_schemas(compiler, tokenizer):
-    check(compiler, tokenizer, {"properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
-          [{}, {"b": 1}, {"a": 1, "b": 2}], [{"a": 1}])
-    check(compiler, tokenizer, {"properties": {"a": {}, "b": {}},
-                                "dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}}},
-          [{"b": "x"}, {"a": 1, "b": 2}, {"a": 1}], [{"a": 1, "b": "x"}])
+    check(
+        compiler,
+        tokenizer,
+        {"properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+        [{}, {"b": 1}, {"a": 1, "b": 2}],
+        [{"a": 1}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"properties": {"a": {}, "b": {}}, "dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}}},
+        [{"b": "x"}, {"a": 1, "b": 2}, {"a": 1}],
+        [{"a": 1, "b": "x"}],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,31 +381,66 @@ def test_dependent_required_and_schemas(compiler, tokenizer):
 
 
 def test_items_and_lengths(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
-          [[1], [1, 2, 3]], [[], [1, 2, 3, 4], ["a"], [1, "a"]])
+    check(
+        compiler,
+        tokenizer,
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+        [[1], [1, 2, 3]],
+        [[], [1, 2, 3, 4], ["a"], [1, "a"]],
+    )
 
 
 def test_prefix_items(compiler, tokenizer):
-    check(compiler, tokenizer, {"prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": False},
-          [[], ["a"], ["a", True]], [[1], ["a", 1], ["a", True, None]])
-    check(compiler, tokenizer, {"prefixItems": [{"type": "string"}], "items": {"type": "integer"}, "minItems": 2},
-          [["a", 1], ["a", 1, 2]], [["a"], ["a", "b"]])
+    check(
+        compiler,
+        tokenizer,
+        {"prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": False},
+        [[], ["a"], ["a", True]],
+        [[1], ["a", 1], ["a", True, None]],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"prefixItems": [{"type": "string"}], "items": {"type": "integer"}, "minItems": 2},
+        [["a", 1], ["a", 1, 2]],
+        [["a"], ["a", "b"]],
+    )
 
 
 def test_draft4_tuple_items_and_boolean_exclusive(compiler, tokenizer):
     d4 = "http://json-schema.org/draft-04/schema#"
-    check(compiler, tokenizer, {"$schema": d4, "items": [{"type": "string"}], "additionalItems": {"type": "null"}},
-          [["a"], ["a", None, None]], [[1], ["a", 1]])
-    check(compiler, tokenizer, {"$schema": d4, "type": "integer", "minimum": 1, "exclusiveMinimum": True,
-                                "maximum": 3}, [2, 3], [1, 4, 0])
-    check(compiler, tokenizer, {"$schema": d4, "dependencies": {"a": ["b"]}, "properties": {"a": {}, "b": {}}},
-          [{"a": 1, "b": 1}, {"b": 1}], [{"a": 1}])
+    check(
+        compiler,
+        tokenizer,
+        {"$schema": d4, "items": [{"type": "string"}], "additionalItems": {"type": "null"}},
+        [["a"], ["a", None, None]],
+        [[1], ["a", 1]],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"$schema": d4, "type": "integer", "minimum": 1, "exclusiveMinimum": True, "maximum": 3},
+        [2, 3],
+        [1, 4, 0],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"$schema": d4, "dependencies": {"a": ["b"]}, "properties": {"a": {}, "b": {}}},
+        [{"a": 1, "b": 1}, {"b": 1}],
+        [{"a": 1}],
+    )
 
 
 def test_contains(compiler, tokenizer):
     check(compiler, tokenizer, {"contains": {"const": 5}}, [[5], [1, 5], [5, 5, 2]], [[], [1, 2]])
-    check(compiler, tokenizer, {"contains": {"const": 5}, "minContains": 2, "maxContains": 3},
-          [[5, 5], [5, 1, 5, 5]], [[5], [5, 5, 5, 5], [1, 2]])
+    check(
+        compiler,
+        tokenizer,
+        {"contains": {"const": 5}, "minContains": 2, "maxContains": 3},
+        [[5, 5], [5, 1, 5, 5]],
+        [[5], [5, 5, 5, 5], [1, 2]],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,39 +448,71 @@ def test_contains(compiler, tokenizer):
 
 
 def test_all_of_merges(compiler, tokenizer):
-    check(compiler, tokenizer,
-          {"allOf": [{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]},
-                     {"properties": {"a": {"maximum": 5}, "b": {"type": "string"}}}]},
-          [{"a": 0}, {"a": 5, "b": "x"}], [{"a": 6}, {"a": -1}, {"b": "x"}, {"a": 1, "b": 1}])
-    check(compiler, tokenizer, {"allOf": [{"type": ["string", "integer"]}, {"type": ["integer", "null"]}]},
-          [1], ["a", None])
+    check(
+        compiler,
+        tokenizer,
+        {
+            "allOf": [
+                {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]},
+                {"properties": {"a": {"maximum": 5}, "b": {"type": "string"}}},
+            ]
+        },
+        [{"a": 0}, {"a": 5, "b": "x"}],
+        [{"a": 6}, {"a": -1}, {"b": "x"}, {"a": 1, "b": 1}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"allOf": [{"type": ["string", "integer"]}, {"type": ["integer", "null"]}]},
+        [1],
+        ["a", None],
+    )
 
 
 def test_any_of_distributes_siblings(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "string", "anyOf": [{"maxLength": 1}, {"minLength": 3}]},
-          ["", "a", "abc"], ["ab", 1])
+    check(
+        compiler,
+        tokenizer,
+        {"type": "string", "anyOf": [{"maxLength": 1}, {"minLength": 3}]},
+        ["", "a", "abc"],
+        ["ab", 1],
+    )
 
 
 def test_one_of_disjoint(compiler, tokenizer):
     check(compiler, tokenizer, {"oneOf": [{"type": "string"}, {"type": "integer"}]}, ["a", 1], [None, 1.5])
-    check(compiler, tokenizer,
-          {"type": "object", "oneOf": [
-              {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
-              {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}]},
-          [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}], [{"kind": "c"}, {"kind": "a", "x": "s"}])
+    check(
+        compiler,
+        tokenizer,
+        {
+            "type": "object",
+            "oneOf": [
+                {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+                {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]},
+            ],
+        },
+        [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}],
+        [{"kind": "c"}, {"kind": "a", "x": "s"}],
+    )
 
 
 def test_one_of_excludes_types_that_match_twice(compiler, tokenizer):
     # strings satisfy both branches (their keywords only constrain objects), so no string is valid
-    check(compiler, tokenizer, {"oneOf": [{"required": ["a"]}, {"required": ["b"], "properties": {"a": False}}]},
-          [{"a": 1}, {"b": 1}, {"a": 1, "b": 1}], ["x", 1, {}])
+    check(
+        compiler,
+        tokenizer,
+        {"oneOf": [{"required": ["a"]}, {"required": ["b"], "properties": {"a": False}}]},
+        [{"a": 1}, {"b": 1}, {"a": 1, "b": 1}],
+        ["x", 1, {}],
+    )
 
 
 def test_one_of_overlapping_is_unsupported_unless_lenient(compiler):
     """Without value checks an overlapping oneOf is unsupported (or widened); with them (the
     default) the matcher checks the closed value (tests/test_semantic_checks.py)."""
-    schema = {"oneOf": [{"type": "array", "uniqueItems": True, "items": {"enum": [1, 2]}},
-                        {"type": "array", "maxItems": 1}]}
+    schema = {
+        "oneOf": [{"type": "array", "uniqueItems": True, "items": {"enum": [1, 2]}}, {"type": "array", "maxItems": 1}]
+    }
     with pytest.raises(UnsupportedSchemaError) as info:
         json_schema_to_grammar(schema, value_checks=False)
     assert info.value.keyword == "oneOf" and info.value.pointer == "#/oneOf"
@@ -384,11 +535,19 @@ def test_not(compiler, tokenizer):
 
 
 def test_if_then_else(compiler, tokenizer):
-    check(compiler, tokenizer,
-          {"type": "object", "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}},
-           "if": {"properties": {"kind": {"const": "num"}}, "required": ["kind"]},
-           "then": {"required": ["n"]}, "else": {"properties": {"n": False}}},
-          [{"kind": "num", "n": 1}, {"kind": "str"}, {}], [{"kind": "num"}, {"kind": "str", "n": 1}])
+    check(
+        compiler,
+        tokenizer,
+        {
+            "type": "object",
+            "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}},
+            "if": {"properties": {"kind": {"const": "num"}}, "required": ["kind"]},
+            "then": {"required": ["n"]},
+            "else": {"properties": {"n": False}},
+        },
+        [{"kind": "num", "n": 1}, {"kind": "str"}, {}],
+        [{"kind": "num"}, {"kind": "str", "n": 1}],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,15 +555,29 @@ def test_if_then_else(compiler, tokenizer):
 
 
 def test_ref_defs_and_recursion(compiler, tokenizer):
-    schema = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
-                                                                  "children": {"type": "array",
-                                                                               "items": {"$ref": "#/$defs/node"}}},
-                                 "required": ["v"], "additionalProperties": False}},
-              "$ref": "#/$defs/node"}
-    check(compiler, tokenizer, schema,
-          [{"v": 1}, {"v": 1, "children": [{"v": 2, "children": [{"v": 3}]}]}],
-          [{"v": 1, "children": [{}]}, {"v": 1, "children": [{"v": "x"}]}, {"v": 1, "x": 1}])
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"v": 1}, {"v": 1, "children": [{"v": 2, "children": [{"v": 3}]}]}],
+        [{"v": 1, "children": [{}]}, {"v": 1, "children": [{"v": "x"}]}, {"v": 1, "x": 1}],
+    )
     grammar = json_schema_to_grammar(schema)
+
     # recursion is a recursive rule: some rule reaches itself through references
     def reaches(start):
         seen, stack = set(), list(iter_refs(grammar.rules[start]))
@@ -416,24 +589,37 @@ def test_ref_defs_and_recursion(compiler, tokenizer):
                 seen.add(name)
                 stack.extend(iter_refs(grammar.rules[name]))
         return False
+
     assert any(reaches(name) for name in grammar.rules)
 
 
 def test_definitions_id_and_anchor(compiler, tokenizer):
     d7 = "http://json-schema.org/draft-07/schema#"
-    check(compiler, tokenizer, {"$schema": d7, "definitions": {"s": {"type": "string"}},
-                                "properties": {"a": {"$ref": "#/definitions/s"}}}, [{"a": "x"}], [{"a": 1}])
-    check(compiler, tokenizer, {"$id": "http://example.com/root.json",
-                                "$defs": {"x": {"$id": "item.json", "type": "integer"},
-                                          "y": {"$anchor": "why", "type": "boolean"}},
-                                "prefixItems": [{"$ref": "item.json"}, {"$ref": "#why"}]},
-          [[1, True]], [[True, 1]])
+    check(
+        compiler,
+        tokenizer,
+        {"$schema": d7, "definitions": {"s": {"type": "string"}}, "properties": {"a": {"$ref": "#/definitions/s"}}},
+        [{"a": "x"}],
+        [{"a": 1}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {
+            "$id": "http://example.com/root.json",
+            "$defs": {"x": {"$id": "item.json", "type": "integer"}, "y": {"$anchor": "why", "type": "boolean"}},
+            "prefixItems": [{"$ref": "item.json"}, {"$ref": "#why"}],
+        },
+        [[1, True]],
+        [[True, 1]],
+    )
 
 
 def test_identical_subschemas_share_one_rule():
     point = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}
-    grammar = json_schema_to_grammar({"type": "object", "properties": {"a": point, "b": dict(point)}},
-                                     property_order="any")
+    grammar = json_schema_to_grammar(
+        {"type": "object", "properties": {"a": point, "b": dict(point)}}, property_order="any"
+    )
     outer = grammar.rules[next(iter(iter_refs(grammar.rules["root"])))]
     # members are rules of their own; look through them to the values they hold
     member_rules = {n for n in iter_refs(outer) if n.startswith("member")}
@@ -442,9 +628,14 @@ def test_identical_subschemas_share_one_rule():
 
 
 def test_ref_target_gets_its_own_rule():
-    grammar = json_schema_to_grammar({"$defs": {"p": {"type": "object", "properties": {"q": {"type": "string"}}}},
-                                      "type": "array", "items": {"$ref": "#/$defs/p"},
-                                      "prefixItems": [{"$ref": "#/$defs/p"}]})
+    grammar = json_schema_to_grammar(
+        {
+            "$defs": {"p": {"type": "object", "properties": {"q": {"type": "string"}}}},
+            "type": "array",
+            "items": {"$ref": "#/$defs/p"},
+            "prefixItems": [{"$ref": "#/$defs/p"}],
+        }
+    )
     array_rule = grammar.rules[next(iter(iter_refs(grammar.rules["root"])))]
     targets = set(iter_refs(array_rule))
     assert len(targets) == 1  # the prefix item and the other items share the $ref target's rule
@@ -471,8 +662,11 @@ def test_compact_whitespace(compiler):
 
 
 def test_indent_layout(compiler):
-    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
-                                               "b": {"type": "object"}}, "required": ["a"]}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "object"}},
+        "required": ["a"],
+    }
     compiled = compiler.compile_ir(json_schema_to_grammar(schema, indent=2))
     for data in ({"a": [1, 2]}, {"a": []}, {"a": [3], "b": {}}, {"a": [3], "b": {"x": [1, {"y": None}]}}):
         assert accepts(compiled, json.dumps(data, indent=2)), json.dumps(data, indent=2)
@@ -506,14 +700,17 @@ def test_json_text_and_pydantic_inputs(compiler):
     assert accepts(compiled, "12") and not accepts(compiled, '"12"')
 
 
-@pytest.mark.parametrize("schema, pointer", [
-    ({"type": "foo"}, "#/type"),
-    ({"properties": {"a": {"minLength": -1}}}, "#/properties/a/minLength"),
-    ({"$ref": "#/$defs/missing"}, "#"),
-    ({"type": "object", "required": ["a"], "properties": {"a": False}}, "#/required"),
-    ({"type": "string", "minLength": 3, "maxLength": 2}, "#"),
-    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "#"),
-])
+@pytest.mark.parametrize(
+    "schema, pointer",
+    [
+        ({"type": "foo"}, "#/type"),
+        ({"properties": {"a": {"minLength": -1}}}, "#/properties/a/minLength"),
+        ({"$ref": "#/$defs/missing"}, "#"),
+        ({"type": "object", "required": ["a"], "properties": {"a": False}}, "#/required"),
+        ({"type": "string", "minLength": 3, "maxLength": 2}, "#"),
+        ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "#"),
+    ],
+)
 def test_malformed_or_unsatisfiable_schemas(schema, pointer):
     with pytest.raises(SchemaError) as info:
         json_schema_to_grammar(schema)
@@ -558,9 +755,22 @@ def test_rules_are_memoised_per_mode():
 
 
 def test_annotations_and_unknown_keywords_are_ignored(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "integer", "title": "t", "description": "d", "default": 3, "examples": [1],
-                                "$comment": "c", "deprecated": True, "x-custom": {"type": "string"}},
-          [1], ["s"])
+    check(
+        compiler,
+        tokenizer,
+        {
+            "type": "integer",
+            "title": "t",
+            "description": "d",
+            "default": 3,
+            "examples": [1],
+            "$comment": "c",
+            "deprecated": True,
+            "x-custom": {"type": "string"},
+        },
+        [1],
+        ["s"],
+    )
 
 
 def test_budget_on_alternatives():
@@ -572,8 +782,11 @@ def test_budget_on_alternatives():
 
 def test_mask_guided_tokens_agree_with_accept(compiler, tokenizer):
     """Each token of a valid instance is set in the bitmask filled just before it."""
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
-              "items": {"enum": ["a", "b"]}}}, "required": ["name"]}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]}}},
+        "required": ["name"],
+    }
     compiled = compiler.compile_ir(json_schema_to_grammar(schema))
     m = pm.GrammarMatcher(compiled)
     bitmask = pm.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
@@ -609,68 +822,148 @@ def test_not_that_cannot_be_expressed_is_unsupported():
 def test_not_pattern_is_a_string_automaton_difference(compiler, tokenizer):
     check(compiler, tokenizer, {"type": "string", "not": {"pattern": "^a"}}, ["", "b", "ba"], ["a", "ab"])
     check(compiler, tokenizer, {"not": {"pattern": "^a"}}, ["b", ""], ["a", "abc", 1, None, []])
-    check(compiler, tokenizer, {"type": "string", "not": {"anyOf": [{"pattern": "x"}, {"enum": ["b"]}]}},
-          ["", "a", "bb"], ["b", "x", "axa"])
-    check(compiler, tokenizer, {"type": "string", "allOf": [{"not": {"pattern": "^a"}}, {"not": {"pattern": "z$"}}]},
-          ["b", "za"], ["a", "bz", "az"])
+    check(
+        compiler,
+        tokenizer,
+        {"type": "string", "not": {"anyOf": [{"pattern": "x"}, {"enum": ["b"]}]}},
+        ["", "a", "bb"],
+        ["b", "x", "axa"],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"type": "string", "allOf": [{"not": {"pattern": "^a"}}, {"not": {"pattern": "z$"}}]},
+        ["b", "za"],
+        ["a", "bz", "az"],
+    )
 
 
 def test_one_of_branches_sharing_null_or_a_boolean_exclude_it(compiler, tokenizer):
-    check(compiler, tokenizer, {"oneOf": [{"type": ["string", "null"]}, {"type": ["integer", "null"]}]},
-          ["a", 1], [None, 1.5, True])
-    check(compiler, tokenizer, {"oneOf": [{"enum": [True, 1]}, {"type": "boolean"}, {"type": "null"}]},
-          [False, 1, None], [True, 2, "x"])
-    check(compiler, tokenizer, {"oneOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}],
-                                "$defs": {"a": {"type": ["object", "null"], "required": ["x"]},
-                                          "b": {"type": ["object", "null"], "required": ["y"]}}},
-          [{"x": 1}, {"y": 1}], [None, {"x": 1, "y": 2}, {}])
+    check(
+        compiler,
+        tokenizer,
+        {"oneOf": [{"type": ["string", "null"]}, {"type": ["integer", "null"]}]},
+        ["a", 1],
+        [None, 1.5, True],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"oneOf": [{"enum": [True, 1]}, {"type": "boolean"}, {"type": "null"}]},
+        [False, 1, None],
+        [True, 2, "x"],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {
+            "oneOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}],
+            "$defs": {
+                "a": {"type": ["object", "null"], "required": ["x"]},
+                "b": {"type": ["object", "null"], "required": ["y"]},
+            },
+        },
+        [{"x": 1}, {"y": 1}],
+        [None, {"x": 1, "y": 2}, {}],
+    )
 
 
 def test_one_of_closed_objects_with_disjoint_member_names(compiler, tokenizer):
-    schema = {"oneOf": [
-        {"type": "object", "patternProperties": {"^[0-9]+x$": {"type": "integer"}}, "additionalProperties": False,
-         "minProperties": 1},
-        {"type": "object", "patternProperties": {"^[a-z]{2}$": {"type": "integer"}}, "additionalProperties": False},
-        {"type": "object", "properties": {"ref": {"type": "string"}}, "required": ["ref"], "additionalProperties": False},
-    ]}
-    check(compiler, tokenizer, schema, [{"2x": 1}, {"en": 1}, {"ref": "a"}, {"10x": 1, "2x": 2}, {}],
-          [{"2x": 1, "en": 2}, {"ref": 1}, {"ab": "x"}, {"ref": "a", "en": 1}])
+    schema = {
+        "oneOf": [
+            {
+                "type": "object",
+                "patternProperties": {"^[0-9]+x$": {"type": "integer"}},
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+            {"type": "object", "patternProperties": {"^[a-z]{2}$": {"type": "integer"}}, "additionalProperties": False},
+            {
+                "type": "object",
+                "properties": {"ref": {"type": "string"}},
+                "required": ["ref"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"2x": 1}, {"en": 1}, {"ref": "a"}, {"10x": 1, "2x": 2}, {}],
+        [{"2x": 1, "en": 2}, {"ref": 1}, {"ab": "x"}, {"ref": "a", "en": 1}],
+    )
     # an open object against a closed one: exact by negation, with a last witness member
-    schema = {"oneOf": [{"type": "object", "properties": {"a": {}}},
-                        {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]}
+    schema = {
+        "oneOf": [
+            {"type": "object", "properties": {"a": {}}},
+            {"type": "object", "properties": {"b": {}}, "additionalProperties": False},
+        ]
+    }
     check(compiler, tokenizer, schema, [{"x": 1}, {"a": 1}, {"b": 1, "x": 2}], [{}, {"b": 1}, 3])
 
 
 def test_not_integer_is_the_non_integral_numbers(compiler, tokenizer):
-    check(compiler, tokenizer, {"not": {"type": "integer"}}, [1.5, -0.25, 1e-07, 2.5e-05, "x", None, [], {}],
-          [1, 0, -3, 10**20])
-    check(compiler, tokenizer, {"type": "number", "minimum": 1, "not": {"type": ["integer", "string"]}},
-          [1.5, 100.25], [0.5, 2, "a"])
+    check(
+        compiler,
+        tokenizer,
+        {"not": {"type": "integer"}},
+        [1.5, -0.25, 1e-07, 2.5e-05, "x", None, [], {}],
+        [1, 0, -3, 10**20],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"type": "number", "minimum": 1, "not": {"type": ["integer", "string"]}},
+        [1.5, 100.25],
+        [0.5, 2, "a"],
+    )
     compiled = compiler.compile_ir(json_schema_to_grammar({"not": {"type": "integer"}}))
     for text in ("1.0", "0.0e-3", "15e-1", "1.5e+20", "100e-1"):  # integral, or outside the accepted forms
         assert not accepts(compiled, text), text
 
 
 def test_not_one_of_means_none_or_several(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "integer", "not": {"oneOf": [{"minimum": 5}, {"maximum": 7}]}},
-          [5, 6, 7], [4, 8, -1, "x"])
-    check(compiler, tokenizer, {"not": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 1},
-                                                  {"type": "null"}]}},
-          ["", "a", 1, [], {}], ["ab", None])
+    check(
+        compiler,
+        tokenizer,
+        {"type": "integer", "not": {"oneOf": [{"minimum": 5}, {"maximum": 7}]}},
+        [5, 6, 7],
+        [4, 8, -1, "x"],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"not": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 1}, {"type": "null"}]}},
+        ["", "a", 1, [], {}],
+        ["ab", None],
+    )
 
 
 def test_one_of_overlapping_branches_made_exact_by_negation(compiler, tokenizer):
-    schema = {"type": "object", "properties": {"r": {"type": "number"}, "w": {"type": "number"},
-                                               "h": {"type": "number"}},
-              "oneOf": [{"required": ["r"]}, {"required": ["w", "h"]}]}
-    check(compiler, tokenizer, schema, [{"r": 1}, {"w": 1, "h": 2}, {"r": 1, "w": 2}],
-          [{}, {"w": 1}, {"r": 1, "w": 1, "h": 1}])
+    schema = {
+        "type": "object",
+        "properties": {"r": {"type": "number"}, "w": {"type": "number"}, "h": {"type": "number"}},
+        "oneOf": [{"required": ["r"]}, {"required": ["w", "h"]}],
+    }
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"r": 1}, {"w": 1, "h": 2}, {"r": 1, "w": 2}],
+        [{}, {"w": 1}, {"r": 1, "w": 1, "h": 1}],
+    )
 
 
 def test_many_disjoint_pattern_properties(compiler, tokenizer):
     patterns = {f"^{c}_": {"type": "integer"} for c in "abcdefgh"}
-    check(compiler, tokenizer, {"patternProperties": patterns, "additionalProperties": {"type": "string"}},
-          [{"a_x": 1, "h_y": 2, "zz": "s"}], [{"a_x": "s"}, {"zz": 1}])
+    check(
+        compiler,
+        tokenizer,
+        {"patternProperties": patterns, "additionalProperties": {"type": "string"}},
+        [{"a_x": 1, "h_y": 2, "zz": "s"}],
+        [{"a_x": "s"}, {"zz": 1}],
+    )
 
 
 def test_absurdly_deep_schema_gives_a_clear_error():
@@ -682,43 +975,84 @@ def test_absurdly_deep_schema_gives_a_clear_error():
 
 
 def test_unevaluated_properties_and_items(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}}],
-                                "properties": {"b": {"type": "string"}}, "unevaluatedProperties": False},
-          # members of allOf branches come after the node's own ones (the merge order)
-          [{"a": 1}, {"b": "x", "a": 1}, {}], [{"c": 1}, {"a": 1, "c": 2}])
-    check(compiler, tokenizer, {"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
-                                          {"properties": {"b": {"const": 2}}, "required": ["b"]}],
-                                "unevaluatedProperties": False},
-          [{"a": 1}, {"b": 2}], [{"a": 1, "c": 3}, {"c": 3}])
-    check(compiler, tokenizer, {"prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, True]}],
-                                "unevaluatedItems": False}, [["a"], ["a", 1]], [["a", 1, 2]])
+    check(
+        compiler,
+        tokenizer,
+        {
+            "type": "object",
+            "allOf": [{"properties": {"a": {"type": "integer"}}}],
+            "properties": {"b": {"type": "string"}},
+            "unevaluatedProperties": False,
+        },
+        # members of allOf branches come after the node's own ones (the merge order)
+        [{"a": 1}, {"b": "x", "a": 1}, {}],
+        [{"c": 1}, {"a": 1, "c": 2}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {
+            "anyOf": [
+                {"properties": {"a": {"const": 1}}, "required": ["a"]},
+                {"properties": {"b": {"const": 2}}, "required": ["b"]},
+            ],
+            "unevaluatedProperties": False,
+        },
+        [{"a": 1}, {"b": 2}],
+        [{"a": 1, "c": 3}, {"c": 3}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, True]}], "unevaluatedItems": False},
+        [["a"], ["a", 1]],
+        [["a", 1, 2]],
+    )
     # `not` evaluates nothing: every member is unevaluated (more in test_json_schema_unevaluated.py)
-    check(compiler, tokenizer, {"not": {"required": ["a"]}, "unevaluatedProperties": False},
-          [{}], [{"b": 1}, {"a": 1}, 1])
+    check(
+        compiler, tokenizer, {"not": {"required": ["a"]}, "unevaluatedProperties": False}, [{}], [{"b": 1}, {"a": 1}, 1]
+    )
 
 
 def test_ref_into_a_non_keyword_member(compiler, tokenizer):
-    """"#/Sample" is no keyword, but a $ref may point at it; its own $refs still resolve."""
-    schema = {"$schema": "http://json-schema.org/draft-04/schema#",
-              "definitions": {"Attribute": {"type": "object", "properties": {"n": {"type": "number"}}}},
-              "Sample": {"type": "object", "properties": {"att": {"$ref": "#/definitions/Attribute"}}},
-              "type": "array", "items": {"$ref": "#/Sample"}}
+    """ "#/Sample" is no keyword, but a $ref may point at it; its own $refs still resolve."""
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "definitions": {"Attribute": {"type": "object", "properties": {"n": {"type": "number"}}}},
+        "Sample": {"type": "object", "properties": {"att": {"$ref": "#/definitions/Attribute"}}},
+        "type": "array",
+        "items": {"$ref": "#/Sample"},
+    }
     check(compiler, tokenizer, schema, [[{"att": {"n": 1}}], []], [[{"att": {"n": "x"}}], [1]])
 
 
 def test_relative_root_id(compiler, tokenizer):
     """A root $id without a scheme ("example.org/a.json") is the base of "#/..." references."""
-    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "$id": "example.org/schemas/a.json",
-              "type": "object", "additionalProperties": {"$ref": "#/definitions/item"},
-              "definitions": {"item": {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}}}
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "example.org/schemas/a.json",
+        "type": "object",
+        "additionalProperties": {"$ref": "#/definitions/item"},
+        "definitions": {"item": {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}},
+    }
     check(compiler, tokenizer, schema, [{"x": {"n": 1}}, {}], [{"x": {}}, {"x": 1}])
 
 
 def test_format_regex_and_lookahead_patterns(compiler, tokenizer):
-    schema = {"type": "object", "properties": {"re": {"type": "string", "format": "regex"},
-                                               "key": {"type": "string", "pattern": "^(?!@@)[\\w@]+$"}}}
-    check(compiler, tokenizer, schema, [{"re": "^[a-z]{3,16}$"}, {"re": "(a|b)*"}, {"key": "@a"}, {"key": "a@@"}],
-          [{"re": "*"}, {"re": "\\"}, {"re": "a{2,1}"}, {"key": "@@a"}, {"key": "a b"}])
+    schema = {
+        "type": "object",
+        "properties": {
+            "re": {"type": "string", "format": "regex"},
+            "key": {"type": "string", "pattern": "^(?!@@)[\\w@]+$"},
+        },
+    }
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"re": "^[a-z]{3,16}$"}, {"re": "(a|b)*"}, {"key": "@a"}, {"key": "a@@"}],
+        [{"re": "*"}, {"re": "\\"}, {"re": "a{2,1}"}, {"key": "@@a"}, {"key": "a b"}],
+    )
 
 
 def test_empty_length_range_in_one_branch_only_empties_that_branch(compiler, tokenizer):
@@ -732,19 +1066,33 @@ def test_one_of_over_properties_keeps_objects_matching_one_branch(compiler, toke
     """Two branches that only constrain a property both accept every non-object and every object
     without it (so those are invalid), but an object whose property fits one branch is valid."""
     schema = {"oneOf": [{"properties": {"events": {"type": "array"}}}, {"properties": {"events": {"type": "string"}}}]}
-    check(compiler, tokenizer, schema, [{"events": []}, {"events": "all"}, {"events": [], "x": 1}],
-          [{}, {"x": 1}, {"events": 1}, 5, "s", None])
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"events": []}, {"events": "all"}, {"events": [], "x": 1}],
+        [{}, {"x": 1}, {"events": 1}, 5, "s", None],
+    )
 
 
 def test_one_of_tagged_by_a_member_required_on_one_side(compiler, tokenizer):
     """A member one branch requires, whose values the other branch's schema for it excludes,
     makes the branches disjoint; "$ref" branches without "type" accept every non-object (so
     those match all branches and are invalid)."""
-    schema = {"definitions": {"a": {"required": ["kind"], "properties": {"kind": {"const": "a"}, "n": {"type": "integer"}}},
-                              "b": {"properties": {"kind": {"enum": ["b", "B"]}}}},
-              "oneOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]}
-    check(compiler, tokenizer, schema, [{"kind": "a", "n": 1}, {}, {"kind": "b"}, {"kind": "B", "n": "x"}],
-          [{"kind": "c"}, {"kind": "a", "n": "x"}, "text", 5, None, [], True])
+    schema = {
+        "definitions": {
+            "a": {"required": ["kind"], "properties": {"kind": {"const": "a"}, "n": {"type": "integer"}}},
+            "b": {"properties": {"kind": {"enum": ["b", "B"]}}},
+        },
+        "oneOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}],
+    }
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"kind": "a", "n": 1}, {}, {"kind": "b"}, {"kind": "B", "n": "x"}],
+        [{"kind": "c"}, {"kind": "a", "n": "x"}, "text", 5, None, [], True],
+    )
 
 
 def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
@@ -771,18 +1119,35 @@ def test_nested_one_ofs_stay_within_the_disjointness_budget(monkeypatch):
 def test_not_multiple_of_an_integer(compiler, tokenizer):
     check(compiler, tokenizer, {"type": "integer", "not": {"multipleOf": 3}}, [1, 2, -4, 301], [0, 3, -6, 300, 1.5])
     check(compiler, tokenizer, {"not": {"multipleOf": 2}}, [1, -3, 1.5, 0.25], [0, 2, -4, "x", None])
-    check(compiler, tokenizer, {"type": "number", "multipleOf": 0.5, "maximum": 10,
-                                "allOf": [{"not": {"multipleOf": 2}}, {"not": {"multipleOf": 3}}]},
-          [0.5, 1, 1.5, 5, 7], [0, 2, 3, 4, 6, 12, 1.25, 11])
+    check(
+        compiler,
+        tokenizer,
+        {
+            "type": "number",
+            "multipleOf": 0.5,
+            "maximum": 10,
+            "allOf": [{"not": {"multipleOf": 2}}, {"not": {"multipleOf": 3}}],
+        },
+        [0.5, 1, 1.5, 5, 7],
+        [0, 2, 3, 4, 6, 12, 1.25, 11],
+    )
 
 
 def test_not_const_object_or_array(compiler, tokenizer):
-    check(compiler, tokenizer, {"not": {"const": {"a": 1, "b": [True]}}},
-          [{"a": 1}, {"a": 2, "b": [True]}, {"a": 1, "b": [False]}, {"a": 1, "b": [True], "c": 0}, {}, 1, [], "x"],
-          [{"a": 1, "b": [True]}, {"b": [True], "a": 1}, {"a": 1.0, "b": [True]}])
-    check(compiler, tokenizer, {"not": {"enum": [[1, 2], {}, []]}},
-          [[1], [2, 1], [1, 2, 3], {"x": None}, [[]], 0, None],
-          [[1, 2], [1.0, 2], {}, []])
+    check(
+        compiler,
+        tokenizer,
+        {"not": {"const": {"a": 1, "b": [True]}}},
+        [{"a": 1}, {"a": 2, "b": [True]}, {"a": 1, "b": [False]}, {"a": 1, "b": [True], "c": 0}, {}, 1, [], "x"],
+        [{"a": 1, "b": [True]}, {"b": [True], "a": 1}, {"a": 1.0, "b": [True]}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"not": {"enum": [[1, 2], {}, []]}},
+        [[1], [2, 1], [1, 2, 3], {"x": None}, [[]], 0, None],
+        [[1, 2], [1.0, 2], {}, []],
+    )
 
 
 def test_not_additional_or_pattern_properties_needs_a_last_witness_member(compiler, tokenizer):
@@ -792,8 +1157,13 @@ def test_not_additional_or_pattern_properties_needs_a_last_witness_member(compil
     compiled = check(compiler, tokenizer, schema, [{"x": 1}, {"a": 1, "b": None}], [{}, {"a": 1}])
     assert not accepts(compiled, '{"x": 1, "a": 2}')  # documented: the witness comes last
     schema = {"type": "object", "not": {"patternProperties": {"^n_": {"type": "integer"}}}}
-    compiled = check(compiler, tokenizer, schema, [{"n_1": "x"}, {"n_1": 1, "n_2": [2]}, {"q": 1, "n_": None}],
-                     [{}, {"n_1": 1}, {"q": "x"}])
+    compiled = check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"n_1": "x"}, {"n_1": 1, "n_2": [2]}, {"q": 1, "n_": None}],
+        [{}, {"n_1": 1}, {"q": "x"}],
+    )
     assert accepts(compiled, '{"n_1": 1, "n_1": "x"}')  # parsed: {"n_1": "x"}, which breaks the pattern
     assert not accepts(compiled, '{"n_1": "x", "n_1": 1}')  # parsed: {"n_1": 1}: valid for the pattern
     schema = {"type": "object", "not": {"additionalProperties": {"type": "string"}}}
@@ -802,14 +1172,27 @@ def test_not_additional_or_pattern_properties_needs_a_last_witness_member(compil
 
 def test_several_witness_conditions(compiler, tokenizer):
     """oneOf over three closed objects: each valid object needs members outside two of them."""
-    closed = [{"type": "object", "properties": {n: {"type": "integer"}}, "additionalProperties": False}
-              for n in ("a", "b", "c")]
-    check(compiler, tokenizer, {"oneOf": closed}, [{"a": 1}, {"b": 2}, {"c": 3}],
-          [{}, {"a": 1, "b": 2}, {"x": 1}, {"a": "s"}])
-    schema = {"type": "object", "allOf": [{"not": {"patternProperties": {"^x": {"type": "integer"}}}},
-                                          {"not": {"patternProperties": {"^y": {"type": "integer"}}}}]}
-    compiled = check(compiler, tokenizer, schema, [{"x": "s", "y": None}, {"y": [], "x": 1.5}],
-                     [{"x": "s"}, {"y": 1, "x": "s"}, {}])
+    closed = [
+        {"type": "object", "properties": {n: {"type": "integer"}}, "additionalProperties": False}
+        for n in ("a", "b", "c")
+    ]
+    check(
+        compiler,
+        tokenizer,
+        {"oneOf": closed},
+        [{"a": 1}, {"b": 2}, {"c": 3}],
+        [{}, {"a": 1, "b": 2}, {"x": 1}, {"a": "s"}],
+    )
+    schema = {
+        "type": "object",
+        "allOf": [
+            {"not": {"patternProperties": {"^x": {"type": "integer"}}}},
+            {"not": {"patternProperties": {"^y": {"type": "integer"}}}},
+        ],
+    }
+    compiled = check(
+        compiler, tokenizer, schema, [{"x": "s", "y": None}, {"y": [], "x": 1.5}], [{"x": "s"}, {"y": 1, "x": "s"}, {}]
+    )
     # the parsed object keeps the last "x", an integer: invalid, so never accepted
     assert not accepts(compiled, '{"x": "s", "x": 1, "y": "t"}')
     assert not accepts(compiled, '{"y": "t", "x": "s", "x": 1}')
@@ -817,8 +1200,13 @@ def test_several_witness_conditions(compiler, tokenizer):
 
 def test_unique_items_from_a_small_enum(compiler, tokenizer):
     schema = {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", 1, None]}}
-    check(compiler, tokenizer, schema, [[], ["a"], ["b", "a"], [1, None, "b", "a"]],
-          [["a", "a"], [1, 1.0], ["c"], [None, "a", None]])
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [[], ["a"], ["b", "a"], [1, None, "b", "a"]],
+        [["a", "a"], [1, 1.0], ["c"], [None, "a", None]],
+    )
     check(compiler, tokenizer, dict(schema, minItems=1), [["b"]], [[]])
     with pytest.raises(UnsupportedSchemaError) as info:
         json_schema_to_grammar({"type": "array", "uniqueItems": True, "items": {"type": "string"}}, value_checks=False)
@@ -826,10 +1214,20 @@ def test_unique_items_from_a_small_enum(compiler, tokenizer):
 
 
 def test_not_property_names(compiler, tokenizer):
-    check(compiler, tokenizer, {"type": "object", "not": {"propertyNames": {"maxLength": 2}}},
-          [{"abc": 1}, {"a": 1, "long": 2}], [{}, {"ab": 1}, {"a": 1, "b": 2}])
-    check(compiler, tokenizer, {"type": "object", "not": {"propertyNames": {"enum": ["x", "y"]}}},
-          [{"z": 1}, {"x": 1, "q": None}], [{}, {"x": 1}, {"y": [], "x": 2}])
+    check(
+        compiler,
+        tokenizer,
+        {"type": "object", "not": {"propertyNames": {"maxLength": 2}}},
+        [{"abc": 1}, {"a": 1, "long": 2}],
+        [{}, {"ab": 1}, {"a": 1, "b": 2}],
+    )
+    check(
+        compiler,
+        tokenizer,
+        {"type": "object", "not": {"propertyNames": {"enum": ["x", "y"]}}},
+        [{"z": 1}, {"x": 1, "q": None}],
+        [{}, {"x": 1}, {"y": [], "x": 2}],
+    )
 
 
 def test_long_string_with_a_pattern_that_matches_everywhere(compiler, tokenizer):
@@ -839,24 +1237,40 @@ def test_long_string_with_a_pattern_that_matches_everywhere(compiler, tokenizer)
 
 
 def test_witness_next_to_max_properties_and_property_names(compiler, tokenizer):
-    schema = {"type": "object", "maxProperties": 2, "propertyNames": {"maxLength": 3},
-              "not": {"properties": {"a": {}}, "additionalProperties": False}}
-    check(compiler, tokenizer, schema, [{"b": 1}, {"a": 1, "xyz": 2}], [{}, {"a": 1}, {"a": 1, "b": 2, "c": 3},
-                                                                       {"long": 1}])
+    schema = {
+        "type": "object",
+        "maxProperties": 2,
+        "propertyNames": {"maxLength": 3},
+        "not": {"properties": {"a": {}}, "additionalProperties": False},
+    }
+    check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"b": 1}, {"a": 1, "xyz": 2}],
+        [{}, {"a": 1}, {"a": 1, "b": 2, "c": 3}, {"long": 1}],
+    )
     with pytest.raises(UnsupportedSchemaError):
         json_schema_to_grammar(dict(schema, minProperties=2))
 
 
 def test_one_of_arrays_with_disjoint_items_share_only_the_empty_array(compiler, tokenizer):
-    schema = {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "array", "items": {"type": "integer"}}]}
+    schema = {
+        "oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "array", "items": {"type": "integer"}}]
+    }
     check(compiler, tokenizer, schema, [["a"], [1, 2], ["a", "b"]], [[], ["a", 1], [1.5]])
 
 
 def test_witness_key_may_match_the_objects_patterns(compiler, tokenizer):
     """{"cdeb": 1}: its key ends in "b" (allowed by the closed pattern) and starts with "cde"."""
-    schema = {"type": "object", "maxProperties": 1,
-              "allOf": [{"patternProperties": {"b$": {"type": "integer"}}, "additionalProperties": False},
-                        {"not": {"patternProperties": {"^cde": False}}}]}
+    schema = {
+        "type": "object",
+        "maxProperties": 1,
+        "allOf": [
+            {"patternProperties": {"b$": {"type": "integer"}}, "additionalProperties": False},
+            {"not": {"patternProperties": {"^cde": False}}},
+        ],
+    }
     check(compiler, tokenizer, schema, [{"cdeb": 1}, {"cdeXb": 2}], [{}, {"cdeb": "x"}, {"cde": 1}, {"xb": 1}])
 
 
@@ -867,9 +1281,14 @@ def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer
 
     lo, hi = B + 3, 2 * B + 5
     around = [lo - 1, lo, B, B + 1, 2 * B - 1, 2 * B, 2 * B + 1, hi, hi + 1]
-    texts = [("ab\\\u00e9\u4e2d\U0001F600\"" * (n // 7 + 1))[:n] for n in around]
-    check(compiler, tokenizer, {"type": "string", "minLength": lo, "maxLength": hi},
-          [t for t in texts if lo <= len(t) <= hi], [t for t in texts if not lo <= len(t) <= hi])
+    texts = [('ab\\\u00e9\u4e2d\U0001f600"' * (n // 7 + 1))[:n] for n in around]
+    check(
+        compiler,
+        tokenizer,
+        {"type": "string", "minLength": lo, "maxLength": hi},
+        [t for t in texts if lo <= len(t) <= hi],
+        [t for t in texts if not lo <= len(t) <= hi],
+    )
     # masks at and just before the last allowed character, checked token by token: a text token
     # is allowed exactly when its bytes keep the string within the bound (brute force)
     compiled = compiler.compile_json_schema({"type": "string", "maxLength": hi})

@@ -42,8 +42,10 @@ UNSATISFIABLE = [
     {"type": "object", "required": ["a"], "properties": {"a": False}},
     {"type": "array", "minItems": 1, "items": False},
     {"$ref": "#/$defs/never", "$defs": {"never": False}},
-    {"$defs": {"loop": {"type": "object", "required": ["next"], "properties": {"next": {"$ref": "#/$defs/loop"}}}},
-     "$ref": "#/$defs/loop"},
+    {
+        "$defs": {"loop": {"type": "object", "required": ["next"], "properties": {"next": {"$ref": "#/$defs/loop"}}}},
+        "$ref": "#/$defs/loop",
+    },
 ]
 
 
@@ -99,17 +101,21 @@ def test_empty_root_needs_the_flag():
     assert normalize(Grammar({"root": NOTHING}, "root", allow_empty=True)).rules == {"root": NOTHING}
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"a": False, "b": {"type": "integer"}}},
-    {"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"type": "null"}]}}},
-    {"type": "object", "additionalProperties": {"not": {}}, "properties": {"a": True}},
-    {"anyOf": [{"type": "string", "minLength": 3, "maxLength": 2}, {"type": "integer"}]},
-    {"anyOf": [False, {"enum": [1, 2], "type": "string"}, {"const": "a"}]},
-    {"oneOf": [False, {"type": "integer"}, {"not": {}}]},
-    {"type": "array", "prefixItems": [{"type": "integer"}, False]},
-    {"type": "array", "items": {"type": "integer", "minimum": 3, "maximum": 2}},
-    {"$defs": {"never": False}, "type": "object", "properties": {"x": {"$ref": "#/$defs/never"}}},
-], ids=lambda s: json.dumps(s)[:50])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"a": False, "b": {"type": "integer"}}},
+        {"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"type": "null"}]}}},
+        {"type": "object", "additionalProperties": {"not": {}}, "properties": {"a": True}},
+        {"anyOf": [{"type": "string", "minLength": 3, "maxLength": 2}, {"type": "integer"}]},
+        {"anyOf": [False, {"enum": [1, 2], "type": "string"}, {"const": "a"}]},
+        {"oneOf": [False, {"type": "integer"}, {"not": {}}]},
+        {"type": "array", "prefixItems": [{"type": "integer"}, False]},
+        {"type": "array", "items": {"type": "integer", "minimum": 3, "maximum": 2}},
+        {"$defs": {"never": False}, "type": "object", "properties": {"x": {"$ref": "#/$defs/never"}}},
+    ],
+    ids=lambda s: json.dumps(s)[:50],
+)
 def test_unsatisfiable_subschemas_drop_out(schema, llama3_compiler, llama3_tokenizer):
     """A subschema no instance satisfies removes its branch/member/item; the rest compiles in
     both modes, to the same grammar, and agrees with jsonschema."""

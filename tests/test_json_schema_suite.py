@@ -99,14 +99,20 @@ def test_json_schema_test_suite(draft):
     for outcome, _ in results.values():
         counts[outcome] = counts.get(outcome, 0) + 1
     print(f"{draft}: {counts}")
-    regressions = [f"{gid}: expected pass, got {o} ({d})" for gid, (o, d) in results.items()
-                   if expected.get(gid) == "pass" and o != "pass"]
-    new_unsound = [f"{gid}: {d}" for gid, (o, d) in results.items()
-                   if o == "unsound" and expected.get(gid) != "unsound"]
+    regressions = [
+        f"{gid}: expected pass, got {o} ({d})"
+        for gid, (o, d) in results.items()
+        if expected.get(gid) == "pass" and o != "pass"
+    ]
+    new_unsound = [
+        f"{gid}: {d}" for gid, (o, d) in results.items() if o == "unsound" and expected.get(gid) != "unsound"
+    ]
     improved = [gid for gid, (o, _) in results.items() if o == "pass" and expected.get(gid) != "pass"]
     if improved:
-        print(f"{len(improved)} group(s) now pass that the ratchet does not record ({improved[:5]}...); "
-              "run `.venv/bin/python tests/test_json_schema_suite.py --update` to raise the floor")
+        print(
+            f"{len(improved)} group(s) now pass that the ratchet does not record ({improved[:5]}...); "
+            "run `.venv/bin/python tests/test_json_schema_suite.py --update` to raise the floor"
+        )
     assert not new_unsound, "unsound (accepted an invalid instance):\n" + "\n".join(new_unsound)
     assert not regressions, "regressed:\n" + "\n".join(regressions)
 

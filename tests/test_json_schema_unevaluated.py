@@ -46,32 +46,64 @@ def array_pool(seed: int = 2, n: int = 150) -> list:
 
 
 OBJECT_SCHEMAS = [
-    {"properties": {"foo": {"type": "string"}}, "not": {"not": {"properties": {"bar": {"const": "bar"}},
-                                                                "required": ["bar"]}}, "unevaluatedProperties": False},
-    {"if": {"properties": {"foo": {"const": "then"}}, "required": ["foo"]},
-     "then": {"properties": {"bar": {"type": "string"}}, "required": ["bar"]},
-     "else": {"properties": {"baz": {"type": "string"}}, "required": ["baz"]}, "unevaluatedProperties": False},
-    {"if": {"properties": {"foo": {"const": "then"}}, "required": ["foo"]},
-     "else": {"properties": {"baz": {"type": "string"}}}, "unevaluatedProperties": False},
+    {
+        "properties": {"foo": {"type": "string"}},
+        "not": {"not": {"properties": {"bar": {"const": "bar"}}, "required": ["bar"]}},
+        "unevaluatedProperties": False,
+    },
+    {
+        "if": {"properties": {"foo": {"const": "then"}}, "required": ["foo"]},
+        "then": {"properties": {"bar": {"type": "string"}}, "required": ["bar"]},
+        "else": {"properties": {"baz": {"type": "string"}}, "required": ["baz"]},
+        "unevaluatedProperties": False,
+    },
+    {
+        "if": {"properties": {"foo": {"const": "then"}}, "required": ["foo"]},
+        "else": {"properties": {"baz": {"type": "string"}}},
+        "unevaluatedProperties": False,
+    },
     {"if": {"properties": {"foo": {"const": "then"}}, "required": ["foo"]}, "unevaluatedProperties": False},
-    {"anyOf": [{"not": {"required": ["foo"]}}, {"properties": {"foo": {"type": "string"}}}],
-     "unevaluatedProperties": {"type": "integer"}},
-    {"oneOf": [{"properties": {"foo": {"type": "string"}}, "required": ["foo"]},
-               {"properties": {"bar": {"const": "bar"}}, "required": ["bar"]}], "unevaluatedProperties": False},
-    {"properties": {"foo": {"type": "string"}}, "allOf": [{"unevaluatedProperties": True}], "unevaluatedProperties": False},
-    {"allOf": [{"properties": {"foo": {"type": "string"}}}, {"not": {"properties": {"bar": {"type": "integer"}}}}],
-     "unevaluatedProperties": {"const": "x"}},
+    {
+        "anyOf": [{"not": {"required": ["foo"]}}, {"properties": {"foo": {"type": "string"}}}],
+        "unevaluatedProperties": {"type": "integer"},
+    },
+    {
+        "oneOf": [
+            {"properties": {"foo": {"type": "string"}}, "required": ["foo"]},
+            {"properties": {"bar": {"const": "bar"}}, "required": ["bar"]},
+        ],
+        "unevaluatedProperties": False,
+    },
+    {
+        "properties": {"foo": {"type": "string"}},
+        "allOf": [{"unevaluatedProperties": True}],
+        "unevaluatedProperties": False,
+    },
+    {
+        "allOf": [{"properties": {"foo": {"type": "string"}}}, {"not": {"properties": {"bar": {"type": "integer"}}}}],
+        "unevaluatedProperties": {"const": "x"},
+    },
     # a `not` reached through a $ref branch evaluates nothing either
-    {"anyOf": [{"$ref": "#/$defs/x"}, {"type": "string"}], "unevaluatedProperties": False,
-     "$defs": {"x": {"not": {"properties": {"foo": {"type": "integer"}}, "required": ["foo"]}}}},
+    {
+        "anyOf": [{"$ref": "#/$defs/x"}, {"type": "string"}],
+        "unevaluatedProperties": False,
+        "$defs": {"x": {"not": {"properties": {"foo": {"type": "integer"}}, "required": ["foo"]}}},
+    },
 ]
 
 ARRAY_SCHEMAS = [
-    {"prefixItems": [{"const": "foo"}], "not": {"not": {"prefixItems": [True, {"const": "bar"}]}},
-     "unevaluatedItems": False},
-    {"prefixItems": [{"const": "foo"}], "if": {"prefixItems": [True, {"const": "bar"}]},
-     "then": {"prefixItems": [True, True, {"const": "then"}]},
-     "else": {"prefixItems": [True, True, True, {"const": "else"}]}, "unevaluatedItems": False},
+    {
+        "prefixItems": [{"const": "foo"}],
+        "not": {"not": {"prefixItems": [True, {"const": "bar"}]}},
+        "unevaluatedItems": False,
+    },
+    {
+        "prefixItems": [{"const": "foo"}],
+        "if": {"prefixItems": [True, {"const": "bar"}]},
+        "then": {"prefixItems": [True, True, {"const": "then"}]},
+        "else": {"prefixItems": [True, True, True, {"const": "else"}]},
+        "unevaluatedItems": False,
+    },
     {"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
     {"contains": {"type": "string"}, "minContains": 0, "unevaluatedItems": False},
     {"contains": {"const": 1}, "unevaluatedItems": {"type": "string"}},
@@ -85,7 +117,9 @@ def check_exact(compiler, tokenizer, schema, pool, exact=lambda value: True):
     """The matcher accepts exactly the valid instances of the pool (only the sound half for
     instances outside the documented completeness policy: `exact(value)` false)."""
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", additional_properties_default=True))
+    compiled = compiler.compile_ir(
+        json_schema_to_grammar(schema, property_order="any", additional_properties_default=True)
+    )
     validator = jsonschema.Draft202012Validator(schema)
     wrong = []
     for value in pool:
@@ -109,8 +143,13 @@ def test_not_of_unevaluated_properties(llama3_compiler, llama3_tokenizer):
     """`not` of a schema with unevaluatedProperties: "some member is unevaluated", met by a
     witness member that is the object's last one (the documented WITNESS policy)."""
     schema = {"not": {"anyOf": [True, {"properties": {"foo": True}}], "unevaluatedProperties": False}}
-    check_exact(llama3_compiler, llama3_tokenizer, schema, object_pool(), exact=lambda v: not isinstance(v, dict) or
-                not v or list(v)[-1] != "foo")
+    check_exact(
+        llama3_compiler,
+        llama3_tokenizer,
+        schema,
+        object_pool(),
+        exact=lambda v: not isinstance(v, dict) or not v or list(v)[-1] != "foo",
+    )
 
 
 @pytest.mark.parametrize("schema", ARRAY_SCHEMAS, ids=lambda s: json.dumps(s)[:60])

@@ -15,16 +15,23 @@ import re
 
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import edges_by_state  # noqa: E402
 
 from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError
-from support import edges_by_state  # noqa: E402
-from pushmask.grammar.ir import NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Repeat, Seq
-from pushmask.grammar.fsm.codepoint_dfa import literal_dfa
 from pushmask.grammar.ecma_regex import pattern_dfa
+from pushmask.grammar.fsm.codepoint_dfa import literal_dfa
+from pushmask.grammar.ir import NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Repeat, Seq
 from pushmask.grammar.json_formats import format_dfa, is_known_format
 from pushmask.grammar.json_strings import (
-    ANY_STRING, JSON_CHAR, encode_json_string, json_string_expr, string_dfa, string_excluding_expr, string_expr,
+    ANY_STRING,
+    JSON_CHAR,
+    encode_json_string,
+    json_string_expr,
+    string_dfa,
+    string_excluding_expr,
+    string_expr,
     string_literal_expr,
 )
 
@@ -41,7 +48,7 @@ def _utf8_char(data: bytes, i: int):
     if not n:
         return None
     try:
-        ch = data[i:i + n].decode("utf-8")
+        ch = data[i : i + n].decode("utf-8")
     except UnicodeDecodeError:
         return None
     return (ord(ch), i + n) if len(ch) == 1 else None
@@ -193,12 +200,28 @@ def spellings(value: str, seed: int = 0) -> list[str]:
 ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 # Alphabet on which ECMA-262 and Python `re` agree for every construct we translate ("\n" is
 # out: Python's "$" also matches before a final newline).
-AGREE_ALPHABET = "ab-_.09AZ xz@:/\t\\\"é"
+AGREE_ALPHABET = 'ab-_.09AZ xz@:/\t\\"é'
 AGREE_TEXT = st.text(st.sampled_from(AGREE_ALPHABET), max_size=12)
 
 PATTERNS = [
-    "^[a-z]+$", "ab", "^a.c", "b$", "^(ab|cd)*$", "[0-9]{2,3}", "^\\d+-\\w\\s?$", "^$", "", "a|^b|c$",
-    "^[^a-c]?x", "\\.", "^(?:a+)?b{2}$", "[\\-z]", "\\u00e9", "^\\S\\D\\W", "^.{3}$", "^[a-zA-Z_][a-zA-Z0-9_]*$",
+    "^[a-z]+$",
+    "ab",
+    "^a.c",
+    "b$",
+    "^(ab|cd)*$",
+    "[0-9]{2,3}",
+    "^\\d+-\\w\\s?$",
+    "^$",
+    "",
+    "a|^b|c$",
+    "^[^a-c]?x",
+    "\\.",
+    "^(?:a+)?b{2}$",
+    "[\\-z]",
+    "\\u00e9",
+    "^\\S\\D\\W",
+    "^.{3}$",
+    "^[a-zA-Z_][a-zA-Z0-9_]*$",
 ]
 
 
@@ -210,7 +233,7 @@ def _pattern_cases():
 # Tests.
 
 
-@pytest.mark.parametrize("text", ["", "a", "é", "\U0001F600", "\x00", '"', "\\", "\u2028"])
+@pytest.mark.parametrize("text", ["", "a", "é", "\U0001f600", "\x00", '"', "\\", "\u2028"])
 def test_json_char_and_any_string_accept_every_encoding(text):
     for s in spellings(text):
         assert matches(ANY_STRING, s), s
@@ -219,8 +242,9 @@ def test_json_char_and_any_string_accept_every_encoding(text):
             assert matches(JSON_CHAR, s[1:-1])
 
 
-@pytest.mark.parametrize("bad", ['"\\ud800"', '"\\udc00x"', '"\x01"', '"a\nb"', '"\\x41"', '"\\U00000041"', '"\\u12"',
-                                 '"', '"a"b"', "'a'"])
+@pytest.mark.parametrize(
+    "bad", ['"\\ud800"', '"\\udc00x"', '"\x01"', '"a\nb"', '"\\x41"', '"\\U00000041"', '"\\u12"', '"', '"a"b"', "'a'"]
+)
 def test_any_string_rejects_invalid_json(bad):
     assert not matches(ANY_STRING, bad)
 
@@ -248,14 +272,19 @@ def test_pattern_and_length_agree_with_jsonschema(case, value, seed):
 @pytest.mark.parametrize("pattern,lo,hi", _pattern_cases())
 def test_random_walks_are_valid_strings(pattern, lo, hi):
     expr = string_expr(pattern=pattern, min_length=lo, max_length=hi)
-    schema = {"type": "string", "pattern": pattern, **({"minLength": lo} if lo else {}),
-              **({"maxLength": hi} if hi is not None else {})}
+    schema = {
+        "type": "string",
+        "pattern": pattern,
+        **({"minLength": lo} if lo else {}),
+        **({"maxLength": hi} if hi is not None else {}),
+    }
     if expr == NOTHING:
         # "^$" with minLength > 0: in ECMA-262 "^$" matches only "", which minLength excludes.
         # jsonschema agrees on every text without a newline (Python's "$" also matches before one).
         rng = random.Random(1)
-        texts = ["", "a", " ", "ab" * 3] + ["".join(rng.choice(AGREE_ALPHABET) for _ in range(rng.randint(0, 6)))
-                                             for _ in range(100)]
+        texts = ["", "a", " ", "ab" * 3] + [
+            "".join(rng.choice(AGREE_ALPHABET) for _ in range(rng.randint(0, 6))) for _ in range(100)
+        ]
         assert not any(valid(schema, t) for t in texts)
         assert matches(string_expr(pattern=pattern), '""')  # the pattern alone is satisfiable
         return
@@ -292,7 +321,7 @@ def _literal_language(expr) -> set[bytes]:
     raise AssertionError(f"unexpected node in a literal: {expr!r}")
 
 
-@pytest.mark.parametrize("value", ["", "abc", 'q"uote\\', "tab\t/nl\n", "é\u2028\U0001F600x", "\x00\x1f\x7f"])
+@pytest.mark.parametrize("value", ["", "abc", 'q"uote\\', "tab\t/nl\n", "é\u2028\U0001f600x", "\x00\x1f\x7f"])
 def test_string_literal_expr_accepts_exactly_the_value(value):
     """Literals take the spellings json.dumps writes (both ensure_ascii modes), and every text
     they accept decodes to exactly the value (soundness)."""
@@ -326,19 +355,48 @@ def test_string_excluding_everything_is_nothing():
 
 
 FORMAT_SAMPLES = {
-    "date": ["2024-02-29", "2023-02-29", "2000-02-29", "1900-02-29", "2023-04-31", "2023-12-31", "2023-13-01",
-             "2023-1-01", "0000-01-01", "2023-06-15x"],
-    "date-time": ["2023-06-15T12:34:56Z", "2023-06-15t12:34:56.123+05:30", "2023-06-15T24:00:00Z",
-                  "2023-06-15 12:34:56Z", "2023-06-15T12:34:56"],
+    "date": [
+        "2024-02-29",
+        "2023-02-29",
+        "2000-02-29",
+        "1900-02-29",
+        "2023-04-31",
+        "2023-12-31",
+        "2023-13-01",
+        "2023-1-01",
+        "0000-01-01",
+        "2023-06-15x",
+    ],
+    "date-time": [
+        "2023-06-15T12:34:56Z",
+        "2023-06-15t12:34:56.123+05:30",
+        "2023-06-15T24:00:00Z",
+        "2023-06-15 12:34:56Z",
+        "2023-06-15T12:34:56",
+    ],
     "time": ["12:34:56Z", "23:59:59.5-01:00", "12:34Z", "25:00:00Z"],
     "duration": ["P1Y2M3DT4H5M6S", "PT5M", "P2W", "P", "PT", "P1YT", "P1.5Y"],
     "email": ["a@b.co", "first.last+tag@example.com", "a@", "@b", "a b@c.d", "a..b@c.d"],
     "hostname": ["example.com", "a-b.c", "-a.com", "a_b.com", "x" * 64, "localhost"],
     "ipv4": ["192.168.0.1", "255.255.255.255", "256.0.0.1", "01.2.3.4", "1.2.3", "0.0.0.0"],
-    "ipv6": ["::1", "::", "fe80::1", "2001:db8::8a2e:370:7334", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8:9",
-             "::ffff:192.168.0.1", "1::2::3", "fe80::1%eth0", "12345::"],
-    "uuid": ["123e4567-e89b-12d3-a456-426614174000", "123E4567-E89B-12D3-A456-426614174000",
-             "123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400"],
+    "ipv6": [
+        "::1",
+        "::",
+        "fe80::1",
+        "2001:db8::8a2e:370:7334",
+        "1:2:3:4:5:6:7:8",
+        "1:2:3:4:5:6:7:8:9",
+        "::ffff:192.168.0.1",
+        "1::2::3",
+        "fe80::1%eth0",
+        "12345::",
+    ],
+    "uuid": [
+        "123e4567-e89b-12d3-a456-426614174000",
+        "123E4567-E89B-12D3-A456-426614174000",
+        "123e4567e89b12d3a456426614174000",
+        "123e4567-e89b-12d3-a456-42661417400",
+    ],
     "uri": ["http://example.com/a?b=c#d", "urn:isbn:0451450523", "//no-scheme", "http://a b"],
     "uri-reference": ["/path", "", "#frag", "http://x.y", "a b"],
     "json-pointer": ["", "/a/b", "/a~0b~1", "a", "/~2"],
@@ -367,15 +425,32 @@ def test_formats_are_sound_for_jsonschema_and_accept_common_values(fmt):
             assert valid(schema, json.loads('"' + text + '"')), (fmt, text)
 
 
-@pytest.mark.parametrize("fmt,value", [
-    ("date", "2024-02-29"), ("date", "2023-12-31"), ("date-time", "2023-06-15T12:34:56.5+05:30"),
-    ("time", "00:00:00z"), ("email", "x@example.org"), ("hostname", "sub.example.com"), ("ipv4", "10.0.0.255"),
-    ("ipv6", "::ffff:10.0.0.1"), ("ipv6", "2001:db8::1"), ("uuid", "00000000-0000-0000-0000-000000000000"),
-    ("uri", "https://example.com/x?y#z"), ("json-pointer", "/a~1b"), ("relative-json-pointer", "0#"),
-    ("duration", "P3DT4H"), ("uri-template", "/users/{id}{?q,page}"), ("regex", "^[a-zA-Z0-9_]{3,16}$"),
-    ("regex", "^(?:[a-z]+\\.)*[a-z]{2,}$"), ("regex", "^\\d{1,3}(\\.\\d+)?\\s*(px|em|%)$"), ("regex", ""),
-    ("regex", "[\\w.-]+@[^@\\s]+"), ("regex", "^\\/api\\/v[0-9]{1,2}\\/"),
-])
+@pytest.mark.parametrize(
+    "fmt,value",
+    [
+        ("date", "2024-02-29"),
+        ("date", "2023-12-31"),
+        ("date-time", "2023-06-15T12:34:56.5+05:30"),
+        ("time", "00:00:00z"),
+        ("email", "x@example.org"),
+        ("hostname", "sub.example.com"),
+        ("ipv4", "10.0.0.255"),
+        ("ipv6", "::ffff:10.0.0.1"),
+        ("ipv6", "2001:db8::1"),
+        ("uuid", "00000000-0000-0000-0000-000000000000"),
+        ("uri", "https://example.com/x?y#z"),
+        ("json-pointer", "/a~1b"),
+        ("relative-json-pointer", "0#"),
+        ("duration", "P3DT4H"),
+        ("uri-template", "/users/{id}{?q,page}"),
+        ("regex", "^[a-zA-Z0-9_]{3,16}$"),
+        ("regex", "^(?:[a-z]+\\.)*[a-z]{2,}$"),
+        ("regex", "^\\d{1,3}(\\.\\d+)?\\s*(px|em|%)$"),
+        ("regex", ""),
+        ("regex", "[\\w.-]+@[^@\\s]+"),
+        ("regex", "^\\/api\\/v[0-9]{1,2}\\/"),
+    ],
+)
 def test_formats_accept_typical_values(fmt, value):
     assert matches(string_expr(format=fmt), json.dumps(value))
 
@@ -390,13 +465,16 @@ def test_date_rejects_impossible_days():
 
 def test_ipv4_and_ipv6_match_ipaddress_module_on_random_samples():
     import ipaddress
+
     rng = random.Random(5)
     for fmt, parse in (("ipv4", ipaddress.IPv4Address), ("ipv6", ipaddress.IPv6Address)):
         dfa = format_dfa(fmt)
         for _ in range(300):
             if fmt == "ipv4":
-                value = ".".join(str(rng.choice([0, 1, 9, 10, 99, 100, 199, 200, 249, 250, 255, 256, rng.randint(0, 300)]))
-                                 for _ in range(rng.choice([3, 4, 4, 4, 5])))
+                value = ".".join(
+                    str(rng.choice([0, 1, 9, 10, 99, 100, 199, 200, 249, 250, 255, 256, rng.randint(0, 300)]))
+                    for _ in range(rng.choice([3, 4, 4, 4, 5]))
+                )
             else:
                 addr = ipaddress.IPv6Address(rng.getrandbits(128) & ~((1 << rng.randint(0, 128)) - 1))
                 value = rng.choice([addr.compressed, addr.exploded, str(addr).upper()])
@@ -430,8 +508,26 @@ def test_regex_format_is_a_sound_subset_of_what_re_compiles():
     assert dfa.accepts("((a|b)+c)?") and not dfa.accepts("((((a))))")  # nesting depth 3, not 4
 
 
-@pytest.mark.parametrize("pattern", ["(?=a)", "(?!a)", "(?<=a)b", "(a)\\1", "\\bword", "\\p{Greek}", "a{,3}", "[]",
-                                     "(?<name>a)", "\\a", "(?i)a", "a**", "[z-a]", "(", "a)"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(?=a)",
+        "(?!a)",
+        "(?<=a)b",
+        "(a)\\1",
+        "\\bword",
+        "\\p{Greek}",
+        "a{,3}",
+        "[]",
+        "(?<name>a)",
+        "\\a",
+        "(?i)a",
+        "a**",
+        "[z-a]",
+        "(",
+        "a)",
+    ],
+)
 def test_untranslatable_patterns_raise_unsupported(pattern):
     with pytest.raises(UnsupportedSchemaError) as info:
         string_expr(pattern=pattern, pointer="#/p")
@@ -444,7 +540,7 @@ def test_length_errors():
     with pytest.raises(SchemaError):
         string_expr(min_length=-1)
     with pytest.raises(UnsupportedSchemaError):
-        string_expr(pattern="[a-z]{3}", max_length=10 ** 7)
+        string_expr(pattern="[a-z]{3}", max_length=10**7)
     with pytest.raises(UnsupportedSchemaError) as info:  # too big a product: lenient callers drop the format
         string_expr(format="hostname", max_length=200, pointer="#/e")
     assert info.value.keyword == "format" and info.value.pointer == "#/e/format"
@@ -463,13 +559,18 @@ def test_pattern_semantics_details():
     assert pattern_dfa("b").accepts("abc") and not pattern_dfa("^b").accepts("abc")
     # an escape for a code point above U+FFFF in the text is a surrogate pair
     expr = string_expr(pattern="^.$")
-    assert matches(expr, '"\\ud83d\\ude00"') and matches(expr, json.dumps("\U0001F600", ensure_ascii=False))
+    assert matches(expr, '"\\ud83d\\ude00"') and matches(expr, json.dumps("\U0001f600", ensure_ascii=False))
     assert not matches(expr, '"\\ud83d"') and not matches(expr, '"\\ude00\\ud83d"')
 
 
-LOOKAHEAD_PATTERNS = ["^(?!@@)[@a-zA-Z0-9_-]+$", "^(?!io\\.papermc\\.)([a-zA-Z_$][a-zA-Z\\d_$]*\\.)*[a-zA-Z_$]\\w*$",
-                      "^(?!pattern$).*$", "^(?=[^=]+$)(?!\\s+$)(.|\\n)+$", "^(?=.*\\d)(?=.*[a-z])\\S{3,8}$",
-                      "^(?!.*(ab|\\{c\\})).*x$"]
+LOOKAHEAD_PATTERNS = [
+    "^(?!@@)[@a-zA-Z0-9_-]+$",
+    "^(?!io\\.papermc\\.)([a-zA-Z_$][a-zA-Z\\d_$]*\\.)*[a-zA-Z_$]\\w*$",
+    "^(?!pattern$).*$",
+    "^(?=[^=]+$)(?!\\s+$)(.|\\n)+$",
+    "^(?=.*\\d)(?=.*[a-z])\\S{3,8}$",
+    "^(?!.*(ab|\\{c\\})).*x$",
+]
 
 
 @pytest.mark.parametrize("pattern", LOOKAHEAD_PATTERNS)
@@ -522,8 +623,9 @@ def test_encoding_size_is_modest():
 
 
 def test_end_to_end_through_engine(smollm2_compiler):
-    from pushmask.grammar.ir import Grammar
     from support import accepts_text
+
+    from pushmask.grammar.ir import Grammar
 
     compiler = smollm2_compiler
     expr = string_expr(pattern="^[a-c]+$", max_length=4)
@@ -532,7 +634,7 @@ def test_end_to_end_through_engine(smollm2_compiler):
         for text in spellings(value):
             assert accepts_text(cg, text) == ok, (value, text)
     cg = compiler.compile_ir(Grammar({"root": string_expr(pattern="^.$")}))  # astral: raw UTF-8 or a pair
-    for value, ok in [("\U0001F600", True), ("é", True), ("ab", False), ("\n", False)]:
+    for value, ok in [("\U0001f600", True), ("é", True), ("ab", False), ("\n", False)]:
         for text in spellings(value):
             assert accepts_text(cg, text) == ok, (value, text)
     assert not accepts_text(cg, '"\\ud83d"')
@@ -546,10 +648,16 @@ def test_end_to_end_through_engine(smollm2_compiler):
 from support import DATA, require_shared  # noqa: E402
 
 SUITE = DATA / "json-schema-test-suite" / "tests" / "draft2020-12"
-SUITE_FILES = [f"optional/format/{name}.json" for name in sorted(FORMAT_SAMPLES) + ["idn-hostname", "idn-email",
-                                                                                   "iri", "iri-reference"]] + \
-    ["optional/ecmascript-regex.json", "pattern.json", "minLength.json", "maxLength.json",
-     "optional/non-bmp-regex.json"]
+SUITE_FILES = [
+    f"optional/format/{name}.json"
+    for name in sorted(FORMAT_SAMPLES) + ["idn-hostname", "idn-email", "iri", "iri-reference"]
+] + [
+    "optional/ecmascript-regex.json",
+    "pattern.json",
+    "minLength.json",
+    "maxLength.json",
+    "optional/non-bmp-regex.json",
+]
 
 
 @pytest.mark.parametrize("name", SUITE_FILES)
@@ -558,12 +666,22 @@ def test_official_suite_strings_are_never_wrongly_accepted(name):
     checked = accepted_valid = total_valid = 0
     for group in json.loads(path.read_text()):
         schema = group["schema"]
-        if not isinstance(schema, dict) or set(schema) - {"$schema", "pattern", "minLength", "maxLength", "format",
-                                                          "type"}:
+        if not isinstance(schema, dict) or set(schema) - {
+            "$schema",
+            "pattern",
+            "minLength",
+            "maxLength",
+            "format",
+            "type",
+        }:
             continue
         try:
-            dfa = string_dfa(pattern=schema.get("pattern"), min_length=schema.get("minLength"),
-                             max_length=schema.get("maxLength"), format=schema.get("format"))
+            dfa = string_dfa(
+                pattern=schema.get("pattern"),
+                min_length=schema.get("minLength"),
+                max_length=schema.get("maxLength"),
+                format=schema.get("format"),
+            )
         except UnsupportedSchemaError:
             continue  # \cX, ...: refused, which is the sound answer
         for test in group["tests"]:

@@ -13,22 +13,22 @@ import random
 
 import lark
 import pytest
+from support import accepts_text, decodable_prefix, lark_prefix_viable
 
 import pushmask as pm
 from pushmask.grammar import lark_frontend
 from pushmask.grammar.core.errors import GrammarError
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.lark_reader import read_plain_lark
-from support import accepts_text, decodable_prefix, lark_prefix_viable
 
 PLAIN = {
     "alternatives_and_lines": 'start: "a" b\n     | "c" "d"?\n\nb: "x" | "y"\n',
     "operators_and_groups": 'start: ("ab" | "c")+ ["-" NUM] ("!")* DIG ~ 2 ("x" | "y") ~ 1..3\n'
-                            "NUM: DIG+ (\".\" DIG+)?\nDIG: \"0\"..\"9\"\n",
+    'NUM: DIG+ ("." DIG+)?\nDIG: "0".."9"\n',
     "modifiers_aliases_priorities": '?start: pair | single -> one\n!pair.2: single "," single\n'
-                                    '_single: WORD\nsingle: _single\nWORD.-1: /[a-c]{1,3}/\n',
+    "_single: WORD\nsingle: _single\nWORD.-1: /[a-c]{1,3}/\n",
     "comments": '// a comment line\nstart: item+  // trailing\n# hash comment\n  | "z"\n'
-                'item: "i" # another\n    | "j"\n',
+    'item: "i" # another\n    | "j"\n',
     "case_and_regex_flags": 'start: "Sel"i NAME "=" VALUE\nNAME: /[a-z]+/i\nVALUE: /[0-9]+/ | "\\"" /[^"\\\\]*/ "\\""\n',
     "ignore_terminal": 'start: word ("," word)*\nword: LETTER+\nLETTER: "a".."e"\n%ignore WS\nWS: /[ \\t]+/\n',
     "ignore_literal": 'start: "x" "y"* "z"\n%ignore " "\n',
@@ -39,16 +39,16 @@ PLAIN = {
 }
 
 FALLBACK = {
-    "import": 'start: INT\n%import common.INT\n',
+    "import": "start: INT\n%import common.INT\n",
     "template": 'start: pair{"a"}\npair{x}: x "," x\n',
-    "declare": 'start: X\n%declare X\n',
-    "undefined": 'start: missing\n',
+    "declare": "start: X\n%declare X\n",
+    "undefined": "start: missing\n",
     "recursive_terminal": 'start: A\nA: "a" A | "b"\n',
     "empty_terminal": 'start: A "b"\nA: "a"?\n',
     "lazy_in_composite": 'start: C\nC: "<" /.*?/ ">"\n',
     "duplicate": 'start: "a"\nstart: "b"\n',
     "rule_in_terminal": 'start: A\nA: "a" b\nb: "b"\n',
-    "bad_regex": 'start: /a(/\n',
+    "bad_regex": "start: /a(/\n",
 }
 
 
@@ -92,6 +92,7 @@ def test_plain_grammars_read_fast_mean_what_lark_reads(name, monkeypatch):
     oracle = lark.Lark(text, parser="earley", lexer="dynamic_complete")
     rng = random.Random(name)
     drawn = 0
+
     def viable_for(other):
         """Both oracles: lark's Earley parser, and the other reader's matcher takes the prefix."""
         return lambda prefix: lark_prefix_viable(oracle, prefix) and pm.GrammarMatcher(other).accept_string(prefix)
@@ -124,9 +125,9 @@ def test_grammars_outside_the_subset_go_through_lark(name, monkeypatch):
 def test_big_grammar_takes_the_fast_path_and_keeps_its_language():
     rng = random.Random(7)
     words = sorted({"".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6))) for _ in range(3_000)})
-    text = "start: item (\",\" item)*\nitem: " + " | ".join(f"r{i}" for i in range(len(words))) + "\n"
+    text = 'start: item ("," item)*\nitem: ' + " | ".join(f"r{i}" for i in range(len(words))) + "\n"
     text += "".join(f'r{i}: "{w}"\n' for i, w in enumerate(words))
-    text += "%ignore \" \"\n"
+    text += '%ignore " "\n'
     assert len(text) >= lark_frontend.FAST_READER_MIN_CHARS
     assert read_plain_lark(text, "start", lambda raw, p: lark_frontend._pattern_to_ir(raw, p, 10_000, 100)) is not None
     compiled = _compiler().compile_lark(text)

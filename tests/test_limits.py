@@ -12,9 +12,9 @@ import gc
 import threading
 
 import pytest
+from hostile_inputs import _compiler
 
 import pushmask
-from hostile_inputs import _compiler
 from pushmask.grammar.core.gc_pause import paused_gc
 
 
@@ -31,36 +31,100 @@ def _ambiguous_run(matcher) -> None:
 # field: (small value, entry point, input, error type, what runs the matcher afterwards or None)
 CASES = {
     "max_rule_states": (50, "regex", "a{51}", pushmask.LimitExceededError, None),
-    "max_total_states": (40, "ebnf", 'root ::= a b\na ::= "' + "x" * 30 + '"\nb ::= "' + "y" * 30 + '"',
-                         pushmask.LimitExceededError, None),
-    "max_stack_tops": (16, "ebnf", 'root ::= a\na ::= "x" a "y" | "x" a | ""', pushmask.LimitExceededError,
-                       _ambiguous_run),
+    "max_total_states": (
+        40,
+        "ebnf",
+        'root ::= a b\na ::= "' + "x" * 30 + '"\nb ::= "' + "y" * 30 + '"',
+        pushmask.LimitExceededError,
+        None,
+    ),
+    "max_stack_tops": (
+        16,
+        "ebnf",
+        'root ::= a\na ::= "x" a "y" | "x" a | ""',
+        pushmask.LimitExceededError,
+        _ambiguous_run,
+    ),
     "max_stack_frames": (64, "ebnf", 'root ::= "(" root ")" | "x"', pushmask.LimitExceededError, _deep_parens),
     "max_nesting": (4, "ebnf", "root ::= " + "(" * 5 + '"a"' + ")" * 5, pushmask.GrammarError, None),
     "max_repeat": (10, "ebnf", 'root ::= "a"{0,11}', pushmask.GrammarError, None),
-    "max_schema_depth": (3, "schema", {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {}}}},
-                         pushmask.LimitExceededError, None),
-    "max_schema_rules": (5, "schema", {"type": "object", "properties": {
-        f"p{i}": {"type": "object", "properties": {"q": {"type": "array", "items": {"type": "string"}}}}
-        for i in range(10)}}, pushmask.LimitExceededError, None),
-    "max_schema_branches": (4, "schema", {"allOf": [{"anyOf": [{"minimum": i} for i in range(3)]},
-                                                    {"anyOf": [{"maximum": 10 + i} for i in range(3)]}]},
-                            pushmask.LimitExceededError, None),
-    "max_object_expr": (50, "schema", {"type": "object", "minProperties": 2, "maxProperties": 4,
-                                       "properties": {f"p{i}": {"type": "integer"} for i in range(8)},
-                                       "additionalProperties": False}, pushmask.LimitExceededError, None),
-    "max_dynamic_copies": (1, "schema", {
-        "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "https://example.com/root",
-        "$dynamicAnchor": "node", "type": "object",
-        "properties": {"a": {"$ref": "#/$defs/strict"}, "b": {"$dynamicRef": "#node"}},
-        "$defs": {"strict": {"$id": "https://example.com/strict", "$dynamicAnchor": "node",
-                             "type": "object", "properties": {"c": {"$dynamicRef": "#node"}},
-                             "additionalProperties": False}}}, pushmask.LimitExceededError, None),
+    "max_schema_depth": (
+        3,
+        "schema",
+        {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {}}}},
+        pushmask.LimitExceededError,
+        None,
+    ),
+    "max_schema_rules": (
+        5,
+        "schema",
+        {
+            "type": "object",
+            "properties": {
+                f"p{i}": {"type": "object", "properties": {"q": {"type": "array", "items": {"type": "string"}}}}
+                for i in range(10)
+            },
+        },
+        pushmask.LimitExceededError,
+        None,
+    ),
+    "max_schema_branches": (
+        4,
+        "schema",
+        {"allOf": [{"anyOf": [{"minimum": i} for i in range(3)]}, {"anyOf": [{"maximum": 10 + i} for i in range(3)]}]},
+        pushmask.LimitExceededError,
+        None,
+    ),
+    "max_object_expr": (
+        50,
+        "schema",
+        {
+            "type": "object",
+            "minProperties": 2,
+            "maxProperties": 4,
+            "properties": {f"p{i}": {"type": "integer"} for i in range(8)},
+            "additionalProperties": False,
+        },
+        pushmask.LimitExceededError,
+        None,
+    ),
+    "max_dynamic_copies": (
+        1,
+        "schema",
+        {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://example.com/root",
+            "$dynamicAnchor": "node",
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/strict"}, "b": {"$dynamicRef": "#node"}},
+            "$defs": {
+                "strict": {
+                    "$id": "https://example.com/strict",
+                    "$dynamicAnchor": "node",
+                    "type": "object",
+                    "properties": {"c": {"$dynamicRef": "#node"}},
+                    "additionalProperties": False,
+                }
+            },
+        },
+        pushmask.LimitExceededError,
+        None,
+    ),
     "max_string_states": (10, "schema", {"type": "string", "pattern": "^[a-z]{30}$"}, pushmask.PushmaskError, None),
-    "max_encoded_string_states": (10, "schema", {"type": "string", "pattern": "^[a-z]{5}$"}, pushmask.PushmaskError,
-                                  None),
-    "compile_time_limit_s": (0.0, "schema", {"type": "object", "properties": {"a": {"type": "string"}}},
-                             pushmask.LimitExceededError, None),
+    "max_encoded_string_states": (
+        10,
+        "schema",
+        {"type": "string", "pattern": "^[a-z]{5}$"},
+        pushmask.PushmaskError,
+        None,
+    ),
+    "compile_time_limit_s": (
+        0.0,
+        "schema",
+        {"type": "object", "properties": {"a": {"type": "string"}}},
+        pushmask.LimitExceededError,
+        None,
+    ),
 }
 
 

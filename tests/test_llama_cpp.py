@@ -13,16 +13,21 @@ import json
 
 import numpy as np
 import pytest
+from support import tokenizer_info
 
 import pushmask as pm
 from pushmask.integrations.llama_cpp import GrammarLogitsProcessor, tokenizer_info_from_llama
-from support import tokenizer_info
 
 jsonschema = pytest.importorskip("jsonschema")
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
-                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-          "required": ["name", "age"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+}
 PROMPT = "<|im_start|>user\nDescribe a person as JSON with a name and an age.<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -77,8 +82,10 @@ def test_processor_with_the_real_model_as_llama_cpp_calls_it():
         torch.set_num_threads(threads)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed (built from source: make test-llama-cpp)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None,
+    reason="llama-cpp-python is not installed (built from source: make test-llama-cpp)",
+)
 def test_real_llama_cpp_generation():
     from llama_cpp import Llama, LogitsProcessorList
 
@@ -91,7 +98,8 @@ def test_real_llama_cpp_generation():
     compiled = pm.GrammarCompiler(info).compile_json_schema(SCHEMA, any_whitespace=False)
     for temperature in (0.0, 0.8):
         processor = GrammarLogitsProcessor(compiled)
-        out = llm(PROMPT, logits_processor=LogitsProcessorList([processor]), max_tokens=80,
-                  temperature=temperature, seed=1)
+        out = llm(
+            PROMPT, logits_processor=LogitsProcessorList([processor]), max_tokens=80, temperature=temperature, seed=1
+        )
         _check_output(out["choices"][0]["text"])
         assert out["choices"][0]["finish_reason"] == "stop"

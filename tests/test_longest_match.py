@@ -17,100 +17,160 @@ import re
 import lark
 import numpy as np
 import pytest
+from support import decodable_prefix, grammar_compiler, hf_tokenizer, lark_prefix_viable
 
 import pushmask as pm
 from pushmask.grammar import lark_frontend
 from pushmask.grammar.first_match import first_match_dfa
 from pushmask.grammar.lark_reader import read_plain_lark
-from support import decodable_prefix, grammar_compiler, hf_tokenizer, lark_prefix_viable
 
 # name -> (grammar, alphabet, longest string checked)
 GRAMMARS = {
-    "line_comment": (r"""
+    "line_comment": (
+        r"""
 start: NAME+
 NAME: /[a-z]+/
 %ignore /--[^\n]*/
 %ignore /[ \n]+/
-""", "a -\n", 6),
-    "hash_comment_before_newline_token": (r"""
+""",
+        "a -\n",
+        6,
+    ),
+    "hash_comment_before_newline_token": (
+        r"""
 start: stmt (_NL stmt)*
 stmt: NAME
 NAME: /[a-z]+/
 _NL: /\n+/
 %ignore /#[^\n]*/
 %ignore / +/
-""", "a #\n", 6),
-    "block_and_line_comments": (r"""
+""",
+        "a #\n",
+        6,
+    ),
+    "block_and_line_comments": (
+        r"""
 start: NAME ("+" NAME)*
 NAME: /[a-z]+/
 %ignore /\/\*(.|\n)*?\*\//
 %ignore /\/\/[^\n]*/
 %ignore /\s+/
-""", "a/*+\n", 5),
-    "keyword_next_to_name": (r"""
+""",
+        "a/*+\n",
+        5,
+    ),
+    "keyword_next_to_name": (
+        r"""
 start: stmt+
 stmt: "if" NAME | NAME
 NAME: /[a-z]+/
 %ignore / +/
-""", "if ", 6),
-    "number_next_to_name": (r"""
+""",
+        "if ",
+        6,
+    ),
+    "number_next_to_name": (
+        r"""
 start: (NUMBER | NAME)+
 NUMBER: /[0-9]+(\.[0-9]+)?/
 NAME: /[a-z][a-z0-9]*/
 %ignore / +/
-""", "1a. ", 6),
-    "token_starting_with_an_ignored_character": (r"""
+""",
+        "1a. ",
+        6,
+    ),
+    "token_starting_with_an_ignored_character": (
+        r"""
 start: NAME (SPX NAME)*
 NAME: /[a-z]+/
 SPX: / x/
 %ignore / +/
-""", "ax ", 6),
-    "nullable_rule_between_gaps": (r"""
+""",
+        "ax ",
+        6,
+    ),
+    "nullable_rule_between_gaps": (
+        r"""
 start: "a" opt "b"
 opt: | "o"
 %ignore /--[^\n]*/
 %ignore "\n"
-""", "ab-\no", 5),
-    "nullable_rule_before_a_token_with_an_ignored_character": (r"""
+""",
+        "ab-\no",
+        5,
+    ),
+    "nullable_rule_before_a_token_with_an_ignored_character": (
+        r"""
 start: "a" opt SPX
 opt: | "o"
 SPX: / x/
 %ignore / +/
-""", "aox ", 5),
-    "ignored_terminal_used_as_a_symbol": (r"""
+""",
+        "aox ",
+        5,
+    ),
+    "ignored_terminal_used_as_a_symbol": (
+        r"""
 start: "a" WS "b"
 WS: / +/
 %ignore WS
-""", "ab ", 6),
-    "ignored_whitespace_before_a_newline_token": (r"""
+""",
+        "ab ",
+        6,
+    ),
+    "ignored_whitespace_before_a_newline_token": (
+        r"""
 start: (NAME _NL)+
 NAME: /[a-z]+/
 _NL: /\n/
 %ignore /\s+/
-""", "a \n", 6),
-    "two_ignored_terminals": (r"""
+""",
+        "a \n",
+        6,
+    ),
+    "two_ignored_terminals": (
+        r"""
 start: "z"+
 %ignore /x+/
 %ignore "xy"
-""", "xyz", 6),
+""",
+        "xyz",
+        6,
+    ),
     # Python's re (lark's lexer) takes the first alternative that matches, not the longest
-    "first_alternative_not_the_longest": (r"""
+    "first_alternative_not_the_longest": (
+        r"""
 start: "z"+
 %ignore /x|xy/
-""", "zxy", 6),
-    "first_match_after_backtracking": (r"""
+""",
+        "zxy",
+        6,
+    ),
+    "first_match_after_backtracking": (
+        r"""
 start: ("a" | "w")+
 %ignore /(x|xy)(z|yzw)/
-""", "axyzw", 5),
-    "lazy_ignored_loop": (r"""
+""",
+        "axyzw",
+        5,
+    ),
+    "lazy_ignored_loop": (
+        r"""
 start: ("z" | "y")+
 %ignore /xy*?/
-""", "zxy", 6),
+""",
+        "zxy",
+        6,
+    ),
     # \s is Unicode whitespace for re: the ignored match goes on over U+00A0
-    "unicode_whitespace": ("""
+    "unicode_whitespace": (
+        """
 start: "a" "\u00a0" "b"
 %ignore /\\s+/
-""", "a \u00a0b", 5),
+""",
+        "a \u00a0b",
+        5,
+    ),
 }
 
 # Strings lark rejects because an ignored match is the longest one, which an ignored terminal
@@ -245,8 +305,11 @@ def test_token_walks_keep_every_prefix_viable(tokenizer):
     grammar = grammar_compiler(tokenizer).compile_lark(SQL_LIKE)
     info = grammar.tokenizer_info
     tok = hf_tokenizer(tokenizer)
-    favoured = {t for text in ["--", " --", "\n", " */", "/*", ";", " select", " a", ","]
-                for t in tok.encode(text, add_special_tokens=False)}
+    favoured = {
+        t
+        for text in ["--", " --", "\n", " */", "/*", ";", " select", " a", ","]
+        for t in tok.encode(text, add_special_tokens=False)
+    }
     rng = np.random.default_rng(7)
     finished = 0
     for _ in range(6):
@@ -276,9 +339,12 @@ def test_token_walks_keep_every_prefix_viable(tokenizer):
 # -- what is still short of lark's lexer, pinned so a fix shows up
 
 
-@pytest.mark.xfail(strict=True, reason="completeness: an ignored regex that can go on with a character "
-                                       "towards a longer match that never comes (`(\\s|//[^\\n]*)+` before "
-                                       "a lone `/`) is forbidden that character")
+@pytest.mark.xfail(
+    strict=True,
+    reason="completeness: an ignored regex that can go on with a character "
+    "towards a longer match that never comes (`(\\s|//[^\\n]*)+` before "
+    "a lone `/`) is forbidden that character",
+)
 def test_guard_longer_than_one_character():
     grammar = 'start: NAME ("/" NAME)*\nNAME: /[a-z]+/\n%ignore /(\\s|\\/\\/[^\\n]*)+/\n'
     text = "a /b"
@@ -288,9 +354,25 @@ def test_guard_longer_than_one_character():
 
 # -- first match: where Python's re ends an ignored regex (grammar/first_match.py)
 
-FIRST_MATCH_PATTERNS = [r"x|xy", r"xy|x", r"\s+", r"(\s|//[^\n]*)+", r"/\*(.|\n)*?\*/", r"a*?b", r"(a|ab)(c|bcd)",
-                        r"(?:x|xy)z?", r"xyz|x", r"a{2,4}?", r"a{2,4}", r"(ab|a)*c?", r"(?s:.)+?z", r"\d+|\w+",
-                        r"(x|xy)+?z|x", r"[^a-c]+|\W", r"(?a:\w+)"]
+FIRST_MATCH_PATTERNS = [
+    r"x|xy",
+    r"xy|x",
+    r"\s+",
+    r"(\s|//[^\n]*)+",
+    r"/\*(.|\n)*?\*/",
+    r"a*?b",
+    r"(a|ab)(c|bcd)",
+    r"(?:x|xy)z?",
+    r"xyz|x",
+    r"a{2,4}?",
+    r"a{2,4}",
+    r"(ab|a)*c?",
+    r"(?s:.)+?z",
+    r"\d+|\w+",
+    r"(x|xy)+?z|x",
+    r"[^a-c]+|\W",
+    r"(?a:\w+)",
+]
 
 
 @pytest.mark.parametrize("pattern", FIRST_MATCH_PATTERNS)

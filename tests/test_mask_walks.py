@@ -15,12 +15,11 @@ import json
 
 import numpy as np
 import pytest
+from support import REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
 
 import pushmask as pm
-from pushmask.masks.walk import run_slice_bounds
 from pushmask.masks.trie import BUCKET_BOUNDS, OTHER
-
-from support import REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
+from pushmask.masks.walk import run_slice_bounds
 
 SCHEMAS = {
     "strings": {
@@ -43,8 +42,11 @@ SCHEMAS = {
     },
     "nested": {
         "type": "array",
-        "items": {"type": "object", "properties": {"id": {"type": "integer"}, "label": {"type": "string"}},
-                  "additionalProperties": {"type": "boolean"}},
+        "items": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "label": {"type": "string"}},
+            "additionalProperties": {"type": "boolean"},
+        },
         "maxItems": 4,
     },
 }
@@ -133,8 +135,19 @@ def test_slice_bounds_against_brute_force():
         state = int(matcher._state.kernel_s[0])
         runner = compiled._runner()
         bounds = np.zeros((3, 2), dtype=np.int64)
-        assert run_slice_bounds(compiled.pda.blob, runner.pool.blob, runner.ws.blob, state,
-                                *trie.slice_automata, 4096, compiler.walk_scratch().slice_bounds, bounds) == 0
+        assert (
+            run_slice_bounds(
+                compiled.pda.blob,
+                runner.pool.blob,
+                runner.ws.blob,
+                state,
+                *trie.slice_automata,
+                4096,
+                compiler.walk_scratch().slice_bounds,
+                bounds,
+            )
+            == 0
+        )
         for s in range(3):
             f, g = bounds[s]
             lo, hi = trie.region_start[s], trie.region_start[s + 1]
@@ -174,8 +187,10 @@ def test_fills_after_values_equal_brute_force(name):
     info = tokenizer_info(name)
     tokenizer = hf_tokenizer(name)
     compiler = pm.GrammarCompiler(info)
-    compiled = compiler.compile_json_schema({**SCHEMAS["strings"], "properties": {
-        **SCHEMAS["strings"]["properties"], **SCHEMAS["more"]["properties"]}}, property_order="any")
+    compiled = compiler.compile_json_schema(
+        {**SCHEMAS["strings"], "properties": {**SCHEMAS["strings"]["properties"], **SCHEMAS["more"]["properties"]}},
+        property_order="any",
+    )
     instance = {"name": "Ann", "count": 12, "ratio": -0.5, "tags": ["a", "é"], "code": "xy z"}
     text = json.dumps(instance)
     tokens = tokenizer.encode(text, add_special_tokens=False)
@@ -193,7 +208,9 @@ def test_fills_after_values_equal_brute_force(name):
     assert matcher.accept_string('{"count": 12')
     state = int(matcher._state.kernel_s[0])
     uncertain = compiled.state_mask(state).uncertain_ids
-    words = [t for t in uncertain.tolist() if info.decoded_vocab[t][:1] == b" " and info.decoded_vocab[t][1:2].isalpha()]
+    words = [
+        t for t in uncertain.tolist() if info.decoded_vocab[t][:1] == b" " and info.decoded_vocab[t][1:2].isalpha()
+    ]
     assert words == []
 
 
@@ -202,8 +219,13 @@ def test_follow_pairs_hold_every_real_continuation():
     may end, and that the member itself cannot take, are follow pairs of its rule; and the
     pairs say what they should about ',' and '}'."""
     compiled = pm.GrammarCompiler(tokenizer_info("smollm2")).compile_json_schema(
-        {"type": "object", "properties": {"n": {"type": "integer"}, "m": {"type": "boolean"}},
-         "additionalProperties": False}, property_order="any")  # members are rules of their own
+        {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "m": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+        property_order="any",
+    )  # members are rules of their own
     matcher = pm.GrammarMatcher(compiled)
     assert matcher.accept_string('{"n": 1')
     state = int(matcher._state.kernel_s[0])
@@ -211,7 +233,9 @@ def test_follow_pairs_hold_every_real_continuation():
     pairs, _ = compiled._follow_pairs(int(compiled.pda.state_rule[state]))
     table = pairs.reshape(256, -1)
     # the member rule ends after its trailing whitespace: ',' or '}' must come next
-    assert table[ord("}"), 256] and table[ord(","), ord('"')] and table[ord(","), ord(" ")] and table[ord("}"), ord("\n")]
+    assert (
+        table[ord("}"), 256] and table[ord(","), ord('"')] and table[ord(","), ord(" ")] and table[ord("}"), ord("\n")]
+    )
     assert not table[ord(","), ord("}")] and not table[ord("}"), ord(",")] and not table[ord(" ")].any()
     inside = set(b"0123456789.eE \t\n\r")  # bytes the member may still take (the rule goes on)
     for first in sorted(set(range(256)) - inside):
@@ -234,6 +258,9 @@ def test_bucketed_order_holds_each_slice_once():
         for k, bound in enumerate(BUCKET_BOUNDS[:8]):
             row = trie.cumulative[s * len(BUCKET_BOUNDS) + k]
             members = np.flatnonzero(np.unpackbits(row.view(np.uint8), bitorder="little"))
-            expected = [t for t in trie.token_ids[lo:hi].tolist()
-                        if len(info.decoded_vocab[t].decode("utf-8", "replace")) <= bound]
+            expected = [
+                t
+                for t in trie.token_ids[lo:hi].tolist()
+                if len(info.decoded_vocab[t].decode("utf-8", "replace")) <= bound
+            ]
             assert set(members.tolist()) == set(expected), (s, bound)

@@ -23,8 +23,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    DATA, accepts_token_ids, compile_with_hang_guard, grammar_compiler, hf_tokenizer, json_prefix_completes, mask_walk,
-    require_shared, short_structural_tokens,
+    DATA,
+    accepts_token_ids,
+    compile_with_hang_guard,
+    grammar_compiler,
+    hf_tokenizer,
+    json_prefix_completes,
+    mask_walk,
+    require_shared,
+    short_structural_tokens,
 )
 
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
@@ -55,16 +62,26 @@ def sample_files() -> list[Path]:
 def run_sample(files: list[Path], floors: dict) -> dict:
     compiler = grammar_compiler("llama3")
     tokenizer = hf_tokenizer("llama3")
-    counts = {"schemas": 0, "compiled": 0, "unsupported": 0, "valid_accepted": 0,
-              "valid_rejected": 0, "invalid_rejected": 0, "invalid_accepted": 0}
+    counts = {
+        "schemas": 0,
+        "compiled": 0,
+        "unsupported": 0,
+        "valid_accepted": 0,
+        "valid_rejected": 0,
+        "invalid_rejected": 0,
+        "invalid_accepted": 0,
+    }
     unsound = []
     for path in files:
         entry = json.loads(path.read_text())
         counts["schemas"] += 1
         compiled = compile_with_hang_guard(
-            lambda: compiler.compile_ir(json_schema_to_grammar(entry["schema"], property_order="any",
-                                                               additional_properties_default=True)),
-            HANG_SECONDS, path.name)
+            lambda: compiler.compile_ir(
+                json_schema_to_grammar(entry["schema"], property_order="any", additional_properties_default=True)
+            ),
+            HANG_SECONDS,
+            path.name,
+        )
         if isinstance(compiled, str):
             counts[compiled] += 1
             continue
@@ -99,34 +116,84 @@ def test_maskbench_sample_full():
 # Random mask-guided generation.
 
 GENERATION_SCHEMAS = [
-    {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
-                                      "name": {"type": "string", "maxLength": 8},
-                                      "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}},
-     "required": ["id", "name"], "additionalProperties": False},
-    {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "null"}], "items": {"type": "number"},
-     "maxItems": 4},
-    {"oneOf": [{"type": "object", "properties": {"kind": {"const": "x"}, "v": {"type": "integer"}},
-                "required": ["kind", "v"], "additionalProperties": False},
-               {"type": "object", "properties": {"kind": {"const": "y"}}, "required": ["kind"],
-                "additionalProperties": False}]},
-    {"$defs": {"tree": {"type": "object", "properties": {"v": {"type": "integer"},
-                                                         "kids": {"type": "array", "items": {"$ref": "#/$defs/tree"},
-                                                                  "maxItems": 2}},
-                        "required": ["v"], "additionalProperties": False}},
-     "$ref": "#/$defs/tree"},
-    {"type": "object", "properties": {"a": {"type": "string", "enum": ["p", "q"]}},
-     "patternProperties": {"^n_": {"type": "integer"}}, "additionalProperties": False, "maxProperties": 2},
+    {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer", "minimum": 0, "maximum": 999},
+            "name": {"type": "string", "maxLength": 8},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+        },
+        "required": ["id", "name"],
+        "additionalProperties": False,
+    },
+    {
+        "type": "array",
+        "prefixItems": [{"type": "boolean"}, {"type": "null"}],
+        "items": {"type": "number"},
+        "maxItems": 4,
+    },
+    {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"kind": {"const": "x"}, "v": {"type": "integer"}},
+                "required": ["kind", "v"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "properties": {"kind": {"const": "y"}},
+                "required": ["kind"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+    {
+        "$defs": {
+            "tree": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/tree"}, "maxItems": 2},
+                },
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/tree",
+    },
+    {
+        "type": "object",
+        "properties": {"a": {"type": "string", "enum": ["p", "q"]}},
+        "patternProperties": {"^n_": {"type": "integer"}},
+        "additionalProperties": False,
+        "maxProperties": 2,
+    },
     # negations compiled as a last "witness" member, exclusions of objects and of multiples,
     # and a large object whose members come in any order (repeats of optional names allowed)
-    {"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"patternProperties": {"^[0-9]": {"type": "integer"}}}},
-    {"type": "object", "properties": {"b": {"type": "integer"}},
-     "not": {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}},
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "boolean"},
-                                                                       "maxItems": 2}},
-     "additionalProperties": False, "not": {"enum": [{"a": 1, "b": [True]}, {}]}},
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "not": {"patternProperties": {"^[0-9]": {"type": "integer"}}},
+    },
+    {
+        "type": "object",
+        "properties": {"b": {"type": "integer"}},
+        "not": {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+    },
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}},
+        "additionalProperties": False,
+        "not": {"enum": [{"a": 1, "b": [True]}, {}]},
+    },
     {"type": "array", "items": {"type": "number", "minimum": -50, "maximum": 50, "not": {"multipleOf": 3}}},
-    {"type": "object", "properties": {f"p{i}": {"type": "integer", "maximum": 9} for i in range(9)},
-     "required": ["p2", "p7"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "integer", "maximum": 9} for i in range(9)},
+        "required": ["p2", "p7"],
+        "additionalProperties": False,
+    },
 ]
 
 
@@ -134,14 +201,17 @@ GENERATION_SCHEMAS = [
 SLOW_GENERATION = {4, 5, 6}
 
 
-@pytest.mark.parametrize("index", [pytest.param(i, marks=pytest.mark.slow) if i in SLOW_GENERATION else i
-                                   for i in range(len(GENERATION_SCHEMAS))])
+@pytest.mark.parametrize(
+    "index",
+    [pytest.param(i, marks=pytest.mark.slow) if i in SLOW_GENERATION else i for i in range(len(GENERATION_SCHEMAS))],
+)
 def test_random_mask_guided_generation_is_valid(index):
     schema = GENERATION_SCHEMAS[index]
     compiler = grammar_compiler("llama3")
     info = compiler.tokenizer_info
-    compiled = compiler.compile_ir(json_schema_to_grammar(schema, whitespace="compact", property_order="any",
-                                                           additional_properties_default=True))
+    compiled = compiler.compile_ir(
+        json_schema_to_grammar(schema, whitespace="compact", property_order="any", additional_properties_default=True)
+    )
     short = short_structural_tokens(info)
     rng = np.random.default_rng(1000 + index)
     validator = jsonschema.Draft202012Validator(schema)

@@ -25,14 +25,26 @@ from support import DRAFTS, METASCHEMAS, groups  # noqa: E402
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.core.errors import SchemaError  # noqa: E402
 from pushmask.grammar.json_schema.documents import (  # noqa: E402
-    check_metaschema,
     _inlined_metaschema,
     _metaschema_formats,
+    check_metaschema,
 )
 
 BAD = ({"type": 5}, {"minLength": -1}, {"required": "name"}, {"pattern": "("}, {"properties": {"a": 3}})
-SUBSCHEMA_KEYS = ("items", "not", "additionalProperties", "contains", "propertyNames", "if", "then", "else",
-                  "unevaluatedProperties", "additionalItems", "contentSchema", "unevaluatedItems")
+SUBSCHEMA_KEYS = (
+    "items",
+    "not",
+    "additionalProperties",
+    "contains",
+    "propertyNames",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
+    "additionalItems",
+    "contentSchema",
+    "unevaluatedItems",
+)
 MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 
@@ -136,7 +148,9 @@ def test_inlined_metaschema_judges_as_the_original(cls):
     draft the verdict of the original metaschema (both ways, not only through the fallback)."""
     inlined = _inlined_metaschema(cls)
     text = json.dumps(inlined)
-    assert inlined is not cls.META_SCHEMA and '"$dynamicRef": "#meta"' not in text and '"$recursiveRef": "#"' not in text
+    assert (
+        inlined is not cls.META_SCHEMA and '"$dynamicRef": "#meta"' not in text and '"$recursiveRef": "#"' not in text
+    )
     formats = _metaschema_formats(cls)
     ours, theirs = cls(inlined, format_checker=formats), cls(cls.META_SCHEMA, format_checker=formats)
     draft = "draft2020-12" if cls is jsonschema.Draft202012Validator else "draft2019-09"
@@ -145,7 +159,9 @@ def test_inlined_metaschema_judges_as_the_original(cls):
     for _, schema, _ in groups(draft):
         paths: list = []
         places(schema, paths)
-        for candidate in [schema] + [replaced(schema, p, rng.choice(BAD)) for p in rng.sample(paths, min(3, len(paths)))]:
+        for candidate in [schema] + [
+            replaced(schema, p, rng.choice(BAD)) for p in rng.sample(paths, min(3, len(paths)))
+        ]:
             assert ours.is_valid(candidate) == theirs.is_valid(candidate), candidate
             checked += 1
     assert checked > 300

@@ -74,8 +74,13 @@ def expected_texts(k: int, lo: int | None, hi: int | None, zero_fraction: bool, 
 
 
 def check(k: int, lower=None, upper=None, zero_fraction: bool = True, **bounds) -> None:
-    lower_bound, upper_bound = _bounds(bounds.get("minimum"), bounds.get("maximum"),
-                                       bounds.get("exclusive_minimum"), bounds.get("exclusive_maximum"), "")
+    lower_bound, upper_bound = _bounds(
+        bounds.get("minimum"),
+        bounds.get("maximum"),
+        bounds.get("exclusive_minimum"),
+        bounds.get("exclusive_maximum"),
+        "",
+    )
     # a string budget that keeps the zero fractions of every k here (see test_large_k_far_texts)
     dfa = _integer_dfa(lower_bound, upper_bound, k, "", zero_fraction, 100_000)
     lo = None if lower_bound is None else int(lower_bound[0]) + (1 if lower_bound[1] else 0)
@@ -103,8 +108,12 @@ def test_every_k_up_to_2000_with_random_bounds():
     for k in range(1, 2001):
         a, b = sorted(rng.randint(-1_200, 1_200) for _ in range(2))
         kind = rng.randrange(4)
-        bounds = [dict(minimum=a, maximum=b), dict(exclusive_minimum=a, exclusive_maximum=b),
-                  dict(minimum=a), dict(exclusive_maximum=b)][kind]
+        bounds = [
+            dict(minimum=a, maximum=b),
+            dict(exclusive_minimum=a, exclusive_maximum=b),
+            dict(minimum=a),
+            dict(exclusive_maximum=b),
+        ][kind]
         check(k, zero_fraction=rng.random() < 0.5, **bounds)
 
 
@@ -121,16 +130,16 @@ def test_large_k_far_texts():
     """Past MAX_LEN: long multiples (and their neighbours) through the automaton."""
     for k in (65536, 99991, 100000, 1000, 1024):
         dfa = _integer_dfa(None, None, k, "", True, 20_000)
-        for n in (k * 123456789, -k * 98765, k * 2 ** 20 + 1, k * 7 - 1):
+        for n in (k * 123456789, -k * 98765, k * 2**20 + 1, k * 7 - 1):
             assert dfa.accepts(str(n)) == (n % k == 0), (k, n)
         assert not dfa.accepts(f"{k * 3 + 1}.0")
         # zero fractions of an unbounded range need the multiples up to 2**53 (about 16 copies of
         # the remainder automaton): kept within the budget, else left out (narrower, never wider)
         assert dfa.accepts(f"{k * 3}.0") == dfa.accepts("-0.00") == (k not in (65536, 99991)), k
-        assert not dfa.accepts(f"{k * 2 ** 60}.0")  # past 2**53 a float is not exact: no zero fraction
+        assert not dfa.accepts(f"{k * 2**60}.0")  # past 2**53 a float is not exact: no zero fraction
 
 
-@pytest.mark.parametrize("k", [100_003, 2 ** 20, 123_456_789])
+@pytest.mark.parametrize("k", [100_003, 2**20, 123_456_789])
 def test_too_large_k_is_refused_with_a_fix(k):
     with pytest.raises(UnsupportedSchemaError, match="smaller multipleOf") as info:
         integer_expr(multiple_of=k, pointer="#/x")

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import all_strings, bounded_language, ir_accepts
 
-from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.core.errors import GrammarError
+from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.ir import (
     Alt,
     Grammar,
@@ -35,8 +36,6 @@ from pushmask.grammar.passes import (
     nullable_rules,
     remove_unreachable,
 )
-
-from support import all_strings, bounded_language, ir_accepts
 
 GRAMMARS = Path(__file__).parent / "grammars"
 
@@ -321,13 +320,20 @@ def test_normalized_lark_grammar_matches_lark_parser(file, alphabet, max_len):
         assert accepted == (s in ours), f"{s!r}: lark {'accepts' if accepted else 'rejects'}"
 
 
-@pytest.mark.parametrize("file", ["json.gbnf", "llama_json.gbnf", "chess.gbnf", "arithmetic.gbnf", "list.gbnf",
-                                  "parens.ebnf"])
+@pytest.mark.parametrize(
+    "file", ["json.gbnf", "llama_json.gbnf", "chess.gbnf", "arithmetic.gbnf", "list.gbnf", "parens.ebnf"]
+)
 def test_normalize_keeps_language_of_test_grammars(file):
     g = parse_ebnf((GRAMMARS / file).read_text())
     out = normalize(g)
     assert_contract(out)
-    alphabet = {"json.gbnf": '{}[]":,1 a', "llama_json.gbnf": '{}[]":,1 a', "chess.gbnf": "1. e4\n",
-                "arithmetic.gbnf": "a1+=()\n", "list.gbnf": "- a\n", "parens.ebnf": "()[]"}[file]
+    alphabet = {
+        "json.gbnf": '{}[]":,1 a',
+        "llama_json.gbnf": '{}[]":,1 a',
+        "chess.gbnf": "1. e4\n",
+        "arithmetic.gbnf": "a1+=()\n",
+        "list.gbnf": "- a\n",
+        "parens.ebnf": "()[]",
+    }[file]
     max_len = 4 if "json" in file else 5
     assert bounded_language(out, alphabet, max_len) == bounded_language(g, alphabet, max_len)

@@ -19,21 +19,37 @@ import re
 
 import numpy as np
 import pytest
+from rule_dfa_reference import construct_rule_dfa_python
+from support import DATA, REPO, require_shared
 
 from pushmask.automata import dfa as dfa_module
 from pushmask.automata.dfa import RuleDfa, _construct_rule_dfa, _structure_digest, build_rule_dfa, clear_dfa_cache
 from pushmask.automata.dfa_kernels import MAX_SEQUENCES, utf8_sequences
 from pushmask.automata.utf8 import utf8_byte_ranges
-from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.core.errors import LimitExceededError, PushmaskError
-from pushmask.grammar.ir import (EPSILON, NOTHING, Alt, ByteClass, CharClass, CharFsm, Ref, Repeat, Seq, alt, lit, opt,
-                                 ref, rep, seq, star)
+from pushmask.grammar.ebnf import parse_ebnf
+from pushmask.grammar.ir import (
+    EPSILON,
+    NOTHING,
+    Alt,
+    ByteClass,
+    CharClass,
+    CharFsm,
+    Ref,
+    Repeat,
+    Seq,
+    alt,
+    lit,
+    opt,
+    ref,
+    rep,
+    seq,
+    star,
+)
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.passes import normalize
 from pushmask.grammar.regex import parse_regex, regex_to_ir
-from rule_dfa_reference import construct_rule_dfa_python
-from support import DATA, REPO, require_shared
 
 UNBOUNDED = 10**9
 MAX_STATES = 100_000
@@ -51,7 +67,10 @@ def sample_grammars():
         doc = json.loads(path.read_text())
         schema = doc.get("schema", doc) if isinstance(doc, dict) else doc
         try:
-            yield path.name, normalize(json_schema_to_grammar(schema, property_order="any", additional_properties_default=True))
+            yield (
+                path.name,
+                normalize(json_schema_to_grammar(schema, property_order="any", additional_properties_default=True)),
+            )
         except PushmaskError:
             continue  # a schema the front end rejects has no rules to compare
     for path in sorted((REPO / "tests" / "grammars").iterdir()):
@@ -59,7 +78,7 @@ def sample_grammars():
         yield path.name, normalize(parse(path.read_text()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sample_bodies() -> list[tuple[str, object]]:
     """Distinct rule bodies (up to the names they reference) of the sample grammars."""
     seen, out = set(), []
@@ -143,9 +162,13 @@ def test_epsilon_loops():
 
 
 def test_unicode_classes_and_regex_automata():
-    utf8 = (rb"[A-Z]|\xce[\xb1-\xbf]|\xcf[\x80-\x89]|[\xee\xef][\x80-\xbf]{2}|\xf0[\x90-\xbf][\x80-\xbf]{2}"
-            rb"|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}")
-    check_language(CharClass(((0x41, 0x5A), (0x3B1, 0x3C9), (0xE000, 0x10FFFF))), utf8, b"A\xce\xb1\xcf\xee\x80\xf0\x90\xf4\x8f", 4)
+    utf8 = (
+        rb"[A-Z]|\xce[\xb1-\xbf]|\xcf[\x80-\x89]|[\xee\xef][\x80-\xbf]{2}|\xf0[\x90-\xbf][\x80-\xbf]{2}"
+        rb"|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+    )
+    check_language(
+        CharClass(((0x41, 0x5A), (0x3B1, 0x3C9), (0xE000, 0x10FFFF))), utf8, b"A\xce\xb1\xcf\xee\x80\xf0\x90\xf4\x8f", 4
+    )
     grammar = parse_regex(r"[α-ω]{1,2}x|\d+")
     body = grammar.rules[grammar.root]
     dfa = check_language(body, rb"(\xce[\xb1-\xbf]|\xcf[\x80-\x89]){1,2}x|[0-9]+", b"\xce\xb1\xcfx0", 4)
@@ -249,8 +272,16 @@ def shared_bodies():
     tail = Seq((ref("x"), comma))
     pair = Seq((ref("b"), lit("="), ref("a")))
     return [
-        Alt((Seq((lit("a"), tail)), Seq((lit("b"), tail)), tail, Repeat(comma, 1, 1), Repeat(comma, 0, 1),
-             Repeat(tail, 1, 2))),
+        Alt(
+            (
+                Seq((lit("a"), tail)),
+                Seq((lit("b"), tail)),
+                tail,
+                Repeat(comma, 1, 1),
+                Repeat(comma, 0, 1),
+                Repeat(tail, 1, 2),
+            )
+        ),
         Seq((Repeat(pair, 2, 4), lit(";"), pair, Repeat(Alt((ref("c"), pair)), 0, None))),
         Seq((Alt((Repeat(Seq((ref("d"), tail)), 1, 3), ref("c"))), Repeat(tail, 0, 2), tail)),
         Repeat(Alt((pair, Seq((pair, tail)), Repeat(pair, 0, 1))), 1, 3),
@@ -316,8 +347,25 @@ def test_literal_trie_budget():
 def test_utf8_sequences_match_the_python_splitting():
     seqs = np.empty((MAX_SEQUENCES, 9), np.int32)
     stack = np.empty((MAX_SEQUENCES, 2), np.int64)
-    edges = [0, 1, 0x7F, 0x80, 0x7FF, 0x800, 0xFFF, 0x1000, 0xD7FF, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000,
-             0x3FFFF, 0x40000, 0x10FFFF]
+    edges = [
+        0,
+        1,
+        0x7F,
+        0x80,
+        0x7FF,
+        0x800,
+        0xFFF,
+        0x1000,
+        0xD7FF,
+        0xD800,
+        0xDFFF,
+        0xE000,
+        0xFFFF,
+        0x10000,
+        0x3FFFF,
+        0x40000,
+        0x10FFFF,
+    ]
     rng = random.Random(7)
     ranges = [(lo, hi) for lo in edges for hi in edges if lo <= hi]
     ranges += [tuple(sorted((rng.randrange(0x110000), rng.randrange(0x110000)))) for _ in range(2000)]

@@ -24,27 +24,40 @@ from support import (  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.grammar.core.errors import UnsupportedSchemaError  # noqa: E402
-from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 from pushmask.grammar.json_checks import json_key  # noqa: E402
+from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 UNIQUE_STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 UNIQUE_NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
 UNIQUE_ANY = {"type": "array", "uniqueItems": True}
-UNIQUE_NESTED = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True,
-                                                           "items": {"type": "array", "items": {"type": "integer"},
-                                                                     "uniqueItems": True}}}}
+UNIQUE_NESTED = {
+    "type": "object",
+    "properties": {
+        "tags": {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+        }
+    },
+}
 # oneOfs whose overlap no negation can remove (not dependentSchemas, not uniqueItems)
-ONE_OF_REQUIRED = {"type": "object", "oneOf": [{"required": ["a"], "dependentSchemas": {"a": {"required": ["c"]}}},
-                                               {"required": ["b"]}]}
-ONE_OF_IN_ITEMS = {"type": "array", "items": {"oneOf": [{"type": "array", "uniqueItems": True},
-                                                        {"type": "array", "maxItems": 2}]}}
+ONE_OF_REQUIRED = {
+    "type": "object",
+    "oneOf": [{"required": ["a"], "dependentSchemas": {"a": {"required": ["c"]}}}, {"required": ["b"]}],
+}
+ONE_OF_IN_ITEMS = {
+    "type": "array",
+    "items": {"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 2}]},
+}
 ONE_OF_UNIQUE = {"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "items": {"type": "integer"}}]}
 CHECKED = [UNIQUE_STRINGS, UNIQUE_NUMBERS, UNIQUE_ANY, UNIQUE_NESTED, ONE_OF_REQUIRED, ONE_OF_IN_ITEMS, ONE_OF_UNIQUE]
 
 
 def _compile(compiler, schema, **options):
     """Members in any order, so every serialisation of a valid object is in the language."""
-    return compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", additional_properties_default=True, **options))
+    return compiler.compile_ir(
+        json_schema_to_grammar(schema, property_order="any", additional_properties_default=True, **options)
+    )
 
 
 def _random_value(rng: random.Random, depth: int = 0):
@@ -72,7 +85,20 @@ def _random_instance(rng: random.Random, schema):
     if schema is UNIQUE_NUMBERS:
         return [rng.choice([1, 1.0, 2, 0.5, -0.0, 0, 10]) for _ in range(rng.randint(0, 4))]
     if schema is UNIQUE_ANY:
-        pool = [1, 1.0, True, 0, False, None, "a", {"a": 1, "b": [2]}, {"b": [2.0], "a": 1}, [1], [True], _random_value(rng)]
+        pool = [
+            1,
+            1.0,
+            True,
+            0,
+            False,
+            None,
+            "a",
+            {"a": 1, "b": [2]},
+            {"b": [2.0], "a": 1},
+            [1],
+            [True],
+            _random_value(rng),
+        ]
         return [rng.choice(pool) for _ in range(rng.randint(0, 4))]
     if schema is UNIQUE_NESTED:
         return {"tags": [[rng.choice([1, 2]) for _ in range(rng.randint(0, 2))] for _ in range(rng.randint(0, 3))]}
@@ -160,8 +186,31 @@ def test_mask_guided_walks_validate(schema):
 
 # -- brute force over a small vocabulary -------------------------------------------------------
 
-SMALL_VOCAB = ["[", "]", ",", '"', "a", "b", " ", '"a"', '"b"', 'a"', '",', '"]', "{", "}", ":", "1", "2",
-               '"a":', '"b":', '"c":', "}]", ",{", "</s>"]
+SMALL_VOCAB = [
+    "[",
+    "]",
+    ",",
+    '"',
+    "a",
+    "b",
+    " ",
+    '"a"',
+    '"b"',
+    'a"',
+    '",',
+    '"]',
+    "{",
+    "}",
+    ":",
+    "1",
+    "2",
+    '"a":',
+    '"b":',
+    '"c":',
+    "}]",
+    ",{",
+    "</s>",
+]
 STOP = len(SMALL_VOCAB) - 1
 
 
@@ -263,8 +312,7 @@ def test_rollback_fork_and_memoised_masks(small_compiler):
 
 def test_jump_forward_stops_before_a_failing_close(small_compiler):
     """The forced bytes '"' that would close a duplicate item are not proposed."""
-    schema = {"type": "array", "uniqueItems": True,
-              "items": {"anyOf": [{"const": "abcdef"}, {"type": "integer"}]}}
+    schema = {"type": "array", "uniqueItems": True, "items": {"anyOf": [{"const": "abcdef"}, {"type": "integer"}]}}
     compiled = _compile(small_compiler, schema)
     assert compiled.grammar.checks
     matcher = pm.GrammarMatcher(compiled)

@@ -15,17 +15,26 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-base = pytest.importorskip("sglang.srt.constrained.base_grammar_backend",
-                           reason="SGLang is not installed here (make test-sglang runs these tests in .venv-sglang)")
+base = pytest.importorskip(
+    "sglang.srt.constrained.base_grammar_backend",
+    reason="SGLang is not installed here (make test-sglang runs these tests in .venv-sglang)",
+)
 torch = pytest.importorskip("torch")
 jsonschema = pytest.importorskip("jsonschema")
 
-from pushmask.integrations import sglang as pm_sglang  # noqa: E402
 from support import hf_tokenizer  # noqa: E402
 
-SCHEMA = {"type": "object", "properties": {"id": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
-                                           "kind": {"const": "event"}},
-          "required": ["id", "tags", "kind"]}
+from pushmask.integrations import sglang as pm_sglang  # noqa: E402
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "number"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "kind": {"const": "event"},
+    },
+    "required": ["id", "tags", "kind"],
+}
 TEXT = '{"id": 42, "tags": ["a", "bc"], "kind": "event"}'
 
 
@@ -118,8 +127,12 @@ def test_decoding_loop_as_sglang_runs_it(backend, tokenizer):
 
 
 def test_batched_fill_and_invalid_requests(backend, tokenizer):
-    grammars = [_dispatch(backend, "json", json.dumps(SCHEMA)), _dispatch(backend, "regex", r"[0-9]{2,4}"),
-                _dispatch(backend, "ebnf", 'root ::= "yes" | "no"'), _dispatch(backend, "json", "$$ANY$$")]
+    grammars = [
+        _dispatch(backend, "json", json.dumps(SCHEMA)),
+        _dispatch(backend, "regex", r"[0-9]{2,4}"),
+        _dispatch(backend, "ebnf", 'root ::= "yes" | "no"'),
+        _dispatch(backend, "json", "$$ANY$$"),
+    ]
     for grammar, text in zip(grammars, ['{"id": 1', "12", "y", "[1, "]):
         for token in tokenizer.encode(text, add_special_tokens=False):
             grammar.accept_token(token)
@@ -132,7 +145,12 @@ def test_batched_fill_and_invalid_requests(backend, tokenizer):
         grammar.fill_vocab_mask(single, 0)
         assert torch.equal(batched[row], single[0])
     assert bool((batched[3] == -1).all())  # unlisted rows untouched
-    for kind, key in (("json", "{not json"), ("json", '{"type": "nonsense"}'), ("regex", "(ab"), ("ebnf", "root ::= missing_rule")):
+    for kind, key in (
+        ("json", "{not json"),
+        ("json", '{"type": "nonsense"}'),
+        ("regex", "(ab"),
+        ("ebnf", "root ::= missing_rule"),
+    ):
         assert isinstance(_dispatch(backend, kind, key), base.InvalidGrammarObject), key
     assert isinstance(_dispatch(backend, "structural_tag", '{"format": {}}'), base.InvalidGrammarObject)
 
@@ -144,12 +162,16 @@ def test_masks_equal_sglangs_xgrammar_backend(backend, tokenizer):
         from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
     except ImportError as exc:
         pytest.skip(f"SGLang's xgrammar backend does not import here: {exc}")
-    theirs = XGrammarGrammarBackend(tokenizer, vocab_size=len(tokenizer), model_eos_token_ids=[tokenizer.eos_token_id],
-                                    any_whitespace=False)
+    theirs = XGrammarGrammarBackend(
+        tokenizer, vocab_size=len(tokenizer), model_eos_token_ids=[tokenizer.eos_token_id], any_whitespace=False
+    )
     special = [i for i, t in tokenizer.added_tokens_decoder.items() if t.special and i != tokenizer.eos_token_id]
     vocab = len(tokenizer)
-    for kind, key, text in (("json", json.dumps(SCHEMA), TEXT), ("regex", r"(ab|cd)+[0-9]{1,3}", "abcdab12"),
-                            ("ebnf", 'root ::= "say " ("yes" | "no") "!"', "say no!")):
+    for kind, key, text in (
+        ("json", json.dumps(SCHEMA), TEXT),
+        ("regex", r"(ab|cd)+[0-9]{1,3}", "abcdab12"),
+        ("ebnf", 'root ::= "say " ("yes" | "no") "!"', "say no!"),
+    ):
         a, b = _dispatch(backend, kind, key), _dispatch(theirs, kind, key)
         mask_a, mask_b = a.allocate_vocab_mask(vocab, 1, "cpu"), b.allocate_vocab_mask(vocab, 1, "cpu")
         for token in tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]:
@@ -166,9 +188,21 @@ def test_masks_equal_sglangs_xgrammar_backend(backend, tokenizer):
 # -- structural tags, the reasoner wrapper and the token budget ---------------------------------
 
 TOOL = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"]}
-HERMES = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [
-    {"type": "tag", "begin": '<tool_call>{"name": "w", "arguments": ', "content": {"type": "json_schema", "json_schema": TOOL},
-     "end": "}</tool_call>"}]}}
+HERMES = {
+    "type": "structural_tag",
+    "format": {
+        "type": "triggered_tags",
+        "triggers": ["<tool_call>"],
+        "tags": [
+            {
+                "type": "tag",
+                "begin": '<tool_call>{"name": "w", "arguments": ',
+                "content": {"type": "json_schema", "json_schema": TOOL},
+                "end": "}</tool_call>",
+            }
+        ],
+    },
+}
 
 
 def _walk_accepts(grammar, tokenizer, text: str) -> bool:
@@ -188,15 +222,25 @@ def test_structural_tags_are_compiled_by_pushmask(backend, tokenizer):
     its structural tags ignore the whitespace flags and let control characters into strings.)"""
     grammar = _dispatch(backend, "structural_tag", json.dumps(HERMES))
     assert isinstance(grammar, pm_sglang.PushmaskGrammar)
-    assert _walk_accepts(grammar, tokenizer, 'Sure. <tool_call>{"name": "w", "arguments": {"city": "Oslo"}}</tool_call> ok')
+    assert _walk_accepts(
+        grammar, tokenizer, 'Sure. <tool_call>{"name": "w", "arguments": {"city": "Oslo"}}</tool_call> ok'
+    )
     refused = _dispatch(backend, "structural_tag", json.dumps(HERMES))
-    assert not _walk_accepts(refused, tokenizer, '<tool_call>{"name": "w", "arguments": {"city": "Stockholm"}}</tool_call>')
-    legacy = {"structures": [{"begin": '<tool_call>{"name": "w", "arguments": ', "schema": TOOL, "end": "}</tool_call>"}],
-              "triggers": ["<tool_call>"], "at_least_one": True}
+    assert not _walk_accepts(
+        refused, tokenizer, '<tool_call>{"name": "w", "arguments": {"city": "Stockholm"}}</tool_call>'
+    )
+    legacy = {
+        "structures": [{"begin": '<tool_call>{"name": "w", "arguments": ', "schema": TOOL, "end": "}</tool_call>"}],
+        "triggers": ["<tool_call>"],
+        "at_least_one": True,
+    }
     assert not _walk_accepts(_dispatch(backend, "structural_tag", json.dumps(legacy)), tokenizer, "text first")
     # The JSON body follows the backend's layout (compact separators here), as SGLang's flags say.
-    assert not _walk_accepts(_dispatch(backend, "structural_tag", json.dumps(HERMES)), tokenizer,
-                             '<tool_call>{"name": "w", "arguments": {"city":"Rome"}}</tool_call>')
+    assert not _walk_accepts(
+        _dispatch(backend, "structural_tag", json.dumps(HERMES)),
+        tokenizer,
+        '<tool_call>{"name": "w", "arguments": {"city":"Rome"}}</tool_call>',
+    )
 
 
 STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -217,7 +261,7 @@ def _budgeted_walk(grammar, req, tokenizer, thinking: list[int], budget: int, se
         assert len(req.output_ids) < budget, "the budget was exceeded"
         vocab.fill_(-1)  # SGLang resets the rows before a step
         grammar.fill_vocab_mask(vocab, 0)
-        allowed = np.flatnonzero(_allowed(vocab[0])[:len(tokenizer)])
+        allowed = np.flatnonzero(_allowed(vocab[0])[: len(tokenizer)])
         if len(req.output_ids) < len(thinking):
             token = thinking[len(req.output_ids)]
             assert allowed.size == len(tokenizer), "the thinking is free"
@@ -235,8 +279,9 @@ def test_max_new_tokens_reaches_the_matcher(backend, tokenizer):
     ends on the stop token within 10 tokens and the text is complete JSON."""
     for seed in range(4):
         grammar = _dispatch(backend, "json", json.dumps(STRINGS))
-        req = SimpleNamespace(grammar=grammar, output_ids=[],
-                              sampling_params=SimpleNamespace(max_new_tokens=10, custom_params=None))
+        req = SimpleNamespace(
+            grammar=grammar, output_ids=[], sampling_params=SimpleNamespace(max_new_tokens=10, custom_params=None)
+        )
         text = _budgeted_walk(grammar, req, tokenizer, [], 10, seed)
         jsonschema.validate(json.loads(text), STRINGS)
 
@@ -249,19 +294,26 @@ def test_reasoning_is_free_then_the_answer_budgeted_by_what_is_left(tokenizer):
 
     thinking_tokenizer = copy.deepcopy(tokenizer)
     thinking_tokenizer.add_tokens(["<think>", "</think>"])
-    args = SimpleNamespace(constrained_json_disable_any_whitespace=True, constrained_json_max_whitespace_cnt=None,
-                           reasoning_parser="deepseek-r1")
+    args = SimpleNamespace(
+        constrained_json_disable_any_whitespace=True,
+        constrained_json_max_whitespace_cnt=None,
+        reasoning_parser="deepseek-r1",
+    )
     from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBackend, ReasonerGrammarObject
 
-    wrapped = base.GRAMMAR_BACKEND_REGISTRY["pushmask"](args, thinking_tokenizer, len(thinking_tokenizer),
-                                                         {thinking_tokenizer.eos_token_id})
+    wrapped = base.GRAMMAR_BACKEND_REGISTRY["pushmask"](
+        args, thinking_tokenizer, len(thinking_tokenizer), {thinking_tokenizer.eos_token_id}
+    )
     assert isinstance(wrapped, ReasonerGrammarBackend)
     end = thinking_tokenizer.convert_tokens_to_ids("</think>")
     thinking = thinking_tokenizer.encode("I will think it over", add_special_tokens=False) + [end]
     for seed in range(3):
         grammar = wrapped._init_value_dispatch(("json", json.dumps(STRINGS)), True)
         assert isinstance(grammar, ReasonerGrammarObject) and isinstance(grammar.grammar, pm_sglang.PushmaskGrammar)
-        req = SimpleNamespace(grammar=grammar, output_ids=[],
-                              sampling_params=SimpleNamespace(max_new_tokens=len(thinking) + 9, custom_params=None))
+        req = SimpleNamespace(
+            grammar=grammar,
+            output_ids=[],
+            sampling_params=SimpleNamespace(max_new_tokens=len(thinking) + 9, custom_params=None),
+        )
         text = _budgeted_walk(grammar, req, thinking_tokenizer, thinking, len(thinking) + 9, seed)
         jsonschema.validate(json.loads(text), STRINGS)

@@ -18,12 +18,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import pushmask as pm
-
 from support import TOKENIZER_NAMES, decodable_prefix, grammar_compiler, hf_tokenizer
 from support import grammar_file_accepts as oracle_accepts
 from support import grammar_file_prefix_viable as oracle_prefix_viable
+
+import pushmask as pm
 
 GRAMMARS = Path(__file__).parent / "grammars"
 
@@ -88,7 +87,9 @@ def random_walk(name: str, file: str, seed: int, max_tokens: int = 80) -> tuple[
             assert matcher.accept_token(int(allowed_stops[0]))
             return data.decode("utf-8"), True
         if step >= 12:
-            closing = [t for t in text_tokens if len(info.decoded_vocab[t]) <= 2 and set(info.decoded_vocab[t]) <= closers]
+            closing = [
+                t for t in text_tokens if len(info.decoded_vocab[t]) <= 2 and set(info.decoded_vocab[t]) <= closers
+            ]
             text_tokens = closing or text_tokens
         choice = int(rng.choice(text_tokens))
         assert matcher.accept_token(choice)
@@ -147,22 +148,35 @@ def test_tokenized_samples_follow_the_oracle(name, file):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=10,
 )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(value=json_values, indent=st.sampled_from([None, 2]), ensure_ascii=st.booleans(), name=st.sampled_from(TOKENIZER_NAMES))
+@given(
+    value=json_values,
+    indent=st.sampled_from([None, 2]),
+    ensure_ascii=st.booleans(),
+    name=st.sampled_from(TOKENIZER_NAMES),
+)
 def test_serialized_json_is_accepted_token_by_token(value, indent, ensure_ascii, name):
     text = json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
     assert accepts_tokens(name, "json.gbnf", text)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(value=json_values, cut=st.integers(0, 1000), junk=st.sampled_from([",", "]", "}", ":", "x", "'", "01"]),
-       name=st.sampled_from(TOKENIZER_NAMES))
+@given(
+    value=json_values,
+    cut=st.integers(0, 1000),
+    junk=st.sampled_from([",", "]", "}", ":", "x", "'", "01"]),
+    name=st.sampled_from(TOKENIZER_NAMES),
+)
 def test_corrupted_json_is_rejected_exactly_when_json_loads_rejects(value, cut, junk, name):
     text = json.dumps(value)
     position = cut % (len(text) + 1)
@@ -178,8 +192,14 @@ def test_the_fast_json_prefix_oracle_agrees_with_lark():
 
     from support import json_prefix_completes, json_prefix_viable
 
-    texts = ['{"abc": [1, -2.5e+3, true, {"x": "h\\u00e9\\"o\\n", "y": null}], "d": false, "e": {}}',
-             '[[], [1,[2,{}]], "a\\\\b", 0, -0.0E-1]', ' "x" ', "12", "null", '{"k":{"j":[]} }']
+    texts = [
+        '{"abc": [1, -2.5e+3, true, {"x": "h\\u00e9\\"o\\n", "y": null}], "d": false, "e": {}}',
+        '[[], [1,[2,{}]], "a\\\\b", 0, -0.0E-1]',
+        ' "x" ',
+        "12",
+        "null",
+        '{"k":{"j":[]} }',
+    ]
     for text in texts:
         assert all(json_prefix_completes(text[:i]) for i in range(len(text) + 1)), text
     rng = random.Random(5)
@@ -187,7 +207,7 @@ def test_the_fast_json_prefix_oracle_agrees_with_lark():
     for _ in range(600):
         text = rng.choice(texts)
         at = rng.randrange(len(text))
-        mutated = (text[:at] + rng.choice('{}[],:"0-.etrunl\\ x') + text[at + 1:])[: rng.randint(at, len(text))]
+        mutated = (text[:at] + rng.choice('{}[],:"0-.etrunl\\ x') + text[at + 1 :])[: rng.randint(at, len(text))]
         verdict = json_prefix_completes(mutated)
         assert verdict == json_prefix_viable(mutated), mutated
         verdicts.add(verdict)

@@ -11,8 +11,15 @@ import pytest
 from pushmask.integrations.streaming import _closed_members, _member_schema, partial_json
 
 DOCUMENTS = [
-    {"name": "Felicia \"Fee\" O'Neil", "age": 3, "tags": ["a", "b\\c", "é"], "pet": {"kind": "cat", "lives": 9.5},
-     "ok": True, "none": None, "n": -12e-3},
+    {
+        "name": 'Felicia "Fee" O\'Neil',
+        "age": 3,
+        "tags": ["a", "b\\c", "é"],
+        "pet": {"kind": "cat", "lives": 9.5},
+        "ok": True,
+        "none": None,
+        "n": -12e-3,
+    },
     [1, [2, [3, {"x": []}]], "", {}, False],
     "just a string",
     12345,
@@ -56,8 +63,13 @@ def test_every_prefix_shows_only_final_values(indent):
 
 
 def test_member_schemas():
-    schema = {"properties": {"a": {"type": "integer"}}, "patternProperties": {"^x": {"type": "string"}},
-              "additionalProperties": False, "prefixItems": [{"const": 1}], "items": {"type": "null"}}
+    schema = {
+        "properties": {"a": {"type": "integer"}},
+        "patternProperties": {"^x": {"type": "string"}},
+        "additionalProperties": False,
+        "prefixItems": [{"const": 1}],
+        "items": {"type": "null"},
+    }
     assert _member_schema(schema, "a") == {"type": "integer"}
     assert _member_schema(schema, "xy") == {"allOf": [{"type": "string"}]}
     assert _member_schema(schema, "b") is False

@@ -23,8 +23,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    DATA, DRAFTS, accepts_text, compile_with_timeout, grammar_compiler, groups, json_prefix_completes, mask_walk,
-    require_shared, retrieve, short_structural_tokens,
+    DATA,
+    DRAFTS,
+    accepts_text,
+    compile_with_timeout,
+    grammar_compiler,
+    groups,
+    json_prefix_completes,
+    mask_walk,
+    require_shared,
+    retrieve,
+    short_structural_tokens,
 )
 
 from pushmask.grammar.core.errors import UnsupportedSchemaError  # noqa: E402
@@ -35,8 +44,7 @@ MASKBENCH = DATA / "maskbench-dev"
 
 def compile_default(schema, **options):
     """compile_json_schema's defaults (strict mode, definition order, flexible whitespace)."""
-    return grammar_compiler("llama3").compile_ir(
-        json_schema_to_grammar(schema, retrieve=retrieve, **options))
+    return grammar_compiler("llama3").compile_ir(json_schema_to_grammar(schema, retrieve=retrieve, **options))
 
 
 def suite_validator(schema):
@@ -53,29 +61,66 @@ def suite_validator(schema):
 # (schema, instances jsonschema rejects, instances it accepts that strict mode keeps)
 NEGATIVE_POSITIONS = {
     "if-condition": (
-        {"type": "object", "additionalProperties": True, "properties": {"kind": {"enum": ["static", "dynamic"]}},
-         "allOf": [{"if": {"properties": {"kind": {"const": "static"}}},
-                    "then": {"properties": {"routing": {"enum": ["react", "none"]}}}}]},
-        [{"kind": "static", "extra": 1, "routing": "bogus"}], [{"kind": "dynamic", "extra": 1}]),
+        {
+            "type": "object",
+            "additionalProperties": True,
+            "properties": {"kind": {"enum": ["static", "dynamic"]}},
+            "allOf": [
+                {
+                    "if": {"properties": {"kind": {"const": "static"}}},
+                    "then": {"properties": {"routing": {"enum": ["react", "none"]}}},
+                }
+            ],
+        },
+        [{"kind": "static", "extra": 1, "routing": "bogus"}],
+        [{"kind": "dynamic", "extra": 1}],
+    ),
     "not": (
-        {"type": "object", "additionalProperties": True, "properties": {"p": {}},
-         "not": {"properties": {"a": {"const": 1}}}},
-        [{"a": 1, "b": 2}, {"a": 1}], [{"a": 2, "b": 2}]),
+        {
+            "type": "object",
+            "additionalProperties": True,
+            "properties": {"p": {}},
+            "not": {"properties": {"a": {"const": 1}}},
+        },
+        [{"a": 1, "b": 2}, {"a": 1}],
+        [{"a": 2, "b": 2}],
+    ),
     "contains-maxContains": (
         {"type": "array", "contains": {"properties": {"a": {"const": 1}}, "required": ["a"]}, "maxContains": 1},
-        [[{"a": 1, "b": 2}, {"a": 1}]], [[{"a": 1}, {"a": 2}]]),
+        [[{"a": 1, "b": 2}, {"a": 1}]],
+        [[{"a": 1}, {"a": 2}]],
+    ),
     "ref-from-not": (  # one $def in both polarities: closed under p, the spec's inside `not`
-        {"$defs": {"A": {"properties": {"a": {"const": 1}}}}, "type": "object", "additionalProperties": True,
-         "properties": {"p": {"$ref": "#/$defs/A"}}, "not": {"$ref": "#/$defs/A"}},
-        [{"a": 1, "b": 2, "p": {"a": 1}}], [{"a": 2, "p": {"a": 1}}]),
+        {
+            "$defs": {"A": {"properties": {"a": {"const": 1}}}},
+            "type": "object",
+            "additionalProperties": True,
+            "properties": {"p": {"$ref": "#/$defs/A"}},
+            "not": {"$ref": "#/$defs/A"},
+        },
+        [{"a": 1, "b": 2, "p": {"a": 1}}],
+        [{"a": 2, "p": {"a": 1}}],
+    ),
     "oneOf-others-fail": (  # B' alone matches closed, but A matches too as the spec reads it
-        {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-                   {"type": "object", "required": ["b"], "properties": {"a": {}, "b": {}}}]},
-        [{"a": 1, "b": 2}], [{"b": 2}, {"a": 1}]),
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"type": "object", "required": ["b"], "properties": {"a": {}, "b": {}}},
+            ]
+        },
+        [{"a": 1, "b": 2}],
+        [{"b": 2}, {"a": 1}],
+    ),
     "oneOf-issue": (  # every closed branch matches both spec branches: the spec language, warned
-        {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
-                   {"type": "object", "properties": {"b": {"type": "integer"}}}]},
-        [{"a": 1}, {}], [{"a": "x"}]),
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}},
+                {"type": "object", "properties": {"b": {"type": "integer"}}},
+            ]
+        },
+        [{"a": 1}, {}],
+        [{"a": "x"}],
+    ),
 }
 
 
@@ -104,10 +149,13 @@ def test_positive_positions_stay_closed():
     assert not accepts_text(compiled, json.dumps({"a": 1, "c": 3}))  # valid by the spec, closed out
 
 
-@pytest.mark.parametrize("draft,file,description", [
-    ("draft2020-12", "unevaluatedItems.json", "unevaluatedItems with if/then/else"),
-    ("draft2020-12", "unevaluatedProperties.json", "dynamic evalation inside nested refs"),
-])
+@pytest.mark.parametrize(
+    "draft,file,description",
+    [
+        ("draft2020-12", "unevaluatedItems.json", "unevaluatedItems with if/then/else"),
+        ("draft2020-12", "unevaluatedProperties.json", "dynamic evalation inside nested refs"),
+    ],
+)
 def test_suite_groups_strict_mode_accepted_wrongly(draft, file, description):
     path = require_shared(DATA / "json-schema-test-suite" / "tests" / draft / file)
     group = next(g for g in json.loads(path.read_text()) if g["description"] == description)
@@ -125,11 +173,14 @@ def test_suite_groups_strict_mode_accepted_wrongly(draft, file, description):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schema,valid", [
-    ({"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}, {"a": 1, "b": 2}),
-    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"]}, {"b": 1}),
-    ({"type": "array", "prefixItems": [{"type": "integer"}], "minItems": 2}, [1, 2]),
-])
+@pytest.mark.parametrize(
+    "schema,valid",
+    [
+        ({"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 2}, {"a": 1, "b": 2}),
+        ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["b"]}, {"b": 1}),
+        ({"type": "array", "prefixItems": [{"type": "integer"}], "minItems": 2}, [1, 2]),
+    ],
+)
 def test_strict_mode_keeps_satisfiable_schemas_compiling(schema, valid):
     with pytest.warns(UserWarning, match="strict mode leaves the object schema"):
         compiled = compile_default(schema)
@@ -166,8 +217,11 @@ COMPILE_SECONDS = 20
 def dev_cases(count: int | None, seed: int = SAMPLE_SEED, max_bytes: int | None = None):
     """(name, schema, tests) for `count` seeded MaskBench-dev files (None: all), of at most
     `max_bytes` each if given (small schemas keep the walks' mask work short)."""
-    files = sorted(p for p in require_shared(MASKBENCH).iterdir() if p.is_file()
-                   and (max_bytes is None or p.stat().st_size <= max_bytes))
+    files = sorted(
+        p
+        for p in require_shared(MASKBENCH).iterdir()
+        if p.is_file() and (max_bytes is None or p.stat().st_size <= max_bytes)
+    )
     if count is not None:
         files = random.Random(seed).sample(files, count)
     for path in files:
@@ -216,8 +270,16 @@ def check_case(name, schema, tests, walks: int, rng, counts: dict) -> list[str]:
 
 
 def new_counts() -> dict:
-    return {"schemas": 0, "compiled": 0, "unsupported": 0, "timeout": 0, "oracle_disagrees": 0, "invalid_tests": 0,
-            "walks": 0, "outputs": 0}
+    return {
+        "schemas": 0,
+        "compiled": 0,
+        "unsupported": 0,
+        "timeout": 0,
+        "oracle_disagrees": 0,
+        "invalid_tests": 0,
+        "walks": 0,
+        "outputs": 0,
+    }
 
 
 @pytest.mark.slow

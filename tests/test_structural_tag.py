@@ -15,18 +15,43 @@ import random
 import jsonschema
 import numpy as np
 import pytest
+from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
 
 import pushmask as pm
 from pushmask.grammar.core.errors import GrammarError
 
-from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
-
-regex = pytest.importorskip("regex", reason="the oracle uses the regex package's partial matching (transformers needs it)")
+regex = pytest.importorskip(
+    "regex", reason="the oracle uses the regex package's partial matching (transformers needs it)"
+)
 
 # A small raw vocabulary: text pieces, two special tokens used as terminals, a stop token, and
 # ordinary tokens holding the byte 0xFF (which spells token terminals inside the automaton).
-TEXT_TOKENS = ["a", "b", "ab", " ", "{", "}", "x", "y", "<", "f", "=", ">", "</", "/", "0", "1", "01",
-               "<f=", "<f=a>", "</f>", ",", "f=b>", "a<", "b<f"]
+TEXT_TOKENS = [
+    "a",
+    "b",
+    "ab",
+    " ",
+    "{",
+    "}",
+    "x",
+    "y",
+    "<",
+    "f",
+    "=",
+    ">",
+    "</",
+    "/",
+    "0",
+    "1",
+    "01",
+    "<f=",
+    "<f=a>",
+    "</f>",
+    ",",
+    "f=b>",
+    "a<",
+    "b<f",
+]
 SPECIAL = {"<|python_tag|>": len(TEXT_TOKENS), "<tool>": len(TEXT_TOKENS) + 1}
 STOP = len(TEXT_TOKENS) + 2
 FF_TOKENS = [b"\xff", b"a\xff"]
@@ -35,8 +60,13 @@ PRIVATE = {SPECIAL["<|python_tag|>"]: "\ue000", SPECIAL["<tool>"]: "\ue001"}
 
 def small_info() -> pm.TokenizerInfo:
     vocab = [t.encode() for t in TEXT_TOKENS] + [None, None, None] + FF_TOKENS
-    return pm.TokenizerInfo(vocab, vocab_type="raw", stop_token_ids=[STOP],
-                            special_token_ids=list(SPECIAL.values()), special_token_texts=SPECIAL)
+    return pm.TokenizerInfo(
+        vocab,
+        vocab_type="raw",
+        stop_token_ids=[STOP],
+        special_token_ids=list(SPECIAL.values()),
+        special_token_texts=SPECIAL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -164,46 +194,82 @@ TAGS = [
 ]
 
 
-@pytest.mark.parametrize("at_least_one, stop_after_first, pattern", [
-    (False, False, f"{TEXT}(?:{TAG}{TEXT})*"),
-    (True, False, f"{TAG}{TEXT}(?:{TAG}{TEXT})*"),
-    (False, True, f"{TEXT}{TAG}?"),
-    (True, True, TAG),
-])
+@pytest.mark.parametrize(
+    "at_least_one, stop_after_first, pattern",
+    [
+        (False, False, f"{TEXT}(?:{TAG}{TEXT})*"),
+        (True, False, f"{TAG}{TEXT}(?:{TAG}{TEXT})*"),
+        (False, True, f"{TEXT}{TAG}?"),
+        (True, True, TAG),
+    ],
+)
 def test_triggered_tags_are_exact(small_compiler, at_least_one, stop_after_first, pattern):
-    tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<f="], "tags": TAGS,
-                                                 "at_least_one": at_least_one,
-                                                 "stop_after_first": stop_after_first}}
+    tag = {
+        "type": "structural_tag",
+        "format": {
+            "type": "triggered_tags",
+            "triggers": ["<f="],
+            "tags": TAGS,
+            "at_least_one": at_least_one,
+            "stop_after_first": stop_after_first,
+        },
+    }
     compiled = small_compiler.compile_structural_tag(tag)
     assert check_walks(compiled, pattern, walks=20, steps=16, seed=int(at_least_one) * 2 + stop_after_first) >= 60
 
 
 def test_tags_with_separator_token_tags_and_any_text_are_exact(small_compiler):
-    fmt = {"type": "sequence", "elements": [
-        {"type": "tags_with_separator", "tags": TAGS, "separator": ","},
-        {"type": "tag", "begin": {"type": "token", "token": "<tool>"}, "content": {"type": "any_text"}, "end": "</f>"},
-        {"type": "or", "elements": [{"type": "token", "token": SPECIAL["<|python_tag|>"]},
-                                    {"type": "const_string", "value": "y"}]},
-    ]}
+    fmt = {
+        "type": "sequence",
+        "elements": [
+            {"type": "tags_with_separator", "tags": TAGS, "separator": ","},
+            {
+                "type": "tag",
+                "begin": {"type": "token", "token": "<tool>"},
+                "content": {"type": "any_text"},
+                "end": "</f>",
+            },
+            {
+                "type": "or",
+                "elements": [
+                    {"type": "token", "token": SPECIAL["<|python_tag|>"]},
+                    {"type": "const_string", "value": "y"},
+                ],
+            },
+        ],
+    }
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
     pattern = rf"(?:{TAG}(?:,{TAG})*)?\ue001(?:[^<\ue000\ue001]|<(?!/f>))*</f>(?:\ue000|y)"
     assert check_walks(compiled, pattern, walks=20, steps=16) >= 60
 
 
 FREE = r"[^\ue000\ue001]*"  # free text: any text (special tokens are not text)
-TOOL_TAG = {"type": "tag", "begin": {"type": "token", "token": "<tool>"},
-            "content": {"type": "regex", "pattern": "[01]+"}, "end": "</f>"}
+TOOL_TAG = {
+    "type": "tag",
+    "begin": {"type": "token", "token": "<tool>"},
+    "content": {"type": "regex", "pattern": "[01]+"},
+    "end": "</f>",
+}
 
 
-@pytest.mark.parametrize("at_least_one, stop_after_first, pattern", [
-    (False, False, rf"{TEXT}(?:\ue001[01]+</f>{TEXT})*"),
-    (True, False, rf"\ue001[01]+</f>{TEXT}(?:\ue001[01]+</f>{TEXT})*"),
-    (False, True, rf"{TEXT}(?:\ue001[01]+</f>)?"),
-])
+@pytest.mark.parametrize(
+    "at_least_one, stop_after_first, pattern",
+    [
+        (False, False, rf"{TEXT}(?:\ue001[01]+</f>{TEXT})*"),
+        (True, False, rf"\ue001[01]+</f>{TEXT}(?:\ue001[01]+</f>{TEXT})*"),
+        (False, True, rf"{TEXT}(?:\ue001[01]+</f>)?"),
+    ],
+)
 def test_token_triggered_tags_are_exact(small_compiler, at_least_one, stop_after_first, pattern):
     """Tags that begin with a trigger token; the excluded token's text ("<f=") is no free text."""
-    fmt = {"type": "token_triggered_tags", "trigger_tokens": [SPECIAL["<tool>"]], "tags": [TOOL_TAG],
-           "exclude_tokens": ["<f="], "at_least_one": at_least_one, "stop_after_first": stop_after_first}
+    fmt = {
+        "type": "token_triggered_tags",
+        "trigger_tokens": [SPECIAL["<tool>"]],
+        "tags": [TOOL_TAG],
+        "exclude_tokens": ["<f="],
+        "at_least_one": at_least_one,
+        "stop_after_first": stop_after_first,
+    }
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
     assert set(compiled.token_terminals) == {SPECIAL["<tool>"]}
     assert check_walks(compiled, pattern, walks=15, steps=14, seed=int(at_least_one) * 2 + stop_after_first) >= 40
@@ -217,9 +283,14 @@ def test_dispatch_and_token_dispatch_are_exact(small_compiler, loop):
     pattern = rf"{text}(?:<f=a>[01]+</f>{text})*" if loop else rf"{text}(?:<f=a>[01]+</f>)?"
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
     assert check_walks(compiled, pattern, walks=15, steps=14, seed=loop) >= 40
-    fmt = {"type": "token_dispatch", "loop": loop, "rules": [
-        ["<tool>", {"type": "const_string", "value": "x"}],
-        [SPECIAL["<|python_tag|>"], {"type": "regex", "pattern": "[ab]+;"}]]}
+    fmt = {
+        "type": "token_dispatch",
+        "loop": loop,
+        "rules": [
+            ["<tool>", {"type": "const_string", "value": "x"}],
+            [SPECIAL["<|python_tag|>"], {"type": "regex", "pattern": "[ab]+;"}],
+        ],
+    }
     branch = r"(?:\ue001x|\ue000[ab]+;)"
     pattern = rf"{FREE}(?:{branch}{FREE})*" if loop else rf"{FREE}{branch}?"
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
@@ -230,7 +301,9 @@ def region_oracle(region: str, after: str, piece: str, end: str) -> bool:
     """Once a region's tokens are spent with `region` its text then: `piece` (after the text
     `after` that followed) is allowed iff the region ends at some point of that text and `end`
     (the rest of the format) continues from there -- the region's text never grows."""
-    return any(end.startswith(region[cut:] + after + piece) for cut in range(len(region) + 1) if "</f>" not in region[:cut])
+    return any(
+        end.startswith(region[cut:] + after + piece) for cut in range(len(region) + 1) if "</f>" not in region[:cut]
+    )
 
 
 @pytest.mark.parametrize("limit", [0, 1, 4])
@@ -239,10 +312,18 @@ def test_any_text_max_tokens_closes_the_region_after_its_tokens(small_compiler, 
     in the region the mask is the language's (the regex oracle); after them, only what ends the
     region where it is (region_oracle); every walk finishes, and counted by the oracle (tokens
     that start before the region's end tag) the region never gets more than N."""
-    fmt = {"type": "sequence", "elements": [
-        {"type": "tag", "begin": {"type": "token", "token": "<tool>"},
-         "content": {"type": "any_text", "max_tokens": limit}, "end": "</f>"},
-        {"type": "const_string", "value": "y"}]}
+    fmt = {
+        "type": "sequence",
+        "elements": [
+            {
+                "type": "tag",
+                "begin": {"type": "token", "token": "<tool>"},
+                "content": {"type": "any_text", "max_tokens": limit},
+                "end": "</f>",
+            },
+            {"type": "const_string", "value": "y"},
+        ],
+    }
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
     oracle = regex.compile(r"\ue001(?:[^<\ue000\ue001]|<(?!/f>))*</f>y")
     info = compiled.tokenizer_info
@@ -281,8 +362,21 @@ def test_any_text_max_tokens_closes_the_region_after_its_tokens(small_compiler, 
 def test_legacy_forms_match_the_new_one(small_compiler):
     schema = {"type": "integer"}
     legacy = {"structures": [{"begin": "<f=a>", "schema": schema, "end": "</f>"}], "triggers": ["<f="]}
-    new = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<f="], "tags": [
-        {"type": "tag", "begin": "<f=a>", "content": {"type": "json_schema", "json_schema": schema}, "end": "</f>"}]}}
+    new = {
+        "type": "structural_tag",
+        "format": {
+            "type": "triggered_tags",
+            "triggers": ["<f="],
+            "tags": [
+                {
+                    "type": "tag",
+                    "begin": "<f=a>",
+                    "content": {"type": "json_schema", "json_schema": schema},
+                    "end": "</f>",
+                }
+            ],
+        },
+    }
     for form in (legacy, json.dumps(legacy), new, json.dumps(new)):
         compiled = small_compiler.compile_structural_tag(form)
         assert check_walks(compiled, rf"{TEXT}(?:<f=a>[ ]*(?:0|1(?:[01])*)[ ]*</f>{TEXT})*", walks=6) >= 20
@@ -297,9 +391,20 @@ def test_unsupported_and_malformed_formats_raise_clear_errors(small_compiler):
     with pytest.raises(GrammarError, match="max_tokens"):
         compile_format({"type": "any_text", "max_tokens": -1})
     with pytest.raises(GrammarError, match="not one of the trigger_tokens"):
-        compile_format({"type": "token_triggered_tags", "trigger_tokens": ["<tool>"], "tags": [
-            {"type": "tag", "begin": {"type": "token", "token": "<|python_tag|>"}, "content": {"type": "any_text"},
-             "end": "x"}]})
+        compile_format(
+            {
+                "type": "token_triggered_tags",
+                "trigger_tokens": ["<tool>"],
+                "tags": [
+                    {
+                        "type": "tag",
+                        "begin": {"type": "token", "token": "<|python_tag|>"},
+                        "content": {"type": "any_text"},
+                        "end": "x",
+                    }
+                ],
+            }
+        )
     with pytest.raises(GrammarError, match="begin with a token"):
         compile_format({"type": "token_triggered_tags", "trigger_tokens": ["<tool>"], "tags": TAGS})
     with pytest.raises(GrammarError, match="no single token"):
@@ -315,18 +420,29 @@ def test_unsupported_and_malformed_formats_raise_clear_errors(small_compiler):
 # -- real vocabulary: several tools, hermes style (what vLLM's hermes parser sends) -------------
 
 TOOLS = {
-    "get_weather": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                                      "unit": {"enum": ["c", "f"]}},
-                    "required": ["city"]},
-    "add": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}},
-            "required": ["a", "b"]},
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"],
+    },
+    "add": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}},
+        "required": ["a", "b"],
+    },
 }
 
 
 def hermes_tag(required: bool) -> dict:
-    tags = [{"type": "tag", "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
-             "content": {"type": "json_schema", "json_schema": schema}, "end": "}\n</tool_call>"}
-            for name, schema in TOOLS.items()]
+    tags = [
+        {
+            "type": "tag",
+            "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+            "content": {"type": "json_schema", "json_schema": schema},
+            "end": "}\n</tool_call>",
+        }
+        for name, schema in TOOLS.items()
+    ]
     if required:
         fmt = {"type": "tags_with_separator", "tags": tags, "separator": "", "at_least_one": True}
     else:
@@ -387,7 +503,7 @@ def calls_prefix_viable(text: str) -> bool:
             return True
         if not last.startswith(begin):
             continue
-        rest = last[len(begin):]
+        rest = last[len(begin) :]
         if json_prefix_viable(rest):
             return True
         for cut in range(1, len(rest)):
@@ -405,12 +521,12 @@ CANDIDATES = [
     call("get_weather", {"city": "Paris"}),
     "Let me check. " + call("get_weather", {"city": "Oslo", "unit": "c"}) + " and " + call("add", {"a": -3, "b": 4}),
     call("add", {"a": 1, "b": 2}) + call("get_weather", {"city": "Rome"}),
-    call("add", {"a": 1, "b": -2}),                       # minimum broken
-    call("add", {"a": 1}),                                # required missing
-    call("add", {"a": 1, "b": 2, "c": 3}),                # extra member (strict, as xgrammar)
-    call("get_weather", {"city": "x" * 21}),              # maxLength broken
+    call("add", {"a": 1, "b": -2}),  # minimum broken
+    call("add", {"a": 1}),  # required missing
+    call("add", {"a": 1, "b": 2, "c": 3}),  # extra member (strict, as xgrammar)
+    call("get_weather", {"city": "x" * 21}),  # maxLength broken
     call("get_weather", {"city": "Paris", "unit": "k"}),  # enum broken
-    call("mul", {"a": 1, "b": 2}),                        # no such tool
+    call("mul", {"a": 1, "b": 2}),  # no such tool
     "just text, no call",
     "text <tool_call> broken",
 ]
@@ -472,11 +588,15 @@ def test_exclude_token_is_any_one_token_but_the_excluded_ones(small_compiler):
     (text, special, even one holding the reserved byte) but <tool>, "b" and "ab"; then one token
     but nothing excluded, then "}".  Stop tokens are never the class (they end the output)."""
     ids = {text: i for i, text in enumerate(TEXT_TOKENS)}
-    fmt = {"type": "sequence", "elements": [
-        {"type": "const_string", "value": "a"},
-        {"type": "exclude_token", "exclude_tokens": ["<tool>", ids["b"], "ab"]},
-        {"type": "exclude_token", "exclude_tokens": []},
-        {"type": "const_string", "value": "}"}]}
+    fmt = {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "a"},
+            {"type": "exclude_token", "exclude_tokens": ["<tool>", ids["b"], "ab"]},
+            {"type": "exclude_token", "exclude_tokens": []},
+            {"type": "const_string", "value": "}"},
+        ],
+    }
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
     vocab = set(range(compiled.tokenizer_info.vocab_size)) - {STOP}
     steps = [{ids["a"]}, vocab - {SPECIAL["<tool>"], ids["b"], ids["ab"]}, vocab, {ids["}"]}, {STOP}]
@@ -495,10 +615,19 @@ def test_exclude_token_is_any_one_token_but_the_excluded_ones(small_compiler):
 def test_exclude_token_beside_text_takes_either(small_compiler):
     """A class open beside text: the class's tokens and the text's tokens are both allowed, and
     each walk ends in the language (one token of the class, or "x" then "y")."""
-    fmt = {"type": "sequence", "elements": [
-        {"type": "or", "elements": [{"type": "exclude_token", "exclude_tokens": ["x", "<|python_tag|>"]},
-                                    {"type": "const_string", "value": "xy"}]},
-        {"type": "const_string", "value": "}"}]}
+    fmt = {
+        "type": "sequence",
+        "elements": [
+            {
+                "type": "or",
+                "elements": [
+                    {"type": "exclude_token", "exclude_tokens": ["x", "<|python_tag|>"]},
+                    {"type": "const_string", "value": "xy"},
+                ],
+            },
+            {"type": "const_string", "value": "}"},
+        ],
+    }
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
     matcher = pm.GrammarMatcher(compiled)
     allowed = set(np.flatnonzero(matcher.get_next_token_mask()).tolist())
@@ -515,11 +644,23 @@ def test_exclude_token_in_a_tag_leaves_out_the_tags_end_token(small_compiler):
     """As in XGrammar, an exclude_token that is a tag's content, the tag's end a token, never
     takes that token."""
     tool, python_tag = SPECIAL["<tool>"], SPECIAL["<|python_tag|>"]
-    fmt = {"type": "sequence", "elements": [{"type": "const_string", "value": "<f="}, {"type": "star", "content": {
-        "type": "tag", "begin": "", "end": {"type": "token", "token": "<tool>"},
-        "content": {"type": "exclude_token", "exclude_tokens": ["<|python_tag|>"]}}}]}
+    fmt = {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "<f="},
+            {
+                "type": "star",
+                "content": {
+                    "type": "tag",
+                    "begin": "",
+                    "end": {"type": "token", "token": "<tool>"},
+                    "content": {"type": "exclude_token", "exclude_tokens": ["<|python_tag|>"]},
+                },
+            },
+        ],
+    }
     compiled = small_compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
-    (_, words), = compiled.token_classes.values()  # the class itself holds neither token
+    ((_, words),) = compiled.token_classes.values()  # the class itself holds neither token
     assert not words[tool >> 5] >> (tool & 31) & 1 and not words[python_tag >> 5] >> (python_tag & 31) & 1
     matcher = pm.GrammarMatcher(compiled)
     assert matcher.accept_string("<f=")

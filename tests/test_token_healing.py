@@ -21,8 +21,12 @@ from pushmask.masks.healing import fill_healing_mask  # noqa: E402
 jsonschema = pytest.importorskip("jsonschema")
 torch = pytest.importorskip("torch")
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
-          "required": ["name", "age"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 
 
 def _brute_force(compiled, removed: bytes, max_tokens=None) -> np.ndarray:
@@ -34,7 +38,7 @@ def _brute_force(compiled, removed: bytes, max_tokens=None) -> np.ndarray:
     for t, spelled in enumerate(info.decoded_vocab):
         if t in info.stop_token_ids or not spelled.startswith(removed):
             continue
-        rest = spelled[len(removed):]
+        rest = spelled[len(removed) :]
         if not rest:
             allowed[t] = True
         elif matcher.accept_string(rest):
@@ -46,8 +50,12 @@ def _brute_force(compiled, removed: bytes, max_tokens=None) -> np.ndarray:
 @pytest.mark.parametrize("name", TOKENIZER_NAMES)
 def test_healing_mask_equals_brute_force(name):
     compiler = grammar_compiler(name)
-    cases = [(compiler.compile_json_schema(PERSON), b" ", None), (compiler.compile_json_schema(PERSON), b":", 40),
-             (compiler.compile_regex(r"[a-z]+ing"), b"h", None), (compiler.compile_regex(r'"[a-z ]+"'), b'"', None)]
+    cases = [
+        (compiler.compile_json_schema(PERSON), b" ", None),
+        (compiler.compile_json_schema(PERSON), b":", 40),
+        (compiler.compile_regex(r"[a-z]+ing"), b"h", None),
+        (compiler.compile_regex(r'"[a-z ]+"'), b'"', None),
+    ]
     for compiled, removed, budget in cases:
         matcher = pm.GrammarMatcher(compiled, max_tokens=budget)
         words = np.zeros((matcher.vocab_size + 31) // 32, dtype=np.int32)
@@ -77,12 +85,20 @@ def test_generate_with_token_healing_stays_in_the_schema(model, tok, sample):
     for prompt in PROMPTS:
         ids = tok.encode(prompt, add_special_tokens=False)
         removed = tok.convert_tokens_to_string([tok.convert_ids_to_tokens(ids[-1])])
-        result = pm.generate(model, tok, prompt, schema=PERSON, max_new_tokens=48, chat_template=False,
-                             token_healing=True, do_sample=sample)
+        result = pm.generate(
+            model,
+            tok,
+            prompt,
+            schema=PERSON,
+            max_new_tokens=48,
+            chat_template=False,
+            token_healing=True,
+            do_sample=sample,
+        )
         assert result.healed_prefix == removed
         assert result.text.startswith(removed), (prompt, result.text)
         assert result.complete
-        value = json.loads(result.text[len(removed):])
+        value = json.loads(result.text[len(removed) :])
         jsonschema.validate(value, PERSON)
         assert value == result.value
         first = tok.decode([result.token_ids[0]])
@@ -93,11 +109,12 @@ def test_generate_with_token_healing_and_a_lark_grammar(model, tok):
     text = (Path(__file__).parent / "grammars" / "arithmetic.lark").read_text()
     parser = lark_file_parser("arithmetic.lark")
     for prompt in ("Compute 1 +", "Result = ", "x ="):
-        result = pm.generate(model, tok, prompt, grammar=text, max_new_tokens=24, chat_template=False,
-                             token_healing=True, do_sample=True)
+        result = pm.generate(
+            model, tok, prompt, grammar=text, max_new_tokens=24, chat_template=False, token_healing=True, do_sample=True
+        )
         assert result.text.startswith(result.healed_prefix) and result.healed_prefix
         if result.complete:
-            parser.parse(result.text[len(result.healed_prefix):])
+            parser.parse(result.text[len(result.healed_prefix) :])
 
 
 def test_processor_heals_a_batch(model, tok):
@@ -109,15 +126,22 @@ def test_processor_heals_a_batch(model, tok):
     prompts = ["Person: {", "A person: "]
     batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left")  # rows end with their text
     healed = processor.heal_prompt(batch["input_ids"])
-    out = model.generate(input_ids=healed, attention_mask=batch["attention_mask"][:, :-1], logits_processor=[processor],
-                         max_new_tokens=48, do_sample=True, pad_token_id=eos, eos_token_id=eos)
+    out = model.generate(
+        input_ids=healed,
+        attention_mask=batch["attention_mask"][:, :-1],
+        logits_processor=[processor],
+        max_new_tokens=48,
+        do_sample=True,
+        pad_token_id=eos,
+        eos_token_id=eos,
+    )
     for row in range(len(prompts)):
         removed = processor.healed_bytes(row)
         assert removed == compiled.tokenizer_info.decoded_vocab[int(batch["input_ids"][row, -1])]
-        generated = [t for t in out[row, healed.shape[1]:].tolist() if t != eos]
+        generated = [t for t in out[row, healed.shape[1] :].tolist() if t != eos]
         data = compiled.tokenizer_info.decode_tokens(generated)
         assert data.startswith(removed)
-        jsonschema.validate(json.loads(data[len(removed):]), PERSON)
+        jsonschema.validate(json.loads(data[len(removed) :]), PERSON)
 
 
 def test_heal_prompt_needs_the_flag_and_text(tok):
@@ -135,15 +159,23 @@ def test_healing_follows_num_return_sequences(model, tok):
     processor = pm.hf.GrammarLogitsProcessor(compiled, eos_token_id=eos, max_new_tokens=40, token_healing=True)
     batch = tok(["Person: {", "A person: "], return_tensors="pt", padding=True, padding_side="left")
     healed = processor.heal_prompt(batch["input_ids"])
-    out = model.generate(input_ids=healed, attention_mask=batch["attention_mask"][:, :-1], logits_processor=[processor],
-                         max_new_tokens=40, do_sample=True, num_return_sequences=2, pad_token_id=eos, eos_token_id=eos)
+    out = model.generate(
+        input_ids=healed,
+        attention_mask=batch["attention_mask"][:, :-1],
+        logits_processor=[processor],
+        max_new_tokens=40,
+        do_sample=True,
+        num_return_sequences=2,
+        pad_token_id=eos,
+        eos_token_id=eos,
+    )
     vocab = compiled.tokenizer_info.decoded_vocab
     for row in range(4):
         removed = vocab[int(batch["input_ids"][row // 2, -1])]
         assert processor.healed_bytes(row) == removed
-        data = compiled.tokenizer_info.decode_tokens([t for t in out[row, healed.shape[1]:].tolist() if t != eos])
+        data = compiled.tokenizer_info.decode_tokens([t for t in out[row, healed.shape[1] :].tolist() if t != eos])
         assert data.startswith(removed)
-        jsonschema.validate(json.loads(data[len(removed):]), PERSON)
+        jsonschema.validate(json.loads(data[len(removed) :]), PERSON)
 
 
 @pytest.mark.parametrize("family", ["hermes", "llama", "mistral"])
@@ -179,7 +211,7 @@ def test_healing_into_a_tool_call_format(family):
         for first in rng.choice(np.flatnonzero(allowed), size=min(3, int(allowed.sum())), replace=False).tolist():
             matcher = pm.GrammarMatcher(compiled)
             assert accept_healing_token(matcher, removed, first) is not None
-            out = info.decoded_vocab[first][len(removed):]
+            out = info.decoded_vocab[first][len(removed) :]
             for _ in range(250):
                 ids = np.flatnonzero(matcher.get_next_token_mask())
                 assert ids.size, (family, removed, out)

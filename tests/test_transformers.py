@@ -15,10 +15,10 @@ transformers = pytest.importorskip("transformers")
 jsonschema = pytest.importorskip("jsonschema")
 lark = pytest.importorskip("lark")
 
+from support import REPO, grammar_compiler, hf_tokenizer, tiny_llama  # noqa: E402
+
 import pushmask as pm  # noqa: E402
 from pushmask.integrations.transformers import GrammarLogitsProcessor  # noqa: E402
-
-from support import REPO, grammar_compiler, hf_tokenizer, tiny_llama  # noqa: E402
 
 VOCAB = 49_152
 EOS = 2  # <|im_end|>, SmolLM2's eos and pad
@@ -48,6 +48,7 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
 
 ARITHMETIC_EBNF = (REPO / "examples" / "arithmetic.ebnf").read_text()
 # The same language written independently for lark (the oracle).
@@ -130,8 +131,14 @@ def assert_valid_json_rows(rows, grammar, *, min_ended=1):
 
 def test_greedy_batch_left_padding(model, tok, prompts, schema_grammar):
     processor = GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)
-    out = model.generate(**prompts, logits_processor=[processor], max_new_tokens=MAX_NEW, do_sample=False,
-                         pad_token_id=EOS, eos_token_id=EOS)
+    out = model.generate(
+        **prompts,
+        logits_processor=[processor],
+        max_new_tokens=MAX_NEW,
+        do_sample=False,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     rows = generated_rows(out, prompts.input_ids.shape[1])
     assert len(rows) == 2
     assert_valid_json_rows(rows, schema_grammar)
@@ -140,8 +147,17 @@ def test_greedy_batch_left_padding(model, tok, prompts, schema_grammar):
 def test_sampling_with_num_return_sequences(model, tok, prompts, schema_grammar):
     torch.manual_seed(1)
     processor = GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)
-    out = model.generate(**prompts, logits_processor=[processor], max_new_tokens=MAX_NEW, do_sample=True,
-                         temperature=1.5, top_p=0.95, num_return_sequences=3, pad_token_id=EOS, eos_token_id=EOS)
+    out = model.generate(
+        **prompts,
+        logits_processor=[processor],
+        max_new_tokens=MAX_NEW,
+        do_sample=True,
+        temperature=1.5,
+        top_p=0.95,
+        num_return_sequences=3,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     rows = generated_rows(out, prompts.input_ids.shape[1])
     assert len(rows) == 6
     assert_valid_json_rows(rows, schema_grammar)
@@ -150,8 +166,16 @@ def test_sampling_with_num_return_sequences(model, tok, prompts, schema_grammar)
 
 def test_beam_search(model, tok, prompts, schema_grammar):
     processor = GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)
-    out = model.generate(**prompts, logits_processor=[processor], max_new_tokens=MAX_NEW, num_beams=3,
-                         num_return_sequences=2, do_sample=False, pad_token_id=EOS, eos_token_id=EOS)
+    out = model.generate(
+        **prompts,
+        logits_processor=[processor],
+        max_new_tokens=MAX_NEW,
+        num_beams=3,
+        num_return_sequences=2,
+        do_sample=False,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     rows = generated_rows(out, prompts.input_ids.shape[1])
     assert len(rows) == 4
     assert_valid_json_rows(rows, schema_grammar)
@@ -161,15 +185,28 @@ def test_assisted_generation(model, tok, schema_grammar):
     assistant = tiny_llama(7)
     enc = tok(["Give me JSON:"], return_tensors="pt")
     processor = GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)
-    out = model.generate(**enc, logits_processor=[processor], assistant_model=assistant, max_new_tokens=MAX_NEW,
-                         do_sample=False, pad_token_id=EOS, eos_token_id=EOS)
+    out = model.generate(
+        **enc,
+        logits_processor=[processor],
+        assistant_model=assistant,
+        max_new_tokens=MAX_NEW,
+        do_sample=False,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     rows = generated_rows(out, enc.input_ids.shape[1])
     # Greedy decoding of a random-weight model may not finish within MAX_NEW tokens (additional
     # members are allowed); a cut row must still be a valid prefix, and the real check is below.
     assert_valid_json_rows(rows, schema_grammar, min_ended=0)
     # Assisted greedy decoding must give what plain greedy decoding gives under the same mask.
-    plain = model.generate(**enc, logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)],
-                           max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=EOS, eos_token_id=EOS)
+    plain = model.generate(
+        **enc,
+        logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)],
+        max_new_tokens=MAX_NEW,
+        do_sample=False,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     assert split_at_eos(rows[0])[0] == split_at_eos(generated_rows(plain, enc.input_ids.shape[1])[0])[0]
 
 
@@ -178,8 +215,15 @@ def test_ebnf_grammar_against_lark(model, tok, arithmetic_grammar):
     torch.manual_seed(3)
     enc = tok(["1 + 2 =", "Compute"], return_tensors="pt", padding=True)
     processor = GrammarLogitsProcessor(arithmetic_grammar, eos_token_id=EOS)
-    out = model.generate(**enc, logits_processor=[processor], max_new_tokens=30, do_sample=True,
-                         num_return_sequences=3, pad_token_id=EOS, eos_token_id=EOS)
+    out = model.generate(
+        **enc,
+        logits_processor=[processor],
+        max_new_tokens=30,
+        do_sample=True,
+        num_return_sequences=3,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     ended = 0
     for tokens in generated_rows(out, enc.input_ids.shape[1]):
         body, has_eos = split_at_eos(tokens)
@@ -197,8 +241,15 @@ def test_one_grammar_per_prompt(model, tok, prompts, schema_grammar, arithmetic_
     oracle = lark.Lark(ARITHMETIC_LARK, parser="earley", lexer="dynamic")
     processor = GrammarLogitsProcessor([schema_grammar, arithmetic_grammar], eos_token_id=EOS)
     torch.manual_seed(4)
-    out = model.generate(**prompts, logits_processor=[processor], max_new_tokens=MAX_NEW, do_sample=True,
-                         num_return_sequences=2, pad_token_id=EOS, eos_token_id=EOS)
+    out = model.generate(
+        **prompts,
+        logits_processor=[processor],
+        max_new_tokens=MAX_NEW,
+        do_sample=True,
+        num_return_sequences=2,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     rows = generated_rows(out, prompts.input_ids.shape[1])
     assert_valid_json_rows(rows[:2], schema_grammar)  # rows 0, 1 belong to prompt 0
     for tokens in rows[2:]:
@@ -219,8 +270,9 @@ def test_reuse_across_calls_matches_fresh_processor(model, tok, schema_grammar):
     ]
     for enc in batches:
         got = model.generate(**enc, logits_processor=[reused], **kwargs)
-        fresh = model.generate(**enc, logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)],
-                               **kwargs)
+        fresh = model.generate(
+            **enc, logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)], **kwargs
+        )
         assert torch.equal(got, fresh)
         assert_valid_json_rows(generated_rows(got, enc.input_ids.shape[1]), schema_grammar)
 
@@ -241,8 +293,14 @@ def test_model_vocab_wider_than_tokenizer(tok, schema_grammar):
     # and a whole generation with a padded-vocabulary model stays valid
     model = tiny_llama(5, vocab_size=width)
     enc = tok(["x"], return_tensors="pt")
-    gen = model.generate(**enc, logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)],
-                         max_new_tokens=MAX_NEW, do_sample=True, pad_token_id=EOS, eos_token_id=EOS)
+    gen = model.generate(
+        **enc,
+        logits_processor=[GrammarLogitsProcessor(schema_grammar, eos_token_id=EOS)],
+        max_new_tokens=MAX_NEW,
+        do_sample=True,
+        pad_token_id=EOS,
+        eos_token_id=EOS,
+    )
     assert_valid_json_rows(generated_rows(gen, enc.input_ids.shape[1]), schema_grammar)
 
 
@@ -311,8 +369,16 @@ def test_beam_rows_swap_histories(tok, schema_grammar):
 
 def test_generate_helper_schema_stream_and_jump_forward(model, tok):
     pieces = []
-    result = pm.generate(model, tok, "Describe a person", schema=SCHEMA, max_new_tokens=MAX_NEW,
-                         json_options={"whitespace": "compact"}, stream=pieces.append, do_sample=True)
+    result = pm.generate(
+        model,
+        tok,
+        "Describe a person",
+        schema=SCHEMA,
+        max_new_tokens=MAX_NEW,
+        json_options={"whitespace": "compact"},
+        stream=pieces.append,
+        do_sample=True,
+    )
     assert result.complete
     jsonschema.validate(result.value, SCHEMA)
     assert json.loads(result.text) == result.value
@@ -321,8 +387,9 @@ def test_generate_helper_schema_stream_and_jump_forward(model, tok):
     # the compiled grammar is cached per tokenizer
     from pushmask.integrations.generate import compile_constraint
 
-    assert compile_constraint(tok, schema=SCHEMA, json_options={"whitespace": "compact"}) is \
-        compile_constraint(tok, schema=SCHEMA, json_options={"whitespace": "compact"})
+    assert compile_constraint(tok, schema=SCHEMA, json_options={"whitespace": "compact"}) is compile_constraint(
+        tok, schema=SCHEMA, json_options={"whitespace": "compact"}
+    )
 
 
 def test_jump_forward_keeps_the_model_conditioned_on_forced_text(model, tok, compiler):
@@ -357,7 +424,9 @@ def test_generate_helper_regex_and_grammar(model, tok):
     if result.complete:
         oracle.parse(result.text)
     else:
-        assert pm.GrammarMatcher(grammar_compiler("smollm2").compile_grammar(ARITHMETIC_EBNF)).accept_string(result.text)
+        assert pm.GrammarMatcher(grammar_compiler("smollm2").compile_grammar(ARITHMETIC_EBNF)).accept_string(
+            result.text
+        )
     with pytest.raises(ValueError, match="exactly one"):
         pm.generate(model, tok, "x", regex="a", grammar='root ::= "a"')
 
@@ -370,9 +439,25 @@ def test_cli_generate_with_local_model(tmp_path, tok, capsys):
     tok.save_pretrained(model_dir)
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(SCHEMA))
-    status = main(["generate", "--schema", str(schema_file), "--model", str(model_dir), "--json-only",
-                   "--max-new-tokens", str(MAX_NEW), "--temperature", "1.0", "--seed", "3", "--repetition-penalty", "1.2",
-                   "Describe a cat"])
+    status = main(
+        [
+            "generate",
+            "--schema",
+            str(schema_file),
+            "--model",
+            str(model_dir),
+            "--json-only",
+            "--max-new-tokens",
+            str(MAX_NEW),
+            "--temperature",
+            "1.0",
+            "--seed",
+            "3",
+            "--repetition-penalty",
+            "1.2",
+            "Describe a cat",
+        ]
+    )
     out = capsys.readouterr().out.strip()
     assert status == 0, out
     jsonschema.validate(json.loads(out), SCHEMA)
@@ -389,8 +474,23 @@ def test_cli_aligned_sampling_with_local_model(tmp_path, tok, capsys):
     tiny_llama(5).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     for mode in ("asap", "exact"):
-        status = main(["generate", "--regex", "[01]{3}", "--model", str(model_dir), "--json-only", "--aligned", mode,
-                       "--num-samples", "4", "--seed", "1", "Bits"])
+        status = main(
+            [
+                "generate",
+                "--regex",
+                "[01]{3}",
+                "--model",
+                str(model_dir),
+                "--json-only",
+                "--aligned",
+                mode,
+                "--num-samples",
+                "4",
+                "--seed",
+                "1",
+                "Bits",
+            ]
+        )
         lines = capsys.readouterr().out.strip().splitlines()
         assert status == 0 and len(lines) == 4, lines
         assert all(re.fullmatch("[01]{3}", line) for line in lines), lines
@@ -399,9 +499,16 @@ def test_cli_aligned_sampling_with_local_model(tmp_path, tok, capsys):
 # An array without maxItems: a model that never chooses to stop fills any budget with items.
 EVENT_SCHEMA = {
     "type": "object",
-    "properties": {"attendees": {"type": "array", "items": {
-        "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-        "required": ["name", "age"]}}},
+    "properties": {
+        "attendees": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                "required": ["name", "age"],
+            },
+        }
+    },
     "required": ["attendees"],
 }
 
@@ -414,8 +521,9 @@ def test_generate_finishes_within_the_budget(model, tok):
     least = pm.GrammarMatcher(compile_constraint(tok, schema=EVENT_SCHEMA)).min_tokens_to_finish()
     for budget, sample in ((least, False), (least + 3, True), (least + 25, True), (60, False)):
         torch.manual_seed(budget)
-        result = pm.generate(model, tok, "List the attendees", schema=EVENT_SCHEMA, max_new_tokens=budget,
-                             do_sample=sample)
+        result = pm.generate(
+            model, tok, "List the attendees", schema=EVENT_SCHEMA, max_new_tokens=budget, do_sample=sample
+        )
         assert result.complete and result.num_tokens <= budget, (budget, result.text)
         jsonschema.validate(json.loads(result.text), EVENT_SCHEMA)
     with pytest.raises(pm.BudgetTooSmallError, match=f"at least {least}"):
@@ -426,8 +534,14 @@ def test_processor_budget_ends_every_row_valid(model, tok, prompts):
     compiled = grammar_compiler("smollm2").compile_json_schema(EVENT_SCHEMA, separators=(", ", ": "))
     budget = 30
     processor = GrammarLogitsProcessor(compiled, eos_token_id=EOS, max_new_tokens=budget)
-    out = model.generate(**prompts, logits_processor=[processor], max_new_tokens=budget, do_sample=True,
-                         num_return_sequences=2, pad_token_id=EOS)
+    out = model.generate(
+        **prompts,
+        logits_processor=[processor],
+        max_new_tokens=budget,
+        do_sample=True,
+        num_return_sequences=2,
+        pad_token_id=EOS,
+    )
     for tokens in generated_rows(out, prompts["input_ids"].shape[1]):
         body, _ = split_at_eos(tokens)
         jsonschema.validate(json.loads(text_of(body)), EVENT_SCHEMA)
@@ -441,8 +555,11 @@ def test_generation_defaults_to_the_json_dumps_layout(tok):
     value = {"attendees": [{"name": "Ada", "age": 36}, {"name": "Bo", "age": 7}]}
     canonical = compile_constraint(tok, schema=EVENT_SCHEMA)
     assert pm.GrammarMatcher(canonical).accept_string(json.dumps(value))
-    for other in (json.dumps(value, separators=(",", ":")), json.dumps(value, indent=2),
-                  json.dumps(value).replace(": ", " : ")):
+    for other in (
+        json.dumps(value, separators=(",", ":")),
+        json.dumps(value, indent=2),
+        json.dumps(value).replace(": ", " : "),
+    ):
         matcher = pm.GrammarMatcher(canonical)
         assert not (matcher.accept_string(other) and matcher.can_end()), other
     indented = compile_constraint(tok, schema=EVENT_SCHEMA, json_options={"indent": 2})
@@ -457,8 +574,9 @@ def test_generate_stream_yields_closed_members(model, tok):
     """stream=True: the pieces make up the text, every value shown agrees with the final value
     (json.loads of the text), and each top-level member is reported closed exactly once."""
     torch.manual_seed(0)
-    stream = pm.generate(model, tok, "Describe a person", schema=SCHEMA, max_new_tokens=MAX_NEW, stream=True,
-                         do_sample=True)
+    stream = pm.generate(
+        model, tok, "Describe a person", schema=SCHEMA, max_new_tokens=MAX_NEW, stream=True, do_sample=True
+    )
     events = list(stream)
     result = stream.result
     assert result.complete and "".join(e.text for e in events) == result.text
@@ -474,8 +592,12 @@ def test_generate_stream_yields_closed_members(model, tok):
 def test_processor_batch_masks_equal_row_by_row_fills(tok, schema_grammar, arithmetic_grammar):
     """The processor fills its live rows in one batch call: rows of two grammars, two of them in
     the same state, each step's bitmask rows equal each row's own single-row fill."""
-    texts = ['{"id":7,"tag":"ab","pet":"cat","ok":true}', '{"id":42,"tag":"wxyz","pet":"dog","ok":false}',
-             "(12 + 3) * 4 - 5 / 6", "(12 + 3) * 4 - 5 / 6"]
+    texts = [
+        '{"id":7,"tag":"ab","pet":"cat","ok":true}',
+        '{"id":42,"tag":"wxyz","pet":"dog","ok":false}',
+        "(12 + 3) * 4 - 5 / 6",
+        "(12 + 3) * 4 - 5 / 6",
+    ]
     histories = [tok.encode(text, add_special_tokens=False) for text in texts]
     n = min(len(h) for h in histories)
     prompt = [3, 4, 5]

@@ -22,22 +22,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import DATA, accepts_token_ids, require_shared  # noqa: E402
 
 from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
-from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 from pushmask.grammar.ecma_regex import pattern_dfa  # noqa: E402
 from pushmask.grammar.fsm.unicode_properties import property_ranges  # noqa: E402
+from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 CATEGORY_CHANGED = {0x0295, 0x1171E}
 """Assigned code points whose general category changed after Python's Unicode version (14.0)."""
 
-SPECS = ["L", "Letter", "Lu", "Ll", "gc=Nd", "General_Category=Punctuation", "LC", "Cased_Letter", "digit", "Zs",
-         "So", "Script=Greek", "sc=Cyrl", "scx=Grek", "Script_Extensions=Latin", "sc=Han", "Alphabetic",
-         "White_Space", "ASCII", "Any", "Emoji", "ID_Start"]
+SPECS = [
+    "L",
+    "Letter",
+    "Lu",
+    "Ll",
+    "gc=Nd",
+    "General_Category=Punctuation",
+    "LC",
+    "Cased_Letter",
+    "digit",
+    "Zs",
+    "So",
+    "Script=Greek",
+    "sc=Cyrl",
+    "scx=Grek",
+    "Script_Extensions=Latin",
+    "sc=Han",
+    "Alphabetic",
+    "White_Space",
+    "ASCII",
+    "Any",
+    "Emoji",
+    "ID_Start",
+]
 
 
 def sample_code_points(seed: str, n: int) -> list[int]:
     rng = random.Random(seed)
-    points = list(range(0x80)) + [rng.randrange(0x10000) for _ in range(n)] + \
-        [rng.randrange(0x10000, 0x110000) for _ in range(n // 4)]
+    points = (
+        list(range(0x80))
+        + [rng.randrange(0x10000) for _ in range(n)]
+        + [rng.randrange(0x10000, 0x110000) for _ in range(n // 4)]
+    )
     return [cp for cp in points if not 0xD800 <= cp <= 0xDFFF]
 
 
@@ -55,18 +79,62 @@ def test_property_ranges_agree_with_regex(spec):
             mismatches.append(cp)
     # general categories come from Python's older Unicode tables: they may differ only where
     # Python has no character yet, or for the few characters whose category changed since
-    general = spec.split("=")[-1] in ("L", "Letter", "Lu", "Ll", "Nd", "Punctuation", "LC", "Cased_Letter", "digit",
-                                       "Zs", "So")
+    general = spec.split("=")[-1] in (
+        "L",
+        "Letter",
+        "Lu",
+        "Ll",
+        "Nd",
+        "Punctuation",
+        "LC",
+        "Cased_Letter",
+        "digit",
+        "Zs",
+        "So",
+    )
     if general:
         mismatches = [cp for cp in mismatches if unicodedata.category(chr(cp)) != "Cn" and cp not in CATEGORY_CHANGED]
     assert not mismatches, [hex(cp) for cp in mismatches[:10]]
     assert all(not (lo <= 0xDFFF and hi >= 0xD800) for lo, hi in ranges), "surrogates included"
 
 
-PATTERNS = [r"^\p{L}+$", r"^\P{L}+$", r"[\p{Lu}\d]x", r"^[^\p{Script=Greek}]*$", r"\p{Letter}cole",
-            r"^\p{digit}+$", r"^\p{sc=Cyrl}{2,3}$", r"^[\p{N}\P{Alphabetic}]+$", r"^\p{gc=Zs}?[a-z\p{Ll}]+$"]
-WORDS = ["Hello", "π", "123", "ab1", "école", "l'école", "L'ÉCOLE", "Ωx", "AbC", "Bx", "৪২", "42", "-%#", "мир",
-         "миру", "Привет", "αβγ", "a b", "\u00a0abc", " abc", "日本", "ǅx", "x\u0301", ""]
+PATTERNS = [
+    r"^\p{L}+$",
+    r"^\P{L}+$",
+    r"[\p{Lu}\d]x",
+    r"^[^\p{Script=Greek}]*$",
+    r"\p{Letter}cole",
+    r"^\p{digit}+$",
+    r"^\p{sc=Cyrl}{2,3}$",
+    r"^[\p{N}\P{Alphabetic}]+$",
+    r"^\p{gc=Zs}?[a-z\p{Ll}]+$",
+]
+WORDS = [
+    "Hello",
+    "π",
+    "123",
+    "ab1",
+    "école",
+    "l'école",
+    "L'ÉCOLE",
+    "Ωx",
+    "AbC",
+    "Bx",
+    "৪২",
+    "42",
+    "-%#",
+    "мир",
+    "миру",
+    "Привет",
+    "αβγ",
+    "a b",
+    "\u00a0abc",
+    " abc",
+    "日本",
+    "ǅx",
+    "x\u0301",
+    "",
+]
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -84,8 +152,9 @@ def test_patterns_with_property_escapes_match_like_regex(pattern, llama3_compile
 
 def test_test_suite_property_escape_groups(llama3_compiler, llama3_tokenizer):
     """The optional ecmascript-regex groups of the official suite that use \\p (ECMA semantics)."""
-    path = require_shared(DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional"
-                          / "ecmascript-regex.json")
+    path = require_shared(
+        DATA / "json-schema-test-suite" / "tests" / "draft2020-12" / "optional" / "ecmascript-regex.json"
+    )
     groups = [g for g in json.loads(path.read_text()) if "\\p" in json.dumps(g["schema"])]
     assert len(groups) >= 4
     for group in groups:
@@ -96,8 +165,9 @@ def test_test_suite_property_escape_groups(llama3_compiler, llama3_tokenizer):
             assert ok == test["valid"], (group["description"], test["description"])
 
 
-@pytest.mark.parametrize("pattern", [r"\p{Greek}", r"\p{gc=Greek}", r"\p{Script=L}", r"\pL", r"\p{L", r"\p{Foo}",
-                                     r"\p{Block=Basic_Latin}"])
+@pytest.mark.parametrize(
+    "pattern", [r"\p{Greek}", r"\p{gc=Greek}", r"\p{Script=L}", r"\pL", r"\p{L", r"\p{Foo}", r"\p{Block=Basic_Latin}"]
+)
 def test_unknown_or_malformed_properties_are_refused(pattern):
     """Names ECMA-262 does not define (a lone script name, a script as a category, blocks) and
     malformed escapes: a clear error, never a guess."""

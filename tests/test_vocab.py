@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import TOKENIZERS, require_shared
 
 from pushmask.masks.vocab import (
     KNOWN_STOP_MARKERS,
@@ -16,8 +17,6 @@ from pushmask.masks.vocab import (
     byte_fallback_decode,
     byte_level_decode,
 )
-
-from support import TOKENIZERS, require_shared
 
 # name -> (vocab_type, len(tokenizer), eos text, eos id)
 EXPECTED = {
@@ -154,7 +153,7 @@ def test_padding_ids_are_masked_and_vocab_size_is_checked(loaded):
     padded = TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer) + 77)
     assert padded.vocab_size == len(tokenizer) + 77
     assert padded.decoded_vocab[: len(tokenizer)] == info.decoded_vocab
-    assert padded.decoded_vocab[len(tokenizer):] == [b""] * 77
+    assert padded.decoded_vocab[len(tokenizer) :] == [b""] * 77
     assert padded.grammar_token_ids.max() < len(tokenizer)
     assert np.array_equal(padded.grammar_token_ids, info.grammar_token_ids)
     assert padded.is_special(len(tokenizer) + 5)
@@ -263,7 +262,7 @@ def test_flat_vocab_and_sorted_ids():
     info = TokenizerInfo.from_vocab(["b", "ab", "", "a", "abc"], "raw", vocab_size=7)
     data, offsets = info.flat_vocab()
     assert offsets.tolist() == [0, 1, 3, 3, 4, 7, 7, 7]
-    assert bytes(data[offsets[4]:offsets[5]]) == b"abc"
+    assert bytes(data[offsets[4] : offsets[5]]) == b"abc"
     assert info.sorted_grammar_token_ids().tolist() == [3, 1, 4, 0]
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from support import TOKENIZERS, accepts_text, hf_tokenizer, require_shared, tokenizer_info
 
 import pushmask as pm
 import pushmask.testing as pmt
 from pushmask.masks.walk import MASK_FIELDS
-from support import TOKENIZERS, accepts_text, hf_tokenizer, require_shared, tokenizer_info
 
 HERE = Path(__file__).parent
 PROGRAM = HERE / "xgrammar_program.py"
@@ -71,8 +71,10 @@ def test_xgrammar_program_runs_with_only_the_import_changed(pushmask_results):
     _compare(pushmask_results, json.loads(XGRAMMAR_RESULTS.read_text()), {tokenizer.eos_token_id})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None,
-                    reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results")
+@pytest.mark.skipif(
+    importlib.util.find_spec("xgrammar") is None,
+    reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results",
+)
 def test_xgrammar_program_equals_a_live_xgrammar_run(pushmask_results):
     _compare(pushmask_results, run_program("xgrammar"), {hf_tokenizer("smollm2").eos_token_id})
 
@@ -109,26 +111,35 @@ def _compare_api(ours: dict, theirs: dict) -> int:
     differed = 0
     for job, (a, b) in enumerate(zip(ours["steps"], theirs["steps"], strict=True)):
         case = ours["jobs"][job]
-        extra = {i for text in PUSHMASK_ALSO_ALLOWS.get(case, {}) for i in tokenizer.encode(text, add_special_tokens=False)
-                 if tokenizer.decode([i]) == text}
+        extra = {
+            i
+            for text in PUSHMASK_ALSO_ALLOWS.get(case, {})
+            for i in tokenizer.encode(text, add_special_tokens=False)
+            if tokenizer.decode([i]) == text
+        }
         for step, (x, y) in enumerate(zip(a, b, strict=True)):
             where = f"{case} (job {job}) step {step}"
             assert x["accepted"] == y["accepted"] and x["token_allowed"] and x["accepted"], where
-            assert y["token_allowed"] or (case, "))") in [(c, t) for c in PUSHMASK_ALSO_ALLOWS for t in
-                                                         PUSHMASK_ALSO_ALLOWS[c]], where
+            assert y["token_allowed"] or (case, "))") in [
+                (c, t) for c in PUSHMASK_ALSO_ALLOWS for t in PUSHMASK_ALSO_ALLOWS[c]
+            ], where
             assert set(x["special_tokens"]) <= stop and set(x["special_tokens"]) == set(y["special_tokens"]) & stop
             ids = set(x["allowed_ids"])
             if _digest(ids) == y["digest"]:
                 continue
             differed += 1
             present = sorted(extra & ids)
-            if any(_digest(ids - {t for k, t in enumerate(present) if bits >> k & 1}) == y["digest"]
-                   for bits in range(1, 1 << len(present))):
+            if any(
+                _digest(ids - {t for k, t in enumerate(present) if bits >> k & 1}) == y["digest"]
+                for bits in range(1, 1 << len(present))
+            ):
                 continue  # exactly some of the documented tokens
             if y["allowed_ids"] is not None:
                 theirs_ids = set(y["allowed_ids"])
             else:
-                assert y["rejected_ids"] is not None, f"{where}: masks differ ({x['text_tokens']} vs {y['text_tokens']})"
+                assert y["rejected_ids"] is not None, (
+                    f"{where}: masks differ ({x['text_tokens']} vs {y['text_tokens']})"
+                )
                 theirs_ids = text_ids - set(y["rejected_ids"])
             assert ids - theirs_ids <= extra, where
             assert all(0x80 <= info.decoded_vocab[i][0] <= 0xBF for i in theirs_ids - ids), where
@@ -145,8 +156,10 @@ def test_grammar_api_program_masks_equal_xgrammars_but_the_documented_tokens(pus
     assert differed < sum(len(steps) for steps in pushmask_api_results["steps"]) // 3
 
 
-@pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None,
-                    reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results")
+@pytest.mark.skipif(
+    importlib.util.find_spec("xgrammar") is None,
+    reason="xgrammar is not installed (pip install xgrammar): compared with its recorded results",
+)
 def test_grammar_api_program_equals_a_live_xgrammar_run(pushmask_api_results):
     _compare_api(pushmask_api_results, run_program("xgrammar", "run_grammar_api"))
 
@@ -172,8 +185,9 @@ def test_grammar_constructors_refuse_what_is_not_a_grammar():
 def test_union_and_concat_keep_value_checks(compiler):
     """Parts with value checks (uniqueItems) keep them inside union and concat."""
     unique = pm.Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
-    both = compiler.compile_grammar(pm.Grammar.concat(unique, pm.Grammar.from_regex(";"),
-                                                      pm.Grammar.union(unique, pm.Grammar.from_regex("x"))))
+    both = compiler.compile_grammar(
+        pm.Grammar.concat(unique, pm.Grammar.from_regex(";"), pm.Grammar.union(unique, pm.Grammar.from_regex("x")))
+    )
     assert both.value_checks
     assert accepts_text(both, "[1, 2];[3]") and accepts_text(both, "[1];x")
     assert not accepts_text(both, "[1, 1];x") and not accepts_text(both, "[1];[2, 2]")
@@ -181,10 +195,23 @@ def test_union_and_concat_keep_value_checks(compiler):
 
 # ------------------------------------------------------------------ compile_json_schema keywords
 
-OBJ = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
-       "required": ["a"]}
-LAYOUTS = ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}',
-           '{\n  "a": 1\n}', '{"a": 1, "c": 2}', '{"b": [], "a": 1}', '{"a":   1}']
+OBJ = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
+    "required": ["a"],
+}
+LAYOUTS = [
+    '{"a":1}',
+    '{"a": 1}',
+    '{ "a" : 1 }',
+    '{"a": 1, "b": [1, 2]}',
+    '{"a":1,"b":[1,2]}',
+    '{"a": 1,"b": [1,2]}',
+    '{\n  "a": 1\n}',
+    '{"a": 1, "c": 2}',
+    '{"b": [], "a": 1}',
+    '{"a":   1}',
+]
 
 
 @pytest.fixture(scope="module")
@@ -199,24 +226,73 @@ def accepted(compiled, texts):
 # Which of LAYOUTS xgrammar 0.2.8 accepts (xgrammar.testing._json_schema_to_ebnf with these
 # arguments, then _is_grammar_accept_string), per keyword arguments.
 XGRAMMAR_LAYOUTS = [
-    ({}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}',
-          '{\n  "a": 1\n}', '{"a":   1}']),
+    (
+        {},
+        [
+            '{"a":1}',
+            '{"a": 1}',
+            '{ "a" : 1 }',
+            '{"a": 1, "b": [1, 2]}',
+            '{"a":1,"b":[1,2]}',
+            '{"a": 1,"b": [1,2]}',
+            '{\n  "a": 1\n}',
+            '{"a":   1}',
+        ],
+    ),
     ({"any_whitespace": False}, ['{"a": 1}', '{"a": 1, "b": [1, 2]}']),
     ({"any_whitespace": False, "indent": 2}, ['{\n  "a": 1\n}']),
     ({"any_whitespace": False, "separators": (",", ":")}, ['{"a":1}', '{"a":1,"b":[1,2]}']),
-    ({"any_whitespace": True, "indent": 2, "separators": (",", ":")},
-     ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}',
-      '{\n  "a": 1\n}', '{"a":   1}']),
-    ({"strict_mode": False}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}',
-                              '{"a": 1,"b": [1,2]}', '{\n  "a": 1\n}', '{"a": 1, "c": 2}', '{"a":   1}']),
-    ({"max_whitespace_cnt": 2}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}',
-                                 '{"a": 1,"b": [1,2]}']),
-    ({"any_order": True}, ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}',
-                           '{"a": 1,"b": [1,2]}', '{\n  "a": 1\n}', '{"b": [], "a": 1}', '{"a":   1}']),
+    (
+        {"any_whitespace": True, "indent": 2, "separators": (",", ":")},
+        [
+            '{"a":1}',
+            '{"a": 1}',
+            '{ "a" : 1 }',
+            '{"a": 1, "b": [1, 2]}',
+            '{"a":1,"b":[1,2]}',
+            '{"a": 1,"b": [1,2]}',
+            '{\n  "a": 1\n}',
+            '{"a":   1}',
+        ],
+    ),
+    (
+        {"strict_mode": False},
+        [
+            '{"a":1}',
+            '{"a": 1}',
+            '{ "a" : 1 }',
+            '{"a": 1, "b": [1, 2]}',
+            '{"a":1,"b":[1,2]}',
+            '{"a": 1,"b": [1,2]}',
+            '{\n  "a": 1\n}',
+            '{"a": 1, "c": 2}',
+            '{"a":   1}',
+        ],
+    ),
+    (
+        {"max_whitespace_cnt": 2},
+        ['{"a":1}', '{"a": 1}', '{ "a" : 1 }', '{"a": 1, "b": [1, 2]}', '{"a":1,"b":[1,2]}', '{"a": 1,"b": [1,2]}'],
+    ),
+    (
+        {"any_order": True},
+        [
+            '{"a":1}',
+            '{"a": 1}',
+            '{ "a" : 1 }',
+            '{"a": 1, "b": [1, 2]}',
+            '{"a":1,"b":[1,2]}',
+            '{"a": 1,"b": [1,2]}',
+            '{\n  "a": 1\n}',
+            '{"b": [], "a": 1}',
+            '{"a":   1}',
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize("kwargs,expected", XGRAMMAR_LAYOUTS, ids=lambda v: json.dumps(v) if isinstance(v, dict) else "")
+@pytest.mark.parametrize(
+    "kwargs,expected", XGRAMMAR_LAYOUTS, ids=lambda v: json.dumps(v) if isinstance(v, dict) else ""
+)
 def test_xgrammar_keywords_accept_what_xgrammar_accepts(compiler, kwargs, expected):
     got = accepted(compiler.compile_json_schema(json.dumps(OBJ), **kwargs), LAYOUTS)
     assert got == expected
@@ -224,21 +300,34 @@ def test_xgrammar_keywords_accept_what_xgrammar_accepts(compiler, kwargs, expect
     assert all(validator.is_valid(json.loads(text)) for text in got)
 
 
-@pytest.mark.parametrize("schema,strict,non_strict", [
-    # (schema, texts accepted with strict_mode=True, with strict_mode=False), as xgrammar 0.2.8
-    # accepts them except where noted
-    ({"type": "object"}, ['{}', '{"x": 1}', '{"a": 1}'], ['{}', '{"x": 1}', '{"a": 1}']),
-    ({"type": "object", "properties": {}}, ['{}'], ['{}', '{"x": 1}', '{"a": 1}']),
-    ({"type": "object", "properties": {"a": {"type": "integer"}}}, ['{}', '{"a": 1}'], ['{}', '{"x": 1}', '{"a": 1}']),
-    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True},
-     ['{}', '{"x": 1}', '{"a": 1}'], ['{}', '{"x": 1}', '{"a": 1}']),
-    ({"type": "array", "prefixItems": [{"type": "integer"}]}, ['[]', '[1]'], ['[]', '[1]', '[1, 2]']),
-    # xgrammar 0.2.8 also refuses [] here, which the schema allows
-    ({"type": "array", "prefixItems": [{"type": "integer"}], "items": True}, ['[]', '[1]', '[1, 2]'],
-     ['[]', '[1]', '[1, 2]']),
-])
+@pytest.mark.parametrize(
+    "schema,strict,non_strict",
+    [
+        # (schema, texts accepted with strict_mode=True, with strict_mode=False), as xgrammar 0.2.8
+        # accepts them except where noted
+        ({"type": "object"}, ["{}", '{"x": 1}', '{"a": 1}'], ["{}", '{"x": 1}', '{"a": 1}']),
+        ({"type": "object", "properties": {}}, ["{}"], ["{}", '{"x": 1}', '{"a": 1}']),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+            ["{}", '{"a": 1}'],
+            ["{}", '{"x": 1}', '{"a": 1}'],
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True},
+            ["{}", '{"x": 1}', '{"a": 1}'],
+            ["{}", '{"x": 1}', '{"a": 1}'],
+        ),
+        ({"type": "array", "prefixItems": [{"type": "integer"}]}, ["[]", "[1]"], ["[]", "[1]", "[1, 2]"]),
+        # xgrammar 0.2.8 also refuses [] here, which the schema allows
+        (
+            {"type": "array", "prefixItems": [{"type": "integer"}], "items": True},
+            ["[]", "[1]", "[1, 2]"],
+            ["[]", "[1]", "[1, 2]"],
+        ),
+    ],
+)
 def test_strict_mode_as_xgrammar(compiler, schema, strict, non_strict):
-    texts = ['{}', '{"x": 1}', '{"a": 1}', '[]', '[1]', '[1, 2]']
+    texts = ["{}", '{"x": 1}', '{"a": 1}', "[]", "[1]", "[1, 2]"]
     assert accepted(compiler.compile_json_schema(schema), texts) == strict  # strict_mode=True is the default
     loose = accepted(compiler.compile_json_schema(schema, strict_mode=False), texts)
     assert loose == non_strict
@@ -260,6 +349,7 @@ def test_xgrammar_and_pushmask_names_together(compiler):
 
 
 # ------------------------------------------------------------------ matcher: validate_tokens, fork
+
 
 def _allowed(matcher) -> np.ndarray:
     bitmask = pm.allocate_token_bitmask(1, matcher.vocab_size)
@@ -291,6 +381,7 @@ def test_validate_tokens_is_the_longest_accepted_prefix_and_changes_nothing(comp
 
 # ------------------------------------------------------------------ pushmask.testing
 
+
 def test_testing_helpers():
     assert pmt._is_grammar_accept_string('root ::= "a"*', "aa")
     assert not pmt._is_grammar_accept_string('root ::= "a" "b"', "a")
@@ -315,6 +406,7 @@ def test_testing_helpers():
 
 # ------------------------------------------------------------------ pickling and JSON
 
+
 def _masks_along(compiled, tokens) -> list[np.ndarray]:
     matcher = pm.GrammarMatcher(compiled)
     out = []
@@ -338,8 +430,11 @@ def test_compiled_grammar_and_tokenizer_info_round_trips(compiler, tmp_path):
         assert restored_info.decoded_vocab == info.decoded_vocab
         assert restored_info.stop_token_ids == info.stop_token_ids and restored_info.vocab_type == info.vocab_type
 
-    copies = [pickle.loads(pickle.dumps(compiled)), pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info),
-              pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), pickle.loads(pickle.dumps(info)))]
+    copies = [
+        pickle.loads(pickle.dumps(compiled)),
+        pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info),
+        pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), pickle.loads(pickle.dumps(info))),
+    ]
     for copy in copies:
         assert copy.compiler is pm.GrammarCompiler.shared(info)  # joins this process's compiler for the vocabulary
         kinds = slice(0, None, MASK_FIELDS)  # a state's mask kind, -1 while not computed
@@ -348,15 +443,18 @@ def test_compiled_grammar_and_tokenizer_info_round_trips(compiler, tmp_path):
 
     path = tmp_path / "grammar.pkl"
     path.write_bytes(pickle.dumps(compiled))
-    code = ("import pickle, sys, numpy as np, pushmask as pm\n"
-            "g = pickle.loads(open(sys.argv[1], 'rb').read())\n"
-            "m = pm.GrammarMatcher(g); out = []\n"
-            "for t in map(int, sys.argv[3].split(',')):\n"
-            "    b = pm.allocate_token_bitmask(1, m.vocab_size); m.fill_next_token_bitmask(b)\n"
-            "    out.append(np.asarray(b)); assert m.accept_token(t)\n"
-            "np.save(sys.argv[2], np.stack(out))\n")
-    subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "masks.npy"), ",".join(map(str, tokens))],
-                   check=True)
+    code = (
+        "import pickle, sys, numpy as np, pushmask as pm\n"
+        "g = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "m = pm.GrammarMatcher(g); out = []\n"
+        "for t in map(int, sys.argv[3].split(',')):\n"
+        "    b = pm.allocate_token_bitmask(1, m.vocab_size); m.fill_next_token_bitmask(b)\n"
+        "    out.append(np.asarray(b)); assert m.accept_token(t)\n"
+        "np.save(sys.argv[2], np.stack(out))\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "masks.npy"), ",".join(map(str, tokens))], check=True
+    )
     assert np.array_equal(np.load(tmp_path / "masks.npy"), np.stack(reference))
 
 
@@ -374,7 +472,9 @@ def test_grammar_compiler_takes_xgrammars_constructor(compiler):
             pm.GrammarCompiler(info, **bad)
     with pytest.raises(pm.ArgumentTypeError, match="cache_enabled"):
         pm.GrammarCompiler(info, cache_enabled="yes")
-    schemas = [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]} for i in range(4)]
+    schemas = [
+        {"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]} for i in range(4)
+    ]
     one = default.compile_json_schema(schemas[0])
     limit = 3 * one.memory_size_bytes  # room for about one grammar in the grammars' half
     small = pm.GrammarCompiler(info, max_threads=1, cache_enabled=True, cache_limit_bytes=limit)
@@ -404,7 +504,10 @@ def test_a_restored_grammar_keeps_the_stop_tokens_it_was_compiled_with():
     assert no_stops.vocab_hash == info.vocab_hash and eos in info.stop_token_ids and not no_stops.stop_token_ids
     compiled = pm.GrammarCompiler(info, limits=limits).compile_json_schema({"type": "integer"})
     tokens = tokenizer.encode("17", add_special_tokens=False) + [eos]
-    for copy in (pickle.loads(pickle.dumps(compiled)), pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info)):
+    for copy in (
+        pickle.loads(pickle.dumps(compiled)),
+        pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info),
+    ):
         assert copy.compiler is not first and copy.tokenizer_info.stop_token_ids == info.stop_token_ids
         matcher = pm.GrammarMatcher(copy)
         assert all(matcher.accept_token(t) for t in tokens) and matcher.is_terminated()
@@ -428,8 +531,11 @@ def test_deserialize_refuses_other_vocabularies_and_bad_text(compiler):
     payload["version"] = 99
     with pytest.raises(pm.DeserializeError, match="version"):
         pm.CompiledGrammar.deserialize_json(json.dumps(payload), compiler.tokenizer_info)
-    small = pm.GrammarMatcher(pm.CompiledGrammar.deserialize_json(
-        pm.GrammarCompiler(other).compile_grammar('root ::= "yes" | "no"').serialize_json(), other))
+    small = pm.GrammarMatcher(
+        pm.CompiledGrammar.deserialize_json(
+            pm.GrammarCompiler(other).compile_grammar('root ::= "yes" | "no"').serialize_json(), other
+        )
+    )
     assert small.accept_string("no") and small.can_end()
 
 
@@ -441,8 +547,11 @@ def test_token_terminals_survive_pickling(compiler):
     special = tokenizer.eos_token_id
     compiled = compiler.compile_grammar(f'root ::= "a" <[{special}]> "b"')
     a, b = (tokenizer.encode(text, add_special_tokens=False) for text in ("a", "b"))
-    for copy in (compiled, pickle.loads(pickle.dumps(compiled)),
-                 pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info)):
+    for copy in (
+        compiled,
+        pickle.loads(pickle.dumps(compiled)),
+        pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info),
+    ):
         assert copy.token_terminals.keys() == {special}
         matcher = pm.GrammarMatcher(copy, override_stop_tokens=[])
         assert matcher.accept_tokens(a)
@@ -459,6 +568,5 @@ def test_grammars_with_value_checks_refuse_to_leave_the_process(compiler):
         with pytest.raises(ValueError, match="value checks"):
             write()
     with pytest.warns(UserWarning, match="widened 'uniqueItems'"):
-        widened = compiler.compile_json_schema({"type": "array", "uniqueItems": True}, value_checks=False,
-                                               lenient=True)
+        widened = compiler.compile_json_schema({"type": "array", "uniqueItems": True}, value_checks=False, lenient=True)
     assert not widened.value_checks

@@ -21,66 +21,118 @@ from support import grammar_compiler, hf_tokenizer, mask_walk, short_structural_
 import pushmask as pm
 from pushmask.grammar.structural_tag import UnsupportedFormatError
 
-SCHEMA = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 12},
-    "unit": {"enum": ["c", "f"]},
-    "code": {"type": "string", "pattern": "^[A-Z]{2}$"},
-    "days": {"type": "integer", "minimum": 1, "maximum": 30},
-    "utc": {"type": "boolean"},
-    "note": {"type": "string"}}, "required": ["city", "days"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "unit": {"enum": ["c", "f"]},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}$"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 30},
+        "utc": {"type": "boolean"},
+        "note": {"type": "string"},
+    },
+    "required": ["city", "days"],
+}
 
 # style: (structural tag begin, end, element renderer (key, text, raw), element parser -> (key, text, raw))
 STYLES = {
-    "qwen_xml": ("<tool_call>\n<function=f>\n", "\n</function>\n</tool_call>",
-                 lambda k, v, raw: f"<parameter={k}>\n{v}\n</parameter>",
-                 lambda body: [(k, v[1:] if v.startswith("\n") else v, None) for k, v in
-                               ((k, v[:-1] if v.endswith("\n") else v) for k, v in
-                                re.findall(r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))",
-                                           body, re.S))]),
-    "minimax_xml": ('<invoke name="f">\n', "</invoke>\n",
-                    lambda k, v, raw: f'<parameter name="{k}">{v}</parameter>\n',
-                    lambda body: [(k, v, None) for k, v in re.findall(
-                        r'<\s*parameter\s+name\s*=\s*"([^"]*)"\s*>(.*?)'
-                        r'(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))', body, re.S)]),
-    "glm_xml": ("<tool_call>f", "</tool_call>",
-                lambda k, v, raw: f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>",
-                lambda body: [(k, v, None) for k, v in re.findall(
-                    r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", body, re.S)]),
+    "qwen_xml": (
+        "<tool_call>\n<function=f>\n",
+        "\n</function>\n</tool_call>",
+        lambda k, v, raw: f"<parameter={k}>\n{v}\n</parameter>",
+        lambda body: [
+            (k, v[1:] if v.startswith("\n") else v, None)
+            for k, v in (
+                (k, v[:-1] if v.endswith("\n") else v)
+                for k, v in re.findall(
+                    r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))", body, re.S
+                )
+            )
+        ],
+    ),
+    "minimax_xml": (
+        '<invoke name="f">\n',
+        "</invoke>\n",
+        lambda k, v, raw: f'<parameter name="{k}">{v}</parameter>\n',
+        lambda body: [
+            (k, v, None)
+            for k, v in re.findall(
+                r'<\s*parameter\s+name\s*=\s*"([^"]*)"\s*>(.*?)'
+                r"(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))",
+                body,
+                re.S,
+            )
+        ],
+    ),
+    "glm_xml": (
+        "<tool_call>f",
+        "</tool_call>",
+        lambda k, v, raw: f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>",
+        lambda body: [
+            (k, v, None) for k, v in re.findall(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", body, re.S)
+        ],
+    ),
     # DeepSeek V3.2 / V4: string="true" marks raw text, "false" a JSON value (its parser reads both)
-    "deepseek_xml": ('<｜DSML｜invoke name="f">\n', "</｜DSML｜invoke>\n",
-                     lambda k, v, raw: f'<｜DSML｜parameter name="{k}" string="{str(raw).lower()}">{v}</｜DSML｜parameter>\n',
-                     lambda body: re.findall(r'<｜DSML｜parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>(.*?)'
-                                             r'(?:</｜DSML｜parameter>|(?=<｜DSML｜parameter\s+name=))', body, re.S)),
-    "deepseek_v4_1_xml": ('<｜DSML｜ invoke name="f">\n', "</｜DSML｜ invoke>\n",
-                          lambda k, v, raw: f'<｜DSML｜ parameter name="{k}" string="{str(raw).lower()}">{v}'
-                                            "</｜DSML｜ parameter>\n",
-                          lambda body: re.findall(r'<｜DSML｜ parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
-                                                  r'(.*?)(?:</｜DSML｜ parameter>|(?=<｜DSML｜ parameter\s+name=))', body, re.S)),
+    "deepseek_xml": (
+        '<｜DSML｜invoke name="f">\n',
+        "</｜DSML｜invoke>\n",
+        lambda k, v, raw: f'<｜DSML｜parameter name="{k}" string="{str(raw).lower()}">{v}</｜DSML｜parameter>\n',
+        lambda body: re.findall(
+            r'<｜DSML｜parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>(.*?)'
+            r"(?:</｜DSML｜parameter>|(?=<｜DSML｜parameter\s+name=))",
+            body,
+            re.S,
+        ),
+    ),
+    "deepseek_v4_1_xml": (
+        '<｜DSML｜ invoke name="f">\n',
+        "</｜DSML｜ invoke>\n",
+        lambda k, v, raw: f'<｜DSML｜ parameter name="{k}" string="{str(raw).lower()}">{v}</｜DSML｜ parameter>\n',
+        lambda body: re.findall(
+            r'<｜DSML｜ parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
+            r"(.*?)(?:</｜DSML｜ parameter>|(?=<｜DSML｜ parameter\s+name=))",
+            body,
+            re.S,
+        ),
+    ),
 }
 for _style in ("deepseek_xml", "deepseek_v4_1_xml"):  # the parser's fields (key, string flag, value) in order
     _begin, _end, _render, _parse = STYLES[_style]
     STYLES[_style] = (_begin, _end, _render, lambda body, parse=_parse: [(k, v, flag) for k, flag, v in parse(body)])
 
-GOOD = [{"city": "Paris", "days": 3}, {"city": "", "days": 30, "unit": "f", "utc": True},
-        {"city": "a < b & c", "days": 1, "code": "FR", "note": "line 1\nline 2 x < y"},
-        {"city": "\nx\n", "days": 2, "note": "<3 << 4"}]
-BAD = [{"city": "Paris"}, {"city": "Paris", "days": 0}, {"city": "Paris, France!", "days": 1},
-       {"city": "P", "days": 1, "unit": "k"}, {"city": "P", "days": 1, "code": "fr"},
-       {"city": "P", "days": 1, "utc": "yes"}, {"city": "P", "days": "x"}]
+GOOD = [
+    {"city": "Paris", "days": 3},
+    {"city": "", "days": 30, "unit": "f", "utc": True},
+    {"city": "a < b & c", "days": 1, "code": "FR", "note": "line 1\nline 2 x < y"},
+    {"city": "\nx\n", "days": 2, "note": "<3 << 4"},
+]
+BAD = [
+    {"city": "Paris"},
+    {"city": "Paris", "days": 0},
+    {"city": "Paris, France!", "days": 1},
+    {"city": "P", "days": 1, "unit": "k"},
+    {"city": "P", "days": 1, "code": "fr"},
+    {"city": "P", "days": 1, "utc": "yes"},
+    {"city": "P", "days": "x"},
+]
 # Values that spell the style's own markup: the parser reads other arguments than were meant.
-SPOOFS = {"qwen_xml": ["a</parameter>b", "x\n</parameter>\n<parameter=days>\n0", "x< /parameter >",
-                       "x</function>"],
-          "minimax_xml": ["a</parameter>b", 'x<parameter name="days">0', "x</invoke>"],
-          "glm_xml": ["a</arg_value>b", "x</arg_value><arg_key>days</arg_key><arg_value>0", "x</tool_call>"],
-          "deepseek_xml": ["a</｜DSML｜parameter>b", 'x<｜DSML｜parameter name="days" string="false">0'],
-          "deepseek_v4_1_xml": ["a</｜DSML｜ parameter>b", "x</｜DSML｜ invoke>"]}
+SPOOFS = {
+    "qwen_xml": ["a</parameter>b", "x\n</parameter>\n<parameter=days>\n0", "x< /parameter >", "x</function>"],
+    "minimax_xml": ["a</parameter>b", 'x<parameter name="days">0', "x</invoke>"],
+    "glm_xml": ["a</arg_value>b", "x</arg_value><arg_key>days</arg_key><arg_value>0", "x</tool_call>"],
+    "deepseek_xml": ["a</｜DSML｜parameter>b", 'x<｜DSML｜parameter name="days" string="false">0'],
+    "deepseek_v4_1_xml": ["a</｜DSML｜ parameter>b", "x</｜DSML｜ invoke>"],
+}
 
 
 def coerce(value: str, schema: dict, flag: str | None):
     """A value as the parsers type it: raw for string schemas (DeepSeek: where string="true"),
     else the JSON it spells, or the text where it spells none."""
-    if flag == "true" or flag is None and (schema.get("type") == "string" or "enum" in schema
-                                           and all(isinstance(v, str) for v in schema["enum"])):
+    if (
+        flag == "true"
+        or flag is None
+        and (schema.get("type") == "string" or "enum" in schema and all(isinstance(v, str) for v in schema["enum"]))
+    ):
         return value
     try:
         return json.loads(value.lower() if schema.get("type") == "boolean" else value)
@@ -94,8 +146,8 @@ def parse(style: str, text: str) -> dict | None:
     begin, end, _, elements = STYLES[style]
     if not (text.startswith(begin) and text.endswith(end)):
         return None
-    close = end[end.index("</"):end.index(">", end.index("</")) + 1]
-    triples = elements(text[len(begin):text.index(close, len(begin))])
+    close = end[end.index("</") : end.index(">", end.index("</")) + 1]
+    triples = elements(text[len(begin) : text.index(close, len(begin))])
     return {k: coerce(v, SCHEMA["properties"].get(k, {}), flag) for k, v, flag in triples}
 
 
@@ -104,18 +156,33 @@ def render(style: str, args: dict) -> str:
     begin, end, element, _ = STYLES[style]
     sep = "\n" if style == "qwen_xml" else ""
     order = sorted(args, key=lambda k: list(SCHEMA["properties"]).index(k) if k in SCHEMA["properties"] else 99)
-    return begin + sep.join(element(k, args[k] if isinstance(args[k], str) else json.dumps(args[k]),
-                                    isinstance(args[k], str)) for k in order) + end
+    return (
+        begin
+        + sep.join(
+            element(k, args[k] if isinstance(args[k], str) else json.dumps(args[k]), isinstance(args[k], str))
+            for k in order
+        )
+        + end
+    )
 
 
 def tag(style: str, schema=SCHEMA) -> dict:
     begin, end, _, _ = STYLES[style]
-    return {"type": "structural_tag", "format": {"type": "tag", "begin": begin, "end": end, "content": {
-        "type": "json_schema", "json_schema": schema, "style": style}}}
+    return {
+        "type": "structural_tag",
+        "format": {
+            "type": "tag",
+            "begin": begin,
+            "end": end,
+            "content": {"type": "json_schema", "json_schema": schema, "style": style},
+        },
+    }
 
 
 def valid(args) -> bool:
-    return args is not None and jsonschema.Draft202012Validator({**SCHEMA, "additionalProperties": False}).is_valid(args)
+    return args is not None and jsonschema.Draft202012Validator({**SCHEMA, "additionalProperties": False}).is_valid(
+        args
+    )
 
 
 def accepts(compiled, tokens) -> bool:
@@ -162,13 +229,19 @@ def test_random_walks_end_in_arguments_the_parser_reads_and_jsonschema_accepts(s
     assert finished >= 4
 
 
-@pytest.mark.parametrize("schema, message", [
-    ({"type": "object", "properties": {"x": {"type": ["string", "integer"]}}}, r"properties/x: a value of types"),
-    ({"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}}}}, r"types \['array'\]"),
-    ({"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": True}, "declared properties"),
-    ({"type": "object", "properties": {"a b>": {"type": "string"}}}, "cannot be written as an XML element name"),
-    ({"type": "array"}, "need an object schema"),
-])
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"type": "object", "properties": {"x": {"type": ["string", "integer"]}}}, r"properties/x: a value of types"),
+        ({"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}}}}, r"types \['array'\]"),
+        (
+            {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": True},
+            "declared properties",
+        ),
+        ({"type": "object", "properties": {"a b>": {"type": "string"}}}, "cannot be written as an XML element name"),
+        ({"type": "array"}, "need an object schema"),
+    ],
+)
 def test_what_xml_cannot_write_exactly_is_refused_with_its_place(schema, message):
     with pytest.raises(UnsupportedFormatError, match=message):
         grammar_compiler("smollm2").compile_structural_tag(tag("qwen_xml", schema))
@@ -177,4 +250,5 @@ def test_what_xml_cannot_write_exactly_is_refused_with_its_place(schema, message
 def test_an_unknown_style_is_refused():
     with pytest.raises(UnsupportedFormatError, match="style 'cohere_xml' is not supported"):
         grammar_compiler("smollm2").compile_structural_tag(
-            {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": {}, "style": "cohere_xml"}})
+            {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": {}, "style": "cohere_xml"}}
+        )

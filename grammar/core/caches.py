@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, Generic, Hashable, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 __all__ = ["BoundedCache", "clear_caches", "register", "registered"]
 

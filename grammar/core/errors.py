@@ -56,8 +56,9 @@ def check_argument(value: object, expected: type | tuple[type, ...], name: str, 
     if not isinstance(value, expected):
         types = expected if isinstance(expected, tuple) else (expected,)
         wanted = " or ".join(t.__name__ for t in types)
-        raise ArgumentTypeError(f"{where}: {name} must be {wanted}, got {type(value).__name__}"
-                                + (f"; {hint}" if hint else ""))
+        raise ArgumentTypeError(
+            f"{where}: {name} must be {wanted}, got {type(value).__name__}" + (f"; {hint}" if hint else "")
+        )
 
 
 def check_integer(value: Any, name: str, where: str, minimum: int | None = None) -> int:
@@ -94,8 +95,10 @@ class CompileClock:
 
     def check(self, stage: str) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise LimitExceededError(f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
-                                      f"in {stage}); simplify the input or raise Limits.compile_time_limit_s")
+            raise LimitExceededError(
+                f"compiling took longer than compile_time_limit_s={self.limit_s} s (stopped "
+                f"in {stage}); simplify the input or raise Limits.compile_time_limit_s"
+            )
 
 
 class BudgetTooSmallError(PushmaskError, ValueError):

@@ -18,19 +18,30 @@ Range sets are tuples of inclusive, sorted, disjoint (lo, hi) code-point pairs (
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from itertools import chain
-from typing import Callable, Iterable
 
 import numpy as np
 
-from . import string_kernels
 from ..core.errors import UnsupportedSchemaError
-from ..ir import MAX_CODE_POINT, SURROGATES, CharFsm, Expr, NOTHING, complement_ranges, normalize_ranges
 from ..core.limits import DEFAULT_LIMITS
+from ..ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharFsm, Expr, complement_ranges, normalize_ranges
+from . import string_kernels
 
 __all__ = [
-    "Dfa", "StateLimitExceeded", "budgeted", "any_string_dfa", "length_dfa", "literal_dfa", "dfa_to_char_fsm",
-    "Ranges", "ALL_CHARS", "union_ranges", "intersect_ranges", "complement_chars", "char_ranges",
+    "Dfa",
+    "StateLimitExceeded",
+    "budgeted",
+    "any_string_dfa",
+    "length_dfa",
+    "literal_dfa",
+    "dfa_to_char_fsm",
+    "Ranges",
+    "ALL_CHARS",
+    "union_ranges",
+    "intersect_ranges",
+    "complement_chars",
+    "char_ranges",
 ]
 
 Ranges = tuple[tuple[int, int], ...]
@@ -97,7 +108,7 @@ class Dfa:
         self.finals = frozenset(finals)
 
     @classmethod
-    def from_arrays(cls, start, count, lo, hi, target, final) -> "Dfa":
+    def from_arrays(cls, start, count, lo, hi, target, final) -> Dfa:
         """The Dfa of flat arrays (see `arrays`); no states is the empty language."""
         if start.shape[0] == 0:
             return cls([[]], ())
@@ -113,7 +124,7 @@ class Dfa:
         if self._trans is None:
             start, count, lo, hi, target, _ = self._arrays
             edges = list(zip(lo.tolist(), hi.tolist(), target.tolist()))
-            self._trans = [edges[a:a + c] for a, c in zip(start.tolist(), count.tolist())]
+            self._trans = [edges[a : a + c] for a, c in zip(start.tolist(), count.tolist())]
         return self._trans
 
     def arrays(self) -> tuple[np.ndarray, ...]:
@@ -144,7 +155,10 @@ class Dfa:
         stack = [0]
         while stack:
             s = stack.pop()
-            if s not in self.finals or intersect_ranges(tuple((lo, hi) for lo, hi, _ in self.trans[s]), ALL_CHARS) != ALL_CHARS:
+            if (
+                s not in self.finals
+                or intersect_ranges(tuple((lo, hi) for lo, hi, _ in self.trans[s]), ALL_CHARS) != ALL_CHARS
+            ):
                 return False
             for _, _, t in self.trans[s]:
                 if t not in reachable:
@@ -172,8 +186,14 @@ class Dfa:
     # -- construction --------------------------------------------------------------------------
 
     @classmethod
-    def explore(cls, initial, step: Callable, is_final: Callable, budget: int = DEFAULT_LIMITS.max_string_states,
-                what: str = "automaton") -> "Dfa":
+    def explore(
+        cls,
+        initial,
+        step: Callable,
+        is_final: Callable,
+        budget: int = DEFAULT_LIMITS.max_string_states,
+        what: str = "automaton",
+    ) -> Dfa:
         """Build a trimmed DFA from hashable state keys, breadth first from `initial`:
         step(key) yields (lo, hi, next_key) edges; StateLimitExceeded(`what`) past `budget` keys."""
         index = {initial: 0}
@@ -193,19 +213,19 @@ class Dfa:
         finals = [i for i, k in enumerate(keys) if is_final(k)]
         return cls(trans, finals).trim()
 
-    def trim(self) -> "Dfa":
+    def trim(self) -> Dfa:
         """Drop states that cannot reach a final state or are unreachable; renumber from 0 in
         breadth-first order (edges in order), joining adjacent ranges to one target."""
         return Dfa.from_arrays(*string_kernels.trim(*self.arrays()))
 
-    def minimize(self) -> "Dfa":
+    def minimize(self) -> Dfa:
         """An equivalent minimal trimmed DFA (the shared minimiser, partition_kernels.py; numbered
         as `trim` does, so equal languages give equal automata)."""
         return Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*self.arrays())))
 
     # -- boolean operations --------------------------------------------------------------------
 
-    def _product(self, other: "Dfa", rule: int, keep_dead: bool, budget: int, minimize: bool = True) -> "Dfa":
+    def _product(self, other: Dfa, rule: int, keep_dead: bool, budget: int, minimize: bool = True) -> Dfa:
         """The product automaton: finals by `rule` (string_kernels.AND, OR, AND_NOT); pairs with
         one side dead are kept when `keep_dead`; StateLimitExceeded past `budget` reachable pairs."""
         status, *arrays = string_kernels.product(*self.arrays(), *other.arrays(), rule, keep_dead, budget, minimize)
@@ -216,19 +236,19 @@ class Dfa:
     # minimize=False skips minimisation when the caller builds near-minimal automata anyway;
     # the result is then only trimmed.
 
-    def intersect(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
+    def intersect(self, other: Dfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> Dfa:
         """The strings both accept; StateLimitExceeded past `budget` reachable state pairs."""
         return self._product(other, string_kernels.AND, False, budget, minimize)
 
-    def intersects(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states) -> bool:
+    def intersects(self, other: Dfa, budget: int = DEFAULT_LIMITS.max_string_states) -> bool:
         """Do the languages share a string?  (`intersect` without minimising: same budget.)"""
         return not self.intersect(other, budget, minimize=False).is_empty()
 
-    def union(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
+    def union(self, other: Dfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> Dfa:
         """The strings either accepts; StateLimitExceeded past `budget` reachable state pairs."""
         return self._product(other, string_kernels.OR, True, budget, minimize)
 
-    def difference(self, other: "Dfa", budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> "Dfa":
+    def difference(self, other: Dfa, budget: int = DEFAULT_LIMITS.max_string_states, minimize: bool = True) -> Dfa:
         """The strings `self` accepts and `other` does not (a complement is `any_string_dfa() - other`);
         StateLimitExceeded past `budget` reachable state pairs."""
         return self._product(other, string_kernels.AND_NOT, True, budget, minimize)
@@ -247,8 +267,15 @@ class StateLimitExceeded(Exception):
         super().__init__(f"{what} exceeds {budget} {unit}")
 
 
-def budgeted(keyword: str, pointer: str, fn: Callable, /, *args,
-             hint: str = "simplify the constraint or raise Limits.max_string_states", **kwargs):
+def budgeted(
+    keyword: str,
+    pointer: str,
+    fn: Callable,
+    /,
+    *args,
+    hint: str = "simplify the constraint or raise Limits.max_string_states",
+    **kwargs,
+):
     """fn(*args, **kwargs), with StateLimitExceeded reported as UnsupportedSchemaError(keyword,
     pointer) whose message ends with `hint`, how to fix the input."""
     try:
@@ -266,8 +293,9 @@ def any_string_dfa() -> Dfa:
     return Dfa([[(lo, hi, 0) for lo, hi in ALL_CHARS]], [0])
 
 
-def length_dfa(min_length: int = 0, max_length: int | None = None,
-               budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:
+def length_dfa(
+    min_length: int = 0, max_length: int | None = None, budget: int = DEFAULT_LIMITS.max_string_states
+) -> Dfa:
     """Strings of min_length..max_length code points (max_length None: no upper bound);
     StateLimitExceeded when that takes more than `budget` states."""
     top = max_length if max_length is not None else min_length

@@ -5,6 +5,7 @@ lead to a root)."""
 from __future__ import annotations
 
 import numpy as np
+
 from ...jit import njit
 
 
@@ -15,7 +16,7 @@ def grown(arr, need):
     while size < need:
         size = 2 * size + 16
     out = np.empty((size,) + arr.shape[1:], arr.dtype)
-    out[:arr.shape[0]] = arr
+    out[: arr.shape[0]] = arr
     return out
 
 

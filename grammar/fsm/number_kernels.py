@@ -121,5 +121,12 @@ def natural_range(lo_digits, hi_digits, has_hi, cap, wanted, modulus, excluded, 
         ok_hi = (not has_hi) or m < n_hi_digits or (m == n_hi_digits and part_hi[s] <= 0)
         final[s] = ok and ok_lo and ok_hi
     edges_lo = edge_lo[:n_edges].copy()
-    return OK, start[:n_states].copy(), count[:n_states].copy(), edges_lo, edges_lo.copy(), \
-        edge_tgt[:n_edges].copy(), final
+    return (
+        OK,
+        start[:n_states].copy(),
+        count[:n_states].copy(),
+        edges_lo,
+        edges_lo.copy(),
+        edge_tgt[:n_edges].copy(),
+        final,
+    )

@@ -14,8 +14,8 @@ ran out (the caller raises `codepoint_dfa.StateLimitExceeded`); FULL when the en
 from __future__ import annotations
 
 import numpy as np
-from ...jit import njit
 
+from ...jit import njit
 from .graph_kernels import grouped, grown, mark_reaching
 from .partition_kernels import minimal_blocks
 
@@ -158,8 +158,9 @@ def _add_hex_state(level, frames, row, slot, counts, budget, st, edges, nodes, t
     for r in range(_HEX_RUNS.shape[0]):
         d0, d1, char = _HEX_RUNS[r, 0], _HEX_RUNS[r, 1], _HEX_RUNS[r, 2]
         for d in range(d0, d1):
-            if frames[row, d] >= 0 and not _emit(counts, 2 * budget, edges, first, char + d - d0, char + d - d0,
-                                                 frames[row, d]):
+            if frames[row, d] >= 0 and not _emit(
+                counts, 2 * budget, edges, first, char + d - d0, char + d - d0, frames[row, d]
+            ):
                 return -1
     _end(counts, st, state)
     return state
@@ -303,8 +304,9 @@ def _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table
 def _add_piece(block, lo, hi, t, cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
     """Low surrogates lo..hi lead to state t after high surrogate `block`: add the piece to the
     block's residual, closing another block's first; False when something does not fit."""
-    if cursor[_BLOCK] != block and not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes,
-                                                    table, memo, frames):
+    if cursor[_BLOCK] != block and not _close_block(
+        cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames
+    ):
         return False
     cursor[_BLOCK] = block
     k = cursor[_PIECES]
@@ -314,8 +316,9 @@ def _add_piece(block, lo, hi, t, cursor, residual, segs, counts, budget, st, edg
 
 
 @_helper
-def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes, table,
-                        memo, frames):
+def _code_unit_segments(
+    lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes, table, memo, frames
+):
     """Where the code unit of a \\uXXXX escape leads from a state with edges e0..e1 - 1: sorted
     (lo, hi, state) segments in segs (their count is returned; -1 when something does not fit).
     BMP code points lead to their decoded states; a high surrogate leads to the pair state of its
@@ -332,8 +335,23 @@ def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, 
         first, last = a >> 10, b >> 10
         full_from, full_to = first, last
         if a & 1023:  # starts inside block `first`
-            if not _add_piece(first, _LOW + (a & 1023), _LOW + ((b & 1023) if last == first else 1023), target[e],
-                              cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
+            if not _add_piece(
+                first,
+                _LOW + (a & 1023),
+                _LOW + ((b & 1023) if last == first else 1023),
+                target[e],
+                cursor,
+                residual,
+                segs,
+                counts,
+                budget,
+                st,
+                edges,
+                nodes,
+                table,
+                memo,
+                frames,
+            ):
                 return -1
             full_from += 1
         ends_inside = (b & 1023) != 1023 and last >= full_from
@@ -347,15 +365,31 @@ def _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, 
             if pair < 0:
                 return -1
             cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], _HIGH + full_from, _HIGH + full_to, pair)
-        if ends_inside and not _add_piece(last, _LOW, _LOW + (b & 1023), target[e], cursor, residual, segs, counts,
-                                          budget, st, edges, nodes, table, memo, frames):
+        if ends_inside and not _add_piece(
+            last,
+            _LOW,
+            _LOW + (b & 1023),
+            target[e],
+            cursor,
+            residual,
+            segs,
+            counts,
+            budget,
+            st,
+            edges,
+            nodes,
+            table,
+            memo,
+            frames,
+        ):
             return -1
     if not _close_block(cursor, residual, segs, counts, budget, st, edges, nodes, table, memo, frames):
         return -1
     for e in range(e0, e1):
         if hi[e] >= _BMP_REST and lo[e] < _ASTRAL:
-            cursor[_SEGS] = _push_segment(segs, cursor[_SEGS], max(lo[e], _BMP_REST), min(hi[e], _ASTRAL - 1),
-                                          target[e])
+            cursor[_SEGS] = _push_segment(
+                segs, cursor[_SEGS], max(lo[e], _BMP_REST), min(hi[e], _ASTRAL - 1), target[e]
+            )
     return cursor[_SEGS]
 
 
@@ -394,8 +428,9 @@ def encode(start, count, lo, hi, target, budget, capacity):
         esc = _new_state(counts, budget, st)
         if esc < 0:
             return counts[_STATUS], 0, st, edges
-        nseg = _code_unit_segments(lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes,
-                                   table, memo, frames)
+        nseg = _code_unit_segments(
+            lo, hi, target, e0, e1, segs, residual, cursor, counts, budget, st, edges, nodes, table, memo, frames
+        )
         if nseg < 0:
             return counts[_STATUS], 0, st, edges
         root = -1
@@ -435,7 +470,7 @@ def encode(start, count, lo, hi, target, budget, capacity):
         if not backslash and not _emit(counts, 2 * budget, edges, first, _BACKSLASH, _BACKSLASH, esc):
             return counts[_STATUS], 0, st, edges
         _end(counts, st, s)
-    return OK, counts[_N_STATES], st[:counts[_N_STATES]], edges[:counts[_N_EDGES]]
+    return OK, counts[_N_STATES], st[: counts[_N_STATES]], edges[: counts[_N_EDGES]]
 
 
 @njit(cache=True)
@@ -678,12 +713,29 @@ def minimize(start, count, lo, hi, tgt, final):
 
 
 @njit(cache=True)
-def product(a_start, a_count, a_lo, a_hi, a_tgt, a_final, b_start, b_count, b_lo, b_hi, b_tgt, b_final, rule,
-            keep_dead, budget, minimal):
+def product(
+    a_start,
+    a_count,
+    a_lo,
+    a_hi,
+    a_tgt,
+    a_final,
+    b_start,
+    b_count,
+    b_lo,
+    b_hi,
+    b_tgt,
+    b_final,
+    rule,
+    keep_dead,
+    budget,
+    minimal,
+):
     """The product of two automata (`_explore_product`) with finals by `rule` (AND, OR, AND_NOT),
     trimmed, and minimised when `minimal`.  Returns (status, start, count, lo, hi, target, final)."""
     status, pair_s, pair_t, start, count, lo, hi, tgt = _explore_product(
-        a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo, b_hi, b_tgt, keep_dead, budget)
+        a_start, a_count, a_lo, a_hi, a_tgt, b_start, b_count, b_lo, b_hi, b_tgt, keep_dead, budget
+    )
     final = np.zeros(pair_s.shape[0], np.bool_)
     if status != OK:
         return status, start, count, lo, hi, tgt, final

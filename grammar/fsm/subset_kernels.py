@@ -10,6 +10,7 @@ dense [state, letter] table, -1 where there is no edge.
 from __future__ import annotations
 
 import numpy as np
+
 from ...jit import njit
 
 ERR_TOO_MANY_STATES = -1  # DFA states
@@ -84,8 +85,23 @@ def _intern(closure, size, mark, stamp, is_accepting, n_dfa, max_states, pool, p
 
 
 @njit(cache=True)
-def determinize(start, final, eps_ptr, eps_dst, edge_ptr, edges, max_states,
-                pool, pool_ptr, subset_hash, accepting, trans, table, n_dfa, i):
+def determinize(
+    start,
+    final,
+    eps_ptr,
+    eps_dst,
+    edge_ptr,
+    edges,
+    max_states,
+    pool,
+    pool_ptr,
+    subset_hash,
+    accepting,
+    trans,
+    table,
+    n_dfa,
+    i,
+):
     """Subset construction into the given arrays, from n_dfa states found and i swept.
     Returns (status, n_dfa, i): status 0 when done, ERR_TOO_MANY_STATES when more than
     max_states are reachable, ERR_NO_ROOM / ERR_NO_POOL_ROOM when the state arrays / the pool
@@ -113,8 +129,20 @@ def determinize(start, final, eps_ptr, eps_dst, edge_ptr, edges, max_states,
         covering[0] = start
         stamp = 1
         size = _closure(covering, 1, eps_ptr, eps_dst, mark, stamp, closure)
-        status = _intern(closure, size, mark, stamp, mark[final] == stamp, 0, max_states,
-                         pool, pool_ptr, subset_hash, accepting, table)
+        status = _intern(
+            closure,
+            size,
+            mark,
+            stamp,
+            mark[final] == stamp,
+            0,
+            max_states,
+            pool,
+            pool_ptr,
+            subset_hash,
+            accepting,
+            table,
+        )
         if status < 0:
             return status, n_dfa, i
         n_dfa = 1
@@ -167,8 +195,20 @@ def determinize(start, final, eps_ptr, eps_dst, edge_ptr, edges, max_states,
             if n_covering > 0:
                 stamp += 1
                 size = _closure(covering, n_covering, eps_ptr, eps_dst, mark, stamp, closure)
-                target = _intern(closure, size, mark, stamp, mark[final] == stamp, n_dfa, max_states,
-                                 pool, pool_ptr, subset_hash, accepting, table)
+                target = _intern(
+                    closure,
+                    size,
+                    mark,
+                    stamp,
+                    mark[final] == stamp,
+                    n_dfa,
+                    max_states,
+                    pool,
+                    pool_ptr,
+                    subset_hash,
+                    accepting,
+                    table,
+                )
                 if target < 0:
                     return target, n_dfa, i
                 if target == n_dfa:
@@ -215,8 +255,23 @@ def subset_automaton(start, final, eps_ptr, eps_dst, edge_ptr, edges, n_letters,
     n_dfa = 0
     i = 0
     while True:
-        status, n_dfa, i = determinize(start, final, eps_ptr, eps_dst, edge_ptr, edges, max_states,
-                                       pool, pool_ptr, subset_hash, accepting, trans, table, n_dfa, i)
+        status, n_dfa, i = determinize(
+            start,
+            final,
+            eps_ptr,
+            eps_dst,
+            edge_ptr,
+            edges,
+            max_states,
+            pool,
+            pool_ptr,
+            subset_hash,
+            accepting,
+            trans,
+            table,
+            n_dfa,
+            i,
+        )
         if status == ERR_NO_POOL_ROOM:
             pool = _resized(pool, 2 * pool.shape[0], pool_ptr[n_dfa])
         elif status == ERR_NO_ROOM:

@@ -16,7 +16,7 @@ strings hold none.
 from __future__ import annotations
 
 import unicodedata
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -27,27 +27,50 @@ Ranges = tuple[tuple[int, int], ...]
 # General_Category values: short name -> the one-letter groups or two-letter categories it covers,
 # with every alias ECMA accepts (PropertyValueAliases.txt).
 _GC_ALIASES = {
-    "C": ("C", "Other"), "Cc": ("Cc", "Control", "cntrl"), "Cf": ("Cf", "Format"), "Cn": ("Cn", "Unassigned"),
-    "Co": ("Co", "Private_Use"), "Cs": ("Cs", "Surrogate"),
-    "L": ("L", "Letter"), "LC": ("LC", "Cased_Letter"), "Ll": ("Ll", "Lowercase_Letter"),
-    "Lm": ("Lm", "Modifier_Letter"), "Lo": ("Lo", "Other_Letter"), "Lt": ("Lt", "Titlecase_Letter"),
+    "C": ("C", "Other"),
+    "Cc": ("Cc", "Control", "cntrl"),
+    "Cf": ("Cf", "Format"),
+    "Cn": ("Cn", "Unassigned"),
+    "Co": ("Co", "Private_Use"),
+    "Cs": ("Cs", "Surrogate"),
+    "L": ("L", "Letter"),
+    "LC": ("LC", "Cased_Letter"),
+    "Ll": ("Ll", "Lowercase_Letter"),
+    "Lm": ("Lm", "Modifier_Letter"),
+    "Lo": ("Lo", "Other_Letter"),
+    "Lt": ("Lt", "Titlecase_Letter"),
     "Lu": ("Lu", "Uppercase_Letter"),
-    "M": ("M", "Mark", "Combining_Mark"), "Mc": ("Mc", "Spacing_Mark"), "Me": ("Me", "Enclosing_Mark"),
+    "M": ("M", "Mark", "Combining_Mark"),
+    "Mc": ("Mc", "Spacing_Mark"),
+    "Me": ("Me", "Enclosing_Mark"),
     "Mn": ("Mn", "Nonspacing_Mark"),
-    "N": ("N", "Number"), "Nd": ("Nd", "Decimal_Number", "digit"), "Nl": ("Nl", "Letter_Number"),
+    "N": ("N", "Number"),
+    "Nd": ("Nd", "Decimal_Number", "digit"),
+    "Nl": ("Nl", "Letter_Number"),
     "No": ("No", "Other_Number"),
-    "P": ("P", "Punctuation", "punct"), "Pc": ("Pc", "Connector_Punctuation"), "Pd": ("Pd", "Dash_Punctuation"),
-    "Pe": ("Pe", "Close_Punctuation"), "Pf": ("Pf", "Final_Punctuation"), "Pi": ("Pi", "Initial_Punctuation"),
-    "Po": ("Po", "Other_Punctuation"), "Ps": ("Ps", "Open_Punctuation"),
-    "S": ("S", "Symbol"), "Sc": ("Sc", "Currency_Symbol"), "Sk": ("Sk", "Modifier_Symbol"),
-    "Sm": ("Sm", "Math_Symbol"), "So": ("So", "Other_Symbol"),
-    "Z": ("Z", "Separator"), "Zl": ("Zl", "Line_Separator"), "Zp": ("Zp", "Paragraph_Separator"),
+    "P": ("P", "Punctuation", "punct"),
+    "Pc": ("Pc", "Connector_Punctuation"),
+    "Pd": ("Pd", "Dash_Punctuation"),
+    "Pe": ("Pe", "Close_Punctuation"),
+    "Pf": ("Pf", "Final_Punctuation"),
+    "Pi": ("Pi", "Initial_Punctuation"),
+    "Po": ("Po", "Other_Punctuation"),
+    "Ps": ("Ps", "Open_Punctuation"),
+    "S": ("S", "Symbol"),
+    "Sc": ("Sc", "Currency_Symbol"),
+    "Sk": ("Sk", "Modifier_Symbol"),
+    "Sm": ("Sm", "Math_Symbol"),
+    "So": ("So", "Other_Symbol"),
+    "Z": ("Z", "Separator"),
+    "Zl": ("Zl", "Line_Separator"),
+    "Zp": ("Zp", "Paragraph_Separator"),
     "Zs": ("Zs", "Space_Separator"),
 }
 GENERAL_CATEGORIES = {alias: short for short, aliases in _GC_ALIASES.items() for alias in aliases}
 """Every spelling of a General_Category value -> its short name."""
 
-BINARY_PROPERTIES = frozenset("""
+BINARY_PROPERTIES = frozenset(
+    """
 ASCII ASCII_Hex_Digit AHex Alphabetic Alpha Any Assigned Bidi_Control Bidi_C Bidi_Mirrored Bidi_M
 Case_Ignorable CI Cased Changes_When_Casefolded CWCF Changes_When_Casemapped CWCM Changes_When_Lowercased CWL
 Changes_When_NFKC_Casefolded CWKCF Changes_When_Titlecased CWT Changes_When_Uppercased CWU Dash
@@ -58,11 +81,18 @@ ID_Start IDS Ideographic Ideo Join_Control Join_C Logical_Order_Exception LOE Lo
 Noncharacter_Code_Point NChar Pattern_Syntax Pat_Syn Pattern_White_Space Pat_WS Quotation_Mark QMark Radical
 Regional_Indicator RI Sentence_Terminal STerm Soft_Dotted SD Terminal_Punctuation Term Unified_Ideograph UIdeo
 Uppercase Upper Variation_Selector VS White_Space space XID_Continue XIDC XID_Start XIDS
-""".split())
+""".split()
+)
 """ECMA-262's binary Unicode properties (long and short names)."""
 
-_PROPERTY_NAMES = {"General_Category": "gc", "gc": "gc", "Script": "sc", "sc": "sc",
-                   "Script_Extensions": "scx", "scx": "scx"}
+_PROPERTY_NAMES = {
+    "General_Category": "gc",
+    "gc": "gc",
+    "Script": "sc",
+    "sc": "sc",
+    "Script_Extensions": "scx",
+    "scx": "scx",
+}
 
 
 class UnknownProperty(ValueError):
@@ -90,7 +120,7 @@ def property_ranges(body: str) -> Ranges:
     return _regex_property(f"{kind}={value}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _category_table() -> dict[str, Ranges]:
     """Two-letter general category -> its ranges, from one pass over every code point."""
     runs: dict[str, list[list[int]]] = {}
@@ -106,7 +136,7 @@ def _category_table() -> dict[str, Ranges]:
     return {cat: tuple((lo, hi) for lo, hi in found) for cat, found in runs.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _general_category(short: str) -> Ranges:
     table = _category_table()
     if short == "LC":
@@ -118,7 +148,7 @@ def _general_category(short: str) -> Ranges:
     return normalize_ranges(r for cat in cats for r in table.get(cat, ()))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _regex_property(spec: str) -> Ranges:
     """The code points `regex` puts in \\p{spec}: its runs in a string of every code point."""
     try:

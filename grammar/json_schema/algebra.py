@@ -63,8 +63,9 @@ class SchemaAlgebra:
         constraining = [k for k in schema if k not in ANNOTATIONS and k in KNOWN]
         if constraining == ["$ref"]:
             return [RefMarker(schema["$ref"])]
-        unevaluated = [k for k in ("unevaluatedProperties", "unevaluatedItems")
-                       if k in schema and not is_true(schema[k])]
+        unevaluated = [
+            k for k in ("unevaluatedProperties", "unevaluatedItems") if k in schema and not is_true(schema[k])
+        ]
         if unevaluated and any(k in schema for k in APPLICATORS):
             return self._unevaluated_dnf(schema, unevaluated, pointer)
         for key in unevaluated:
@@ -75,8 +76,9 @@ class SchemaAlgebra:
             flat["enum"] = [v for v in flat["enum"] if json_equal(v, const)] if "enum" in flat else [const]
         not_schema = schema.get("not")
         if not_schema is not None and flat_exclusion(not_schema, schema):
-            flat["not"] = {"anyOf": [{k: not_schema[k] for k in ("enum", "pattern", "type", "multipleOf")
-                                      if k in not_schema}]}
+            flat["not"] = {
+                "anyOf": [{k: not_schema[k] for k in ("enum", "pattern", "type", "multipleOf") if k in not_schema}]
+            }
             not_schema = None
         factors: list[list] = [[flat]]
         if "$ref" in schema:
@@ -97,15 +99,23 @@ class SchemaAlgebra:
             cond = schema["if"]
             then = schema.get("then", True)
             other = schema.get("else", True)
-            factors.append(self.dnf({"anyOf": [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]},
-                                    f"{pointer}/if"))
+            factors.append(
+                self.dnf({"anyOf": [{"allOf": [cond, then]}, {"allOf": [{"not": cond}, other]}]}, f"{pointer}/if")
+            )
         for name, deps in (schema.get("dependentRequired") or {}).items():
-            factors.append(self.dnf({"anyOf": [{"properties": {name: False}}, {"required": [name, *deps]}]},
-                                    f"{pointer}/dependentRequired"))
+            factors.append(
+                self.dnf(
+                    {"anyOf": [{"properties": {name: False}}, {"required": [name, *deps]}]},
+                    f"{pointer}/dependentRequired",
+                )
+            )
         for name, dep in (schema.get("dependentSchemas") or {}).items():
-            factors.append(self.dnf({"anyOf": [{"properties": {name: False}},
-                                               {"required": [name], "allOf": [dep]}]},
-                                    f"{pointer}/dependentSchemas"))
+            factors.append(
+                self.dnf(
+                    {"anyOf": [{"properties": {name: False}}, {"required": [name], "allOf": [dep]}]},
+                    f"{pointer}/dependentSchemas",
+                )
+            )
         return self.product(factors, pointer)
 
     def product(self, factors: list[list], pointer: str) -> list:
@@ -119,7 +129,8 @@ class SchemaAlgebra:
                         raise LimitExceededError(
                             f"schema at {pointer} expands to more than {self.limits.max_schema_branches} "
                             "alternatives (Limits.max_schema_branches; anyOf/oneOf/if/dependencies multiply); "
-                            "simplify it or raise the limit")
+                            "simplify it or raise the limit"
+                        )
             result = combined
             if not result:
                 self.ctx.note_empty(pointer, "the combined constraints (allOf/anyOf/...) exclude every instance")
@@ -128,8 +139,11 @@ class SchemaAlgebra:
 
     def inline_ref(self, uri: str, pointer: str) -> list:
         if self.inline_depth > MAX_INLINE_DEPTH:
-            raise UnsupportedSchemaError("$ref", pointer, "reference cycle through allOf/anyOf/oneOf/not "
-                                         "with no object or array in between cannot be expanded")
+            raise UnsupportedSchemaError(
+                "$ref",
+                pointer,
+                "reference cycle through allOf/anyOf/oneOf/not with no object or array in between cannot be expanded",
+            )
         self.inline_depth += 1
         try:
             return self.dnf(self.ctx.lookup(uri, pointer), uri_pointer(uri))

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import UnsupportedSchemaError
 from ..ir import EPSILON, NOTHING, Expr, Ref, alt, rep, seq
-from ..passes import expr_nodes
 from ..json_checks import UniqueItems
+from ..passes import expr_nodes
 from .keywords import is_true, rule_hint
 from .objects import any_order_members
 
@@ -77,8 +77,23 @@ def _array_counts(em: Emitter, f: dict, pointer: str, depth) -> _ArrayShape | No
         em.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
         return None
     o, first, nxt, _, end, close_e, close_ne = em.layout.parts(depth, "[", "]")
-    return _ArrayShape(pointer, prefix, items, min_i, max_i, None, 0, None, em.layout.child(depth),
-                       o, first, nxt, end, close_e, close_ne)
+    return _ArrayShape(
+        pointer,
+        prefix,
+        items,
+        min_i,
+        max_i,
+        None,
+        0,
+        None,
+        em.layout.child(depth),
+        o,
+        first,
+        nxt,
+        end,
+        close_e,
+        close_ne,
+    )
 
 
 def _read_contains(em: Emitter, f: dict, shape: _ArrayShape) -> bool:
@@ -111,9 +126,12 @@ def _unique_array(em: Emitter, f: dict, shape: _ArrayShape, depth) -> Expr | Non
         em.rules[name] = array_expr(em, {k: v for k, v in f.items() if k != "uniqueItems"}, pointer, depth)
         em.checks[name] = UniqueItems(f"{pointer}/uniqueItems")
         return Ref(name)
-    em.unsupported("uniqueItems", f"{pointer}/uniqueItems",
-                     "a grammar cannot require distinct array items (except up to "
-                     f"{UNIQUE_ENUM_MAX} values of an enum); widened to allow duplicates")
+    em.unsupported(
+        "uniqueItems",
+        f"{pointer}/uniqueItems",
+        "a grammar cannot require distinct array items (except up to "
+        f"{UNIQUE_ENUM_MAX} values of an enum); widened to allow duplicates",
+    )
     return None
 
 
@@ -123,8 +141,9 @@ def _item_exprs(em: Emitter, s: _ArrayShape, i: int) -> tuple[Expr, Expr]:
     ptr = f"{s.pointer}/prefixItems/{i}" if i < len(s.prefix) else f"{s.pointer}/items"
     if s.contains is None:
         return em.value(schema, ptr, s.child), NOTHING
-    marked = em.value({"allOf": [schema, s.contains]} if not is_true(schema) else s.contains,
-                        f"{s.pointer}/contains", s.child)
+    marked = em.value(
+        {"allOf": [schema, s.contains]} if not is_true(schema) else s.contains, f"{s.pointer}/contains", s.child
+    )
     if s.max_c is None:
         return em.value(schema, ptr, s.child), marked
     unmarked = em.value({"allOf": [schema, {"not": s.contains}]}, f"{s.pointer}/contains", s.child)
@@ -135,8 +154,7 @@ def _items_in_order(em: Emitter, s: _ArrayShape) -> Expr:
     """Without contains: positions before S = max(P, 1) one by one, then a counted repetition."""
     P = len(s.prefix)
     S = max(P, 1)
-    rest = None if s.max_i is not None and s.max_i <= S else \
-        _item_exprs(em, s, S)[0] if s.items is not False else None
+    rest = None if s.max_i is not None and s.max_i <= S else _item_exprs(em, s, S)[0] if s.items is not False else None
     lo = max(0, s.min_i - S)
     hi = None if s.max_i is None else s.max_i - S
     if rest is None or rest == NOTHING:
@@ -162,8 +180,9 @@ def _items_counting_contains(em: Emitter, s: _ArrayShape) -> Expr:
     P, min_i, max_i, min_c, max_c = len(s.prefix), s.min_i, s.max_i, s.min_c, s.max_c
     limit = max_i if max_i is not None else max(P, min_i, 1)
     if limit > MAX_CONTAINS_POSITIONS or (max_c or min_c) > MAX_CONTAINS_POSITIONS:
-        raise UnsupportedSchemaError("contains", f"{s.pointer}/contains",
-                                     f"contains with more than {MAX_CONTAINS_POSITIONS} counted positions")
+        raise UnsupportedSchemaError(
+            "contains", f"{s.pointer}/contains", f"contains with more than {MAX_CONTAINS_POSITIONS} counted positions"
+        )
     c_cap = max_c if max_c is not None else min_c
     ex = {i: _item_exprs(em, s, i) for i in range(min(limit, P) + 1)}
 
@@ -214,5 +233,3 @@ def _items_counting_contains(em: Emitter, s: _ArrayShape) -> Expr:
         return result
 
     return state(0, 0)
-
-

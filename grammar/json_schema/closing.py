@@ -37,13 +37,22 @@ from __future__ import annotations
 
 import re
 import warnings
+
 from .documents import VALUE_KEYS, spec_uri
 
 CLOSED_ONE_OF = "x-pushmask-closed-oneOf"
 """Next to `oneOf` (spec branches) in a positive position: the closed branches, in order."""
 
-_DECLARING_KEYWORDS = ("properties", "patternProperties", "required", "minProperties", "maxProperties",
-                       "dependentRequired", "dependentSchemas", "dependencies")
+_DECLARING_KEYWORDS = (
+    "properties",
+    "patternProperties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+)
 """With additional_properties_default="declared" (XGrammar's strict mode), an object schema with one of
 these keywords takes no undeclared members; one with none of them (`{"type": "object"}`) any."""
 _REF_KEYS = ("$id", "$ref", "$dynamicRef", "$recursiveRef")
@@ -58,8 +67,10 @@ def spec_copy(node, keys=_REF_KEYS):
         return [spec_copy(v, keys) for v in node]
     if not isinstance(node, dict):
         return node
-    return {k: v if k in VALUE_KEYS else spec_uri(v) if k in keys and isinstance(v, str) else spec_copy(v, keys)
-            for k, v in node.items()}
+    return {
+        k: v if k in VALUE_KEYS else spec_uri(v) if k in keys and isinstance(v, str) else spec_copy(v, keys)
+        for k, v in node.items()
+    }
 
 
 def _spec_subtree(node):
@@ -77,9 +88,13 @@ def close_document(doc, only_declared: bool):
     closer = _Closer(only_declared)
     out = closer.positive(doc, "#")
     if closer.kept_open:
-        warnings.warn("pushmask: strict mode leaves the object schema(s) at " + ", ".join(closer.kept_open[:5])
-                      + " open: closing them would leave no valid value (required or minProperties names members "
-                      "the schema does not declare, or minItems exceeds prefixItems)", stacklevel=6)
+        warnings.warn(
+            "pushmask: strict mode leaves the object schema(s) at "
+            + ", ".join(closer.kept_open[:5])
+            + " open: closing them would leave no valid value (required or minProperties names members "
+            "the schema does not declare, or minItems exceeds prefixItems)",
+            stacklevel=6,
+        )
     return out
 
 
@@ -123,8 +138,12 @@ class _Closer:
 
     def _close(self, node: dict, out: dict, pointer: str) -> None:
         t = node.get("type")
-        is_object = (t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node
-                     or "patternProperties" in node)
+        is_object = (
+            t == "object"
+            or (isinstance(t, list) and "object" in t)
+            or "properties" in node
+            or "patternProperties" in node
+        )
         if self.only_declared:
             is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
         if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
@@ -132,12 +151,18 @@ class _Closer:
             if missing:
                 self.kept_open.append(pointer)
                 if missing == "minProperties":  # its own members first: fewest undeclared ones needed
-                    out["required"] = [*out.get("required", []),
-                                       *(n for n in _declared(node) if n not in out.get("required", []))]
+                    out["required"] = [
+                        *out.get("required", []),
+                        *(n for n in _declared(node) if n not in out.get("required", [])),
+                    ]
             else:
                 out["additionalProperties"] = False
-        if self.only_declared and "unevaluatedItems" not in node and isinstance(node.get("prefixItems"), list) \
-                and "items" not in node:
+        if (
+            self.only_declared
+            and "unevaluatedItems" not in node
+            and isinstance(node.get("prefixItems"), list)
+            and "items" not in node
+        ):
             if isinstance(node.get("minItems"), (int, float)) and node["minItems"] > len(node["prefixItems"]):
                 self.kept_open.append(pointer)
             else:

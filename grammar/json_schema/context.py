@@ -14,8 +14,8 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from ..core.errors import CompileClock, SchemaError, UnsupportedSchemaError
-from ..json_options import JsonOptions
 from ..core.limits import DEFAULT_LIMITS, Limits
+from ..json_options import JsonOptions
 from .closing import close_document, spec_copy
 from .documents import (
     DEFAULT_BASE,
@@ -83,17 +83,19 @@ class CompileContext:
         normalized = normalize_document(schema, self.base, self.draft)
         self.root = self._close(normalized)
         self.registry = Registry(retrieve=self._retrieve).with_resource(
-            self.base, Resource(self.root, specification=DRAFT202012))
+            self.base, Resource(self.root, specification=DRAFT202012)
+        )
         if self.root is not normalized:  # strict mode: negative positions refer to the spec copy
             self.registry = self.registry.with_resource(
-                spec_uri(self.base), Resource(spec_copy(normalized), specification=DRAFT202012))
+                spec_uri(self.base), Resource(spec_copy(normalized), specification=DRAFT202012)
+            )
         self.registry = self.registry.crawl()
         self.resolver = self.registry.resolver()
         self.validator_cls = jsonschema.Draft202012Validator
         if dynamic_scopes:  # several dynamic anchors: specialise references per dynamic scope
-            self.root = DynamicScopes(lambda uri: self.lookup(uri, "#"), self._register,
-                                      limits.max_dynamic_copies).specialise_root(
-                self.root, self.base)
+            self.root = DynamicScopes(
+                lambda uri: self.lookup(uri, "#"), self._register, limits.max_dynamic_copies
+            ).specialise_root(self.root, self.base)
 
     def dynamic_anchors(self, ref_key: str) -> int:
         """How many anchors a `$dynamicRef` ($dynamicAnchor) or `$recursiveRef` ($recursiveAnchor)
@@ -127,7 +129,7 @@ class CompileContext:
     def lookup(self, uri: str, pointer: str):
         url, frag = urldefrag(uri)
         errors = []
-        for candidate in (translate_pointer(frag) if frag.startswith("/") else [frag]):
+        for candidate in translate_pointer(frag) if frag.startswith("/") else [frag]:
             target = url + ("#" + candidate if candidate else "")
             try:
                 return self.resolver.lookup(target).contents
@@ -135,8 +137,7 @@ class CompileContext:
                 errors.append(str(exc))
             except Exception as exc:  # malformed documents from retrieval, bad pointers
                 errors.append(f"{type(exc).__name__}: {exc}")
-        raise SchemaError(f"unresolvable $ref {uri!r} ({errors[0]}); define the target or fix the reference",
-                          pointer)
+        raise SchemaError(f"unresolvable $ref {uri!r} ({errors[0]}); define the target or fix the reference", pointer)
 
     def unsupported(self, keyword: str, pointer: str, detail: str) -> None:
         """Raise UnsupportedSchemaError, or under lenient=True warn that the keyword is widened."""

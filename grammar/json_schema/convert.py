@@ -6,10 +6,10 @@ import warnings
 from typing import Any
 
 from .. import passes
-from ..core.errors import LimitExceededError, CompileClock, GrammarError, SchemaError
+from ..core.errors import CompileClock, GrammarError, LimitExceededError, SchemaError
+from ..core.limits import DEFAULT_LIMITS, Limits
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
-from ..core.limits import DEFAULT_LIMITS, Limits
 from .context import NeedsDynamicScopes, UnsatisfiableSchema
 from .documents import check_json_document, check_metaschema, load_schema
 from .emit import Emitter
@@ -45,8 +45,14 @@ def _prune(grammar: Grammar, reason) -> Grammar:
     return passes.remove_unreachable(productive)
 
 
-def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock: CompileClock | None = None,
-                           limits: Limits = DEFAULT_LIMITS, **keywords: Any) -> Grammar:
+def json_schema_to_grammar(
+    schema,
+    options: JsonOptions | None = None,
+    *,
+    clock: CompileClock | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    **keywords: Any,
+) -> Grammar:
     """Compile a JSON Schema (dict, JSON text, or pydantic model class) into grammar IR.
 
     options: the JsonOptions of the compile (grammar/json_options.py: layout, strict mode, member
@@ -72,8 +78,9 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
         if schema is False:
             if options.unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
-            raise SchemaError("the schema is unsatisfiable: the schema is false; use true or {} to allow any value",
-                              "#")
+            raise SchemaError(
+                "the schema is unsatisfiable: the schema is false; use true or {} to allow any value", "#"
+            )
         widened: set[tuple[str, str]] = set()  # one warning per widening across the retries below
 
         def compile_(additional) -> Grammar:
@@ -99,14 +106,19 @@ def json_schema_to_grammar(schema, options: JsonOptions | None = None, *, clock:
                     raise
                 # strict mode never turns a satisfiable schema into an error: the spec language
                 grammar = compile_(True)
-                warnings.warn("pushmask: closing object schemas (strict mode) leaves this schema no valid value; "
-                              "it is compiled without closing them (the schema's own language)", stacklevel=2)
+                warnings.warn(
+                    "pushmask: closing object schemas (strict mode) leaves this schema no valid value; "
+                    "it is compiled without closing them (the schema's own language)",
+                    stacklevel=2,
+                )
                 return grammar
         except UnsatisfiableSchema as exc:
             if options.unsatisfiable == "empty":
                 return EMPTY_LANGUAGE.copy()
             raise SchemaError(exc.message, exc.pointer) from None
     except RecursionError:
-        raise LimitExceededError("the schema nests too deeply to compile (Python's recursion limit); move deep "
-                                  "parts into $defs with $ref, or lower max_schema_depth so that budget "
-                                  "stops it first") from None
+        raise LimitExceededError(
+            "the schema nests too deeply to compile (Python's recursion limit); move deep "
+            "parts into $defs with $ref, or lower max_schema_depth so that budget "
+            "stops it first"
+        ) from None

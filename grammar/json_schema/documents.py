@@ -43,8 +43,20 @@ DRAFT_URIS = {
 DRAFT_ORDER = ["draft4", "draft6", "draft7", "draft2019-09", "draft2020-12"]
 
 # Keywords whose value is a schema, a list of schemas, or a name -> schema map.
-SCHEMA_KEYS = ("not", "if", "then", "else", "additionalProperties", "additionalItems", "contains",
-               "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema", "items")
+SCHEMA_KEYS = (
+    "not",
+    "if",
+    "then",
+    "else",
+    "additionalProperties",
+    "additionalItems",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+    "items",
+)
 LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
 MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 # Keywords whose values are instances (data), never schemas to rewrite.
@@ -54,8 +66,18 @@ VALUE_KEYS = frozenset({"enum", "const", "default", "examples"})
 _NEW_IN = {
     "draft6": {"const", "contains", "propertyNames", "examples"},
     "draft7": {"if", "then", "else", "contentMediaType", "contentEncoding"},
-    "draft2019-09": {"dependentRequired", "dependentSchemas", "minContains", "maxContains", "$anchor",
-                     "unevaluatedItems", "unevaluatedProperties", "$recursiveRef", "$recursiveAnchor", "$defs"},
+    "draft2019-09": {
+        "dependentRequired",
+        "dependentSchemas",
+        "minContains",
+        "maxContains",
+        "$anchor",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "$defs",
+    },
     "draft2020-12": {"prefixItems", "$dynamicRef", "$dynamicAnchor"},
 }
 
@@ -73,9 +95,11 @@ def check_json_document(doc, max_depth: int = DEFAULT_LIMITS.max_schema_depth) -
         if isinstance(node, _JSON_SCALARS):
             continue
         if depth >= max_depth:
-            raise LimitExceededError(f"the schema nests objects/arrays deeper than {max_depth} levels (at {pointer}, "
-                                      "the max_schema_depth budget); move deep parts into $defs with $ref, or raise "
-                                      "Limits.max_schema_depth")
+            raise LimitExceededError(
+                f"the schema nests objects/arrays deeper than {max_depth} levels (at {pointer}, "
+                "the max_schema_depth budget); move deep parts into $defs with $ref, or raise "
+                "Limits.max_schema_depth"
+            )
         if isinstance(node, dict):
             for key, value in node.items():
                 if not isinstance(key, str):
@@ -85,8 +109,11 @@ def check_json_document(doc, max_depth: int = DEFAULT_LIMITS.max_schema_depth) -
             stack.extend((value, f"{pointer}/{i}", depth + 1) for i, value in enumerate(node))
         else:
             hint = "; use a list" if isinstance(node, tuple) else ""
-            raise SchemaError(f"a {type(node).__name__} is not JSON data (objects, arrays, strings, numbers, "
-                              f"booleans and null are){hint}", pointer)
+            raise SchemaError(
+                f"a {type(node).__name__} is not JSON data (objects, arrays, strings, numbers, "
+                f"booleans and null are){hint}",
+                pointer,
+            )
 
 
 def join_uri(base: str, ref: str) -> str:
@@ -111,7 +138,7 @@ def draft_of(schema, default: str = "draft2020-12") -> str:
 def _unknown_keywords(draft: str) -> set[str]:
     index = DRAFT_ORDER.index(draft)
     out: set[str] = set()
-    for later in DRAFT_ORDER[index + 1:]:
+    for later in DRAFT_ORDER[index + 1 :]:
         out |= _NEW_IN[later]
     if draft != "draft2019-09":
         out |= {"$recursiveRef", "$recursiveAnchor"}
@@ -242,7 +269,7 @@ def original_uri(uri: str) -> str:
     if not uri.startswith(SPEC_COPY):
         return uri
     url, frag = urldefrag(uri)
-    return unquote(url[len(SPEC_COPY):]) + ("#" + frag if frag else "")
+    return unquote(url[len(SPEC_COPY) :]) + ("#" + frag if frag else "")
 
 
 def uri_pointer(uri: str) -> str:
@@ -268,8 +295,9 @@ def load_schema(schema):
         try:
             return json.loads(schema)
         except json.JSONDecodeError as exc:
-            raise SchemaError(f"the schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                              "#") from None
+            raise SchemaError(
+                f"the schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "#"
+            ) from None
     return schema
 
 
@@ -300,6 +328,7 @@ def _is_ecma_regex(pattern) -> bool:
         if not re.search(r"\\[pP]\{", pattern):
             raise
     import regex
+
     try:
         regex.compile(pattern, regex.V0)
     except regex.error as exc:
@@ -324,7 +353,8 @@ VALID_SUBSCHEMAS_KEPT = 20_000
 JSON strings, numbers and members recur across schemas, and jsonschema's check costs about
 0.2-0.5 ms per subschema."""
 _valid_subschemas: BoundedCache[tuple[type, str], bool] = BoundedCache(
-    VALID_SUBSCHEMAS_KEPT, name="JSON Schema subschemas that passed the metaschema check")
+    VALID_SUBSCHEMAS_KEPT, name="JSON Schema subschemas that passed the metaschema check"
+)
 _NODE_MAPS = MAP_KEYS + ("dependencies",)
 
 
@@ -411,7 +441,9 @@ def _inlined_metaschema(cls):
             return node
         out = {}
         for key, value in node.items():
-            if key in ("$id", "$schema", "$vocabulary", "$dynamicAnchor", "$recursiveAnchor") and not isinstance(value, dict):
+            if key in ("$id", "$schema", "$vocabulary", "$dynamicAnchor", "$recursiveAnchor") and not isinstance(
+                value, dict
+            ):
                 continue  # identifiers and anchors of the parts: the copy is one document
             if (key, value) in (("$dynamicRef", "#meta"), ("$recursiveRef", "#")):
                 out["$ref"] = "#"

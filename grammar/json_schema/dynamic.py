@@ -20,8 +20,8 @@ The rules are those of `referencing` (what `jsonschema` runs), which implement t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import urldefrag
 
 from ..core.errors import LimitExceededError
@@ -55,8 +55,12 @@ class DynamicScopes:
     makes a specialised copy resolvable under its new URI.
     """
 
-    def __init__(self, lookup: Callable[[str], object], register: Callable[[str, object], None],
-                 max_copies: int = DEFAULT_LIMITS.max_dynamic_copies):
+    def __init__(
+        self,
+        lookup: Callable[[str], object],
+        register: Callable[[str, object], None],
+        max_copies: int = DEFAULT_LIMITS.max_dynamic_copies,
+    ):
         self.max_copies = max_copies
         self.lookup = lookup
         self.register = register
@@ -172,9 +176,11 @@ class DynamicScopes:
         key = (target, scope)
         if key not in self.copies:
             if len(self.copies) >= self.max_copies:
-                raise LimitExceededError(f"$dynamicRef/$recursiveRef resolution needs more than {self.max_copies} "
-                                          "scope-specialised copies of their targets (Limits.max_dynamic_copies); "
-                                          "simplify the references or raise the limit")
+                raise LimitExceededError(
+                    f"$dynamicRef/$recursiveRef resolution needs more than {self.max_copies} "
+                    "scope-specialised copies of their targets (Limits.max_dynamic_copies); "
+                    "simplify the references or raise the limit"
+                )
             uri = self.copies[key] = f"{PREFIX}{len(self.copies)}"
             self.register(uri, self.copy(self.lookup(target), target_base, scope))
         return self.copies[key]

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
+from ..json_checks import ValidatesSchema
 from ..json_options import JsonOptions
 from ..passes import expr_nodes
-from ..json_checks import ValidatesSchema
 from .algebra import SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
@@ -55,8 +55,9 @@ class Emitter(CompileContext):
 
     def __init__(self, schema, options: JsonOptions, **keywords):
         super().__init__(schema, options, **keywords)
-        self.layout = Layout(options.whitespace, options.indent, options.max_whitespace, options.separators,
-                             options.root_whitespace)
+        self.layout = Layout(
+            options.whitespace, options.indent, options.max_whitespace, options.separators, options.root_whitespace
+        )
         self.rules: dict[str, Expr] = {}
         self.memo: dict[tuple, Expr] = {}  # keys start with what they memoise (see `value`)
         self.names: dict[str, int] = {}  # rule name stem -> rules named with it so far
@@ -75,8 +76,10 @@ class Emitter(CompileContext):
             name = f"{base}_{n}"
         budget = self.limits.max_schema_rules
         if len(self.rules) >= budget:
-            raise LimitExceededError(f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
-                                      "simplify the schema or split it, or raise the limit")
+            raise LimitExceededError(
+                f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
+                "simplify the schema or split it, or raise the limit"
+            )
         self.rules[name] = NOTHING
         return name
 
@@ -136,8 +139,11 @@ class Emitter(CompileContext):
         body = alt(*exprs) if exprs else NOTHING
         if body == NOTHING and not branches:
             self.note_empty(pointer, "no instance satisfies all the constraints")
-        if name not in self.recursed and name not in self.checks and (
-                isinstance(body, Ref) or (not structural and expr_nodes(body, fsm_edges=True) <= 60)):
+        if (
+            name not in self.recursed
+            and name not in self.checks
+            and (isinstance(body, Ref) or (not structural and expr_nodes(body, fsm_edges=True) <= 60))
+        ):
             del self.rules[name]
             self.memo[key] = body
             return body
@@ -149,8 +155,10 @@ class Emitter(CompileContext):
         key = ("generic", depth)
         if key in self.memo:
             return self.memo[key]
-        names = {k: self.new_rule(f"json_{k}" + ("" if depth is None else f"_d{depth}"))
-                 for k in ("value", "object", "array")}
+        names = {
+            k: self.new_rule(f"json_{k}" + ("" if depth is None else f"_d{depth}"))
+            for k in ("value", "object", "array")
+        }
         self.memo[key] = Ref(names["value"])
         if ("json_string",) not in self.memo:
             sname = self.new_rule("json_string")
@@ -164,13 +172,16 @@ class Emitter(CompileContext):
         o_open, o_first, o_next, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
         member = seq(string, colon, child, end)
         self.rules[names["object"]] = alt(
-            seq(o_open, close_e), seq(o_open, o_first, member, rep(seq(o_next, member), 0, None), close_ne))
+            seq(o_open, close_e), seq(o_open, o_first, member, rep(seq(o_next, member), 0, None), close_ne)
+        )
         a_open, a_first, a_next, _, end, close_e, close_ne = self.layout.parts(depth, "[", "]")
         item = seq(child, end)
         self.rules[names["array"]] = alt(
-            seq(a_open, close_e), seq(a_open, a_first, item, rep(seq(a_next, item), 0, None), close_ne))
-        self.rules[names["value"]] = alt(Ref(names["object"]), Ref(names["array"]), string, number,
-                                         lit("true"), lit("false"), lit("null"))
+            seq(a_open, close_e), seq(a_open, a_first, item, rep(seq(a_next, item), 0, None), close_ne)
+        )
+        self.rules[names["value"]] = alt(
+            Ref(names["object"]), Ref(names["array"]), string, number, lit("true"), lit("false"), lit("null")
+        )
         return Ref(names["value"])
 
     def flat(self, f: dict, pointer: str, depth) -> tuple[Expr, bool]:
@@ -184,8 +195,12 @@ class Emitter(CompileContext):
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
             if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
-                exprs = [alt(*map(lit, _number_spellings(v))) if json_type(v) in ("integer", "number")
-                         else self.literal(v, depth) for v in values]
+                exprs = [
+                    alt(*map(lit, _number_spellings(v)))
+                    if json_type(v) in ("integer", "number")
+                    else self.literal(v, depth)
+                    for v in values
+                ]
             else:
                 exprs = [self.literal(v, depth) for v in values]
             return alt(*exprs) if exprs else NOTHING, any(isinstance(v, (list, dict)) for v in values)
@@ -230,8 +245,10 @@ class Emitter(CompileContext):
         o, first, nxt, colon, end, close_e, close_ne = self.layout.parts(depth, "{", "}")
         if not value:
             return seq(o, close_e)
-        items = [seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
-                 for i, (k, v) in enumerate(value.items())]
+        items = [
+            seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
+            for i, (k, v) in enumerate(value.items())
+        ]
         return seq(o, *items, close_ne)
 
     def counted(self, item: Expr, lo: int, hi: int | None, hint: str, block: int = COUNT_BLOCK) -> Expr:
@@ -245,8 +262,9 @@ class Emitter(CompileContext):
         """
         return self._bounded_repeat("counted", item, lo, hi, hint, block, self._counted_blocks)
 
-    def _bounded_repeat(self, kind: str, item: Expr, lo: int, hi: int | None, hint: str, block: int,
-                        past_block: Callable) -> Expr:
+    def _bounded_repeat(
+        self, kind: str, item: Expr, lo: int, hi: int | None, hint: str, block: int, past_block: Callable
+    ) -> Expr:
         """item{lo,hi}, memoised per `kind`: a plain repetition up to `block` copies, else what
         `past_block(item, lo, hi, hint, block)` builds."""
         key = (kind, item, lo, hi, block)
@@ -264,8 +282,13 @@ class Emitter(CompileContext):
             return seq(at_least, rep(item, 0, hi - lo))
         q, r = divmod(hi - lo, b)
         partial = self.rule_ref(hint, rep(item, 0, b - 1))
-        return seq(at_least, alt(seq(self.counted(unit, 0, q - 1, hint, b), partial),
-                                 seq(self.counted(unit, q, q, hint, b), rep(item, 0, r))))
+        return seq(
+            at_least,
+            alt(
+                seq(self.counted(unit, 0, q - 1, hint, b), partial),
+                seq(self.counted(unit, q, q, hint, b), rep(item, 0, r)),
+            ),
+        )
 
     def chained(self, item: Expr, lo: int, hi: int | None, hint: str, block: int) -> Expr:
         """item{lo,hi} as a chain: past `block` copies, item{block} then a call of a rule for
@@ -280,8 +303,9 @@ class Emitter(CompileContext):
 
     def _chain_link(self, item: Expr, lo: int, hi: int | None, hint: str, block: int) -> Expr:
         """`chained` past one block: item{block}, then a rule for the rest (or fewer than a block)."""
-        rest = self.rule_ref(hint, self.chained(item, max(lo - block, 0), None if hi is None else hi - block,
-                                                hint, block))
+        rest = self.rule_ref(
+            hint, self.chained(item, max(lo - block, 0), None if hi is None else hi - block, hint, block)
+        )
         result = seq(rep(item, block, block), rest)
         return alt(rep(item, lo, block - 1), result) if lo < block else result
 
@@ -303,11 +327,12 @@ class Emitter(CompileContext):
                         return None
         return values or None
 
+
 def _number_spellings(value) -> list[str]:
     """Texts json.loads reads as a number equal to `value` (as jsonschema compares), the ones
     json.dumps writes: the int and, up to 2**53 where the float is exact, its float spelling
     (1 and 1.0); a float's repr and, when integral and exact, its int spelling."""
-    exact = abs(value) <= 2 ** 53
+    exact = abs(value) <= 2**53
     if isinstance(value, float):
         if not math.isfinite(value):
             return []

@@ -11,11 +11,31 @@ from dataclasses import dataclass
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 # Keywords that constrain nothing (annotations, containers of definitions, identifiers).
-ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
-    "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor", "$defs",
-    "definitions", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "discriminator", "nullable",
-})
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+        "contentSchema",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$defs",
+        "definitions",
+        "$dynamicAnchor",
+        "$recursiveAnchor",
+        "$vocabulary",
+        "discriminator",
+        "nullable",
+    }
+)
 WITNESS = "\x00witness"
 """Internal flat keyword (no schema can spell it: JSON Schema keys never start with NUL) for the
 negation of additionalProperties / patternProperties / propertyNames: a list of conditions
@@ -29,15 +49,54 @@ UNANNOTATED = "\x00unannotated"
 """Internal flat keyword: a list of schemas a term must also satisfy that evaluate no member or
 item for unevaluatedProperties/Items (the `not`s in its scope, `if` conditions that failed)."""
 # Keywords that stay in a flat conjunction (merged by `merge.merge_flat`).
-FLAT_KEYS = frozenset({
-    "type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minLength", "maxLength", "pattern", "format", "properties", "required", "additionalProperties",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties", "prefixItems", "items",
-    "contains", "minContains", "maxContains", "minItems", "maxItems", "uniqueItems",
-    "unevaluatedProperties", "unevaluatedItems", WITNESS, UNANNOTATED,
-})
-APPLICATORS = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentRequired",
-                "dependentSchemas", "$dynamicRef", "$recursiveRef")
+FLAT_KEYS = frozenset(
+    {
+        "type",
+        "enum",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "prefixItems",
+        "items",
+        "contains",
+        "minContains",
+        "maxContains",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        WITNESS,
+        UNANNOTATED,
+    }
+)
+APPLICATORS = (
+    "$ref",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+    "$dynamicRef",
+    "$recursiveRef",
+)
 KNOWN = FLAT_KEYS | ANNOTATIONS | set(APPLICATORS) | {"const"}
 
 

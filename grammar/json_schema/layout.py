@@ -53,8 +53,15 @@ class Layout:
         if self.indent is not None and depth is not None:
             inner = "\n" + self.indent * (depth + 1)
             outer = "\n" + self.indent * depth
-            return (lit(open_), lit(inner), lit(self.item_sep + inner), lit(self.key_sep), EPSILON,
-                    lit(close), lit(outer + close))
+            return (
+                lit(open_),
+                lit(inner),
+                lit(self.item_sep + inner),
+                lit(self.key_sep),
+                EPSILON,
+                lit(close),
+                lit(outer + close),
+            )
         if self.fixed and not (self.indent is not None and depth is None):
             return (lit(open_), EPSILON, lit(self.item_sep), lit(self.key_sep), EPSILON, lit(close), lit(close))
         ws = self.flex_ws

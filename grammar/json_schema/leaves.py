@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 from .. import json_numbers
 from ..core.caches import BoundedCache
-from ..fsm.codepoint_dfa import StateLimitExceeded, any_string_dfa, budgeted, literal_dfa
-from ..ecma_regex import pattern_dfa
 from ..core.errors import UnsupportedSchemaError
+from ..core.limits import DEFAULT_LIMITS
+from ..ecma_regex import pattern_dfa
+from ..fsm.codepoint_dfa import StateLimitExceeded, any_string_dfa, budgeted, literal_dfa
 from ..ir import Expr
 from ..json_formats import format_dfa
 from ..json_strings import (
@@ -22,12 +23,20 @@ from ..json_strings import (
     string_dfa,
     string_literal_expr,
 )
-from ..core.limits import DEFAULT_LIMITS
 
 # The string-automaton names the package uses come through here: one importer of those modules in it.
 __all__ = [
-    "ANY_STRING", "JSON_ESCAPE", "RAW_STRING_CHAR", "any_string_dfa", "check_lengths", "format_dfa",
-    "json_string_expr", "literal_dfa", "pattern_dfa", "string_dfa", "string_literal_expr",
+    "ANY_STRING",
+    "JSON_ESCAPE",
+    "RAW_STRING_CHAR",
+    "any_string_dfa",
+    "check_lengths",
+    "format_dfa",
+    "json_string_expr",
+    "literal_dfa",
+    "pattern_dfa",
+    "string_dfa",
+    "string_literal_expr",
 ]
 
 _leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(4096, name="JSON Schema leaf automata: numbers")
@@ -36,8 +45,11 @@ _leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(4096, name="JSON Schema le
 def cached_leaf(kind: str, kwargs: dict) -> Expr:
     """Leaf automata are pure functions of their arguments and can be slow: memoise them."""
     key = (kind, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "pointer")))
-    fn = {"integer": json_numbers.integer_expr, "number": json_numbers.number_expr,
-          "literal": json_numbers.number_literal_expr}[kind]
+    fn = {
+        "integer": json_numbers.integer_expr,
+        "number": json_numbers.number_expr,
+        "literal": json_numbers.number_literal_expr,
+    }[kind]
     return _leaf_cache.get_or_make(key, lambda: fn(**kwargs))
 
 
@@ -61,7 +73,8 @@ _search_cache: BoundedCache[tuple[str, str], bool] = BoundedCache(65536, name="J
 def pattern_search(pattern: str, name: str, pointer: str) -> bool:
     """Does the (ECMA, unanchored) pattern match `name`?  Decided by our pattern automaton."""
     return _search_cache.get_or_make(
-        (pattern, name), lambda: pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name))
+        (pattern, name), lambda: pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name)
+    )
 
 
 def closed_names_disjoint(x: dict, y: dict) -> bool:
@@ -77,11 +90,13 @@ def closed_names_disjoint(x: dict, y: dict) -> bool:
     (names_x, patterns_x), (names_y, patterns_y) = sources
     if names_x & names_y:
         return False
-    if any(pattern_search(p, n, "#") for p in patterns_y for n in names_x) or \
-            any(pattern_search(p, n, "#") for p in patterns_x for n in names_y):
+    if any(pattern_search(p, n, "#") for p in patterns_y for n in names_x) or any(
+        pattern_search(p, n, "#") for p in patterns_x for n in names_y
+    ):
         return False
     try:
-        return all(pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty()
-                   for p in patterns_x for q in patterns_y)
+        return all(
+            pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty() for p in patterns_x for q in patterns_y
+        )
     except (StateLimitExceeded, UnsupportedSchemaError):
         return False

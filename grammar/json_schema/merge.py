@@ -74,8 +74,15 @@ def merge_flat(a: dict, b: dict, unsupported: Unsupported, pointer: str):
             out[key] = [*mine, *(c for c in value if c not in mine)]
         elif key == UNANNOTATED:
             out[key] = [*mine, *value]
-        elif key in ("properties", "patternProperties", "additionalProperties", "propertyNames",
-                     "prefixItems", "items", "contains"):
+        elif key in (
+            "properties",
+            "patternProperties",
+            "additionalProperties",
+            "propertyNames",
+            "prefixItems",
+            "items",
+            "contains",
+        ):
             continue  # handled below
         else:
             if canonical_json(mine) != canonical_json(value):
@@ -135,8 +142,9 @@ def _merge_object_keys(out: dict, a: dict, b: dict, unsupported: Unsupported, po
             for p in own:
                 other_pats = other.get("patternProperties") or {}
                 if p not in other_pats and not is_true(other.get("additionalProperties", True)):
-                    unsupported("allOf", pointer, "patternProperties combined with another branch's "
-                                     "additionalProperties")
+                    unsupported(
+                        "allOf", pointer, "patternProperties combined with another branch's additionalProperties"
+                    )
         out["patternProperties"] = pats
     addl = both(a.get("additionalProperties"), b.get("additionalProperties"))
     if addl is not None:

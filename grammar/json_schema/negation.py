@@ -58,23 +58,34 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
 
 
 _WIDEN = object()
-_NUMERIC_NEG = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum", "maximum": "exclusiveMinimum",
-                "exclusiveMaximum": "minimum"}
-_COUNT_NEG = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
-              "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
-              "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
+_NUMERIC_NEG = {
+    "minimum": "exclusiveMaximum",
+    "exclusiveMinimum": "maximum",
+    "maximum": "exclusiveMinimum",
+    "exclusiveMaximum": "minimum",
+}
+_COUNT_NEG = {
+    "minLength": ("string", "maxLength", -1),
+    "maxLength": ("string", "minLength", 1),
+    "minItems": ("array", "maxItems", -1),
+    "maxItems": ("array", "minItems", 1),
+    "minProperties": ("object", "maxProperties", -1),
+    "maxProperties": ("object", "minProperties", 1),
+}
 
 
 def _negate_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """A positive schema for `not {key: value}` (with `schema`, the keyword's siblings, for the
     keywords that read them), or _WIDEN after `alg.ctx.unsupported` when there is none."""
-    for negate_keyword in (_negate_scalar_keyword, _negate_object_keyword, _negate_array_keyword,
-                           _negate_applicator):
+    for negate_keyword in (_negate_scalar_keyword, _negate_object_keyword, _negate_array_keyword, _negate_applicator):
         part = negate_keyword(key, value, schema, alg, pointer)
         if part is not None:
             return part
-    alg.ctx.unsupported("not", f"{pointer}/{key}", f"the negation of {key!r} cannot be expressed; widened by "
-                        "ignoring this part of 'not'")
+    alg.ctx.unsupported(
+        "not",
+        f"{pointer}/{key}",
+        f"the negation of {key!r} cannot be expressed; widened by ignoring this part of 'not'",
+    )
     return _WIDEN
 
 
@@ -109,21 +120,37 @@ def _negate_object_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, po
     if key == "required":
         return {"type": "object", "anyOf": [{"properties": {n: False}} for n in value]} if value else False
     if key == "properties":
-        parts = [{"type": "object", "required": [n], "properties": {n: {"not": s}}}
-                 for n, s in value.items() if s is not True]
+        parts = [
+            {"type": "object", "required": [n], "properties": {n: {"not": s}}}
+            for n, s in value.items()
+            if s is not True
+        ]
         return {"anyOf": parts} if parts else False
     if key == "additionalProperties":  # some member outside properties/patternProperties breaks it
-        return {"type": "object", WITNESS: [{"pattern": None, "names": sorted(schema.get("properties") or {}),
-                                             "patterns": sorted(schema.get("patternProperties") or {}),
-                                             "value": True if value is False else {"not": value}}]}
+        return {
+            "type": "object",
+            WITNESS: [
+                {
+                    "pattern": None,
+                    "names": sorted(schema.get("properties") or {}),
+                    "patterns": sorted(schema.get("patternProperties") or {}),
+                    "value": True if value is False else {"not": value},
+                }
+            ],
+        }
     if key == "propertyNames":  # some member name breaks it
         if value is True or is_true(value):
             return False
-        return {"type": "object", WITNESS: [{"pattern": None, "names": [], "patterns": [], "value": True,
-                                             "key_not": value}]}
+        return {
+            "type": "object",
+            WITNESS: [{"pattern": None, "names": [], "patterns": [], "value": True, "key_not": value}],
+        }
     if key == "patternProperties":  # some member matching a pattern has a value its schema rejects
-        parts = [{"type": "object", WITNESS: [{"pattern": p, "names": [], "patterns": [], "value": {"not": s}}]}
-                 for p, s in value.items() if s is not True]
+        parts = [
+            {"type": "object", WITNESS: [{"pattern": p, "names": [], "patterns": [], "value": {"not": s}}]}
+            for p, s in value.items()
+            if s is not True
+        ]
         return {"anyOf": parts} if parts else False
     return None
 
@@ -131,8 +158,11 @@ def _negate_object_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, po
 def _negate_array_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, pointer: str):
     """prefixItems, items and contains (without min/maxContains); None for others."""
     if key == "prefixItems":  # some item has a value its position's schema rejects
-        parts = [{"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": s}]}
-                 for i, s in enumerate(value) if s is not True]
+        parts = [
+            {"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"not": s}]}
+            for i, s in enumerate(value)
+            if s is not True
+        ]
         return {"anyOf": parts} if parts else False
     if key == "items" and value is False:  # more items than prefixItems lists
         return {"type": "array", "minItems": len(schema.get("prefixItems") or []) + 1}
@@ -194,8 +224,10 @@ def _not_this_array(value: list) -> dict:
     parts: list = [{"minItems": n + 1}]
     if n:
         parts.append({"maxItems": n - 1})
-    parts += [{"minItems": n, "maxItems": n, "prefixItems": [True] * i + [{"not": {"const": item}}]}
-              for i, item in enumerate(value)]
+    parts += [
+        {"minItems": n, "maxItems": n, "prefixItems": [True] * i + [{"not": {"const": item}}]}
+        for i, item in enumerate(value)
+    ]
     return {"anyOf": parts}
 
 

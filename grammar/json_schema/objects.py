@@ -45,10 +45,16 @@ class _ObjectTerm:
     @classmethod
     def read(cls, f: dict, pointer: str) -> _ObjectTerm:
         max_p = f.get("maxProperties")
-        return cls(pointer, dict(f.get("properties") or {}), list(dict.fromkeys(f.get("required") or [])),
-                   dict(f.get("patternProperties") or {}), f.get("additionalProperties", True),
-                   f.get("propertyNames", True), int(f.get("minProperties", 0)),
-                   int(max_p) if max_p is not None else None)
+        return cls(
+            pointer,
+            dict(f.get("properties") or {}),
+            list(dict.fromkeys(f.get("required") or [])),
+            dict(f.get("patternProperties") or {}),
+            f.get("additionalProperties", True),
+            f.get("propertyNames", True),
+            int(f.get("minProperties", 0)),
+            int(max_p) if max_p is not None else None,
+        )
 
     @property
     def names_true(self) -> bool:
@@ -76,16 +82,14 @@ def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
     members, required_rank = named
     extra = None
     if finite_names is None:
-        extra = extra_members(em, order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end,
-                                   child)
+        extra = extra_members(em, order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end, child)
     min_p, max_p = t.min_p, t.max_p
     if WITNESS in f:
         closing = _witness_closing(em, f[WITNESS], t, order, (first, nxt, colon, end, close_ne), child)
         if closing is None:
             return NOTHING
         min_p, max_p, close_e, close_ne = closing
-    return object_body(em, members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer,
-                            required_rank)
+    return object_body(em, members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer, required_rank)
 
 
 def _property_names_terms(em: Emitter, t: _ObjectTerm) -> list | None:
@@ -122,8 +126,11 @@ def _named_members(em: Emitter, t: _ObjectTerm, order: list, colon, end, child) 
     required_rank = []
     for name in order:
         schema = _member_schema(em, t, name, name in t.props)
-        vexpr = em.value(schema, f"{t.pointer}/properties/{escape_pointer(name)}", child) \
-            if schema is not False else NOTHING
+        vexpr = (
+            em.value(schema, f"{t.pointer}/properties/{escape_pointer(name)}", child)
+            if schema is not False
+            else NOTHING
+        )
         is_req = name in t.required
         if vexpr == NOTHING:
             if is_req:
@@ -143,8 +150,12 @@ def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list,
     min_p, max_p = t.min_p, t.max_p
     if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
         # a witness may repeat an earlier name, so it cannot count towards minProperties
-        em.unsupported("not", t.pointer, "member conditions next to minProperties > 1, several of them "
-                         f"next to maxProperties, or more than {MAX_WITNESSES} of them")
+        em.unsupported(
+            "not",
+            t.pointer,
+            "member conditions next to minProperties > 1, several of them "
+            f"next to maxProperties, or more than {MAX_WITNESSES} of them",
+        )
     min_p = 0  # the witness is a member
     if max_p is not None:
         max_p -= 1  # ...and counts at most once
@@ -153,14 +164,26 @@ def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list,
     names = None if t.names_true else names_dfa(em, t.names_schema, t.pointer)
 
     def member(conds, later=()):
-        return witness_member(em, conds, later, order, lambda n: _member_schema(em, t, n, n in t.props),
-                                   t.patterns, t.addl, names, t.pointer, colon, end, child)
+        return witness_member(
+            em,
+            conds,
+            later,
+            order,
+            lambda n: _member_schema(em, t, n, n in t.props),
+            t.patterns,
+            t.addl,
+            names,
+            t.pointer,
+            colon,
+            end,
+            child,
+        )
 
     # one member meeting every condition, or one member per condition (in some order)
     options = [member(conditions)]
     if len(conditions) > 1:
         for perm in itertools.permutations(conditions):
-            parts = [member([c], perm[j + 1:]) for j, c in enumerate(perm)]
+            parts = [member([c], perm[j + 1 :]) for j, c in enumerate(perm)]
             options.append(seq(*[x for j, part in enumerate(parts) for x in ((nxt, part) if j else (part,))]))
     witnesses = alt(*options)
     if witnesses == NOTHING:
@@ -188,22 +211,34 @@ def names_dfa(em: Emitter, schema, pointer: str):
         return literal_dfa([])
     allowed = None
     for term in em.algebra.exact_dnf(schema, f"{pointer}/propertyNames"):
-        if not isinstance(term, dict) or (set(term) - {"type", "minLength", "maxLength", "pattern", "format",
-                                                      "enum"}) or "string" not in types_of(term):
-            raise UnsupportedSchemaError("not", f"{pointer}/not/propertyNames",
-                                         "only string length/pattern/format or enum name constraints negate")
+        if (
+            not isinstance(term, dict)
+            or (set(term) - {"type", "minLength", "maxLength", "pattern", "format", "enum"})
+            or "string" not in types_of(term)
+        ):
+            raise UnsupportedSchemaError(
+                "not",
+                f"{pointer}/not/propertyNames",
+                "only string length/pattern/format or enum name constraints negate",
+            )
         if "enum" in term:
             dfa = literal_dfa([v for v in em.enum_values(term) if isinstance(v, str)])
         else:
-            dfa = em.string_dfa(min_length=term.get("minLength"), max_length=term.get("maxLength"),
-                                  pattern=term.get("pattern"), format=term.get("format"), pointer=pointer)
+            dfa = em.string_dfa(
+                min_length=term.get("minLength"),
+                max_length=term.get("maxLength"),
+                pattern=term.get("pattern"),
+                format=term.get("format"),
+                pointer=pointer,
+            )
             dfa = dfa if dfa is not None else any_string_dfa()
         allowed = dfa if allowed is None else em.dfa_op(allowed.union, dfa, "not", pointer)
     return allowed if allowed is not None else literal_dfa([])
 
 
-def witness_member(em: Emitter, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end,
-                   child):
+def witness_member(
+    em: Emitter, conditions, later, defined, schema_for, patterns, addl, names, pointer, colon, end, child
+):
     """The IR of one member meeting all `conditions` (see WITNESS), with a key no `later`
     condition allows and a value valid for whatever else applies to its key here: its own
     schema for a named member, else the schemas of the patterns it matches, else
@@ -241,16 +276,26 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
     if names_terms is not None:
         if not names_terms:
             return None
-        if len(names_terms) != 1 or not isinstance(names_terms[0], dict) or \
-                set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"} or \
-                "string" not in types_of(names_terms[0]):
-            em.unsupported("propertyNames", f"{pointer}/propertyNames",
-                             "only string length/pattern/format or enum constraints on names are supported")
+        if (
+            len(names_terms) != 1
+            or not isinstance(names_terms[0], dict)
+            or set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"}
+            or "string" not in types_of(names_terms[0])
+        ):
+            em.unsupported(
+                "propertyNames",
+                f"{pointer}/propertyNames",
+                "only string length/pattern/format or enum constraints on names are supported",
+            )
         else:
             t = names_terms[0]
-            d = em.string_dfa(min_length=t.get("minLength"), max_length=t.get("maxLength"),
-                                pattern=t.get("pattern"), format=t.get("format"),
-                                pointer=f"{pointer}/propertyNames")
+            d = em.string_dfa(
+                min_length=t.get("minLength"),
+                max_length=t.get("maxLength"),
+                pattern=t.get("pattern"),
+                format=t.get("format"),
+                pointer=f"{pointer}/propertyNames",
+            )
             if d is not None:
                 key_dfa = d
     if defined:
@@ -270,11 +315,15 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
     if len(pats) > 24:
         raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
     pdfas = [em.pattern_dfa(p, f"{pointer}/patternProperties") for p in pats]
-    overlapping = any(em.dfa_op(pdfas[i].intersects, pdfas[j], "patternProperties", pointer)
-                      for i in range(len(pats)) for j in range(i + 1, len(pats)))
+    overlapping = any(
+        em.dfa_op(pdfas[i].intersects, pdfas[j], "patternProperties", pointer)
+        for i in range(len(pats))
+        for j in range(i + 1, len(pats))
+    )
     if overlapping and len(pats) > MAX_PATTERN_GROUPS:
-        raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties",
-                                     f"more than {MAX_PATTERN_GROUPS} overlapping patterns")
+        raise UnsupportedSchemaError(
+            "patternProperties", f"{pointer}/patternProperties", f"more than {MAX_PATTERN_GROUPS} overlapping patterns"
+        )
 
     def value_schema(mask: int):
         """The value schema of a key matching exactly the patterns in `mask` (bit i: pattern i)."""
@@ -288,8 +337,7 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
     masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
     wanted = {mask for mask in masks if value_schema(mask) is not False}
     alternatives = []
-    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer,
-                                             em.limits.max_string_states):
+    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, em.limits.max_string_states):
         vexpr = em.value(value_schema(mask), f"{pointer}/additionalProperties", child)
         if vexpr == NOTHING:
             continue
@@ -314,8 +362,12 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
         hi = None if max_p is None else max_p - k
         if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
             # two additional members could share a name, and json.loads would count them once
-            em.unsupported("minProperties", pointer, f"{lo} additional members would be needed to reach "
-                             "minProperties, and a grammar cannot keep their names distinct")
+            em.unsupported(
+                "minProperties",
+                pointer,
+                f"{lo} additional members would be needed to reach "
+                "minProperties, and a grammar cannot keep their names distinct",
+            )
         if hi is not None and hi < lo:
             return NOTHING
         close = close_e if k == 0 else close_ne
@@ -324,8 +376,9 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
         if k == 0:
             options = [close_e] if lo == 0 else []
             if hi is None or hi >= 1:
-                options.append(seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0),
-                                                     None if hi is None else hi - 1), close_ne))
+                options.append(
+                    seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0), None if hi is None else hi - 1), close_ne)
+                )
             return alt(*options) if options else NOTHING
         return seq(rep(seq(nxt, extra), lo, hi), close)
 
@@ -371,9 +424,11 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
 def _checked_size(em: Emitter, body: Expr, pointer: str) -> Expr:
     budget = em.limits.max_object_expr
     if expr_nodes(body) > budget:
-        raise LimitExceededError(f"object schema at {pointer} has too many optional properties combined "
-                                  f"with minProperties/maxProperties (more than {budget} expression nodes, "
-                                  "Limits.max_object_expr); simplify it or raise the limit")
+        raise LimitExceededError(
+            f"object schema at {pointer} has too many optional properties combined "
+            f"with minProperties/maxProperties (more than {budget} expression nodes, "
+            "Limits.max_object_expr); simplify it or raise the limit"
+        )
     return body
 
 
@@ -476,8 +531,9 @@ def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_
             return todo
         # the next member of each order whose prefix is exactly what was written
         count = len(required) - len(todo)
-        nexts = {chain[count] for chain in chains if count < len(chain)
-                 and all(written >> i & 1 for i in chain[:count])}
+        nexts = {
+            chain[count] for chain in chains if count < len(chain) and all(written >> i & 1 for i in chain[:count])
+        }
         return sorted(nexts)
 
     def after(written: int) -> Expr:
@@ -504,8 +560,7 @@ def _pair(kind, first: Expr, second: Expr) -> Expr:
     return second if first == NOTHING else first if second == NOTHING else Alt((first, second))
 
 
-def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int], pointer: str,
-                      budget: int) -> list:
+def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int], pointer: str, budget: int) -> list:
     """(mask, keys) in mask order for each mask in `wanted` (bit i: pattern i) whose keys -- those
     of `key_dfa` matching exactly the patterns in it -- are not empty, as minimal Dfas.
 
@@ -513,6 +568,7 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
     pattern i are key_dfa & pdfas[i], with nothing to subtract.  Overlapping patterns are taken
     depth first, pattern by pattern, so masks share the automata of their common choices.
     """
+
     def op(fn, pdfa):
         return budgeted_dfa_op(fn, pdfa, "patternProperties", pointer, budget)
 
@@ -529,6 +585,7 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
             if 1 << i in wanted:
                 found[1 << i] = op(key_dfa.intersect, pdfa)
     else:
+
         def walk(i: int, mask: int, dfa) -> None:
             """Choices made for patterns 0..i-1 (in `mask`); `dfa` the keys that match them."""
             if i == len(pdfas):

@@ -78,8 +78,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
         live = [g for g in restricted if g]
         if len(live) < 2:
             continue
-        if all(disjoint(alg, x, y, 0) for i, gi in enumerate(live) for gj in live[i + 1:]
-               for x in gi for y in gj):
+        if all(disjoint(alg, x, y, 0) for i, gi in enumerate(live) for gj in live[i + 1 :] for x in gi for y in gj):
             continue
         if t in ("null", "boolean"):  # few values: count the branches accepting each one
             doubled_values += [v for v in ((None,) if t == "null" else (True, False)) if accepting(live, v) >= 2]
@@ -101,12 +100,14 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
             # (a number's end is only known from the byte after it, outside the value's rule)
             alg.overlapping_one_ofs += 1
             continue
-        alg.ctx.unsupported("oneOf", f"{pointer}/oneOf",
-                            f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
-                            + ("; widened to anyOf" if alg.ctx.mode.lenient else ""))
+        alg.ctx.unsupported(
+            "oneOf",
+            f"{pointer}/oneOf",
+            f"branches may overlap on {t} values, so 'exactly one' cannot be expressed"
+            + ("; widened to anyOf" if alg.ctx.mode.lenient else ""),
+        )
         break
-    emitted = groups if CLOSED_ONE_OF not in schema else \
-        _branch_terms(alg, schema[CLOSED_ONE_OF], siblings, pointer)
+    emitted = groups if CLOSED_ONE_OF not in schema else _branch_terms(alg, schema[CLOSED_ONE_OF], siblings, pointer)
     out = [t for g in emitted for t in g]
     if excluded:
         keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
@@ -119,6 +120,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
 def disjoint_when_non_empty(alg: SchemaAlgebra, groups: list) -> bool:
     """Are the branches' array terms disjoint on non-empty arrays (their first items cannot
     match two branches)?"""
+
     def first_item(term):
         if not isinstance(term, dict):
             return None
@@ -126,7 +128,7 @@ def disjoint_when_non_empty(alg: SchemaAlgebra, groups: list) -> bool:
         return prefix[0] if prefix else term.get("items", True)
 
     for i, gi in enumerate(groups):
-        for gj in groups[i + 1:]:
+        for gj in groups[i + 1 :]:
             for x in gi:
                 for y in gj:
                     a, b = first_item(x), first_item(y)
@@ -221,12 +223,22 @@ def _schemas_disjoint(alg: SchemaAlgebra, a, b, level: int) -> bool:
 
 
 _TYPE_KEYWORDS = {
-    "object": ("properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-               "minProperties", "maxProperties", "unevaluatedProperties", WITNESS),
+    "object": (
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "unevaluatedProperties",
+        WITNESS,
+    ),
     "array": ("prefixItems", "items", "contains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems"),
     "string": ("minLength", "maxLength", "pattern", "format", "not", "x-patterns"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not"),
-    "null": (), "boolean": (),
+    "null": (),
+    "boolean": (),
 }
 
 

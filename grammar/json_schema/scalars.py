@@ -37,8 +37,9 @@ def string_value(em: Emitter, f: dict, pointer: str) -> Expr:
     patterns = [f["pattern"]] if "pattern" in f else []
     patterns += f.get("x-patterns", [])
     # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
-    patterns = [p for p in patterns if not isinstance(p, str)
-                or not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
+    patterns = [
+        p for p in patterns if not isinstance(p, str) or not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()
+    ]
     fmt = f.get("format") if isinstance(f.get("format"), str) else None
     exclusions = f["not"]["anyOf"] if "not" in f else []
     excluded = [v for part in exclusions for v in part.get("enum", [])]
@@ -47,23 +48,23 @@ def string_value(em: Emitter, f: dict, pointer: str) -> Expr:
     if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
         em.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
         return NOTHING
-    if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and \
-            (fmt is None or format_dfa(fmt) is None):
+    if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and (fmt is None or format_dfa(fmt) is None):
         # only a length constraint: count characters, escapes as one shared rule
         key = ("string_chars", lo, hi)
         if key not in em.memo:  # one rule per length bound: shared by its strings, not inlined
-            em.memo[key] = em.rule_ref("string_chars", em.chained(json_char(em), lo, hi, "string_chars",
-                                                                  STRING_COUNT_BLOCK))
+            em.memo[key] = em.rule_ref(
+                "string_chars", em.chained(json_char(em), lo, hi, "string_chars", STRING_COUNT_BLOCK)
+            )
         return seq(lit('"'), em.memo[key], lit('"'))
     try:
-        dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt,
-                            pointer=pointer)
+        dfa = em.string_dfa(
+            min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt, pointer=pointer
+        )
     except UnsupportedSchemaError as exc:
         if exc.keyword != "format" or not em.mode.lenient:
             raise
         em.unsupported("format", pointer, str(exc.message))
-        dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None,
-                            pointer=pointer)
+        dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, pointer=pointer)
     if dfa is None and len(patterns) <= 1 and not exclusions:
         return ANY_STRING
     if dfa is None:
@@ -87,10 +88,15 @@ def json_char(em: Emitter) -> Expr:
 
 def number_value(em: Emitter, f: dict, pointer: str, integer: bool) -> Expr:
     """The IR of the numbers (integers) one flat term allows."""
-    kwargs = dict(minimum=f.get("minimum"), maximum=f.get("maximum"),
-                  exclusive_minimum=f.get("exclusiveMinimum"), exclusive_maximum=f.get("exclusiveMaximum"),
-                  multiple_of=f.get("multipleOf"), pointer=pointer,
-                  budget=em.limits.max_string_states)
+    kwargs = dict(
+        minimum=f.get("minimum"),
+        maximum=f.get("maximum"),
+        exclusive_minimum=f.get("exclusiveMinimum"),
+        exclusive_maximum=f.get("exclusiveMaximum"),
+        multiple_of=f.get("multipleOf"),
+        pointer=pointer,
+        budget=em.limits.max_string_states,
+    )
     lo, hi = num_range(f)
     if ranges_disjoint(lo, hi, lo, hi):
         em.note_empty(pointer, "minimum/maximum leave no number")

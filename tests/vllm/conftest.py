@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from support import TOKENIZERS, require_shared
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -79,8 +78,12 @@ def make_vllm_config(model: Path, *, disable_any_whitespace: bool = False, num_s
     kwargs = {"parallel_config": parallel_config}
     if num_speculative_tokens:  # n-gram drafting needs no draft model
         kwargs["speculative_config"] = SpeculativeConfig(
-            method="ngram", num_speculative_tokens=num_speculative_tokens, prompt_lookup_max=3,
-            prompt_lookup_min=1, target_model_config=model_config, target_parallel_config=parallel_config,
+            method="ngram",
+            num_speculative_tokens=num_speculative_tokens,
+            prompt_lookup_max=3,
+            prompt_lookup_min=1,
+            target_model_config=model_config,
+            target_parallel_config=parallel_config,
         )
     return VllmConfig(
         model_config=model_config,

@@ -38,13 +38,15 @@ def main() -> None:
         **extra,
     )
     params = [
-        SamplingParams(**{
-            "max_tokens": spec.get("max_tokens", 160),
-            "temperature": 1.0,
-            "seed": spec.get("seed", 0) + i,
-            "structured_outputs": StructuredOutputsParams(**{k: v for k, v in request.items() if k != "sampling"}),
-            **request.get("sampling", {}),
-        })
+        SamplingParams(
+            **{
+                "max_tokens": spec.get("max_tokens", 160),
+                "temperature": 1.0,
+                "seed": spec.get("seed", 0) + i,
+                "structured_outputs": StructuredOutputsParams(**{k: v for k, v in request.items() if k != "sampling"}),
+                **request.get("sampling", {}),
+            }
+        )
         for i, request in enumerate(spec["requests"])
     ]
     prompts = spec.get("prompts") or [f"Answer {i}:" + spec.get("prompt_suffix", "") for i in range(len(params))]
@@ -54,8 +56,11 @@ def main() -> None:
     result = {
         "backend": f"{type(backend).__module__}.{type(backend).__qualname__}",
         "outputs": [
-            {"text": o.outputs[0].text, "finish_reason": o.outputs[0].finish_reason,
-             "token_ids": list(o.outputs[0].token_ids)}
+            {
+                "text": o.outputs[0].text,
+                "finish_reason": o.outputs[0].finish_reason,
+                "token_ids": list(o.outputs[0].token_ids),
+            }
             for o in outputs
         ],
     }

