@@ -29,9 +29,9 @@ import numpy as np
 from .core.errors import LimitExceededError
 from .ir import MAX_CODE_POINT, complement_ranges, normalize_ranges, remove_surrogates
 
-try:  # Python 3.11+
-    from re import _constants as sre_constants
-    from re import _parser as sre_parse
+try:  # Python 3.11+ (typeshed does not describe re's private parser modules)
+    from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
