@@ -31,7 +31,7 @@ from pushmask.grammar.fsm.codepoint_dfa import (
 )
 from pushmask.grammar.ir import NOTHING, CharFsm, lit, seq
 from pushmask.grammar.json_formats import format_dfa
-from pushmask.grammar.json_schema import emit, objects
+from pushmask.grammar.json_schema import emit, objects, scalars
 from pushmask.grammar.json_strings import encode_json_string
 
 DEV = DATA / "maskbench-dev"
@@ -279,9 +279,15 @@ def _with_reference(monkeypatch):
     monkeypatch.setattr(Dfa, "_product", product)
     monkeypatch.setattr(json_strings, "json_string_expr", string_expr)
     monkeypatch.setattr(json_strings, "string_literal_expr", reference.reference_string_literal_expr)
-    for module in (emit, objects):  # where the schema compiler looks the encoders up
-        monkeypatch.setattr(module, "json_string_expr", string_expr)
-        monkeypatch.setattr(module, "string_literal_expr", reference.reference_string_literal_expr)
+    # where the schema compiler looks the encoders up (a name that moves fails the setattr)
+    encoders = {"json_string_expr": string_expr, "string_literal_expr": reference.reference_string_literal_expr}
+    for module, names in (
+        (emit, ("string_literal_expr",)),
+        (scalars, ("json_string_expr",)),
+        (objects, ("json_string_expr", "string_literal_expr")),
+    ):
+        for name in names:
+            monkeypatch.setattr(module, name, encoders[name])
     monkeypatch.setattr(objects, "_keys_by_patterns", reference.reference_keys_by_patterns)
 
 
