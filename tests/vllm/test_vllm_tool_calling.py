@@ -256,4 +256,4 @@ def test_no_request_was_handed_to_xgrammar(server):
     _, log_path, _, _ = server
     log = log_path.read_text()
     assert "handing it to xgrammar" not in log, "every request must be served by pushmask"
-    assert "pushmask compiled a STRUCTURAL_TAG request" in log and "pushmask compiled a JSON request" in log
+    assert "pushmask has a STRUCTURAL_TAG request ready" in log and "pushmask has a JSON request ready" in log
