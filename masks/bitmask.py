@@ -12,6 +12,8 @@ else imports torch only when a torch tensor is passed in, so pushmask does not n
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
 import sys
 
 import numpy as np
@@ -114,6 +116,10 @@ def apply_token_bitmask_inplace(logits, bitmask, vocab_size: int | None = None, 
     touched (bitmask row ``indices[k]`` masks logits row ``indices[k]``), as in xgrammar.
     Columns past ``vocab_size`` or past the bitmask's 32 * words bits are model padding and are
     set to -inf. Returns ``logits``.
+
+    CUDA logits go through one fused Triton kernel when triton is installed, CPU logits (torch or
+    numpy) through one numba pass; other devices and layouts through torch (or numpy) operations.
+    ``PUSHMASK_APPLY_KERNEL=torch`` in the environment forces the torch/numpy operations.
     """
     if _is_torch(logits):
         _apply_torch(logits, bitmask, vocab_size, indices)
@@ -126,6 +132,26 @@ def apply_token_bitmask_inplace(logits, bitmask, vocab_size: int | None = None, 
 
 
 # ---------------------------------------------------------------------- implementations
+
+# -inf as the raw bits of each float type, keyed by dtype name (numpy's or torch's);
+# the CPU kernel writes them through an integer view of the same width.
+NEG_INF_BITS = {
+    "float16": np.int16(np.array(-np.inf, np.float16).view(np.int16)),
+    "bfloat16": np.int16(np.array(-np.inf, np.float32).view(np.int32) >> 16),
+    "float32": np.int32(np.array(-np.inf, np.float32).view(np.int32)),
+    "float64": np.int64(np.array(-np.inf, np.float64).view(np.int64)),
+}
+BITS_TYPES = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+KERNEL_SWITCH = "PUSHMASK_APPLY_KERNEL"  # "auto" (default) or "torch": torch/numpy operations only
+
+
+def _kernels_enabled() -> bool:
+    choice = os.environ.get(KERNEL_SWITCH, "auto")
+    if choice not in ("auto", "torch"):
+        raise ValueError(f"{KERNEL_SWITCH} must be 'auto' or 'torch', got {choice!r}")
+    return choice == "auto"
 
 
 def _is_torch(x) -> bool:
@@ -164,23 +190,90 @@ def _usable_width(logits_width: int, bitmask_words: int, vocab_size: int | None)
     return width
 
 
+def _selected_rows(indices, n_rows: int, n_mask_rows: int) -> np.ndarray:
+    """``indices`` as int64 logits rows (negatives count from the end), each checked to be a row
+    of the logits and, unless one bitmask row is shared, of the bitmask."""
+    if _is_torch(indices):
+        indices = indices.detach().cpu().numpy()
+    rows = np.asarray(indices).reshape(-1)
+    if rows.size and not np.issubdtype(rows.dtype, np.integer):
+        raise ArgumentTypeError(f"indices must be integers, got {rows.dtype}")
+    rows = rows.astype(np.int64)
+    rows = np.where(rows < 0, rows + n_rows, rows)
+    limit = n_rows if n_mask_rows == 1 else min(n_rows, n_mask_rows)
+    bad = (rows < 0) | (rows >= limit)
+    if bad.any():
+        raise IndexError(
+            f"indices[{int(np.argmax(bad))}] is out of range for {n_rows} logits rows and {n_mask_rows} bitmask rows"
+        )
+    return rows
+
+
+_BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1).astype(bool)  # [byte, j]: bit j
+_BYTE_TABLES: dict = {}  # dtype name -> (keep, fill) for bitmask_cpu.apply_rows
+
+
+def _byte_tables(name: str):
+    """(keep, fill) [256, 8] raw-bit tables of a float type: keep is all ones where bit j of the
+    byte is set, fill is -inf's bits where it is clear."""
+    tables = _BYTE_TABLES.get(name)
+    if tables is None:
+        neg_inf = NEG_INF_BITS[name]
+        keep = np.where(_BYTE_BITS, -1, 0).astype(neg_inf.dtype)
+        fill = np.where(_BYTE_BITS, 0, neg_inf).astype(neg_inf.dtype)
+        tables = _BYTE_TABLES[name] = (keep, fill)
+    return tables
+
+
+def _apply_cpu_kernel(bits, row_stride: int, shape, mask2d: np.ndarray, rows, width: int, name: str) -> None:
+    """Run bitmask_cpu.apply_rows on the raw bits of logits of ``shape`` [rows, columns]: every
+    row when ``rows`` is None; one bitmask row, when there is only one, is shared by all."""
+    from .bitmask_cpu import apply_rows
+
+    if rows is None:
+        rows = np.arange(shape[0], dtype=np.int64)
+    mask_rows = rows if mask2d.shape[0] > 1 else np.zeros_like(rows)
+    apply_rows(bits, row_stride, shape[1], np.ascontiguousarray(mask2d), rows, mask_rows, width, *_byte_tables(name))
+
+
+def _flat_span(shape, strides, itemsize: int):
+    """(elements spanned, row stride in elements) of 2-D rows whose columns are contiguous and
+    which do not overlap, else None (the kernel writes flat[row * row_stride + column])."""
+    n_rows, n_cols = shape
+    if n_cols > 1 and strides[1] != itemsize:
+        return None
+    if n_rows <= 1:
+        return n_cols, 0
+    if strides[0] % itemsize or strides[0] < n_cols * itemsize:
+        return None
+    row_stride = strides[0] // itemsize
+    return (n_rows - 1) * row_stride + n_cols, row_stride
+
+
 def _apply_numpy(logits: np.ndarray, bitmask, vocab_size, indices) -> None:
     if not np.issubdtype(logits.dtype, np.floating):
         raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
     mask = _to_numpy(bitmask)
     if mask.dtype != np.int32:
         raise ArgumentTypeError(f"bitmask must be int32, got {mask.dtype}")
-    _check_shapes(logits.shape, mask.shape, indices)
+    n_rows = _check_shapes(logits.shape, mask.shape, indices)
     width = _usable_width(logits.shape[-1], mask.shape[-1], vocab_size)
-    allowed = bitmask_to_bool(mask, width)
     logits2d = logits[None, :] if logits.ndim == 1 else logits  # views: writes go through
-    allowed2d = allowed[None, :] if allowed.ndim == 1 else allowed
-    if indices is None:
+    mask2d = mask[None, :] if mask.ndim == 1 else mask
+    rows = None if indices is None else _selected_rows(indices, n_rows, mask2d.shape[0])
+    span = _flat_span(logits2d.shape, logits2d.strides, logits.itemsize)
+    if span is not None and logits.dtype.name in NEG_INF_BITS and logits.flags.writeable and _kernels_enabled():
+        n, row_stride = span
+        flat = np.lib.stride_tricks.as_strided(logits2d, shape=(n,), strides=(logits.itemsize,))
+        bits = flat.view(BITS_TYPES[logits.itemsize])
+        _apply_cpu_kernel(bits, row_stride, logits2d.shape, mask2d, rows, width, logits.dtype.name)
+        return
+    allowed2d = bitmask_to_bool(mask2d, width)
+    if rows is None:
         region = logits2d[:, :width]
         region[~allowed2d] = -np.inf
         logits2d[:, width:] = -np.inf
         return
-    rows = np.asarray(indices, dtype=np.int64).reshape(-1)
     if allowed2d.shape[0] == 1:  # a single bitmask row is shared by every selected row
         allowed_rows = np.broadcast_to(allowed2d, (len(rows), width))
     else:
@@ -198,43 +291,90 @@ def _apply_torch(logits, bitmask, vocab_size, indices) -> None:
         raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
     if not _is_torch(bitmask):
         bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
-    elif logits.device.type == "cpu":
-        bitmask = bitmask.detach().cpu()
+    if bitmask.device != logits.device:
+        bitmask = bitmask.to(logits.device, non_blocking=True)
     if bitmask.dtype != torch.int32:
         raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
-    _check_shapes(tuple(logits.shape), tuple(bitmask.shape), indices)
+    n_rows = _check_shapes(tuple(logits.shape), tuple(bitmask.shape), indices)
     width = _usable_width(logits.shape[-1], bitmask.shape[-1], vocab_size)
     logits2d = logits.unsqueeze(0) if logits.dim() == 1 else logits  # a view: writes go through
-    if logits.device.type == "cpu":
-        # numpy's unpackbits is the fastest CPU unpacking; from_numpy shares the memory.
-        allowed = bitmask_to_bool(bitmask.numpy(), width)
-        disallowed = torch.from_numpy(~allowed.reshape(-1, width))
-    else:
-        mask2d = bitmask.to(logits.device, non_blocking=True).reshape(-1, bitmask.shape[-1])
-        disallowed = _torch_disallowed(mask2d, width)
+    mask2d = bitmask.unsqueeze(0) if bitmask.dim() == 1 else bitmask
+    rows = None if indices is None else _selected_rows(indices, n_rows, mask2d.shape[0])
+    if _kernels_enabled():
+        if logits.device.type == "cuda" and (logits2d.shape[1] <= 1 or logits2d.stride(1) == 1) and _triton_ready():
+            from .bitmask_triton import apply_bitmask_triton
 
-    if indices is None:
+            device_rows = None if rows is None else torch.from_numpy(rows.astype(np.int32)).to(logits.device)
+            apply_bitmask_triton(logits2d, mask2d.contiguous(), device_rows, width)
+            return
+        name = str(logits.dtype).rsplit(".")[-1]
+        span = _flat_span(tuple(logits2d.shape), tuple(logits2d.stride()), 1) if logits.device.type == "cpu" else None
+        if span is not None and name in NEG_INF_BITS and not logits.requires_grad:
+            n, row_stride = span
+            bits_type = getattr(torch, np.dtype(BITS_TYPES[logits.element_size()]).name)
+            bits = torch.as_strided(logits2d, (n,), (1,)).view(bits_type).numpy()
+            _apply_cpu_kernel(bits, row_stride, tuple(logits2d.shape), mask2d.numpy(), rows, width, name)
+            return
+    _apply_torch_ops(logits2d, mask2d, rows, width)
+
+
+def _apply_torch_ops(logits2d, mask2d, rows, width: int) -> None:
+    """The torch-operations path (any device and layout): unpack to bools, then masked_fill_."""
+    import torch
+
+    if logits2d.device.type == "cpu":
+        # numpy's unpackbits is the fastest CPU unpacking; from_numpy shares the memory.
+        disallowed = torch.from_numpy(~bitmask_to_bool(mask2d.numpy(), width))
+    else:
+        disallowed = _torch_disallowed(mask2d, width)
+    if rows is None:
         logits2d[:, :width].masked_fill_(disallowed, float("-inf"))
         logits2d[:, width:] = float("-inf")
         return
-    rows = torch.as_tensor(indices, dtype=torch.long, device=logits.device)
-    rows = rows.reshape(-1)
+    index = torch.from_numpy(rows).to(logits2d.device, non_blocking=True)
     # A single bitmask row is shared by every selected row.
-    mask_rows = rows if disallowed.shape[0] > 1 else torch.zeros_like(rows)
-    selected = logits2d[rows]  # advanced indexing copies; write the rows back afterwards
-    selected[:, :width].masked_fill_(disallowed[mask_rows], float("-inf"))
+    selected_masks = disallowed[index] if disallowed.shape[0] > 1 else disallowed
+    selected = logits2d[index]  # advanced indexing copies; write the rows back afterwards
+    selected[:, :width].masked_fill_(selected_masks, float("-inf"))
     selected[:, width:] = float("-inf")
-    logits2d[rows] = selected
+    logits2d[index] = selected
+
+
+_BIT_VALUES: dict = {}  # device -> uint8 tensor [1, 2, 4, ..., 128], made once per device
 
 
 def _torch_disallowed(mask2d, width: int):
     """Bool tensor [rows, width], True where the bit is 0, computed on the bitmask's device."""
     import torch
 
+    bit_values = _BIT_VALUES.get(mask2d.device)
+    if bit_values is None:
+        bit_values = _BIT_VALUES[mask2d.device] = torch.tensor(
+            [1 << b for b in range(8)], dtype=torch.uint8, device=mask2d.device
+        )
     n_words = (width + 31) // 32
     # Each int32 word as 4 little-endian bytes (as on every CUDA device): bit b of byte k is
-    # token 8k + b of the word, so shifting each byte by 0..7 unpacks tokens in order.
+    # token 8k + b of the word.
     as_bytes = mask2d[:, :n_words].contiguous().view(torch.uint8)
-    shifts = torch.arange(8, device=mask2d.device, dtype=torch.uint8)
-    bits = (as_bytes.unsqueeze(-1) >> shifts) & 1
-    return (bits == 0).reshape(mask2d.shape[0], n_words * 32)[:, :width]
+    return (as_bytes.unsqueeze(-1) & bit_values).eq_(0).view(mask2d.shape[0], n_words * 32)[:, :width]
+
+
+_TRITON: bool | None = None
+
+
+def _triton_ready() -> bool:
+    """Whether the Triton kernel can be used (triton installed and its module importable); a
+    failed import is logged once and the torch operations are used instead."""
+    global _TRITON
+    if _TRITON is None:
+        _TRITON = False
+        if importlib.util.find_spec("triton") is not None:
+            try:
+                from . import bitmask_triton  # noqa: F401
+            except Exception as exc:  # a triton that does not fit this torch: keep the torch path
+                logging.getLogger("pushmask").warning(
+                    "pushmask: triton is installed but unusable (%s); bitmasks are applied with torch operations", exc
+                )
+            else:
+                _TRITON = True
+    return _TRITON
