@@ -211,11 +211,13 @@ def workload(info, rng) -> dict:
         Template,
         allocate_token_bitmask,
         allowed_tokens,
+        apply_token_bitmask_inplace,
         batch_fill_next_token_bitmask,
         can_complete,
         find_completion,
     )
     from .grammar.core.errors import PushmaskError
+    from .masks.bitmask import allocate_numpy_bitmask
 
     compiler = GrammarCompiler(info)
     compiled = []
@@ -269,6 +271,8 @@ def workload(info, rng) -> dict:
     deep.accept_string("[" * 1500)  # past the frame pool's first capacity: it grows
     matchers = [GrammarMatcher(grammar) for grammar in compiled[:4]]
     batch_fill_next_token_bitmask(matchers, allocate_token_bitmask(len(matchers), info.vocab_size))
+    for dtype in (np.float16, np.float32, np.float64):  # the CPU apply kernel, for each float width
+        apply_token_bitmask_inplace(np.zeros((2, info.vocab_size), dtype), allocate_numpy_bitmask(2, info.vocab_size))
 
     can_complete(json_grammar, ['{"name": ', ', "age": 7}'])
     can_complete(json_grammar, ["[1, ", "]]"], [Gap.tokens(1)])
