@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-BITS = 32
+BITS = tl.constexpr(32)  # bits per bitmask word (a constexpr: kernels read only those globals)
 
 
 @triton.jit
@@ -61,7 +61,7 @@ def apply_bitmask_triton(logits2d: torch.Tensor, bitmask2d: torch.Tensor, rows, 
         return
     # Few rows: smaller blocks so that enough programs run side by side.
     block_words = 16 if n_rows < 8 else 64
-    grid = (n_rows, triton.cdiv(n_cols, block_words * BITS))
+    grid = (n_rows, triton.cdiv(n_cols, block_words * 32))
     _apply_bitmask_kernel[grid](
         logits2d,
         bitmask2d,
