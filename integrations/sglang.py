@@ -61,7 +61,7 @@ def move_vocab_mask(vocab_mask: torch.Tensor, device) -> torch.Tensor:
 
 
 def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
-    """-inf where the bitmask forbids (pushmask's kernels: CPU, or torch ops on the logits' device)."""
+    """-inf where the bitmask forbids (pushmask's kernels: Triton on CUDA, numba on the CPU)."""
     apply_token_bitmask_inplace(logits, vocab_mask)
 
 
