@@ -331,6 +331,25 @@ def test_eos_only_when_grammar_can_end_and_never_all_inf(tok, compiler):
     assert not torch.isneginf(again[b]) and torch.isneginf(again[EOS])
 
 
+def test_rows_left_without_a_choice_may_stop(tok, compiler):
+    """A row whose allowed tokens all lie past the model's columns, or whose allowed scores an
+    earlier processor set to -inf, gets its stop token rather than nothing to sample."""
+    cg = compiler.compile_grammar('root ::= "a"')
+    a = tok.convert_tokens_to_ids("a")
+    assert a > EOS
+    ids = torch.tensor([[11, 12], [11, 12]])
+
+    def allowed(row):
+        return set(torch.nonzero(~torch.isneginf(row)).flatten().tolist())
+
+    narrow = GrammarLogitsProcessor(cg, eos_token_id=EOS)(ids, torch.zeros(2, a))  # "a" is past the columns
+    assert [allowed(row) for row in narrow] == [{EOS}, {EOS}]
+    scores = torch.zeros(2, VOCAB)
+    scores[1, a] = float("-inf")  # an earlier processor forbade the only token the grammar allows
+    out = GrammarLogitsProcessor(cg, eos_token_id=EOS)(ids, scores)
+    assert [allowed(row) for row in out] == [{a}, {EOS}]
+
+
 def test_rollback_when_history_diverges(tok, schema_grammar):
     """Assisted decoding rewinds rows; the masks must equal those of a fresh processor."""
     text = '{"id":7,"tag":"ab","pet":"cat","ok":true}'
