@@ -197,7 +197,7 @@ def triton_device(request, monkeypatch):
     return "cpu"
 
 
-@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("dtype_name", [*DTYPES, "float64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_triton_shapes(triton_device, dtype_name, shape):
     check_torch(triton_device, dtype_name, 3, *shape, seed=len(dtype_name) + shape[0])
@@ -219,6 +219,7 @@ def test_triton_indices_shared_rows_and_row_strides(triton_device):
     check_torch(triton_device, "float32", 8, 3000, 94, None, seed=2, indices=[5, 0, 5, -1])
     check_torch(triton_device, "bfloat16", 8, 3000, 94, 2990, seed=3, indices=torch.tensor([2, 3]))
     check_torch(triton_device, "float16", 8, 3000, 94, None, seed=4, indices=[1, 6], shared=True)
+    check_torch(triton_device, "float32", 8, 3000, 94, None, seed=6, indices=[])  # nothing to mask
     rng = np.random.default_rng(9)
     words = random_words(rng, 4, 94)
     wide = torch.tensor(rng.standard_normal((8, 3100)), dtype=torch.bfloat16, device=triton_device)
