@@ -240,8 +240,8 @@ def _flat_span(shape, strides, itemsize: int):
     """(elements spanned, row stride in elements) of 2-D rows whose columns are contiguous and
     which do not overlap, else None (the kernel writes flat[row * row_stride + column])."""
     n_rows, n_cols = shape
-    if n_cols > 1 and strides[1] != itemsize:
-        return None
+    if n_rows == 0 or n_cols == 0 or (n_cols > 1 and strides[1] != itemsize):
+        return None  # (nothing to write, or columns apart: the operations path)
     if n_rows <= 1:
         return n_cols, 0
     if strides[0] % itemsize or strides[0] < n_cols * itemsize:
