@@ -10,11 +10,21 @@ full vectors. Columns must be contiguous (stride 1) within a row; rows may have 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import triton
 import triton.language as tl
 
 BITS = tl.constexpr(32)  # bits per bitmask word (a constexpr: kernels read only those globals)
+
+
+@triton.jit
+def _add(a, b):
+    # tl.reduce's combine function. Not tl.sum: the library's own jit functions are decorated once
+    # per process, so a kernel that uses only builtins also runs under the interpreter beside
+    # compiled kernels (the tests do both in one process).
+    return a + b
 
 
 @triton.jit
@@ -39,8 +49,10 @@ def _apply_bitmask_kernel(
     words = tl.load(bitmask_ptr + row * bitmask_row_stride + word, mask=word * BITS < width, other=0)
     in_row = col < n_cols
     ptrs = logits_ptr + row * logits_row_stride + col
-    n_set = tl.sum((words == -1).to(tl.int32), axis=0)
-    n_clear = tl.sum((words == 0).to(tl.int32), axis=0)
+    # One reduction counts both kinds of uniform word: all ones in the low 16 bits, zeros above.
+    counts = tl.reduce((words == -1).to(tl.int32) + (words == 0).to(tl.int32) * 65536, 0, _add)
+    n_set = counts & 0xFFFF
+    n_clear = counts >> 16
     past_width = (block + 1) * BLOCK_WORDS * BITS > width  # the block holds padding columns
     if n_clear == BLOCK_WORDS:  # nothing allowed: write without reading
         tl.store(ptrs, tl.full([BLOCK_WORDS, BITS], float("-inf"), logits_ptr.dtype.element_ty), mask=in_row)
@@ -62,15 +74,20 @@ def apply_bitmask_triton(logits2d: torch.Tensor, bitmask2d: torch.Tensor, rows, 
     # Few rows: smaller blocks so that enough programs run side by side.
     block_words = 16 if n_rows < 8 else 64
     grid = (n_rows, triton.cdiv(n_cols, block_words * 32))
-    _apply_bitmask_kernel[grid](
-        logits2d,
-        bitmask2d,
-        rows,
-        logits2d.stride(0),
-        bitmask2d.stride(0) if bitmask2d.shape[0] > 1 else 0,
-        n_cols,
-        width,
-        HAS_ROWS=rows is not None,
-        BLOCK_WORDS=block_words,
-        num_warps=4,
-    )
+    device = logits2d.device.index
+    # Triton launches on the current device: make it the logits' one when it is not.
+    switch = device is not None and device != torch.cuda.current_device()
+    on_device = torch.cuda.device(device) if switch else nullcontext()
+    with on_device:
+        _apply_bitmask_kernel[grid](
+            logits2d,
+            bitmask2d,
+            rows,
+            logits2d.stride(0),
+            bitmask2d.stride(0) if bitmask2d.shape[0] > 1 else 0,
+            n_cols,
+            width,
+            HAS_ROWS=rows is not None,
+            BLOCK_WORDS=block_words,
+            num_warps=4,
+        )

@@ -185,6 +185,8 @@ def triton_device(request, monkeypatch):
     if request.param == "cuda":
         assert bm._triton_ready()
         return "cuda"
+    import triton.language  # noqa: F401 - imported compiled: its library stays usable by compiled kernels
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = importlib.util.spec_from_file_location(
         "pushmask.masks.bitmask_triton", bm.__file__.replace("bitmask.py", "bitmask_triton.py")
@@ -212,7 +214,9 @@ def test_triton_uniform_masks_still_mask_padding(triton_device, fill, shape):
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("n_rows", [1, 64, 256])
 def test_triton_batch_sizes(triton_device, dtype_name, n_rows):
-    check_torch(triton_device, dtype_name, n_rows, 4100, 129, 4097, seed=n_rows)
+    # B = 256 with a narrower vocabulary: the interpreter runs each of the 256 rows' programs in Python.
+    shape = (1100, 35, 1090) if n_rows == 256 and triton_device == "cpu" else (4100, 129, 4097)
+    check_torch(triton_device, dtype_name, n_rows, *shape, seed=n_rows)
 
 
 def test_triton_indices_shared_rows_and_row_strides(triton_device):
