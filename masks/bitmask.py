@@ -326,11 +326,7 @@ def _apply_torch_ops(logits2d, mask2d, rows, width: int) -> None:
     """The torch-operations path (any device and layout): unpack to bools, then masked_fill_."""
     import torch
 
-    if logits2d.device.type == "cpu":
-        # numpy's unpackbits is the fastest CPU unpacking; from_numpy shares the memory.
-        disallowed = torch.from_numpy(~bitmask_to_bool(mask2d.numpy(), width))
-    else:
-        disallowed = _torch_disallowed(mask2d, width)
+    disallowed = _torch_disallowed(mask2d, width)  # the same code on every device: the CPU tests it
     if rows is None:
         logits2d[:, :width].masked_fill_(disallowed, float("-inf"))
         logits2d[:, width:] = float("-inf")
@@ -360,7 +356,7 @@ def _torch_disallowed(mask2d, width: int):
     # Each int32 word as 4 little-endian bytes (as on every CUDA device): bit b of byte k is
     # token 8k + b of the word.
     as_bytes = mask2d[:, :n_words].contiguous().view(torch.uint8)
-    return (as_bytes.unsqueeze(-1) & bit_values).eq_(0).view(mask2d.shape[0], n_words * 32)[:, :width]
+    return (as_bytes.unsqueeze(-1) & bit_values).eq(0).view(mask2d.shape[0], n_words * 32)[:, :width]
 
 
 _TRITON: bool | None = None

@@ -266,5 +266,6 @@ def test_device_unpacking_matches_reference():
     allowed[1, 63] = False
     bitmask = bool_to_bitmask(allowed)
     for width in (100, 96, 64, 33, 1):
-        got = _torch_disallowed(torch.from_numpy(bitmask), width).numpy()
-        assert np.array_equal(got, ~allowed[:, :width])
+        got = _torch_disallowed(torch.from_numpy(bitmask), width)
+        assert got.dtype == torch.bool  # masked_fill_ takes only bool masks
+        assert np.array_equal(got.numpy(), ~allowed[:, :width])
