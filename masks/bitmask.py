@@ -262,7 +262,8 @@ def _apply_numpy(logits: np.ndarray, bitmask, vocab_size, indices) -> None:
     mask2d = mask[None, :] if mask.ndim == 1 else mask
     rows = None if indices is None else _selected_rows(indices, n_rows, mask2d.shape[0])
     span = _flat_span(logits2d.shape, logits2d.strides, logits.itemsize)
-    if span is not None and logits.dtype.name in NEG_INF_BITS and logits.flags.writeable and _kernels_enabled():
+    native = logits.dtype.name in NEG_INF_BITS and logits.dtype.isnative  # -inf's bits in this byte order
+    if span is not None and native and logits.flags.writeable and _kernels_enabled():
         n, row_stride = span
         flat = np.lib.stride_tricks.as_strided(logits2d, shape=(n,), strides=(logits.itemsize,))
         bits = flat.view(BITS_TYPES[logits.itemsize])

@@ -152,6 +152,21 @@ def test_cpu_kernel_indices_shared_rows_and_layouts():
             assert torch.equal(wide, before[1])
 
 
+def test_big_endian_and_read_only_arrays():
+    rng = np.random.default_rng(8)
+    words = random_words(rng, 2, 40)
+    base = rng.standard_normal((2, 1270))
+    for dtype in (">f4", ">f8", "<f4"):
+        got = base.astype(dtype)
+        expected = oracle(got.astype(np.float64), words, None)
+        bm.apply_token_bitmask_inplace(got, words)
+        assert np.array_equal(got.astype(np.float64), expected)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        bm.apply_token_bitmask_inplace(frozen, words)
+
+
 def test_indices_out_of_range_are_rejected():
     logits = torch.zeros((4, 64))
     for bad in ([4], [-5], [0, 9]):
