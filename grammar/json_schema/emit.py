@@ -17,6 +17,7 @@ from .algebra import SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
 from .documents import uri_pointer
+from .forms import Term
 from .keywords import (
     RefMarker,
     canonical_json,
@@ -24,7 +25,6 @@ from .keywords import (
     json_equal,
     json_type,
     rule_hint,
-    types_of,
 )
 from .layout import Layout
 from .leaves import (
@@ -184,13 +184,13 @@ class Emitter(CompileContext):
         )
         return Ref(names["value"])
 
-    def flat(self, f: dict, pointer: str, depth) -> tuple[Expr, bool]:
+    def flat(self, f: Term, pointer: str, depth) -> tuple[Expr, bool]:
         """(IR, structural?) for one flat conjunction."""
-        types = types_of(f)
+        types = f.types()
         if not types:
             self.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
-        if "enum" in f:
+        if f.enum is not None:
             values = self.enum_values(f)
             if not values:
                 self.note_empty(pointer, "no enum/const value satisfies the other constraints")
@@ -210,10 +210,10 @@ class Emitter(CompileContext):
             if t not in types or (t == "integer" and "number" in types):
                 continue
             if t == "object":
-                exprs.append(object_expr(self, f, pointer, depth))
+                exprs.append(object_expr(self, f.object, pointer, depth))
                 structural = True
             elif t == "array":
-                exprs.append(array_expr(self, f, pointer, depth))
+                exprs.append(array_expr(self, f.array, pointer, depth))
                 structural = True
             elif t == "string":
                 exprs.append(string_value(self, f, pointer))
@@ -318,7 +318,7 @@ class Emitter(CompileContext):
             return None
         values: list = []
         for term in terms:
-            if not isinstance(term, dict) or "enum" not in term:
+            if not isinstance(term, Term) or term.enum is None:
                 return None
             for v in self.enum_values(term):
                 if not any(json_equal(v, w) for w in values):

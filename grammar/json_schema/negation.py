@@ -11,7 +11,7 @@ from .keywords import (
     KNOWN,
     UNANNOTATED,
     WITNESS,
-    as_schema,
+    RefMarker,
     is_true,
     json_type,
     positive_whole,
@@ -37,7 +37,8 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
     unevaluated = ("unevaluatedProperties", "unevaluatedItems")
     if any(not is_true(schema.get(k, True)) for k in unevaluated):
         # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
-        return negate(alg, {"anyOf": [as_schema(t) for t in alg.dnf(schema, pointer)]}, pointer)
+        terms = alg.dnf(schema, pointer)
+        return negate(alg, {"anyOf": [term_schema(t) for t in terms]}, pointer)
     if "$ref" in schema and [k for k in schema if k in KNOWN and k not in ANNOTATIONS] == ["$ref"]:
         if alg.inline_depth > MAX_INLINE_DEPTH:
             raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
@@ -240,6 +241,11 @@ def _not_this_object(value: dict) -> dict:
     parts += [{"required": [name], "properties": {name: {"not": {"const": v}}}} for name, v in value.items()]
     parts.append({"required": names, "minProperties": len(names) + 1} if names else {"minProperties": 1})
     return {"anyOf": parts}
+
+
+def term_schema(term) -> dict:
+    """A DNF term as a schema: a flat term's keywords, a reference's `$ref`."""
+    return {"$ref": term.uri} if isinstance(term, RefMarker) else term.as_schema()
 
 
 def flat_exclusion(schema, parent: dict) -> bool:

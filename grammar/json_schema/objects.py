@@ -11,7 +11,8 @@ from ..core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import escape_pointer
-from .keywords import WITNESS, RefMarker, is_true, types_of
+from .forms import ObjectForm, Term
+from .keywords import RefMarker, is_true
 from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
 
 if TYPE_CHECKING:
@@ -43,17 +44,16 @@ class _ObjectTerm:
     max_p: int | None
 
     @classmethod
-    def read(cls, f: dict, pointer: str) -> _ObjectTerm:
-        max_p = f.get("maxProperties")
+    def read(cls, f: ObjectForm, pointer: str) -> _ObjectTerm:
         return cls(
             pointer,
-            dict(f.get("properties") or {}),
-            list(dict.fromkeys(f.get("required") or [])),
-            dict(f.get("patternProperties") or {}),
-            f.get("additionalProperties", True),
-            f.get("propertyNames", True),
-            int(f.get("minProperties", 0)),
-            int(max_p) if max_p is not None else None,
+            dict(f.properties),
+            list(dict.fromkeys(f.required)),
+            dict(f.pattern_properties),
+            f.additional if f.additional is not None else True,
+            f.names if f.names is not None else True,
+            int(f.min_properties or 0),
+            int(f.max_properties) if f.max_properties is not None else None,
         )
 
     @property
@@ -61,8 +61,8 @@ class _ObjectTerm:
         return is_true(self.names_schema)
 
 
-def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
-    """The IR of the objects one flat term allows."""
+def object_expr(em: Emitter, f: ObjectForm, pointer: str, depth) -> Expr:
+    """The IR of the objects one flat term's object form allows."""
     t = _ObjectTerm.read(f, pointer)
     if t.max_p is not None and t.min_p > t.max_p:
         em.note_empty(pointer, "minProperties > maxProperties")
@@ -71,8 +71,8 @@ def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
     o, first, nxt, colon, end, close_e, close_ne = em.layout.parts(depth, "{", "}")
     names_terms = _property_names_terms(em, t)
     finite_names = None
-    if names_terms is not None and all(isinstance(term, dict) and "enum" in term for term in names_terms):
-        finite_names = [v for term in names_terms for v in term["enum"] if isinstance(v, str)]
+    if names_terms is not None and all(isinstance(term, Term) and term.enum is not None for term in names_terms):
+        finite_names = [v for term in names_terms for v in term.enum if isinstance(v, str)]
     order = list(t.props) + [r for r in t.required if r not in t.props]
     if finite_names is not None:
         order += [n for n in dict.fromkeys(finite_names) if n not in order]
@@ -84,8 +84,8 @@ def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
     if finite_names is None:
         extra = extra_members(em, order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end, child)
     min_p, max_p = t.min_p, t.max_p
-    if WITNESS in f:
-        closing = _witness_closing(em, f[WITNESS], t, order, (first, nxt, colon, end, close_ne), child)
+    if f.witnesses:
+        closing = _witness_closing(em, list(f.witnesses), t, order, (first, nxt, colon, end, close_ne), child)
         if closing is None:
             return NOTHING
         min_p, max_p, close_e, close_ne = closing
@@ -211,29 +211,42 @@ def names_dfa(em: Emitter, schema, pointer: str):
         return literal_dfa([])
     allowed = None
     for term in em.algebra.exact_dnf(schema, f"{pointer}/propertyNames"):
-        if (
-            not isinstance(term, dict)
-            or (set(term) - {"type", "minLength", "maxLength", "pattern", "format", "enum"})
-            or "string" not in types_of(term)
-        ):
+        if not _names_term(term, enum=True):
             raise UnsupportedSchemaError(
                 "not",
                 f"{pointer}/not/propertyNames",
                 "only string length/pattern/format or enum name constraints negate",
             )
-        if "enum" in term:
+        if term.enum is not None:
             dfa = literal_dfa([v for v in em.enum_values(term) if isinstance(v, str)])
         else:
-            dfa = em.string_dfa(
-                min_length=term.get("minLength"),
-                max_length=term.get("maxLength"),
-                pattern=term.get("pattern"),
-                format=term.get("format"),
-                pointer=pointer,
-            )
+            dfa = _names_string_dfa(em, term, pointer)
             dfa = dfa if dfa is not None else any_string_dfa()
         allowed = dfa if allowed is None else em.dfa_op(allowed.union, dfa, "not", pointer)
     return allowed if allowed is not None else literal_dfa([])
+
+
+_NAME_KEYWORDS = frozenset({"type", "minLength", "maxLength", "pattern", "format"})
+
+
+def _names_term(term, enum: bool) -> bool:
+    """Is a propertyNames term one the name automata express: string type, length, one pattern,
+    format (and `enum`, when allowed)?"""
+    if not isinstance(term, Term) or "string" not in term.types():
+        return False
+    return not set(term.as_schema()) - (_NAME_KEYWORDS | {"enum"} if enum else _NAME_KEYWORDS)
+
+
+def _names_string_dfa(em: Emitter, term: Term, pointer: str):
+    """The names a string-only propertyNames term allows (None: every name)."""
+    s = term.string
+    return em.string_dfa(
+        min_length=s.min_length,
+        max_length=s.max_length,
+        pattern=s.patterns[0] if s.patterns else None,
+        format=s.format,
+        pointer=pointer,
+    )
 
 
 def witness_member(
@@ -276,26 +289,14 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
     if names_terms is not None:
         if not names_terms:
             return None
-        if (
-            len(names_terms) != 1
-            or not isinstance(names_terms[0], dict)
-            or set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"}
-            or "string" not in types_of(names_terms[0])
-        ):
+        if len(names_terms) != 1 or not _names_term(names_terms[0], enum=False):
             em.unsupported(
                 "propertyNames",
                 f"{pointer}/propertyNames",
                 "only string length/pattern/format or enum constraints on names are supported",
             )
         else:
-            t = names_terms[0]
-            d = em.string_dfa(
-                min_length=t.get("minLength"),
-                max_length=t.get("maxLength"),
-                pattern=t.get("pattern"),
-                format=t.get("format"),
-                pointer=f"{pointer}/propertyNames",
-            )
+            d = _names_string_dfa(em, names_terms[0], f"{pointer}/propertyNames")
             if d is not None:
                 key_dfa = d
     if defined:
