@@ -1,14 +1,16 @@
-"""The schema algebra: a subschema as a disjunctive normal form of flat terms, and the
-conjunction (merge) of two terms; unevaluated* and static dynamic references are rewritten here.
+"""The schema algebra: a subschema as a disjunctive normal form of flat terms (typed `Term`s,
+forms.py), and the conjunction (merge) of two terms; unevaluated* and static dynamic references
+are rewritten here.
 
 `SchemaAlgebra` reads schemas and never emits grammar: its state is the depth and budget counters
-of the analyses under way; what it shares with the emitter comes through the `CompileContext`
-(documents, mode, diagnostics).  oneOf (one_of.py), `not` (negation.py) and the merge of two
-terms (merge.py) are functions over it."""
+of the analyses under way (`AlgebraState`, which the emitter owns and passes in); what it shares
+with the emitter comes through the `CompileContext` (documents, mode, diagnostics).  oneOf
+(one_of.py) and `not` (negation.py) are functions over it; the merge of two terms (merge.py) is
+a pure function over forms."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH, CompileContext, NeedsDynamicScopes
@@ -29,18 +31,27 @@ from .negation import flat_exclusion, negate
 from .one_of import one_of
 
 
-class SchemaAlgebra:
-    """DNF construction and merging for one compile (the emitter holds one: `_Compiler.algebra`)."""
+@dataclass
+class AlgebraState:
+    """The counters of the analyses under way in one compile: the emitter owns it and hands it to
+    its `SchemaAlgebra`; nothing else of the algebra changes while a compile runs."""
 
-    def __init__(self, ctx: CompileContext):
+    inline_depth: int = 0  # references expanded in place, nested (MAX_INLINE_DEPTH)
+    no_negation: int = 0  # > 0 in the scope of unevaluated*: `not` evaluates nothing
+    one_of_depth: int = 0  # oneOfs nested in the one under way (its disjoint_checks budget)
+    disjoint_checks: int = 0
+    overlapping_one_ofs: int = 0  # oneOfs left to a value check so far (the emitter reads it)
+    static_dynamic: str | None = None  # a $dynamicRef/$recursiveRef read as $ref
+
+
+class SchemaAlgebra:
+    """DNF construction and merging for one compile over the documents of `ctx`, with the
+    counters in `state` (the emitter's)."""
+
+    def __init__(self, ctx: CompileContext, state: AlgebraState):
         self.ctx = ctx
         self.limits = ctx.limits
-        self.inline_depth = 0  # references expanded in place, nested (MAX_INLINE_DEPTH)
-        self.no_negation = 0  # > 0 in the scope of unevaluated*: `not` evaluates nothing
-        self.one_of_depth = 0  # oneOfs nested in the one under way (its disjoint_checks budget)
-        self.disjoint_checks = 0
-        self.overlapping_one_ofs = 0  # oneOfs left to a value check so far (the emitter reads it)
-        self.static_dynamic: str | None = None  # a $dynamicRef/$recursiveRef read as $ref
+        self.state = state
 
     def exact_dnf(self, schema, pointer: str) -> list:
         """dnf() for analyses that read the terms as the exact set (disjointness, finite value
@@ -93,7 +104,7 @@ class SchemaAlgebra:
             factors.append(one_of(self, schema, term, pointer))
         if not_schema is not None:
             factors.append(self.dnf(negate(self, not_schema, f"{pointer}/not"), f"{pointer}/not"))
-        if "if" in schema and "then" not in schema and "else" not in schema and self.no_negation:
+        if "if" in schema and "then" not in schema and "else" not in schema and self.state.no_negation:
             # a lone `if` constrains nothing, but when it holds it evaluates members for unevaluated*:
             # the instances where it holds, with its annotations, or any instance without them
             factors.append(self.dnf({"anyOf": [schema["if"], True]}, f"{pointer}/if"))
@@ -140,17 +151,17 @@ class SchemaAlgebra:
         return result
 
     def inline_ref(self, uri: str, pointer: str) -> list:
-        if self.inline_depth > MAX_INLINE_DEPTH:
+        if self.state.inline_depth > MAX_INLINE_DEPTH:
             raise UnsupportedSchemaError(
                 "$ref",
                 pointer,
                 "reference cycle through allOf/anyOf/oneOf/not with no object or array in between cannot be expanded",
             )
-        self.inline_depth += 1
+        self.state.inline_depth += 1
         try:
             return self.dnf(self.ctx.lookup(uri, pointer), uri_pointer(uri))
         finally:
-            self.inline_depth -= 1
+            self.state.inline_depth -= 1
 
     def merge(self, a, b, pointer: str):
         """Conjunction of two DNF terms: a term, a list of terms, or None (unsatisfiable)."""
@@ -196,7 +207,7 @@ class SchemaAlgebra:
         scope (dynamic.py)."""
         uri = schema[key]
         if self.ctx.dynamic_anchors(key) <= 1:
-            self.static_dynamic = key
+            self.state.static_dynamic = key
             rest = {k: v for k, v in schema.items() if k != key}
             if "$ref" in rest:
                 return {**rest, "allOf": [*rest.get("allOf", []), {"$ref": uri}]}
@@ -215,7 +226,7 @@ class SchemaAlgebra:
         (UNANNOTATED), and it joins the term only after the term's evaluated members are fixed.
         """
         rest = {k: v for k, v in schema.items() if k not in keys}
-        self.no_negation += 1
+        self.state.no_negation += 1
         try:  # references are inlined in the scope too: their `not`s evaluate nothing either
             terms, flat_terms = self.dnf(rest, pointer), []
             while terms:
@@ -225,7 +236,7 @@ class SchemaAlgebra:
                 else:
                     flat_terms.append(term)
         finally:
-            self.no_negation -= 1
+            self.state.no_negation -= 1
         out = []
         for term in flat_terms:
             unannotated, term = term.unannotated, replace(term, unannotated=())

@@ -74,7 +74,7 @@ def _array_counts(em: Emitter, f: ArrayForm, pointer: str, depth) -> _ArrayShape
     if items is False:
         max_i = len(prefix) if max_i is None else min(max_i, len(prefix))
     if max_i is not None and min_i > max_i:
-        em.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
+        em.ctx.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
         return None
     o, first, nxt, _, end, close_e, close_ne = em.layout.parts(depth, "[", "]")
     return _ArrayShape(
@@ -102,7 +102,7 @@ def _read_contains(em: Emitter, f: ArrayForm, shape: _ArrayShape) -> bool:
     min_c = int(f.min_contains if f.min_contains is not None else 1) if contains is not None else 0
     max_c = int(f.max_contains) if contains is not None and f.max_contains is not None else None
     if contains is not None and max_c is not None and min_c > max_c:
-        em.note_empty(shape.pointer, "minContains > maxContains")
+        em.ctx.note_empty(shape.pointer, "minContains > maxContains")
         return False
     if contains is not None and min_c == 0 and max_c is None:
         contains = None
@@ -119,13 +119,13 @@ def _unique_array(em: Emitter, f: ArrayForm, shape: _ArrayShape, depth) -> Expr 
         members = [(seq(em.literal(v, s.child), s.end), False) for v in values]
         empty = s.close_e if s.min_i == 0 else NOTHING
         return seq(s.open, any_order_members(em, members, None, s.first, s.nxt, empty, s.close_ne))
-    if em.value_checks_allowed():
+    if em.ctx.value_checks_allowed():
         # any array of the items; the matcher rejects the bytes closing a duplicate item
         name = em.new_rule(f"unique_{rule_hint({}, pointer)}")
         em.rules[name] = array_expr(em, replace(f, unique_items=None), pointer, depth)
         em.checks[name] = UniqueItems(f"{pointer}/uniqueItems")
         return Ref(name)
-    em.unsupported(
+    em.ctx.unsupported(
         "uniqueItems",
         f"{pointer}/uniqueItems",
         "a grammar cannot require distinct array items (except up to "

@@ -58,8 +58,8 @@ class UnsatisfiableSchema(SchemaError):
 class CompileContext:
     """What the emitter and the schema algebra of one compile share: the options, limits and
     `Mode`; the documents (registry, references, jsonschema checks); the diagnostics (widenings
-    warned about, the first reason for an empty language).  The emitter (emit.py) extends it with
-    the rules it makes."""
+    warned about, the first reason for an empty language).  The emitter (emit.py) and its algebra
+    each hold it as `ctx`; the rules are the emitter's own."""
 
     def __init__(self, schema, options: JsonOptions, *, dynamic_scopes=False, limits: Limits = DEFAULT_LIMITS):
         self.options = options  # read-only: one object for the whole compile (grammar/json_options.py)

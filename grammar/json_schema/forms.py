@@ -84,6 +84,24 @@ class Exclusion:
 
 
 @dataclass(frozen=True)
+class Witness:
+    """A member some object of the term must hold, as its last members (keywords.WITNESS): the
+    negation of additionalProperties / patternProperties / propertyNames.  Its key matches
+    `pattern` (None: any key), is none of `names`, matches none of `patterns` nor, when set,
+    the names schema `key_not`; its value is valid for `value`."""
+
+    pattern: str | None
+    names: tuple[str, ...]
+    patterns: tuple[str, ...]
+    value: Schema
+    key_not: Schema | None = None
+
+    def as_schema(self) -> dict:
+        out = {"pattern": self.pattern, "names": list(self.names), "patterns": list(self.patterns), "value": self.value}
+        return out if self.key_not is None else {**out, "key_not": self.key_not}
+
+
+@dataclass(frozen=True)
 class ObjectForm:
     """The member keywords of a term.  `additional` / `names` are None when absent (any member
     / any name); `witnesses` are the WITNESS conditions of negated member keywords."""
@@ -95,7 +113,7 @@ class ObjectForm:
     names: Schema | None = None
     min_properties: Number | None = None
     max_properties: Number | None = None
-    witnesses: tuple[dict, ...] = ()
+    witnesses: tuple[Witness, ...] = ()
     unevaluated: Schema | None = None  # only a true unevaluatedProperties stays in a flat term
 
     def has_member_keys(self) -> bool:
@@ -205,7 +223,7 @@ class Term:
         if a.prefix_items is not None:
             out["prefixItems"] = list(a.prefix_items)
         if o.witnesses:
-            out[WITNESS] = list(o.witnesses)
+            out[WITNESS] = [w.as_schema() for w in o.witnesses]
         if self.unannotated:
             out[UNANNOTATED] = list(self.unannotated)
         for key in drop:
@@ -404,7 +422,10 @@ def parse_term(flat: dict, pointer: str) -> Term:
                 raise SchemaError(f"uniqueItems must be a boolean, got {value!r}", _where(pointer, key))
             parts["array"]["unique_items"] = value
         elif key == WITNESS:
-            parts["object"]["witnesses"] = tuple(value)
+            parts["object"]["witnesses"] = tuple(
+                Witness(c["pattern"], tuple(c["names"]), tuple(c["patterns"]), c["value"], c.get("key_not"))
+                for c in value
+            )
         elif key == UNANNOTATED:
             top["unannotated"] = tuple(value)
         elif key not in FLAT_KEYS:
@@ -434,6 +455,7 @@ __all__ = [
     "StringForm",
     "TOP",
     "Term",
+    "Witness",
     "is_true",
     "parse_term",
 ]

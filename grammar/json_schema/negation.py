@@ -32,7 +32,7 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
         raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
     if is_true(schema):
         return False
-    if alg.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
+    if alg.state.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
         return {UNANNOTATED: [{"not": schema}]}
     unevaluated = ("unevaluatedProperties", "unevaluatedItems")
     if any(not is_true(schema.get(k, True)) for k in unevaluated):
@@ -40,13 +40,13 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
         terms = alg.dnf(schema, pointer)
         return negate(alg, {"anyOf": [term_schema(t) for t in terms]}, pointer)
     if "$ref" in schema and [k for k in schema if k in KNOWN and k not in ANNOTATIONS] == ["$ref"]:
-        if alg.inline_depth > MAX_INLINE_DEPTH:
+        if alg.state.inline_depth > MAX_INLINE_DEPTH:
             raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
-        alg.inline_depth += 1
+        alg.state.inline_depth += 1
         try:
             return negate(alg, alg.ctx.lookup(schema["$ref"], pointer), pointer)
         finally:
-            alg.inline_depth -= 1
+            alg.state.inline_depth -= 1
     parts: list = []
     for key, value in schema.items():
         if key in ANNOTATIONS or key not in KNOWN or key == "format" or key in unevaluated:

@@ -11,7 +11,7 @@ from ..core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import escape_pointer
-from .forms import ObjectForm, Term
+from .forms import ObjectForm, Term, Witness
 from .keywords import RefMarker, is_true
 from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
 
@@ -65,7 +65,7 @@ def object_expr(em: Emitter, f: ObjectForm, pointer: str, depth) -> Expr:
     """The IR of the objects one flat term's object form allows."""
     t = _ObjectTerm.read(f, pointer)
     if t.max_p is not None and t.min_p > t.max_p:
-        em.note_empty(pointer, "minProperties > maxProperties")
+        em.ctx.note_empty(pointer, "minProperties > maxProperties")
         return NOTHING
     child = em.layout.child(depth)
     o, first, nxt, colon, end, close_e, close_ne = em.layout.parts(depth, "{", "}")
@@ -109,7 +109,7 @@ def _member_schema(em: Emitter, t: _ObjectTerm, name: str, in_props: bool):
     parts += [t.patterns[p] for p in matching]
     if not in_props and not matching:
         parts.append(t.addl)
-    if not t.names_true and not em.validates(t.names_schema, name):
+    if not t.names_true and not em.ctx.validates(t.names_schema, name):
         return False
     parts = [p for p in parts if not is_true(p)]
     if any(p is False for p in parts):
@@ -134,7 +134,7 @@ def _named_members(em: Emitter, t: _ObjectTerm, order: list, colon, end, child) 
         is_req = name in t.required
         if vexpr == NOTHING:
             if is_req:
-                em.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
+                em.ctx.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
                 return None
             continue
         members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
@@ -150,7 +150,7 @@ def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list,
     min_p, max_p = t.min_p, t.max_p
     if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
         # a witness may repeat an earlier name, so it cannot count towards minProperties
-        em.unsupported(
+        em.ctx.unsupported(
             "not",
             t.pointer,
             "member conditions next to minProperties > 1, several of them "
@@ -192,16 +192,16 @@ def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list,
     return min_p, max_p, seq(first, witnesses, close_ne), seq(nxt, witnesses, close_ne)
 
 
-def witness_fits(em: Emitter, condition, pointer: str):
-    """The keys a WITNESS condition allows."""
+def witness_fits(em: Emitter, condition: Witness, pointer: str):
+    """The keys a witness condition allows."""
     where = f"{pointer}/not/patternProperties"
-    fits = em.pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
-    for p in condition["patterns"]:
+    fits = em.pattern_dfa(condition.pattern, where) if condition.pattern is not None else any_string_dfa()
+    for p in condition.patterns:
         fits = em.dfa_op(fits.difference, em.pattern_dfa(p, where), "not", pointer)
-    if condition["names"]:
-        fits = em.dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
-    if "key_not" in condition:  # not propertyNames: a name outside the names schema
-        fits = em.dfa_op(fits.difference, names_dfa(em, condition["key_not"], pointer), "not", pointer)
+    if condition.names:
+        fits = em.dfa_op(fits.difference, literal_dfa(list(condition.names)), "not", pointer)
+    if condition.key_not is not None:  # not propertyNames: a name outside the names schema
+        fits = em.dfa_op(fits.difference, names_dfa(em, condition.key_not, pointer), "not", pointer)
     return fits
 
 
@@ -218,7 +218,7 @@ def names_dfa(em: Emitter, schema, pointer: str):
                 "only string length/pattern/format or enum name constraints negate",
             )
         if term.enum is not None:
-            dfa = literal_dfa([v for v in em.enum_values(term) if isinstance(v, str)])
+            dfa = literal_dfa([v for v in em.ctx.enum_values(term) if isinstance(v, str)])
         else:
             dfa = _names_string_dfa(em, term, pointer)
             dfa = dfa if dfa is not None else any_string_dfa()
@@ -264,7 +264,7 @@ def witness_member(
         fits = em.dfa_op(fits.difference, witness_fits(em, condition, pointer), "not", pointer)
     if names is not None:  # propertyNames of this object
         fits = em.dfa_op(fits.intersect, names, "not", pointer)
-    wanted = [c["value"] for c in conditions if not is_true(c["value"])]
+    wanted = [c.value for c in conditions if not is_true(c.value)]
     wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
     alternatives = []
     for name in defined:
@@ -290,7 +290,7 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
         if not names_terms:
             return None
         if len(names_terms) != 1 or not _names_term(names_terms[0], enum=False):
-            em.unsupported(
+            em.ctx.unsupported(
                 "propertyNames",
                 f"{pointer}/propertyNames",
                 "only string length/pattern/format or enum constraints on names are supported",
@@ -338,11 +338,11 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
     masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
     wanted = {mask for mask in masks if value_schema(mask) is not False}
     alternatives = []
-    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, em.limits.max_string_states):
+    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, em.ctx.limits.max_string_states):
         vexpr = em.value(value_schema(mask), f"{pointer}/additionalProperties", child)
         if vexpr == NOTHING:
             continue
-        key = json_string_expr(dfa, pointer, "additionalProperties", em.limits.max_encoded_string_states)
+        key = json_string_expr(dfa, pointer, "additionalProperties", em.ctx.limits.max_encoded_string_states)
         alternatives.append(seq(key, colon, vexpr, end))
     return alternatives
 
@@ -363,7 +363,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
         hi = None if max_p is None else max_p - k
         if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
             # two additional members could share a name, and json.loads would count them once
-            em.unsupported(
+            em.ctx.unsupported(
                 "minProperties",
                 pointer,
                 f"{lo} additional members would be needed to reach "
@@ -383,7 +383,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
             return alt(*options) if options else NOTHING
         return seq(rep(seq(nxt, extra), lo, hi), close)
 
-    if em.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
+    if em.ctx.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
         # every instance writes its required members, so it has at least min_p members
         if n <= ANY_ORDER_MAX_MEMBERS:
             return seq(o, any_order_members(em, members, extra, first, nxt, close_e, close_ne))
@@ -423,7 +423,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
 
 
 def _checked_size(em: Emitter, body: Expr, pointer: str) -> Expr:
-    budget = em.limits.max_object_expr
+    budget = em.ctx.limits.max_object_expr
     if expr_nodes(body) > budget:
         raise LimitExceededError(
             f"object schema at {pointer} has too many optional properties combined "

@@ -28,13 +28,13 @@ it branches count as overlapping (conservative: the oneOf is then negated or uns
 
 def one_of(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer: str) -> list:
     """oneOf as anyOf when its branches (with their siblings) are provably disjoint."""
-    if alg.one_of_depth == 0:
-        alg.disjoint_checks = 0
-    alg.one_of_depth += 1
+    if alg.state.one_of_depth == 0:
+        alg.state.disjoint_checks = 0
+    alg.state.one_of_depth += 1
     try:
         return _one_of(alg, schema, siblings, pointer)
     finally:
-        alg.one_of_depth -= 1
+        alg.state.one_of_depth -= 1
 
 
 def _branch_terms(alg: SchemaAlgebra, branches: list, siblings: Term, pointer: str) -> list[list]:
@@ -89,7 +89,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer: str) -> l
         if t != "number" and alg.ctx.value_checks_allowed():
             # the union of the branches; `value` checks the closed value against the schema
             # (a number's end is only known from the byte after it, outside the value's rule)
-            alg.overlapping_one_ofs += 1
+            alg.state.overlapping_one_ofs += 1
             continue
         alg.ctx.unsupported(
             "oneOf",
@@ -151,8 +151,8 @@ def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer
 
 def disjoint(alg: SchemaAlgebra, x, y, level: int) -> bool:
     """True only when no instance can satisfy both terms (conservative)."""
-    alg.disjoint_checks += 1
-    if level > 6 or alg.disjoint_checks > MAX_DISJOINT_CHECKS:
+    alg.state.disjoint_checks += 1
+    if level > 6 or alg.state.disjoint_checks > MAX_DISJOINT_CHECKS:
         return False
     if isinstance(x, RefMarker) or isinstance(y, RefMarker):
         try:
