@@ -14,13 +14,13 @@ canonical JSON of `Term.as_schema()` (the pointer, where a form came from, does 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from ..core.errors import SchemaError
-from .keywords import ALL_TYPES, FLAT_KEYS, UNANNOTATED, WITNESS, canonical_json, is_true
+from .keywords import ALL_TYPES, FLAT_KEYS, UNANNOTATED, WITNESS, canonical_json
 
 Schema = Any
 """A subschema: True, False or a keyword dict (normalised draft 2020-12), never parsed here."""
@@ -240,9 +240,6 @@ class Term:
     def __hash__(self) -> int:
         return hash(self.canonical)
 
-    def with_type(self, types) -> Term:
-        return replace(self, type=frozenset(types))
-
 
 def ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
     """Do two numeric ranges ((bound, exclusive?) pairs, NumberForm.range) share no number?"""
@@ -440,12 +437,6 @@ def parse_term(flat: dict, pointer: str) -> Term:
     )
 
 
-def form_fields(form) -> dict:
-    """The fields of a form that differ from their defaults (for tests and messages)."""
-    default = type(form)()
-    return {f.name: getattr(form, f.name) for f in fields(form) if getattr(form, f.name) != getattr(default, f.name)}
-
-
 __all__ = [
     "ArrayForm",
     "Exclusion",
@@ -456,6 +447,5 @@ __all__ = [
     "TOP",
     "Term",
     "Witness",
-    "is_true",
     "parse_term",
 ]
