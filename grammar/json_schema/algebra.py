@@ -15,14 +15,12 @@ from dataclasses import dataclass, replace
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH, CompileContext, NeedsDynamicScopes
 from .documents import uri_pointer
-from .forms import TOP, Term, parse_term
+from .forms import TOP, RefMarker, Term, as_terms, parse_term
 from .keywords import (
     ANNOTATIONS,
     APPLICATORS,
     FLAT_KEYS,
     KNOWN,
-    RefMarker,
-    as_terms,
     is_true,
     json_equal,
 )

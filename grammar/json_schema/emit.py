@@ -16,9 +16,8 @@ from .algebra import AlgebraState, SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
 from .documents import uri_pointer
-from .forms import Term
+from .forms import RefMarker, Term
 from .keywords import (
-    RefMarker,
     canonical_json,
     is_true,
     json_equal,

@@ -4,7 +4,8 @@ A flat term (keywords.py) is read once, by `parse_term`, into a `Term`: its type
 one form per instance type (`NumberForm`, `StringForm`, `ObjectForm`, `ArrayForm`), plus the
 leaf exclusions of a `not` and the internal WITNESS / UNANNOTATED conditions.  `parse_term`
 checks every keyword's value type and raises SchemaError with the JSON pointer of the bad
-keyword; past it, the algebra (merge.py, one_of.py) and the emitter read typed fields.
+keyword; past it, the algebra (merge.py, one_of.py) and the emitter read typed fields.  A DNF
+term is a `Term` or a `RefMarker` (exactly one `$ref`, compiled as a reference to its rule).
 
 Subschemas inside a form (properties, items, ...) stay plain JSON (normalised 2020-12): they are
 parsed when the DNF reaches them.  Forms are frozen; equality and hashing go through the
@@ -261,6 +262,18 @@ TOP = Term()
 """The empty conjunction: every instance."""
 
 
+@dataclass(frozen=True)
+class RefMarker:
+    """A conjunction that is exactly one `$ref` (compiled as a reference to the target's rule)."""
+
+    uri: str
+
+
+def as_terms(merged) -> list:
+    """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
+    return merged if isinstance(merged, list) else [] if merged is None else [merged]
+
+
 # -- parsing ----------------------------------------------------------------------------------
 
 
@@ -445,6 +458,8 @@ __all__ = [
     "Schema",
     "StringForm",
     "TOP",
+    "RefMarker",
+    "as_terms",
     "Term",
     "Witness",
     "parse_term",

@@ -8,7 +8,6 @@ reads once into a typed `Term`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 # Keywords that constrain nothing (annotations, containers of definitions, identifiers).
@@ -147,18 +146,6 @@ def types_of(flat: dict) -> set[str]:
     if "number" in out:
         out.add("integer")
     return out
-
-
-@dataclass(frozen=True)
-class RefMarker:
-    """A conjunction that is exactly one `$ref` (compiled as a reference to the target's rule)."""
-
-    uri: str
-
-
-def as_terms(merged) -> list:
-    """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
-    return merged if isinstance(merged, list) else [] if merged is None else [merged]
 
 
 def positive_whole(value) -> bool:

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH
+from .forms import RefMarker
 from .keywords import (
     ANNOTATIONS,
     KNOWN,
     UNANNOTATED,
     WITNESS,
-    RefMarker,
     is_true,
     json_type,
     positive_whole,

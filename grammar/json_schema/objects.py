@@ -11,8 +11,8 @@ from ..core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import escape_pointer
-from .forms import ObjectForm, Term, Witness
-from .keywords import RefMarker, is_true
+from .forms import ObjectForm, RefMarker, Term, Witness
+from .keywords import is_true
 from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
 
 if TYPE_CHECKING:

@@ -12,8 +12,17 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .closing import CLOSED_ONE_OF
-from .forms import NumberForm, ObjectForm, StringForm, Term, counts_disjoint, ranges_disjoint
-from .keywords import RefMarker, as_terms, is_true
+from .forms import (
+    NumberForm,
+    ObjectForm,
+    RefMarker,
+    StringForm,
+    Term,
+    as_terms,
+    counts_disjoint,
+    ranges_disjoint,
+)
+from .keywords import is_true
 from .leaves import StateLimitExceeded, pattern_dfa, pattern_search
 from .merge import applicable
 from .negation import negate
