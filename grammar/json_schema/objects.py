@@ -32,7 +32,8 @@ MAX_WITNESSES = 3
 
 @dataclass
 class _ObjectTerm:
-    """The object keywords of one flat term, read."""
+    """One term's `ObjectForm` with JSON Schema's defaults filled in (absent additionalProperties
+    and propertyNames: true; counts as ints; `required` without repeats)."""
 
     pointer: str
     props: dict
