@@ -748,7 +748,7 @@ def test_rules_are_memoised_per_mode():
     comp = _Compiler(schema, JsonOptions())
     checked = comp.value(schema, "#", None)
     assert set(comp.checks) == {checked.name}
-    with comp.narrowed(lenient=False, value_checks=False), pytest.raises(UnsupportedSchemaError) as info:
+    with comp.ctx.narrowed(lenient=False, value_checks=False), pytest.raises(UnsupportedSchemaError) as info:
         comp.value(schema, "#", None)
     assert info.value.keyword == "uniqueItems"
     assert comp.value(schema, "#", None) == checked  # the outer mode's rule again

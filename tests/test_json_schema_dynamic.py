@@ -174,13 +174,13 @@ def test_dynamic_references_agree_with_jsonschema(name, llama3_compiler, llama3_
 def specialised_copies(schema) -> dict:
     """The scope-specialised copies the compiler registers, by URI."""
     comp = _Compiler(schema, JsonOptions.validation(), dynamic_scopes=True)
-    out, todo = {}, [comp.root]
+    out, todo = {}, [comp.ctx.root]
     while todo:
         node = todo.pop()
         if isinstance(node, dict):
             uri = node.get("$ref")
             if isinstance(uri, str) and uri not in out:
-                out[uri] = comp.lookup(uri, "#")
+                out[uri] = comp.ctx.lookup(uri, "#")
                 todo.append(out[uri])
             todo.extend(node.values())
         elif isinstance(node, list):

@@ -10,7 +10,7 @@ How it works
    rewritten into draft 2020-12 spelling with absolute `$ref`s (documents.py) and
    registered with `referencing`, which resolves `$id`, `$anchor` and JSON pointers.
 2. Each subschema is turned into *disjunctive normal form*: a list of "flat" conjunctions
-   (plain keyword dicts without allOf/anyOf/oneOf/not/if/dependent*), by merging allOf
+   (typed `Term`s, forms.py: keywords without allOf/anyOf/oneOf/not/if/dependent*), by merging allOf
    branches, distributing anyOf/oneOf over their siblings, rewriting if/then/else and
    dependencies as anyOf, and pushing `not` inwards where it has a positive form.
    Subschemas below properties/items stay lazy (`{"allOf": [a, b]}`) until they are compiled,
@@ -86,12 +86,15 @@ dependentSchemas, maxContains without a negatable `contains`, ...) raises
 
 
 Modules: documents (loading, metaschema check, $ref/$id normalisation), dynamic ($dynamicRef
-scopes), keywords (the vocabulary of flat terms), context (what the emitter and the algebra share:
-options, `Mode`, limits, diagnostics, the document registry), algebra (`SchemaAlgebra`: DNF; it
-reads schemas and never emits), merge (the conjunction of two flat terms, pure functions), one_of
-(oneOf and disjointness) and negation (`not`), functions over the algebra; emit (`Emitter`: rules,
-memo, values, enums/consts, counted repetitions), objects, arrays and scalars (strings, numbers):
-functions over the emitter; layout
+scopes), closing (strict mode: which positions are closed), keywords (the vocabulary of flat
+terms), forms (a flat term typed: `Term` with its number / string / object / array forms,
+`parse_term` checks each keyword's value once), context (what the emitter and the algebra share:
+options, `Mode`, limits, diagnostics, the document registry), algebra (`SchemaAlgebra`: DNF of
+`Term`s and `RefMarker`s, its counters in an `AlgebraState`; it reads schemas and never emits),
+merge (`merge_terms`, the conjunction of two terms, pure functions over forms), one_of (oneOf and
+disjointness) and negation (`not`), functions over the algebra; emit (`Emitter`: rules, memo,
+values, enums/consts, counted repetitions; it holds the context and the algebra), objects, arrays
+and scalars (strings, numbers): functions over the emitter that read one term's forms; layout
 (whitespace), leaves (the string/number automata, memoised), convert (`json_schema_to_grammar`).
 """
 

@@ -3,13 +3,14 @@ uniqueItems."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..core.errors import UnsupportedSchemaError
 from ..ir import EPSILON, NOTHING, Expr, Ref, alt, rep, seq
 from ..json_checks import UniqueItems
 from ..passes import expr_nodes
+from .forms import ArrayForm
 from .keywords import is_true, rule_hint
 from .objects import any_order_members
 
@@ -48,12 +49,12 @@ class _ArrayShape:
     close_ne: Expr
 
 
-def array_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
-    """The IR of the arrays one flat term allows."""
+def array_expr(em: Emitter, f: ArrayForm, pointer: str, depth) -> Expr:
+    """The IR of the arrays one flat term's array form allows."""
     shape = _array_counts(em, f, pointer, depth)
     if shape is None:
         return NOTHING
-    if f.get("uniqueItems") is True and (shape.max_i is None or shape.max_i > 1):
+    if f.unique_items is True and (shape.max_i is None or shape.max_i > 1):
         unique = _unique_array(em, f, shape, depth)
         if unique is not None:
             return unique
@@ -64,17 +65,16 @@ def array_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
     return seq(shape.open, _items_counting_contains(em, shape))
 
 
-def _array_counts(em: Emitter, f: dict, pointer: str, depth) -> _ArrayShape | None:
+def _array_counts(em: Emitter, f: ArrayForm, pointer: str, depth) -> _ArrayShape | None:
     """The term's positions and item counts (None, noted as empty, when no count fits)."""
-    prefix = list(f.get("prefixItems") or [])
-    items = f.get("items", True)
-    min_i = int(f.get("minItems", 0))
-    max_i = f.get("maxItems")
-    max_i = int(max_i) if max_i is not None else None
+    prefix = list(f.prefix_items or ())
+    items = f.items if f.items is not None else True
+    min_i = int(f.min_items or 0)
+    max_i = int(f.max_items) if f.max_items is not None else None
     if items is False:
         max_i = len(prefix) if max_i is None else min(max_i, len(prefix))
     if max_i is not None and min_i > max_i:
-        em.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
+        em.ctx.note_empty(pointer, "minItems > maxItems (or more items required than allowed)")
         return None
     o, first, nxt, _, end, close_e, close_ne = em.layout.parts(depth, "[", "]")
     return _ArrayShape(
@@ -96,14 +96,13 @@ def _array_counts(em: Emitter, f: dict, pointer: str, depth) -> _ArrayShape | No
     )
 
 
-def _read_contains(em: Emitter, f: dict, shape: _ArrayShape) -> bool:
+def _read_contains(em: Emitter, f: ArrayForm, shape: _ArrayShape) -> bool:
     """Fill in contains / minContains / maxContains; False (noted as empty) when min > max."""
-    contains = f.get("contains")
-    min_c = int(f.get("minContains", 1)) if contains is not None else 0
-    max_c = f.get("maxContains") if contains is not None else None
-    max_c = int(max_c) if max_c is not None else None
+    contains = f.contains
+    min_c = int(f.min_contains if f.min_contains is not None else 1) if contains is not None else 0
+    max_c = int(f.max_contains) if contains is not None and f.max_contains is not None else None
     if contains is not None and max_c is not None and min_c > max_c:
-        em.note_empty(shape.pointer, "minContains > maxContains")
+        em.ctx.note_empty(shape.pointer, "minContains > maxContains")
         return False
     if contains is not None and min_c == 0 and max_c is None:
         contains = None
@@ -111,22 +110,22 @@ def _read_contains(em: Emitter, f: dict, shape: _ArrayShape) -> bool:
     return True
 
 
-def _unique_array(em: Emitter, f: dict, shape: _ArrayShape, depth) -> Expr | None:
+def _unique_array(em: Emitter, f: ArrayForm, shape: _ArrayShape, depth) -> Expr | None:
     """uniqueItems: exact for items from a small enum, else a value check (or widened: None)."""
     s, pointer = shape, shape.pointer
-    values = em.finite_values(s.items) if not s.prefix and f.get("contains") is None else None
+    values = em.finite_values(s.items) if not s.prefix and f.contains is None else None
     if values is not None and s.min_i <= 1 and (s.max_i is None or s.max_i >= len(values)):
         # distinct items from a finite set: each value at most once, in any order
         members = [(seq(em.literal(v, s.child), s.end), False) for v in values]
         empty = s.close_e if s.min_i == 0 else NOTHING
         return seq(s.open, any_order_members(em, members, None, s.first, s.nxt, empty, s.close_ne))
-    if em.value_checks_allowed():
+    if em.ctx.value_checks_allowed():
         # any array of the items; the matcher rejects the bytes closing a duplicate item
-        name = em.new_rule(f"unique_{rule_hint(f, pointer)}")
-        em.rules[name] = array_expr(em, {k: v for k, v in f.items() if k != "uniqueItems"}, pointer, depth)
+        name = em.new_rule(f"unique_{rule_hint({}, pointer)}")
+        em.rules[name] = array_expr(em, replace(f, unique_items=None), pointer, depth)
         em.checks[name] = UniqueItems(f"{pointer}/uniqueItems")
         return Ref(name)
-    em.unsupported(
+    em.ctx.unsupported(
         "uniqueItems",
         f"{pointer}/uniqueItems",
         "a grammar cannot require distinct array items (except up to "

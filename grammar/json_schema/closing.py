@@ -115,17 +115,20 @@ class _Closer:
         out = {}
         for k, v in node.items():
             at = f"{pointer}/{k}"
-            if k in VALUE_KEYS:
+            where = polarity(node, k)
+            if where == "value":
                 out[k] = v
-            elif k in ("not", "if") or (k == "contains" and "maxContains" in node):
-                out[k] = _spec_subtree(v)  # negated or counted: spec meaning
-            elif k == "oneOf" and isinstance(v, list):
+            elif where == "negative":
+                out[k] = _spec_subtree(v)
+            elif where == "one_of":
                 out.update(self._one_of(v, at))
-            elif k in _MAPS and isinstance(v, dict):
+            elif where == "map":
                 out[k] = {n: self.positive(s, f"{at}/{n}") for n, s in v.items()}
             else:
                 out[k] = self.positive(v, at)
-        self._close(node, out, pointer)
+        added, kept_open = closing_keywords(node, self.only_declared)
+        out.update(added)
+        self.kept_open += [pointer] * kept_open
         return out
 
     def _one_of(self, branches: list, pointer: str) -> dict:
@@ -136,37 +139,57 @@ class _Closer:
             return {"oneOf": closed}
         return {"oneOf": _spec_subtree(branches), CLOSED_ONE_OF: closed}
 
-    def _close(self, node: dict, out: dict, pointer: str) -> None:
-        t = node.get("type")
-        is_object = (
-            t == "object"
-            or (isinstance(t, list) and "object" in t)
-            or "properties" in node
-            or "patternProperties" in node
-        )
-        if self.only_declared:
-            is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
-        if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
-            missing = _closing_leaves_no_object(node)
-            if missing:
-                self.kept_open.append(pointer)
-                if missing == "minProperties":  # its own members first: fewest undeclared ones needed
-                    out["required"] = [
-                        *out.get("required", []),
-                        *(n for n in _declared(node) if n not in out.get("required", [])),
-                    ]
-            else:
-                out["additionalProperties"] = False
-        if (
-            self.only_declared
-            and "unevaluatedItems" not in node
-            and isinstance(node.get("prefixItems"), list)
-            and "items" not in node
-        ):
-            if isinstance(node.get("minItems"), (int, float)) and node["minItems"] > len(node["prefixItems"]):
-                self.kept_open.append(pointer)
-            else:
-                out["items"] = False
+
+def polarity(node: dict, key: str) -> str:
+    """The polarity rule (module docstring) for what `node[key]` holds, in a positive `node`:
+    "value" (instances, untouched), "negative" (`not`, an `if` condition, `contains` counted by
+    maxContains: spec meaning), "one_of" (spec branches count, closed ones are emitted), "map"
+    (a name -> subschema map, each positive) or "positive"."""
+    value = node[key]
+    if key in VALUE_KEYS:
+        return "value"
+    if key in ("not", "if") or (key == "contains" and "maxContains" in node):
+        return "negative"
+    if key == "oneOf" and isinstance(value, list):
+        return "one_of"
+    if key in _MAPS and isinstance(value, dict):
+        return "map"
+    return "positive"
+
+
+def closing_keywords(node: dict, only_declared: bool) -> tuple[dict, int]:
+    """What strict mode adds to a schema object in a positive position, and how many of its
+    parts it had to keep open: additionalProperties false on an object schema (one that
+    declares members, with only_declared), items false on a tuple (only_declared), each unless
+    it would leave no instance; past minProperties the declared members become required."""
+    added: dict = {}
+    kept_open = 0
+    t = node.get("type")
+    is_object = (
+        t == "object" or (isinstance(t, list) and "object" in t) or "properties" in node or "patternProperties" in node
+    )
+    if only_declared:
+        is_object = is_object and any(k in node for k in _DECLARING_KEYWORDS)
+    if is_object and "additionalProperties" not in node and "unevaluatedProperties" not in node:
+        missing = _closing_leaves_no_object(node)
+        if missing:
+            kept_open += 1
+            if missing == "minProperties":  # its own members first: fewest undeclared ones needed
+                required = node.get("required", [])
+                added["required"] = [*required, *(n for n in _declared(node) if n not in required)]
+        else:
+            added["additionalProperties"] = False
+    if (
+        only_declared
+        and "unevaluatedItems" not in node
+        and isinstance(node.get("prefixItems"), list)
+        and "items" not in node
+    ):
+        if isinstance(node.get("minItems"), (int, float)) and node["minItems"] > len(node["prefixItems"]):
+            kept_open += 1
+        else:
+            added["items"] = False
+    return added, kept_open
 
 
 def _declared(node: dict) -> list[str]:

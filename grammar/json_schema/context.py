@@ -28,7 +28,8 @@ from .documents import (
     translate_pointer,
 )
 from .dynamic import DynamicScopes
-from .keywords import ANNOTATIONS, as_schema
+from .forms import Term
+from .keywords import ANNOTATIONS
 
 MAX_INLINE_DEPTH = 40
 """References expanded in place (through allOf/anyOf/oneOf/not, no object or array between) may
@@ -57,8 +58,8 @@ class UnsatisfiableSchema(SchemaError):
 class CompileContext:
     """What the emitter and the schema algebra of one compile share: the options, limits and
     `Mode`; the documents (registry, references, jsonschema checks); the diagnostics (widenings
-    warned about, the first reason for an empty language).  The emitter (emit.py) extends it with
-    the rules it makes."""
+    warned about, the first reason for an empty language).  The emitter (emit.py) and its algebra
+    each hold it as `ctx`; the rules are the emitter's own."""
 
     def __init__(self, schema, options: JsonOptions, *, dynamic_scopes=False, limits: Limits = DEFAULT_LIMITS):
         self.options = options  # read-only: one object for the whole compile (grammar/json_options.py)
@@ -167,11 +168,11 @@ class CompileContext:
         if self.empty_reason is None:
             self.empty_reason = (pointer, why)
 
-    def enum_values(self, term: dict) -> list:
+    def enum_values(self, term: Term) -> list:
         """The values of a flat term's enum that meet its other keywords.  Every value meets the
         enum itself, so only the rest is checked (jsonschema's enum check scans the whole list per
         value: quadratic in its size)."""
-        return self.valid_values({k: v for k, v in as_schema(term).items() if k != "enum"}, term["enum"])
+        return self.valid_values(term.as_schema(drop=("enum",)), list(term.enum or ()))
 
     def valid_values(self, schema: dict, values: list) -> list:
         """The values jsonschema accepts against a (normalised, 2020-12) subschema: one validator

@@ -10,7 +10,7 @@ from ..core.errors import CompileClock, GrammarError, LimitExceededError, Schema
 from ..core.limits import DEFAULT_LIMITS, Limits
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
-from .context import NeedsDynamicScopes, UnsatisfiableSchema
+from .context import CompileContext, NeedsDynamicScopes, UnsatisfiableSchema
 from .documents import check_json_document, check_metaschema, load_schema
 from .emit import Emitter
 
@@ -18,15 +18,19 @@ from .emit import Emitter
 class _Compiler(Emitter):
     """One compile of one schema document: see the package docstring for how it works."""
 
+    def __init__(self, schema, options: JsonOptions, **keywords):
+        super().__init__(CompileContext(schema, options, **keywords))
+
     def compile(self) -> Grammar:
         """The grammar of the whole document (rules nothing derives or the root cannot reach dropped)."""
         layout = self.layout
-        value = self.value(self.root, "#", layout.start_depth())
-        if self.algebra.static_dynamic and self.dynamic_anchors(self.algebra.static_dynamic) > 1:
+        value = self.value(self.ctx.root, "#", layout.start_depth())
+        dynamic = self.algebra_state.static_dynamic
+        if dynamic and self.ctx.dynamic_anchors(dynamic) > 1:
             raise NeedsDynamicScopes()
         self.rules = {"root": seq(layout.root_ws, value, layout.root_ws), **self.rules}
         grammar = Grammar(self.rules, "root", checks=self.checks)
-        return _prune(grammar, self.empty_reason)
+        return _prune(grammar, self.ctx.empty_reason)
 
 
 EMPTY_LANGUAGE = Grammar({"root": NOTHING}, "root", allow_empty=True)
@@ -89,8 +93,8 @@ def json_schema_to_grammar(
             def once(dynamic_scopes: bool) -> Grammar:
                 comp = _Compiler(schema, compile_options, dynamic_scopes=dynamic_scopes, limits=limits)
                 if clock is not None:
-                    comp.clock = clock
-                comp.widened = widened
+                    comp.ctx.clock = clock
+                comp.ctx.widened = widened
                 return comp.compile()
 
             try:

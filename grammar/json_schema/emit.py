@@ -11,20 +11,18 @@ from collections.abc import Callable
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
 from ..json_checks import ValidatesSchema
-from ..json_options import JsonOptions
 from ..passes import expr_nodes
-from .algebra import SchemaAlgebra
+from .algebra import AlgebraState, SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
 from .context import CompileContext
 from .documents import uri_pointer
+from .forms import RefMarker, Term
 from .keywords import (
-    RefMarker,
     canonical_json,
     is_true,
     json_equal,
     json_type,
     rule_hint,
-    types_of,
 )
 from .layout import Layout
 from .leaves import (
@@ -47,14 +45,16 @@ COUNT_BLOCK = 64
 """Repetition counts past this (e.g. maxItems 4096) are built from blocks (see `counted`)."""
 
 
-class Emitter(CompileContext):
+class Emitter:
     """The grammar of one compile: its rules, the memo of subschema rules, the layout and the
     value checks; values and literals here, objects, arrays, strings and numbers in objects.py /
-    arrays.py / scalars.py (functions of the emitter).  It reads schemas through its `algebra`
-    (DNF, merge, oneOf, not), which never emits."""
+    arrays.py / scalars.py (functions of the emitter).  It reads the documents, options and
+    diagnostics through `ctx` and schemas through its `algebra` (DNF, merge, oneOf, not; with the
+    emitter's `algebra_state`), which never emits."""
 
-    def __init__(self, schema, options: JsonOptions, **keywords):
-        super().__init__(schema, options, **keywords)
+    def __init__(self, ctx: CompileContext):
+        self.ctx = ctx
+        options = ctx.options
         self.layout = Layout(
             options.whitespace, options.indent, options.max_whitespace, options.separators, options.root_whitespace
         )
@@ -64,7 +64,8 @@ class Emitter(CompileContext):
         self.recursed: set[str] = set()  # rules a subschema reached again while being compiled
         self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
         self.checks: dict[str, object] = {}  # rule name -> value check (grammar/json_checks.py)
-        self.algebra = SchemaAlgebra(self)
+        self.algebra_state = AlgebraState()
+        self.algebra = SchemaAlgebra(ctx, self.algebra_state)
 
     def new_rule(self, hint: str) -> str:
         base = re.sub(r"[^A-Za-z0-9_]+", "_", hint).strip("_")[:40] or "r"
@@ -74,7 +75,7 @@ class Emitter(CompileContext):
         while name in self.rules or name == "root":  # "root" is the grammar's start rule, added last
             n += 1
             name = f"{base}_{n}"
-        budget = self.limits.max_schema_rules
+        budget = self.ctx.limits.max_schema_rules
         if len(self.rules) >= budget:
             raise LimitExceededError(
                 f"JSON Schema compiles to more than {budget} rules (Limits.max_schema_rules); "
@@ -91,27 +92,27 @@ class Emitter(CompileContext):
 
     def dfa_op(self, fn, other, keyword: str, pointer: str):
         """`fn(other)` (a product of string automata) within Limits.max_string_states."""
-        return budgeted_dfa_op(fn, other, keyword, pointer, self.limits.max_string_states)
+        return budgeted_dfa_op(fn, other, keyword, pointer, self.ctx.limits.max_string_states)
 
     def pattern_dfa(self, pattern: str, pointer: str):
         """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
-        return pattern_dfa(pattern, pointer, self.limits.max_string_states)
+        return pattern_dfa(pattern, pointer, self.ctx.limits.max_string_states)
 
     def string_dfa(self, **constraints):
         """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""
-        return string_dfa(**constraints, budget=self.limits.max_string_states)
+        return string_dfa(**constraints, budget=self.ctx.limits.max_string_states)
 
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
-        self.clock.check(f"the subschema at {pointer}")
+        self.ctx.clock.check(f"the subschema at {pointer}")
         if schema is True or (isinstance(schema, dict) and is_true(schema)):
             return self.generic(depth)
         if schema is False:
-            self.note_empty(pointer, "false schema")
+            self.ctx.note_empty(pointer, "false schema")
             return NOTHING
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
-        key = (canonical_json(schema), depth, self.mode)  # the rule depends on the mode too (see Mode)
+        key = (canonical_json(schema), depth, self.ctx.mode)  # the rule depends on the mode too (see Mode)
         hit = self.memo.get(key)
         if hit is not None:
             if isinstance(hit, Ref):
@@ -119,17 +120,19 @@ class Emitter(CompileContext):
             return hit
         name = self.new_rule(rule_hint(schema, pointer))
         self.memo[key] = Ref(name)
-        overlapping = self.algebra.overlapping_one_ofs
+        overlapping = self.algebra_state.overlapping_one_ofs
         branches = self.algebra.dnf(schema, pointer)
-        if self.algebra.overlapping_one_ofs != overlapping:
+        if self.algebra_state.overlapping_one_ofs != overlapping:
             # a oneOf here compiled to the union of its branches: the value is checked against
             # this whole subschema when it closes, so the rule stays a rule (never inlined)
-            self.checks[name] = ValidatesSchema(schema, self.validator_cls(schema, registry=self.registry), pointer)
+            self.checks[name] = ValidatesSchema(
+                schema, self.ctx.validator_cls(schema, registry=self.ctx.registry), pointer
+            )
         exprs = []
         structural = False
         for branch in branches:
             if isinstance(branch, RefMarker):
-                target = self.lookup(branch.uri, pointer)
+                target = self.ctx.lookup(branch.uri, pointer)
                 exprs.append(self.value(target, uri_pointer(branch.uri), depth))
                 structural = True
             else:
@@ -138,7 +141,7 @@ class Emitter(CompileContext):
                 structural |= is_struct
         body = alt(*exprs) if exprs else NOTHING
         if body == NOTHING and not branches:
-            self.note_empty(pointer, "no instance satisfies all the constraints")
+            self.ctx.note_empty(pointer, "no instance satisfies all the constraints")
         if (
             name not in self.recursed
             and name not in self.checks
@@ -165,7 +168,7 @@ class Emitter(CompileContext):
             self.rules[sname] = ANY_STRING
             self.memo[("json_string",)] = Ref(sname)
             nname = self.new_rule("json_number")
-            self.rules[nname] = number_leaf(pointer="#", budget=self.limits.max_string_states)
+            self.rules[nname] = number_leaf(pointer="#", budget=self.ctx.limits.max_string_states)
             self.memo[("json_number",)] = Ref(nname)
         string, number = self.memo[("json_string",)], self.memo[("json_number",)]
         child = self.generic(self.layout.child(depth)) if self.layout.child(depth) != depth else Ref(names["value"])
@@ -184,16 +187,16 @@ class Emitter(CompileContext):
         )
         return Ref(names["value"])
 
-    def flat(self, f: dict, pointer: str, depth) -> tuple[Expr, bool]:
+    def flat(self, f: Term, pointer: str, depth) -> tuple[Expr, bool]:
         """(IR, structural?) for one flat conjunction."""
-        types = types_of(f)
+        types = f.types()
         if not types:
-            self.note_empty(pointer, "no type satisfies every 'type' constraint")
+            self.ctx.note_empty(pointer, "no type satisfies every 'type' constraint")
             return NOTHING, False
-        if "enum" in f:
-            values = self.enum_values(f)
+        if f.enum is not None:
+            values = self.ctx.enum_values(f)
             if not values:
-                self.note_empty(pointer, "no enum/const value satisfies the other constraints")
+                self.ctx.note_empty(pointer, "no enum/const value satisfies the other constraints")
             if len(values) > BIG_ENUM:  # numbers as json.dumps writes them: a literal set (a trie)
                 exprs = [
                     alt(*map(lit, _number_spellings(v)))
@@ -210,10 +213,10 @@ class Emitter(CompileContext):
             if t not in types or (t == "integer" and "number" in types):
                 continue
             if t == "object":
-                exprs.append(object_expr(self, f, pointer, depth))
+                exprs.append(object_expr(self, f.object, pointer, depth))
                 structural = True
             elif t == "array":
-                exprs.append(array_expr(self, f, pointer, depth))
+                exprs.append(array_expr(self, f.array, pointer, depth))
                 structural = True
             elif t == "string":
                 exprs.append(string_value(self, f, pointer))
@@ -318,9 +321,9 @@ class Emitter(CompileContext):
             return None
         values: list = []
         for term in terms:
-            if not isinstance(term, dict) or "enum" not in term:
+            if not isinstance(term, Term) or term.enum is None:
                 return None
-            for v in self.enum_values(term):
+            for v in self.ctx.enum_values(term):
                 if not any(json_equal(v, w) for w in values):
                     values.append(v)
                     if len(values) > UNIQUE_ENUM_MAX:

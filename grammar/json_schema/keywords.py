@@ -1,13 +1,13 @@
 """The JSON Schema vocabulary the compiler works in, and helpers on JSON values and flat terms.
 
-A *flat term* is a plain keyword dict without applicators (allOf/anyOf/oneOf/not/if/...): one
-conjunction of the disjunctive normal form that `algebra.py` builds.
+A *flat term* is a keyword dict without applicators (allOf/anyOf/oneOf/not/if/...): one
+conjunction of the disjunctive normal form that `algebra.py` builds, which `forms.parse_term`
+reads once into a typed `Term`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 # Keywords that constrain nothing (annotations, containers of definitions, identifiers).
@@ -48,7 +48,7 @@ the parsed object really holds each witness's value."""
 UNANNOTATED = "\x00unannotated"
 """Internal flat keyword: a list of schemas a term must also satisfy that evaluate no member or
 item for unevaluatedProperties/Items (the `not`s in its scope, `if` conditions that failed)."""
-# Keywords that stay in a flat conjunction (merged by `merge.merge_flat`).
+# Keywords that stay in a flat conjunction (read by `forms.parse_term`, merged by `merge.merge_terms`).
 FLAT_KEYS = frozenset(
     {
         "type",
@@ -148,27 +148,6 @@ def types_of(flat: dict) -> set[str]:
     return out
 
 
-@dataclass(frozen=True)
-class RefMarker:
-    """A conjunction that is exactly one `$ref` (compiled as a reference to the target's rule)."""
-
-    uri: str
-
-
-def as_schema(f: dict) -> dict:
-    """A flat conjunction as a real 2020-12 schema (for jsonschema checks)."""
-    if "x-patterns" not in f:
-        return f
-    out = {k: v for k, v in f.items() if k != "x-patterns"}
-    out["allOf"] = [{"pattern": p} for p in f["x-patterns"]]
-    return out
-
-
-def as_terms(merged) -> list:
-    """What `merge` returns (a term, a list of terms, or None for unsatisfiable) as a list."""
-    return merged if isinstance(merged, list) else [] if merged is None else [merged]
-
-
 def positive_whole(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and value == int(value)
 
@@ -178,27 +157,3 @@ def rule_hint(schema: dict, pointer: str) -> str:
     if isinstance(schema.get("title"), str):
         tail = schema["title"]
     return tail if tail and not tail[0].isdigit() else f"item_{tail}"
-
-
-def num_range(f: dict):
-    lo = (f.get("minimum"), False)
-    if f.get("exclusiveMinimum") is not None and (lo[0] is None or f["exclusiveMinimum"] >= lo[0]):
-        lo = (f["exclusiveMinimum"], True)
-    hi = (f.get("maximum"), False)
-    if f.get("exclusiveMaximum") is not None and (hi[0] is None or f["exclusiveMaximum"] <= hi[0]):
-        hi = (f["exclusiveMaximum"], True)
-    return lo, hi
-
-
-def ranges_disjoint(lo_x, hi_x, lo_y, hi_y) -> bool:
-    lo = max((b for b in (lo_x, lo_y) if b[0] is not None), key=lambda b: (b[0], b[1]), default=None)
-    hi = min((b for b in (hi_x, hi_y) if b[0] is not None), key=lambda b: (b[0], not b[1]), default=None)
-    if lo is None or hi is None:
-        return False
-    return lo[0] > hi[0] or (lo[0] == hi[0] and (lo[1] or hi[1]))
-
-
-def len_disjoint(x: dict, y: dict, lo_key: str, hi_key: str) -> bool:
-    lo = max(x.get(lo_key, 0), y.get(lo_key, 0))
-    his = [v for v in (x.get(hi_key), y.get(hi_key)) if v is not None]
-    return bool(his) and lo > min(his)

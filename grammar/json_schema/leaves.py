@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 from .. import json_numbers
 from ..core.caches import BoundedCache
-from ..core.errors import UnsupportedSchemaError
 from ..core.limits import DEFAULT_LIMITS
 from ..ecma_regex import pattern_dfa
 from ..fsm.codepoint_dfa import StateLimitExceeded, any_string_dfa, budgeted, literal_dfa
@@ -29,6 +28,7 @@ __all__ = [
     "ANY_STRING",
     "JSON_ESCAPE",
     "RAW_STRING_CHAR",
+    "StateLimitExceeded",
     "any_string_dfa",
     "check_lengths",
     "format_dfa",
@@ -75,28 +75,3 @@ def pattern_search(pattern: str, name: str, pointer: str) -> bool:
     return _search_cache.get_or_make(
         (pattern, name), lambda: pattern_dfa(pattern, f"{pointer}/patternProperties").accepts(name)
     )
-
-
-def closed_names_disjoint(x: dict, y: dict) -> bool:
-    """Both terms are closed objects and no member name is allowed by both (conservative:
-    a name excluded by other keywords still counts as allowed)."""
-    sources = []
-    for f in (x, y):
-        if f.get("additionalProperties") is not False:
-            return False
-        names = [n for n, sub in (f.get("properties") or {}).items() if sub is not False]
-        patterns = [p for p, sub in (f.get("patternProperties") or {}).items() if sub is not False]
-        sources.append((set(names), patterns))
-    (names_x, patterns_x), (names_y, patterns_y) = sources
-    if names_x & names_y:
-        return False
-    if any(pattern_search(p, n, "#") for p in patterns_y for n in names_x) or any(
-        pattern_search(p, n, "#") for p in patterns_x for n in names_y
-    ):
-        return False
-    try:
-        return all(
-            pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty() for p in patterns_x for q in patterns_y
-        )
-    except (StateLimitExceeded, UnsupportedSchemaError):
-        return False

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH
+from .forms import RefMarker
 from .keywords import (
     ANNOTATIONS,
     KNOWN,
     UNANNOTATED,
     WITNESS,
-    as_schema,
     is_true,
     json_type,
     positive_whole,
@@ -32,20 +32,21 @@ def negate(alg: SchemaAlgebra, schema, pointer: str):
         raise SchemaError(f"a schema must be an object or a boolean, got {schema!r}", pointer)
     if is_true(schema):
         return False
-    if alg.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
+    if alg.state.no_negation:  # in the scope of unevaluated*: `not` evaluates nothing
         return {UNANNOTATED: [{"not": schema}]}
     unevaluated = ("unevaluatedProperties", "unevaluatedItems")
     if any(not is_true(schema.get(k, True)) for k in unevaluated):
         # unevaluated* depends on its siblings: negate the whole schema's terms, which hold none
-        return negate(alg, {"anyOf": [as_schema(t) for t in alg.dnf(schema, pointer)]}, pointer)
+        terms = alg.dnf(schema, pointer)
+        return negate(alg, {"anyOf": [term_schema(t) for t in terms]}, pointer)
     if "$ref" in schema and [k for k in schema if k in KNOWN and k not in ANNOTATIONS] == ["$ref"]:
-        if alg.inline_depth > MAX_INLINE_DEPTH:
+        if alg.state.inline_depth > MAX_INLINE_DEPTH:
             raise UnsupportedSchemaError("not", pointer, "negation of a recursive reference")
-        alg.inline_depth += 1
+        alg.state.inline_depth += 1
         try:
             return negate(alg, alg.ctx.lookup(schema["$ref"], pointer), pointer)
         finally:
-            alg.inline_depth -= 1
+            alg.state.inline_depth -= 1
     parts: list = []
     for key, value in schema.items():
         if key in ANNOTATIONS or key not in KNOWN or key == "format" or key in unevaluated:
@@ -240,6 +241,11 @@ def _not_this_object(value: dict) -> dict:
     parts += [{"required": [name], "properties": {name: {"not": {"const": v}}}} for name, v in value.items()]
     parts.append({"required": names, "minProperties": len(names) + 1} if names else {"minProperties": 1})
     return {"anyOf": parts}
+
+
+def term_schema(term) -> dict:
+    """A DNF term as a schema: a flat term's keywords, a reference's `$ref`."""
+    return {"$ref": term.uri} if isinstance(term, RefMarker) else term.as_schema()
 
 
 def flat_exclusion(schema, parent: dict) -> bool:

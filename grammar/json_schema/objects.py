@@ -11,7 +11,8 @@ from ..core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
 from ..passes import expr_nodes
 from .documents import escape_pointer
-from .keywords import WITNESS, RefMarker, is_true, types_of
+from .forms import ObjectForm, RefMarker, Term, Witness
+from .keywords import is_true
 from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ MAX_WITNESSES = 3
 
 @dataclass
 class _ObjectTerm:
-    """The object keywords of one flat term, read."""
+    """One term's `ObjectForm` with JSON Schema's defaults filled in (absent additionalProperties
+    and propertyNames: true; counts as ints; `required` without repeats)."""
 
     pointer: str
     props: dict
@@ -43,17 +45,16 @@ class _ObjectTerm:
     max_p: int | None
 
     @classmethod
-    def read(cls, f: dict, pointer: str) -> _ObjectTerm:
-        max_p = f.get("maxProperties")
+    def read(cls, f: ObjectForm, pointer: str) -> _ObjectTerm:
         return cls(
             pointer,
-            dict(f.get("properties") or {}),
-            list(dict.fromkeys(f.get("required") or [])),
-            dict(f.get("patternProperties") or {}),
-            f.get("additionalProperties", True),
-            f.get("propertyNames", True),
-            int(f.get("minProperties", 0)),
-            int(max_p) if max_p is not None else None,
+            dict(f.properties),
+            list(dict.fromkeys(f.required)),
+            dict(f.pattern_properties),
+            f.additional if f.additional is not None else True,
+            f.names if f.names is not None else True,
+            int(f.min_properties or 0),
+            int(f.max_properties) if f.max_properties is not None else None,
         )
 
     @property
@@ -61,18 +62,18 @@ class _ObjectTerm:
         return is_true(self.names_schema)
 
 
-def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
-    """The IR of the objects one flat term allows."""
+def object_expr(em: Emitter, f: ObjectForm, pointer: str, depth) -> Expr:
+    """The IR of the objects one flat term's object form allows."""
     t = _ObjectTerm.read(f, pointer)
     if t.max_p is not None and t.min_p > t.max_p:
-        em.note_empty(pointer, "minProperties > maxProperties")
+        em.ctx.note_empty(pointer, "minProperties > maxProperties")
         return NOTHING
     child = em.layout.child(depth)
     o, first, nxt, colon, end, close_e, close_ne = em.layout.parts(depth, "{", "}")
     names_terms = _property_names_terms(em, t)
     finite_names = None
-    if names_terms is not None and all(isinstance(term, dict) and "enum" in term for term in names_terms):
-        finite_names = [v for term in names_terms for v in term["enum"] if isinstance(v, str)]
+    if names_terms is not None and all(isinstance(term, Term) and term.enum is not None for term in names_terms):
+        finite_names = [v for term in names_terms for v in term.enum if isinstance(v, str)]
     order = list(t.props) + [r for r in t.required if r not in t.props]
     if finite_names is not None:
         order += [n for n in dict.fromkeys(finite_names) if n not in order]
@@ -84,8 +85,8 @@ def object_expr(em: Emitter, f: dict, pointer: str, depth) -> Expr:
     if finite_names is None:
         extra = extra_members(em, order, t.patterns, t.addl, t.names_schema, names_terms, pointer, colon, end, child)
     min_p, max_p = t.min_p, t.max_p
-    if WITNESS in f:
-        closing = _witness_closing(em, f[WITNESS], t, order, (first, nxt, colon, end, close_ne), child)
+    if f.witnesses:
+        closing = _witness_closing(em, list(f.witnesses), t, order, (first, nxt, colon, end, close_ne), child)
         if closing is None:
             return NOTHING
         min_p, max_p, close_e, close_ne = closing
@@ -109,7 +110,7 @@ def _member_schema(em: Emitter, t: _ObjectTerm, name: str, in_props: bool):
     parts += [t.patterns[p] for p in matching]
     if not in_props and not matching:
         parts.append(t.addl)
-    if not t.names_true and not em.validates(t.names_schema, name):
+    if not t.names_true and not em.ctx.validates(t.names_schema, name):
         return False
     parts = [p for p in parts if not is_true(p)]
     if any(p is False for p in parts):
@@ -134,7 +135,7 @@ def _named_members(em: Emitter, t: _ObjectTerm, order: list, colon, end, child) 
         is_req = name in t.required
         if vexpr == NOTHING:
             if is_req:
-                em.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
+                em.ctx.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
                 return None
             continue
         members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
@@ -150,7 +151,7 @@ def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list,
     min_p, max_p = t.min_p, t.max_p
     if min_p > 1 or len(conditions) > MAX_WITNESSES or (max_p is not None and len(conditions) > 1):
         # a witness may repeat an earlier name, so it cannot count towards minProperties
-        em.unsupported(
+        em.ctx.unsupported(
             "not",
             t.pointer,
             "member conditions next to minProperties > 1, several of them "
@@ -192,16 +193,16 @@ def _witness_closing(em: Emitter, conditions: list, t: _ObjectTerm, order: list,
     return min_p, max_p, seq(first, witnesses, close_ne), seq(nxt, witnesses, close_ne)
 
 
-def witness_fits(em: Emitter, condition, pointer: str):
-    """The keys a WITNESS condition allows."""
+def witness_fits(em: Emitter, condition: Witness, pointer: str):
+    """The keys a witness condition allows."""
     where = f"{pointer}/not/patternProperties"
-    fits = em.pattern_dfa(condition["pattern"], where) if condition["pattern"] is not None else any_string_dfa()
-    for p in condition["patterns"]:
+    fits = em.pattern_dfa(condition.pattern, where) if condition.pattern is not None else any_string_dfa()
+    for p in condition.patterns:
         fits = em.dfa_op(fits.difference, em.pattern_dfa(p, where), "not", pointer)
-    if condition["names"]:
-        fits = em.dfa_op(fits.difference, literal_dfa(condition["names"]), "not", pointer)
-    if "key_not" in condition:  # not propertyNames: a name outside the names schema
-        fits = em.dfa_op(fits.difference, names_dfa(em, condition["key_not"], pointer), "not", pointer)
+    if condition.names:
+        fits = em.dfa_op(fits.difference, literal_dfa(list(condition.names)), "not", pointer)
+    if condition.key_not is not None:  # not propertyNames: a name outside the names schema
+        fits = em.dfa_op(fits.difference, names_dfa(em, condition.key_not, pointer), "not", pointer)
     return fits
 
 
@@ -211,29 +212,42 @@ def names_dfa(em: Emitter, schema, pointer: str):
         return literal_dfa([])
     allowed = None
     for term in em.algebra.exact_dnf(schema, f"{pointer}/propertyNames"):
-        if (
-            not isinstance(term, dict)
-            or (set(term) - {"type", "minLength", "maxLength", "pattern", "format", "enum"})
-            or "string" not in types_of(term)
-        ):
+        if not _names_term(term, enum=True):
             raise UnsupportedSchemaError(
                 "not",
                 f"{pointer}/not/propertyNames",
                 "only string length/pattern/format or enum name constraints negate",
             )
-        if "enum" in term:
-            dfa = literal_dfa([v for v in em.enum_values(term) if isinstance(v, str)])
+        if term.enum is not None:
+            dfa = literal_dfa([v for v in em.ctx.enum_values(term) if isinstance(v, str)])
         else:
-            dfa = em.string_dfa(
-                min_length=term.get("minLength"),
-                max_length=term.get("maxLength"),
-                pattern=term.get("pattern"),
-                format=term.get("format"),
-                pointer=pointer,
-            )
+            dfa = _names_string_dfa(em, term, pointer)
             dfa = dfa if dfa is not None else any_string_dfa()
         allowed = dfa if allowed is None else em.dfa_op(allowed.union, dfa, "not", pointer)
     return allowed if allowed is not None else literal_dfa([])
+
+
+_NAME_KEYWORDS = frozenset({"type", "minLength", "maxLength", "pattern", "format"})
+
+
+def _names_term(term, enum: bool) -> bool:
+    """Is a propertyNames term one the name automata express: string type, length, one pattern,
+    format (and `enum`, when allowed)?"""
+    if not isinstance(term, Term) or "string" not in term.types():
+        return False
+    return not set(term.as_schema()) - (_NAME_KEYWORDS | {"enum"} if enum else _NAME_KEYWORDS)
+
+
+def _names_string_dfa(em: Emitter, term: Term, pointer: str):
+    """The names a string-only propertyNames term allows (None: every name)."""
+    s = term.string
+    return em.string_dfa(
+        min_length=s.min_length,
+        max_length=s.max_length,
+        pattern=s.patterns[0] if s.patterns else None,
+        format=s.format,
+        pointer=pointer,
+    )
 
 
 def witness_member(
@@ -251,7 +265,7 @@ def witness_member(
         fits = em.dfa_op(fits.difference, witness_fits(em, condition, pointer), "not", pointer)
     if names is not None:  # propertyNames of this object
         fits = em.dfa_op(fits.intersect, names, "not", pointer)
-    wanted = [c["value"] for c in conditions if not is_true(c["value"])]
+    wanted = [c.value for c in conditions if not is_true(c.value)]
     wanted_value = True if not wanted else wanted[0] if len(wanted) == 1 else {"allOf": wanted}
     alternatives = []
     for name in defined:
@@ -276,26 +290,14 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
     if names_terms is not None:
         if not names_terms:
             return None
-        if (
-            len(names_terms) != 1
-            or not isinstance(names_terms[0], dict)
-            or set(names_terms[0]) - {"type", "minLength", "maxLength", "pattern", "format"}
-            or "string" not in types_of(names_terms[0])
-        ):
-            em.unsupported(
+        if len(names_terms) != 1 or not _names_term(names_terms[0], enum=False):
+            em.ctx.unsupported(
                 "propertyNames",
                 f"{pointer}/propertyNames",
                 "only string length/pattern/format or enum constraints on names are supported",
             )
         else:
-            t = names_terms[0]
-            d = em.string_dfa(
-                min_length=t.get("minLength"),
-                max_length=t.get("maxLength"),
-                pattern=t.get("pattern"),
-                format=t.get("format"),
-                pointer=f"{pointer}/propertyNames",
-            )
+            d = _names_string_dfa(em, names_terms[0], f"{pointer}/propertyNames")
             if d is not None:
                 key_dfa = d
     if defined:
@@ -337,11 +339,11 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
     masks = range(1 << len(pats)) if overlapping else [0] + [1 << i for i in range(len(pats))]
     wanted = {mask for mask in masks if value_schema(mask) is not False}
     alternatives = []
-    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, em.limits.max_string_states):
+    for mask, dfa in _keys_by_patterns(key_dfa, pdfas, overlapping, wanted, pointer, em.ctx.limits.max_string_states):
         vexpr = em.value(value_schema(mask), f"{pointer}/additionalProperties", child)
         if vexpr == NOTHING:
             continue
-        key = json_string_expr(dfa, pointer, "additionalProperties", em.limits.max_encoded_string_states)
+        key = json_string_expr(dfa, pointer, "additionalProperties", em.ctx.limits.max_encoded_string_states)
         alternatives.append(seq(key, colon, vexpr, end))
     return alternatives
 
@@ -362,7 +364,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
         hi = None if max_p is None else max_p - k
         if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
             # two additional members could share a name, and json.loads would count them once
-            em.unsupported(
+            em.ctx.unsupported(
                 "minProperties",
                 pointer,
                 f"{lo} additional members would be needed to reach "
@@ -382,7 +384,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
             return alt(*options) if options else NOTHING
         return seq(rep(seq(nxt, extra), lo, hi), close)
 
-    if em.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
+    if em.ctx.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
         # every instance writes its required members, so it has at least min_p members
         if n <= ANY_ORDER_MAX_MEMBERS:
             return seq(o, any_order_members(em, members, extra, first, nxt, close_e, close_ne))
@@ -422,7 +424,7 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
 
 
 def _checked_size(em: Emitter, body: Expr, pointer: str) -> Expr:
-    budget = em.limits.max_object_expr
+    budget = em.ctx.limits.max_object_expr
     if expr_nodes(body) > budget:
         raise LimitExceededError(
             f"object schema at {pointer} has too many optional properties combined "

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .closing import CLOSED_ONE_OF
-from .keywords import (
-    WITNESS,
+from .forms import (
+    NumberForm,
+    ObjectForm,
     RefMarker,
-    as_schema,
+    StringForm,
+    Term,
     as_terms,
-    is_true,
-    len_disjoint,
-    num_range,
+    counts_disjoint,
     ranges_disjoint,
-    types_of,
 )
-from .leaves import closed_names_disjoint
+from .keywords import is_true
+from .leaves import StateLimitExceeded, pattern_dfa, pattern_search
 from .merge import applicable
 from .negation import negate
 
@@ -35,18 +35,18 @@ MAX_DISJOINT_CHECKS = 2000
 it branches count as overlapping (conservative: the oneOf is then negated or unsupported)."""
 
 
-def one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> list:
+def one_of(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer: str) -> list:
     """oneOf as anyOf when its branches (with their siblings) are provably disjoint."""
-    if alg.one_of_depth == 0:
-        alg.disjoint_checks = 0
-    alg.one_of_depth += 1
+    if alg.state.one_of_depth == 0:
+        alg.state.disjoint_checks = 0
+    alg.state.one_of_depth += 1
     try:
         return _one_of(alg, schema, siblings, pointer)
     finally:
-        alg.one_of_depth -= 1
+        alg.state.one_of_depth -= 1
 
 
-def _branch_terms(alg: SchemaAlgebra, branches: list, siblings: dict, pointer: str) -> list[list]:
+def _branch_terms(alg: SchemaAlgebra, branches: list, siblings: Term, pointer: str) -> list[list]:
     """Each branch's DNF terms merged with the oneOf's siblings."""
     groups = []
     for i, sub in enumerate(branches):
@@ -58,7 +58,7 @@ def _branch_terms(alg: SchemaAlgebra, branches: list, siblings: dict, pointer: s
     return groups
 
 
-def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> list:
+def _one_of(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer: str) -> list:
     groups = _branch_terms(alg, schema["oneOf"], siblings, pointer)
     # Decide type by type: a type on which the branches are disjoint is exact; a type that two
     # branches accept without any constraint is excluded (every such instance matches both).
@@ -88,7 +88,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
             if accepting(live, []) >= 2:
                 doubled_values.append([])
             continue
-        total = sum(1 for g in live if any(isinstance(x, dict) and _total_on(x, t) for x in g))
+        total = sum(1 for g in live if any(isinstance(x, Term) and _total_on(x, t) for x in g))
         if total >= 2:
             excluded.append(t)
             continue
@@ -98,7 +98,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
         if t != "number" and alg.ctx.value_checks_allowed():
             # the union of the branches; `value` checks the closed value against the schema
             # (a number's end is only known from the byte after it, outside the value's rule)
-            alg.overlapping_one_ofs += 1
+            alg.state.overlapping_one_ofs += 1
             continue
         alg.ctx.unsupported(
             "oneOf",
@@ -111,7 +111,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> l
     out = [t for g in emitted for t in g]
     if excluded:
         keep = [t for t in ("null", "boolean", "object", "array", "string", "number") if t not in excluded]
-        out = alg.merge_all(out, [{"type": keep}], pointer) if keep else []
+        out = alg.merge_all(out, [Term(type=frozenset(keep))], pointer) if keep else []
     for value in doubled_values:
         out = alg.merge_all(out, alg.dnf(negate(alg, {"const": value}, pointer), pointer), pointer)
     return out
@@ -122,10 +122,10 @@ def disjoint_when_non_empty(alg: SchemaAlgebra, groups: list) -> bool:
     match two branches)?"""
 
     def first_item(term):
-        if not isinstance(term, dict):
+        if not isinstance(term, Term):
             return None
-        prefix = term.get("prefixItems") or []
-        return prefix[0] if prefix else term.get("items", True)
+        prefix, items = term.array.prefix_items, term.array.items
+        return prefix[0] if prefix else items if items is not None else True
 
     for i, gi in enumerate(groups):
         for gj in groups[i + 1 :]:
@@ -137,7 +137,7 @@ def disjoint_when_non_empty(alg: SchemaAlgebra, groups: list) -> bool:
     return True
 
 
-def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer: str) -> list | None:
+def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer: str) -> list | None:
     """oneOf [B1..Bn] = anyOf_i (Bi and not Bj for every j != i), when each `not` has a
     positive form; None when some negation cannot be expressed (or the expansion is too big).
     In strict mode the first Bi is the closed branch, the negated ones the spec branches."""
@@ -160,8 +160,8 @@ def one_of_by_negation(alg: SchemaAlgebra, schema: dict, siblings: dict, pointer
 
 def disjoint(alg: SchemaAlgebra, x, y, level: int) -> bool:
     """True only when no instance can satisfy both terms (conservative)."""
-    alg.disjoint_checks += 1
-    if level > 6 or alg.disjoint_checks > MAX_DISJOINT_CHECKS:
+    alg.state.disjoint_checks += 1
+    if level > 6 or alg.state.disjoint_checks > MAX_DISJOINT_CHECKS:
         return False
     if isinstance(x, RefMarker) or isinstance(y, RefMarker):
         try:
@@ -170,48 +170,75 @@ def disjoint(alg: SchemaAlgebra, x, y, level: int) -> bool:
         except (SchemaError, LimitExceededError):
             return False
         return all(disjoint(alg, a, b, level + 1) for a in xs for b in ys)
-    tx, ty = types_of(x), types_of(y)
+    tx, ty = x.types(), y.types()
     common = tx & ty
     if not common:
         return True
-    if "enum" in x and not alg.ctx.valid_values(as_schema(y), x["enum"]):
+    if x.enum is not None and not alg.ctx.valid_values(y.as_schema(), list(x.enum)):
         return True
-    if "enum" in y and not alg.ctx.valid_values(as_schema(x), y["enum"]):
+    if y.enum is not None and not alg.ctx.valid_values(x.as_schema(), list(y.enum)):
         return True
     return all(_disjoint_on(alg, t, x, y, level) for t in common)
 
 
-def _disjoint_on(alg: SchemaAlgebra, t: str, x: dict, y: dict, level: int) -> bool:
+def _disjoint_on(alg: SchemaAlgebra, t: str, x: Term, y: Term, level: int) -> bool:
     if t in ("integer", "number"):
-        lo_x, hi_x = num_range(x)
-        lo_y, hi_y = num_range(y)
+        lo_x, hi_x = x.number.range()
+        lo_y, hi_y = y.number.range()
         return ranges_disjoint(lo_x, hi_x, lo_y, hi_y)
     if t == "string":
-        return len_disjoint(x, y, "minLength", "maxLength")
+        return counts_disjoint(x.string.min_length, x.string.max_length, y.string.min_length, y.string.max_length)
     if t == "array":
-        if len_disjoint(x, y, "minItems", "maxItems"):
+        ax, ay = x.array, y.array
+        if counts_disjoint(ax.min_items, ax.max_items, ay.min_items, ay.max_items):
             return True
-        px, py = x.get("prefixItems", []), y.get("prefixItems", [])
-        need = max(x.get("minItems", 0), y.get("minItems", 0))
+        px, py = ax.prefix_items or (), ay.prefix_items or ()
+        need = max(ax.min_items or 0, ay.min_items or 0)
         for i in range(min(len(px), len(py), need)):
             if _schemas_disjoint(alg, px[i], py[i], level):
                 return True
         return False
     if t == "object":
-        if len_disjoint(x, y, "minProperties", "maxProperties"):
+        ox, oy = x.object, y.object
+        if counts_disjoint(ox.min_properties, ox.max_properties, oy.min_properties, oy.max_properties):
             return True
-        req_x, req_y = set(x.get("required", [])), set(y.get("required", []))
+        req_x, req_y = set(ox.required), set(oy.required)
         for name in req_x | req_y:
-            sx, sy = _property_schema(x, name), _property_schema(y, name)
+            sx, sy = _property_schema(ox, name), _property_schema(oy, name)
             if (name in req_y and sx is False) or (name in req_x and sy is False):
                 return True
             # one side has the member (required), and its value can satisfy only one side
             if sx is not None and sy is not None and _schemas_disjoint(alg, sx, sy, level):
                 return True
         # both closed (additionalProperties false), one needs a member, no name fits both
-        needs_member = any(f.get("required") or f.get("minProperties", 0) >= 1 for f in (x, y))
-        return needs_member and closed_names_disjoint(x, y)
+        needs_member = any(o.required or (o.min_properties or 0) >= 1 for o in (ox, oy))
+        return needs_member and closed_names_disjoint(ox, oy)
     return False
+
+
+def closed_names_disjoint(x: ObjectForm, y: ObjectForm) -> bool:
+    """Both terms are closed objects and no member name is allowed by both (conservative:
+    a name excluded by other keywords still counts as allowed)."""
+    sources = []
+    for o in (x, y):
+        if o.additional is not False:
+            return False
+        names = [n for n, sub in o.properties.items() if sub is not False]
+        patterns = [p for p, sub in o.pattern_properties.items() if sub is not False]
+        sources.append((set(names), patterns))
+    (names_x, patterns_x), (names_y, patterns_y) = sources
+    if names_x & names_y:
+        return False
+    if any(pattern_search(p, n, "#") for p in patterns_y for n in names_x) or any(
+        pattern_search(p, n, "#") for p in patterns_x for n in names_y
+    ):
+        return False
+    try:
+        return all(
+            pattern_dfa(p, "#").intersect(pattern_dfa(q, "#")).is_empty() for p in patterns_x for q in patterns_y
+        )
+    except (StateLimitExceeded, UnsupportedSchemaError):
+        return False
 
 
 def _schemas_disjoint(alg: SchemaAlgebra, a, b, level: int) -> bool:
@@ -222,44 +249,37 @@ def _schemas_disjoint(alg: SchemaAlgebra, a, b, level: int) -> bool:
     return all(disjoint(alg, p, q, level + 1) for p in xs for q in ys)
 
 
-_TYPE_KEYWORDS = {
-    "object": (
-        "properties",
-        "required",
-        "additionalProperties",
-        "patternProperties",
-        "propertyNames",
-        "minProperties",
-        "maxProperties",
-        "unevaluatedProperties",
-        WITNESS,
-    ),
-    "array": ("prefixItems", "items", "contains", "minItems", "maxItems", "uniqueItems", "unevaluatedItems"),
-    "string": ("minLength", "maxLength", "pattern", "format", "not", "x-patterns"),
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not"),
-    "null": (),
-    "boolean": (),
-}
-
-
-def _total_on(f: dict, t: str) -> bool:
+def _total_on(f: Term, t: str) -> bool:
     """Does the flat term accept every value of type t?"""
-    if "enum" in f or t not in types_of(f) or (t == "number" and "number" not in types_of(f)):
+    types = f.types()
+    if f.enum is not None or t not in types or (t == "number" and "number" not in types):
         return False
-    for k in _TYPE_KEYWORDS[t]:
-        if k not in f:
-            continue
-        value = f[k]
-        if k in ("properties", "patternProperties"):  # maps of schemas: every one must be true
-            if not all(is_true(sub) for sub in value.values()):
-                return False
-        elif k == "required" or not is_true(value):
-            return False
+    if t == "object":
+        o = f.object
+        return (
+            all(is_true(sub) for sub in o.properties.values())
+            and all(is_true(sub) for sub in o.pattern_properties.values())
+            and not o.required
+            and all(s is None or is_true(s) for s in (o.additional, o.names, o.unevaluated))
+            and o.min_properties is None
+            and o.max_properties is None
+            and not o.witnesses
+        )
+    if t == "array":
+        a = f.array
+        return (
+            a.prefix_items is None
+            and all(s is None or is_true(s) for s in (a.items, a.contains, a.unevaluated))
+            and (a.min_items, a.max_items, a.unique_items) == (None, None, None)
+        )
+    if t == "string":
+        return f.string == StringForm() and not f.exclusions
+    if t == "number":
+        return f.number == NumberForm() and not f.exclusions
     return True
 
 
-def _property_schema(f: dict, name: str):
-    props = f.get("properties") or {}
-    if name in props:
-        return props[name]
-    return applicable(f, name, "#")
+def _property_schema(o: ObjectForm, name: str):
+    if name in o.properties:
+        return o.properties[name]
+    return applicable(o, name, "#")

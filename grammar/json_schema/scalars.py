@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, alt, lit, seq
-from .keywords import num_range, ranges_disjoint
+from .forms import Term, ranges_disjoint
 from .leaves import (
     ANY_STRING,
     JSON_ESCAPE,
@@ -32,21 +32,18 @@ SHORT_STRING = 64
 """Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
 
 
-def string_value(em: Emitter, f: dict, pointer: str) -> Expr:
+def string_value(em: Emitter, f: Term, pointer: str) -> Expr:
     """The IR of the strings one flat term allows (length, patterns, format, excluded values)."""
-    patterns = [f["pattern"]] if "pattern" in f else []
-    patterns += f.get("x-patterns", [])
+    s = f.string
     # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
-    patterns = [
-        p for p in patterns if not isinstance(p, str) or not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()
-    ]
-    fmt = f.get("format") if isinstance(f.get("format"), str) else None
-    exclusions = f["not"]["anyOf"] if "not" in f else []
-    excluded = [v for part in exclusions for v in part.get("enum", [])]
-    excluded_patterns = [part["pattern"] for part in exclusions if "pattern" in part]
-    lo, hi = check_lengths(f.get("minLength"), f.get("maxLength"), pointer, allow_empty=True)
+    patterns = [p for p in s.patterns if not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
+    fmt = s.format
+    exclusions = f.exclusions
+    excluded = [v for part in exclusions for v in part.enum or ()]
+    excluded_patterns = [part.pattern for part in exclusions if part.pattern is not None]
+    lo, hi = check_lengths(s.min_length, s.max_length, pointer, allow_empty=True)
     if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
-        em.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
+        em.ctx.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
         return NOTHING
     if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and (fmt is None or format_dfa(fmt) is None):
         # only a length constraint: count characters, escapes as one shared rule
@@ -61,9 +58,9 @@ def string_value(em: Emitter, f: dict, pointer: str) -> Expr:
             min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, format=fmt, pointer=pointer
         )
     except UnsupportedSchemaError as exc:
-        if exc.keyword != "format" or not em.mode.lenient:
+        if exc.keyword != "format" or not em.ctx.mode.lenient:
             raise
-        em.unsupported("format", pointer, str(exc.message))
+        em.ctx.unsupported("format", pointer, str(exc.message))
         dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, pointer=pointer)
     if dfa is None and len(patterns) <= 1 and not exclusions:
         return ANY_STRING
@@ -75,7 +72,7 @@ def string_value(em: Emitter, f: dict, pointer: str) -> Expr:
         dfa = em.dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
     for pattern in excluded_patterns:
         dfa = em.dfa_op(dfa.difference, em.pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
-    return json_string_expr(dfa, pointer, budget=em.limits.max_encoded_string_states)
+    return json_string_expr(dfa, pointer, budget=em.ctx.limits.max_encoded_string_states)
 
 
 def json_char(em: Emitter) -> Expr:
@@ -86,41 +83,41 @@ def json_char(em: Emitter) -> Expr:
     return alt(RAW_STRING_CHAR, em.escape_rule)
 
 
-def number_value(em: Emitter, f: dict, pointer: str, integer: bool) -> Expr:
+def number_value(em: Emitter, f: Term, pointer: str, integer: bool) -> Expr:
     """The IR of the numbers (integers) one flat term allows."""
+    n = f.number
     kwargs = dict(
-        minimum=f.get("minimum"),
-        maximum=f.get("maximum"),
-        exclusive_minimum=f.get("exclusiveMinimum"),
-        exclusive_maximum=f.get("exclusiveMaximum"),
-        multiple_of=f.get("multipleOf"),
+        minimum=n.minimum,
+        maximum=n.maximum,
+        exclusive_minimum=n.exclusive_minimum,
+        exclusive_maximum=n.exclusive_maximum,
+        multiple_of=n.multiple_of,
         pointer=pointer,
-        budget=em.limits.max_string_states,
+        budget=em.ctx.limits.max_string_states,
     )
-    lo, hi = num_range(f)
+    lo, hi = n.range()
     if ranges_disjoint(lo, hi, lo, hi):
-        em.note_empty(pointer, "minimum/maximum leave no number")
+        em.ctx.note_empty(pointer, "minimum/maximum leave no number")
         return NOTHING
-    exclusions = f.get("not", {}).get("anyOf", ())
-    non_integral = any(part.get("type") == "integer" for part in exclusions)
+    non_integral = any(part.integer for part in f.exclusions)
     if integer and non_integral:
         return NOTHING
-    not_multiple_of = tuple(sorted({int(part["multipleOf"]) for part in exclusions if "multipleOf" in part}))
+    not_multiple_of = tuple(sorted({int(part.multiple_of) for part in f.exclusions if part.multiple_of is not None}))
     if not_multiple_of:
         kwargs["not_multiple_of"] = not_multiple_of
     if integer:
-        kwargs["zero_fraction"] = em.draft != "draft4"
-        kwargs["remainder_budget"] = em.limits.max_rule_states
+        kwargs["zero_fraction"] = em.ctx.draft != "draft4"
+        kwargs["remainder_budget"] = em.ctx.limits.max_rule_states
     elif non_integral:
         kwargs["non_integral"] = True
     try:
         return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
     except UnsupportedSchemaError as exc:
-        if not em.mode.lenient or exc.keyword != "multipleOf":
+        if not em.ctx.mode.lenient or exc.keyword != "multipleOf":
             raise
-        em.unsupported("multipleOf", pointer, exc.message)
+        em.ctx.unsupported("multipleOf", pointer, exc.message)
         kwargs["multiple_of"] = None
         return integer_leaf(**kwargs) if integer else number_leaf(**kwargs)
     except SchemaError as exc:  # the leaf reports an empty range (e.g. no integer in (1, 2))
-        em.note_empty(exc.pointer or pointer, exc.message)
+        em.ctx.note_empty(exc.pointer or pointer, exc.message)
         return NOTHING
