@@ -545,30 +545,36 @@ class CompiledGrammar:
         lacking = lacking[index[lacking * MASK_FIELDS] < 0]
         if not len(lacking):
             return
-        compiler = self.compiler
         with self._lock:
             lacking = lacking[index[lacking * MASK_FIELDS] < 0]  # another thread may have stored some
-            compute, keys, pairs_at = [], [], []
-            for state in lacking.tolist():
-                pairs, pairs_key = self._follow_pairs(int(self.pda.state_rule[state]))
-                key = None
-                if compiler.cache_enabled:
-                    key = (self.pda.state_key(state), pairs_key)
-                    mask = compiler.cache.get(key)
-                    disk = compiler.disk_cache
-                    if mask is None and disk is not None:
-                        mask = disk.get(key)
-                        if mask is not None:
-                            compiler.cache.put(key, mask)
-                    if mask is not None:
-                        self._store(state, mask)
-                        self._masks[state] = mask
-                        continue
-                compute.append(state)
-                keys.append(key)
-                pairs_at.append(pairs.ctypes.data)  # self._pairs keeps the array alive
+            compute, keys, pairs_at = self._from_shared_cache(lacking)
             if compute:
                 self._compute_and_store(compute, keys, pairs_at)
+
+    def _from_shared_cache(self, lacking: np.ndarray) -> tuple[list[int], list, list[int]]:
+        """Store the masks of these states that the shared caches hold (the lock held); (states
+        still to compute, their cache keys, the addresses of their follow pairs)."""
+        compiler = self.compiler
+        compute, keys, pairs_at = [], [], []
+        for state in lacking.tolist():
+            pairs, pairs_key = self._follow_pairs(int(self.pda.state_rule[state]))
+            key = None
+            if compiler.cache_enabled:
+                key = (self.pda.state_key(state), pairs_key)
+                mask = compiler.cache.get(key)
+                disk = compiler.disk_cache
+                if mask is None and disk is not None:
+                    mask = disk.get(key)
+                    if mask is not None:
+                        compiler.cache.put(key, mask)
+                if mask is not None:
+                    self._store(state, mask)
+                    self._masks[state] = mask
+                    continue
+            compute.append(state)
+            keys.append(key)
+            pairs_at.append(pairs.ctypes.data)  # self._pairs keeps the array alive
+        return compute, keys, pairs_at
 
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles
@@ -583,6 +589,10 @@ class CompiledGrammar:
         """Compute these states' masks into the store (the lock held), then publish them and put
         them in the shared caches."""
         kinds, num_accepted = self._run_store_masks(states, pairs_at, self)
+        self._publish(states, keys, kinds, num_accepted)
+
+    def _publish(self, states: list[int], keys: list, kinds: np.ndarray, num_accepted: np.ndarray) -> None:
+        """Publish stored masks (the lock held): their kinds, then the shared caches."""
         index, pool = self.mask_index, self.mask_pool
         index[np.array(states, dtype=np.int64) * MASK_FIELDS] = kinds  # published: fills read them from now on
         compiler = self.compiler
