@@ -18,6 +18,7 @@ from numba import carray, types
 from ..jit import njit
 from .batch_fill import address, pointer_intrinsic
 from .trie import BUCKET_BOUNDS, OTHER
+from ..automata.kernels import PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
 from .walk import (
     KIND_ACCEPTED_BITSET,
     KIND_ACCEPTED_LIST,
@@ -74,6 +75,53 @@ def _accepted_bucket(bounds, max_chars, s, f):
     if f >= max_chars[s]:
         return bounds.shape[0] - 1
     return np.searchsorted(bounds, f, side="right") - 1
+
+
+MIN_LOOP_BYTES = 2
+"""Loop bytes (loop_bytes) below which a state's walk checks none."""
+
+
+@njit(cache=True)
+def loop_bytes(pda, state, loop):
+    """loop[b] = 1 for the bytes b that take `state` to one state t that goes to itself on b
+    (t = state, or the edge target with the most such bytes): any string of them keeps the path
+    state, t, t, ... alive, so a token made of them only is accepted (walk._walk's `loop`).
+    Returns how many."""
+    first = pda[pda[PDA_BYTE_PTR] + state]
+    last = pda[pda[PDA_BYTE_PTR] + state + 1]
+    best, best_count = -1, 0
+    for e in range(first - 1, last):
+        t = state if e < first else pda[pda[PDA_BYTE_DST] + e]
+        count = _kept_bytes(pda, state, t, loop, False)
+        if count > best_count:
+            best, best_count = t, count
+    loop[:] = 0
+    if best >= 0:
+        _kept_bytes(pda, state, best, loop, True)
+    return best_count
+
+
+@njit(cache=True)
+def _kept_bytes(pda, state, t, loop, mark):
+    """How many bytes take `state` to t and t to itself (marked in loop when `mark`)."""
+    byte_ptr = pda[PDA_BYTE_PTR]
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
+    byte_dst = pda[PDA_BYTE_DST]
+    count = 0
+    for f in range(pda[byte_ptr + state], pda[byte_ptr + state + 1]):
+        if pda[byte_dst + f] != t:
+            continue
+        for g in range(pda[byte_ptr + t], pda[byte_ptr + t + 1]):
+            if pda[byte_dst + g] != t:
+                continue
+            lo = max(pda[byte_lo + f], pda[byte_lo + g])
+            hi = min(pda[byte_hi + f], pda[byte_hi + g])
+            if hi >= lo:
+                count += hi - lo + 1
+                if mark:
+                    loop[lo : hi + 1] = 1
+    return count
 
 
 @njit(cache=True)
@@ -156,6 +204,9 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
     n_main = _add_range(main, n_main, region_start[OTHER], region_start[OTHER + 1])
     accepted = np.empty(n_words + 3, dtype=np.int32)  # past this a list is never the smallest form
     counts = np.zeros(3, dtype=np.int64)
+    loop = np.zeros(256, dtype=np.uint8)
+    if not use_slices or loop_bytes(pda, state, loop) < MIN_LOOP_BYTES:
+        loop = loop[:0]  # the reference walk steps every token
     if n_main > 0:
         status = run_state_walk(
             pda,
@@ -172,6 +223,7 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             uncertain,
             counts,
             max_tops,
+            loop,
         )
         if status != 0:
             return status
@@ -191,6 +243,7 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             uncertain,
             counts,
             max_tops,
+            loop,
         )
         if status != 0:
             return status
