@@ -556,8 +556,9 @@ class CompiledGrammar:
         still to compute, their cache keys, the addresses of their follow pairs)."""
         compiler = self.compiler
         compute, keys, pairs_at = [], [], []
-        for state in lacking.tolist():
-            pairs, pairs_key = self._follow_pairs(int(self.pda.state_rule[state]))
+        addresses: dict[int, int] = {}  # rule -> where its follow pairs lie
+        for state, rule in zip(lacking.tolist(), self.pda.state_rule[lacking].tolist()):
+            pairs, pairs_key = self._follow_pairs(rule)
             key = None
             if compiler.cache_enabled:
                 key = (self.pda.state_key(state), pairs_key)
@@ -573,7 +574,10 @@ class CompiledGrammar:
                     continue
             compute.append(state)
             keys.append(key)
-            pairs_at.append(pairs.ctypes.data)  # self._pairs keeps the array alive
+            at = addresses.get(rule)
+            if at is None:
+                at = addresses[rule] = pairs.ctypes.data
+            pairs_at.append(at)  # self._pairs keeps the array alive
         return compute, keys, pairs_at
 
     def ensure_first_masks(self) -> None:
