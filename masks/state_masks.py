@@ -84,44 +84,43 @@ MIN_LOOP_BYTES = 2
 @njit(cache=True)
 def loop_bytes(pda, state, loop):
     """loop[b] = 1 for the bytes b that take `state` to one state t that goes to itself on b
-    (t = state, or the edge target with the most such bytes): any string of them keeps the path
-    state, t, t, ... alive, so a token made of them only is accepted (walk._walk's `loop`).
-    Returns how many."""
-    first = pda[pda[PDA_BYTE_PTR] + state]
-    last = pda[pda[PDA_BYTE_PTR] + state + 1]
-    best, best_count = -1, 0
-    for e in range(first - 1, last):
-        t = state if e < first else pda[pda[PDA_BYTE_DST] + e]
-        count = _kept_bytes(pda, state, t, loop, False)
-        if count > best_count:
-            best, best_count = t, count
-    loop[:] = 0
-    if best >= 0:
-        _kept_bytes(pda, state, best, loop, True)
+    (t: the target with the most such bytes, the state itself if it loops): any string of them
+    keeps the path state, t, t, ... alive, so a token made of them only is accepted
+    (walk._walk's `loop`).  Returns how many.  O(256 log edges)."""
+    kept = np.full(256, -1, dtype=np.int64)  # per byte: its target t, when t keeps itself on it
+    byte_ptr = pda[PDA_BYTE_PTR]
+    for e in range(pda[byte_ptr + state], pda[byte_ptr + state + 1]):
+        t = pda[pda[PDA_BYTE_DST] + e]
+        for b in range(pda[pda[PDA_BYTE_LO] + e], pda[pda[PDA_BYTE_HI] + e] + 1):
+            if _byte_target(pda, t, b) == t:
+                kept[b] = t
+    order = np.sort(kept)
+    best, best_count, run = -1, 0, 0
+    for i in range(256):
+        run = run + 1 if i > 0 and order[i] == order[i - 1] else 1
+        if order[i] >= 0 and (run > best_count or (run == best_count and order[i] == state)):
+            best, best_count = order[i], run
+    for b in range(256):
+        loop[b] = 1 if best >= 0 and kept[b] == best else 0
     return best_count
 
 
 @njit(cache=True)
-def _kept_bytes(pda, state, t, loop, mark):
-    """How many bytes take `state` to t and t to itself (marked in loop when `mark`)."""
-    byte_ptr = pda[PDA_BYTE_PTR]
-    byte_lo = pda[PDA_BYTE_LO]
-    byte_hi = pda[PDA_BYTE_HI]
-    byte_dst = pda[PDA_BYTE_DST]
-    count = 0
-    for f in range(pda[byte_ptr + state], pda[byte_ptr + state + 1]):
-        if pda[byte_dst + f] != t:
-            continue
-        for g in range(pda[byte_ptr + t], pda[byte_ptr + t + 1]):
-            if pda[byte_dst + g] != t:
-                continue
-            lo = max(pda[byte_lo + f], pda[byte_lo + g])
-            hi = min(pda[byte_hi + f], pda[byte_hi + g])
-            if hi >= lo:
-                count += hi - lo + 1
-                if mark:
-                    loop[lo : hi + 1] = 1
-    return count
+def _byte_target(pda, s, b):
+    """The state that byte b takes s to, or -1 (binary search of its byte edges)."""
+    lo_at = pda[PDA_BYTE_LO]
+    hi_at = pda[PDA_BYTE_HI]
+    first = pda[pda[PDA_BYTE_PTR] + s]
+    low, high = first, pda[pda[PDA_BYTE_PTR] + s + 1]
+    while low < high:  # the first edge whose hi >= b
+        mid = (low + high) // 2
+        if pda[hi_at + mid] < b:
+            low = mid + 1
+        else:
+            high = mid
+    if low < pda[pda[PDA_BYTE_PTR] + s + 1] and pda[lo_at + low] <= b:
+        return pda[pda[PDA_BYTE_DST] + low]
+    return -1
 
 
 @njit(cache=True)
