@@ -12,13 +12,15 @@ thread's WalkScratch as a tuple (slice-search arrays, uncertain positions).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import carray, types
 
+from ..automata.kernels import PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
 from ..jit import njit
 from .batch_fill import address, pointer_intrinsic
 from .trie import BUCKET_BOUNDS, OTHER
-from ..automata.kernels import PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
 from .walk import (
     KIND_ACCEPTED_BITSET,
     KIND_ACCEPTED_LIST,
@@ -32,6 +34,9 @@ from .walk import (
     run_slice_bounds,
     run_state_walk,
 )
+
+if TYPE_CHECKING:
+    from .compiler import CompiledGrammar
 
 STORE_FULL = 3
 """run_store_masks: the mask pool lacks room for the next state (need[0] words); grow it, call again."""
@@ -408,7 +413,7 @@ class _Visit:
     """One grammar's first visits in a batch step: its lock held, the states to compute and the
     arrays the kernel writes (kept alive here for the call)."""
 
-    def __init__(self, grammar, states: list[int], keys: list, pairs_at: list[int]):
+    def __init__(self, grammar: CompiledGrammar, states: list[int], keys: list, pairs_at: list[int]):
         self.grammar = grammar
         self.states = np.array(states, dtype=np.int64)
         self.keys = keys
@@ -452,7 +457,7 @@ class _Visit:
         return False
 
 
-def ensure_batch_masks(groups: list[tuple[object, np.ndarray]], threads: int, run_parts) -> None:
+def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int, run_parts) -> None:
     """The first visits of a batch step: for each (grammar, kernel states) the masks its store
     lacks, from the shared caches or computed; all grammars' new states in one nogil kernel call
     per thread (`run_parts(parts, work, threads)` spreads the parts), the threads sharing the

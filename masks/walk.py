@@ -330,7 +330,21 @@ def _walk(
 
 @njit(cache=True, nogil=True)
 def run_state_walk(
-    pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts, max_tops, loop
+    pda,
+    pool,
+    ws,
+    trie,
+    ranges,
+    position_of,
+    state,
+    pairs,
+    token_ids,
+    words,
+    accepted,
+    uncertain,
+    counts,
+    max_tops,
+    loop,
 ):
     """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
     blob, its rule's follow pairs deciding what may come after the rule ends (see _walk's range
