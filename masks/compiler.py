@@ -835,17 +835,16 @@ class _ScratchStore:
 
 
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:
-    """The StateMask of a state in a mask store (copies of its parts)."""
-    b = state * MASK_FIELDS
-    kind, data_at, size, u_at, n_u = (int(v) for v in index[b : b + 5])
-    return StateMask(
-        kind,
-        pool[data_at : data_at + size].copy(),
-        pool[u_at : u_at + n_u].copy(),
-        pool[u_at + n_u : u_at + 2 * n_u].copy(),
-        pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
-        num_accepted,
-    )
+    """The StateMask of a state in a mask store: its parts as views of one copy (a store keeps
+    them in a row: data, then the uncertain positions, ids and lcp)."""
+    kind, data_at, size, u_at, n_u = index[state * MASK_FIELDS : (state + 1) * MASK_FIELDS].tolist()
+    if u_at != data_at + size:  # not in a row: a copy each
+        parts = [pool[data_at : data_at + size].copy(), pool[u_at : u_at + 3 * n_u].copy()]
+    else:
+        block = pool[data_at : u_at + 3 * n_u].copy()
+        parts = [block[:size], block[size:]]
+    data, uncertain = parts
+    return StateMask(kind, data, uncertain[:n_u], uncertain[n_u : 2 * n_u], uncertain[2 * n_u :], num_accepted)
 
 
 def _checked_limits(limits) -> Limits:
