@@ -685,20 +685,24 @@ def batch_fill_next_token_bitmask(
         _run_kernel(table, pending, status, threads)
         # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set
         # is copied, the others walk (a second call), as the single-row path does.
-        walked = [k for k in pending if status[k] == walk.FILL_UNCERTAIN]
+        # (statuses and the copy column read as lists: a numpy scalar read costs more than a row's kernel)
+        done = status.tolist()
+        walked = [k for k in pending if done[k] == walk.FILL_UNCERTAIN]
         for k in walked:
             matchers[k]._describe_walk(table[k])
-        walks = sum(1 for k in walked if table[k, batch_fill.ROW_COPY_FROM] == 0)  # the rest copy a memo
+        copies = table[:, batch_fill.ROW_COPY_FROM].tolist()
+        walks = sum(1 for k in walked if copies[k] == 0)  # the rest copy a memo
         _run_kernel(table, walked, status, threads if walks >= MIN_WALKS_TO_SPLIT else 1, "walk")
-        missing = [k for k in pending if status[k] == walk.FILL_MASKS_MISSING]
+        done = status.tolist()
+        missing = [k for k in pending if done[k] == walk.FILL_MASKS_MISSING]
         for k in pending:
-            matcher = matchers[k]
-            if status[k] == 0:
-                if matcher._state.memo_key is not None and table[k, batch_fill.ROW_COPY_FROM] == 0:
+            if done[k] == 0:
+                matcher = matchers[k]
+                if matcher._state.memo_key is not None and copies[k] == 0:
                     matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
                 if not matcher._plain_fill():
                     finish.append(k)
-            elif status[k] != walk.FILL_MASKS_MISSING:
+            elif done[k] != walk.FILL_MASKS_MISSING:
                 python_rows.append(k)  # a buffer to grow: the single-row path does it
         # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
         # (their walks release the GIL); then those rows go round again.
@@ -732,7 +736,10 @@ def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads:
         batch_fill.run_fill_rows(table, part, status)
         spent.append(time.perf_counter() - t0)
 
-    _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)), work, threads)
+    if threads == 1:
+        work(order)  # np.array_split alone costs more than a steady row
+    else:
+        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)), work, threads)
     _row_cost_s[call] = 0.75 * _row_cost_s[call] + 0.25 * sum(spent) / len(rows)
 
 
