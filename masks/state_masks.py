@@ -1,8 +1,10 @@
 """First visits in numba: a state's mask computed, put in its smallest form, and appended to the
-grammar's mask store, in one nogil kernel call for any number of states.
+grammar's mask store, in one nogil kernel call for any number of states (run_store_masks), or
+for the new states of all grammars of a batch step, one call per thread (ensure_batch_masks).
 
 A state's mask is the slice tokens it accepts whole (one OR of a cumulative bitset per slice,
-walk.run_slice_bounds), then a walk of the rest of the trie (walk.run_state_walk), stored as
+walk.run_slice_bounds), then a walk of the rest of the trie (walk.run_state_walk, which accepts
+a token made of the state's loop bytes without a step: loop_bytes), stored as
 whichever form is smallest (mask_cache.StateMask; layouts in masks/walk.py).  Python keeps only
 what is per grammar or shared across grammars: follow pairs per rule, the shared cache's keys.
 
