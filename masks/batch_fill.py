@@ -49,7 +49,9 @@ ROW_FIELDS = 25
 """ROW_COPY_FROM: nonzero = the address of a memoised bitmask (ROW_N_WORDS words) to copy instead."""
 
 
-def _pointer_intrinsic(dtype):
+def pointer_intrinsic(dtype):
+    """An intrinsic that views an int64 address as a pointer to `dtype` (carray's argument)."""
+
     @intrinsic
     def as_pointer(typingctx, address):
         sig = types.CPointer(dtype)(types.int64)
@@ -62,8 +64,8 @@ def _pointer_intrinsic(dtype):
     return as_pointer
 
 
-_i32 = _pointer_intrinsic(types.int32)
-_i64 = _pointer_intrinsic(types.int64)
+_i32 = pointer_intrinsic(types.int32)
+_i64 = pointer_intrinsic(types.int64)
 
 
 @njit(cache=True)

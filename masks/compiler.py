@@ -545,30 +545,40 @@ class CompiledGrammar:
         lacking = lacking[index[lacking * MASK_FIELDS] < 0]
         if not len(lacking):
             return
-        compiler = self.compiler
         with self._lock:
             lacking = lacking[index[lacking * MASK_FIELDS] < 0]  # another thread may have stored some
-            compute, keys, pairs_at = [], [], []
-            for state in lacking.tolist():
-                pairs, pairs_key = self._follow_pairs(int(self.pda.state_rule[state]))
-                key = None
-                if compiler.cache_enabled:
-                    key = (self.pda.state_key(state), pairs_key)
-                    mask = compiler.cache.get(key)
-                    disk = compiler.disk_cache
-                    if mask is None and disk is not None:
-                        mask = disk.get(key)
-                        if mask is not None:
-                            compiler.cache.put(key, mask)
-                    if mask is not None:
-                        self._store(state, mask)
-                        self._masks[state] = mask
-                        continue
-                compute.append(state)
-                keys.append(key)
-                pairs_at.append(pairs.ctypes.data)  # self._pairs keeps the array alive
+            compute, keys, pairs_at = self._from_shared_cache(lacking)
             if compute:
                 self._compute_and_store(compute, keys, pairs_at)
+
+    def _from_shared_cache(self, lacking: np.ndarray) -> tuple[list[int], list, list[int]]:
+        """Store the masks of these states that the shared caches hold (the lock held); (states
+        still to compute, their cache keys, the addresses of their follow pairs)."""
+        compiler = self.compiler
+        compute, keys, pairs_at = [], [], []
+        addresses: dict[int, int] = {}  # rule -> where its follow pairs lie
+        for state, rule in zip(lacking.tolist(), self.pda.state_rule[lacking].tolist()):
+            pairs, pairs_key = self._follow_pairs(rule)
+            key = None
+            if compiler.cache_enabled:
+                key = (self.pda.state_key(state), pairs_key)
+                mask = compiler.cache.get(key)
+                disk = compiler.disk_cache
+                if mask is None and disk is not None:
+                    mask = disk.get(key)
+                    if mask is not None:
+                        compiler.cache.put(key, mask)
+                if mask is not None:
+                    self._store(state, mask)
+                    self._masks[state] = mask
+                    continue
+            compute.append(state)
+            keys.append(key)
+            at = addresses.get(rule)
+            if at is None:
+                at = addresses[rule] = pairs.ctypes.data
+            pairs_at.append(at)  # self._pairs keeps the array alive
+        return compute, keys, pairs_at
 
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles
@@ -583,6 +593,10 @@ class CompiledGrammar:
         """Compute these states' masks into the store (the lock held), then publish them and put
         them in the shared caches."""
         kinds, num_accepted = self._run_store_masks(states, pairs_at, self)
+        self._publish(states, keys, kinds, num_accepted)
+
+    def _publish(self, states: list[int], keys: list, kinds: np.ndarray, num_accepted: np.ndarray) -> None:
+        """Publish stored masks (the lock held): their kinds, then the shared caches."""
         index, pool = self.mask_index, self.mask_pool
         index[np.array(states, dtype=np.int64) * MASK_FIELDS] = kinds  # published: fills read them from now on
         compiler = self.compiler
@@ -821,17 +835,16 @@ class _ScratchStore:
 
 
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:
-    """The StateMask of a state in a mask store (copies of its parts)."""
-    b = state * MASK_FIELDS
-    kind, data_at, size, u_at, n_u = (int(v) for v in index[b : b + 5])
-    return StateMask(
-        kind,
-        pool[data_at : data_at + size].copy(),
-        pool[u_at : u_at + n_u].copy(),
-        pool[u_at + n_u : u_at + 2 * n_u].copy(),
-        pool[u_at + 2 * n_u : u_at + 3 * n_u].copy(),
-        num_accepted,
-    )
+    """The StateMask of a state in a mask store: its parts as views of one copy (a store keeps
+    them in a row: data, then the uncertain positions, ids and lcp)."""
+    kind, data_at, size, u_at, n_u = index[state * MASK_FIELDS : (state + 1) * MASK_FIELDS].tolist()
+    if u_at != data_at + size:  # not in a row: a copy each
+        parts = [pool[data_at : data_at + size].copy(), pool[u_at : u_at + 3 * n_u].copy()]
+    else:
+        block = pool[data_at : u_at + 3 * n_u].copy()
+        parts = [block[:size], block[size:]]
+    data, uncertain = parts
+    return StateMask(kind, data, uncertain[:n_u], uncertain[n_u : 2 * n_u], uncertain[2 * n_u :], num_accepted)
 
 
 def _checked_limits(limits) -> Limits:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
 from .budget import CheckedBudget, budget_table, check_budget
 from .compiler import CompiledGrammar
+from .state_masks import ensure_batch_masks
 from .value_checks import CheckedAdvance, MaskChecks
 
 _NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
@@ -683,20 +685,24 @@ def batch_fill_next_token_bitmask(
         _run_kernel(table, pending, status, threads)
         # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set
         # is copied, the others walk (a second call), as the single-row path does.
-        walked = [k for k in pending if status[k] == walk.FILL_UNCERTAIN]
+        # (statuses and the copy column read as lists: a numpy scalar read costs more than a row's kernel)
+        done = status.tolist()
+        walked = [k for k in pending if done[k] == walk.FILL_UNCERTAIN]
         for k in walked:
             matchers[k]._describe_walk(table[k])
-        walks = sum(1 for k in walked if table[k, batch_fill.ROW_COPY_FROM] == 0)  # the rest copy a memo
-        _run_kernel(table, walked, status, threads if walks >= MIN_WALKS_TO_SPLIT else 1)
-        missing = [k for k in pending if status[k] == walk.FILL_MASKS_MISSING]
+        copies = table[:, batch_fill.ROW_COPY_FROM].tolist()
+        walks = sum(1 for k in walked if copies[k] == 0)  # the rest copy a memo
+        _run_kernel(table, walked, status, threads if walks >= MIN_WALKS_TO_SPLIT else 1, "walk")
+        done = status.tolist()
+        missing = [k for k in pending if done[k] == walk.FILL_MASKS_MISSING]
         for k in pending:
-            matcher = matchers[k]
-            if status[k] == 0:
-                if matcher._state.memo_key is not None and table[k, batch_fill.ROW_COPY_FROM] == 0:
+            if done[k] == 0:
+                matcher = matchers[k]
+                if matcher._state.memo_key is not None and copies[k] == 0:
                     matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
                 if not matcher._plain_fill():
                     finish.append(k)
-            elif status[k] != walk.FILL_MASKS_MISSING:
+            elif done[k] != walk.FILL_MASKS_MISSING:
                 python_rows.append(k)  # a buffer to grow: the single-row path does it
         # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
         # (their walks release the GIL); then those rows go round again.
@@ -709,30 +715,43 @@ def batch_fill_next_token_bitmask(
     row_by_row(sorted(python_rows))
 
 
-def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int) -> None:
-    """batch_fill.run_fill_rows over these table rows, split over the threads."""
-    if rows:
-        order = np.array(rows, dtype=np.int64)
-        _run_parts(
-            np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)),
-            lambda part: batch_fill.run_fill_rows(table, part, status),
-            threads,
-        )
+MIN_WORK_PER_THREAD_S = 0.4e-3
+"""Fill-kernel work (estimated) below which a step's call adds no thread: waking one costs tens
+of microseconds, and on a busy machine often more than the rows it would take."""
+_row_cost_s = {"fill": 20e-6, "walk": 50e-6}  # running estimates of the kernel's time per row, per call
+
+
+def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int, call: str = "fill") -> None:
+    """batch_fill.run_fill_rows over these table rows, split over as many of the threads as the
+    estimated work pays for (MIN_WORK_PER_THREAD_S each); the kernel time measured per part
+    updates the estimate."""
+    if not rows:
+        return
+    order = np.array(rows, dtype=np.int64)
+    threads = max(1, min(threads, int(len(rows) * _row_cost_s[call] / MIN_WORK_PER_THREAD_S)))
+    spent: list[float] = []
+
+    def work(part):
+        t0 = time.perf_counter()
+        batch_fill.run_fill_rows(table, part, status)
+        spent.append(time.perf_counter() - t0)
+
+    if threads == 1:
+        work(order)  # np.array_split alone costs more than a steady row
+    else:
+        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)), work, threads)
+    _row_cost_s[call] = 0.75 * _row_cost_s[call] + 0.25 * sum(spent) / len(rows)
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
-    """Compute the masks the matchers' kernel stacks lack, each grammar's in one nogil kernel
-    call (CompiledGrammar.ensure_masks), grammars spread over the threads."""
+    """Compute the masks the matchers' kernel stacks lack: all grammars' new states in one nogil
+    kernel call per thread (state_masks.ensure_batch_masks)."""
     by_grammar: dict[int, tuple[CompiledGrammar, list]] = {}
     for matcher in matchers:
         compiled = matcher.compiled_grammar
         by_grammar.setdefault(id(compiled), (compiled, []))[1].append(matcher._state.kernel_s)
-
-    def compute(part):
-        compiled, states = part
-        compiled.ensure_masks(np.concatenate(states))
-
-    _run_parts(sorted(by_grammar.values(), key=lambda item: -sum(len(s) for s in item[1])), compute, threads)
+    groups = [(compiled, np.concatenate(states)) for compiled, states in by_grammar.values()]
+    ensure_batch_masks(groups, threads, _run_parts)
 
 
 def _batch_target(bitmask, matchers):

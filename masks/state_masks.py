@@ -1,8 +1,10 @@
 """First visits in numba: a state's mask computed, put in its smallest form, and appended to the
-grammar's mask store, in one nogil kernel call for any number of states.
+grammar's mask store, in one nogil kernel call for any number of states (run_store_masks), or
+for the new states of all grammars of a batch step, one call per thread (ensure_batch_masks).
 
 A state's mask is the slice tokens it accepts whole (one OR of a cumulative bitset per slice,
-walk.run_slice_bounds), then a walk of the rest of the trie (walk.run_state_walk), stored as
+walk.run_slice_bounds), then a walk of the rest of the trie (walk.run_state_walk, which accepts
+a token made of the state's loop bytes without a step: loop_bytes), stored as
 whichever form is smallest (mask_cache.StateMask; layouts in masks/walk.py).  Python keeps only
 what is per grammar or shared across grammars: follow pairs per rule, the shared cache's keys.
 
@@ -12,11 +14,14 @@ thread's WalkScratch as a tuple (slice-search arrays, uncertain positions).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import carray, types
-from numba.extending import intrinsic
 
+from ..automata.kernels import PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
 from ..jit import njit
+from .batch_fill import address, pointer_intrinsic
 from .trie import BUCKET_BOUNDS, OTHER
 from .walk import (
     KIND_ACCEPTED_BITSET,
@@ -31,6 +36,9 @@ from .walk import (
     run_slice_bounds,
     run_state_walk,
 )
+
+if TYPE_CHECKING:
+    from .compiler import CompiledGrammar
 
 STORE_FULL = 3
 """run_store_masks: the mask pool lacks room for the next state (need[0] words); grow it, call again."""
@@ -63,14 +71,9 @@ def trie_tables(trie) -> tuple:
     )
 
 
-@intrinsic
-def _u8_pointer(typingctx, address):
-    sig = types.CPointer(types.uint8)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
-
-    return sig, codegen
+_u8_pointer = pointer_intrinsic(types.uint8)
+_i32_pointer = pointer_intrinsic(types.int32)
+_i64_pointer = pointer_intrinsic(types.int64)
 
 
 @njit(cache=True, inline="always")
@@ -79,6 +82,52 @@ def _accepted_bucket(bounds, max_chars, s, f):
     if f >= max_chars[s]:
         return bounds.shape[0] - 1
     return np.searchsorted(bounds, f, side="right") - 1
+
+
+MIN_LOOP_BYTES = 2
+"""Loop bytes (loop_bytes) below which a state's walk checks none."""
+
+
+@njit(cache=True)
+def loop_bytes(pda, state, loop):
+    """loop[b] = 1 for the bytes b that take `state` to one state t that goes to itself on b
+    (t: the target with the most such bytes, the state itself if it loops): any string of them
+    keeps the path state, t, t, ... alive, so a token made of them only is accepted
+    (walk._walk's `loop`).  Returns how many.  O(256 log edges)."""
+    kept = np.full(256, -1, dtype=np.int64)  # per byte: its target t, when t keeps itself on it
+    byte_ptr = pda[PDA_BYTE_PTR]
+    for e in range(pda[byte_ptr + state], pda[byte_ptr + state + 1]):
+        t = pda[pda[PDA_BYTE_DST] + e]
+        for b in range(pda[pda[PDA_BYTE_LO] + e], pda[pda[PDA_BYTE_HI] + e] + 1):
+            if _byte_target(pda, t, b) == t:
+                kept[b] = t
+    order = np.sort(kept)
+    best, best_count, run = -1, 0, 0
+    for i in range(256):
+        run = run + 1 if i > 0 and order[i] == order[i - 1] else 1
+        if order[i] >= 0 and (run > best_count or (run == best_count and order[i] == state)):
+            best, best_count = order[i], run
+    for b in range(256):
+        loop[b] = 1 if best >= 0 and kept[b] == best else 0
+    return best_count
+
+
+@njit(cache=True)
+def _byte_target(pda, s, b):
+    """The state that byte b takes s to, or -1 (binary search of its byte edges)."""
+    lo_at = pda[PDA_BYTE_LO]
+    hi_at = pda[PDA_BYTE_HI]
+    first = pda[pda[PDA_BYTE_PTR] + s]
+    low, high = first, pda[pda[PDA_BYTE_PTR] + s + 1]
+    while low < high:  # the first edge whose hi >= b
+        mid = (low + high) // 2
+        if pda[hi_at + mid] < b:
+            low = mid + 1
+        else:
+            high = mid
+    if low < pda[pda[PDA_BYTE_PTR] + s + 1] and pda[lo_at + low] <= b:
+        return pda[pda[PDA_BYTE_DST] + low]
+    return -1
 
 
 @njit(cache=True)
@@ -161,6 +210,9 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
     n_main = _add_range(main, n_main, region_start[OTHER], region_start[OTHER + 1])
     accepted = np.empty(n_words + 3, dtype=np.int32)  # past this a list is never the smallest form
     counts = np.zeros(3, dtype=np.int64)
+    loop = np.zeros(256, dtype=np.uint8)
+    if not use_slices or loop_bytes(pda, state, loop) < MIN_LOOP_BYTES:
+        loop = loop[:0]  # the reference walk steps every token
     if n_main > 0:
         status = run_state_walk(
             pda,
@@ -177,6 +229,7 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             uncertain,
             counts,
             max_tops,
+            loop,
         )
         if status != 0:
             return status
@@ -196,6 +249,7 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             uncertain,
             counts,
             max_tops,
+            loop,
         )
         if status != 0:
             return status
@@ -299,3 +353,179 @@ def run_store_masks(
         kinds[i] = info[0]
         num_accepted[i] = info[3]
     return 0
+
+
+# Columns of run_store_masks_rows' table: one row per grammar, the address and length of each
+# array run_store_masks takes for it (the caller keeps them alive for the call).
+(
+    SR_PDA,
+    SR_N_PDA,
+    SR_POOL,
+    SR_N_POOL,
+    SR_WS,
+    SR_N_WS,
+    SR_MAX_TOPS,
+    SR_STATES,
+    SR_N_STATES,
+    SR_PAIRS_AT,
+    SR_MASK_INDEX,
+    SR_N_MASK_INDEX,
+    SR_MASK_POOL,
+    SR_N_MASK_POOL,
+    SR_USED,
+    SR_KINDS,
+    SR_NUM_ACCEPTED,
+) = range(17)
+SR_FIELDS = 17
+
+
+@njit(cache=True, nogil=True)
+def run_store_masks_rows(table, rows, tables, scratch, words, out, status):
+    """run_store_masks for each grammar row k of `table` listed in `rows` (the first visits of a
+    batch step, one call per thread); its status goes to status[k]."""
+    for k in rows:
+        d = table[k]
+        n = d[SR_N_STATES]
+        status[k] = run_store_masks(
+            carray(_i32_pointer(d[SR_PDA]), d[SR_N_PDA]),
+            carray(_i32_pointer(d[SR_POOL]), d[SR_N_POOL]),
+            carray(_i64_pointer(d[SR_WS]), d[SR_N_WS]),
+            d[SR_MAX_TOPS],
+            carray(_i64_pointer(d[SR_STATES]), n),
+            carray(_i64_pointer(d[SR_PAIRS_AT]), n),
+            True,
+            tables,
+            scratch,
+            carray(_i32_pointer(d[SR_MASK_INDEX]), d[SR_N_MASK_INDEX]),
+            carray(_i32_pointer(d[SR_MASK_POOL]), d[SR_N_MASK_POOL]),
+            carray(_i64_pointer(d[SR_USED]), 2),
+            carray(_i64_pointer(d[SR_KINDS]), n),
+            carray(_i64_pointer(d[SR_NUM_ACCEPTED]), n),
+            words,
+            out,
+        )
+    return 0
+
+
+MIN_STATES_TO_SPLIT = 8
+"""New states below which a batch step's first visits stay on the calling thread."""
+
+
+class _Visit:
+    """One grammar's first visits in a batch step: its lock held, the states to compute and the
+    arrays the kernel writes (kept alive here for the call)."""
+
+    def __init__(self, grammar: CompiledGrammar, states: list[int], keys: list, pairs_at: list[int]):
+        self.grammar = grammar
+        self.states = np.array(states, dtype=np.int64)
+        self.keys = keys
+        self.pairs_at = np.array(pairs_at, dtype=np.int64)
+        self.kinds = np.full(len(states), -1, dtype=np.int64)
+        self.num_accepted = np.zeros(len(states), dtype=np.int64)
+        self.used = np.zeros(2, dtype=np.int64)
+
+    def describe(self, row: np.ndarray) -> None:
+        """Write this grammar's table row (again after its pool, workspace or store grew)."""
+        grammar = self.grammar
+        runner = grammar._runner()
+        self.used[0] = grammar._pool_used
+        for field, array in (
+            (SR_PDA, runner.pda.blob),
+            (SR_POOL, runner.pool.blob),
+            (SR_WS, runner.ws.blob),
+            (SR_STATES, self.states),
+            (SR_MASK_INDEX, grammar.mask_index),
+            (SR_MASK_POOL, grammar.mask_pool),
+        ):
+            row[field] = address(array)
+            row[field + 1] = len(array)
+        row[SR_MAX_TOPS] = runner.limits.max_stack_tops
+        row[SR_PAIRS_AT] = address(self.pairs_at)
+        row[SR_USED] = address(self.used)
+        row[SR_KINDS] = address(self.kinds)
+        row[SR_NUM_ACCEPTED] = address(self.num_accepted)
+
+    def after(self, status: int) -> bool:
+        """Take the kernel's status for this grammar: True when done, else room was made (a
+        grown workspace, frame pool or mask pool) and the row must run again."""
+        grammar = self.grammar
+        grammar._pool_used = int(self.used[0])  # what the call stored so far stays
+        if status == 0:
+            return True
+        if status == STORE_FULL:
+            grammar._grow_pool(int(self.used[1]))
+        else:
+            grammar._runner().handle(status)
+        return False
+
+
+def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int, run_parts) -> None:
+    """The first visits of a batch step: for each (grammar, kernel states) the masks its store
+    lacks, from the shared caches or computed; all grammars' new states in one nogil kernel call
+    per thread (`run_parts(parts, work, threads)` spreads the parts), the threads sharing the
+    work only when there is enough of it.  A grammar whose lock another thread holds is finished
+    by its own ensure_masks afterwards."""
+    visits: list[_Visit] = []
+    later = []
+    try:
+        for grammar, states in groups:
+            index = grammar.mask_index
+            lacking = np.unique(states)
+            lacking = lacking[index[lacking * MASK_FIELDS] < 0]
+            if not len(lacking):
+                continue
+            if not grammar._lock.acquire(blocking=False):
+                later.append((grammar, lacking))
+                continue
+            try:
+                lacking = lacking[index[lacking * MASK_FIELDS] < 0]
+                compute, keys, pairs_at = grammar._from_shared_cache(lacking)
+            except BaseException:
+                grammar._lock.release()
+                raise
+            if compute:
+                visits.append(_Visit(grammar, compute, keys, pairs_at))
+            else:
+                grammar._lock.release()
+        by_compiler: dict[int, list[_Visit]] = {}
+        for visit in visits:
+            by_compiler.setdefault(id(visit.grammar.compiler), []).append(visit)
+        for same in by_compiler.values():
+            _compute_visits(same, threads, run_parts)
+        for visit in visits:
+            visit.grammar._publish(visit.states.tolist(), visit.keys, visit.kinds, visit.num_accepted)
+    finally:
+        for visit in visits:
+            visit.grammar._lock.release()
+    for grammar, lacking in later:
+        grammar.ensure_masks(lacking)
+
+
+def _compute_visits(visits: list[_Visit], threads: int, run_parts) -> None:
+    """Run the visits' kernels (one compiler's grammars) until every one is done: the rows are
+    dealt, largest first, into parts the threads take in turn; a row that had to make room
+    runs again."""
+    compiler = visits[0].grammar.compiler
+    table = np.empty((len(visits), SR_FIELDS), dtype=np.int64)
+    for k, visit in enumerate(visits):
+        visit.describe(table[k])
+    status = np.zeros(len(visits), dtype=np.int64)
+    tables = compiler.trie_tables
+
+    def work(part):
+        scratch = compiler.walk_scratch()  # this thread's
+        run_store_masks_rows(table, part, tables, scratch.kernel_args, scratch.words, scratch.parts, status)
+
+    pending = sorted(range(len(visits)), key=lambda k: -len(visits[k].states))
+    while pending:
+        n_states = sum(len(visits[k].states) for k in pending)
+        split = threads if n_states >= MIN_STATES_TO_SPLIT else 1
+        n_parts = min(len(pending), 4 * split)
+        parts = [np.array(pending[i::n_parts], dtype=np.int64) for i in range(n_parts)]
+        run_parts(parts, work, split)
+        again = []
+        for k in pending:
+            if not visits[k].after(int(status[k])):
+                visits[k].describe(table[k])
+                again.append(k)
+        pending = again

@@ -140,6 +140,7 @@ def _walk(
     uncertain,
     result,
     counts,
+    loop,
 ):
     """The trie walk behind every mask, from the level-0 stacks already in the workspace.
 
@@ -150,6 +151,10 @@ def _walk(
     `candidates` (ascending, cand_lcp[i] = common prefix length with candidate i-1) with
     verdicts in `result`.  pairs: the rule's follow pairs (offline; empty online), end_flag the
     flags that accept a token ending where they are set.  Returns 0 or ERR_*.
+
+    loop (range mode; empty: none): loop[b] = 1 for the bytes that keep one path of the level-0
+    stacks alive wherever they come (state_masks.loop_bytes): a token made of them only is
+    accepted without a step, and leaves the levels as they were.
 
     The step loop is written out here, not called: numba reference-counts the arrays of every
     call, which costs more than a step.
@@ -178,6 +183,7 @@ def _walk(
     n_unc = counts[1]
     n_list = counts[2]
     n_runs = 1 if by_candidates else ranges.shape[0] // 2
+    use_loop = loop.shape[0] > 0 and not by_candidates
     for r in range(n_runs):
         if by_candidates:
             i = 0
@@ -186,6 +192,7 @@ def _walk(
             i = ranges[2 * r]
             end = ranges[2 * r + 1]
         built = 0
+        looped = 0  # leading bytes of the last token visited that are loop bytes
         while i < end:
             p = candidates[i] if by_candidates else i
             t0 = trie[offsets + p]
@@ -193,6 +200,22 @@ def _walk(
             shared_with_previous = (cand_lcp[i] if i > 0 else 0) if by_candidates else trie[lcp + p]
             if shared_with_previous < built:
                 built = shared_with_previous
+            if use_loop:
+                # the positions skipped since the last visited token all share more with it
+                # than this one does, so its shared prefix with that token is lcp[p]
+                k = min(looped, shared_with_previous)
+                while k < length and loop[trie[tok_bytes + t0 + k]] != 0:
+                    k += 1
+                looped = k
+                if k == length:
+                    t = token_ids[p]
+                    words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+                    n_acc += 1
+                    if n_list < accepted.shape[0]:
+                        accepted[n_list] = t
+                        n_list += 1
+                    i += 1
+                    continue
             if built > length:
                 built = length
             # Level `built` may have been judged by the previous token's byte `built` (a follow
@@ -307,11 +330,25 @@ def _walk(
 
 @njit(cache=True, nogil=True)
 def run_state_walk(
-    pda, pool, ws, trie, ranges, position_of, state, pairs, token_ids, words, accepted, uncertain, counts, max_tops
+    pda,
+    pool,
+    ws,
+    trie,
+    ranges,
+    position_of,
+    state,
+    pairs,
+    token_ids,
+    words,
+    accepted,
+    uncertain,
+    counts,
+    max_tops,
+    loop,
 ):
     """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
     blob, its rule's follow pairs deciding what may come after the rule ends (see _walk's range
-    mode).  Returns 0 or ERR_*."""
+    mode; loop: its loop bytes, or empty).  Returns 0 or ERR_*."""
     status = _init_levels(
         pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64), max_tops
     )
@@ -336,6 +373,7 @@ def run_state_walk(
         uncertain,
         np.empty(0, dtype=np.int8),
         counts,
+        loop,
     )
 
 
@@ -368,6 +406,7 @@ def run_walk(pda, pool, ws, trie, candidates, cand_lcp, init_s, init_p, max_tops
         none,
         result,
         np.zeros(3, dtype=np.int64),
+        np.empty(0, dtype=np.uint8),
     )
 
 

@@ -43,23 +43,54 @@ def _single_fills(matchers) -> np.ndarray:
     return out
 
 
+def _split_always(monkeypatch) -> None:
+    """Make the batch path use every thread it is given, however little the work (its
+    thresholds would keep a small test's steps on one thread)."""
+    from pushmask.masks import matcher, state_masks
+
+    monkeypatch.setattr(matcher, "MIN_WORK_PER_THREAD_S", 1e-12)
+    monkeypatch.setattr(matcher, "MIN_WALKS_TO_SPLIT", 0)
+    monkeypatch.setattr(state_masks, "MIN_STATES_TO_SPLIT", 0)
+
+
+def _poison_growth(monkeypatch) -> None:
+    """Free mask-pool space is poisoned on each growth: a mask left behind reads as garbage."""
+    from pushmask.masks.compiler import CompiledGrammar
+
+    grow = CompiledGrammar._grow_pool
+
+    def poisoned_grow(store, need):
+        grow(store, need)
+        store.mask_pool[store._pool_used :] = -7
+
+    monkeypatch.setattr(CompiledGrammar, "_grow_pool", poisoned_grow)
+
+
 @pytest.mark.parametrize("name", TOKENIZERS)
-def test_batch_equals_single_fills_on_dev_schemas(name):
+def test_batch_equals_single_fills_on_dev_schemas(name, monkeypatch):
     """Rows of dev schemas, two rows per schema (the same states), teacher-forced on a valid
     instance: with a fresh compiler the batch path meets every state first (first visits), then
-    runs again with new matchers (known masks, empty memos); with 1 and 3 threads, torch and numpy
-    bitmasks, every row equals the single-row fill of the same schema compiled apart and allows
+    runs again with new matchers (known masks, empty memos); with 1 and 3 threads (every step
+    split), torch and numpy bitmasks, without and with the shared cache (masks of one schema's
+    states found for another's), with mask pools that must grow part way through a batch's first
+    visits: every row equals the single-row fill of the same schema compiled apart and allows
     the instance's token."""
     info = tokenizer_info(name)
     steps = 24
     rows = _dev_rows(name, 6, steps)
     assert len(rows) == 6
+    _poison_growth(monkeypatch)
     # The single-row fills read grammars of their own compiler: their masks are computed apart.
     reference = pm.GrammarCompiler(info, cache_enabled=False)
     references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
-    for threads, torch_bitmask in ((1, False), (3, True)):
-        compiler = pm.GrammarCompiler(info, cache_enabled=False)  # nothing known: first visits in the batch
+    for threads, torch_bitmask, cached in ((1, False, False), (3, True, True)):
+        if threads > 1:
+            _split_always(monkeypatch)
+        compiler = pm.GrammarCompiler(info, cache_enabled=cached)  # nothing known: first visits in the batch
         grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
+        if threads > 1:
+            for grammar in grammars:  # pools that must grow in the batch kernel
+                grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
         for _ in range(2):
             order = list(range(len(rows))) * 2
             batch = [pm.GrammarMatcher(grammars[k]) for k in order]
@@ -77,6 +108,31 @@ def test_batch_equals_single_fills_on_dev_schemas(name):
                     token = rows[k][1][step]
                     assert (got[row, token >> 5] >> (token & 31)) & 1, (name, k, step)
                     assert batch[row].accept_token(token) and single[row].accept_token(token)
+
+
+def test_batch_first_visits_wait_for_a_grammar_another_thread_holds():
+    """A grammar whose store another thread is filling (its lock held) is left out of the batch's
+    kernel call and finished after it: the rows still equal their single-row fills."""
+    import threading
+
+    info = tokenizer_info("llama3")
+    rows = _dev_rows("llama3", 3, 4)
+    compiler = pm.GrammarCompiler(info, cache_enabled=False)
+    reference = pm.GrammarCompiler(info, cache_enabled=False)
+    grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
+    references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
+    matchers = [pm.GrammarMatcher(g) for g in grammars]
+    twins = [pm.GrammarMatcher(g) for g in references]
+    for matcher, twin, (_, tokens) in zip(matchers, twins, rows):
+        assert matcher.accept_tokens(tokens[:3]) and twin.accept_tokens(tokens[:3])  # states not yet visited
+    held = grammars[1]._lock
+    held.acquire()
+    releaser = threading.Timer(0.2, held.release)
+    releaser.start()
+    bitmask = np.zeros((len(matchers), (info.vocab_size + 31) // 32), dtype=np.int32)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=2)
+    releaser.join()
+    assert (bitmask == _single_fills(twins)).all()
 
 
 def _mixed_matchers(compiler):
@@ -188,16 +244,10 @@ def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch)
     the masks that call already stored must move into the grown pool with the rest: every stored
     mask equals the one a grammar compiled apart computes state by state.  Free pool space is
     poisoned on each growth, so a mask left behind reads as garbage, not as chance zeros."""
-    from pushmask.masks.compiler import CompiledGrammar, _stored_mask
+    from pushmask.masks.compiler import _stored_mask
     from pushmask.masks.walk import MASK_FIELDS
 
-    grow = CompiledGrammar._grow_pool
-
-    def poisoned_grow(store, need):
-        grow(store, need)
-        store.mask_pool[store._pool_used :] = -7
-
-    monkeypatch.setattr(CompiledGrammar, "_grow_pool", poisoned_grow)
+    _poison_growth(monkeypatch)
     info = tokenizer_info("llama3")
     schema = _dev_rows("llama3", 1, 8)[0][0]
     grammar = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)

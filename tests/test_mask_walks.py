@@ -1,8 +1,9 @@
 """State masks against independent references.
 
-- Vocabulary slices: every state's mask equals a walk of the whole trie without slices, bit for
-  bit (accepted and uncertain tokens), on schemas and grammars with free, counted, patterned and
-  escaped strings, on all four tokenizers; and the comparison catches a slice wrongly applied.
+- Vocabulary slices and loop bytes: every state's mask equals a walk of the whole trie without
+  slices or loop bytes, bit for bit (accepted and uncertain tokens), on schemas and grammars
+  with free, counted, patterned and escaped strings, on all four tokenizers; and the comparison
+  catches a slice wrongly applied.
 - Slice bounds against brute force over the slice's tokens.
 - Follow pairs: matcher fills along real instances equal per-token brute force (accept_token),
   including the states after values, where the pairs turn " word" tokens from uncertain into
@@ -18,6 +19,7 @@ import pytest
 from support import REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
 
 import pushmask as pm
+from pushmask.masks.state_masks import MIN_LOOP_BYTES, loop_bytes
 from pushmask.masks.trie import BUCKET_BOUNDS, OTHER
 from pushmask.masks.walk import run_slice_bounds
 
@@ -38,6 +40,13 @@ SCHEMAS = {
             "hex": {"type": "string", "pattern": "^[0-9a-f]{4,8}$"},
             "ratio": {"type": "number"},
             "tags": {"type": "array", "items": {"enum": ["a", "b c", "é"]}},
+        },
+    },
+    "loops": {  # patterns whose states keep themselves on many bytes but not all content
+        "type": "object",
+        "properties": {
+            "words": {"type": "string", "pattern": "^(?:(?:[\\w\\-\\.\\s]+)|(?:\\$\\([\\w\\-\\.]+\\)))+$"},
+            "lower": {"type": "string", "pattern": "^[a-z ]+,[a-z ]*$"},
         },
     },
     "nested": {
@@ -82,10 +91,13 @@ def _accepted_and_uncertain(compiled, mask) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(accepted), uncertain
 
 
-def _assert_slices_equal_full_walks(compiled) -> int:
-    """Every state: slices + partial walks == whole-trie walk.  Returns how many states took a slice."""
-    sliced = 0
+def _assert_slices_equal_full_walks(compiled) -> tuple[int, int]:
+    """Every state: slices, loop bytes + partial walks == whole-trie walk.  Returns how many
+    states took a slice and how many had loop bytes."""
+    sliced = looped = 0
+    loop = np.zeros(256, dtype=np.uint8)
     for state in range(compiled.num_states):
+        looped += loop_bytes(compiled.pda.blob, state, loop) >= MIN_LOOP_BYTES
         pairs, _ = compiled._follow_pairs(int(compiled.pda.state_rule[state]))
         fast = compiled._compute_mask(state, pairs)
         full = compiled._compute_mask(state, pairs, use_slices=False)
@@ -93,13 +105,15 @@ def _assert_slices_equal_full_walks(compiled) -> int:
         for got, want in zip(_accepted_and_uncertain(compiled, fast), _accepted_and_uncertain(compiled, full)):
             assert np.array_equal(got, want), (compiled, state)
         assert fast.num_accepted == full.num_accepted
-    return sliced
+    return sliced, looped
 
 
 @pytest.mark.parametrize("name", TOKENIZER_NAMES)
 def test_slices_equal_full_walks(name):
-    sliced = sum(_assert_slices_equal_full_walks(compiled) for compiled in _compiled(name))
+    counts = np.array([_assert_slices_equal_full_walks(compiled) for compiled in _compiled(name)])
+    sliced, looped = counts.sum(axis=0)
     assert sliced >= 20  # the slice path really ran (free, counted and escaped strings)
+    assert looped >= 5  # and the loop bytes (patterned strings, grammar loops)
 
 
 def test_a_slice_applied_where_the_state_lacks_it_is_caught(monkeypatch):
