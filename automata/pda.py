@@ -275,10 +275,12 @@ def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[n
     ptr = np.zeros(n_rules + 1, dtype=np.int32)
     if len(ref_rule) == 0:
         return ptr, np.zeros(0, dtype=np.int32)
-    pairs = np.unique(np.stack([ref_rule.astype(np.int64), ref_dst.astype(np.int64)]), axis=1)
-    np.add.at(ptr, pairs[0] + 1, 1)
+    # one int64 per (rule, state) pair, so that a 1-D unique sorts them (unique over axis=1 is
+    # several times slower); both fit in 31 bits
+    pairs = np.unique((ref_rule.astype(np.int64) << 32) | ref_dst.astype(np.int64))
+    np.add.at(ptr, (pairs >> 32) + 1, 1)
     np.cumsum(ptr, out=ptr)
-    return ptr, pairs[1].astype(np.int32)
+    return ptr, (pairs & 0xFFFFFFFF).astype(np.int32)
 
 
 def _as_rule_dfa(dfa) -> RuleDfa:
