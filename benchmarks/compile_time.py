@@ -48,7 +48,9 @@ def main(argv=None) -> int:
     parser.add_argument("--closed", action="store_true", help="additionalProperties false by default")
     parser.add_argument("--profile", default=None, help="write a cProfile of the run to this file")
     parser.add_argument("--slowest", type=int, default=5, help="list the N slowest schemas")
-    parser.add_argument("--rows", default=None, help="a rows file (serve_batch's): time the whole compile of its schemas")
+    parser.add_argument(
+        "--rows", default=None, help="a rows file (serve_batch's): time the whole compile of its schemas"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="with --rows: compiles of all the schemas (default 3)")
     parser.add_argument("--llguidance", action="store_true", help="with --rows: llguidance's compile too")
     args = parser.parse_args(argv)
@@ -91,6 +93,8 @@ def main(argv=None) -> int:
 
 def rows_main(args) -> int:
     """The whole compile of a rows file's schemas, its stage split, and llguidance's (see the module docstring)."""
+    from transformers import AutoTokenizer
+
     import pushmask as pm
     from pushmask.automata import dfa
     from pushmask.automata.pda import build_pda
@@ -101,7 +105,6 @@ def rows_main(args) -> int:
     from pushmask.grammar.json_schema.documents import check_metaschema
     from pushmask.grammar.passes import normalize
     from pushmask.masks.compiler import CompiledGrammar
-    from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(str(DEV.parent.parent / "tokenizers" / "llama3"))
     schemas = [row["schema"] for row in json.loads(Path(args.rows).read_text())]
@@ -118,7 +121,9 @@ def rows_main(args) -> int:
 
     compile_all()  # numba kernels loaded, imports done
     runs = [compile_all() for _ in range(args.repeat)]
-    print(f"pushmask: {len(schemas)} schemas, process CPU ms {[round(c) for c, _ in runs]}, wall ms {[round(w) for _, w in runs]}")
+    print(
+        f"pushmask: {len(schemas)} schemas, process CPU ms {[round(c) for c, _ in runs]}, wall ms {[round(w) for _, w in runs]}"
+    )
 
     stage: Counter = Counter()
     timed = {"_structure_digest": "pda: rule digests", "_construct_rule_dfa": "pda: rule DFA constructions"}
