@@ -41,6 +41,7 @@ from pushmask.grammar.ir import (
     alt,
     char_fsm_of_columns,
     char_fsm_table,
+    iter_nodes,
     lit,
     opt,
     ref,
@@ -455,16 +456,5 @@ def test_json_string_automata_carry_their_arrays():
     """JSON Schema string automata (pattern, key exclusions) are built from arrays, so the fast
     path above is the one compiles take."""
     grammar = json_schema_to_grammar({"type": "string", "pattern": "^[a-z]+[0-9]?$"})
-    fsms = [node for body in grammar.rules.values() for node in _nodes(body) if isinstance(node, CharFsm)]
+    fsms = [node for node in iter_nodes(*grammar.rules.values()) if isinstance(node, CharFsm)]
     assert fsms and any(char_fsm_table(node) is not None for node in fsms)
-
-
-def _nodes(body):
-    stack, seen = [body], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        stack.extend(getattr(node, "items", ()) or ([node.item] if isinstance(node, Repeat) else []))
