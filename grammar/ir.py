@@ -24,7 +24,7 @@ class Expr:
 
     # computed on first use (`_hash_once`, `ref_names`, automata/dfa.py's structure digest of a
     # CharFsm, passes' emptiness check of a CharFsm), or kept from construction (a CharFsm's
-    # transitions as an array, `char_fsm_of_columns`); not part of the value
+    # transitions as an array and its emptiness, `char_fsm_of_columns`); not part of the value
     __slots__ = ("_hash", "_refs", "_digest", "_nonempty", "_table")
 
 
@@ -115,14 +115,20 @@ class CharFsm(Expr):
     transitions: tuple[tuple[int, int, int, int], ...]
 
 
-def char_fsm_of_columns(initial: int, finals: frozenset[int], source, lo, hi, target) -> CharFsm:
+def char_fsm_of_columns(
+    initial: int, finals: frozenset[int], source, lo, hi, target, nonempty: bool | None = None
+) -> CharFsm:
     """The CharFsm of transitions given as four integer arrays (numpy, one row per transition),
     which it also keeps as one read-only int32 [k, 4] array (the `_table` slot): automata/dfa.py
-    and the emptiness check read that instead of converting thousands of tuples back."""
+    reads that instead of converting thousands of tuples back.  `nonempty`: whether it accepts
+    some string, when the caller knows (a trimmed automaton with a final state does), which the
+    passes' emptiness check then takes instead of searching the transitions."""
     table = np.stack([source, lo, hi, target], axis=1).astype(np.int32)
     table.flags.writeable = False
     fsm = CharFsm(initial, finals, tuple(map(tuple, table.tolist())))
     object.__setattr__(fsm, "_table", table)
+    if nonempty is not None:
+        object.__setattr__(fsm, "_nonempty", nonempty)
     return fsm
 
 

@@ -122,7 +122,8 @@ def json_string_expr(
         return NOTHING
     # edges come state by state, each state's sorted: the order dfa_to_char_fsm sorts into
     source = np.repeat(np.arange(start.shape[0]), count)
-    automaton = char_fsm_of_columns(0, frozenset(np.flatnonzero(final).tolist()), source, lo, hi, target)
+    # trimmed (every state reachable and reaching a final state) with a final state: not empty
+    automaton = char_fsm_of_columns(0, frozenset(np.flatnonzero(final).tolist()), source, lo, hi, target, nonempty=True)
     return seq(lit('"'), automaton, lit('"'))
 
 

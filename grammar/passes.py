@@ -18,10 +18,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 
-import numpy as np
-
 from .core.errors import CompileClock, GrammarError
-from .fsm.graph_kernels import grouped, mark_reaching
 from .ir import (
     EPSILON,
     NOTHING,
@@ -36,7 +33,6 @@ from .ir import (
     Repeat,
     Seq,
     alt,
-    char_fsm_table,
     map_refs,
     ref_names,
     rep,
@@ -74,9 +70,6 @@ def _fsm_nonempty(fsm: CharFsm) -> bool:
 
 
 def _search_final(fsm: CharFsm) -> bool:
-    table = char_fsm_table(fsm)
-    if table is not None:  # built from arrays: walk them in numba instead of the tuples
-        return _table_reaches_final(table, fsm.initial, fsm.finals)
     edges: dict[int, list[int]] = {}
     for src, _, _, dst in fsm.transitions:
         edges.setdefault(src, []).append(dst)
@@ -91,16 +84,6 @@ def _search_final(fsm: CharFsm) -> bool:
                 seen.add(nxt)
                 stack.append(nxt)
     return False
-
-
-def _table_reaches_final(table, initial: int, finals: frozenset[int]) -> bool:
-    """Does `initial` reach one of `finals` along the transitions of an int32 [k, 4] table
-    (source, lo, hi, target)?  Backward reachability from the finals (grammar/fsm/graph_kernels.py)."""
-    n = 1 + max(int(table[:, [0, 3]].max(initial=0)), initial, max(finals, default=0))
-    marked = np.zeros(n, dtype=np.bool_)
-    marked[list(finals)] = True
-    predecessors = grouped(table[:, 3].astype(np.int64), table[:, 0].astype(np.int64), n)
-    return bool(mark_reaching(marked, *predecessors)[initial])
 
 
 def is_nullable(expr: Expr, nullable: set[str] | dict[str, bool], known: set[int] | None = None) -> bool:

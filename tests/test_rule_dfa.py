@@ -51,7 +51,7 @@ from pushmask.grammar.ir import (
 )
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.lark_frontend import parse_lark
-from pushmask.grammar.passes import _search_final, normalize
+from pushmask.grammar.passes import _fsm_nonempty, _search_final, normalize
 from pushmask.grammar.regex import parse_regex, regex_to_ir
 
 UNBOUNDED = 10**9
@@ -412,7 +412,6 @@ def test_automata_built_from_arrays_give_the_same_layout_language_and_rule_dfa()
         tuples, arrays = _random_fsm_pair(rng)
         assert tuples == arrays and hash(tuples) == hash(arrays)
         assert char_fsm_table(tuples) is None and char_fsm_table(arrays) is not None
-        assert _search_final(tuples) == _search_final(arrays)
         for fsm in (tuples, arrays):
             dfa_module._fsm_layouts.clear()
             got, want = dfa_module._fsm_layout(fsm), _old_fsm_layout(fsm)
@@ -458,3 +457,6 @@ def test_json_string_automata_carry_their_arrays():
     grammar = json_schema_to_grammar({"type": "string", "pattern": "^[a-z]+[0-9]?$"})
     fsms = [node for node in iter_nodes(*grammar.rules.values()) if isinstance(node, CharFsm)]
     assert fsms and any(char_fsm_table(node) is not None for node in fsms)
+    for fsm in fsms:  # the emptiness they come with is what a search of their transitions finds
+        assert _fsm_nonempty(fsm) == _search_final(CharFsm(fsm.initial, fsm.finals, fsm.transitions))
+    assert _fsm_nonempty(char_fsm_of_columns(0, frozenset(), *([np.array([0])] * 4), nonempty=False)) is False
