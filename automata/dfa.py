@@ -158,9 +158,14 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
         transitions = np.fromiter(
             itertools.chain.from_iterable(fsm.transitions), dtype=np.int32, count=4 * len(fsm.transitions)
         ).reshape(-1, 4)
-    mentioned = np.zeros(1 + max(int(transitions[:, [0, 3]].max(initial=0)), fsm.initial), dtype=np.bool_)
-    mentioned[transitions[:, 0]] = mentioned[transitions[:, 3]] = mentioned[fsm.initial] = True
-    states = np.flatnonzero(mentioned)  # the states that a transition or the initial state mentions
+    ends = transitions[:, [0, 3]]
+    top = max(int(ends.max(initial=0)), fsm.initial)
+    if top < 16 * (len(transitions) + 1):  # the states that a transition or the initial state mentions
+        mentioned = np.zeros(top + 1, dtype=np.bool_)
+        mentioned[ends.ravel()] = mentioned[fsm.initial] = True
+        states = np.flatnonzero(mentioned)  # linear, unlike sorting
+    else:  # sparse state numbers
+        states = np.unique(np.append(ends, fsm.initial))
     if states[0] != 0 or states[-1] != len(states) - 1:  # else the numbering is already 0..n-1
         transitions = transitions.copy()
         transitions[:, 0] = np.searchsorted(states, transitions[:, 0])

@@ -395,7 +395,7 @@ def _random_fsm_pair(rng: random.Random):
     """The same random code-point automaton built from tuples and from arrays (states sometimes
     not numbered 0..n-1, finals sometimes outside the states)."""
     n, k = rng.randint(1, 7), rng.randint(0, 14)
-    spread = rng.choice([1, 3])
+    spread = rng.choice([1, 3, 1000])  # 1000: sparse state numbers
     initial = rng.randrange(n) * spread
     rows = sorted(
         (rng.randrange(n) * spread, lo, lo + rng.choice([0, 0, 5, 200]), rng.randrange(n) * spread)
