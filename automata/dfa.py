@@ -25,7 +25,7 @@ import numpy as np
 
 from ..grammar.core.caches import BoundedCache
 from ..grammar.core.errors import LimitExceededError
-from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
+from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq, char_fsm_table
 from . import dfa_kernels, thompson_kernels
 from .thompson_kernels import ALT, BACK, BYTE_RANGES, BYTES, CHARS, FSM, REF, REPEAT, SEQ
 
@@ -153,15 +153,27 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     got = _fsm_layouts.get(id(fsm))
     if got is not None and got[0] is fsm:
         return got[1]
-    transitions = np.fromiter(
-        itertools.chain.from_iterable(fsm.transitions), dtype=np.int32, count=4 * len(fsm.transitions)
-    ).reshape(-1, 4)
-    states = np.unique(np.append(transitions[:, [0, 3]], fsm.initial))
-    transitions[:, 0] = np.searchsorted(states, transitions[:, 0])
-    transitions[:, 3] = np.searchsorted(states, transitions[:, 3])
-    number = {q: i for i, q in enumerate(states.tolist())}
-    finals = np.array(sorted(number[q] for q in fsm.finals if q in number), dtype=np.int64)
-    layout = (len(states), transitions, finals, number[fsm.initial])
+    transitions = char_fsm_table(fsm)  # read-only: renumbered into a copy below if need be
+    if transitions is None:
+        transitions = np.fromiter(
+            itertools.chain.from_iterable(fsm.transitions), dtype=np.int32, count=4 * len(fsm.transitions)
+        ).reshape(-1, 4)
+    ends = transitions[:, [0, 3]]
+    top = max(int(ends.max(initial=0)), fsm.initial)
+    if top < 16 * (len(transitions) + 1):  # the states that a transition or the initial state mentions
+        mentioned = np.zeros(top + 1, dtype=np.bool_)
+        mentioned[ends.ravel()] = mentioned[fsm.initial] = True
+        states = np.flatnonzero(mentioned)  # linear, unlike sorting
+    else:  # sparse state numbers
+        states = np.unique(np.append(ends, fsm.initial))
+    if states[0] != 0 or states[-1] != len(states) - 1:  # else the numbering is already 0..n-1
+        transitions = transitions.copy()
+        transitions[:, 0] = np.searchsorted(states, transitions[:, 0])
+        transitions[:, 3] = np.searchsorted(states, transitions[:, 3])
+    finals = np.array(sorted(fsm.finals), dtype=np.int64)
+    at = np.minimum(np.searchsorted(states, finals), len(states) - 1)
+    finals = at[states[at] == finals]  # the numbers of the finals that are states, ascending
+    layout = (len(states), transitions, finals, int(np.searchsorted(states, fsm.initial)))
     # holding fsm keeps its id from being reused; a dead automaton's entry under a reused id is replaced
     _fsm_layouts.put(id(fsm), (fsm, layout))
     return layout
@@ -290,7 +302,12 @@ def _fsm_number(fsm: CharFsm) -> bytes:
     as 8 bytes: equal automata built apart share it, and a number is never given to other
     content (the counter never restarts, so forgetting an entry only costs cache misses).
     Hashing and comparing the transition tuples runs in C, unlike writing them out to digest."""
-    key = (fsm.initial, frozenset(fsm.finals), fsm.transitions)
+    table = char_fsm_table(fsm)
+    # an automaton built from arrays is keyed by a 128-bit digest of them (hashing bytes is far
+    # cheaper than hashing tuples): equal content in the two forms gets two numbers, which only
+    # costs cache misses
+    content = fsm.transitions if table is None else hashlib.blake2b(table.tobytes(), digest_size=16).digest()
+    key = (fsm.initial, frozenset(fsm.finals), content)
     entry = _fsm_numbers.get(key)
     if entry is None:
         # two threads numbering the same content at once give it two numbers: cache misses only

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .core.errors import GrammarError
 
 MAX_CODE_POINT = 0x10FFFF
@@ -21,8 +23,9 @@ class Expr:
     """Base class of IR expressions."""
 
     # computed on first use (`_hash_once`, `ref_names`, automata/dfa.py's structure digest of a
-    # CharFsm, passes' emptiness check of a CharFsm); not part of the value
-    __slots__ = ("_hash", "_refs", "_digest", "_nonempty")
+    # CharFsm, passes' emptiness check of a CharFsm), or kept from construction (a CharFsm's
+    # transitions as an array and its emptiness, `char_fsm_of_columns`); not part of the value
+    __slots__ = ("_hash", "_refs", "_digest", "_nonempty", "_table")
 
 
 def _hash_once(cls):
@@ -110,6 +113,29 @@ class CharFsm(Expr):
     initial: int
     finals: frozenset[int]
     transitions: tuple[tuple[int, int, int, int], ...]
+
+
+def char_fsm_of_columns(
+    initial: int, finals: frozenset[int], source, lo, hi, target, nonempty: bool | None = None
+) -> CharFsm:
+    """The CharFsm of transitions given as four integer arrays (numpy, one row per transition),
+    which it also keeps as one read-only int32 [k, 4] array (the `_table` slot): automata/dfa.py
+    reads that instead of converting thousands of tuples back.  `nonempty`: whether it accepts
+    some string, when the caller knows (a trimmed automaton with a final state does), which the
+    passes' emptiness check then takes instead of searching the transitions."""
+    table = np.stack([source, lo, hi, target], axis=1).astype(np.int32)
+    table.flags.writeable = False
+    fsm = CharFsm(initial, finals, tuple(map(tuple, table.tolist())))
+    object.__setattr__(fsm, "_table", table)
+    if nonempty is not None:
+        object.__setattr__(fsm, "_nonempty", nonempty)
+    return fsm
+
+
+def char_fsm_table(fsm: CharFsm):
+    """The transitions of `fsm` as an int32 [k, 4] array when it was built from arrays
+    (`char_fsm_of_columns`), else None."""
+    return getattr(fsm, "_table", None)
 
 
 EPSILON = Bytes(b"")

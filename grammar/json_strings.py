@@ -46,7 +46,7 @@ from .fsm.codepoint_dfa import (
     length_dfa,
     literal_dfa,
 )
-from .ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, alt, lit, rep, seq
+from .ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, alt, char_fsm_of_columns, lit, rep, seq
 from .json_formats import format_dfa
 
 __all__ = [
@@ -122,8 +122,9 @@ def json_string_expr(
         return NOTHING
     # edges come state by state, each state's sorted: the order dfa_to_char_fsm sorts into
     source = np.repeat(np.arange(start.shape[0]), count)
-    transitions = tuple(zip(source.tolist(), lo.tolist(), hi.tolist(), target.tolist()))
-    return seq(lit('"'), CharFsm(0, frozenset(np.flatnonzero(final).tolist()), transitions), lit('"'))
+    # trimmed (every state reachable and reaching a final state) with a final state: not empty
+    automaton = char_fsm_of_columns(0, frozenset(np.flatnonzero(final).tolist()), source, lo, hi, target, nonempty=True)
+    return seq(lit('"'), automaton, lit('"'))
 
 
 JSON_CHAR: Expr = dfa_to_char_fsm(encode_json_string(length_dfa(1, 1)))

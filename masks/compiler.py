@@ -459,7 +459,14 @@ class CompiledGrammar:
     Masks come from the compiler's shared cache (or one trie walk each) and are copied into this
     grammar's flat store (mask_index / mask_pool, layout in automata.kernels) that the one-call
     fill kernel reads.
+
+    The grammar IR it was built from is not kept (`grammar` is None): a compiled grammar holds
+    flat arrays, while the IR of a large schema is tens of thousands of Python objects that every
+    full garbage collection of the process would scan again; front ends (grammar.frontends.to_grammar)
+    give the IR again where it is wanted.
     """
+
+    grammar: Grammar | None = None
 
     def __init__(
         self,
@@ -472,7 +479,6 @@ class CompiledGrammar:
     ):
         self.compiler = compiler
         self.tokenizer_info = compiler.tokenizer_info
-        self.grammar = grammar
         self.pda = pda
         # value checks (grammar/json_checks.py) by rule name; a deserialized grammar has none
         self.value_checks: dict[str, object] = dict(grammar.checks) if grammar is not None else {}
@@ -706,7 +712,7 @@ class CompiledGrammar:
     def num_states(self) -> int:
         return self.pda.num_states
 
-    # -- serialization (the automaton and the masks computed so far; `grammar`, the IR, stays behind)
+    # -- serialization (the automaton and the masks computed so far)
 
     def serialize_json(self) -> str:
         """JSON text of this grammar without its vocabulary (xgrammar's name): read it back with

@@ -39,6 +39,9 @@ from pushmask.grammar.ir import (
     Repeat,
     Seq,
     alt,
+    char_fsm_of_columns,
+    char_fsm_table,
+    iter_nodes,
     lit,
     opt,
     ref,
@@ -48,7 +51,7 @@ from pushmask.grammar.ir import (
 )
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.lark_frontend import parse_lark
-from pushmask.grammar.passes import normalize
+from pushmask.grammar.passes import _fsm_nonempty, _search_final, normalize
 from pushmask.grammar.regex import parse_regex, regex_to_ir
 
 UNBOUNDED = 10**9
@@ -374,3 +377,86 @@ def test_utf8_sequences_match_the_python_splitting():
         n = utf8_sequences(lo, hi, seqs, stack)
         got = tuple(tuple((int(seqs[k, 1 + j]), int(seqs[k, 5 + j])) for j in range(seqs[k, 0])) for k in range(n))
         assert got == utf8_byte_ranges(lo, hi), (hex(lo), hex(hi))
+
+
+def _old_fsm_layout(fsm: CharFsm):
+    """The layout as automata/dfa.py computed it from the transition tuples before automata built
+    from arrays kept them (the oracle for `_fsm_layout`)."""
+    transitions = np.array(fsm.transitions, dtype=np.int32).reshape(-1, 4)
+    states = sorted({q for t in fsm.transitions for q in (t[0], t[3])} | {fsm.initial})
+    number = {q: i for i, q in enumerate(states)}
+    for row in transitions:
+        row[0], row[3] = number[int(row[0])], number[int(row[3])]
+    finals = np.array(sorted(number[q] for q in fsm.finals if q in number), dtype=np.int64)
+    return len(states), transitions, finals, number[fsm.initial]
+
+
+def _random_fsm_pair(rng: random.Random):
+    """The same random code-point automaton built from tuples and from arrays (states sometimes
+    not numbered 0..n-1, finals sometimes outside the states)."""
+    n, k = rng.randint(1, 7), rng.randint(0, 14)
+    spread = rng.choice([1, 3, 1000])  # 1000: sparse state numbers
+    initial = rng.randrange(n) * spread
+    rows = sorted(
+        (rng.randrange(n) * spread, lo, lo + rng.choice([0, 0, 5, 200]), rng.randrange(n) * spread)
+        for lo in (rng.choice([0x61, 0x62, 0x3B1, 0x1F600]) for _ in range(k))
+    )
+    finals = frozenset(rng.sample(range(spread * n + 2), rng.randint(0, 3)))
+    columns = [np.array([row[i] for row in rows], dtype=np.int64) for i in range(4)]
+    return CharFsm(initial, finals, tuple(rows)), char_fsm_of_columns(initial, finals, *columns)
+
+
+def test_automata_built_from_arrays_give_the_same_layout_language_and_rule_dfa():
+    rng = random.Random(7)
+    for _ in range(300):
+        tuples, arrays = _random_fsm_pair(rng)
+        assert tuples == arrays and hash(tuples) == hash(arrays)
+        assert char_fsm_table(tuples) is None and char_fsm_table(arrays) is not None
+        for fsm in (tuples, arrays):
+            dfa_module._fsm_layouts.clear()
+            got, want = dfa_module._fsm_layout(fsm), _old_fsm_layout(fsm)
+            assert got[0] == want[0] and got[3] == want[3]
+            assert np.array_equal(got[1], want[1]) and got[1].dtype == np.int32
+            assert np.array_equal(got[2], want[2]) and got[2].dtype == np.int64
+        body = seq(lit("["), arrays, opt(ref("next")))
+        built = _construct_rule_dfa(body, MAX_STATES)
+        assert built == _construct_rule_dfa(seq(lit("["), tuples, opt(ref("next"))), MAX_STATES)
+        assert built == reference(body)
+    dfa_module._fsm_layouts.clear()
+
+
+def test_automata_built_from_arrays_never_share_a_cache_entry_with_other_content():
+    """The rule DFA cache keys an array-built automaton by a digest of its arrays: bodies that
+    differ in one transition or one final state get different digests and automata; equal
+    content built twice shares one construction."""
+    clear_dfa_cache()
+
+    def fsm(rows, finals):
+        return char_fsm_of_columns(0, frozenset(finals), *(np.array(c, dtype=np.int64) for c in zip(*rows)))
+
+    base = [(0, 0x61, 0x7A, 1), (1, 0x30, 0x39, 1)]
+    variants = [
+        fsm(base, {1}),
+        fsm([(0, 0x61, 0x79, 1), (1, 0x30, 0x39, 1)], {1}),  # one range end differs
+        fsm(base + [(1, 0x5F, 0x5F, 0)], {1}),  # one transition more
+        fsm(base, {0, 1}),  # one final more
+    ]
+    digests = [_structure_digest(seq(lit('"'), f, lit('"')))[0] for f in variants]
+    assert len(set(digests)) == len(variants)
+    dfas = [build_rule_dfa(seq(lit('"'), f, lit('"'))) for f in variants]
+    assert len({d.digest() for d in dfas}) == len(variants)
+    again = build_rule_dfa(seq(lit('"'), fsm(base, {1}), lit('"')))
+    assert _structure_digest(seq(lit('"'), fsm(base, {1}), lit('"')))[0] == digests[0]
+    assert again == dfas[0] and again == reference(seq(lit('"'), variants[0], lit('"')))
+    clear_dfa_cache()
+
+
+def test_json_string_automata_carry_their_arrays():
+    """JSON Schema string automata (pattern, key exclusions) are built from arrays, so the fast
+    path above is the one compiles take."""
+    grammar = json_schema_to_grammar({"type": "string", "pattern": "^[a-z]+[0-9]?$"})
+    fsms = [node for node in iter_nodes(*grammar.rules.values()) if isinstance(node, CharFsm)]
+    assert fsms and any(char_fsm_table(node) is not None for node in fsms)
+    for fsm in fsms:  # the emptiness they come with is what a search of their transitions finds
+        assert _fsm_nonempty(fsm) == _search_final(CharFsm(fsm.initial, fsm.finals, fsm.transitions))
+    assert _fsm_nonempty(char_fsm_of_columns(0, frozenset(), *([np.array([0])] * 4), nonempty=False)) is False

@@ -314,7 +314,7 @@ def test_jump_forward_stops_before_a_failing_close(small_compiler):
     """The forced bytes '"' that would close a duplicate item are not proposed."""
     schema = {"type": "array", "uniqueItems": True, "items": {"anyOf": [{"const": "abcdef"}, {"type": "integer"}]}}
     compiled = _compile(small_compiler, schema)
-    assert compiled.grammar.checks
+    assert compiled.value_checks
     matcher = pm.GrammarMatcher(compiled)
     assert matcher.accept_string('["a')
     assert matcher.find_jump_forward_string() == 'bcdef"'
