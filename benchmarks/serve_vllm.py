@@ -148,9 +148,13 @@ def make_requests(rows, tag: str, max_tokens: int) -> dict:
 
     requests = {}
     for i, row in enumerate(rows):
-        params = SamplingParams(max_tokens=max_tokens, structured_outputs=StructuredOutputsParams(json=row["schema"]))
+        params = SamplingParams(
+            max_tokens=max_tokens or 1024, structured_outputs=StructuredOutputsParams(json=row["schema"])
+        )
         rid = f"{tag}-{i}"
         requests[rid] = Request(rid, prompt_token_ids=[1, 2, 3], sampling_params=params, pooling_params=None)
+        if not max_tokens:  # a Request needs max_tokens; without it pushmask's backend sets no budget
+            params.max_tokens = None
     return requests
 
 
@@ -280,10 +284,12 @@ def run(
                     first = make_requests(rows, f"first-{mode}", max_tokens)
                     compile_all(manager, first)
                 fills, accepts = one_pass(manager, rows, first, steps, name)
+                res["forced tokens allowed"] = res.get("forced tokens allowed", 0) + len(rows) * len(fills)
                 res[f"first {mode}"], res[f"first {mode} accept"] = stats(fills), stats(accepts)
                 steady = make_requests(rows, f"steady-{mode}", max_tokens)
                 res[f"compile again ms, {mode}"] = round(compile_all(manager, steady), 1)
                 fills, accepts = one_pass(manager, rows, steady, steps, name)
+                res["forced tokens allowed"] += len(rows) * len(fills)
                 res[f"steady {mode}"], res[f"steady {mode} accept"] = stats(fills), stats(accepts)
                 log(f"{name} {mode}: " + ", ".join(f"{key} {value}" for key, value in res.items() if mode in key))
             manager.clear_backend()
@@ -301,7 +307,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--threads", type=int, default=2, help="workers of the poolN fill")
     p.add_argument("--modes", default="serial,pool,poolN", help="serial, pool (vLLM's pool), poolN (--threads)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="each request's max_tokens (pushmask budgets it)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1024,
+        help="each request's max_tokens, which pushmask's backend budgets (0: none; vLLM always sets one)",
+    )
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.add_argument("--no-swaps", action="store_true", help="the rows file as it is (VLLM_SWAPS not applied)")
     p.add_argument("--check", action="store_true", help="only list the rows each backend refuses, row by row")
