@@ -31,7 +31,8 @@ serve_batch.py.  Per-step fill and accept times p50 / p99 / max in ms.
 
 The rows are serve_batch.py's, but for four: vLLM asks XGrammar for strict JSON objects (only the
 members a schema declares; pushmask's backend does the same under XGrammar's name), and those four
-instances write undeclared members, so they are swapped for MaskBench-dev files whose first valid
+instances write undeclared members (one only inside a bare ``{"type": "object"}``, which XGrammar
+closes and pushmask leaves open), so they are swapped for MaskBench-dev files whose first valid
 instance all three backends accept (VLLM_SWAPS; ``--check`` walks every row row by row and names
 the ones a backend refuses).
 """
