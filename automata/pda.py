@@ -104,18 +104,29 @@ class Pda:
         referenced rules' keys).  Equal keys mean equal right languages, hence equal masks
         under equal follow pairs.  Past STATE_KEY_STATES reachable states the key is the rule
         key plus the state's index (no sharing beyond the rule's, and no long walk)."""
-        key = self._state_keys.get(state)
-        if key is None:
+        return self.state_keys([state])[0]
+
+    def state_keys(self, states) -> list[str]:
+        """state_key of each of these states; the shapes of those not keyed yet come from one
+        kernel call, each hashed (blake2b: the shared mask cache trusts a key across grammars)."""
+        keys = self._state_keys
+        new = [s for s in dict.fromkeys(states) if s not in keys]
+        if new:
             if self._rule_hashes is None:
                 self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int64)
-            shape = _reachable_shape(self.blob, state, self._rule_hashes, STATE_KEY_STATES)
-            if len(shape):
-                key = "s" + hashlib.blake2b(shape.tobytes(), digest_size=16).hexdigest()
-            else:
-                rule, local = self.local_state(state)
-                key = f"{self.rule_keys[rule]}/{local}"
-            self._state_keys[state] = key
-        return key
+            shapes, ends = _reachable_shapes(
+                self.blob, np.array(new, dtype=np.int64), self._rule_hashes, STATE_KEY_STATES
+            )
+            data = memoryview(shapes).cast("B")
+            start = 0
+            for state, end in zip(new, (8 * ends).tolist()):
+                if end > start:
+                    keys[state] = "s" + hashlib.blake2b(data[start:end], digest_size=16).hexdigest()
+                else:
+                    rule, local = self.local_state(state)
+                    keys[state] = f"{self.rule_keys[rule]}/{local}"
+                start = end
+        return [keys[s] for s in states]
 
     def returns(self, rule: int) -> np.ndarray:
         """Global states a caller of `rule` returns to once it ends (int32, ascending)."""
@@ -142,19 +153,43 @@ def _visit(t, first, number, order, n, max_states):
 
 
 @njit(cache=True)
-def _reachable_shape(pda, state, rule_hashes, max_states):
-    """The reachable part of a state's rule as int64s, states numbered breadth-first from it:
-    per state its accept flag, byte edges (lo, hi, target number) and references (rule hash,
-    target number).  Empty past max_states reachable states."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
-    rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)[state]
-    first = rule_start[rule]
-    end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else accept.shape[0]
-    number = np.full(end - first, -1, dtype=np.int64)
+def _reachable_shapes(pda, states, rule_hashes, max_states):
+    """The reachable shapes of these states, one after another: (int64s, ends[i] where state i's
+    shape ends); a state's shape is empty past max_states reachable states."""
+    accept = kernels.blob_section(pda, kernels.PDA_ACCEPT)
+    number = np.full(accept.shape[0], -1, dtype=np.int64)  # by global state, -1 between calls
     order = np.empty(max_states + 1, dtype=np.int64)
-    out = np.empty(16, dtype=np.int64)
+    out = np.empty(64 * states.shape[0], dtype=np.int64)
+    ends = np.empty(states.shape[0], dtype=np.int64)
     n_out = 0
-    number[state - first] = 0
+    for i in range(states.shape[0]):
+        out, n_out = _reachable_shape(pda, states[i], rule_hashes, max_states, number, order, out, n_out)
+        ends[i] = n_out
+    return out[:n_out], ends
+
+
+@njit(cache=True)
+def _visit(t, number, order, n, max_states):
+    """Give state t the next breadth-first number n on its first visit; return how many states
+    are numbered, or -1 past max_states."""
+    if number[t] < 0:
+        if n > max_states:
+            return -1
+        number[t] = n
+        order[n] = t
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _reachable_shape(pda, state, rule_hashes, max_states, number, order, out, n_out):
+    """Append to out[n_out:] the reachable part of a state's rule as int64s, states numbered
+    breadth-first from it: per state its accept flag, byte edges (lo, hi, target number) and
+    references (rule hash, target number); nothing past max_states reachable states.  Returns
+    (out, grown if need be, its new length); number[] (by global state) is -1 again after."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
+    start = n_out
+    number[state] = 0
     order[0] = state
     n = 1
     i = 0
@@ -171,24 +206,30 @@ def _reachable_shape(pda, state, rule_hashes, max_states):
         n_out += 2
         for e in range(byte_ptr[s], byte_ptr[s + 1]):
             t = byte_dst[e]
-            n = _visit(t, first, number, order, n, max_states)
+            n = _visit(t, number, order, n, max_states)
             if n < 0:
-                return out[:0]
+                break
             out[n_out] = byte_lo[e]
             out[n_out + 1] = byte_hi[e]
-            out[n_out + 2] = number[t - first]
+            out[n_out + 2] = number[t]
             n_out += 3
+        if n < 0:
+            break
         out[n_out] = ref_ptr[s + 1] - ref_ptr[s]
         n_out += 1
         for e in range(ref_ptr[s], ref_ptr[s + 1]):
             t = ref_dst[e]
-            n = _visit(t, first, number, order, n, max_states)
+            n = _visit(t, number, order, n, max_states)
             if n < 0:
-                return out[:0]
+                break
             out[n_out] = rule_hashes[ref_rule[e]]
-            out[n_out + 1] = number[t - first]
+            out[n_out + 1] = number[t]
             n_out += 2
-    return out[:n_out]
+        if n < 0:
+            break
+    for k in range(max_states + 1 if n < 0 else n):
+        number[order[k]] = -1
+    return out, start if n < 0 else n_out
 
 
 def _pack(sections: list[np.ndarray]) -> np.ndarray:
