@@ -156,40 +156,48 @@ def _visit(t, first, number, order, n, max_states):
 def _reachable_shapes(pda, states, rule_hashes, max_states):
     """The reachable shapes of these states, one after another: (int64s, ends[i] where state i's
     shape ends); a state's shape is empty past max_states reachable states."""
-    accept = kernels.blob_section(pda, kernels.PDA_ACCEPT)
-    number = np.full(accept.shape[0], -1, dtype=np.int64)  # by global state, -1 between calls
+    state_rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)
+    rule_start = kernels.blob_section(pda, kernels.PDA_RULE_START)
+    most = 0  # states of the largest rule met
+    for state in states:
+        rule = state_rule[state]
+        end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else state_rule.shape[0]
+        most = max(most, end - rule_start[rule])
+    number = np.full(most, -1, dtype=np.int64)  # by state less its rule's first, -1 between states
     order = np.empty(max_states + 1, dtype=np.int64)
     out = np.empty(64 * states.shape[0], dtype=np.int64)
     ends = np.empty(states.shape[0], dtype=np.int64)
     n_out = 0
     for i in range(states.shape[0]):
-        out, n_out = _reachable_shape(pda, states[i], rule_hashes, max_states, number, order, out, n_out)
+        first = rule_start[state_rule[states[i]]]
+        out, n_out = _reachable_shape(pda, states[i], first, rule_hashes, max_states, number, order, out, n_out)
         ends[i] = n_out
     return out[:n_out], ends
 
 
 @njit(cache=True)
-def _visit(t, number, order, n, max_states):
-    """Give state t the next breadth-first number n on its first visit; return how many states
-    are numbered, or -1 past max_states."""
-    if number[t] < 0:
+def _visit(t, first, number, order, n, max_states):
+    """Give state t (of the rule whose states start at `first`) the next breadth-first number n
+    on its first visit; return how many states are numbered, or -1 past max_states."""
+    if number[t - first] < 0:
         if n > max_states:
             return -1
-        number[t] = n
+        number[t - first] = n
         order[n] = t
         n += 1
     return n
 
 
 @njit(cache=True)
-def _reachable_shape(pda, state, rule_hashes, max_states, number, order, out, n_out):
+def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, out, n_out):
     """Append to out[n_out:] the reachable part of a state's rule as int64s, states numbered
     breadth-first from it: per state its accept flag, byte edges (lo, hi, target number) and
     references (rule hash, target number); nothing past max_states reachable states.  Returns
-    (out, grown if need be, its new length); number[] (by global state) is -1 again after."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
+    (out, grown if need be, its new length); number[] (by state less `first`, its rule's first
+    state) is -1 again after."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, _ = kernels.pda_views(pda)
     start = n_out
-    number[state] = 0
+    number[state - first] = 0
     order[0] = state
     n = 1
     i = 0
@@ -206,12 +214,12 @@ def _reachable_shape(pda, state, rule_hashes, max_states, number, order, out, n_
         n_out += 2
         for e in range(byte_ptr[s], byte_ptr[s + 1]):
             t = byte_dst[e]
-            n = _visit(t, number, order, n, max_states)
+            n = _visit(t, first, number, order, n, max_states)
             if n < 0:
                 break
             out[n_out] = byte_lo[e]
             out[n_out + 1] = byte_hi[e]
-            out[n_out + 2] = number[t]
+            out[n_out + 2] = number[t - first]
             n_out += 3
         if n < 0:
             break
@@ -219,16 +227,16 @@ def _reachable_shape(pda, state, rule_hashes, max_states, number, order, out, n_
         n_out += 1
         for e in range(ref_ptr[s], ref_ptr[s + 1]):
             t = ref_dst[e]
-            n = _visit(t, number, order, n, max_states)
+            n = _visit(t, first, number, order, n, max_states)
             if n < 0:
                 break
             out[n_out] = rule_hashes[ref_rule[e]]
-            out[n_out + 1] = number[t]
+            out[n_out + 1] = number[t - first]
             n_out += 2
         if n < 0:
             break
     for k in range(max_states + 1 if n < 0 else n):
-        number[order[k]] = -1
+        number[order[k] - first] = -1
     return out, start if n < 0 else n_out
 
 

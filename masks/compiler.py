@@ -564,8 +564,11 @@ class CompiledGrammar:
 
     def lacking_masks(self, states: np.ndarray) -> np.ndarray:
         """The distinct states (int64, ascending) whose masks the store lacks."""
-        lacking = np.unique(np.asarray(states, dtype=np.int64))
-        return lacking[self.mask_index[lacking * MASK_FIELDS] < 0]
+        states = np.asarray(states, dtype=np.int64)
+        lacking = states[self.mask_index[states * MASK_FIELDS] < 0]
+        if len(lacking) > 1:  # mostly a few: a set is several times faster than np.unique there
+            lacking = np.array(sorted(set(lacking.tolist())), dtype=np.int64)
+        return lacking
 
     def masks_to_compute(self, lacking: np.ndarray) -> MaskRun | None:
         """Store the masks of these states that the shared caches hold (mask_lock held); the rest,
