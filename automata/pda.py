@@ -113,15 +113,16 @@ class Pda:
         new = [s for s in dict.fromkeys(states) if s not in keys]
         if new:
             if self._rule_hashes is None:
-                self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int64)
+                # 64 bits of each rule's key, as two int32s
+                self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int32)
             shapes, ends = _reachable_shapes(
                 self.blob, np.array(new, dtype=np.int64), self._rule_hashes, STATE_KEY_STATES
             )
             data = memoryview(shapes).cast("B")
             start = 0
-            for state, end in zip(new, (8 * ends).tolist()):
-                if end > start:
-                    keys[state] = "s" + hashlib.blake2b(data[start:end], digest_size=16).hexdigest()
+            for state, end in zip(new, (4 * ends).tolist()):
+                if end > start:  # "t": int32 shapes (the "s" keys of older versions hashed int64s)
+                    keys[state] = "t" + hashlib.blake2b(data[start:end], digest_size=16).hexdigest()
                 else:
                     rule, local = self.local_state(state)
                     keys[state] = f"{self.rule_keys[rule]}/{local}"
@@ -154,7 +155,7 @@ def _visit(t, first, number, order, n, max_states):
 
 @njit(cache=True)
 def _reachable_shapes(pda, states, rule_hashes, max_states):
-    """The reachable shapes of these states, one after another: (int64s, ends[i] where state i's
+    """The reachable shapes of these states, one after another: (int32s, ends[i] where state i's
     shape ends); a state's shape is empty past max_states reachable states."""
     state_rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)
     rule_start = kernels.blob_section(pda, kernels.PDA_RULE_START)
@@ -165,7 +166,7 @@ def _reachable_shapes(pda, states, rule_hashes, max_states):
         most = max(most, end - rule_start[rule])
     number = np.full(most, -1, dtype=np.int64)  # by state less its rule's first, -1 between states
     order = np.empty(max_states + 1, dtype=np.int64)
-    out = np.empty(64 * states.shape[0], dtype=np.int64)
+    out = np.empty(256 * states.shape[0], dtype=np.int32)
     ends = np.empty(states.shape[0], dtype=np.int64)
     n_out = 0
     for i in range(states.shape[0]):
@@ -190,9 +191,10 @@ def _visit(t, first, number, order, n, max_states):
 
 @njit(cache=True)
 def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, out, n_out):
-    """Append to out[n_out:] the reachable part of a state's rule as int64s, states numbered
+    """Append to out[n_out:] the reachable part of a state's rule as int32s, states numbered
     breadth-first from it: per state its accept flag, byte edges (lo, hi, target number) and
-    references (rule hash, target number); nothing past max_states reachable states.  Returns
+    references (rule hash: rule_hashes[2r], [2r + 1]; target number); nothing past max_states
+    reachable states.  Returns
     (out, grown if need be, its new length); number[] (by state less `first`, its rule's first
     state) is -1 again after."""
     accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, _ = kernels.pda_views(pda)
@@ -204,9 +206,9 @@ def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, 
     while i < n:
         s = order[i]
         i += 1
-        need = 3 + 3 * (byte_ptr[s + 1] - byte_ptr[s]) + 2 * (ref_ptr[s + 1] - ref_ptr[s])
+        need = 3 + 3 * (byte_ptr[s + 1] - byte_ptr[s]) + 3 * (ref_ptr[s + 1] - ref_ptr[s])
         if n_out + need > out.shape[0]:
-            grown = np.empty(2 * (n_out + need), dtype=np.int64)
+            grown = np.empty(2 * (n_out + need), dtype=np.int32)
             grown[:n_out] = out[:n_out]
             out = grown
         out[n_out] = accept[s]
@@ -230,9 +232,10 @@ def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, 
             n = _visit(t, first, number, order, n, max_states)
             if n < 0:
                 break
-            out[n_out] = rule_hashes[ref_rule[e]]
-            out[n_out + 1] = number[t - first]
-            n_out += 2
+            out[n_out] = rule_hashes[2 * ref_rule[e]]
+            out[n_out + 1] = rule_hashes[2 * ref_rule[e] + 1]
+            out[n_out + 2] = number[t - first]
+            n_out += 3
         if n < 0:
             break
     for k in range(max_states + 1 if n < 0 else n):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import struct
 import sys
 from pathlib import Path
 
@@ -36,10 +37,13 @@ def _reference_key(pda: Pda, state: int) -> str:
     """state_key as its docstring defines it, in plain Python: the states of the state's rule
     reachable from it numbered breadth-first, with accept flags, byte edges and references."""
     rule = int(pda.state_rule[state])
-    rule_hashes = [int.from_bytes(bytes.fromhex(k[:16]), "big", signed=True) for k in pda.rule_keys]
+    rule_hashes = [int(k[:16], 16) for k in pda.rule_keys]
     number = {state: 0}
     order = [state]
-    shape: list[int] = []
+    shape = bytearray()  # int32 fields; a rule hash 64 bits (all in native byte order)
+
+    def put(*fields: int) -> None:
+        shape.extend(struct.pack(f"={len(fields)}i", *fields))
 
     def visit(t: int) -> int:
         if t not in number:
@@ -52,16 +56,17 @@ def _reference_key(pda: Pda, state: int) -> str:
         s = order[i]
         i += 1
         edges = range(int(pda.byte_ptr[s]), int(pda.byte_ptr[s + 1]))
-        shape += [int(pda.state_accept[s]), len(edges)]
+        put(int(pda.state_accept[s]), len(edges))
         for e in edges:
-            shape += [int(pda.byte_lo[e]), int(pda.byte_hi[e]), visit(int(pda.byte_dst[e]))]
+            put(int(pda.byte_lo[e]), int(pda.byte_hi[e]), visit(int(pda.byte_dst[e])))
         refs = range(int(pda.ref_ptr[s]), int(pda.ref_ptr[s + 1]))
-        shape.append(len(refs))
+        put(len(refs))
         for e in refs:
-            shape += [rule_hashes[int(pda.ref_rule[e])], visit(int(pda.ref_dst[e]))]
+            shape.extend(struct.pack("=Q", rule_hashes[int(pda.ref_rule[e])]))
+            put(visit(int(pda.ref_dst[e])))
     if len(order) > STATE_KEY_STATES + 1:
         return f"{pda.rule_keys[rule]}/{state - int(pda.rule_first_state[rule])}"
-    return "s" + hashlib.blake2b(np.array(shape, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
+    return "t" + hashlib.blake2b(bytes(shape), digest_size=16).hexdigest()
 
 
 def _fresh(pda: Pda) -> Pda:
