@@ -141,19 +141,6 @@ class Pda:
 
 
 @njit(cache=True)
-def _visit(t, first, number, order, n, max_states):
-    """Give state t (of the rule whose states start at `first`) the next breadth-first number n
-    on its first visit; return how many states are numbered, or -1 past max_states."""
-    if number[t - first] < 0:
-        if n > max_states:
-            return -1
-        number[t - first] = n
-        order[n] = t
-        n += 1
-    return n
-
-
-@njit(cache=True)
 def _reachable_shapes(pda, states, rule_hashes, max_states):
     """The reachable shapes of these states, one after another: (int32s, ends[i] where state i's
     shape ends); a state's shape is empty past max_states reachable states."""
@@ -194,9 +181,8 @@ def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, 
     """Append to out[n_out:] the reachable part of a state's rule as int32s, states numbered
     breadth-first from it: per state its accept flag, byte edges (lo, hi, target number) and
     references (rule hash: rule_hashes[2r], [2r + 1]; target number); nothing past max_states
-    reachable states.  Returns
-    (out, grown if need be, its new length); number[] (by state less `first`, its rule's first
-    state) is -1 again after."""
+    reachable states.  Returns (out, grown if need be, its new length); number[] (by state less
+    `first`, its rule's first state) is -1 again after."""
     accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, _ = kernels.pda_views(pda)
     start = n_out
     number[state - first] = 0
