@@ -104,18 +104,30 @@ class Pda:
         referenced rules' keys).  Equal keys mean equal right languages, hence equal masks
         under equal follow pairs.  Past STATE_KEY_STATES reachable states the key is the rule
         key plus the state's index (no sharing beyond the rule's, and no long walk)."""
-        key = self._state_keys.get(state)
-        if key is None:
+        return self.state_keys([state])[0]
+
+    def state_keys(self, states) -> list[str]:
+        """state_key of each of these states; the shapes of those not keyed yet come from one
+        kernel call, each hashed (blake2b: the shared mask cache trusts a key across grammars)."""
+        keys = self._state_keys
+        new = [s for s in dict.fromkeys(states) if s not in keys]
+        if new:
             if self._rule_hashes is None:
-                self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int64)
-            shape = _reachable_shape(self.blob, state, self._rule_hashes, STATE_KEY_STATES)
-            if len(shape):
-                key = "s" + hashlib.blake2b(shape.tobytes(), digest_size=16).hexdigest()
-            else:
-                rule, local = self.local_state(state)
-                key = f"{self.rule_keys[rule]}/{local}"
-            self._state_keys[state] = key
-        return key
+                # 64 bits of each rule's key, as two int32s
+                self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int32)
+            shapes, ends = _reachable_shapes(
+                self.blob, np.array(new, dtype=np.int64), self._rule_hashes, STATE_KEY_STATES
+            )
+            data = memoryview(shapes).cast("B")
+            start = 0
+            for state, end in zip(new, (4 * ends).tolist()):
+                if end > start:  # "t": int32 shapes (the "s" keys of older versions hashed int64s)
+                    keys[state] = "t" + hashlib.blake2b(data[start:end], digest_size=16).hexdigest()
+                else:
+                    rule, local = self.local_state(state)
+                    keys[state] = f"{self.rule_keys[rule]}/{local}"
+                start = end
+        return [keys[s] for s in states]
 
     def returns(self, rule: int) -> np.ndarray:
         """Global states a caller of `rule` returns to once it ends (int32, ascending)."""
@@ -126,6 +138,29 @@ class Pda:
         """(rule, index of the state inside its rule's DFA)."""
         rule = int(self.state_rule[state])
         return rule, state - int(self.rule_first_state[rule])
+
+
+@njit(cache=True)
+def _reachable_shapes(pda, states, rule_hashes, max_states):
+    """The reachable shapes of these states, one after another: (int32s, ends[i] where state i's
+    shape ends); a state's shape is empty past max_states reachable states."""
+    state_rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)
+    rule_start = kernels.blob_section(pda, kernels.PDA_RULE_START)
+    most = 0  # states of the largest rule met
+    for state in states:
+        rule = state_rule[state]
+        end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else state_rule.shape[0]
+        most = max(most, end - rule_start[rule])
+    number = np.full(most, -1, dtype=np.int64)  # by state less its rule's first, -1 between states
+    order = np.empty(max_states + 1, dtype=np.int64)
+    out = np.empty(256 * states.shape[0], dtype=np.int32)
+    ends = np.empty(states.shape[0], dtype=np.int64)
+    n_out = 0
+    for i in range(states.shape[0]):
+        first = rule_start[state_rule[states[i]]]
+        out, n_out = _reachable_shape(pda, states[i], first, rule_hashes, max_states, number, order, out, n_out)
+        ends[i] = n_out
+    return out[:n_out], ends
 
 
 @njit(cache=True)
@@ -142,18 +177,14 @@ def _visit(t, first, number, order, n, max_states):
 
 
 @njit(cache=True)
-def _reachable_shape(pda, state, rule_hashes, max_states):
-    """The reachable part of a state's rule as int64s, states numbered breadth-first from it:
-    per state its accept flag, byte edges (lo, hi, target number) and references (rule hash,
-    target number).  Empty past max_states reachable states."""
-    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, rule_start = kernels.pda_views(pda)
-    rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)[state]
-    first = rule_start[rule]
-    end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else accept.shape[0]
-    number = np.full(end - first, -1, dtype=np.int64)
-    order = np.empty(max_states + 1, dtype=np.int64)
-    out = np.empty(16, dtype=np.int64)
-    n_out = 0
+def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, out, n_out):
+    """Append to out[n_out:] the reachable part of a state's rule as int32s, states numbered
+    breadth-first from it: per state its accept flag, byte edges (lo, hi, target number) and
+    references (rule hash: rule_hashes[2r], [2r + 1]; target number); nothing past max_states
+    reachable states.  Returns (out, grown if need be, its new length); number[] (by state less
+    `first`, its rule's first state) is -1 again after."""
+    accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr, ref_rule, ref_dst, _ = kernels.pda_views(pda)
+    start = n_out
     number[state - first] = 0
     order[0] = state
     n = 1
@@ -161,9 +192,9 @@ def _reachable_shape(pda, state, rule_hashes, max_states):
     while i < n:
         s = order[i]
         i += 1
-        need = 3 + 3 * (byte_ptr[s + 1] - byte_ptr[s]) + 2 * (ref_ptr[s + 1] - ref_ptr[s])
+        need = 3 + 3 * (byte_ptr[s + 1] - byte_ptr[s]) + 3 * (ref_ptr[s + 1] - ref_ptr[s])
         if n_out + need > out.shape[0]:
-            grown = np.empty(2 * (n_out + need), dtype=np.int64)
+            grown = np.empty(2 * (n_out + need), dtype=np.int32)
             grown[:n_out] = out[:n_out]
             out = grown
         out[n_out] = accept[s]
@@ -173,22 +204,29 @@ def _reachable_shape(pda, state, rule_hashes, max_states):
             t = byte_dst[e]
             n = _visit(t, first, number, order, n, max_states)
             if n < 0:
-                return out[:0]
+                break
             out[n_out] = byte_lo[e]
             out[n_out + 1] = byte_hi[e]
             out[n_out + 2] = number[t - first]
             n_out += 3
+        if n < 0:
+            break
         out[n_out] = ref_ptr[s + 1] - ref_ptr[s]
         n_out += 1
         for e in range(ref_ptr[s], ref_ptr[s + 1]):
             t = ref_dst[e]
             n = _visit(t, first, number, order, n, max_states)
             if n < 0:
-                return out[:0]
-            out[n_out] = rule_hashes[ref_rule[e]]
-            out[n_out + 1] = number[t - first]
-            n_out += 2
-    return out[:n_out]
+                break
+            out[n_out] = rule_hashes[2 * ref_rule[e]]
+            out[n_out + 1] = rule_hashes[2 * ref_rule[e] + 1]
+            out[n_out + 2] = number[t - first]
+            n_out += 3
+        if n < 0:
+            break
+    for k in range(max_states + 1 if n < 0 else n):
+        number[order[k] - first] = -1
+    return out, start if n < 0 else n_out
 
 
 def _pack(sections: list[np.ndarray]) -> np.ndarray:

@@ -27,11 +27,11 @@ from ..grammar.passes import normalize as normalize_grammar
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset
 from .serialization import DeserializeError, check_header, from_json, header, to_json
-from .state_masks import run_store_masks, trie_tables
+from .state_masks import STORE_FULL, run_follow_pairs_rules, run_store_masks, trie_tables
 from .token_regions import TokenRegions
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch, run_follow_pairs
+from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 
@@ -546,45 +546,99 @@ class CompiledGrammar:
         computed in one nogil kernel call (masks/state_masks.py) and shared.  Safe to call from
         several threads: one at a time per grammar, and readers of the store see a mask only
         once it is whole (its kind is published last)."""
-        index = self.mask_index
-        lacking = np.unique(np.asarray(states, dtype=np.int64))
-        lacking = lacking[index[lacking * MASK_FIELDS] < 0]
+        lacking = self.lacking_masks(states)
         if not len(lacking):
             return
-        with self._lock:
-            lacking = lacking[index[lacking * MASK_FIELDS] < 0]  # another thread may have stored some
-            compute, keys, pairs_at = self._from_shared_cache(lacking)
-            if compute:
-                self._compute_and_store(compute, keys, pairs_at)
+        with self.mask_lock:
+            run = self.masks_to_compute(self.lacking_masks(lacking))  # another thread may have stored some
+            if run is not None:
+                self._run_store_masks(run, self)
+                self.publish_masks(run)
 
-    def _from_shared_cache(self, lacking: np.ndarray) -> tuple[list[int], list, list[int]]:
-        """Store the masks of these states that the shared caches hold (the lock held); (states
-        still to compute, their cache keys, the addresses of their follow pairs)."""
+    # -- first visits, for ensure_masks and a batch step's (state_masks.ensure_batch_masks)
+
+    @property
+    def mask_lock(self) -> threading.Lock:
+        """Held while masks are stored: masks_to_compute, the store kernel and publish_masks."""
+        return self._lock
+
+    def lacking_masks(self, states: np.ndarray) -> np.ndarray:
+        """The distinct states (int64, ascending) whose masks the store lacks."""
+        states = np.asarray(states, dtype=np.int64)
+        lacking = states[self.mask_index[states * MASK_FIELDS] < 0]
+        if len(lacking) > 1:  # mostly a few: a set is several times faster than np.unique there
+            lacking = np.array(sorted(set(lacking.tolist())), dtype=np.int64)
+        return lacking
+
+    def masks_to_compute(self, lacking: np.ndarray) -> MaskRun | None:
+        """Store the masks of these states that the shared caches hold (mask_lock held); the rest,
+        to compute (None if none): keys for all states in one kernel call, follow pairs for all
+        new rules in another."""
         compiler = self.compiler
-        compute, keys, pairs_at = [], [], []
-        addresses: dict[int, int] = {}  # rule -> where its follow pairs lie
-        for state, rule in zip(lacking.tolist(), self.pda.state_rule[lacking].tolist()):
-            pairs, pairs_key = self._follow_pairs(rule)
-            key = None
-            if compiler.cache_enabled:
-                key = (self.pda.state_key(state), pairs_key)
-                mask = compiler.cache.get(key)
-                disk = compiler.disk_cache
+        states = lacking.tolist()
+        rules = self.pda.state_rule[lacking].tolist()
+        pairs = self._pairs_of(rules)
+        keys: list = [None] * len(states)
+        compute = range(len(states))
+        if compiler.cache_enabled:
+            keys = [(key, pairs[rule][1]) for key, rule in zip(self.pda.state_keys(states), rules)]
+            cache, disk = compiler.cache, compiler.disk_cache
+            compute = []
+            for k, key in enumerate(keys):
+                mask = cache.get(key)
                 if mask is None and disk is not None:
                     mask = disk.get(key)
                     if mask is not None:
-                        compiler.cache.put(key, mask)
-                if mask is not None:
-                    self._store(state, mask)
-                    self._masks[state] = mask
-                    continue
-            compute.append(state)
-            keys.append(key)
-            at = addresses.get(rule)
-            if at is None:
-                at = addresses[rule] = pairs.ctypes.data
-            pairs_at.append(at)  # self._pairs keeps the array alive
-        return compute, keys, pairs_at
+                        cache.put(key, mask)
+                if mask is None:
+                    compute.append(k)
+                else:
+                    self._store(states[k], mask)
+                    self._masks[states[k]] = mask
+        if not compute:
+            return None
+        return MaskRun(
+            [states[k] for k in compute],
+            [keys[k] for k in compute],
+            [pairs[rules[k]][2] for k in compute],  # self._pairs keeps the arrays alive
+            self._pool_used,
+        )
+
+    def stack_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(automaton, frame pool, workspace, stack tops budget) that the store kernel reads now."""
+        runner = self._runner()
+        return runner.pda.blob, runner.pool.blob, runner.ws.blob, runner.limits.max_stack_tops
+
+    def after_store_masks(self, run: MaskRun, status: int, store=None) -> bool:
+        """Take a store kernel call's status (mask_lock held): True when every state of the run is
+        stored, else room was made (a grown workspace, frame pool or mask pool) and the kernel
+        must run again with this grammar's stack_arrays() and the store's arrays; it resumes
+        where it stopped.  `store`: this grammar, or a scratch store (_ScratchStore)."""
+        store = self if store is None else store
+        # the masks stored so far (up to used[0]) are part of the prefix a grown pool keeps:
+        # their index fields already point there
+        store._pool_used = int(run.used[0])
+        if status == 0:
+            return True
+        if status == STORE_FULL:
+            store._grow_pool(int(run.used[1]))
+        else:
+            self._runner().handle(status)
+        return False
+
+    def publish_masks(self, run: MaskRun) -> None:
+        """Publish the run's stored masks (mask_lock held): their kinds, then the shared caches."""
+        index, pool = self.mask_index, self.mask_pool
+        index[run.states * MASK_FIELDS] = run.kinds  # published: fills read them from now on
+        compiler = self.compiler
+        disk = compiler.disk_cache
+        fields = index.reshape(-1, MASK_FIELDS)[run.states].tolist()
+        for state, row, accepted, key in zip(run.states.tolist(), fields, run.num_accepted.tolist(), run.keys):
+            mask = self._masks[state] = _mask_of(pool, row, accepted)
+            if key is not None:
+                if disk is not None:
+                    disk.put(key, mask)
+                compiler.cache.put(key, mask)
 
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles
@@ -595,63 +649,29 @@ class CompiledGrammar:
         )
         self.ensure_masks(closure_s[:n_kernel])
 
-    def _compute_and_store(self, states: list[int], keys: list, pairs_at: list[int]) -> None:
-        """Compute these states' masks into the store (the lock held), then publish them and put
-        them in the shared caches."""
-        kinds, num_accepted = self._run_store_masks(states, pairs_at, self)
-        self._publish(states, keys, kinds, num_accepted)
-
-    def _publish(self, states: list[int], keys: list, kinds: np.ndarray, num_accepted: np.ndarray) -> None:
-        """Publish stored masks (the lock held): their kinds, then the shared caches."""
-        index, pool = self.mask_index, self.mask_pool
-        index[np.array(states, dtype=np.int64) * MASK_FIELDS] = kinds  # published: fills read them from now on
+    def _run_store_masks(self, run: MaskRun, store, use_slices: bool = True) -> None:
+        """state_masks.run_store_masks for the run into `store` (an object with mask_index,
+        mask_pool, _pool_used and _grow_pool: this grammar, or a scratch store), until done."""
         compiler = self.compiler
-        for k, state in enumerate(states):
-            mask = self._masks[state] = _stored_mask(index, pool, state, int(num_accepted[k]))
-            if keys[k] is not None:
-                if compiler.disk_cache is not None:
-                    compiler.disk_cache.put(keys[k], mask)
-                compiler.cache.put(keys[k], mask)
-
-    def _run_store_masks(self, states: list[int], pairs_at: list[int], store, use_slices: bool = True):
-        """state_masks.run_store_masks into `store` (an object with mask_index, mask_pool,
-        _pool_used and _grow_pool: this grammar, or a scratch store); (kinds, accepted counts)."""
-        compiler, runner = self.compiler, self._runner()
         scratch = compiler.walk_scratch()
-        n = len(states)
-        states_array = np.array(states, dtype=np.int64)
-        kinds = np.full(n, -1, dtype=np.int64)
-        num_accepted = np.zeros(n, dtype=np.int64)
-        used = np.array([store._pool_used, 0], dtype=np.int64)
-        pairs_array = np.array(pairs_at, dtype=np.int64)
-        while (
-            runner.run(
-                run_store_masks,
-                PDA_BLOB,
-                POOL_BLOB,
-                WS_BLOB,
-                MAX_TOPS,
-                states_array,
-                pairs_array,
+        while True:
+            status = run_store_masks(
+                *self.stack_arrays(),
+                run.states,
+                run.pairs_at,
                 use_slices,
                 compiler.trie_tables,
                 scratch.kernel_args,
                 store.mask_index,
                 store.mask_pool,
-                used,
-                kinds,
-                num_accepted,
+                run.used,
+                run.kinds,
+                run.num_accepted,
                 scratch.words,
                 scratch.parts,
             )
-            != 0
-        ):
-            # STORE_FULL: used[1] words needed.  The masks this call stored so far (up to used[0])
-            # are part of the prefix the grown pool keeps: their index fields already point there.
-            store._pool_used = int(used[0])
-            store._grow_pool(int(used[1]))
-        store._pool_used = int(used[0])
-        return kinds, num_accepted
+            if self.after_store_masks(run, status, store):
+                return
 
     def _grow_pool(self, need: int) -> None:
         """A larger mask pool holding the same prefix.  A fill running on another thread keeps the
@@ -677,17 +697,26 @@ class CompiledGrammar:
 
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
         """The rule's follow pairs (masks/walk.py) and their digest, computed once."""
-        got = self._pairs.get(rule)
-        if got is None:
-            runner = self._runner()
-            pairs = np.zeros(256 * PAIR_WIDTH, dtype=np.uint8)
-            runner.run(
-                run_follow_pairs, PDA_BLOB, POOL_BLOB, WS_BLOB, rule, MAX_TOPS, pairs, on_retry=lambda: pairs.fill(0)
+        pairs, digest, _ = self._pairs_of([rule])[rule]
+        return pairs, digest
+
+    def _pairs_of(self, rules: list[int]) -> dict[int, tuple[np.ndarray, str, int]]:
+        """Rule -> (its follow pairs, their digest, their address), the new rules' pairs from one
+        kernel call; kept for the grammar's life."""
+        known = self._pairs
+        new = [rule for rule in dict.fromkeys(rules) if rule not in known]
+        if new:
+            table = np.zeros((len(new), 256 * PAIR_WIDTH), dtype=np.uint8)
+            done = np.zeros(len(new), dtype=np.uint8)
+            self._runner().run(
+                run_follow_pairs_rules, PDA_BLOB, POOL_BLOB, WS_BLOB, np.array(new), MAX_TOPS, table, done
             )
             # pairs hold 0/1 only, so their packed bits (an eighth of the bytes) name them exactly
-            packed = np.packbits(pairs).tobytes()
-            got = self._pairs[rule] = (pairs, hashlib.blake2b(packed, digest_size=16).hexdigest())
-        return got
+            packed = np.packbits(table, axis=1)
+            for k, rule in enumerate(new):
+                digest = hashlib.blake2b(packed[k], digest_size=16).hexdigest()
+                known[rule] = (table[k], digest, table[k].ctypes.data)
+        return known
 
     def _runner(self) -> StackRunner:
         if self._offline is None:
@@ -699,9 +728,10 @@ class CompiledGrammar:
         slice tokens it accepts whole, then a walk of the rest of the trie.  use_slices=False
         walks the whole trie (the reference the slices are tested against)."""
         store = _ScratchStore(self)
-        kinds, num_accepted = self._run_store_masks([state], [pairs.ctypes.data], store, use_slices)
-        store.mask_index[state * MASK_FIELDS] = kinds[0]
-        return _stored_mask(store.mask_index, store.mask_pool, state, int(num_accepted[0]))
+        run = MaskRun([state], [None], [pairs.ctypes.data], store._pool_used)
+        self._run_store_masks(run, store, use_slices)
+        store.mask_index[state * MASK_FIELDS] = run.kinds[0]
+        return _stored_mask(store.mask_index, store.mask_pool, state, int(run.num_accepted[0]))
 
     def precompute_masks(self) -> None:
         """Compute every state's mask now instead of on first visit."""
@@ -840,10 +870,30 @@ class _ScratchStore:
         CompiledGrammar._grow_pool(self, need)
 
 
+class MaskRun:
+    """The states of one grammar's store kernel calls (state_masks.run_store_masks), their cache
+    keys and follow pairs' addresses, and what the kernel writes: kinds (-1: not yet), accepted
+    counts, and the store's used words (used[1]: the words a full pool needs)."""
+
+    def __init__(self, states: list[int], keys: list, pairs_at: list[int], pool_used: int):
+        n = len(states)
+        self.states = np.array(states, dtype=np.int64)
+        self.keys = keys
+        self.pairs_at = np.array(pairs_at, dtype=np.int64)
+        self.kinds = np.full(n, -1, dtype=np.int64)
+        self.num_accepted = np.zeros(n, dtype=np.int64)
+        self.used = np.array([pool_used, 0], dtype=np.int64)
+
+
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:
-    """The StateMask of a state in a mask store: its parts as views of one copy (a store keeps
-    them in a row: data, then the uncertain positions, ids and lcp)."""
-    kind, data_at, size, u_at, n_u = index[state * MASK_FIELDS : (state + 1) * MASK_FIELDS].tolist()
+    """The StateMask of a state in a mask store (_mask_of its index fields)."""
+    return _mask_of(pool, index[state * MASK_FIELDS : (state + 1) * MASK_FIELDS].tolist(), num_accepted)
+
+
+def _mask_of(pool: np.ndarray, fields: list[int], num_accepted: int) -> StateMask:
+    """The StateMask of a stored mask (its MASK_FIELDS index fields): its parts as views of one
+    copy (a store keeps them in a row: data, then the uncertain positions, ids and lcp)."""
+    kind, data_at, size, u_at, n_u = fields
     if u_at != data_at + size:  # not in a row: a copy each
         parts = [pool[data_at : data_at + size].copy(), pool[u_at : u_at + 3 * n_u].copy()]
     else:

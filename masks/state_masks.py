@@ -33,12 +33,13 @@ from .walk import (
     SLICE_ROWS,
     bitset_ids,
     candidate_lcp,
+    run_follow_pairs,
     run_slice_bounds,
     run_state_walk,
 )
 
 if TYPE_CHECKING:
-    from .compiler import CompiledGrammar
+    from .compiler import CompiledGrammar, MaskRun
 
 STORE_FULL = 3
 """run_store_masks: the mask pool lacks room for the next state (need[0] words); grow it, call again."""
@@ -355,6 +356,21 @@ def run_store_masks(
     return 0
 
 
+@njit(cache=True, nogil=True)
+def run_follow_pairs_rules(pda, pool, ws, rules, max_tops, out, done):
+    """walk.run_follow_pairs of each rule i not done[i] yet into out[i] (zeroed), marking it
+    done: 0, or the first ERR_* (make room, call again; the failed rule's row is zeroed)."""
+    for i in range(rules.shape[0]):
+        if done[i]:
+            continue
+        status = run_follow_pairs(pda, pool, ws, rules[i], max_tops, out[i])
+        if status != 0:
+            out[i, :] = 0
+            return status
+        done[i] = 1
+    return 0
+
+
 # Columns of run_store_masks_rows' table: one row per grammar, the address and length of each
 # array run_store_masks takes for it (the caller keeps them alive for the call).
 (
@@ -412,51 +428,32 @@ MIN_STATES_TO_SPLIT = 8
 
 
 class _Visit:
-    """One grammar's first visits in a batch step: its lock held, the states to compute and the
-    arrays the kernel writes (kept alive here for the call)."""
+    """One grammar's first visits in a batch step: its mask_lock held, and the run of states to
+    compute (its arrays, which the kernel writes, kept alive here for the call)."""
 
-    def __init__(self, grammar: CompiledGrammar, states: list[int], keys: list, pairs_at: list[int]):
+    def __init__(self, grammar: CompiledGrammar, run: MaskRun):
         self.grammar = grammar
-        self.states = np.array(states, dtype=np.int64)
-        self.keys = keys
-        self.pairs_at = np.array(pairs_at, dtype=np.int64)
-        self.kinds = np.full(len(states), -1, dtype=np.int64)
-        self.num_accepted = np.zeros(len(states), dtype=np.int64)
-        self.used = np.zeros(2, dtype=np.int64)
+        self.run = run
 
     def describe(self, row: np.ndarray) -> None:
         """Write this grammar's table row (again after its pool, workspace or store grew)."""
-        grammar = self.grammar
-        runner = grammar._runner()
-        self.used[0] = grammar._pool_used
+        grammar, run = self.grammar, self.run
+        pda, pool, ws, max_tops = grammar.stack_arrays()
         for field, array in (
-            (SR_PDA, runner.pda.blob),
-            (SR_POOL, runner.pool.blob),
-            (SR_WS, runner.ws.blob),
-            (SR_STATES, self.states),
+            (SR_PDA, pda),
+            (SR_POOL, pool),
+            (SR_WS, ws),
+            (SR_STATES, run.states),
             (SR_MASK_INDEX, grammar.mask_index),
             (SR_MASK_POOL, grammar.mask_pool),
         ):
             row[field] = address(array)
             row[field + 1] = len(array)
-        row[SR_MAX_TOPS] = runner.limits.max_stack_tops
-        row[SR_PAIRS_AT] = address(self.pairs_at)
-        row[SR_USED] = address(self.used)
-        row[SR_KINDS] = address(self.kinds)
-        row[SR_NUM_ACCEPTED] = address(self.num_accepted)
-
-    def after(self, status: int) -> bool:
-        """Take the kernel's status for this grammar: True when done, else room was made (a
-        grown workspace, frame pool or mask pool) and the row must run again."""
-        grammar = self.grammar
-        grammar._pool_used = int(self.used[0])  # what the call stored so far stays
-        if status == 0:
-            return True
-        if status == STORE_FULL:
-            grammar._grow_pool(int(self.used[1]))
-        else:
-            grammar._runner().handle(status)
-        return False
+        row[SR_MAX_TOPS] = max_tops
+        row[SR_PAIRS_AT] = address(run.pairs_at)
+        row[SR_USED] = address(run.used)
+        row[SR_KINDS] = address(run.kinds)
+        row[SR_NUM_ACCEPTED] = address(run.num_accepted)
 
 
 def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int, run_parts) -> None:
@@ -469,34 +466,32 @@ def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads
     later = []
     try:
         for grammar, states in groups:
-            index = grammar.mask_index
-            lacking = np.unique(states)
-            lacking = lacking[index[lacking * MASK_FIELDS] < 0]
+            lacking = grammar.lacking_masks(states)
             if not len(lacking):
                 continue
-            if not grammar._lock.acquire(blocking=False):
+            lock = grammar.mask_lock
+            if not lock.acquire(blocking=False):
                 later.append((grammar, lacking))
                 continue
             try:
-                lacking = lacking[index[lacking * MASK_FIELDS] < 0]
-                compute, keys, pairs_at = grammar._from_shared_cache(lacking)
+                run = grammar.masks_to_compute(grammar.lacking_masks(lacking))
             except BaseException:
-                grammar._lock.release()
+                lock.release()
                 raise
-            if compute:
-                visits.append(_Visit(grammar, compute, keys, pairs_at))
+            if run is not None:
+                visits.append(_Visit(grammar, run))
             else:
-                grammar._lock.release()
+                lock.release()
         by_compiler: dict[int, list[_Visit]] = {}
         for visit in visits:
             by_compiler.setdefault(id(visit.grammar.compiler), []).append(visit)
         for same in by_compiler.values():
             _compute_visits(same, threads, run_parts)
         for visit in visits:
-            visit.grammar._publish(visit.states.tolist(), visit.keys, visit.kinds, visit.num_accepted)
+            visit.grammar.publish_masks(visit.run)
     finally:
         for visit in visits:
-            visit.grammar._lock.release()
+            visit.grammar.mask_lock.release()
     for grammar, lacking in later:
         grammar.ensure_masks(lacking)
 
@@ -516,16 +511,17 @@ def _compute_visits(visits: list[_Visit], threads: int, run_parts) -> None:
         scratch = compiler.walk_scratch()  # this thread's
         run_store_masks_rows(table, part, tables, scratch.kernel_args, scratch.words, scratch.parts, status)
 
-    pending = sorted(range(len(visits)), key=lambda k: -len(visits[k].states))
+    pending = sorted(range(len(visits)), key=lambda k: -len(visits[k].run.states))
     while pending:
-        n_states = sum(len(visits[k].states) for k in pending)
+        n_states = sum(len(visits[k].run.states) for k in pending)
         split = threads if n_states >= MIN_STATES_TO_SPLIT else 1
         n_parts = min(len(pending), 4 * split)
         parts = [np.array(pending[i::n_parts], dtype=np.int64) for i in range(n_parts)]
         run_parts(parts, work, split)
         again = []
-        for k in pending:
-            if not visits[k].after(int(status[k])):
-                visits[k].describe(table[k])
+        for k, done in zip(pending, status[pending].tolist()):
+            visit = visits[k]
+            if not visit.grammar.after_store_masks(visit.run, done):
+                visit.describe(table[k])
                 again.append(k)
         pending = again
