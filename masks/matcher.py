@@ -4,6 +4,7 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -26,24 +27,18 @@ from .value_checks import CheckedAdvance, MaskChecks
 _NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
 
 
-FILL_MEMO_ENTRIES = 32
-"""Bitmasks a matcher keeps for stack sets whose fill needed uncertain-token walks."""
-
-
 @dataclass(slots=True)
 class _MatchState:
     """One point of the parse: the stacks as one packed int64 array (states, then parents; see
     kernels.run_advance), the first n_kernel of which are the kernel (straight after the last
     byte, the ones whose masks are unioned) and all of which the epsilon closure (what the next
     byte steps from); and whether the input may end here.  Never modified once built (but for
-    `memo_key`, set on the first fill that needs uncertain-token walks), and cheap, since frames
-    are shared: rollback restores one."""
+    what fills remember on it), and cheap, since frames are shared: rollback restores one."""
 
     stacks: np.ndarray
     n_kernel: int
     can_end: bool
     terminated: bool = False
-    memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
     scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
     address: int | None = None  # where `stacks` lies, once a batch fill asked
@@ -137,9 +132,9 @@ class GrammarMatcher:
         self._state = self._initial
         self._history: list[_MatchState] = []
         self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
-        self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._memo = batch_fill.NO_MEMO  # fills that needed walks (batch_fill.new_memo, made on the first)
         self._row_cache: tuple | None = None
-        self._row_desc: tuple | None = None  # batch_fill's table row for the current blobs
+        self._row_template: tuple | None = None  # batch_fill's table row but the state's fields
         self.max_tokens = max_tokens
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
@@ -173,6 +168,11 @@ class GrammarMatcher:
                         f"max_tokens={max_tokens} is too small for this grammar: no completion passing its value "
                         "checks (uniqueItems, oneOf) was found within it; raise max_tokens"
                     )
+        # The fill is the grammar's mask alone (no value checks, token terminals or budget): a
+        # batch step then needs no Python for this row once the kernel wrote it.
+        self._plain_fill = (
+            self._mask_checks is None and not self._token_terminals and not self._token_classes and self._budget is None
+        )
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -247,13 +247,6 @@ class GrammarMatcher:
         self._add_token_terminals(words)
         self._apply_budget(words)
 
-    def _plain_fill(self) -> bool:
-        """Whether the fill is the grammar's mask alone (no value checks, token terminals or
-        budget), so that a batch step needs no Python for this row once the kernel wrote it."""
-        return (
-            self._mask_checks is None and not self._token_terminals and not self._token_classes and self._budget is None
-        )
-
     def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
         if state.terminated:
@@ -265,18 +258,11 @@ class GrammarMatcher:
             self._fill_closed(words)
             return
         compiled = self.compiled_grammar
-        # A fill that checks uncertain tokens against the stacks is memoised per stack set: the
-        # result depends on nothing else, and inside a JSON string consecutive tokens leave the
-        # stacks identical (frames are hash-consed), so those fills become a copy.  The kernel
-        # says when walks are needed (FILL_UNCERTAIN) before doing any, so a fill without them
-        # is a single call.
-        memo_key = state.memo_key
-        if memo_key is not None and self._copy_memoised(memo_key, words):
-            return
         runner = self._runner
         while True:
-            # called directly, not through runner.run: a steady fill is a few microseconds
-            status = walk.run_fill(
+            # called directly, not through runner.run: a steady fill is a few microseconds.  A
+            # fill that needs uncertain-token walks is memoised (see batch_fill).
+            status = batch_fill.fill_memoised(
                 words,
                 state.stacks,
                 state.n_kernel,
@@ -290,21 +276,16 @@ class GrammarMatcher:
                 compiled.mask_pool,
                 self._slice_rows,
                 runner.limits.max_stack_tops,
-                memo_key is not None,
+                *self._memo,
             )
             if status == 0:
-                break
+                return
             if status < 0:
                 runner.handle(status)  # room made: call again
-                continue
-            if status == walk.FILL_MASKS_MISSING:
+            elif status == walk.FILL_MASKS_MISSING:
                 compiled.ensure_masks(state.kernel_s)
-            else:  # walk.FILL_UNCERTAIN
-                memo_key = state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
-                if self._copy_memoised(memo_key, words):
-                    return
-        if memo_key is not None:
-            self._memoise(memo_key, words)
+            else:  # walk.FILL_UNCERTAIN: the first fill that needs walks
+                self._memo = batch_fill.new_memo(self._words)
 
     def _fill_closed(self, words: np.ndarray) -> None:
         """The grammar's mask where a token-limited region was just closed (token_regions.py)."""
@@ -331,66 +312,40 @@ class GrammarMatcher:
         terminated = state.terminated or (self.terminate_without_stop_token and state.can_end and len(stacks) == 0)
         return _MatchState(stacks, 0, state.can_end, terminated, scans=state.scans, regions=state.regions, closed=True)
 
-    def _memoise(self, memo_key: tuple, words: np.ndarray) -> None:
-        self._fill_memo[memo_key] = words.copy()
-        if len(self._fill_memo) > FILL_MEMO_ENTRIES:
-            self._fill_memo.popitem(last=False)
-
-    def _describe_row(self, desc: np.ndarray, words_address: int) -> bool:
-        """Write this row's batch_fill table row (its bitmask row at words_address); False when
-        the fill needs Python (a finished matcher).  The arrays it names stay referenced by the
-        matcher, its state and its grammar for the whole batch call."""
-        state = self._state
-        if state.terminated or state.closed:
-            return False
+    def _batch_row(self) -> np.ndarray:
+        """This matcher's batch_fill table row but for its state's and bitmask row's fields (which
+        the batch writes), cached while the arrays it names are the same (a grown frame pool,
+        workspace or mask store, or a new memo, is a new array).  The matcher, its state and its
+        grammar keep them alive for the whole batch call."""
         compiled, runner = self.compiled_grammar, self._runner
-        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
-        cached = self._row_desc
-        if (
-            cached is None
-            or arrays[0] is not cached[0][0]
-            or arrays[1] is not cached[0][1]
-            or arrays[2] is not cached[0][2]
+        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool, compiled.mask_index, self._memo[0])
+        cached = self._row_template
+        if cached is not None and all(map(operator.is_, arrays, cached[0])):
+            return cached[1]
+        template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
+        for field, array in (
+            (batch_fill.ROW_STOPS, self._stop_ids),
+            (batch_fill.ROW_PDA, compiled.pda.blob),
+            (batch_fill.ROW_POOL, arrays[0]),
+            (batch_fill.ROW_WS, arrays[1]),
+            (batch_fill.ROW_TRIE, self._trie_blob),
+            (batch_fill.ROW_MASK_INDEX, arrays[3]),
+            (batch_fill.ROW_MASK_POOL, arrays[2]),
+            (batch_fill.ROW_SLICE_ROWS, self._slice_rows),
         ):
-            template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
-            for field, array in (
-                (batch_fill.ROW_STOPS, self._stop_ids),
-                (batch_fill.ROW_PDA, compiled.pda.blob),
-                (batch_fill.ROW_POOL, arrays[0]),
-                (batch_fill.ROW_WS, arrays[1]),
-                (batch_fill.ROW_TRIE, self._trie_blob),
-                (batch_fill.ROW_MASK_INDEX, compiled.mask_index),
-                (batch_fill.ROW_MASK_POOL, arrays[2]),
-                (batch_fill.ROW_SLICE_ROWS, self._slice_rows),
-            ):
-                template[field] = array.ctypes.data
-                template[field + 1] = len(array)
-            template[batch_fill.ROW_N_WORDS] = self._words
-            template[batch_fill.ROW_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
-            cached = self._row_desc = (arrays, template)
-        desc[:] = cached[1]
-        desc[batch_fill.ROW_WORDS] = words_address
-        if state.address is None:
-            state.address = batch_fill.address(state.stacks)
-        desc[batch_fill.ROW_STACKS] = state.address
-        desc[batch_fill.ROW_N_STACKS] = len(state.stacks)
-        desc[batch_fill.ROW_N_KERNEL] = state.n_kernel
-        desc[batch_fill.ROW_CAN_END] = state.can_end
-        if state.memo_key is not None:
-            self._describe_walk(desc)
-        return True
-
-    def _describe_walk(self, desc: np.ndarray) -> None:
-        """Let the row's fill walk its uncertain tokens, or copy the bitmask memoised for the
-        same stack set (see _fill_grammar_words)."""
-        state = self._state
-        if state.memo_key is None:
-            state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
-        desc[batch_fill.ROW_UNCERTAIN_OK] = 1
-        cached_words = self._fill_memo.get(state.memo_key)
-        if cached_words is not None:
-            self._fill_memo.move_to_end(state.memo_key)
-            desc[batch_fill.ROW_COPY_FROM] = batch_fill.address(cached_words)
+            template[field] = array.ctypes.data
+            template[field + 1] = len(array)
+        template[batch_fill.ROW_N_WORDS] = self._words
+        template[batch_fill.ROW_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
+        memo_words, memo_keys, memo_meta = self._memo
+        if len(memo_words):
+            template[batch_fill.ROW_MEMO_WORDS] = memo_words.ctypes.data
+            template[batch_fill.ROW_MEMO_KEYS] = memo_keys.ctypes.data
+            template[batch_fill.ROW_MEMO_META] = memo_meta.ctypes.data
+            template[batch_fill.ROW_MEMO_ENTRIES] = len(memo_words)
+            template[batch_fill.ROW_MEMO_KEY_WORDS] = memo_keys.shape[1]
+        self._row_template = (arrays, template)
+        return template
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -432,14 +387,6 @@ class GrammarMatcher:
                 )
             if self._checked_budget is not None and self.remaining_tokens > 0:
                 self._checked_budget.restrict(words, state, self.remaining_tokens)
-
-    def _copy_memoised(self, memo_key: tuple, words: np.ndarray) -> bool:
-        cached = self._fill_memo.get(memo_key)
-        if cached is None:
-            return False
-        self._fill_memo.move_to_end(memo_key)
-        words[:] = cached
-        return True
 
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
@@ -577,13 +524,13 @@ class GrammarMatcher:
     def fork(self) -> GrammarMatcher:
         """An independent matcher at the same point, with the same rollback history, in
         O(history): states are immutable and hold frame ids, so the fork shares this matcher's
-        frame pool and workspace (and its fill memo).  A matcher and its forks must therefore not
+        frame pool and workspace (and its fill memo until either makes a new one).  A matcher and its forks must therefore not
         run at the same time on different threads; batch_fill_next_token_bitmask fills them one
         after the other."""
         other = copy.copy(self)
         other._history = list(self._history)
         other._row_cache = None
-        other._row_desc = None
+        other._row_template = None
         return other
 
     def find_jump_forward_string(self) -> str:
@@ -623,9 +570,6 @@ class GrammarMatcher:
 _POOL = None
 PARTS_PER_THREAD = 4
 """A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
-MIN_WALKS_TO_SPLIT = 8
-"""Uncertain-token walks below which a step's second call stays on the calling thread (memo
-copies and a few walks cost less than waking another thread)."""
 
 
 def batch_fill_next_token_bitmask(
@@ -633,11 +577,12 @@ def batch_fill_next_token_bitmask(
 ) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
-    One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
-    per row only to describe it, to gather the states met for the first time (their masks are
-    computed in one nogil kernel call per grammar, grammars over the threads) before the row goes
-    round again, and for value checks, budgets and token terminals; finished matchers and non-CPU
-    bitmasks take the single-row path.  Each matcher must appear once (it owns its workspace).
+    One numba call per thread fills its rows without the GIL (masks/batch_fill.py), memoised
+    fills included.  Python runs per row only to describe it (a few list comprehensions), to
+    gather the states met for the first time (their masks are computed in one nogil kernel call
+    per grammar, grammars over the threads) before the row goes round again, and for value
+    checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
+    single-row path.  Each matcher must appear once (it owns its workspace).
     """
     import os
 
@@ -672,75 +617,75 @@ def batch_fill_next_token_bitmask(
         row_by_row(list(range(len(matchers))))
         return
     base, stride, rows_view = target
+    states = [m._state for m in matchers]
+    kernel_rows = [k for k, state in enumerate(states) if not (state.terminated or state.closed)]
+    python_rows = [k for k, state in enumerate(states) if state.terminated or state.closed]
+    words_at = base + stride * np.asarray(indices, dtype=np.int64)
     table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
-    kernel_rows, python_rows = [], []
-    for k, (matcher, row) in enumerate(zip(matchers, indices)):
-        if matcher._describe_row(table[k], base + row * stride):
-            kernel_rows.append(k)
-        else:
-            python_rows.append(k)
     status = np.zeros(len(matchers), dtype=np.int64)
     finish, pending = [], kernel_rows
     while pending:
+        _describe_rows(table, pending, matchers, states, words_at)
         _run_kernel(table, pending, status, threads)
-        # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set
-        # is copied, the others walk (a second call), as the single-row path does.
-        # (statuses and the copy column read as lists: a numpy scalar read costs more than a row's kernel)
+        # The steady case: every row written, nothing for Python (statuses read as one list: a
+        # numpy scalar read costs more than a row's kernel).
         done = status.tolist()
-        walked = [k for k in pending if done[k] == walk.FILL_UNCERTAIN]
-        for k in walked:
-            matchers[k]._describe_walk(table[k])
-        copies = table[:, batch_fill.ROW_COPY_FROM].tolist()
-        walks = sum(1 for k in walked if copies[k] == 0)  # the rest copy a memo
-        _run_kernel(table, walked, status, threads if walks >= MIN_WALKS_TO_SPLIT else 1, "walk")
-        done = status.tolist()
-        missing = [k for k in pending if done[k] == walk.FILL_MASKS_MISSING]
-        for k in pending:
-            if done[k] == 0:
-                matcher = matchers[k]
-                if matcher._state.memo_key is not None and copies[k] == 0:
-                    matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
-                if not matcher._plain_fill():
-                    finish.append(k)
-            elif done[k] != walk.FILL_MASKS_MISSING:
+        finish += [k for k in pending if done[k] == 0 and not matchers[k]._plain_fill]
+        redo = [k for k in pending if done[k] != 0]
+        missing = [k for k in redo if done[k] == walk.FILL_MASKS_MISSING]
+        for k in redo:
+            if done[k] == walk.FILL_UNCERTAIN:
+                matchers[k]._memo = batch_fill.new_memo(matchers[k]._words)  # its first fill with walks
+            elif done[k] < 0:
                 python_rows.append(k)  # a buffer to grow: the single-row path does it
         # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
         # (their walks release the GIL); then those rows go round again.
         _compute_missing_masks([matchers[k] for k in missing], threads)
-        for k in missing:
-            matchers[k]._describe_row(table[k], base + indices[k] * stride)
-        pending = missing
+        pending = [k for k in redo if done[k] > 0]
     for k in finish:
         matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
     row_by_row(sorted(python_rows))
 
 
-MIN_WORK_PER_THREAD_S = 0.4e-3
+def _describe_rows(table, rows: list[int], matchers, states, words_at: np.ndarray) -> None:
+    """Write the batch_fill table rows `rows`: each matcher's cached row, then its state's stacks
+    and its bitmask row's address (a state's address is found once, on the state)."""
+    table[rows] = [matchers[k]._batch_row() for k in rows]
+    for k in rows:
+        state = states[k]
+        if state.address is None:
+            state.address = batch_fill.address(state.stacks)
+    table[rows, batch_fill.ROW_STACKS : batch_fill.ROW_CAN_END + 1] = [
+        (state.address, len(state.stacks), state.n_kernel, state.can_end) for state in map(states.__getitem__, rows)
+    ]
+    table[rows, batch_fill.ROW_WORDS] = words_at[rows]
+
+
+MIN_WORK_PER_THREAD_S = 0.1e-3
 """Fill-kernel work (estimated) below which a step's call adds no thread: waking one costs tens
 of microseconds, and on a busy machine often more than the rows it would take."""
-_row_cost_s = {"fill": 20e-6, "walk": 50e-6}  # running estimates of the kernel's time per row, per call
 
 
-def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int, call: str = "fill") -> None:
-    """batch_fill.run_fill_rows over these table rows, split over as many of the threads as the
-    estimated work pays for (MIN_WORK_PER_THREAD_S each); the kernel time measured per part
-    updates the estimate."""
-    if not rows:
-        return
+def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int) -> None:
+    """batch_fill.run_fill_rows over these table rows, cut into PARTS_PER_THREAD parts per thread.
+    The calling thread runs the first part alone and times it: the rest goes to as many of the
+    threads as that call's own rate says pay for (MIN_WORK_PER_THREAD_S each), so the estimate
+    is of this call's rows, shared with no other batch or thread."""
     order = np.array(rows, dtype=np.int64)
-    threads = max(1, min(threads, int(len(rows) * _row_cost_s[call] / MIN_WORK_PER_THREAD_S)))
-    spent: list[float] = []
-
-    def work(part):
-        t0 = time.perf_counter()
-        batch_fill.run_fill_rows(table, part, status)
-        spent.append(time.perf_counter() - t0)
-
+    n_parts = min(len(order), PARTS_PER_THREAD * threads)
+    if n_parts <= 1:
+        batch_fill.run_fill_rows(table, order, status)
+        return
+    cuts = [len(order) * i // n_parts for i in range(n_parts + 1)]
+    t0 = time.perf_counter()
+    batch_fill.run_fill_rows(table, order[: cuts[1]], status)
+    rest_s = (time.perf_counter() - t0) * (len(order) - cuts[1]) / cuts[1]
+    threads = max(1, min(threads, int(rest_s / MIN_WORK_PER_THREAD_S)))
     if threads == 1:
-        work(order)  # np.array_split alone costs more than a steady row
+        batch_fill.run_fill_rows(table, order[cuts[1] :], status)
     else:
-        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)), work, threads)
-    _row_cost_s[call] = 0.75 * _row_cost_s[call] + 0.25 * sum(spent) / len(rows)
+        parts = [order[a:b] for a, b in zip(cuts[1:-1], cuts[2:])]
+        _run_parts(parts, lambda part: batch_fill.run_fill_rows(table, part, status), threads)
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
