@@ -3,10 +3,12 @@ fills that needed uncertain-token walks, which the single-row path shares.
 
 Rows belong to different grammars, so each has its own PDA, frame pool, workspace and mask store;
 a numba call cannot take a list of arrays cheaply (a typed List costs microseconds per element
-to build), so each row is described by one row of an int64 table holding the address and length
-of every array `walk.run_fill` reads or writes (`ROW_*` columns below), and the kernel views them
-in place.  The caller keeps every described array alive until the call returns (the matcher's
-state, runner and grammar hold them).  A row whose fill needs Python (a first visit's masks, a
+to build), so each row is described by one row of an int64 table (`ROW_*` columns below) that
+names the arrays `walk.run_fill` reads or writes by address and length, and the kernel views
+them in place.  What a step changes (the stacks, the bitmask row) is in the table; the rest is in
+a per-matcher template the row points to, rebuilt only when an array is replaced.  The caller
+keeps every described array alive until the call returns (the matcher's state and template
+hold them).  A row whose fill needs Python (a first visit's masks, a
 memo to allocate, a buffer to grow) gets a positive or ERR_* status and nothing else happens to
 it; the caller makes what is missing and runs it again.
 
@@ -26,39 +28,41 @@ from numba.extending import intrinsic
 from ..jit import njit
 from .walk import FILL_UNCERTAIN, run_fill
 
+ROW_TEMPLATE, ROW_WORDS, ROW_STACKS, ROW_N_STACKS, ROW_N_KERNEL, ROW_CAN_END = range(6)
+ROW_FIELDS = 6
+"""A row of a step's table: the address of its matcher's template (the fields below, which change
+only when an array is replaced), of its bitmask row, of its state's packed stacks and their
+length, n_kernel and can_end (the fields a step changes)."""
+
 (
-    ROW_WORDS,
-    ROW_N_WORDS,
-    ROW_STACKS,
-    ROW_N_STACKS,
-    ROW_N_KERNEL,
-    ROW_CAN_END,
-    ROW_STOPS,
-    ROW_N_STOPS,
-    ROW_PDA,
-    ROW_N_PDA,
-    ROW_POOL,
-    ROW_N_POOL,
-    ROW_WS,
-    ROW_N_WS,
-    ROW_TRIE,
-    ROW_N_TRIE,
-    ROW_MASK_INDEX,
-    ROW_N_MASK_INDEX,
-    ROW_MASK_POOL,
-    ROW_N_MASK_POOL,
-    ROW_SLICE_ROWS,
-    ROW_N_SLICE_ROWS,
-    ROW_MAX_TOPS,
-    ROW_MEMO_WORDS,
-    ROW_MEMO_KEYS,
-    ROW_MEMO_META,
-    ROW_MEMO_ENTRIES,
-    ROW_MEMO_KEY_WORDS,
-) = range(28)
-ROW_FIELDS = 28
-"""ROW_MEMO_*: the addresses of the row's memo arrays (new_memo), its entries (0: no memo yet) and
-the int64s of a key."""
+    T_N_WORDS,
+    T_STOPS,
+    T_N_STOPS,
+    T_PDA,
+    T_N_PDA,
+    T_POOL,
+    T_N_POOL,
+    T_WS,
+    T_N_WS,
+    T_TRIE,
+    T_N_TRIE,
+    T_MASK_INDEX,
+    T_N_MASK_INDEX,
+    T_MASK_POOL,
+    T_N_MASK_POOL,
+    T_SLICE_ROWS,
+    T_N_SLICE_ROWS,
+    T_MAX_TOPS,
+    T_MEMO_WORDS,
+    T_MEMO_KEYS,
+    T_MEMO_META,
+    T_MEMO_ENTRIES,
+    T_MEMO_KEY_WORDS,
+) = range(23)
+TEMPLATE_FIELDS = 23
+"""A matcher's template: the address and length of each array walk.run_fill reads, the bitmask's
+words, max_tops; T_MEMO_*: the addresses of its memo arrays (new_memo), its entries (0: no memo
+yet) and the int64s of a key."""
 
 MEMO_ENTRIES = 32
 """Bitmasks a matcher's memo keeps (least recently used dropped first)."""
@@ -181,25 +185,26 @@ def fill_memoised(
 def run_fill_rows(table, rows, status):
     """fill_memoised for each row k of `table` listed in `rows`; its status goes to status[k]."""
     for k in rows:
-        d = table[k]
-        n_words = d[ROW_N_WORDS]
-        n_memo = d[ROW_MEMO_ENTRIES]
+        row = table[k]
+        d = carray(_i64(row[ROW_TEMPLATE]), TEMPLATE_FIELDS)
+        n_words = d[T_N_WORDS]
+        n_memo = d[T_MEMO_ENTRIES]
         status[k] = fill_memoised(
-            carray(_i32(d[ROW_WORDS]), n_words),
-            carray(_i64(d[ROW_STACKS]), d[ROW_N_STACKS]),
-            d[ROW_N_KERNEL],
-            d[ROW_CAN_END] != 0,
-            carray(_i64(d[ROW_STOPS]), d[ROW_N_STOPS]),
-            carray(_i32(d[ROW_PDA]), d[ROW_N_PDA]),
-            carray(_i32(d[ROW_POOL]), d[ROW_N_POOL]),
-            carray(_i64(d[ROW_WS]), d[ROW_N_WS]),
-            carray(_i32(d[ROW_TRIE]), d[ROW_N_TRIE]),
-            carray(_i32(d[ROW_MASK_INDEX]), d[ROW_N_MASK_INDEX]),
-            carray(_i32(d[ROW_MASK_POOL]), d[ROW_N_MASK_POOL]),
-            carray(_i32(d[ROW_SLICE_ROWS]), (d[ROW_N_SLICE_ROWS], n_words)),
-            d[ROW_MAX_TOPS],
-            carray(_i32(d[ROW_MEMO_WORDS]), (n_memo, n_words)),
-            carray(_i64(d[ROW_MEMO_KEYS]), (n_memo, d[ROW_MEMO_KEY_WORDS])),
-            carray(_i64(d[ROW_MEMO_META]), (n_memo, 3)),
+            carray(_i32(row[ROW_WORDS]), n_words),
+            carray(_i64(row[ROW_STACKS]), row[ROW_N_STACKS]),
+            row[ROW_N_KERNEL],
+            row[ROW_CAN_END] != 0,
+            carray(_i64(d[T_STOPS]), d[T_N_STOPS]),
+            carray(_i32(d[T_PDA]), d[T_N_PDA]),
+            carray(_i32(d[T_POOL]), d[T_N_POOL]),
+            carray(_i64(d[T_WS]), d[T_N_WS]),
+            carray(_i32(d[T_TRIE]), d[T_N_TRIE]),
+            carray(_i32(d[T_MASK_INDEX]), d[T_N_MASK_INDEX]),
+            carray(_i32(d[T_MASK_POOL]), d[T_N_MASK_POOL]),
+            carray(_i32(d[T_SLICE_ROWS]), (d[T_N_SLICE_ROWS], n_words)),
+            d[T_MAX_TOPS],
+            carray(_i32(d[T_MEMO_WORDS]), (n_memo, n_words)),
+            carray(_i64(d[T_MEMO_KEYS]), (n_memo, d[T_MEMO_KEY_WORDS])),
+            carray(_i64(d[T_MEMO_META]), (n_memo, 3)),
         )
     return 0

@@ -4,7 +4,6 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
-import operator
 import threading
 import time
 from collections import OrderedDict
@@ -312,40 +311,53 @@ class GrammarMatcher:
         terminated = state.terminated or (self.terminate_without_stop_token and state.can_end and len(stacks) == 0)
         return _MatchState(stacks, 0, state.can_end, terminated, scans=state.scans, regions=state.regions, closed=True)
 
-    def _batch_row(self) -> np.ndarray:
-        """This matcher's batch_fill table row but for its state's and bitmask row's fields (which
-        the batch writes), cached while the arrays it names are the same (a grown frame pool,
-        workspace or mask store, or a new memo, is a new array).  The matcher, its state and its
-        grammar keep them alive for the whole batch call."""
-        compiled, runner = self.compiled_grammar, self._runner
-        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool, compiled.mask_index, self._memo[0])
+    def _batch_row(self, words_address: int) -> tuple:
+        """This matcher's row of a batch step's table (batch_fill.ROW_*), its bitmask row at
+        words_address.  The template it points to is rebuilt only when an array it names was
+        replaced (a grown frame pool, workspace or mask store, a new memo); it keeps them
+        alive, and the matcher keeps it, for the whole batch call."""
+        runner, compiled, state = self._runner, self.compiled_grammar, self._state
         cached = self._row_template
-        if cached is not None and all(map(operator.is_, arrays, cached[0])):
-            return cached[1]
-        template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
+        if (
+            cached is None
+            or cached[0] is not runner.pool.blob
+            or cached[1] is not runner.ws.blob
+            or cached[2] is not compiled.mask_pool
+            or cached[3] is not compiled.mask_index
+            or cached[4] is not self._memo
+        ):
+            cached = self._row_template = self._make_template()
+        if state.address is None:
+            state.address = batch_fill.address(state.stacks)
+        return (cached[6], words_address, state.address, len(state.stacks), state.n_kernel, state.can_end)
+
+    def _make_template(self) -> tuple:
+        """(the arrays a template names, ..., the template, its address); see _batch_row."""
+        compiled, runner, memo = self.compiled_grammar, self._runner, self._memo
+        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool, compiled.mask_index)
+        template = np.zeros(batch_fill.TEMPLATE_FIELDS, dtype=np.int64)
         for field, array in (
-            (batch_fill.ROW_STOPS, self._stop_ids),
-            (batch_fill.ROW_PDA, compiled.pda.blob),
-            (batch_fill.ROW_POOL, arrays[0]),
-            (batch_fill.ROW_WS, arrays[1]),
-            (batch_fill.ROW_TRIE, self._trie_blob),
-            (batch_fill.ROW_MASK_INDEX, arrays[3]),
-            (batch_fill.ROW_MASK_POOL, arrays[2]),
-            (batch_fill.ROW_SLICE_ROWS, self._slice_rows),
+            (batch_fill.T_STOPS, self._stop_ids),
+            (batch_fill.T_PDA, compiled.pda.blob),
+            (batch_fill.T_POOL, arrays[0]),
+            (batch_fill.T_WS, arrays[1]),
+            (batch_fill.T_TRIE, self._trie_blob),
+            (batch_fill.T_MASK_INDEX, arrays[3]),
+            (batch_fill.T_MASK_POOL, arrays[2]),
+            (batch_fill.T_SLICE_ROWS, self._slice_rows),
         ):
             template[field] = array.ctypes.data
             template[field + 1] = len(array)
-        template[batch_fill.ROW_N_WORDS] = self._words
-        template[batch_fill.ROW_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
-        memo_words, memo_keys, memo_meta = self._memo
+        template[batch_fill.T_N_WORDS] = self._words
+        template[batch_fill.T_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
+        memo_words, memo_keys, memo_meta = memo
         if len(memo_words):
-            template[batch_fill.ROW_MEMO_WORDS] = memo_words.ctypes.data
-            template[batch_fill.ROW_MEMO_KEYS] = memo_keys.ctypes.data
-            template[batch_fill.ROW_MEMO_META] = memo_meta.ctypes.data
-            template[batch_fill.ROW_MEMO_ENTRIES] = len(memo_words)
-            template[batch_fill.ROW_MEMO_KEY_WORDS] = memo_keys.shape[1]
-        self._row_template = (arrays, template)
-        return template
+            template[batch_fill.T_MEMO_WORDS] = memo_words.ctypes.data
+            template[batch_fill.T_MEMO_KEYS] = memo_keys.ctypes.data
+            template[batch_fill.T_MEMO_META] = memo_meta.ctypes.data
+            template[batch_fill.T_MEMO_ENTRIES] = len(memo_words)
+            template[batch_fill.T_MEMO_KEY_WORDS] = memo_keys.shape[1]
+        return (*arrays, memo, template, template.ctypes.data)
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -591,9 +603,7 @@ def batch_fill_next_token_bitmask(
             "batch_fill_next_token_bitmask: matchers must be a list of GrammarMatcher, got " + type(matchers).__name__
         )
     indices = (
-        list(range(len(matchers)))
-        if indices is None
-        else check_integers(indices, "indices", "batch_fill_next_token_bitmask")
+        range(len(matchers)) if indices is None else check_integers(indices, "indices", "batch_fill_next_token_bitmask")
     )
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
@@ -620,45 +630,29 @@ def batch_fill_next_token_bitmask(
     states = [m._state for m in matchers]
     kernel_rows = [k for k, state in enumerate(states) if not (state.terminated or state.closed)]
     python_rows = [k for k, state in enumerate(states) if state.terminated or state.closed]
-    words_at = base + stride * np.asarray(indices, dtype=np.int64)
-    table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
     status = np.zeros(len(matchers), dtype=np.int64)
     finish, pending = [], kernel_rows
     while pending:
-        _describe_rows(table, pending, matchers, states, words_at)
-        _run_kernel(table, pending, status, threads)
+        # the table of the rows the kernel runs, in `pending` order (its rows k: status[k])
+        table = np.array([matchers[k]._batch_row(base + stride * indices[k]) for k in pending], dtype=np.int64)
+        _run_kernel(table, len(pending), status, threads)
         # The steady case: every row written, nothing for Python (statuses read as one list: a
         # numpy scalar read costs more than a row's kernel).
         done = status.tolist()
-        finish += [k for k in pending if done[k] == 0 and not matchers[k]._plain_fill]
-        redo = [k for k in pending if done[k] != 0]
-        missing = [k for k in redo if done[k] == walk.FILL_MASKS_MISSING]
-        for k in redo:
-            if done[k] == walk.FILL_UNCERTAIN:
+        finish += [k for n, k in enumerate(pending) if done[n] == 0 and not matchers[k]._plain_fill]
+        redo = [(n, k) for n, k in enumerate(pending) if done[n] != 0]
+        for n, k in redo:
+            if done[n] == walk.FILL_UNCERTAIN:
                 matchers[k]._memo = batch_fill.new_memo(matchers[k]._words)  # its first fill with walks
-            elif done[k] < 0:
+            elif done[n] < 0:
                 python_rows.append(k)  # a buffer to grow: the single-row path does it
         # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
         # (their walks release the GIL); then those rows go round again.
-        _compute_missing_masks([matchers[k] for k in missing], threads)
-        pending = [k for k in redo if done[k] > 0]
+        _compute_missing_masks([matchers[k] for n, k in redo if done[n] == walk.FILL_MASKS_MISSING], threads)
+        pending = [k for n, k in redo if done[n] > 0]
     for k in finish:
         matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
     row_by_row(sorted(python_rows))
-
-
-def _describe_rows(table, rows: list[int], matchers, states, words_at: np.ndarray) -> None:
-    """Write the batch_fill table rows `rows`: each matcher's cached row, then its state's stacks
-    and its bitmask row's address (a state's address is found once, on the state)."""
-    table[rows] = [matchers[k]._batch_row() for k in rows]
-    for k in rows:
-        state = states[k]
-        if state.address is None:
-            state.address = batch_fill.address(state.stacks)
-    table[rows, batch_fill.ROW_STACKS : batch_fill.ROW_CAN_END + 1] = [
-        (state.address, len(state.stacks), state.n_kernel, state.can_end) for state in map(states.__getitem__, rows)
-    ]
-    table[rows, batch_fill.ROW_WORDS] = words_at[rows]
 
 
 MIN_WORK_PER_THREAD_S = 0.1e-3
@@ -666,20 +660,20 @@ MIN_WORK_PER_THREAD_S = 0.1e-3
 of microseconds, and on a busy machine often more than the rows it would take."""
 
 
-def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int) -> None:
-    """batch_fill.run_fill_rows over these table rows, cut into PARTS_PER_THREAD parts per thread.
-    The calling thread runs the first part alone and times it: the rest goes to as many of the
-    threads as that call's own rate says pay for (MIN_WORK_PER_THREAD_S each), so the estimate
-    is of this call's rows, shared with no other batch or thread."""
-    order = np.array(rows, dtype=np.int64)
-    n_parts = min(len(order), PARTS_PER_THREAD * threads)
+def _run_kernel(table: np.ndarray, n_rows: int, status: np.ndarray, threads: int) -> None:
+    """batch_fill.run_fill_rows over the table's first n_rows rows, cut into PARTS_PER_THREAD
+    parts per thread.  The calling thread runs the first part alone and times it: the rest goes
+    to as many of the threads as that call's own rate says pay for (MIN_WORK_PER_THREAD_S
+    each), so the estimate is of this call's rows, shared with no other batch or thread."""
+    n_parts = min(n_rows, PARTS_PER_THREAD * threads)
+    order = np.arange(n_rows, dtype=np.int64)
     if n_parts <= 1:
         batch_fill.run_fill_rows(table, order, status)
         return
-    cuts = [len(order) * i // n_parts for i in range(n_parts + 1)]
+    cuts = [n_rows * i // n_parts for i in range(n_parts + 1)]
     t0 = time.perf_counter()
     batch_fill.run_fill_rows(table, order[: cuts[1]], status)
-    rest_s = (time.perf_counter() - t0) * (len(order) - cuts[1]) / cuts[1]
+    rest_s = (time.perf_counter() - t0) * (n_rows - cuts[1]) / cuts[1]
     threads = max(1, min(threads, int(rest_s / MIN_WORK_PER_THREAD_S)))
     if threads == 1:
         batch_fill.run_fill_rows(table, order[cuts[1] :], status)
