@@ -4,11 +4,13 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -580,6 +582,7 @@ class GrammarMatcher:
 
 
 _POOL = None
+_RUNNER, _STATE, _WORDS, _PLAIN_FILL = map(operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill"))
 PARTS_PER_THREAD = 4
 """A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
 
@@ -598,7 +601,8 @@ def batch_fill_next_token_bitmask(
     """
     import os
 
-    if not isinstance(matchers, (list, tuple)) or not all(isinstance(m, GrammarMatcher) for m in matchers):
+    # (checks and gathers by map over C builtins: a Python loop per row costs more than its kernel)
+    if not isinstance(matchers, (list, tuple)) or not all(map(isinstance, matchers, repeat(GrammarMatcher))):
         raise ArgumentTypeError(
             "batch_fill_next_token_bitmask: matchers must be a list of GrammarMatcher, got " + type(matchers).__name__
         )
@@ -608,12 +612,12 @@ def batch_fill_next_token_bitmask(
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
     rows = bitmask.shape[0] if len(getattr(bitmask, "shape", ())) == 2 else 1
-    if any(not 0 <= i < rows for i in indices):  # the kernel writes at these rows: never past the array
+    if indices and not 0 <= min(indices) <= max(indices) < rows:  # the kernel writes at these rows
         raise ValueError(f"batch_fill_next_token_bitmask: row indices must be in [0, {rows}), got {indices}")
-    if len({id(m) for m in matchers}) != len(matchers):
+    if len(set(map(id, matchers))) != len(matchers):
         raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
-    if len({id(m._runner) for m in matchers}) != len(matchers):
+    if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
 
     def row_by_row(rows: list[int]) -> None:
@@ -627,19 +631,18 @@ def batch_fill_next_token_bitmask(
         row_by_row(list(range(len(matchers))))
         return
     base, stride, rows_view = target
-    states = [m._state for m in matchers]
-    kernel_rows = [k for k, state in enumerate(states) if not (state.terminated or state.closed)]
+    states = list(map(_STATE, matchers))
     python_rows = [k for k, state in enumerate(states) if state.terminated or state.closed]
+    kernel_rows = [k for k, state in enumerate(states) if not (state.terminated or state.closed)]
     status = np.zeros(len(matchers), dtype=np.int64)
-    finish, pending = [], kernel_rows
+    pending = kernel_rows
     while pending:
-        # the table of the rows the kernel runs, in `pending` order (its rows k: status[k])
+        # the table of the rows the kernel runs, in `pending` order (row n's status: status[n])
         table = np.array([matchers[k]._batch_row(base + stride * indices[k]) for k in pending], dtype=np.int64)
         _run_kernel(table, len(pending), status, threads)
-        # The steady case: every row written, nothing for Python (statuses read as one list: a
-        # numpy scalar read costs more than a row's kernel).
-        done = status.tolist()
-        finish += [k for n, k in enumerate(pending) if done[n] == 0 and not matchers[k]._plain_fill]
+        done = status.tolist()  # (one list: a numpy scalar read costs more than a row's kernel)
+        if not any(done[: len(pending)]):
+            break  # the steady case: every row written
         redo = [(n, k) for n, k in enumerate(pending) if done[n] != 0]
         for n, k in redo:
             if done[n] == walk.FILL_UNCERTAIN:
@@ -650,12 +653,15 @@ def batch_fill_next_token_bitmask(
         # (their walks release the GIL); then those rows go round again.
         _compute_missing_masks([matchers[k] for n, k in redo if done[n] == walk.FILL_MASKS_MISSING], threads)
         pending = [k for n, k in redo if done[n] > 0]
-    for k in finish:
-        matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
+    if not all(map(_PLAIN_FILL, matchers)):  # value checks, token terminals, budgets
+        skip = set(python_rows)
+        for k in kernel_rows:
+            if not matchers[k]._plain_fill and k not in skip:
+                matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
     row_by_row(sorted(python_rows))
 
 
-MIN_WORK_PER_THREAD_S = 0.1e-3
+MIN_WORK_PER_THREAD_S = 50e-6
 """Fill-kernel work (estimated) below which a step's call adds no thread: waking one costs tens
 of microseconds, and on a busy machine often more than the rows it would take."""
 
@@ -696,11 +702,11 @@ def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None
 def _batch_target(bitmask, matchers):
     """(address of row 0, row stride in bytes, rows_view(row, words) -> numpy view) of a C-ordered
     CPU int32 [batch, words] bitmask wide enough for every matcher, else None."""
-    words = max(m._words for m in matchers)
+    words = max(map(_WORDS, matchers))
     if isinstance(bitmask, np.ndarray):
         if bitmask.ndim != 2 or bitmask.dtype != np.int32 or not bitmask.flags.c_contiguous or bitmask.shape[1] < words:
             return None
-        return bitmask.ctypes.data, bitmask.strides[0], lambda row, n: bitmask[row, :n]
+        return batch_fill.address(bitmask), bitmask.strides[0], lambda row, n: bitmask[row, :n]
     try:
         import torch
     except ImportError:
@@ -715,7 +721,7 @@ def _batch_target(bitmask, matchers):
     ):
         return None
     array = bitmask.numpy()
-    return array.ctypes.data, array.strides[0], lambda row, n: array[row, :n]
+    return batch_fill.address(array), array.strides[0], lambda row, n: array[row, :n]
 
 
 def _run_parts(parts, work, threads: int) -> None:
