@@ -658,7 +658,8 @@ def batch_fill_next_token_bitmask(
         for k in kernel_rows:
             if not matchers[k]._plain_fill and k not in skip:
                 matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
-    row_by_row(sorted(python_rows))
+    if python_rows:
+        row_by_row(sorted(python_rows))
 
 
 MIN_WORK_PER_THREAD_S = 50e-6
