@@ -135,7 +135,7 @@ class GrammarMatcher:
         self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
         self._memo = batch_fill.NO_MEMO  # fills that needed walks (batch_fill.new_memo, made on the first)
         self._row_cache: tuple | None = None
-        self._row_template: tuple | None = None  # batch_fill's table row but the state's fields
+        self._row_template: tuple | None = None  # the batch fill's per-matcher template (_make_template)
         self.max_tokens = max_tokens
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
@@ -334,7 +334,8 @@ class GrammarMatcher:
         return (cached[6], words_address, state.address, len(state.stacks), state.n_kernel, state.can_end)
 
     def _make_template(self) -> tuple:
-        """(the arrays a template names, ..., the template, its address); see _batch_row."""
+        """(frame pool, workspace, mask pool, mask index, memo, template, its address): the
+        batch_fill template naming this matcher's arrays, with what it names (see _batch_row)."""
         compiled, runner, memo = self.compiled_grammar, self._runner, self._memo
         arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool, compiled.mask_index)
         template = np.zeros(batch_fill.TEMPLATE_FIELDS, dtype=np.int64)
