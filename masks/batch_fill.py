@@ -1,52 +1,91 @@
-"""One numba call fills many rows of a batch step, without the GIL.
+"""One numba call fills many rows of a batch step, without the GIL; and the per-matcher memo of
+fills that needed uncertain-token walks, which the single-row path shares.
 
 Rows belong to different grammars, so each has its own PDA, frame pool, workspace and mask store;
 a numba call cannot take a list of arrays cheaply (a typed List costs microseconds per element
-to build), so each row is described by one row of an int64 table holding the address and length
-of every array `walk.run_fill` reads or writes (`ROW_*` columns below), and the kernel views them
-in place.  The caller keeps every described array alive until the call returns (the matcher's
-state, runner and grammar hold them).  A row whose fill needs Python (a first visit's masks, an
-uncertain-token walk to memoise, a buffer to grow) gets a positive or ERR_* status and nothing
-else happens to it; the caller finishes it with the single-row path.
+to build), so each row is described by one row of an int64 table (`ROW_*` columns below) that
+names the arrays `walk.run_fill` reads or writes by address and length, and the kernel views
+them in place.  What a step changes (the stacks, the bitmask row) is in the table; the rest is in
+a per-matcher template the row points to, rebuilt only when an array is replaced.  The caller
+keeps every described array alive until the call returns (the matcher's state and template
+hold them).  A row whose fill needs Python (a first visit's masks, a
+memo to allocate, a buffer to grow) gets a positive or ERR_* status and nothing else happens to
+it; the caller makes what is missing and runs it again.
+
+A fill that checks uncertain tokens against the stacks (walks) is memoised per matcher, keyed by
+its kernel stacks and can_end: the result depends on nothing else (frames are hash-consed and
+never renumbered), and inside a JSON string consecutive tokens leave the stacks identical, so
+those fills become a copy.  The memo is three arrays (see new_memo) the fill kernel reads and
+writes, so a steady row needs no Python to look it up.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import carray, types
 from numba.extending import intrinsic
 
 from ..jit import njit
-from .walk import run_fill
+from .walk import FILL_UNCERTAIN, run_fill
+
+ROW_TEMPLATE, ROW_WORDS, ROW_STACKS, ROW_N_STACKS, ROW_N_KERNEL, ROW_CAN_END = range(6)
+ROW_FIELDS = 6
+"""A row of a step's table: the address of its matcher's template (the fields below, which change
+only when an array is replaced), of its bitmask row, of its state's packed stacks and their
+length, n_kernel and can_end (the fields a step changes)."""
 
 (
-    ROW_WORDS,
-    ROW_N_WORDS,
-    ROW_STACKS,
-    ROW_N_STACKS,
-    ROW_N_KERNEL,
-    ROW_CAN_END,
-    ROW_STOPS,
-    ROW_N_STOPS,
-    ROW_PDA,
-    ROW_N_PDA,
-    ROW_POOL,
-    ROW_N_POOL,
-    ROW_WS,
-    ROW_N_WS,
-    ROW_TRIE,
-    ROW_N_TRIE,
-    ROW_MASK_INDEX,
-    ROW_N_MASK_INDEX,
-    ROW_MASK_POOL,
-    ROW_N_MASK_POOL,
-    ROW_SLICE_ROWS,
-    ROW_N_SLICE_ROWS,
-    ROW_MAX_TOPS,
-    ROW_UNCERTAIN_OK,
-    ROW_COPY_FROM,
-) = range(25)
-ROW_FIELDS = 25
-"""ROW_COPY_FROM: nonzero = the address of a memoised bitmask (ROW_N_WORDS words) to copy instead."""
+    T_N_WORDS,
+    T_STOPS,
+    T_N_STOPS,
+    T_PDA,
+    T_N_PDA,
+    T_POOL,
+    T_N_POOL,
+    T_WS,
+    T_N_WS,
+    T_TRIE,
+    T_N_TRIE,
+    T_MASK_INDEX,
+    T_N_MASK_INDEX,
+    T_MASK_POOL,
+    T_N_MASK_POOL,
+    T_SLICE_ROWS,
+    T_N_SLICE_ROWS,
+    T_MAX_TOPS,
+    T_MEMO_WORDS,
+    T_MEMO_KEYS,
+    T_MEMO_META,
+    T_MEMO_ENTRIES,
+    T_MEMO_KEY_WORDS,
+) = range(23)
+TEMPLATE_FIELDS = 23
+"""A matcher's template: the address and length of each array walk.run_fill reads, the bitmask's
+words, max_tops; T_MEMO_*: the addresses of its memo arrays (new_memo), its entries (0: no memo
+yet) and the int64s of a key."""
+
+MEMO_ENTRIES = 32
+"""Bitmasks a matcher's memo keeps (least recently used dropped first)."""
+MEMO_KEY_WORDS = 127
+"""int64s a memo key holds (2 * kernel stacks + 1): stack sets with more kernel stacks walk on each
+fill, unmemoised."""
+META_HASH, META_LENGTH, META_USED = range(3)
+
+
+def new_memo(
+    n_words: int, entries: int = MEMO_ENTRIES, key_words: int = MEMO_KEY_WORDS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An empty memo: (bitmasks [entries, n_words] int32, keys [entries, key_words] int64,
+    meta [entries, 3] int64: key hash, key length (0: empty entry), last use)."""
+    return (
+        np.empty((entries, n_words), dtype=np.int32),
+        np.zeros((entries, key_words), dtype=np.int64),
+        np.zeros((entries, 3), dtype=np.int64),
+    )
+
+
+NO_MEMO = (np.zeros((0, 1), dtype=np.int32), np.zeros((0, 1), dtype=np.int64), np.zeros((0, 3), dtype=np.int64))
+"""The memo of a matcher that has needed none yet (fill_memoised then answers FILL_UNCERTAIN)."""
 
 
 def pointer_intrinsic(dtype):
@@ -75,30 +114,97 @@ def address(array):
 
 
 @njit(cache=True, nogil=True)
+def fill_memoised(
+    words,
+    stacks,
+    n_kernel,
+    can_end,
+    stop_ids,
+    pda,
+    pool,
+    ws,
+    trie,
+    mask_index,
+    mask_pool,
+    slice_rows,
+    max_tops,
+    memo_words,
+    memo_keys,
+    memo_meta,
+):
+    """walk.run_fill, with a fill that needs walks copied from the memo or, walked, stored there.
+    Returns run_fill's status; FILL_UNCERTAIN only when walks are needed and there is no memo
+    (no entries: the caller makes one with new_memo and calls again)."""
+    args = (stop_ids, pda, pool, ws, trie, mask_index, mask_pool, slice_rows, max_tops)
+    status = run_fill(words, stacks, n_kernel, can_end, *args, False)
+    if status != FILL_UNCERTAIN:
+        return status
+    if memo_words.shape[0] == 0:
+        return FILL_UNCERTAIN
+    n_key = 2 * n_kernel + 1
+    if n_key > memo_keys.shape[1]:
+        return run_fill(words, stacks, n_kernel, can_end, *args, True)
+    half = stacks.shape[0] // 2
+    key = np.empty(n_key, dtype=np.int64)
+    key[:n_kernel] = stacks[:n_kernel]
+    key[n_kernel : 2 * n_kernel] = stacks[half : half + n_kernel]
+    key[n_key - 1] = 1 if can_end else 0
+    h = np.int64(n_key)
+    for x in key:
+        h = h * np.int64(1000003) ^ x
+    clock, oldest = np.int64(0), 0
+    hit = -1
+    for e in range(memo_meta.shape[0]):
+        clock = max(clock, memo_meta[e, META_USED])
+        if memo_meta[e, META_USED] < memo_meta[oldest, META_USED]:
+            oldest = e
+        if hit < 0 and memo_meta[e, META_LENGTH] == n_key and memo_meta[e, META_HASH] == h:
+            same = True
+            for j in range(n_key):
+                if memo_keys[e, j] != key[j]:
+                    same = False
+                    break
+            if same:
+                hit = e
+    if hit >= 0:
+        words[:] = memo_words[hit]
+        memo_meta[hit, META_USED] = clock + 1
+        return 0
+    status = run_fill(words, stacks, n_kernel, can_end, *args, True)
+    if status != 0:
+        return status
+    memo_words[oldest] = words
+    memo_keys[oldest, :n_key] = key
+    memo_meta[oldest, META_HASH] = h
+    memo_meta[oldest, META_LENGTH] = n_key
+    memo_meta[oldest, META_USED] = clock + 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
 def run_fill_rows(table, rows, status):
-    """walk.run_fill for each row k of `table` listed in `rows`; its status goes to status[k]."""
+    """fill_memoised for each row k of `table` listed in `rows`; its status goes to status[k]."""
     for k in rows:
-        d = table[k]
-        n_words = d[ROW_N_WORDS]
-        words = carray(_i32(d[ROW_WORDS]), n_words)
-        if d[ROW_COPY_FROM] != 0:
-            words[:] = carray(_i32(d[ROW_COPY_FROM]), n_words)
-            status[k] = 0
-            continue
-        status[k] = run_fill(
-            words,
-            carray(_i64(d[ROW_STACKS]), d[ROW_N_STACKS]),
-            d[ROW_N_KERNEL],
-            d[ROW_CAN_END] != 0,
-            carray(_i64(d[ROW_STOPS]), d[ROW_N_STOPS]),
-            carray(_i32(d[ROW_PDA]), d[ROW_N_PDA]),
-            carray(_i32(d[ROW_POOL]), d[ROW_N_POOL]),
-            carray(_i64(d[ROW_WS]), d[ROW_N_WS]),
-            carray(_i32(d[ROW_TRIE]), d[ROW_N_TRIE]),
-            carray(_i32(d[ROW_MASK_INDEX]), d[ROW_N_MASK_INDEX]),
-            carray(_i32(d[ROW_MASK_POOL]), d[ROW_N_MASK_POOL]),
-            carray(_i32(d[ROW_SLICE_ROWS]), (d[ROW_N_SLICE_ROWS], n_words)),
-            d[ROW_MAX_TOPS],
-            d[ROW_UNCERTAIN_OK] != 0,
+        row = table[k]
+        d = carray(_i64(row[ROW_TEMPLATE]), TEMPLATE_FIELDS)
+        n_words = d[T_N_WORDS]
+        n_memo = d[T_MEMO_ENTRIES]
+        status[k] = fill_memoised(
+            carray(_i32(row[ROW_WORDS]), n_words),
+            carray(_i64(row[ROW_STACKS]), row[ROW_N_STACKS]),
+            row[ROW_N_KERNEL],
+            row[ROW_CAN_END] != 0,
+            carray(_i64(d[T_STOPS]), d[T_N_STOPS]),
+            carray(_i32(d[T_PDA]), d[T_N_PDA]),
+            carray(_i32(d[T_POOL]), d[T_N_POOL]),
+            carray(_i64(d[T_WS]), d[T_N_WS]),
+            carray(_i32(d[T_TRIE]), d[T_N_TRIE]),
+            carray(_i32(d[T_MASK_INDEX]), d[T_N_MASK_INDEX]),
+            carray(_i32(d[T_MASK_POOL]), d[T_N_MASK_POOL]),
+            carray(_i32(d[T_SLICE_ROWS]), (d[T_N_SLICE_ROWS], n_words)),
+            d[T_MAX_TOPS],
+            carray(_i32(d[T_MEMO_WORDS]), (n_memo, n_words)),
+            carray(_i64(d[T_MEMO_KEYS]), (n_memo, d[T_MEMO_KEY_WORDS])),
+            carray(_i64(d[T_MEMO_META]), (n_memo, 3)),
         )
     return 0

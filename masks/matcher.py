@@ -4,11 +4,13 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -26,24 +28,18 @@ from .value_checks import CheckedAdvance, MaskChecks
 _NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
 
 
-FILL_MEMO_ENTRIES = 32
-"""Bitmasks a matcher keeps for stack sets whose fill needed uncertain-token walks."""
-
-
 @dataclass(slots=True)
 class _MatchState:
     """One point of the parse: the stacks as one packed int64 array (states, then parents; see
     kernels.run_advance), the first n_kernel of which are the kernel (straight after the last
     byte, the ones whose masks are unioned) and all of which the epsilon closure (what the next
     byte steps from); and whether the input may end here.  Never modified once built (but for
-    `memo_key`, set on the first fill that needs uncertain-token walks), and cheap, since frames
-    are shared: rollback restores one."""
+    what fills remember on it), and cheap, since frames are shared: rollback restores one."""
 
     stacks: np.ndarray
     n_kernel: int
     can_end: bool
     terminated: bool = False
-    memo_key: tuple | None = None  # the key of this stack set's memoised fill, once one needed walks
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
     scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
     address: int | None = None  # where `stacks` lies, once a batch fill asked
@@ -137,9 +133,9 @@ class GrammarMatcher:
         self._state = self._initial
         self._history: list[_MatchState] = []
         self._n_tokens = 0  # tokens accepted (accept_string counts one), what the budget counts
-        self._fill_memo: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._memo = batch_fill.NO_MEMO  # fills that needed walks (batch_fill.new_memo, made on the first)
         self._row_cache: tuple | None = None
-        self._row_desc: tuple | None = None  # batch_fill's table row for the current blobs
+        self._row_template: tuple | None = None  # the batch fill's per-matcher template (_make_template)
         self.max_tokens = max_tokens
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
@@ -173,6 +169,11 @@ class GrammarMatcher:
                         f"max_tokens={max_tokens} is too small for this grammar: no completion passing its value "
                         "checks (uniqueItems, oneOf) was found within it; raise max_tokens"
                     )
+        # The fill is the grammar's mask alone (no value checks, token terminals or budget): a
+        # batch step then needs no Python for this row once the kernel wrote it.
+        self._plain_fill = (
+            self._mask_checks is None and not self._token_terminals and not self._token_classes and self._budget is None
+        )
 
     def _make_state(self, kernel_s: np.ndarray, kernel_p: np.ndarray) -> _MatchState:
         closure_s, closure_p, n_kernel, flags = self._runner.close(kernel_s, kernel_p)
@@ -247,13 +248,6 @@ class GrammarMatcher:
         self._add_token_terminals(words)
         self._apply_budget(words)
 
-    def _plain_fill(self) -> bool:
-        """Whether the fill is the grammar's mask alone (no value checks, token terminals or
-        budget), so that a batch step needs no Python for this row once the kernel wrote it."""
-        return (
-            self._mask_checks is None and not self._token_terminals and not self._token_classes and self._budget is None
-        )
-
     def _fill_grammar_words(self, words: np.ndarray) -> None:
         state = self._state
         if state.terminated:
@@ -265,18 +259,11 @@ class GrammarMatcher:
             self._fill_closed(words)
             return
         compiled = self.compiled_grammar
-        # A fill that checks uncertain tokens against the stacks is memoised per stack set: the
-        # result depends on nothing else, and inside a JSON string consecutive tokens leave the
-        # stacks identical (frames are hash-consed), so those fills become a copy.  The kernel
-        # says when walks are needed (FILL_UNCERTAIN) before doing any, so a fill without them
-        # is a single call.
-        memo_key = state.memo_key
-        if memo_key is not None and self._copy_memoised(memo_key, words):
-            return
         runner = self._runner
         while True:
-            # called directly, not through runner.run: a steady fill is a few microseconds
-            status = walk.run_fill(
+            # called directly, not through runner.run: a steady fill is a few microseconds.  A
+            # fill that needs uncertain-token walks is memoised (see batch_fill).
+            status = batch_fill.fill_memoised(
                 words,
                 state.stacks,
                 state.n_kernel,
@@ -290,21 +277,16 @@ class GrammarMatcher:
                 compiled.mask_pool,
                 self._slice_rows,
                 runner.limits.max_stack_tops,
-                memo_key is not None,
+                *self._memo,
             )
             if status == 0:
-                break
+                return
             if status < 0:
                 runner.handle(status)  # room made: call again
-                continue
-            if status == walk.FILL_MASKS_MISSING:
+            elif status == walk.FILL_MASKS_MISSING:
                 compiled.ensure_masks(state.kernel_s)
-            else:  # walk.FILL_UNCERTAIN
-                memo_key = state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
-                if self._copy_memoised(memo_key, words):
-                    return
-        if memo_key is not None:
-            self._memoise(memo_key, words)
+            else:  # walk.FILL_UNCERTAIN: the first fill that needs walks
+                self._memo = batch_fill.new_memo(self._words)
 
     def _fill_closed(self, words: np.ndarray) -> None:
         """The grammar's mask where a token-limited region was just closed (token_regions.py)."""
@@ -331,66 +313,54 @@ class GrammarMatcher:
         terminated = state.terminated or (self.terminate_without_stop_token and state.can_end and len(stacks) == 0)
         return _MatchState(stacks, 0, state.can_end, terminated, scans=state.scans, regions=state.regions, closed=True)
 
-    def _memoise(self, memo_key: tuple, words: np.ndarray) -> None:
-        self._fill_memo[memo_key] = words.copy()
-        if len(self._fill_memo) > FILL_MEMO_ENTRIES:
-            self._fill_memo.popitem(last=False)
-
-    def _describe_row(self, desc: np.ndarray, words_address: int) -> bool:
-        """Write this row's batch_fill table row (its bitmask row at words_address); False when
-        the fill needs Python (a finished matcher).  The arrays it names stay referenced by the
-        matcher, its state and its grammar for the whole batch call."""
-        state = self._state
-        if state.terminated or state.closed:
-            return False
-        compiled, runner = self.compiled_grammar, self._runner
-        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool)
-        cached = self._row_desc
+    def _batch_row(self, words_address: int) -> tuple:
+        """This matcher's row of a batch step's table (batch_fill.ROW_*), its bitmask row at
+        words_address.  The template it points to is rebuilt only when an array it names was
+        replaced (a grown frame pool, workspace or mask store, a new memo); it keeps them
+        alive, and the matcher keeps it, for the whole batch call."""
+        runner, compiled, state = self._runner, self.compiled_grammar, self._state
+        cached = self._row_template
         if (
             cached is None
-            or arrays[0] is not cached[0][0]
-            or arrays[1] is not cached[0][1]
-            or arrays[2] is not cached[0][2]
+            or cached[0] is not runner.pool.blob
+            or cached[1] is not runner.ws.blob
+            or cached[2] is not compiled.mask_pool
+            or cached[3] is not compiled.mask_index
+            or cached[4] is not self._memo
         ):
-            template = np.zeros(batch_fill.ROW_FIELDS, dtype=np.int64)
-            for field, array in (
-                (batch_fill.ROW_STOPS, self._stop_ids),
-                (batch_fill.ROW_PDA, compiled.pda.blob),
-                (batch_fill.ROW_POOL, arrays[0]),
-                (batch_fill.ROW_WS, arrays[1]),
-                (batch_fill.ROW_TRIE, self._trie_blob),
-                (batch_fill.ROW_MASK_INDEX, compiled.mask_index),
-                (batch_fill.ROW_MASK_POOL, arrays[2]),
-                (batch_fill.ROW_SLICE_ROWS, self._slice_rows),
-            ):
-                template[field] = array.ctypes.data
-                template[field + 1] = len(array)
-            template[batch_fill.ROW_N_WORDS] = self._words
-            template[batch_fill.ROW_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
-            cached = self._row_desc = (arrays, template)
-        desc[:] = cached[1]
-        desc[batch_fill.ROW_WORDS] = words_address
+            cached = self._row_template = self._make_template()
         if state.address is None:
             state.address = batch_fill.address(state.stacks)
-        desc[batch_fill.ROW_STACKS] = state.address
-        desc[batch_fill.ROW_N_STACKS] = len(state.stacks)
-        desc[batch_fill.ROW_N_KERNEL] = state.n_kernel
-        desc[batch_fill.ROW_CAN_END] = state.can_end
-        if state.memo_key is not None:
-            self._describe_walk(desc)
-        return True
+        return (cached[6], words_address, state.address, len(state.stacks), state.n_kernel, state.can_end)
 
-    def _describe_walk(self, desc: np.ndarray) -> None:
-        """Let the row's fill walk its uncertain tokens, or copy the bitmask memoised for the
-        same stack set (see _fill_grammar_words)."""
-        state = self._state
-        if state.memo_key is None:
-            state.memo_key = (state.kernel_s.tobytes(), state.kernel_p.tobytes(), state.can_end)
-        desc[batch_fill.ROW_UNCERTAIN_OK] = 1
-        cached_words = self._fill_memo.get(state.memo_key)
-        if cached_words is not None:
-            self._fill_memo.move_to_end(state.memo_key)
-            desc[batch_fill.ROW_COPY_FROM] = batch_fill.address(cached_words)
+    def _make_template(self) -> tuple:
+        """(frame pool, workspace, mask pool, mask index, memo, template, its address): the
+        batch_fill template naming this matcher's arrays, with what it names (see _batch_row)."""
+        compiled, runner, memo = self.compiled_grammar, self._runner, self._memo
+        arrays = (runner.pool.blob, runner.ws.blob, compiled.mask_pool, compiled.mask_index)
+        template = np.zeros(batch_fill.TEMPLATE_FIELDS, dtype=np.int64)
+        for field, array in (
+            (batch_fill.T_STOPS, self._stop_ids),
+            (batch_fill.T_PDA, compiled.pda.blob),
+            (batch_fill.T_POOL, arrays[0]),
+            (batch_fill.T_WS, arrays[1]),
+            (batch_fill.T_TRIE, self._trie_blob),
+            (batch_fill.T_MASK_INDEX, arrays[3]),
+            (batch_fill.T_MASK_POOL, arrays[2]),
+            (batch_fill.T_SLICE_ROWS, self._slice_rows),
+        ):
+            template[field] = array.ctypes.data
+            template[field + 1] = len(array)
+        template[batch_fill.T_N_WORDS] = self._words
+        template[batch_fill.T_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
+        memo_words, memo_keys, memo_meta = memo
+        if len(memo_words):
+            template[batch_fill.T_MEMO_WORDS] = memo_words.ctypes.data
+            template[batch_fill.T_MEMO_KEYS] = memo_keys.ctypes.data
+            template[batch_fill.T_MEMO_META] = memo_meta.ctypes.data
+            template[batch_fill.T_MEMO_ENTRIES] = len(memo_words)
+            template[batch_fill.T_MEMO_KEY_WORDS] = memo_keys.shape[1]
+        return (*arrays, memo, template, template.ctypes.data)
 
     def _add_token_terminals(self, words: np.ndarray) -> None:
         """Set the bits of the token terminals the stacks can take next (one advance over each
@@ -432,14 +402,6 @@ class GrammarMatcher:
                 )
             if self._checked_budget is not None and self.remaining_tokens > 0:
                 self._checked_budget.restrict(words, state, self.remaining_tokens)
-
-    def _copy_memoised(self, memo_key: tuple, words: np.ndarray) -> bool:
-        cached = self._fill_memo.get(memo_key)
-        if cached is None:
-            return False
-        self._fill_memo.move_to_end(memo_key)
-        words[:] = cached
-        return True
 
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
@@ -577,13 +539,13 @@ class GrammarMatcher:
     def fork(self) -> GrammarMatcher:
         """An independent matcher at the same point, with the same rollback history, in
         O(history): states are immutable and hold frame ids, so the fork shares this matcher's
-        frame pool and workspace (and its fill memo).  A matcher and its forks must therefore not
+        frame pool and workspace (and its fill memo until either makes a new one).  A matcher and its forks must therefore not
         run at the same time on different threads; batch_fill_next_token_bitmask fills them one
         after the other."""
         other = copy.copy(self)
         other._history = list(self._history)
         other._row_cache = None
-        other._row_desc = None
+        other._row_template = None
         return other
 
     def find_jump_forward_string(self) -> str:
@@ -621,11 +583,9 @@ class GrammarMatcher:
 
 
 _POOL = None
+_RUNNER, _STATE, _WORDS, _PLAIN_FILL = map(operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill"))
 PARTS_PER_THREAD = 4
 """A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
-MIN_WALKS_TO_SPLIT = 8
-"""Uncertain-token walks below which a step's second call stays on the calling thread (memo
-copies and a few walks cost less than waking another thread)."""
 
 
 def batch_fill_next_token_bitmask(
@@ -633,32 +593,32 @@ def batch_fill_next_token_bitmask(
 ) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
-    One numba call per thread fills its rows without the GIL (masks/batch_fill.py).  Python runs
-    per row only to describe it, to gather the states met for the first time (their masks are
-    computed in one nogil kernel call per grammar, grammars over the threads) before the row goes
-    round again, and for value checks, budgets and token terminals; finished matchers and non-CPU
-    bitmasks take the single-row path.  Each matcher must appear once (it owns its workspace).
+    One numba call per thread fills its rows without the GIL (masks/batch_fill.py), memoised
+    fills included.  Python runs per row only to describe it (a few list comprehensions), to
+    gather the states met for the first time (their masks are computed in one nogil kernel call
+    per grammar, grammars over the threads) before the row goes round again, and for value
+    checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
+    single-row path.  Each matcher must appear once (it owns its workspace).
     """
     import os
 
-    if not isinstance(matchers, (list, tuple)) or not all(isinstance(m, GrammarMatcher) for m in matchers):
+    # (checks and gathers by map over C builtins: a Python loop per row costs more than its kernel)
+    if not isinstance(matchers, (list, tuple)) or not all(map(isinstance, matchers, repeat(GrammarMatcher))):
         raise ArgumentTypeError(
             "batch_fill_next_token_bitmask: matchers must be a list of GrammarMatcher, got " + type(matchers).__name__
         )
     indices = (
-        list(range(len(matchers)))
-        if indices is None
-        else check_integers(indices, "indices", "batch_fill_next_token_bitmask")
+        range(len(matchers)) if indices is None else check_integers(indices, "indices", "batch_fill_next_token_bitmask")
     )
     if len(indices) != len(matchers):
         raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
     rows = bitmask.shape[0] if len(getattr(bitmask, "shape", ())) == 2 else 1
-    if any(not 0 <= i < rows for i in indices):  # the kernel writes at these rows: never past the array
+    if indices and not 0 <= min(indices) <= max(indices) < rows:  # the kernel writes at these rows
         raise ValueError(f"batch_fill_next_token_bitmask: row indices must be in [0, {rows}), got {indices}")
-    if len({id(m) for m in matchers}) != len(matchers):
+    if len(set(map(id, matchers))) != len(matchers):
         raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
-    if len({id(m._runner) for m in matchers}) != len(matchers):
+    if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
 
     def row_by_row(rows: list[int]) -> None:
@@ -672,75 +632,62 @@ def batch_fill_next_token_bitmask(
         row_by_row(list(range(len(matchers))))
         return
     base, stride, rows_view = target
-    table = np.empty((len(matchers), batch_fill.ROW_FIELDS), dtype=np.int64)
-    kernel_rows, python_rows = [], []
-    for k, (matcher, row) in enumerate(zip(matchers, indices)):
-        if matcher._describe_row(table[k], base + row * stride):
-            kernel_rows.append(k)
-        else:
-            python_rows.append(k)
+    states = list(map(_STATE, matchers))
+    python_rows = [k for k, state in enumerate(states) if state.terminated or state.closed]
+    kernel_rows = [k for k, state in enumerate(states) if not (state.terminated or state.closed)]
     status = np.zeros(len(matchers), dtype=np.int64)
-    finish, pending = [], kernel_rows
+    pending = kernel_rows
     while pending:
-        _run_kernel(table, pending, status, threads)
-        # Rows whose stacks need uncertain-token walks: a memoised bitmask of the same stack set
-        # is copied, the others walk (a second call), as the single-row path does.
-        # (statuses and the copy column read as lists: a numpy scalar read costs more than a row's kernel)
-        done = status.tolist()
-        walked = [k for k in pending if done[k] == walk.FILL_UNCERTAIN]
-        for k in walked:
-            matchers[k]._describe_walk(table[k])
-        copies = table[:, batch_fill.ROW_COPY_FROM].tolist()
-        walks = sum(1 for k in walked if copies[k] == 0)  # the rest copy a memo
-        _run_kernel(table, walked, status, threads if walks >= MIN_WALKS_TO_SPLIT else 1, "walk")
-        done = status.tolist()
-        missing = [k for k in pending if done[k] == walk.FILL_MASKS_MISSING]
-        for k in pending:
-            if done[k] == 0:
-                matcher = matchers[k]
-                if matcher._state.memo_key is not None and copies[k] == 0:
-                    matcher._memoise(matcher._state.memo_key, rows_view(indices[k], matcher._words))
-                if not matcher._plain_fill():
-                    finish.append(k)
-            elif done[k] != walk.FILL_MASKS_MISSING:
+        # the table of the rows the kernel runs, in `pending` order (row n's status: status[n])
+        table = np.array([matchers[k]._batch_row(base + stride * indices[k]) for k in pending], dtype=np.int64)
+        _run_kernel(table, len(pending), status, threads)
+        done = status.tolist()  # (one list: a numpy scalar read costs more than a row's kernel)
+        if not any(done[: len(pending)]):
+            break  # the steady case: every row written
+        redo = [(n, k) for n, k in enumerate(pending) if done[n] != 0]
+        for n, k in redo:
+            if done[n] == walk.FILL_UNCERTAIN:
+                matchers[k]._memo = batch_fill.new_memo(matchers[k]._words)  # its first fill with walks
+            elif done[n] < 0:
                 python_rows.append(k)  # a buffer to grow: the single-row path does it
         # First visits: the missing masks of all rows, each (grammar, state) once, over the threads
         # (their walks release the GIL); then those rows go round again.
-        _compute_missing_masks([matchers[k] for k in missing], threads)
-        for k in missing:
-            matchers[k]._describe_row(table[k], base + indices[k] * stride)
-        pending = missing
-    for k in finish:
-        matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
-    row_by_row(sorted(python_rows))
+        _compute_missing_masks([matchers[k] for n, k in redo if done[n] == walk.FILL_MASKS_MISSING], threads)
+        pending = [k for n, k in redo if done[n] > 0]
+    if not all(map(_PLAIN_FILL, matchers)):  # value checks, token terminals, budgets
+        skip = set(python_rows)
+        for k in kernel_rows:
+            if not matchers[k]._plain_fill and k not in skip:
+                matchers[k]._finish_words(rows_view(indices[k], matchers[k]._words))
+    if python_rows:
+        row_by_row(sorted(python_rows))
 
 
-MIN_WORK_PER_THREAD_S = 0.4e-3
+MIN_WORK_PER_THREAD_S = 50e-6
 """Fill-kernel work (estimated) below which a step's call adds no thread: waking one costs tens
 of microseconds, and on a busy machine often more than the rows it would take."""
-_row_cost_s = {"fill": 20e-6, "walk": 50e-6}  # running estimates of the kernel's time per row, per call
 
 
-def _run_kernel(table: np.ndarray, rows: list[int], status: np.ndarray, threads: int, call: str = "fill") -> None:
-    """batch_fill.run_fill_rows over these table rows, split over as many of the threads as the
-    estimated work pays for (MIN_WORK_PER_THREAD_S each); the kernel time measured per part
-    updates the estimate."""
-    if not rows:
+def _run_kernel(table: np.ndarray, n_rows: int, status: np.ndarray, threads: int) -> None:
+    """batch_fill.run_fill_rows over the table's first n_rows rows, cut into PARTS_PER_THREAD
+    parts per thread.  The calling thread runs the first part alone and times it: the rest goes
+    to as many of the threads as that call's own rate says pay for (MIN_WORK_PER_THREAD_S
+    each), so the estimate is of this call's rows, shared with no other batch or thread."""
+    n_parts = min(n_rows, PARTS_PER_THREAD * threads)
+    order = np.arange(n_rows, dtype=np.int64)
+    if n_parts <= 1:
+        batch_fill.run_fill_rows(table, order, status)
         return
-    order = np.array(rows, dtype=np.int64)
-    threads = max(1, min(threads, int(len(rows) * _row_cost_s[call] / MIN_WORK_PER_THREAD_S)))
-    spent: list[float] = []
-
-    def work(part):
-        t0 = time.perf_counter()
-        batch_fill.run_fill_rows(table, part, status)
-        spent.append(time.perf_counter() - t0)
-
+    cuts = [n_rows * i // n_parts for i in range(n_parts + 1)]
+    t0 = time.perf_counter()
+    batch_fill.run_fill_rows(table, order[: cuts[1]], status)
+    rest_s = (time.perf_counter() - t0) * (n_rows - cuts[1]) / cuts[1]
+    threads = max(1, min(threads, int(rest_s / MIN_WORK_PER_THREAD_S)))
     if threads == 1:
-        work(order)  # np.array_split alone costs more than a steady row
+        batch_fill.run_fill_rows(table, order[cuts[1] :], status)
     else:
-        _run_parts(np.array_split(order, min(len(order), PARTS_PER_THREAD * threads)), work, threads)
-    _row_cost_s[call] = 0.75 * _row_cost_s[call] + 0.25 * sum(spent) / len(rows)
+        parts = [order[a:b] for a, b in zip(cuts[1:-1], cuts[2:])]
+        _run_parts(parts, lambda part: batch_fill.run_fill_rows(table, part, status), threads)
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
@@ -757,11 +704,11 @@ def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None
 def _batch_target(bitmask, matchers):
     """(address of row 0, row stride in bytes, rows_view(row, words) -> numpy view) of a C-ordered
     CPU int32 [batch, words] bitmask wide enough for every matcher, else None."""
-    words = max(m._words for m in matchers)
+    words = max(map(_WORDS, matchers))
     if isinstance(bitmask, np.ndarray):
         if bitmask.ndim != 2 or bitmask.dtype != np.int32 or not bitmask.flags.c_contiguous or bitmask.shape[1] < words:
             return None
-        return bitmask.ctypes.data, bitmask.strides[0], lambda row, n: bitmask[row, :n]
+        return batch_fill.address(bitmask), bitmask.strides[0], lambda row, n: bitmask[row, :n]
     try:
         import torch
     except ImportError:
@@ -776,7 +723,7 @@ def _batch_target(bitmask, matchers):
     ):
         return None
     array = bitmask.numpy()
-    return array.ctypes.data, array.strides[0], lambda row, n: array[row, :n]
+    return batch_fill.address(array), array.strides[0], lambda row, n: array[row, :n]
 
 
 def _run_parts(parts, work, threads: int) -> None:

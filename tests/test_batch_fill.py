@@ -49,7 +49,6 @@ def _split_always(monkeypatch) -> None:
     from pushmask.masks import matcher, state_masks
 
     monkeypatch.setattr(matcher, "MIN_WORK_PER_THREAD_S", 1e-12)
-    monkeypatch.setattr(matcher, "MIN_WALKS_TO_SPLIT", 0)
     monkeypatch.setattr(state_masks, "MIN_STATES_TO_SPLIT", 0)
 
 
@@ -262,3 +261,76 @@ def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch)
         assert got.kind == want.kind, state
         for part, expected in zip(got.parts, want.parts):
             assert np.array_equal(part, expected), state
+
+
+def _fresh_fill(compiled, tokens) -> np.ndarray:
+    """The single-row fill of a new matcher (empty memo) brought to the same point by tokens."""
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_tokens(tokens)
+    return _single_fills([matcher])[0]
+
+
+def test_batch_rows_follow_rollback_fork_and_reset():
+    """A matcher whose state moves between batch steps by rollback, fork and reset (not only by
+    accept_token) gets the fill of its new point, never one described for the old: each batch
+    row equals the single-row fill of a new matcher brought to the same tokens."""
+    info = tokenizer_info("llama3")
+    compiled = pm.GrammarCompiler(info).compile_json_schema({"type": "array", "items": {"type": "string"}})
+    tokens = hf_tokenizer("llama3").encode('["one string", "two strings here", "three"]', add_special_tokens=False)
+    walker, other = pm.GrammarMatcher(compiled), pm.GrammarMatcher(compiled)
+    bitmask = np.zeros((3, (info.vocab_size + 31) // 32), dtype=np.int32)
+    taken: list[int] = []
+    for token in tokens:
+        matchers = [other, walker]
+        pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=[2, 0], num_threads=2)
+        assert (bitmask[0] == _fresh_fill(compiled, taken)).all(), taken
+        assert walker.accept_token(token)
+        taken.append(token)
+        if len(taken) % 4 == 0:
+            walker.rollback(2)
+            del taken[-2:]
+            pm.batch_fill_next_token_bitmask([walker, other], bitmask, num_threads=2)
+            assert (bitmask[0] == _fresh_fill(compiled, taken)).all(), taken
+            assert walker.accept_tokens(tokens[len(taken) : len(taken) + 2])
+            taken = list(tokens[: len(taken) + 2])
+    fork = walker.fork()
+    walker.rollback(3)
+    pm.batch_fill_next_token_bitmask([fork, walker, other], bitmask, num_threads=2)
+    assert (bitmask[0] == _fresh_fill(compiled, taken)).all()
+    assert (bitmask[1] == _fresh_fill(compiled, taken[:-3])).all()
+    walker.reset()
+    pm.batch_fill_next_token_bitmask([walker, fork], bitmask, num_threads=1)
+    assert (bitmask[0] == _fresh_fill(compiled, [])).all()
+    assert (bitmask[1] == _fresh_fill(compiled, taken)).all()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_memo_evicts_and_skips_long_keys_alike(batched):
+    """The fill memo (batch_fill.fill_memoised) with two entries, so that walks of string-heavy
+    text evict entries all the time, and with keys too short for most stack sets (those walk on
+    every fill): every fill, batch or single-row, equals a fresh matcher's, and the memo was hit."""
+    from pushmask.masks import batch_fill
+
+    info = tokenizer_info("llama3")
+    # strings at several depths: the same state with different frames below (different keys),
+    # whose walked tokens ('"]]' and the like) differ
+    nested = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/n"}}]}
+    compiled = pm.GrammarCompiler(info).compile_json_schema({"$defs": {"n": nested}, "$ref": "#/$defs/n"})
+    text = '[["ab", ["cd", "x y"]], "e f", [[["f g"]], "h"], "the end"]'
+    tokens = hf_tokenizer("llama3").encode(text, add_special_tokens=False)
+    words = (info.vocab_size + 31) // 32
+    for key_words in (3, batch_fill.MEMO_KEY_WORDS):
+        matcher = pm.GrammarMatcher(compiled)
+        matcher._memo = batch_fill.new_memo(words, entries=2, key_words=key_words)
+        used = 0
+        bitmask = np.zeros((1, words), dtype=np.int32)
+        for n, token in enumerate(tokens):
+            before = matcher._memo[2][:, batch_fill.META_USED].max()
+            if batched:
+                pm.batch_fill_next_token_bitmask([matcher], bitmask)
+            else:
+                matcher.fill_next_token_bitmask(bitmask, 0)
+            used += matcher._memo[2][:, batch_fill.META_USED].max() > before
+            assert (bitmask[0] == _fresh_fill(compiled, tokens[:n])).all(), (key_words, n)
+            assert matcher.accept_token(token)
+        assert used > 2, key_words  # entries stored and hit (each use advances the memo's clock)
