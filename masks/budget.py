@@ -305,6 +305,26 @@ def check_tokens(pda, pool, ws, stacks, vocab, offsets, candidates, cost, max_to
     return 0
 
 
+@njit(cache=True, nogil=True)
+def rising_tokens(words, word_rise, token_rise, has_bytes, slack, out):
+    """The allowed tokens (bits of `words`) with bytes and token_rise > slack, ascending, into
+    `out`; returns how many.  A word whose tokens all rise at most slack (`word_rise`) is skipped
+    without looking at its bits, so a budget that cannot bind costs one pass over the words."""
+    n_tokens = token_rise.shape[0]
+    count = 0
+    for w in range(word_rise.shape[0]):
+        bits = words[w]
+        if bits == 0 or word_rise[w] <= slack:
+            continue
+        for b in range(32):
+            if bits & (np.int32(1) << np.int32(b)):
+                t = w * 32 + b
+                if t < n_tokens and has_bytes[t] and token_rise[t] > slack:
+                    out[count] = t
+                    count += 1
+    return count
+
+
 class _StackSetBounds:
     """What the budget has learnt about the tokens after one stack set (it depends on nothing
     else): refine's bounds and the exact cost, per token id (-1: not computed yet).  Inside a
@@ -347,6 +367,13 @@ class BudgetTable:
         self.has_bytes = np.diff(offsets) > 0  # stop and special tokens have none: never candidates
         # Token terminals are checked one by one by the matcher (restrict_terminals), whatever their text.
         self.has_bytes[list(compiled.token_terminals)] = False
+        # Per mask word (32 token ids), the greatest token_rise of its tokens with bytes (-1: none):
+        # a few long tokens (runs of spaces) rise far more than the rest, so the table-wide
+        # max_rise rarely clears a budget while most words do.
+        words = -(-len(self.token_rise) // 32)
+        padded = np.full(32 * words, -1, dtype=np.int64)
+        padded[: len(self.token_rise)] = np.where(self.has_bytes, self.token_rise, -1)
+        self.word_rise = padded.reshape(words, 32).max(axis=1)
 
     def parse_cost(self, pool_blob: np.ndarray, stacks: np.ndarray, can_end: bool) -> int:
         """Tokens that surely finish the input from a parse state (its packed closed stacks)."""
@@ -369,8 +396,8 @@ class BudgetTable:
         slack = limit - greatest
         if self.max_rise <= slack:
             return
-        allowed = np.unpackbits(words.view(np.uint8), count=len(self.token_rise), bitorder="little").view(bool)
-        candidates = np.flatnonzero(allowed & (self.token_rise > slack) & self.has_bytes)
+        out = np.empty(len(self.token_rise), dtype=np.int64)
+        candidates = out[: rising_tokens(words, self.word_rise, self.token_rise, self.has_bytes, slack, out)]
         if not len(candidates):
             return
         key = stacks.tobytes()
