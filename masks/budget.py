@@ -327,13 +327,23 @@ def rising_tokens(words, word_rise, token_rise, has_bytes, slack, out):
 
 class _StackSetBounds:
     """What the budget has learnt about the tokens after one stack set (it depends on nothing
-    else): refine's bounds and the exact cost, per token id (-1: not computed yet).  Inside a
+    else): refine's bounds and the exact cost (-1: not computed yet), per token id, set only at
+    the ids in `known` (sorted): a step meets a handful of candidates, and filling three
+    vocabulary-long arrays per new stack set cost more than the rest of the budget.  Inside a
     string consecutive steps keep the same stacks, so a tight stretch computes them once."""
 
     def __init__(self, vocab_size: int):
-        self.upper = np.full(vocab_size, -1, dtype=np.int32)
-        self.lower = np.full(vocab_size, -1, dtype=np.int32)
-        self.exact = np.full(vocab_size, -1, dtype=np.int32)
+        self.upper, self.lower, self.exact = np.empty((3, vocab_size), dtype=np.int32)
+        self.known = np.empty(0, dtype=np.int64)
+
+    def unknown(self, candidates: np.ndarray) -> np.ndarray:
+        """The candidates (ascending) with nothing set yet; from now on they count as known,
+        their exact cost not computed."""
+        fresh = candidates[~np.isin(candidates, self.known, assume_unique=True)]
+        if len(fresh):
+            self.exact[fresh] = -1
+            self.known = np.union1d(self.known, fresh)
+        return fresh
 
 
 class BudgetTable:
@@ -408,7 +418,7 @@ class BudgetTable:
                 memo.popitem(last=False)
         else:
             memo.move_to_end(key)
-        fresh = candidates[known.upper[candidates] < 0]
+        fresh = known.unknown(candidates)
         if len(fresh):
             refine(
                 runner.pda.blob,

@@ -218,7 +218,8 @@ def test_restrict_drops_exactly_the_tokens_whose_exact_cost_is_over(compiler, na
     """BudgetTable.restrict against a brute force: every allowed token run through the automaton
     (check_tokens), dropped iff the parse after it costs more than remaining - 1; along a walk
     with flexible whitespace (runs of spaces rise the most), at budgets from where it binds hard
-    to where only the longest tokens could bind, and past where nothing can."""
+    to where only the longest tokens could bind, and past where nothing can, in random order with
+    the bounds learnt for the stack set kept between them (as consecutive steps inside a string)."""
     from collections import OrderedDict
 
     from pushmask.automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
@@ -257,7 +258,8 @@ def test_restrict_drops_exactly_the_tokens_whose_exact_cost_is_over(compiler, na
         greatest = int(cost_range(runner.pool.blob, table.cost, stacks)[1])
         worst = int(exact[allowed].max()) if len(allowed) else 0
         rise = int(table.token_rise[allowed].max()) if len(allowed) else 0
-        for remaining in sorted(
+        memo: OrderedDict = OrderedDict()  # one stack set's bounds, reused across budgets in random order
+        budgets = sorted(
             {
                 1,
                 2,
@@ -268,9 +270,10 @@ def test_restrict_drops_exactly_the_tokens_whose_exact_cost_is_over(compiler, na
                 greatest + rise + 2,
                 *rng.integers(1, worst + 2, 3).tolist(),
             }
-        ):
+        )
+        for remaining in rng.permutation(budgets).tolist():
             got = words.copy()
-            table.restrict(got, stacks, int(remaining), runner, matcher._stop_ids, OrderedDict())
+            table.restrict(got, stacks, int(remaining), runner, matcher._stop_ids, memo)
             kept = np.unpackbits(got.view(np.uint8), bitorder="little")[: len(mask)].astype(bool)
             want = mask.copy()
             want[allowed[exact[allowed] > remaining - 1]] = False
