@@ -339,10 +339,12 @@ class _StackSetBounds:
     def unknown(self, candidates: np.ndarray) -> np.ndarray:
         """The candidates (ascending) with nothing set yet; from now on they count as known,
         their exact cost not computed."""
-        fresh = candidates[~np.isin(candidates, self.known, assume_unique=True)]
+        known = self.known
+        at = np.minimum(np.searchsorted(known, candidates), len(known) - 1)
+        fresh = candidates[known[at] != candidates] if len(known) else candidates
         if len(fresh):
             self.exact[fresh] = -1
-            self.known = np.union1d(self.known, fresh)
+            self.known = np.sort(np.concatenate([known, fresh]))
         return fresh
 
 
@@ -451,10 +453,9 @@ class BudgetTable:
                 MAX_TOPS,
                 known.exact,
             )
-        dropped = np.zeros(32 * len(words), dtype=bool)
-        dropped[over] = True
-        dropped[candidates[known.exact[candidates] > limit]] = True
-        words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
+        dropped = np.concatenate([over, candidates[known.exact[candidates] > limit]])
+        if len(dropped):  # a few ids: their bits cleared one by one (ufunc.at takes repeated words)
+            np.bitwise_and.at(words, dropped >> 5, ~np.left_shift(np.int32(1), (dropped & 31).astype(np.int32)))
 
     def restrict_terminals(self, words: np.ndarray, remaining: int, terminals, after, runner) -> None:
         """Clear the allowed token terminals after which the parse would cost more than
