@@ -17,8 +17,8 @@ max-stack-cost + token_rise[t] <= R - 1 is kept unchecked (`rising_tokens` finds
 without reading the mask words whose tokens all rise less: long runs of spaces rise the most).
 The others get closer bounds above and below (`refine`: the bytes the top's own rule takes
 count exactly, as inside a string), and only those still undecided run through the automaton
-(`check_tokens`); bounds and exact costs are kept per stack set.  With a generous budget no token is checked and the mask is the
-unbudgeted one bit for bit.
+(`check_tokens`); bounds and exact costs are kept per stack set.  With a generous budget no
+token is checked and the mask is the unbudgeted one bit for bit.
 
 Value checks (uniqueItems, overlapping oneOf) are not in these costs: the shortest completion may
 close a duplicate item.  For such grammars `CheckedBudget` also keeps a token only when a
