@@ -13,11 +13,12 @@ completion always fits.
 Checking a token means running its bytes, so most tokens are cleared without it: `byte_rise[b]`
 bounds how much one byte b can raise a stack's cost (the byte edge, then epsilon pushes and
 pops), and a token's bytes' sum `token_rise[t]` how much t can; a token with
-max-stack-cost + token_rise[t] <= R - 1 is kept unchecked.  The others get closer bounds above
-and below (`refine`: the bytes the top's own rule takes count exactly, as inside a string), and
-only those still undecided run through the automaton (`check_tokens`); bounds and exact costs
-are kept per stack set.  With a generous budget no token is checked and the mask is the
-unbudgeted one bit for bit.
+max-stack-cost + token_rise[t] <= R - 1 is kept unchecked (`rising_tokens` finds the others
+without reading the mask words whose tokens all rise less: long runs of spaces rise the most).
+The others get closer bounds above and below (`refine`: the bytes the top's own rule takes
+count exactly, as inside a string), and only those still undecided run through the automaton
+(`check_tokens`); bounds and exact costs are kept per stack set.  With a generous budget no
+token is checked and the mask is the unbudgeted one bit for bit.
 
 Value checks (uniqueItems, overlapping oneOf) are not in these costs: the shortest completion may
 close a duplicate item.  For such grammars `CheckedBudget` also keeps a token only when a
@@ -305,15 +306,47 @@ def check_tokens(pda, pool, ws, stacks, vocab, offsets, candidates, cost, max_to
     return 0
 
 
+@njit(cache=True, nogil=True)
+def rising_tokens(words, word_rise, token_rise, has_bytes, slack, out):
+    """The allowed tokens (bits of `words`) with bytes and token_rise > slack, ascending, into
+    `out`; returns how many.  A word whose tokens all rise at most slack (`word_rise`) is skipped
+    without looking at its bits, so a budget that cannot bind costs one pass over the words."""
+    n_tokens = token_rise.shape[0]
+    count = 0
+    for w in range(word_rise.shape[0]):
+        bits = words[w]
+        if bits == 0 or word_rise[w] <= slack:
+            continue
+        for b in range(32):
+            if bits & (np.int32(1) << np.int32(b)):
+                t = w * 32 + b
+                if t < n_tokens and has_bytes[t] and token_rise[t] > slack:
+                    out[count] = t
+                    count += 1
+    return count
+
+
 class _StackSetBounds:
     """What the budget has learnt about the tokens after one stack set (it depends on nothing
-    else): refine's bounds and the exact cost, per token id (-1: not computed yet).  Inside a
+    else): refine's bounds and the exact cost (-1: not computed yet), per token id, set only at
+    the ids in `known` (sorted): a step meets a handful of candidates, and filling three
+    vocabulary-long arrays per new stack set cost more than the rest of the budget.  Inside a
     string consecutive steps keep the same stacks, so a tight stretch computes them once."""
 
     def __init__(self, vocab_size: int):
-        self.upper = np.full(vocab_size, -1, dtype=np.int32)
-        self.lower = np.full(vocab_size, -1, dtype=np.int32)
-        self.exact = np.full(vocab_size, -1, dtype=np.int32)
+        self.upper, self.lower, self.exact = np.empty((3, vocab_size), dtype=np.int32)
+        self.known = np.empty(0, dtype=np.int64)
+
+    def unknown(self, candidates: np.ndarray) -> np.ndarray:
+        """The candidates (ascending) with nothing set yet; from now on they count as known,
+        their exact cost not computed."""
+        known = self.known
+        at = np.minimum(np.searchsorted(known, candidates), len(known) - 1)
+        fresh = candidates[known[at] != candidates] if len(known) else candidates
+        if len(fresh):
+            self.exact[fresh] = -1
+            self.known = np.sort(np.concatenate([known, fresh]))
+        return fresh
 
 
 class BudgetTable:
@@ -347,6 +380,13 @@ class BudgetTable:
         self.has_bytes = np.diff(offsets) > 0  # stop and special tokens have none: never candidates
         # Token terminals are checked one by one by the matcher (restrict_terminals), whatever their text.
         self.has_bytes[list(compiled.token_terminals)] = False
+        # Per mask word (32 token ids), the greatest token_rise of its tokens with bytes (-1: none):
+        # a few long tokens (runs of spaces) rise far more than the rest, so the table-wide
+        # max_rise rarely clears a budget while most words do.
+        words = -(-len(self.token_rise) // 32)
+        padded = np.full(32 * words, -1, dtype=np.int64)
+        padded[: len(self.token_rise)] = np.where(self.has_bytes, self.token_rise, -1)
+        self.word_rise = padded.reshape(words, 32).max(axis=1)
 
     def parse_cost(self, pool_blob: np.ndarray, stacks: np.ndarray, can_end: bool) -> int:
         """Tokens that surely finish the input from a parse state (its packed closed stacks)."""
@@ -369,8 +409,8 @@ class BudgetTable:
         slack = limit - greatest
         if self.max_rise <= slack:
             return
-        allowed = np.unpackbits(words.view(np.uint8), count=len(self.token_rise), bitorder="little").view(bool)
-        candidates = np.flatnonzero(allowed & (self.token_rise > slack) & self.has_bytes)
+        out = np.empty(len(self.token_rise), dtype=np.int64)
+        candidates = out[: rising_tokens(words, self.word_rise, self.token_rise, self.has_bytes, slack, out)]
         if not len(candidates):
             return
         key = stacks.tobytes()
@@ -381,7 +421,7 @@ class BudgetTable:
                 memo.popitem(last=False)
         else:
             memo.move_to_end(key)
-        fresh = candidates[known.upper[candidates] < 0]
+        fresh = known.unknown(candidates)
         if len(fresh):
             refine(
                 runner.pda.blob,
@@ -414,10 +454,9 @@ class BudgetTable:
                 MAX_TOPS,
                 known.exact,
             )
-        dropped = np.zeros(32 * len(words), dtype=bool)
-        dropped[over] = True
-        dropped[candidates[known.exact[candidates] > limit]] = True
-        words &= ~np.packbits(dropped, bitorder="little").view(np.int32)
+        dropped = np.concatenate([over, candidates[known.exact[candidates] > limit]])
+        if len(dropped):  # a few ids: their bits cleared one by one (ufunc.at takes repeated words)
+            np.bitwise_and.at(words, dropped >> 5, ~np.left_shift(np.int32(1), (dropped & 31).astype(np.int32)))
 
     def restrict_terminals(self, words: np.ndarray, remaining: int, terminals, after, runner) -> None:
         """Clear the allowed token terminals after which the parse would cost more than

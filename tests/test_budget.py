@@ -211,3 +211,83 @@ def test_kept_tokens_leave_an_exact_completion(compiler):
             checked += 1
         assert matcher.accept_token(int(rng.choice(kept)))
     assert checked >= 6
+
+
+@pytest.mark.parametrize("name", DEV_SCHEMAS[:2])
+def test_restrict_drops_exactly_the_tokens_whose_exact_cost_is_over(compiler, name):
+    """BudgetTable.restrict against a brute force: every allowed token run through the automaton
+    (check_tokens), dropped iff the parse after it costs more than remaining - 1; along a walk
+    with flexible whitespace (runs of spaces rise the most), at budgets from where it binds hard
+    to where only the longest tokens could bind, and past where nothing can, in random order with
+    the bounds learnt for the stack set kept between them (as consecutive steps inside a string)."""
+    from collections import OrderedDict
+
+    from pushmask.automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
+    from pushmask.grammar.json_options import JsonOptions
+    from pushmask.masks.budget import STORED_MAX, budget_table, check_tokens, cost_range, rising_tokens
+
+    compiled = compiler.compile_json_schema(_dev_schema(name), options=JsonOptions.xgrammar())
+    table = budget_table(compiled)
+    matcher = pm.GrammarMatcher(compiled)
+    runner = matcher._runner
+    stops = set(matcher.stop_token_ids)
+    rng = np.random.default_rng(5)
+    n_words = -(-matcher.vocab_size // 32)
+    bound_hit = 0
+    for _ in range(30):
+        mask = matcher.get_next_token_mask()
+        words = np.packbits(
+            np.resize(np.append(mask, np.zeros(32 * n_words - len(mask), bool)), 32 * n_words), bitorder="little"
+        ).view(np.int32)
+        stacks = matcher._state.stacks
+        allowed = np.flatnonzero(mask[: len(table.token_rise)] & table.has_bytes)
+        exact = np.full(len(table.token_rise), -1, dtype=np.int32)
+        runner.run(
+            check_tokens,
+            PDA_BLOB,
+            POOL_BLOB,
+            WS_BLOB,
+            stacks,
+            table.vocab,
+            table.offsets,
+            allowed,
+            table.cost,
+            MAX_TOPS,
+            exact,
+        )
+        greatest = int(cost_range(runner.pool.blob, table.cost, stacks)[1])
+        worst = int(exact[allowed].max()) if len(allowed) else 0
+        rise = int(table.token_rise[allowed].max()) if len(allowed) else 0
+        memo: OrderedDict = OrderedDict()  # one stack set's bounds, reused across budgets in random order
+        budgets = sorted(
+            {
+                1,
+                2,
+                worst,
+                worst + 1,
+                greatest + rise,
+                greatest + rise + 1,
+                greatest + rise + 2,
+                *rng.integers(1, worst + 2, 3).tolist(),
+            }
+        )
+        for remaining in rng.permutation(budgets).tolist():
+            got = words.copy()
+            table.restrict(got, stacks, int(remaining), runner, matcher._stop_ids, memo)
+            kept = np.unpackbits(got.view(np.uint8), bitorder="little")[: len(mask)].astype(bool)
+            want = mask.copy()
+            want[allowed[exact[allowed] > remaining - 1]] = False
+            if remaining < 1:
+                want[:] = False
+            assert np.array_equal(kept, want), (remaining, np.flatnonzero(kept != want)[:10])
+            bound_hit += int(want.sum() < mask.sum())
+            slack = remaining - 1 - greatest
+            out = np.empty(len(table.token_rise), dtype=np.int64)
+            found = out[: rising_tokens(words, table.word_rise, table.token_rise, table.has_bytes, slack, out)]
+            assert np.array_equal(found, allowed[table.token_rise[allowed] > slack])
+        assert exact[allowed].max(initial=0) < STORED_MAX
+        choices = [t for t in np.flatnonzero(mask).tolist() if t not in stops]
+        if not choices:
+            break
+        assert matcher.accept_token(int(rng.choice(choices)))
+    assert bound_hit > 0
