@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import os
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from typing import Any
@@ -598,7 +599,17 @@ class CompiledGrammar:
         )
         self.ensure_masks(closure_s[:n_kernel])
         if first_reach.MAX_STATES > 0:
-            self.ensure_masks(self._first_reached(np.concatenate([closure_s, closure_p])))
+            self._ensure_within_budget(self._first_reached(np.concatenate([closure_s, closure_p])))
+
+    def _ensure_within_budget(self, states: np.ndarray) -> None:
+        """ensure_masks of `states` in chunks, in order, until first_reach's time budget is spent:
+        the chunks so far say what the next may hold."""
+        start = time.thread_time()
+        done, chunk = 0, first_reach.FIRST_CHUNK
+        while done < len(states) and chunk > 0:
+            self.ensure_masks(states[done : done + chunk])
+            done += chunk
+            chunk = first_reach.next_chunk(done, time.thread_time() - start)
 
     def _first_reached(self, stacks: np.ndarray) -> np.ndarray:
         """The kernel states without a stored mask that the packed closed stack set `stacks`
