@@ -100,12 +100,14 @@ def run_first_reach(pda, pool, ws, stacks, trie, token_ids, max_tops, max_steps,
         length = trie[TRIE_HEADER + i + 1] - t0
         built = min(built, trie[lcp + i], length)
         d = built
+        m = 0
         while d < length and lv_n[d] > 0:
             src = lv_start[d]
             n = lv_n[d]
             dst = src + n
             if dst + n > size:
-                return ERR_BUFFER_FULL
+                m = ERR_BUFFER_FULL
+                break
             m = step_byte(pda, ws, src, n, trie[tok_bytes + t0 + d], dst)
             kernel = m
             if m > 1 or (m == 1 and has_epsilon(pda, ws[bs + dst])):
@@ -113,13 +115,16 @@ def run_first_reach(pda, pool, ws, stacks, trie, token_ids, max_tops, max_steps,
                 if m == ERR_TOO_MANY_TOPS:
                     m = 0
                 elif m < 0:
-                    counts[FR_FOUND] = n_found
-                    return m
+                    break
             steps += 1
             d += 1
             lv_start[d] = dst
             lv_n[d] = m
             lv_kernel[d] = kernel
+        if m < 0:  # make room: what was found so far stays found
+            counts[FR_FOUND] = n_found
+            counts[FR_STEPS] = steps
+            return m
         built = d
         i += 1
         if d == length and lv_n[d] > 0:

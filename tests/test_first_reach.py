@@ -6,7 +6,6 @@ precompute bit for bit, and the budget bounds the states and the walk."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -14,10 +13,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from support import DATA, hf_tokenizer, require_shared, tokenizer_info  # noqa: E402
+from support import dev_instances, tokenizer_info  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.automata.kernels import ROOT  # noqa: E402
+from pushmask.automata.stack import Workspace  # noqa: E402
 from pushmask.masks import first_reach  # noqa: E402
 from pushmask.masks.walk import MASK_FIELDS  # noqa: E402
 
@@ -25,23 +25,6 @@ from pushmask.masks.walk import MASK_FIELDS  # noqa: E402
 MANY_FIRST_STATES = "|".join(
     f"{c}{i:02d}" for i, c in enumerate("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 )
-
-
-def _dev_instances(tokenizer_name: str, n: int, steps: int) -> list[tuple[dict, list[int]]]:
-    """n MaskBench-dev schemas (every 97th file) with the tokens of a valid instance (>= steps)."""
-    hf = hf_tokenizer(tokenizer_name)
-    rows = []
-    for path in sorted(require_shared(DATA / "maskbench-dev").glob("*.json"))[::97]:
-        item = json.loads(path.read_text())
-        valid = [t["data"] for t in item.get("tests", []) if t["valid"]]
-        if not valid:
-            continue
-        tokens = hf.encode(json.dumps(valid[0], ensure_ascii=False), add_special_tokens=False)
-        if len(tokens) >= steps:
-            rows.append((item["schema"], tokens[:steps]))
-        if len(rows) == n:
-            break
-    return rows
 
 
 def _stored(compiled) -> set[int]:
@@ -91,7 +74,7 @@ def test_the_walk_finds_the_states_each_first_token_reaches(name, monkeypatch):
     """reached_states (one trie walk sharing prefixes) == a Python advance over every allowed
     first token, on dev schemas and on a grammar whose start allows every token."""
     info = tokenizer_info(name)
-    specs = [("json_schema", schema) for schema, _ in _dev_instances(name, 3, 8)]
+    specs = [("json_schema", schema) for schema, _ in dev_instances(name, 3, 8, every=97)]
     specs += [("regex", MANY_FIRST_STATES), ("regex", "[0-9 ]{0,6}")]
     monkeypatch.setattr(first_reach, "MAX_STEPS", 1 << 24)  # no step budget: the whole trie
     for kind, spec in specs:
@@ -102,6 +85,12 @@ def test_the_walk_finds_the_states_each_first_token_reaches(name, monkeypatch):
         assert len(set(found.tolist())) == len(found)
         assert set(found.tolist()) == _reached_by_advancing_each_token(compiled), (name, spec)
         assert set(np.flatnonzero(seen).tolist()) == set(found.tolist())
+        # again with a workspace too small for the walk: each growth resumes with what was found
+        runner = compiled._runner()
+        runner.ws = Workspace(runner.limits.max_stack_tops, compiled.compiler.trie.max_token_length, buffer_size=2)
+        seen[:] = 0
+        again = first_reach.reached_states(runner, compiled.compiler.trie, _start_stacks(compiled), seen)
+        assert sorted(again.tolist()) == sorted(found.tolist()), (name, spec)
 
 
 @pytest.mark.parametrize("name", ["llama3", "smollm2"])
@@ -112,7 +101,7 @@ def test_precomputed_masks_equal_masks_computed_on_demand(name, monkeypatch):
     valid instance are equal bit for bit and allow the instance's tokens."""
     info = tokenizer_info(name)
     steps = 12
-    rows = _dev_instances(name, 4, steps)
+    rows = dev_instances(name, 4, steps, every=97)
     assert len(rows) == 4
     monkeypatch.setattr(first_reach, "MAX_SECONDS", 60.0)  # every state found, however busy the machine
     options = {"property_order": "any", "strict_mode": False}
