@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import os
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,7 @@ from ..grammar.frontends import to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
+from . import first_reach
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .mask_cache import MaskCache, StateMask, ids_to_bitset
 from .serialization import DeserializeError, check_header, from_json, header, to_json
@@ -34,6 +36,7 @@ from .vocab import TokenizerInfo
 from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
+_NO_STATES = np.empty(0, dtype=np.int64)
 
 
 class GrammarCompiler:
@@ -643,11 +646,33 @@ class CompiledGrammar:
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles
         off its decode loop (vLLM compiles asynchronously), so a new request's first batch step
-        finds them ready instead of computing them while every other row waits."""
-        closure_s, _, n_kernel, _ = self._runner().close(
+        finds them ready instead of computing them while every other row waits.  Then those of
+        the states its first tokens reach, within first_reach's budget, for the second step."""
+        closure_s, closure_p, n_kernel, _ = self._runner().close(
             np.array([self.pda.rule_start[self.pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64)
         )
         self.ensure_masks(closure_s[:n_kernel])
+        if first_reach.MAX_STATES > 0:
+            self._ensure_within_budget(self._first_reached(np.concatenate([closure_s, closure_p])))
+
+    def _ensure_within_budget(self, states: np.ndarray) -> None:
+        """ensure_masks of `states` in chunks, in order, until first_reach's time budget is spent:
+        the chunks so far say what the next may hold."""
+        start = time.thread_time()
+        done, chunk = 0, first_reach.FIRST_CHUNK
+        while done < len(states) and chunk > 0:
+            self.ensure_masks(states[done : done + chunk])
+            done += chunk
+            chunk = first_reach.next_chunk(done, time.thread_time() - start)
+
+    def _first_reached(self, stacks: np.ndarray) -> np.ndarray:
+        """The kernel states without a stored mask that the packed closed stack set `stacks`
+        reaches over one token, within first_reach's budget."""
+        seen = (self.mask_index[::MASK_FIELDS] >= 0).astype(np.uint8)
+        try:
+            return first_reach.reached_states(self._runner(), self.compiler.trie, stacks, seen)
+        except LimitExceededError:
+            return _NO_STATES  # a frame pool past its limit: the fills will say so
 
     def _run_store_masks(self, run: MaskRun, store, use_slices: bool = True) -> None:
         """state_masks.run_store_masks for the run into `store` (an object with mask_index,

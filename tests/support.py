@@ -76,6 +76,24 @@ def grammar_compiler(name: str):
     return pushmask.GrammarCompiler(tokenizer_info(name))
 
 
+def dev_instances(tokenizer_name: str, n: int, steps: int, every: int = 1) -> list[tuple[dict, list[int]]]:
+    """n MaskBench-dev schemas (every `every`-th file, sorted by name) with the first `steps`
+    tokens of a valid instance (schemas whose instance has fewer are passed over)."""
+    hf = hf_tokenizer(tokenizer_name)
+    rows = []
+    for path in sorted(require_shared(DATA / "maskbench-dev").glob("*.json"))[::every]:
+        item = json.loads(path.read_text())
+        valid = [t["data"] for t in item.get("tests", []) if t["valid"]]
+        if not valid:
+            continue
+        tokens = hf.encode(json.dumps(valid[0], ensure_ascii=False), add_special_tokens=False)
+        if len(tokens) >= steps:
+            rows.append((item["schema"], tokens[:steps]))
+        if len(rows) == n:
+            break
+    return rows
+
+
 def accepts_text(compiled, text: str | bytes) -> bool:
     """Is `text` a complete string of the compiled grammar (fed as one string)?"""
     import pushmask
