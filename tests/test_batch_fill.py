@@ -3,7 +3,6 @@ first visits and extras) writes exactly what each matcher's own fill_next_token_
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
@@ -12,28 +11,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from support import DATA, hf_tokenizer, require_shared, tokenizer_info  # noqa: E402
+from support import dev_instances, hf_tokenizer, tokenizer_info  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 
 TOKENIZERS = ["llama3", "qwen", "mistral", "smollm2"]
-
-
-def _dev_rows(tokenizer_name: str, n: int, steps: int) -> list[tuple[dict, list[int]]]:
-    """n MaskBench-dev schemas (sorted by file name) with a valid instance of >= steps tokens."""
-    hf = hf_tokenizer(tokenizer_name)
-    rows = []
-    for path in sorted(require_shared(DATA / "maskbench-dev").glob("*.json")):
-        item = json.loads(path.read_text())
-        valid = [t["data"] for t in item.get("tests", []) if t["valid"]]
-        if not valid:
-            continue
-        tokens = hf.encode(json.dumps(valid[0], ensure_ascii=False), add_special_tokens=False)
-        if len(tokens) >= steps:
-            rows.append((item["schema"], tokens[:steps]))
-        if len(rows) == n:
-            break
-    return rows
 
 
 def _single_fills(matchers) -> np.ndarray:
@@ -76,7 +58,7 @@ def test_batch_equals_single_fills_on_dev_schemas(name, monkeypatch):
     the instance's token."""
     info = tokenizer_info(name)
     steps = 24
-    rows = _dev_rows(name, 6, steps)
+    rows = dev_instances(name, 6, steps)
     assert len(rows) == 6
     _poison_growth(monkeypatch)
     # The single-row fills read grammars of their own compiler: their masks are computed apart.
@@ -115,7 +97,7 @@ def test_batch_first_visits_wait_for_a_grammar_another_thread_holds():
     import threading
 
     info = tokenizer_info("llama3")
-    rows = _dev_rows("llama3", 3, 4)
+    rows = dev_instances("llama3", 3, 4)
     compiler = pm.GrammarCompiler(info, cache_enabled=False)
     reference = pm.GrammarCompiler(info, cache_enabled=False)
     grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
@@ -200,7 +182,7 @@ def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
     import threading
 
     info = tokenizer_info("llama3")
-    rows = _dev_rows("llama3", 3, 16)
+    rows = dev_instances("llama3", 3, 16)
     compiler = pm.GrammarCompiler(info, cache_enabled=False)
     reference = pm.GrammarCompiler(info, cache_enabled=False)
     grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
@@ -248,7 +230,7 @@ def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch)
 
     _poison_growth(monkeypatch)
     info = tokenizer_info("llama3")
-    schema = _dev_rows("llama3", 1, 8)[0][0]
+    schema = dev_instances("llama3", 1, 8)[0][0]
     grammar = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
     reference = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
     grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()  # full after the first mask
