@@ -501,7 +501,9 @@ def any_order_members(em: Emitter, members, extra, first, nxt, close_e, close_ne
             memo[key] = body
         return memo[key]
 
-    return rest(frozenset(range(len(members))), False)
+    expr = rest(frozenset(range(len(members))), False)
+    del rest  # empties the cell `rest` calls itself through: no cycle, the memo goes with the frame
+    return expr
 
 
 def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_ne, required_rank=()) -> Expr:
@@ -552,6 +554,7 @@ def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_
     if optional:
         options.append(seq(first, free, after(0)))
     options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
+    del after  # empties the cell `after` calls itself through: no reference cycle left to collect
     return alt(*options)
 
 
@@ -602,4 +605,5 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
 
         if wanted and not key_dfa.is_empty():
             walk(0, 0, key_dfa)
+        del walk  # empties the cell `walk` calls itself through: no reference cycle left to collect
     return [(mask, found[mask]) for mask in sorted(found) if not found[mask].is_empty()]
