@@ -140,7 +140,6 @@ class CompileContext:
         self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
         self.resolver = self.registry.resolver()
 
-
     def lookup(self, uri: str, pointer: str):
         url, frag = urldefrag(uri)
         errors = []

@@ -492,9 +492,9 @@ def any_order_members(em: Emitter, members, extra, first, nxt, close_e, close_ne
             if not any(required[i] for i in remaining):
                 options.append(close_ne if written else close_e)
             if extra is not None and not written:
-                options.append(seq(first, extra, rest(remaining, True)))
+                options.append(seq(first, extra, rest(remaining, True)))  # noqa: F821 (del below)
             for i in sorted(remaining):
-                options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
+                options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))  # noqa: F821
             body = alt(*options)
             if extra is not None and written:
                 body = seq(star(seq(nxt, extra)), body)
@@ -546,7 +546,7 @@ def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_
             name = state_rules[written] = em.new_rule("members")
             todo = pending(written)
             options = [] if todo else [close_ne]
-            options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]
+            options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]  # noqa: F821 (del below)
             em.rules[name] = seq(star(seq(nxt, free)), alt(*options))
         return Ref(state_rules[written])
 
