@@ -55,6 +55,39 @@ class UnsatisfiableSchema(SchemaError):
     """No instance satisfies the whole schema (json_schema_to_grammar decides what that gives)."""
 
 
+def _closed(doc, addl_default):
+    """A normalised document with strict mode applied where it narrows (closing.py)."""
+    if addl_default is True:
+        return doc
+    return close_document(doc, only_declared=addl_default == "declared")
+
+
+class _Retriever:
+    """The registry's `retrieve`: another document, prepared as the root is (a spec_uri asks for
+    its spec copy), and the raw documents retrieved, each once.  Its own object, not a method of
+    CompileContext: the context holds the registry, and a registry holding the context back would
+    make a reference cycle that keeps the whole document alive until the collector runs."""
+
+    def __init__(self, retrieve_raw, draft, addl_default):
+        self.retrieve_raw = retrieve_raw
+        self.draft = draft
+        self.addl_default = addl_default
+        self.retrieved: list = []
+        self.retrieved_uris: set[str] = set()
+
+    def __call__(self, uri: str) -> Resource:
+        original = original_uri(uri)
+        if self.retrieve_raw is None:
+            raise Unresolvable(uri)
+        raw = self.retrieve_raw(original)
+        if original not in self.retrieved_uris:  # count each document's dynamic anchors once
+            self.retrieved_uris.add(original)
+            self.retrieved.append(raw)
+        doc = normalize_document(raw, original, draft_of(raw, self.draft))
+        doc = _closed(doc, self.addl_default) if original == uri else spec_copy(doc)
+        return Resource(doc, specification=DRAFT202012)
+
+
 class CompileContext:
     """What the emitter and the schema algebra of one compile share: the options, limits and
     `Mode`; the documents (registry, references, jsonschema checks); the diagnostics (widenings
@@ -67,11 +100,8 @@ class CompileContext:
         self.limits = limits
         self.mode = Mode(lenient=options.lenient, value_checks=options.value_checks)
         self.addl_default = options.additional_properties_default
-        self.retrieve_raw = options.retrieve
         self.widened: set[tuple[str, str]] = set()  # (keyword, pointer) warned about, shared by retries
         self.empty_reason: tuple[str, str] | None = None
-        self.retrieved: list = []
-        self.retrieved_uris: set[str] = set()
         self.clock = CompileClock()  # no limit unless json_schema_to_grammar sets one
         self.draft = draft_of(schema)
         root_base = schema.get("$id") if isinstance(schema, dict) and isinstance(schema.get("$id"), str) else None
@@ -82,8 +112,10 @@ class CompileContext:
         root_url = urldefrag(root_base)[0] if root_base else ""
         self.base = join_uri(DEFAULT_BASE, root_url) if root_url else DEFAULT_BASE
         normalized = normalize_document(schema, self.base, self.draft)
-        self.root = self._close(normalized)
-        self.registry = Registry(retrieve=self._retrieve).with_resource(
+        self.root = _closed(normalized, self.addl_default)
+        retriever = _Retriever(options.retrieve, self.draft, self.addl_default)
+        self.retrieved = retriever.retrieved
+        self.registry = Registry(retrieve=retriever).with_resource(
             self.base, Resource(self.root, specification=DRAFT202012)
         )
         if self.root is not normalized:  # strict mode: negative positions refer to the spec copy
@@ -107,25 +139,6 @@ class CompileContext:
     def _register(self, uri: str, schema) -> None:
         self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
         self.resolver = self.registry.resolver()
-
-    def _close(self, doc):
-        """A normalised document with strict mode applied where it narrows (closing.py)."""
-        if self.addl_default is True:
-            return doc
-        return close_document(doc, only_declared=self.addl_default == "declared")
-
-    def _retrieve(self, uri: str) -> Resource:
-        """Another document, prepared as the root is; a spec_uri asks for its spec copy."""
-        original = original_uri(uri)
-        if self.retrieve_raw is None:
-            raise Unresolvable(uri)
-        raw = self.retrieve_raw(original)
-        if original not in self.retrieved_uris:  # count each document's dynamic anchors once
-            self.retrieved_uris.add(original)
-            self.retrieved.append(raw)
-        doc = normalize_document(raw, original, draft_of(raw, self.draft))
-        doc = self._close(doc) if original == uri else spec_copy(doc)
-        return Resource(doc, specification=DRAFT202012)
 
     def lookup(self, uri: str, pointer: str):
         url, frag = urldefrag(uri)

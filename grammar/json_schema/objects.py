@@ -492,16 +492,18 @@ def any_order_members(em: Emitter, members, extra, first, nxt, close_e, close_ne
             if not any(required[i] for i in remaining):
                 options.append(close_ne if written else close_e)
             if extra is not None and not written:
-                options.append(seq(first, extra, rest(remaining, True)))
+                options.append(seq(first, extra, rest(remaining, True)))  # noqa: F821 (del below)
             for i in sorted(remaining):
-                options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))
+                options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))  # noqa: F821
             body = alt(*options)
             if extra is not None and written:
                 body = seq(star(seq(nxt, extra)), body)
             memo[key] = body
         return memo[key]
 
-    return rest(frozenset(range(len(members))), False)
+    expr = rest(frozenset(range(len(members))), False)
+    del rest  # empties the cell `rest` calls itself through: no cycle, the memo goes with the frame
+    return expr
 
 
 def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_ne, required_rank=()) -> Expr:
@@ -544,7 +546,7 @@ def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_
             name = state_rules[written] = em.new_rule("members")
             todo = pending(written)
             options = [] if todo else [close_ne]
-            options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]
+            options += [seq(nxt, required[i], after(written | 1 << i)) for i in todo]  # noqa: F821 (del below)
             em.rules[name] = seq(star(seq(nxt, free)), alt(*options))
         return Ref(state_rules[written])
 
@@ -552,6 +554,7 @@ def interleaved_members(em: Emitter, members, extra, first, nxt, close_e, close_
     if optional:
         options.append(seq(first, free, after(0)))
     options += [seq(first, required[i], after(1 << i)) for i in pending(0)]
+    del after  # empties the cell `after` calls itself through: no reference cycle left to collect
     return alt(*options)
 
 
@@ -602,4 +605,5 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
 
         if wanted and not key_dfa.is_empty():
             walk(0, 0, key_dfa)
+        del walk  # empties the cell `walk` calls itself through: no reference cycle left to collect
     return [(mask, found[mask]) for mask in sorted(found) if not found[mask].is_empty()]
