@@ -370,7 +370,7 @@ class PushmaskGrammar(StructuredOutputGrammar):
         self.drafts = None
         self.draft_rows = None
         # (bitmask, row) this step's batch fill already wrote (vllm_batch.py); None outside it.
-        self.filled_row = None
+        self.filled_row: tuple[Any, int] | None = None
 
     @property
     def matcher(self) -> GrammarMatcher:

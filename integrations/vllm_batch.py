@@ -48,7 +48,7 @@ def install_batch_fill(manager_cls) -> bool:
             for grammar in filled:
                 grammar.filled_row = None
 
-    grammar_bitmask._pushmask_batch = True
+    grammar_bitmask._pushmask_batch = True  # type: ignore[attr-defined]
     manager_cls.grammar_bitmask = grammar_bitmask
     return True
 
@@ -63,7 +63,7 @@ def fill_pushmask_rows(manager, requests, request_ids) -> list:
     """Fill, in one batch call, the row of every request vLLM's step will fill from a pushmask
     grammar (row k for request_ids[k], as vLLM numbers them without speculative tokens); the
     grammars whose row is ready.  Any failure leaves vLLM's row-by-row path to do the work."""
-    if not request_ids or getattr(manager.vllm_config, "num_speculative_tokens", 0):
+    if not request_ids or getattr(manager.vllm_config, "num_speculative_tokens", None):
         return []
     from .vllm import PushmaskGrammar
 
