@@ -20,37 +20,53 @@ from ..masks.matcher import batch_fill_next_token_bitmask
 
 logger = logging.getLogger("vllm.pushmask")
 
-__all__ = ["install_batch_fill", "fill_pushmask_rows", "fill_threads"]
+__all__ = ["install_batch_fill", "fill_pushmask_rows", "fill_threads", "wrap_grammar_bitmask"]
 
 
-def install_batch_fill(manager_cls) -> bool:
-    """Wrap manager_cls.grammar_bitmask (once); False when it is not the method this was written for."""
+def wrap_grammar_bitmask(manager_cls, flag: str, prepare, release, fallback: str) -> bool:
+    """Wrap manager_cls.grammar_bitmask (once per `flag`) so that `prepare(manager, requests, ids,
+    spec_tokens)` runs before vLLM's own code and `release(grammar)` after it, on each grammar
+    prepare returned; False when grammar_bitmask is not the method this was written for (a
+    warning then says that `fallback` happens instead)."""
     original = getattr(manager_cls, "grammar_bitmask", None)
-    if original is None or getattr(original, "_pushmask_batch", False):
+    if original is None or getattr(original, flag, False):
         return original is not None
     import inspect
 
     params = tuple(inspect.signature(original).parameters)
     if params != ("self", "requests", "structured_output_request_ids", "scheduled_spec_decode_tokens"):
         logger.warning(
-            "pushmask: StructuredOutputManager.grammar_bitmask%s is not the expected signature; "
-            "bitmask rows are filled one request at a time",
-            params,
+            "pushmask: StructuredOutputManager.grammar_bitmask%s is not the expected signature; %s", params, fallback
         )
         return False
 
     @functools.wraps(original)
     def grammar_bitmask(self, requests, structured_output_request_ids, scheduled_spec_decode_tokens):
-        filled = fill_pushmask_rows(self, requests, structured_output_request_ids)
+        prepared = prepare(self, requests, structured_output_request_ids, scheduled_spec_decode_tokens)
         try:
             return original(self, requests, structured_output_request_ids, scheduled_spec_decode_tokens)
         finally:
-            for grammar in filled:
-                grammar.filled_row = None
+            for grammar in prepared:
+                release(grammar)
 
-    grammar_bitmask._pushmask_batch = True  # type: ignore[attr-defined]
+    setattr(grammar_bitmask, flag, True)
     manager_cls.grammar_bitmask = grammar_bitmask
     return True
+
+
+def install_batch_fill(manager_cls) -> bool:
+    """Wrap manager_cls.grammar_bitmask (once); False when it is not the method this was written for."""
+    return wrap_grammar_bitmask(
+        manager_cls,
+        "_pushmask_batch",
+        lambda manager, requests, ids, spec_tokens: fill_pushmask_rows(manager, requests, ids),
+        _forget_filled_row,
+        "bitmask rows are filled one request at a time",
+    )
+
+
+def _forget_filled_row(grammar) -> None:
+    grammar.filled_row = None
 
 
 def fill_threads() -> int:
