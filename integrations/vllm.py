@@ -369,6 +369,8 @@ class PushmaskGrammar(StructuredOutputGrammar):
         # This step's draft masks, planned in one call (vllm_drafts.py); None outside it.
         self.drafts = None
         self.draft_rows = None
+        # (bitmask, row) this step's batch fill already wrote (vllm_batch.py); None outside it.
+        self.filled_row: tuple[Any, int] | None = None
 
     @property
     def matcher(self) -> GrammarMatcher:
@@ -408,15 +410,22 @@ class PushmaskGrammar(StructuredOutputGrammar):
 
     def fill_bitmask(self, bitmask: torch.Tensor, batch_index: int) -> None:
         with self._lock:
+            ready = self.filled_row
+            if ready is not None and ready[0] is bitmask and ready[1] == batch_index:
+                return  # this step's batch fill wrote the row
             node = self.drafts.node_at() if self.drafts is not None else None
             if node is not None:  # the matcher stands at a planned draft state: its row is ready
                 _copy_row(bitmask, batch_index, self.draft_rows[self.drafts.row(node)])
             else:
                 self.matcher.fill_next_token_bitmask(bitmask, batch_index)
-            if self.text_stop_tokens and not self.matcher.can_end():
-                row = bitmask[batch_index]
-                for token in self.text_stop_tokens:
-                    _clear_bit(row, token)
+            self.clear_text_stops(bitmask, batch_index)
+
+    def clear_text_stops(self, bitmask, batch_index: int) -> None:
+        """Forbid the stop ids that are text tokens in a filled row until the grammar can end."""
+        if self.text_stop_tokens and not self.matcher.can_end():
+            row = bitmask[batch_index]
+            for token in self.text_stop_tokens:
+                _clear_bit(row, token)
 
     def is_terminated(self) -> bool:
         return self._is_terminated
@@ -663,6 +672,9 @@ def register() -> None:
     from .vllm_drafts import install_draft_masks
 
     install_draft_masks(so.StructuredOutputManager)  # speculative masks planned in one call
+    from .vllm_batch import install_batch_fill
+
+    install_batch_fill(so.StructuredOutputManager)  # a step's pushmask rows in one batch fill
     _registered = True
     # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
     # override of a backend name should be visible in every process's log.

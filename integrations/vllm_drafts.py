@@ -13,12 +13,12 @@ back to the ordinary fill and accept.  The plans are dropped when grammar_bitmas
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import numpy as np
 
 from ..masks.draft import batch_fill_draft_bitmasks
+from .vllm_batch import wrap_grammar_bitmask
 
 logger = logging.getLogger("vllm.pushmask")
 
@@ -27,32 +27,13 @@ __all__ = ["install_draft_masks", "plan_drafts"]
 
 def install_draft_masks(manager_cls) -> bool:
     """Wrap manager_cls.grammar_bitmask (once); False when it is not the method this was written for."""
-    original = getattr(manager_cls, "grammar_bitmask", None)
-    if original is None or getattr(original, "_pushmask_drafts", False):
-        return original is not None
-    import inspect
+    return wrap_grammar_bitmask(
+        manager_cls, "_pushmask_drafts", plan_drafts, _forget_drafts, "speculative masks are filled step by step"
+    )
 
-    params = tuple(inspect.signature(original).parameters)
-    if params != ("self", "requests", "structured_output_request_ids", "scheduled_spec_decode_tokens"):
-        logger.warning(
-            "pushmask: StructuredOutputManager.grammar_bitmask%s is not the expected signature; "
-            "speculative masks are filled step by step",
-            params,
-        )
-        return False
 
-    @functools.wraps(original)
-    def grammar_bitmask(self, requests, structured_output_request_ids, scheduled_spec_decode_tokens):
-        planned = plan_drafts(self, requests, structured_output_request_ids, scheduled_spec_decode_tokens)
-        try:
-            return original(self, requests, structured_output_request_ids, scheduled_spec_decode_tokens)
-        finally:
-            for grammar in planned:
-                grammar.drafts = None
-
-    grammar_bitmask._pushmask_drafts = True
-    manager_cls.grammar_bitmask = grammar_bitmask
-    return True
+def _forget_drafts(grammar) -> None:
+    grammar.drafts = None
 
 
 def plan_drafts(manager, requests, request_ids, scheduled_spec_decode_tokens) -> list:
