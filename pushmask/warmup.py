@@ -188,8 +188,7 @@ def _walk(matcher, info, rng, steps: int) -> int:
             break
         matcher.fill_next_token_bitmask(bitmask)
         filled += 1
-        words = np.asarray(bitmask[0]).astype(np.uint32)
-        allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")[: info.vocab_size])
+        allowed = _allowed(bitmask[0], info.vocab_size)
         if not len(allowed):
             break
         token = int(rng.choice(allowed))
@@ -200,6 +199,29 @@ def _walk(matcher, info, rng, steps: int) -> int:
         matcher.rollback(1)
     matcher.fork().reset()
     return filled
+
+
+def _allowed(words, vocab_size: int) -> np.ndarray:
+    """The token ids a bitmask row allows."""
+    words = np.asarray(words).astype(np.uint32)
+    return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size])
+
+
+def _batch_walk(matchers, info, rng, steps: int) -> None:
+    """A server's batch steps: every row filled by one batch call on two threads (the first visits
+    of all grammars computed together), then a random allowed token accepted in each row."""
+    from . import allocate_token_bitmask, batch_fill_next_token_bitmask
+
+    bitmask = allocate_token_bitmask(len(matchers), info.vocab_size)
+    for _ in range(steps):
+        live = [matcher for matcher in matchers if not matcher.is_terminated()]
+        if not live:
+            break
+        batch_fill_next_token_bitmask(live, bitmask, num_threads=2)
+        for row, matcher in enumerate(live):
+            allowed = _allowed(bitmask[row], info.vocab_size)
+            if len(allowed):
+                matcher.accept_token(int(rng.choice(allowed)))
 
 
 def workload(info, rng) -> dict:
@@ -271,6 +293,7 @@ def workload(info, rng) -> dict:
     deep.accept_string("[" * 1500)  # past the frame pool's first capacity: it grows
     matchers = [GrammarMatcher(grammar) for grammar in compiled[:4]]
     batch_fill_next_token_bitmask(matchers, allocate_token_bitmask(len(matchers), info.vocab_size))
+    _batch_walk([GrammarMatcher(grammar) for grammar in compiled], info, rng, 24)
     for dtype in (np.float16, np.float32, np.float64):  # the CPU apply kernel, for each float width
         apply_token_bitmask_inplace(np.zeros((2, info.vocab_size), dtype), allocate_numpy_bitmask(2, info.vocab_size))
 

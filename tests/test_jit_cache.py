@@ -279,6 +279,30 @@ FIRST_MASK = textwrap.dedent("""
 """)
 
 
+BATCH_STEPS = textwrap.dedent("""
+    import json
+    import numpy as np
+    import pushmask, pushmask.jit as jit
+    from pushmask.warmup import small_vocabulary
+    info = small_vocabulary()
+    compiler = pushmask.GrammarCompiler(info)
+    schemas = [{"type": "object", "properties": {"k%d" % i: {"type": "string"}, "n": {"type": "integer"}},
+                "required": ["k%d" % i]} for i in range(6)]
+    matchers = [pushmask.GrammarMatcher(compiler.compile_json_schema(s, property_order="any")) for s in schemas]
+    bitmask = pushmask.allocate_token_bitmask(len(matchers), info.vocab_size)
+    before = jit.cache_stats()[1]
+    rng = np.random.default_rng(0)
+    for _ in range(8):  # a server's steps: first visits of all rows' new states in the batch call
+        pushmask.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=2)
+        for row, matcher in enumerate(matchers):
+            words = np.asarray(bitmask[row]).astype(np.uint32)
+            allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")[: info.vocab_size])
+            assert matcher.accept_token(int(rng.choice(allowed)))
+    hits, misses = jit.cache_stats()
+    print(json.dumps({"hits": hits, "misses": misses, "batch_misses": misses - before}))
+""")
+
+
 @pytest.mark.slow
 def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
     """`pushmask warmup` (it only loads what is already prepared and current), then a fresh process
@@ -295,6 +319,9 @@ def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
     assert warm.returncode == 0, warm.stderr
     before = _files(jit.PREPARED_DIR)
     out, logs = _run(FIRST_MASK, prepared=jit.PREPARED_DIR, cache=tmp_path / "cache")
+    assert out["misses"] == 0 and out["hits"] > 10 and not logs, (out, logs)
+    # a server's batch steps of new requests (first visits in the batch kernel, two threads) too
+    out, logs = _run(BATCH_STEPS, prepared=jit.PREPARED_DIR, cache=tmp_path / "cache")
     assert out["misses"] == 0 and out["hits"] > 10 and not logs, (out, logs)
     assert not _files(tmp_path / "cache")
     assert _files(jit.PREPARED_DIR) == before
