@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 
 import numpy as np
 
@@ -37,13 +36,15 @@ from ..automata import kernels
 from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions
 from ..automata.kernels import FLAG_END, POOL_HEADER
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
+from ..grammar.core.caches import BoundedCache
 from ..grammar.core.errors import BudgetTooSmallError
 from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
 from ..jit import njit
 from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4
-"""Stack sets whose per-token bounds a matcher keeps (three int32 per vocabulary token each)."""
+"""Stack sets whose per-token bounds a matcher keeps (three int32 per vocabulary token each;
+read when the matcher is made: bounds_memo)."""
 
 TERMINAL_BYTES = len(token_terminal_bytes(0))
 """A token terminal's bytes in the automaton: TOKEN_MARK and its id (grammar/ir.py)."""
@@ -393,11 +394,11 @@ class BudgetTable:
         return 0 if can_end else int(cost_range(pool_blob, self.cost, stacks)[0])
 
     def restrict(
-        self, words: np.ndarray, stacks: np.ndarray, remaining: int, runner, stop_ids: np.ndarray, memo: OrderedDict
+        self, words: np.ndarray, stacks: np.ndarray, remaining: int, runner, stop_ids: np.ndarray, memo: BoundedCache
     ) -> None:
         """Clear the allowed tokens (bits of `words`) after which the parse would cost more than
         remaining - 1 tokens; stop tokens stay as they are.  `memo`: the caller's per-stack-set
-        _StackSetBounds (frame ids belong to one runner's pool)."""
+        _StackSetBounds (bounds_memo(); frame ids belong to one runner's pool)."""
         limit = remaining - 1
         if limit < 0:
             stops = words.copy()
@@ -413,14 +414,7 @@ class BudgetTable:
         candidates = out[: rising_tokens(words, self.word_rise, self.token_rise, self.has_bytes, slack, out)]
         if not len(candidates):
             return
-        key = stacks.tobytes()
-        known = memo.get(key)
-        if known is None:
-            known = memo[key] = _StackSetBounds(len(self.token_rise))
-            if len(memo) > BOUNDS_MEMO_ENTRIES:
-                memo.popitem(last=False)
-        else:
-            memo.move_to_end(key)
+        known = memo.get_or_make(stacks.tobytes(), lambda: _StackSetBounds(len(self.token_rise)))
         fresh = known.unknown(candidates)
         if len(fresh):
             refine(
@@ -469,6 +463,12 @@ class BudgetTable:
             state = after(t)
             if state is None or self.parse_cost(runner.pool.blob, state.stacks, state.can_end) > remaining - 1:
                 words[t >> 5] &= ~bit
+
+
+def bounds_memo() -> BoundedCache[bytes, _StackSetBounds]:
+    """A matcher's memo for BudgetTable.restrict: the bounds of its last BOUNDS_MEMO_ENTRIES
+    stack sets."""
+    return BoundedCache(BOUNDS_MEMO_ENTRIES)
 
 
 _TABLES: weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable] = weakref.WeakKeyDictionary()
@@ -526,6 +526,10 @@ def _readable(text: bytes) -> str:
     return out
 
 
+_UNSEEN = object()
+"""What CheckedBudget.memo gives for a key not searched yet (None is a result: no path)."""
+
+
 class _Exhausted(Exception):
     """The search of one CheckedBudget verification ran out of nodes."""
 
@@ -564,7 +568,8 @@ class CheckedBudget:
         self.table = table
         self.matcher = matcher  # for its runner and checked advance, both shared with its forks
         self.tokens = self._search_tokens(table)  # what the search writes with
-        self.memo: OrderedDict = OrderedDict()
+        # search results by _key (the path's first token, or None: no path found)
+        self.memo: BoundedCache[tuple, int | None] = BoundedCache(self.MEMO_ENTRIES)
 
     @classmethod
     def _search_tokens(cls, table: BudgetTable) -> np.ndarray:
@@ -637,9 +642,9 @@ class CheckedBudget:
         if tokens_left <= 0:
             return None
         key = self._key(state, tokens_left)
-        if key in self.memo:
-            self.memo.move_to_end(key)
-            return self.memo[key]
+        found = self.memo.get(key, _UNSEEN)
+        if found is not _UNSEEN:
+            return found
         if nodes[0] <= 0:
             raise _Exhausted
         nodes[0] -= 1
@@ -657,9 +662,7 @@ class CheckedBudget:
             tried += 1
             if tried >= self.BRANCH:
                 break
-        self.memo[key] = found
-        if len(self.memo) > self.MEMO_ENTRIES:
-            self.memo.popitem(last=False)
+        self.memo.put(key, found)
         return found
 
     def _costs(self, state, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

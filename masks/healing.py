@@ -32,7 +32,8 @@ def healing_candidates(matcher: GrammarMatcher, removed: bytes) -> np.ndarray:
 def fill_healing_mask(matcher: GrammarMatcher, removed: bytes, words: np.ndarray) -> None:
     """Write the tokens allowed first into `words` (int32, ceil(V/32)): a candidate whose bytes
     past `removed` the grammar accepts from the matcher's state (and, with a token budget, still
-    leave room to finish).  The token spelling exactly `removed` is always among them."""
+    leave room to finish).  The token spelling exactly `removed` is always among them.  If it
+    raises, `words` is all zero and the matcher where it was."""
     info = matcher.compiled_grammar.tokenizer_info
     data, offsets = info.flat_vocab()
     candidates = healing_candidates(matcher, removed)
@@ -46,18 +47,23 @@ def fill_healing_mask(matcher: GrammarMatcher, removed: bytes, words: np.ndarray
     next_byte = data[np.minimum(rest_start, len(data) - 1)]
     keep = (rest_len == 0) | (first[next_byte] != 0)
     words[:] = 0
-    for t, start, n in zip(candidates[keep].tolist(), rest_start[keep].tolist(), rest_len[keep].tolist()):
-        if n and not _rest_fits(matcher, data, start, n):
-            continue
-        words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+    try:
+        for t, start, n in zip(candidates[keep].tolist(), rest_start[keep].tolist(), rest_len[keep].tolist()):
+            if n and not _rest_fits(matcher, data, start, n):
+                continue
+            words[t >> 5] |= np.int32(1) << np.int32(t & 31)
+    except BaseException:
+        words[:] = 0
+        raise
 
 
 def _rest_fits(matcher: GrammarMatcher, data: np.ndarray, start: int, n: int) -> bool:
     if not matcher.accept_string(data[start : start + n].tobytes()):
         return False
-    fits = matcher.remaining_tokens is None or matcher.min_tokens_to_finish() <= matcher.remaining_tokens
-    matcher.rollback(1)
-    return fits
+    try:
+        return matcher.remaining_tokens is None or matcher.min_tokens_to_finish() <= matcher.remaining_tokens
+    finally:
+        matcher.rollback(1)
 
 
 def accept_healing_token(matcher: GrammarMatcher, removed: bytes, token: int) -> int | None:

@@ -7,7 +7,6 @@ import copy
 import operator
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -20,7 +19,7 @@ from ..automata.stack import StackRunner
 from ..grammar.core.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
 from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
-from .budget import CheckedBudget, budget_table, check_budget
+from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
 from .compiler import CompiledGrammar
 from .state_masks import ensure_batch_masks
 from .value_checks import CheckedAdvance, MaskChecks
@@ -139,7 +138,7 @@ class GrammarMatcher:
         self.max_tokens = max_tokens
         self._budget = None
         self._checked_budget = None  # a budget that also keeps the value checks passable
-        self._budget_memo: OrderedDict[bytes, object] = OrderedDict()  # see BudgetTable.restrict
+        self._budget_memo = bounds_memo()  # see BudgetTable.restrict
         if max_tokens is not None and self._token_classes:
             raise ValueError(
                 "max_tokens is not supported for grammars with exclude_token formats (token "
@@ -225,6 +224,9 @@ class GrammarMatcher:
 
         Returns True (the row may forbid tokens), as XGrammar does.  A terminated matcher allows only
         stop tokens.  debug_print is accepted for xgrammar compatibility and prints nothing.
+        If the fill raises once the bitmask and index were found valid, the row is all zero
+        when the exception propagates: never the grammar's mask before the value checks or the
+        budget narrowed it, nor an earlier step's.
         """
         cached = self._row_cache  # the checked row view of the numpy bitmask used last time
         if cached is not None and cached[0] is bitmask and cached[1] == index:
@@ -233,10 +235,14 @@ class GrammarMatcher:
             row = _writable_row(bitmask, index, self._words)
             self._row_cache = (bitmask, index, row) if isinstance(row, np.ndarray) else None
         words = row if isinstance(row, np.ndarray) else np.zeros(self._words, dtype=np.int32)
-        self._fill_grammar_words(words)
-        self._finish_words(words)
-        if words is not row:
-            row.copy_(_torch_from_numpy(words, row))
+        try:
+            self._fill_grammar_words(words)
+            self._finish_words(words)
+            if words is not row:
+                row.copy_(_torch_from_numpy(words, row))
+        except BaseException:
+            _clear_rows(bitmask, (index,))
+            raise
         return True
 
     def _finish_words(self, words: np.ndarray) -> None:
@@ -583,6 +589,7 @@ class GrammarMatcher:
 
 
 _POOL = None
+_POOL_LOCK = threading.Lock()
 _RUNNER, _STATE, _WORDS, _PLAIN_FILL = map(operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill"))
 PARTS_PER_THREAD = 4
 """A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
@@ -598,7 +605,9 @@ def batch_fill_next_token_bitmask(
     gather the states met for the first time (their masks are computed in one nogil kernel call
     per grammar, grammars over the threads) before the row goes round again, and for value
     checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
-    single-row path.  Each matcher must appear once (it owns its workspace).
+    single-row path.  Each matcher must appear once (it owns its workspace).  If the fill raises
+    once the arguments were found valid, every row it was given is all zero when the exception
+    propagates (the kernel may have written a row whose value checks or budget never ran).
     """
     import os
 
@@ -620,6 +629,16 @@ def batch_fill_next_token_bitmask(
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
     if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
+
+    try:
+        _batch_fill(matchers, bitmask, indices, threads)
+    except BaseException:
+        _clear_rows(bitmask, indices)
+        raise
+
+
+def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int], threads: int) -> None:
+    """batch_fill_next_token_bitmask once its arguments are checked."""
 
     def row_by_row(rows: list[int]) -> None:
         pairs = [(matchers[k], indices[k]) for k in rows]
@@ -736,10 +755,12 @@ def _run_parts(parts, work, threads: int) -> None:
         for part in parts:
             work(part)
         return
-    if _POOL is None or _POOL._max_workers < threads - 1:
-        from concurrent.futures import ThreadPoolExecutor
+    with _POOL_LOCK:  # batch fills on several threads: one pool, grown once, never two made at once
+        if _POOL is None or _POOL._max_workers < threads - 1:
+            from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="pushmask-fill")
+            _POOL = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="pushmask-fill")
+        pool = _POOL
     lock, done = threading.Lock(), threading.Event()
     queue = list(reversed(parts))
     left = [len(parts)]
@@ -761,7 +782,7 @@ def _run_parts(parts, work, threads: int) -> None:
                     done.set()
 
     for _ in range(min(threads, len(parts)) - 1):
-        _POOL.submit(drain)
+        pool.submit(drain)
     drain()
     done.wait()
     if errors:
@@ -785,6 +806,14 @@ def _complete_utf8_prefix(data: bytes) -> str:
         except UnicodeDecodeError:
             continue
     return data.decode("utf-8", "ignore")
+
+
+def _clear_rows(bitmask, rows: Iterable[int]) -> None:
+    """Set every word of these rows of a numpy or torch bitmask (a 1-D one is one row) to zero."""
+    if len(bitmask.shape) == 1:
+        bitmask[:] = 0
+    else:
+        bitmask[sorted(set(rows))] = 0
 
 
 def _writable_row(bitmask, index: int, words: int):

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 
 import numpy as np
 
 from ..automata import kernels
+from ..grammar.core.caches import BoundedCache
 from ..grammar.json_checks import UniqueItems, ValidatesSchema, json_key, parse_json
 
 _WS = frozenset(b" \t\n\r")
@@ -44,7 +44,8 @@ FAILED = None
 _TAIL_CLOSES = re.compile(rb'["\]}]|true|false|null|[0-9][\s,\]}]')
 """After a string's closing quote: what may close another item or value in the same token."""
 EFFECT_MEMO_ENTRIES = 256
-"""(scan structure, grammar mask) pairs whose closing tokens a grammar keeps."""
+"""(scan structure, grammar mask) pairs whose closing tokens a grammar keeps (read when the
+grammar's first matcher with value checks is made)."""
 _STRING_STOP = re.compile(rb'["\\]')
 
 
@@ -300,7 +301,10 @@ class MaskChecks:
     """Clears from a grammar mask the tokens whose checked advance fails (see the module doc)."""
 
     def __init__(self, checked: CheckedAdvance, tokenizer_info, cache: dict):
-        """cache: the compiled grammar's dict for what depends only on it and the vocabulary."""
+        """cache: the compiled grammar's dict for what depends only on it and the vocabulary,
+        shared by its matchers on every thread: an entry made lazily there is the same whichever
+        thread makes it (two may both make it; either is kept), and the one entry that changes
+        after, the effects memo, is a thread-safe LRU."""
         self.checked = checked
         self.vocab = tokenizer_info.decoded_vocab
         self.vocab_size = vocab_size = tokenizer_info.vocab_size
@@ -309,6 +313,10 @@ class MaskChecks:
         self._starts = offsets[:vocab_size]
         self._nonempty = offsets[1 : vocab_size + 1] > offsets[:vocab_size]
         self._has_byte: dict[int, np.ndarray] = cache.setdefault("has_byte", {})
+        # `_closing` memoised by (scan structure, grammar mask[, items]): shared by every matcher
+        # of the grammar, whatever thread fills it, so a thread-safe LRU (one setdefault: the
+        # first matcher's memo is the grammar's)
+        self._effects: BoundedCache[tuple, list] = cache.setdefault("effects", BoundedCache(EFFECT_MEMO_ENTRIES))
         self._cache = cache
 
     def has_any(self, byte_set) -> np.ndarray:
@@ -377,19 +385,6 @@ class MaskChecks:
                 out.append((t, closed))
         return out
 
-    def _effects(self, key: tuple, closing: list | None = None) -> list | None:
-        """The memo of `_closing` by (scan structure, mask): get, or set when `closing` is given."""
-        memo = self._cache.setdefault("effects", OrderedDict())
-        if closing is not None:
-            memo[key] = closing
-            if len(memo) > EFFECT_MEMO_ENTRIES:
-                memo.popitem(last=False)
-            return closing
-        got = memo.get(key)
-        if got is not None:
-            memo.move_to_end(key)
-        return got
-
     def fresh_failures(self) -> list[int]:
         """Token ids that hold, from some byte a checked rule can start with, a whole value that
         fails that rule's check (e.g. '[1,1]' for uniqueItems): they may fail with no instance
@@ -428,12 +423,12 @@ class MaskChecks:
                 # grammar mask) -- between array items both repeat -- and, in a string, the
                 # items (`_string_candidates` looks them up); out of strings they are checked here
                 key = (scan.structure(), words_key, scan.items if scan.in_string else None)
-                closing = self._effects(key)
+                closing = self._effects.get(key)
                 if closing is None:
                     if allowed is None:
                         allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
                     closing = self._closing(scan, allowed)
-                    self._effects(key, closing)
+                    self._effects.put(key, closing)
                 for t, closed in closing:
                     if closed is FAILED or not scan.items.isdisjoint(closed):
                         candidates.add(t)

@@ -220,11 +220,16 @@ def test_restrict_drops_exactly_the_tokens_whose_exact_cost_is_over(compiler, na
     with flexible whitespace (runs of spaces rise the most), at budgets from where it binds hard
     to where only the longest tokens could bind, and past where nothing can, in random order with
     the bounds learnt for the stack set kept between them (as consecutive steps inside a string)."""
-    from collections import OrderedDict
-
     from pushmask.automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
     from pushmask.grammar.json_options import JsonOptions
-    from pushmask.masks.budget import STORED_MAX, budget_table, check_tokens, cost_range, rising_tokens
+    from pushmask.masks.budget import (
+        STORED_MAX,
+        bounds_memo,
+        budget_table,
+        check_tokens,
+        cost_range,
+        rising_tokens,
+    )
 
     compiled = compiler.compile_json_schema(_dev_schema(name), options=JsonOptions.xgrammar())
     table = budget_table(compiled)
@@ -258,7 +263,7 @@ def test_restrict_drops_exactly_the_tokens_whose_exact_cost_is_over(compiler, na
         greatest = int(cost_range(runner.pool.blob, table.cost, stacks)[1])
         worst = int(exact[allowed].max()) if len(allowed) else 0
         rise = int(table.token_rise[allowed].max()) if len(allowed) else 0
-        memo: OrderedDict = OrderedDict()  # one stack set's bounds, reused across budgets in random order
+        memo = bounds_memo()  # one stack set's bounds, reused across budgets in random order
         budgets = sorted(
             {
                 1,

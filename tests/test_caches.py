@@ -67,6 +67,15 @@ def test_bounded_cache_drops_the_least_recently_used_past_its_cost():
     assert len(unbounded) == 1000 and unbounded.get_or_make(5, lambda: -1) == 5
 
 
+def test_bounded_cache_get_tells_a_stored_none_from_a_miss():
+    """CheckedBudget's memo stores None (no path found): get's default tells it from a miss."""
+    cache = caches.BoundedCache(2)
+    missing = object()
+    cache.put("none", None)
+    assert cache.get("none", missing) is None and cache.get("other", missing) is missing
+    assert cache.get("other") is None and cache.hits == 1 and cache.misses == 2
+
+
 def test_a_named_bounded_cache_is_cleared_by_clear_caches():
     cache = caches.BoundedCache(4, name="test bounded cache")
     try:

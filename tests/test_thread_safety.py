@@ -98,7 +98,7 @@ MANY_ITEMS = [
 ]
 STEPS = 14
 SWITCH_INTERVAL_S = 1e-6
-STRESS_SECONDS = 2.5
+STRESS_SECONDS = 2.0
 
 
 def _compile(compiler, schema):
@@ -172,6 +172,8 @@ def _single_row_thread(stress, grammars, walks, seed):
         for c, tokens, rows in (walks[0], rng.choice(walks)):
             matcher = pm.GrammarMatcher(grammars[c], max_tokens=CONFIGS[c][1])
             for step, token in enumerate(tokens):
+                if not stress.running():
+                    return
                 bitmask[:] = -1
                 matcher.fill_next_token_bitmask(bitmask, 1)
                 if not np.array_equal(bitmask[1, :WORDS], rows[step]):
@@ -192,7 +194,7 @@ def _batch_thread(stress, grammars, walks, seed):
             (pm.GrammarMatcher(grammars[c], max_tokens=CONFIGS[c][1]), c, tokens, rows) for c, tokens, rows in chosen
         ]
         step = 0
-        while live:
+        while live and stress.running():
             bitmask[:] = -1
             pm.batch_fill_next_token_bitmask([m for m, *_ in live], bitmask, num_threads=2)
             for row, (matcher, c, tokens, rows) in enumerate(live):
@@ -298,3 +300,19 @@ def test_a_fill_that_raises_leaves_its_rows_all_zero(monkeypatch, stage, layout)
         pm.batch_fill_next_token_bitmask([plain, failing], batch, indices=[2, 0], num_threads=2)
     assert not np.asarray(batch[0]).any() and not np.asarray(batch[2]).any()
     assert (np.asarray(batch[1]) == -1).all()
+
+
+def test_healing_mask_that_raises_is_all_zero_and_leaves_the_matcher(monkeypatch):
+    """fill_healing_mask runs each candidate's rest through the matcher and rolls it back: a
+    check that raises there leaves the words all zero and the matcher where it was."""
+    from pushmask.masks.healing import fill_healing_mask
+
+    compiler = pm.GrammarCompiler(pm.TokenizerInfo.from_vocab(VOCAB, stop_token_ids=[STOP]))
+    matcher = pm.GrammarMatcher(_compile(compiler, PLAIN_ARRAY), max_tokens=7)
+    assert matcher.accept_string("[")
+    monkeypatch.setattr(pm.GrammarMatcher, "min_tokens_to_finish", _raise_forced)
+    words = np.full(WORDS, -1, dtype=np.int32)
+    with pytest.raises(RuntimeError, match="forced"):
+        fill_healing_mask(matcher, b'"', words)  # '"a"' and the others continue past the quote
+    assert not words.any()
+    assert matcher.num_accepted_tokens == 1 and matcher.accept_string('"a"]') and matcher.can_end()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 __all__ = ["BoundedCache", "clear_caches", "register", "registered"]
 
@@ -25,6 +25,7 @@ _CLEARERS: dict[str, Callable[[], None]] = {}
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+D = TypeVar("D")
 
 
 def register(clear: Callable[[], None], name: str) -> Callable[[], None]:
@@ -68,13 +69,20 @@ class BoundedCache(Generic[K, V]):
         if name is not None:
             register(self.clear, name)
 
-    def get(self, key: K) -> V | None:
-        """The value stored under key (now the most recently used), or None."""
+    @overload
+    def get(self, key: K) -> V | None: ...
+
+    @overload
+    def get(self, key: K, default: D) -> V | D: ...
+
+    def get(self, key: K, default: object = None) -> object:
+        """The value stored under key (now the most recently used), or `default` (None: pass
+        another default where None is a value stored)."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 self.misses += 1
-                return None
+                return default
             self._entries.move_to_end(key)
             self.hits += 1
             return entry[0]
@@ -115,7 +123,9 @@ class BoundedCache(Generic[K, V]):
             self.total_cost = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return len(self._entries)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries
+        with self._lock:
+            return key in self._entries
