@@ -532,20 +532,37 @@ def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | Non
 
 
 def to_text(expr: Expr) -> str:
-    """A readable EBNF-like rendering, for error messages and debugging."""
+    """A readable EBNF-like rendering, for error messages and debugging.  Iterative (a stack of
+    the nodes and punctuation still to write), so deep nesting cannot exhaust Python's stack."""
+    parts: list[str] = []
+    pending: list[Expr | str] = [expr]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, (Seq, Alt)) and item.items:
+            separator = " " if isinstance(item, Seq) else " | "
+            pieces: list[Expr | str] = ["("]
+            for k, child in enumerate(item.items):
+                pieces += [separator, child] if k else [child]
+            pieces.append(")")
+            pending.extend(reversed(pieces))
+        elif isinstance(item, Repeat):
+            pending += ["{" + f"{item.min},{'' if item.max is None else item.max}" + "}", item.item]
+        else:
+            parts.append(_leaf_text(item))
+    return "".join(parts)
+
+
+def _leaf_text(expr: Expr) -> str:
     if isinstance(expr, Bytes):
         return repr(expr.value.decode("utf-8", "backslashreplace")) if expr.value else '""'
     if isinstance(expr, CharClass):
         return "[" + "".join(f"{lo:#x}-{hi:#x}," for lo, hi in expr.ranges) + "]"
     if isinstance(expr, ByteClass):
         return "b[" + "".join(f"{lo:#x}-{hi:#x}," for lo, hi in expr.ranges) + "]"
-    if isinstance(expr, Seq):
-        return "(" + " ".join(to_text(i) for i in expr.items) + ")"
     if isinstance(expr, Alt):
-        return "(" + " | ".join(to_text(i) for i in expr.items) + ")" if expr.items else "NOTHING"
-    if isinstance(expr, Repeat):
-        hi = "" if expr.max is None else str(expr.max)
-        return f"{to_text(expr.item)}{{{expr.min},{hi}}}"
+        return "NOTHING"
     if isinstance(expr, Ref):
         return expr.name
     if isinstance(expr, CharFsm):

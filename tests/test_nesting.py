@@ -20,7 +20,7 @@ from hostile_inputs import _compiler
 import pushmask as pm
 from pushmask.grammar import lark_frontend
 from pushmask.grammar import regex as regex_module
-from pushmask.grammar.ir import Grammar
+from pushmask.grammar.ir import Alt, Expr, Grammar, Repeat, Seq, alt, lit, to_text
 
 DEPTHS = (100, 500, 1_000)
 ORACLE_DEPTH = 100
@@ -239,3 +239,28 @@ def test_the_grouped_regex_reader_refuses_with_a_column(monkeypatch, pattern, me
     with pytest.raises(pm.GrammarError, match=message) as info:
         regex_module.regex_to_ir(pattern)
     assert info.value.column == column
+
+
+def _repeat_chain(depth: int, bottom: str) -> Expr:
+    """(...((bottom "b")* "b")* ...)*, `depth` levels, built without the simplifying constructors."""
+    expr: Expr = lit(bottom)
+    for _ in range(depth):
+        expr = Repeat(Seq((expr, lit("b"))), 0, None)
+    return expr
+
+
+def test_deep_expressions_hash_compare_and_print_without_recursion():
+    same, twin, other = _repeat_chain(5_000, "a"), _repeat_chain(5_000, "a"), _repeat_chain(5_000, "c")
+    assert same == twin and hash(same) == hash(twin) and same is not twin
+    assert same != other and not (same == other)
+    assert alt(same, twin) is same and alt(same, other) == Alt((same, other))  # alternation drops the twin
+    assert to_text(_repeat_chain(2, "a")) == "(('a' 'b'){0,} 'b'){0,}"
+    assert to_text(same).count("{0,}") == 5_000
+
+
+def test_a_deep_alternative_written_twice_compiles_once(compiler):
+    """Both copies are equal trees 1,000 levels deep: the alternation compares them (iteratively)."""
+    half = _nested(1_000, "ebnf").removeprefix("root ::= ")
+    compiled = compiler.compile_grammar(f"root ::= {half} | {half}")
+    for sample in _samples(1_000, seed=3)[:10]:
+        assert _matcher_verdict(compiled, sample) == _oracle(1_000, sample), sample[:80]
