@@ -27,7 +27,8 @@ class Limits:
             is walked for every mask).
         max_stack_frames [16,777,216]: stack frames held by all parses of one matcher.
     Grammar text
-        max_nesting [50,000]: how deeply groups may nest in EBNF, Lark and regex text.  The
+        max_nesting [50,000]: how deeply groups may nest in EBNF and regex text, and in the Lark
+            grammars lark_reader reads (lark's own loader stops near 400 levels).  The
             parsers and passes walk nesting with explicit stacks, not Python recursion, so depth
             costs only memory: a list entry and an IR node per level (about 2 MB and 0.6 s for
             50,000 levels); the budget bounds that memory.
