@@ -73,7 +73,6 @@ class _Parser:
         self.max_repeat = max_repeat
         self.token_id = token_id
         self.pos = 0
-        self.depth = 0
         self.max_nesting = max_nesting
         self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
@@ -180,30 +179,49 @@ class _Parser:
         return n
 
     def alternatives(self, nested: bool) -> Expr:
-        options = [self.sequence(nested)]
-        while True:
-            self.skip_space()
-            if self.peek() != "|":
-                break
-            self.pos += 1
-            options.append(self.sequence(nested))
-        return alt(*options)
+        """Parse `a b | c ...` up to the rule's end (or, when `nested`, an unmatched ')').
 
-    def sequence(self, nested: bool) -> Expr:
-        items: list[Expr] = []
+        Groups are parsed with an explicit stack of the open groups, not by recursion, so a group
+        nested 10,000 deep costs a list entry per level, not a Python frame."""
+        open_groups: list[tuple[int, list[Expr], list[Expr]]] = []  # ('(' offset, outer options, outer items)
+        options: list[Expr] = []  # finished alternatives of the innermost open group
+        items: list[Expr] = []  # the current alternative's items so far
         while True:
             self.skip_space()
             c = self.peek()
-            if c == "" or c == "|" or c == ")":
-                break
-            if self.at_rule_start():  # inside a group too: the group then misses its ')'
-                break
-            if c == "(" and not nested and self.text.startswith("=", self.pos + 1 + self._spaces(self.pos + 1)):
-                break  # a trailing lookahead assertion
-            items.append(self.postfix(self.primary()))
-        return seq(*items)
+            if c == "|":
+                options.append(seq(*items))
+                items = []
+                self.pos += 1
+            elif c == ")" and open_groups:
+                inner = alt(*options, seq(*items))
+                _, options, items = open_groups.pop()
+                self.pos += 1
+                items.append(self.postfix(inner))
+            elif c == "" or c == ")" or self.at_rule_start():  # a new rule inside a group misses its ')'
+                if open_groups:
+                    raise self.error("unbalanced '(': missing ')'", open_groups[-1][0])
+                return alt(*options, seq(*items))
+            elif c == "(":
+                if (
+                    not nested
+                    and not open_groups
+                    and self.text.startswith("=", self.pos + 1 + self._spaces(self.pos + 1))
+                ):
+                    return alt(*options, seq(*items))  # a trailing lookahead assertion
+                if len(open_groups) >= self.max_nesting:
+                    raise self.error(
+                        f"groups nest deeper than {self.max_nesting} levels (the max_nesting limit); "
+                        "move inner groups into rules of their own, or raise Limits.max_nesting",
+                    )
+                open_groups.append((self.pos, options, items))
+                options, items = [], []
+                self.pos += 1
+            else:
+                items.append(self.postfix(self.primary()))
 
     def primary(self) -> Expr:
+        """One string, class, `.`, token terminal or rule reference (groups are `alternatives`' job)."""
         c = self.peek()
         start = self.pos
         if c in ('"', "'"):
@@ -215,22 +233,6 @@ class _Parser:
             return char_class([(0, MAX_CODE_POINT)])
         if c == "<":
             return self.token()
-        if c == "(":
-            self.pos += 1
-            self.depth += 1
-            if self.depth > self.max_nesting:
-                raise self.error(
-                    f"groups nest deeper than {self.max_nesting} levels (the max_nesting limit); "
-                    "move inner groups into rules of their own, or raise Limits.max_nesting",
-                    start,
-                )
-            inner = self.alternatives(nested=True)
-            self.depth -= 1
-            self.skip_space()
-            if self.peek() != ")":
-                raise self.error("unbalanced '(': missing ')'", start)
-            self.pos += 1
-            return inner
         end = self.name_at(start)
         if end > start:
             name = self.text[start:end]

@@ -38,12 +38,30 @@ def _hash_once(cls):
         try:
             return self._hash
         except AttributeError:  # not hashed yet (or unpickled: the slot is not pickled)
+            _hash_inner_nodes(self)
             h = structural(self)
             object.__setattr__(self, "_hash", h)
             return h
 
     cls.__hash__ = __hash__
     return cls
+
+
+def _hash_inner_nodes(node: Expr) -> None:
+    """Hash the not yet hashed Seq / Alt / Repeat nodes below `node`, deepest first, so that
+    hashing `node` reads its children's stored hashes instead of recursing down a deep tree."""
+    unhashed: list[Expr] = []  # in pre-order: a parent before its children
+    stack = [node]
+    while stack:
+        parent = stack.pop()
+        kind = type(parent)
+        for child in (parent.item,) if kind is Repeat else parent.items if kind is Seq or kind is Alt else ():
+            child_kind = type(child)
+            if (child_kind is Seq or child_kind is Alt or child_kind is Repeat) and not hasattr(child, "_hash"):
+                unhashed.append(child)
+                stack.append(child)
+    for inner in reversed(unhashed):
+        hash(inner)
 
 
 @_hash_once
@@ -92,6 +110,35 @@ class Repeat(Expr):
     item: Expr
     min: int
     max: int | None
+
+
+def _tree_eq(self: Expr, other: object) -> bool:
+    """Structural equality of Seq / Alt / Repeat nodes, walked with an explicit stack (the
+    generated dataclass __eq__ recurses once per nesting level) and cut short by the stored hashes."""
+    if type(other) is not type(self):
+        return NotImplemented
+    pairs: list[tuple[Expr, Expr]] = [(self, other)]  # type: ignore[list-item]
+    while pairs:
+        a, b = pairs.pop()
+        if a is b:
+            continue
+        kind = type(a)
+        if kind is not type(b) or hash(a) != hash(b):
+            return False
+        if kind is Seq or kind is Alt:
+            if len(a.items) != len(b.items):  # type: ignore[attr-defined]
+                return False
+            pairs.extend(zip(a.items, b.items))  # type: ignore[attr-defined]
+        elif kind is Repeat:
+            if a.min != b.min or a.max != b.max:  # type: ignore[attr-defined]
+                return False
+            pairs.append((a.item, b.item))  # type: ignore[attr-defined]
+        elif a != b:
+            return False
+    return True
+
+
+Seq.__eq__ = Alt.__eq__ = Repeat.__eq__ = _tree_eq  # type: ignore[assignment,method-assign]
 
 
 @_hash_once
@@ -450,41 +497,72 @@ def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | Non
     """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors.
 
     A sub-expression shared by several parents (the JSON Schema compiler builds such DAGs) is
-    rebuilt once and stays shared, so the result is no bigger than the input.
+    rebuilt once and stays shared, so the result is no bigger than the input.  Iterative (an
+    explicit stack of the nodes being rebuilt), so deep nesting cannot exhaust Python's stack.
     """
     done = {} if _done is None else _done
-    key = id(expr)
-    if key in done:
-        return done[key]
-    if isinstance(expr, Ref):
-        out = fn(expr)
-    elif isinstance(expr, Seq):
-        out = seq(*(map_refs(item, fn, done) for item in expr.items))
-    elif isinstance(expr, Alt):
-        out = alt(*(map_refs(item, fn, done) for item in expr.items))
-    elif isinstance(expr, Repeat):
-        out = rep(map_refs(expr.item, fn, done), expr.min, expr.max)
-    else:
-        out = expr
-    done[key] = out
-    return out
+    open_nodes: list[tuple[Expr, list[Expr]]] = []  # (Seq / Alt / Repeat node, its items rebuilt so far)
+    node = expr
+    while True:
+        if id(node) in done:
+            out = done[id(node)]
+        else:
+            kind = type(node)
+            if kind is Seq or kind is Alt and node.items or kind is Repeat:
+                open_nodes.append((node, []))
+                node = node.item if kind is Repeat else node.items[0]
+                continue
+            out = done[id(node)] = fn(node) if kind is Ref else node
+        while open_nodes:  # hand `out` to the open nodes until one has an item left to rebuild
+            parent, parts = open_nodes[-1]
+            parts.append(out)
+            if type(parent) is not Repeat and len(parts) < len(parent.items):
+                node = parent.items[len(parts)]
+                break
+            open_nodes.pop()
+            if type(parent) is Seq:
+                out = seq(*parts)
+            elif type(parent) is Alt:
+                out = alt(*parts)
+            else:
+                out = rep(parts[0], parent.min, parent.max)
+            done[id(parent)] = out
+        else:
+            return out
 
 
 def to_text(expr: Expr) -> str:
-    """A readable EBNF-like rendering, for error messages and debugging."""
+    """A readable EBNF-like rendering, for error messages and debugging.  Iterative (a stack of
+    the nodes and punctuation still to write), so deep nesting cannot exhaust Python's stack."""
+    parts: list[str] = []
+    pending: list[Expr | str] = [expr]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, (Seq, Alt)) and item.items:
+            separator = " " if isinstance(item, Seq) else " | "
+            pieces: list[Expr | str] = ["("]
+            for k, child in enumerate(item.items):
+                pieces += [separator, child] if k else [child]
+            pieces.append(")")
+            pending.extend(reversed(pieces))
+        elif isinstance(item, Repeat):
+            pending += ["{" + f"{item.min},{'' if item.max is None else item.max}" + "}", item.item]
+        else:
+            parts.append(_leaf_text(item))
+    return "".join(parts)
+
+
+def _leaf_text(expr: Expr) -> str:
     if isinstance(expr, Bytes):
         return repr(expr.value.decode("utf-8", "backslashreplace")) if expr.value else '""'
     if isinstance(expr, CharClass):
         return "[" + "".join(f"{lo:#x}-{hi:#x}," for lo, hi in expr.ranges) + "]"
     if isinstance(expr, ByteClass):
         return "b[" + "".join(f"{lo:#x}-{hi:#x}," for lo, hi in expr.ranges) + "]"
-    if isinstance(expr, Seq):
-        return "(" + " ".join(to_text(i) for i in expr.items) + ")"
     if isinstance(expr, Alt):
-        return "(" + " | ".join(to_text(i) for i in expr.items) + ")" if expr.items else "NOTHING"
-    if isinstance(expr, Repeat):
-        hi = "" if expr.max is None else str(expr.max)
-        return f"{to_text(expr.item)}{{{expr.min},{hi}}}"
+        return "NOTHING"
     if isinstance(expr, Ref):
         return expr.name
     if isinstance(expr, CharFsm):

@@ -212,6 +212,11 @@ def _locate(index: _TextIndex, message: str) -> tuple[int, int] | tuple[None, No
     return None, None
 
 
+class _TooDeepForLoader(Exception):
+    """lark's grammar loader recursed past Python's recursion limit (it recurses per nested group:
+    about 400 levels), so the grammar is read by lark_reader if it is in the plain subset."""
+
+
 def _load(text: str, start: str) -> tuple[list, list, list[str]]:
     """lark's reading of the grammar: (terminal definitions, rules, ignored terminal names).
 
@@ -224,6 +229,8 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
         for terminal in terminals:
             if isinstance(terminal.pattern, PatternRE):
                 re.compile(terminal.pattern.to_regexp())
+    except RecursionError:
+        raise _TooDeepForLoader from None
     except UnexpectedInput as exc:
         detail = str(exc).strip().splitlines()[0]
         raise GrammarError(f"lark grammar syntax error: {detail}", exc.line, exc.column) from None
@@ -306,14 +313,31 @@ def parse_lark(
     check_argument(start, str, "start", "parse_lark")
     index = _TextIndex(text)
     plain = None
+
+    def read_plain():
+        return read_plain_lark(
+            text, start, lambda raw, pattern: _pattern_to_ir(raw, pattern, max_states, max_nesting), max_nesting
+        )
+
     if len(text) >= FAST_READER_MIN_CHARS:
-        plain = read_plain_lark(text, start, lambda raw, pattern: _pattern_to_ir(raw, pattern, max_states, max_nesting))
+        plain = read_plain()
     positions: dict[str, tuple[int, int]] = {}
+    if plain is None:
+        try:
+            rules, ignored, sources = _read_with_lark(text, start, index, max_states, max_nesting, positions, token_id)
+        except _TooDeepForLoader:
+            plain = read_plain()
+            if plain is None:
+                raise GrammarError(
+                    "groups nest too deeply for lark's grammar loader (Python's recursion limit, about 400 "
+                    "levels); move inner groups into rules of their own, or keep to the plain syntax "
+                    "(no %import, templates or %declare), which pushmask reads at any depth",
+                    1,
+                    1,
+                ) from None
     if plain is not None:
         rule_bodies, terminal_bodies, ignored, sources = plain
         rules = {**rule_bodies, **terminal_bodies}
-    else:
-        rules, ignored, sources = _read_with_lark(text, start, index, max_states, max_nesting, positions, token_id)
     for name in rules:
         line, column = index.position(name)
         if line is not None:

@@ -4,7 +4,7 @@ lark's own loader (`lark.load_grammar`) is the reference and reads everything: t
 `%import`, `%declare`, `%override`, `%extend`, and every error with its position.  It is also
 slow on big inputs: 2.6 s of lexing and LALR parsing alone for 10,000 one-line rules, and as much
 again to rewrite them to BNF.  This reader tokenizes with one regular expression and parses the
-plain subset by recursive descent straight to IR:
+plain subset straight to IR (groups with an explicit stack, so any nesting depth reads):
 
     rules and terminals (with `?`/`!` modifiers and `.priority`), alternatives over `|` lines,
     `->` aliases, groups, `[optional]`, `? * +`, `~ n` and `~ n..m`, "strings"i, /regex/flags,
@@ -25,6 +25,7 @@ from lark import Token
 from lark.load_grammar import _literal_to_pattern
 
 from .core.errors import GrammarError, LimitExceededError
+from .core.limits import DEFAULT_LIMITS
 from .ir import EPSILON, Expr, Grammar, Ref, alt, char_class, opt, ref_names, rep, seq, star
 from .passes import is_nullable, nullable_rules
 
@@ -53,10 +54,11 @@ class _NotPlain(Exception):
     """The grammar is outside the subset (or possibly wrong): let lark read it."""
 
 
-def _tokenize(text: str) -> list[tuple[str, str]]:
-    """(kind, text) pairs; a run of newlines, blank and comment lines is one NL, or one OR when
-    the next line starts with `|` (which continues the definition, as in lark)."""
+def _tokenize(text: str) -> tuple[list[tuple[str, str]], list[int]]:
+    """(kind, text) pairs, and the offset of each; a run of newlines, blank and comment lines is
+    one NL, or one OR when the next line starts with `|` (which continues the definition, as in lark)."""
     out: list[tuple[str, str]] = []
+    offsets: list[int] = []
     pos = 0
     match = _TOKENS.match
     while pos < len(text):
@@ -66,19 +68,24 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
         kind = m.lastgroup
         if kind == "NL":
             out.append(("PUNCT", "|") if m.group().endswith("|") else ("NL", "\n"))
+            offsets.append(pos)
         elif kind != "WS":
             out.append((kind, m.group()))
+            offsets.append(pos)
         pos = m.end()
     out.append(("NL", "\n"))
-    return out
+    offsets.append(pos)
+    return out, offsets
 
 
 class _Reader:
-    """Recursive descent over the token list; rule bodies get `skip` (the %ignore'd terminals)
+    """A reader of the token list; rule bodies get `skip` (the %ignore'd terminals)
     between adjacent symbols, terminal bodies never."""
 
-    def __init__(self, tokens, pattern_to_ir):
-        self.tokens = tokens
+    def __init__(self, text: str, pattern_to_ir, max_nesting: int):
+        self.text = text
+        self.tokens, self.offsets = _tokenize(text)
+        self.max_nesting = max_nesting
         self.at = 0
         self.pattern_to_ir = pattern_to_ir
         self.rules: dict[str, list] = {}  # name -> list of token-index spans (the body), read later
@@ -160,16 +167,43 @@ class _Reader:
     # -- bodies
 
     def expansions(self, terminal: bool, skip) -> Expr:
-        options = [self.alias(terminal, skip)]
-        while self.peek() == ("PUNCT", "|"):
-            self.at += 1
-            options.append(self.alias(terminal, skip))
-        return alt(*options)
+        """Alternatives up to the end of the body (or an unmatched closing bracket).  Groups
+        `(...)` and `[...]` are read with an explicit stack of the open groups, not by recursion,
+        so a group nested 10,000 deep costs a list entry per level, not a Python frame."""
+        open_groups: list[tuple[str, list[Expr], list[Expr]]] = []  # (its closing bracket, outer options, outer items)
+        options: list[Expr] = []  # finished alternatives of the innermost open group
+        items: list[Expr] = []  # the current alternative's items so far
+        while True:
+            kind, value = self.peek()
+            if (kind, value) in (("PUNCT", "("), ("PUNCT", "[")):
+                if len(open_groups) >= self.max_nesting:
+                    offset = self.offsets[self.at]
+                    raise GrammarError(
+                        f"groups nest deeper than {self.max_nesting} levels (the max_nesting limit); "
+                        "move inner groups into rules of their own, or raise Limits.max_nesting",
+                        self.text.count("\n", 0, offset) + 1,
+                        offset - self.text.rfind("\n", 0, offset),
+                    )
+                self.at += 1
+                open_groups.append((")" if value == "(" else "]", options, items))
+                options, items = [], []
+            elif kind != "NL" and (kind, value) not in _ALIAS_ENDS:
+                items.append(self.repeated(self.atom(terminal), skip))
+            else:
+                options.append(self.alias(items, terminal, skip))
+                items = []
+                if self.peek() == ("PUNCT", "|"):
+                    self.at += 1
+                    continue
+                inner = alt(*options)
+                if not open_groups:
+                    return inner
+                closing, options, items = open_groups.pop()
+                self.take("PUNCT", closing)
+                items.append(self.repeated(inner if closing == ")" else opt(inner), skip))
 
-    def alias(self, terminal: bool, skip) -> Expr:
-        items = []
-        while self.peek()[0] != "NL" and self.peek() not in _ALIAS_ENDS:
-            items.append(self.expr(terminal, skip))
+    def alias(self, items: list[Expr], terminal: bool, skip) -> Expr:
+        """One alternative of `items`, past its `-> alias` if any, with `skip` between symbols."""
         if self.peek() == ("PUNCT", "->"):
             if terminal:
                 raise _NotPlain
@@ -182,8 +216,8 @@ class _Reader:
             spaced += [skip, item]
         return seq(*spaced)
 
-    def expr(self, terminal: bool, skip) -> Expr:
-        item = self.atom(terminal, skip)
+    def repeated(self, item: Expr, skip) -> Expr:
+        """`item` with the operator after it (`? * +`, `~ n`, `~ n..m`) applied, if there is one."""
         kind, value = self.peek()
         if kind == "OP":
             self.at += 1
@@ -200,13 +234,10 @@ class _Reader:
             return item
         return _repeat(item, lo, hi, skip)
 
-    def atom(self, terminal: bool, skip) -> Expr:
+    def atom(self, terminal: bool) -> Expr:
+        """One literal, range or name (groups are `expansions`' job)."""
         kind, value = self.peek()
         self.at += 1
-        if (kind, value) in (("PUNCT", "("), ("PUNCT", "[")):
-            inner = self.expansions(terminal, skip)
-            self.take("PUNCT", ")" if value == "(" else "]")
-            return inner if value == "(" else opt(inner)
         if kind == "STRING" and self.peek() == ("PUNCT", ".."):
             self.at += 1
             low, high = (self.literal_text(value), self.literal_text(self.take("STRING")))
@@ -282,7 +313,7 @@ def _check_terminals_acyclic(terminals: dict[str, Expr]) -> None:
                 stack.pop()
 
 
-def read_plain_lark(text: str, start: str, pattern_to_ir):
+def read_plain_lark(text: str, start: str, pattern_to_ir, max_nesting: int = DEFAULT_LIMITS.max_nesting):
     """(rules, terminals, ignored, sources) as IR when `text` is in the plain subset, else None.
 
     `rules` maps rule names to bodies with the %ignore'd terminals interleaved, `terminals` maps
@@ -290,10 +321,11 @@ def read_plain_lark(text: str, start: str, pattern_to_ir):
     %ignore'd terminals (literals get a name of their own, `__IGNORE_<k>`, which no lark name can
     take), `sources` the regex lark's lexer matches each of them with (an ignored terminal that
     is not one literal is left to lark, which joins it into one regex).  `pattern_to_ir(raw,
-    pattern)` turns one lark PatternStr/PatternRE into IR.
+    pattern)` turns one lark PatternStr/PatternRE into IR.  Groups nested deeper than
+    `max_nesting` are a GrammarError with their line and column.
     """
     try:
-        reader = _Reader(_tokenize(text), pattern_to_ir)
+        reader = _Reader(text, pattern_to_ir, max_nesting)
         reader.scan_definitions()
         if start not in reader.rules:
             return None

@@ -120,23 +120,51 @@ def _holds(expr: Expr, names: set[str] | dict[str, bool], known: set[int], leaf:
     """A property closed like nullability and productivity (a sequence has it when all items do,
     an alternation when one does, x{0,n} always, a reference when its rule is in `names`).
     `known` holds the ids of nodes found to have it: the answer only grows with `names`, so a
-    caller that keeps `known` across calls (a fixpoint) walks each shared sub-expression once."""
-    if id(expr) in known:
-        return True
-    kind = type(expr)
-    if kind is Seq:  # `known` is looked up before each call too: most items are shared leaves
-        ok = all(id(item) in known or _holds(item, names, known, leaf) for item in expr.items)
-    elif kind is Alt:
-        ok = any(id(item) in known or _holds(item, names, known, leaf) for item in expr.items)
-    elif kind is Repeat:
-        ok = expr.min == 0 or _holds(expr.item, names, known, leaf)
-    elif kind is Ref:
-        ok = bool(names.get(expr.name, False)) if isinstance(names, dict) else expr.name in names
-    else:
-        ok = leaf(expr)
-    if ok:
-        known.add(id(expr))
-    return ok
+    caller that keeps `known` across calls (a fixpoint) walks each shared sub-expression once.
+
+    Iterative (an explicit stack of open nodes), so deep nesting cannot exhaust Python's stack;
+    like `all` / `any`, a sequence stops at its first item without the property, an alternation
+    at its first item with it."""
+    lacking: set[int] = set()  # ids of nodes found not to have it (valid for this call's `names` only)
+    open_nodes: list[list] = []  # Seq / Alt / Repeat nodes being decided: [node, index of the next item]
+    node = expr
+    while True:
+        key = id(node)
+        kind = type(node)
+        if key in known:
+            verdict: bool | None = True
+        elif key in lacking:
+            verdict = False
+        elif (kind is Seq or kind is Alt) and node.items or kind is Repeat and node.min > 0:
+            verdict = None
+            open_nodes.append([node, 0])
+        elif kind is Seq or kind is Repeat:  # x{0,n}
+            verdict = True
+        elif kind is Alt:  # NOTHING
+            verdict = False
+        elif kind is Ref:
+            verdict = bool(names.get(node.name, False)) if isinstance(names, dict) else node.name in names
+        else:
+            verdict = leaf(node)
+        if verdict and key not in known:
+            known.add(key)
+        while open_nodes:  # hand the verdict to the open nodes until one needs its next item
+            frame = open_nodes[-1]
+            parent, index = frame
+            parent_kind = type(parent)
+            items = (parent.item,) if parent_kind is Repeat else parent.items
+            if verdict is not None and (verdict is (parent_kind is Alt) or index == len(items)):
+                open_nodes.pop()  # decided: an Alt by an item that has it, the others by one that lacks it
+                if verdict:
+                    known.add(id(parent))
+                else:
+                    lacking.add(id(parent))
+                continue
+            frame[1] = index + 1
+            node = items[index]
+            break
+        else:
+            return bool(verdict)
 
 
 def _fixpoint(rules: dict[str, Expr], holds: Callable[[Expr, set[str], set[int]], bool]) -> set[str]:
@@ -173,25 +201,30 @@ def nullable_rules(grammar: Grammar) -> set[str]:
 
 
 def left_corners(expr: Expr, nullable: set[str] | dict[str, bool]) -> set[str]:
-    """Rules referenced at the left edge of `expr` (preceded only by nullable material)."""
-    out: set[str] = set()
-    _left_corners(expr, nullable, out)
-    return out
-
-
-def _left_corners(expr: Expr, nullable, out: set[str]) -> None:
-    if isinstance(expr, Ref):
-        out.add(expr.name)
-    elif isinstance(expr, Seq):
-        for item in expr.items:
-            _left_corners(item, nullable, out)
-            if not is_nullable(item, nullable):
-                break
-    elif isinstance(expr, Alt):
-        for item in expr.items:
-            _left_corners(item, nullable, out)
-    elif isinstance(expr, Repeat):
-        _left_corners(expr.item, nullable, out)
+    """Rules referenced at the left edge of `expr` (preceded only by nullable material).
+    Iterative, so deep nesting cannot exhaust Python's stack."""
+    corners: set[str] = set()
+    nullable_known: set[int] = set()  # one memo for every nullability check of this walk
+    visited: set[int] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        kind = type(node)
+        if kind is Ref:
+            corners.add(node.name)
+        elif kind is Seq:
+            for item in node.items:
+                stack.append(item)
+                if not is_nullable(item, nullable, nullable_known):
+                    break
+        elif kind is Alt:
+            stack.extend(node.items)
+        elif kind is Repeat:
+            stack.append(node.item)
+    return corners
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -359,9 +392,32 @@ class _LeftRecursionEliminator:
     # --- languages minus the empty string -----------------------------------------------------
 
     def nonempty(self, expr: Expr) -> Expr:
-        """An expression for L(expr) without the empty string."""
-        if not is_nullable(expr, self.nullable):
-            return expr
+        """An expression for L(expr) without the empty string.  Iterative (an explicit stack of
+        the nodes being rewritten), so deep nesting cannot exhaust Python's stack."""
+        nullable_known: set[int] = set()  # one memo for every nullability check of this call
+        done: dict[int, Expr] = {}  # id of a node below `expr` -> its language without ""
+        stack = [expr]
+        while stack:
+            node = stack[-1]
+            if id(node) in done:
+                stack.pop()
+                continue
+            if not is_nullable(node, self.nullable, nullable_known):
+                done[id(node)] = node
+                stack.pop()
+                continue
+            kind = type(node)
+            parts = (node.item,) if kind is Repeat else node.items if kind is Seq or kind is Alt else ()
+            missing = [part for part in parts if id(part) not in done]
+            if missing:
+                stack.extend(missing)  # rewritten first; `node` is taken up again after them
+                continue
+            stack.pop()
+            done[id(node)] = self._nonempty_node(node, done)
+        return done[id(expr)]
+
+    def _nonempty_node(self, expr: Expr, done: dict[int, Expr]) -> Expr:
+        """L(expr) without "" for a nullable `expr` whose items' rewrites are in `done`."""
         if isinstance(expr, Bytes):
             return NOTHING
         if isinstance(expr, CharFsm):
@@ -369,14 +425,15 @@ class _LeftRecursionEliminator:
             copied = tuple((fresh, lo, hi, dst) for src, lo, hi, dst in expr.transitions if src == expr.initial)
             return CharFsm(fresh, expr.finals, tuple(sorted(expr.transitions + copied)))
         if isinstance(expr, Alt):
-            return alt(*(self.nonempty(item) for item in expr.items))
+            return alt(*(done[id(item)] for item in expr.items))
         if isinstance(expr, Seq):
-            first, rest = expr.items[0], seq(*expr.items[1:])
-            return alt(seq(self.nonempty(first), rest), self.nonempty(rest))
+            # every item is nullable: a non-empty string has a first item that matches non-empty text
+            items = expr.items
+            return alt(*(seq(done[id(item)], *items[k + 1 :]) for k, item in enumerate(items)))
         if isinstance(expr, Repeat):
             hi = None if expr.max is None else expr.max - 1
             # x{m,n} with x nullable or m == 0: a non-empty string starts with a non-empty x.
-            return seq(self.nonempty(expr.item), rep(expr.item, 0, hi))
+            return seq(done[id(expr.item)], rep(expr.item, 0, hi))
         if isinstance(expr, Ref):
             return Ref(self.nonempty_rule(expr.name))
         raise TypeError(f"unknown IR node {expr!r}")
@@ -624,29 +681,41 @@ def expr_nodes(expr: Expr, fsm_edges: bool = False) -> int:
 def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size, limit: int) -> int:
     """Nodes of `expr` as a tree: Seq/Alt 1 + their items, Repeat 1 + its item times `copies(rep)`,
     a CharFsm `fsm_size(fsm)`, any other leaf 1; memoised by node identity in `memo`, which
-    holds exact sizes only: a walk cut short past `limit` returns a partial count above it."""
+    holds exact sizes only: a walk cut short past `limit` returns a partial count above it.
+    Iterative (an explicit stack of open nodes), so deep nesting cannot exhaust Python's stack."""
+
+    def leaf_size(leaf: Expr) -> int:
+        return fsm_size(leaf) if type(leaf) is CharFsm else 1
+
     got = memo.get(id(expr))
     if got is not None:
         return got
-    kind = type(expr)
-    if kind is Seq or kind is Alt:
-        size = 1
-        for item in expr.items:  # the memo is looked up here too: most items are shared leaves
-            got = memo.get(id(item))
-            size += got if got is not None else _tree_measure(item, memo, copies, fsm_size, limit)
-            if size > limit:
+    if type(expr) not in (Seq, Alt, Repeat):
+        size = memo[id(expr)] = leaf_size(expr)
+        return size
+    open_nodes: list[list] = [[expr, 0, 1]]  # [Seq / Alt / Repeat node, index of the next item, size so far]
+    while True:
+        frame = open_nodes[-1]
+        node, index, size = frame
+        repeat = type(node) is Repeat
+        items = (node.item,) if repeat else node.items
+        if index == len(items):
+            memo[id(node)] = size
+            open_nodes.pop()
+            if not open_nodes:
                 return size
-    elif kind is Repeat:  # the automaton holds max copies (min when unbounded)
-        item_size = _tree_measure(expr.item, memo, copies, fsm_size, limit)
-        if item_size > limit:
-            return item_size
-        size = 1 + item_size * copies(expr)
-    elif kind is CharFsm:
-        size = fsm_size(expr)
-    else:
-        size = 1
-    memo[id(expr)] = size
-    return size
+            continue
+        item = items[index]
+        got = memo.get(id(item))
+        if got is None:
+            if type(item) in (Seq, Alt, Repeat):
+                open_nodes.append([item, 0, 1])  # measured first; this frame then finds it in the memo
+                continue
+            got = memo[id(item)] = leaf_size(item)
+        frame[1] = index + 1
+        frame[2] = size = size + got * (copies(node) if repeat else 1)  # the automaton holds max copies
+        if size > limit:
+            return size
 
 
 def _copies(expr: Repeat) -> int:

@@ -20,7 +20,9 @@ interegular's automata, which are built and determinised in Python (minutes for
 `(a|b)*a(a|b){15}` or 10,000 alternatives): interegular's parse tree becomes an IR tree (Seq,
 Alt, Repeat, character classes) whose rule automaton the numba kernels build under the
 `max_rule_states` limit; a pattern whose repetitions unroll past that limit is refused before
-anything is built.  Groups nested deeper than `max_nesting` are a GrammarError.
+anything is built.  Groups nested deeper than `max_nesting` are a GrammarError; patterns
+nesting deeper than INTEREGULAR_MAX_NESTING are split at their groups here (interegular recurses
+per level) and only the runs between groups go to interegular.
 
 `fsm_to_char_fsm` converts an interegular FSM (also a product of FSMs: intersection,
 difference) to the IR's code-point automaton.
@@ -43,6 +45,7 @@ from interegular.patterns import (
     _CharGroup,
     _combine_flags,
     _Concatenation,
+    _get_flags,
     _ParsePattern,
     _Repeated,
 )
@@ -68,6 +71,7 @@ from .ir import (
     rep,
     seq,
 )
+from .passes import expr_size
 
 TREE_PATTERN_NODES = 256
 """Patterns with more nodes than this (or any counted repetition) become IR trees (see
@@ -509,16 +513,183 @@ def regex_to_ir(
     expansion: dict[str, tuple[int, int]] = {}
     if compressed is not None:
         rewritten, where, expansion = compressed
+    marks = _group_marks(rewritten) if rewritten.count("(") > INTEREGULAR_MAX_NESTING else []
+    if _deepest_group(marks) > INTEREGULAR_MAX_NESTING:
+        if automaton:
+            raise GrammarError(
+                f"groups nest deeper than {INTEREGULAR_MAX_NESTING} levels in a regex that must become one "
+                "automaton (a lazy quantifier in a Lark terminal); flatten the pattern",
+                1,
+                1,
+            )
+        tree = _grouped_pattern_to_ir(rewritten, where, marks, expansion)
+        if expr_size(tree, limit=max_states) > max_states:
+            raise _unroll_error(pattern, f"more than {max_states}", max_states)
+        return tree
     parsed = _parse(rewritten, where)
     positions, nodes, counted = _measure(parsed)
     if positions > max_states:
-        raise LimitExceededError(
-            f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
-            f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states"
-        )
+        raise _unroll_error(pattern, str(positions), max_states)
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)
+
+
+def _unroll_error(pattern: str, positions: str, max_states: int) -> LimitExceededError:
+    return LimitExceededError(
+        f"regex {pattern[:60]!r} unrolls to {positions} character positions, more than the max_rule_states "
+        f"limit of {max_states}; use * or + for long runs, or raise Limits.max_rule_states"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Deeply nested groups.  interegular's parser, simplifier and automata recurse once or more per
+# nested group and reach Python's recursion limit below 200 levels.  A pattern nesting deeper
+# than INTEREGULAR_MAX_NESTING is split here at its groups and alternation bars, with an explicit
+# stack of the open groups, into an IR tree whose leaves (runs without groups) interegular parses.
+
+INTEREGULAR_MAX_NESTING = 48
+"""Patterns whose groups nest deeper than this are split at their groups by `_grouped_pattern_to_ir`."""
+_GROUP_FLAGS = re.compile(r"\?([aiLmsux]*)(?:-([aiLmsux]+))?([:)])")
+_NAMED_GROUP = re.compile(r"\?P<\w+>")
+_GROUP_QUANTIFIER = re.compile(r"(?:([*+?])|\{(?:(\d+)(?:(,)(\d*))?|,(\d+))\})\??")
+"""A quantifier after a group (a lazy one matches the same strings): `* + ?`, `{m}`, `{m,}`, `{m,n}`, `{,n}`."""
+
+
+def _group_marks(text: str) -> list[tuple[int, str]]:
+    """(index, character) of every group bracket and alternation bar of a rewritten pattern
+    (`preprocess_regex`'s output), outside escapes and character classes."""
+    marks: list[tuple[int, str]] = []
+    in_class = False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"  # preprocess_regex escapes a class's leading ']'
+        elif c == "[":
+            in_class = True
+        elif c in "()|":
+            marks.append((i, c))
+        i += 1
+    return marks
+
+
+def _deepest_group(marks: list[tuple[int, str]]) -> int:
+    """How deeply the groups of `marks` (see `_group_marks`) nest."""
+    depth = deepest = 0
+    for _, c in marks:
+        if c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+    return deepest
+
+
+def _grouped_pattern_to_ir(
+    text: str, where: list[int], marks: list[tuple[int, str]], expansion: dict[str, tuple[int, int]]
+) -> Expr:
+    """The IR tree of a rewritten pattern read group by group (`marks`: its `_group_marks`), each
+    run between two marks parsed by interegular under the flags of its group; GrammarError with
+    the column for an unbalanced bracket or a group kind a regular language cannot hold."""
+
+    def column(index: int) -> int:
+        return where[min(index, len(where) - 1)] + 1
+
+    def run(start: int, end: int, flags: REFlags) -> Expr:
+        return _pattern_to_ir(_parse(text[start:end], where[start : end + 1]), flags, expansion)
+
+    open_groups: list[tuple[int, REFlags, list[Expr], list[Expr]]] = []  # ('(' index, outer flags, options, items)
+    flags = REFlags(0)
+    options: list[Expr] = []  # finished alternatives of the innermost open group
+    items: list[Expr] = []  # the current alternative's items so far
+    pos = 0  # the text before `pos` is read
+    for index, char in [*marks, (len(text), "")]:
+        if index < pos:
+            continue  # inside a group's `(?...` prefix or comment, read already
+        if index > pos:
+            items.append(run(pos, index, flags))
+        pos = index + 1
+        if char == "(":
+            inner_flags = flags
+            if text.startswith("?", pos):
+                named = _NAMED_GROUP.match(text, pos)
+                scoped = _GROUP_FLAGS.match(text, pos)
+                if text.startswith("?:", pos):
+                    pos += 2
+                elif named:
+                    pos = named.end()
+                elif text.startswith("?#", pos):
+                    end = text.find(")", pos)
+                    pos = len(text) if end < 0 else end + 1
+                    continue
+                elif scoped and scoped.group(3) == ":":
+                    added, removed = (_flag_set(scoped.group(k), column(index)) for k in (1, 2))
+                    inner_flags = _combine_flags(flags, added, removed)
+                    pos = scoped.end()
+                elif scoped and index == 0 and not scoped.group(2):
+                    flags = _flag_set(scoped.group(1), column(index))  # global flags, which Python allows only first
+                    pos = scoped.end()
+                    continue
+                elif scoped and scoped.group(3) == ")":
+                    raise GrammarError(
+                        f"global flags {text[index : scoped.end()]!r} must start the pattern; "
+                        "scope them to a group like (?i:...)",
+                        1,
+                        column(index),
+                    )
+                else:
+                    raise GrammarError(f"unsupported group {text[index : index + 4]!r}...", 1, column(index))
+            open_groups.append((index, flags, options, items))
+            flags, options, items = inner_flags, [], []
+        elif char == "|":
+            options.append(seq(*items))
+            items = []
+        else:
+            group = alt(*options, seq(*items))
+            if not char:
+                if open_groups:
+                    raise GrammarError("invalid regex: unbalanced '(': missing ')'", 1, column(open_groups[-1][0]))
+                return group
+            if not open_groups:
+                raise GrammarError("invalid regex: unbalanced ')': no matching '('", 1, column(index))
+            _, flags, options, items = open_groups.pop()
+            quantifier = _GROUP_QUANTIFIER.match(text, pos)
+            if quantifier:
+                group = _repeat_group(group, quantifier, column(index))
+                pos = quantifier.end()
+            items.append(group)
+    raise AssertionError("the end mark returns")
+
+
+def _flag_set(letters: str | None, col: int) -> REFlags:
+    """interegular's flags for the letters of a `(?aiLmsux-imsx:...)` group."""
+    try:
+        return _get_flags(letters or "")
+    except Unsupported as exc:
+        raise GrammarError(f"unsupported regex construct: {exc}", 1, col) from None
+
+
+def _repeat_group(group: Expr, quantifier: re.Match, col: int) -> Expr:
+    """`group` under the quantifier matched by _GROUP_QUANTIFIER."""
+    op, lo_digits, comma, hi_digits, only_hi = quantifier.groups()
+    if op:
+        lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[op]
+    elif only_hi is not None:
+        lo, hi = 0, int(only_hi)
+    else:
+        lo = int(lo_digits)
+        hi = lo if comma is None else int(hi_digits) if hi_digits else None
+    if hi is not None and hi < lo:
+        raise GrammarError(
+            f"invalid regex: repetition {{{lo},{hi}}} has max < min; check repetition bounds like {{m,n}} with m <= n",
+            1,
+            col,
+        )
+    return rep(group, lo, hi)
 
 
 _PLAIN = r"[^\\^$.|?*+()\[\]{}]+"

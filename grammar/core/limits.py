@@ -27,8 +27,11 @@ class Limits:
             is walked for every mask).
         max_stack_frames [16,777,216]: stack frames held by all parses of one matcher.
     Grammar text
-        max_nesting [64]: how deeply groups may nest in EBNF grammars and regexes (the parsers
-            and passes recurse per level).
+        max_nesting [50,000]: how deeply groups may nest in EBNF and regex text, and in the Lark
+            grammars lark_reader reads (lark's own loader stops near 400 levels).  The
+            parsers and passes walk nesting with explicit stacks, not Python recursion, so depth
+            costs only memory: a list entry and an IR node per level (about 2 MB and 0.6 s for
+            50,000 levels); the budget bounds that memory.
         max_repeat [10,000]: the largest bound of a counted repetition `x{m,n}` in EBNF.
     JSON Schema
         max_schema_depth [128]: how deeply objects and arrays may nest in a schema document.
@@ -52,7 +55,7 @@ class Limits:
     max_total_states: int = 1_000_000
     max_stack_tops: int = 4096
     max_stack_frames: int = 1 << 24
-    max_nesting: int = 64
+    max_nesting: int = 50_000
     max_repeat: int = 10_000
     max_schema_depth: int = 128
     max_schema_rules: int = 20_000
