@@ -19,16 +19,16 @@ finds the folder above the low-water mark (LOW_WATER, 80% of the cap) removes th
 used files (by mtime, refreshed on every hit) down to it, in one batch.  A scan costs a stat per
 file in the folder and comes once per slice of writes: some ten stats per write (files of about
 the same size), whatever the cap.  A process's writes that no scan has seen are less than a
-slice, so the folder stays under 90% of the cap with one process writing, under the cap with
-two, and under the cap plus a slice for each further one (threads of a process count as one:
-while one scans, the others' writes wait for the next scan).  The first scan comes after the
-first slice, so opening a cache costs no scan.
+slice, so once each process has scanned, the folder stays under 90% of the cap with one process
+writing, under the cap with two, and under the cap plus a slice for each further one (threads of
+a process count as one: while one scans, the others' writes wait for the next scan).  The first
+scan comes after the first slice, so opening a cache costs no scan.
 
 Safe to share between the threads of a process (the matcher fills rows from several): the
-counters and the estimate change under a lock, one thread at a time scans, and the file
-operations are atomic.  Safe across processes: a reader whose file is evicted meanwhile has read
-it whole (an open file outlives its removal) or misses; the same holds when another process
-replaces it.  A scan also removes temporary files older than an hour, left by a writer that died
+counters and the count of unscanned bytes change under a lock, one thread at a time scans, and
+the file operations are atomic.  Safe across processes: a reader whose file is evicted meanwhile
+has read it whole (on POSIX an open file outlives its removal; on Windows it is not removed) or
+misses; the same holds when another process replaces it.  A scan also removes temporary files older than an hour, left by a writer that died
 before its rename.
 """
 
