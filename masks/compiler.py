@@ -18,7 +18,15 @@ from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.core.caches import BoundedCache
-from ..grammar.core.errors import CompileClock, GrammarError, LimitExceededError, check_argument, check_integer
+from ..grammar.core.errors import (
+    ArgumentTypeError,
+    CompileClock,
+    GrammarError,
+    InvalidArgumentError,
+    LimitExceededError,
+    check_argument,
+    check_integer,
+)
 from ..grammar.core.gc_pause import paused_gc
 from ..grammar.core.limits import DEFAULT_LIMITS, Limits
 from ..grammar.frontends import to_grammar
@@ -790,7 +798,7 @@ class CompiledGrammar:
 
     def _payload(self) -> dict:
         if self.value_checks:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "this grammar has value checks (uniqueItems or an overlapping oneOf, checked with "
                 "jsonschema validators in this process), so it cannot be pickled or serialized; "
                 "compile it in the process that uses it, or compile with value_checks=False"
@@ -841,7 +849,9 @@ class CompiledGrammar:
 
     def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
         if not isinstance(tokenizer_info, TokenizerInfo):
-            raise TypeError(f"tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}")
+            raise ArgumentTypeError(
+                f"deserialize: tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}"
+            )
         if tokenizer_info.vocab_hash != payload["vocab_hash"]:
             raise DeserializeError(
                 "the grammar was compiled for another vocabulary (its vocab_hash differs); "
