@@ -20,7 +20,7 @@ class BatchGrammarMatcher:
     def __init__(self, max_threads: int | str = "auto"):
         """`max_threads`: the most threads a fill uses; "auto" is half the CPU cores (at least
         one), as in XGrammar."""
-        if max_threads == "auto":
+        if isinstance(max_threads, str) and max_threads == "auto":
             max_threads = max(1, (os.cpu_count() or 1) // 2)
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise InvalidArgumentError(
@@ -73,6 +73,8 @@ def _same_length(matchers, items, name: str) -> None:
     for value, what in ((matchers, "matchers"), (items, name)):
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
             raise ArgumentTypeError(f"BatchGrammarMatcher: {what} must be a list, got {type(value).__name__}")
+    if not all(isinstance(matcher, GrammarMatcher) for matcher in matchers):
+        raise ArgumentTypeError("BatchGrammarMatcher: matchers must be a list of GrammarMatcher")
     if len(matchers) != len(items):
         raise InvalidArgumentError(
             f"BatchGrammarMatcher: {name} must hold one item per matcher: {len(matchers)} matchers but "

@@ -199,9 +199,7 @@ def _usable_width(logits_width: int, bitmask_words: int, vocab_size: int | None)
     """Columns whose bits are read; every column from here to the logits' end is masked."""
     width = min(logits_width, bitmask_words * 32)
     if vocab_size is not None:
-        if vocab_size < 0:
-            raise InvalidArgumentError(f"apply_token_bitmask_inplace: vocab_size must be >= 0, got {vocab_size}")
-        width = min(width, int(vocab_size))
+        width = min(width, check_integer(vocab_size, "vocab_size", "apply_token_bitmask_inplace", minimum=0))
     return width
 
 

@@ -29,7 +29,7 @@ from ..grammar.core.errors import (
 )
 from ..grammar.core.gc_pause import paused_gc
 from ..grammar.core.limits import DEFAULT_LIMITS, Limits
-from ..grammar.frontends import to_grammar
+from ..grammar.frontends import FRONT_ENDS, to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
@@ -376,6 +376,8 @@ class GrammarCompiler:
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
+        if not isinstance(kind, str) or kind not in FRONT_ENDS:
+            raise InvalidArgumentError(f"compile: kind must be one of {', '.join(FRONT_ENDS)}, got {kind!r:.60}")
         key = _memo_key(kind, spec, options) if self.cache_enabled else None
         if key is not None:
             found = self.compiled_cache.get(key)

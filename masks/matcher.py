@@ -647,6 +647,8 @@ def batch_fill_next_token_bitmask(
         raise IndexOutOfRangeError(
             f"batch_fill_next_token_bitmask: indices must be rows of the bitmask, in [0, {rows}), got {indices}"
         )
+    if not matchers:
+        return  # an empty batch step: no row to fill
     if len(set(map(id, matchers))) != len(matchers):
         raise InvalidArgumentError(
             "batch_fill_next_token_bitmask: a matcher appears twice in matchers; each row needs its own "
