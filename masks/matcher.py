@@ -548,8 +548,8 @@ class GrammarMatcher:
             kept = len(self._history)
             capped = num_tokens > kept and self._n_tokens > kept  # max_rollback_tokens dropped the older ones
             raise InvalidArgumentError(
-                f"rollback: num_tokens must be in [0, {kept}] (the tokens accepted since the last reset "
-                f"that can be undone), got {num_tokens}"
+                f"rollback: cannot roll back {num_tokens} tokens; {kept} can be undone (num_tokens must be "
+                f"in [0, {kept}]: the tokens accepted since the last reset)"
                 + ("; raise GrammarMatcher's max_rollback_tokens to keep more" if capped else "")
             )
         if num_tokens == 0:

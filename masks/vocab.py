@@ -263,11 +263,11 @@ class TokenizerInfo:
         the text of an ordinary token that spells exactly it.  Raises InvalidArgumentError (a ValueError)
         naming the token when the vocabulary has no such single token."""
         if isinstance(token, bool) or not isinstance(token, (int, np.integer, str)):
-            raise ArgumentTypeError(f"token_id: token must be an id (int) or a token's text (str), got {token!r:.60}")
+            raise ArgumentTypeError(f"a token must be an id (int) or a token's text (str), got {token!r:.60}")
         if not isinstance(token, str):
             if not 0 <= int(token) < self.vocab_size:
                 raise InvalidArgumentError(
-                    f"token_id: token id {int(token)} is outside the vocabulary [0, {self.vocab_size})"
+                    f"token id {int(token)} out of range: the vocabulary is [0, {self.vocab_size})"
                 )
             return int(token)
         if token in self.special_token_texts:
@@ -281,7 +281,7 @@ class TokenizerInfo:
         found = by_text.get(token.encode("utf-8"))
         if found is None:
             raise InvalidArgumentError(
-                f"token_id: no single token of this vocabulary is {token!r}; name a special token "
+                f"no single token of this vocabulary is {token!r}; name a special token "
                 f"(e.g. {next(iter(self.special_token_texts), '<|eot_id|>')!r}) or give its id"
             )
         return found
