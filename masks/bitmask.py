@@ -34,12 +34,13 @@ __all__ = [
 
 def bitmask_width(vocab_size: int) -> int:
     """Number of int32 words needed for ``vocab_size`` bits."""
-    return (check_integer(vocab_size, "vocab_size", "bitmask", minimum=0) + 31) // 32
+    return (check_integer(vocab_size, "vocab_size", "bitmask_width", minimum=0) + 31) // 32
 
 
 def get_bitmask_shape(batch_size: int, vocab_size: int) -> tuple[int, int]:
     """(batch_size, ceil(vocab_size / 32)): the shape allocate_token_bitmask returns."""
-    return (check_integer(batch_size, "batch_size", "bitmask", minimum=0), bitmask_width(vocab_size))
+    batch_size = check_integer(batch_size, "batch_size", "get_bitmask_shape", minimum=0)
+    return (batch_size, bitmask_width(check_integer(vocab_size, "vocab_size", "get_bitmask_shape", minimum=0)))
 
 
 def allocate_token_bitmask(batch_size: int, vocab_size: int):
@@ -55,6 +56,7 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int):
 def allocate_numpy_bitmask(batch_size: int, vocab_size: int) -> np.ndarray:
     """allocate_token_bitmask as a numpy array whether or not torch is installed."""
     check_integer(batch_size, "batch_size", "allocate_token_bitmask", minimum=1)
+    check_integer(vocab_size, "vocab_size", "allocate_token_bitmask", minimum=0)
     return np.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=np.int32)
 
 
