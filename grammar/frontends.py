@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any, NamedTuple
 
-from .core.errors import CompileClock
+from .core.errors import ArgumentTypeError, CompileClock, InvalidArgumentError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .ebnf import parse_ebnf
 from .ir import Grammar, alt, lit
@@ -73,11 +73,13 @@ def to_grammar(
         Grammar IR, before the passes (grammar/passes.py: normalize).
     """
     if json_options is not None and kind not in ("json_schema", "structural_tag"):
-        raise ValueError(f"json_options apply to JSON Schemas and structural tags, not to a {kind} constraint")
+        raise InvalidArgumentError(
+            f"json_options apply to JSON Schemas and structural tags, not to a {kind} constraint"
+        )
     json_options = JsonOptions.of(json_options, {}, "to_grammar")
     if kind == "json_schema":
         if options:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"to_grammar: pass JSON Schema options as json_options=JsonOptions(...), not as "
                 f"keywords ({', '.join(sorted(options))})"
             )
@@ -102,7 +104,7 @@ def to_grammar(
         )
     if kind == "choice":
         return choice_grammar(spec, **options)
-    raise ValueError(f"unknown grammar kind {kind!r}; pass one of {', '.join(FRONT_ENDS)}")
+    raise InvalidArgumentError(f"unknown grammar kind {kind!r}; pass one of {', '.join(FRONT_ENDS)}")
 
 
 class GrammarKind(NamedTuple):
@@ -145,5 +147,5 @@ def grammar_kind(text: Any, file_name: str | None = None) -> GrammarKind:
 def choice_grammar(choices: list[str]) -> Grammar:
     """The grammar matching exactly one of the given strings (built as IR: no escaping)."""
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
-        raise ValueError(f"a choice request needs a non-empty list of strings, got {choices!r}")
+        raise InvalidArgumentError(f"a choice request needs a non-empty list of strings, got {choices!r}")
     return Grammar({"root": alt(*(lit(c) for c in choices))}, root="root")

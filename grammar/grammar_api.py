@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .core.errors import ArgumentTypeError, InvalidArgumentError
 from .frontends import to_grammar
 from .ir import Grammar, Ref, alt, map_refs, seq, to_text
 from .json_options import JsonOptions
@@ -88,10 +89,10 @@ def concat(*grammars: Grammar) -> Grammar:
 def _combine(grammars: tuple, join, name: str) -> Grammar:
     """The rules of every grammar under a prefix of its own, and a root that joins their roots."""
     if not grammars:
-        raise ValueError(f"Grammar.{name} needs at least one grammar")
+        raise InvalidArgumentError(f"Grammar.{name} needs at least one grammar")
     for i, grammar in enumerate(grammars):
         if not isinstance(grammar, Grammar):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
                 "(make one with Grammar.from_ebnf / from_json_schema / from_regex)"
             )
@@ -110,7 +111,7 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
 
 def _text(value: Any, name: str, where: str) -> None:
     if not isinstance(value, str):
-        raise TypeError(f"Grammar.{where}: {name} must be a str, got {type(value).__name__}")
+        raise ArgumentTypeError(f"Grammar.{where}: {name} must be a str, got {type(value).__name__}")
 
 
 def _printed(grammar: Grammar, show: bool) -> Grammar:

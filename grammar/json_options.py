@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import ArgumentTypeError
+from .core.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["JsonOptions", "XGRAMMAR_NAMES"]
 
@@ -77,7 +77,7 @@ class JsonOptions:
         if self.additional_properties_default not in (True, False, "declared") or not isinstance(
             self.additional_properties_default, (bool, str)
         ):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "JsonOptions.additional_properties_default must be True, False or 'declared', "
                 f"got {self.additional_properties_default!r}"
             )
@@ -86,18 +86,20 @@ class JsonOptions:
         if self.max_whitespace is not None:
             _typed(self.max_whitespace, int, "max_whitespace", "a non-negative int or None")
             if self.max_whitespace < 0:
-                raise ValueError(f"JsonOptions.max_whitespace must be >= 0 or None, got {self.max_whitespace}")
+                raise InvalidArgumentError(
+                    f"JsonOptions.max_whitespace must be >= 0 or None, got {self.max_whitespace}"
+                )
         if self.indent is not None:
             _typed(self.indent, (int, str), "indent", "an int, a string of whitespace or None")
             if isinstance(self.indent, str) and self.indent.strip(_JSON_WHITESPACE):
-                raise ValueError(f"JsonOptions.indent must be JSON whitespace, got {self.indent!r}")
+                raise InvalidArgumentError(f"JsonOptions.indent must be JSON whitespace, got {self.indent!r}")
         if self.separators is not None:
             seps = self.separators
             if not isinstance(seps, (tuple, list)) or len(seps) != 2 or not all(isinstance(s, str) for s in seps):
                 raise ArgumentTypeError(f"JsonOptions.separators must be a pair of strings, got {seps!r}")
             for sep, mark in zip(seps, ",:"):
                 if sep.strip(_JSON_WHITESPACE) != mark:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"JsonOptions.separators: {sep!r} must be {mark!r} with JSON whitespace "
                         "around it, as in json.dumps"
                     )
@@ -178,7 +180,7 @@ class JsonOptions:
             _typed(any_whitespace, bool, "any_whitespace")
             whitespace = changes.get("whitespace")
             if whitespace is not None and (whitespace == "flexible") != any_whitespace:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"any_whitespace={any_whitespace!r} contradicts whitespace={whitespace!r}; pass one of them"
                 )
             if any_whitespace:
@@ -217,7 +219,7 @@ class JsonOptions:
             return options if options is not None else cls()
         unknown = sorted(set(keywords) - set(XGRAMMAR_NAMES) - _FIELDS)
         if unknown:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{where}: unknown JSON option {unknown[0]!r}; the options are "
                 f"{', '.join(sorted(_FIELDS))} (or XGrammar's {', '.join(XGRAMMAR_NAMES)})"
             )
@@ -239,21 +241,25 @@ def _checked(options: Any, where: str, name: str) -> JsonOptions:
 def _known(changes: dict[str, Any], where: str) -> None:
     unknown = sorted(set(changes) - _FIELDS)
     if unknown:
-        raise TypeError(f"{where}: unknown JSON option {unknown[0]!r}; the options are {', '.join(sorted(_FIELDS))}")
+        raise ArgumentTypeError(
+            f"{where}: unknown JSON option {unknown[0]!r}; the options are {', '.join(sorted(_FIELDS))}"
+        )
 
 
 def _twin(changes: dict[str, Any], pm_name: str, value: Any, xgr_name: str, xgr_value: Any, same: Any = None) -> None:
     """Set `pm_name` from its XGrammar twin, unless `changes` already holds a different value."""
     if pm_name in changes and changes[pm_name] is not None:
         if not (same(changes[pm_name]) if same else changes[pm_name] == value):
-            raise ValueError(f"{xgr_name}={xgr_value!r} contradicts {pm_name}={changes[pm_name]!r}; pass one of them")
+            raise InvalidArgumentError(
+                f"{xgr_name}={xgr_value!r} contradicts {pm_name}={changes[pm_name]!r}; pass one of them"
+            )
         return
     changes[pm_name] = value
 
 
 def _one_of(value: Any, allowed: tuple[Any, ...], name: str) -> None:
     if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"JsonOptions.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise InvalidArgumentError(f"JsonOptions.{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
 def _typed(value: Any, expected: Any, name: str, wanted: str = "") -> None:

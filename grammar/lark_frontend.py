@@ -38,9 +38,9 @@ import bisect
 import re
 from collections import defaultdict, deque
 
-from lark.exceptions import LarkError, UnexpectedInput
-from lark.lexer import PatternRE, PatternStr
-from lark.load_grammar import load_grammar
+from lark.exceptions import LarkError, UnexpectedInput, VisitError
+from lark.lexer import PatternRE, PatternStr, Token
+from lark.load_grammar import _literal_to_pattern, _parse_grammar, load_grammar
 
 from .core.errors import GrammarError, LimitExceededError, check_argument
 from .core.limits import DEFAULT_LIMITS
@@ -234,6 +234,10 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
     except UnexpectedInput as exc:
         detail = str(exc).strip().splitlines()[0]
         raise GrammarError(f"lark grammar syntax error: {detail}", exc.line, exc.column) from None
+    except VisitError as exc:  # lark compiles some regexes while it reads the grammar
+        if not _is_regex_error(exc.orig_exc):
+            raise GrammarError(f"invalid lark grammar: {exc.orig_exc}", *_locate(_TextIndex(text), str(exc))) from None
+        raise _regex_error(text, exc.orig_exc) from None
     except LarkError as exc:
         message = str(exc).strip()
         if f"NonTerminal('{start}')" in message:
@@ -244,12 +248,43 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
         line, column = _locate(_TextIndex(text), message)
         raise GrammarError(f"invalid lark grammar: {first}", line, column) from None
     except Exception as exc:  # e.g. re.error / regex.error from a bad terminal regex
+        if _is_regex_error(exc):
+            raise _regex_error(text, exc) from None
         raise GrammarError(
             f"invalid lark grammar: {type(exc).__name__}: {exc}", *_locate(_TextIndex(text), str(exc))
         ) from None
     if not any(rule.origin.name == start for rule in rules):
         raise GrammarError(f"lark grammar has no start rule {start!r}; define `{start}: ...` or pass start=", 1, 1)
     return terminals, rules, ignored
+
+
+def _is_regex_error(exc: BaseException) -> bool:
+    """Whether `exc` is a regex compile error of `re` or of the `regex` package lark may use."""
+    return isinstance(exc, re.error) or (type(exc).__name__ == "error" and type(exc).__module__.startswith("regex"))
+
+
+def _regex_error(text: str, exc: BaseException) -> GrammarError:
+    """The GrammarError of a terminal regex that does not compile, at the line and column of the
+    first `/regex/` in the text that `re` refuses (lark's own error gives only the position inside
+    the regex); lark's grammar parser finds the regexes, so comments and strings are skipped."""
+    try:
+        regexes = list(
+            _parse_grammar(text, "<string>").scan_values(lambda v: isinstance(v, Token) and v.type == "REGEXP")
+        )
+    except Exception:  # noqa: BLE001 -- locating is best effort; the error below still names the reason
+        regexes = []
+    for token in regexes:
+        try:
+            re.compile(_literal_to_pattern(token).to_regexp())
+        except re.error as bad:
+            return GrammarError(
+                f"invalid lark grammar: the regex {token} does not compile: {bad}", token.line, token.column
+            )
+        except LarkError:
+            continue
+    return GrammarError(
+        f"invalid lark grammar: a terminal regex does not compile: {exc}", *_locate(_TextIndex(text), str(exc))
+    )
 
 
 _TOKEN_TERMINAL_NAME = "PUSHMASK_TOKEN_{}"

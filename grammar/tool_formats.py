@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import GrammarError
+from .core.errors import GrammarError, InvalidArgumentError
 from .xml_arguments import check_xml_arguments
 
 __all__ = ["FAMILIES", "tool_call_structural_tag"]
@@ -336,11 +336,11 @@ def tool_call_structural_tag(
     """
     spec = FAMILIES.get(family)
     if spec is None:
-        raise ValueError(f"unknown tool-call family {family!r}; one of {', '.join(FAMILIES)}")
+        raise InvalidArgumentError(f"unknown tool-call family {family!r}; one of {', '.join(FAMILIES)}")
     if (reasoning or reasoning_opened) and spec.reasoning is None:
-        raise ValueError(f"the {family} family has no reasoning format")
+        raise InvalidArgumentError(f"the {family} family has no reasoning format")
     if reasoning_opened and not reasoning:
-        raise ValueError("reasoning_opened=True needs reasoning=True")
+        raise InvalidArgumentError("reasoning_opened=True needs reasoning=True")
     writer = _Writer(special_tokens)
     tools = [_tool(t, i) for i, t in enumerate(tools or [])]
     choice, tools = _choice(tool_choice, tools)

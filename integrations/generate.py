@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..grammar.core.errors import SchemaError
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError, SchemaError
 from ..grammar.frontends import grammar_kind
 from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler
@@ -107,7 +107,7 @@ def compile_constraint(
     """
     given = [name for name, v in (("schema", schema), ("grammar", grammar), ("regex", regex)) if v is not None]
     if len(given) != 1:
-        raise ValueError(f"pass exactly one of schema=, grammar=, regex= (got {', '.join(given) or 'none'})")
+        raise InvalidArgumentError(f"pass exactly one of schema=, grammar=, regex= (got {', '.join(given) or 'none'})")
     options: dict = {}
     if schema is not None:
         json_options = DEFAULT_JSON_OPTIONS if json_options is None else JsonOptions.of(json_options, {}, "generate")
@@ -115,10 +115,12 @@ def compile_constraint(
         kind, spec = "json_schema", _schema_object(schema)
     elif grammar is not None:
         if grammar_format not in ("auto", "ebnf", "gbnf", "lark"):
-            raise ValueError(f"grammar_format must be 'ebnf', 'gbnf', 'lark' or 'auto', got {grammar_format!r}")
+            raise InvalidArgumentError(
+                f"grammar_format must be 'ebnf', 'gbnf', 'lark' or 'auto', got {grammar_format!r}"
+            )
         kind = grammar_kind(grammar).kind if grammar_format == "auto" else grammar_format.replace("gbnf", "ebnf")
         if kind == "json":
-            raise ValueError("grammar= is JSON text, not a grammar: pass a JSON Schema as schema=")
+            raise InvalidArgumentError("grammar= is JSON text, not a grammar: pass a JSON Schema as schema=")
         spec = grammar
     else:
         kind, spec = "regex", regex
@@ -136,7 +138,7 @@ def _schema_object(schema: Any) -> Any:
             raise SchemaError(f"the schema is not valid JSON: {exc}", "#") from exc
     if hasattr(schema, "model_json_schema"):
         return schema.model_json_schema()
-    raise TypeError(f"schema must be a dict, JSON text or pydantic model class, got {type(schema).__name__}")
+    raise ArgumentTypeError(f"schema must be a dict, JSON text or pydantic model class, got {type(schema).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,17 +306,17 @@ def generate(
         )
     else:
         if any(v is not None for v in (schema, grammar, regex)):
-            raise ValueError("pass either compiled_grammar or one of schema=, grammar=, regex=")
+            raise InvalidArgumentError("pass either compiled_grammar or one of schema=, grammar=, regex=")
         compiled = compiled_grammar
     info = compiled.tokenizer_info
     for name in ("num_beams", "num_return_sequences"):
         if generate_kwargs.pop(name, None) not in (1, None):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"pushmask.generate makes one sequence; for {name}= use model.generate "
                 "with pushmask.hf.GrammarLogitsProcessor"
             )
     if "streamer" in generate_kwargs:
-        raise ValueError("pass stream=callback(text) instead of streamer=")
+        raise InvalidArgumentError("pass stream=callback(text) instead of streamer=")
     extra_processors = list(generate_kwargs.pop("logits_processor", None) or [])
     extra_criteria = list(generate_kwargs.pop("stopping_criteria", None) or [])
 
@@ -473,7 +475,7 @@ def _prompt_ids(tokenizer, prompt_or_messages, chat_template: bool | None):
     else:
         messages = list(prompt_or_messages)
         if not has_template:
-            raise ValueError("chat messages need a tokenizer with a chat template; pass a string prompt")
+            raise InvalidArgumentError("chat messages need a tokenizer with a chat template; pass a string prompt")
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return torch.tensor([tokenizer.encode(text, add_special_tokens=False)], dtype=torch.long)
 

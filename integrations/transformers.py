@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
 from ..masks.bitmask import apply_token_bitmask_inplace
 from ..masks.compiler import CompiledGrammar
 from ..masks.healing import accept_healing_token, fill_healing_mask
@@ -140,13 +141,13 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             grammars = list(compiled_grammars)
             self._shared = False
             if not grammars:
-                raise ValueError("compiled_grammars is empty")
+                raise InvalidArgumentError("compiled_grammars is empty")
             for g in grammars:
                 if not isinstance(g, CompiledGrammar):
-                    raise TypeError(f"expected CompiledGrammar, got {type(g).__name__}")
+                    raise ArgumentTypeError(f"expected CompiledGrammar, got {type(g).__name__}")
         infos = {id(g.tokenizer_info) for g in grammars}
         if len(infos) != 1:
-            raise ValueError("all grammars must be compiled for the same TokenizerInfo")
+            raise InvalidArgumentError("all grammars must be compiled for the same TokenizerInfo")
         self.grammars = grammars
         self.tokenizer_info = grammars[0].tokenizer_info
         self.vocab_size = self.tokenizer_info.vocab_size
@@ -158,9 +159,11 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             stops = [int(t) for t in eos_token_id]
         for t in stops:
             if not 0 <= t < self.vocab_size:
-                raise ValueError(f"eos_token_id {t} outside the tokenizer's vocabulary (size {self.vocab_size})")
+                raise InvalidArgumentError(
+                    f"eos_token_id {t} outside the tokenizer's vocabulary (size {self.vocab_size})"
+                )
         if not stops:
-            raise ValueError("no stop token: pass eos_token_id")
+            raise InvalidArgumentError("no stop token: pass eos_token_id")
         self.stop_token_ids = tuple(stops)
         self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
         self.max_new_tokens = max_new_tokens
@@ -217,7 +220,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             return 0
         n = len(self.grammars)
         if rows % n:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{rows} rows cannot be split among {n} grammars (one per prompt; rows must be a multiple)"
             )
         return row // (rows // n)
@@ -232,7 +235,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         heal, self._heal_next = self._heal_next, None
         if heal is not None:  # rows b * n ... b * n + n - 1 come from prompt b (num_return_sequences, beams)
             if rows % len(heal):
-                raise ValueError(f"{rows} rows cannot come from the {len(heal)} healed prompts")
+                raise InvalidArgumentError(f"{rows} rows cannot come from the {len(heal)} healed prompts")
             for r, slot in enumerate(self._slots):
                 slot.heal = heal[r // (rows // len(heal))]
         self._prompt = ids.copy()
@@ -244,16 +247,18 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         pass to `generate`; the next generation's first token in each row must start with the
         removed bytes (see `healed_bytes`).  Needs token_healing=True."""
         if not self.token_healing:
-            raise ValueError("construct the processor with token_healing=True to heal prompts")
+            raise InvalidArgumentError("construct the processor with token_healing=True to heal prompts")
         ids = _as_numpy_ids(input_ids)
         if ids.shape[1] < 2:
-            raise ValueError("token healing needs a prompt of at least two tokens")
+            raise InvalidArgumentError("token healing needs a prompt of at least two tokens")
         vocab = self.tokenizer_info.decoded_vocab
         removed = []
         for row, token in enumerate(ids[:, -1].tolist()):
             spelled = vocab[token] if 0 <= token < self.vocab_size and token not in self.stop_token_ids else b""
             if not spelled:
-                raise ValueError(f"row {row}: the prompt's last token {token} spells no text; nothing to heal")
+                raise InvalidArgumentError(
+                    f"row {row}: the prompt's last token {token} spells no text; nothing to heal"
+                )
             removed.append(spelled)
         self._heal_next = removed
         return input_ids[:, :-1]
@@ -275,7 +280,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         if new_call is None:
             new_call = self._is_new_call(ids)
         elif not new_call and self._prompt is None:
-            raise ValueError("no generation to continue; call start() first")
+            raise InvalidArgumentError("no generation to continue; call start() first")
         if new_call:
             self.start(ids)
         self._max_len = max(self._max_len, ids.shape[1])
@@ -360,7 +365,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         if bool(empty.any()):
             stop = next((t for t in self.stop_token_ids if t < scores.shape[-1]), None)
             if stop is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"scores have {scores.shape[-1]} columns, fewer than every stop token id {self.stop_token_ids}"
                 )
             scores[empty, stop] = 0.0
@@ -425,7 +430,7 @@ def _as_numpy_ids(input_ids) -> np.ndarray:
     else:
         ids = input_ids.detach().cpu().numpy()
     if ids.ndim != 2:
-        raise ValueError(f"input_ids must be [rows, length], got shape {ids.shape}")
+        raise InvalidArgumentError(f"input_ids must be [rows, length], got shape {ids.shape}")
     return ids.astype(np.int64, copy=False)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
 from .matcher import GrammarMatcher, batch_fill_next_token_bitmask
 
 __all__ = ["BatchGrammarMatcher"]
@@ -19,10 +20,12 @@ class BatchGrammarMatcher:
     def __init__(self, max_threads: int | str = "auto"):
         """`max_threads`: the most threads a fill uses; "auto" is half the CPU cores (at least
         one), as in XGrammar."""
-        if max_threads == "auto":
+        if isinstance(max_threads, str) and max_threads == "auto":
             max_threads = max(1, (os.cpu_count() or 1) // 2)
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise ValueError(f'max_threads must be a positive int or "auto", got {max_threads!r}')
+            raise InvalidArgumentError(
+                f'BatchGrammarMatcher: max_threads must be a positive int or "auto", got {max_threads!r}'
+            )
         self.max_threads = max_threads
 
     def batch_fill_next_token_bitmask(
@@ -66,5 +69,14 @@ class BatchGrammarMatcher:
 
 
 def _same_length(matchers, items, name: str) -> None:
+    """Check that `matchers` and `items` are sequences of one length (one item per matcher)."""
+    for value, what in ((matchers, "matchers"), (items, name)):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ArgumentTypeError(f"BatchGrammarMatcher: {what} must be a list, got {type(value).__name__}")
+    if not all(isinstance(matcher, GrammarMatcher) for matcher in matchers):
+        raise ArgumentTypeError("BatchGrammarMatcher: matchers must be a list of GrammarMatcher")
     if len(matchers) != len(items):
-        raise ValueError(f"{len(matchers)} matchers but {len(items)} {name}")
+        raise InvalidArgumentError(
+            f"BatchGrammarMatcher: {name} must hold one item per matcher: {len(matchers)} matchers but "
+            f"{len(items)} {name}"
+        )

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, check_integer
+from ..grammar.core.errors import ArgumentTypeError, IndexOutOfRangeError, InvalidArgumentError, check_integer
 
 __all__ = [
     "allocate_token_bitmask",
@@ -34,12 +34,13 @@ __all__ = [
 
 def bitmask_width(vocab_size: int) -> int:
     """Number of int32 words needed for ``vocab_size`` bits."""
-    return (check_integer(vocab_size, "vocab_size", "bitmask", minimum=0) + 31) // 32
+    return (check_integer(vocab_size, "vocab_size", "bitmask_width", minimum=0) + 31) // 32
 
 
 def get_bitmask_shape(batch_size: int, vocab_size: int) -> tuple[int, int]:
     """(batch_size, ceil(vocab_size / 32)): the shape allocate_token_bitmask returns."""
-    return (check_integer(batch_size, "batch_size", "bitmask", minimum=0), bitmask_width(vocab_size))
+    batch_size = check_integer(batch_size, "batch_size", "get_bitmask_shape", minimum=0)
+    return (batch_size, bitmask_width(check_integer(vocab_size, "vocab_size", "get_bitmask_shape", minimum=0)))
 
 
 def allocate_token_bitmask(batch_size: int, vocab_size: int):
@@ -55,6 +56,7 @@ def allocate_token_bitmask(batch_size: int, vocab_size: int):
 def allocate_numpy_bitmask(batch_size: int, vocab_size: int) -> np.ndarray:
     """allocate_token_bitmask as a numpy array whether or not torch is installed."""
     check_integer(batch_size, "batch_size", "allocate_token_bitmask", minimum=1)
+    check_integer(vocab_size, "vocab_size", "allocate_token_bitmask", minimum=0)
     return np.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=np.int32)
 
 
@@ -85,10 +87,11 @@ def bitmask_to_bool(bitmask_row, vocab_size: int) -> np.ndarray:
     """Unpack one bitmask row (or a [batch, words] array) into bools of length ``vocab_size``."""
     row = _to_numpy(bitmask_row)
     if row.dtype != np.int32:
-        raise ArgumentTypeError(f"bitmask must be int32, got {row.dtype}")
+        raise ArgumentTypeError(f"bitmask_to_bool: bitmask must be int32, got {row.dtype}")
     if vocab_size > row.shape[-1] * 32:
-        raise ValueError(
-            f"vocab_size={vocab_size} needs {bitmask_width(vocab_size)} words, the bitmask has {row.shape[-1]}"
+        raise InvalidArgumentError(
+            f"bitmask_to_bool: vocab_size={vocab_size} needs {bitmask_width(vocab_size)} words, the bitmask "
+            f"has {row.shape[-1]}; pass the vocab_size the bitmask was allocated for"
         )
     # Viewed as little-endian bytes, word w's bit b is byte 4w + b//8, bit b%8 (LSB first).
     as_bytes = np.ascontiguousarray(row, dtype="<i4").view(np.uint8)
@@ -100,7 +103,9 @@ def bool_to_bitmask(bool_array) -> np.ndarray:
     """Pack bools (length V, or [batch, V]) into int32 words; bits past V are 0 (disallowed)."""
     allowed = np.asarray(bool_array, dtype=bool)
     if allowed.ndim not in (1, 2):
-        raise ValueError(f"expected a 1-D or 2-D bool array, got shape {allowed.shape}")
+        raise InvalidArgumentError(
+            f"bool_to_bitmask: bool_array must be [vocab] or [batch, vocab], got shape {allowed.shape}"
+        )
     n_words = bitmask_width(allowed.shape[-1])
     padded = np.zeros(allowed.shape[:-1] + (n_words * 32,), dtype=bool)
     padded[..., : allowed.shape[-1]] = allowed
@@ -127,7 +132,9 @@ def apply_token_bitmask_inplace(logits, bitmask, vocab_size: int | None = None, 
         _apply_numpy(logits, bitmask, vocab_size, indices)
     else:
         kind = type(logits).__name__
-        raise ArgumentTypeError(f"logits must be a torch tensor or numpy array, got {kind}")
+        raise ArgumentTypeError(
+            f"apply_token_bitmask_inplace: logits must be a torch tensor or numpy array, got {kind}"
+        )
     return logits
 
 
@@ -150,7 +157,9 @@ KERNEL_SWITCH = "PUSHMASK_APPLY_KERNEL"  # "auto" (default) or "torch": torch/nu
 def _kernels_enabled() -> bool:
     choice = os.environ.get(KERNEL_SWITCH, "auto")
     if choice not in ("auto", "torch"):
-        raise ValueError(f"{KERNEL_SWITCH} must be 'auto' or 'torch', got {choice!r}")
+        raise InvalidArgumentError(
+            f"the environment variable {KERNEL_SWITCH} must be 'auto' or 'torch', got {choice!r}"
+        )
     return choice == "auto"
 
 
@@ -167,16 +176,24 @@ def _to_numpy(x) -> np.ndarray:
 
 def _check_shapes(logits_shape, bitmask_shape, indices):
     """Validate ranks and batch sizes; return the number of logits rows (1 for 1-D logits)."""
+    where = "apply_token_bitmask_inplace"
     if len(logits_shape) not in (1, 2):
-        raise ValueError(f"logits must be 1-D or 2-D, got shape {tuple(logits_shape)}")
+        raise InvalidArgumentError(
+            f"{where}: logits must be [vocab] or [batch, vocab], got shape {tuple(logits_shape)}"
+        )
     if len(bitmask_shape) not in (1, 2):
-        raise ValueError(f"bitmask must be 1-D or 2-D, got shape {tuple(bitmask_shape)}")
+        raise InvalidArgumentError(
+            f"{where}: bitmask must be [words] or [batch, words] (from allocate_token_bitmask), "
+            f"got shape {tuple(bitmask_shape)}"
+        )
     rows = 1 if len(logits_shape) == 1 else logits_shape[0]
     mask_rows = 1 if len(bitmask_shape) == 1 else bitmask_shape[0]
     if indices is None and mask_rows != rows:
-        raise ValueError(f"bitmask has {mask_rows} rows but logits have {rows}; pass indices to mask a subset")
+        raise InvalidArgumentError(
+            f"{where}: bitmask has {mask_rows} rows but logits have {rows}; pass indices to mask a subset"
+        )
     if indices is not None and len(logits_shape) == 1:
-        raise ValueError("indices need 2-D logits [batch, vocab]")
+        raise InvalidArgumentError(f"{where}: indices need 2-D logits [batch, vocab], got 1-D logits")
     return rows
 
 
@@ -184,9 +201,7 @@ def _usable_width(logits_width: int, bitmask_words: int, vocab_size: int | None)
     """Columns whose bits are read; every column from here to the logits' end is masked."""
     width = min(logits_width, bitmask_words * 32)
     if vocab_size is not None:
-        if vocab_size < 0:
-            raise ValueError(f"vocab_size must be >= 0, got {vocab_size}")
-        width = min(width, int(vocab_size))
+        width = min(width, check_integer(vocab_size, "vocab_size", "apply_token_bitmask_inplace", minimum=0))
     return width
 
 
@@ -197,14 +212,14 @@ def _selected_rows(indices, n_rows: int, n_mask_rows: int) -> np.ndarray:
         indices = indices.detach().cpu().numpy()
     rows = np.asarray(indices).reshape(-1)
     if rows.size and not np.issubdtype(rows.dtype, np.integer):
-        raise ArgumentTypeError(f"indices must be integers, got {rows.dtype}")
+        raise ArgumentTypeError(f"apply_token_bitmask_inplace: indices must be integers, got {rows.dtype}")
     rows = rows.astype(np.int64)
     rows = np.where(rows < 0, rows + n_rows, rows)
     limit = n_rows if n_mask_rows == 1 else min(n_rows, n_mask_rows)
     bad = (rows < 0) | (rows >= limit)
     if bad.any():
-        raise IndexError(
-            f"indices[{int(np.argmax(bad))}] is out of range for {n_rows} logits rows and {n_mask_rows} bitmask rows"
+        raise IndexOutOfRangeError(
+            f"apply_token_bitmask_inplace: indices[{int(np.argmax(bad))}] is out of range for {n_rows} logits rows and {n_mask_rows} bitmask rows"
         )
     return rows
 
@@ -252,10 +267,10 @@ def _flat_span(shape, strides, itemsize: int):
 
 def _apply_numpy(logits: np.ndarray, bitmask, vocab_size, indices) -> None:
     if not np.issubdtype(logits.dtype, np.floating):
-        raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
+        raise ArgumentTypeError(f"apply_token_bitmask_inplace: logits must be floating point, got {logits.dtype}")
     mask = _to_numpy(bitmask)
     if mask.dtype != np.int32:
-        raise ArgumentTypeError(f"bitmask must be int32, got {mask.dtype}")
+        raise ArgumentTypeError(f"apply_token_bitmask_inplace: bitmask must be int32, got {mask.dtype}")
     n_rows = _check_shapes(logits.shape, mask.shape, indices)
     width = _usable_width(logits.shape[-1], mask.shape[-1], vocab_size)
     logits2d = logits[None, :] if logits.ndim == 1 else logits  # views: writes go through
@@ -289,13 +304,13 @@ def _apply_torch(logits, bitmask, vocab_size, indices) -> None:
     import torch
 
     if not logits.is_floating_point():
-        raise ArgumentTypeError(f"logits must be floating point, got {logits.dtype}")
+        raise ArgumentTypeError(f"apply_token_bitmask_inplace: logits must be floating point, got {logits.dtype}")
     if not _is_torch(bitmask):
         bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
     if bitmask.device != logits.device:
         bitmask = bitmask.to(logits.device, non_blocking=True)
     if bitmask.dtype != torch.int32:
-        raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
+        raise ArgumentTypeError(f"apply_token_bitmask_inplace: bitmask must be int32, got {bitmask.dtype}")
     n_rows = _check_shapes(tuple(logits.shape), tuple(bitmask.shape), indices)
     width = _usable_width(logits.shape[-1], bitmask.shape[-1], vocab_size)
     logits2d = logits.unsqueeze(0) if logits.dim() == 1 else logits  # a view: writes go through

@@ -18,10 +18,18 @@ from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
 from ..grammar.core.caches import BoundedCache
-from ..grammar.core.errors import CompileClock, GrammarError, LimitExceededError, check_argument, check_integer
+from ..grammar.core.errors import (
+    ArgumentTypeError,
+    CompileClock,
+    GrammarError,
+    InvalidArgumentError,
+    LimitExceededError,
+    check_argument,
+    check_integer,
+)
 from ..grammar.core.gc_pause import paused_gc
 from ..grammar.core.limits import DEFAULT_LIMITS, Limits
-from ..grammar.frontends import to_grammar
+from ..grammar.frontends import FRONT_ENDS, to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
@@ -368,6 +376,8 @@ class GrammarCompiler:
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
+        if not isinstance(kind, str) or kind not in FRONT_ENDS:
+            raise InvalidArgumentError(f"compile: kind must be one of {', '.join(FRONT_ENDS)}, got {kind!r:.60}")
         key = _memo_key(kind, spec, options) if self.cache_enabled else None
         if key is not None:
             found = self.compiled_cache.get(key)
@@ -790,7 +800,7 @@ class CompiledGrammar:
 
     def _payload(self) -> dict:
         if self.value_checks:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "this grammar has value checks (uniqueItems or an overlapping oneOf, checked with "
                 "jsonschema validators in this process), so it cannot be pickled or serialized; "
                 "compile it in the process that uses it, or compile with value_checks=False"
@@ -841,7 +851,9 @@ class CompiledGrammar:
 
     def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
         if not isinstance(tokenizer_info, TokenizerInfo):
-            raise TypeError(f"tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}")
+            raise ArgumentTypeError(
+                f"deserialize: tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}"
+            )
         if tokenizer_info.vocab_hash != payload["vocab_hash"]:
             raise DeserializeError(
                 "the grammar was compiled for another vocabulary (its vocab_hash differs); "

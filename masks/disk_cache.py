@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..grammar.core.errors import InvalidArgumentError
 from .mask_cache import StateMask
 
 FORMAT_VERSION = 1
@@ -72,7 +73,7 @@ class DiskMaskCache:
 
     def __init__(self, directory: str | os.PathLike, fingerprint: str, max_bytes: int = DEFAULT_MAX_BYTES):
         if max_bytes <= 0:
-            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+            raise InvalidArgumentError(f"max_bytes must be positive, got {max_bytes}")
         self.root = Path(directory) / f"v{FORMAT_VERSION}" / fingerprint
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
@@ -91,7 +92,7 @@ class DiskMaskCache:
         try:
             max_bytes = int(raw) if raw else DEFAULT_MAX_BYTES
         except ValueError:
-            raise ValueError(f"{ENV_MAX_BYTES} must be an integer number of bytes, got {raw!r}") from None
+            raise InvalidArgumentError(f"{ENV_MAX_BYTES} must be an integer number of bytes, got {raw!r}") from None
         return cls(directory, fingerprint, max_bytes)
 
     def _path(self, key: tuple[str, str]) -> Path:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grammar.core.errors import check_integers
+from ..grammar.core.errors import InvalidArgumentError, check_integers
 from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
 
 __all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks"]
@@ -67,9 +67,9 @@ class DraftMasks:
         """Advance the matcher over node's token, reusing the state computed for the masks; the
         matcher must stand at the node's parent (as after accepting the path to it)."""
         if not self.accepted[node]:
-            raise ValueError(f"draft node {node} (token {int(self.tokens[node])}) was refused by the grammar")
+            raise InvalidArgumentError(f"draft node {node} (token {int(self.tokens[node])}) was refused by the grammar")
         if self.matcher._state is not self._states[int(self.parents[node]) + 1]:
-            raise ValueError(f"the matcher does not stand at draft node {node}'s parent")
+            raise InvalidArgumentError(f"the matcher does not stand at draft node {node}'s parent")
         self.matcher._push(self._states[node + 1])
 
     def accepted_prefix(self) -> list[int]:
@@ -103,9 +103,9 @@ def batch_fill_draft_bitmasks(
     matcher once), its rows from first_rows[k] (default: one after the other from row 0, the
     layout vLLM uses, len(drafts[k]) + 1 rows each)."""
     if len(drafts) != len(matchers):
-        raise ValueError(f"{len(matchers)} matchers but {len(drafts)} drafts")
+        raise InvalidArgumentError(f"{len(matchers)} matchers but {len(drafts)} drafts")
     if len({id(m) for m in matchers}) != len(matchers):
-        raise ValueError("a matcher appears twice; each request needs its own matcher")
+        raise InvalidArgumentError("a matcher appears twice; each request needs its own matcher")
     if parents is None:
         parents = [None] * len(matchers)
     if first_rows is None:
@@ -134,13 +134,15 @@ def _walk(matcher: GrammarMatcher, tokens, parents, first_row: int) -> DraftMask
     else:
         parents = np.asarray(parents, dtype=np.int64).reshape(-1)
         if len(parents) != n:
-            raise ValueError(f"{n} draft tokens but {len(parents)} parent indices")
+            raise InvalidArgumentError(f"{n} draft tokens but {len(parents)} parent indices")
         bad = np.flatnonzero((parents < -1) | (parents >= np.arange(n)))
         if len(bad):
             i = int(bad[0])
-            raise ValueError(f"draft node {i}: parent {int(parents[i])} must be -1 (the root) or an earlier node")
+            raise InvalidArgumentError(
+                f"draft node {i}: parent {int(parents[i])} must be -1 (the root) or an earlier node"
+            )
     if first_row < 0:
-        raise ValueError(f"first_row must be >= 0, got {first_row}")
+        raise InvalidArgumentError(f"first_row must be >= 0, got {first_row}")
     states: list = [matcher._state]
     accepted = np.zeros(n, dtype=bool)
     depth = np.zeros(n, dtype=np.int64)

@@ -28,7 +28,14 @@ import numpy as np
 
 from ..automata import saturation
 from ..automata.kernels import POOL_HEADER, ROOT
-from ..grammar.core.errors import LimitExceededError, UnsupportedSchemaError
+from ..grammar.core.errors import (
+    ArgumentTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    LimitExceededError,
+    MatcherStateError,
+    UnsupportedSchemaError,
+)
 from ..grammar.json_checks import UniqueItems
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
@@ -53,16 +60,16 @@ class Gap:
 
     def __post_init__(self):
         if self.unit not in GAP_UNITS:
-            raise ValueError(f"Gap unit must be one of {GAP_UNITS}, got {self.unit!r}")
+            raise InvalidArgumentError(f"Gap unit must be one of {GAP_UNITS}, got {self.unit!r}")
         if not isinstance(self.min, int) or self.min < 0:
-            raise ValueError(f"Gap min must be an integer >= 0, got {self.min!r}")
+            raise InvalidArgumentError(f"Gap min must be an integer >= 0, got {self.min!r}")
         if self.max is not None and (not isinstance(self.max, int) or self.max < self.min):
-            raise ValueError(f"Gap max must be None or an integer >= min ({self.min}), got {self.max!r}")
+            raise InvalidArgumentError(f"Gap max must be None or an integer >= min ({self.min}), got {self.max!r}")
         if self.alphabet is not None:
             if self.unit != "bytes":
-                raise ValueError("only a bytes gap takes an alphabet (a token gap holds whole tokens)")
+                raise InvalidArgumentError("only a bytes gap takes an alphabet (a token gap holds whole tokens)")
             if not isinstance(self.alphabet, (bytes, bytearray)) or not self.alphabet:
-                raise ValueError("Gap alphabet must be a non-empty bytes object (the bytes the gap may hold)")
+                raise InvalidArgumentError("Gap alphabet must be a non-empty bytes object (the bytes the gap may hold)")
             object.__setattr__(self, "alphabet", bytes(sorted(set(self.alphabet))))
 
     @classmethod
@@ -112,7 +119,7 @@ class Template:
             elif isinstance(part, (bytes, bytearray, memoryview)):
                 normal.append(bytes(part))
             else:
-                raise TypeError(f"template part {k} must be str, bytes, Gap or None, got {type(part).__name__}")
+                raise ArgumentTypeError(f"template part {k} must be str, bytes, Gap or None, got {type(part).__name__}")
         self.parts: tuple[bytes | Gap, ...] = tuple(normal)
 
     @classmethod
@@ -120,14 +127,16 @@ class Template:
         """segments[0], gaps[0], segments[1], ...; gaps default to unbounded ones."""
         segments = list(segments)
         if not segments:
-            raise ValueError("a template needs at least one segment (use [''] for an empty one)")
+            raise InvalidArgumentError("a template needs at least one segment (use [''] for an empty one)")
         gaps = [None] * (len(segments) - 1) if gaps is None else list(gaps)
         if len(gaps) != len(segments) - 1:
-            raise ValueError(f"{len(segments)} segments need {len(segments) - 1} gaps between them, got {len(gaps)}")
+            raise InvalidArgumentError(
+                f"{len(segments)} segments need {len(segments) - 1} gaps between them, got {len(gaps)}"
+            )
         parts: list = []
         for k, segment in enumerate(segments):
             if isinstance(segment, Gap) or segment is None:
-                raise TypeError(f"segment {k} is a gap; segments are text (str or bytes) and gaps go in `gaps`")
+                raise ArgumentTypeError(f"segment {k} is a gap; segments are text (str or bytes) and gaps go in `gaps`")
             parts.append(segment)
             if k < len(gaps):
                 parts.append(gaps[k])
@@ -168,10 +177,10 @@ def refuse_value_checks(compiled: CompiledGrammar) -> None:
 def _as_template(segments, gaps) -> Template:
     if isinstance(segments, Template):
         if gaps is not None:
-            raise ValueError("pass gaps only with a list of segments, not with a Template")
+            raise InvalidArgumentError("pass gaps only with a list of segments, not with a Template")
         return segments
     if isinstance(segments, (str, bytes)):
-        raise TypeError("segments must be a list of strings (or a Template), not one string")
+        raise ArgumentTypeError("segments must be a list of strings (or a Template), not one string")
     return Template.from_segments(segments, gaps)
 
 
@@ -494,7 +503,7 @@ def _saturate(
     max_items: int,
 ) -> _Saturated:
     if not isinstance(max_items, int) or max_items < 1:
-        raise ValueError(f"max_items must be a positive integer, got {max_items!r}")
+        raise InvalidArgumentError(f"max_items must be a positive integer, got {max_items!r}")
     trie = _trie_automaton(compiled.compiler.trie) if builder.blocks else _NO_TRIE
     tpl = builder.arrays(final_state, trie.n_nodes)
     init_s, init_f, frame_state, frame_parent = _start_stacks(compiled, start)
@@ -616,11 +625,13 @@ def allowed_tokens(
     if not isinstance(template, Template):
         template = Template(template)
     if not isinstance(position, int) or not -len(template.parts) <= position < len(template.parts):
-        raise IndexError(f"position {position!r} is outside the template's {len(template.parts)} parts")
+        raise IndexOutOfRangeError(f"position {position!r} is outside the template's {len(template.parts)} parts")
     position %= len(template.parts)
     before, gap, after = template.parts[:position], template.parts[position], template.parts[position + 1 :]
     if not isinstance(gap, Gap):
-        raise ValueError(f"template part {position} is fixed text, not a Gap; a mask is for a gap's first token")
+        raise InvalidArgumentError(
+            f"template part {position} is fixed text, not a Gap; a mask is for a gap's first token"
+        )
     info = compiled.tokenizer_info
     mask = np.zeros(info.vocab_size, dtype=bool)
     if gap.max is None or gap.max > 0:
@@ -665,10 +676,13 @@ def _grammar_and_start(grammar: CompiledGrammar | GrammarMatcher) -> tuple[Compi
         refuse_value_checks(grammar)
         return grammar, None
     if not isinstance(grammar, GrammarMatcher):
-        raise TypeError(f"expected a CompiledGrammar or a GrammarMatcher, got {type(grammar).__name__}")
+        raise ArgumentTypeError(f"expected a CompiledGrammar or a GrammarMatcher, got {type(grammar).__name__}")
     refuse_value_checks(grammar.compiled_grammar)
     if grammar.is_terminated():
-        raise ValueError("the matcher has terminated (a stop token was accepted); nothing can follow")
+        raise MatcherStateError(
+            "allowed_tokens: the matcher has terminated (a stop token was accepted); nothing can follow: "
+            "pass a matcher before its stop token, or call rollback() on it"
+        )
     kernel_s, kernel_p, pool = grammar.parse_stacks()
     blob, h = pool.blob, POOL_HEADER
     capacity = int(blob[1])

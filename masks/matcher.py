@@ -16,7 +16,16 @@ import numpy as np
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
-from ..grammar.core.errors import ArgumentTypeError, BudgetTooSmallError, check_argument, check_integer, check_integers
+from ..grammar.core.errors import (
+    ArgumentTypeError,
+    BudgetTooSmallError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    MatcherStateError,
+    check_argument,
+    check_integer,
+    check_integers,
+)
 from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
 from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
@@ -25,6 +34,10 @@ from .state_masks import ensure_batch_masks
 from .value_checks import CheckedAdvance, MaskChecks
 
 _NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
+_TERMINATED = (
+    "{call}: the matcher has terminated (a stop token was accepted, see is_terminated()); "
+    "call reset() to start again or rollback() to undo the stop token"
+)
 
 
 @dataclass(slots=True)
@@ -95,7 +108,10 @@ class GrammarMatcher:
         )
         for t in self.stop_token_ids:
             if not 0 <= t < self.vocab_size:
-                raise ValueError(f"stop token id {t} outside the vocabulary (size {self.vocab_size})")
+                raise InvalidArgumentError(
+                    f"GrammarMatcher: override_stop_tokens holds token id {t}, outside the vocabulary "
+                    f"[0, {self.vocab_size}); pass ids of the tokenizer the grammar was compiled for"
+                )
         self._stop_ids = np.array(self.stop_token_ids, dtype=np.int64)
         self._stop_set = frozenset(self.stop_token_ids)
         self.terminate_without_stop_token = terminate_without_stop_token
@@ -140,18 +156,20 @@ class GrammarMatcher:
         self._checked_budget = None  # a budget that also keeps the value checks passable
         self._budget_memo = bounds_memo()  # see BudgetTable.restrict
         if max_tokens is not None and self._token_classes:
-            raise ValueError(
-                "max_tokens is not supported for grammars with exclude_token formats (token "
+            raise InvalidArgumentError(
+                "GrammarMatcher: max_tokens is not supported for grammars with exclude_token formats (token "
                 "classes); leave max_tokens unset"
             )
         if max_tokens is not None and self._token_terminals and self._checked is not None:
-            raise ValueError(
-                "max_tokens is not supported for grammars with both token terminals (<|...|>) and "
+            raise InvalidArgumentError(
+                "GrammarMatcher: max_tokens is not supported for grammars with both token terminals (<|...|>) and "
                 "value checks (uniqueItems, overlapping oneOf); leave max_tokens unset"
             )
         if max_tokens is not None:
             if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
-                raise ValueError(f"max_tokens must be None or an integer >= 0, got {max_tokens!r}")
+                raise InvalidArgumentError(
+                    f"GrammarMatcher: max_tokens must be None or an integer >= 0, got {max_tokens!r}"
+                )
             self._budget = budget_table(compiled_grammar)
             check_budget(
                 self._budget,
@@ -457,9 +475,12 @@ class GrammarMatcher:
     def _step_token(self, token_id: int, state: _MatchState) -> _MatchState | None:
         token_id = check_integer(token_id, "token_id", "GrammarMatcher")
         if not 0 <= token_id < self.vocab_size:
-            raise ValueError(f"token id {token_id} outside the vocabulary (size {self.vocab_size})")
+            raise InvalidArgumentError(
+                f"GrammarMatcher: token_id {token_id} is outside the vocabulary [0, {self.vocab_size}); pass an id "
+                "of the tokenizer the grammar was compiled for (a model's padded logits rows are not tokens)"
+            )
         if state.terminated:
-            raise RuntimeError("the matcher has terminated (a stop token was accepted); call reset() or rollback()")
+            raise MatcherStateError(_TERMINATED.format(call="accept_token"))
         if token_id in self._token_terminals:
             # By its id the token takes the terminal's edge; a token that also spells text takes
             # the terminal when both are open (sound; the text reading is then not followed).
@@ -486,7 +507,7 @@ class GrammarMatcher:
             )
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if self._state.terminated:
-            raise RuntimeError("the matcher has terminated; call reset() or rollback()")
+            raise MatcherStateError(_TERMINATED.format(call="accept_string"))
         if not data:
             return True
         if (self._token_terminals or self._token_classes) and TOKEN_MARK in data:
@@ -530,7 +551,13 @@ class GrammarMatcher:
         """Undo the last num_tokens accepted tokens (accept_string counts as one)."""
         num_tokens = check_integer(num_tokens, "num_tokens", "rollback")
         if num_tokens < 0 or num_tokens > len(self._history):
-            raise ValueError(f"cannot roll back {num_tokens} tokens; {len(self._history)} can be undone")
+            kept = len(self._history)
+            capped = num_tokens > kept and self._n_tokens > kept  # max_rollback_tokens dropped the older ones
+            raise InvalidArgumentError(
+                f"rollback: cannot roll back {num_tokens} tokens; {kept} can be undone (num_tokens must be "
+                f"in [0, {kept}]: the tokens accepted since the last reset)"
+                + ("; raise GrammarMatcher's max_rollback_tokens to keep more" if capped else "")
+            )
         if num_tokens == 0:
             return
         self._state = self._history[-num_tokens]
@@ -620,12 +647,22 @@ def batch_fill_next_token_bitmask(
         range(len(matchers)) if indices is None else check_integers(indices, "indices", "batch_fill_next_token_bitmask")
     )
     if len(indices) != len(matchers):
-        raise ValueError(f"{len(matchers)} matchers but {len(indices)} row indices")
+        raise InvalidArgumentError(
+            f"batch_fill_next_token_bitmask: indices must give one row per matcher: {len(matchers)} matchers "
+            f"but {len(indices)} row indices"
+        )
     rows = bitmask.shape[0] if len(getattr(bitmask, "shape", ())) == 2 else 1
     if indices and not 0 <= min(indices) <= max(indices) < rows:  # the kernel writes at these rows
-        raise ValueError(f"batch_fill_next_token_bitmask: row indices must be in [0, {rows}), got {indices}")
+        raise IndexOutOfRangeError(
+            f"batch_fill_next_token_bitmask: indices must be rows of the bitmask, in [0, {rows}), got {indices}"
+        )
+    if not matchers:
+        return  # an empty batch step: no row to fill
     if len(set(map(id, matchers))) != len(matchers):
-        raise ValueError("a matcher appears twice in the batch; each row needs its own matcher")
+        raise InvalidArgumentError(
+            "batch_fill_next_token_bitmask: a matcher appears twice in matchers; each row needs its own "
+            "matcher (fork() one)"
+        )
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
     if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
@@ -817,29 +854,39 @@ def _clear_rows(bitmask, rows: Iterable[int]) -> None:
 
 
 def _writable_row(bitmask, index: int, words: int):
-    """Row `index` of a numpy or torch bitmask, checked for type, shape and dtype."""
-    index = check_integer(index, "index", "fill_next_token_bitmask")
+    """Row `index` of a numpy or torch bitmask, checked for type, shape and dtype.  A 1-D bitmask
+    is one row, taken at index 0 only (as XGrammar takes it)."""
+    where = "fill_next_token_bitmask"
+    index = check_integer(index, "index", where)
     if not isinstance(bitmask, np.ndarray) and type(bitmask).__name__ != "Tensor":
         raise ArgumentTypeError(
-            f"fill_next_token_bitmask: bitmask must be a numpy array or torch tensor (int32, "
+            f"{where}: bitmask must be a numpy array or torch tensor (int32, "
             f"from allocate_token_bitmask), got {type(bitmask).__name__}"
         )
-    if len(bitmask.shape) == 2 and not 0 <= index < bitmask.shape[0]:
-        raise ValueError(f"fill_next_token_bitmask: index {index} outside the bitmask's {bitmask.shape[0]} rows")
-    if isinstance(bitmask, np.ndarray):
-        if bitmask.dtype != np.int32:
-            raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
-        row = bitmask if bitmask.ndim == 1 else bitmask[index]
-        if row.shape[0] < words:
-            raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
+    if str(bitmask.dtype).rsplit(".")[-1] != "int32":
+        raise ArgumentTypeError(
+            f"{where}: bitmask must be int32 (allocate_token_bitmask makes one), got {bitmask.dtype}"
+        )
+    shape = tuple(bitmask.shape)
+    if len(shape) not in (1, 2):
+        raise InvalidArgumentError(
+            f"{where}: bitmask must be [batch, {words}] or one row [{words}], got shape {shape}; "
+            "use allocate_token_bitmask(batch, vocab_size)"
+        )
+    rows = 1 if len(shape) == 1 else shape[0]
+    if not 0 <= index < rows:
+        raise IndexOutOfRangeError(
+            f"{where}: index must be a row of the bitmask, in [0, {rows}), got {index}"
+            + ("; a 1-D bitmask is one row, index 0" if len(shape) == 1 else "")
+        )
+    if shape[-1] < words:
+        raise InvalidArgumentError(
+            f"{where}: bitmask rows have {shape[-1]} words, the vocabulary needs {words} (32 tokens a word); "
+            "allocate it with allocate_token_bitmask(batch, tokenizer_info.vocab_size)"
+        )
+    row = bitmask if len(shape) == 1 else bitmask[index]
+    if isinstance(row, np.ndarray):
         return row[:words]
-    import torch
-
-    if bitmask.dtype != torch.int32:
-        raise ArgumentTypeError(f"bitmask must be int32, got {bitmask.dtype}")
-    row = bitmask if bitmask.dim() == 1 else bitmask[index]
-    if row.shape[0] < words:
-        raise ValueError(f"bitmask row has {row.shape[0]} words; the vocabulary needs {words}")
     if row.device.type == "cpu" and row.is_contiguous():
         return row[:words].numpy()
     return row[:words]

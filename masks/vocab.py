@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, check_integer, check_integers
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError, check_integer, check_integers
 
 __all__ = [
     "TokenizerInfo",
@@ -137,9 +137,9 @@ class TokenizerInfo:
         self.special_token_texts: dict[str, int] = dict(special_token_texts or {})
         vocab_size = n_tokens if vocab_size is None else check_integer(vocab_size, "vocab_size", "TokenizerInfo")
         if vocab_size < n_tokens:
-            raise ValueError(
-                f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} tokens; "
-                "the model's vocabulary must cover every token id"
+            raise InvalidArgumentError(
+                f"TokenizerInfo: vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} tokens; "
+                "pass the model's vocabulary size (its logits' width), which covers every token id"
             )
         self.vocab_type = vocab_type
         self.vocab_size = vocab_size
@@ -234,14 +234,18 @@ class TokenizerInfo:
         n_tokens = len(tokens)
         if vocab_size is None:
             vocab_size = max(n_tokens, _len_or_zero(tokenizer))
-        elif vocab_size < n_tokens:
-            raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} token ids")
+        elif check_integer(vocab_size, "vocab_size", "TokenizerInfo.from_huggingface") < n_tokens:
+            raise InvalidArgumentError(
+                f"TokenizerInfo.from_huggingface: vocab_size={vocab_size} is smaller than the tokenizer's "
+                f"{n_tokens} token ids; pass the model's vocabulary size (its logits' width) or leave it out"
+            )
 
         if stop_token_ids is None:
             stop_token_ids = _default_stop_ids(tokenizer, named_specials)
             if not stop_token_ids:
-                raise ValueError(
-                    "the tokenizer has no eos_token_id and no known end marker; pass stop_token_ids explicitly"
+                raise InvalidArgumentError(
+                    "TokenizerInfo.from_huggingface: the tokenizer has no eos_token_id and no known end marker; "
+                    "pass stop_token_ids explicitly"
                 )
         return cls(
             tokens,
@@ -256,13 +260,15 @@ class TokenizerInfo:
 
     def token_id(self, token: int | str) -> int:
         """The id of a token given by id, by a special token's text (`<|python_tag|>`), or by
-        the text of an ordinary token that spells exactly it.  Raises ValueError naming the
-        token when the vocabulary has no such single token."""
+        the text of an ordinary token that spells exactly it.  Raises InvalidArgumentError (a ValueError)
+        naming the token when the vocabulary has no such single token."""
         if isinstance(token, bool) or not isinstance(token, (int, np.integer, str)):
-            raise ValueError(f"a token is an id or a token's text, got {token!r}")
+            raise ArgumentTypeError(f"a token must be an id (int) or a token's text (str), got {token!r:.60}")
         if not isinstance(token, str):
             if not 0 <= int(token) < self.vocab_size:
-                raise ValueError(f"token id {int(token)} out of range [0, {self.vocab_size})")
+                raise InvalidArgumentError(
+                    f"token id {int(token)} out of range: the vocabulary is [0, {self.vocab_size})"
+                )
             return int(token)
         if token in self.special_token_texts:
             return self.special_token_texts[token]
@@ -274,7 +280,7 @@ class TokenizerInfo:
                     by_text.setdefault(data, i)
         found = by_text.get(token.encode("utf-8"))
         if found is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"no single token of this vocabulary is {token!r}; name a special token "
                 f"(e.g. {next(iter(self.special_token_texts), '<|eot_id|>')!r}) or give its id"
             )
@@ -287,7 +293,9 @@ class TokenizerInfo:
         for token_id in token_ids:
             token_id = int(token_id)
             if not 0 <= token_id < self.vocab_size:
-                raise ValueError(f"token id {token_id} out of range [0, {self.vocab_size})")
+                raise InvalidArgumentError(
+                    f"decode_tokens: token_ids holds {token_id}, outside the vocabulary [0, {self.vocab_size})"
+                )
             out.append(vocab[token_id])
         return b"".join(out)
 
@@ -391,7 +399,7 @@ class TokenizerInfo:
 
 def _check_vocab_type(vocab_type) -> None:
     if not isinstance(vocab_type, str) or vocab_type not in VOCAB_TYPES:
-        raise ValueError(f"vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r:.60}")
+        raise InvalidArgumentError(f"TokenizerInfo: vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r:.60}")
 
 
 def _check_token_list(tokens, name: str, where: str, *also: type) -> None:
@@ -414,7 +422,10 @@ def _unique_ids(ids: Iterable[int], vocab_size: int, what: str) -> tuple[int, ..
     out = []
     for token_id in check_integers(ids, what, "TokenizerInfo"):
         if not 0 <= token_id < vocab_size:
-            raise ValueError(f"{what}: id {token_id} out of range [0, {vocab_size})")
+            raise InvalidArgumentError(
+                f"TokenizerInfo: {what} holds id {token_id}, outside the vocabulary [0, {vocab_size}); "
+                "pass ids of this tokenizer (or a larger vocab_size)"
+            )
         if token_id not in out:
             out.append(token_id)
     return tuple(out)
@@ -497,8 +508,8 @@ def _backend_vocab_type(backend) -> str:
     if '"ByteFallback"' in decoder or '"Metaspace"' in decoder or _SPM_SPACE in decoder:
         return "byte_fallback"
     if '"WordPiece"' in decoder or '"BPEDecoder"' in decoder or '"CTC"' in decoder:
-        raise ValueError(
-            "unsupported tokenizer decoder (WordPiece/BPEDecoder/CTC add or drop characters "
+        raise InvalidArgumentError(
+            "TokenizerInfo.from_huggingface: unsupported tokenizer decoder (WordPiece/BPEDecoder/CTC add or drop characters "
             f"between tokens, so tokens have no fixed bytes): {decoder[:200]}"
         )
     if not decoder and '"ByteLevel"' in pre_tokenizer:
@@ -543,8 +554,8 @@ def _read_plain_vocab(tokenizer):
     """A tokenizer with only ``get_vocab()``: bytes keys are raw; string keys are classified by
     their alphabet (``<0x0A>`` means byte fallback, ``Ġ``/``Ċ`` byte-level), else UTF-8 text."""
     if not hasattr(tokenizer, "get_vocab"):
-        raise TypeError(
-            f"cannot read a vocabulary from {type(tokenizer).__name__}: expected a Hugging Face "
+        raise ArgumentTypeError(
+            f"TokenizerInfo.from_huggingface: tokenizer: cannot read a vocabulary from {type(tokenizer).__name__}: expected a Hugging Face "
             "tokenizer, a tokenizers.Tokenizer or an object with mergeable_ranks"
         )
     vocab = tokenizer.get_vocab()

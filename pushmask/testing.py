@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .grammar.core.errors import InvalidArgumentError
 from .grammar.ir import Grammar
 from .masks.bitmask import bitmask_to_bool, bool_to_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
@@ -100,7 +101,7 @@ def bool_mask_to_bitmask(bool_mask):
     xgrammar.  A torch tensor comes back for a torch tensor, numpy for anything else."""
     allowed = np.asarray(bool_mask, dtype=bool)
     if allowed.ndim != 2:
-        raise ValueError(f"bool_mask must be [batch, vocab], got shape {allowed.shape}")
+        raise InvalidArgumentError(f"bool_mask must be [batch, vocab], got shape {allowed.shape}")
     padded = np.ones((allowed.shape[0], -(-allowed.shape[1] // 32) * 32), dtype=bool)
     padded[:, : allowed.shape[1]] = allowed
     return _like(bool_mask, bool_to_bitmask(padded))

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError, LimitExceededError
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
 from .kv_cache import kv_cache_name
@@ -197,16 +198,18 @@ class ASApSampler:
     ):
         self.mode = _check_mode(mode)
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"temperature must be a positive number, got {temperature!r} (use plain decoding for greedy)"
             )
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+            raise InvalidArgumentError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
+            raise InvalidArgumentError(f"max_attempts must be >= 1, got {max_attempts!r}")
         _check_max_checks(max_checks)
         if not isinstance(compiled_grammar, CompiledGrammar):
-            raise TypeError(f"compiled_grammar must be a CompiledGrammar, got {type(compiled_grammar).__name__}")
+            raise ArgumentTypeError(
+                f"compiled_grammar must be a CompiledGrammar, got {type(compiled_grammar).__name__}"
+            )
         self.compiled_grammar = compiled_grammar
         self.tokenizer_info = compiled_grammar.tokenizer_info
         self.tokenizer = tokenizer
@@ -247,11 +250,11 @@ class ASApSampler:
                 return got
             self.rejections += 1
             if self.root.expanded and self.root.log_c == -math.inf:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "the model cannot produce any string of the grammar within "
                     f"max_new_tokens={self.max_new_tokens} (every branch was rejected)"
                 )
-        raise RuntimeError(
+        raise LimitExceededError(
             f"exact mode drew no grammatical sample in {self.max_attempts} attempts "
             f"(known upper bound on the acceptance probability: {self.upper_bound_z():.3g}); "
             "raise max_attempts or use mode='asap'"
@@ -259,7 +262,7 @@ class ASApSampler:
 
     def sample_many(self, n: int, mode: str | None = None) -> list[Sample]:
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise InvalidArgumentError(f"n must be >= 0, got {n}")
         return [self.sample(mode) for _ in range(n)]
 
     def expand(self, prefix: Sequence[int]) -> float:
@@ -274,10 +277,12 @@ class ASApSampler:
         for t in prefix:
             t = int(t)
             if not node.expanded:
-                raise ValueError(f"prefix {list(prefix)} runs past max_new_tokens={self.max_new_tokens}")
+                raise InvalidArgumentError(f"prefix {list(prefix)} runs past max_new_tokens={self.max_new_tokens}")
             pos = int(np.searchsorted(node.ids, t))
             if pos >= len(node.ids) or node.ids[pos] != t or node.is_stop[pos]:
-                raise ValueError(f"token {t} after {path} is not an allowed continuation (or has probability 0)")
+                raise InvalidArgumentError(
+                    f"token {t} after {path} is not an allowed continuation (or has probability 0)"
+                )
             path.append(t)
             node = node.children.get(t) or self._add_child(node, t, path, masked=True)
             if not node.expanded and node.depth < self.max_new_tokens:  # only awrs had reached it
@@ -386,7 +391,7 @@ class ASApSampler:
             if norm == -math.inf:  # only at the root: the trie proved nothing grammatical is left
                 if mode == "exact":
                     return None, log_q
-                raise ValueError(
+                raise InvalidArgumentError(
                     "the model cannot produce any string of the grammar within "
                     f"max_new_tokens={self.max_new_tokens} (every branch is known to fail)"
                 )
@@ -740,7 +745,7 @@ def candidate_log_probs(
     scaled = logits / temperature
     log_norm = _logsumexp(scaled)
     if log_norm == -math.inf:
-        raise ValueError("the model gave every token logit -inf")
+        raise InvalidArgumentError("the model gave every token logit -inf")
     n = min(len(scaled), len(candidates))
     ids = np.flatnonzero(candidates[:n] & (scaled[:n] > -np.inf)).astype(np.int32)
     return ids, scaled[ids] - log_norm
@@ -810,7 +815,7 @@ def enumerate_distributions(
                 log_p[key] = float(np.logaddexp(log_p.get(key, -math.inf), step_p))
                 log_gcd[key] = float(np.logaddexp(log_gcd.get(key, -math.inf), step_g))
                 if len(log_p) > max_sequences:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"the grammar has more than {max_sequences} token sequences; too many to enumerate"
                     )
             elif len(prefix) + 2 <= max_new_tokens:  # room for this token and a stop token
@@ -823,7 +828,7 @@ def enumerate_distributions(
 
     visit([], 0.0, 0.0)
     if not log_p:
-        raise ValueError("the model gives probability 0 to every string of the grammar")
+        raise InvalidArgumentError("the model gives probability 0 to every string of the grammar")
     log_z = _logsumexp(np.array(list(log_p.values())))
     target = {w: v - log_z for w, v in log_p.items()}
     return Enumeration(target, log_gcd, log_z, calls, log_p)
@@ -834,27 +839,31 @@ def enumerate_distributions(
 
 def _check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        raise InvalidArgumentError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     return mode
 
 
 def _check_max_checks(max_checks: int) -> None:
     if not isinstance(max_checks, int) or max_checks < 0:
-        raise ValueError(f"max_checks must be a non-negative integer (0: always the full mask), got {max_checks!r}")
+        raise InvalidArgumentError(
+            f"max_checks must be a non-negative integer (0: always the full mask), got {max_checks!r}"
+        )
 
 
 def _prompt_ids(prompt: str | Sequence[int], tokenizer: Any) -> list[int]:
     if isinstance(prompt, str):
         if tokenizer is None:
-            raise ValueError("a string prompt needs a tokenizer; pass one or give token ids")
+            raise InvalidArgumentError("a string prompt needs a tokenizer; pass one or give token ids")
         ids = tokenizer.encode(prompt)
         return [int(t) for t in ids]
     try:
         ids = [int(t) for t in prompt]
     except (TypeError, ValueError):
-        raise TypeError(f"prompt must be a string or a sequence of token ids, got {type(prompt).__name__}") from None
+        raise ArgumentTypeError(
+            f"prompt must be a string or a sequence of token ids, got {type(prompt).__name__}"
+        ) from None
     if any(t < 0 for t in ids):
-        raise ValueError("prompt token ids must be non-negative")
+        raise InvalidArgumentError("prompt token ids must be non-negative")
     return ids
 
 
@@ -863,7 +872,7 @@ def _logits_function(model: Any, prompt_ids: list[int]) -> Callable[[list[int]],
     if _is_torch_module(model):
         return _hf_logits_function(model, prompt_ids)
     if not callable(model):
-        raise TypeError(f"model must be a transformers causal LM or a callable, got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be a transformers causal LM or a callable, got {type(model).__name__}")
 
     def logits(path: list[int]) -> np.ndarray:
         return _as_numpy(model(prompt_ids + path))
@@ -881,7 +890,9 @@ def _is_torch_module(model: Any) -> bool:
 
 def _hf_logits_function(model: Any, prompt_ids: list[int]) -> Callable[[list[int]], np.ndarray]:
     if not prompt_ids:
-        raise ValueError("a transformers model needs at least one input token; give a prompt (e.g. the BOS token id)")
+        raise InvalidArgumentError(
+            "a transformers model needs at least one input token; give a prompt (e.g. the BOS token id)"
+        )
     return _HFLogits(model, prompt_ids)
 
 
@@ -928,7 +939,7 @@ class _HFLogits:
         elif common < len(held):
             self.cache.crop(common - len(held))  # a negative count drops that many (old and new API)
             if self.cache.get_seq_length() != common:
-                raise ValueError("the key/value cache did not crop")
+                raise InvalidArgumentError("the key/value cache did not crop")
         self.cached_ids = []  # in case the call below fails half way
         new = self._torch.tensor([ids[common:]], dtype=self._torch.long, device=self.device)
         out = self.model(input_ids=new, use_cache=True, **{kv_cache_name(): self.cache})
@@ -944,16 +955,16 @@ def _as_numpy(logits: Any) -> np.ndarray:
     if arr.ndim == 2 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"the model must return 1-D logits over its vocabulary, got shape {arr.shape}")
+        raise InvalidArgumentError(f"the model must return 1-D logits over its vocabulary, got shape {arr.shape}")
     if not (arr < np.inf).all():  # NaN compares False too
-        raise ValueError("the model returned NaN or +inf logits")
+        raise InvalidArgumentError("the model returned NaN or +inf logits")
     return arr
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
     top = np.max(x)
     if not np.isfinite(top):
-        raise ValueError("the model gave every token logit -inf")
+        raise InvalidArgumentError("the model gave every token logit -inf")
     shifted = x - top
     return shifted - math.log(np.sum(np.exp(shifted)))
 

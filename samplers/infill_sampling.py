@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
 from ..masks.compiler import CompiledGrammar
 from ..masks.infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete, refuse_value_checks
 from ..masks.matcher import GrammarMatcher
@@ -63,9 +64,9 @@ class _Chooser:
 
     def __init__(self, compiled: CompiledGrammar, temperature: float, seed: int | None, max_proposals: int):
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+            raise InvalidArgumentError(f"temperature must be a finite number >= 0, got {temperature!r}")
         if not isinstance(max_proposals, int) or max_proposals < 0:
-            raise ValueError(f"max_proposals must be an integer >= 0, got {max_proposals!r}")
+            raise InvalidArgumentError(f"max_proposals must be an integer >= 0, got {max_proposals!r}")
         self.info = compiled.tokenizer_info
         self.temperature = float(temperature)
         self.rng = np.random.default_rng(seed)
@@ -117,11 +118,13 @@ class _Runs:
 
     def __init__(self, compiled: CompiledGrammar, exact_runs: int | None):
         if exact_runs is not None and (not isinstance(exact_runs, int) or exact_runs < 0):
-            raise ValueError(f"exact_runs must be None or an integer >= 0, got {exact_runs!r}")
+            raise InvalidArgumentError(f"exact_runs must be None or an integer >= 0, got {exact_runs!r}")
         self.limit = exact_runs
         self.alphabet = _single_byte_alphabet(compiled)
         if self.alphabet is None and exact_runs is not None:
-            raise ValueError("the vocabulary has no single-byte tokens; pass exact_runs=None (read every run exactly)")
+            raise InvalidArgumentError(
+                "the vocabulary has no single-byte tokens; pass exact_runs=None (read every run exactly)"
+            )
 
     def exact(self, n: int) -> Gap:
         if self.limit is None or n <= self.limit:
@@ -137,7 +140,7 @@ def _text(value: str | bytes, name: str) -> bytes:
         return value.encode("utf-8")
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
-    raise TypeError(f"{name} must be str or bytes, got {type(value).__name__}")
+    raise ArgumentTypeError(f"{name} must be str or bytes, got {type(value).__name__}")
 
 
 _SLOT = -2  # the position whose first token a mask is for
@@ -167,16 +170,18 @@ def diffusion_generate(
     token) stands for no text, wherever it lands.
     """
     if not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be a positive integer, got {length!r}")
+        raise InvalidArgumentError(f"length must be a positive integer, got {length!r}")
     if not isinstance(tokens_per_step, int) or tokens_per_step < 1:
-        raise ValueError(f"tokens_per_step must be a positive integer, got {tokens_per_step!r}")
+        raise InvalidArgumentError(f"tokens_per_step must be a positive integer, got {tokens_per_step!r}")
     info = compiled.tokenizer_info
     if eos_token_id is None:
         if not info.stop_token_ids:
-            raise ValueError("the tokenizer has no stop token; pass eos_token_id (the token that stands for no text)")
+            raise InvalidArgumentError(
+                "the tokenizer has no stop token; pass eos_token_id (the token that stands for no text)"
+            )
         eos_token_id = info.stop_token_ids[0]
     if not 0 <= eos_token_id < info.vocab_size:
-        raise ValueError(f"eos_token_id {eos_token_id} is outside the vocabulary (size {info.vocab_size})")
+        raise InvalidArgumentError(f"eos_token_id {eos_token_id} is outside the vocabulary (size {info.vocab_size})")
     refuse_value_checks(compiled)
     prefix, suffix = _text(prefix, "prefix"), _text(suffix, "suffix")
     runs = _Runs(compiled, exact_runs)
@@ -212,7 +217,9 @@ def diffusion_generate(
 
     ids = np.full(length, -1, dtype=np.int64)
     if not completable(ids):
-        raise ValueError(f"no string of the grammar fits {length} positions between the prefix and the suffix")
+        raise InvalidArgumentError(
+            f"no string of the grammar fits {length} positions between the prefix and the suffix"
+        )
     model_calls = 0
     while (ids == -1).any():
         logits = _logits_2d(model(ids.copy()), length)
@@ -260,13 +267,13 @@ def fill_in_the_middle(
     keeps prefix + middle + (a run of the tokens left) + suffix completable.  The prefix is parsed
     once; each check picks up from the matcher's stacks."""
     if not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+        raise InvalidArgumentError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     refuse_value_checks(compiled)
     prefix, suffix = _text(prefix, "prefix"), _text(suffix, "suffix")
     runs = _Runs(compiled, exact_runs)
     matcher = GrammarMatcher(compiled)
     if not matcher.accept_string(prefix):
-        raise ValueError("the prefix does not start any string of the grammar")
+        raise InvalidArgumentError("the prefix does not start any string of the grammar")
 
     def completable(left: int) -> bool:
         """The matcher's text, then at most `left` more tokens, then the suffix."""
@@ -277,7 +284,7 @@ def fill_in_the_middle(
         return runs.limit != 0 and can_complete(matcher, Template([runs.exact(left), suffix]), max_items=max_items)
 
     if not completable(max_tokens):
-        raise ValueError(f"no middle of at most {max_tokens} tokens joins the prefix to the suffix")
+        raise InvalidArgumentError(f"no middle of at most {max_tokens} tokens joins the prefix to the suffix")
     info = compiled.tokenizer_info
     stops = set(info.stop_token_ids)
     chooser = _Chooser(compiled, temperature, seed, max_proposals)
@@ -318,9 +325,9 @@ def _logits_2d(logits: Any, length: int) -> np.ndarray:
     if arr.ndim == 3 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim != 2 or arr.shape[0] != length:
-        raise ValueError(f"the model must return logits of shape [{length}, vocab], got {arr.shape}")
+        raise InvalidArgumentError(f"the model must return logits of shape [{length}, vocab], got {arr.shape}")
     if not (arr < np.inf).all():
-        raise ValueError("the model returned NaN or +inf logits")
+        raise InvalidArgumentError("the model returned NaN or +inf logits")
     return arr
 
 

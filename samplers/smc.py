@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
 from .asap import (
@@ -148,16 +149,16 @@ def smc(
     grammar checks per AWRS step before the full mask is computed.
     """
     if not isinstance(num_particles, int) or num_particles < 1:
-        raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+        raise InvalidArgumentError(f"num_particles must be a positive integer, got {num_particles!r}")
     if not 0.0 <= ess_threshold <= 1.0:
-        raise ValueError(f"ess_threshold must be between 0 and 1, got {ess_threshold!r}")
+        raise InvalidArgumentError(f"ess_threshold must be between 0 and 1, got {ess_threshold!r}")
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        raise InvalidArgumentError(f"temperature must be a positive number, got {temperature!r}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        raise InvalidArgumentError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     _check_max_checks(max_checks)
     if not isinstance(compiled_grammar, CompiledGrammar):
-        raise TypeError(f"compiled_grammar must be a CompiledGrammar, got {type(compiled_grammar).__name__}")
+        raise ArgumentTypeError(f"compiled_grammar must be a CompiledGrammar, got {type(compiled_grammar).__name__}")
     info = compiled_grammar.tokenizer_info
     rng = np.random.default_rng(seed)
     first = GrammarMatcher(compiled_grammar)
@@ -298,12 +299,12 @@ def _particle_logits(model: Any, prompt_ids: list[int]):
     returning one row per entry, from a transformers model (batched, cached) or a plain callable."""
     if _is_torch_module(model):
         if not prompt_ids:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "a transformers model needs at least one input token; give a prompt (e.g. the BOS token id)"
             )
         return _BatchedHFLogits(model, prompt_ids)
     if not callable(model):
-        raise TypeError(f"model must be a transformers causal LM or a callable, got {type(model).__name__}")
+        raise ArgumentTypeError(f"model must be a transformers causal LM or a callable, got {type(model).__name__}")
     return _CallableLogits(model, prompt_ids)
 
 

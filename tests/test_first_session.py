@@ -370,10 +370,10 @@ def test_batch_fill_refuses_rows_past_the_bitmask(compiled):
     matchers = [pm.GrammarMatcher(compiled), pm.GrammarMatcher(compiled)]
     bitmask = np.zeros((2, (compiled.tokenizer_info.vocab_size + 31) // 32), dtype=np.int32)
     for indices in ([0, 5], [0, -1], [2, 0]):
-        with pytest.raises(ValueError, match=r"row indices must be in \[0, 2\)"):
+        with pytest.raises(pm.IndexOutOfRangeError, match=r"indices must be rows of the bitmask, in \[0, 2\)"):
             pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=indices)
     assert not bitmask.any()
-    with pytest.raises(ValueError, match="index 3 outside the bitmask's 2 rows"):
+    with pytest.raises(pm.IndexOutOfRangeError, match=r"index must be a row of the bitmask, in \[0, 2\), got 3"):
         matchers[0].fill_next_token_bitmask(bitmask, 3)
 
 

@@ -170,7 +170,7 @@ def test_explicit_stop_tokens_replace_defaults(loaded):
     # A stop token ends generation, so it is not grammar text.
     assert custom.decoded_vocab[newline] == b""
     assert newline not in set(custom.grammar_token_ids.tolist())
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="stop_token_ids holds id .* outside the vocabulary"):
         TokenizerInfo.from_huggingface(tokenizer, stop_token_ids=[info.vocab_size])
 
 
@@ -241,7 +241,7 @@ def test_from_vocab_spellings():
     assert raw.decoded_vocab == [b"\xe2\x82", b"ab", b"", b"", b"", b""]
     assert raw.grammar_token_ids.tolist() == [0, 1]  # holes, empty and padding excluded
     assert raw.decode_tokens([1, 0, 2, 5]) == b"ab\xe2\x82"
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match=r"token_ids holds 6, outside the vocabulary \[0, 6\)"):
         raw.decode_tokens([6])
 
 

@@ -51,6 +51,22 @@ class ArgumentTypeError(PushmaskError, TypeError):
     """A public entry point got an argument of the wrong type; the message names the argument."""
 
 
+class InvalidArgumentError(PushmaskError, ValueError):
+    """A public entry point got an argument of the right type but a bad value (a token id outside
+    the vocabulary, a bitmask too narrow, a rollback past the history); the message names the
+    argument and what would be accepted."""
+
+
+class IndexOutOfRangeError(InvalidArgumentError, IndexError):
+    """An index argument (a row of the logits or bitmask, a template position) outside what it
+    indexes; also an IndexError, as Python's own sequences raise."""
+
+
+class MatcherStateError(PushmaskError, RuntimeError):
+    """A matcher call its current state does not allow (accepting after a stop token ended the
+    match); the message says which call brings it back (reset() or rollback())."""
+
+
 def check_argument(value: object, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
     """Raise ArgumentTypeError unless `value` is an instance of `expected`."""
     if not isinstance(value, expected):
@@ -63,7 +79,7 @@ def check_argument(value: object, expected: type | tuple[type, ...], name: str, 
 
 def check_integer(value: Any, name: str, where: str, minimum: int | None = None) -> int:
     """`value` as an int: ArgumentTypeError unless it is an integer (a numpy or 0-d torch integer
-    passes, a bool, float or string does not), ValueError below `minimum`."""
+    passes, a bool, float or string does not), InvalidArgumentError below `minimum`."""
     if not isinstance(value, bool):
         try:
             value = operator.index(value)
@@ -73,7 +89,7 @@ def check_integer(value: Any, name: str, where: str, minimum: int | None = None)
         hint = "; pass text to accept_string" if isinstance(value, (str, bytes)) and name == "token_id" else ""
         raise ArgumentTypeError(f"{where}: {name} must be an int, got {type(value).__name__} {value!r:.40}{hint}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{where}: {name} must be >= {minimum}, got {value}")
+        raise InvalidArgumentError(f"{where}: {name} must be >= {minimum}, got {value}")
     return value
 
 

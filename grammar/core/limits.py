@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import InvalidArgumentError
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -70,9 +72,9 @@ class Limits:
         for name, value in self.__dict__.items():
             if name == "compile_time_limit_s":
                 if value is not None and not (isinstance(value, (int, float)) and value >= 0):
-                    raise ValueError(f"Limits.{name} must be a number of seconds >= 0 or None, got {value!r}")
+                    raise InvalidArgumentError(f"Limits.{name} must be a number of seconds >= 0 or None, got {value!r}")
             elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")
+                raise InvalidArgumentError(f"Limits.{name} must be a positive int, got {value!r}")
 
 
 DEFAULT_LIMITS = Limits()

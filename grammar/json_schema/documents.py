@@ -20,6 +20,7 @@ renamed keyword (`#/items/0` in a draft-04 document) are translated when they ar
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from urllib.parse import quote, unquote, urldefrag, urljoin
@@ -312,8 +313,34 @@ def check_metaschema(schema) -> None:
     try:  # some node fails: the whole check finds the error jsonschema reports (its best match)
         cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
-        path = "".join(f"/{escape_pointer(str(p))}" for p in exc.path)
-        raise SchemaError(f"invalid schema: {exc.message}", "#" + path) from None
+        message, path = _metaschema_failure(exc)
+        raise SchemaError(
+            f"invalid schema: {message}", "#" + "".join(f"/{escape_pointer(str(p))}" for p in path)
+        ) from None
+
+
+def _metaschema_failure(error) -> tuple[str, list]:
+    """(message, path) of a metaschema failure.  Where the value fails an `enum` (a type name,
+    also inside an anyOf such as `type`'s "a name or a list of names"), the message lists the
+    valid values and the nearest one to a misspelt string instead of jsonschema's "is not valid
+    under any of the given schemas"; a failing string (a list's item) is preferred to a whole
+    value, as it is the one to correct."""
+    enums, pending = [], [error]
+    while pending:
+        failure = pending.pop(0)  # breadth first: the enum nearest the reported error first
+        if failure.validator == "enum" and isinstance(failure.validator_value, list):
+            enums.append(failure)
+        pending.extend(failure.context)
+    if not enums:
+        return error.message, list(error.path)
+    failure = next((f for f in enums if isinstance(f.instance, str)), enums[0])
+    values = failure.validator_value
+    message = f"{failure.instance!r:.80} is not one of {', '.join(map(repr, values))}"
+    if isinstance(failure.instance, str):
+        nearest = difflib.get_close_matches(failure.instance, [v for v in values if isinstance(v, str)], n=1)
+        if nearest:
+            message += f"; did you mean {nearest[0]!r}?"
+    return message, list(failure.absolute_path)
 
 
 def _is_ecma_regex(pattern) -> bool:

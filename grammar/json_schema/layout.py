@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..core.errors import InvalidArgumentError
 from ..ir import EPSILON, CharClass, lit, rep, seq
 
 INDENT_DEPTH_LIMIT = 12
@@ -18,13 +19,13 @@ class Layout:
 
     def __init__(self, whitespace: str, indent, max_whitespace, separators, root_whitespace: bool = True):
         if whitespace not in ("flexible", "compact"):
-            raise ValueError(f"whitespace must be 'flexible' or 'compact', got {whitespace!r}")
+            raise InvalidArgumentError(f"whitespace must be 'flexible' or 'compact', got {whitespace!r}")
         if max_whitespace is not None and (not isinstance(max_whitespace, int) or max_whitespace < 0):
-            raise ValueError(f"max_whitespace must be a non-negative int, got {max_whitespace!r}")
+            raise InvalidArgumentError(f"max_whitespace must be a non-negative int, got {max_whitespace!r}")
         if isinstance(indent, int) and not isinstance(indent, bool):
             indent = " " * indent if indent >= 0 else None
         elif indent is not None and not isinstance(indent, str):
-            raise ValueError(f"indent must be an int or a string, got {indent!r}")
+            raise InvalidArgumentError(f"indent must be an int or a string, got {indent!r}")
         self.indent = indent
         if separators is not None:
             item_sep, key_sep = separators
