@@ -663,6 +663,7 @@ def batch_fill_next_token_bitmask(
             "batch_fill_next_token_bitmask: a matcher appears twice in matchers; each row needs its own "
             "matcher (fork() one)"
         )
+    _writable_row(bitmask, indices[0], matchers[0]._words)  # type, dtype and shape, as a single fill checks them
     threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
     if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
