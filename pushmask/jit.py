@@ -320,8 +320,9 @@ def _read_manifest(path: Path) -> dict | None:
 
 class CompileNotice:
     """Tells stderr that kernels compile, from the first compile on: one line with why and how
-    much, then progress (an updating counter in a terminal, a line every PERIOD seconds
-    otherwise) and, once nothing has compiled for QUIET seconds, a line with the total."""
+    much, then progress while compiles go on (an updating counter in a terminal, else a line
+    every PERIOD seconds, also in the middle of one long compile) and, once nothing has compiled
+    for QUIET seconds (or at exit), a line with the total. A daemon thread does the ticking."""
 
     PERIOD = 15.0
     QUIET = 2.0
@@ -329,12 +330,12 @@ class CompileNotice:
     def __init__(self, stream=None):
         self._stream = stream
         self._lock = threading.Lock()
-        self._told = False
+        self._ticker: threading.Thread | None = None
         self._burst_start = 0.0  # when the current run of compiles began
         self._count = 0  # signatures compiled in the current run
-        self._open = 0  # compiles begun and not finished (a kernel's compile nests its callees')
+        self._open: list[str] = []  # kernels whose compile began and has not ended (callees nest)
+        self._last_event = 0.0
         self._last_line = 0.0
-        self._timer: threading.Timer | None = None
 
     @property
     def stream(self):
@@ -343,52 +344,54 @@ class CompileNotice:
     def compiling(self, kernel: str) -> None:
         """numba begins to compile a signature of `kernel` (it found it in no cache)."""
         with self._lock:
-            now = time.monotonic()
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            now = self._last_event = time.monotonic()
             if not self._count and not self._open:
                 self._burst_start = self._last_line = now
-            self._open += 1
-            if not self._told:
-                self._told = True
+            self._open.append(kernel)
+            if self._ticker is None:
                 self._write(self._first_line(kernel) + "\n")
-            elif self._interactive:
-                elapsed = now - self._burst_start
-                self._write(f"\r{self._prefix} compiling kernel {self._count + 1}: {kernel} ({elapsed:.0f} s)\x1b[K")
-            elif now - self._last_line >= self.PERIOD:
-                self._last_line = now
-                self._write(
-                    f"{self._prefix} compiled {self._count} kernels in {now - self._burst_start:.0f} s; now {kernel}\n"
-                )
+                self._ticker = threading.Thread(target=self._tick, name="pushmask-compile-notice", daemon=True)
+                self._ticker.start()
 
     def compiled(self) -> None:
         """numba finished compiling a signature (or gave up: a typing error ends it too)."""
         with self._lock:
+            self._last_event = time.monotonic()
             self._count += 1
-            self._open -= 1
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = threading.Timer(self.QUIET, self._done)
-            self._timer.daemon = True
-            self._timer.start()
+            if self._open:
+                self._open.pop()
 
     def finish(self) -> None:
-        """The total line now, if compiles are pending one (at exit: the timer thread dies with
-        the process)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._done()
-
-    def _done(self) -> None:
+        """The total line now, if compiles since the last one left it unsaid (at exit)."""
         with self._lock:
-            if not self._count or self._open:  # an outer kernel still compiles: its end re-arms the timer
-                return
-            seconds = time.monotonic() - self._burst_start - self.QUIET
-            text = f"{self._prefix} compiled {self._count} kernels in {seconds:.0f} s (cached for later processes)"
-            self._write(f"\r{text}\x1b[K\n" if self._interactive else text + "\n")
-            self._count = 0
-            self._timer = None
+            self._total()
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                now = time.monotonic()
+                if self._open:
+                    self._progress(now)
+                elif self._count and now - self._last_event >= self.QUIET:
+                    self._total()
+
+    def _progress(self, now: float) -> None:
+        elapsed = now - self._burst_start
+        kernel = self._open[-1]
+        if self._interactive:
+            self._write(f"\r{self._prefix} compiling kernel {self._count + 1}: {kernel} ({elapsed:.0f} s)\x1b[K")
+        elif now - self._last_line >= self.PERIOD:
+            self._last_line = now
+            self._write(f"{self._prefix} compiled {self._count} kernels in {elapsed:.0f} s; now {kernel}\n")
+
+    def _total(self) -> None:
+        if not self._count or self._open:
+            return
+        seconds = self._last_event - self._burst_start
+        text = f"{self._prefix} compiled {self._count} kernels in {seconds:.0f} s (cached for later processes)"
+        self._write(f"\r{text}\x1b[K\n" if self._interactive else text + "\n")
+        self._count = 0
 
     @property
     def _prefix(self) -> str:

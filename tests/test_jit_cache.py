@@ -383,3 +383,26 @@ def test_compiling_is_said_at_once(toy, tmp_path):
     environ.update(PUSHMASK_KERNEL_CACHE=str(prepared), NUMBA_CACHE_DIR=str(tmp_path / "fresh"))
     proc = subprocess.run([sys.executable, "-c", NOTICE], env=environ, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "pushmask:" not in proc.stderr and "END" not in proc.stderr, proc.stderr
+
+
+def test_compile_notice_ticks_through_a_long_compile():
+    """Outside a terminal a line comes every PERIOD seconds even while one kernel compiles on (its
+    callee done), no total while it is open, and the total when it ends."""
+    import time
+
+    from pushmask import jit
+
+    stream = io.StringIO()
+    notice = jit.CompileNotice(stream)
+    notice.PERIOD = 0.5
+    notice.compiling("toy.outer")
+    notice.compiling("toy.inner")
+    notice.compiled()
+    time.sleep(3.5)  # past QUIET: the outer kernel still compiles, so no total yet
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("pushmask: compiling numba kernels for this Python/CPU (")
+    assert len(lines) >= 3 and all(line.endswith("now toy.outer") for line in lines[1:]), lines
+    assert all("pushmask: compiled 1 kernels in " in line for line in lines[1:])
+    notice.compiled()
+    notice.finish()
+    assert stream.getvalue().splitlines()[-1].startswith("pushmask: compiled 2 kernels in ")
