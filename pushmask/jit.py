@@ -290,22 +290,22 @@ def manifest_path(tag: str = PYTHON_TAG) -> Path:
     return PREPARED_DIR / f"prepared-{tag}.json"
 
 
-def write_manifest(loaded: int, compiled: int, seconds: float) -> dict:
-    """Record this Python's prepared set (`pushmask warmup`, which loaded and compiled these
-    signatures in these seconds): the numba and llvmlite its code loads under (a wheel pins them),
-    and the signatures and seconds a process without it compiles (a run that compiled nothing
-    keeps the seconds of the run that did)."""
+def write_manifest(compiled: int, seconds: float) -> dict:
+    """Record this Python's prepared set after `pushmask warmup` (which compiled `compiled`
+    signatures in `seconds`): the numba and llvmlite its code loads under (a wheel pins them), the
+    signatures it holds (one data file each) and the seconds their compile took (a run that
+    compiled nothing keeps the last known seconds)."""
     previous = _read_manifest(manifest_path()) or {}
-    if not compiled and "seconds" in previous:
-        seconds = previous["seconds"]
-    signatures = loaded + compiled
     manifest = {
         "python": PYTHON_TAG,
         "numba": numba.__version__,
         "llvmlite": llvmlite.__version__,
-        "signatures": signatures,
-        "seconds": round(seconds),
+        "signatures": len(list(PREPARED_DIR.glob(f"*.{PYTHON_TAG}.*.nbc"))),
     }
+    if compiled:
+        manifest["seconds"] = round(seconds)
+    elif "seconds" in previous:
+        manifest["seconds"] = previous["seconds"]
     PREPARED_DIR.mkdir(parents=True, exist_ok=True)
     manifest_path().write_text(json.dumps(manifest) + "\n")
     return manifest
@@ -435,11 +435,9 @@ def _how_much() -> str:
     """How much a process without prepared kernels compiles, from this Python's manifest, else any."""
     paths = [manifest_path(), *sorted(PREPARED_DIR.glob("prepared-*.json"))]
     for manifest in filter(None, map(_read_manifest, paths)):
-        if "signatures" in manifest and "seconds" in manifest:
-            return (
-                f"about {manifest['signatures']} kernel signatures in all, ~{manifest['seconds']} s where they "
-                "were prepared (a first mask needs a part of them)"
-            )
+        if "signatures" in manifest:
+            took = f", ~{manifest['seconds']} s where they were prepared" if "seconds" in manifest else ""
+            return f"about {manifest['signatures']} kernel signatures in all{took} (a first mask needs a part of them)"
     return "a few seconds per kernel"
 
 

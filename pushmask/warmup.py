@@ -361,7 +361,7 @@ def run(args) -> int:
         runs[path] = workload(_hf_tokenizer_info(path), rng)
     kept, deleted = (0, 0) if args.keep_stale else jit.prune_prepared()
     loaded, compiled = jit.cache_stats()
-    manifest = jit.write_manifest(loaded, compiled, time.perf_counter() - start)
+    manifest = jit.write_manifest(compiled, time.perf_counter() - start)
     size = sum(p.stat().st_size for p in jit.PREPARED_DIR.glob("*") if p.is_file())
     print(
         json.dumps(
