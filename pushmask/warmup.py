@@ -3,7 +3,8 @@
 Runs a representative workload (JSON Schemas of every kind of keyword, EBNF, Lark, regex and
 structural-tag grammars; masks, token budgets, batch fills, value checks, infilling) on a small
 built-in vocabulary, and with --tokenizer on a real one too, while `pushmask.jit` stores what
-numba compiles in `pushmask/kernel-cache/` (one set per Python version; see pushmask/jit.py).
+numba compiles in `pushmask/kernel-cache/` (one set per Python version, with its manifest
+`prepared-pyXY.json`: the numba and llvmlite it loads under; see pushmask/jit.py).
 Run it where pushmask is installed and writable: `make install` and `make wheel` do, a container
 image build can (`RUN pushmask warmup`). Kernels already prepared load instead of compiling.
 """
@@ -360,6 +361,7 @@ def run(args) -> int:
         runs[path] = workload(_hf_tokenizer_info(path), rng)
     kept, deleted = (0, 0) if args.keep_stale else jit.prune_prepared()
     loaded, compiled = jit.cache_stats()
+    manifest = jit.write_manifest(compiled, time.perf_counter() - start)
     size = sum(p.stat().st_size for p in jit.PREPARED_DIR.glob("*") if p.is_file())
     print(
         json.dumps(
@@ -371,6 +373,7 @@ def run(args) -> int:
                 "files_kept": kept,
                 "files_deleted": deleted,
                 "bytes": size,
+                "manifest": manifest,
                 "runs": runs,
             }
         )

