@@ -10,7 +10,7 @@ registry (entries and bytes), the numba/LLVM share (RSS once the kernels are war
 arrays and Python objects still alive; then the RSS after `pushmask.clear_caches()` and the
 compiler's `clear_cache()` against the baseline taken after warm-up.
 
-    python benchmarks/memory_protocol.py [--schemas 300] [--seed 0] [--every 25] [--tracemalloc]
+    python benchmarks/memory_protocol.py [--schemas 300] [--seed 0] [--every 25] [--cache-limit-mb N] [--tracemalloc]
 
 `--tracemalloc` also traces Python's allocations (several times slower) and prints the top
 allocation sites of what is still held.
@@ -92,16 +92,24 @@ def _time_up(signum, frame):
 def grammar_breakdown(compiler) -> dict[str, int]:
     """What the compiled grammars in the compiler's cache hold, by part, in bytes."""
     parts: Counter[str] = Counter()
+    pairs_seen: set[int] = set()  # follow pairs may be one array shared by many rules and grammars
     for compiled in compiler.compiled_cache.values():
         parts["automaton (pda arrays)"] += compiled.pda.nbytes()
         parts["mask index"] += compiled.mask_index.nbytes
         parts["mask pool, used"] += compiled._pool_used * 4
         parts["mask pool, allocated"] += compiled.mask_pool.nbytes
+        frames = getattr(compiled, "_frames", None)  # the offline runner's frame pool
         runner = compiled._offline
+        if frames is None and runner is not None:
+            frames = runner.pool
+        if frames is not None:
+            parts["offline runner: frame pool"] += frames.blob.nbytes
         if runner is not None:
-            parts["offline runner: frame pool"] += runner.pool.blob.nbytes
-            parts["offline runner: workspace"] += runner.ws.blob.nbytes
-        parts["follow pairs"] += sum(pairs.nbytes for pairs, _, _ in compiled._pairs.values())
+            parts["offline runner: workspace held"] += runner.ws.blob.nbytes
+        for pairs, _, _ in compiled._pairs.values():
+            if id(pairs) not in pairs_seen:
+                pairs_seen.add(id(pairs))
+                parts["follow pairs (distinct arrays)"] += pairs.nbytes
         parts["value-check memo (deep)"] += deep_bytes([compiled.value_check_cache])
         parts["weighed (memory_size_bytes)"] += compiled.memory_size_bytes
     return dict(parts)
@@ -141,6 +149,23 @@ def live_objects() -> tuple[int, list[tuple[str, int]], int]:
     return sum(owners.values()), counts.most_common(10), len(objects)
 
 
+def print_traced(when: str) -> None:
+    """What tracemalloc sees allocated since the loop started, and its top allocation sites."""
+    current, traced_peak = tracemalloc.get_traced_memory()
+    print(f"tracemalloc, {when}: {current / MiB:.1f} MiB, peak {traced_peak / MiB:.1f} MiB; top sites:")
+    for stat in tracemalloc.take_snapshot().statistics("lineno")[:15]:
+        frame = stat.traceback[0]
+        print(f"  {stat.size / MiB:.1f} MiB in {stat.count} blocks: {frame.filename}:{frame.lineno}")
+
+
+def kernel_signatures() -> int:
+    """Machine-code versions of the numba kernels loaded or compiled in this process so far (each
+    holds its LLVM module and code, which nothing frees)."""
+    from numba.core.dispatcher import Dispatcher
+
+    return sum(len(obj.overloads) for obj in gc.get_objects() if isinstance(obj, Dispatcher))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schemas", type=int, default=300)
@@ -149,6 +174,9 @@ def main() -> None:
     parser.add_argument("--corpus", default=str(REPO.parent / "shared" / "data" / "maskbench-dev"))
     parser.add_argument("--tokenizer", default="llama3")
     parser.add_argument("--time-limit", type=int, default=120, help="seconds per schema (as validate-corpus)")
+    parser.add_argument(
+        "--cache-limit-mb", type=int, help="the compiler's cache_limit_bytes in MiB (default: the compiler's default)"
+    )
     parser.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slow)")
     args = parser.parse_args()
 
@@ -162,6 +190,8 @@ def main() -> None:
     print(f"RSS after imports: {rss_mb():.0f} MiB")
     tokenizer = load_tokenizer(resolve_tokenizer_path(args.tokenizer))
     engine = resolve_engine("pushmask")(tokenizer)
+    if args.cache_limit_mb is not None:
+        engine.compiler = pushmask.GrammarCompiler(engine.info, cache_limit_bytes=args.cache_limit_mb * MiB)
     compiler = engine.compiler
     print(f"RSS with the tokenizer and the compiler (token trie): {rss_mb():.0f} MiB")
     warm_up(engine, tokenizer)
@@ -170,7 +200,8 @@ def main() -> None:
     gc.collect()
     malloc_trim()
     baseline = rss_mb()
-    print(f"baseline (warm, caches cleared): {baseline:.0f} MiB")
+    warm_kernels = kernel_signatures()
+    print(f"baseline (warm, caches cleared): {baseline:.0f} MiB; {warm_kernels} kernel signatures loaded")
     print(f"compiler: cache_limit_bytes={compiler.cache_limit_bytes}")
 
     tasks = [item.to_task() for item in sample_items(load_corpus([args.corpus]), args.schemas, args.seed)]
@@ -180,7 +211,9 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _time_up)
     start = time.perf_counter()
     marks: list[tuple[int, float]] = []
-    print("\n| schemas | RSS (MiB) | peak RSS (MiB) | get_cache_size_bytes (MiB) | mask cache (MiB) | grammars | minutes |")
+    print(
+        "\n| schemas | RSS (MiB) | peak RSS (MiB) | get_cache_size_bytes (MiB) | mask cache (MiB) | grammars | minutes |"
+    )
     print("|---|---|---|---|---|---|---|")
     for n, task in enumerate(tasks, 1):
         signal.alarm(args.time_limit)
@@ -209,6 +242,7 @@ def main() -> None:
 
     print("\n## What the process holds")
     print(f"numba/LLVM kernels, tokenizer, torch, interpreter (baseline): {baseline:.0f} MiB")
+    print(f"numba kernel signatures: {kernel_signatures()} (after warm-up: {warm_kernels})")
     print(
         f"compiler: get_cache_size_bytes {compiler.get_cache_size_bytes() / MiB:.1f} MiB "
         f"({len(compiler.compiled_cache)} grammars weighed {compiler.compiled_cache.total_cost / MiB:.1f} MiB, "
@@ -224,12 +258,7 @@ def main() -> None:
     print(f"numpy arrays referenced by live objects: {numpy_bytes / MiB:.1f} MiB; {n_objects} gc-tracked objects")
     print("  commonest:", ", ".join(f"{name} {count}" for name, count in common))
     if args.tracemalloc:
-        current, traced_peak = tracemalloc.get_traced_memory()
-        print(f"tracemalloc: {current / MiB:.1f} MiB held, peak {traced_peak / MiB:.1f} MiB; top sites:")
-        for stat in tracemalloc.take_snapshot().statistics("traceback")[:12]:
-            frame = stat.traceback[-1]
-            print(f"  {stat.size / MiB:.1f} MiB in {stat.count} blocks: {frame.filename}:{frame.lineno}")
-        tracemalloc.stop()
+        print_traced("held now")
 
     rss_before = rss_mb()
     compiler.clear_cache()
@@ -238,6 +267,8 @@ def main() -> None:
     cleared = rss_mb()
     malloc_trim()
     trimmed = rss_mb()
+    if args.tracemalloc:
+        print_traced("still held after clearing")
     print(
         f"\nafter clear_cache() + pushmask.clear_caches() + gc.collect(): RSS {rss_before:.0f} -> {cleared:.0f} MiB; "
         f"after malloc_trim(0): {trimmed:.0f} MiB; baseline {baseline:.0f} MiB (+{trimmed - baseline:.0f})"
