@@ -211,6 +211,7 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _time_up)
     start = time.perf_counter()
     marks: list[tuple[int, float]] = []
+    mask_us: list[float] = []
     print(
         "\n| schemas | RSS (MiB) | peak RSS (MiB) | get_cache_size_bytes (MiB) | mask cache (MiB) | grammars | minutes |"
     )
@@ -218,7 +219,9 @@ def main() -> None:
     for n, task in enumerate(tasks, 1):
         signal.alarm(args.time_limit)
         try:
-            status = run_item(engine, tokenizer, task)["status"]
+            record = run_item(engine, tokenizer, task)
+            status = record["status"]
+            mask_us.extend(record["mask_us"])
         except _TimeUp:
             status = "timeout"
         finally:
@@ -234,6 +237,8 @@ def main() -> None:
                 flush=True,
             )
     print("statuses:", dict(statuses))
+    if mask_us:
+        print(f"mask time (fill + accept, {len(mask_us)} tokens): p50 {np.percentile(mask_us, 50):.1f} µs")
     print(f"peak RSS: {peak_mb():.0f} MiB; final RSS {rss_mb():.0f} MiB; baseline {baseline:.0f} MiB")
     half = [(n, rss) for n, rss in marks if n >= len(tasks) // 2]
     if len(half) >= 2:
