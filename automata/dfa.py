@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import weakref
 from array import array
 
 import numpy as np
@@ -138,9 +139,11 @@ class RuleDfa:
 
 
 FSM_LAYOUT_TRANSITIONS = 1_000_000
-"""Transitions of the CharFsm layouts kept per process (least recently used first out): an entry
-holds its automaton alive, and key-exclusion automata have tens of thousands of transitions."""
-_fsm_layouts: BoundedCache[int, tuple[CharFsm, tuple[int, np.ndarray, np.ndarray, int]]] = BoundedCache(
+"""Transitions of the CharFsm layouts kept per process (least recently used first out; 16 bytes
+each): key-exclusion automata have tens of thousands of transitions.  An entry names its
+automaton by a weak reference: holding it would keep its transition tuples (about ten times the
+layout's bytes) alive for nothing, as a dead automaton is never looked up again."""
+_fsm_layouts: BoundedCache[int, tuple[weakref.ref[CharFsm], tuple[int, np.ndarray, np.ndarray, int]]] = BoundedCache(
     FSM_LAYOUT_TRANSITIONS, cost=lambda entry: len(entry[1][1]), name="automaton layouts (automata/dfa.py)"
 )
 
@@ -151,7 +154,7 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     initial state mentions are dropped).  Cached per object: regex and key-exclusion automata
     have up to tens of thousands of transitions, and string automata recur in many rules."""
     got = _fsm_layouts.get(id(fsm))
-    if got is not None and got[0] is fsm:
+    if got is not None and got[0]() is fsm:
         return got[1]
     transitions = char_fsm_table(fsm)  # read-only: renumbered into a copy below if need be
     if transitions is None:
@@ -174,8 +177,8 @@ def _fsm_layout(fsm: CharFsm) -> tuple[int, np.ndarray, np.ndarray, int]:
     at = np.minimum(np.searchsorted(states, finals), len(states) - 1)
     finals = at[states[at] == finals]  # the numbers of the finals that are states, ascending
     layout = (len(states), transitions, finals, int(np.searchsorted(states, fsm.initial)))
-    # holding fsm keeps its id from being reused; a dead automaton's entry under a reused id is replaced
-    _fsm_layouts.put(id(fsm), (fsm, layout))
+    # a dead automaton's entry under a reused id is replaced (its weak reference names nothing)
+    _fsm_layouts.put(id(fsm), (weakref.ref(fsm), layout))
     return layout
 
 

@@ -79,13 +79,24 @@ class Workspace:
         self.seen_size = _next_pow2(4 * (max_stack_tops + 1))
         self.blob = self._make(buffer_size, epoch=0)
 
+    def _memo_start(self, buffer_size: int) -> int:
+        """Offset of the closure memo's entries in a blob with buffers of `buffer_size`."""
+        return kernels.WS_HEADER + 2 * buffer_size + kernels.WS_LEVEL_ARRAYS * self.levels + 3 * self.seen_size
+
     def _make(self, buffer_size: int, epoch: int) -> np.ndarray:
         slots, pool = kernels.WS_MEMO_SLOTS, kernels.WS_MEMO_POOL
-        memo_start = kernels.WS_HEADER + 2 * buffer_size + kernels.WS_LEVEL_ARRAYS * self.levels + 3 * self.seen_size
+        memo_start = self._memo_start(buffer_size)
         blob = np.zeros(memo_start + 4 * slots + 2 * pool, dtype=np.int64)
         blob[:7] = (epoch, buffer_size, self.levels, self.seen_size, slots, pool, 0)
         blob[memo_start : memo_start + 4 * slots : 4] = -1  # empty memo entries
         return blob
+
+    def clear_memo(self) -> None:
+        """Forget the closure memo: it holds stacks of the automaton and frame pool it was filled
+        with, so a workspace that goes to another runner must start without it."""
+        memo_start = self._memo_start(self.buffer_size)
+        self.blob[memo_start : memo_start + 4 * kernels.WS_MEMO_SLOTS : 4] = -1
+        self.blob[6] = 0  # memo pool used
 
     @property
     def buffer_size(self) -> int:
@@ -125,11 +136,19 @@ PDA_BLOB, POOL_BLOB, WS_BLOB, MAX_TOPS = (_Slot(name) for name in ("PDA_BLOB", "
 class StackRunner:
     """Runs the kernels for one PDA with one frame pool and one workspace, growing them on demand."""
 
-    def __init__(self, pda: Pda, limits: Limits, max_token_length: int, pool: FramePool | None = None):
+    def __init__(
+        self,
+        pda: Pda,
+        limits: Limits,
+        max_token_length: int,
+        pool: FramePool | None = None,
+        ws: Workspace | None = None,
+    ):
         self.pda = pda
         self.limits = limits
-        self.pool = pool or FramePool(max_frames=limits.max_stack_frames)
-        self.ws = Workspace(limits.max_stack_tops, max_token_length)
+        # `is None`, not `or`: an empty pool is falsy (len 0) and must still be the one given
+        self.pool = FramePool(max_frames=limits.max_stack_frames) if pool is None else pool
+        self.ws = Workspace(limits.max_stack_tops, max_token_length) if ws is None else ws
 
     def handle(self, status: int) -> None:
         """Make room after a kernel's ERR_* status (the caller then retries), or raise."""

@@ -73,6 +73,9 @@ def _python_class(name: str) -> Ranges:
     return intersect_ranges(runs, ALL_CHARS)
 
 
+register(_python_class.cache_clear, "re's \\d \\w \\s classes (grammar/ecma_regex.py)")
+
+
 class _CharSet:
     """A character set under both regex semantics: (ECMA code points, Python `re` code points)."""
 

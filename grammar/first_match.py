@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 import re
 
-import numpy as np
-
+from .core.caches import register
 from .core.errors import LimitExceededError
+from .fsm.unicode_properties import every_code_point
 from .ir import MAX_CODE_POINT, complement_ranges, normalize_ranges, remove_surrogates
 
 try:  # Python 3.11+ (typeshed does not describe re's private parser modules)
@@ -49,13 +49,10 @@ class _Unsupported(Exception):
 def _unicode_class(letter: str) -> Ranges:
     """\\d, \\s or \\w as `re` reads them in a str pattern without re.ASCII: the runs `re` itself
     finds in the string of every code point."""
-    return tuple((m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", _every_code_point()))
+    return tuple((m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", every_code_point()))
 
 
-@functools.lru_cache(maxsize=1)
-def _every_code_point() -> str:
-    """Every code point in order, surrogates included (one decode: a join takes ten times longer)."""
-    return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+register(_unicode_class.cache_clear, "re's \\d \\s \\w classes (grammar/first_match.py)")
 
 
 _ASCII_CLASSES = {

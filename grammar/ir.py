@@ -149,9 +149,16 @@ class Ref(Expr):
     name: str
 
 
+class _WeaklyReferable(Expr):
+    """An expression a weak reference may name: automata/dfa.py keeps a CharFsm's layout by the
+    automaton's identity without keeping the automaton (its transition tuples) alive."""
+
+    __slots__ = ("__weakref__",)
+
+
 @_hash_once
 @dataclass(frozen=True, slots=True)
-class CharFsm(Expr):
+class CharFsm(_WeaklyReferable):
     """A finite automaton over code points, inlined as UTF-8 (how regex front ends hand over).
 
     transitions: (source, lo, hi, target) with inclusive code-point ranges; states are ints.

@@ -168,7 +168,9 @@ class PushmaskGrammar(BaseGrammarObject):
 
 
 class PushmaskGrammarBackend(BaseGrammarBackend):
-    """Compiles SGLang's grammar requests with one pushmask compiler (its masks are shared)."""
+    """Compiles SGLang's grammar requests with one pushmask compiler (its masks are shared; its
+    caches bounded by the compiler's default cache_limit_bytes, so a long-running server stops
+    growing)."""
 
     def __init__(
         self,

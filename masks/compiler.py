@@ -16,7 +16,7 @@ import numpy as np
 
 from ..automata.kernels import ROOT
 from ..automata.pda import Pda, build_pda
-from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, StackRunner
+from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, FramePool, StackRunner, Workspace
 from ..grammar.core.caches import BoundedCache
 from ..grammar.core.errors import (
     ArgumentTypeError,
@@ -45,6 +45,13 @@ from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 _NO_STATES = np.empty(0, dtype=np.int64)
+DEFAULT_CACHE_LIMIT_BYTES = 256 << 20
+"""GrammarCompiler's default cache_limit_bytes.  Bounded (XGrammar's default is unbounded, and
+vLLM caps its XGrammar cache at 512 MB) so that a server on the default compiler (the SGLang
+backend, the llama.cpp adapter's compilers) stops growing: a MaskBench schema's grammar weighs
+about 0.65 MB with the masks it visited (Llama-3 vocabulary) and a shared mask about 2.5 KB, so
+the halves hold about 200 recent grammars and 50,000 masks (benchmarks/memory_protocol.py).  A
+grammar that falls out is compiled again on its next request."""
 
 
 class GrammarCompiler:
@@ -56,7 +63,7 @@ class GrammarCompiler:
         *,
         max_threads: int = 8,
         cache_enabled: bool = True,
-        cache_limit_bytes: int = -1,
+        cache_limit_bytes: int = DEFAULT_CACHE_LIMIT_BYTES,
         limits: Limits | None = None,
         mask_cache_dir: str | os.PathLike | None = None,
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
@@ -78,12 +85,13 @@ class GrammarCompiler:
             (kind, spec, options) so the same request compiles once; and the token masks its
             grammars share, in memory and on disk.  False compiles every call anew and walks the
             trie for each state of each grammar.
-        cache_limit_bytes : int, default -1
+        cache_limit_bytes : int, default DEFAULT_CACHE_LIMIT_BYTES (256 MiB)
             The most bytes the compiler's memory cache holds (get_cache_size_bytes), least
-            recently used out first; -1 for no limit.  Half of it goes to the compiled grammars
-            (each weighed when stored: a grammar's mask store grows as its states are visited,
-            so the use may slightly exceed the limit, as XGrammar says of its own) and half to
-            the token masks its grammars share.
+            recently used out first; -1 for no limit (XGrammar's default).  Half of it goes to
+            the compiled grammars (each weighed when stored: a grammar's mask store grows as its
+            states are visited, so the use may slightly exceed the limit, as XGrammar says of
+            its own) and half to the token masks its grammars share.  Bounded by default so a
+            long-running process does not grow with every grammar it has seen.
         limits : Limits, optional
             Every compile and match limit (grammar/core/limits.py); the defaults if None.
         mask_cache_dir : str or PathLike, optional
@@ -124,6 +132,9 @@ class GrammarCompiler:
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self.trie_tables = trie_tables(self.trie)  # what the first-visit kernels read (masks/state_masks.py)
         self._thread_local = threading.local()
+        self._idle_workspaces: list[tuple[Workspace, weakref.ref]] = []  # lent to grammars' first visits
+        self._idle_lock = threading.Lock()
+        self._follow_pairs: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
         if not cache_enabled:
             self.disk_cache = None
@@ -408,6 +419,38 @@ class GrammarCompiler:
             scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie), len(self.all_grammar_words))
         return scratch
 
+    def lend_workspace(self, borrower: CompiledGrammar) -> Workspace:
+        """A kernel workspace for a grammar's first visits (1.4 MB at the default limits): grammars
+        borrow one while they compute masks and give it back after (give_back_workspace), so the
+        compiler holds one per concurrent first visit instead of every grammar holding one.  The
+        closure memo is kept only for the grammar that filled it (it names that grammar's frames)."""
+        with self._idle_lock:
+            idle = self._idle_workspaces
+            mine = [k for k, (_, filled_by) in enumerate(idle) if filled_by() is borrower]
+            ws, filled_by = idle.pop(mine[-1] if mine else -1) if idle else (None, None)
+        if ws is None:
+            return Workspace(self.limits.max_stack_tops, self.trie.max_token_length)
+        if filled_by() is not borrower:
+            ws.clear_memo()
+        return ws
+
+    def shared_follow_pairs(self, digest: str, pairs: np.ndarray) -> np.ndarray:
+        """The one array of these follow pairs (by their digest) that the live grammars share: a
+        rule's pairs are 66 KB and kept for its grammar's life, while most rules of most grammars
+        end before the same few bytes (`,` `}` `]` or whitespace)."""
+        with self._idle_lock:
+            shared = self._follow_pairs.get(digest)
+            if shared is None:
+                shared = self._follow_pairs[digest] = pairs.copy()
+            return shared
+
+    def give_back_workspace(self, ws: Workspace, borrower: CompiledGrammar) -> None:
+        """Take back a workspace lend_workspace lent (kept for the next first visit, up to
+        IDLE_WORKSPACES: more are only made by a batch step's first visits of many grammars)."""
+        with self._idle_lock:
+            if len(self._idle_workspaces) < IDLE_WORKSPACES:
+                self._idle_workspaces.append((ws, weakref.ref(borrower)))
+
     def clear_cache(self) -> None:
         """Forget the compiled grammars and the token masks held in memory.  A disk cache keeps
         its files; grammars compiled earlier keep working, with the masks they already copied;
@@ -459,6 +502,8 @@ def _shared_key(info: TokenizerInfo, limits: Limits) -> tuple:
     )
 
 
+IDLE_WORKSPACES = 4
+"""Idle kernel workspaces a compiler keeps for its grammars' first visits (lend_workspace)."""
 _KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
 """How a compile's error message names the input of each front-end kind ("grammar" otherwise)."""
 _SHARED_COMPILERS: weakref.WeakValueDictionary[tuple, GrammarCompiler] = weakref.WeakValueDictionary()
@@ -501,8 +546,11 @@ class CompiledGrammar:
         self.mask_pool = np.empty(2 * words + 1024, dtype=np.int32)
         self.mask_pool[:words] = compiler.all_grammar_words
         self._pool_used = words
+        # the kernels' runner for first visits: the grammar's own frame pool, and a workspace lent
+        # by the compiler while masks are computed (None between first visits)
+        self._frames: FramePool | None = None
         self._offline: StackRunner | None = None
-        self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs and digest
+        self._pairs: dict[int, tuple[np.ndarray, str, int]] = {}  # rule -> follow pairs, digest, address
         self.value_check_cache: dict = {}  # matchers' per-grammar data for value checks (masks/value_checks.py)
         self._lock = threading.Lock()
         # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py); a
@@ -563,10 +611,13 @@ class CompiledGrammar:
         if not len(lacking):
             return
         with self.mask_lock:
-            run = self.masks_to_compute(self.lacking_masks(lacking))  # another thread may have stored some
-            if run is not None:
-                self._run_store_masks(run, self)
-                self.publish_masks(run)
+            try:
+                run = self.masks_to_compute(self.lacking_masks(lacking))  # another thread may have stored some
+                if run is not None:
+                    self._run_store_masks(run, self)
+                    self.publish_masks(run)
+            finally:
+                self._give_back_workspace()
 
     # -- first visits, for ensure_masks and a batch step's (state_masks.ensure_batch_masks)
 
@@ -609,6 +660,7 @@ class CompiledGrammar:
                     self._store(states[k], mask)
                     self._masks[states[k]] = mask
         if not compute:
+            self._give_back_workspace()  # the follow pairs may have borrowed one
             return None
         return MaskRun(
             [states[k] for k in compute],
@@ -652,6 +704,7 @@ class CompiledGrammar:
                 if disk is not None:
                     disk.put(key, mask)
                 compiler.cache.put(key, mask)
+        self._give_back_workspace()
 
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles
@@ -664,6 +717,7 @@ class CompiledGrammar:
         self.ensure_masks(closure_s[:n_kernel])
         if first_reach.MAX_STATES > 0:
             self._ensure_within_budget(self._first_reached(np.concatenate([closure_s, closure_p])))
+        self._give_back_workspace()
 
     def _ensure_within_budget(self, states: np.ndarray) -> None:
         """ensure_masks of `states` in chunks, in order, until first_reach's time budget is spent:
@@ -733,11 +787,13 @@ class CompiledGrammar:
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
         """The rule's follow pairs (masks/walk.py) and their digest, computed once."""
         pairs, digest, _ = self._pairs_of([rule])[rule]
+        self._give_back_workspace()
         return pairs, digest
 
     def _pairs_of(self, rules: list[int]) -> dict[int, tuple[np.ndarray, str, int]]:
         """Rule -> (its follow pairs, their digest, their address), the new rules' pairs from one
-        kernel call; kept for the grammar's life."""
+        kernel call; kept for the grammar's life, one array per distinct pairs (the compiler's
+        shared_follow_pairs)."""
         known = self._pairs
         new = [rule for rule in dict.fromkeys(rules) if rule not in known]
         if new:
@@ -750,13 +806,32 @@ class CompiledGrammar:
             packed = np.packbits(table, axis=1)
             for k, rule in enumerate(new):
                 digest = hashlib.blake2b(packed[k], digest_size=16).hexdigest()
-                known[rule] = (table[k], digest, table[k].ctypes.data)
+                pairs = self.compiler.shared_follow_pairs(digest, table[k])
+                known[rule] = (pairs, digest, pairs.ctypes.data)
         return known
 
     def _runner(self) -> StackRunner:
+        """The runner of first visits, with a workspace borrowed from the compiler until
+        _give_back_workspace (the frame pool stays: closed stack sets name its frames)."""
         if self._offline is None:
-            self._offline = StackRunner(self.pda, self.compiler.limits, self.compiler.trie.max_token_length)
+            compiler = self.compiler
+            if self._frames is None:
+                self._frames = FramePool(max_frames=compiler.limits.max_stack_frames)
+            self._offline = StackRunner(
+                self.pda,
+                compiler.limits,
+                compiler.trie.max_token_length,
+                pool=self._frames,
+                ws=compiler.lend_workspace(self),
+            )
         return self._offline
+
+    def _give_back_workspace(self) -> None:
+        """Return the borrowed workspace, if any, once a first visit is done (stack sets handed
+        out by the runner are copies, so nothing still points into it)."""
+        runner, self._offline = self._offline, None
+        if runner is not None:
+            self.compiler.give_back_workspace(runner.ws, self)
 
     def _compute_mask(self, state: int, pairs: np.ndarray, use_slices: bool = True) -> StateMask:
         """A state's mask (what follows its rule judged by its follow pairs), not stored here: the
@@ -765,6 +840,7 @@ class CompiledGrammar:
         store = _ScratchStore(self)
         run = MaskRun([state], [None], [pairs.ctypes.data], store._pool_used)
         self._run_store_masks(run, store, use_slices)
+        self._give_back_workspace()
         store.mask_index[state * MASK_FIELDS] = run.kinds[0]
         return _stored_mask(store.mask_index, store.mask_pool, state, int(run.num_accepted[0]))
 
@@ -886,8 +962,11 @@ class CompiledGrammar:
 
     @property
     def memory_size_bytes(self) -> int:
-        """Bytes held by this grammar: its automaton and its mask store (a property, as in XGrammar)."""
-        return self.pda.nbytes() + self.mask_index.nbytes + self._pool_used * 4
+        """Bytes held by this grammar: its automaton, its mask store as allocated, and the frame
+        pool of its first visits (a property, as in XGrammar).  Its follow pairs are shared with
+        other grammars (GrammarCompiler.shared_follow_pairs) and not counted."""
+        frames = 0 if self._frames is None else self._frames.nbytes()
+        return self.pda.nbytes() + self.mask_index.nbytes + self.mask_pool.nbytes + frames
 
     def __repr__(self) -> str:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"

@@ -108,7 +108,7 @@ def test_the_compiler_memoises_by_kind_spec_and_options():
     assert fresh.compile_json_schema(ab) is not fresh.compile_json_schema(ab)  # cache off: compiled anew
     assert compiler.get_cache_size_bytes() > 0
     compiler.clear_cache()
-    assert compiler.compile_json_schema(ab) is not first and compiler.cache_limit_bytes == -1
+    assert compiler.compile_json_schema(ab) is not first
 
 
 def test_the_compiler_cache_limit_bounds_the_compiled_grammars():
@@ -130,3 +130,88 @@ def test_specs_that_repr_cannot_key_are_compiled_without_the_memo():
         deep = {"items": deep}
     assert _memo_key("json_schema", cyclic, {}) is None and _memo_key("json_schema", deep, {}) is None
     assert _memo_key("json_schema", {"a": [1, 1.0, True, None, ()]}, {}) is not None
+
+
+def test_clear_caches_empties_every_registered_cache_of_either_kind():
+    """Every registered cache is a BoundedCache or a functools cache, and clear_caches() leaves
+    each one empty (those the compiles below filled included)."""
+    from support import tokenizer_info
+
+    compiler = pushmask.GrammarCompiler(tokenizer_info("smollm2"))
+    strings = {"a": {"type": "string", "pattern": "^\\d+\\w\\p{Lu}$"}, "b": {"type": "string", "format": "date"}}
+    compiler.compile_json_schema({"type": "object", "properties": strings})
+    compiler.compile_lark('start: "a"+\n%ignore /\\s+/\n')
+    owners = {name: getattr(clear, "__self__", None) for name, clear in caches._CLEARERS.items()}
+
+    def size(owner) -> int:
+        return len(owner) if isinstance(owner, caches.BoundedCache) else owner.cache_info().currsize
+
+    assert all(isinstance(o, caches.BoundedCache) or hasattr(o, "cache_info") for o in owners.values()), owners
+    assert sum(size(owner) for owner in owners.values()) > 0  # the compiles filled some
+    pushmask.clear_caches()
+    assert {name: size(owner) for name, owner in owners.items() if size(owner)} == {}
+
+
+def test_the_default_compiler_is_bounded_and_stays_under_its_limit_with_correct_results():
+    import re
+
+    from support import tokenizer_info
+
+    from pushmask.masks.compiler import DEFAULT_CACHE_LIMIT_BYTES
+
+    info = tokenizer_info("smollm2")
+    assert pushmask.GrammarCompiler(info).cache_limit_bytes == DEFAULT_CACHE_LIMIT_BYTES > 0
+    one = pushmask.GrammarCompiler(info).compile_regex("[a-z]{1,8}0").memory_size_bytes
+    limit = 6 * one  # three grammars' worth for the grammars' half
+    compiler = pushmask.GrammarCompiler(info, cache_limit_bytes=limit)
+    patterns = [f"[a-z]{{1,8}}{k}" for k in range(10)]
+    for k, pattern in enumerate(patterns):
+        compiled = compiler.compile_regex(pattern)
+        assert compiler.compiled_cache.total_cost <= limit // 2 and compiler.cache.total_bytes <= limit - limit // 2
+        assert compiler.get_cache_size_bytes() <= 1.5 * limit  # grammars grow a little as masks are visited
+        for text in ("ab" + str(k), "ab" + str(k + 1), "abcdefghi" + str(k), str(k)):
+            matcher = pushmask.GrammarMatcher(compiled)
+            ok = matcher.accept_string(text) and matcher.can_end()
+            assert ok == bool(re.fullmatch(pattern, text)), (pattern, text)
+    assert len(compiler.compiled_cache) < len(patterns) and compiler.compiled_cache.evicted > 0
+    assert compiler.compile_regex(patterns[-1]) is compiled  # the newest stays
+
+
+def test_grammars_borrow_the_workspace_and_share_follow_pairs():
+    """An idle grammar holds no kernel workspace (the compiler lends one per first visit) and
+    rules with equal follow pairs share one array; masks equal those of separate compilers."""
+    from support import tokenizer_info
+
+    from pushmask.masks.compiler import IDLE_WORKSPACES
+
+    info = tokenizer_info("smollm2")
+    compiler = pushmask.GrammarCompiler(info, cache_enabled=False)  # every mask computed, memo moving
+    schemas = [{"type": "array", "items": {"type": t}} for t in ("integer", "string", "number", "boolean")]
+    texts = ["[1, 22, -3]", '["a", "b\\n"]', "[1.5, 2e3]", "[true, false]"]
+    grammars = [compiler.compile_json_schema(schema) for schema in schemas]
+    for _ in range(2):  # the grammars take turns with the compiler's workspaces
+        for grammar, schema, text in zip(grammars, schemas, texts):
+            alone = pushmask.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema)
+            matchers = [pushmask.GrammarMatcher(grammar), pushmask.GrammarMatcher(alone)]
+            for ch in text:
+                bitmasks = []
+                for m in matchers:
+                    bitmask = pushmask.allocate_token_bitmask(1, info.vocab_size)
+                    m.fill_next_token_bitmask(bitmask)
+                    bitmasks.append(np.asarray(bitmask).copy())
+                assert np.array_equal(*bitmasks)
+                assert all(m.accept_string(ch) for m in matchers)
+            assert grammar._offline is None and len(compiler._idle_workspaces) <= IDLE_WORKSPACES
+    pairs = [p for g in grammars for p, _, _ in g._pairs.values()]
+    by_digest = {d: p for g in grammars for p, d, _ in g._pairs.values()}
+    assert len({id(p) for p in pairs}) == len(by_digest) < len(pairs)
+
+
+def test_a_runner_keeps_the_empty_frame_pool_it_is_given():
+    from support import tokenizer_info
+
+    from pushmask.automata.stack import FramePool, StackRunner
+
+    pda = pushmask.GrammarCompiler(tokenizer_info("smollm2")).compile_regex("ab").pda
+    pool = FramePool()
+    assert len(pool) == 0 and StackRunner(pda, pushmask.Limits(), 8, pool=pool).pool is pool

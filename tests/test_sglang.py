@@ -59,6 +59,7 @@ def test_registered_and_a_valid_choice(backend):
 
     assert "pushmask" in GRAMMAR_BACKEND_CHOICES
     assert isinstance(backend, base.BaseGrammarBackend) and not backend.any_whitespace
+    assert backend.compiler.cache_limit_bytes > 0  # bounded: a long-running server stops growing
 
 
 def test_grammar_object_implements_sglangs_interface(backend):

@@ -20,6 +20,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from ..core.caches import register
 from ..ir import MAX_CODE_POINT, SURROGATES, normalize_ranges
 
 Ranges = tuple[tuple[int, int], ...]
@@ -167,6 +168,10 @@ def _regex_property(spec: str) -> Ranges:
 def every_code_point() -> str:
     """A string of every code point, lone surrogates included (for regex engines to scan)."""
     return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+
+
+for _table in (_category_table, _general_category, _regex_property, every_code_point):  # 4.4 MB the last
+    register(_table.cache_clear, f"Unicode tables: {_table.__name__} (grammar/fsm/unicode_properties.py)")
 
 
 def _without_surrogates(lo: int, hi: int):
