@@ -60,7 +60,7 @@ def run(batch: list[tuple], steps: int, threads: int, batched: bool, vocab_size:
     for step in range(steps):
         t0 = time.perf_counter()
         if batched:
-            pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=threads)
+            pm.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=threads)
         else:
             for row, matcher in enumerate(matchers):
                 matcher.fill_next_token_bitmask(bitmask, row)

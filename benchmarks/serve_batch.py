@@ -69,7 +69,7 @@ def make_engines(hf, names):
                     for i, m in enumerate(ms):
                         m.fill_next_token_bitmask(bm, i)
                 else:
-                    pm.batch_fill_next_token_bitmask(ms, bm, num_threads=threads)
+                    pm.batch_fill_next_token_bitmask(ms, bm, max_threads=threads)
 
             def accept(self, m, t):
                 return m.accept_token(t)

@@ -123,7 +123,8 @@ class PushmaskGrammar(BaseGrammarObject):
 
     @staticmethod
     def fill_vocab_mask_batched(entries, vocab_mask: torch.Tensor) -> None:
-        """Fill each entry's row, the rows spread over threads (the fill kernel frees the GIL)."""
+        """Fill each entry's row, the rows spread over at most the compiler's `max_threads` threads
+        (PUSHMASK_MAX_THREADS, else half the cores, at most 8; the fill kernel frees the GIL)."""
         if entries:
             batch_fill_next_token_bitmask(
                 [e.grammar.matcher for e in entries], vocab_mask, indices=[e.row for e in entries]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
+from ..grammar.core.threads import resolve_max_threads
 from ..masks.bitmask import apply_token_bitmask_inplace
 from ..masks.compiler import CompiledGrammar
 from ..masks.healing import accept_healing_token, fill_healing_mask
@@ -117,6 +118,8 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         token_healing: allow `heal_prompt`, which removes each prompt's last token; the first
             generated token must then start with its bytes (masks/healing.py), and the grammar
             applies to the text after them.
+        max_threads: the most threads a step's batch fill may use (an int >= 1 or "auto"); by
+            default the grammars' compiler's `max_threads` (grammar/core/threads.py).
 
     The processor may be reused across `generate` calls. A new call is detected when the batch
     size changes, when a row no longer starts with the prompt seen at the previous call's start,
@@ -133,6 +136,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         pad_token_id: int | None = None,
         max_new_tokens: int | None = None,
         token_healing: bool = False,
+        max_threads: int | str | None = None,
     ):
         if isinstance(compiled_grammars, CompiledGrammar):
             grammars = [compiled_grammars]
@@ -168,6 +172,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
         self.max_new_tokens = max_new_tokens
         self.token_healing = token_healing
+        self.max_threads = None if max_threads is None else resolve_max_threads(max_threads, "GrammarLogitsProcessor")
         self._heal_next: list[bytes] | None = None  # heal_prompt's removed bytes, for the next start
         self._words = (self.vocab_size + 31) // 32
         self._free: list[_Slot] = []  # matchers not assigned to a row, reused before new ones
@@ -337,7 +342,9 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             if key is not None:
                 filled[key] = r
         if live:  # one batch call: the rows' grammar masks in one kernel call per thread
-            batch_fill_next_token_bitmask([self._slots[r].matcher for r in live], bitmask, indices=live)
+            batch_fill_next_token_bitmask(
+                [self._slots[r].matcher for r in live], bitmask, indices=live, max_threads=self.max_threads
+            )
         if self.pad_token_id is not None and self.pad_token_id < self.vocab_size:
             for r, slot in enumerate(self._slots):
                 if slot.dead or slot.matcher.is_terminated():

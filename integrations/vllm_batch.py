@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import multiprocessing
 
 from ..masks.matcher import batch_fill_next_token_bitmask
 
 logger = logging.getLogger("vllm.pushmask")
 
-__all__ = ["install_batch_fill", "fill_pushmask_rows", "fill_threads", "wrap_grammar_bitmask"]
+__all__ = ["install_batch_fill", "fill_pushmask_rows", "wrap_grammar_bitmask"]
 
 
 def wrap_grammar_bitmask(manager_cls, flag: str, prepare, release, fallback: str) -> bool:
@@ -69,12 +68,6 @@ def _forget_filled_row(grammar) -> None:
     grammar.filled_row = None
 
 
-def fill_threads() -> int:
-    """The threads of a batch fill: the size of vLLM's own fill pool (half the CPUs, at most 8),
-    the CPU share vLLM gives mask filling next to the engine's other threads."""
-    return max(1, min(multiprocessing.cpu_count() // 2, 8))
-
-
 def fill_pushmask_rows(manager, requests, request_ids) -> list:
     """Fill, in one batch call, the row of every request vLLM's step will fill from a pushmask
     grammar (row k for request_ids[k], as vLLM numbers them without speculative tokens); the
@@ -101,7 +94,9 @@ def fill_pushmask_rows(manager, requests, request_ids) -> list:
                 manager.vllm_config.scheduler_config.max_num_seqs
             )
         bitmask = manager._grammar_bitmask
-        batch_fill_next_token_bitmask([g.matcher for g in grammars], bitmask, rows, num_threads=fill_threads())
+        # threads: the backend compiler's max_threads ("auto": half the CPUs, at most 8, the size
+        # vLLM gives its own fill pool; PUSHMASK_MAX_THREADS sets it)
+        batch_fill_next_token_bitmask([g.matcher for g in grammars], bitmask, rows)
         for grammar, row in zip(grammars, rows):
             grammar.clear_text_stops(bitmask, row)
     except Exception:  # noqa: BLE001 -- vLLM's row-by-row path is always there

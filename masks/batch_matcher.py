@@ -3,12 +3,12 @@ threads and advances them together (matcher.batch_fill_next_token_bitmask does t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
+from ..grammar.core.threads import resolve_max_threads
 from .matcher import GrammarMatcher, batch_fill_next_token_bitmask
 
 __all__ = ["BatchGrammarMatcher"]
@@ -19,14 +19,8 @@ class BatchGrammarMatcher:
 
     def __init__(self, max_threads: int | str = "auto"):
         """`max_threads`: the most threads a fill uses; "auto" is half the CPU cores (at least
-        one), as in XGrammar."""
-        if isinstance(max_threads, str) and max_threads == "auto":
-            max_threads = max(1, (os.cpu_count() or 1) // 2)
-        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise InvalidArgumentError(
-                f'BatchGrammarMatcher: max_threads must be a positive int or "auto", got {max_threads!r}'
-            )
-        self.max_threads = max_threads
+        one, at most 8), as XGrammar advises (grammar/core/threads.py)."""
+        self.max_threads = resolve_max_threads(max_threads, "BatchGrammarMatcher")
 
     def batch_fill_next_token_bitmask(
         self,
@@ -36,7 +30,7 @@ class BatchGrammarMatcher:
         debug_print: bool = False,
     ) -> None:
         """Fill row indices[i] (default i) of the int32 [rows, ceil(V / 32)] bitmask for matcher i."""
-        batch_fill_next_token_bitmask(matchers, bitmask, indices, num_threads=self.max_threads)
+        batch_fill_next_token_bitmask(matchers, bitmask, indices, max_threads=self.max_threads)
         if debug_print:
             rows = np.asarray(bitmask)
             for k, row in enumerate(range(len(matchers)) if indices is None else indices):

@@ -29,6 +29,7 @@ from ..grammar.core.errors import (
 )
 from ..grammar.core.gc_pause import paused_gc
 from ..grammar.core.limits import DEFAULT_LIMITS, Limits
+from ..grammar.core.threads import resolve_max_threads
 from ..grammar.frontends import FRONT_ENDS, to_grammar
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.json_options import JsonOptions
@@ -61,7 +62,7 @@ class GrammarCompiler:
         self,
         tokenizer_info: TokenizerInfo,
         *,
-        max_threads: int = 8,
+        max_threads: int | str = "auto",
         cache_enabled: bool = True,
         cache_limit_bytes: int = DEFAULT_CACHE_LIMIT_BYTES,
         limits: Limits | None = None,
@@ -69,17 +70,20 @@ class GrammarCompiler:
         mask_cache_max_bytes: int = DEFAULT_MAX_BYTES,
     ):
         """A compiler for one vocabulary, holding the grammars it compiled and the token masks
-        they share.  The first three options have XGrammar's names, defaults and meanings
-        (keyword arguments, as in XGrammar's Python API).
+        they share.  The first three options have XGrammar's names and meanings (keyword
+        arguments, as in XGrammar's Python API); the cache options have its defaults too.
 
         Parameters
         ----------
         tokenizer_info : TokenizerInfo
             The vocabulary (exact bytes per token, special and stop tokens).
-        max_threads : int, default 8
-            The most threads one compile may use (1 or more).  pushmask compiles on the calling
-            thread (so every value gives the same result); several threads may call the same
-            compiler at once.
+        max_threads : int or "auto", default "auto"
+            The most threads work for this compiler's grammars may use (1 or more; "auto" is
+            half the CPU cores, at most 8: grammar/core/threads.py).  It is the default of the
+            batch fills of its matchers (batch_fill_next_token_bitmask, the integrations), which
+            use fewer threads when a step's work does not pay for them.  pushmask compiles on the
+            calling thread (so every value gives the same result); several threads may call the
+            same compiler at once.
         cache_enabled : bool, default True
             Whether the compiler keeps what it computed: each compiled grammar, memoised by
             (kind, spec, options) so the same request compiles once; and the token masks its
@@ -107,7 +111,7 @@ class GrammarCompiler:
             "GrammarCompiler",
             "build one with TokenizerInfo.from_huggingface(tokenizer)",
         )
-        self.max_threads = check_integer(max_threads, "max_threads", "GrammarCompiler", minimum=1)
+        self.max_threads = resolve_max_threads(max_threads, "GrammarCompiler")
         check_argument(cache_enabled, bool, "cache_enabled", "GrammarCompiler")
         self.cache_limit_bytes = check_integer(cache_limit_bytes, "cache_limit_bytes", "GrammarCompiler", minimum=-1)
         self.tokenizer_info = tokenizer_info

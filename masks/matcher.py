@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import operator
-import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -26,6 +26,7 @@ from ..grammar.core.errors import (
     check_integer,
     check_integers,
 )
+from ..grammar.core.threads import default_max_threads, resolve_max_threads, run_parts, threads_for_work
 from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
 from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
@@ -615,17 +616,27 @@ class GrammarMatcher:
         return True
 
 
-_POOL = None
-_POOL_LOCK = threading.Lock()
-_RUNNER, _STATE, _WORDS, _PLAIN_FILL = map(operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill"))
+_RUNNER, _STATE, _WORDS, _PLAIN_FILL, _COMPILER_THREADS = map(
+    operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill", "compiled_grammar.compiler.max_threads")
+)
 PARTS_PER_THREAD = 4
 """A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
 
 
 def batch_fill_next_token_bitmask(
-    matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int] | None = None, num_threads: int | None = None
+    matchers: Sequence[GrammarMatcher],
+    bitmask,
+    indices: Sequence[int] | None = None,
+    max_threads: int | str | None = None,
+    *,
+    num_threads: int | None = None,
 ) -> None:
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
+
+    `max_threads`: the most threads the step may use (an int >= 1 or "auto", see
+    grammar/core/threads.py); None takes the largest `max_threads` of the matchers' compilers.
+    The step uses fewer when its work does not pay for them (threads_for_work /
+    threads_for_states).  `num_threads` is its deprecated old name.
 
     One numba call per thread fills its rows without the GIL (masks/batch_fill.py), memoised
     fills included.  Python runs per row only to describe it (a few list comprehensions), to
@@ -636,8 +647,6 @@ def batch_fill_next_token_bitmask(
     once the arguments were found valid, every row it was given is all zero when the exception
     propagates (the kernel may have written a row whose value checks or budget never ran).
     """
-    import os
-
     # (checks and gathers by map over C builtins: a Python loop per row costs more than its kernel)
     if not isinstance(matchers, (list, tuple)) or not all(map(isinstance, matchers, repeat(GrammarMatcher))):
         raise ArgumentTypeError(
@@ -664,7 +673,7 @@ def batch_fill_next_token_bitmask(
             "matcher (fork() one)"
         )
     _writable_row(bitmask, indices[0], matchers[0]._words)  # type, dtype and shape, as a single fill checks them
-    threads = max(1, min(num_threads or os.cpu_count() or 1, len(matchers)))
+    threads = min(_step_max_threads(matchers, max_threads, num_threads), max(1, len(matchers)))
     if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
 
@@ -673,6 +682,19 @@ def batch_fill_next_token_bitmask(
     except BaseException:
         _clear_rows(bitmask, indices)
         raise
+
+
+def _step_max_threads(matchers: Sequence[GrammarMatcher], max_threads, num_threads) -> int:
+    """The `max_threads` of a batch step: the argument, else its deprecated name `num_threads`,
+    else the largest of the matchers' compilers' (the policy default when there are none)."""
+    where = "batch_fill_next_token_bitmask"
+    if num_threads is not None:
+        warnings.warn(f"{where}: num_threads is deprecated, pass max_threads", DeprecationWarning, stacklevel=3)
+        if max_threads is None:
+            max_threads = num_threads
+    if max_threads is not None:
+        return resolve_max_threads(max_threads, where)
+    return max(map(_COMPILER_THREADS, matchers), default=default_max_threads())
 
 
 def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[int], threads: int) -> None:
@@ -720,16 +742,11 @@ def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[i
         row_by_row(sorted(python_rows))
 
 
-MIN_WORK_PER_THREAD_S = 50e-6
-"""Fill-kernel work (estimated) below which a step's call adds no thread: waking one costs tens
-of microseconds, and on a busy machine often more than the rows it would take."""
-
-
 def _run_kernel(table: np.ndarray, n_rows: int, status: np.ndarray, threads: int) -> None:
     """batch_fill.run_fill_rows over the table's first n_rows rows, cut into PARTS_PER_THREAD
     parts per thread.  The calling thread runs the first part alone and times it: the rest goes
-    to as many of the threads as that call's own rate says pay for (MIN_WORK_PER_THREAD_S
-    each), so the estimate is of this call's rows, shared with no other batch or thread."""
+    to as many of the threads as that call's own rate says pay for (threads_for_work), so the
+    estimate is of this call's rows, shared with no other batch or thread."""
     n_parts = min(n_rows, PARTS_PER_THREAD * threads)
     order = np.arange(n_rows, dtype=np.int64)
     if n_parts <= 1:
@@ -739,12 +756,12 @@ def _run_kernel(table: np.ndarray, n_rows: int, status: np.ndarray, threads: int
     t0 = time.perf_counter()
     batch_fill.run_fill_rows(table, order[: cuts[1]], status)
     rest_s = (time.perf_counter() - t0) * (n_rows - cuts[1]) / cuts[1]
-    threads = max(1, min(threads, int(rest_s / MIN_WORK_PER_THREAD_S)))
+    threads = threads_for_work(threads, rest_s)
     if threads == 1:
         batch_fill.run_fill_rows(table, order[cuts[1] :], status)
     else:
         parts = [order[a:b] for a, b in zip(cuts[1:-1], cuts[2:])]
-        _run_parts(parts, lambda part: batch_fill.run_fill_rows(table, part, status), threads)
+        run_parts(parts, lambda part: batch_fill.run_fill_rows(table, part, status), threads)
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
@@ -755,7 +772,7 @@ def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None
         compiled = matcher.compiled_grammar
         by_grammar.setdefault(id(compiled), (compiled, []))[1].append(matcher._state.kernel_s)
     groups = [(compiled, np.concatenate(states)) for compiled, states in by_grammar.values()]
-    ensure_batch_masks(groups, threads, _run_parts)
+    ensure_batch_masks(groups, threads)
 
 
 def _batch_target(bitmask, matchers):
@@ -783,50 +800,6 @@ def _batch_target(bitmask, matchers):
     return batch_fill.address(array), array.strides[0], lambda row, n: array[row, :n]
 
 
-def _run_parts(parts, work, threads: int) -> None:
-    """work(part) for each non-empty part, taken in turn by the calling thread and up to threads - 1
-    pool threads.  Returns once every part is done, without waiting for pool threads that took
-    none (a busy machine may start them late: the caller then did the work alone)."""
-    global _POOL
-    parts = [p for p in parts if len(p)]
-    if threads <= 1 or len(parts) <= 1:
-        for part in parts:
-            work(part)
-        return
-    with _POOL_LOCK:  # batch fills on several threads: one pool, grown once, never two made at once
-        if _POOL is None or _POOL._max_workers < threads - 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _POOL = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="pushmask-fill")
-        pool = _POOL
-    lock, done = threading.Lock(), threading.Event()
-    queue = list(reversed(parts))
-    left = [len(parts)]
-    errors: list[BaseException] = []
-
-    def drain():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                part = queue.pop()
-            try:
-                work(part)
-            except BaseException as error:  # noqa: BLE001 -- re-raised on the calling thread
-                errors.append(error)
-            with lock:
-                left[0] -= 1
-                if left[0] == 0:
-                    done.set()
-
-    for _ in range(min(threads, len(parts)) - 1):
-        pool.submit(drain)
-    drain()
-    done.wait()
-    if errors:
-        raise errors[0]
-
-
 def _run_chunks(chunks, fill, threads: int) -> None:
     """fill(matcher, row) for each pair of each chunk, chunks spread over the threads."""
 
@@ -834,7 +807,7 @@ def _run_chunks(chunks, fill, threads: int) -> None:
         for matcher, row in chunk:
             fill(matcher, row)
 
-    _run_parts(chunks, run, threads)
+    run_parts(chunks, run, threads)
 
 
 def _complete_utf8_prefix(data: bytes) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 from numba import carray, types
 
 from ..automata.kernels import PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
+from ..grammar.core.threads import run_parts, threads_for_states
 from ..jit import njit
 from .batch_fill import address, pointer_intrinsic
 from .trie import BUCKET_BOUNDS, OTHER
@@ -423,10 +424,6 @@ def run_store_masks_rows(table, rows, tables, scratch, words, out, status):
     return 0
 
 
-MIN_STATES_TO_SPLIT = 8
-"""New states below which a batch step's first visits stay on the calling thread."""
-
-
 class _Visit:
     """One grammar's first visits in a batch step: its mask_lock held, and the run of states to
     compute (its arrays, which the kernel writes, kept alive here for the call)."""
@@ -456,11 +453,11 @@ class _Visit:
         row[SR_NUM_ACCEPTED] = address(run.num_accepted)
 
 
-def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int, run_parts) -> None:
+def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int) -> None:
     """The first visits of a batch step: for each (grammar, kernel states) the masks its store
     lacks, from the shared caches or computed; all grammars' new states in one nogil kernel call
-    per thread (`run_parts(parts, work, threads)` spreads the parts), the threads sharing the
-    work only when there is enough of it.  A grammar whose lock another thread holds is finished
+    per thread (up to `threads`, grammar/core/threads.py), the threads sharing the work only when
+    there is enough of it (threads_for_states).  A grammar whose lock another thread holds is finished
     by its own ensure_masks afterwards."""
     visits: list[_Visit] = []
     later = []
@@ -486,7 +483,7 @@ def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads
         for visit in visits:
             by_compiler.setdefault(id(visit.grammar.compiler), []).append(visit)
         for same in by_compiler.values():
-            _compute_visits(same, threads, run_parts)
+            _compute_visits(same, threads)
         for visit in visits:
             visit.grammar.publish_masks(visit.run)
     finally:
@@ -496,7 +493,7 @@ def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads
         grammar.ensure_masks(lacking)
 
 
-def _compute_visits(visits: list[_Visit], threads: int, run_parts) -> None:
+def _compute_visits(visits: list[_Visit], threads: int) -> None:
     """Run the visits' kernels (one compiler's grammars) until every one is done: the rows are
     dealt, largest first, into parts the threads take in turn; a row that had to make room
     runs again."""
@@ -514,7 +511,7 @@ def _compute_visits(visits: list[_Visit], threads: int, run_parts) -> None:
     pending = sorted(range(len(visits)), key=lambda k: -len(visits[k].run.states))
     while pending:
         n_states = sum(len(visits[k].run.states) for k in pending)
-        split = threads if n_states >= MIN_STATES_TO_SPLIT else 1
+        split = threads_for_states(threads, n_states)
         n_parts = min(len(pending), 4 * split)
         parts = [np.array(pending[i::n_parts], dtype=np.int64) for i in range(n_parts)]
         run_parts(parts, work, split)

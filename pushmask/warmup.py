@@ -218,7 +218,7 @@ def _batch_walk(matchers, info, rng, steps: int) -> None:
         live = [matcher for matcher in matchers if not matcher.is_terminated()]
         if not live:
             break
-        batch_fill_next_token_bitmask(live, bitmask, num_threads=2)
+        batch_fill_next_token_bitmask(live, bitmask, max_threads=2)
         for row, matcher in enumerate(live):
             allowed = _allowed(bitmask[row], info.vocab_size)
             if len(allowed):

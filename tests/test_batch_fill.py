@@ -28,10 +28,10 @@ def _single_fills(matchers) -> np.ndarray:
 def _split_always(monkeypatch) -> None:
     """Make the batch path use every thread it is given, however little the work (its
     thresholds would keep a small test's steps on one thread)."""
-    from pushmask.masks import matcher, state_masks
+    from pushmask.grammar.core import threads
 
-    monkeypatch.setattr(matcher, "MIN_WORK_PER_THREAD_S", 1e-12)
-    monkeypatch.setattr(state_masks, "MIN_STATES_TO_SPLIT", 0)
+    monkeypatch.setattr(threads, "MIN_WORK_PER_THREAD_S", 1e-12)
+    monkeypatch.setattr(threads, "MIN_STATES_PER_SPLIT", 0)
 
 
 def _poison_growth(monkeypatch) -> None:
@@ -51,7 +51,7 @@ def _poison_growth(monkeypatch) -> None:
 def test_batch_equals_single_fills_on_dev_schemas(name, monkeypatch):
     """Rows of dev schemas, two rows per schema (the same states), teacher-forced on a valid
     instance: with a fresh compiler the batch path meets every state first (first visits), then
-    runs again with new matchers (known masks, empty memos); with 1 and 3 threads (every step
+    runs again with new matchers (known masks, empty memos); with 1, 2 and 3 threads (every step
     split), torch and numpy bitmasks, without and with the shared cache (masks of one schema's
     states found for another's), with mask pools that must grow part way through a batch's first
     visits: every row equals the single-row fill of the same schema compiled apart and allows
@@ -64,7 +64,7 @@ def test_batch_equals_single_fills_on_dev_schemas(name, monkeypatch):
     # The single-row fills read grammars of their own compiler: their masks are computed apart.
     reference = pm.GrammarCompiler(info, cache_enabled=False)
     references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
-    for threads, torch_bitmask, cached in ((1, False, False), (3, True, True)):
+    for threads, torch_bitmask, cached in ((1, False, False), (2, False, True), (3, True, True)):
         if threads > 1:
             _split_always(monkeypatch)
         compiler = pm.GrammarCompiler(info, cache_enabled=cached)  # nothing known: first visits in the batch
@@ -81,7 +81,7 @@ def test_batch_equals_single_fills_on_dev_schemas(name, monkeypatch):
             if not torch_bitmask:
                 bitmask = bitmask.numpy().copy()
             for step in range(steps):
-                pm.batch_fill_next_token_bitmask(batch, bitmask, indices=indices, num_threads=threads)
+                pm.batch_fill_next_token_bitmask(batch, bitmask, indices=indices, max_threads=threads)
                 got = np.asarray(bitmask)[indices]
                 expected = _single_fills(single)
                 assert (got == expected).all(), (name, threads, step)
@@ -111,7 +111,7 @@ def test_batch_first_visits_wait_for_a_grammar_another_thread_holds():
     releaser = threading.Timer(0.2, held.release)
     releaser.start()
     bitmask = np.zeros((len(matchers), (info.vocab_size + 31) // 32), dtype=np.int32)
-    pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=2)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=2)
     releaser.join()
     assert (bitmask == _single_fills(twins)).all()
 
@@ -148,7 +148,7 @@ def test_batch_keeps_value_checks_budgets_and_token_terminals(threads):
     rng = random.Random(threads)
     bitmask = np.zeros((len(batch), (info.vocab_size + 31) // 32), dtype=np.int32)
     for step in range(30):
-        pm.batch_fill_next_token_bitmask(batch, bitmask, num_threads=threads)
+        pm.batch_fill_next_token_bitmask(batch, bitmask, max_threads=threads)
         expected = _single_fills(twins)
         assert (bitmask == expected).all(), step
         for row, (matcher, twin) in enumerate(zip(batch, twins)):
@@ -171,7 +171,7 @@ def test_forks_share_a_workspace_and_still_fill_alike():
     assert forks[1].accept_string("22") and forks[2].accept_string("3]")
     matchers = [base, *forks]
     bitmask = np.zeros((len(matchers), (info.vocab_size + 31) // 32), dtype=np.int32)
-    pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=4)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=4)
     assert (bitmask == _single_fills(matchers)).all()
 
 
@@ -264,24 +264,24 @@ def test_batch_rows_follow_rollback_fork_and_reset():
     taken: list[int] = []
     for token in tokens:
         matchers = [other, walker]
-        pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=[2, 0], num_threads=2)
+        pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=[2, 0], max_threads=2)
         assert (bitmask[0] == _fresh_fill(compiled, taken)).all(), taken
         assert walker.accept_token(token)
         taken.append(token)
         if len(taken) % 4 == 0:
             walker.rollback(2)
             del taken[-2:]
-            pm.batch_fill_next_token_bitmask([walker, other], bitmask, num_threads=2)
+            pm.batch_fill_next_token_bitmask([walker, other], bitmask, max_threads=2)
             assert (bitmask[0] == _fresh_fill(compiled, taken)).all(), taken
             assert walker.accept_tokens(tokens[len(taken) : len(taken) + 2])
             taken = list(tokens[: len(taken) + 2])
     fork = walker.fork()
     walker.rollback(3)
-    pm.batch_fill_next_token_bitmask([fork, walker, other], bitmask, num_threads=2)
+    pm.batch_fill_next_token_bitmask([fork, walker, other], bitmask, max_threads=2)
     assert (bitmask[0] == _fresh_fill(compiled, taken)).all()
     assert (bitmask[1] == _fresh_fill(compiled, taken[:-3])).all()
     walker.reset()
-    pm.batch_fill_next_token_bitmask([walker, fork], bitmask, num_threads=1)
+    pm.batch_fill_next_token_bitmask([walker, fork], bitmask, max_threads=1)
     assert (bitmask[0] == _fresh_fill(compiled, [])).all()
     assert (bitmask[1] == _fresh_fill(compiled, taken)).all()
 

@@ -469,7 +469,7 @@ def test_batch_fill_threads_on_fresh_masks(name):
         for piece in text:
             assert matcher.accept_token(SPECIAL if piece == SPECIAL_TEXT else MATRIX_VOCAB.index(piece.encode()))
     bitmask = pm.allocate_token_bitmask(len(matchers), len(MATRIX_VOCAB))
-    pm.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=4)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=4)
     for i, text in enumerate(texts):
         bits = np.unpackbits(np.asarray(bitmask[i]).view(np.uint8), bitorder="little")[: len(MATRIX_VOCAB)]
         assert_mask_exact(row, bits.astype(bool), text, "batch")

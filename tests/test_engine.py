@@ -368,7 +368,7 @@ def test_batch_fill_equals_one_by_one(smollm2_compiler):
         matchers.append(matcher)
     rows = list(reversed(range(len(matchers))))
     bitmask = pm.allocate_token_bitmask(len(matchers), matchers[0].vocab_size)
-    pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=rows, num_threads=4)
+    pm.batch_fill_next_token_bitmask(matchers, bitmask, indices=rows, max_threads=4)
     for matcher, row in zip(matchers, rows):
         single = pm.allocate_token_bitmask(1, matcher.vocab_size)
         matcher.fill_next_token_bitmask(single)

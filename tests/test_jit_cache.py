@@ -298,7 +298,7 @@ BATCH_STEPS = textwrap.dedent("""
     before = jit.cache_stats()[1]
     rng = np.random.default_rng(0)
     for _ in range(8):  # a server's steps: first visits of all rows' new states in the batch call
-        pushmask.batch_fill_next_token_bitmask(matchers, bitmask, num_threads=2)
+        pushmask.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=2)
         for row, matcher in enumerate(matchers):
             words = np.asarray(bitmask[row]).astype(np.uint32)
             allowed = np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little")[: info.vocab_size])

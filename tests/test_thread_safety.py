@@ -196,7 +196,7 @@ def _batch_thread(stress, grammars, walks, seed):
         step = 0
         while live and stress.running():
             bitmask[:] = -1
-            pm.batch_fill_next_token_bitmask([m for m, *_ in live], bitmask, num_threads=2)
+            pm.batch_fill_next_token_bitmask([m for m, *_ in live], bitmask, max_threads=2)
             for row, (matcher, c, tokens, rows) in enumerate(live):
                 if not np.array_equal(bitmask[row, :WORDS], rows[step]):
                     stress.fail(f"batch fill differs: config {c}, step {step}")
@@ -297,7 +297,7 @@ def test_a_fill_that_raises_leaves_its_rows_all_zero(monkeypatch, stage, layout)
 
     batch = bitmask()
     with pytest.raises(RuntimeError, match="forced"):
-        pm.batch_fill_next_token_bitmask([plain, failing], batch, indices=[2, 0], num_threads=2)
+        pm.batch_fill_next_token_bitmask([plain, failing], batch, indices=[2, 0], max_threads=2)
     assert not np.asarray(batch[0]).any() and not np.asarray(batch[2]).any()
     assert (np.asarray(batch[1]) == -1).all()
 

@@ -459,19 +459,22 @@ def test_compiled_grammar_and_tokenizer_info_round_trips(compiler, tmp_path):
 
 
 def test_grammar_compiler_takes_xgrammars_constructor(compiler):
-    """GrammarCompiler(tokenizer_info, *, max_threads=8, cache_enabled=True, cache_limit_bytes=...),
+    """GrammarCompiler(tokenizer_info, *, max_threads, cache_enabled=True, cache_limit_bytes=...),
     as XGrammar's Python API documents it: keyword arguments, -1 for no cache limit, the limit
     bounding get_cache_size_bytes (one grammar past it stays), clear_cache emptying it.  Unlike
-    XGrammar's, the default limit is bounded (DEFAULT_CACHE_LIMIT_BYTES)."""
+    XGrammar's, the default limit is bounded (DEFAULT_CACHE_LIMIT_BYTES); max_threads defaults to
+    "auto" (the thread policy's default) and takes XGrammar's 8."""
+    from pushmask.grammar.core.threads import default_max_threads
     from pushmask.masks.compiler import DEFAULT_CACHE_LIMIT_BYTES
 
     info = compiler.tokenizer_info
     default = pm.GrammarCompiler(info)
     assert (default.max_threads, default.cache_enabled, default.cache_limit_bytes) == (
-        8,
+        default_max_threads(),
         True,
         DEFAULT_CACHE_LIMIT_BYTES,
     )
+    assert pm.GrammarCompiler(info, max_threads=8).max_threads == 8
     with pytest.raises(TypeError):
         pm.GrammarCompiler(info, 8)  # keyword-only, as in XGrammar
     for bad in ({"max_threads": 0}, {"cache_limit_bytes": -2}):

@@ -100,9 +100,9 @@ def test_batch_filled_step_equals_vllms_row_by_row_step(setup, monkeypatch):
     calls = []
     fill = pmb.batch_fill_next_token_bitmask
 
-    def counting(matchers, bitmask, rows, num_threads=None):
+    def counting(matchers, bitmask, rows, max_threads=None):
         calls.append(list(rows))
-        return fill(matchers, bitmask, rows, num_threads=num_threads)
+        return fill(matchers, bitmask, rows, max_threads=max_threads)
 
     monkeypatch.setattr(pmb, "batch_fill_next_token_bitmask", counting)
     seen = {"reasoning": 0, "terminated": 0}
