@@ -106,9 +106,9 @@ def number_value(em: Emitter, f: Term, pointer: str, integer: bool) -> Expr:
     not_multiple_of = tuple(sorted({int(part.multiple_of) for part in f.exclusions if part.multiple_of is not None}))
     if not_multiple_of:
         kwargs["not_multiple_of"] = not_multiple_of
+    kwargs["remainder_budget"] = em.ctx.limits.max_rule_states  # the rule holds the remainder automaton
     if integer:
         kwargs["zero_fraction"] = em.ctx.draft != "draft4"
-        kwargs["remainder_budget"] = em.ctx.limits.max_rule_states
     elif non_integral:
         kwargs["non_integral"] = True
     try:
