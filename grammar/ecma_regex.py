@@ -118,11 +118,15 @@ class _RegexParser:
     complement stays a subset of both engines' languages.
     """
 
-    def __init__(self, pattern: str, widen: bool = False):
+    def __init__(self, pattern: str, widen: bool = False, drop_lookbehinds: bool = False):
         self.p = pattern
         self.i = 0
         self.widen = widen
         self.depth = 0  # group nesting
+        # read a lookbehind as the empty string (a wider language) instead of failing, noting
+        # its span: `without_lookbehinds`
+        self.drop_lookbehinds = drop_lookbehinds
+        self.lookbehinds: list[tuple[int, int]] = []
 
     def fail(self, message: str):
         raise _PatternUnsupported(f"{message} at offset {self.i} of {self.p!r}")
@@ -172,6 +176,22 @@ class _RegexParser:
         self.i += 1
         return ("look", positive, node)
 
+    def lookbehind(self):
+        """A lookbehind ('(?<=' or '(?<!' read up to the '?'): refused, or with drop_lookbehinds
+        read for its syntax only and matched as the empty string (every match of the pattern is
+        still a match without the assertion, so the language only widens)."""
+        if not self.drop_lookbehinds:
+            self.fail("lookbehind")
+        begin = self.i - 1
+        self.i += 3
+        self.alternation()
+        if self.peek() != ")":
+            self.fail("missing ')'")
+        self.i += 1
+        self.depth -= 1
+        self.lookbehinds.append((begin, self.i))
+        return ("seq", [])
+
     def chars(self, charset: _CharSet):
         """The atom for a character set: both engines' characters, or either's when widened."""
         return ("set", charset.either() if self.widen else charset.both())
@@ -214,6 +234,8 @@ class _RegexParser:
         if c == "(":
             self.i += 1
             self.depth += 1
+            if self.p.startswith(("?<=", "?<!"), self.i):
+                return self.lookbehind()
             if self.p.startswith("?:", self.i):
                 self.i += 2
             elif self.p.startswith("?<", self.i) and not self.p.startswith(("?<=", "?<!"), self.i):
@@ -521,6 +543,23 @@ def pattern_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_LIMITS.ma
         ) from None
     except RecursionError:
         raise UnsupportedSchemaError("pattern", pointer, "pattern nests too deeply") from None
+
+
+def without_lookbehinds(pattern: str) -> str:
+    """`pattern` with each lookbehind group replaced by the empty group "(?:)": the regex of a
+    wider language, which `pattern_dfa` reads (the lenient reading of a pattern with a
+    lookbehind).  The pattern itself when it has none, or when it does not parse."""
+    parser = _RegexParser(pattern, drop_lookbehinds=True)
+    try:
+        parser.parse()
+    except (_PatternUnsupported, RecursionError):
+        return pattern
+    out, end = [], 0
+    for begin, stop in sorted(parser.lookbehinds):
+        if begin >= end:  # a lookbehind nested in a dropped one goes with it
+            out += [pattern[end:begin], "(?:)"]
+            end = stop
+    return "".join(out) + pattern[end:]
 
 
 def fullmatch_dfa(pattern: str, pointer: str = "", budget: int = DEFAULT_LIMITS.max_string_states) -> Dfa:

@@ -30,7 +30,9 @@ Policies (documented choices, all sound):
 - An integer multipleOf k is the remainder automaton of k, built directly (`multiples_dfa`);
   k whose automaton passes Limits.max_rule_states is refused at once.  Zero fractions of an
   unbounded range need the multiples up to 2**53 (about 16 copies of it): past
-  Limits.max_string_states they are left out (integer texts only).
+  Limits.max_string_states they are left out (integer texts only).  A `number` with an integer
+  multipleOf is the same automaton (integer texts and their zero fractions).  The remainder
+  automaton is minimal as built (`Dfa.minimal`), so no minimiser pass runs over its 10**5 states.
 - multipleOf uses the *decimal* value of the schema's number (0.01 means 1/100, as the
   spec says).  The jsonschema library divides floats instead and wrongly rejects about one
   in six exact multiples of 0.01 (e.g. 0.07 / 0.01 = 7.000000000000001); we follow the
@@ -566,8 +568,10 @@ def multiples_dfa(k: int, budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
         # already minimal: for m prime to 10 every two remainders r != r' part on some digit
         # string w (w = -r * 10**len(w) mod m written with len(w) digits), and the start and "0"
         # states differ from all of them; minimising 10**5 states would cost a second
-        return Dfa.from_arrays(*arrays)
-    return Dfa.from_arrays(*string_kernels.minimize(*arrays))
+        dfa = Dfa.from_arrays(*arrays)
+        dfa.minimal = True
+        return dfa
+    return Dfa.from_arrays(*arrays).minimize()
 
 
 register(multiples_dfa.cache_clear, "json_numbers.multiples_dfa")
@@ -631,7 +635,11 @@ def _sign_split(positive: Dfa, negative: Dfa) -> Dfa:
     tgt = np.concatenate([[minus], p_tgt[head] + 1, p_tgt + 1, n_tgt + n_pos + 1])
     count = np.concatenate([[1 + p_count[0]], p_count, n_count])
     final = np.concatenate([[False], p_final, n_final])
-    return Dfa.from_arrays(*string_kernels.trim(np.cumsum(count) - count, count, lo, hi, tgt, final))
+    dfa = Dfa.from_arrays(*string_kernels.trim(np.cumsum(count) - count, count, lo, hi, tgt, final))
+    # '-' into a minimal positive automaton itself keeps it minimal: the new start is the one
+    # state with an edge on '-' (so it differs from every other), the rest stay apart
+    dfa.minimal = positive.minimal and minus == 1
+    return dfa
 
 
 def _zero_fractions(dfa: Dfa) -> Dfa:
@@ -825,11 +833,24 @@ def number_dfa(
     multiple_of=None,
     pointer: str = "",
     budget: int = DEFAULT_LIMITS.max_string_states,
+    remainder_budget: int = DEFAULT_LIMITS.max_rule_states,
 ) -> Dfa:
-    """The Dfa behind number_expr (see the module docstring for the policies)."""
+    """The Dfa behind number_expr (see the module docstring for the policies); an integer
+    multipleOf builds its remainder automaton within `remainder_budget` states, as integer_expr."""
     lower, upper = _bounds(minimum, maximum, exclusive_minimum, exclusive_maximum, pointer)
     if multiple_of is not None:
         p, d = _decimal_multiple(multiple_of, pointer)
+        if d == 0:  # an integer divisor leaves integral values: integer texts and their zero fractions
+            return _integer_dfa(
+                lower,
+                upper,
+                multiple_of,
+                pointer,
+                True,
+                budget,
+                empty_is_error=False,
+                remainder_budget=remainder_budget,
+            )
         ints = _integer_dfa(
             lower, upper, multiple_of, pointer, False, budget, empty_is_error=False, remainder_budget=budget
         )
@@ -908,6 +929,7 @@ def number_expr(
     budget: int = DEFAULT_LIMITS.max_string_states,
     non_integral: bool = False,
     not_multiple_of: tuple[int, ...] = (),
+    remainder_budget: int = DEFAULT_LIMITS.max_rule_states,
 ) -> Expr:
     """JSON texts of numbers within the bounds and (optionally) multiples of `multiple_of`;
     non_integral: only those `non_integral_dfa` accepts (for `not: {type: integer}`);
@@ -923,7 +945,7 @@ def number_expr(
         pointer=pointer,
         budget=budget,
     )
-    dfa = _guard(keyword, pointer, number_dfa, **bounds)
+    dfa = _guard(keyword, pointer, number_dfa, remainder_budget=remainder_budget, **bounds)
     if non_integral or not_multiple_of:
         dfa = _guard(keyword, pointer, dfa.intersect, non_integral_dfa(), budget)
     if not_multiple_of and not non_integral:

@@ -697,3 +697,57 @@ def test_official_suite_strings_are_never_wrongly_accepted(name):
     assert checked > 0
     if "idn-" not in name:  # internationalised hostnames and e-mail domains: ASCII subset only
         assert accepted_valid >= total_valid / 4, (name, accepted_valid, total_valid)
+
+
+# ---------------------------------------------------------------------------------------------
+# A pattern with a lookbehind: refused, or under lenient=True widened (the lookbehind dropped).
+
+LOOKBEHIND_PATTERNS = ["(?<=a)b", "^x(?<!y)z", "(a(?<=(?<!b)a)b)+", "a(?<=b)*c", "(?<!a)b$", "^(?<=^)ab?"]
+
+
+@pytest.mark.parametrize("pattern", LOOKBEHIND_PATTERNS)
+def test_lookbehind_dropped_is_a_superset_of_re(pattern):
+    """Every string over a small alphabet in which Python's re finds a match of the original
+    pattern is accepted by the widened pattern's automaton (brute force up to length 5)."""
+    from itertools import product
+
+    from pushmask.grammar.ecma_regex import without_lookbehinds
+
+    widened = without_lookbehinds(pattern)
+    assert "(?<" not in widened
+    dfa = pattern_dfa(widened)
+    compiled = re.compile(pattern)
+    matched = 0
+    for length in range(6):
+        for chars in product("abcxyz", repeat=length):
+            text = "".join(chars)
+            if compiled.search(text):
+                matched += 1
+                assert dfa.accepts(text), (pattern, widened, text)
+    assert matched > 0
+
+
+def test_lookbehind_pattern_refused_unless_lenient():
+    import warnings
+
+    import pushmask as pm
+    from pushmask.grammar.json_options import JsonOptions
+    from pushmask.grammar.json_schema import json_schema_to_grammar
+
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^x(?<!y)z"}}, "required": ["s"]}
+    with pytest.raises(UnsupportedSchemaError, match="lookbehind") as info:
+        json_schema_to_grammar(schema)
+    assert info.value.keyword == "pattern" and info.value.pointer == "#/properties/s/pattern"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grammar = json_schema_to_grammar(schema, options=JsonOptions(lenient=True))
+    assert any("widened 'pattern' at #/properties/s/pattern" in str(w.message) for w in caught)
+    compiled = pm.GrammarCompiler(pm.TokenizerInfo([bytes([b]) for b in range(256)], vocab_type="raw")).compile_grammar(
+        grammar
+    )
+    matcher = pm.GrammarMatcher(compiled)
+    assert matcher.accept_string('{"s": "xz"}') and matcher.can_end()
+    assert not pm.GrammarMatcher(compiled).accept_string('{"s": "yz"}')
+    # under `not` a dropped lookbehind would narrow the value: still refused
+    with pytest.raises(UnsupportedSchemaError, match="lookbehind"):
+        json_schema_to_grammar({"type": "string", "not": {"pattern": "(?<=a)b"}}, options=JsonOptions(lenient=True))

@@ -145,3 +145,75 @@ def test_too_large_k_is_refused_with_a_fix(k):
         integer_expr(multiple_of=k, pointer="#/x")
     assert info.value.pointer == "#/x"
     integer_expr(multiple_of=k, minimum=0, maximum=1000 * k)  # few multiples: spelled out
+
+
+def test_remainder_automaton_is_minimal_as_built():
+    """multiples_dfa skips the minimiser (Dfa.minimal): the minimiser must find nothing to merge."""
+    from pushmask.grammar.fsm import string_kernels
+    from pushmask.grammar.fsm.codepoint_dfa import Dfa
+    from pushmask.grammar.json_numbers import multiples_dfa
+
+    for k in (3, 7, 99, 997, 9973, 99991, 1000, 64, 120):
+        dfa = multiples_dfa(k)
+        assert dfa.minimal, k
+        assert Dfa.from_arrays(*string_kernels.minimize(*dfa.arrays())).size == dfa.size, k
+        signed = _integer_dfa(None, None, k, "", False, 20_000)  # "-" into the same automaton
+        assert signed.minimal, k
+        assert Dfa.from_arrays(*string_kernels.minimize(*signed.arrays())).size == signed.size, k
+
+
+def _bound_ok(n: int, bounds: dict) -> bool:
+    return (
+        ("minimum" not in bounds or n >= bounds["minimum"])
+        and ("maximum" not in bounds or n <= bounds["maximum"])
+        and ("exclusive_minimum" not in bounds or n > bounds["exclusive_minimum"])
+        and ("exclusive_maximum" not in bounds or n < bounds["exclusive_maximum"])
+    )
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [{}, dict(minimum=-50 * 99991, maximum=300 * 99991), dict(exclusive_minimum=0, exclusive_maximum=2000 * 99991 + 5)],
+)
+def test_big_k_number_and_integer_sampled(bounds):
+    """k = 99991, integer and number: random multiples and their neighbours, near and far (with
+    bounds the few multiples are spelled out), against Python integer arithmetic; a number also
+    takes the zero-fraction spellings of the multiples it accepts (up to 2**53), never a fraction
+    or an exponent."""
+    from pushmask.grammar.json_numbers import number_dfa
+
+    k = 99991
+    rng = random.Random(46)
+    lower, upper = _bounds(
+        bounds.get("minimum"),
+        bounds.get("maximum"),
+        bounds.get("exclusive_minimum"),
+        bounds.get("exclusive_maximum"),
+        "",
+    )
+    integer = _integer_dfa(lower, upper, k, "", False, 20_000)
+    number = number_dfa(multiple_of=k, **bounds)
+    samples = [0, k, -k, 2 * k, k - 1, k + 1]
+    for _ in range(300):
+        n = k * rng.choice([rng.randint(-3000, 3000), rng.randint(-(10**12), 10**12)])
+        samples += [n, n + rng.choice([-1, 1, rng.randint(2, k - 1)])]
+    for n in samples:
+        want = n % k == 0 and _bound_ok(n, bounds)
+        assert integer.accepts(str(n)) == want, (bounds, n)
+        assert number.accepts(str(n)) == want, (bounds, n)
+        assert not number.accepts(f"{n}.5") and not number.accepts(f"{n}e0")
+        if want and bounds:  # unbounded: the zero fractions would pass the string budget (left out)
+            assert number.accepts(f"{n}.0") and number.accepts(f"{n}.000"), (bounds, n)
+        elif not want:
+            assert not number.accepts(f"{n}.0"), (bounds, n)
+
+
+def test_big_k_with_a_far_bound_is_refused_quickly_and_clearly():
+    """A remainder automaton of 10**5 states times a bound's digits passes Limits.max_rule_states:
+    refused by the product's first step past the budget, naming multipleOf and its pointer."""
+    from pushmask.grammar.json_numbers import number_expr
+
+    for build in (integer_expr, number_expr):
+        with pytest.raises(UnsupportedSchemaError, match="smaller multipleOf") as info:
+            build(multiple_of=99991, minimum=123456789, pointer="#/x")
+        assert info.value.keyword == "multipleOf" and info.value.pointer == "#/x"

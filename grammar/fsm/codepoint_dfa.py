@@ -25,7 +25,15 @@ import numpy as np
 
 from ..core.errors import UnsupportedSchemaError
 from ..core.limits import DEFAULT_LIMITS
-from ..ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharFsm, Expr, complement_ranges, normalize_ranges
+from ..ir import (
+    MAX_CODE_POINT,
+    NOTHING,
+    SURROGATES,
+    Expr,
+    char_fsm_of_columns,
+    complement_ranges,
+    normalize_ranges,
+)
 from . import string_kernels
 
 __all__ = [
@@ -100,12 +108,13 @@ class Dfa:
     flat arrays, made once, and the automata they return build `trans` only when it is read.
     """
 
-    __slots__ = ("_trans", "_arrays", "finals")
+    __slots__ = ("_trans", "_arrays", "finals", "minimal")
 
     def __init__(self, trans: list[list[tuple[int, int, int]]], finals: Iterable[int]):
         self._trans = trans
         self._arrays: tuple | None = None
         self.finals = frozenset(finals)
+        self.minimal = False  # known to be minimal and trimmed (then `minimize` returns it as is)
 
     @classmethod
     def from_arrays(cls, start, count, lo, hi, target, final) -> Dfa:
@@ -116,6 +125,7 @@ class Dfa:
         dfa._trans = None
         dfa._arrays = (start, count, lo, hi, target, final)
         dfa.finals = frozenset(np.flatnonzero(final).tolist())
+        dfa.minimal = False
         return dfa
 
     @property
@@ -220,8 +230,13 @@ class Dfa:
 
     def minimize(self) -> Dfa:
         """An equivalent minimal trimmed DFA (the shared minimiser, partition_kernels.py; numbered
-        as `trim` does, so equal languages give equal automata)."""
-        return Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*self.arrays())))
+        as `trim` does, so equal languages give equal automata); itself when known minimal (built
+        minimal by construction: a minimiser pass over 10**5 states costs most of a second)."""
+        if self.minimal:
+            return self
+        dfa = Dfa.from_arrays(*string_kernels.minimize(*string_kernels.trim(*self.arrays())))
+        dfa.minimal = True
+        return dfa
 
     # -- boolean operations --------------------------------------------------------------------
 
@@ -336,8 +351,17 @@ def literal_dfa(values: Iterable[str]) -> Dfa:
 
 
 def dfa_to_char_fsm(dfa: Dfa) -> Expr:
-    """The automaton as one grammar-IR `CharFsm` (NOTHING for the empty language)."""
-    if dfa.is_empty():
+    """The automaton as one grammar-IR `CharFsm` (NOTHING for the empty language), built from its
+    trimmed flat arrays in numpy passes (a multipleOf automaton has a million edges): transitions
+    sorted by (source, lo), the array kept for automata/dfa.py, and the emptiness known (a
+    trimmed automaton with states accepts something)."""
+    start, count, lo, hi, target, final = string_kernels.trim(*dfa.arrays())
+    if start.shape[0] == 0:
         return NOTHING
-    transitions = tuple(sorted((s, lo, hi, t) for s, edges in enumerate(dfa.trans) for lo, hi, t in edges))
-    return CharFsm(0, frozenset(dfa.finals), transitions)
+    source = np.repeat(np.arange(start.shape[0], dtype=np.int64), count)
+    first = np.cumsum(count) - count
+    edge = np.repeat(start, count) + np.arange(source.shape[0]) - np.repeat(first, count)
+    order = np.lexsort((lo[edge], source))  # the edges of one state are disjoint ranges: lo orders them
+    edge = edge[order]
+    finals = frozenset(np.flatnonzero(final).tolist())
+    return char_fsm_of_columns(0, finals, source[order], lo[edge], hi[edge], target[edge], nonempty=True)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 
 from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
+from ..ecma_regex import without_lookbehinds
 from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
 from ..json_checks import ValidatesSchema
 from ..passes import expr_nodes
@@ -97,6 +98,17 @@ class Emitter:
     def pattern_dfa(self, pattern: str, pointer: str):
         """The strings an ECMA pattern finds a match in, within Limits.max_string_states."""
         return pattern_dfa(pattern, pointer, self.ctx.limits.max_string_states)
+
+    def string_pattern(self, pattern: str, pointer: str) -> str:
+        """A string's `pattern` as compiled: itself, or under lenient=True with its lookbehinds
+        dropped (a wider language, with the widening warning), which pattern_dfa cannot read.
+        Only where a wider pattern widens the value: not under `not` or in patternProperties."""
+        if not self.ctx.mode.lenient or not isinstance(pattern, str):
+            return pattern
+        widened = without_lookbehinds(pattern)
+        if widened != pattern:
+            self.ctx.unsupported("pattern", pointer, f"lookbehind dropped from {pattern!r} (a wider language)")
+        return widened
 
     def string_dfa(self, **constraints):
         """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""

@@ -36,7 +36,8 @@ def string_value(em: Emitter, f: Term, pointer: str) -> Expr:
     """The IR of the strings one flat term allows (length, patterns, format, excluded values)."""
     s = f.string
     # a pattern that finds a match in every string (e.g. "([a-z]+)?") constrains nothing
-    patterns = [p for p in s.patterns if not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
+    patterns = [em.string_pattern(p, f"{pointer}/pattern") for p in s.patterns]
+    patterns = [p for p in patterns if not em.pattern_dfa(p, f"{pointer}/pattern").is_universal()]
     fmt = s.format
     exclusions = f.exclusions
     excluded = [v for part in exclusions for v in part.enum or ()]
@@ -105,9 +106,9 @@ def number_value(em: Emitter, f: Term, pointer: str, integer: bool) -> Expr:
     not_multiple_of = tuple(sorted({int(part.multiple_of) for part in f.exclusions if part.multiple_of is not None}))
     if not_multiple_of:
         kwargs["not_multiple_of"] = not_multiple_of
+    kwargs["remainder_budget"] = em.ctx.limits.max_rule_states  # the rule holds the remainder automaton
     if integer:
         kwargs["zero_fraction"] = em.ctx.draft != "draft4"
-        kwargs["remainder_budget"] = em.ctx.limits.max_rule_states
     elif non_integral:
         kwargs["non_integral"] = True
     try:
