@@ -21,6 +21,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ..grammar.core.errors import InvalidArgumentError
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from .models import ModelNotFound, TokenizerMismatch, load_model
@@ -366,7 +367,7 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
         try:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{args.schema}: not valid JSON: {exc}") from exc
+            raise InvalidArgumentError(f"{args.schema}: not valid JSON: {exc}") from exc
         layouts = {
             "canonical": {},
             "compact": {"separators": None, "whitespace": "compact"},
@@ -380,7 +381,7 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
         text = path.read_text(encoding="utf-8")
         kind, reason = grammar_kind(text, path.name)
         if kind == "json":
-            raise ValueError(f"{path} is JSON ({reason}), not a grammar: pass a JSON Schema with --schema")
+            raise InvalidArgumentError(f"{path} is JSON ({reason}), not a grammar: pass a JSON Schema with --schema")
         reader = f"reading {path.name} as {'EBNF (GBNF)' if kind == 'ebnf' else 'Lark'}: {reason}"
         return {"grammar": text, "grammar_format": kind}, None, reader
     return {"regex": args.regex}, None, None

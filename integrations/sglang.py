@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - only without SGLang
         f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}"
     ) from exc
 
-from ..grammar.core.errors import PushmaskError
+from ..grammar.core.errors import InvalidArgumentError, PushmaskError
 from ..grammar.json_options import JsonOptions
 from ..grammar.structural_tag import root_format
 from ..masks.bitmask import apply_token_bitmask_inplace, get_bitmask_shape
@@ -107,7 +107,7 @@ class PushmaskGrammar(BaseGrammarObject):
             return
         self.current_token = token
         if not self.matcher.accept_token(token):
-            raise ValueError(f"token {token} is not allowed by the grammar {self.key_string[:200]!r}")
+            raise InvalidArgumentError(f"token {token} is not allowed by the grammar {self.key_string[:200]!r}")
 
     def rollback(self, k: int) -> None:
         self.matcher.rollback(k)
@@ -162,7 +162,7 @@ class PushmaskGrammar(BaseGrammarObject):
             self.matcher.rollback(len(old_output_ids) - same)
         for token in new_output_ids[same:]:
             if not self.matcher.accept_token(token):
-                raise ValueError(f"retokenized output: token {token} is not allowed by the grammar")
+                raise InvalidArgumentError(f"retokenized output: token {token} is not allowed by the grammar")
 
     def __repr__(self) -> str:
         return f"PushmaskGrammar(key={self.key_string[:60]!r})"

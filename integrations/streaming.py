@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..grammar.core.errors import InternalError
+
 __all__ = ["GenerationStream", "StreamEvent", "partial_json"]
 
 _MISSING = object()
@@ -211,4 +213,4 @@ class GenerationStream:
             return
         errors = list(self._validator.evolve(schema=sub).iter_errors(member))
         if errors:  # the grammar admits only valid members: this would be a pushmask bug
-            raise RuntimeError(f"streamed member {key!r} fails its schema: {errors[0].message}")
+            raise InternalError(f"streamed member {key!r} fails its schema: {errors[0].message}")

@@ -63,6 +63,7 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
     ) from exc
 
 from ..grammar.core.caches import BoundedCache
+from ..grammar.core.errors import IncompatibleEnvironmentError, InternalError, InvalidArgumentError
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from ..masks.budget import budget_table
@@ -161,9 +162,9 @@ def _env_max_whitespace() -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{ENV_MAX_WHITESPACE} must be a non-negative integer, got {raw!r}") from None
+        raise InvalidArgumentError(f"{ENV_MAX_WHITESPACE} must be a non-negative integer, got {raw!r}") from None
     if value < 0:
-        raise ValueError(f"{ENV_MAX_WHITESPACE} must be a non-negative integer, got {raw!r}")
+        raise InvalidArgumentError(f"{ENV_MAX_WHITESPACE} must be a non-negative integer, got {raw!r}")
     return value
 
 
@@ -190,7 +191,7 @@ def _parse_spec(request_type: StructuredOutputOptions, grammar_spec: str) -> tup
         return "choice", choices
     if name == "STRUCTURAL_TAG":
         return "structural_tag", grammar_spec
-    raise ValueError(f"unsupported structured output request type {request_type!s}")
+    raise InvalidArgumentError(f"unsupported structured output request type {request_type!s}")
 
 
 def _front_end_options(kind: str, compact: bool, max_whitespace: int | None) -> dict[str, Any]:
@@ -222,7 +223,7 @@ class PushmaskBackend(StructuredOutputBackend):
         from vllm.utils.mistral import is_mistral_tokenizer
 
         if is_mistral_tokenizer(self.tokenizer):
-            raise ValueError(
+            raise InvalidArgumentError(
                 "pushmask's vLLM backend reads Hugging Face tokenizers; start vLLM with "
                 "--tokenizer-mode hf, or unset PUSHMASK_VLLM to use xgrammar with mistral-common"
             )
@@ -464,7 +465,7 @@ class PushmaskGrammar(StructuredOutputGrammar):
             return None
         for token in valid:
             if not self.matcher.accept_token(token):
-                raise RuntimeError(f"token {token} passed validate_tokens but accept_token refused it")
+                raise InternalError(f"token {token} passed validate_tokens but accept_token refused it")
         return len(valid)
 
 
@@ -508,7 +509,7 @@ def validate_pushmask_request(sampling_params) -> None:
             raise VLLMValidationError("Invalid structural tag specification.") from exc
     elif params.regex is not None:
         if "\x00" in params.regex:
-            raise ValueError("structured_outputs.regex must not contain a NUL character ('\\x00')")
+            raise InvalidArgumentError("structured_outputs.regex must not contain a NUL character ('\\x00')")
         kind, arg = "regex", params.regex
     elif params.choice is not None:
         kind, arg = "choice", params.choice
@@ -647,7 +648,7 @@ def register() -> None:
     version = getattr(vllm, "__version__", "unknown")
     problems = check_vllm_compatibility()
     if problems:
-        raise RuntimeError(
+        raise IncompatibleEnvironmentError(
             f"{ENV_ENABLE}=1 but vLLM {version} does not have the structured-output interfaces "
             "pushmask was written for: " + "; ".join(problems) + f". Unset {ENV_ENABLE} to use xgrammar."
         )

@@ -67,6 +67,16 @@ class MatcherStateError(PushmaskError, RuntimeError):
     match); the message says which call brings it back (reset() or rollback())."""
 
 
+class IncompatibleEnvironmentError(PushmaskError, RuntimeError):
+    """The installed packages lack what pushmask was written for (a vLLM without the
+    structured-output interfaces pushmask plugs into); the message names the fix."""
+
+
+class InternalError(PushmaskError, RuntimeError):
+    """A check of pushmask's own invariants failed: a bug in pushmask, to be reported with the
+    grammar and the input that raised it."""
+
+
 def check_argument(value: object, expected: type | tuple[type, ...], name: str, where: str, hint: str = "") -> None:
     """Raise ArgumentTypeError unless `value` is an instance of `expected`."""
     if not isinstance(value, expected):
