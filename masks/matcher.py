@@ -665,6 +665,7 @@ def batch_fill_next_token_bitmask(
         raise IndexOutOfRangeError(
             f"batch_fill_next_token_bitmask: indices must be rows of the bitmask, in [0, {rows}), got {indices}"
         )
+    step_threads = _step_max_threads(matchers, max_threads, num_threads)  # checked even for an empty step
     if not matchers:
         return  # an empty batch step: no row to fill
     if len(set(map(id, matchers))) != len(matchers):
@@ -673,7 +674,7 @@ def batch_fill_next_token_bitmask(
             "matcher (fork() one)"
         )
     _writable_row(bitmask, indices[0], matchers[0]._words)  # type, dtype and shape, as a single fill checks them
-    threads = min(_step_max_threads(matchers, max_threads, num_threads), max(1, len(matchers)))
+    threads = min(step_threads, len(matchers))
     if len(set(map(id, map(_RUNNER, matchers)))) != len(matchers):
         threads = 1  # forks share one workspace (see fork): their rows run one after the other
 

@@ -43,7 +43,7 @@ def default_max_threads() -> int:
 def resolve_max_threads(max_threads: Any, where: str) -> int:
     """`max_threads` as a thread count: "auto" (or None) is default_max_threads(), else an int >= 1
     (ArgumentTypeError / InvalidArgumentError naming `where` otherwise)."""
-    if max_threads is None or max_threads == "auto":
+    if max_threads is None or (isinstance(max_threads, str) and max_threads == "auto"):
         return default_max_threads()
     return check_integer(max_threads, "max_threads", where, minimum=1)
 
