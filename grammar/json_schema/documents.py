@@ -31,6 +31,7 @@ from ..core.caches import BoundedCache
 from ..core.errors import LimitExceededError, SchemaError
 from ..core.limits import DEFAULT_LIMITS
 from .keywords import canonical_json
+from .metaschema import fast_valid
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
 
@@ -308,7 +309,7 @@ def check_metaschema(schema) -> None:
     if not isinstance(schema, dict):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    if _each_node_valid(schema, cls):
+    if fast_valid(schema, cls, _inlined_metaschema, _metaschema_formats(cls)) or _each_node_valid(schema, cls):
         return
     try:  # some node fails: the whole check finds the error jsonschema reports (its best match)
         cls.check_schema(_distinct_subschemas(schema), format_checker=_metaschema_formats(cls))
