@@ -25,12 +25,14 @@ are annotations: `string_expr(..., format=unknown)` accepts any string.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from json.encoder import encode_basestring, encode_basestring_ascii
 
 import numpy as np
 
+from .core.caches import BoundedCache
 from .core.errors import SchemaError, UnsupportedSchemaError
 from .core.limits import DEFAULT_LIMITS
 from .ecma_regex import pattern_dfa
@@ -46,7 +48,20 @@ from .fsm.codepoint_dfa import (
     length_dfa,
     literal_dfa,
 )
-from .ir import MAX_CODE_POINT, NOTHING, SURROGATES, CharClass, CharFsm, Expr, alt, char_fsm_of_columns, lit, rep, seq
+from .ir import (
+    MAX_CODE_POINT,
+    NOTHING,
+    SURROGATES,
+    CharClass,
+    CharFsm,
+    Expr,
+    alt,
+    char_fsm_of_columns,
+    iter_nodes,
+    lit,
+    rep,
+    seq,
+)
 from .json_formats import format_dfa
 
 __all__ = [
@@ -103,15 +118,42 @@ def encode_json_string(dfa: Dfa, budget: int = DEFAULT_LIMITS.max_encoded_string
     return Dfa.from_arrays(*_encode(dfa, budget))
 
 
+STRING_TOKENS_KEPT = 400_000
+"""Transitions of the JSON string tokens kept by `json_string_expr` per process (about 150 bytes
+each): one automaton recurs across a document's objects and strings (the same "any other key"
+or format automaton), and each build writes out its thousands of transition tuples."""
+_string_tokens: BoundedCache[tuple[bytes, int], Expr] = BoundedCache(
+    STRING_TOKENS_KEPT,
+    cost=lambda expr: 1 + sum(len(node.transitions) for node in iter_nodes(expr) if type(node) is CharFsm),
+    name="JSON string tokens of string automata (grammar/json_strings.py)",
+)
+
+
 def json_string_expr(
     dfa: Dfa, pointer: str = "", keyword: str = "pattern", budget: int = DEFAULT_LIMITS.max_encoded_string_states
 ) -> Expr:
     """The whole JSON string token (with quotes) for the decoded language of `dfa`.
 
     Past `budget` states (or twice as many edges) raises UnsupportedSchemaError(keyword).
+    Memoised by the automaton's content and the budget (a pure function of them; an error,
+    which names `pointer`, is not kept).
     """
     if dfa.is_empty():
         return NOTHING
+    content = hashlib.blake2b(digest_size=16)
+    for column in dfa.arrays():  # each column's type and length, then its values
+        content.update(f"{column.dtype.str}{column.shape}".encode())
+        content.update(column.tobytes())
+    key = (content.digest(), budget)
+    token = _string_tokens.get(key)
+    if token is None:
+        token = _string_token(dfa, pointer, keyword, budget)
+        _string_tokens.put(key, token)
+    return token
+
+
+def _string_token(dfa: Dfa, pointer: str, keyword: str, budget: int) -> Expr:
+    """`json_string_expr` of a non-empty `dfa`, built."""
     try:
         start, count, lo, hi, target, final = _encode(dfa, budget)
     except StateLimitExceeded as exc:

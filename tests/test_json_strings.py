@@ -616,6 +616,26 @@ def test_encoding_past_the_budget_is_unsupported():
     assert info.value.pointer == "#/t" and info.value.keyword == "maxLength"
 
 
+def test_string_tokens_are_memoised_by_content_and_budget():
+    """Equal automata built apart give the one token; a cleared memo builds an equal one; an
+    error past the budget is raised anew with each call's own pointer (errors are not kept)."""
+    import pushmask
+
+    pushmask.clear_caches()
+    first = json_string_expr(string_dfa(pattern="^[a-z]{2,5}$"))
+    again = json_string_expr(string_dfa(pattern="^[a-z]{2,5}$"))
+    assert again is first
+    pushmask.clear_caches()
+    rebuilt = json_string_expr(string_dfa(pattern="^[a-z]{2,5}$"))
+    assert rebuilt is not first and rebuilt == first
+    assert matches(rebuilt, json.dumps("abc")) and not matches(rebuilt, json.dumps("a"))
+    dfa = string_dfa(pattern="^(?:\\S+\\s+){0,3}\\S+$", max_length=30)
+    for pointer in ("#/a", "#/b"):
+        with pytest.raises(UnsupportedSchemaError) as info:
+            json_string_expr(dfa, pointer, "pattern", budget=1000)
+        assert info.value.pointer == pointer
+
+
 def test_encoding_size_is_modest():
     body = encode_json_string(string_dfa(pattern="^[a-z0-9]{1,20}$"))
     assert body.size < 400
