@@ -8,8 +8,9 @@ matches nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -156,17 +157,92 @@ class _WeaklyReferable(Expr):
     __slots__ = ("__weakref__",)
 
 
+class TransitionRows(Sequence):
+    """The transitions of a CharFsm built from arrays (`char_fsm_of_columns`), read as the tuple
+    of (source, lo, hi, target) rows they stand for, written out on first use only: a JSON
+    string automaton's thousands of row tuples cost more than the rest of its compile, and the
+    compiler itself reads the array (`_table`).  Equal to that tuple, and pickled as it."""
+
+    __slots__ = ("_table", "_rows")
+
+    def __init__(self, table: np.ndarray):
+        self._table = table
+        self._rows: tuple[tuple[int, int, int, int], ...] | None = None
+
+    def rows(self) -> tuple[tuple[int, int, int, int], ...]:
+        if self._rows is None:
+            # zip builds the row tuples directly (a third faster than tuples of tolist's row lists)
+            self._rows = tuple(zip(*(column.tolist() for column in self._table.T)))
+        return self._rows
+
+    def __len__(self) -> int:
+        return self._table.shape[0]
+
+    def __getitem__(self, index):
+        return self.rows()[index]
+
+    def __iter__(self):
+        return iter(self.rows())
+
+    def __add__(self, other):
+        return self.rows() + tuple(other)
+
+    def __radd__(self, other):
+        return tuple(other) + self.rows()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, TransitionRows):
+            return self._table.shape == other._table.shape and bool(np.array_equal(self._table, other._table))
+        return self.rows() == other
+
+    def __hash__(self) -> int:
+        return hash(self.rows())
+
+    def __repr__(self) -> str:
+        return repr(self.rows())
+
+    def __reduce__(self):
+        return tuple, (self.rows(),)
+
+
+def _fsm_content(fsm: CharFsm) -> bytes:
+    """The transitions as int64 bytes: the one form a CharFsm hashes and compares by, whether
+    its rows are a tuple or an array (equal rows, equal bytes)."""
+    table = getattr(fsm, "_table", None)
+    if table is not None:
+        return table.astype(np.int64).tobytes()
+    rows = fsm.transitions
+    return np.fromiter(chain.from_iterable(rows), np.int64, 4 * len(rows)).tobytes()
+
+
 @_hash_once
 @dataclass(frozen=True, slots=True)
 class CharFsm(_WeaklyReferable):
     """A finite automaton over code points, inlined as UTF-8 (how regex front ends hand over).
 
     transitions: (source, lo, hi, target) with inclusive code-point ranges; states are ints.
+    Hashed and compared by content, without writing out the rows of one built from arrays.
     """
 
     initial: int
     finals: frozenset[int]
     transitions: tuple[tuple[int, int, int, int], ...]
+
+    def __hash__(self) -> int:
+        return hash((self.initial, self.finals, _fsm_content(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CharFsm:
+            return NotImplemented
+        if self is other:
+            return True
+        if self.initial != other.initial or self.finals != other.finals:
+            return False
+        if len(self.transitions) != len(other.transitions):
+            return False
+        if type(self.transitions) is tuple and type(other.transitions) is tuple:
+            return self.transitions == other.transitions
+        return _fsm_content(self) == _fsm_content(other)
 
 
 def char_fsm_of_columns(
@@ -174,13 +250,13 @@ def char_fsm_of_columns(
 ) -> CharFsm:
     """The CharFsm of transitions given as four integer arrays (numpy, one row per transition),
     which it also keeps as one read-only int32 [k, 4] array (the `_table` slot): automata/dfa.py
-    reads that instead of converting thousands of tuples back.  `nonempty`: whether it accepts
+    reads that instead of converting thousands of tuples back, and its row tuples are written
+    out only if something reads them (`TransitionRows`).  `nonempty`: whether it accepts
     some string, when the caller knows (a trimmed automaton with a final state does), which the
     passes' emptiness check then takes instead of searching the transitions."""
     table = np.stack([source, lo, hi, target], axis=1).astype(np.int32)
     table.flags.writeable = False
-    # zip builds the row tuples directly (a third faster than tuples of tolist's row lists)
-    fsm = CharFsm(initial, finals, tuple(zip(*(column.tolist() for column in table.T))))
+    fsm = CharFsm(initial, finals, TransitionRows(table))  # type: ignore[arg-type]  # reads as the tuple
     object.__setattr__(fsm, "_table", table)
     if nonempty is not None:
         object.__setattr__(fsm, "_nonempty", nonempty)
