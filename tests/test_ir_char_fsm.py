@@ -67,3 +67,16 @@ def test_a_compile_reads_the_arrays_not_the_rows(monkeypatch):
     fsms = [node for body in grammar.rules.values() for node in ir.iter_nodes(body) if type(node) is CharFsm]
     assert any(isinstance(fsm.transitions, TransitionRows) for fsm in fsms)
     assert written == []
+
+
+def test_automata_that_share_the_hashed_sample_still_differ():
+    """The hash reads the row count and three rows; automata that differ elsewhere collide in the
+    hash and are told apart by their rows, in either form."""
+    rows = ((0, 97, 97, 1), (1, 98, 98, 2), (2, 99, 99, 3), (3, 100, 100, 4))
+    other = rows[:1] + ((1, 120, 120, 2),) + rows[2:]
+    forms = [CharFsm(0, frozenset({4}), rows), from_arrays(0, frozenset({4}), rows)]
+    others = [CharFsm(0, frozenset({4}), other), from_arrays(0, frozenset({4}), other)]
+    for a in forms:
+        for b in others:
+            assert hash(a) == hash(b) and a != b and b != a
+    assert len(set(forms + others)) == 2 and len(alt(*forms, *others).items) == 2
