@@ -96,3 +96,17 @@ def test_metaschema_with_an_unmodelled_keyword_is_not_compiled(cls):
     with pytest.raises(metaschema._NotModelled):
         metaschema.FastMetaschema(cls, odd, _metaschema_formats(cls))
     metaschema.FastMetaschema(cls, _inlined_metaschema(cls), _metaschema_formats(cls))
+
+
+@pytest.mark.parametrize("value", [5, ["x"], {"a": 1}, None])
+def test_a_schema_uri_that_is_not_a_string_is_a_schema_error(value):
+    """jsonschema's look-up of `$schema` crashes on a non-string (AttributeError, TypeError); the
+    2020-12 metaschema refuses it, and so does the compile, at #/$schema."""
+    from pushmask.grammar.core.errors import SchemaError
+    from pushmask.grammar.json_schema.documents import check_metaschema
+
+    schema = {"$schema": value, "type": "string"}
+    assert not jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA).is_valid(schema)
+    with pytest.raises(SchemaError, match="is not of type 'string'") as info:
+        check_metaschema(schema)
+    assert info.value.pointer == "#/$schema"

@@ -308,7 +308,10 @@ def check_metaschema(schema) -> None:
         return
     if not isinstance(schema, dict):
         raise SchemaError(f"a JSON Schema must be an object or a boolean, got {type(schema).__name__}", "#")
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    # jsonschema looks a `$schema` up as a URI: one that is not a string is checked (and
+    # refused) by the 2020-12 metaschema instead of crashing that look-up
+    named = isinstance(schema.get("$schema"), str)
+    cls = jsonschema.validators.validator_for(schema if named else {}, default=jsonschema.Draft202012Validator)
     if fast_valid(schema, cls, _inlined_metaschema, _metaschema_formats(cls)) or _each_node_valid(schema, cls):
         return
     try:  # some node fails: the whole check finds the error jsonschema reports (its best match)
