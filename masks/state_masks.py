@@ -510,6 +510,8 @@ def _compute_visits(visits: list[_Visit], threads: int) -> None:
             run_store_masks_rows(
                 table, part, ws.blob, tables, scratch.kernel_args, scratch.words, scratch.parts, status
             )
+            if (status[part] == ERR_BUFFER_FULL).any():
+                ws.grow_buffers()  # for the next rows whose stack sets are as large
         finally:
             compiler.give_back_workspace(ws)
 
