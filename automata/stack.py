@@ -11,6 +11,7 @@ import numpy as np
 
 from ..grammar.core.errors import LimitExceededError
 from ..grammar.core.limits import Limits
+from ..jit import njit
 from . import kernels
 from .pda import Pda
 
@@ -94,9 +95,7 @@ class Workspace:
     def clear_memo(self) -> None:
         """Forget the closure memo: it holds stacks of the automaton and frame pool it was filled
         with, so a workspace that goes to another runner must start without it."""
-        memo_start = self._memo_start(self.buffer_size)
-        self.blob[memo_start : memo_start + 4 * kernels.WS_MEMO_SLOTS : 4] = -1
-        self.blob[6] = 0  # memo pool used
+        clear_closure_memo(self.blob)
 
     @property
     def buffer_size(self) -> int:
@@ -110,6 +109,16 @@ class Workspace:
         # Dedupe tables are epoch-stamped, so a fresh blob only needs the epoch carried over (the
         # closure memo starts empty).
         self.blob = self._make(2 * self.buffer_size, epoch=int(self.blob[0]))
+
+
+@njit(cache=True, nogil=True)
+def clear_closure_memo(ws):
+    """Empty a workspace blob's closure memo (every entry, and its pool), for a kernel that takes
+    the workspace from one grammar's stacks to another's (Workspace.clear_memo)."""
+    entries = kernels.ws_memo(ws)
+    for slot in range(ws[4]):
+        ws[entries + 4 * slot] = -1
+    ws[6] = 0  # memo pool used
 
 
 def too_many_tops(max_tops: int) -> LimitExceededError:

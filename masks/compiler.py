@@ -9,6 +9,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
@@ -136,7 +137,8 @@ class GrammarCompiler:
         self.all_grammar_words = ids_to_bitset(self.trie.token_ids, words)
         self.trie_tables = trie_tables(self.trie)  # what the first-visit kernels read (masks/state_masks.py)
         self._thread_local = threading.local()
-        self._idle_workspaces: list[tuple[Workspace, weakref.ref]] = []  # lent to grammars' first visits
+        # idle workspaces lent to first visits, each with the grammar its closure memo holds (or None)
+        self._idle_workspaces: list[tuple[Workspace, Callable[[], CompiledGrammar | None]]] = []
         self._idle_lock = threading.Lock()
         self._follow_pairs: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
@@ -423,18 +425,19 @@ class GrammarCompiler:
             scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie), len(self.all_grammar_words))
         return scratch
 
-    def lend_workspace(self, borrower: CompiledGrammar) -> Workspace:
+    def lend_workspace(self, borrower: CompiledGrammar | None = None) -> Workspace:
         """A kernel workspace for a grammar's first visits (1.4 MB at the default limits): grammars
         borrow one while they compute masks and give it back after (give_back_workspace), so the
         compiler holds one per concurrent first visit instead of every grammar holding one.  The
-        closure memo is kept only for the grammar that filled it (it names that grammar's frames)."""
+        closure memo is kept only for the grammar that filled it (it names that grammar's frames);
+        a batch step's threads borrow one each (borrower None) and empty the memo per grammar."""
         with self._idle_lock:
             idle = self._idle_workspaces
-            mine = [k for k, (_, filled_by) in enumerate(idle) if filled_by() is borrower]
+            mine = [k for k, (_, filled_by) in enumerate(idle) if filled_by() is borrower] if borrower else []
             ws, filled_by = idle.pop(mine[-1] if mine else -1) if idle else (None, None)
         if ws is None:
             return Workspace(self.limits.max_stack_tops, self.trie.max_token_length)
-        if filled_by() is not borrower:
+        if borrower is None or filled_by() is not borrower:
             ws.clear_memo()
         return ws
 
@@ -448,12 +451,13 @@ class GrammarCompiler:
                 shared = self._follow_pairs[digest] = pairs.copy()
             return shared
 
-    def give_back_workspace(self, ws: Workspace, borrower: CompiledGrammar) -> None:
+    def give_back_workspace(self, ws: Workspace, borrower: CompiledGrammar | None = None) -> None:
         """Take back a workspace lend_workspace lent (kept for the next first visit, up to
-        IDLE_WORKSPACES: more are only made by a batch step's first visits of many grammars)."""
+        IDLE_WORKSPACES: one per thread computing masks at once, and one more)."""
+        filled_by = _no_grammar if borrower is None else weakref.ref(borrower)
         with self._idle_lock:
             if len(self._idle_workspaces) < IDLE_WORKSPACES:
-                self._idle_workspaces.append((ws, weakref.ref(borrower)))
+                self._idle_workspaces.append((ws, filled_by))
 
     def clear_cache(self) -> None:
         """Forget the compiled grammars and the token masks held in memory.  A disk cache keeps
@@ -508,6 +512,13 @@ def _shared_key(info: TokenizerInfo, limits: Limits) -> tuple:
 
 IDLE_WORKSPACES = 4
 """Idle kernel workspaces a compiler keeps for its grammars' first visits (lend_workspace)."""
+
+
+def _no_grammar() -> None:
+    """The `filled_by` of an idle workspace whose closure memo holds no grammar's stacks."""
+    return None
+
+
 _KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
 """How a compile's error message names the input of each front-end kind ("grammar" otherwise)."""
 _SHARED_COMPILERS: weakref.WeakValueDictionary[tuple, GrammarCompiler] = weakref.WeakValueDictionary()
@@ -618,7 +629,7 @@ class CompiledGrammar:
             try:
                 run = self.masks_to_compute(self.lacking_masks(lacking))  # another thread may have stored some
                 if run is not None:
-                    self._run_store_masks(run, self)
+                    self.store_masks(run)
                     self.publish_masks(run)
             finally:
                 self._give_back_workspace()
@@ -641,7 +652,8 @@ class CompiledGrammar:
     def masks_to_compute(self, lacking: np.ndarray) -> MaskRun | None:
         """Store the masks of these states that the shared caches hold (mask_lock held); the rest,
         to compute (None if none): keys for all states in one kernel call, follow pairs for all
-        new rules in another."""
+        new rules in another.  Returns with no workspace borrowed: the store kernel's caller
+        borrows one (stack_arrays, or a batch step's one per thread)."""
         compiler = self.compiler
         states = lacking.tolist()
         rules = self.pda.state_rule[lacking].tolist()
@@ -663,8 +675,8 @@ class CompiledGrammar:
                 else:
                     self._store(states[k], mask)
                     self._masks[states[k]] = mask
+        self._give_back_workspace()  # the follow pairs may have borrowed one
         if not compute:
-            self._give_back_workspace()  # the follow pairs may have borrowed one
             return None
         return MaskRun(
             [states[k] for k in compute],
@@ -672,6 +684,11 @@ class CompiledGrammar:
             [pairs[rules[k]][2] for k in compute],  # self._pairs keeps the arrays alive
             self._pool_used,
         )
+
+    def frame_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(automaton, frame pool, stack tops budget) that the store kernel reads now, for a
+        caller that brings its own workspace (a batch step's threads)."""
+        return self.pda.blob, self._frame_pool().blob, self.compiler.limits.max_stack_tops
 
     def stack_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(automaton, frame pool, workspace, stack tops budget) that the store kernel reads now."""
@@ -694,6 +711,11 @@ class CompiledGrammar:
         else:
             self._runner().handle(status)
         return False
+
+    def store_masks(self, run: MaskRun) -> None:
+        """Run the store kernel for the run, in the workspace this grammar borrows, until every
+        state is stored (mask_lock held; it resumes a run a batch step's kernel began)."""
+        self._run_store_masks(run, self)
 
     def publish_masks(self, run: MaskRun) -> None:
         """Publish the run's stored masks (mask_lock held): their kinds, then the shared caches."""
@@ -819,16 +841,21 @@ class CompiledGrammar:
         _give_back_workspace (the frame pool stays: closed stack sets name its frames)."""
         if self._offline is None:
             compiler = self.compiler
-            if self._frames is None:
-                self._frames = FramePool(max_frames=compiler.limits.max_stack_frames)
             self._offline = StackRunner(
                 self.pda,
                 compiler.limits,
                 compiler.trie.max_token_length,
-                pool=self._frames,
+                pool=self._frame_pool(),
                 ws=compiler.lend_workspace(self),
             )
         return self._offline
+
+    def _frame_pool(self) -> FramePool:
+        """The grammar's frame pool for first visits, made on first use and kept (closed stack
+        sets name its frames)."""
+        if self._frames is None:
+            self._frames = FramePool(max_frames=self.compiler.limits.max_stack_frames)
+        return self._frames
 
     def _give_back_workspace(self) -> None:
         """Return the borrowed workspace, if any, once a first visit is done (stack sets handed

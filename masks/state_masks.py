@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import carray, types
 
-from ..automata.kernels import PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
+from ..automata.kernels import ERR_BUFFER_FULL, PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
+from ..automata.stack import clear_closure_memo
 from ..grammar.core.threads import run_parts, threads_for_states
 from ..jit import njit
 from .batch_fill import address, pointer_intrinsic
@@ -379,8 +380,6 @@ def run_follow_pairs_rules(pda, pool, ws, rules, max_tops, out, done):
     SR_N_PDA,
     SR_POOL,
     SR_N_POOL,
-    SR_WS,
-    SR_N_WS,
     SR_MAX_TOPS,
     SR_STATES,
     SR_N_STATES,
@@ -392,21 +391,23 @@ def run_follow_pairs_rules(pda, pool, ws, rules, max_tops, out, done):
     SR_USED,
     SR_KINDS,
     SR_NUM_ACCEPTED,
-) = range(17)
-SR_FIELDS = 17
+) = range(15)
+SR_FIELDS = 15
 
 
 @njit(cache=True, nogil=True)
-def run_store_masks_rows(table, rows, tables, scratch, words, out, status):
+def run_store_masks_rows(table, rows, ws, tables, scratch, words, out, status):
     """run_store_masks for each grammar row k of `table` listed in `rows` (the first visits of a
-    batch step, one call per thread); its status goes to status[k]."""
+    batch step, one call per thread, in the thread's workspace `ws`, its closure memo emptied
+    before each grammar); its status goes to status[k]."""
     for k in rows:
         d = table[k]
         n = d[SR_N_STATES]
+        clear_closure_memo(ws)  # the memo names the previous grammar's frames
         status[k] = run_store_masks(
             carray(_i32_pointer(d[SR_PDA]), d[SR_N_PDA]),
             carray(_i32_pointer(d[SR_POOL]), d[SR_N_POOL]),
-            carray(_i64_pointer(d[SR_WS]), d[SR_N_WS]),
+            ws,
             d[SR_MAX_TOPS],
             carray(_i64_pointer(d[SR_STATES]), n),
             carray(_i64_pointer(d[SR_PAIRS_AT]), n),
@@ -433,13 +434,12 @@ class _Visit:
         self.run = run
 
     def describe(self, row: np.ndarray) -> None:
-        """Write this grammar's table row (again after its pool, workspace or store grew)."""
+        """Write this grammar's table row (again after its frame pool or store grew)."""
         grammar, run = self.grammar, self.run
-        pda, pool, ws, max_tops = grammar.stack_arrays()
+        pda, pool, max_tops = grammar.frame_arrays()
         for field, array in (
             (SR_PDA, pda),
             (SR_POOL, pool),
-            (SR_WS, ws),
             (SR_STATES, run.states),
             (SR_MASK_INDEX, grammar.mask_index),
             (SR_MASK_POOL, grammar.mask_pool),
@@ -463,15 +463,13 @@ def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads
     later = []
     try:
         for grammar, states in groups:
-            lacking = grammar.lacking_masks(states)
-            if not len(lacking):
-                continue
             lock = grammar.mask_lock
             if not lock.acquire(blocking=False):
-                later.append((grammar, lacking))
+                later.append((grammar, states))
                 continue
-            try:
-                run = grammar.masks_to_compute(grammar.lacking_masks(lacking))
+            try:  # (states of a row that found masks missing: mostly some lack one still)
+                lacking = grammar.lacking_masks(states)
+                run = grammar.masks_to_compute(lacking) if len(lacking) else None
             except BaseException:
                 lock.release()
                 raise
@@ -489,14 +487,15 @@ def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads
     finally:
         for visit in visits:
             visit.grammar.mask_lock.release()
-    for grammar, lacking in later:
-        grammar.ensure_masks(lacking)
+    for grammar, states in later:
+        grammar.ensure_masks(states)
 
 
 def _compute_visits(visits: list[_Visit], threads: int) -> None:
     """Run the visits' kernels (one compiler's grammars) until every one is done: the rows are
-    dealt, largest first, into parts the threads take in turn; a row that had to make room
-    runs again."""
+    dealt, largest first, into parts the threads take in turn, each part in a workspace the
+    thread borrows from the compiler; a row that had to grow its frame pool or store runs again,
+    one whose stack sets outgrew the workspace is finished by its grammar (store_masks)."""
     compiler = visits[0].grammar.compiler
     table = np.empty((len(visits), SR_FIELDS), dtype=np.int64)
     for k, visit in enumerate(visits):
@@ -506,19 +505,31 @@ def _compute_visits(visits: list[_Visit], threads: int) -> None:
 
     def work(part):
         scratch = compiler.walk_scratch()  # this thread's
-        run_store_masks_rows(table, part, tables, scratch.kernel_args, scratch.words, scratch.parts, status)
+        ws = compiler.lend_workspace()
+        try:
+            run_store_masks_rows(
+                table, part, ws.blob, tables, scratch.kernel_args, scratch.words, scratch.parts, status
+            )
+            if (status[part] == ERR_BUFFER_FULL).any():
+                ws.grow_buffers()  # for the next rows whose stack sets are as large
+        finally:
+            compiler.give_back_workspace(ws)
 
     pending = sorted(range(len(visits)), key=lambda k: -len(visits[k].run.states))
     while pending:
         n_states = sum(len(visits[k].run.states) for k in pending)
         split = threads_for_states(threads, n_states)
-        n_parts = min(len(pending), 4 * split)
+        n_parts = min(len(pending), 4 * split) if split > 1 else 1  # (parts only balance threads)
         parts = [np.array(pending[i::n_parts], dtype=np.int64) for i in range(n_parts)]
         run_parts(parts, work, split)
         again = []
         for k, done in zip(pending, status[pending].tolist()):
-            visit = visits[k]
-            if not visit.grammar.after_store_masks(visit.run, done):
-                visit.describe(table[k])
+            grammar, run = visits[k].grammar, visits[k].run
+            if grammar.after_store_masks(run, done):
+                continue
+            if done == ERR_BUFFER_FULL:  # its own workspace, grown by after_store_masks, finishes it
+                grammar.store_masks(run)
+            else:
+                visits[k].describe(table[k])
                 again.append(k)
         pending = again

@@ -316,3 +316,89 @@ def test_memo_evicts_and_skips_long_keys_alike(batched):
             assert (bitmask[0] == _fresh_fill(compiled, tokens[:n])).all(), (key_words, n)
             assert matcher.accept_token(token)
         assert used > 2, key_words  # entries stored and hit (each use advances the memo's clock)
+
+
+@pytest.mark.parametrize("small_workspaces", [False, True])
+def test_threads_running_batch_steps_over_shared_grammars_with_first_visits_racing(monkeypatch, small_workspaces):
+    """Three threads each run batch steps (on one or two threads, every step split) over matchers
+    of the same fresh grammars, so their first visits race for each grammar's store (and, with
+    the shared cache, for the same masks), and a kernel call computes several grammars' masks in
+    one workspace one after the other; mask pools start full, and with small_workspaces every
+    workspace the compiler lends starts with tiny stack buffers, so the batch kernel's rows run
+    out of them and their grammars finish them.  Every row equals the single-row fill of a
+    grammar compiled apart, at every step."""
+    import threading
+
+    from pushmask.masks import compiler as compiler_module
+
+    _split_always(monkeypatch)
+    _poison_growth(monkeypatch)
+    if small_workspaces:
+        workspace = compiler_module.Workspace
+        monkeypatch.setattr(compiler_module, "Workspace", lambda tops, length: workspace(tops, length, buffer_size=8))
+    info = tokenizer_info("llama3")
+    steps = 12
+    rows = dev_instances("llama3", 6, steps)
+    reference = pm.GrammarCompiler(info, cache_enabled=False)
+    references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
+    expected = []  # per schema, per step: the single-row fill along its instance
+    for compiled, (_, tokens) in zip(references, rows):
+        matcher = pm.GrammarMatcher(compiled)
+        fills = []
+        for token in tokens:
+            fills.append(_single_fills([matcher])[0])
+            assert matcher.accept_token(token)
+        expected.append(fills)
+    compiler = pm.GrammarCompiler(info)
+    compiler.clear_cache()
+    grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
+    for grammar in grammars:  # pools that must grow under the racing first visits
+        grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
+    n_threads = 3
+    barrier = threading.Barrier(n_threads)
+    errors: list[str] = []
+
+    def run(seed: int) -> None:
+        order = random.Random(seed).sample(range(len(rows)), len(rows)) * 2
+        matchers = [pm.GrammarMatcher(grammars[k]) for k in order]
+        bitmask = np.zeros((len(matchers), (info.vocab_size + 31) // 32), dtype=np.int32)
+        try:
+            for step in range(steps):
+                barrier.wait()
+                pm.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=1 + seed % 2)
+                for row, k in enumerate(order):
+                    if not np.array_equal(bitmask[row], expected[k][step]):
+                        errors.append(f"thread {seed}, step {step}, schema {k}: the batch row differs")
+                    assert matchers[row].accept_token(rows[k][1][step])
+        except BaseException as error:  # noqa: BLE001 - reported on the main thread
+            errors.append(f"thread {seed}: {type(error).__name__}: {error}")
+            barrier.abort()
+
+    workers = [threading.Thread(target=run, args=(seed,)) for seed in range(n_threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not any(worker.is_alive() for worker in workers), "a batch thread hangs"
+    assert not errors, errors[:3]
+
+
+def test_a_batch_kernel_call_computes_several_grammars_in_one_workspace():
+    """A batch step's first visits of several grammars run in one kernel call per part, in one
+    workspace borrowed for the part: its closure memo names one grammar's frames and must not
+    carry over to the next.  Every state's mask of six grammars so computed equals the one a
+    grammar compiled apart computes."""
+    from pushmask.masks.state_masks import ensure_batch_masks
+
+    info = tokenizer_info("llama3")
+    schemas = [schema for schema, _ in dev_instances("llama3", 6, 4)]
+    compiler = pm.GrammarCompiler(info, cache_enabled=False)
+    grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema in schemas]
+    ensure_batch_masks([(g, np.arange(g.num_states, dtype=np.int64)) for g in grammars], 1)  # one part
+    for grammar, schema in zip(grammars, schemas):
+        alone = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(
+            schema, property_order="any", strict_mode=False
+        )
+        for state in range(grammar.num_states):
+            got, want = grammar.state_mask(state), alone.state_mask(state)
+            assert got.kind == want.kind and all(map(np.array_equal, got.parts, want.parts)), state
