@@ -466,9 +466,11 @@ class CompileNotice:
     def _first_line(self, kernel: str) -> str:
         if _preparing:
             return f"pushmask warmup: compiling kernels into {PREPARED_DIR} (a few minutes; a count follows)"
+        workers = len(compile_ahead.workers)
+        helped = f", {workers} more process{'es' if workers > 1 else ''} helping" if workers else ""
         return (
-            f"pushmask: compiling numba kernels for this Python/CPU ({why_compiling(kernel)}): {_how_much()}; "
-            "they are cached, once; `pushmask warmup` compiles them all ahead"
+            f"pushmask: compiling numba kernels for this Python/CPU ({why_compiling(kernel)}): {_how_much()}"
+            f"{helped}; they are cached, once; `pushmask warmup` compiles them all ahead"
         )
 
     def _write(self, text: str) -> None:
@@ -532,7 +534,7 @@ class CompileAhead:
 
     def __init__(self):
         self._started = False
-        self._workers: list[subprocess.Popen] = []
+        self.workers: list[subprocess.Popen] = []
 
     def start(self) -> None:
         """Start the workers, once per process, unless this is `pushmask warmup`, numba does not
@@ -554,13 +556,13 @@ class CompileAhead:
             except OSError as exc:
                 log.debug("pushmask: no compile worker: %s", exc)
                 break
-            self._workers.append(worker)
-        if self._workers:
+            self.workers.append(worker)
+        if self.workers:
             atexit.register(self.stop)
 
     def stop(self) -> None:
         """End the workers that still compile (at exit: what they finished stays cached)."""
-        for worker in self._workers:
+        for worker in self.workers:
             if worker.poll() is None:
                 worker.terminate()
             worker.wait()
@@ -577,8 +579,8 @@ class _CompileListener(event.Listener):
         dispatcher = ev.data["dispatcher"]
         if dispatcher in _kernels:
             function = dispatcher.py_func
+            compile_ahead.start()  # first: the notice says how many workers help
             compile_notice.compiling(f"{function.__module__.removeprefix('pushmask.')}.{function.__qualname__}")
-            compile_ahead.start()
 
     def on_end(self, ev) -> None:
         if ev.data["dispatcher"] in _kernels:
