@@ -1,7 +1,7 @@
 """A compile worker: `python -m pushmask.compile_ahead PARENT INDEX COUNT` compiles its share
 (every COUNT-th from INDEX) of the first mask's kernel signatures, from the last needed back,
 into numba's cache, while the parent process compiles from the first on (`jit.CompileAhead`
-starts it). It stops when the parent is gone; a signature that does not compile is skipped."""
+starts it). It exits as soon as the parent is gone; a signature that does not compile is skipped."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import functools
 import importlib
 import os
 import sys
+import threading
+import time
 
 from . import jit
 
 
-def compile_share(parent: int, index: int, count: int) -> int:
+def compile_share(index: int, count: int) -> int:
     """Compile (or find cached) this worker's share; the number of signatures done."""
     done = 0
     for kernel, arg_types in jit.first_mask_signatures()[::-1][index::count]:
-        if os.getppid() != parent:
-            break
         try:
             module, qualname = kernel.split(":")
             dispatcher = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
@@ -30,6 +30,14 @@ def compile_share(parent: int, index: int, count: int) -> int:
     return done
 
 
+def _exit_when_orphaned(parent: int) -> None:
+    """Exit at once when the parent is gone (numba writes cache files whole, by renaming)."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 if __name__ == "__main__":
     parent, index, count = map(int, sys.argv[1:4])
-    print(compile_share(parent, index, count))
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    print(compile_share(index, count))

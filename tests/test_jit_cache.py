@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -483,3 +484,60 @@ def test_compile_workers_compile_the_first_mask_ahead(toy, tmp_path):
     (empty / f"prepared-{jit.PYTHON_TAG}.json").write_text(json.dumps({"first_mask": first_mask}))
     out, _ = _run(AHEAD, prepared=empty, cache=tmp_path / "cache", path=tmp_path / "src")
     assert out == {"result": 45, "hits": 1, "misses": 0}
+
+
+ORPHAN = textwrap.dedent("""
+    import time
+    import pushmask.jit as jit
+    import toy_square
+
+    toy_square.square(3)  # the first compile starts the worker
+    print(jit.compile_ahead.workers[0].pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in "ZX"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_compile_worker_ends_with_its_parent(toy, tmp_path):
+    """The parent is killed while its worker has many signatures left: the worker exits within
+    seconds instead of compiling on."""
+    from pushmask import jit
+
+    if jit._cores() < 2 or not Path("/proc/self/stat").exists():
+        pytest.skip("needs two cores and /proc")
+    src, _ = toy
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "toy_square.py").write_text(KERNEL.replace("triangle", "square"))
+    (tmp_path / "src" / "toy_same.py").write_text(
+        "from pushmask.jit import njit\n\n@njit(cache=True)\ndef same(x):\n    return x\n"
+    )
+    dtypes = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"]
+    signatures = [[f"array({dtype}, {ndim}d, {layout})"] for dtype in dtypes for ndim in (1, 2, 3) for layout in "CFA"]
+    empty = tmp_path / "no-prepared"
+    empty.mkdir()
+    manifest = {"first_mask": [["toy_same:same", arg_types] for arg_types in signatures]}
+    (empty / f"prepared-{jit.PYTHON_TAG}.json").write_text(json.dumps(manifest))
+    environ = dict(
+        os.environ,
+        PUSHMASK_KERNEL_CACHE=str(empty),
+        PYTHONPATH=str(tmp_path / "src"),
+        NUMBA_CACHE_DIR=str(tmp_path / "c"),
+    )
+    environ.pop("NUMBA_CPU_NAME", None)
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN], env=environ, stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(worker)
+    assert len(list((tmp_path / "c").rglob("toy_same.same-*.nbc"))) < len(signatures)
