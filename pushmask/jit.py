@@ -15,7 +15,9 @@ processes find the result in numba's usual cache.
 
 A process that compiles a kernel says so on stderr at once (`CompileNotice`): why, how much there
 is to compile (read from the `prepared-pyXY.json` manifests `pushmask warmup` writes), then a
-running count, so a first mask that waits for numba never waits in silence.
+running count, so a first mask that waits for numba never waits in silence. It compiles less than
+numba alone would (`KernelDispatcher`: one signature where numba makes one per literal argument)
+and not alone (`CompileAhead`: worker processes compile the first mask's kernels meanwhile).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import json
 import logging
 import os
 import pickle
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -72,7 +76,7 @@ NOT_GENERIC = _choose_generic_cpu()
 
 import llvmlite  # noqa: E402 - numba must see NUMBA_CPU_NAME at import
 import numba  # noqa: E402
-from numba.core import event  # noqa: E402
+from numba.core import event, types  # noqa: E402
 from numba.core.caching import (  # noqa: E402
     CompileResultCacheImpl,
     FunctionCache,
@@ -81,6 +85,7 @@ from numba.core.caching import (  # noqa: E402
     _SourceFileBackedLocatorMixin,
 )
 from numba.core.dispatcher import Dispatcher  # noqa: E402
+from numba.core.registry import CPUDispatcher  # noqa: E402
 
 if NOT_GENERIC:
     log.warning(
@@ -94,6 +99,7 @@ PYTHON_TAG = "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys
 
 _preparing = False  # True inside `pushmask warmup`: read and write the prepared folder only
 _kernels: weakref.WeakSet[Dispatcher] = weakref.WeakSet()  # every njit(cache=True) kernel
+_needed: dict[tuple[str, tuple[str, ...]], None] = {}  # (kernel, argument types) in the order first needed
 _warned = False
 
 
@@ -214,8 +220,10 @@ class KernelCache(FunctionCache):
         base = self._impl.filename_base
         self._cache_file = _CheckedCacheFile(self._cache_path, base, stamp, prepared=False)
         self._prepared = _CheckedCacheFile(str(PREPARED_DIR), base, stamp, prepared=True)
+        self._kernel = f"{py_func.__module__}:{py_func.__qualname__}"
 
     def _load_overload(self, sig, target_context):
+        _needed.setdefault((self._kernel, tuple(map(str, sig))), None)
         if not self._enabled:
             return None
         key = self._index_key(sig, target_context.codegen())
@@ -240,13 +248,25 @@ class KernelCache(FunctionCache):
             self._prepared.save(self._index_key(sig, data.codegen), self._impl.reduce(data))
 
 
+class KernelDispatcher(CPUDispatcher):
+    """numba's CPU dispatcher, but a call from another kernel compiles for the arguments' plain
+    types: numba would compile a signature per literal (`closure(..., 0)` and `closure(..., 64)`
+    are two), each costing a full compile when no cache has it. The literal converts at the call."""
+
+    def get_call_template(self, args, kws):
+        return super().get_call_template(
+            tuple(map(types.unliteral, args)), {name: types.unliteral(arg) for name, arg in kws.items()}
+        )
+
+
 def njit(function=None, **options):
-    """`numba.njit`; with cache=True the kernel's cache is a KernelCache."""
+    """`numba.njit`; with cache=True the kernel is a KernelDispatcher and its cache a KernelCache."""
     cache = options.pop("cache", False)
 
     def decorate(py_func):
         dispatcher = numba.njit(**options)(py_func)
-        if cache and isinstance(dispatcher, Dispatcher):  # NUMBA_DISABLE_JIT returns py_func
+        if cache and isinstance(dispatcher, CPUDispatcher):  # NUMBA_DISABLE_JIT returns py_func
+            dispatcher.__class__ = KernelDispatcher  # same layout: only get_call_template differs
             dispatcher._cache = KernelCache(py_func)
             _kernels.add(dispatcher)
         return dispatcher
@@ -290,11 +310,50 @@ def manifest_path(tag: str = PYTHON_TAG) -> Path:
     return PREPARED_DIR / f"prepared-{tag}.json"
 
 
-def write_manifest(compiled: int, seconds: float) -> dict:
+def needed_signatures() -> list[list]:
+    """Every kernel signature this process has needed so far (loaded or compiled), in the order
+    first needed: [["module:qualname", [argument type, ...]], ...], those `parse_type` reads only."""
+    readable = []
+    for kernel, arg_types in _needed:
+        try:
+            for text in arg_types:
+                parse_type(text)
+        except ValueError:
+            continue
+        readable.append([kernel, list(arg_types)])
+    return readable
+
+
+_ARRAY_TYPE = re.compile(r"(readonly )?array\((\w+), (\d+)d, ([CFA])\)")
+
+
+def parse_type(text: str) -> types.Type:
+    """The numba type whose str() is `text`: a scalar (`int64`, `bool`, `float64`) or an array
+    (`array(int32, 1d, C)`); ValueError for anything else (what kernels take from Python)."""
+
+    def scalar(name: str) -> types.Type:
+        found = getattr(types, "boolean" if name == "bool" else name, None)
+        if not isinstance(found, types.Number | types.Boolean):
+            raise ValueError(f"not a numba scalar type: {name!r}")
+        return found
+
+    array = _ARRAY_TYPE.fullmatch(text)
+    if array:
+        parsed = types.Array(scalar(array[2]), int(array[3]), array[4], readonly=bool(array[1]))
+    else:
+        parsed = scalar(text)
+    if str(parsed) != text:
+        raise ValueError(f"not a numba type this reads: {text!r}")
+    return parsed
+
+
+def write_manifest(compiled: int, seconds: float, first_mask: list | None = None) -> dict:
     """Record this Python's prepared set after `pushmask warmup` (which compiled `compiled`
     signatures in `seconds`): the numba and llvmlite its code loads under (a wheel pins them), the
-    signatures it holds (one data file each) and the seconds their compile took (a run that
-    compiled nothing keeps the last known seconds)."""
+    signatures it holds (one data file each), the seconds their compile took (a run that
+    compiled nothing keeps the last known seconds) and the signatures a first mask needs, in the
+    order it needs them (`needed_signatures()`; what `compile_ahead` compiles where none is
+    prepared)."""
     previous = _read_manifest(manifest_path()) or {}
     manifest = {
         "python": PYTHON_TAG,
@@ -306,6 +365,8 @@ def write_manifest(compiled: int, seconds: float) -> dict:
         manifest["seconds"] = round(seconds)
     elif "seconds" in previous:
         manifest["seconds"] = previous["seconds"]
+    if first_mask or "first_mask" in previous:
+        manifest["first_mask"] = first_mask or previous["first_mask"]
     PREPARED_DIR.mkdir(parents=True, exist_ok=True)
     manifest_path().write_text(json.dumps(manifest) + "\n")
     return manifest
@@ -405,9 +466,11 @@ class CompileNotice:
     def _first_line(self, kernel: str) -> str:
         if _preparing:
             return f"pushmask warmup: compiling kernels into {PREPARED_DIR} (a few minutes; a count follows)"
+        workers = len(compile_ahead.workers)
+        helped = f", {workers} more process{'es' if workers > 1 else ''} helping" if workers else ""
         return (
-            f"pushmask: compiling numba kernels for this Python/CPU ({why_compiling(kernel)}): {_how_much()}; "
-            "they are cached, once; `pushmask warmup` compiles them all ahead"
+            f"pushmask: compiling numba kernels for this Python/CPU ({why_compiling(kernel)}): {_how_much()}"
+            f"{helped}; they are cached, once; `pushmask warmup` compiles them all ahead"
         )
 
     def _write(self, text: str) -> None:
@@ -443,6 +506,70 @@ def _how_much() -> str:
 
 compile_notice = CompileNotice()
 
+COMPILE_AHEAD_ENV = "PUSHMASK_COMPILE_AHEAD"  # "0": compile in this process only (workers run so)
+MAX_AHEAD_WORKERS = 3
+
+
+def first_mask_signatures() -> list[list]:
+    """The signatures a first mask needs, in order (this Python's manifest, else any's)."""
+    paths = [manifest_path(), *sorted(PREPARED_DIR.glob("prepared-*.json"))]
+    for manifest in filter(None, map(_read_manifest, paths)):
+        if manifest.get("first_mask"):
+            return manifest["first_mask"]
+    return []
+
+
+def _cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
+class CompileAhead:
+    """A process that must compile kernels starts, at its first compile, one worker process per
+    spare core (`python -m pushmask.compile_ahead`), which compiles the first mask's signatures
+    from the last needed back into numba's cache while this process compiles from the first on:
+    numba looks in its cache before each compile, so this process loads what a worker finished
+    first. A worker that fails or lags costs nothing but its own CPU (what is missing compiles
+    here, as without workers); workers stop when this process ends."""
+
+    def __init__(self):
+        self._started = False
+        self.workers: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        """Start the workers, once per process, unless this is `pushmask warmup`, numba does not
+        compile for the generic CPU here (a worker would), PUSHMASK_COMPILE_AHEAD=0 or no core
+        is spare."""
+        if self._started:
+            return
+        self._started = True
+        if _preparing or NOT_GENERIC or os.environ.get(COMPILE_AHEAD_ENV) == "0":
+            return
+        count = min(_cores() - 1, MAX_AHEAD_WORKERS, len(first_mask_signatures()))
+        env = dict(os.environ, **{COMPILE_AHEAD_ENV: "0"})
+        for index in range(count):
+            command = [sys.executable, "-m", "pushmask.compile_ahead", str(os.getpid()), str(index), str(count)]
+            try:
+                worker = subprocess.Popen(
+                    command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            except OSError as exc:
+                log.debug("pushmask: no compile worker: %s", exc)
+                break
+            self.workers.append(worker)
+        if self.workers:
+            atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """End the workers that still compile (at exit: what they finished stays cached)."""
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.terminate()
+            worker.wait()
+
+
+compile_ahead = CompileAhead()
+
 
 class _CompileListener(event.Listener):
     """numba's compile events (begin and end, paired even when a compile fails) of pushmask's
@@ -452,6 +579,7 @@ class _CompileListener(event.Listener):
         dispatcher = ev.data["dispatcher"]
         if dispatcher in _kernels:
             function = dispatcher.py_func
+            compile_ahead.start()  # first: the notice says how many workers help
             compile_notice.compiling(f"{function.__module__.removeprefix('pushmask.')}.{function.__qualname__}")
 
     def on_end(self, ev) -> None:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -406,3 +407,137 @@ def test_compile_notice_ticks_through_a_long_compile():
     notice.compiled()
     notice.finish()
     assert stream.getvalue().splitlines()[-1].startswith("pushmask: compiled 2 kernels in ")
+
+
+LITERALS = textwrap.dedent("""
+    from pushmask.jit import njit
+
+    @njit(cache=True)
+    def offset(base, by):
+        return base + by
+
+    @njit(cache=True)
+    def offsets(base):
+        return offset(base, 0) + offset(base, 64) + offset(base, base)
+""")
+
+
+def test_literal_arguments_compile_one_signature(tmp_path):
+    """A kernel called from another with literal arguments (0, 64) and a variable compiles once,
+    for the plain int64 (numba alone would compile a signature per literal)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "toy_literals.py").write_text(LITERALS)
+    code = (
+        "import json, toy_literals as t; "
+        "print(json.dumps({'result': t.offsets(5), 'signatures': [str(s) for s in t.offset.signatures]}))"
+    )
+    out, _ = _run(code, prepared=tmp_path / "none", cache=tmp_path / "cache", path=tmp_path / "src")
+    assert out == {"result": 5 + 69 + 10, "signatures": ["(int64, int64)"]}
+
+
+def test_parse_type_reads_what_kernels_take_from_python():
+    import numba
+    import numpy as np
+
+    from pushmask import jit
+
+    values = [np.zeros(3, np.int32), np.zeros((2, 2), np.uint8)[:, 0], np.zeros((2, 2), np.float64), 7, True, 0.5]
+    for value in values:
+        assert jit.parse_type(str(numba.typeof(value))) == numba.typeof(value)
+    for text in ("Literal[int](0)", "UniTuple(int64 x 2)", "none", "array(int32, 1d, C) ", "print"):
+        with pytest.raises(ValueError):
+            jit.parse_type(text)
+
+
+AHEAD = textwrap.dedent("""
+    import json, time
+    from pathlib import Path
+    import toy_kernels, toy_square
+
+    toy_square.square(3)  # the first compile of the process starts the compile workers
+    deadline = time.monotonic() + 300
+    cache = Path(__import__("os").environ["NUMBA_CACHE_DIR"])
+    while not list(cache.rglob("toy_kernels.triangle-*.nbi")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stats = toy_kernels.triangle.stats
+    result = toy_kernels.triangle(10)
+    print(json.dumps({"result": result, "hits": sum(stats.cache_hits.values()),
+                      "misses": sum(stats.cache_misses.values())}))
+""")
+
+
+def test_compile_workers_compile_the_first_mask_ahead(toy, tmp_path):
+    """No prepared kernels: at its first compile a process starts a worker that compiles the
+    manifest's first-mask signatures into numba's cache (skipping those it can't), and the process
+    loads them from there instead of compiling."""
+    from pushmask import jit
+
+    if jit._cores() < 2:
+        pytest.skip("one core: no compile worker")
+    src, _ = toy
+    (tmp_path / "src").mkdir()
+    shutil.copy(src / "toy_kernels.py", tmp_path / "src")
+    (tmp_path / "src" / "toy_square.py").write_text(KERNEL.replace("triangle", "square"))
+    empty = tmp_path / "no-prepared"
+    empty.mkdir()
+    first_mask = [["toy_kernels:triangle", ["int64"]], ["toy_kernels:gone", ["int64"]], ["toy_kernels:triangle", ["?"]]]
+    (empty / f"prepared-{jit.PYTHON_TAG}.json").write_text(json.dumps({"first_mask": first_mask}))
+    out, _ = _run(AHEAD, prepared=empty, cache=tmp_path / "cache", path=tmp_path / "src")
+    assert out == {"result": 45, "hits": 1, "misses": 0}
+
+
+ORPHAN = textwrap.dedent("""
+    import time
+    import pushmask.jit as jit
+    import toy_square
+
+    toy_square.square(3)  # the first compile starts the worker
+    print(jit.compile_ahead.workers[0].pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in "ZX"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_compile_worker_ends_with_its_parent(toy, tmp_path):
+    """The parent is killed while its worker has many signatures left: the worker exits within
+    seconds instead of compiling on."""
+    from pushmask import jit
+
+    if jit._cores() < 2 or not Path("/proc/self/stat").exists():
+        pytest.skip("needs two cores and /proc")
+    src, _ = toy
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "toy_square.py").write_text(KERNEL.replace("triangle", "square"))
+    (tmp_path / "src" / "toy_same.py").write_text(
+        "from pushmask.jit import njit\n\n@njit(cache=True)\ndef same(x):\n    return x\n"
+    )
+    dtypes = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"]
+    signatures = [[f"array({dtype}, {ndim}d, {layout})"] for dtype in dtypes for ndim in (1, 2, 3) for layout in "CFA"]
+    empty = tmp_path / "no-prepared"
+    empty.mkdir()
+    manifest = {"first_mask": [["toy_same:same", arg_types] for arg_types in signatures]}
+    (empty / f"prepared-{jit.PYTHON_TAG}.json").write_text(json.dumps(manifest))
+    environ = dict(
+        os.environ,
+        PUSHMASK_KERNEL_CACHE=str(empty),
+        PYTHONPATH=str(tmp_path / "src"),
+        NUMBA_CACHE_DIR=str(tmp_path / "c"),
+    )
+    environ.pop("NUMBA_CPU_NAME", None)
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN], env=environ, stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(worker)
+    assert len(list((tmp_path / "c").rglob("toy_same.same-*.nbc"))) < len(signatures)
