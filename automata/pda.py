@@ -267,36 +267,10 @@ def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileC
             )
         dfas.append(dfa)
 
-    arrays = [dfa.arrays for dfa in dfas]
-    sizes = np.array([len(a[0]) for a in arrays], dtype=np.int64)
-    first = np.zeros(len(names) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=first[1:])
-    byte_counts = np.array([len(a[2]) for a in arrays], dtype=np.int64)
-    ref_counts = np.array([len(a[6]) for a in arrays], dtype=np.int64)
-
-    def concat(parts: list, dtype=np.int32) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
-
-    def pointers(k: int, counts: np.ndarray) -> np.ndarray:
-        """Global CSR offsets from each rule's local ones (array k of the packed form)."""
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        return concat([[0]] + [a[k][1:] + start for a, start in zip(arrays, starts.tolist())])
-
-    ref_maps = [np.array([index[name] for name in dfa.refs], dtype=np.int32) for dfa in dfas]
-    sections = [
-        concat([a[0] for a in arrays]),
-        pointers(1, byte_counts),
-        concat([a[2] for a in arrays]),
-        concat([a[3] for a in arrays]),
-        concat([a[4] + base for a, base in zip(arrays, first[:-1].tolist())]),
-        pointers(5, ref_counts),
-        concat([ref_map[a[6]] for a, ref_map in zip(arrays, ref_maps)]),
-        concat([a[7] + base for a, base in zip(arrays, first[:-1].tolist())]),
-        first[:-1],
-    ]
+    sections, first = _concatenated(dfas, index)
     sections += [
         _follow_bytes(len(names), *sections).reshape(-1),
-        np.repeat(np.arange(len(names), dtype=np.int32), sizes),
+        np.repeat(np.arange(len(names), dtype=np.int32), np.diff(first)),
     ]
     sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
     return Pda(
@@ -306,6 +280,50 @@ def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileC
         blob=_pack(sections),
         root_rule=index[grammar.root],
     )
+
+
+def _concatenated(dfas: list[RuleDfa], index: dict[str, int]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The first nine sections (accept flags to rule starts) of the rules' automata one after
+    another, local state and reference numbers made global, and each rule's first state (and the
+    total).  Each table is one concatenation plus one offset added per row (np.repeat of the
+    per-rule offsets), not a numpy operation per rule: a schema has thousands of small rules.
+    `dfas` is never empty (the root rule is one of them)."""
+    arrays = [dfa.arrays for dfa in dfas]
+    sizes = np.array([len(a[0]) for a in arrays], dtype=np.int64)
+    byte_counts = np.array([len(a[2]) for a in arrays], dtype=np.int64)
+    ref_counts = np.array([len(a[6]) for a in arrays], dtype=np.int64)
+    first = np.zeros(len(dfas) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=first[1:])
+
+    def concat(k: int) -> np.ndarray:
+        """Array k of every rule's automaton, one after another (int64)."""
+        return np.concatenate([a[k] for a in arrays]).astype(np.int64, copy=False)
+
+    def starts(counts: np.ndarray) -> np.ndarray:
+        """Where each rule's rows start among all rules' rows."""
+        return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+    def pointers(k: int, counts: np.ndarray) -> np.ndarray:
+        """Global CSR offsets from each rule's local ones (array k, n + 1 offsets a rule)."""
+        local = np.concatenate([a[k][1:] for a in arrays]).astype(np.int64, copy=False)
+        return np.concatenate(([0], local + np.repeat(starts(counts), sizes)))
+
+    # the rules each rule references (global numbers), all rules' lists one after another
+    ref_maps = np.array([index[name] for dfa in dfas for name in dfa.refs], dtype=np.int64)
+    ref_map_starts = starts(np.array([len(dfa.refs) for dfa in dfas], dtype=np.int64))
+    state_offsets = first[:-1].astype(np.int64)
+    sections = [
+        concat(0),
+        pointers(1, byte_counts),
+        concat(2),
+        concat(3),
+        concat(4) + np.repeat(state_offsets, byte_counts),
+        pointers(5, ref_counts),
+        ref_maps[concat(6) + np.repeat(ref_map_starts, ref_counts)],
+        concat(7) + np.repeat(state_offsets, ref_counts),
+        first[:-1],
+    ]
+    return [section.astype(np.int32, copy=False) for section in sections], first
 
 
 def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[np.ndarray, np.ndarray]:
@@ -464,22 +482,25 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
     Rules on a reference cycle are keyed by their whole strongly connected component, visited
     breadth-first from the rule itself, so the key never depends on rule names or numbering.
     """
-    n = len(dfas)
     succ = [[index[name] for name in dfa.refs] for dfa in dfas]
-    component = _strongly_connected_components(succ)
+    ptr = np.zeros(len(dfas) + 1, dtype=np.int64)
+    np.cumsum([len(targets) for targets in succ], out=ptr[1:])
+    flat = np.array([t for targets in succ for t in targets], dtype=np.int64)
+    numbers, n_components = _reference_components(ptr, flat)
+    component = numbers.tolist()
     signature = [dfa.digest() for dfa in dfas]
-    keys: list[str | None] = [None] * n
+    keys: list[str | None] = [None] * len(dfas)
 
     def key_of(r: int) -> str:
-        # Components are finished in reverse topological order by the caller, so every rule
-        # outside r's component already has its key.
+        # Components are keyed in reverse topological order (below), so every rule outside r's
+        # component already has its key.
         members = component[r]
         order = [r]
         position = {r: 0}
         i = 0
         while i < len(order):
             for t in succ[order[i]]:
-                if component[t] is members and t not in position:
+                if component[t] == members and t not in position:
                     position[t] = len(order)
                     order.append(t)
             i += 1
@@ -491,81 +512,70 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
             h.update(b";")
         return h.hexdigest()[:32]
 
-    for members in _components_in_reverse_topological_order(succ, component):
-        for r in members:
-            keys[r] = key_of(r)
+    for r in np.argsort(numbers, kind="stable").tolist():  # by component, in Tarjan's order
+        keys[r] = key_of(r)
     return keys  # type: ignore[return-value]
 
 
-def _strongly_connected_components(succ: list[list[int]]) -> list[frozenset[int]]:
-    """Tarjan's algorithm, iterative; returns the component (a shared frozenset) of each node."""
-    n = len(succ)
-    index_of = [-1] * n
-    low = [0] * n
-    on_stack = [False] * n
-    stack: list[int] = []
-    component: list[frozenset[int] | None] = [None] * n
-    counter = 0
+@njit(cache=True)
+def _reference_components(ptr, succ):
+    """Tarjan's strongly connected components of the reference graph (rule r references the
+    rules succ[ptr[r]:ptr[r + 1]]), iterative: (each rule's component number, how many).  Tarjan
+    finishes a component after every component it reaches, so the numbers are in reverse
+    topological order: a rule's references lie in its own component or in lower-numbered ones."""
+    n = ptr.shape[0] - 1
+    index_of = np.full(n, -1, np.int64)
+    low = np.zeros(n, np.int64)
+    on_stack = np.zeros(n, np.bool_)
+    stack = np.empty(n, np.int64)  # Tarjan's stack of visited rules not yet in a component
+    top = 0
+    path = np.empty(n, np.int64)  # the depth-first path, and the next reference of each rule on it
+    next_edge = np.empty(n, np.int64)
+    component = np.full(n, -1, np.int64)
+    visited = 0
+    n_components = 0
     for root in range(n):
-        if index_of[root] != -1:
+        if index_of[root] >= 0:
             continue
-        work = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index_of[v] = low[v] = counter
-                counter += 1
-                stack.append(v)
-                on_stack[v] = True
-            recurse = False
-            while i < len(succ[v]):
-                w = succ[v][i]
-                i += 1
-                if index_of[w] == -1:
-                    work.append((v, i))
-                    work.append((w, 0))
-                    recurse = True
-                    break
-                if on_stack[w]:
+        index_of[root] = visited
+        low[root] = visited
+        visited += 1
+        stack[top] = root
+        top += 1
+        on_stack[root] = True
+        path[0] = root
+        next_edge[0] = ptr[root]
+        depth = 1
+        while depth > 0:
+            v = path[depth - 1]
+            k = next_edge[depth - 1]
+            if k < ptr[v + 1]:
+                next_edge[depth - 1] = k + 1
+                w = succ[k]
+                if index_of[w] < 0:
+                    index_of[w] = visited
+                    low[w] = visited
+                    visited += 1
+                    stack[top] = w
+                    top += 1
+                    on_stack[w] = True
+                    path[depth] = w
+                    next_edge[depth] = ptr[w]
+                    depth += 1
+                elif on_stack[w]:
                     low[v] = min(low[v], index_of[w])
-            if recurse:
                 continue
-            if low[v] == index_of[v]:
-                members = []
+            depth -= 1
+            if low[v] == index_of[v]:  # v is its component's root: pop the component
                 while True:
-                    w = stack.pop()
+                    top -= 1
+                    w = stack[top]
                     on_stack[w] = False
-                    members.append(w)
+                    component[w] = n_components
                     if w == v:
                         break
-                comp = frozenset(members)
-                for w in members:
-                    component[w] = comp
-            if work:
-                parent = work[-1][0]
+                n_components += 1
+            if depth > 0:
+                parent = path[depth - 1]
                 low[parent] = min(low[parent], low[v])
-    return component  # type: ignore[return-value]
-
-
-def _components_in_reverse_topological_order(succ, component) -> list[frozenset[int]]:
-    """Components ordered so that every component comes after the ones it references."""
-    done: set[frozenset[int]] = set()
-    order: list[frozenset[int]] = []
-    for start in range(len(succ)):
-        if component[start] in done:
-            continue
-        work = [(component[start], False)]
-        while work:
-            comp, expanded = work.pop()
-            if comp in done:
-                continue
-            if expanded:
-                done.add(comp)
-                order.append(comp)
-                continue
-            work.append((comp, True))
-            for v in comp:
-                for t in succ[v]:
-                    if component[t] is not comp and component[t] not in done:
-                        work.append((component[t], False))
-    return order
+    return component, n_components
