@@ -36,7 +36,7 @@ from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 from .masks.serialization import DeserializeError
-from .masks.vocab import TokenizerInfo
+from .masks.vocab import TokenizerInfo, VocabType
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 
@@ -69,6 +69,7 @@ __all__ = [
     "SchemaError",
     "Template",
     "TokenizerInfo",
+    "VocabType",
     "UnsupportedSchemaError",
     "allocate_token_bitmask",
     "allowed_tokens",
