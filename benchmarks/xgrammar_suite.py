@@ -26,7 +26,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -85,7 +84,10 @@ sys.meta_path.insert(0, _Alias())
 sys.modules["xgrammar"] = pushmask
 '''
 
-PLUGIN = f'''"""Maps the Hugging Face model names XGrammar's tests load to local tokenizers (suite runner)."""
+PLUGIN = f'''"""Suite runner plugin: maps the Hugging Face model names XGrammar's tests load to local
+tokenizers, and writes each test's outcome as a JSON line as soon as it is known (so a file that
+runs past its timeout still reports the tests it finished)."""
+import json
 import os
 import re
 
@@ -103,18 +105,40 @@ def _local(name):
 def pytest_configure(config):
     import transformers
 
-    for cls in (transformers.AutoTokenizer,):
-        original = cls.from_pretrained.__func__
+    original = transformers.AutoTokenizer.from_pretrained.__func__
 
-        def from_pretrained(klass, name, *args, _original=original, **kwargs):
-            if isinstance(name, str) and not os.path.isdir(name):
-                local = _local(name)
-                if local is None:
-                    raise OSError(f"not runnable here: no local tokenizer for {{name}}")
-                name = local
-            return _original(klass, name, *args, **kwargs)
+    def from_pretrained(cls, name, *args, **kwargs):
+        if isinstance(name, str) and not os.path.isdir(name):
+            local = _local(name)
+            if local is None:
+                raise OSError(f"not runnable here: no local tokenizer for {{name}}")
+            name = local
+        return original(cls, name, *args, **kwargs)
 
-        cls.from_pretrained = classmethod(from_pretrained)
+    transformers.AutoTokenizer.from_pretrained = classmethod(from_pretrained)
+
+
+def _message(report):
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message
+    return str(report.longrepr or "")
+
+
+def _write(nodeid, when, outcome, message):
+    with open(os.environ["XGR_SUITE_LOG"], "a") as log:
+        log.write(json.dumps({{"test": nodeid.split("::", 1)[-1], "when": when, "outcome": outcome,
+                              "message": message[:500]}}) + "\\n")
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        _write(report.nodeid, report.when, report.outcome, "" if report.passed else _message(report))
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write(report.nodeid + "::(collection)", "collect", "failed", _message(report))
 '''
 
 
@@ -137,26 +161,31 @@ def fetch_tests(cache: Path) -> Path:
 
 
 def run_file(test_file: Path, pythonpath: list[str], timeout: float, workdir: Path) -> dict:
-    """Run one test file with pytest; its tests' outcomes from the JUnit report."""
-    report = workdir / f"{test_file.stem}.xml"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env["HF_TOKEN"] = "offline"  # not a credential: only lifts the suite's hf_token_required skips
+    """Run one test file with pytest; {test: [outcome, first failure line]} from the plugin's log
+    (outcome "passed", "failed", "error" for a failed setup or teardown, or "skipped")."""
+    log = workdir / f"{test_file.stem}.jsonl"
+    log.unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath), XGR_SUITE_LOG=str(log))
+    env.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_TOKEN="offline"
+    )  # HF_TOKEN: only lifts the hf_token_required skips
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
-    command += ["-p", "_xgr_suite_models", f"--junitxml={report}", "-o", "junit_family=xunit1", str(test_file)]
+    command += ["-p", "_xgr_suite_models", str(test_file)]
     start = time.monotonic()
+    status = "ran"
     try:
         subprocess.run(command, cwd=test_file.parent, env=env, timeout=timeout, capture_output=True)
     except subprocess.TimeoutExpired:
-        return {"status": "timeout", "seconds": round(time.monotonic() - start, 1), "tests": {}}
-    tests = {}
-    if report.exists():
-        for case in ET.parse(report).getroot().iter("testcase"):
-            outcome, message = "passed", ""
-            for child in case:
-                if child.tag in ("failure", "error", "skipped"):
-                    outcome, message = child.tag, (child.get("message") or child.text or "")[:500]
-            tests[f"{case.get('classname')}::{case.get('name')}"] = [outcome, message]
-    return {"status": "ran", "seconds": round(time.monotonic() - start, 1), "tests": tests}
+        status = "timeout"
+    tests: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        entry = json.loads(line)
+        outcome = (
+            entry["outcome"] if entry["when"] == "call" else ("error" if entry["outcome"] == "failed" else "skipped")
+        )
+        if tests.get(entry["test"], ["passed"])[0] == "passed":  # the first phase that did not pass decides
+            tests[entry["test"]] = [outcome, entry["message"]]
+    return {"status": status, "seconds": round(time.monotonic() - start, 1), "tests": tests}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -221,16 +250,16 @@ def compare(args: argparse.Namespace) -> None:
     for name in sorted(real):
         passing = [t for t, (outcome, _) in real[name]["tests"].items() if outcome == "passed"]
         internal_names = internal_tests(tests_dir / name)
-        internal = [t for t in passing if t.split("::")[1].split("[")[0] in internal_names]
+        internal = [t for t in passing if t.split("::")[-1].split("[")[0] in internal_names]
         external = [t for t in passing if t not in internal]
         our_tests = ours.get(name, {"tests": {}, "status": "not run"})
         ok = [t for t in external if our_tests["tests"].get(t, ["missing"])[0] == "passed"]
         for test in external:
             if test in ok:
                 continue
-            outcome, message = our_tests["tests"].get(test, ["missing", our_tests["status"]])
-            if outcome == "missing" and len(our_tests["tests"]) <= 1:
-                message = "file does not import: " + next(iter(our_tests["tests"].values()), ["", "not run"])[1]
+            outcome, message = our_tests["tests"].get(test, ["missing", f"not reported ({our_tests['status']})"])
+            if outcome == "missing" and "(collection)" in our_tests["tests"]:
+                message = "file does not import: " + our_tests["tests"]["(collection)"][1]
             reasons[reason(message)].append(f"{name}::{test}")
         totals.update(xgr=len(passing), internal=len(internal), external=len(external), ours=len(ok))
         print(f"| {name} | {len(passing)} | {len(internal)} | {len(external)} | {len(ok)} |")

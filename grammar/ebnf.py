@@ -244,7 +244,11 @@ class _Parser:
         raise self.error(f"unexpected character {c!r}; expected a string, class, rule name or '('")
 
     def postfix(self, expr: Expr) -> Expr:
+        """`expr` with the repetitions that follow it; as in XGrammar, space may come before one
+        (`"a" {2, 3}`, `x *`), since none of `*+?{` can start an element."""
         while True:
+            before_space = self.pos
+            self.skip_space()
             c = self.peek()
             if c == "*":
                 expr = rep(expr, 0, None)
@@ -256,6 +260,7 @@ class _Parser:
                 expr = self.braces(expr)
                 continue
             else:
+                self.pos = before_space
                 return expr
             self.pos += 1
 

@@ -28,6 +28,7 @@ from .grammar.core.errors import (
     UnsupportedSchemaError,
 )
 from .grammar.core.limits import Limits
+from .grammar.core.recursion import get_max_recursion_depth, max_recursion_depth, set_max_recursion_depth
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
 from .masks.batch_matcher import BatchGrammarMatcher
@@ -35,7 +36,7 @@ from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, 
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
-from .masks.serialization import DeserializeError
+from .masks.serialization import DeserializeError, DeserializeVersionError, get_serialization_version
 from .masks.vocab import TokenizerInfo, VocabType
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
@@ -52,6 +53,7 @@ __all__ = [
     "BudgetTooSmallError",
     "CompiledGrammar",
     "DeserializeError",
+    "DeserializeVersionError",
     "Gap",
     "Grammar",
     "GrammarCompiler",
@@ -78,6 +80,10 @@ __all__ = [
     "can_complete",
     "clear_caches",
     "diffusion_generate",
+    "get_max_recursion_depth",
+    "get_serialization_version",
+    "max_recursion_depth",
+    "set_max_recursion_depth",
     "fill_in_the_middle",
     "find_completion",
     "get_bitmask_shape",

@@ -11,8 +11,9 @@ class PushmaskError(Exception):
     """Base class of every error pushmask raises on bad input or exhausted limits."""
 
 
-class GrammarError(PushmaskError, ValueError):
-    """A malformed grammar: carries the 1-based line and column where the problem is, when known."""
+class GrammarError(PushmaskError, ValueError, RuntimeError):
+    """A malformed grammar: carries the 1-based line and column where the problem is, when known.
+    Also a RuntimeError, which XGrammar raises for the same inputs."""
 
     def __init__(self, message: str, line: int | None = None, column: int | None = None):
         self.message = message
@@ -22,8 +23,9 @@ class GrammarError(PushmaskError, ValueError):
         super().__init__(f"{message}{where}")
 
 
-class SchemaError(PushmaskError, ValueError):
-    """A malformed or unsatisfiable JSON Schema; `pointer` is the JSON pointer of the offending keyword."""
+class SchemaError(PushmaskError, ValueError, RuntimeError):
+    """A malformed or unsatisfiable JSON Schema; `pointer` is the JSON pointer of the offending
+    keyword. Also a RuntimeError, which XGrammar raises for the same inputs."""
 
     def __init__(self, message: str, pointer: str = ""):
         self.message = message

@@ -30,6 +30,7 @@ import jsonschema
 from ..core.caches import BoundedCache
 from ..core.errors import LimitExceededError, SchemaError
 from ..core.limits import DEFAULT_LIMITS
+from ..core.recursion import load_json_text
 from .keywords import canonical_json
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
@@ -294,7 +295,7 @@ def load_schema(schema):
         return schema.model_json_schema()
     if isinstance(schema, (str, bytes)):
         try:
-            return json.loads(schema)
+            return load_json_text(schema, "schema")
         except json.JSONDecodeError as exc:
             raise SchemaError(
                 f"the schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "#"

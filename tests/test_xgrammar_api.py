@@ -1,0 +1,124 @@
+"""The XGrammar 0.2.8 names and behaviours its own test suite relies on (benchmarks/xgrammar_suite.py
+runs that suite): recursion depth, serialization version, errors that are also RuntimeErrors,
+is_terminated with terminate_without_stop_token, EBNF repetitions written after a space.
+The expected values are what XGrammar 0.2.8 does with the same calls."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+import pushmask as pm
+from pushmask.testing import _is_grammar_accept_string
+
+
+def nested_schema(depth: int) -> str:
+    """A schema whose (unused) keyword holds `depth` nested arrays (XGrammar's own test)."""
+    return '{"unused": ' + "[" * depth + "0" + "]" * depth + "}"
+
+
+def test_max_recursion_depth_bounds_the_json_text_read():
+    assert pm.get_max_recursion_depth() == 10_000
+    with pm.max_recursion_depth(50):
+        assert pm.get_max_recursion_depth() == 50
+        pm.Grammar.from_json_schema(nested_schema(40))
+        with pytest.raises(pm.SchemaError, match="Maximum recursion depth exceeded") as error:
+            pm.Grammar.from_json_schema(nested_schema(60))
+        assert isinstance(error.value, RuntimeError)  # what XGrammar raises
+    assert pm.get_max_recursion_depth() == 10_000
+    for bad in (0, -1, 10**8):
+        with pytest.raises(pm.InvalidArgumentError, match="depth"):
+            pm.set_max_recursion_depth(bad)
+
+
+def test_text_deeper_than_pythons_json_reader_is_a_schema_error():
+    """json.loads recurses; 5,000 levels used to escape as a RecursionError."""
+    with pytest.raises(pm.SchemaError, match="Maximum recursion depth exceeded"):
+        pm.Grammar.from_json_schema(nested_schema(5000))
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    schema = json.dumps({"type": "string", "enum": ["[" * 100 + "{" * 100]})
+    with pm.max_recursion_depth(5):
+        assert _is_grammar_accept_string(pm.Grammar.from_json_schema(schema), json.dumps("[" * 100 + "{" * 100))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: pm.Grammar.from_ebnf('root ::= "a" "'),
+        lambda: pm.Grammar.from_regex("a{3,1}"),
+        lambda: pm.Grammar.from_json_schema({"type": "string", "enum": []}),
+        lambda: pm.Grammar.from_json_schema({"type": "integer", "minimum": 5, "maximum": 3}),
+    ],
+)
+def test_grammar_and_schema_errors_are_runtime_errors_as_in_xgrammar(make):
+    with pytest.raises(RuntimeError) as error:
+        make()
+    assert isinstance(error.value, (pm.GrammarError, pm.SchemaError)) and isinstance(error.value, ValueError)
+
+
+def test_another_format_version_is_a_deserialize_version_error():
+    info = pm.TokenizerInfo(["a", "b"])
+    text = pm.GrammarCompiler(info).compile_grammar('root ::= "a"').serialize_json()
+    payload = json.loads(text)
+    assert f"v{payload['version']}" == pm.get_serialization_version()
+    payload["version"] += 1
+    with pytest.raises(pm.DeserializeVersionError, match="format version") as error:
+        pm.CompiledGrammar.deserialize_json(json.dumps(payload), info)
+    assert isinstance(error.value, pm.DeserializeError) and isinstance(error.value, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    ("ebnf", "text"),
+    [('root ::= "ab"', "ab"), ('root ::= "a" "b"*', "a"), ('root ::= "a" "b"*', "abb"), ('root ::= "a" "b"', "a")],
+)
+def test_terminate_without_stop_token_terminates_once_complete(ebnf, text):
+    """XGrammar: with terminate_without_stop_token, is_terminated() is is_completed(), even when
+    the grammar could go on ("a" "b"* after "a"); without it, only a stop token terminates."""
+    info = pm.TokenizerInfo(["a", "b", "</s>"])
+    compiled = pm.GrammarCompiler(info).compile_grammar(ebnf)
+    free = pm.GrammarMatcher(compiled, terminate_without_stop_token=True)
+    plain = pm.GrammarMatcher(compiled)
+    assert free.accept_string(text) and plain.accept_string(text)
+    assert free.is_terminated() == free.is_completed() == plain.is_completed()
+    assert not plain.is_terminated()
+    if plain.is_completed():
+        assert plain.accept_token(2) and plain.is_terminated()
+
+
+@pytest.mark.parametrize(
+    ("ebnf", "counts"),
+    [
+        ('root ::= "a" {2, 3}', {2, 3}),
+        ('root ::= "a"{ 2 , 3 }', {2, 3}),
+        ('root ::= "a"\n  {2}', {2}),
+        ('root ::= "a" {2,}', {2, 3, 4, 5}),
+        ('root ::= "a" *', {0, 1, 2, 3, 4, 5}),
+        ('root ::= "a" ?', {0, 1}),
+        ('root ::= ("a" "a") +', {2, 4}),
+    ],
+)
+def test_a_repetition_may_follow_a_space(ebnf, counts):
+    """Brute force over "a" * k, k <= 5, against the counts the repetition means."""
+    grammar = pm.Grammar.from_ebnf(ebnf)
+    for k in range(6):
+        assert _is_grammar_accept_string(grammar, "a" * k) == (k in counts), (ebnf, k)
+
+
+def test_a_repetition_after_a_space_still_needs_something_to_repeat():
+    for ebnf in ("root ::= {2}", 'root ::= "a" | *', 'root ::= ( * "a")'):
+        with pytest.raises(pm.GrammarError, match="nothing to repeat"):
+            pm.Grammar.from_ebnf(ebnf)
+
+
+def test_next_rule_after_a_space_is_not_a_repetition():
+    grammar = pm.Grammar.from_ebnf('root ::= "a" x\nx ::= "b"')
+    assert [_is_grammar_accept_string(grammar, "".join(t)) for t in itertools.product("ab", repeat=2)] == [
+        False,
+        True,
+        False,
+        False,
+    ]
