@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 
@@ -122,3 +123,29 @@ def test_next_rule_after_a_space_is_not_a_repetition():
         False,
         False,
     ]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "greedy", "text", "column"),
+    [
+        ("a++a", "a+a", "aa", 2),
+        ("a*+a", "a*a", "aa", 2),
+        ("a?+a", "a?a", "a", 2),
+        ("a{1,3}+a", "a{1,3}a", "aa", 2),
+        ("(a)++a", "(a)+a", "aa", 4),
+    ],
+)
+def test_possessive_quantifiers_are_refused(pattern, greedy, text, column):
+    """Python's re reads `x++` as possessive, which matches less than `x+`: read as greedy it
+    would allow text outside the language, so it is refused (as XGrammar refuses it)."""
+    assert re.fullmatch(pattern, text) is None and re.fullmatch(greedy, text)
+    with pytest.raises(pm.GrammarError, match="possessive quantifier") as error:
+        pm.Grammar.from_regex(pattern)
+    assert error.value.column == column
+
+
+@pytest.mark.parametrize("pattern", ["a+?a", "[+]+", r"\++", "a+b+", "a{2}"])
+def test_quantifier_followed_by_a_literal_plus_is_not_possessive(pattern):
+    grammar = pm.Grammar.from_regex(pattern)
+    for text in ["", "a", "aa", "aaa", "+", "++", "ab", "aabb"]:
+        assert _is_grammar_accept_string(grammar, text) == bool(re.fullmatch(pattern, text)), (pattern, text)
