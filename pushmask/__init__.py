@@ -95,7 +95,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Lazy attributes: `pushmask.generate`, `pushmask.hf` and `pushmask.load_default_model` import
     torch/transformers on first use, `pushmask.tool_call_structural_tag` the JSON Schema front end,
-    `pushmask.bitmask_dtype` torch."""
+    `pushmask.bitmask_dtype` torch, `pushmask.StructuralTag` / `StructuralTagItem` pydantic."""
     if name == "generate":
         from .integrations.generate import generate
 
@@ -112,6 +112,11 @@ def __getattr__(name: str) -> Any:
         from .grammar.tool_formats import tool_call_structural_tag
 
         return tool_call_structural_tag
+    if name in ("StructuralTag", "StructuralTagItem", "structural_tag"):  # XGrammar's names
+        import importlib
+
+        module = importlib.import_module(".structural_tag", __name__)
+        return module if name == "structural_tag" else getattr(module, name)
     if name == "bitmask_dtype":  # xgrammar's name: the bitmask's element type
         from .masks.bitmask import _torch_installed
 

@@ -149,3 +149,35 @@ def test_quantifier_followed_by_a_literal_plus_is_not_possessive(pattern):
     grammar = pm.Grammar.from_regex(pattern)
     for text in ["", "a", "aa", "aaa", "+", "++", "ab", "aabb"]:
         assert _is_grammar_accept_string(grammar, text) == bool(re.fullmatch(pattern, text)), (pattern, text)
+
+
+def test_structural_tag_models_compile_as_their_plain_data():
+    """pushmask.structural_tag (XGrammar's module): a model, its dict and its JSON text are one
+    grammar; the legacy items become a triggered_tags format."""
+    st = pytest.importorskip("pushmask.structural_tag")
+    tag = st.StructuralTag(
+        format=st.TriggeredTagsFormat(
+            triggers=["<f"],
+            tags=[st.TagFormat(begin="<f>", content=st.JSONSchemaFormat(json_schema={"type": "integer"}), end="</f>")],
+        )
+    )
+    legacy = st.StructuralTag.from_legacy_structural_tag(
+        [st.StructuralTagItem(begin="<f>", schema='{"type": "integer"}', end="</f>")], ["<f"]
+    )
+    assert legacy == tag and st.StructuralTag.from_json(tag.model_dump_json()) == tag
+    for spelled in (tag, tag.model_dump(), tag.model_dump_json()):
+        grammar = pm.Grammar.from_structural_tag(spelled)
+        assert _is_grammar_accept_string(grammar, "say <f>12</f> ok")
+        assert not _is_grammar_accept_string(grammar, "say <f>x</f>")
+    assert pm.StructuralTag is st.StructuralTag
+
+
+def test_structural_tag_models_refuse_what_xgrammar_refuses():
+    st = pytest.importorskip("pushmask.structural_tag")
+    pydantic = pytest.importorskip("pydantic")
+    with pytest.raises(pydantic.ValidationError):
+        st.StructuralTag.from_json({"type": "structural_tag", "format": {"type": "no_such_format"}})
+    with pytest.raises(pydantic.ValidationError):
+        st.AnyTextFormat(max_tokens=-1)
+    with pytest.raises(pydantic.ValidationError):
+        st.JSONSchemaFormat(json_schema={}, style="yaml")
