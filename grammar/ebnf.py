@@ -36,6 +36,7 @@ from .ir import (
     seq,
     token_terminal,
 )
+from .regex import regex_to_ir
 
 __all__ = ["parse_ebnf"]
 
@@ -234,6 +235,8 @@ class _Parser:
         if c == "<":
             return self.token()
         end = self.name_at(start)
+        if end > start and self.text.startswith("Regex(", start):
+            return self.regex_macro()
         if end > start:
             name = self.text[start:end]
             self.pos = end
@@ -263,6 +266,24 @@ class _Parser:
                 self.pos = before_space
                 return expr
             self.pos += 1
+
+    def regex_macro(self) -> Expr:
+        """XGrammar's `Regex("pattern")`: the strings the regex fully matches (Python's syntax,
+        as `Grammar.from_regex` reads it). XGrammar's `json_string=` option is not supported."""
+        start = self.pos
+        self.pos += len("Regex(")
+        self.skip_space()
+        if self.peek() not in ('"', "'"):
+            raise self.error('Regex(...) takes the pattern as a quoted string, like Regex("[0-9]+")', start)
+        pattern = self.string_text()
+        self.skip_space()
+        if self.peek() != ")":
+            raise self.error("Regex(...) takes only the pattern (json_string= and flags= are not supported)", start)
+        self.pos += 1
+        try:
+            return regex_to_ir(pattern, max_nesting=self.max_nesting)
+        except GrammarError as error:
+            raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {error.column})", start) from None
 
     def token(self) -> Expr:
         """A token terminal: `<[128010]>` by id, or a special token by its text, `<|python_tag|>`."""
@@ -333,6 +354,10 @@ class _Parser:
         )
 
     def string(self) -> Expr:
+        return lit(self.string_text())
+
+    def string_text(self) -> str:
+        """The text of the quoted string at the cursor, escapes decoded."""
         quote = self.peek()
         start = self.pos
         self.pos += 1
@@ -343,7 +368,7 @@ class _Parser:
                 raise self.error(f"unbalanced quote: string has no closing {quote}", start)
             if c == quote:
                 self.pos += 1
-                return lit("".join(chars))
+                return "".join(chars)
             if c == "\\":
                 chars.append(chr(self.escape()))
             elif SURROGATES[0] <= ord(c) <= SURROGATES[1]:

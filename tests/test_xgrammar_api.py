@@ -181,3 +181,23 @@ def test_structural_tag_models_refuse_what_xgrammar_refuses():
         st.AnyTextFormat(max_tokens=-1)
     with pytest.raises(pydantic.ValidationError):
         st.JSONSchemaFormat(json_schema={}, style="yaml")
+
+
+@pytest.mark.parametrize("pattern", ["[0-9]{5}", "[a-f]{2,3}", "(ab|c)*d?", r"\d+\.\d*"])
+def test_regex_macro_in_ebnf_matches_what_re_fullmatches(pattern):
+    """XGrammar's EBNF macro Regex("..."), alone and inside a sequence; oracle: re.fullmatch."""
+    alone = pm.Grammar.from_ebnf(f"root ::= Regex({json.dumps(pattern)})")
+    framed = pm.Grammar.from_ebnf(f'root ::= "<" Regex({json.dumps(pattern)}) ">"')
+    for text in ["", "12345", "1234", "ab", "abc", "abcd", "ababcd", "d", "3.", "3.14", "x"]:
+        expected = re.fullmatch(pattern, text) is not None
+        assert _is_grammar_accept_string(alone, text) == expected, (pattern, text)
+        assert _is_grammar_accept_string(framed, f"<{text}>") == expected, (pattern, text)
+
+
+def test_regex_macro_errors_name_the_macro_and_its_place():
+    with pytest.raises(pm.GrammarError, match=r"in Regex\('a\+\+'\): possessive") as error:
+        pm.Grammar.from_ebnf('root ::= "x" Regex("a++")')
+    assert (error.value.line, error.value.column) == (1, 14)
+    with pytest.raises(pm.GrammarError, match="json_string= and flags= are not supported"):
+        pm.Grammar.from_ebnf(r'root ::= Regex("\\S+", json_string=true)')
+    assert _is_grammar_accept_string(pm.Grammar.from_ebnf('root ::= Regex\nRegex ::= "a"'), "a")  # a plain rule name
