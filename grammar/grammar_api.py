@@ -18,6 +18,7 @@ __all__ = [
     "concat",
     "from_ebnf",
     "from_json_schema",
+    "from_lark",
     "from_regex",
     "from_structural_tag",
     "union",
@@ -55,6 +56,16 @@ def from_json_schema(
     }
     options = JsonOptions.of(JsonOptions.xgrammar(), keywords, "Grammar.from_json_schema")
     return _printed(to_grammar("json_schema", schema, json_options=options), print_converted_ebnf)
+
+
+def from_lark(lark_string: str, *, tokenizer_info: Any = None, named_grammars: Any = None) -> Grammar:
+    """The grammar of Lark text (start rule ``start``), read as pushmask's Lark front end reads
+    it (docs/grammars.md); XGrammar's ``tokenizer_info`` and ``named_grammars`` are not taken."""
+    _text(lark_string, "lark_string", "from_lark")
+    for value, name in ((tokenizer_info, "tokenizer_info"), (named_grammars, "named_grammars")):
+        if value is not None:
+            raise InvalidArgumentError(f"Grammar.from_lark: {name} is not supported; leave it out")
+    return to_grammar("lark", lark_string)
 
 
 def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Grammar:

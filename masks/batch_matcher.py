@@ -51,6 +51,15 @@ class BatchGrammarMatcher:
         return accepted
 
     @staticmethod
+    def batch_rollback(matchers: Sequence[GrammarMatcher], num_tokens: Sequence[int] | int = 1) -> None:
+        """Matcher i rolls back num_tokens[i] tokens (one count for all when an int), as XGrammar's."""
+        if isinstance(num_tokens, int) and not isinstance(num_tokens, bool):
+            num_tokens = [num_tokens] * len(matchers)
+        _same_length(matchers, num_tokens, "num_tokens")
+        for matcher, count in zip(matchers, num_tokens):
+            matcher.rollback(count)
+
+    @staticmethod
     def batch_accept_string(
         matchers: Sequence[GrammarMatcher], strings: Sequence[str | bytes], debug_print: bool = False
     ) -> list[bool]:

@@ -201,3 +201,34 @@ def test_regex_macro_errors_name_the_macro_and_its_place():
     with pytest.raises(pm.GrammarError, match="json_string= and flags= are not supported"):
         pm.Grammar.from_ebnf(r'root ::= Regex("\\S+", json_string=true)')
     assert _is_grammar_accept_string(pm.Grammar.from_ebnf('root ::= Regex\nRegex ::= "a"'), "a")  # a plain rule name
+
+
+def test_grammar_from_lark_matches_what_lark_parses():
+    lark = pytest.importorskip("lark")
+    text = 'start: "a" NUMBER ("," NUMBER)*\nNUMBER: /[0-9]+/'
+    grammar = pm.Grammar.from_lark(text)
+    parser = lark.Lark(text, parser="earley", lexer="dynamic")
+    for candidate in ["a1", "a12,3", "a", "a1,", "b1", "a1,2,33"]:
+        try:
+            parser.parse(candidate)
+            expected = True
+        except lark.exceptions.LarkError:
+            expected = False
+        assert _is_grammar_accept_string(grammar, candidate) == expected, candidate
+    with pytest.raises(pm.InvalidArgumentError, match="named_grammars"):
+        pm.Grammar.from_lark(text, named_grammars={"x": "start: a"})
+
+
+def test_batch_rollback_rolls_each_matcher_back_its_count():
+    info = pm.TokenizerInfo(["a", "b", "</s>"])
+    compiled = pm.GrammarCompiler(info).compile_grammar('root ::= ("a" | "b")*')
+    matchers = [pm.GrammarMatcher(compiled) for _ in range(3)]
+    for matcher in matchers:
+        assert all(matcher.accept_token(token) for token in [0, 1, 0])
+    pm.BatchGrammarMatcher.batch_rollback(matchers, [0, 1, 3])
+    assert [m.num_accepted_tokens for m in matchers] == [3, 2, 0]
+    assert matchers[1].accept_token(0) and matchers[1].num_accepted_tokens == 3
+    pm.BatchGrammarMatcher.batch_rollback(matchers[:2])  # one token each, XGrammar's default
+    assert [m.num_accepted_tokens for m in matchers[:2]] == [2, 2]
+    with pytest.raises(pm.InvalidArgumentError):
+        pm.BatchGrammarMatcher.batch_rollback(matchers, [1, 1])
