@@ -4,6 +4,7 @@ the real XGrammar), one file at a time, and compare the two runs file by file.
     python benchmarks/xgrammar_suite.py run --target xgrammar --xgrammar-path /tmp/xgr --out real.json
     python benchmarks/xgrammar_suite.py run --target pushmask --out pushmask.json [--files test_lark.py]
     python benchmarks/xgrammar_suite.py compare real.json pushmask.json [--reasons]
+    python benchmarks/xgrammar_suite.py check [--files ...]   # `make test`'s regression gate
 
 `run` fetches XGrammar's sdist with pip (once, into --cache), unpacks its `tests/python`, and runs
 pytest on each file in a subprocess with a per-file timeout.  For `--target pushmask` the import
@@ -271,6 +272,32 @@ def compare(args: argparse.Namespace) -> None:
             print(f"{len(tests):5d}  {text}  [{', '.join(f'{f} {n}' for f, n in files.most_common(4))}]")
 
 
+RESULTS = REPO / "benchmarks" / "results" / "xgrammar_suite"
+CHECK_FILES = ["test_grammar_parser_macro.py", "test_recursion_depth.py", "test_grammar_union_concat.py"]
+"""The fast files `check` runs by default (about a minute together)."""
+
+
+def check(args: argparse.Namespace) -> None:
+    """Run `args.files` on pushmask; exit 1 if a test the recorded pushmask run passed fails now."""
+    recorded = json.loads((RESULTS / "pushmask.json").read_text())["files"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "now.json"
+        run(
+            argparse.Namespace(
+                cache=args.cache, target="pushmask", files=args.files, timeout=args.timeout, out=str(out)
+            )
+        )
+        now = json.loads(out.read_text())["files"]
+    regressions = [
+        f"{name}::{test}: {now[name]['tests'].get(test, ['missing', now[name]['status']])}"
+        for name in args.files
+        for test, (outcome, _) in recorded[name]["tests"].items()
+        if outcome == "passed" and now[name]["tests"].get(test, ["missing"])[0] != "passed"
+    ]
+    print("\n".join(regressions) or f"no regressions in {len(args.files)} files")
+    sys.exit(1 if regressions else 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default=str(DEFAULT_CACHE), help="where the sdist is kept")
@@ -285,8 +312,11 @@ def main() -> None:
     compare_parser.add_argument("real")
     compare_parser.add_argument("pushmask")
     compare_parser.add_argument("--reasons", action="store_true", help="group what still fails")
+    check_parser = sub.add_parser("check", help="rerun some files; fail on a test that passed in the recorded run")
+    check_parser.add_argument("--files", nargs="*", default=CHECK_FILES)
+    check_parser.add_argument("--timeout", type=float, default=600, help="seconds per file")
     args = parser.parse_args()
-    run(args) if args.command == "run" else compare(args)
+    {"run": run, "compare": compare, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":

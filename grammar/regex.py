@@ -446,9 +446,10 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
             )
         if c == "$":
             raise GrammarError("'$' is only supported at the end of the pattern (the match is always anchored)", 1, col)
-        if c in "*+?{" and _POSSESSIVE.match(pattern, i):
+        possessive = _POSSESSIVE.match(pattern, i) if c in "*+?{" else None
+        if possessive:
             raise GrammarError(
-                f"possessive quantifier {_POSSESSIVE.match(pattern, i).group()!r} is not supported: it never "
+                f"possessive quantifier {possessive.group()!r} is not supported: it never "
                 "gives characters back, so it matches less than the greedy one (XGrammar refuses it too); "
                 "write the quantifier without the trailing '+'",
                 1,

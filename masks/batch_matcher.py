@@ -53,10 +53,9 @@ class BatchGrammarMatcher:
     @staticmethod
     def batch_rollback(matchers: Sequence[GrammarMatcher], num_tokens: Sequence[int] | int = 1) -> None:
         """Matcher i rolls back num_tokens[i] tokens (one count for all when an int), as XGrammar's."""
-        if isinstance(num_tokens, int) and not isinstance(num_tokens, bool):
-            num_tokens = [num_tokens] * len(matchers)
-        _same_length(matchers, num_tokens, "num_tokens")
-        for matcher, count in zip(matchers, num_tokens):
+        counts = [num_tokens] * len(matchers) if isinstance(num_tokens, int) else num_tokens
+        _same_length(matchers, counts, "num_tokens")
+        for matcher, count in zip(matchers, counts):
             matcher.rollback(count)
 
     @staticmethod
