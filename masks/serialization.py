@@ -26,6 +26,10 @@ class DeserializeError(PushmaskError, ValueError, RuntimeError):
     RuntimeError, as XGrammar's deserialization errors are."""
 
 
+class DeserializeFormatError(DeserializeError):
+    """Text that is not a serialized pushmask object of the kind asked for (XGrammar's name)."""
+
+
 class DeserializeVersionError(DeserializeError):
     """Serialized by another format version (XGrammar's name): serialize it again."""
 
@@ -38,7 +42,7 @@ def get_serialization_version() -> str:
 def check_header(payload: Any, kind: str) -> dict:
     """The payload if it is a dict of this kind and version, else DeserializeError."""
     if not isinstance(payload, dict) or payload.get("format") != kind:
-        raise DeserializeError(f"not a serialized pushmask {kind}")
+        raise DeserializeFormatError(f"not a serialized pushmask {kind}")
     if payload.get("version") != FORMAT_VERSION:
         raise DeserializeVersionError(
             f"serialized {kind} has format version {payload.get('version')!r}; this "
@@ -59,7 +63,7 @@ def from_json(text: str | bytes, kind: str) -> dict:
     try:
         payload = json.loads(text, object_hook=_decode_array)
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
-        raise DeserializeError(f"invalid serialized {kind}: {exc}") from None
+        raise DeserializeFormatError(f"invalid serialized {kind}: {exc}") from None
     return check_header(payload, kind)
 
 

@@ -21,8 +21,10 @@ from .grammar.core.errors import (
     IndexOutOfRangeError,
     InternalError,
     InvalidArgumentError,
+    InvalidJSONError,
     LimitExceededError,
     MatcherStateError,
+    NotProvidedError,
     PushmaskError,
     SchemaError,
     UnsupportedSchemaError,
@@ -36,7 +38,12 @@ from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, 
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
-from .masks.serialization import DeserializeError, DeserializeVersionError, get_serialization_version
+from .masks.serialization import (
+    DeserializeError,
+    DeserializeFormatError,
+    DeserializeVersionError,
+    get_serialization_version,
+)
 from .masks.vocab import TokenizerInfo, VocabType
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
@@ -53,6 +60,7 @@ __all__ = [
     "BudgetTooSmallError",
     "CompiledGrammar",
     "DeserializeError",
+    "DeserializeFormatError",
     "DeserializeVersionError",
     "Gap",
     "Grammar",
@@ -64,9 +72,11 @@ __all__ = [
     "InfillResult",
     "InternalError",
     "InvalidArgumentError",
+    "InvalidJSONError",
     "JsonOptions",
     "Limits",
     "MatcherStateError",
+    "NotProvidedError",
     "PushmaskError",
     "SchemaError",
     "Template",

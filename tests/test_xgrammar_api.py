@@ -232,3 +232,21 @@ def test_batch_rollback_rolls_each_matcher_back_its_count():
     assert [m.num_accepted_tokens for m in matchers[:2]] == [2, 2]
     with pytest.raises(pm.InvalidArgumentError):
         pm.BatchGrammarMatcher.batch_rollback(matchers, [1, 1])
+
+
+def test_xgrammar_error_names_are_the_family():
+    with pytest.raises(pm.InvalidJSONError, match="not valid JSON") as error:
+        pm.Grammar.from_json_schema('{"type": ')
+    assert isinstance(error.value, pm.SchemaError) and isinstance(error.value, RuntimeError)
+    with pytest.raises(pm.DeserializeFormatError, match="not a serialized pushmask CompiledGrammar"):
+        pm.CompiledGrammar.deserialize_json("[]", pm.TokenizerInfo(["a"]))
+
+
+def test_xgrammar_internals_import_and_refuse_clearly():
+    """A test module importing XGrammar's internals loads; calling one says it is not provided."""
+    from pushmask.testing import XGRAMMAR_INTERNALS, _json_schema_to_ebnf
+
+    assert "_json_schema_to_ebnf" in XGRAMMAR_INTERNALS
+    with pytest.raises(pm.NotProvidedError, match="XGrammar's internal") as error:
+        _json_schema_to_ebnf({"type": "string"})
+    assert isinstance(error.value, NotImplementedError)

@@ -33,6 +33,10 @@ class SchemaError(PushmaskError, ValueError, RuntimeError):
         super().__init__(f"{message} (at {pointer or '#'})")
 
 
+class InvalidJSONError(SchemaError):
+    """Schema text that is not JSON (XGrammar's name); the message says where it breaks."""
+
+
 class UnsupportedSchemaError(SchemaError):
     """A valid schema keyword the grammar cannot express exactly (pass lenient=True to widen it)."""
 
@@ -43,6 +47,11 @@ class UnsupportedSchemaError(SchemaError):
             message += f": {detail}"
         message += "; pass lenient=True to widen it with a warning"
         super().__init__(message, pointer)
+
+
+class NotProvidedError(PushmaskError, NotImplementedError):
+    """An XGrammar name pushmask keeps so that code importing it loads, but does not implement:
+    one of XGrammar's internals (its EBNF text, its rule FSMs); the message says what to use."""
 
 
 class LimitExceededError(PushmaskError, RuntimeError):
