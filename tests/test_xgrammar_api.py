@@ -250,3 +250,12 @@ def test_xgrammar_internals_import_and_refuse_clearly():
     with pytest.raises(pm.NotProvidedError, match="XGrammar's internal") as error:
         _json_schema_to_ebnf({"type": "string"})
     assert isinstance(error.value, NotImplementedError)
+
+
+def test_tokenizer_info_module_has_xgrammars_names():
+    from pushmask.tokenizer_info import _BYTE_LEVEL_CHARSET, TokenizerInfo, VocabType
+
+    assert TokenizerInfo is pm.TokenizerInfo and VocabType is pm.VocabType
+    assert len(_BYTE_LEVEL_CHARSET) == 256 and {"Ġ", "Ċ", "a"} <= _BYTE_LEVEL_CHARSET
+    decoded = TokenizerInfo(sorted(_BYTE_LEVEL_CHARSET), VocabType.BYTE_LEVEL).decoded_vocab
+    assert sorted(decoded) == [bytes([b]) for b in range(256)]  # one character per byte
