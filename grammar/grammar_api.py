@@ -60,11 +60,12 @@ def from_json_schema(
 
 def from_lark(lark_string: str, *, tokenizer_info: Any = None, named_grammars: Any = None) -> Grammar:
     """The grammar of Lark text (start rule ``start``), read as pushmask's Lark front end reads
-    it (docs/grammars.md); XGrammar's ``tokenizer_info`` and ``named_grammars`` are not taken."""
+    it (docs/grammars.md).  ``tokenizer_info`` is accepted and not needed: special tokens are
+    looked up in the compiler's vocabulary when the grammar is compiled.  XGrammar's
+    ``named_grammars`` are not supported."""
     _text(lark_string, "lark_string", "from_lark")
-    for value, name in ((tokenizer_info, "tokenizer_info"), (named_grammars, "named_grammars")):
-        if value is not None:
-            raise InvalidArgumentError(f"Grammar.from_lark: {name} is not supported; leave it out")
+    if named_grammars is not None:
+        raise InvalidArgumentError("Grammar.from_lark: named_grammars is not supported; leave it out")
     return to_grammar("lark", lark_string)
 
 
