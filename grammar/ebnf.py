@@ -36,6 +36,7 @@ from .ir import (
     seq,
     token_terminal,
 )
+from .regex import regex_to_ir
 
 __all__ = ["parse_ebnf"]
 
@@ -234,6 +235,8 @@ class _Parser:
         if c == "<":
             return self.token()
         end = self.name_at(start)
+        if end > start and self.text.startswith("Regex(", start):
+            return self.regex_macro()
         if end > start:
             name = self.text[start:end]
             self.pos = end
@@ -244,7 +247,11 @@ class _Parser:
         raise self.error(f"unexpected character {c!r}; expected a string, class, rule name or '('")
 
     def postfix(self, expr: Expr) -> Expr:
+        """`expr` with the repetitions that follow it; as in XGrammar, space may come before one
+        (`"a" {2, 3}`, `x *`), since none of `*+?{` can start an element."""
         while True:
+            before_space = self.pos
+            self.skip_space()
             c = self.peek()
             if c == "*":
                 expr = rep(expr, 0, None)
@@ -256,8 +263,27 @@ class _Parser:
                 expr = self.braces(expr)
                 continue
             else:
+                self.pos = before_space
                 return expr
             self.pos += 1
+
+    def regex_macro(self) -> Expr:
+        """XGrammar's `Regex("pattern")`: the strings the regex fully matches (Python's syntax,
+        as `Grammar.from_regex` reads it). XGrammar's `json_string=` option is not supported."""
+        start = self.pos
+        self.pos += len("Regex(")
+        self.skip_space()
+        if self.peek() not in ('"', "'"):
+            raise self.error('Regex(...) takes the pattern as a quoted string, like Regex("[0-9]+")', start)
+        pattern = self.string_text()
+        self.skip_space()
+        if self.peek() != ")":
+            raise self.error("Regex(...) takes only the pattern (json_string= and flags= are not supported)", start)
+        self.pos += 1
+        try:
+            return regex_to_ir(pattern, max_nesting=self.max_nesting)
+        except GrammarError as error:
+            raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {error.column})", start) from None
 
     def token(self) -> Expr:
         """A token terminal: `<[128010]>` by id, or a special token by its text, `<|python_tag|>`."""
@@ -328,6 +354,10 @@ class _Parser:
         )
 
     def string(self) -> Expr:
+        return lit(self.string_text())
+
+    def string_text(self) -> str:
+        """The text of the quoted string at the cursor, escapes decoded."""
         quote = self.peek()
         start = self.pos
         self.pos += 1
@@ -338,7 +368,7 @@ class _Parser:
                 raise self.error(f"unbalanced quote: string has no closing {quote}", start)
             if c == quote:
                 self.pos += 1
-                return lit("".join(chars))
+                return "".join(chars)
             if c == "\\":
                 chars.append(chr(self.escape()))
             elif SURROGATES[0] <= ord(c) <= SURROGATES[1]:

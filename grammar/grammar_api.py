@@ -18,6 +18,7 @@ __all__ = [
     "concat",
     "from_ebnf",
     "from_json_schema",
+    "from_lark",
     "from_regex",
     "from_structural_tag",
     "union",
@@ -55,6 +56,17 @@ def from_json_schema(
     }
     options = JsonOptions.of(JsonOptions.xgrammar(), keywords, "Grammar.from_json_schema")
     return _printed(to_grammar("json_schema", schema, json_options=options), print_converted_ebnf)
+
+
+def from_lark(lark_string: str, *, tokenizer_info: Any = None, named_grammars: Any = None) -> Grammar:
+    """The grammar of Lark text (start rule ``start``), read as pushmask's Lark front end reads
+    it (docs/grammars.md).  ``tokenizer_info`` is accepted and not needed: special tokens are
+    looked up in the compiler's vocabulary when the grammar is compiled.  XGrammar's
+    ``named_grammars`` are not supported."""
+    _text(lark_string, "lark_string", "from_lark")
+    if named_grammars is not None:
+        raise InvalidArgumentError("Grammar.from_lark: named_grammars is not supported; leave it out")
+    return to_grammar("lark", lark_string)
 
 
 def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Grammar:

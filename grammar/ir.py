@@ -342,6 +342,12 @@ class Grammar:
         return from_ebnf(ebnf_string, root_rule_name=root_rule_name)
 
     @staticmethod
+    def from_lark(lark_string: str, **xgrammar_keywords) -> Grammar:
+        from .grammar_api import from_lark
+
+        return from_lark(lark_string, **xgrammar_keywords)
+
+    @staticmethod
     def from_json_schema(schema, **xgrammar_keywords) -> Grammar:
         """Keywords: any_whitespace, indent, separators, strict_mode, max_whitespace_cnt,
         print_converted_ebnf, any_order, as in XGrammar."""

@@ -358,6 +358,10 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
     return pattern[i : i + 2], i + 2
 
 
+_POSSESSIVE = re.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})\+")
+"""A possessive quantifier (Python 3.11): `x*+`, `x++`, `x?+`, `x{m,n}+`."""
+
+
 def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting) -> tuple[str, list[int]]:
     """Check `pattern` and rewrite it into the dialect interegular reads.
 
@@ -442,6 +446,15 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
             )
         if c == "$":
             raise GrammarError("'$' is only supported at the end of the pattern (the match is always anchored)", 1, col)
+        possessive = _POSSESSIVE.match(pattern, i) if c in "*+?{" else None
+        if possessive:
+            raise GrammarError(
+                f"possessive quantifier {possessive.group()!r} is not supported: it never "
+                "gives characters back, so it matches less than the greedy one (XGrammar refuses it too); "
+                "write the quantifier without the trailing '+'",
+                1,
+                col,
+            )
         emit(c, i)
         i += 1
     if in_class:

@@ -45,6 +45,7 @@ from typing import Any
 
 from .core.errors import GrammarError
 from .core.limits import DEFAULT_LIMITS, Limits
+from .core.recursion import load_json_text
 from .ebnf import parse_ebnf
 from .ir import (
     MAX_CODE_POINT,
@@ -199,7 +200,7 @@ def _legacy(items: list[dict], triggers: Any) -> dict:
 
 def _schema(schema: Any) -> Any:
     if isinstance(schema, str):
-        return json.loads(schema)
+        return load_json_text(schema, "schema")
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         return schema.model_json_schema()
     return schema

@@ -51,6 +51,14 @@ class BatchGrammarMatcher:
         return accepted
 
     @staticmethod
+    def batch_rollback(matchers: Sequence[GrammarMatcher], num_tokens: Sequence[int] | int = 1) -> None:
+        """Matcher i rolls back num_tokens[i] tokens (one count for all when an int), as XGrammar's."""
+        counts = [num_tokens] * len(matchers) if isinstance(num_tokens, int) else num_tokens
+        _same_length(matchers, counts, "num_tokens")
+        for matcher, count in zip(matchers, counts):
+            matcher.rollback(count)
+
+    @staticmethod
     def batch_accept_string(
         matchers: Sequence[GrammarMatcher], strings: Sequence[str | bytes], debug_print: bool = False
     ) -> list[bool]:

@@ -200,9 +200,10 @@ class GrammarMatcher:
     # -- queries --------------------------------------------------------------------------
 
     def is_terminated(self) -> bool:
-        """True after a stop token was accepted (or, with terminate_without_stop_token, once the
-        grammar has ended and nothing else can follow)."""
-        return self._state.terminated
+        """True after a stop token was accepted; with terminate_without_stop_token, as soon as
+        the text so far is complete (XGrammar's meaning: `is_completed()`, even where the grammar
+        could go on)."""
+        return self._state.terminated or (self.terminate_without_stop_token and self._state.can_end)
 
     def can_end(self) -> bool:
         """True when the text so far is a complete string of the grammar."""

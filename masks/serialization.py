@@ -20,17 +20,31 @@ from ..grammar.core.errors import PushmaskError
 FORMAT_VERSION = 1
 
 
-class DeserializeError(PushmaskError, ValueError):
+class DeserializeError(PushmaskError, ValueError, RuntimeError):
     """A serialized TokenizerInfo or CompiledGrammar that cannot be read back: not pushmask's
-    format, another format version, or a grammar compiled for another vocabulary."""
+    format, another format version, or a grammar compiled for another vocabulary. Also a
+    RuntimeError, as XGrammar's deserialization errors are."""
+
+
+class DeserializeFormatError(DeserializeError):
+    """Text that is not a serialized pushmask object of the kind asked for (XGrammar's name)."""
+
+
+class DeserializeVersionError(DeserializeError):
+    """Serialized by another format version (XGrammar's name): serialize it again."""
+
+
+def get_serialization_version() -> str:
+    """The format version serialize_json writes and deserialize_json reads (XGrammar's name)."""
+    return f"v{FORMAT_VERSION}"
 
 
 def check_header(payload: Any, kind: str) -> dict:
     """The payload if it is a dict of this kind and version, else DeserializeError."""
     if not isinstance(payload, dict) or payload.get("format") != kind:
-        raise DeserializeError(f"not a serialized pushmask {kind}")
+        raise DeserializeFormatError(f"not a serialized pushmask {kind}")
     if payload.get("version") != FORMAT_VERSION:
-        raise DeserializeError(
+        raise DeserializeVersionError(
             f"serialized {kind} has format version {payload.get('version')!r}; this "
             f"pushmask reads version {FORMAT_VERSION}: serialize it again with this version"
         )
@@ -49,7 +63,7 @@ def from_json(text: str | bytes, kind: str) -> dict:
     try:
         payload = json.loads(text, object_hook=_decode_array)
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
-        raise DeserializeError(f"invalid serialized {kind}: {exc}") from None
+        raise DeserializeFormatError(f"invalid serialized {kind}: {exc}") from None
     return check_header(payload, kind)
 
 

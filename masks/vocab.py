@@ -16,16 +16,25 @@ end. Ids from the tokenizer's size up to the model's ``vocab_size`` are padding:
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError, check_integer, check_integers
+from ..grammar.core.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    check_argument,
+    check_integer,
+    check_integers,
+)
 
 __all__ = [
     "TokenizerInfo",
+    "VocabType",
     "VOCAB_TYPES",
     "KNOWN_STOP_MARKERS",
     "byte_level_decode",
@@ -33,6 +42,43 @@ __all__ = [
 ]
 
 VOCAB_TYPES = ("byte_level", "byte_fallback", "raw")
+
+
+class VocabType(enum.Enum):
+    """How a vocabulary spells bytes (XGrammar's enum and numbering). A member also equals its
+    pushmask name (``VocabType.BYTE_LEVEL == "byte_level"``), so both spellings work."""
+
+    RAW = 0
+    BYTE_FALLBACK = 1
+    BYTE_LEVEL = 2
+
+    @property
+    def label(self) -> str:
+        """pushmask's name of the type: "raw", "byte_fallback" or "byte_level"."""
+        return self.name.lower()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.label == other
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash(self.label)
+
+
+# Tokens XGrammar takes for stop tokens when TokenizerInfo(...) gets no stop_token_ids.
+_DETECTED_STOP_TOKENS = frozenset(
+    (
+        "</s>",
+        "<|end_of_text|>",
+        "<|eot_id|>",
+        "<|endoftext|>",
+        "<eos>",
+        "<|eos|>",
+        "<end_of_turn>",
+        "<｜end▁of▁sentence｜>",
+    )
+)
 _PAYLOAD_KIND = "TokenizerInfo"
 
 # End-of-turn / end-of-text markers of common chat models. When the caller gives no stop ids,
@@ -122,15 +168,54 @@ class TokenizerInfo:
 
     def __init__(
         self,
-        encoded_vocab: Sequence[bytes | None],
+        encoded_vocab: Sequence[str | bytes | None],
+        vocab_type: VocabType | str = VocabType.RAW,
         *,
-        vocab_type: str,
         vocab_size: int | None = None,
-        stop_token_ids: Iterable[int] | None = None,
+        stop_token_ids: Iterable[int] | int | None = None,
+        add_prefix_space: bool = False,
         special_token_ids: Iterable[int] | None = None,
         special_token_texts: dict[str, int] | None = None,
     ):
-        _check_vocab_type(vocab_type)
+        """XGrammar's constructor: ``encoded_vocab`` holds each token as the tokenizer spells it
+        (str, or its UTF-8 bytes), decoded the ``vocab_type`` way; a byte-level token outside the
+        GPT-2 alphabet is its UTF-8. Without ``stop_token_ids`` the tokens XGrammar detects
+        (``</s>``, ``<|eot_id|>``, ``<|endoftext|>``, ...) are the stop tokens."""
+        vocab_type = _check_vocab_type(vocab_type)
+        _check_token_list(encoded_vocab, "encoded_vocab", "TokenizerInfo", str)
+        decode = _DECODERS[vocab_type.label]
+        decoded = [None if token is None else _decode_token(token, decode) for token in encoded_vocab]
+        if stop_token_ids is None:
+            stop_token_ids = [i for i, token in enumerate(encoded_vocab) if _text(token) in _DETECTED_STOP_TOKENS]
+        self._build(
+            decoded,
+            vocab_type,
+            vocab_size=vocab_size,
+            stop_token_ids=stop_token_ids,
+            special_token_ids=special_token_ids,
+            special_token_texts=special_token_texts,
+            add_prefix_space=add_prefix_space,
+        )
+
+    @classmethod
+    def _from_decoded(cls, decoded: Sequence[bytes | None], vocab_type: VocabType | str, **options) -> TokenizerInfo:
+        """A TokenizerInfo from tokens already decoded to their bytes (the readers' path)."""
+        info = cls.__new__(cls)
+        info._build(decoded, _check_vocab_type(vocab_type), **options)
+        return info
+
+    def _build(
+        self,
+        encoded_vocab: Sequence[bytes | None],
+        vocab_type: VocabType,
+        *,
+        vocab_size: int | None = None,
+        stop_token_ids: Iterable[int] | int | None = None,
+        special_token_ids: Iterable[int] | None = None,
+        special_token_texts: dict[str, int] | None = None,
+        add_prefix_space: bool = False,
+    ) -> None:
+        """Fill in the attributes from decoded tokens (``None`` for an unused id)."""
         _check_token_list(encoded_vocab, "encoded_vocab", "TokenizerInfo")
         n_tokens = len(encoded_vocab)
         # {text: id} of special tokens, so grammars can name them (`<|python_tag|>`).
@@ -141,8 +226,9 @@ class TokenizerInfo:
                 f"TokenizerInfo: vocab_size={vocab_size} is smaller than the tokenizer's {n_tokens} tokens; "
                 "pass the model's vocabulary size (its logits' width), which covers every token id"
             )
-        self.vocab_type = vocab_type
+        self.vocab_type: VocabType = vocab_type
         self.vocab_size = vocab_size
+        self.add_prefix_space = bool(add_prefix_space)
 
         if isinstance(stop_token_ids, (int, np.integer)) and not isinstance(stop_token_ids, bool):
             stop_token_ids = [stop_token_ids]  # one id, as xgrammar takes it
@@ -184,7 +270,7 @@ class TokenizerInfo:
     def from_vocab(
         cls,
         tokens: Sequence[str | bytes | None],
-        vocab_type: str = "raw",
+        vocab_type: VocabType | str = "raw",
         *,
         vocab_size: int | None = None,
         stop_token_ids: Iterable[int] | None = None,
@@ -192,18 +278,18 @@ class TokenizerInfo:
     ) -> TokenizerInfo:
         """Build from token strings spelled the ``vocab_type`` way (bytes are taken as they are).
 
-        ``None`` marks an unused id. Handy in tests:
+        ``None`` marks an unused id; no stop token is guessed. Handy in tests:
         ``TokenizerInfo.from_vocab(["a", "b", "ab", "</s>"], stop_token_ids=[3])``.
         """
-        _check_vocab_type(vocab_type)
+        vocab_type = _check_vocab_type(vocab_type)
         _check_token_list(tokens, "tokens", "TokenizerInfo.from_vocab", str)
-        decode = _DECODERS[vocab_type]
+        decode = _DECODERS[vocab_type.label]
         encoded = [
             None if t is None else (bytes(t) if isinstance(t, (bytes, bytearray)) else decode(t)) for t in tokens
         ]
-        return cls(
+        return cls._from_decoded(
             encoded,
-            vocab_type=vocab_type,
+            vocab_type,
             vocab_size=vocab_size,
             stop_token_ids=stop_token_ids,
             special_token_ids=special_token_ids,
@@ -247,11 +333,12 @@ class TokenizerInfo:
                     "TokenizerInfo.from_huggingface: the tokenizer has no eos_token_id and no known end marker; "
                     "pass stop_token_ids explicitly"
                 )
-        return cls(
+        return cls._from_decoded(
             tokens,
-            vocab_type=vocab_type,
+            vocab_type,
             vocab_size=vocab_size,
             stop_token_ids=stop_token_ids,
+            add_prefix_space=_adds_prefix_space(tokenizer, vocab_type),
             special_token_ids=specials,
             special_token_texts={text: i for text, i in named_specials.items() if 0 <= i < vocab_size},
         )
@@ -332,7 +419,7 @@ class TokenizerInfo:
 
     def __repr__(self) -> str:
         return (
-            f"TokenizerInfo(vocab_type={self.vocab_type!r}, vocab_size={self.vocab_size}, "
+            f"TokenizerInfo(vocab_type={self.vocab_type.label!r}, vocab_size={self.vocab_size}, "
             f"grammar_tokens={len(self.grammar_token_ids)}, "
             f"stop_token_ids={list(self.stop_token_ids)}, hash={self.vocab_hash[:12]})"
         )
@@ -352,14 +439,47 @@ class TokenizerInfo:
 
         return TokenizerInfo._from_payload(from_json(text, _PAYLOAD_KIND))
 
+    def dump_metadata(self) -> str:
+        """XGrammar's metadata JSON (vocab_type number, vocab_size, add_prefix_space,
+        stop_token_ids): with the encoded vocabulary, from_vocab_and_metadata rebuilds this."""
+        return json.dumps(
+            {
+                "vocab_type": self.vocab_type.value,
+                "vocab_size": self.vocab_size,
+                "add_prefix_space": self.add_prefix_space,
+                "stop_token_ids": list(self.stop_token_ids),
+            },
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def from_vocab_and_metadata(encoded_vocab: Sequence[str | bytes | None], metadata: str) -> TokenizerInfo:
+        """The TokenizerInfo of an encoded vocabulary and dump_metadata's JSON (XGrammar's name)."""
+        check_argument(metadata, (str, bytes), "metadata", "TokenizerInfo.from_vocab_and_metadata")
+        try:
+            fields = json.loads(metadata)
+            vocab_type = VocabType(fields["vocab_type"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise InvalidArgumentError(
+                f"TokenizerInfo.from_vocab_and_metadata: metadata is not dump_metadata's JSON: {error}"
+            ) from None
+        return TokenizerInfo(
+            encoded_vocab,
+            vocab_type,
+            vocab_size=fields.get("vocab_size"),
+            stop_token_ids=fields.get("stop_token_ids"),
+            add_prefix_space=fields.get("add_prefix_space", False),
+        )
+
     def _payload(self) -> dict:
         from .serialization import header
 
         n = self.num_tokenizer_tokens
         return {
             **header(_PAYLOAD_KIND),
-            "vocab_type": self.vocab_type,
+            "vocab_type": self.vocab_type.label,
             "vocab_size": self.vocab_size,
+            "add_prefix_space": self.add_prefix_space,
             "stop_token_ids": list(self.stop_token_ids),
             "special_token_ids": list(self.special_token_ids),
             "token_lengths": self.token_lengths[:n].copy(),
@@ -374,12 +494,13 @@ class TokenizerInfo:
         payload = check_header(payload, _PAYLOAD_KIND)
         data, ends = payload["token_bytes"], np.cumsum(payload["token_lengths"]).tolist()
         tokens = [data[start:end] for start, end in zip([0] + ends[:-1], ends)]
-        info = TokenizerInfo(
+        info = TokenizerInfo._from_decoded(
             tokens,
-            vocab_type=payload["vocab_type"],
+            payload["vocab_type"],
             vocab_size=payload["vocab_size"],
             stop_token_ids=payload["stop_token_ids"],
             special_token_ids=payload["special_token_ids"],
+            add_prefix_space=payload.get("add_prefix_space", False),
         )
         if info.vocab_hash != payload["vocab_hash"]:
             raise DeserializeError("the serialized TokenizerInfo is damaged: its vocabulary hash does not match")
@@ -397,9 +518,43 @@ class TokenizerInfo:
 # ---------------------------------------------------------------------- reading tokenizers
 
 
-def _check_vocab_type(vocab_type) -> None:
+def _check_vocab_type(vocab_type) -> VocabType:
+    """`vocab_type` as a VocabType: a member, or its pushmask name ("byte_level", ...)."""
+    if isinstance(vocab_type, VocabType):
+        return vocab_type
     if not isinstance(vocab_type, str) or vocab_type not in VOCAB_TYPES:
-        raise InvalidArgumentError(f"TokenizerInfo: vocab_type must be one of {VOCAB_TYPES}, got {vocab_type!r:.60}")
+        raise InvalidArgumentError(
+            f"TokenizerInfo: vocab_type must be a VocabType or one of {VOCAB_TYPES}, got {vocab_type!r:.60}"
+        )
+    return VocabType[vocab_type.upper()]
+
+
+def _text(token: str | bytes | bytearray | memoryview | None) -> str | None:
+    """An encoded token as text: a str, or bytes read as UTF-8; None when it is neither."""
+    if token is None or isinstance(token, str):
+        return token
+    try:
+        return bytes(token).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _decode_token(token: str | bytes | bytearray | memoryview, decode) -> bytes:
+    """The bytes an encoded token stands for; bytes that are not UTF-8 stand for themselves
+    (as in XGrammar)."""
+    text = _text(token)
+    return bytes(token) if text is None else decode(text)
+
+
+def _adds_prefix_space(tokenizer, vocab_type: VocabType) -> bool:
+    """Whether the tokenizer puts a space before the text it encodes (XGrammar's test: the first
+    token of "a" starts with the type's space character)."""
+    try:
+        tokens = tokenizer.convert_ids_to_tokens(tokenizer.encode("a", add_special_tokens=False))
+    except (AttributeError, TypeError, ValueError):
+        return False
+    prefix = _SPM_SPACE if vocab_type == VocabType.BYTE_FALLBACK else "Ġ"
+    return bool(tokens) and isinstance(tokens[0], str) and tokens[0].startswith(prefix)
 
 
 def _check_token_list(tokens, name: str, where: str, *also: type) -> None:

@@ -21,13 +21,16 @@ from .grammar.core.errors import (
     IndexOutOfRangeError,
     InternalError,
     InvalidArgumentError,
+    InvalidJSONError,
     LimitExceededError,
     MatcherStateError,
+    NotProvidedError,
     PushmaskError,
     SchemaError,
     UnsupportedSchemaError,
 )
 from .grammar.core.limits import Limits
+from .grammar.core.recursion import get_max_recursion_depth, max_recursion_depth, set_max_recursion_depth
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
 from .masks.batch_matcher import BatchGrammarMatcher
@@ -35,8 +38,13 @@ from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, 
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
-from .masks.serialization import DeserializeError
-from .masks.vocab import TokenizerInfo
+from .masks.serialization import (
+    DeserializeError,
+    DeserializeFormatError,
+    DeserializeVersionError,
+    get_serialization_version,
+)
+from .masks.vocab import TokenizerInfo, VocabType
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle
 
@@ -52,6 +60,8 @@ __all__ = [
     "BudgetTooSmallError",
     "CompiledGrammar",
     "DeserializeError",
+    "DeserializeFormatError",
+    "DeserializeVersionError",
     "Gap",
     "Grammar",
     "GrammarCompiler",
@@ -62,13 +72,16 @@ __all__ = [
     "InfillResult",
     "InternalError",
     "InvalidArgumentError",
+    "InvalidJSONError",
     "JsonOptions",
     "Limits",
     "MatcherStateError",
+    "NotProvidedError",
     "PushmaskError",
     "SchemaError",
     "Template",
     "TokenizerInfo",
+    "VocabType",
     "UnsupportedSchemaError",
     "allocate_token_bitmask",
     "allowed_tokens",
@@ -77,6 +90,10 @@ __all__ = [
     "can_complete",
     "clear_caches",
     "diffusion_generate",
+    "get_max_recursion_depth",
+    "get_serialization_version",
+    "max_recursion_depth",
+    "set_max_recursion_depth",
     "fill_in_the_middle",
     "find_completion",
     "get_bitmask_shape",
@@ -88,7 +105,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Lazy attributes: `pushmask.generate`, `pushmask.hf` and `pushmask.load_default_model` import
     torch/transformers on first use, `pushmask.tool_call_structural_tag` the JSON Schema front end,
-    `pushmask.bitmask_dtype` torch."""
+    `pushmask.bitmask_dtype` torch, `pushmask.StructuralTag` / `StructuralTagItem` pydantic."""
     if name == "generate":
         from .integrations.generate import generate
 
@@ -105,6 +122,11 @@ def __getattr__(name: str) -> Any:
         from .grammar.tool_formats import tool_call_structural_tag
 
         return tool_call_structural_tag
+    if name in ("StructuralTag", "StructuralTagItem", "structural_tag"):  # XGrammar's names
+        import importlib
+
+        module = importlib.import_module(".structural_tag", __name__)
+        return module if name == "structural_tag" else getattr(module, name)
     if name == "bitmask_dtype":  # xgrammar's name: the bitmask's element type
         from .masks.bitmask import _torch_installed
 

@@ -12,12 +12,27 @@ from typing import Any
 
 import numpy as np
 
-from .grammar.core.errors import InvalidArgumentError
+from .grammar.core.errors import InvalidArgumentError, NotProvidedError
 from .grammar.ir import Grammar
 from .masks.bitmask import bitmask_to_bool, bool_to_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.matcher import GrammarMatcher
 from .masks.vocab import TokenizerInfo
+
+# xgrammar.testing's names for XGrammar's internals (its EBNF printer, rule FSMs, converters):
+# importing them works, so a test module that imports one still loads; calling one raises
+# NotProvidedError, since pushmask compiles to its own IR rather than to XGrammar's EBNF text.
+XGRAMMAR_INTERNALS = (
+    "GrammarFunctor",
+    "_generate_float_regex",
+    "_generate_range_regex",
+    "_get_allow_empty_rule_ids",
+    "_is_rule_fsm_accept_string",
+    "_json_schema_to_ebnf",
+    "_print_grammar_fsms",
+    "_regex_to_ebnf",
+    "_traverse_draft_tree",
+)
 
 __all__ = [
     "_get_matcher_from_grammar",
@@ -29,7 +44,23 @@ __all__ = [
     "_ebnf_to_grammar_no_normalization",
     "bool_mask_to_bitmask",
     "bitmask_to_bool_mask",
+    *XGRAMMAR_INTERNALS,
 ]
+
+
+def _not_provided(name: str):
+    def internal(*args: Any, **kwargs: Any) -> Any:
+        raise NotProvidedError(
+            f"pushmask.testing.{name} is XGrammar's internal, not provided: pushmask compiles to its own "
+            "grammar IR, not XGrammar's EBNF text; test the language instead (_is_grammar_accept_string)"
+        )
+
+    internal.__name__ = name
+    internal.__doc__ = f"XGrammar's internal {name}: raises NotProvidedError."
+    return internal
+
+
+globals().update({name: _not_provided(name) for name in XGRAMMAR_INTERNALS})
 
 
 def _compile(grammar: str | Grammar | CompiledGrammar, tokenizer_info: TokenizerInfo) -> CompiledGrammar:

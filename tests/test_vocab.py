@@ -7,10 +7,13 @@ The oracle is the Hugging Face tokenizer itself: joining our bytes for ``encode(
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from support import TOKENIZERS, require_shared
 
+import pushmask as pm
 from pushmask.masks.vocab import (
     KNOWN_STOP_MARKERS,
     TokenizerInfo,
@@ -271,8 +274,8 @@ def test_bad_arguments_have_clear_errors():
         TokenizerInfo([b"a"], vocab_type="wordpiece")
     with pytest.raises(ValueError, match="smaller"):
         TokenizerInfo([b"a", b"b"], vocab_type="raw", vocab_size=1)
-    with pytest.raises(TypeError, match="from_vocab"):
-        TokenizerInfo(["a"], vocab_type="raw")
+    with pytest.raises(TypeError, match="encoded_vocab"):
+        TokenizerInfo([1], vocab_type="raw")
     with pytest.raises(ValueError, match="special_token_ids"):
         TokenizerInfo([b"a"], vocab_type="raw", special_token_ids=[-1])
     with pytest.raises(TypeError, match="cannot read a vocabulary"):
@@ -307,3 +310,47 @@ def test_added_tokens_plain_text_and_special():
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert tool in ids and zoe in ids
     assert info.decode_tokens(ids) == text.encode()
+
+
+def test_xgrammar_constructor_decodes_encoded_tokens():
+    """XGrammar's TokenizerInfo(encoded_vocab, vocab_type): tokens spelled the tokenizer's way
+    (str or their UTF-8 bytes) are decoded; bytes that are not UTF-8 stand for themselves."""
+    level = TokenizerInfo(["Ġa", "a", "<0x41>", b"\xc4\xa0b", b"\xff"], pm.VocabType.BYTE_LEVEL)
+    assert level.decoded_vocab == [b" a", b"a", b"<0x41>", b" b", b"\xff"]
+    assert level.vocab_type == pm.VocabType.BYTE_LEVEL and level.vocab_type == "byte_level"
+    fallback = TokenizerInfo(["▁b", "<0x41>", "Ġa"], pm.VocabType.BYTE_FALLBACK, add_prefix_space=True)
+    assert fallback.decoded_vocab == [b" b", b"A", "Ġa".encode()]
+    assert fallback.add_prefix_space
+    raw = TokenizerInfo(["Ġa", b"\xff"])  # RAW is the default, as in XGrammar
+    assert raw.vocab_type == pm.VocabType.RAW and raw.decoded_vocab == ["Ġa".encode(), b"\xff"]
+
+
+def test_xgrammar_constructor_detects_stop_tokens_only_when_none_given():
+    vocab = ["a", "</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<eos>", "<s>"]
+    assert TokenizerInfo(vocab).stop_token_ids == (1, 3, 4, 5)  # XGrammar's list; not <|im_end|>
+    assert TokenizerInfo(vocab, stop_token_ids=0).stop_token_ids == (0,)
+    assert TokenizerInfo.from_vocab(vocab).stop_token_ids == ()  # pushmask's from_vocab guesses none
+
+
+def test_metadata_round_trip_rebuilds_the_same_vocabulary():
+    vocab = ["Ġa", "b", "</s>", "<0x0A>"]
+    info = TokenizerInfo(vocab, pm.VocabType.BYTE_LEVEL, vocab_size=6, add_prefix_space=True)
+    assert json.loads(info.dump_metadata()) == {
+        "vocab_type": 2,
+        "vocab_size": 6,
+        "add_prefix_space": True,
+        "stop_token_ids": [2],
+    }
+    again = TokenizerInfo.from_vocab_and_metadata(vocab, info.dump_metadata())
+    assert again.vocab_hash == info.vocab_hash and again.add_prefix_space
+    with pytest.raises(pm.InvalidArgumentError, match="metadata"):
+        TokenizerInfo.from_vocab_and_metadata(vocab, '{"vocab_type": 7}')
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_add_prefix_space_is_what_the_tokenizer_does(name):
+    """The oracle: whether the tokenizer's own encoding of "a" starts with a space."""
+    tokenizer, info = _tokenizer_and_info(name)
+    first = tokenizer.encode("a", add_special_tokens=False)[0]
+    assert info.add_prefix_space == info.decoded_vocab[first].startswith(b" ")
+    assert info.add_prefix_space == (name == "mistral")

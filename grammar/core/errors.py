@@ -11,8 +11,9 @@ class PushmaskError(Exception):
     """Base class of every error pushmask raises on bad input or exhausted limits."""
 
 
-class GrammarError(PushmaskError, ValueError):
-    """A malformed grammar: carries the 1-based line and column where the problem is, when known."""
+class GrammarError(PushmaskError, ValueError, RuntimeError):
+    """A malformed grammar: carries the 1-based line and column where the problem is, when known.
+    Also a RuntimeError, which XGrammar raises for the same inputs."""
 
     def __init__(self, message: str, line: int | None = None, column: int | None = None):
         self.message = message
@@ -22,13 +23,18 @@ class GrammarError(PushmaskError, ValueError):
         super().__init__(f"{message}{where}")
 
 
-class SchemaError(PushmaskError, ValueError):
-    """A malformed or unsatisfiable JSON Schema; `pointer` is the JSON pointer of the offending keyword."""
+class SchemaError(PushmaskError, ValueError, RuntimeError):
+    """A malformed or unsatisfiable JSON Schema; `pointer` is the JSON pointer of the offending
+    keyword. Also a RuntimeError, which XGrammar raises for the same inputs."""
 
     def __init__(self, message: str, pointer: str = ""):
         self.message = message
         self.pointer = pointer
         super().__init__(f"{message} (at {pointer or '#'})")
+
+
+class InvalidJSONError(SchemaError):
+    """Schema text that is not JSON (XGrammar's name); the message says where it breaks."""
 
 
 class UnsupportedSchemaError(SchemaError):
@@ -41,6 +47,11 @@ class UnsupportedSchemaError(SchemaError):
             message += f": {detail}"
         message += "; pass lenient=True to widen it with a warning"
         super().__init__(message, pointer)
+
+
+class NotProvidedError(PushmaskError, NotImplementedError):
+    """An XGrammar name pushmask keeps so that code importing it loads, but does not implement:
+    one of XGrammar's internals (its EBNF text, its rule FSMs); the message says what to use."""
 
 
 class LimitExceededError(PushmaskError, RuntimeError):

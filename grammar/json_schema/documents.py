@@ -28,8 +28,9 @@ from urllib.parse import quote, unquote, urldefrag, urljoin
 import jsonschema
 
 from ..core.caches import BoundedCache
-from ..core.errors import LimitExceededError, SchemaError
+from ..core.errors import InvalidJSONError, LimitExceededError, SchemaError
 from ..core.limits import DEFAULT_LIMITS
+from ..core.recursion import load_json_text
 from .keywords import canonical_json
 from .metaschema import fast_valid
 
@@ -295,9 +296,9 @@ def load_schema(schema):
         return schema.model_json_schema()
     if isinstance(schema, (str, bytes)):
         try:
-            return json.loads(schema)
+            return load_json_text(schema, "schema")
         except json.JSONDecodeError as exc:
-            raise SchemaError(
+            raise InvalidJSONError(
                 f"the schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "#"
             ) from None
     return schema
