@@ -10,6 +10,7 @@ separately, as rejections the documentation promises.
 from __future__ import annotations
 
 import codecs
+import importlib.util
 import json
 import sys
 import warnings
@@ -267,13 +268,27 @@ def test_definition_order_members_across_rule_checkpoints():
             assert verdicts == {True, False}, schema  # the sample holds both kinds of text
 
 
-def test_min_properties_that_needs_two_additional_members_is_unsupported(compiler, tokenizer):
+def test_min_properties_over_two_additional_members_keeps_their_names_distinct(compiler, tokenizer):
+    """Two or more undeclared members counted by the grammar, their names kept distinct by a
+    value check (json.loads keeps one member of a repeated name); without value checks, or where
+    some names are refused (propertyNames), a repeated name could not be ruled out: refused."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 3}
+    compiled = check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"a": 1, "b": 2, "c": 3}, {"b": 1, "c": 2, "d": 3}, {"x": [], "y": {"x": 1, "y": 2}, "z": "a"}],
+        [{"a": 1, "b": 2}, {"b": 1, "c": 2}],
+    )
+    for text in ('{"b":1,"b":2,"c":3}', '{"a":1,"b":2,"\\u0062":3}', '{"b":{"c":1},"c":2,"b":3}'):
+        assert not accepts(compiled, text), text
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar(schema, additional_properties_default=True)
+        json_schema_to_grammar(schema, additional_properties_default=True, value_checks=False)
     assert info.value.keyword == "minProperties" and info.value.pointer == "#"
     with pytest.warns(UserWarning, match="minProperties"):
-        json_schema_to_grammar(schema, additional_properties_default=True, lenient=True)
+        json_schema_to_grammar(schema, additional_properties_default=True, value_checks=False, lenient=True)
+    with pytest.raises(UnsupportedSchemaError, match="propertyNames"):
+        json_schema_to_grammar(dict(schema, propertyNames={"maxLength": 1}), additional_properties_default=True)
     # one additional member can never be a duplicate: exact
     check(
         compiler,
@@ -1315,3 +1330,32 @@ def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer
             chars = len(body) + (1 if decoder.getstate()[0] else 0)  # a started character counts
             expected = all(c >= " " for c in body) and chars <= left and not (quote and decoder.getstate()[0])
             assert allowed == expected, (left, raw)
+
+
+def _xgrammar_min_properties():
+    """benchmarks/xgrammar_min_properties.py: XGrammar 0.2.8's minProperties cases."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "xgrammar_min_properties.py"
+    spec = importlib.util.spec_from_file_location("xgrammar_min_properties", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_xgrammar_min_properties_sample_agrees_with_jsonschema():
+    """A sample of XGrammar's minProperties cases (the benchmark runs all 751): each compiles, and
+    its test strings are accepted exactly when jsonschema accepts them; most need two or more
+    undeclared members, which were refused before names were kept distinct."""
+    cases = _xgrammar_min_properties()
+    every = cases.all_cases()
+    sample = (
+        every[::75]
+        + [case for case in every if "required" not in case[0] and case[0].get("additionalProperties")][::20]
+    )
+    needs_distinct = [
+        schema
+        for schema, _, _ in sample
+        if schema.get("additionalProperties") and schema["minProperties"] - len(schema.get("required", ())) >= 2
+    ]
+    assert len(needs_distinct) >= 5
+    for schema, texts, any_order in sample:
+        assert cases.check(schema, texts, any_order) == ("agree", []), schema
