@@ -828,6 +828,61 @@ def test_remote_refs_only_through_retrieve(compiler, tokenizer):
     assert accepts(compiled, '{"n": 9}') and not accepts(compiled, '{"n": 10}')
 
 
+def test_a_retrieved_document_names_its_own_ids(compiler, tokenizer):
+    """A retrieved document whose `$id` differs from where it came from, or whose subschema has
+    an `$id`, resolves references to those ids from itself; only the URI asked for is fetched."""
+    served = {
+        "http://example.com/moved.json": {
+            "$id": "http://example.com/real.json",
+            "$defs": {"n": {"type": "integer", "maximum": 9}},
+            "$ref": "#/$defs/n",
+        },
+        "http://example.com/nested.json": {
+            "$defs": {"s": {"$id": "http://example.com/inner.json", "type": "string", "maxLength": 2}},
+            "$ref": "http://example.com/inner.json",
+        },
+    }
+    seen = []
+
+    def retrieve(uri):
+        seen.append(uri)
+        return served[uri]
+
+    schema = {
+        "properties": {"n": {"$ref": "http://example.com/moved.json"}, "s": {"$ref": "http://example.com/nested.json"}}
+    }
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, retrieve=retrieve))
+    assert accepts(compiled, '{"n": 9, "s": "ab"}')
+    for text in ('{"n": 10}', '{"s": "abc"}', '{"n": "1"}'):
+        assert not accepts(compiled, text), text
+    assert set(seen) == set(served)
+
+
+def test_all_of_patterns_next_to_additional_properties(compiler, tokenizer):
+    """patternProperties of one allOf branch next to the other's additionalProperties: a name
+    matching the pattern that the other branch does not declare meets both schemas, exactly
+    (each instance agrees with jsonschema); an unsupported combination stays refused."""
+    closed = {"properties": {"xb": {"type": "integer"}}, "additionalProperties": False}
+    open_strings = {"additionalProperties": {"type": "string"}}
+    patterns = {"patternProperties": {"^x": {"type": ["integer", "string"]}}}
+    both_declare = {"patternProperties": {"^a": {"type": "string"}}, "properties": {"a": {"type": "integer"}}}
+    names = [{}, {"xa": 1}, {"xa": "s"}, {"xb": 1}, {"xb": "s"}, {"y": 1}, {"y": "s"}, {"a": 1}, {"a": "s"}]
+    validator = jsonschema.Draft202012Validator
+    for first, second in (
+        (closed, patterns),
+        (open_strings, patterns),
+        (closed, both_declare),
+        (open_strings, both_declare),
+    ):
+        for schema in ({"type": "object", "allOf": [first, second]}, {"type": "object", "allOf": [second, first]}):
+            valid = [n for n in names if validator(schema).is_valid(n)]
+            check(compiler, tokenizer, schema, valid, [n for n in names if n not in valid])
+    with pytest.raises(UnsupportedSchemaError, match="patternProperties combined"):
+        json_schema_to_grammar(
+            {"allOf": [{"properties": {"xa": {}}, "additionalProperties": {"type": "integer"}}, patterns]}
+        )
+
+
 def test_not_that_cannot_be_expressed_is_unsupported():
     with pytest.raises(UnsupportedSchemaError) as info:
         json_schema_to_grammar({"type": "array", "not": {"uniqueItems": True}})
