@@ -271,7 +271,7 @@ def test_definition_order_members_across_rule_checkpoints():
 def test_min_properties_over_two_additional_members_keeps_their_names_distinct(compiler, tokenizer):
     """Two or more undeclared members counted by the grammar, their names kept distinct by a
     value check (json.loads keeps one member of a repeated name); without value checks, or where
-    some names are refused (propertyNames), a repeated name could not be ruled out: refused."""
+    the undeclared names could run out (a dead end after a started name), refused."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 3}
     compiled = check(
         compiler,
@@ -287,8 +287,14 @@ def test_min_properties_over_two_additional_members_keeps_their_names_distinct(c
     assert info.value.keyword == "minProperties" and info.value.pointer == "#"
     with pytest.warns(UserWarning, match="minProperties"):
         json_schema_to_grammar(schema, additional_properties_default=True, value_checks=False, lenient=True)
-    with pytest.raises(UnsupportedSchemaError, match="propertyNames"):
-        json_schema_to_grammar(dict(schema, propertyNames={"maxLength": 1}), additional_properties_default=True)
+    # names from a pattern only: endlessly many, so any started name can be finished as a new one
+    patterned = {"type": "object", "patternProperties": {"^[a-z]+$": {}}, "additionalProperties": False}
+    check(compiler, tokenizer, dict(patterned, minProperties=2), [{"a": 1, "b": 2}], [{"a": 1}, {"a": 1, "B": 2}])
+    # finitely many names (or a started name with one completion, "c"): a dead end, refused
+    closed = {"patternProperties": {"^(c|d+)$": {}}, "additionalProperties": False}
+    for names in ({"propertyNames": {"maxLength": 1}}, closed):
+        with pytest.raises(UnsupportedSchemaError, match="endlessly many"):
+            json_schema_to_grammar(dict(schema, **names), additional_properties_default=True)
     # one additional member can never be a duplicate: exact
     check(
         compiler,

@@ -75,7 +75,7 @@ Beyond context-free structure, resolved at compile time:
 Value checks (value_checks=True, the default): uniqueItems on item types that are not a small
 enum compiles to an array rule without it, a oneOf whose branches overlap on objects, arrays or
 strings (and cannot be negated) to the union of its branches, and an object whose minProperties
-needs two or more undeclared members (every undeclared name allowed) to its counted members;
+needs two or more undeclared members (their names never running out) to its counted members;
 `Grammar.checks` names those rules, and the matcher (masks/value_checks.py) rejects the bytes that
 close a duplicate item, a repeated member name or a value that jsonschema rejects against the
 subschema.  Analyses that need exact terms (disjointness,

@@ -92,33 +92,57 @@ def object_expr(em: Emitter, f: ObjectForm, pointer: str, depth) -> Expr:
         if closing is None:
             return NOTHING
         min_p, max_p, close_e, close_ne = closing
-    distinct = extra is not None and _distinct_names_needed(em, t, members, min_p, child)
+    distinct = extra is not None and _distinct_names_needed(em, t, order, members, min_p, child)
     body = object_body(
         em, members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer, required_rank, distinct
     )
     return _distinct_names_rule(em, body, pointer) if distinct else body
 
 
-def _distinct_names_needed(em: Emitter, t: _ObjectTerm, members: list, min_p: int, child) -> bool:
+def _distinct_names_needed(em: Emitter, t: _ObjectTerm, order: list, members: list, min_p: int, child) -> bool:
     """Does minProperties need two or more undeclared members, and can a value check keep their
     names distinct without a dead end?  The grammar counts members; json.loads counts two
     members of one name once, so the object's rule gets a DistinctNames check.
 
     The check refuses a name when it closes, so every name the grammar lets a model start must
-    have endlessly many completions: it does when every name outside `properties` is allowed
-    (no propertyNames, additionalProperties satisfiable, patternProperties satisfiable and
-    pairwise disjoint), as only the finitely many declared names are then left out."""
+    have endlessly many completions among the undeclared names: the names additionalProperties
+    or a pattern gives a value (patterns pairwise disjoint, each value satisfiable), within
+    propertyNames, less the declared ones (`order`)."""
     if min_p - sum(1 for _, is_req in members if is_req) < 2 or not em.ctx.value_checks_allowed():
         return False
-    if not t.names_true or em.value(t.addl, f"{t.pointer}/additionalProperties", child) == NOTHING:
-        return False
     where = f"{t.pointer}/patternProperties"
-    if any(em.value(schema, f"{where}/{escape_pointer(p)}", child) == NOTHING for p, schema in t.patterns.items()):
-        return False
     dfas = [em.pattern_dfa(p, where) for p in t.patterns]
-    return not any(
-        em.dfa_op(a.intersects, b, "patternProperties", t.pointer) for a, b in itertools.combinations(dfas, 2)
-    )
+    if any(em.dfa_op(a.intersects, b, "patternProperties", t.pointer) for a, b in itertools.combinations(dfas, 2)):
+        return False
+    # a name matching a pattern whose value is satisfiable, or (additionalProperties satisfiable) none
+    valued = [em.value(schema, f"{where}/{escape_pointer(p)}", child) != NOTHING for p, schema in t.patterns.items()]
+    open_rest = em.value(t.addl, f"{t.pointer}/additionalProperties", child) != NOTHING
+    names = any_string_dfa() if open_rest else literal_dfa([])
+    for dfa, has_value in zip(dfas, valued):
+        if has_value != open_rest:
+            names = em.dfa_op(names.union if has_value else names.difference, dfa, "minProperties", t.pointer)
+    if not t.names_true:  # as extra_members reads it: one string term
+        terms = _property_names_terms(em, t) or []
+        if len(terms) != 1 or not _names_term(terms[0], enum=False):
+            return False
+        allowed = _names_string_dfa(em, terms[0], f"{t.pointer}/propertyNames")
+        if allowed is not None:
+            names = em.dfa_op(names.intersect, allowed, "minProperties", t.pointer)
+    names = em.dfa_op(names.difference, literal_dfa(order), "minProperties", t.pointer)
+    return not names.is_empty() and _every_prefix_endless(names)
+
+
+def _every_prefix_endless(dfa) -> bool:
+    """Does every prefix of a string the (trimmed) automaton accepts have endlessly many
+    completions?  Peels off the states whose every path ends (those with no successor left,
+    repeatedly); in a trimmed automaton a state with an endless path has endless completions."""
+    successors = [{target for _, _, target in edges} for edges in dfa.trans]
+    left = set(range(len(successors)))
+    ended = [s for s in left if not successors[s]]
+    while ended:
+        left.difference_update(ended)
+        ended = [s for s in left if not successors[s] & left]
+    return len(left) == len(successors)
 
 
 def _distinct_names_rule(em: Emitter, body: Expr, pointer: str) -> Ref:
@@ -409,8 +433,8 @@ def object_body(
                 "minProperties",
                 pointer,
                 f"{lo} additional members would be needed to reach minProperties, and their names "
-                "are kept distinct only with value checks on and every undeclared name allowed "
-                "(no propertyNames, additionalProperties satisfiable, patternProperties disjoint)",
+                "are kept distinct only with value checks on, patternProperties disjoint and every "
+                "started undeclared name completable in endlessly many ways",
             )
         if hi is not None and hi < lo:
             return NOTHING
