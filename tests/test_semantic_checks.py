@@ -275,31 +275,31 @@ def _closed_value_oracle(schema, widened):
     return oracle
 
 
-# completions tried after a prefix of an object: close the open name or string, finish the
-# member, then enough fresh members (names no walk writes) for minProperties
-_CLOSERS = ("", '"', 'Zq"', '"Zq"')
-_MEMBER_ENDS = ("", ":1", "1", ":{}")
 MIN_NESTED = {
     "type": "object",
     "properties": {"a": {"type": "integer"}},
     "minProperties": 3,
     "additionalProperties": {"type": ["integer", "object"], "additionalProperties": {"type": "integer"}},
 }
-_FRESH = (
-    "}",
-    ',"Z1":1}',
-    ',"Z1":1,"Z2":1}',
-    ',"Z1":1,"Z2":1,"Z3":1}',
-    '"Z1":1,"Z2":1,"Z3":1}',
-    '{"Z1":1,"Z2":1,"Z3":1}',
-)
+# the undeclared names from a pattern only (additionalProperties false): endlessly many still
+MIN_PATTERNED = {
+    "type": "object",
+    "minProperties": 3,
+    "patternProperties": {"^[ab]+$": MIN_NESTED["additionalProperties"]},
+    "additionalProperties": False,
+}
 
 
-def _distinct_names_oracle(schema, widened):
+def _distinct_names_oracle(schema, widened, fresh: tuple[str, ...]):
     """Is `text` a prefix of the widened (unchecked) grammar that some tried completion turns
-    into a valid instance with distinct member names (values: integers, or objects of them)?"""
+    into a valid instance with distinct member names (values: integers, or objects of them)?
+    Completions tried: close the open name or string (`fresh[0]` finishes a name), finish the
+    member, then up to three fresh members (names no walk writes: `fresh[1:]`)."""
     validator = jsonschema.Draft202012Validator(schema)
-    tails = [a + b + c + d for a in _CLOSERS for b in _MEMBER_ENDS for c in ("", "}", '"}') for d in _FRESH]
+    members = [",".join(f'"{name}":1' for name in fresh[1 : 1 + k]) for k in range(4)]
+    more = ["}"] + [f",{m}}}" for m in members[1:]] + [members[3] + "}", "{" + members[3] + "}"]
+    closers = ("", '"', f'{fresh[0]}"', f'"{fresh[0]}"')
+    tails = [a + b + c + d for a in closers for b in ("", ":1", "1", ":{}") for c in ("", "}", '"}') for d in more]
 
     def completes(text: str) -> bool:
         for tail in tails:
@@ -318,18 +318,24 @@ def _distinct_names_oracle(schema, widened):
 
 
 @pytest.mark.filterwarnings("ignore:pushmask. widened")
-@pytest.mark.parametrize("which", ["unique_strings", "one_of_required", "min_properties"])
+@pytest.mark.parametrize("which", ["unique_strings", "one_of_required", "min_properties", "min_properties_patterned"])
 def test_masks_equal_brute_force(small_compiler, which):
     """Along random mask-guided walks, every token's bit equals the oracle on text + token, and
     the stop token is allowed exactly when the text is a valid instance."""
-    schema = {"unique_strings": UNIQUE_STRINGS, "one_of_required": ONE_OF_REQUIRED, "min_properties": MIN_NESTED}[which]
+    schema = {
+        "unique_strings": UNIQUE_STRINGS,
+        "one_of_required": ONE_OF_REQUIRED,
+        "min_properties": MIN_NESTED,
+        "min_properties_patterned": MIN_PATTERNED,
+    }[which]
     compiled = _compile(small_compiler, schema)
     validator = jsonschema.Draft202012Validator(schema)
     if which == "unique_strings":
         oracle = _unique_strings_oracle
-    elif which == "min_properties":
+    elif which.startswith("min_properties"):
         widened = _compile(small_compiler, schema, value_checks=False, lenient=True)
-        oracle = _distinct_names_oracle(schema, widened)
+        fresh = ("Zq", "Z1", "Z2", "Z3") if schema is MIN_NESTED else ("babbab", "abbaab", "baabba", "aabbab")
+        oracle = _distinct_names_oracle(schema, widened, fresh)
     else:
         widened = _compile(small_compiler, schema, value_checks=False, lenient=True)
         oracle = _closed_value_oracle(schema, widened)
@@ -344,7 +350,9 @@ def test_masks_equal_brute_force(small_compiler, which):
                 assert bool(mask[t]) == oracle(text + piece), (text, piece)
             assert mask.any(), f"empty mask after {text!r}"
             try:
-                ends = validator.is_valid(json.loads(text)) and (which != "min_properties" or _names_distinct(text))
+                ends = validator.is_valid(json.loads(text)) and (
+                    not which.startswith("min_properties") or _names_distinct(text)
+                )
             except ValueError:
                 ends = False
             assert bool(mask[STOP]) == ends, text
