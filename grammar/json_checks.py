@@ -1,5 +1,5 @@
 """Semantic checks on JSON values that a grammar cannot express (uniqueItems on open item types,
-oneOf whose branches overlap).
+oneOf whose branches overlap, distinct names of the undeclared members minProperties counts).
 
 A checked rule matches a superset of the valid values; `Grammar.checks` names it with one of the
 checks below, and the matcher (masks/value_checks.py) evaluates the check on the text of each
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["UniqueItems", "ValidatesSchema", "json_key", "parse_json"]
+__all__ = ["DistinctNames", "UniqueItems", "ValidatesSchema", "json_key", "parse_json"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,17 @@ class UniqueItems:
     """The rule matches an array whose items must be pairwise distinct (JSON equality)."""
 
     pointer: str = "#"
+    keyword = "uniqueItems"
+
+
+@dataclass(frozen=True)
+class DistinctNames:
+    """The rule matches an object whose member names must be pairwise distinct (as decoded
+    strings): the grammar counts members for minProperties, and json.loads would count two
+    members of one name once."""
+
+    pointer: str = "#"
+    keyword = "minProperties"
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,6 +42,7 @@ class ValidatesSchema:
     schema: Any
     validator: Any  # a jsonschema validator for `schema`, with the document's registry
     pointer: str = "#"
+    keyword = "oneOf"
 
     def holds(self, value) -> bool:
         try:

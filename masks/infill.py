@@ -36,7 +36,6 @@ from ..grammar.core.errors import (
     MatcherStateError,
     UnsupportedSchemaError,
 )
-from ..grammar.json_checks import UniqueItems
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
 from .trie import TokenTrie
@@ -169,9 +168,7 @@ def refuse_value_checks(compiled: CompiledGrammar) -> None:
     """Raise InfillValueChecksError when the grammar has checked rules: the saturation reads the
     automaton only, whose language is the unchecked superset, so its "yes" could be wrong."""
     for check in compiled.value_checks.values():
-        raise InfillValueChecksError(
-            "uniqueItems" if isinstance(check, UniqueItems) else "oneOf", getattr(check, "pointer", "#")
-        )
+        raise InfillValueChecksError(check.keyword, check.pointer)
 
 
 def _as_template(segments, gaps) -> Template:

@@ -1,12 +1,14 @@
-"""Value checks in the matcher: uniqueItems and overlapping oneOf, which no grammar can express.
+"""Value checks in the matcher: uniqueItems, overlapping oneOf and the distinct member names of
+counted undeclared members, which no grammar can express.
 
 The JSON Schema compiler names checked rules in `Grammar.checks` (grammar/json_checks.py); each
 matches exactly one JSON value, a superset of the valid ones.  The automaton says where a checked
 value is: a stack whose chain holds the frame pushed on entering the checked rule is inside one
 instance of it, keyed by (that frame, the rule).  An instance starts at the first byte a stack
 consumes inside it; from there a small JSON scanner (`Scan`) follows its bytes and evaluates the
-check when an array item closes (uniqueItems: JSON equality, as the spec defines it) or when the
-value closes (oneOf: jsonschema validates the value against the checked subschema).  When an
+check when an array item closes (uniqueItems: JSON equality, as the spec defines it), when a
+member name closes (distinct names: the decoded name differs from the object's earlier ones) or when
+the value closes (oneOf: jsonschema validates the value against the checked subschema).  When an
 instance fails, every stack inside it is dropped before the epsilon closure, so the value can
 neither continue nor end; if no stack is left the bytes are rejected.
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from ..automata import kernels
 from ..grammar.core.caches import BoundedCache
-from ..grammar.json_checks import UniqueItems, ValidatesSchema, json_key, parse_json
+from ..grammar.json_checks import DistinctNames, UniqueItems, ValidatesSchema, json_key, parse_json
 
 _WS = frozenset(b" \t\n\r")
 _LITERALS = (b"true", b"false", b"null")
@@ -52,13 +54,16 @@ _STRING_STOP = re.compile(rb'["\\]')
 class Scan:
     """One checked value's bytes so far (immutable: `step` returns a new Scan, or FAILED).
 
-    uniqueItems: buf holds the open item, items the keys of the closed ones.  A schema check: buf
-    holds the whole value, validated once it closes.
+    uniqueItems: buf holds the open item, items the keys of the closed ones.  Distinct names: buf
+    holds the open member name (`at_name`: the object's next string is a name), items the keys of
+    the closed names.  A schema check: buf holds the whole value, validated once it closes.
     """
 
-    __slots__ = ("check", "depth", "in_string", "escaped", "buf", "items", "done")
+    __slots__ = ("check", "depth", "in_string", "escaped", "buf", "items", "done", "at_name")
 
-    def __init__(self, check, depth=0, in_string=False, escaped=False, buf=b"", items=frozenset(), done=False):
+    def __init__(
+        self, check, depth=0, in_string=False, escaped=False, buf=b"", items=frozenset(), done=False, at_name=False
+    ):
         self.check = check
         self.depth = depth
         self.in_string = in_string
@@ -66,11 +71,12 @@ class Scan:
         self.buf = buf
         self.items = items
         self.done = done
+        self.at_name = at_name
 
     def _with(self, **changes) -> Scan:
         new = object.__new__(Scan)
         new.check, new.depth, new.in_string, new.escaped = self.check, self.depth, self.in_string, self.escaped
-        new.buf, new.items, new.done = self.buf, self.items, self.done
+        new.buf, new.items, new.done, new.at_name = self.buf, self.items, self.done, self.at_name
         for name, value in changes.items():
             setattr(new, name, value)
         return new
@@ -84,7 +90,16 @@ class Scan:
             return self
         if isinstance(self.check, UniqueItems):
             return self._step_unique(b)
+        if isinstance(self.check, DistinctNames):
+            return self._step_names(b)
         return self._step_value(b)
+
+    @property
+    def in_item_string(self) -> bool:
+        """Inside a string whose closing quote closes an item (uniqueItems) or a name."""
+        if not self.in_string or self.depth != 1:
+            return False
+        return isinstance(self.check, UniqueItems) or (isinstance(self.check, DistinctNames) and self.at_name)
 
     def run(self, data: bytes):
         """The scan after `data` (stopping once the value closed), or FAILED."""
@@ -94,7 +109,8 @@ class Scan:
                 j = _STRING_STOP.search(data, i)
                 j = n if j is None else j.start()
                 if j > i:
-                    scan = scan._with(buf=scan.buf + data[i:j])
+                    if scan.keeps_strings:
+                        scan = scan._with(buf=scan.buf + data[i:j])
                     i = j
                     continue
             scan = scan.step(data[i])
@@ -103,9 +119,14 @@ class Scan:
                 return scan
         return scan
 
+    @property
+    def keeps_strings(self) -> bool:
+        """Does the open string's content go into buf?  Distinct names keep only names."""
+        return not isinstance(self.check, DistinctNames) or self.in_item_string
+
     def structure(self) -> tuple:
         """Everything but the closed items: what `effect` depends on."""
-        return id(self.check), self.depth, self.in_string, self.escaped, self.buf
+        return id(self.check), self.depth, self.in_string, self.escaped, self.buf, self.at_name
 
     def effect(self, data: bytes):
         """The keys of the array items this scan closes over data (an empty set for a value
@@ -161,6 +182,35 @@ class Scan:
         if key in self.items:
             return FAILED
         return self._with(buf=b"", items=self.items | {key}, **changes)
+
+    # -- distinct member names: names at depth 1 -----------------------------------------------
+
+    def _step_names(self, b: int):
+        depth = self.depth
+        if depth == 0:  # the object's "{"
+            return self._with(depth=1, at_name=True)
+        if self.in_string:
+            if not self.in_item_string:  # a value's string, or one nested deeper: skipped
+                if self.escaped:
+                    return self._with(escaped=False)
+                return self._with(escaped=True) if b == _BACKSLASH else self._with(in_string=b != _QUOTE)
+            buf = self.buf + bytes((b,))
+            inside = self._string_byte(buf, b)
+            if inside is not None:
+                return inside
+            key = json_key(json.loads(buf))
+            if key in self.items:
+                return FAILED
+            return self._with(buf=b"", items=self.items | {key}, in_string=False, at_name=False)
+        if b == _QUOTE:
+            return self._with(in_string=True, buf=b'"' if depth == 1 and self.at_name else b"")
+        if b in _OPEN:
+            return self._with(depth=depth + 1)
+        if b in _CLOSE:
+            return self._with(depth=0, done=True) if depth == 1 else self._with(depth=depth - 1)
+        if b == 0x2C and depth == 1:  # a comma between members: a name comes next
+            return self._with(at_name=True)
+        return self
 
     # -- a value checked when it closes ---------------------------------------------------------
 
@@ -356,10 +406,11 @@ class MaskChecks:
     def _string_candidates(self, scan: Scan, allowed: np.ndarray) -> list[int]:
         """Tokens that may fail a scan inside a string (not after a backslash): those whose
         bytes after the closing quote may close more, those with an escape before it, and, when
-        the quote closes an array item, those whose bytes before it spell an earlier item's rest."""
+        the quote closes an array item or a member name, those whose bytes before it spell an
+        earlier item's (name's) rest."""
         quoted, escape_before, busy_tail, by_head = self._quotes()
         out = np.flatnonzero(allowed & (escape_before | busy_tail)).tolist()
-        if isinstance(scan.check, UniqueItems) and scan.depth == 1:
+        if scan.in_item_string:
             try:
                 start = json.loads(scan.buf + b'"')
             except ValueError:  # a character split between tokens: look at every quoted token

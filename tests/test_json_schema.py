@@ -10,6 +10,7 @@ separately, as rejections the documentation promises.
 from __future__ import annotations
 
 import codecs
+import importlib.util
 import json
 import sys
 import warnings
@@ -267,13 +268,33 @@ def test_definition_order_members_across_rule_checkpoints():
             assert verdicts == {True, False}, schema  # the sample holds both kinds of text
 
 
-def test_min_properties_that_needs_two_additional_members_is_unsupported(compiler, tokenizer):
+def test_min_properties_over_two_additional_members_keeps_their_names_distinct(compiler, tokenizer):
+    """Two or more undeclared members counted by the grammar, their names kept distinct by a
+    value check (json.loads keeps one member of a repeated name); without value checks, or where
+    the undeclared names could run out (a dead end after a started name), refused."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 3}
+    compiled = check(
+        compiler,
+        tokenizer,
+        schema,
+        [{"a": 1, "b": 2, "c": 3}, {"b": 1, "c": 2, "d": 3}, {"x": [], "y": {"x": 1, "y": 2}, "z": "a"}],
+        [{"a": 1, "b": 2}, {"b": 1, "c": 2}],
+    )
+    for text in ('{"b":1,"b":2,"c":3}', '{"a":1,"b":2,"\\u0062":3}', '{"b":{"c":1},"c":2,"b":3}'):
+        assert not accepts(compiled, text), text
     with pytest.raises(UnsupportedSchemaError) as info:
-        json_schema_to_grammar(schema, additional_properties_default=True)
+        json_schema_to_grammar(schema, additional_properties_default=True, value_checks=False)
     assert info.value.keyword == "minProperties" and info.value.pointer == "#"
     with pytest.warns(UserWarning, match="minProperties"):
-        json_schema_to_grammar(schema, additional_properties_default=True, lenient=True)
+        json_schema_to_grammar(schema, additional_properties_default=True, value_checks=False, lenient=True)
+    # names from a pattern only: endlessly many, so any started name can be finished as a new one
+    patterned = {"type": "object", "patternProperties": {"^[a-z]+$": {}}, "additionalProperties": False}
+    check(compiler, tokenizer, dict(patterned, minProperties=2), [{"a": 1, "b": 2}], [{"a": 1}, {"a": 1, "B": 2}])
+    # finitely many names (or a started name with one completion, "c"): a dead end, refused
+    closed = {"patternProperties": {"^(c|d+)$": {}}, "additionalProperties": False}
+    for names in ({"propertyNames": {"maxLength": 1}}, closed):
+        with pytest.raises(UnsupportedSchemaError, match="endlessly many"):
+            json_schema_to_grammar(dict(schema, **names), additional_properties_default=True)
     # one additional member can never be a duplicate: exact
     check(
         compiler,
@@ -813,6 +834,61 @@ def test_remote_refs_only_through_retrieve(compiler, tokenizer):
     assert accepts(compiled, '{"n": 9}') and not accepts(compiled, '{"n": 10}')
 
 
+def test_a_retrieved_document_names_its_own_ids(compiler, tokenizer):
+    """A retrieved document whose `$id` differs from where it came from, or whose subschema has
+    an `$id`, resolves references to those ids from itself; only the URI asked for is fetched."""
+    served = {
+        "http://example.com/moved.json": {
+            "$id": "http://example.com/real.json",
+            "$defs": {"n": {"type": "integer", "maximum": 9}},
+            "$ref": "#/$defs/n",
+        },
+        "http://example.com/nested.json": {
+            "$defs": {"s": {"$id": "http://example.com/inner.json", "type": "string", "maxLength": 2}},
+            "$ref": "http://example.com/inner.json",
+        },
+    }
+    seen = []
+
+    def retrieve(uri):
+        seen.append(uri)
+        return served[uri]
+
+    schema = {
+        "properties": {"n": {"$ref": "http://example.com/moved.json"}, "s": {"$ref": "http://example.com/nested.json"}}
+    }
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, retrieve=retrieve))
+    assert accepts(compiled, '{"n": 9, "s": "ab"}')
+    for text in ('{"n": 10}', '{"s": "abc"}', '{"n": "1"}'):
+        assert not accepts(compiled, text), text
+    assert set(seen) == set(served)
+
+
+def test_all_of_patterns_next_to_additional_properties(compiler, tokenizer):
+    """patternProperties of one allOf branch next to the other's additionalProperties: a name
+    matching the pattern that the other branch does not declare meets both schemas, exactly
+    (each instance agrees with jsonschema); an unsupported combination stays refused."""
+    closed = {"properties": {"xb": {"type": "integer"}}, "additionalProperties": False}
+    open_strings = {"additionalProperties": {"type": "string"}}
+    patterns = {"patternProperties": {"^x": {"type": ["integer", "string"]}}}
+    both_declare = {"patternProperties": {"^a": {"type": "string"}}, "properties": {"a": {"type": "integer"}}}
+    names = [{}, {"xa": 1}, {"xa": "s"}, {"xb": 1}, {"xb": "s"}, {"y": 1}, {"y": "s"}, {"a": 1}, {"a": "s"}]
+    validator = jsonschema.Draft202012Validator
+    for first, second in (
+        (closed, patterns),
+        (open_strings, patterns),
+        (closed, both_declare),
+        (open_strings, both_declare),
+    ):
+        for schema in ({"type": "object", "allOf": [first, second]}, {"type": "object", "allOf": [second, first]}):
+            valid = [n for n in names if validator(schema).is_valid(n)]
+            check(compiler, tokenizer, schema, valid, [n for n in names if n not in valid])
+    with pytest.raises(UnsupportedSchemaError, match="patternProperties combined"):
+        json_schema_to_grammar(
+            {"allOf": [{"properties": {"xa": {}}, "additionalProperties": {"type": "integer"}}, patterns]}
+        )
+
+
 def test_not_that_cannot_be_expressed_is_unsupported():
     with pytest.raises(UnsupportedSchemaError) as info:
         json_schema_to_grammar({"type": "array", "not": {"uniqueItems": True}})
@@ -1315,3 +1391,32 @@ def test_long_length_bounds_count_exactly_across_chain_rules(compiler, tokenizer
             chars = len(body) + (1 if decoder.getstate()[0] else 0)  # a started character counts
             expected = all(c >= " " for c in body) and chars <= left and not (quote and decoder.getstate()[0])
             assert allowed == expected, (left, raw)
+
+
+def _xgrammar_min_properties():
+    """benchmarks/xgrammar_min_properties.py: XGrammar 0.2.8's minProperties cases."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "xgrammar_min_properties.py"
+    spec = importlib.util.spec_from_file_location("xgrammar_min_properties", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_xgrammar_min_properties_sample_agrees_with_jsonschema():
+    """A sample of XGrammar's minProperties cases (the benchmark runs all 751): each compiles, and
+    its test strings are accepted exactly when jsonschema accepts them; most need two or more
+    undeclared members, which were refused before names were kept distinct."""
+    cases = _xgrammar_min_properties()
+    every = cases.all_cases()
+    sample = (
+        every[::75]
+        + [case for case in every if "required" not in case[0] and case[0].get("additionalProperties")][::20]
+    )
+    needs_distinct = [
+        schema
+        for schema, _, _ in sample
+        if schema.get("additionalProperties") and schema["minProperties"] - len(schema.get("required", ())) >= 2
+    ]
+    assert len(needs_distinct) >= 5
+    for schema, texts, any_order in sample:
+        assert cases.check(schema, texts, any_order) == ("agree", []), schema

@@ -1,5 +1,5 @@
-"""Value checks in the matcher (masks/value_checks.py): uniqueItems on open item types and oneOf
-whose branches overlap, against independent oracles -- jsonschema's verdicts, json.loads, and
+"""Value checks in the matcher (masks/value_checks.py): uniqueItems on open item types, oneOf
+whose branches overlap and the distinct names of undeclared members minProperties counts, against independent oracles -- jsonschema's verdicts, json.loads, and
 brute force over a small vocabulary (every token's bit against the completions of the text)."""
 
 from __future__ import annotations
@@ -50,7 +50,20 @@ ONE_OF_IN_ITEMS = {
     "items": {"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "maxItems": 2}]},
 }
 ONE_OF_UNIQUE = {"oneOf": [{"type": "array", "uniqueItems": True}, {"type": "array", "items": {"type": "integer"}}]}
-CHECKED = [UNIQUE_STRINGS, UNIQUE_NUMBERS, UNIQUE_ANY, UNIQUE_NESTED, ONE_OF_REQUIRED, ONE_OF_IN_ITEMS, ONE_OF_UNIQUE]
+# minProperties past the declared members: the undeclared ones counted, their names distinct
+MIN_EXTRA = {"type": "object", "minProperties": 3, "maxProperties": 4}
+MIN_OPEN = {"type": "object", "minProperties": 2, "additionalProperties": {"type": ["integer", "object"]}}
+CHECKED = [
+    UNIQUE_STRINGS,
+    UNIQUE_NUMBERS,
+    UNIQUE_ANY,
+    UNIQUE_NESTED,
+    ONE_OF_REQUIRED,
+    ONE_OF_IN_ITEMS,
+    ONE_OF_UNIQUE,
+    MIN_EXTRA,
+    MIN_OPEN,
+]
 
 
 def _compile(compiler, schema, **options):
@@ -106,6 +119,9 @@ def _random_instance(rng: random.Random, schema):
         return [[rng.choice([1, 2, "a"]) for _ in range(rng.randint(0, 4))] for _ in range(rng.randint(0, 3))]
     if schema is ONE_OF_UNIQUE:
         return [rng.choice([1, 2, 1.0, "a"]) for _ in range(rng.randint(0, 3))]
+    if schema in (MIN_EXTRA, MIN_OPEN):
+        names = rng.sample(["a", "b", "c", "d", "e"], rng.randint(0, 5))
+        return {k: rng.choice([1, {"a": 1}, {}]) for k in names}
     return {k: _random_value(rng, 1) for k in rng.sample(["a", "b", "c"], rng.randint(0, 3))}
 
 
@@ -182,6 +198,14 @@ def test_mask_guided_walks_validate(schema):
         assert len(taken) <= 25
         text = info.decode_tokens([t for t in taken if t not in info.stop_token_ids]).decode("utf-8")
         assert validator.is_valid(json.loads(text)), text
+        assert schema not in (MIN_EXTRA, MIN_OPEN) or _names_distinct(text), text
+
+
+def _names_distinct(text: str) -> bool:
+    """Are the member names of the top-level object distinct?  (json.loads keeps the last of a
+    repeated name; only the object minProperties counts is checked, nested ones may repeat.)"""
+    names = [name for name, _ in json.loads(text, object_pairs_hook=list)]
+    return len(set(names)) == len(names)
 
 
 # -- brute force over a small vocabulary -------------------------------------------------------
@@ -251,16 +275,67 @@ def _closed_value_oracle(schema, widened):
     return oracle
 
 
+MIN_NESTED = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}},
+    "minProperties": 3,
+    "additionalProperties": {"type": ["integer", "object"], "additionalProperties": {"type": "integer"}},
+}
+# the undeclared names from a pattern only (additionalProperties false): endlessly many still
+MIN_PATTERNED = {
+    "type": "object",
+    "minProperties": 3,
+    "patternProperties": {"^[ab]+$": MIN_NESTED["additionalProperties"]},
+    "additionalProperties": False,
+}
+
+
+def _distinct_names_oracle(schema, widened, fresh: tuple[str, ...]):
+    """Is `text` a prefix of the widened (unchecked) grammar that some tried completion turns
+    into a valid instance with distinct member names (values: integers, or objects of them)?
+    Completions tried: close the open name or string (`fresh[0]` finishes a name), finish the
+    member, then up to three fresh members (names no walk writes: `fresh[1:]`)."""
+    validator = jsonschema.Draft202012Validator(schema)
+    members = [",".join(f'"{name}":1' for name in fresh[1 : 1 + k]) for k in range(4)]
+    more = ["}"] + [f",{m}}}" for m in members[1:]] + [members[3] + "}", "{" + members[3] + "}"]
+    closers = ("", '"', f'{fresh[0]}"', f'"{fresh[0]}"')
+    tails = [a + b + c + d for a in closers for b in ("", ":1", "1", ":{}") for c in ("", "}", '"}') for d in more]
+
+    def completes(text: str) -> bool:
+        for tail in tails:
+            try:
+                value = json.loads(text + tail)
+            except ValueError:
+                continue
+            if validator.is_valid(value) and _names_distinct(text + tail):
+                return True
+        return False
+
+    def oracle(text: str) -> bool:
+        return pm.GrammarMatcher(widened).accept_string(text) and completes(text)
+
+    return oracle
+
+
 @pytest.mark.filterwarnings("ignore:pushmask. widened")
-@pytest.mark.parametrize("which", ["unique_strings", "one_of_required"])
+@pytest.mark.parametrize("which", ["unique_strings", "one_of_required", "min_properties", "min_properties_patterned"])
 def test_masks_equal_brute_force(small_compiler, which):
     """Along random mask-guided walks, every token's bit equals the oracle on text + token, and
     the stop token is allowed exactly when the text is a valid instance."""
-    schema = UNIQUE_STRINGS if which == "unique_strings" else ONE_OF_REQUIRED
+    schema = {
+        "unique_strings": UNIQUE_STRINGS,
+        "one_of_required": ONE_OF_REQUIRED,
+        "min_properties": MIN_NESTED,
+        "min_properties_patterned": MIN_PATTERNED,
+    }[which]
     compiled = _compile(small_compiler, schema)
     validator = jsonschema.Draft202012Validator(schema)
     if which == "unique_strings":
         oracle = _unique_strings_oracle
+    elif which.startswith("min_properties"):
+        widened = _compile(small_compiler, schema, value_checks=False, lenient=True)
+        fresh = ("Zq", "Z1", "Z2", "Z3") if schema is MIN_NESTED else ("babbab", "abbaab", "baabba", "aabbab")
+        oracle = _distinct_names_oracle(schema, widened, fresh)
     else:
         widened = _compile(small_compiler, schema, value_checks=False, lenient=True)
         oracle = _closed_value_oracle(schema, widened)
@@ -273,8 +348,11 @@ def test_masks_equal_brute_force(small_compiler, which):
             mask = matcher.get_next_token_mask()
             for t, piece in enumerate(SMALL_VOCAB[:STOP]):
                 assert bool(mask[t]) == oracle(text + piece), (text, piece)
+            assert mask.any(), f"empty mask after {text!r}"
             try:
-                ends = validator.is_valid(json.loads(text))
+                ends = validator.is_valid(json.loads(text)) and (
+                    not which.startswith("min_properties") or _names_distinct(text)
+                )
             except ValueError:
                 ends = False
             assert bool(mask[STOP]) == ends, text

@@ -73,10 +73,12 @@ Beyond context-free structure, resolved at compile time:
   to the empty language; unsatisfiable subschemas drop their branch, member or item.
 
 Value checks (value_checks=True, the default): uniqueItems on item types that are not a small
-enum compiles to an array rule without it, and a oneOf whose branches overlap on objects, arrays
-or strings (and cannot be negated) to the union of its branches; `Grammar.checks` names those
-rules, and the matcher (masks/value_checks.py) rejects the bytes that close a duplicate item or a
-value that jsonschema rejects against the subschema.  Analyses that need exact terms (disjointness,
+enum compiles to an array rule without it, a oneOf whose branches overlap on objects, arrays or
+strings (and cannot be negated) to the union of its branches, and an object whose minProperties
+needs two or more undeclared members (their names never running out) to its counted members;
+`Grammar.checks` names those rules, and the matcher (masks/value_checks.py) rejects the bytes that
+close a duplicate item, a repeated member name or a value that jsonschema rejects against the
+subschema.  Analyses that need exact terms (disjointness,
 finite value sets, propertyNames: `exact_dnf`) still treat an overlapping oneOf as unsupported.
 
 What cannot be expressed exactly (oneOf overlapping on numbers, `not` of uniqueItems / contains /

@@ -64,7 +64,10 @@ def _closed(doc, addl_default):
 
 class _Retriever:
     """The registry's `retrieve`: another document, prepared as the root is (a spec_uri asks for
-    its spec copy), and the raw documents retrieved, each once.  Its own object, not a method of
+    its spec copy), and the raw documents retrieved, each once.  A retrieved document's `$id`s
+    (its root's, when it differs from where it was retrieved, and those of its subschemas) name
+    resources too, served from it: the registry does not look inside a retrieved document for
+    them, and their URIs may be served nowhere (a test suite's remotes).  Its own object, not a method of
     CompileContext: the context holds the registry, and a registry holding the context back would
     make a reference cycle that keeps the whole document alive until the collector runs."""
 
@@ -74,18 +77,34 @@ class _Retriever:
         self.addl_default = addl_default
         self.retrieved: list = []
         self.retrieved_uris: set[str] = set()
+        self.identified: dict[str, object] = {}  # $id (no fragment) -> its normalised subschema
 
     def __call__(self, uri: str) -> Resource:
         original = original_uri(uri)
         if self.retrieve_raw is None:
             raise Unresolvable(uri)
-        raw = self.retrieve_raw(original)
-        if original not in self.retrieved_uris:  # count each document's dynamic anchors once
-            self.retrieved_uris.add(original)
-            self.retrieved.append(raw)
-        doc = normalize_document(raw, original, draft_of(raw, self.draft))
+        doc = self.identified.get(original)
+        if doc is None:
+            raw = self.retrieve_raw(original)
+            if original not in self.retrieved_uris:  # count each document's dynamic anchors once
+                self.retrieved_uris.add(original)
+                self.retrieved.append(raw)
+            doc = normalize_document(raw, original, draft_of(raw, self.draft))
+            self._identify(doc)
         doc = _closed(doc, self.addl_default) if original == uri else spec_copy(doc)
         return Resource(doc, specification=DRAFT202012)
+
+    def _identify(self, node) -> None:
+        """Remember the subschemas of a normalised document by their absolute `$id`s."""
+        if isinstance(node, dict):
+            if isinstance(node.get("$id"), str):
+                self.identified.setdefault(urldefrag(node["$id"])[0], node)
+            for key, value in node.items():
+                if key not in ("enum", "const", "default", "examples"):
+                    self._identify(value)
+        elif isinstance(node, list):
+            for value in node:
+                self._identify(value)
 
 
 class CompileContext:

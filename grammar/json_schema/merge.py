@@ -167,19 +167,40 @@ def _merge_objects(a: ObjectForm, b: ObjectForm, unsupported: Unsupported, point
     pats = dict(qa)
     for p, s in qb.items():
         pats[p] = both(pats.get(p), s) if p in pats else s
-    for own, other in ((qa, b), (qb, a)):
-        for p in own:
+    for own, other in ((a, b), (b, a)):
+        for p in own.pattern_properties:
             if p not in other.pattern_properties and not is_true(
                 other.additional if other.additional is not None else True
             ):
-                unsupported("allOf", pointer, "patternProperties combined with another branch's additionalProperties")
+                _pattern_under_additional(p, pats, own, other, unsupported, pointer)
     return replace(
         merged,
         properties=MappingProxyType(props) if props else merged.properties,
-        pattern_properties=MappingProxyType(pats) if pats else merged.pattern_properties,
+        # (every pattern gone: _pattern_under_additional removed them all)
+        pattern_properties=MappingProxyType(pats) if pats else EMPTY_MAP if qa or qb else merged.pattern_properties,
         additional=_first(both(a.additional, b.additional), merged.additional),
         names=_first(both(a.names, b.names), merged.names),
     )
+
+
+def _pattern_under_additional(
+    p: str, pats: dict, own: ObjectForm, other: ObjectForm, unsupported: Unsupported, pointer: str
+) -> None:
+    """Make the merged `pats` exact for pattern p of `own` next to `other`'s additionalProperties,
+    where `other` has no patterns: a name matching p that `other` does not declare must meet its
+    additionalProperties too.  p's merged schema takes it when no name `other` declares matches
+    p (those must not); else, with additionalProperties false and no name `own` declares
+    matching p, p goes: every name it still allows is one only `other` declares, whose merged
+    schema holds p's through `applicable`."""
+    if not other.pattern_properties:
+        if not any(pattern_search(p, name, pointer) for name in other.properties):
+            joined = both(pats[p], other.additional)
+            pats[p] = True if joined is None else joined
+            return
+        if other.additional is False and not any(pattern_search(p, name, pointer) for name in own.properties):
+            del pats[p]
+            return
+    unsupported("allOf", pointer, "patternProperties combined with another branch's additionalProperties")
 
 
 def _merge_arrays(a: ArrayForm, b: ArrayForm, unsupported: Unsupported, pointer: str) -> ArrayForm:

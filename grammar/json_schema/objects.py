@@ -1,5 +1,6 @@
 """Object schemas: named members in definition or any order, additional / pattern members, the
-witness members of negated member keywords, and min/maxProperties counts."""
+witness members of negated member keywords, and min/maxProperties counts (with a value check
+keeping names distinct where minProperties needs several undeclared members)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
+from ..json_checks import DistinctNames
 from ..passes import expr_nodes
 from .documents import escape_pointer
 from .forms import ObjectForm, RefMarker, Term, Witness
@@ -90,7 +92,65 @@ def object_expr(em: Emitter, f: ObjectForm, pointer: str, depth) -> Expr:
         if closing is None:
             return NOTHING
         min_p, max_p, close_e, close_ne = closing
-    return object_body(em, members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer, required_rank)
+    distinct = extra is not None and _distinct_names_needed(em, t, order, members, min_p, child)
+    body = object_body(
+        em, members, extra, min_p, max_p, (o, first, nxt, close_e, close_ne), pointer, required_rank, distinct
+    )
+    return _distinct_names_rule(em, body, pointer) if distinct else body
+
+
+def _distinct_names_needed(em: Emitter, t: _ObjectTerm, order: list, members: list, min_p: int, child) -> bool:
+    """Does minProperties need two or more undeclared members, and can a value check keep their
+    names distinct without a dead end?  The grammar counts members; json.loads counts two
+    members of one name once, so the object's rule gets a DistinctNames check.
+
+    The check refuses a name when it closes, so every name the grammar lets a model start must
+    have endlessly many completions among the undeclared names: the names additionalProperties
+    or a pattern gives a value (patterns pairwise disjoint, each value satisfiable), within
+    propertyNames, less the declared ones (`order`)."""
+    if min_p - sum(1 for _, is_req in members if is_req) < 2 or not em.ctx.value_checks_allowed():
+        return False
+    where = f"{t.pointer}/patternProperties"
+    dfas = [em.pattern_dfa(p, where) for p in t.patterns]
+    if any(em.dfa_op(a.intersects, b, "patternProperties", t.pointer) for a, b in itertools.combinations(dfas, 2)):
+        return False
+    # a name matching a pattern whose value is satisfiable, or (additionalProperties satisfiable) none
+    valued = [em.value(schema, f"{where}/{escape_pointer(p)}", child) != NOTHING for p, schema in t.patterns.items()]
+    open_rest = em.value(t.addl, f"{t.pointer}/additionalProperties", child) != NOTHING
+    names = any_string_dfa() if open_rest else literal_dfa([])
+    for dfa, has_value in zip(dfas, valued):
+        if has_value != open_rest:
+            names = em.dfa_op(names.union if has_value else names.difference, dfa, "minProperties", t.pointer)
+    if not t.names_true:  # as extra_members reads it: one string term
+        terms = _property_names_terms(em, t) or []
+        if len(terms) != 1 or not _names_term(terms[0], enum=False):
+            return False
+        allowed = _names_string_dfa(em, terms[0], f"{t.pointer}/propertyNames")
+        if allowed is not None:
+            names = em.dfa_op(names.intersect, allowed, "minProperties", t.pointer)
+    names = em.dfa_op(names.difference, literal_dfa(order), "minProperties", t.pointer)
+    return not names.is_empty() and _every_prefix_endless(names)
+
+
+def _every_prefix_endless(dfa) -> bool:
+    """Does every prefix of a string the (trimmed) automaton accepts have endlessly many
+    completions?  Peels off the states whose every path ends (those with no successor left,
+    repeatedly); in a trimmed automaton a state with an endless path has endless completions."""
+    successors = [{target for _, _, target in edges} for edges in dfa.trans]
+    left = set(range(len(successors)))
+    ended = [s for s in left if not successors[s]]
+    while ended:
+        left.difference_update(ended)
+        ended = [s for s in left if not successors[s] & left]
+    return len(left) == len(successors)
+
+
+def _distinct_names_rule(em: Emitter, body: Expr, pointer: str) -> Ref:
+    """The object `body` as a rule whose member names the matcher keeps pairwise distinct."""
+    name = em.new_rule("distinct_names")
+    em.rules[name] = body
+    em.checks[name] = DistinctNames(f"{pointer}/minProperties")
+    return Ref(name)
 
 
 def _property_names_terms(em: Emitter, t: _ObjectTerm) -> list | None:
@@ -348,9 +408,13 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
     return alternatives
 
 
-def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, required_rank=()) -> Expr:
+def object_body(
+    em: Emitter, members, extra, min_p, max_p, parts, pointer, required_rank=(), distinct_names=False
+) -> Expr:
     """Members in order (required ones mandatory), then `extra` repeated; counts in [min_p, max_p].
-    With property_order="any" (and counts that allow it) members come in any order instead."""
+    With property_order="any" (and counts that allow it) members come in any order instead.
+    `distinct_names`: the caller checks that names are distinct, so several additional members
+    may count towards min_p."""
     o, first, nxt, close_e, close_ne = parts
     n = len(members)
     cap = max_p if max_p is not None else max(min_p, 1)
@@ -362,13 +426,15 @@ def object_body(em: Emitter, members, extra, min_p, max_p, parts, pointer, requi
     def tail(k: int) -> Expr:
         lo = max(0, min_p - k)
         hi = None if max_p is None else max_p - k
-        if extra is not None and lo >= 2 and k >= required_count:  # k < required_count: unreachable
-            # two additional members could share a name, and json.loads would count them once
+        if extra is not None and lo >= 2 and k >= required_count and not distinct_names:
+            # (k < required_count: unreachable) two additional members could share a name, and
+            # json.loads would count them once; see _distinct_names_needed for when a check can't help
             em.ctx.unsupported(
                 "minProperties",
                 pointer,
-                f"{lo} additional members would be needed to reach "
-                "minProperties, and a grammar cannot keep their names distinct",
+                f"{lo} additional members would be needed to reach minProperties, and their names "
+                "are kept distinct only with value checks on, patternProperties disjoint and every "
+                "started undeclared name completable in endlessly many ways",
             )
         if hi is not None and hi < lo:
             return NOTHING
