@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import importlib.util
+import itertools
 import json
 import sys
 import warnings
@@ -205,6 +206,50 @@ def test_many_required_members_keep_their_relative_order(compiler):
     assert validator.is_valid(json.loads(text(swapped)))
     assert not accepts(compiled, text(swapped))  # documented completeness limit
     assert not accepts(compiled, text(names[:-1]))
+
+
+@pytest.mark.parametrize("additional", [False, True])
+@pytest.mark.parametrize(("min_p", "max_p"), [(0, 2), (2, None), (2, 3), (3, 3), (1, 1), (4, None)])
+def test_any_order_with_member_counts(compiler, additional, min_p, max_p):
+    """property_order="any" with minProperties/maxProperties: every order of every member set
+    (named and additional, names distinct) is accepted exactly when jsonschema finds it valid;
+    a repeated additional name is accepted only when the parsed object is valid."""
+    if not additional and min_p > 3:
+        pytest.skip("three named members cannot reach minProperties 4")
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "integer"} for name in "abc"},
+        "required": ["b"],
+        "additionalProperties": additional,
+        "minProperties": min_p,
+        **({"maxProperties": max_p} if max_p is not None else {}),
+    }
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
+    validator = jsonschema.Draft202012Validator(schema)
+    names = ["a", "b", "c", "x", "y"]
+    for size in range(len(names) + 1):
+        for chosen in itertools.permutations(names, size):
+            text = "{" + ", ".join(f'"{name}": 1' for name in chosen) + "}"
+            assert accepts(compiled, text) == validator.is_valid(json.loads(text)), text
+    for text in ['{"x": 1, "b": 1, "x": 2}', '{"b": 1, "x": 1, "x": 2, "x": 3}', '{"x": 1, "x": 2, "b": 1, "a": 1}']:
+        assert not accepts(compiled, text) or validator.is_valid(json.loads(text)), text
+
+
+def test_any_order_counts_past_the_state_limit_keep_declared_order(compiler):
+    """Counted members past ANY_ORDER_MAX_STATES keep their declared order, as documented."""
+    from pushmask.grammar.json_schema.objects import ANY_ORDER_MAX_STATES
+
+    schema = {
+        "type": "object",
+        "properties": {n: {"type": "integer"} for n in "abcdef"},
+        "additionalProperties": True,
+        "maxProperties": ANY_ORDER_MAX_STATES // 64,  # 64 sets of members left, 17 counts
+    }
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
+    assert accepts(compiled, '{"a": 1, "b": 1, "z": 1}') and not accepts(compiled, '{"b": 1, "a": 1}')
+    schema["maxProperties"] -= 2  # 64 x 15 states: any order
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any"))
+    assert accepts(compiled, '{"b": 1, "z": 1, "a": 1}')
 
 
 def test_property_order_definition_option(compiler, tokenizer):

@@ -118,7 +118,7 @@ def _unique_array(em: Emitter, f: ArrayForm, shape: _ArrayShape, depth) -> Expr 
         # distinct items from a finite set: each value at most once, in any order
         members = [(seq(em.literal(v, s.child), s.end), False) for v in values]
         empty = s.close_e if s.min_i == 0 else NOTHING
-        return seq(s.open, any_order_members(em, members, None, s.first, s.nxt, empty, s.close_ne))
+        return seq(s.open, any_order_members(em, members, None, (s.first, s.nxt, empty, s.close_ne)))
     if em.ctx.value_checks_allowed():
         # any array of the items; the matcher rejects the bytes closing a duplicate item
         name = em.new_rule(f"unique_{rule_hint({}, pointer)}")

@@ -26,6 +26,9 @@ order exactly (2^n states); larger ones only track their required members."""
 INTERLEAVE_ANY_ORDER_REQUIRED = 8
 """Larger objects track which required members were written (2^r states) up to this many of
 them; past it the required ones keep the order of `properties` or of `required` among themselves."""
+ANY_ORDER_MAX_STATES = 1024
+"""With minProperties/maxProperties and additional members, any order tracks (members left,
+members written) pairs up to this many; past it the members keep their declared order."""
 ORDERED_CHUNK = 8
 """ordered_members makes every this many members a rule (see its checkpoints)."""
 MAX_PATTERN_GROUPS = 5
@@ -423,12 +426,12 @@ def object_body(
 
     required_count = sum(1 for _, is_req in members if is_req)
 
-    def tail(k: int) -> Expr:
-        lo = max(0, min_p - k)
-        hi = None if max_p is None else max_p - k
-        if extra is not None and lo >= 2 and k >= required_count and not distinct_names:
+    def refuse_repeated_extras(k: int) -> None:
+        """Refuse (or widen) where, after k named members, additional ones must reach min_p."""
+        if extra is not None and min_p - k >= 2 and k >= required_count and not distinct_names:
             # (k < required_count: unreachable) two additional members could share a name, and
             # json.loads would count them once; see _distinct_names_needed for when a check can't help
+            lo = min_p - k
             em.ctx.unsupported(
                 "minProperties",
                 pointer,
@@ -436,6 +439,11 @@ def object_body(
                 "are kept distinct only with value checks on, patternProperties disjoint and every "
                 "started undeclared name completable in endlessly many ways",
             )
+
+    def tail(k: int) -> Expr:
+        lo = max(0, min_p - k)
+        hi = None if max_p is None else max_p - k
+        refuse_repeated_extras(k)
         if hi is not None and hi < lo:
             return NOTHING
         close = close_e if k == 0 else close_ne
@@ -450,11 +458,19 @@ def object_body(
             return alt(*options) if options else NOTHING
         return seq(rep(seq(nxt, extra), lo, hi), close)
 
-    if em.ctx.property_order == "any" and n >= 1 and max_p is None and min_p <= required_count:
-        # every instance writes its required members, so it has at least min_p members
-        if n <= ANY_ORDER_MAX_MEMBERS:
-            return seq(o, any_order_members(em, members, extra, first, nxt, close_e, close_ne))
-        return seq(o, interleaved_members(em, members, extra, first, nxt, close_e, close_ne, required_rank))
+    if em.ctx.property_order == "any" and n >= 1:
+        counted = max_p is not None or min_p > required_count
+        if n <= ANY_ORDER_MAX_MEMBERS and (
+            not counted or _any_order_states(n, extra, min_p, max_p) <= ANY_ORDER_MAX_STATES
+        ):
+            if counted:
+                refuse_repeated_extras(required_count)
+            count = (min_p, max_p) if counted else (0, None)
+            return seq(o, any_order_members(em, members, extra, (first, nxt, close_e, close_ne), *count))
+        if not counted:
+            # every instance writes its required members, so it has at least min_p members
+            return seq(o, interleaved_members(em, members, extra, first, nxt, close_e, close_ne, required_rank))
+        # past the limits, counted members keep the declared order (below)
 
     if max_p is None and min_p <= 1:
         body = ordered_members(em, members, extra, min_p == 0, first, nxt, close_e, close_ne)
@@ -539,35 +555,54 @@ def ordered_members(em: Emitter, members, extra, may_be_empty, first, nxt, close
     return alt(close_e, opened) if may_be_empty and not required_after[0] else opened
 
 
-def any_order_members(em: Emitter, members, extra, first, nxt, close_e, close_ne) -> Expr:
+def _any_order_states(n: int, extra, min_p: int, max_p: int | None) -> int:
+    """How many (members left, members written) states any_order_members tracks for n members."""
+    if extra is None:
+        return 1 << n  # the members written are the ones not left
+    return (1 << n) * ((max_p if max_p is not None else max(min_p, 1)) + 1)
+
+
+def any_order_members(em: Emitter, members, extra, parts, min_p: int = 0, max_p: int | None = None) -> Expr:
     """The members in any order, each at most once, required ones present; additional members
-    (`extra`, when allowed) anywhere between them.
+    (`extra`, when allowed) anywhere between them; between min_p and max_p members in all.
 
     Each member becomes a rule, so this object's automaton only tracks which members are
-    still to come (2^n states for n members) and the key bytes decide which member rule
-    goes on.  Sub-expressions are shared per set of remaining members.
+    still to come (2^n states for n members) and, with additional members and a count to
+    keep, how many were written (capped at min_p without max_p); the key bytes decide which
+    member rule goes on.  Sub-expressions are shared per state; with a count of additional
+    members each state is a rule, as the paths to it interleave the members in every way.
     """
+    first, nxt, close_e, close_ne = parts
     refs = [em.rule_ref("member", item) for item, _ in members]
     required = [is_req for _, is_req in members]
-    memo: dict[tuple[frozenset[int], bool], Expr] = {}
+    n = len(members)
+    cap = max_p if max_p is not None else max(min_p, 1)
+    counts_extra = extra is not None and (max_p is not None or min_p > 1)
+    memo: dict[tuple[frozenset[int], int], Expr] = {}
 
-    def rest(remaining: frozenset[int], written: bool) -> Expr:
+    def rest(remaining: frozenset[int], written: int) -> Expr:
+        """`remaining` members not written yet, `written` members written (at most `cap`)."""
         key = (remaining, written)
         if key not in memo:
+            sep = nxt if written else first
+            grows = max_p is None or written < max_p  # may one more member come?
+            after = written + 1 if max_p is not None else min(written + 1, cap)
             options = []
-            if not any(required[i] for i in remaining):
+            if not any(required[i] for i in remaining) and written >= min_p:
                 options.append(close_ne if written else close_e)
-            if extra is not None and not written:
-                options.append(seq(first, extra, rest(remaining, True)))  # noqa: F821 (del below)
-            for i in sorted(remaining):
-                options.append(seq(nxt if written else first, refs[i], rest(remaining - {i}, True)))  # noqa: F821
+            if grows:
+                for i in sorted(remaining):
+                    options.append(seq(sep, refs[i], rest(remaining - {i}, after)))  # noqa: F821 (del below)
+            looping = extra is not None and written and after == written  # the capped count stays
+            if extra is not None and grows and not looping:
+                options.append(seq(sep, extra, rest(remaining, after)))  # noqa: F821
             body = alt(*options)
-            if extra is not None and written:
+            if looping:
                 body = seq(star(seq(nxt, extra)), body)
-            memo[key] = body
+            memo[key] = em.rule_ref("members", body) if counts_extra and written and body != NOTHING else body
         return memo[key]
 
-    expr = rest(frozenset(range(len(members))), False)
+    expr = rest(frozenset(range(n)), 0)
     del rest  # empties the cell `rest` calls itself through: no cycle, the memo goes with the frame
     return expr
 
