@@ -252,6 +252,44 @@ def test_any_order_counts_past_the_state_limit_keep_declared_order(compiler):
     assert accepts(compiled, '{"b": 1, "z": 1, "a": 1}')
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "maxLength": 2**32},
+        {"type": "string", "minLength": 3, "maxLength": 2**40},
+        {"type": "object", "maxProperties": 2**32},
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "minProperties": 1, "maxProperties": 2**32},
+        {"type": "array", "maxItems": 2**32},
+    ],
+)
+def test_huge_upper_bounds_compile_exactly(compiler, schema):
+    """Bounds no generation reaches compile (XGrammar does) instead of nesting a chain of rules
+    too deeply or looping over every count; what they allow is checked by jsonschema (the
+    object with a member and a count past the any-order state limit keeps its declared order)."""
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema, property_order="any", strict_mode=False))
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in ["", "ab", "abc", "x" * 3000, {}, {"a": 1}, {"a": 2, "b": 1, "c": 3}, [], [1] * 200]:
+        text = json.dumps(value)
+        assert accepts(compiled, text) == validator.is_valid(value), text
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0, 37), (9, None), (13, 30), (21, 21)])
+def test_string_lengths_in_nested_blocks(monkeypatch, compiler, lo, hi):
+    """Past STRING_CHAIN_MAX_LINKS blocks string lengths count in nested blocks; with the block
+    and the limits shrunk, every length 0..45 is accepted exactly when jsonschema agrees."""
+    from pushmask.grammar.json_schema import scalars
+
+    monkeypatch.setattr(scalars, "SHORT_STRING", 4)
+    monkeypatch.setattr(scalars, "STRING_COUNT_BLOCK", 3)
+    monkeypatch.setattr(scalars, "STRING_CHAIN_MAX_LINKS", 1)
+    schema = {"type": "string", "minLength": lo, **({"maxLength": hi} if hi is not None else {})}
+    compiled = compiler.compile_ir(json_schema_to_grammar(schema))
+    validator = jsonschema.Draft202012Validator(schema)
+    for n in range(46):
+        value = "\u00e9\n" * (n // 2) + "a" * (n % 2)
+        assert accepts(compiled, json.dumps(value)) == validator.is_valid(value), n
+
+
 def test_property_order_definition_option(compiler, tokenizer):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"]}
     compiled = check(compiler, tokenizer, schema, [{"a": 1}, {"a": 1, "b": 2}], [{"b": 2}], property_order="definition")

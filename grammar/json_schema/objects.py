@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.errors import LimitExceededError, UnsupportedSchemaError
-from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, rep, seq, star
+from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, seq, star
 from ..json_checks import DistinctNames
 from ..passes import expr_nodes
 from .documents import escape_pointer
@@ -449,14 +449,14 @@ def object_body(
         close = close_e if k == 0 else close_ne
         if extra is None:
             return close if lo == 0 else NOTHING
+        more = seq(nxt, extra)
         if k == 0:
             options = [close_e] if lo == 0 else []
             if hi is None or hi >= 1:
-                options.append(
-                    seq(first, extra, rep(seq(nxt, extra), max(lo - 1, 0), None if hi is None else hi - 1), close_ne)
-                )
+                rest = em.counted(more, max(lo - 1, 0), None if hi is None else hi - 1, "extra_members")
+                options.append(seq(first, extra, rest, close_ne))
             return alt(*options) if options else NOTHING
-        return seq(rep(seq(nxt, extra), lo, hi), close)
+        return seq(em.counted(more, lo, hi, "extra_members"), close)
 
     if em.ctx.property_order == "any" and n >= 1:
         counted = max_p is not None or min_p > required_count
@@ -476,9 +476,10 @@ def object_body(
         body = ordered_members(em, members, extra, min_p == 0, first, nxt, close_e, close_ne)
         return seq(o, _checked_size(em, body, pointer))
 
-    # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded).
+    # F(i, k): members i.. given k members written so far (k capped at `cap` when unbounded);
+    # k <= i, as only members before i were written, so a huge count costs no more states
     for i in range(n, -1, -1):
-        for k in range(cap, -1, -1):
+        for k in range(min(cap, i), -1, -1):
             if i == n:
                 memo[(i, k)] = tail(k)
                 continue
@@ -497,7 +498,7 @@ def object_body(
             # Checkpoint: the states at position i become rules, so every rule body stays a
             # small tree (a shared sub-expression would otherwise be copied quadratically or
             # exponentially often by anything that walks expressions as trees).
-            for k in range(cap + 1):
+            for k in range(min(cap, i) + 1):
                 if memo[(i, k)] != NOTHING:
                     name = em.new_rule("members")
                     em.rules[name] = memo[(i, k)]

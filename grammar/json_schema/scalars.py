@@ -28,6 +28,10 @@ STRING_COUNT_BLOCK = 1024
 """Strings with only a length bound count characters directly up to this many, in a chain of
 rules of this many past it (each character a raw code point or a reference to one shared escape
 rule, ~8 states a count; see `chained`)."""
+STRING_CHAIN_MAX_LINKS = 96
+"""Past this many blocks a chain's automata outgrow Limits.max_total_states, so longer bounds
+(up to maxLength 2**32 and beyond) count in nested blocks instead (`counted`, a few rules for
+any bound, exact; its masks defer more tokens at block ends)."""
 SHORT_STRING = 64
 """Length bounds up to this go into the string's code-point automaton (escapes spelt out)."""
 
@@ -50,9 +54,8 @@ def string_value(em: Emitter, f: Term, pointer: str) -> Expr:
         # only a length constraint: count characters, escapes as one shared rule
         key = ("string_chars", lo, hi)
         if key not in em.memo:  # one rule per length bound: shared by its strings, not inlined
-            em.memo[key] = em.rule_ref(
-                "string_chars", em.chained(json_char(em), lo, hi, "string_chars", STRING_COUNT_BLOCK)
-            )
+            count = em.chained if max(lo, hi or 0) <= STRING_CHAIN_MAX_LINKS * STRING_COUNT_BLOCK else em.counted
+            em.memo[key] = em.rule_ref("string_chars", count(json_char(em), lo, hi, "string_chars", STRING_COUNT_BLOCK))
         return seq(lit('"'), em.memo[key], lit('"'))
     try:
         dfa = em.string_dfa(
