@@ -6,8 +6,8 @@ intersects with the other string constraints.
 
 Formats are sound with respect to both their RFC and `jsonschema`'s FormatChecker with the
 optional packages installed here, and reject every invalid string of the official
-JSON-Schema-Test-Suite.  Sound subsets, by design: no leap seconds (":60"), e-mail without quoted
-local parts or address literals, hostnames of at most 8 labels (a first of up to 63 characters,
+JSON-Schema-Test-Suite.  Sound subsets, by design: no leap seconds (":60"), e-mail without
+address literals, hostnames of at most 8 labels (a first of up to 63 characters,
 the rest up to 26) without "--" in label positions 3-4, IDN formats restricted to ASCII, "regex"
 limited to groups nested 3 deep (`_regex_syntax`).  Unknown formats are annotations:
 `format_dfa` returns None for them (check `is_known_format` to decide otherwise).
@@ -71,14 +71,18 @@ _SHORT_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,24}[a-zA-Z0-9])?"
 # RFC 1123 allows 253 characters in all; counting them exactly multiplies the automaton, so we
 # accept a first label of up to 63 characters and up to 7 more of up to 26 (252 at most).
 _HOSTNAME = rf"{_LABEL}(?:\.{_SHORT_LABEL}){{0,7}}"
-# RFC 5321 Mailbox restricted to dot-atom local parts and hostname domains (sound: every such
-# address is valid, and contains '@' as jsonschema checks).
+# RFC 5321 Mailbox restricted to hostname domains (sound: every such address is valid, and
+# contains '@' as jsonschema checks).
 _ATEXT = r"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]"
 # The domain follows RFC 5321's Domain ABNF (labels of letters, digits and inner hyphens); the
 # separate size limits of its section 4.5.3 are not counted, which keeps products with
 # maxLength small (counting 63-character labels multiplies the automaton by ~60).
 _LDH_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
-_EMAIL = rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_LDH_LABEL}(?:\.{_LDH_LABEL})*"
+# Local-part = Dot-string / Quoted-string; Quoted-string = DQUOTE *QcontentSMTP DQUOTE with
+# qtextSMTP = %d32-33 / %d35-91 / %d93-126 and quoted-pairSMTP = %d92 %d32-126 (RFC 5321 4.1.2).
+# These are the decoded characters: inside JSON text the quote and backslash come escaped.
+_QUOTED_LOCAL = r'"(?:[ !#-\[\]-~]|\\[ -~])*"'
+_EMAIL = rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|{_QUOTED_LOCAL})@{_LDH_LABEL}(?:\.{_LDH_LABEL})*"
 # RFC 3986 section 3 and appendix A, transcribed rule by rule; with `iri`, RFC 3987's
 # additions (ucschar among the unreserved characters, iprivate in queries).
 _UCSCHAR = (
