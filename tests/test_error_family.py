@@ -70,6 +70,8 @@ CASES = [
      pm.IndexOutOfRangeError, ["index", "1-D"]),
     ("GrammarMatcher.fill_next_token_bitmask", "index=2 of 2 rows",
      lambda: matcher().fill_next_token_bitmask(bitmask(2), 2), pm.IndexOutOfRangeError, ["index", "[0, 2)"]),
+    ("GrammarMatcher.fill_next_token_bitmask", "index=-1 (refused, as XGrammar does)",
+     lambda: matcher().fill_next_token_bitmask(bitmask(2), -1), pm.IndexOutOfRangeError, ["index", "got -1"]),
     ("GrammarMatcher.fill_next_token_bitmask", "bitmask [2, 2, words]",
      lambda: matcher().fill_next_token_bitmask(np.zeros((2, 2, WORDS), np.int32)),
      pm.InvalidArgumentError, ["bitmask", "shape"]),
