@@ -190,18 +190,14 @@ class Scan:
         if depth == 0:  # the object's "{"
             return self._with(depth=1, at_name=True)
         if self.in_string:
-            if not self.in_item_string:  # a value's string, or one nested deeper: skipped
-                if self.escaped:
-                    return self._with(escaped=False)
-                return self._with(escaped=True) if b == _BACKSLASH else self._with(in_string=b != _QUOTE)
+            if not self.in_item_string:  # a value's string, or one nested deeper: skipped (buf stays empty)
+                inside = self._string_byte(self.buf, b)
+                return self._with(in_string=False) if inside is None else inside
             buf = self.buf + bytes((b,))
             inside = self._string_byte(buf, b)
             if inside is not None:
                 return inside
-            key = json_key(json.loads(buf))
-            if key in self.items:
-                return FAILED
-            return self._with(buf=b"", items=self.items | {key}, in_string=False, at_name=False)
+            return self._close_item(buf, in_string=False, at_name=False)
         if b == _QUOTE:
             return self._with(in_string=True, buf=b'"' if depth == 1 and self.at_name else b"")
         if b in _OPEN:
