@@ -102,6 +102,14 @@ __all__ = [
 ]
 
 
+_BUILTIN_STRUCTURAL_TAG_NAMES = (
+    "get_builtin_structural_tag",
+    "get_model_structural_tag",
+    "normalize_tool_choice",
+    "register_model_structural_tag",
+)
+
+
 def __getattr__(name: str) -> Any:
     """Lazy attributes: `pushmask.generate`, `pushmask.hf` and `pushmask.load_default_model` import
     torch/transformers on first use, `pushmask.tool_call_structural_tag` the JSON Schema front end,
@@ -127,6 +135,10 @@ def __getattr__(name: str) -> Any:
 
         module = importlib.import_module(".structural_tag", __name__)
         return module if name == "structural_tag" else getattr(module, name)
+    if name in _BUILTIN_STRUCTURAL_TAG_NAMES:  # XGrammar's model structural tags (pydantic)
+        from . import builtin_structural_tag
+
+        return getattr(builtin_structural_tag, name)
     if name == "bitmask_dtype":  # xgrammar's name: the bitmask's element type
         from .masks.bitmask import _torch_installed
 
