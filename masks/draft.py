@@ -18,15 +18,16 @@ its parent's, as vLLM does for a rejected draft, and `accepted[i]` is False.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..grammar.core.errors import InvalidArgumentError, check_integers
+from ..grammar.core.errors import InvalidArgumentError, InvalidDraftTreeError, check_integers
 from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
 
-__all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks"]
+__all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks", "traverse_draft_tree"]
 
 
 @dataclass
@@ -171,3 +172,79 @@ def _view(matcher: GrammarMatcher, state: _MatchState, depth: int) -> GrammarMat
     view._n_tokens = matcher._n_tokens + depth
     view._row_cache = None
     return view
+
+
+# -- XGrammar's draft tree: first-child and next-sibling links -------------------------------
+
+
+def traverse_draft_tree(
+    matcher: GrammarMatcher, next_token, next_sibling, draft_tokens, bitmask, time_threshold: float = -1.0
+) -> bool:
+    """XGrammar's `GrammarMatcher.traverse_draft_tree`: row i of `bitmask` gets the mask after the
+    path from node 0 (the matcher's current state; its own token is already accepted) to node i.
+    next_token[i] is node i's first child, next_sibling[i] its next sibling (-1: none); all three
+    are int64 vectors of one length, the bitmask has one row per node.  A node whose token the
+    grammar refuses, or after which the match has ended, gets a zero row and its subtree is not
+    visited.  False when more than `time_threshold` seconds (> 0) passed before the walk ended
+    (the root's row is always filled); the matcher is not moved."""
+    links = [_tree_vector(a, name) for a, name in ((next_token, "next_token"), (next_sibling, "next_sibling"))]
+    tokens = _tree_vector(draft_tokens, "draft_tokens")
+    n = len(tokens)
+    if any(len(a) != n for a in links) or n == 0:
+        raise InvalidDraftTreeError(
+            f"traverse_draft_tree: the three vectors need one equal, nonzero length, got {[len(a) for a in (*links, tokens)]}"
+        )
+    shape = tuple(getattr(bitmask, "shape", ()))
+    if len(shape) != 2 or shape[0] != n:
+        raise InvalidDraftTreeError(f"traverse_draft_tree: the bitmask needs one row per node ({n}), got shape {shape}")
+    first_child, sibling = links
+    _check_tree(first_child, sibling)
+    bitmask[...] = 0
+    started = time.monotonic()
+    pending = [(0, matcher._state, 0)]  # (node, its state, its depth below the root)
+    while pending:
+        node, state, depth = pending.pop()
+        if node != 0:
+            if 0 < time_threshold < time.monotonic() - started:
+                return False
+            token = int(tokens[node])
+            state = matcher._state_after_token(token, state) if 0 <= token < matcher.vocab_size else None
+        if state is None or state.terminated or (matcher.terminate_without_stop_token and state.can_end):
+            continue  # refused, or the match ended: a zero row and nothing below
+        _view(matcher, state, depth).fill_next_token_bitmask(bitmask, node)
+        pending.extend((child, state, depth + 1) for child in _children(node, first_child, sibling))
+    return True
+
+
+def _tree_vector(values, name: str) -> np.ndarray:
+    """One of the tree's int64 vectors (torch or numpy) as numpy."""
+    if str(getattr(values, "dtype", "")) not in ("int64", "torch.int64") or len(getattr(values, "shape", ())) != 1:
+        raise InvalidDraftTreeError(f"traverse_draft_tree: {name} must be a 1-D int64 tensor")
+    return np.asarray(values.cpu() if hasattr(values, "cpu") else values)
+
+
+def _children(node: int, first_child: np.ndarray, sibling: np.ndarray) -> Iterator[int]:
+    child = int(first_child[node])
+    while child != -1:
+        yield child
+        child = int(sibling[child])
+
+
+def _check_tree(first_child: np.ndarray, sibling: np.ndarray) -> None:
+    """Every link is -1 or a node, the root has no sibling, and the walk from the root reaches
+    each node at most once (no cycles: the walk ends)."""
+    n = len(first_child)
+    bad = np.flatnonzero((first_child < -1) | (first_child >= n) | (sibling < -1) | (sibling >= n))
+    if len(bad):
+        raise InvalidDraftTreeError(f"traverse_draft_tree: node {int(bad[0])} links outside the {n} nodes")
+    if sibling[0] != -1:
+        raise InvalidDraftTreeError("traverse_draft_tree: the root (node 0) cannot have a sibling")
+    seen = np.zeros(n, dtype=bool)
+    pending = [0]
+    while pending:
+        node = pending.pop()
+        for child in _children(node, first_child, sibling):
+            if seen[child] or child == 0:
+                raise InvalidDraftTreeError(f"traverse_draft_tree: node {child} is reached twice (a cycle)")
+            seen[child] = True
+            pending.append(child)

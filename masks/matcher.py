@@ -448,6 +448,17 @@ class GrammarMatcher:
         self._push(new_state)
         return True
 
+    def traverse_draft_tree(
+        self, retrieve_next_token, retrieve_next_sibling, draft_tokens, token_bitmask, time_threshold: float = -1.0
+    ) -> bool:
+        """XGrammar's speculative-decoding walk: each node's mask of a draft token tree given by
+        first-child and next-sibling links, into its row of token_bitmask (masks/draft.py)."""
+        from .draft import traverse_draft_tree
+
+        return traverse_draft_tree(
+            self, retrieve_next_token, retrieve_next_sibling, draft_tokens, token_bitmask, time_threshold
+        )
+
     def validate_tokens(self, token_ids: Sequence[int]) -> list[int]:
         """The longest prefix of token_ids that accept_token would take one after the other,
         leaving the matcher as it is (vLLM's validate_tokens: speculative decoding checks draft

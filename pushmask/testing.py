@@ -31,7 +31,6 @@ XGRAMMAR_INTERNALS = (
     "_json_schema_to_ebnf",
     "_print_grammar_fsms",
     "_regex_to_ebnf",
-    "_traverse_draft_tree",
 )
 
 __all__ = [
@@ -42,6 +41,7 @@ __all__ = [
     "_is_single_token_bitmask",
     "_bool_mask_to_bitmask",
     "_ebnf_to_grammar_no_normalization",
+    "_traverse_draft_tree",
     "bool_mask_to_bitmask",
     "bitmask_to_bool_mask",
     *XGRAMMAR_INTERNALS,
@@ -107,6 +107,15 @@ def _is_grammar_accept_string(
 def _ebnf_to_grammar_no_normalization(ebnf_string: str, root_rule_name: str = "root") -> Grammar:
     """The EBNF text as grammar IR, before the normalizing passes (they run when it compiles)."""
     return Grammar.from_ebnf(ebnf_string, root_rule_name=root_rule_name)
+
+
+def _traverse_draft_tree(
+    retrieve_next_token, retrieve_next_sibling, draft_tokens, matcher: GrammarMatcher, bitmask, time_threshold=-1.0
+) -> bool:
+    """XGrammar's older spelling of `matcher.traverse_draft_tree(...)` (the matcher fourth)."""
+    return matcher.traverse_draft_tree(
+        retrieve_next_token, retrieve_next_sibling, draft_tokens, bitmask, time_threshold
+    )
 
 
 def _row_bits(bitmask, vocab_size: int, index: int) -> np.ndarray:

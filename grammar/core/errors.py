@@ -73,6 +73,11 @@ class IndexOutOfRangeError(InvalidArgumentError, IndexError):
     indexes; also an IndexError, as Python's own sequences raise."""
 
 
+class InvalidDraftTreeError(InvalidArgumentError, RuntimeError):
+    """A draft token tree that is not one (an edge outside the nodes, a node reached twice, a root
+    with siblings) or does not fit its arrays; also a RuntimeError, as XGrammar raises."""
+
+
 class MatcherStateError(PushmaskError, RuntimeError):
     """A matcher call its current state does not allow (accepting after a stop token ended the
     match); the message says which call brings it back (reset() or rollback())."""
