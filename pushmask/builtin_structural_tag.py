@@ -235,6 +235,8 @@ class _Thinking:
     auto_may_close_only: bool = False
 
     def prefix(self, mode: ReasoningMode, options: _Options) -> Format | None:
+        if mode not in _REASONING_MODES:
+            raise ValueError("The 'reasoning_mode' argument must be one of: 'enabled', 'disabled', 'auto'.")
         if mode == "disabled":
             return None if self.disabled_prefix is None else ConstStringFormat(value=self.disabled_prefix)
         excluded = self.excludes if mode == "auto" or self.excludes_when_open else ()
@@ -300,7 +302,9 @@ class ModelFormat:
     thinking: _Thinking | None = field(default_factory=_Thinking)
     text_excludes: tuple[str, ...] = ("<think>", "</think>")
     no_tool_excludes: tuple[str, ...] | None = None
+    no_tool_forbidden: tuple[str, ...] = ()  # kept out of tool-less text even with exclude_special_tokens off
     refuses_builtin_tools: str | None = None  # the model's name in the error
+    default_reasoning: ReasoningMode = "enabled"  # of the model's own get_*_structural_tag
 
     def build(
         self,
@@ -323,8 +327,10 @@ class ModelFormat:
         if not calls:
             if choice == "auto":
                 excludes = self.text_excludes if self.no_tool_excludes is None else self.no_tool_excludes
-                return AnyTextFormat(excludes=options.excludes(excludes))
-            raise ValueError(_FORCED_NEEDS_ONE if choice == "forced" else "Required tool choice needs at least one function tool.")
+                return AnyTextFormat(excludes=[*options.excludes(excludes), *self.no_tool_forbidden])
+            raise ValueError(
+                _FORCED_NEEDS_ONE if choice == "forced" else "Required tool choice needs at least one function tool."
+            )
         one = not options.parallel_tool_calls
         section = self.section
         if choice == "forced":
@@ -334,7 +340,9 @@ class ModelFormat:
         if section is None:
             units, trigger = calls, self.trigger
         else:
-            joined = TagsWithSeparatorFormat(tags=calls, separator=section.separator, at_least_one=True, stop_after_first=one)
+            joined = TagsWithSeparatorFormat(
+                tags=calls, separator=section.separator, at_least_one=True, stop_after_first=one
+            )
             if choice == "required" and not section.free_text_when_required:
                 return _between(section.lead + section.begin, joined, section.end)
             units, trigger = [TagFormat(begin=section.begin, content=joined, end=section.end)], section.trigger
@@ -364,16 +372,12 @@ def _dsml(invoke: str, calls: str, style: str) -> dict:
     """DeepSeek's DSML markup (V3.2, V4, V4.1 differ in two words and the XML style)."""
     return {
         "call": _Call(f'<｜DSML｜{invoke} name="{{name}}">\n', f"</｜DSML｜{invoke}>\n", style=style),
-        "section": _Section(
-            f"<｜DSML｜{calls}>\n", f"</｜DSML｜{calls}>", trigger=f"<｜DSML｜{calls}>", lead="\n\n"
-        ),
+        "section": _Section(f"<｜DSML｜{calls}>\n", f"</｜DSML｜{calls}>", trigger=f"<｜DSML｜{calls}>", lead="\n\n"),
     }
 
 
 MODELS: dict[str, ModelFormat] = {
-    "llama": ModelFormat(
-        _Call('{{"name": "{name}", "parameters": ', "}"), trigger='{"name": ', thinking=None
-    ),
+    "llama": ModelFormat(_Call('{{"name": "{name}", "parameters": ', "}"), trigger='{"name": ', thinking=None),
     "qwen_3": ModelFormat(
         _Call('<tool_call>\n{{"name": "{name}", "arguments": ', "}\n</tool_call>"),
         trigger="<tool_call>",
@@ -405,9 +409,7 @@ MODELS: dict[str, ModelFormat] = {
         no_tool_excludes=("<think>", "</think>", "<tool_call>", "</tool_call>", *_GLM_ARGUMENT_TOKENS),
     ),
     "kimi": ModelFormat(
-        _Call(
-            "<|tool_call_begin|>functions.{name}:", "<|tool_call_end|>", index_then="<|tool_call_argument_begin|>"
-        ),
+        _Call("<|tool_call_begin|>functions.{name}:", "<|tool_call_end|>", index_then="<|tool_call_argument_begin|>"),
         section=_Section(
             "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", trigger="<|tool_calls_section_begin|>"
         ),
@@ -428,13 +430,11 @@ MODELS: dict[str, ModelFormat] = {
     "deepseek_v3_2": ModelFormat(**_dsml("invoke", "function_calls", "deepseek_xml")),
     "deepseek_v4": ModelFormat(**_dsml("invoke", "tool_calls", "deepseek_xml")),
     "deepseek_v4_1": ModelFormat(
-        **_dsml(" invoke", " calls", "deepseek_v4_1_xml"), no_tool_excludes=("<think>", "</think>", "<｜DSML｜ calls>")
+        **_dsml(" invoke", " calls", "deepseek_v4_1_xml"), no_tool_forbidden=("<｜DSML｜ calls>",)
     ),
     "minimax": ModelFormat(
         _Call('<invoke name="{name}">\n', "</invoke>\n", style="minimax_xml"),
-        section=_Section(
-            "<minimax:tool_call>\n", "</minimax:tool_call>", trigger="<minimax:tool_call>", lead="\n"
-        ),
+        section=_Section("<minimax:tool_call>\n", "</minimax:tool_call>", trigger="<minimax:tool_call>", lead="\n"),
         thinking=_Thinking(excludes_when_open=False, suffix="\n\n", disabled_prefix="\n</think>\n\n\n\n"),
     ),
     "minimax_m3": ModelFormat(
@@ -454,6 +454,7 @@ MODELS: dict[str, ModelFormat] = {
         text_excludes=("<mm:think>", "</mm:think>", *_MINIMAX_M3_STRAY),
         no_tool_excludes=(f"{_MINIMAX_M3}<tool_call>", "<mm:think>", "</mm:think>", *_MINIMAX_M3_STRAY),
         refuses_builtin_tools="MiniMax M3",
+        default_reasoning="auto",
     ),
     "cohere": ModelFormat(
         _Call('<cofl:tool_call id="', "</cofl:tool_call>", style="cohere_xml", index_then='" name="{name}">'),
@@ -467,15 +468,17 @@ MODELS: dict[str, ModelFormat] = {
         text_excludes=("<|START_THINKING|>", "<|END_THINKING|>"),
     ),
 }
-MODELS["qwen_3_coder"] = MODELS["qwen_3_5"]
 
 
-def _table_builder(model: ModelFormat) -> Callable[..., StructuralTag]:
+def _table_builder(name: str, model: ModelFormat) -> Callable[..., StructuralTag]:
+    """XGrammar's `get_NAME_structural_tag(tools, builtin_tools, tool_choice, reasoning, **options)`
+    for one row of the table."""
+
     def build(
         tools: list[FunctionToolParam] | None = None,
         builtin_tools: list[BuiltinToolParam] | None = None,
         tool_choice: SimplifiedToolChoice = "auto",
-        reasoning: ReasoningMode = "enabled",
+        reasoning: ReasoningMode | None = None,
         any_order: bool = False,
         exclude_special_tokens: bool = True,
         max_whitespace_cnt: int | None = None,
@@ -483,13 +486,16 @@ def _table_builder(model: ModelFormat) -> Callable[..., StructuralTag]:
         **_: Any,
     ) -> StructuralTag:
         options = _Options(any_order, exclude_special_tokens, max_whitespace_cnt, parallel_tool_calls)
-        return model.build(tools or [], builtin_tools or [], tool_choice, reasoning, options)
+        mode = model.default_reasoning if reasoning is None else reasoning
+        return model.build(tools or [], builtin_tools or [], tool_choice, mode, options)
 
+    build.__name__ = build.__qualname__ = f"get_{name}_structural_tag"
     return build
 
 
 for _name, _model in MODELS.items():
-    register_model_structural_tag(_name)(_table_builder(_model))
+    register_model_structural_tag(_name)(_table_builder(_name, _model))
+register_model_structural_tag("qwen_3_coder")(_registry["qwen_3_5"])  # one format, as in XGrammar
 
 get_llama_structural_tag = _registry["llama"]
 get_qwen_3_structural_tag = _registry["qwen_3"]
@@ -618,7 +624,9 @@ def get_harmony_structural_tag(
         raise ValueError(_FORCED_NEEDS_ONE)
     messages = []
     if tool_choice == "auto":
-        messages.append(TagFormat(begin="<|channel|>final<|message|>", content=AnyTextFormat(), end=_HARMONY_MESSAGE_END))
+        messages.append(
+            TagFormat(begin="<|channel|>final<|message|>", content=AnyTextFormat(), end=_HARMONY_MESSAGE_END)
+        )
     if reasoning != "disabled":
         messages.append(
             TagFormat(begin="<|channel|>analysis<|message|>", content=AnyTextFormat(), end=_HARMONY_MESSAGE_END)
@@ -631,7 +639,5 @@ def get_harmony_structural_tag(
     some_messages = TagsWithSeparatorFormat(tags=messages, separator=_HARMONY_NEXT, at_least_one=True)
     then_call = SequenceFormat(elements=[some_messages, ConstStringFormat(value=_HARMONY_NEXT), one_call])
     return StructuralTag(
-        format=OrFormat(
-            elements=[TagsWithSeparatorFormat(tags=messages, separator=_HARMONY_NEXT), one_call, then_call]
-        )
+        format=OrFormat(elements=[TagsWithSeparatorFormat(tags=messages, separator=_HARMONY_NEXT), one_call, then_call])
     )
