@@ -201,16 +201,19 @@ def traverse_draft_tree(
     _check_tree(first_child, sibling)
     bitmask[...] = 0
     started = time.monotonic()
-    pending = [(0, matcher._state, 0)]  # (node, its state, its depth below the root)
+    pending = [(0, matcher._state, 0)]  # (node, its parent's state (the root: its own), its depth)
     while pending:
         node, state, depth = pending.pop()
         if node != 0:
             if 0 < time_threshold < time.monotonic() - started:
                 return False
             token = int(tokens[node])
-            state = matcher._state_after_token(token, state) if 0 <= token < matcher.vocab_size else None
-        if state is None or state.terminated or (matcher.terminate_without_stop_token and state.can_end):
-            continue  # refused, or the match ended: a zero row and nothing below
+            after = matcher._state_after_token(token, state) if 0 <= token < matcher.vocab_size else None
+            if after is None:
+                continue  # refused: a zero row and nothing below
+            state = after
+        if state.terminated or (matcher.terminate_without_stop_token and state.can_end):
+            continue  # the match ended: a zero row and nothing below
         _view(matcher, state, depth).fill_next_token_bitmask(bitmask, node)
         pending.extend((child, state, depth + 1) for child in _children(node, first_child, sibling))
     return True

@@ -208,12 +208,15 @@ class _Options:
         return list(tokens) if self.exclude_special_tokens else []
 
     def arguments(self, parameters: dict | bool, style: str = "json", excludes: tuple[str, ...] = ()) -> Format:
-        return JSONSchemaFormat(
-            json_schema=parameters,
-            style=style,
-            any_order=self.any_order,
-            max_whitespace_cnt=self.max_whitespace_cnt,
-            excludes=self.excludes(excludes),
+        """A tool's arguments: a JSON value of `parameters`, or its properties in an XML `style`."""
+        return JSONSchemaFormat.model_validate(
+            {
+                "json_schema": parameters,
+                "style": style,
+                "any_order": self.any_order,
+                "max_whitespace_cnt": self.max_whitespace_cnt,
+                "excludes": self.excludes(excludes),
+            }
         )
 
 
