@@ -137,6 +137,35 @@ def test_harmony_calls_and_builtin_tools():
     )
 
 
+K3_END = "<|close|>response<|sep|><|close|>message<|sep|>"
+
+
+@pytest.mark.parametrize(
+    ("model", "reasoning", "text", "accepted"),
+    [
+        ("minimax_m3", "auto", "answer", True),
+        ("minimax_m3", "auto", "<mm:think>plan</mm:think>answer", True),
+        ("minimax_m3", "auto", "</mm:think>answer", True),  # the block's end alone
+        ("minimax_m3", "auto", "plan</mm:think>answer", False),
+        ("kimi_k3", "enabled", "plan<|close|>think<|sep|><|open|>response<|sep|>hi" + K3_END, True),
+        ("kimi_k3", "disabled", "hi" + K3_END, True),
+        ("kimi_k3", "disabled", "hi<|close|>response<|sep|><|open|>tools<|sep|>" + K3_END[24:], False),
+    ],
+)
+def test_tool_less_turns_of_the_models_with_their_own_layout(model, reasoning, text, accepted):
+    tag = get_model_structural_tag(model, tools=[], reasoning=reasoning)
+    assert accepts(tag, text) == accepted
+
+
+def test_model_builders_keep_xgrammars_defaults():
+    from pushmask.builtin_structural_tag import get_minimax_m3_structural_tag, get_qwen_3_coder_structural_tag
+
+    # MiniMax-M3's own builder defaults to "auto", the dispatcher to "enabled"
+    assert get_minimax_m3_structural_tag(tools=[]) == get_model_structural_tag("minimax_m3", reasoning="auto")
+    assert get_model_structural_tag("minimax_m3") == get_model_structural_tag("minimax_m3", reasoning="enabled")
+    assert get_qwen_3_coder_structural_tag.__name__ == "get_qwen_3_5_structural_tag"  # one format
+
+
 # -- traverse_draft_tree ---------------------------------------------------------------------
 
 VOCAB = ["a", "b", "{", "}", '"', ":", ","]
