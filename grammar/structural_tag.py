@@ -47,9 +47,9 @@ from .core.errors import GrammarError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.recursion import load_json_text
 from .ebnf import parse_ebnf
+from .fsm.codepoint_dfa import without_strings
 from .ir import (
     MAX_CODE_POINT,
-    SURROGATES,
     TOKEN_CLASS_BASE,
     CharFsm,
     Expr,
@@ -68,8 +68,10 @@ from .ir import (
 )
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
+from .json_strings import json_string_without
 from .regex import parse_regex
-from .xml_arguments import xml_arguments
+from .xml_arguments import ANNOTATIONS as _ANNOTATIONS
+from .xml_arguments import has_own_pattern, plain_string_dfa, xml_arguments
 
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
@@ -142,6 +144,7 @@ def structural_tag_to_grammar(
         checks=builder.checks,
         token_limits=builder.token_limits,
         token_classes=builder.token_classes,
+        allow_empty=builder.allow_empty,
     )
 
 
@@ -238,6 +241,9 @@ class _Builder:
         self.token_limits: dict[str, int] = {}  # any_text rules with a token budget
         self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0
+        # json_schema excludes may leave no value (a required property named by an excluded
+        # string): the empty language is then intended, as in XGrammar
+        self.allow_empty = False
 
     def format(
         self, fmt: Any, where: str, end_text: list[str] | None = None, end_tokens: frozenset[int] = frozenset()
@@ -279,8 +285,11 @@ class _Builder:
             raise _invalid(
                 where, f"JSONSchema format's excludes must be an array of non-empty strings, got {excludes!r}"
             )
-        if excludes:
-            raise UnsupportedFormatError(f"{where}: json_schema excludes are not supported")
+        self.allow_empty = self.allow_empty or bool(excludes)
+        if style != "json" and any(e != e.strip() for e in excludes):
+            raise _invalid(
+                where, f"JSONSchema format's excludes must not start or end with formatting whitespace in {style}"
+            )
         options = self.json_options
         if fmt.get("any_order"):
             options = options.replace(property_order="any")
@@ -312,8 +321,33 @@ class _Builder:
                     json_schema_to_grammar(sub, value_options, clock=self.clock, limits=self.limits)
                 ),
                 f"{where}/json_schema",
+                excludes,
             )
+        if excludes:
+            return self._json_without(schema, excludes, options, f"{where}/json_schema")
         return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
+
+    def _json_without(self, schema: Any, excludes: list[str], options: JsonOptions, where: str) -> Expr:
+        """A JSON value of `schema` whose strings hold none of `excludes` (XGrammar's json_schema
+        ``excludes``), for schemas of strings: a string with a ``pattern`` or ``format`` is held to
+        that alone (XGrammar does not filter it), the others (``minLength`` / ``maxLength`` /
+        ``enum`` / ``const`` kept exactly) are filtered; ``anyOf`` takes each branch so."""
+        if isinstance(schema, dict) and set(schema) - _ANNOTATIONS == {"anyOf"} and isinstance(schema["anyOf"], list):
+            return alt(
+                *(
+                    self._json_without(sub, excludes, options, f"{where}/anyOf/{i}")
+                    for i, sub in enumerate(schema["anyOf"])
+                )
+            )
+        if isinstance(schema, dict) and schema.get("type") == "string" and has_own_pattern(schema):
+            return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
+        strings = plain_string_dfa(schema, where)
+        if strings is None:
+            raise UnsupportedFormatError(
+                f"{where}: json_schema excludes are supported on string schemas only (type string with "
+                "minLength / maxLength / pattern / format, enum or const of strings, anyOf of these)"
+            )
+        return json_string_without(strings, excludes, where, self.limits.max_encoded_string_states)
 
     def _qwen_xml_parameter(self, fmt, where):
         """XGrammar's deprecated name for a json_schema format in style qwen_xml."""
@@ -671,54 +705,14 @@ def _list(fmt: dict, key: str, where: str) -> list:
 
 
 def text_without(strings: list[str]) -> Expr:
-    """Any text (code points) that contains none of `strings`: the Aho-Corasick automaton of the
-    strings with the states that complete one removed."""
+    """Any text (code points) that contains none of `strings` (`codepoint_dfa.without_strings`,
+    an Aho-Corasick automaton), as one CharFsm whose state 0 is initial."""
     strings = [s for s in dict.fromkeys(strings) if s]
     if not strings:
         return star(char_class([(0, MAX_CODE_POINT)]))
-    goto: list[dict[int, int]] = [{}]
-    done = [False]
-    for s in strings:
-        state = 0
-        for ch in s:
-            code = ord(ch)
-            if code not in goto[state]:
-                goto.append({})
-                done.append(False)
-                goto[state][code] = len(goto) - 1
-            state = goto[state][code]
-        done[state] = True
-    alphabet = sorted({ord(ch) for s in strings for ch in s})
-    # Breadth-first: fail links, then the full transition function on the strings' characters.
-    delta: list[dict[int, int]] = [dict() for _ in goto]
-    fail = [0] * len(goto)
-    queue = []
-    for code in alphabet:
-        target = goto[0].get(code, 0)
-        delta[0][code] = target
-        if target:
-            queue.append(target)
-    for state in queue:
-        done[state] = done[state] or done[fail[state]]
-        for code in alphabet:
-            target = goto[state].get(code)
-            if target is None:
-                delta[state][code] = delta[fail[state]][code]
-            else:
-                fail[target] = delta[fail[state]][code]
-                delta[state][code] = target
-                queue.append(target)
-    others = _gaps(alphabet)  # characters in no string: back to the start
-    transitions = []
-    for state, row in enumerate(delta):
-        if done[state]:
-            continue
-        for code, target in row.items():
-            if not done[target]:
-                transitions.append((state, code, code, target))
-        transitions.extend((state, lo, hi, 0) for lo, hi in others)
-    finals = frozenset(s for s in range(len(goto)) if not done[s])
-    return CharFsm(0, finals, tuple(sorted(transitions)))
+    dfa = without_strings(strings)
+    transitions = tuple((state, lo, hi, target) for state, row in enumerate(dfa.trans) for lo, hi, target in row)
+    return CharFsm(0, dfa.finals, transitions)
 
 
 def _at_most(fsm: CharFsm, count: int, limits: Limits, where: str) -> CharFsm:
@@ -739,22 +733,3 @@ def _at_most(fsm: CharFsm, count: int, limits: Limits, where: str) -> CharFsm:
     )
     finals = frozenset(final + read * states for read in range(count + 1) for final in fsm.finals)
     return CharFsm(fsm.initial, finals, transitions)
-
-
-def _gaps(codes: list[int]) -> list[tuple[int, int]]:
-    """Code-point ranges (no surrogates) outside `codes` (sorted)."""
-    out, low = [], 0
-    for code in codes + [MAX_CODE_POINT + 1]:
-        if code > low:
-            out.append((low, code - 1))
-        low = code + 1
-    cut = []
-    for lo, hi in out:
-        if hi < SURROGATES[0] or lo > SURROGATES[1]:
-            cut.append((lo, hi))
-        else:
-            if lo < SURROGATES[0]:
-                cut.append((lo, SURROGATES[0] - 1))
-            if hi > SURROGATES[1]:
-                cut.append((SURROGATES[1] + 1, hi))
-    return cut

@@ -7,6 +7,7 @@ of random walks against a plain-Python oracle of the format's meaning."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -177,3 +178,94 @@ def test_document_errors_use_xgrammars_words_and_a_pointer(document, words):
 
 def test_formats_nested_to_the_bound_compile():
     pm.Grammar.from_structural_tag(nested(50))
+
+
+JSON_PIECES = ['"', "a", "b", "ab", "ba", '\\"', "\\u0061", 'b"', "中", '"a']
+JSON_STOP = len(JSON_PIECES)
+
+
+def string_state(text: str) -> tuple[str, bool] | None:
+    """(the content written so far, whether the closing quote came) of a JSON string token
+    prefix; None if it is not one (text after the closing quote)."""
+    if not text.startswith('"'):
+        return None
+    body, at = text[1:], 0
+    while at < len(body):
+        if body[at] == "\\":
+            at += 6 if body[at + 1] == "u" else 2
+        elif body[at] == '"':
+            return (body[:at], True) if at == len(body) - 1 else None
+        else:
+            at += 1
+    return body, False
+
+
+@pytest.mark.parametrize(
+    "schema, excludes, max_length",
+    [({"type": "string"}, ["ab", '"'], None), ({"type": "string", "maxLength": 3}, ["中"], 3)],
+)
+def test_json_schema_excludes_on_strings_are_exact(schema, excludes, max_length):
+    # The oracle: the content as written (escapes not decoded, json.loads for the length) holds
+    # no excluded string: \u0061b is not "ab", and \" holds the quote.
+    vocab = [p.encode() for p in JSON_PIECES] + [b"</s>"]
+    compiler = pm.GrammarCompiler(pm.TokenizerInfo.from_vocab(vocab, "raw", stop_token_ids=[JSON_STOP]))
+    tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": schema, "excludes": excludes}}
+    compiled = compiler.compile_structural_tag(tag)
+
+    def allowed(text: str, closed_only: bool) -> bool:
+        state = string_state(text) if text else ("", False)
+        if state is None or (closed_only and not state[1]):
+            return False
+        content = state[0]
+        decoded = json.loads('"' + content + '"') if text else ""
+        return not any(e in content for e in excludes) and (max_length is None or len(decoded) <= max_length)
+
+    rng = random.Random(7)
+    for _ in range(30):
+        matcher = pm.GrammarMatcher(compiled)
+        text = ""
+        for _ in range(8):
+            mask = matcher.get_next_token_mask()
+            for token, piece in enumerate(JSON_PIECES):
+                assert mask[token] == allowed(text + piece, closed_only=False), (text, piece)
+            assert mask[JSON_STOP] == (bool(text) and allowed(text, closed_only=True)), text
+            token = rng.choice(np.flatnonzero(mask).tolist())
+            if token == JSON_STOP:
+                break
+            assert matcher.accept_token(token)
+            text += JSON_PIECES[token]
+
+
+def test_json_schema_excludes_leave_patterns_alone_and_refuse_other_schemas(compiler):
+    def tag(schema) -> dict:
+        fmt = {"type": "json_schema", "json_schema": schema, "excludes": ["ab"]}
+        return {"type": "structural_tag", "format": fmt}
+
+    either = {"anyOf": [{"type": "string", "pattern": "^ab$"}, {"enum": ["ab", "b"]}]}
+    compiled = compiler.compile_structural_tag(tag(either))
+    for text, accepted in (('"ab"', True), ('"b"', True), ('"abab"', False)):
+        matcher = pm.GrammarMatcher(compiled)
+        assert (matcher.accept_string(text) and matcher.can_end()) == accepted, text
+    with pytest.raises(pm.grammar.structural_tag.UnsupportedFormatError, match="string schemas only"):
+        compiler.compile_structural_tag(tag({"type": "object"}))
+
+
+def test_xml_argument_excludes_filter_raw_values_and_names(compiler):
+    schema = {
+        "type": "object",
+        "properties": {"value": {"type": "string"}, "xBADy": {"type": "integer"}},
+        "required": ["value"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": schema, "style": "minimax_xml", "excludes": ["BAD"]}
+    compiled = compiler.compile_structural_tag({"type": "structural_tag", "format": fmt})
+    element = '<parameter name="{}">{}</parameter>'
+    for text, accepted in (
+        (element.format("value", "safe"), True),
+        (element.format("value", "xBADy"), False),  # a raw value holding an excluded string
+        (element.format("value", "BA") + element.format("xBADy", "1"), False),  # an excluded name
+    ):
+        matcher = pm.GrammarMatcher(compiled)
+        assert (matcher.accept_string(text) and matcher.can_end()) == accepted, text
+    with pytest.raises(GrammarError, match="formatting whitespace"):
+        compiler.compile_structural_tag({"type": "structural_tag", "format": {**fmt, "excludes": [" BAD"]}})
