@@ -329,8 +329,8 @@ class _Builder:
 
     def _json_without(self, schema: Any, excludes: list[str], options: JsonOptions, where: str) -> Expr:
         """A JSON value of `schema` whose strings hold none of `excludes` (XGrammar's json_schema
-        ``excludes``), for schemas of strings: a string with a ``pattern`` or ``format`` is held to
-        that alone (XGrammar does not filter it), the others (``minLength`` / ``maxLength`` /
+        ``excludes``), for schemas of strings: a string with a ``pattern``, or a ``format`` pushmask
+        knows, is held to that alone (XGrammar does not filter it), the others (``minLength`` / ``maxLength`` /
         ``enum`` / ``const`` kept exactly) are filtered; ``anyOf`` takes each branch so."""
         if isinstance(schema, dict) and set(schema) - _ANNOTATIONS == {"anyOf"} and isinstance(schema["anyOf"], list):
             return alt(
