@@ -47,6 +47,7 @@ from .fsm.codepoint_dfa import (
     intersect_ranges,
     length_dfa,
     literal_dfa,
+    without_strings,
 )
 from .ir import (
     MAX_CODE_POINT,
@@ -72,6 +73,7 @@ __all__ = [
     "check_lengths",
     "encode_json_string",
     "json_string_expr",
+    "json_string_without",
     "JSON_CHAR",
     "ANY_STRING",
     "RAW_STRING_CHAR",
@@ -167,6 +169,23 @@ def _string_token(dfa: Dfa, pointer: str, keyword: str, budget: int) -> Expr:
     # trimmed (every state reachable and reaching a final state) with a final state: not empty
     automaton = char_fsm_of_columns(0, frozenset(np.flatnonzero(final).tolist()), source, lo, hi, target, nonempty=True)
     return seq(lit('"'), automaton, lit('"'))
+
+
+def json_string_without(
+    dfa: Dfa, excludes: Iterable[str], pointer: str = "", budget: int = DEFAULT_LIMITS.max_encoded_string_states
+) -> Expr:
+    """The JSON string tokens of `dfa`'s strings whose text between the quotes, as written (escapes
+    not decoded), holds none of `excludes` (XGrammar's json_schema ``excludes``: ``\\u0061b`` is
+    not ``ab``, and ``\\"`` holds ``"``).  Every spelling of each string is tried; past `budget`
+    states raises UnsupportedSchemaError("excludes")."""
+    try:
+        text = encode_json_string(dfa, budget).intersect(without_strings(excludes), budget)
+    except StateLimitExceeded as exc:
+        raise UnsupportedSchemaError(
+            "excludes", pointer, f"{exc}; simplify the constraint or raise Limits.max_encoded_string_states"
+        ) from None
+    automaton = dfa_to_char_fsm(text)
+    return NOTHING if automaton == NOTHING else seq(lit('"'), automaton, lit('"'))
 
 
 JSON_CHAR: Expr = dfa_to_char_fsm(encode_json_string(length_dfa(1, 1)))

@@ -47,9 +47,9 @@ from .core.errors import GrammarError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.recursion import load_json_text
 from .ebnf import parse_ebnf
+from .fsm.codepoint_dfa import without_strings
 from .ir import (
     MAX_CODE_POINT,
-    SURROGATES,
     TOKEN_CLASS_BASE,
     CharFsm,
     Expr,
@@ -68,8 +68,10 @@ from .ir import (
 )
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
+from .json_strings import json_string_without
 from .regex import parse_regex
-from .xml_arguments import xml_arguments
+from .xml_arguments import ANNOTATIONS as _ANNOTATIONS
+from .xml_arguments import has_own_pattern, plain_string_dfa, xml_arguments
 
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
@@ -96,8 +98,23 @@ FORMAT_TYPES = frozenset(
         "dispatch",
         "token_dispatch",
         "tags_with_separator",
+        "qwen_xml_parameter",
     }
 )
+# XGrammar's json_schema styles, in the order its error message lists them
+JSON_SCHEMA_STYLES = (
+    "json",
+    "qwen_xml",
+    "minimax_xml",
+    "minimax_m3_xml",
+    "deepseek_xml",
+    "glm_xml",
+    "cohere_xml",
+    "kimi_k3_xml",
+    "deepseek_v4_1_xml",
+)
+MAX_FORMAT_DEPTH = 100  # XGrammar's bound on how deeply formats nest
+INVALID = "Invalid structural tag error"  # how XGrammar's errors about the document begin
 
 
 class UnsupportedFormatError(GrammarError):
@@ -127,6 +144,7 @@ def structural_tag_to_grammar(
         checks=builder.checks,
         token_limits=builder.token_limits,
         token_classes=builder.token_classes,
+        allow_empty=builder.allow_empty,
     )
 
 
@@ -143,7 +161,7 @@ def root_format(tags: Any, triggers: Any = None) -> dict:
         try:
             tags = json.loads(tags)
         except json.JSONDecodeError as exc:
-            raise GrammarError(f"the structural tag is not valid JSON: {exc}") from None
+            raise _invalid("#", f"Failed to parse JSON: the structural tag is not valid JSON: {exc}") from None
     tags = _plain(tags)
     if isinstance(tags, (list, tuple)):  # xgrammar's legacy compile_structural_tag(tags, triggers)
         if triggers is None:
@@ -152,17 +170,20 @@ def root_format(tags: Any, triggers: Any = None) -> dict:
             )
         return _legacy([_item_dict(item) for item in tags], triggers)
     if not isinstance(tags, dict):
-        raise GrammarError(f"a structural tag is a JSON object, got {type(tags).__name__}")
+        raise _invalid("#", f"Structural tag must be an object, got {type(tags).__name__}")
     if "structures" in tags:  # vLLM's and SGLang's legacy structural_tag response format
         fmt = _legacy([_item_dict(item) for item in tags["structures"]], tags.get("triggers"))
         return {**fmt, "at_least_one": bool(tags.get("at_least_one", False))}
-    if tags.get("type", "structural_tag") != "structural_tag" or "format" not in tags:
+    if "format" not in tags:
         if "type" in tags and tags.get("type") != "structural_tag":
             return tags  # a bare format
-        raise GrammarError(
-            'a structural tag is {"type": "structural_tag", "format": {...}} '
-            'or {"structures": [...], "triggers": [...]}'
+        raise _invalid(
+            "#",
+            'Structural tag must have a format field: {"type": "structural_tag", "format": {...}} '
+            'or {"structures": [...], "triggers": [...]}',
         )
+    if tags.get("type", "structural_tag") != "structural_tag":
+        raise _invalid("#/type", f'Structural tag\'s type must be a string "structural_tag", got {tags["type"]!r}')
     return _plain(tags["format"])
 
 
@@ -220,6 +241,9 @@ class _Builder:
         self.token_limits: dict[str, int] = {}  # any_text rules with a token budget
         self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0
+        # json_schema excludes may leave no value (a required property named by an excluded
+        # string): the empty language is then intended, as in XGrammar
+        self.allow_empty = False
 
     def format(
         self, fmt: Any, where: str, end_text: list[str] | None = None, end_tokens: frozenset[int] = frozenset()
@@ -227,11 +251,19 @@ class _Builder:
         """The IR of one format; `end_text` (inside a tag) is what any_text must stop before,
         `end_tokens` the tag's end tokens, which an exclude_token there leaves out (as XGrammar)."""
         fmt = _plain(fmt)
-        if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-            raise GrammarError(f'{where}: a format is an object with a "type", got {fmt!r}')
+        if not isinstance(fmt, dict):
+            raise _invalid(where, f"Format must be an object, got {fmt!r}")
+        if "type" not in fmt:
+            raise _invalid(where, f'Invalid format: a format is an object with a "type", got {fmt!r}')
         kind = fmt["type"]
+        if not isinstance(kind, str):
+            raise _invalid(where, f"Format's type must be a string, got {kind!r}")
         if kind not in FORMAT_TYPES:
-            raise UnsupportedFormatError(f"{where}: structural tag format type {kind!r} is not supported by pushmask")
+            raise _invalid(where, f"Format type not recognized: {kind}")
+        # Formats nest by recursion here: bounded as XGrammar bounds them (its tests pin the depth).
+        depth = where.count("/content") + where.count("/elements/") + where.count("/tags/") + where.count("/rules/")
+        if depth > MAX_FORMAT_DEPTH:
+            raise _invalid(where, f"Formats are nested deeper than {MAX_FORMAT_DEPTH} levels")
         if kind in ("any_text", "any_tokens"):
             return self._any_text(fmt, where, end_text or [])
         if kind == "exclude_token":
@@ -245,16 +277,38 @@ class _Builder:
 
     def _json_schema(self, fmt, where):
         style = fmt.get("style", "json")
-        if fmt.get("excludes"):
-            raise UnsupportedFormatError(f"{where}: json_schema excludes are not supported")
+        if style not in JSON_SCHEMA_STYLES:
+            styles = ", ".join(f'"{s}"' for s in JSON_SCHEMA_STYLES[:-1])
+            raise _invalid(where, f'style must be {styles}, or "{JSON_SCHEMA_STYLES[-1]}", got {style!r}')
+        excludes = fmt.get("excludes", [])
+        if not isinstance(excludes, list) or not all(isinstance(e, str) and e for e in excludes):
+            raise _invalid(
+                where, f"JSONSchema format's excludes must be an array of non-empty strings, got {excludes!r}"
+            )
+        self.allow_empty = self.allow_empty or bool(excludes)
+        if style != "json" and any(e != e.strip() for e in excludes):
+            raise _invalid(
+                where, f"JSONSchema format's excludes must not start or end with formatting whitespace in {style}"
+            )
         options = self.json_options
         if fmt.get("any_order"):
             options = options.replace(property_order="any")
         if fmt.get("max_whitespace_cnt") is not None:
             options = options.replace(max_whitespace=int(fmt["max_whitespace_cnt"]))
-        if "json_schema" not in fmt:
-            raise GrammarError(f'{where}: json_schema format lacks "json_schema"')
-        schema = _schema(fmt["json_schema"])
+        schema = fmt.get("json_schema")
+        if isinstance(schema, str):
+            try:
+                schema = _schema(schema)
+            except json.JSONDecodeError:
+                schema = None  # not JSON text: the error below
+        if not isinstance(schema, (dict, bool)) and not (
+            isinstance(schema, type) and hasattr(schema, "model_json_schema")
+        ):
+            raise _invalid(
+                where,
+                f"JSON schema format must have a json_schema field with a object or boolean value, got {schema!r}",
+            )
+        schema = _schema(schema)
         if style != "json":
             if fmt.get("any_order"):
                 raise UnsupportedFormatError(f"{where}: any_order with json_schema style {style!r} is not supported")
@@ -267,8 +321,37 @@ class _Builder:
                     json_schema_to_grammar(sub, value_options, clock=self.clock, limits=self.limits)
                 ),
                 f"{where}/json_schema",
+                excludes,
             )
+        if excludes:
+            return self._json_without(schema, excludes, options, f"{where}/json_schema")
         return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
+
+    def _json_without(self, schema: Any, excludes: list[str], options: JsonOptions, where: str) -> Expr:
+        """A JSON value of `schema` whose strings hold none of `excludes` (XGrammar's json_schema
+        ``excludes``), for schemas of strings: a string with a ``pattern``, or a ``format`` pushmask
+        knows, is held to that alone (XGrammar does not filter it), the others (``minLength`` / ``maxLength`` /
+        ``enum`` / ``const`` kept exactly) are filtered; ``anyOf`` takes each branch so."""
+        if isinstance(schema, dict) and set(schema) - _ANNOTATIONS == {"anyOf"} and isinstance(schema["anyOf"], list):
+            return alt(
+                *(
+                    self._json_without(sub, excludes, options, f"{where}/anyOf/{i}")
+                    for i, sub in enumerate(schema["anyOf"])
+                )
+            )
+        if isinstance(schema, dict) and schema.get("type") == "string" and has_own_pattern(schema):
+            return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
+        strings = plain_string_dfa(schema, where)
+        if strings is None:
+            raise UnsupportedFormatError(
+                f"{where}: json_schema excludes are supported on string schemas only (type string with "
+                "minLength / maxLength / pattern / format, enum or const of strings, anyOf of these)"
+            )
+        return json_string_without(strings, excludes, where, self.limits.max_encoded_string_states)
+
+    def _qwen_xml_parameter(self, fmt, where):
+        """XGrammar's deprecated name for a json_schema format in style qwen_xml."""
+        return self._json_schema({**fmt, "type": "json_schema", "style": "qwen_xml"}, where)
 
     def _regex(self, fmt, where):
         return self._embed(
@@ -287,16 +370,20 @@ class _Builder:
 
     def _token(self, fmt, where):
         token = fmt.get("token")
-        if isinstance(token, bool) or not isinstance(token, (int, str)):
-            raise GrammarError(f'{where}: token format needs "token" (an id or a token\'s text), got {token!r}')
+        if isinstance(token, (float, bool)):
+            raise _invalid(where, f"Token ID must be an integer, got {token!r}")
+        if not isinstance(token, (int, str)):
+            raise _invalid(
+                where, f"TokenFormat's token must be an integer or string (an id or a token's text), got {token!r}"
+            )
         if self.token_id is None:
             if isinstance(token, str):
-                raise GrammarError(f"{where}: token {token!r} needs a tokenizer to resolve it")
+                raise _invalid(where, f"token {token!r} needs a tokenizer to resolve it")
             return token_terminal(token)
         try:
             return token_terminal(int(self.token_id(token)))
         except ValueError as exc:
-            raise GrammarError(f"{where}: {exc}") from None
+            raise _invalid(where, str(exc)) from None
 
     def _exclude_token(self, fmt, where, end_tokens: frozenset[int] = frozenset()):
         """One token of any kind (text or special, never a stop token) but the excluded ones and
@@ -304,7 +391,7 @@ class _Builder:
         (masks/compiler.py)."""
         tokens = fmt.get("exclude_tokens", [])
         if not isinstance(tokens, (list, tuple)):
-            raise GrammarError(f'{where}: "exclude_tokens" must be a list of token ids or texts, got {tokens!r}')
+            raise _invalid(where, f'"exclude_tokens" must be a list of token ids or texts, got {tokens!r}')
         excluded = end_tokens | {self._token_id(t, f"{where}/exclude_tokens/{i}") for i, t in enumerate(tokens)}
         known = {v: k for k, v in self.token_classes.items()}
         if excluded not in known:
@@ -320,20 +407,20 @@ class _Builder:
         else:
             excludes = _strings(fmt.get("excludes", fmt.get("excluded_str", [])), where, "excludes")
         max_chars = fmt.get("max_chars")
-        avoid = excludes + end_text
-        if max_chars is not None:
-            if avoid:
-                raise UnsupportedFormatError(
-                    f"{where}: any_text with max_chars and excluded strings or an end tag is not supported"
-                )
-            text = rep(char_class([(0, MAX_CODE_POINT)]), 0, _count(max_chars, where, "max_chars"))
-        else:
+        avoid = [s for s in excludes + end_text if s]
+        if max_chars is None:
             text = text_without(avoid)
+        elif avoid:
+            without = text_without(avoid)
+            assert isinstance(without, CharFsm)  # some strings to avoid: an automaton
+            text = _at_most(without, _count(max_chars, where, "max_chars", fmt["type"]), self.limits, where)
+        else:
+            text = rep(char_class([(0, MAX_CODE_POINT)]), 0, _count(max_chars, where, "max_chars", fmt["type"]))
         max_tokens = fmt.get("max_tokens")
         if max_tokens is None:
             return text
         rule = self._rule(text)  # the matcher counts the tokens that start inside this rule
-        self.token_limits[rule.name] = _count(max_tokens, where, "max_tokens")
+        self.token_limits[rule.name] = _count(max_tokens, where, "max_tokens", fmt["type"])
         return rule
 
     def _token_texts(self, tokens: Any, where: str) -> list[str]:
@@ -341,7 +428,7 @@ class _Builder:
         special token) is never free text anyway; without a vocabulary, a token named by text
         excludes that text and one named by id nothing (request validation only)."""
         if not isinstance(tokens, (list, tuple)):
-            raise GrammarError(f'{where}: "exclude_tokens" must be a list of token ids or texts, got {tokens!r}')
+            raise _invalid(where, f'"exclude_tokens" must be a list of token ids or texts, got {tokens!r}')
         vocab = getattr(getattr(self.token_id, "__self__", None), "decoded_vocab", None)
         texts = []
         for token in tokens:
@@ -382,18 +469,33 @@ class _Builder:
         return rep(self.format(fmt.get("content"), f"{where}/content"), 1, None)
 
     def _repeat(self, fmt, where):
-        lo, hi = fmt.get("min", 0), fmt.get("max")
-        hi = None if hi is None or hi < 0 else int(hi)
-        return rep(self.format(fmt.get("content"), f"{where}/content"), int(lo), hi)
+        lo, hi = fmt.get("min", 0), fmt.get("max", -1)
+        hi = -1 if hi is None else hi
+        for key, value in (("min", lo), ("max", hi)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _invalid(where, f"Repeat {key} must be an integer, got {value!r}")
+        if lo < 0:
+            raise _invalid(where, f"Repeat min must be >= 0, got {lo}")
+        if hi < -1:
+            raise _invalid(where, f"Repeat max must be -1 (unbounded) or >= 0, got {hi}")
+        if hi != -1 and lo > hi:
+            raise _invalid(where, f"Repeat min must be <= max, got min {lo} and max {hi}")
+        return rep(self.format(fmt.get("content"), f"{where}/content"), lo, None if hi == -1 else hi)
 
     def _tag(self, fmt, where):
-        begin = self._tag_end(fmt.get("begin"), f"{where}/begin")
+        begin = self._tag_end(fmt.get("begin"), f"{where}/begin", "Tag format's begin field must be a string")
+        if "content" not in fmt:
+            raise _invalid(where, "Tag format must have a content field")
+        if "end" not in fmt:
+            raise _invalid(where, "Tag format must have an end field")
         ends = fmt.get("end")
+        if ends == []:
+            raise _invalid(f"{where}/end", "Tag format's end array must be non-empty")
         end_texts = [ends] if isinstance(ends, str) else ends if isinstance(ends, list) else []
         end = (
-            alt(*(self._tag_end(e, f"{where}/end") for e in end_texts))
+            alt(*(self._tag_end(e, f"{where}/end", _END_FIELD) for e in end_texts))
             if isinstance(ends, list)
-            else self._tag_end(ends, f"{where}/end")
+            else self._tag_end(ends, f"{where}/end", _END_FIELD)
         )
         text_ends = [e for e in end_texts if isinstance(e, str) and e]
         token_ends = frozenset(
@@ -404,23 +506,31 @@ class _Builder:
         content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends, end_tokens=token_ends)
         return seq(begin, content, end)
 
-    def _tag_end(self, value, where):
+    def _tag_end(self, value, where, field: str):
+        """A tag's begin or end (a string or a token format); `field` words the error."""
         if isinstance(value, str):
             return lit(value)
         value = _plain(value)
         if isinstance(value, dict) and value.get("type") == "token":
             return self._token(value, where)
-        raise GrammarError(f"{where}: a tag's begin / end is a string or a token format, got {value!r}")
+        raise _invalid(where, f"{field} (or a token format), got {value!r}")
 
     def _tags(self, fmt, where) -> list[Expr]:
         tags = _list(fmt, "tags", where)
         return [self._tag(_plain(t), f"{where}/tags/{i}") for i, t in enumerate(tags)]
 
     def _triggered_tags(self, fmt, where):
-        triggers = _strings(fmt.get("triggers"), where, "triggers")
-        if not triggers or any(not t for t in triggers):
-            raise GrammarError(f"{where}: triggered_tags needs non-empty trigger strings")
-        for i, tag in enumerate(_list(fmt, "tags", where)):
+        _check_flags(fmt, where)
+        triggers = fmt.get("triggers")
+        if not isinstance(triggers, (list, tuple)):
+            raise _invalid(where, f"Triggered tags format must have a triggers field with an array, got {triggers!r}")
+        if not triggers:
+            raise _invalid(where, "Triggered tags format's triggers must be non-empty")
+        if not all(isinstance(t, str) and t for t in triggers):
+            raise _invalid(where, f"Triggered tags format's triggers must be non-empty strings, got {triggers!r}")
+        triggers = list(triggers)
+        tags = _list(fmt, "tags", where)
+        for i, tag in enumerate(tags):
             begin = _plain(tag).get("begin")
             if not isinstance(begin, str):
                 raise UnsupportedFormatError(
@@ -428,9 +538,9 @@ class _Builder:
                 )
             matching = [t for t in triggers if begin.startswith(t)]
             if len(matching) != 1:
-                raise GrammarError(
-                    f"{where}/tags/{i}: begin {begin!r} must start with exactly one trigger "
-                    f"of {triggers!r} (it starts with {len(matching)})"
+                raise _invalid(
+                    f"{where}/tags/{i}",
+                    f"begin {begin!r} must start with exactly one trigger of {triggers!r} (it starts with {len(matching)})",
                 )
         excludes = _strings(fmt.get("excludes", []), where, "excludes")
         text = self._rule(text_without(triggers + excludes))
@@ -447,18 +557,23 @@ class _Builder:
         return seq(text, star(seq(tag, text)))
 
     def _token_triggered_tags(self, fmt, where):
+        _check_flags(fmt, where)
         triggers = fmt.get("trigger_tokens")
         if not isinstance(triggers, (list, tuple)) or not triggers:
-            raise GrammarError(f'{where}: token_triggered_tags needs a non-empty "trigger_tokens" list')
+            raise _invalid(where, f"token_triggered_tags: trigger_tokens must be non-empty, got {triggers!r}")
         trigger_ids = {self._token_id(t, f"{where}/trigger_tokens") for t in triggers}
         for i, tag in enumerate(_list(fmt, "tags", where)):
             begin = _plain(_plain(tag).get("begin"))
             if not (isinstance(begin, dict) and begin.get("type") == "token"):
-                raise GrammarError(f"{where}/tags/{i}: token_triggered_tags needs tags that begin with a token")
+                raise _invalid(
+                    f"{where}/tags/{i}",
+                    "Tags in token_triggered_tags must have a token format begin, not a string "
+                    "(token_triggered_tags needs tags that begin with a token)",
+                )
             if self._token_id(begin.get("token"), f"{where}/tags/{i}/begin") not in trigger_ids:
-                raise GrammarError(
-                    f"{where}/tags/{i}: begin token {begin.get('token')!r} is not one of the "
-                    f"trigger_tokens {list(triggers)!r}"
+                raise _invalid(
+                    f"{where}/tags/{i}",
+                    f"begin token {begin.get('token')!r} is not one of the trigger_tokens {list(triggers)!r}",
                 )
         text = self._rule(text_without(self._token_texts(fmt.get("exclude_tokens", []), where)))
         return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
@@ -468,7 +583,7 @@ class _Builder:
         patterns, branches = [], []
         for i, pair in enumerate(rules):
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise GrammarError(f"{where}/rules/{i}: a dispatch rule is a [pattern, format] pair, got {pair!r}")
+                raise _invalid(f"{where}/rules/{i}", f"a dispatch rule is a [pattern, format] pair, got {pair!r}")
             pattern, content = pair
             if fmt["type"] == "token_dispatch":
                 head = self._token({"token": pattern}, f"{where}/rules/{i}/0")
@@ -476,7 +591,7 @@ class _Builder:
                 head = lit(pattern)
                 patterns.append(pattern)
             else:
-                raise GrammarError(f"{where}/rules/{i}: a dispatch pattern is a non-empty string, got {pattern!r}")
+                raise _invalid(f"{where}/rules/{i}", f"a dispatch pattern is a non-empty string, got {pattern!r}")
             branches.append(seq(head, self.format(content, f"{where}/rules/{i}/1")))
         if fmt["type"] == "token_dispatch":
             avoid = self._token_texts(fmt.get("exclude_tokens", []), where)
@@ -496,8 +611,12 @@ class _Builder:
         return int(self.token_id(token)) if self.token_id is not None else token
 
     def _tags_with_separator(self, fmt, where):
+        _check_flags(fmt, where)
         tag = self._rule(alt(*self._tags(fmt, where)))
-        separator = lit(_string(fmt, "separator", where))
+        separator = fmt.get("separator")
+        if not isinstance(separator, str):
+            raise _invalid(where, f"Tags with separator format's separator field must be a string, got {separator!r}")
+        separator = lit(separator)
         at_least_one, stop_after_first = bool(fmt.get("at_least_one")), bool(fmt.get("stop_after_first"))
         body = tag if stop_after_first else seq(tag, star(seq(separator, tag)))
         return body if at_least_one else opt(body)
@@ -521,16 +640,46 @@ class _Builder:
         return Ref(prefix + grammar.root)
 
 
-def _count(value: Any, where: str, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise GrammarError(f'{where}: "{key}" must be an integer >= 0, got {value!r}')
+_FORMAT_NAMES = {  # as XGrammar's errors name the formats
+    "const_string": "ConstString format",
+    "regex": "Regex format",
+    "grammar": "Grammar format",
+    "sequence": "Sequence format",
+    "or": "Or format",
+    "triggered_tags": "Triggered tags format",
+    "token_triggered_tags": "TokenTriggeredTagsFormat",
+    "tags_with_separator": "Tags with separator format",
+    "dispatch": "TagDispatch format",
+    "token_dispatch": "TokenTagDispatch format",
+}
+_END_FIELD = "Tag format's end field must be a string or array of strings"
+_INT32_MAX = 2**31 - 1
+
+
+def _invalid(where: str, message: str) -> GrammarError:
+    """An error in the structural tag document, worded as XGrammar words it (its tests match the
+    words), with the JSON pointer of the bad format."""
+    return GrammarError(f"{INVALID}: {where}: {message}")
+
+
+def _check_flags(fmt: dict, where: str) -> None:
+    """A tags format's at_least_one / stop_after_first are booleans."""
+    for flag in ("at_least_one", "stop_after_first"):
+        if not isinstance(fmt.get(flag, False), bool):
+            raise _invalid(where, f"{flag} must be a boolean, got {fmt[flag]!r}")
+
+
+def _count(value: Any, where: str, key: str, kind: str) -> int:
+    """A budget field: a non-negative 32-bit integer, as XGrammar holds it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT32_MAX:
+        raise _invalid(where, f"{key} in {kind} must be a non-negative 32-bit integer or null, got {value!r}")
     return value
 
 
 def _string(fmt: dict, key: str, where: str) -> str:
     value = fmt.get(key)
     if not isinstance(value, str):
-        raise GrammarError(f'{where}: "{key}" must be a string, got {value!r}')
+        raise _invalid(where, f"{_FORMAT_NAMES[fmt['type']]} must have a {key} field with a string, got {value!r}")
     return value
 
 
@@ -538,82 +687,49 @@ def _strings(value: Any, where: str, key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise GrammarError(f'{where}: "{key}" must be a list of strings, got {value!r}')
+        raise _invalid(where, f'"{key}" must be a list of strings, got {value!r}')
     return [v for v in value]
 
 
 def _list(fmt: dict, key: str, where: str) -> list:
-    value = fmt.get(key)
-    if not isinstance(value, (list, tuple)) or not value:
-        raise GrammarError(f'{where}: "{key}" must be a non-empty list, got {value!r}')
+    """A format's non-empty list field (elements, tags, rules)."""
+    value, name = fmt.get(key), _FORMAT_NAMES[fmt["type"]]
+    if not isinstance(value, (list, tuple)):
+        article = "an" if key[0] in "aeiou" else "a"
+        raise _invalid(where, f"{name} must have {article} {key} field with an array, got {value!r}")
+    if not value:
+        if key == "elements":
+            raise _invalid(where, f"{name} must have at least one element")
+        raise _invalid(where, f"{name}'s {key} must be non-empty")
     return list(value)
 
 
 def text_without(strings: list[str]) -> Expr:
-    """Any text (code points) that contains none of `strings`: the Aho-Corasick automaton of the
-    strings with the states that complete one removed."""
+    """Any text (code points) that contains none of `strings` (`codepoint_dfa.without_strings`,
+    an Aho-Corasick automaton), as one CharFsm whose state 0 is initial."""
     strings = [s for s in dict.fromkeys(strings) if s]
     if not strings:
         return star(char_class([(0, MAX_CODE_POINT)]))
-    goto: list[dict[int, int]] = [{}]
-    done = [False]
-    for s in strings:
-        state = 0
-        for ch in s:
-            code = ord(ch)
-            if code not in goto[state]:
-                goto.append({})
-                done.append(False)
-                goto[state][code] = len(goto) - 1
-            state = goto[state][code]
-        done[state] = True
-    alphabet = sorted({ord(ch) for s in strings for ch in s})
-    # Breadth-first: fail links, then the full transition function on the strings' characters.
-    delta: list[dict[int, int]] = [dict() for _ in goto]
-    fail = [0] * len(goto)
-    queue = []
-    for code in alphabet:
-        target = goto[0].get(code, 0)
-        delta[0][code] = target
-        if target:
-            queue.append(target)
-    for state in queue:
-        done[state] = done[state] or done[fail[state]]
-        for code in alphabet:
-            target = goto[state].get(code)
-            if target is None:
-                delta[state][code] = delta[fail[state]][code]
-            else:
-                fail[target] = delta[fail[state]][code]
-                delta[state][code] = target
-                queue.append(target)
-    others = _gaps(alphabet)  # characters in no string: back to the start
-    transitions = []
-    for state, row in enumerate(delta):
-        if done[state]:
-            continue
-        for code, target in row.items():
-            if not done[target]:
-                transitions.append((state, code, code, target))
-        transitions.extend((state, lo, hi, 0) for lo, hi in others)
-    finals = frozenset(s for s in range(len(goto)) if not done[s])
-    return CharFsm(0, finals, tuple(sorted(transitions)))
+    dfa = without_strings(strings)
+    transitions = tuple((state, lo, hi, target) for state, row in enumerate(dfa.trans) for lo, hi, target in row)
+    return CharFsm(0, dfa.finals, transitions)
 
 
-def _gaps(codes: list[int]) -> list[tuple[int, int]]:
-    """Code-point ranges (no surrogates) outside `codes` (sorted)."""
-    out, low = [], 0
-    for code in codes + [MAX_CODE_POINT + 1]:
-        if code > low:
-            out.append((low, code - 1))
-        low = code + 1
-    cut = []
-    for lo, hi in out:
-        if hi < SURROGATES[0] or lo > SURROGATES[1]:
-            cut.append((lo, hi))
-        else:
-            if lo < SURROGATES[0]:
-                cut.append((lo, SURROGATES[0] - 1))
-            if hi > SURROGATES[1]:
-                cut.append((SURROGATES[1] + 1, hi))
-    return cut
+def _at_most(fsm: CharFsm, count: int, limits: Limits, where: str) -> CharFsm:
+    """The texts of `fsm` of at most `count` code points: one copy of the automaton per number of
+    characters read, the last copy without transitions (the bound is exact, never widened)."""
+    states = 1 + max([fsm.initial, *fsm.finals, *(t[0] for t in fsm.transitions), *(t[3] for t in fsm.transitions)])
+    if states * (count + 1) > limits.max_rule_states:
+        raise UnsupportedFormatError(
+            f"{where}: any_text with max_chars={count} and excluded strings or an end tag needs "
+            f"{states * (count + 1)} automaton states, more than max_rule_states={limits.max_rule_states}"
+        )
+    transitions = tuple(
+        sorted(
+            (source + read * states, lo, hi, target + (read + 1) * states)
+            for read in range(count)
+            for source, lo, hi, target in fsm.transitions
+        )
+    )
+    finals = frozenset(final + read * states for read in range(count + 1) for final in fsm.finals)
+    return CharFsm(fsm.initial, finals, transitions)

@@ -32,15 +32,16 @@ from typing import Any
 
 from .core.errors import GrammarError
 from .ecma_regex import pattern_dfa
-from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa
-from .ir import Expr, alt, lit, opt, seq
+from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
+from .ir import NOTHING, Expr, alt, lit, opt, seq
+from .json_formats import format_dfa
 from .json_strings import string_dfa
 
-__all__ = ["XML_STYLES", "xml_arguments", "check_xml_arguments"]
+__all__ = ["XML_STYLES", "ANNOTATIONS", "xml_arguments", "check_xml_arguments", "plain_string_dfa", "has_own_pattern"]
 
-_ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
-_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS | {"$schema", "$id"}
-_STRING_KEYS = {"type", "minLength", "maxLength", "pattern", "format", "enum", "const"} | _ANNOTATIONS
+ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"} | ANNOTATIONS | {"$schema", "$id"}
+_STRING_KEYS = {"type", "minLength", "maxLength", "pattern", "format", "enum", "const"} | ANNOTATIONS
 _SCALARS = {"integer", "number", "boolean", "null"}
 # Whitespace as the parsers' regex module reads \s, and more (a superset keeps the exclusion sound).
 _SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
@@ -84,9 +85,13 @@ XML_STYLES: dict[str, XmlStyle] = {
 }
 
 
-def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], where: str) -> Expr:
+def xml_arguments(
+    schema: Any, style: str, json_value: Callable[[Any], Expr], where: str, excludes: list[str] | tuple = ()
+) -> Expr:
     """The IR of the elements of `schema`'s declared properties in `style`; `json_value(schema)`
-    is the IR of a JSON value of a (non-string) property schema."""
+    is the IR of a JSON value of a (non-string) property schema.  `excludes` (XGrammar's json_schema
+    ``excludes``): no raw value and no element name holds one of them (a scalar JSON value holds
+    no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar)."""
     spec = XML_STYLES.get(style)
     if spec is None:
         raise _unsupported(
@@ -110,12 +115,15 @@ def xml_arguments(schema: Any, style: str, json_value: Callable[[Any], Expr], wh
     if not isinstance(required, list) or not set(required) <= set(properties):
         raise _unsupported(where, f"required {required!r} are not all declared properties")
     forbidden = any_string_dfa().difference(pattern_dfa(spec.forbidden, where))
+    filtered = forbidden.intersect(without_strings(excludes)) if excludes else forbidden
     elements = []
     for key, sub in properties.items():
         here = f"{where}/properties/{key}"
         if not key or any(c in key for c in "<>\"'=") or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
-        value, raw = _value(sub, spec, forbidden, json_value, here)
+        value, raw = _value(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
+        if any(e in key for e in excludes):
+            value = NOTHING  # the element's name holds an excluded string: it cannot be written
         head = seq(lit(spec.key(key, raw)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
         element = seq(opt(lit("\n")), head, value, lit(spec.close))
         elements.append(element if key in required else opt(element))
@@ -131,7 +139,7 @@ def check_xml_arguments(schema: Any, style: str, where: str) -> None:
 def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> tuple[Expr, bool]:
     """A property's value and whether it is raw text: raw for a schema of strings only, else
     JSON of a scalar schema."""
-    if schema is True or isinstance(schema, dict) and not set(schema) - _ANNOTATIONS:
+    if schema is True or isinstance(schema, dict) and not set(schema) - ANNOTATIONS:
         # any value: the parsers read raw text as a string
         return dfa_to_char_fsm(allowed), True
     if not isinstance(schema, dict):
@@ -140,7 +148,7 @@ def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, wher
     if kinds == {"string"}:
         return dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True
     if kinds and kinds <= _SCALARS:
-        if spec.python_bools and kinds == {"boolean"} and set(schema) - _ANNOTATIONS == {"type"}:
+        if spec.python_bools and kinds == {"boolean"} and set(schema) - ANNOTATIONS == {"type"}:
             return alt(lit("true"), lit("false"), lit("True"), lit("False")), False
         return json_value(schema), False
     raise _unsupported(
@@ -148,6 +156,22 @@ def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, wher
         f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
         "XML text (only strings, or integers / numbers / booleans / null)",
     )
+
+
+def has_own_pattern(schema: Any) -> bool:
+    """A string schema with a ``pattern``, or a ``format`` pushmask knows: XGrammar holds such a
+    string to that constraint alone and does not filter it by ``excludes``."""
+    if not isinstance(schema, dict):
+        return False
+    return "pattern" in schema or isinstance(schema.get("format"), str) and format_dfa(schema["format"]) is not None
+
+
+def plain_string_dfa(schema: Any, where: str) -> Dfa | None:
+    """The strings a schema of strings only allows (``type`` string, ``minLength``, ``maxLength``,
+    ``pattern``, ``format``, ``enum`` / ``const`` of strings); None for any other schema."""
+    if not isinstance(schema, dict) or _kinds(schema) != {"string"} or set(schema) - _STRING_KEYS:
+        return None
+    return _string_values(schema, where)
 
 
 def _kinds(schema: dict) -> set[str]:
@@ -160,7 +184,7 @@ def _kinds(schema: dict) -> set[str]:
     values = (
         schema["enum"] if isinstance(schema.get("enum"), list) else [schema["const"]] if "const" in schema else None
     )
-    if values is None or set(schema) - _ANNOTATIONS - {"enum", "const"}:
+    if values is None or set(schema) - ANNOTATIONS - {"enum", "const"}:
         return set()
     names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
     return {names.get(type(v), "object") for v in values}

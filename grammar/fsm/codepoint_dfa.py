@@ -43,6 +43,7 @@ __all__ = [
     "any_string_dfa",
     "length_dfa",
     "literal_dfa",
+    "without_strings",
     "dfa_to_char_fsm",
     "Ranges",
     "ALL_CHARS",
@@ -344,6 +345,51 @@ def literal_dfa(values: Iterable[str]) -> Dfa:
         else:
             finals.add(s)
     return Dfa([sorted((cp, cp, t) for cp, t in d.items()) for d in trans], finals).trim()
+
+
+def without_strings(strings: Iterable[str]) -> Dfa:
+    """Every string of `ALL_CHARS` that contains none of `strings` (non-empty): the Aho-Corasick
+    automaton of the strings with the states that complete one left without edges (dead, not
+    final).  Free text in structural tags, and the text of JSON / XML strings under excludes."""
+    strings = list(dict.fromkeys(strings))
+    goto: list[dict[int, int]] = [{}]
+    done = [False]
+    for text in strings:
+        state = 0
+        for ch in text:
+            code = ord(ch)
+            if code not in goto[state]:
+                goto.append({})
+                done.append(False)
+                goto[state][code] = len(goto) - 1
+            state = goto[state][code]
+        done[state] = True
+    alphabet = sorted({ord(ch) for text in strings for ch in text})
+    # Breadth-first: fail links, then the full transition function on the strings' characters.
+    delta: list[dict[int, int]] = [dict() for _ in goto]
+    fail = [0] * len(goto)
+    queue = []
+    for code in alphabet:
+        target = goto[0].get(code, 0)
+        delta[0][code] = target
+        if target:
+            queue.append(target)
+    for state in queue:
+        done[state] = done[state] or done[fail[state]]
+        for code in alphabet:
+            target = goto[state].get(code)
+            if target is None:
+                delta[state][code] = delta[fail[state]][code]
+            else:
+                fail[target] = delta[fail[state]][code]
+                delta[state][code] = target
+                queue.append(target)
+    others = complement_chars(tuple((code, code) for code in alphabet))  # in no string: back to the start
+    trans: list[list[tuple[int, int, int]]] = []
+    for state, row in enumerate(delta):
+        edges = [] if done[state] else [(code, code, target) for code, target in row.items() if not done[target]]
+        trans.append(sorted(edges + ([] if done[state] else [(lo, hi, 0) for lo, hi in others])))
+    return Dfa(trans, (state for state in range(len(goto)) if not done[state]))
 
 
 # ---------------------------------------------------------------------------------------------
