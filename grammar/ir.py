@@ -332,6 +332,21 @@ class Grammar:
             dict(self.token_classes),
         )
 
+    # XGrammar's serialization (masks/serialization.py holds every serialized form; imported on use).
+
+    def serialize_json(self) -> str:
+        """This grammar as JSON text (XGrammar's name); Grammar.deserialize_json reads it back."""
+        from ..masks.serialization import grammar_payload, to_json
+
+        return to_json(grammar_payload(self))
+
+    @staticmethod
+    def deserialize_json(text: str | bytes) -> Grammar:
+        """The Grammar serialize_json wrote (DeserializeError if the text is not one)."""
+        from ..masks.serialization import grammar_from_json
+
+        return grammar_from_json(text)
+
     # XGrammar's constructors, with its arguments (grammar/grammar_api.py; imported on use, since
     # it reaches the front ends, which build on this module).
 

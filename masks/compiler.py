@@ -503,7 +503,7 @@ def _shared_key(info: TokenizerInfo, limits: Limits) -> tuple:
     not which of those are stop tokens), and the limits."""
     return (
         info.vocab_hash,
-        info.stop_token_ids,
+        tuple(info.stop_token_ids),
         info.vocab_type,
         info.num_tokenizer_tokens,
         dataclasses.astuple(limits),

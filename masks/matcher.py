@@ -102,19 +102,19 @@ class GrammarMatcher:
         self.vocab_size = info.vocab_size
         if isinstance(override_stop_tokens, (int, np.integer)):
             override_stop_tokens = [override_stop_tokens]  # one id, as xgrammar takes it
-        self.stop_token_ids = tuple(
+        self._stop_token_ids = tuple(
             info.stop_token_ids
             if override_stop_tokens is None
             else check_integers(override_stop_tokens, "override_stop_tokens", "GrammarMatcher")
         )
-        for t in self.stop_token_ids:
+        for t in self._stop_token_ids:
             if not 0 <= t < self.vocab_size:
                 raise InvalidArgumentError(
                     f"GrammarMatcher: override_stop_tokens holds token id {t}, outside the vocabulary "
                     f"[0, {self.vocab_size}); pass ids of the tokenizer the grammar was compiled for"
                 )
-        self._stop_ids = np.array(self.stop_token_ids, dtype=np.int64)
-        self._stop_set = frozenset(self.stop_token_ids)
+        self._stop_ids = np.array(self._stop_token_ids, dtype=np.int64)
+        self._stop_set = frozenset(self._stop_token_ids)
         self.terminate_without_stop_token = terminate_without_stop_token
         self.max_rollback_tokens = max_rollback_tokens
         compiler = compiled_grammar.compiler
@@ -278,7 +278,7 @@ class GrammarMatcher:
         state = self._state
         if state.terminated:
             words[:] = 0
-            for t in self.stop_token_ids:
+            for t in self._stop_token_ids:
                 words[t >> 5] |= np.int32(1) << np.int32(t & 31)
             return
         if state.closed:
@@ -323,7 +323,7 @@ class GrammarMatcher:
             words, state.stacks, self._runner, self.compiled_grammar.compiler.trie.token_ids, *info.flat_vocab()
         )
         if state.can_end:
-            for t in self.stop_token_ids:
+            for t in self._stop_token_ids:
                 words[t >> 5] |= np.int32(1) << np.int32(t & 31)
 
     def _with_regions(self, state: _MatchState, before: _MatchState | None = None) -> _MatchState:
@@ -438,6 +438,12 @@ class GrammarMatcher:
         return bits[: self.vocab_size].astype(bool)
 
     # -- advancing -----------------------------------------------------------------------
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """The stop tokens this matcher ends on (override_stop_tokens, else the vocabulary's), as
+        a new list on each read (XGrammar returns a list)."""
+        return list(self._stop_token_ids)
 
     def accept_token(self, token_id: int, *, debug_print: bool = False) -> bool:
         """Advance on one token; False (and no change) when the grammar does not allow it.

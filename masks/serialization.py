@@ -90,3 +90,141 @@ def _decode_array(obj: dict):
     if "__bytes__" in obj:
         return base64.b64decode(obj["__bytes__"])
     return obj
+
+
+# ---------------------------------------------------------------------- grammar IR
+
+_GRAMMAR_KIND = "Grammar"
+
+
+def grammar_payload(grammar) -> dict:
+    """The payload of a grammar IR (Grammar.serialize_json): its expressions as one flat node
+    list in which a node names its children by their (smaller) index, so shared subtrees are
+    written once and no reader or writer recurses on deep trees."""
+    from ..grammar.core.errors import InvalidArgumentError
+    from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Ref, Repeat, Seq, char_fsm_table
+
+    if grammar.checks:
+        raise InvalidArgumentError(
+            "Grammar.serialize_json: this grammar has value checks (uniqueItems or an overlapping oneOf, "
+            "checked with jsonschema validators in this process), which have no JSON form; build the grammar "
+            "again in the process that uses it"
+        )
+    nodes: list[list] = []
+    index: dict[int, int] = {}  # id(node) -> its place in nodes
+    for body in grammar.rules.values():
+        stack = [(body, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if id(node) in index:
+                continue
+            kind = type(node)
+            children = node.items if kind in (Seq, Alt) else (node.item,) if kind is Repeat else ()
+            if not children_done:
+                stack.append((node, True))
+                stack.extend((child, False) for child in reversed(children) if id(child) not in index)
+                continue
+            if kind is Bytes:
+                entry = ["bytes", node.value]
+            elif kind is CharClass or kind is ByteClass:
+                entry = ["chars" if kind is CharClass else "byte_class", [list(r) for r in node.ranges]]
+            elif kind is Seq or kind is Alt:
+                entry = ["seq" if kind is Seq else "alt", [index[id(child)] for child in children]]
+            elif kind is Repeat:
+                entry = ["repeat", index[id(node.item)], node.min, node.max]
+            elif kind is Ref:
+                entry = ["ref", node.name]
+            elif kind is CharFsm:
+                table = char_fsm_table(node)
+                rows = np.asarray(node.transitions if table is None else table, dtype=np.int32).reshape(-1, 4)
+                entry = ["fsm", node.initial, sorted(node.finals), rows]
+            else:  # pragma: no cover - every IR node kind is listed above
+                raise TypeError(f"cannot serialize the grammar node {kind.__name__}")
+            index[id(node)] = len(nodes)
+            nodes.append(entry)
+    return {
+        **header(_GRAMMAR_KIND),
+        "root": grammar.root,
+        "allow_empty": grammar.allow_empty,
+        "nodes": nodes,
+        "rules": [[name, index[id(body)]] for name, body in grammar.rules.items()],
+        "positions": [[name, line, column] for name, (line, column) in grammar.positions.items()],
+        "token_limits": [[name, limit] for name, limit in grammar.token_limits.items()],
+        "token_classes": [[terminal, sorted(ids)] for terminal, ids in grammar.token_classes.items()],
+    }
+
+
+def grammar_from_json(text: str | bytes):
+    """The Grammar serialize_json wrote; DeserializeFormatError for damaged text (a child index
+    that is not an earlier node, an unknown node kind, a range outside its alphabet)."""
+    payload = from_json(text, _GRAMMAR_KIND)
+    try:
+        return _grammar_of_payload(payload)
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise DeserializeFormatError(f"the serialized Grammar is damaged: {error!r}") from None
+
+
+def _grammar_of_payload(payload: dict):
+    from ..grammar.ir import (
+        MAX_CODE_POINT,
+        SURROGATES,
+        Alt,
+        ByteClass,
+        Bytes,
+        CharClass,
+        Expr,
+        Grammar,
+        Ref,
+        Repeat,
+        Seq,
+        char_fsm_of_columns,
+    )
+
+    def child(i) -> Expr:
+        if not isinstance(i, int) or not 0 <= i < len(built):  # children come before their parent
+            raise ValueError(f"node {len(built)} names child {i!r}, not an earlier node")
+        return built[i]
+
+    def ranges(pairs, top: int) -> tuple[tuple[int, int], ...]:
+        out = tuple((int(lo), int(hi)) for lo, hi in pairs)
+        if any(not 0 <= lo <= hi <= top for lo, hi in out):
+            raise ValueError(f"node {len(built)} has a range outside 0..{top}")
+        return out
+
+    built: list[Expr] = []
+    for entry in payload["nodes"]:
+        kind = entry[0]
+        node: Expr
+        if kind == "bytes" and isinstance(entry[1], bytes):
+            node = Bytes(entry[1])
+        elif kind == "chars":
+            node = CharClass(ranges(entry[1], MAX_CODE_POINT))
+            if any(lo <= SURROGATES[1] and hi >= SURROGATES[0] for lo, hi in node.ranges):
+                raise ValueError(f"node {len(built)} holds surrogate code points")
+        elif kind == "byte_class":
+            node = ByteClass(ranges(entry[1], 255))
+        elif kind in ("seq", "alt"):
+            node = (Seq if kind == "seq" else Alt)(tuple(child(i) for i in entry[1]))
+        elif kind == "repeat":
+            low, high = int(entry[2]), None if entry[3] is None else int(entry[3])
+            if low < 0 or (high is not None and high < low):
+                raise ValueError(f"node {len(built)} repeats {low}..{high} times")
+            node = Repeat(child(entry[1]), low, high)
+        elif kind == "ref" and isinstance(entry[1], str):
+            node = Ref(entry[1])
+        elif kind == "fsm":
+            rows = np.asarray(entry[3], dtype=np.int64).reshape(-1, 4)
+            if (rows < 0).any() or (rows[:, 2] > MAX_CODE_POINT).any() or (rows[:, 1] > rows[:, 2]).any():
+                raise ValueError(f"node {len(built)} has a transition outside the code points")
+            node = char_fsm_of_columns(int(entry[1]), frozenset(int(f) for f in entry[2]), *rows.T)
+        else:
+            raise ValueError(f"node {len(built)} has an unknown kind {kind!r}")
+        built.append(node)
+    return Grammar(
+        {str(name): child(i) for name, i in payload["rules"]},
+        str(payload["root"]),
+        {str(name): (int(line), int(column)) for name, line, column in payload["positions"]},
+        bool(payload["allow_empty"]),
+        token_limits={str(name): int(limit) for name, limit in payload["token_limits"]},
+        token_classes={int(terminal): frozenset(int(t) for t in ids) for terminal, ids in payload["token_classes"]},
+    )

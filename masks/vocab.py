@@ -27,6 +27,7 @@ import numpy as np
 from ..grammar.core.errors import (
     ArgumentTypeError,
     InvalidArgumentError,
+    PushmaskError,
     check_argument,
     check_integer,
     check_integers,
@@ -238,8 +239,8 @@ class TokenizerInfo:
         )
         # A stop token ends generation; it never stands for grammar text.
         specials.update(stops)
-        self.stop_token_ids: tuple[int, ...] = stops
-        self.special_token_ids: tuple[int, ...] = tuple(sorted(specials))
+        self._stop_token_ids: tuple[int, ...] = stops
+        self._special_token_ids: tuple[int, ...] = tuple(sorted(specials))
         self._special_set = frozenset(specials)
 
         decoded: list[bytes] = []
@@ -263,6 +264,32 @@ class TokenizerInfo:
         self._flat: tuple[np.ndarray, np.ndarray] | None = None
         self._sorted_ids: np.ndarray | None = None
         self._flat_offsets_list: list[int] | None = None
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """The stop token ids, as a new list on each read (XGrammar returns a list)."""
+        return list(self._stop_token_ids)
+
+    @property
+    def special_token_ids(self) -> list[int]:
+        """The sorted special token ids (stop tokens included), as a new list on each read."""
+        return list(self._special_token_ids)
+
+    @staticmethod
+    def _detect_vocab_type_from_vocab(vocab: Iterable[str]) -> VocabType | None:
+        """How a vocabulary spells bytes, read from its token texts alone (XGrammar's name; the
+        texts, or a {text: id} dict): BYTE_FALLBACK when it has at least half of the 256 byte
+        pieces ``<0x00>``..``<0xFF>``; BYTE_LEVEL when it has at least half of the GPT-2 alphabet
+        as one-character tokens and 99% of its tokens are spelled in that alphabet (added tokens
+        such as chat markers may not be); else None (neither)."""
+        texts = set(vocab)
+        byte_pieces = sum(f"<0x{byte:02X}>" in texts for byte in range(256))
+        if 2 * byte_pieces >= 256:  # checked first: a large vocabulary may hold the alphabet too
+            return VocabType.BYTE_FALLBACK
+        if 2 * len(texts & _ALPHABET) < len(_ALPHABET):
+            return None
+        in_alphabet = sum(all(char in _ALPHABET for char in text) for text in texts)
+        return VocabType.BYTE_LEVEL if in_alphabet >= 0.99 * len(texts) else None
 
     # ------------------------------------------------------------------ constructors
 
@@ -489,19 +516,22 @@ class TokenizerInfo:
 
     @staticmethod
     def _from_payload(payload: dict) -> TokenizerInfo:
-        from .serialization import DeserializeError, check_header
+        from .serialization import DeserializeError, DeserializeFormatError, check_header
 
         payload = check_header(payload, _PAYLOAD_KIND)
-        data, ends = payload["token_bytes"], np.cumsum(payload["token_lengths"]).tolist()
-        tokens = [data[start:end] for start, end in zip([0] + ends[:-1], ends)]
-        info = TokenizerInfo._from_decoded(
-            tokens,
-            payload["vocab_type"],
-            vocab_size=payload["vocab_size"],
-            stop_token_ids=payload["stop_token_ids"],
-            special_token_ids=payload["special_token_ids"],
-            add_prefix_space=payload.get("add_prefix_space", False),
-        )
+        try:
+            data, ends = payload["token_bytes"], np.cumsum(payload["token_lengths"]).tolist()
+            tokens = [data[start:end] for start, end in zip([0] + ends[:-1], ends)]
+            info = TokenizerInfo._from_decoded(
+                tokens,
+                payload["vocab_type"],
+                vocab_size=payload["vocab_size"],
+                stop_token_ids=payload["stop_token_ids"],
+                special_token_ids=payload["special_token_ids"],
+                add_prefix_space=payload.get("add_prefix_space", False),
+            )
+        except (PushmaskError, KeyError, TypeError, ValueError) as error:  # a field missing or out of range
+            raise DeserializeFormatError(f"the serialized TokenizerInfo is damaged: {error}") from None
         if info.vocab_hash != payload["vocab_hash"]:
             raise DeserializeError("the serialized TokenizerInfo is damaged: its vocabulary hash does not match")
         return info

@@ -169,7 +169,7 @@ def test_explicit_stop_tokens_replace_defaults(loaded):
     _, tokenizer, info = loaded
     newline = tokenizer.encode("\n", add_special_tokens=False)[-1]
     custom = TokenizerInfo.from_huggingface(tokenizer, stop_token_ids=[newline])
-    assert custom.stop_token_ids == (newline,)
+    assert custom.stop_token_ids == [newline]
     # A stop token ends generation, so it is not grammar text.
     assert custom.decoded_vocab[newline] == b""
     assert newline not in set(custom.grammar_token_ids.tolist())
@@ -239,7 +239,7 @@ def test_from_vocab_spellings():
     )
     assert spm.decoded_vocab == [b"", b"", b"", b"\n", b"\xff", b" the", b"  ", "é".encode()]
     assert spm.grammar_token_ids.tolist() == [3, 4, 5, 6, 7]
-    assert spm.special_token_ids == (0, 1, 2)
+    assert spm.special_token_ids == [0, 1, 2]
     raw = TokenizerInfo.from_vocab([b"\xe2\x82", "ab", None, b""], "raw", vocab_size=6)
     assert raw.decoded_vocab == [b"\xe2\x82", b"ab", b"", b"", b"", b""]
     assert raw.grammar_token_ids.tolist() == [0, 1]  # holes, empty and padding excluded
@@ -327,9 +327,9 @@ def test_xgrammar_constructor_decodes_encoded_tokens():
 
 def test_xgrammar_constructor_detects_stop_tokens_only_when_none_given():
     vocab = ["a", "</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<eos>", "<s>"]
-    assert TokenizerInfo(vocab).stop_token_ids == (1, 3, 4, 5)  # XGrammar's list; not <|im_end|>
-    assert TokenizerInfo(vocab, stop_token_ids=0).stop_token_ids == (0,)
-    assert TokenizerInfo.from_vocab(vocab).stop_token_ids == ()  # pushmask's from_vocab guesses none
+    assert TokenizerInfo(vocab).stop_token_ids == [1, 3, 4, 5]  # XGrammar's list; not <|im_end|>
+    assert TokenizerInfo(vocab, stop_token_ids=0).stop_token_ids == [0]
+    assert TokenizerInfo.from_vocab(vocab).stop_token_ids == []  # pushmask's from_vocab guesses none
 
 
 def test_metadata_round_trip_rebuilds_the_same_vocabulary():

@@ -62,10 +62,10 @@ class ArgumentTypeError(PushmaskError, TypeError):
     """A public entry point got an argument of the wrong type; the message names the argument."""
 
 
-class InvalidArgumentError(PushmaskError, ValueError):
+class InvalidArgumentError(PushmaskError, ValueError, RuntimeError):
     """A public entry point got an argument of the right type but a bad value (a token id outside
     the vocabulary, a bitmask too narrow, a rollback past the history); the message names the
-    argument and what would be accepted."""
+    argument and what would be accepted. Also a RuntimeError, as XGrammar raises for these."""
 
 
 class IndexOutOfRangeError(InvalidArgumentError, IndexError):
