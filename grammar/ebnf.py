@@ -12,7 +12,10 @@ matched as UTF-8).  Newlines are ordinary whitespace: a rule runs until the next
 which accepts every llama.cpp grammar (llama.cpp only continues rules inside parentheses or
 after `|`) as well as XGrammar's freer layout.  An XGrammar lookahead assertion `(= ...)` at
 the end of a rule is parsed and dropped: it is an optimisation hint there, not part of the
-language.
+language.  XGrammar's macros (MACROS: `Regex(...)`, `Substring(...)`, `TagDispatch(...)`,
+`TokenTagDispatch(...)`, `Token(...)`, `ExcludeToken(...)`) are a name followed straight by
+`(`; their arguments are strings, integers, true/false, rule names and tuples of those, and
+`name=value` options after them (docs/xgrammar.md, "EBNF macros").
 
 Every syntax error is a GrammarError with the 1-based line and column, and a hint.
 """
@@ -398,15 +401,13 @@ class _Parser:
         if json_string.kind != "bool":
             raise self.error("json_string must be a boolean (true or false)", json_string.pos)
         pattern = positional[0].value
-        if "flags" in named:
-            pattern = self.regex_flags(named["flags"]) + pattern
-        else:
-            pattern = "(?s)" + pattern
+        flags = self.regex_flags(named["flags"]) if "flags" in named else "(?s)"
+        anchor = "^" if pattern.startswith("^") else ""  # the flags go after a leading '^'
         try:
-            expr = regex_to_ir(pattern, max_nesting=self.max_nesting)
+            expr = regex_to_ir(anchor + flags + pattern[len(anchor) :], max_nesting=self.max_nesting)
         except GrammarError as error:
-            shown = positional[0].value
-            raise self.error(f"in Regex({shown!r}): {error.message} (pattern column {error.column})", start) from None
+            column = error.column - len(flags) if error.column > len(anchor) + len(flags) else error.column
+            raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {column})", start) from None
         return restrict_code_points(expr, JSON_STRING_CHARS) if json_string.value else expr
 
     def regex_flags(self, flags: MacroArg) -> str:

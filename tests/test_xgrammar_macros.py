@@ -157,6 +157,8 @@ JSON_FORBIDDEN = re.compile(r'["\\\x00-\x1f]')
         ("a.b", "s", False),
         ("[a-c]+.", "i", True),
         ("(?i)ab", "s", False),
+        ("^[a-c]+.$", None, False),
+        ("^a.$", "i", True),
     ],
 )
 def test_regex_options_match_pythons_re(pattern, flags, json_string):
@@ -202,6 +204,7 @@ def test_regex_options_match_pythons_re(pattern, flags, json_string):
     ],
 )
 def test_bad_macros_are_grammar_errors_with_a_position(ebnf, message):
+    """XGrammar's wording, with pushmask's line and column."""
     with pytest.raises(pm.GrammarError, match=message) as caught:
         pm.Grammar.from_ebnf(ebnf)
     assert isinstance(caught.value, RuntimeError) and caught.value.line == 1
@@ -232,3 +235,9 @@ def test_regex_escapes_and_named_groups_of_other_dialects(pattern, same_as):
 def test_regex_escapes_beyond_unicode_and_lookbehinds_are_refused(pattern):
     with pytest.raises(pm.GrammarError, match="Regex"):
         pm.Grammar.from_ebnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}")')
+
+
+def test_regex_errors_give_the_column_in_the_pattern_as_written():
+    for options in ("", ', flags="is"'):
+        with pytest.raises(pm.GrammarError, match=r"possessive .* \(pattern column 3\)"):
+            pm.Grammar.from_ebnf(f'root ::= Regex("^a++"{options})')
