@@ -406,7 +406,9 @@ class _Parser:
         try:
             expr = regex_to_ir(anchor + flags + pattern[len(anchor) :], max_nesting=self.max_nesting)
         except GrammarError as error:
-            column = error.column - len(flags) if error.column > len(anchor) + len(flags) else error.column
+            column = error.column
+            if column is not None and column > len(anchor) + len(flags):
+                column -= len(flags)
             raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {column})", start) from None
         return restrict_code_points(expr, JSON_STRING_CHARS) if json_string.value else expr
 

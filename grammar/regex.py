@@ -352,10 +352,10 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
         digits = pattern[i + 3 : close] if close > 0 else ""
         if not 1 <= len(digits) <= 6 or read_hex(digits, 0, len(digits)) is None:
             raise GrammarError("bad escape \\u{...}: expected one to six hex digits and '}'", 1, col)
-        code = int(digits, 16)
-        if code > 0x10FFFF or SURROGATES[0] <= code <= SURROGATES[1]:
+        scalar = int(digits, 16)
+        if scalar > 0x10FFFF or SURROGATES[0] <= scalar <= SURROGATES[1]:
             raise GrammarError(f"escape \\u{{{digits}}} is beyond the Unicode range or a surrogate", 1, col)
-        return _escape_literal(chr(code)), close + 1
+        return _escape_literal(chr(scalar)), close + 1
     if e == "c" and i + 2 < end and pattern[i + 2].isascii() and pattern[i + 2].isalpha():  # \cA: U+0001
         return _escape_literal(chr(ord(pattern[i + 2]) % 32)), i + 3
     if e in "uU":
