@@ -12,7 +12,10 @@ matched as UTF-8).  Newlines are ordinary whitespace: a rule runs until the next
 which accepts every llama.cpp grammar (llama.cpp only continues rules inside parentheses or
 after `|`) as well as XGrammar's freer layout.  An XGrammar lookahead assertion `(= ...)` at
 the end of a rule is parsed and dropped: it is an optimisation hint there, not part of the
-language.
+language.  XGrammar's macros (MACROS: `Regex(...)`, `Substring(...)`, `TagDispatch(...)`,
+`TokenTagDispatch(...)`, `Token(...)`, `ExcludeToken(...)`) are a name followed straight by
+`(`; their arguments are strings, integers, true/false, rule names and tuples of those, and
+`name=value` options after them (docs/xgrammar.md, "EBNF macros").
 
 Every syntax error is a GrammarError with the 1-based line and column, and a hint.
 """
@@ -20,20 +23,31 @@ Every syntax error is a GrammarError with the 1-based line and column, and a hin
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
+from typing import Any
 
-from .core.errors import GrammarError, check_argument
+from .core.errors import GrammarError, InternalError, check_argument
 from .core.limits import DEFAULT_LIMITS
+from .fsm.codepoint_dfa import intersect_ranges
 from .ir import (
+    EPSILON,
     MAX_CODE_POINT,
+    NOTHING,
     SURROGATES,
+    TOKEN_CLASS_BASE,
+    Bytes,
+    CharClass,
+    CharFsm,
     Expr,
     Grammar,
     Ref,
     alt,
     char_class,
     lit,
+    map_leaves,
     rep,
     seq,
+    token_class_terminal,
     token_terminal,
 )
 from .regex import regex_to_ir
@@ -58,6 +72,20 @@ SIMPLE_ESCAPES = {
     "/": "/",
 }
 HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+MACROS = frozenset(("Regex", "Substring", "TagDispatch", "TokenTagDispatch", "Token", "ExcludeToken"))
+"""XGrammar's macros: `Name(` starts one (a rule of that name is referenced as `Name` without '(')."""
+JSON_STRING_CHARS = ((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT))
+"""The code points a JSON string holds unescaped: all but '"', '\\' and U+0000-U+001F."""
+
+
+@dataclass(frozen=True)
+class MacroArg:
+    """One argument of a macro: kind is "string", "int", "bool", "name" or "tuple" (a list of
+    MacroArg); pos is its offset in the grammar text, for errors."""
+
+    kind: str
+    value: Any
+    pos: int
 
 
 class _Parser:
@@ -75,6 +103,8 @@ class _Parser:
         self.token_id = token_id
         self.pos = 0
         self.max_nesting = max_nesting
+        self.in_lookahead = False  # inside a dropped `(= ...)`, where only Regex(...) may appear
+        self.token_classes: dict[int, frozenset[int]] = {}  # ExcludeToken: class terminal -> excluded ids
         self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
     # --- positions and errors -----------------------------------------------------------------
@@ -167,7 +197,9 @@ class _Parser:
             self.pos += 1
             self.skip_space()
             self.pos += 1  # '='
+            self.in_lookahead = True
             self.alternatives(nested=True)
+            self.in_lookahead = False
             self.skip_space()
             if self.peek() != ")":
                 raise self.error("unbalanced '(': missing ')'", open_pos)
@@ -235,8 +267,8 @@ class _Parser:
         if c == "<":
             return self.token()
         end = self.name_at(start)
-        if end > start and self.text.startswith("Regex(", start):
-            return self.regex_macro()
+        if self.text[start:end] in MACROS and self.text.startswith("(", end):
+            return self.macro(self.text[start:end])
         if end > start:
             name = self.text[start:end]
             self.pos = end
@@ -267,23 +299,251 @@ class _Parser:
                 return expr
             self.pos += 1
 
-    def regex_macro(self) -> Expr:
-        """XGrammar's `Regex("pattern")`: the strings the regex fully matches (Python's syntax,
-        as `Grammar.from_regex` reads it). XGrammar's `json_string=` option is not supported."""
+    # --- macros: Name(arguments) -------------------------------------------------------------
+
+    def macro(self, name: str) -> Expr:
+        """One of XGrammar's macros (MACROS), from its name to its closing ')'."""
         start = self.pos
-        self.pos += len("Regex(")
-        self.skip_space()
-        if self.peek() not in ('"', "'"):
-            raise self.error('Regex(...) takes the pattern as a quoted string, like Regex("[0-9]+")', start)
-        pattern = self.string_text()
-        self.skip_space()
-        if self.peek() != ")":
-            raise self.error("Regex(...) takes only the pattern (json_string= and flags= are not supported)", start)
-        self.pos += 1
+        self.pos += len(name)
+        positional, named = self.macro_arguments(start)
+        if self.in_lookahead and name != "Regex":
+            raise self.error(f"{name} should not be in lookahead assertion", start)
+        build = {
+            "Regex": self.regex_macro,
+            "Substring": self.substring_macro,
+            "TagDispatch": self.tag_dispatch_macro,
+            "TokenTagDispatch": self.token_tag_dispatch_macro,
+            "Token": self.token_macro,
+            "ExcludeToken": self.token_macro,
+        }[name]
+        return build(name, positional, named, start)
+
+    def macro_arguments(self, start: int) -> tuple[list[MacroArg], dict[str, MacroArg]]:
+        """The arguments of the macro whose '(' is at the cursor: positional values, then
+        `name=value` pairs (a value: a string, an integer, true/false, a rule name or a tuple)."""
+        positional: list[MacroArg] = []
+        named: dict[str, MacroArg] = {}
+        for key, value in self.tuple_items(start, nested=False):
+            if key is None:
+                if named:
+                    raise self.error("a positional argument follows a named one", value.pos)
+                positional.append(value)
+            elif key in named:
+                raise self.error(f"argument {key!r} is given twice", value.pos)
+            else:
+                named[key] = value
+        return positional, named
+
+    def tuple_items(self, start: int, nested: bool) -> list[tuple[str | None, MacroArg]]:
+        """The items of the parenthesised list at the cursor, as (name or None, value); a
+        trailing comma is allowed (`(4,)`).  Tuples nest one level (TagDispatch's pairs)."""
+        self.pos += 1  # '('
+        items: list[tuple[str | None, MacroArg]] = []
+        while True:
+            self.skip_space()
+            if self.peek() == ")":
+                self.pos += 1
+                return items
+            key = None
+            end = self.name_at(self.pos)
+            after = end + self._spaces(end)
+            if not nested and end > self.pos and self.text.startswith("=", after):
+                key = self.text[self.pos : end]
+                self.pos = after + 1
+                self.skip_space()
+            items.append((key, self.macro_value(nested)))
+            self.skip_space()
+            if self.peek() == ",":
+                self.pos += 1
+            elif self.peek() != ")":
+                if self.peek() == "":
+                    raise self.error("unbalanced '(': missing ')'", start)
+                raise self.error(f"Expect , or ) in tuple; found {self.peek()!r}")
+
+    def macro_value(self, nested: bool) -> MacroArg:
+        pos = self.pos
+        c = self.peek()
+        if c in ('"', "'"):
+            return MacroArg("string", self.string_text(), pos)
+        if c.isdigit() or (c == "-" and self.peek(1).isdigit()):
+            self.pos += 1
+            while self.peek().isdigit():
+                self.pos += 1
+            return MacroArg("int", int(self.text[pos : self.pos]), pos)
+        if c == "(":
+            if nested:
+                raise self.error("macro arguments nest tuples one level deep at most")
+            return MacroArg("tuple", [value for _, value in self.tuple_items(pos, nested=True)], pos)
+        end = self.name_at(pos)
+        if end == pos:
+            raise self.error(f"unexpected character {c!r}; expected a macro argument (a string, number, name or tuple)")
+        self.pos = end
+        word = self.text[pos:end]
+        if word in ("true", "false"):
+            return MacroArg("bool", word == "true", pos)
+        return MacroArg("name", word, pos)
+
+    def regex_macro(self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int) -> Expr:
+        """XGrammar's `Regex("pattern", json_string=false, flags=...)`: the strings the regex
+        fully matches.  Without `flags` the pattern is read as written, `.` matching any code
+        point; with it, `.` leaves out the newline unless the flags hold `s`, and `i` ignores
+        case.  `json_string=true` leaves out what a JSON string must escape (`"`, `\\`, U+0000-U+001F)."""
+        if len(positional) != 1:
+            raise self.error("Regex expects exactly one string argument (the pattern)", start)
+        if positional[0].kind != "string":
+            raise self.error('Regex pattern must be a string literal, like Regex("[0-9]+")', positional[0].pos)
+        for key, value in named.items():
+            if key not in ("json_string", "flags"):
+                raise self.error(
+                    f"Regex does not support the named argument {key}; it takes json_string= and flags=", value.pos
+                )
+        json_string = named.get("json_string", MacroArg("bool", False, start))
+        if json_string.kind != "bool":
+            raise self.error("json_string must be a boolean (true or false)", json_string.pos)
+        pattern = positional[0].value
+        flags = self.regex_flags(named["flags"]) if "flags" in named else "(?s)"
+        anchor = "^" if pattern.startswith("^") else ""  # the flags go after a leading '^'
         try:
-            return regex_to_ir(pattern, max_nesting=self.max_nesting)
+            expr = regex_to_ir(anchor + flags + pattern[len(anchor) :], max_nesting=self.max_nesting)
         except GrammarError as error:
-            raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {error.column})", start) from None
+            column = error.column
+            if column is not None and column > len(anchor) + len(flags):
+                column -= len(flags)
+            raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {column})", start) from None
+        return restrict_code_points(expr, JSON_STRING_CHARS) if json_string.value else expr
+
+    def regex_flags(self, flags: MacroArg) -> str:
+        """The inline-flag prefix for Regex's `flags=`: `i` (ignore case), `s` (`.` matches a
+        newline) and `u` (always on: patterns are read as code points)."""
+        if flags.kind != "string":
+            raise self.error('Regex flags must be a string, like flags="is"', flags.pos)
+        for letter in flags.value:
+            if letter not in "isu":
+                raise self.error(
+                    f"regular-expression flag {letter!r} is not supported; Regex takes i, s and u", flags.pos
+                )
+        letters = "".join(letter for letter in "is" if letter in flags.value)
+        return f"(?{letters})" if letters else ""
+
+    def substring_macro(self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int) -> Expr:
+        """XGrammar's `Substring("c1", "c2", ...)`: any run of consecutive chunks, whole and in
+        order (the empty run included): c_i c_(i+1) ... c_j for i <= j."""
+        if named:
+            raise self.error("Substring() does not accept named arguments", start)
+        for argument in positional:
+            if argument.kind != "string":
+                raise self.error("Substring() arguments must be strings", argument.pos)
+        runs: list[Expr] = []  # runs[k]: the runs starting at chunk len-1-k
+        for argument in reversed(positional):
+            runs.append(seq(lit(argument.value), rep(runs[-1], 0, 1)) if runs else lit(argument.value))
+        return alt(EPSILON, *runs)
+
+    def tag_dispatch_macro(self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int) -> Expr:
+        """XGrammar's `TagDispatch(("tag", rule), ..., excludes=(...), loop_after_dispatch=true)`:
+        free text holding no tag and no excluded string, where each tag goes on with its rule;
+        after the rule, free text again (or, without the loop, the end)."""
+        self.dispatch_options(name, named, start, ("excludes", "loop_after_dispatch"))
+        tags = self.dispatch_pairs(positional, "string", start)
+        excludes = self.dispatch_excludes(named, "string")
+        for exclude in excludes:
+            if not exclude:
+                raise self.error("Exclude string must be non-empty", named["excludes"].pos)
+            for tag, _ in tags:
+                if tag.startswith(exclude):
+                    raise self.error(f"Exclude string must not be a prefix of trigger string: {exclude}", start)
+        from .structural_tag import dispatch_loop, text_without  # it reads EBNF bodies: imported on use
+
+        branches = [seq(lit(tag), rule) for tag, rule in tags]
+        text = text_without([tag for tag, _ in tags] + excludes)
+        return dispatch_loop(text, alt(*branches), self.dispatch_loops(named))
+
+    def token_tag_dispatch_macro(
+        self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int
+    ) -> Expr:
+        """XGrammar's `TokenTagDispatch((token_id, rule), ..., excludes=(ids), ...)`: TagDispatch
+        over tokens: any tokens but the triggers and the excluded, where a trigger token goes on
+        with its rule."""
+        self.dispatch_options(name, named, start, ("excludes", "loop_after_dispatch"))
+        triggers = self.dispatch_pairs(positional, "int", start)
+        excludes = self.dispatch_excludes(named, "int")
+        overlap = {token for token, _ in triggers} & set(excludes)
+        if overlap:
+            raise self.error(f"token {min(overlap)} is both a trigger and excluded in {name}", start)
+        from .structural_tag import dispatch_loop  # it reads EBNF bodies: imported on use
+
+        branches = [seq(self.token_ref(token, start), rule) for token, rule in triggers]
+        free = self.token_class({token for token, _ in triggers} | set(excludes))
+        return dispatch_loop(rep(free, 0, None), alt(*branches), self.dispatch_loops(named))
+
+    def dispatch_options(self, name: str, named: dict[str, MacroArg], start: int, known: tuple[str, ...]) -> None:
+        for key in named:
+            if key not in known:
+                raise self.error(f"Unknown named argument for {name}: {key}", start)
+
+    def dispatch_loops(self, named: dict[str, MacroArg]) -> bool:
+        loop = named.get("loop_after_dispatch")
+        if loop is None:
+            return True
+        if loop.kind != "bool":
+            raise self.error("loop_after_dispatch must be true or false", loop.pos)
+        return bool(loop.value)
+
+    def dispatch_pairs(self, positional: list[MacroArg], trigger_kind: str, start: int) -> list[tuple]:
+        """The (trigger, rule reference) pairs of a dispatch macro."""
+        pairs = []
+        for argument in positional:
+            if argument.kind != "tuple":
+                raise self.error("Each tag dispatch element must be a tuple (trigger, rule)", argument.pos)
+            if len(argument.value) != 2:
+                raise self.error("Each tag dispatch element is a pair (trigger, rule)", argument.pos)
+            trigger, rule = argument.value
+            if trigger.kind != trigger_kind or (trigger_kind == "string" and not trigger.value):
+                what = "a non-empty string literal" if trigger_kind == "string" else "a token id"
+                raise self.error(f"Tag must be {what}", argument.pos)
+            if rule.kind != "name":
+                raise self.error("the second item of a tag dispatch element is a rule name", rule.pos)
+            self.references.append((rule.value, rule.pos))
+            pairs.append((trigger.value, Ref(rule.value)))
+        return pairs
+
+    def dispatch_excludes(self, named: dict[str, MacroArg], kind: str) -> list:
+        excludes = named.get("excludes")
+        if excludes is None:
+            return []
+        items = excludes.value if excludes.kind == "tuple" else [excludes]
+        for item in items:
+            if item.kind != kind:
+                raise self.error(f"excludes holds {'strings' if kind == 'string' else 'token ids'}", item.pos)
+        return [item.value for item in items]
+
+    def token_macro(self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int) -> Expr:
+        """XGrammar's `Token(id, ...)` (one of these tokens) and `ExcludeToken(id, ...)` (one
+        token of any other id, never a stop token): matched by token id, not by text."""
+        if named:
+            raise self.error(f"{name}() does not accept named arguments", start)
+        for argument in positional:
+            if argument.kind != "int" or argument.value < 0:
+                raise self.error(f"{name}() arguments must be token ids (integers >= 0)", argument.pos)
+        ids = sorted({argument.value for argument in positional})
+        if name == "ExcludeToken":
+            return self.token_class(set(ids))
+        if not ids:
+            raise self.error("Token() needs at least one token id", start)
+        return alt(*(self.token_ref(token, start) for token in ids))
+
+    def token_ref(self, token: int, pos: int) -> Expr:
+        """The terminal of the token `token` (its id resolved and checked by `token_id`, when given)."""
+        return token_expr(f"<[{token}]>", self.token_id, lambda message: self.error(message, pos))
+
+    def token_class(self, excluded: set[int]) -> Expr:
+        """The terminal standing for any one token but `excluded` (one per distinct set)."""
+        key = frozenset(excluded)
+        for terminal, ids in self.token_classes.items():
+            if ids == key:
+                return token_class_terminal(terminal - TOKEN_CLASS_BASE)
+        index = len(self.token_classes)
+        self.token_classes[TOKEN_CLASS_BASE + index] = key
+        return token_class_terminal(index)
 
     def token(self) -> Expr:
         """A token terminal: `<[128010]>` by id, or a special token by its text, `<|python_tag|>`."""
@@ -434,6 +694,55 @@ def token_expr(text: str, token_id, error) -> Expr:
         raise error(f"token terminal {text}: {exc}") from None
 
 
+def restrict_code_points(expr: Expr, allowed: tuple[tuple[int, int], ...]) -> Expr:
+    """`expr` with every character it matches kept to the `allowed` code-point ranges: the
+    strings of `expr` made of allowed code points only."""
+
+    def restrict(leaf: Expr) -> Expr:
+        if isinstance(leaf, Bytes):
+            inside = all(any(lo <= ord(c) <= hi for lo, hi in allowed) for c in leaf.value.decode("utf-8"))
+            return leaf if inside else NOTHING
+        if isinstance(leaf, CharClass):
+            return char_class(intersect_ranges(leaf.ranges, allowed))
+        if isinstance(leaf, CharFsm):
+            rows = [
+                (source, lo, hi, target)
+                for source, low, high, target in leaf.transitions
+                for lo, hi in intersect_ranges(((low, high),), allowed)
+            ]
+            return _trimmed(leaf.initial, leaf.finals, rows)
+        if leaf is NOTHING:
+            return leaf
+        raise InternalError(f"a regex gave a {type(leaf).__name__}, which has no characters to restrict")
+
+    return map_leaves(expr, restrict)
+
+
+def _trimmed(initial: int, finals: frozenset[int], rows: list[tuple[int, int, int, int]]) -> Expr:
+    """The automaton of `rows` without the states that are unreachable or reach no final state
+    (the automata layer expects none), or NOTHING when its language is empty."""
+    forward: dict[int, set[int]] = {}
+    backward: dict[int, set[int]] = {}
+    for source, _, _, target in rows:
+        forward.setdefault(source, set()).add(target)
+        backward.setdefault(target, set()).add(source)
+
+    def reach(starts, edges) -> set[int]:
+        seen, stack = set(starts), list(starts)
+        while stack:
+            for nxt in edges.get(stack.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return seen
+
+    live = reach([initial], forward) & reach(finals, backward)
+    if initial not in live:
+        return NOTHING
+    kept = tuple(row for row in rows if row[0] in live and row[3] in live)
+    return CharFsm(initial, frozenset(finals & live), kept)
+
+
 def parse_ebnf(
     text: str,
     root: str = "root",
@@ -457,4 +766,4 @@ def parse_ebnf(
         raise GrammarError(
             f"grammar has no root rule {root!r} (rules: {known}); add `{root} ::= ...` or pass root_rule_name", 1, 1
         )
-    return Grammar(rules, root, positions)
+    return Grammar(rules, root, positions, token_classes=parser.token_classes)

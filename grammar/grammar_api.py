@@ -6,11 +6,25 @@ compiles."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .core.errors import ArgumentTypeError, InvalidArgumentError
 from .frontends import to_grammar
-from .ir import Grammar, Ref, alt, map_refs, seq, to_text
+from .ir import (
+    TOKEN_CLASS_BASE,
+    TOKEN_MARK,
+    Bytes,
+    Expr,
+    Grammar,
+    Ref,
+    alt,
+    map_leaves,
+    map_refs,
+    seq,
+    to_text,
+    token_terminal_bytes,
+)
 from .json_options import JsonOptions
 
 __all__ = [
@@ -108,17 +122,40 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
                 f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
                 "(make one with Grammar.from_ebnf / from_json_schema / from_regex)"
             )
-    rules, positions, checks, roots = {}, {}, {}, []
+    rules, positions, checks, token_classes, roots = {}, {}, {}, {}, []
     for i, grammar in enumerate(grammars):
         prefix = f"g{i}_"
+        renumbered = _renumbered_classes(grammar.token_classes, len(token_classes))
         for rule, body in grammar.rules.items():
-            rules[prefix + rule] = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
+            body = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
+            rules[prefix + rule] = _renumber_classes(body, renumbered) if renumbered else body
         positions.update({prefix + rule: at for rule, at in grammar.positions.items()})
         checks.update({prefix + rule: check for rule, check in grammar.checks.items()})
+        token_classes.update({renumbered[t][1]: ids for t, ids in grammar.token_classes.items()})
         roots.append(Ref(prefix + grammar.root))
     rules["root"] = join(*roots)
     # A part that is empty on purpose (an unsatisfiable schema) may leave the whole empty.
-    return Grammar(rules, "root", positions, any(g.allow_empty for g in grammars), checks)
+    return Grammar(rules, "root", positions, any(g.allow_empty for g in grammars), checks, token_classes=token_classes)
+
+
+def _renumbered_classes(classes: dict[int, frozenset[int]], first: int) -> dict[int, tuple[bytes, int]]:
+    """A part's token-class terminals (ExcludeToken) numbered on from `first` in the whole:
+    old terminal id -> (the old terminal's bytes, the new terminal id)."""
+    return {old: (token_terminal_bytes(old), TOKEN_CLASS_BASE + first + k) for k, old in enumerate(sorted(classes))}
+
+
+def _renumber_classes(body: Expr, renumbered: dict[int, tuple[bytes, int]]) -> Expr:
+    """`body` with its token-class terminals renumbered.  A terminal's first byte, TOKEN_MARK,
+    occurs nowhere else, so a match of a terminal's bytes is that terminal."""
+    new_bytes = {old: token_terminal_bytes(new) for old, new in renumbered.values()}
+    pattern = re.compile(b"|".join(re.escape(old) for old in new_bytes))
+
+    def renumber(leaf: Expr) -> Expr:
+        if isinstance(leaf, Bytes) and TOKEN_MARK in leaf.value:
+            return Bytes(pattern.sub(lambda match: new_bytes[match.group()], leaf.value))
+        return leaf
+
+    return map_leaves(body, renumber)
 
 
 def _text(value: Any, name: str, where: str) -> None:

@@ -613,7 +613,14 @@ def ref_names(expr: Expr) -> frozenset[str]:
 
 
 def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | None = None) -> Expr:
-    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors.
+    """Rebuild `expr` with every Ref replaced by fn(ref), simplifying through the IR constructors
+    (see map_leaves)."""
+    return map_leaves(expr, lambda node: fn(node) if type(node) is Ref else node, _done)
+
+
+def map_leaves(expr: Expr, fn: Callable[[Expr], Expr], _done: dict[int, Expr] | None = None) -> Expr:
+    """Rebuild `expr` with every leaf (anything but a Seq, a nonempty Alt or a Repeat) replaced
+    by fn(leaf), simplifying through the IR constructors.
 
     A sub-expression shared by several parents (the JSON Schema compiler builds such DAGs) is
     rebuilt once and stays shared, so the result is no bigger than the input.  Iterative (an
@@ -631,7 +638,7 @@ def map_refs(expr: Expr, fn: Callable[[Ref], Expr], _done: dict[int, Expr] | Non
                 open_nodes.append((node, []))
                 node = node.item if kind is Repeat else node.items[0]
                 continue
-            out = done[id(node)] = fn(node) if kind is Ref else node
+            out = done[id(node)] = fn(node)
         while open_nodes:  # hand `out` to the open nodes until one has an item left to rebuild
             parent, parts = open_nodes[-1]
             parts.append(out)

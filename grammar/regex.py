@@ -347,6 +347,17 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
         raise GrammarError(
             f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col
         )
+    if e == "u" and pattern.startswith("{", i + 2):  # \u{H...}: one to six hex digits (ECMAScript's u mode)
+        close = pattern.find("}", i + 3, end)
+        digits = pattern[i + 3 : close] if close > 0 else ""
+        if not 1 <= len(digits) <= 6 or read_hex(digits, 0, len(digits)) is None:
+            raise GrammarError("bad escape \\u{...}: expected one to six hex digits and '}'", 1, col)
+        scalar = int(digits, 16)
+        if scalar > 0x10FFFF or SURROGATES[0] <= scalar <= SURROGATES[1]:
+            raise GrammarError(f"escape \\u{{{digits}}} is beyond the Unicode range or a surrogate", 1, col)
+        return _escape_literal(chr(scalar)), close + 1
+    if e == "c" and i + 2 < end and pattern[i + 2].isascii() and pattern[i + 2].isalpha():  # \cA: U+0001
+        return _escape_literal(chr(ord(pattern[i + 2]) % 32)), i + 3
     if e in "uU":
         width = 4 if e == "u" else 8
         code = read_hex(pattern, i + 2, width)
@@ -357,6 +368,9 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
         return _escape_literal(chr(code)), i + 2 + width
     return pattern[i : i + 2], i + 2
 
+
+_ANGLE_NAMED_GROUP = re.compile(r"\(\?<[A-Za-z_][A-Za-z0-9_]*>")
+"""A named group in the `(?<name>...)` spelling (Python's own is `(?P<name>...)`)."""
 
 _POSSESSIVE = re.compile(r"(?:[*+?]|\{\d*(?:,\d*)?\})\+")
 """A possessive quantifier (Python 3.11): `x*+`, `x++`, `x?+`, `x{m,n}+`."""
@@ -440,6 +454,11 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
                 raise GrammarError(f"named backreference (?P=...) is not supported; {_HINT_BACKREF}", 1, col)
             if rest[:1] == "(":
                 raise GrammarError("conditional groups (?(...)...) are not supported; split into alternatives", 1, col)
+            named = _ANGLE_NAMED_GROUP.match(pattern, i)
+            if named:  # (?<name>...), the ECMAScript / .NET spelling: a plain group (names match nothing)
+                emit("(?:", i)
+                i = named.end()
+                continue
         if c == "^":
             raise GrammarError(
                 "'^' is only supported at the start of the pattern (the match is always anchored)", 1, col

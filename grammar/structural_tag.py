@@ -359,14 +359,18 @@ class _Builder:
         )
 
     def _grammar(self, fmt, where):
-        return self._embed(
-            parse_ebnf(
-                _string(fmt, "grammar", where),
-                max_nesting=self.limits.max_nesting,
-                token_id=self.token_id,
-                max_repeat=self.limits.max_repeat,
-            )
+        grammar = parse_ebnf(
+            _string(fmt, "grammar", where),
+            max_nesting=self.limits.max_nesting,
+            token_id=self.token_id,
+            max_repeat=self.limits.max_repeat,
         )
+        if grammar.token_classes:
+            raise UnsupportedFormatError(
+                f"{where}: ExcludeToken / TokenTagDispatch inside a grammar format are not supported; "
+                "use an exclude_token or token_dispatch format"
+            )
+        return self._embed(grammar)
 
     def _token(self, fmt, where):
         token = fmt.get("token")
@@ -597,11 +601,7 @@ class _Builder:
             avoid = self._token_texts(fmt.get("exclude_tokens", []), where)
         else:
             avoid = patterns + _strings(fmt.get("excludes", []), where, "excludes")
-        text = self._rule(text_without(avoid))
-        branch = self._rule(alt(*branches))
-        if fmt.get("loop", True):
-            return seq(text, star(seq(branch, text)))
-        return seq(text, opt(branch))
+        return dispatch_loop(self._rule(text_without(avoid)), self._rule(alt(*branches)), fmt.get("loop", True))
 
     _token_dispatch = _dispatch
 
@@ -702,6 +702,12 @@ def _list(fmt: dict, key: str, where: str) -> list:
             raise _invalid(where, f"{name} must have at least one element")
         raise _invalid(where, f"{name}'s {key} must be non-empty")
     return list(value)
+
+
+def dispatch_loop(text: Expr, branch: Expr, loop: bool) -> Expr:
+    """Free `text` (which holds no trigger) with dispatched branches: `text (branch text)*` when
+    `loop`, else `text branch?`.  The dispatch formats and EBNF's TagDispatch macros share it."""
+    return seq(text, star(seq(branch, text))) if loop else seq(text, opt(branch))
 
 
 def text_without(strings: list[str]) -> Expr:

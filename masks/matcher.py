@@ -500,23 +500,51 @@ class GrammarMatcher:
             )
         if state.terminated:
             raise MatcherStateError(_TERMINATED.format(call="accept_token"))
-        if token_id in self._token_terminals:
-            # By its id the token takes the terminal's edge; a token that also spells text takes
-            # the terminal when both are open (sound; the text reading is then not followed).
-            after = self._after_terminal(token_id, state)
-            if after is not None:
-                return after
-        for terminal, (_, words) in self._token_classes.items():  # likewise a class holding the token
+        # A token may be read several ways at once: by its id through its token terminal and
+        # through each token class (ExcludeToken) holding it, and by its text.  Every reading
+        # that goes on is followed (their stacks united), but that a token taking its terminal's
+        # edge is not read as text too (its id decides, as a trigger token does in XGrammar);
+        # with value checks or token-limited regions under way, the first reading only (sound:
+        # the others are then refused).
+        readings: list[_MatchState] = []
+        by_terminal = self._after_terminal(token_id, state) if token_id in self._token_terminals else None
+        if by_terminal is not None:
+            readings.append(by_terminal)
+        for terminal, (_, words) in self._token_classes.items():
             if words[token_id >> 5] >> (token_id & 31) & 1:
                 after = self._after_terminal(terminal, state)
                 if after is not None:
-                    return after
+                    readings.append(after)
+        if readings and (state.scans or self._regions is not None):
+            return readings[0]
         if token_id in self._stop_set:
+            if readings:
+                return self._united(readings)
             return _MatchState(state.stacks, state.n_kernel, True, True, scans=state.scans) if state.can_end else None
         start, end = self._vocab_offsets[token_id], self._vocab_offsets[token_id + 1]
-        if start == end or token_id in self._reserved_tokens:
-            return None  # special or padding token, or text holding the byte reserved for terminals
-        return self._state_after_bytes(self._vocab_bytes, start, end, state)
+        if by_terminal is None and start < end and token_id not in self._reserved_tokens:  # not special or padding
+            after = self._state_after_bytes(self._vocab_bytes, start, end, state)
+            if after is not None:
+                readings.append(after)
+        return self._united(readings) if readings else None
+
+    def _united(self, readings: list[_MatchState]) -> _MatchState:
+        """One state holding the stacks of every reading (kernels first, each stack once)."""
+        if len(readings) == 1 or any(r.scans for r in readings):
+            return readings[0]
+        kernel: dict[tuple[int, int], None] = {}
+        rest: dict[tuple[int, int], None] = {}
+        for reading in readings:
+            n = len(reading.stacks) // 2
+            pairs = zip(reading.stacks[:n].tolist(), reading.stacks[n:].tolist())
+            for k, pair in enumerate(pairs):
+                (kernel if k < reading.n_kernel else rest)[pair] = None
+        rest = {pair: None for pair in rest if pair not in kernel}
+        pairs = [*kernel, *rest]
+        stacks = np.array([s for s, _ in pairs] + [p for _, p in pairs], dtype=np.int64)
+        can_end = any(r.can_end for r in readings)
+        terminated = self.terminate_without_stop_token and can_end and len(stacks) == 0
+        return _MatchState(stacks, len(kernel), can_end, terminated, scans=_NO_SCANS)
 
     def accept_string(self, text: str | bytes, *, debug_print: bool = False) -> bool:
         """Advance over a whole string (one rollback step); False and no change if not allowed."""

@@ -198,8 +198,9 @@ def test_regex_macro_errors_name_the_macro_and_its_place():
     with pytest.raises(pm.GrammarError, match=r"in Regex\('a\+\+'\): possessive") as error:
         pm.Grammar.from_ebnf('root ::= "x" Regex("a++")')
     assert (error.value.line, error.value.column) == (1, 14)
-    with pytest.raises(pm.GrammarError, match="json_string= and flags= are not supported"):
-        pm.Grammar.from_ebnf(r'root ::= Regex("\\S+", json_string=true)')
+    with pytest.raises(pm.GrammarError, match="Regex does not support the named argument stop") as error:
+        pm.Grammar.from_ebnf('root ::= Regex("a+", stop=true)')
+    assert (error.value.line, error.value.column) == (1, 27)
     assert _is_grammar_accept_string(pm.Grammar.from_ebnf('root ::= Regex\nRegex ::= "a"'), "a")  # a plain rule name
 
 
