@@ -12,7 +12,8 @@ compiler's `clear_cache()` against the baseline taken after warm-up.
 
     python benchmarks/memory_protocol.py [--schemas 300] [--seed 0] [--every 25] [--cache-limit-mb N] [--tracemalloc]
 
-`--tracemalloc` also traces Python's allocations (several times slower) and prints the top
+The sample is read in a child process (parsing the whole corpus would leave its fragments in
+this one).  `--tracemalloc` also traces Python's allocations (several times slower) and prints the top
 allocation sites of what is still held.
 """
 

@@ -261,3 +261,19 @@ def test_dense_runs_writes_one_edge_per_run_of_equal_targets():
             for (_, last, to), (first, _, next_to) in zip(edges, edges[1:]):
                 assert last < first and (last + 1 < first or to != next_to)
         assert start.tolist() == (np.cumsum(count) - count).tolist()
+
+
+def test_the_rule_dfa_cache_weighs_arrays_and_keeps_no_edge_lists():
+    from pushmask.grammar.ir import lit, ref, seq, star
+
+    pushmask.clear_caches()
+    body = seq(ref("x"), star(seq(lit(","), ref("x"))))
+    given = dfa_module.build_rule_dfa(body)
+    assert given.byte_edges == [[], [(ord(","), ord(","), 0)]]  # edge lists built on the given automaton
+    automaton(SCHEMA)
+    kept = [dfa for dfa, _ in dfa_module._dfa_cache.values()]
+    assert len(kept) > 1 and dfa_module._dfa_cache.max_cost == dfa_module.DFA_CACHE_BYTES
+    assert dfa_module._dfa_cache.total_cost == sum(sum(table.nbytes for table in dfa.arrays) for dfa in kept)
+    assert all(dfa._lists is None for dfa in kept)  # the cache holds the arrays alone
+    again = dfa_module.build_rule_dfa(body)
+    assert again is not given and again == given and again.byte_edges == given.byte_edges
