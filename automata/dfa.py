@@ -105,6 +105,10 @@ class RuleDfa:
     def ref_edges(self) -> list[list[tuple[int, int]]]:
         return self._edge_lists()[2]
 
+    def nbytes(self) -> int:
+        """Bytes of the flat arrays (what a cached DFA holds once its edge lists are dropped)."""
+        return sum(table.nbytes for table in self.arrays)
+
     @property
     def num_states(self) -> int:
         return len(self._arrays[0]) if self._arrays is not None else len(self._lists[0])
@@ -200,10 +204,12 @@ def _nfa_budget_error(max_states: int, what: str = "") -> LimitExceededError:
     )
 
 
-DFA_CACHE_STATES = 2_000_000
-"""Total states of the rule DFAs kept per process (least recently used first out)."""
+DFA_CACHE_BYTES = 64 << 20
+"""Bytes of the rule DFAs' arrays kept per process (least recently used first out).  300
+MaskBench schemas leave 3,000 rule DFAs of about 38 MiB; the bound was 2,000,000 states (about
+60 bytes each with their edges, so ~120 MiB) before it was weighed in bytes."""
 _dfa_cache: BoundedCache[tuple[bytes, int], tuple[RuleDfa, tuple[int, ...]]] = BoundedCache(
-    DFA_CACHE_STATES, cost=lambda entry: entry[0].num_states, name="rule DFAs (automata/dfa.py)"
+    DFA_CACHE_BYTES, cost=lambda entry: entry[0].nbytes(), name="rule DFAs (automata/dfa.py)"
 )
 
 
@@ -217,7 +223,9 @@ def build_rule_dfa(body: Expr, max_states: int = 100_000) -> RuleDfa:
     got = _dfa_cache.get(key)
     if got is None:
         dfa = _construct_rule_dfa(body, max_states, walk)
-        _dfa_cache.put(key, (dfa, tuple(position[name] for name in dfa.refs)))
+        # the cache keeps a copy made of the arrays alone: edge lists built on `dfa` later stay out
+        kept = RuleDfa.from_arrays(dfa.arrays, dfa.refs)
+        _dfa_cache.put(key, (kept, tuple(position[name] for name in dfa.refs)))
         return dfa
     dfa, ref_positions = got
     return RuleDfa.from_arrays(dfa.arrays, [names[i] for i in ref_positions], dfa.digest())

@@ -476,21 +476,7 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
     if status == subset_kernels.ERR_TOO_MANY_STATES:
         raise StateLimitExceeded("pattern automaton", budget)
     # dense table -> runs of equal targets over consecutive letters, as code-point edges
-    source, letter = np.nonzero(trans >= 0)
-    target = trans[source, letter]
-    new_run = np.ones(len(source), dtype=bool)
-    new_run[1:] = (source[1:] != source[:-1]) | (letter[1:] != letter[:-1] + 1) | (target[1:] != target[:-1])
-    run_start = np.flatnonzero(new_run)
-    run_end = np.append(run_start[1:], len(source)) - 1
-    count = np.bincount(source[run_start], minlength=status).astype(np.int64)
-    dfa = Dfa.from_arrays(
-        np.cumsum(count) - count,
-        count,
-        bounds[letter[run_start]].astype(np.int64),
-        bounds[letter[run_end] + 1].astype(np.int64) - 1,
-        target[run_start].astype(np.int64),
-        accepting.astype(np.bool_),
-    )
+    dfa = Dfa.from_arrays(*subset_kernels.dense_runs(trans, bounds), accepting.astype(np.bool_))
     return dfa.minimize()
 
 

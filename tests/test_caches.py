@@ -215,3 +215,65 @@ def test_a_runner_keeps_the_empty_frame_pool_it_is_given():
     pda = pushmask.GrammarCompiler(tokenizer_info("smollm2")).compile_regex("ab").pda
     pool = FramePool()
     assert len(pool) == 0 and StackRunner(pda, pushmask.Limits(), 8, pool=pool).pool is pool
+
+
+def test_clearing_and_long_compiles_hand_the_free_heap_back(monkeypatch):
+    from support import tokenizer_info
+
+    from pushmask.masks import compiler as compiler_module
+
+    calls = []
+    monkeypatch.setattr(caches, "_malloc_trim", lambda pad: calls.append(pad) or 1)
+    compiler = pushmask.GrammarCompiler(tokenizer_info("smollm2"))
+    monkeypatch.setattr(compiler_module, "RELEASE_HEAP_AFTER_S", 3600.0)
+    compiler.compile_regex("a")  # a compile shorter than the bound keeps its heap (trimming costs ms)
+    assert calls == []
+    monkeypatch.setattr(compiler_module, "RELEASE_HEAP_AFTER_S", 0.0)
+    compiler.compile_regex("b")
+    assert calls and set(calls) == {0}
+    for clear in (compiler.clear_cache, pushmask.clear_caches):
+        calls.clear()
+        clear()
+        assert calls == [0]
+
+
+def test_dense_runs_writes_one_edge_per_run_of_equal_targets():
+    from pushmask.grammar.fsm.subset_kernels import dense_runs
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n, n_letters = int(rng.integers(1, 12)), int(rng.integers(0, 9))
+        trans = rng.integers(-1, int(rng.integers(1, 4)), size=(n, n_letters)).astype(np.int32)
+        bounds = np.sort(rng.choice(10_000, size=n_letters + 1, replace=False)).astype(np.int64)
+        start, count, lo, hi, target = dense_runs(trans, bounds)
+        for s in range(n):
+            edges = list(
+                zip(lo[start[s] : start[s] + count[s]], hi[start[s] : start[s] + count[s]], target[start[s] :])
+            )
+            # the edges, read back letter by letter, are the table's row; adjacent edges differ
+            row = [-1] * n_letters
+            for first, last, to in edges:
+                for a in range(n_letters):
+                    if first <= bounds[a] and bounds[a + 1] - 1 <= last:
+                        assert row[a] == -1
+                        row[a] = to
+            assert row == trans[s].tolist()
+            for (_, last, to), (first, _, next_to) in zip(edges, edges[1:]):
+                assert last < first and (last + 1 < first or to != next_to)
+        assert start.tolist() == (np.cumsum(count) - count).tolist()
+
+
+def test_the_rule_dfa_cache_weighs_arrays_and_keeps_no_edge_lists():
+    from pushmask.grammar.ir import lit, ref, seq, star
+
+    pushmask.clear_caches()
+    body = seq(ref("x"), star(seq(lit(","), ref("x"))))
+    given = dfa_module.build_rule_dfa(body)
+    assert given.byte_edges == [[], [(ord(","), ord(","), 0)]]  # edge lists built on the given automaton
+    automaton(SCHEMA)
+    kept = [dfa for dfa, _ in dfa_module._dfa_cache.values()]
+    assert len(kept) > 1 and dfa_module._dfa_cache.max_cost == dfa_module.DFA_CACHE_BYTES
+    assert dfa_module._dfa_cache.total_cost == sum(sum(table.nbytes for table in dfa.arrays) for dfa in kept)
+    assert all(dfa._lists is None for dfa in kept)  # the cache holds the arrays alone
+    again = dfa_module.build_rule_dfa(body)
+    assert again is not given and again == given and again.byte_edges == given.byte_edges

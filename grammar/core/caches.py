@@ -14,12 +14,13 @@ here when it is given a name.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar, overload
 
-__all__ = ["BoundedCache", "clear_caches", "register", "registered"]
+__all__ = ["BoundedCache", "clear_caches", "register", "registered", "release_free_heap"]
 
 _CLEARERS: dict[str, Callable[[], None]] = {}
 
@@ -41,10 +42,31 @@ def registered() -> tuple[str, ...]:
 
 
 def clear_caches() -> None:
-    """Empty every registered process-wide cache (for cold-start measurements; results are
-    unchanged)."""
+    """Empty every registered process-wide cache (for cold-start measurements, or to give their
+    memory back; results are unchanged), then hand the C heap's free pages back to the system."""
     for clear in list(_CLEARERS.values()):
         clear()
+    release_free_heap()
+
+
+def release_free_heap() -> None:
+    """Return the C heap's free pages to the system (glibc's `malloc_trim`; a no-op elsewhere).
+    Freed arrays and objects otherwise stay resident in glibc's heap: a process that emptied its
+    caches after 300 MaskBench schemas kept 936 MiB resident, 651 MiB once trimmed."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim among the symbols this process has loaded, or None where the C library
+    has none (musl, macOS) or the process's own symbols cannot be opened (Windows)."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
 
 
 class BoundedCache(Generic[K, V]):
