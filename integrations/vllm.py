@@ -431,6 +431,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
     def is_terminated(self) -> bool:
         return self._is_terminated
 
+    def forced_text(self) -> str:
+        """The text the grammar forces from here ("" when none): vllm_grammar_drafts.py drafts it."""
+        with self._lock:
+            return "" if self._is_terminated else self.matcher.find_jump_forward_string()
+
     def reset(self):
         with self._lock:
             if self._matcher is not None:
@@ -676,6 +681,11 @@ def register() -> None:
     from .vllm_batch import install_batch_fill
 
     install_batch_fill(so.StructuredOutputManager)  # a step's pushmask rows in one batch fill
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from .vllm_grammar_drafts import install_grammar_drafts
+
+    install_grammar_drafts(Scheduler)  # forced text as the next step's draft tokens
     _registered = True
     # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
     # override of a backend name should be visible in every process's log.
