@@ -80,7 +80,7 @@ def install_grammar_drafts(scheduler_cls) -> bool:
         except Exception:  # noqa: BLE001 -- the proposer's drafts stand; outputs never depend on drafts
             logger.exception("pushmask: drafting forced text failed; keeping the proposer's drafts")
 
-    setattr(update_draft_token_ids, "_pushmask_grammar_drafts", True)  # mypy: no such attribute on a wrapper
+    update_draft_token_ids._pushmask_grammar_drafts = True  # type: ignore[attr-defined]
     scheduler_cls.update_draft_token_ids = update_draft_token_ids
     return True
 
