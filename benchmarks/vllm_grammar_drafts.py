@@ -12,12 +12,15 @@ Modes (each in a fresh interpreter, PUSHMASK_VLLM=1, PUSHMASK_VLLM_MAX_WHITESPAC
   custom-class method with a proposer that proposes nothing, 4 speculative tokens);
 - ``ngram+grammar``: vLLM's n-gram proposer (4 tokens, lookup 1 to 3), with the grammar's
   forced tokens in front where it forces text.
+- ``ngram``: the n-gram proposer alone (``PUSHMASK_VLLM_GRAMMAR_DRAFTS=0``).
 
 The prompts hold each schema (as a server's would), one request per MaskBench-dev schema, all in
 one batch; each mode generates once to warm (grammars compiled, kernels loaded), then --repeats
-times timed.  Per mode: engine steps that ran the model, output tokens, steps per token, output
-tokens per second (median over the repeats), outputs that validate (jsonschema), and whether
-every output's token ids equal the ``none`` mode's.
+times timed.  Per mode: engine steps that ran the model (one forward pass each, for the whole
+batch), request steps (each request's part in a step, summed: a request's own forward passes),
+output tokens, request steps per output token, output tokens per second (median over the
+repeats), outputs that validate (jsonschema), and whether every output's token ids equal the
+``none`` mode's.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "maskbench-dev"
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "vllm")]
+sys.path[:0] = [str(REPO / "tests" / "vllm"), str(REPO / "tests")]  # tests/vllm/conftest.py first
 
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 MODES = {
     "none": None,
     "grammar": "GRAMMAR_ONLY",
-    "ngram+grammar": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+    "ngram+grammar": NGRAM,
+    "ngram": NGRAM,  # with PUSHMASK_VLLM_GRAMMAR_DRAFTS=0: the n-gram proposer's drafts alone
 }
 
 
@@ -51,7 +56,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compact", action="store_true", help="disable_any_whitespace (compact JSON)")
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a mode, run in this interpreter
+    parser.add_argument("--schema-file", help=argparse.SUPPRESS)  # the child's schemas
     args = parser.parse_args()
     if args.child:
         return run_mode(args)
@@ -72,10 +78,11 @@ def main() -> None:
         (Path(folder) / "schemas.json").write_text(json.dumps(schemas))
         for mode in args.modes.split(","):
             command = [sys.executable, __file__, "--child", mode, "--max-tokens", str(args.max_tokens)]
-            command += ["--repeats", str(args.repeats), "--schemas", str(Path(folder) / "schemas.json")]
+            command += ["--repeats", str(args.repeats), "--schema-file", str(Path(folder) / "schemas.json")]
             command += ["--compact"] if args.compact else []
             env = dict(os.environ, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1", VLLM_CPU_KVCACHE_SPACE="1")
             env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
+            env["PUSHMASK_VLLM_GRAMMAR_DRAFTS"] = "0" if mode == "ngram" else "1"
             proc = subprocess.run(command, capture_output=True, text=True, env=env)
             line = next((row for row in proc.stdout.splitlines() if row.startswith("RESULT ")), None)
             if line is None:
@@ -83,18 +90,19 @@ def main() -> None:
             results[mode] = json.loads(line[len("RESULT ") :])
     base = results.get("none")
     print(
-        "| mode | steps | output tokens | steps / token | vs none | tokens / s | vs none | valid | same tokens as none |"
+        "| mode | engine steps | request steps | output tokens | request steps / token | vs none | tokens / s "
+        "| vs none | valid | same tokens as none |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, r in results.items():
-        per_token = r["steps"] / r["tokens"]
+        per_token = r["request_steps"] / r["tokens"]
         rate = r["tokens"] / r["seconds"]
         same = "-" if base is None else str(r["token_ids"] == base["token_ids"])
-        step_ratio = f"{per_token / (base['steps'] / base['tokens']):.2f}x" if base else "-"
+        step_ratio = f"{per_token / (base['request_steps'] / base['tokens']):.2f}x" if base else "-"
         rate_ratio = f"{rate / (base['tokens'] / base['seconds']):.2f}x" if base else "-"
         print(
-            f"| {mode} | {r['steps']} | {r['tokens']} | {per_token:.3f} | {step_ratio} | {rate:.1f} | {rate_ratio} "
-            f"| {r['valid']}/{len(r['token_ids'])} | {same} |"
+            f"| {mode} | {r['steps']} | {r['request_steps']} | {r['tokens']} | {per_token:.3f} | {step_ratio} "
+            f"| {rate:.1f} | {rate_ratio} | {r['valid']}/{len(r['token_ids'])} | {same} |"
         )
 
 
@@ -108,7 +116,7 @@ def run_mode(args) -> None:
     from conftest import make_tiny_model
     from pushmask.integrations.vllm_grammar_drafts import GRAMMAR_ONLY_SPECULATIVE_CONFIG
 
-    schemas = json.loads(Path(args.schemas).read_text())
+    schemas = json.loads(Path(args.schema_file).read_text())
     speculative = MODES[args.child]
     if speculative == "GRAMMAR_ONLY":
         speculative = GRAMMAR_ONLY_SPECULATIVE_CONFIG
@@ -118,7 +126,7 @@ def run_mode(args) -> None:
         model=str(model),
         load_format="dummy",
         enforce_eager=True,
-        max_model_len=1024,
+        max_model_len=512,  # the tiny model's max_position_embeddings
         max_num_seqs=len(schemas),
         dtype="float32",
         seed=0,
@@ -135,7 +143,7 @@ def run_mode(args) -> None:
     llm.generate(prompts, params, use_tqdm=False)  # warm: grammars compiled, kernels loaded
     seconds = []
     for _ in range(args.repeats):
-        steps[0] = 0
+        steps[:] = [0, 0]
         started = time.perf_counter()
         outputs = llm.generate(prompts, params, use_tqdm=False)
         seconds.append(time.perf_counter() - started)
@@ -149,6 +157,7 @@ def run_mode(args) -> None:
     token_ids = [list(out.outputs[0].token_ids) for out in outputs]
     result = {
         "steps": steps[0],
+        "request_steps": steps[1],
         "tokens": sum(map(len, token_ids)),
         "seconds": statistics.median(seconds),
         "valid": valid,

@@ -31,6 +31,9 @@ Options, read from the environment when the backend is built:
 
 - ``PUSHMASK_VLLM_MAX_WHITESPACE=N``: cap each run of JSON whitespace at N characters (flexible
   whitespace only).  Unset, the language is exactly JSON's, as with xgrammar.
+- ``PUSHMASK_VLLM_GRAMMAR_DRAFTS=0``: with speculative decoding, leave the drafts to vLLM's
+  proposer (by default, text the grammar forces is drafted: vllm_grammar_drafts.py).  Read when
+  the plugin registers.
 
 vLLM's ``structured_outputs_config.disable_any_whitespace`` selects compact JSON (``,`` and ``:``
 with no whitespace), as it does for xgrammar.
@@ -121,6 +124,7 @@ logger = logging.getLogger("vllm.pushmask")
 
 ENV_ENABLE = "PUSHMASK_VLLM"
 ENV_MAX_WHITESPACE = "PUSHMASK_VLLM_MAX_WHITESPACE"
+ENV_GRAMMAR_DRAFTS = "PUSHMASK_VLLM_GRAMMAR_DRAFTS"
 
 # vLLM versions whose structured-output interfaces this module was checked against.  Another
 # version still works when the signatures match (a warning is logged); it is refused when not.
@@ -685,7 +689,8 @@ def register() -> None:
 
     from .vllm_grammar_drafts import install_grammar_drafts
 
-    install_grammar_drafts(Scheduler)  # forced text as the next step's draft tokens
+    if os.environ.get(ENV_GRAMMAR_DRAFTS, "1").strip().lower() not in ("0", "false", "no", "off"):
+        install_grammar_drafts(Scheduler)  # forced text as the next step's draft tokens
     _registered = True
     # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
     # override of a backend name should be visible in every process's log.

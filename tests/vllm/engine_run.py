@@ -139,16 +139,18 @@ def _forced_counts(counts: dict, request_id: str) -> dict:
 
 
 def count_steps() -> list[int]:
-    """Count the scheduler steps that schedule tokens (each one forward pass of the model; the
-    engine runs in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    """[scheduler steps that schedule tokens (each one forward pass of the model), request steps
+    (a request's part in a step, summed over the requests of each step)]; the engine runs in
+    this process: VLLM_ENABLE_V1_MULTIPROCESSING=0."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    count = [0]
+    count = [0, 0]
     schedule = Scheduler.schedule
 
     def counting_schedule(self, *args, **kwargs):
         output = schedule(self, *args, **kwargs)
         count[0] += output.total_num_scheduled_tokens > 0
+        count[1] += len(output.num_scheduled_tokens)
         return output
 
     Scheduler.schedule = counting_schedule
