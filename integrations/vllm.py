@@ -31,6 +31,9 @@ Options, read from the environment when the backend is built:
 
 - ``PUSHMASK_VLLM_MAX_WHITESPACE=N``: cap each run of JSON whitespace at N characters (flexible
   whitespace only).  Unset, the language is exactly JSON's, as with xgrammar.
+- ``PUSHMASK_VLLM_GRAMMAR_DRAFTS=0``: with speculative decoding, leave the drafts to vLLM's
+  proposer (by default, text the grammar forces is drafted: vllm_grammar_drafts.py).  Read when
+  the plugin registers.
 
 vLLM's ``structured_outputs_config.disable_any_whitespace`` selects compact JSON (``,`` and ``:``
 with no whitespace), as it does for xgrammar.
@@ -121,6 +124,7 @@ logger = logging.getLogger("vllm.pushmask")
 
 ENV_ENABLE = "PUSHMASK_VLLM"
 ENV_MAX_WHITESPACE = "PUSHMASK_VLLM_MAX_WHITESPACE"
+ENV_GRAMMAR_DRAFTS = "PUSHMASK_VLLM_GRAMMAR_DRAFTS"
 
 # vLLM versions whose structured-output interfaces this module was checked against.  Another
 # version still works when the signatures match (a warning is logged); it is refused when not.
@@ -431,6 +435,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
     def is_terminated(self) -> bool:
         return self._is_terminated
 
+    def forced_text(self) -> str:
+        """The text the grammar forces from here ("" when none): vllm_grammar_drafts.py drafts it."""
+        with self._lock:
+            return "" if self._is_terminated else self.matcher.find_jump_forward_string()
+
     def reset(self):
         with self._lock:
             if self._matcher is not None:
@@ -676,6 +685,12 @@ def register() -> None:
     from .vllm_batch import install_batch_fill
 
     install_batch_fill(so.StructuredOutputManager)  # a step's pushmask rows in one batch fill
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from .vllm_grammar_drafts import install_grammar_drafts
+
+    if os.environ.get(ENV_GRAMMAR_DRAFTS, "1").strip().lower() not in ("0", "false", "no", "off"):
+        install_grammar_drafts(Scheduler)  # forced text as the next step's draft tokens
     _registered = True
     # WARNING, not INFO: plugins may load before vLLM configures its log level, and an opt-in
     # override of a backend name should be visible in every process's log.

@@ -1,0 +1,170 @@
+"""The grammar as vLLM's drafter: forward passes (engine steps) per output token and output
+tokens per second through vLLM's CPU engine, with and without speculative decoding; same engine
+(the tests' tiny random-weight Llama, dummy weights, SmolLM2's tokenizer), same prompts, greedy.
+
+    HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm_grammar_drafts.py [--schemas 6]
+        [--max-tokens 128] [--compact] [--repeats 2]
+
+Modes (each in a fresh interpreter, PUSHMASK_VLLM=1, PUSHMASK_VLLM_MAX_WHITESPACE=1):
+
+- ``none``: no speculative decoding (vLLM's defaults: async scheduling on);
+- ``grammar``: the grammar drafts alone (``GRAMMAR_ONLY_SPECULATIVE_CONFIG``: vLLM's
+  custom-class method with a proposer that proposes nothing, 4 speculative tokens);
+- ``ngram+grammar``: vLLM's n-gram proposer (4 tokens, lookup 1 to 3), with the grammar's
+  forced tokens in front where it forces text.
+- ``ngram``: the n-gram proposer alone (``PUSHMASK_VLLM_GRAMMAR_DRAFTS=0``).
+
+The prompts hold each schema (as a server's would), one request per MaskBench-dev schema, all in
+one batch; each mode generates once to warm (grammars compiled, kernels loaded), then --repeats
+times timed.  Per mode: engine steps that ran the model (one forward pass each, for the whole
+batch), request steps (each request's part in a step, summed: a request's own forward passes),
+output tokens, request steps per output token, output tokens per second (median over the
+repeats), outputs that validate (jsonschema), and whether every output's token ids equal the
+``none`` mode's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data" / "maskbench-dev"
+sys.path[:0] = [str(REPO / "tests" / "vllm"), str(REPO / "tests")]  # tests/vllm/conftest.py first
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+MODES = {
+    "none": None,
+    "grammar": "GRAMMAR_ONLY",
+    "ngram+grammar": NGRAM,
+    "ngram": NGRAM,  # with PUSHMASK_VLLM_GRAMMAR_DRAFTS=0: the n-gram proposer's drafts alone
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schemas", type=int, default=6)
+    parser.add_argument("--max-schema-chars", type=int, default=600)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compact", action="store_true", help="disable_any_whitespace (compact JSON)")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a mode, run in this interpreter
+    parser.add_argument("--schema-file", help=argparse.SUPPRESS)  # the child's schemas
+    args = parser.parse_args()
+    if args.child:
+        return run_mode(args)
+    from transformers import AutoTokenizer
+
+    from conftest import SMOLLM2
+    from pushmask.jsonschemabench.corpus import generation_tasks
+
+    tasks = generation_tasks(AutoTokenizer.from_pretrained(SMOLLM2), DATA, args.schemas, args.max_schema_chars)
+    schemas = [(task.name, task.schema) for task in tasks]
+    print(
+        f"{len(schemas)} MaskBench-dev schemas ({', '.join(n for n, _ in schemas)}), tiny random Llama, greedy, "
+        f"max_tokens={args.max_tokens}, {'compact' if args.compact else 'flexible (at most 1)'} whitespace",
+        flush=True,
+    )
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "schemas.json").write_text(json.dumps(schemas))
+        for mode in args.modes.split(","):
+            command = [sys.executable, __file__, "--child", mode, "--max-tokens", str(args.max_tokens)]
+            command += ["--repeats", str(args.repeats), "--schema-file", str(Path(folder) / "schemas.json")]
+            command += ["--compact"] if args.compact else []
+            env = dict(os.environ, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1", VLLM_CPU_KVCACHE_SPACE="1")
+            env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
+            env["PUSHMASK_VLLM_GRAMMAR_DRAFTS"] = "0" if mode == "ngram" else "1"
+            proc = subprocess.run(command, capture_output=True, text=True, env=env)
+            line = next((row for row in proc.stdout.splitlines() if row.startswith("RESULT ")), None)
+            if line is None:
+                sys.exit(f"mode {mode} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+            results[mode] = json.loads(line[len("RESULT ") :])
+    base = results.get("none")
+    print(
+        "| mode | engine steps | request steps | output tokens | request steps / token | vs none | tokens / s "
+        "| vs none | valid | same tokens as none |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for mode, r in results.items():
+        per_token = r["request_steps"] / r["tokens"]
+        rate = r["tokens"] / r["seconds"]
+        same = "-" if base is None else str(r["token_ids"] == base["token_ids"])
+        step_ratio = f"{per_token / (base['request_steps'] / base['tokens']):.2f}x" if base else "-"
+        rate_ratio = f"{rate / (base['tokens'] / base['seconds']):.2f}x" if base else "-"
+        print(
+            f"| {mode} | {r['steps']} | {r['request_steps']} | {r['tokens']} | {per_token:.3f} | {step_ratio} "
+            f"| {rate:.1f} | {rate_ratio} | {r['valid']}/{len(r['token_ids'])} | {same} |"
+        )
+
+
+def run_mode(args) -> None:
+    """One mode in this interpreter: warm once, time --repeats generations, print one RESULT line."""
+    import jsonschema
+    from engine_run import count_steps
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from conftest import make_tiny_model
+    from pushmask.integrations.vllm_grammar_drafts import GRAMMAR_ONLY_SPECULATIVE_CONFIG
+
+    schemas = json.loads(Path(args.schema_file).read_text())
+    speculative = MODES[args.child]
+    if speculative == "GRAMMAR_ONLY":
+        speculative = GRAMMAR_ONLY_SPECULATIVE_CONFIG
+    steps = count_steps()
+    model = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny-llama")
+    llm = LLM(
+        model=str(model),
+        load_format="dummy",
+        enforce_eager=True,
+        max_model_len=512,  # the tiny model's max_position_embeddings
+        max_num_seqs=len(schemas),
+        dtype="float32",
+        seed=0,
+        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": args.compact},
+        **({"speculative_config": speculative} if speculative else {}),
+    )
+    prompts = [f"Answer with one JSON value following this JSON Schema:\n{json.dumps(s)}\nAnswer:" for _, s in schemas]
+    params = [
+        SamplingParams(
+            max_tokens=args.max_tokens, temperature=0.0, structured_outputs=StructuredOutputsParams(json=schema)
+        )
+        for _, schema in schemas
+    ]
+    llm.generate(prompts, params, use_tqdm=False)  # warm: grammars compiled, kernels loaded
+    seconds = []
+    for _ in range(args.repeats):
+        steps[:] = [0, 0]
+        started = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        seconds.append(time.perf_counter() - started)
+    valid = 0
+    for out, (_, schema) in zip(outputs, schemas):
+        try:
+            jsonschema.validate(json.loads(out.outputs[0].text), schema)
+            valid += out.outputs[0].finish_reason == "stop"
+        except (ValueError, jsonschema.ValidationError):
+            pass
+    token_ids = [list(out.outputs[0].token_ids) for out in outputs]
+    result = {
+        "steps": steps[0],
+        "request_steps": steps[1],
+        "tokens": sum(map(len, token_ids)),
+        "seconds": statistics.median(seconds),
+        "valid": valid,
+        "token_ids": token_ids,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
