@@ -289,11 +289,17 @@ class _Translator:
             j += 2 if text[j] == "\\" else 1
         if j >= n or text[j] != "/":
             raise self.error("unterminated regular expression", i)
-        j += 1
+        body_end, j = j, j + 1
         while j < n and text[j] in "imslux":
+            if text[j] in "lx":
+                raise self.error(f"regular-expression flag {text[j]!r} is not supported", j)
             j += 1
         self.atom_start = self.out_len
-        self.emit(text[i:j])
+        body = _python_regex(text[i + 1 : body_end])
+        if body == text[i + 1 : body_end]:
+            self.emit(text[i:j])
+        else:
+            self.rewrite(f"/{body}/{text[body_end + 1 : j]}", j)
         return j
 
     def token(self, i: int) -> int:
@@ -406,6 +412,36 @@ class _Translator:
                 raise self.error(f"%grammar_options option {option!r} is not supported (only {accepted})", start)
         self.rewrite("", end)
         return end
+
+
+def _python_regex(body: str) -> str:
+    """A regex body with XGrammar's (ECMAScript's) escapes written the way Python's `re` reads
+    them, matching the same characters: `\\u{1F600}` is `\\U0001F600`, `\\cA` (control-A) is
+    `\\x01`, and a named group `(?<name>...)` is `(?P<name>...)`."""
+    out, i, n = [], 0, len(body)
+    while i < n:
+        if body[i] == "\\" and body.startswith("u{", i + 1):
+            end = body.find("}", i)
+            digits = body[i + 3 : end] if end > 0 else ""
+            if digits and all(c in "0123456789abcdefABCDEF" for c in digits) and int(digits, 16) <= 0x10FFFF:
+                out.append(f"\\U{int(digits, 16):08X}")
+                i = end + 1
+                continue
+        if body[i] == "\\" and body[i + 1 : i + 2] == "c" and body[i + 2 : i + 3].isalpha():
+            out.append(f"\\x{ord(body[i + 2]) & 0x1F:02X}")
+            i += 3
+            continue
+        if body[i] == "\\":
+            out.append(body[i : i + 2])
+            i += 2
+            continue
+        if body.startswith("(?<", i) and body[i + 3 : i + 4] not in ("=", "!"):
+            out.append("(?P<")
+            i += 3
+            continue
+        out.append(body[i])
+        i += 1
+    return "".join(out)
 
 
 def _closing_brace(text: str, start: int) -> int:

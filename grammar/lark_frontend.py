@@ -185,7 +185,7 @@ class _TextIndex:
         self.definitions: dict[str, int] = {}
         self.first: dict[str, int] = {}
         self.literals: dict[str, int] = {}  # first occurrence of each "string" and /regex/
-        for m in re.finditer(r'"(?:[^"\\\n]|\\.)*"|/(?:[^/\\\n]|\\.)+/', text):
+        for m in re.finditer(r'"(?:[^"\\\n]|\\.)*"i?|/(?:[^/\\\n]|\\.)+/[imslux]*', text):
             self.literals.setdefault(m.group(), m.start())
         for m in re.finditer(r"[\w.]+", text):
             start = m.start()
@@ -307,7 +307,7 @@ def _regex_error(text: str, exc: BaseException) -> GrammarError:
             re.compile(_literal_to_pattern(token).to_regexp())
         except re.error as bad:
             return GrammarError(
-                f"invalid lark grammar: the regex {token} does not compile: {bad}", token.line, token.column
+                f"invalid lark grammar: failed to compile regular expression {token}: {bad}", token.line, token.column
             )
         except LarkError:
             continue
@@ -540,6 +540,11 @@ _XGRAMMAR_WORDS = [
         "terminal '{1}' cannot reference rule '{0}'",
     ),
     (re.compile(r"Expecting rule or terminal definition \(missing colon\)"), "expected ':' after rule name"),
+    (
+        re.compile(r"Terminals \{'([^']+)'\} were marked to ignore but were not defined!"),
+        "unknown name '{0}' in %ignore",
+    ),
+    (re.compile(r"Alias expects lowercase name"), "expected alias name after '->' (a lowercase name)"),
 ]
 
 
@@ -648,8 +653,8 @@ def _read_with_lark(
         line, column = index.position(name)
         if name not in terminals:
             raise GrammarError(
-                f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
-                "define it with `NAME: ...`",
+                f"directive %declare is not supported for a terminal in use: {name} has no pattern (it needs a "
+                "custom lexer); define it with `NAME: ...`",
                 line,
                 column,
             )
