@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core.errors import GrammarError
+from .core.recursion import get_max_recursion_depth, json_nesting
 
 __all__ = [
     "LARK_ERROR_PREFIX",
@@ -115,6 +116,8 @@ def _line_column(text: str, offset: int) -> tuple[int, int]:
 
 
 LARK_ERROR_PREFIX = "Lark error at line "
+SOURCE_CONTEXT = 80
+"""How many characters of the source line an error shows on each side of its column."""
 
 
 def lark_error(text: str, message: str, line: int, column: int) -> GrammarError:
@@ -122,7 +125,11 @@ def lark_error(text: str, message: str, line: int, column: int) -> GrammarError:
     words it (its tests match this): ``Lark error at line L, column C: message``, then the source
     line with a caret under the column."""
     lines = text.split("\n")
-    context = f"\n{lines[line - 1].rstrip(chr(13))}\n{' ' * (column - 1)}^" if 0 < line <= len(lines) else ""
+    context = ""
+    if 0 < line <= len(lines):  # at most SOURCE_CONTEXT characters each side of the column
+        first = max(0, column - 1 - SOURCE_CONTEXT)
+        shown = lines[line - 1].rstrip("\r")[first : column - 1 + SOURCE_CONTEXT]
+        context = f"\n{shown}\n{' ' * (column - 1 - first)}^"
     error = GrammarError(message, line, column)
     error.args = (f"{LARK_ERROR_PREFIX}{line}, column {column}: {message}{context}",)
     return error
@@ -327,10 +334,7 @@ class _Translator:
             if self.in_terminal:
                 raise self.error("%json cannot be used in terminals", i)
             start = len(text) - len(text[after:].lstrip())
-            try:
-                schema, end = json.JSONDecoder().raw_decode(text, start)
-            except json.JSONDecodeError as exc:
-                raise self.error(f"failed to parse JSON value after %json: {exc.msg}", start) from None
+            schema, end = self.json_value("%json", start)
             return self.embed("json", schema, i, end)
         if name == "%lark":
             if self.in_terminal:
@@ -346,6 +350,25 @@ class _Translator:
             raise self.error("%regex {...} (XGrammar's structured regex) is not supported; write a /regex/", i)
         self.emit(name)
         return after
+
+    def json_value(self, directive: str, start: int) -> tuple[Any, int]:
+        """The JSON value written at `start` after `directive`, and where it ends; nested no deeper
+        than get_max_recursion_depth() (as all JSON text given to pushmask)."""
+        too_deep_for_python = False
+        try:
+            value, end = json.JSONDecoder().raw_decode(self.text, start)
+        except json.JSONDecodeError as exc:
+            raise self.error(f"failed to parse JSON value after {directive}: {exc.msg}", start) from None
+        except RecursionError:  # json_nesting below names the depth (of the rest of the text)
+            value, end, too_deep_for_python = None, len(self.text), True
+        depth = json_nesting(self.text[start:end])
+        if depth > get_max_recursion_depth() or too_deep_for_python:
+            raise self.error(
+                f"Maximum recursion depth exceeded: the {directive} value nests {depth} levels, more than "
+                f"max_recursion_depth={get_max_recursion_depth()} (see pushmask.set_max_recursion_depth)",
+                start,
+            )
+        return value, end
 
     def named_reference(self, i: int) -> int:
         match = NAMED_GRAMMAR_NAME.match(self.text, i + 1)
@@ -394,10 +417,7 @@ class _Translator:
         """%grammar_options {...}: checked; allow_initial_skip is kept, the line is dropped."""
         text = self.text
         start = len(text) - len(text[i + len("%grammar_options") :].lstrip(" \t"))
-        try:
-            options, end = json.JSONDecoder().raw_decode(text, start)
-        except json.JSONDecodeError as exc:
-            raise self.error(f"failed to parse JSON value after %grammar_options: {exc.msg}", start) from None
+        options, end = self.json_value("%grammar_options", start)
         if not isinstance(options, dict):
             raise self.error("%grammar_options value must be an object", start)
         for option, value in options.items():

@@ -142,3 +142,10 @@ def test_named_grammars_are_checked_and_cycles_refused():
         pm.Grammar.from_lark("start: @a", named_grammars=["start: x"])
     with pytest.raises(TypeError, match="values must be Grammar instances or Lark strings"):
         pm.Grammar.from_lark("start: @a", named_grammars={"a": 1})
+
+
+def test_inline_json_nests_no_deeper_than_the_recursion_depth():
+    with pm.max_recursion_depth(5):
+        assert _accepts(pm.Grammar.from_lark('start: %json {"type": "array"}\n// [[[[[[[[[[[['), "[]")
+        with pytest.raises(pm.GrammarError, match="Maximum recursion depth exceeded: the %json value nests 6 levels"):
+            pm.Grammar.from_lark("start: %json " + "[" * 6 + "]" * 6)
