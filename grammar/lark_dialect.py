@@ -52,6 +52,15 @@ _REPEAT = re.compile(r"\{\s*(-?\d*)\s*(,\s*(-?\d*)\s*)?\}")
 NAMED_GRAMMAR_NAME = re.compile(r"[A-Za-z_][\w-]*")
 """What `@name` may spell: the names of named grammars."""
 _WORD = re.compile(r"\w+")
+_BLANKS = re.compile(r"[ \t]*")
+_WHITESPACE = re.compile(r"\s*")
+_DIALECT_HINTS = re.compile(
+    r"[{@&<]|%(json|lark|regex|grammar_options)|~\s*[^\s\d]|\\[uc]|\(\?<|\w\[|\.\."
+    r'|^(?:[^"\n]|"(?:[^"\\\n]|\\.)*")*"(?:[^"\\\n]|\\.)*$',
+    re.MULTILINE,
+)
+"""Text without any of these (dialect, a range to check, a string left open) is plain Lark: the
+translation is the text itself, found at C speed."""
 _GRAMMAR_OPTIONS = {"allow_initial_skip": None, "no_forcing": False, "allow_invalid_utf8": False}
 """The options %grammar_options takes: None for one pushmask honours, else the one value it accepts."""
 
@@ -205,8 +214,8 @@ class _Translator:
             elif c == "&":
                 raise self.error("intersection '&' is not supported", i)
             elif c == "~":
-                after = text[i + 1 :].lstrip(" \t")
-                if not after[:1].isdigit():
+                after = _BLANKS.match(text, i + 1).end()
+                if not text[after : after + 1].isdigit():
                     raise self.error("complement '~' is not supported", i)
                 self.emit(c)
                 i += 1
@@ -229,7 +238,7 @@ class _Translator:
         """At a line's start: a definition header sets `in_terminal` (and refuses attributes);
         a %grammar_options line is read and dropped; anything else continues the definition."""
         text = self.text
-        stripped = i + len(text[i:]) - len(text[i:].lstrip(" \t"))
+        stripped = _BLANKS.match(text, i).end()
         if text.startswith("%grammar_options", stripped):
             return self.grammar_options(stripped)
         header = _DEFINITION.match(text, i)
@@ -266,7 +275,7 @@ class _Translator:
         j += 1
         if j < n and text[j] == "i":
             j += 1
-        if "".join(self.out[-2:]).rstrip().endswith(".."):  # "a".."z" is one atom
+        if "".join(self.out[-4:]).rstrip().endswith(".."):  # "a".."z" is one atom
             self.check_range(self.last_string, text[i:j], i)
         else:
             self.atom_start = self.out_len
@@ -333,13 +342,13 @@ class _Translator:
         if name == "%json":
             if self.in_terminal:
                 raise self.error("%json cannot be used in terminals", i)
-            start = len(text) - len(text[after:].lstrip())
+            start = _WHITESPACE.match(text, after).end()
             schema, end = self.json_value("%json", start)
             return self.embed("json", schema, i, end)
         if name == "%lark":
             if self.in_terminal:
                 raise self.error("nested %lark cannot be used in terminals", i)
-            start = len(text) - len(text[after:].lstrip())
+            start = _WHITESPACE.match(text, after).end()
             if not text.startswith("{", start):
                 raise self.error("expected '{' after %lark", start)
             end = _closing_brace(text, start)
@@ -416,7 +425,7 @@ class _Translator:
     def grammar_options(self, i: int) -> int:
         """%grammar_options {...}: checked; allow_initial_skip is kept, the line is dropped."""
         text = self.text
-        start = len(text) - len(text[i + len("%grammar_options") :].lstrip(" \t"))
+        start = _BLANKS.match(text, i + len("%grammar_options")).end()
         options, end = self.json_value("%grammar_options", start)
         if not isinstance(options, dict):
             raise self.error("%grammar_options value must be an object", start)
@@ -492,4 +501,6 @@ def _closing_brace(text: str, start: int) -> int:
 def translate_dialect(text: str, named: frozenset[str] = frozenset()) -> Translation:
     """XGrammar's Lark dialect in `text` rewritten into lark's syntax; `named` are the names
     `@name` may use.  Raises GrammarError (with the line and column) on what pushmask lacks."""
+    if _DIALECT_HINTS.search(text) is None:
+        return Translation(text, {}, True, SourceMap(text))
     return _Translator(text, named).run()
