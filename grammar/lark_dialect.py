@@ -53,6 +53,7 @@ NAMED_GRAMMAR_NAME = re.compile(r"[A-Za-z_][\w-]*")
 """What `@name` may spell: the names of named grammars."""
 _WORD = re.compile(r"\w+")
 _BLANKS = re.compile(r"[ \t]*")
+_DIRECTIVE = re.compile(r"%\w*")
 _WHITESPACE = re.compile(r"\s*")
 _DIALECT_HINTS = re.compile(
     r"[{@&<]|%(json|lark|regex|grammar_options)|~\s*[^\s\d]|\\[uc]|\(\?<|\w\[|\.\."
@@ -107,6 +108,13 @@ class Translation:
     embedded: dict[str, Embedded]
     allow_initial_skip: bool
     source_map: SourceMap
+
+
+def _skip(blanks: re.Pattern[str], text: str, offset: int) -> int:
+    """Where the run of `blanks` (a pattern that also matches nothing) starting at `offset` ends."""
+    match = blanks.match(text, offset)
+    assert match is not None
+    return match.end()
 
 
 def _offset(text: str, line: int, column: int) -> int:
@@ -214,7 +222,7 @@ class _Translator:
             elif c == "&":
                 raise self.error("intersection '&' is not supported", i)
             elif c == "~":
-                after = _BLANKS.match(text, i + 1).end()
+                after = _skip(_BLANKS, text, i + 1)
                 if not text[after : after + 1].isdigit():
                     raise self.error("complement '~' is not supported", i)
                 self.emit(c)
@@ -238,7 +246,7 @@ class _Translator:
         """At a line's start: a definition header sets `in_terminal` (and refuses attributes);
         a %grammar_options line is read and dropped; anything else continues the definition."""
         text = self.text
-        stripped = _BLANKS.match(text, i).end()
+        stripped = _skip(_BLANKS, text, i)
         if text.startswith("%grammar_options", stripped):
             return self.grammar_options(stripped)
         header = _DEFINITION.match(text, i)
@@ -336,19 +344,19 @@ class _Translator:
     def directive(self, i: int) -> int:
         """%json / %lark / %regex inside a definition; other directives are lark's (copied)."""
         text = self.text
-        word = re.compile(r"%\w*").match(text, i)
+        word = _DIRECTIVE.match(text, i)
         assert word is not None
         name, after = word.group(), word.end()
         if name == "%json":
             if self.in_terminal:
                 raise self.error("%json cannot be used in terminals", i)
-            start = _WHITESPACE.match(text, after).end()
+            start = _skip(_WHITESPACE, text, after)
             schema, end = self.json_value("%json", start)
             return self.embed("json", schema, i, end)
         if name == "%lark":
             if self.in_terminal:
                 raise self.error("nested %lark cannot be used in terminals", i)
-            start = _WHITESPACE.match(text, after).end()
+            start = _skip(_WHITESPACE, text, after)
             if not text.startswith("{", start):
                 raise self.error("expected '{' after %lark", start)
             end = _closing_brace(text, start)
@@ -425,7 +433,7 @@ class _Translator:
     def grammar_options(self, i: int) -> int:
         """%grammar_options {...}: checked; allow_initial_skip is kept, the line is dropped."""
         text = self.text
-        start = _BLANKS.match(text, i + len("%grammar_options")).end()
+        start = _skip(_BLANKS, text, i + len("%grammar_options"))
         options, end = self.json_value("%grammar_options", start)
         if not isinstance(options, dict):
             raise self.error("%grammar_options value must be an object", start)
