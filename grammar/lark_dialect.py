@@ -57,11 +57,12 @@ _DIRECTIVE = re.compile(r"%\w*")
 _WHITESPACE = re.compile(r"\s*")
 _DIALECT_HINTS = re.compile(
     r"[{@&<]|%(json|lark|regex|grammar_options)|~\s*[^\s\d]|\\[uc]|\(\?<|\w\[|\.\."
-    r'|^(?:[^"\n]|"(?:[^"\\\n]|\\.)*")*"(?:[^"\\\n]|\\.)*$',
+    r'|^(?:[^"\n]|"(?:[^"\\\n]|\\.)*")*"(?:[^"\\\n]|\\.)*$'
+    r"|/[imsu]*[lx]|^[^/\n]*/(?:[^/\\\n]|\\.)*$",
     re.MULTILINE,
 )
-"""Text without any of these (dialect, a range to check, a string left open) is plain Lark: the
-translation is the text itself, found at C speed."""
+"""Text without any of these (dialect, a range to check, a string or regex left open, a regex flag
+refused) is plain Lark: the translation is the text itself, found at C speed."""
 _GRAMMAR_OPTIONS = {"allow_initial_skip": None, "no_forcing": False, "allow_invalid_utf8": False}
 """The options %grammar_options takes: None for one pushmask honours, else the one value it accepts."""
 
