@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .core.errors import ArgumentTypeError, InvalidArgumentError
+from .core.errors import ArgumentTypeError, GrammarError, InvalidArgumentError
 from .frontends import to_grammar
 from .ir import (
     TOKEN_CLASS_BASE,
@@ -26,6 +26,7 @@ from .ir import (
     token_terminal_bytes,
 )
 from .json_options import JsonOptions
+from .lark_dialect import NAMED_GRAMMAR_NAME
 
 __all__ = [
     "builtin_json_grammar",
@@ -74,13 +75,34 @@ def from_json_schema(
 
 def from_lark(lark_string: str, *, tokenizer_info: Any = None, named_grammars: Any = None) -> Grammar:
     """The grammar of Lark text (start rule ``start``), read as pushmask's Lark front end reads
-    it (docs/grammars.md).  ``tokenizer_info`` is accepted and not needed: special tokens are
-    looked up in the compiler's vocabulary when the grammar is compiled.  XGrammar's
-    ``named_grammars`` are not supported."""
+    it, XGrammar's dialect included (docs/grammars.md).  ``tokenizer_info`` resolves special
+    tokens ``<|name|>`` now (else the text needs only token ids ``<[ID]>``); ``named_grammars``
+    maps each name ``@name`` may use to a Grammar or to Lark text."""
     _text(lark_string, "lark_string", "from_lark")
-    if named_grammars is not None:
-        raise InvalidArgumentError("Grammar.from_lark: named_grammars is not supported; leave it out")
-    return to_grammar("lark", lark_string)
+    token_id = None if tokenizer_info is None else tokenizer_info.token_id
+    return to_grammar(
+        "lark", lark_string, token_id=token_id, named_grammars=checked_named_grammars(named_grammars, "from_lark")
+    )
+
+
+def checked_named_grammars(named_grammars: Any, where: str) -> dict[str, Grammar | str] | None:
+    """XGrammar's ``named_grammars`` checked: a dict of names ``@name`` can spell to a Grammar or
+    to Lark text (TypeError / GrammarError in XGrammar's words otherwise)."""
+    if named_grammars is None:
+        return None
+    if not isinstance(named_grammars, dict):
+        raise ArgumentTypeError(f"{where}: named_grammars must be a dictionary, got {type(named_grammars).__name__}")
+    for name, value in named_grammars.items():
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"{where}: named_grammars names must be strings, got {name!r:.60}")
+        if not isinstance(value, (Grammar, str)):
+            raise ArgumentTypeError(
+                f"{where}: named_grammars values must be Grammar instances or Lark strings, "
+                f"got {type(value).__name__} for {name!r}"
+            )
+        if not NAMED_GRAMMAR_NAME.fullmatch(name):
+            raise GrammarError(f"{where}: Invalid named grammar name {name!r}: use letters, digits, '_' and '-'")
+    return dict(named_grammars)
 
 
 def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Grammar:

@@ -42,10 +42,27 @@ from lark.exceptions import LarkError, UnexpectedInput, VisitError
 from lark.lexer import PatternRE, PatternStr, Token
 from lark.load_grammar import _literal_to_pattern, _parse_grammar, load_grammar
 
-from .core.errors import GrammarError, LimitExceededError, check_argument
+from .core.errors import GrammarError, LimitExceededError, PushmaskError, check_argument
 from .core.limits import DEFAULT_LIMITS
 from .ebnf import token_expr
-from .ir import NOTHING, SURROGATES, CharFsm, Expr, Grammar, Ref, alt, char_class, lit, seq, star
+from .ir import (
+    NOTHING,
+    SURROGATES,
+    TOKEN_CLASS_BASE,
+    CharFsm,
+    Expr,
+    Grammar,
+    Ref,
+    alt,
+    char_class,
+    lit,
+    map_refs,
+    seq,
+    star,
+    token_class_terminal,
+    token_terminal,
+)
+from .lark_dialect import LARK_ERROR_PREFIX, Embedded, lark_error, translate_dialect
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
 from .longest_match import greedy_ignores
 from .regex import regex_to_ir
@@ -168,7 +185,7 @@ class _TextIndex:
         self.definitions: dict[str, int] = {}
         self.first: dict[str, int] = {}
         self.literals: dict[str, int] = {}  # first occurrence of each "string" and /regex/
-        for m in re.finditer(r'"(?:[^"\\\n]|\\.)*"|/(?:[^/\\\n]|\\.)+/', text):
+        for m in re.finditer(r'"(?:[^"\\\n]|\\.)*"i?|/(?:[^/\\\n]|\\.)+/[imslux]*', text):
             self.literals.setdefault(m.group(), m.start())
         for m in re.finditer(r"[\w.]+", text):
             start = m.start()
@@ -185,13 +202,13 @@ class _TextIndex:
 
     def position(self, name: str) -> tuple[int, int] | tuple[None, None]:
         """Where the rule or terminal `name` is defined, else first mentioned."""
-        return self._line_column(self.definitions.get(name, self.first.get(name)))
+        return self.line_column(self.definitions.get(name, self.first.get(name)))
 
     def literal_position(self, raw: str) -> tuple[int, int] | tuple[None, None]:
         """Where the string or regex literal `raw` (quotes or slashes included) first occurs."""
-        return self._line_column(self.literals.get(raw))
+        return self.line_column(self.literals.get(raw))
 
-    def _line_column(self, offset: int | None) -> tuple[int, int] | tuple[None, None]:
+    def line_column(self, offset: int | None) -> tuple[int, int] | tuple[None, None]:
         if offset is None:
             return None, None
         line = bisect.bisect_right(self.line_starts, offset)
@@ -233,6 +250,10 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
         raise _TooDeepForLoader from None
     except UnexpectedInput as exc:
         detail = str(exc).strip().splitlines()[0]
+        expected = getattr(exc, "expected", None) or ()
+        missing = [words for token, words in _EXPECTED_TOKEN_WORDS.items() if token in expected]
+        if missing:  # XGrammar's words for what is missing
+            detail = f"{missing[0]} ({detail})"
         raise GrammarError(f"lark grammar syntax error: {detail}", exc.line, exc.column) from None
     except VisitError as exc:  # lark compiles some regexes while it reads the grammar
         if not _is_regex_error(exc.orig_exc):
@@ -258,6 +279,14 @@ def _load(text: str, start: str) -> tuple[list, list, list[str]]:
     return terminals, rules, ignored
 
 
+# A token lark's grammar parser expected and did not find -> XGrammar's words for the error.
+_EXPECTED_TOKEN_WORDS = {
+    "_COLON": "expected ':' after rule name",
+    "_RPAR": "expected ')' after group",
+    "_RBRA": "expected ']' after optional group",
+}
+
+
 def _is_regex_error(exc: BaseException) -> bool:
     """Whether `exc` is a regex compile error of `re` or of the `regex` package lark may use."""
     return isinstance(exc, re.error) or (type(exc).__name__ == "error" and type(exc).__module__.startswith("regex"))
@@ -278,7 +307,7 @@ def _regex_error(text: str, exc: BaseException) -> GrammarError:
             re.compile(_literal_to_pattern(token).to_regexp())
         except re.error as bad:
             return GrammarError(
-                f"invalid lark grammar: the regex {token} does not compile: {bad}", token.line, token.column
+                f"invalid lark grammar: failed to compile regular expression {token}: {bad}", token.line, token.column
             )
         except LarkError:
             continue
@@ -287,14 +316,74 @@ def _regex_error(text: str, exc: BaseException) -> GrammarError:
     )
 
 
+_TOKEN_SET = re.compile(r"<\[(\^?)([^\]]*)\]>")
+MAX_TOKEN_SET = 1_000_000
+"""The most token ids one XGrammar token set <[a-b,...]> may name."""
+
+
+def _token_terminal_expr(text: str, token_id, token_classes: dict[int, frozenset[int]], error) -> Expr:
+    """A token terminal: one token (ebnf.token_expr), or XGrammar's token sets: `<[0,2-4]>` (any
+    of those ids), `<[^1,3]>` (any token but those) and `<[*]>` (any token); the last two are
+    token-class terminals, registered in `token_classes`."""
+    match = _TOKEN_SET.fullmatch(text)
+    if match is None:  # a special token by its text, in XGrammar's words where it fails
+        if token_id is None:
+            raise error(f"named special token {text} requires tokenizer_info (or write its id as <[ID]>)")
+        try:
+            token_id(text)
+        except (ValueError, GrammarError) as exc:
+            raise error(f"unknown special token {text}: {exc}") from None
+        return token_expr(text, token_id, error)
+    if not match.group(1) and match.group(2).strip().isdigit():
+        return token_expr(text, token_id, error)
+    negated, items = match.group(1) == "^", [item.strip() for item in match.group(2).split(",")]
+    if "*" in items:
+        if negated:
+            raise error(f"negated wildcard special token is not supported: {text} matches no token")
+        if len(items) > 1:
+            raise error(f"wildcard cannot be mixed with token ids in {text}")
+        if token_id is None:
+            raise error(f"wildcard special token requires tokenizer_info: {text} stands for the whole vocabulary")
+        return _token_class(frozenset(), token_classes)
+    ids: set[int] = set()
+    for item in items:
+        if not item:
+            raise error(f"empty numeric special-token range in {text}")
+        ends = item.split("-")
+        if len(ends) > 2 or not all(end.strip().isdigit() for end in ends) or int(ends[0]) > int(ends[-1]):
+            raise error(f"invalid numeric special-token range {item!r} in {text}; write N or N-M with N <= M")
+        low, high = int(ends[0]), int(ends[-1])
+        if high - low + 1 > MAX_TOKEN_SET or len(ids) + high - low + 1 > MAX_TOKEN_SET:
+            raise error(f"special-token range is too large in {text}: at most {MAX_TOKEN_SET} ids")
+        ids.update(range(low, high + 1))
+    for token in sorted(ids) if token_id is not None else ():
+        try:
+            token_id(token)
+        except (ValueError, GrammarError) as exc:
+            raise error(f"token terminal {text}: {exc}") from None
+    if negated:
+        return _token_class(frozenset(ids), token_classes)
+    return alt(*(token_terminal(token) for token in sorted(ids)))
+
+
+def _token_class(excluded: frozenset[int], token_classes: dict[int, frozenset[int]]) -> Expr:
+    """The token-class terminal of any token but `excluded` (one per distinct set)."""
+    for terminal, known in token_classes.items():
+        if known == excluded:
+            return token_class_terminal(terminal - TOKEN_CLASS_BASE)
+    index = len(token_classes)
+    token_classes[TOKEN_CLASS_BASE + index] = excluded
+    return token_class_terminal(index)
+
+
 _TOKEN_TERMINAL_NAME = "PUSHMASK_TOKEN_{}"
 
 
-def _extract_token_terminals(text: str) -> tuple[str, dict[str, str]]:
+def _extract_token_terminals(text: str) -> tuple[str, dict[str, str], dict[str, int]]:
     """Replace each token terminal (`<|python_tag|>`, `<[128010]>`; not Lark syntax) outside
     strings, regexes and comments by a terminal name lark reads, defined at the end of the text.
-    Returns (text for lark, {terminal name: token text})."""
-    out, names, by_text = [], {}, {}
+    Returns (text for lark, {terminal name: token text}, {terminal name: its first offset})."""
+    out, names, by_text, offsets = [], {}, {}, {}
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -318,15 +407,16 @@ def _extract_token_terminals(text: str) -> tuple[str, dict[str, str]]:
                 continue
             name = by_text.setdefault(token, _TOKEN_TERMINAL_NAME.format(len(by_text)))
             names[name] = token
+            offsets.setdefault(name, i)
             out.append(name)
             i = j + 1
         else:
             out.append(c)
             i += 1
     if not names:
-        return text, {}
+        return text, {}, {}
     definitions = "".join(f'\n{name}: "{name}"' for name in names)
-    return "".join(out) + "\n" + definitions + "\n", names
+    return "".join(out) + "\n" + definitions + "\n", names, offsets
 
 
 FAST_READER_MIN_CHARS = 20_000
@@ -340,12 +430,140 @@ def parse_lark(
     max_states: int = DEFAULT_LIMITS.max_rule_states,
     max_nesting: int = DEFAULT_LIMITS.max_nesting,
     token_id=None,
+    named_grammars: dict[str, Grammar | str] | None = None,
 ) -> Grammar:
     """Convert a Lark grammar to IR; the root is `start` (wrapped with %ignore skips if any).
     `max_states` and `max_nesting` bound each terminal's regex (see regex.regex_to_ir).  Token
-    terminals `<|python_tag|>` / `<[ID]>` are resolved with `token_id` (see ebnf.token_expr)."""
+    terminals `<|python_tag|>` / `<[ID]>` are resolved with `token_id` (see ebnf.token_expr).
+    XGrammar's dialect is read too (grammar/lark_dialect.py): `@name` refers to a grammar of
+    `named_grammars` (a Grammar, or Lark text that may refer to the others)."""
     check_argument(text, str, "text", "parse_lark", "pass the grammar text as str (decode bytes first)")
     check_argument(start, str, "start", "parse_lark")
+    return _parse(text, start, _Context(max_states, max_nesting, token_id, named_grammars or {}), ())
+
+
+class _Context:
+    """What every grammar of one compile shares: the limits, the tokenizer and the named grammars."""
+
+    def __init__(self, max_states: int, max_nesting: int, token_id, named_grammars: dict[str, Grammar | str]):
+        self.max_states = max_states
+        self.max_nesting = max_nesting
+        self.token_id = token_id
+        self.named_grammars = named_grammars
+        self.token_classes: dict[int, frozenset[int]] = {}  # Grammar.token_classes of <[^...]> and <[*]>
+
+
+def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> Grammar:
+    """One Lark text (the outer one, a nested %lark or a named grammar's; `chain` names the named
+    grammars being read, to refuse a cycle) -> IR, its errors in XGrammar's form."""
+    translation = translate_dialect(text, frozenset(context.named_grammars))
+    try:
+        grammar = _parse_plain_lark(translation.text, start, context, translation.allow_initial_skip)
+    except GrammarError as exc:
+        if exc.line is None or exc.column is None or str(exc).startswith(LARK_ERROR_PREFIX):
+            raise
+        line, column = translation.source_map.position(translation.text, exc.line, exc.column)
+        character = text.split("\n")[line - 1][column - 1 : column] if line <= text.count("\n") + 1 else ""
+        raise lark_error(text, _in_xgrammar_words(exc.message, character), line, column) from None
+    if not translation.embedded:
+        return grammar
+    rules, positions = dict(grammar.rules), dict(grammar.positions)
+    checks, token_limits, token_classes = dict(grammar.checks), dict(grammar.token_limits), dict(grammar.token_classes)
+    for placeholder, embedded in translation.embedded.items():
+        inner = _embedded_grammar(text, embedded, context, chain)
+        prefix = placeholder + "__"
+        for rule, body in inner.rules.items():
+            rules[prefix + rule] = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
+            positions[prefix + rule] = (embedded.line, embedded.column)
+        checks.update({prefix + rule: check for rule, check in inner.checks.items()})
+        token_limits.update({prefix + rule: limit for rule, limit in inner.token_limits.items()})
+        for terminal, excluded in inner.token_classes.items():
+            if token_classes.setdefault(terminal, excluded) != excluded:
+                raise lark_error(
+                    text,
+                    "a named grammar with excluded-token terminals cannot be used beside others; "
+                    "write it as Lark text in named_grammars",
+                    embedded.line,
+                    embedded.column,
+                )
+        rules[placeholder] = Ref(prefix + inner.root)
+    return Grammar(
+        rules, grammar.root, positions, checks=checks, token_limits=token_limits, token_classes=token_classes
+    )
+
+
+def _embedded_grammar(text: str, embedded: Embedded, context: _Context, chain: tuple[str, ...]) -> Grammar:
+    """The IR of a %json schema, a nested %lark grammar or a named grammar written in `text`."""
+    from .frontends import to_grammar  # frontends imports this module
+    from .json_options import JsonOptions
+
+    where = (embedded.line, embedded.column)
+    if embedded.kind == "json":
+        try:
+            return to_grammar("json_schema", embedded.value, json_options=JsonOptions.xgrammar())
+        except PushmaskError as exc:
+            raise lark_error(text, f"failed to compile inline JSON schema: {exc}", *where) from None
+    if embedded.kind == "lark":
+        try:
+            return _parse(embedded.value, "start", context, chain)
+        except PushmaskError as exc:
+            raise lark_error(text, f"failed to compile nested Lark grammar: {_nested(exc)}", *where) from None
+    name = embedded.value
+    if name in chain:
+        cycle = " -> ".join(f"@{n}" for n in (*chain[chain.index(name) :], name))
+        raise lark_error(text, f"circular named grammar reference: {cycle}", *where)
+    value = context.named_grammars[name]
+    if isinstance(value, Grammar):
+        return value
+    try:
+        return _parse(value, "start", context, (*chain, name))
+    except GrammarError as exc:
+        if exc.message.startswith("circular named grammar reference"):
+            raise lark_error(text, exc.message, *where) from None
+        raise lark_error(text, f"failed to compile named grammar @{name}: {_nested(exc)}", *where) from None
+
+
+def _nested(error: PushmaskError) -> str:
+    """An error of a grammar inside another, in one line (its position is in the inner text)."""
+    if isinstance(error, GrammarError) and str(error).startswith(LARK_ERROR_PREFIX):
+        return f"{error.message} (its line {error.line}, column {error.column})"
+    return str(error)
+
+
+# lark's words for an error, and XGrammar's for the same error (its tests match these).
+_XGRAMMAR_WORDS = [
+    (re.compile(r"(?:Rule|Terminal) '([^']+)' used but not defined"), "unknown name '{0}'"),
+    (re.compile(r"(?:Rule|Terminal) '([^']+)' defined more than once"), "duplicate rule or terminal '{0}'"),
+    (re.compile(r"Recursion in terminal '([^']+)'"), "circular reference in terminal '{0}'"),
+    (
+        re.compile(r"Rules aren't allowed inside terminals \(NonTerminal\('([^']+)'\) in (\w+)\)"),
+        "terminal '{1}' cannot reference rule '{0}'",
+    ),
+    (re.compile(r"Expecting rule or terminal definition \(missing colon\)"), "expected ':' after rule name"),
+    (
+        re.compile(r"Terminals \{'([^']+)'\} were marked to ignore but were not defined!"),
+        "unknown name '{0}' in %ignore",
+    ),
+    (re.compile(r"Alias expects lowercase name"), "expected alias name after '->' (a lowercase name)"),
+]
+
+
+def _in_xgrammar_words(message: str, character: str) -> str:
+    """`message` with lark's wording of an error replaced by XGrammar's, where they say the same
+    (`character` is the one at the error's position), and without lark's copy of the position."""
+    message = re.sub(r",? at line \d+,? column \d+\.?( in <string>:)?", "", message).rstrip()
+    if message.endswith("Unexpected input") and character:
+        return message.replace("Unexpected input", f"unexpected character {character!r}")
+    for lark_words, xgrammar_words in _XGRAMMAR_WORDS:
+        match = lark_words.search(message)
+        if match:
+            return message.replace(match.group(), xgrammar_words.format(*match.groups()))
+    return message
+
+
+def _parse_plain_lark(text: str, start: str, context: _Context, allow_initial_skip: bool) -> Grammar:
+    """Lark text in lark's own syntax (embedded grammars are placeholder rules here) -> IR."""
+    max_states, max_nesting = context.max_states, context.max_nesting
     index = _TextIndex(text)
     plain = None
 
@@ -359,7 +577,9 @@ def parse_lark(
     positions: dict[str, tuple[int, int]] = {}
     if plain is None:
         try:
-            rules, ignored, sources = _read_with_lark(text, start, index, max_states, max_nesting, positions, token_id)
+            rules, ignored, sources = _read_with_lark(
+                text, start, index, max_states, max_nesting, positions, context.token_id, context.token_classes
+            )
         except _TooDeepForLoader:
             plain = read_plain()
             if plain is None:
@@ -379,14 +599,16 @@ def parse_lark(
             positions.setdefault(name, (line, column))
 
     if not ignored:
-        return Grammar(rules, start, positions)
+        return Grammar(rules, start, positions, token_classes=dict(context.token_classes))
     skip = star(alt(*(Ref(name) for name in ignored)))
     root = f"{start}__with_ignored"
     while root in rules:
         root += "_"
-    rules = {root: seq(skip, Ref(start), skip), **rules}
+    # %grammar_options {"allow_initial_skip": false} (XGrammar's): no ignored text before the first token
+    rules = {root: seq(skip, Ref(start), skip) if allow_initial_skip else seq(Ref(start), skip), **rules}
     positions[root] = positions.get(start, (1, 1))
-    return greedy_ignores(Grammar(rules, root, positions), ignored, skip, max_states, sources)
+    grammar = Grammar(rules, root, positions, token_classes=dict(context.token_classes))
+    return greedy_ignores(grammar, ignored, skip, max_states, sources)
 
 
 def _read_with_lark(
@@ -397,11 +619,12 @@ def _read_with_lark(
     max_nesting: int,
     positions: dict[str, tuple[int, int]],
     token_id,
+    token_classes: dict[int, frozenset[int]],
 ) -> tuple[dict[str, Expr], list[str], dict[str, str]]:
     """(rules and used terminals as IR, %ignore'd terminal names, the regex lark's lexer matches
     each of them with) from lark's own reading; anonymous terminals get the position of their
     literal in `positions`."""
-    text, token_terminals = _extract_token_terminals(text)
+    text, token_terminals, token_offsets = _extract_token_terminals(text)
     terminal_list, lark_rules, ignored = _load(text, start)
     terminals = {str(t.name): t for t in terminal_list}
     ignored = [str(name) for name in ignored]
@@ -430,8 +653,8 @@ def _read_with_lark(
         line, column = index.position(name)
         if name not in terminals:
             raise GrammarError(
-                f"terminal {name} is %declare'd without a pattern (it needs a custom lexer); "
-                "define it with `NAME: ...`",
+                f"directive %declare is not supported for a terminal in use: {name} has no pattern (it needs a "
+                "custom lexer); define it with `NAME: ...`",
                 line,
                 column,
             )
@@ -441,8 +664,10 @@ def _read_with_lark(
             if line is not None:
                 positions[name] = (line, column)
         if name in token_terminals:
-            rules[name] = token_expr(
-                token_terminals[name], token_id, lambda message: GrammarError(message, line, column)
+            line, column = index.line_column(token_offsets[name])
+            positions[name] = (line, column)
+            rules[name] = _token_terminal_expr(
+                token_terminals[name], token_id, token_classes, lambda message: GrammarError(message, line, column)
             )
             continue
         try:

@@ -32,6 +32,7 @@ from ..grammar.core.gc_pause import paused_gc
 from ..grammar.core.limits import DEFAULT_LIMITS, Limits
 from ..grammar.core.threads import resolve_max_threads
 from ..grammar.frontends import FRONT_ENDS, to_grammar
+from ..grammar.grammar_api import checked_named_grammars
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
 from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
@@ -209,7 +210,7 @@ class GrammarCompiler:
         check_argument(root_rule_name, str, "root_rule_name", "compile_grammar")
         return self.compile("ebnf", ebnf, root=root_rule_name)
 
-    def compile_lark(self, text: str, *, start: str = "start") -> CompiledGrammar:
+    def compile_lark(self, text: str, *, start: str = "start", named_grammars: Any = None) -> CompiledGrammar:
         """Compile a Lark grammar (the subset an automaton can hold: no lookaround in terminals).
 
         Parameters
@@ -218,6 +219,8 @@ class GrammarCompiler:
             The Lark grammar text; ``%ignore`` terminals may occur between any two tokens.
         start : str, default "start"
             The rule the output must match.
+        named_grammars : dict, optional
+            XGrammar's: the grammars ``@name`` refers to, each a Grammar or Lark text.
 
         Returns
         -------
@@ -232,7 +235,10 @@ class GrammarCompiler:
         """
         _check_text(text, "text", "compile_lark")
         check_argument(start, str, "start", "compile_lark")
-        return self.compile("lark", text, start=start)
+        named = checked_named_grammars(named_grammars, "compile_lark")
+        if named is None:
+            return self.compile("lark", text, start=start)
+        return self.compile("lark", text, start=start, named_grammars=named)
 
     def compile_regex(self, pattern: str) -> CompiledGrammar:
         """Compile a regular expression (Python ``re`` syntax) that the whole output must match.

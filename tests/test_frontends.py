@@ -488,11 +488,11 @@ def test_lark_escaped_string_and_comment_follow_lexer_semantics():
     "text, line, column, words",
     [
         ('start: "a" (b\nb: "x"\n', 1, 14, "syntax error"),
-        ('start "a"\n', 1, 7, "missing colon"),
-        ("start: a\n", 1, 1, "'a' used but not defined"),
+        ('start "a"\n', 1, 7, "expected ':' after rule name"),
+        ("start: a\n", 1, 1, "unknown name 'a'"),
         ("start: A\nA: /a(?=b)/\n", 2, 1, "lookaround"),
-        ('start: "a"\n\nstart: "b"\n', 1, 1, "more than once"),
-        ('start: "a\n', 1, 8, "Unexpected input"),
+        ('start: "a"\n\nstart: "b"\n', 1, 1, "duplicate rule or terminal 'start'"),
+        ('start: "a\n', 1, 8, "unterminated string literal"),
     ],
 )
 def test_lark_errors_have_line_and_column(text, line, column, words):

@@ -1,0 +1,515 @@
+"""XGrammar's Lark dialect, translated into the Lark syntax lark's own grammar loader reads.
+
+XGrammar (as llguidance) extends Lark with constructs lark cannot read; one pass over the text,
+which skips strings, regexes and comments as lark's lexer does, rewrites them:
+
+* ``x{n}``, ``x{n,m}``, ``x{n,}``, ``x{,m}`` (counted repetition) become lark's ``x ~ n`` /
+  ``x ~ n..m`` (``x{n,}`` is ``(x ~ n x*)``);
+* ``%json {schema}``, ``%lark { grammar }`` and ``@name`` (a grammar of ``named_grammars``) are
+  grammars inside the grammar: each becomes a placeholder rule, which the Lark front end replaces
+  by the embedded grammar's rules under a prefix of their own (its own namespace, no ``%ignore``
+  of the outer grammar inside it);
+* ``%grammar_options {...}`` lines are read (``allow_initial_skip``) and removed.
+
+Constructs of the dialect pushmask does not have (rule attributes such as ``[max_tokens=..]``,
+``&``, ``~`` as complement, ``%regex {...}``) are refused with a GrammarError at their line and
+column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front end (it resolves them with the
+tokenizer); a malformed one is refused here.  Every rewrite keeps the language exact: it writes the
+same construct in lark's syntax.  `SourceMap` maps a position in the translated text back to the
+text the user wrote, so errors lark reports point at the user's text.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core.errors import GrammarError
+from .core.recursion import get_max_recursion_depth, json_nesting
+
+__all__ = [
+    "LARK_ERROR_PREFIX",
+    "NAMED_GRAMMAR_NAME",
+    "Embedded",
+    "SourceMap",
+    "Translation",
+    "lark_error",
+    "translate_dialect",
+]
+
+MAX_REPEAT_COUNT = 2**31 - 1
+"""XGrammar's bound on a repetition count (an int32); larger counts are refused."""
+
+EMBEDDED_RULE = "pushmask_embedded_{}"
+"""The placeholder rule name of the k-th embedded grammar (lower case: lark reads it as a rule)."""
+
+_DEFINITION = re.compile(r"[ \t]*[?!]?(_?[A-Za-z][\w]*)(\.-?\d+)?(\[[^\]\n]*\])?[ \t]*:")
+_REPEAT = re.compile(r"\{\s*(-?\d*)\s*(,\s*(-?\d*)\s*)?\}")
+NAMED_GRAMMAR_NAME = re.compile(r"[A-Za-z_][\w-]*")
+"""What `@name` may spell: the names of named grammars."""
+_WORD = re.compile(r"\w+")
+_BLANKS = re.compile(r"[ \t]*")
+_DIRECTIVE = re.compile(r"%\w*")
+_WHITESPACE = re.compile(r"\s*")
+_DIALECT_HINTS = re.compile(
+    r"[{@&<]|%(json|lark|regex|grammar_options)|~\s*[^\s\d]|\\[uc]|\(\?<|\w\[|\.\."
+    r'|^(?:[^"\n]|"(?:[^"\\\n]|\\.)*")*"(?:[^"\\\n]|\\.)*$'
+    r"|/[imsu]*[lx]|^[^/\n]*/(?:[^/\\\n]|\\.)*$",
+    re.MULTILINE,
+)
+"""Text without any of these (dialect, a range to check, a string or regex left open, a regex flag
+refused) is plain Lark: the translation is the text itself, found at C speed."""
+_GRAMMAR_OPTIONS = {"allow_initial_skip": None, "no_forcing": False, "allow_invalid_utf8": False}
+"""The options %grammar_options takes: None for one pushmask honours, else the one value it accepts."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A grammar written inside the Lark text: `kind` "json" (value: the schema), "lark" (value:
+    the nested grammar's text) or "named" (value: the name after @), at `line`, `column`."""
+
+    kind: str
+    value: Any
+    line: int
+    column: int
+
+
+@dataclass
+class SourceMap:
+    """Offsets in the translated text where a rewrite starts, and the offset in the user's text
+    each corresponds to; positions between two rewrites shift by the same amount."""
+
+    original: str
+    translated_starts: list[int] = field(default_factory=list)
+    original_starts: list[int] = field(default_factory=list)
+
+    def add(self, translated_offset: int, original_offset: int) -> None:
+        self.translated_starts.append(translated_offset)
+        self.original_starts.append(original_offset)
+
+    def position(self, translated: str, line: int, column: int) -> tuple[int, int]:
+        """The (line, column) in the user's text of (line, column) in `translated`."""
+        offset = _offset(translated, line, column)
+        k = bisect.bisect_right(self.translated_starts, offset) - 1
+        if k >= 0:
+            offset = self.original_starts[k] + (offset - self.translated_starts[k])
+        return _line_column(self.original, min(offset, len(self.original)))
+
+
+@dataclass
+class Translation:
+    """The text for lark's loader, the grammars embedded in it (by placeholder rule name), the
+    %grammar_options read, and the map back to the user's text."""
+
+    text: str
+    embedded: dict[str, Embedded]
+    allow_initial_skip: bool
+    source_map: SourceMap
+
+
+def _skip(blanks: re.Pattern[str], text: str, offset: int) -> int:
+    """Where the run of `blanks` (a pattern that also matches nothing) starting at `offset` ends."""
+    match = blanks.match(text, offset)
+    assert match is not None
+    return match.end()
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    start = 0
+    for _ in range(line - 1):
+        newline = text.find("\n", start)
+        if newline < 0:
+            return len(text)
+        start = newline + 1
+    return start + column - 1
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+LARK_ERROR_PREFIX = "Lark error at line "
+SOURCE_CONTEXT = 80
+"""How many characters of the source line an error shows on each side of its column."""
+
+
+def lark_error(text: str, message: str, line: int, column: int) -> GrammarError:
+    """The GrammarError of `message` at (line, column) of the Lark text `text`, worded as XGrammar
+    words it (its tests match this): ``Lark error at line L, column C: message``, then the source
+    line with a caret under the column."""
+    lines = text.split("\n")
+    context = ""
+    if 0 < line <= len(lines):  # at most SOURCE_CONTEXT characters each side of the column
+        first = max(0, column - 1 - SOURCE_CONTEXT)
+        shown = lines[line - 1].rstrip("\r")[first : column - 1 + SOURCE_CONTEXT]
+        context = f"\n{shown}\n{' ' * (column - 1 - first)}^"
+    error = GrammarError(message, line, column)
+    error.args = (f"{LARK_ERROR_PREFIX}{line}, column {column}: {message}{context}",)
+    return error
+
+
+class _Translator:
+    """One pass over the text; `out` is the translated text so far."""
+
+    def __init__(self, text: str, named: frozenset[str]):
+        self.text = text
+        self.named = named
+        self.out: list[str] = []
+        self.out_len = 0
+        self.embedded: dict[str, Embedded] = {}
+        self.allow_initial_skip = True
+        self.source_map = SourceMap(text)
+        self.in_terminal = False  # the definition being read is a terminal's (upper-case name)
+        self.atom_start: int | None = None  # where the last atom starts in `out`
+        self.group_starts: list[int] = []  # where each open ( or [ is in `out`
+        self.last_string = ""  # the last "string" literal read, as written
+
+    def error(self, message: str, offset: int) -> GrammarError:
+        return lark_error(self.text, message, *_line_column(self.text, offset))
+
+    def emit(self, piece: str) -> None:
+        self.out.append(piece)
+        self.out_len += len(piece)
+
+    def rewrite(self, piece: str, original_end: int) -> None:
+        """Emit `piece` in place of the user's text ending at `original_end`; record the shift."""
+        self.emit(piece)
+        self.source_map.add(self.out_len, original_end)
+
+    def run(self) -> Translation:
+        text, n, i = self.text, len(self.text), 0
+        line_start = True
+        while i < n:
+            if line_start:
+                i = self.start_line(i)
+                line_start = False
+                continue
+            c = text[i]
+            if c == "\n":
+                self.emit(c)
+                i += 1
+                line_start = True
+            elif c == '"':
+                i = self.string(i)
+            elif c == "/" and not text.startswith("//", i):
+                i = self.regex(i)
+            elif text.startswith("//", i) or c == "#":
+                end = text.find("\n", i)
+                end = n if end < 0 else end
+                self.emit(text[i:end])
+                i = end
+            elif c == "<":
+                i = self.token(i)
+            elif c == "%":
+                i = self.directive(i)
+            elif c == "@":
+                i = self.named_reference(i)
+            elif c == "{" and self.atom_start is not None and _REPEAT.match(text, i):
+                i = self.repeat(i)
+            elif c in "([":
+                self.group_starts.append(self.out_len)
+                self.atom_start = None
+                self.emit(c)
+                i += 1
+            elif c in ")]":
+                self.atom_start = self.group_starts.pop() if self.group_starts else None
+                self.emit(c)
+                i += 1
+            elif c == "&":
+                raise self.error("intersection '&' is not supported", i)
+            elif c == "~":
+                after = _skip(_BLANKS, text, i + 1)
+                if not text[after : after + 1].isdigit():
+                    raise self.error("complement '~' is not supported", i)
+                self.emit(c)
+                i += 1
+            elif c.isalnum() or c == "_":
+                match = _WORD.match(text, i)
+                assert match is not None
+                self.atom_start = self.out_len
+                self.emit(match.group())
+                i = match.end()
+            else:
+                if not c.isspace() and c != ".":
+                    self.atom_start = None
+                self.emit(c)
+                i += 1
+        # each placeholder is defined (its body is replaced by the embedded grammar's root)
+        self.emit("".join(f'\n{placeholder}: "{placeholder}"' for placeholder in self.embedded))
+        return Translation("".join(self.out), self.embedded, self.allow_initial_skip, self.source_map)
+
+    def start_line(self, i: int) -> int:
+        """At a line's start: a definition header sets `in_terminal` (and refuses attributes);
+        a %grammar_options line is read and dropped; anything else continues the definition."""
+        text = self.text
+        stripped = _skip(_BLANKS, text, i)
+        if text.startswith("%grammar_options", stripped):
+            return self.grammar_options(stripped)
+        header = _DEFINITION.match(text, i)
+        if header is not None:
+            name = header.group(1)
+            self.in_terminal = name.lstrip("_")[:1].isupper()
+            if header.group(3):
+                self.attributes(name, header.start(3), header.group(3))
+        self.atom_start = None
+        self.group_starts = []
+        return i  # the line itself is copied by the main loop
+
+    def attributes(self, name: str, offset: int, attributes: str) -> None:
+        """XGrammar's rule attributes (`name[max_tokens=8]: ...`): pushmask has none."""
+        if name.lstrip("_")[:1].isupper():
+            raise self.error("attributes are only supported on rules", offset)
+        first = re.match(r"\[\s*(\w*)", attributes)
+        attribute = first.group(1) if first else ""
+        raise self.error(
+            f"attribute {attribute!r} is not supported: pushmask reads Lark rules without XGrammar's "
+            "attributes (max_tokens, max_chars, temperature, capture, lazy, suffix, stop)",
+            offset + 1,
+        )
+
+    def string(self, i: int) -> int:
+        """A "string" literal (and its i flag), copied."""
+        text, n, j = self.text, len(self.text), i + 1
+        while j < n and text[j] != '"':
+            if text[j] == "\n":
+                break
+            j += 2 if text[j] == "\\" else 1
+        if j >= n or text[j] != '"':
+            raise self.error("unterminated string literal", i)
+        j += 1
+        if j < n and text[j] == "i":
+            j += 1
+        if "".join(self.out[-4:]).rstrip().endswith(".."):  # "a".."z" is one atom
+            self.check_range(self.last_string, text[i:j], i)
+        else:
+            self.atom_start = self.out_len
+        self.last_string = text[i:j]
+        self.emit(text[i:j])
+        return j
+
+    def check_range(self, low: str, high: str, offset: int) -> None:
+        """A character range "a".."z": one character each end, in order, without flags."""
+        if low.endswith("i") or high.endswith("i"):
+            raise self.error("flags are not allowed on character ranges", offset)
+        try:
+            ends = [ast.literal_eval(end) for end in (low, high)]
+        except (ValueError, SyntaxError):
+            return  # lark reports the malformed string
+        if any(len(end) != 1 for end in ends):
+            raise self.error(f"range endpoints must be one character: {low}..{high}", offset)
+        if ends[0] > ends[1]:
+            raise self.error(f"range start must not exceed end: {low}..{high}", offset)
+
+    def regex(self, i: int) -> int:
+        """A /regex/flags literal, copied."""
+        text, n, j = self.text, len(self.text), i + 1
+        while j < n and text[j] != "/":
+            if text[j] == "\n":
+                break
+            j += 2 if text[j] == "\\" else 1
+        if j >= n or text[j] != "/":
+            raise self.error("unterminated regular expression", i)
+        body_end, j = j, j + 1
+        while j < n and text[j] in "imslux":
+            if text[j] in "lx":
+                raise self.error(f"regular-expression flag {text[j]!r} is not supported", j)
+            j += 1
+        self.atom_start = self.out_len
+        body = _python_regex(text[i + 1 : body_end])
+        if body == text[i + 1 : body_end]:
+            self.emit(text[i:j])
+        else:
+            self.rewrite(f"/{body}/{text[body_end + 1 : j]}", j)
+        return j
+
+    def token(self, i: int) -> int:
+        """A token terminal <...>, checked and copied (the front end resolves it)."""
+        text = self.text
+        end = text.find(">", i + 1)
+        newline = text.find("\n", i + 1)
+        if end < 0 or (0 <= newline < end):
+            raise self.error("unterminated special token", i)
+        if any(ch.isspace() for ch in text[i : end + 1]):
+            raise self.error(f"invalid special token {text[i : end + 1]!r}: it contains whitespace", i)
+        if self.in_terminal:
+            raise self.error("special tokens cannot be used in terminals", i)
+        self.atom_start = self.out_len
+        self.emit(text[i : end + 1])
+        return end + 1
+
+    def directive(self, i: int) -> int:
+        """%json / %lark / %regex inside a definition; other directives are lark's (copied)."""
+        text = self.text
+        word = _DIRECTIVE.match(text, i)
+        assert word is not None
+        name, after = word.group(), word.end()
+        if name == "%json":
+            if self.in_terminal:
+                raise self.error("%json cannot be used in terminals", i)
+            start = _skip(_WHITESPACE, text, after)
+            schema, end = self.json_value("%json", start)
+            return self.embed("json", schema, i, end)
+        if name == "%lark":
+            if self.in_terminal:
+                raise self.error("nested %lark cannot be used in terminals", i)
+            start = _skip(_WHITESPACE, text, after)
+            if not text.startswith("{", start):
+                raise self.error("expected '{' after %lark", start)
+            end = _closing_brace(text, start)
+            if end < 0:
+                raise self.error("expected '}' to close the %lark grammar", start)
+            return self.embed("lark", text[start + 1 : end], i, end + 1)
+        if name == "%regex":
+            raise self.error("%regex {...} (XGrammar's structured regex) is not supported; write a /regex/", i)
+        self.emit(name)
+        return after
+
+    def json_value(self, directive: str, start: int) -> tuple[Any, int]:
+        """The JSON value written at `start` after `directive`, and where it ends; nested no deeper
+        than get_max_recursion_depth() (as all JSON text given to pushmask)."""
+        too_deep_for_python = False
+        try:
+            value, end = json.JSONDecoder().raw_decode(self.text, start)
+        except json.JSONDecodeError as exc:
+            raise self.error(f"failed to parse JSON value after {directive}: {exc.msg}", start) from None
+        except RecursionError:  # json_nesting below names the depth (of the rest of the text)
+            value, end, too_deep_for_python = None, len(self.text), True
+        depth = json_nesting(self.text[start:end])
+        if depth > get_max_recursion_depth() or too_deep_for_python:
+            raise self.error(
+                f"Maximum recursion depth exceeded: the {directive} value nests {depth} levels, more than "
+                f"max_recursion_depth={get_max_recursion_depth()} (see pushmask.set_max_recursion_depth)",
+                start,
+            )
+        return value, end
+
+    def named_reference(self, i: int) -> int:
+        match = NAMED_GRAMMAR_NAME.match(self.text, i + 1)
+        if match is None:
+            raise self.error("empty grammar reference: write @name", i)
+        name = match.group()
+        if name not in self.named:
+            raise self.error(f"unknown named grammar '@{name}'; pass it in named_grammars", i)
+        if self.in_terminal:
+            raise self.error("named grammars cannot be used in terminals", i)
+        return self.embed("named", name, i, match.end())
+
+    def embed(self, kind: str, value: Any, start: int, end: int) -> int:
+        """Emit a placeholder rule for the grammar written at text[start:end]."""
+        placeholder = EMBEDDED_RULE.format(len(self.embedded))
+        self.embedded[placeholder] = Embedded(kind, value, *_line_column(self.text, start))
+        self.atom_start = self.out_len
+        self.rewrite(placeholder, end)
+        return end
+
+    def repeat(self, i: int) -> int:
+        """x{n}, x{n,m}, x{n,}, x{,m} as lark's ~ (the atom x was emitted last)."""
+        match = _REPEAT.match(self.text, i)
+        assert match is not None and self.atom_start is not None
+        low_text, comma, high_text = match.group(1), match.group(2), match.group(3)
+        counts = [low_text or "0", high_text if comma else low_text]
+        for count in counts:
+            if count and (count.startswith("-") or int(count) > MAX_REPEAT_COUNT):
+                raise self.error(f"invalid repetition count {count}: write 0 .. {MAX_REPEAT_COUNT}", i)
+        if not comma and not low_text:
+            raise self.error("invalid repetition count: write x{n}, x{n,m}, x{n,} or x{,m}", i)
+        low = int(counts[0])
+        high = int(counts[1]) if counts[1] else None
+        if high is not None and high < low:
+            raise self.error(f"repetition end must be greater than or equal to start in {match.group()}", i)
+        if high is None:  # x{n,}: n copies, then any more
+            atom = "".join(self.out)[self.atom_start :]
+            prefix = "".join(self.out)[: self.atom_start]
+            self.out, self.out_len = [prefix], len(prefix)
+            self.rewrite(f"({atom} ~ {low} {atom}*)", match.end())
+        else:
+            self.rewrite(f" ~ {low}..{high}" if high != low else f" ~ {low}", match.end())
+        return match.end()
+
+    def grammar_options(self, i: int) -> int:
+        """%grammar_options {...}: checked; allow_initial_skip is kept, the line is dropped."""
+        text = self.text
+        start = _skip(_BLANKS, text, i + len("%grammar_options"))
+        options, end = self.json_value("%grammar_options", start)
+        if not isinstance(options, dict):
+            raise self.error("%grammar_options value must be an object", start)
+        for option, value in options.items():
+            if option not in _GRAMMAR_OPTIONS:
+                raise self.error(f"unknown %grammar_options option {option!r}", start)
+            if not isinstance(value, bool):
+                raise self.error(f"{option} must be a boolean", start)
+            accepted = _GRAMMAR_OPTIONS[option]
+            if accepted is None:
+                self.allow_initial_skip = value
+            elif value != accepted:
+                raise self.error(f"%grammar_options option {option!r} is not supported (only {accepted})", start)
+        self.rewrite("", end)
+        return end
+
+
+def _python_regex(body: str) -> str:
+    """A regex body with XGrammar's (ECMAScript's) escapes written the way Python's `re` reads
+    them, matching the same characters: `\\u{1F600}` is `\\U0001F600`, `\\cA` (control-A) is
+    `\\x01`, and a named group `(?<name>...)` is `(?P<name>...)`."""
+    out, i, n = [], 0, len(body)
+    while i < n:
+        if body[i] == "\\" and body.startswith("u{", i + 1):
+            end = body.find("}", i)
+            digits = body[i + 3 : end] if end > 0 else ""
+            if digits and all(c in "0123456789abcdefABCDEF" for c in digits) and int(digits, 16) <= 0x10FFFF:
+                out.append(f"\\U{int(digits, 16):08X}")
+                i = end + 1
+                continue
+        if body[i] == "\\" and body[i + 1 : i + 2] == "c" and body[i + 2 : i + 3].isalpha():
+            out.append(f"\\x{ord(body[i + 2]) & 0x1F:02X}")
+            i += 3
+            continue
+        if body[i] == "\\":
+            out.append(body[i : i + 2])
+            i += 2
+            continue
+        if body.startswith("(?<", i) and body[i + 3 : i + 4] not in ("=", "!"):
+            out.append("(?P<")
+            i += 3
+            continue
+        out.append(body[i])
+        i += 1
+    return "".join(out)
+
+
+def _closing_brace(text: str, start: int) -> int:
+    """The offset of the } closing the { at `start`, skipping strings, regexes and comments; -1."""
+    depth, i, n = 0, start, len(text)
+    while i < n:
+        c = text[i]
+        if c in '"/' and not text.startswith("//", i):
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if text.startswith("//", i) or c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def translate_dialect(text: str, named: frozenset[str] = frozenset()) -> Translation:
+    """XGrammar's Lark dialect in `text` rewritten into lark's syntax; `named` are the names
+    `@name` may use.  Raises GrammarError (with the line and column) on what pushmask lacks."""
+    if _DIALECT_HINTS.search(text) is None:
+        return Translation(text, {}, True, SourceMap(text))
+    return _Translator(text, named).run()
