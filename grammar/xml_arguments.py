@@ -3,7 +3,10 @@
 grammar IR.
 
 One element per declared property of the object schema, in declaration order, the required ones
-present; a string property's value is the raw text (no quotes, no escapes), any other value its
+present, then any number of undeclared members where ``additionalProperties`` allows them (``{}``
+and ``{"type": "object"}`` are any parameters, as XGrammar's strict mode reads them): named by
+XGrammar's ``[a-zA-Z_][a-zA-Z0-9_]*`` but never a declared name, valued as the
+``additionalProperties`` schema says; a string property's value is the raw text (no quotes, no escapes), any other value its
 JSON text, as the models' templates write them and the servers' parsers read them back:
 
 | style | element |
@@ -33,7 +36,7 @@ from typing import Any
 from .core.errors import GrammarError
 from .ecma_regex import pattern_dfa
 from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
-from .ir import NOTHING, Expr, alt, lit, opt, seq
+from .ir import NOTHING, Expr, alt, lit, opt, seq, star
 from .json_formats import format_dfa
 from .json_strings import string_dfa
 
@@ -97,23 +100,7 @@ def xml_arguments(
         raise _unsupported(
             where, f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, XML_STYLES))})'
         )
-    if (
-        not isinstance(schema, dict)
-        or schema.get("type", "object") != "object"
-        or not isinstance(schema.get("properties"), dict)
-    ):
-        raise _unsupported(where, f'{style} arguments need an object schema with "properties"')
-    extra = set(schema) - _OBJECT_KEYS
-    if extra or schema.get("additionalProperties", False) is not False and schema.get("properties"):
-        raise _unsupported(
-            where,
-            f"{style} arguments take declared properties only; "
-            f"{sorted(extra) or ['additionalProperties']} cannot be written as elements",
-        )
-    properties = schema.get("properties", {})
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not set(required) <= set(properties):
-        raise _unsupported(where, f"required {required!r} are not all declared properties")
+    properties, required, undeclared = _members(schema, style, where)
     forbidden = any_string_dfa().difference(pattern_dfa(spec.forbidden, where))
     filtered = forbidden.intersect(without_strings(excludes)) if excludes else forbidden
     elements = []
@@ -127,7 +114,67 @@ def xml_arguments(
         head = seq(lit(spec.key(key, raw)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
         element = seq(opt(lit("\n")), head, value, lit(spec.close))
         elements.append(element if key in required else opt(element))
+    if undeclared is not None:
+        elements.append(
+            star(
+                _undeclared_element(
+                    undeclared,
+                    properties,
+                    spec,
+                    forbidden if has_own_pattern(undeclared) else filtered,
+                    json_value,
+                    excludes,
+                    where,
+                )
+            )
+        )
     return seq(*elements, opt(lit("\n")))
+
+
+def _members(schema: Any, style: str, where: str) -> tuple[dict, list, Any]:
+    """The declared properties, the required names, and the schema of undeclared members (None:
+    none allowed).  As in XGrammar (strict mode): ``{}``, ``true`` and ``{"type": "object"}`` are
+    any parameters; otherwise undeclared members need ``additionalProperties`` (true: any value)."""
+    if schema is True or schema == {} or schema == {"type": "object"}:
+        return {}, [], True
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise _unsupported(where, f"{style} arguments need an object schema")
+    extra = set(schema) - _OBJECT_KEYS
+    if extra:
+        raise _unsupported(
+            where, f"{style} arguments take properties and additionalProperties only; {sorted(extra)} cannot be written"
+        )
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise _unsupported(where, f'{style} arguments need "properties" to be an object')
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not set(required) <= set(properties):
+        raise _unsupported(where, f"required {required!r} are not all declared properties")
+    undeclared = schema.get("additionalProperties", False)
+    return properties, required, None if undeclared is False else undeclared
+
+
+def _undeclared_element(
+    schema: Any,
+    declared: dict,
+    spec: XmlStyle,
+    allowed: Dfa,
+    json_value: Callable,
+    excludes: list[str] | tuple,
+    where: str,
+) -> Expr:
+    """One element of an undeclared member: its name XGrammar's ``[a-zA-Z_][a-zA-Z0-9_]*`` but no
+    declared name (an undeclared value must not stand in for a declared one) and holding no
+    excluded string; its value one of `schema` (``additionalProperties``)."""
+    here = f"{where}/additionalProperties"
+    names = pattern_dfa("^[a-zA-Z_][a-zA-Z0-9_]*$", here).difference(literal_dfa(declared))
+    if excludes:
+        names = names.intersect(without_strings(excludes))
+    value, raw = _value({} if schema is True else schema, spec, allowed, json_value, here)
+    before_name, after_name = spec.key("\0", raw).split("\0")
+    head = seq(lit(before_name), dfa_to_char_fsm(names), lit(after_name))
+    gap = opt(lit(spec.gap)) if spec.gap else lit("")
+    return seq(opt(lit("\n")), head, gap, lit(spec.value_open), value, lit(spec.close))
 
 
 def check_xml_arguments(schema: Any, style: str, where: str) -> None:
