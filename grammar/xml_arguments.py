@@ -22,7 +22,8 @@ constraints (minLength, maxLength, pattern, format, enum, const) and never hold 
 would read as an element's end, the next element's start or the call's tags: no ``<`` followed by
 a letter or ``_``, nor by optional whitespace and ``/`` or ``p`` (narrower than the parsers
 need, never wider).  A value that
-could be read either way (a schema allowing strings and other types), or a JSON value that may
+could be read either way (a schema allowing strings and other types, except in DeepSeek's
+styles, whose ``string`` mark says which), or a JSON value that may
 hold strings (objects, arrays: their strings could spell an element's end), raises
 UnsupportedFormatError naming the property: nothing is widened.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .core.errors import GrammarError
@@ -64,6 +66,7 @@ class XmlStyle:
     close: str
     forbidden: str
     python_bools: bool = False
+    marks_raw: bool = False  # the head says whether the value is raw text (DeepSeek's string="true")
     gap: str = ""
     value_open: str = ""
 
@@ -79,11 +82,13 @@ XML_STYLES: dict[str, XmlStyle] = {
         lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
         "</｜DSML｜parameter>",
         _MARKUP + "|<｜",
+        marks_raw=True,
     ),
     "deepseek_v4_1_xml": XmlStyle(
         lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
         "</｜DSML｜ parameter>",
         _MARKUP + "|<｜",
+        marks_raw=True,
     ),
 }
 
@@ -108,11 +113,10 @@ def xml_arguments(
         here = f"{where}/properties/{key}"
         if not key or any(c in key for c in "<>\"'=") or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
-        value, raw = _value(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
+        values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
+        element = _element(partial(_named_head, spec, key), values, spec)
         if any(e in key for e in excludes):
-            value = NOTHING  # the element's name holds an excluded string: it cannot be written
-        head = seq(lit(spec.key(key, raw)), opt(lit(spec.gap)) if spec.gap else lit(""), lit(spec.value_open))
-        element = seq(opt(lit("\n")), head, value, lit(spec.close))
+            element = NOTHING  # the element's name holds an excluded string: it cannot be written
         elements.append(element if key in required else opt(element))
     if undeclared is not None:
         elements.append(
@@ -170,11 +174,26 @@ def _undeclared_element(
     names = pattern_dfa("^[a-zA-Z_][a-zA-Z0-9_]*$", here).difference(literal_dfa(declared))
     if excludes:
         names = names.intersect(without_strings(excludes))
-    value, raw = _value({} if schema is True else schema, spec, allowed, json_value, here)
-    before_name, after_name = spec.key("\0", raw).split("\0")
-    head = seq(lit(before_name), dfa_to_char_fsm(names), lit(after_name))
+    values = _values({} if schema is True else schema, spec, allowed, json_value, here)
+
+    def head(raw: bool) -> Expr:
+        before_name, after_name = spec.key("\0", raw).split("\0")
+        return seq(lit(before_name), dfa_to_char_fsm(names), lit(after_name))
+
+    return _element(head, values, spec)
+
+
+def _named_head(spec: XmlStyle, key: str, raw: bool) -> Expr:
+    """The head of the element of the declared property `key`."""
+    return lit(spec.key(key, raw))
+
+
+def _element(head: Callable[[bool], Expr], values: list[tuple[Expr, bool]], spec: XmlStyle) -> Expr:
+    """One element: `head(raw)` (the name's part) and each of its `values` (the value's IR,
+    whether raw) as `spec` writes them, after an optional newline."""
     gap = opt(lit(spec.gap)) if spec.gap else lit("")
-    return seq(opt(lit("\n")), head, gap, lit(spec.value_open), value, lit(spec.close))
+    written = [seq(head(raw), gap, lit(spec.value_open), value) for value, raw in values]
+    return seq(opt(lit("\n")), alt(*written), lit(spec.close))
 
 
 def check_xml_arguments(schema: Any, style: str, where: str) -> None:
@@ -183,26 +202,44 @@ def check_xml_arguments(schema: Any, style: str, where: str) -> None:
     xml_arguments(schema, style, lambda _: lit(""), where)
 
 
-def _value(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> tuple[Expr, bool]:
-    """A property's value and whether it is raw text: raw for a schema of strings only, else
-    JSON of a scalar schema."""
+def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> list[tuple[Expr, bool]]:
+    """A property's values, each with whether it is raw text: raw for a schema of strings only,
+    else JSON of a scalar schema; in a style that marks raw text (DeepSeek's ``string``), strings
+    or scalars are both, each under its own mark."""
     if schema is True or isinstance(schema, dict) and not set(schema) - ANNOTATIONS:
         # any value: the parsers read raw text as a string
-        return dfa_to_char_fsm(allowed), True
+        return [(dfa_to_char_fsm(allowed), True)]
     if not isinstance(schema, dict):
         raise _unsupported(where, f"a property schema is an object, got {schema!r}")
     kinds = _kinds(schema)
     if kinds == {"string"}:
-        return dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True
+        return [(dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True)]
     if kinds and kinds <= _SCALARS:
         if spec.python_bools and kinds == {"boolean"} and set(schema) - ANNOTATIONS == {"type"}:
-            return alt(lit("true"), lit("false"), lit("True"), lit("False")), False
-        return json_value(schema), False
+            return [(alt(lit("true"), lit("false"), lit("True"), lit("False")), False)]
+        return [(json_value(schema), False)]
+    if spec.marks_raw and "string" in kinds and kinds - {"string"} <= _SCALARS:
+        strings = {k: v for k, v in schema.items() if k in _STRING_KEYS}
+        return [
+            (dfa_to_char_fsm(allowed.intersect(_string_values(strings, where))), True),
+            (json_value(_without_strings(schema, kinds)), False),
+        ]
     raise _unsupported(
         where,
         f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
         "XML text (only strings, or integers / numbers / booleans / null)",
     )
+
+
+def _without_strings(schema: dict, kinds: set[str]) -> dict:
+    """`schema` less its strings (a scalar union's JSON part): its ``type`` without string, its
+    ``enum`` / ``const`` without string values."""
+    narrowed = dict(schema)
+    if "type" in schema:
+        narrowed["type"] = sorted(kinds - {"string"})
+    if isinstance(schema.get("enum"), list):
+        narrowed["enum"] = [v for v in schema["enum"] if not isinstance(v, str)]
+    return narrowed
 
 
 def has_own_pattern(schema: Any) -> bool:

@@ -324,6 +324,35 @@ def test_an_unconstrained_schema_is_any_parameter_list(schema, style):
         assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == accepted, text
 
 
+UNION_SCHEMA = {
+    "type": "object",
+    "properties": {"v": {"type": ["string", "integer"], "maxLength": 4, "minimum": 0}, "e": {"enum": ["a", 2, None]}},
+    "required": ["v"],
+}
+
+
+@pytest.mark.parametrize("style", ["deepseek_xml", "deepseek_v4_1_xml"])
+def test_deepseek_unions_of_strings_and_scalars_follow_the_string_mark(style):
+    """string="true": the raw text is the string; "false": the JSON of a non-string value."""
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, UNION_SCHEMA))
+    tokenizer = hf_tokenizer("qwen")
+    begin, end, element, elements = STYLES[style]
+    validator = jsonschema.Draft202012Validator(UNION_SCHEMA)
+    cases = [("v", text, raw) for text in ("abc", "42", "abcdef", "-1", '"ab"', "1.5", "x") for raw in (True, False)]
+    cases += [("e", text, raw) for text in ("a", "2", "null", "b", '"a"') for raw in (True, False)]
+    for key, text, raw in cases:
+        call = begin + (element("v", "1", False) if key == "e" else "") + element(key, text, raw) + end
+        read = {}
+        for name, value, flag in elements(call[len(begin) : len(call) - len(end)]):
+            try:
+                read[name] = value if flag == "true" else json.loads(value)
+            except json.JSONDecodeError:
+                read = None
+                break
+        oracle = read is not None and validator.is_valid(read) and (flag == "true") == isinstance(read[key], str)
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == oracle, call
+
+
 def test_an_unknown_style_is_refused():
     with pytest.raises(UnsupportedFormatError, match="style 'cohere_xml' is not supported"):
         grammar_compiler("smollm2").compile_structural_tag(
