@@ -30,6 +30,7 @@ UnsupportedFormatError naming the property: nothing is widened.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -45,7 +46,10 @@ from .json_strings import string_dfa
 __all__ = ["XML_STYLES", "ANNOTATIONS", "xml_arguments", "check_xml_arguments", "plain_string_dfa", "has_own_pattern"]
 
 ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
-_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties"} | ANNOTATIONS | {"$schema", "$id"}
+_DEFINITIONS = ("$defs", "definitions")
+_OBJECT_KEYS = (
+    {"type", "properties", "required", "additionalProperties", *_DEFINITIONS} | ANNOTATIONS | {"$schema", "$id"}
+)
 _STRING_KEYS = {"type", "minLength", "maxLength", "pattern", "format", "enum", "const"} | ANNOTATIONS
 _SCALARS = {"integer", "number", "boolean", "null"}
 # Whitespace as the parsers' regex module reads \s, and more (a superset keeps the exclusion sound).
@@ -106,6 +110,10 @@ def xml_arguments(
             where, f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, XML_STYLES))})'
         )
     properties, required, undeclared = _members(schema, style, where)
+    definitions = {k: schema[k] for k in _DEFINITIONS if isinstance(schema, dict) and k in schema}
+    if definitions:  # a JSON value's nested references resolve in the arguments' definitions
+        json_value = partial(_with_definitions, json_value, definitions)
+    undeclared = _resolved(undeclared, definitions, f"{where}/additionalProperties")
     forbidden = any_string_dfa().difference(pattern_dfa(spec.forbidden, where))
     filtered = forbidden.intersect(without_strings(excludes)) if excludes else forbidden
     elements = []
@@ -113,6 +121,7 @@ def xml_arguments(
         here = f"{where}/properties/{key}"
         if not key or any(c in key for c in "<>\"'=") or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
+        sub = _resolved(sub, definitions, here)
         values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
         element = _element(partial(_named_head, spec, key), values, spec)
         if any(e in key for e in excludes):
@@ -146,7 +155,8 @@ def _members(schema: Any, style: str, where: str) -> tuple[dict, list, Any]:
     extra = set(schema) - _OBJECT_KEYS
     if extra:
         raise _unsupported(
-            where, f"{style} arguments take properties and additionalProperties only; {sorted(extra)} cannot be written"
+            where,
+            f"{style} arguments take properties, additionalProperties and $defs only; {sorted(extra)} cannot be written",
         )
     properties = schema.get("properties", {})
     if not isinstance(properties, dict):
@@ -181,6 +191,30 @@ def _undeclared_element(
         return seq(lit(before_name), dfa_to_char_fsm(names), lit(after_name))
 
     return _element(head, values, spec)
+
+
+def _resolved(schema: Any, definitions: dict, where: str) -> Any:
+    """`schema` with its chain of local references (``{"$ref": "#/$defs/NAME"}``, or
+    ``#/definitions/NAME``) followed to the definition; a reference beside other keywords, to
+    elsewhere, or in a cycle is refused."""
+    seen: set[str] = set()
+    while isinstance(schema, dict) and "$ref" in schema:
+        target = schema["$ref"]
+        found = re.fullmatch(r"#/(\$defs|definitions)/([^/~]+)", target) if isinstance(target, str) else None
+        if set(schema) - ANNOTATIONS - {"$ref"} or target in seen or found is None:
+            raise _unsupported(
+                where, f"$ref {target!r} (beside other keywords, in a cycle or not to a definition) is not supported"
+            )
+        if found[2] not in definitions.get(found[1], {}):
+            raise _unsupported(where, f"$ref {target!r} names no definition of the arguments' schema")
+        seen.add(target)
+        schema = definitions[found[1]][found[2]]
+    return schema
+
+
+def _with_definitions(json_value: Callable[[Any], Expr], definitions: dict, schema: Any) -> Expr:
+    """`json_value` of `schema` with the arguments' definitions beside it."""
+    return json_value({**schema, **definitions} if isinstance(schema, dict) else schema)
 
 
 def _named_head(spec: XmlStyle, key: str, raw: bool) -> Expr:

@@ -235,10 +235,15 @@ def test_random_walks_end_in_arguments_the_parser_reads_and_jsonschema_accepts(s
         ({"type": "object", "properties": {"x": {"type": ["string", "integer"]}}}, r"properties/x: a value of types"),
         ({"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}}}}, r"types \['array'\]"),
         (
-            {"type": "object", "$defs": {"x": {}}, "properties": {"x": {"type": "string"}}},
-            r"properties and additionalProperties only; \['\$defs'\]",
+            {"type": "object", "patternProperties": {"^x": {}}, "properties": {"x": {"type": "string"}}},
+            r"additionalProperties and \$defs only; \['patternProperties'\]",
         ),
         ({"type": "object", "additionalProperties": {"type": "array"}}, r"additionalProperties: a value of types"),
+        (
+            {"type": "object", "$defs": {"V": {"$ref": "#/$defs/V"}}, "properties": {"x": {"$ref": "#/$defs/V"}}},
+            r"properties/x: \$ref '#/\$defs/V' \(beside other keywords, in a cycle",
+        ),
+        ({"type": "object", "properties": {"x": {"$ref": "#/$defs/W"}}}, "names no definition"),
         ({"type": "object", "properties": {"a b>": {"type": "string"}}}, "cannot be written as an XML element name"),
         ({"type": "array"}, "need an object schema"),
     ],
@@ -351,6 +356,30 @@ def test_deepseek_unions_of_strings_and_scalars_follow_the_string_mark(style):
                 break
         oracle = read is not None and validator.is_valid(read) and (flag == "true") == isinstance(read[key], str)
         assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == oracle, call
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_references_to_the_arguments_definitions_are_followed(style):
+    schema = {
+        "type": "object",
+        "$defs": {
+            "City": {"$ref": "#/$defs/Name"},
+            "Name": {"type": "string", "maxLength": 5},
+            "Small": {"maximum": 3},
+        },
+        "properties": {
+            "city": {"$ref": "#/$defs/City"},
+            "days": {"type": "integer", "allOf": [{"$ref": "#/$defs/Small"}]},
+        },
+        "required": ["city", "days"],
+    }
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, schema))
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator(schema)
+    for args in [{"city": "Paris", "days": 3}, {"city": "Berlin", "days": 3}, {"city": "Rome", "days": 4}]:
+        text = render(style, args)
+        assert parse(style, text) == args, text
+        assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == validator.is_valid(args), text
 
 
 def test_an_unknown_style_is_refused():
