@@ -540,15 +540,22 @@ def test_errors_name_the_problem():
     open_object = [
         {"name": "f", "parameters": {"type": "object", "additionalProperties": True, "properties": {"a": {}}}}
     ]
-    with pytest.raises(UnsupportedFormatError, match="declared properties only"):
-        tool_call_structural_tag("glm45", open_object)
+    glm_call = "<tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>{}</arg_key><arg_value>x</arg_value></tool_call>"
+    compiled = grammar_compiler("smollm2").compile_structural_tag(
+        tool_call_structural_tag("glm45", open_object, tool_choice="required")
+    )
+    assert run_tokens(compiled, encode("smollm2", glm_call.format("b")))[0]  # an undeclared member
+    assert not run_tokens(compiled, encode("smollm2", glm_call.format("a")))[0]  # never a declared name
+    minimax_call = '<minimax:tool_call>\n<invoke name="f">\n<parameter name="any_name">x</parameter></invoke>\n</minimax:tool_call>'
     for loose in (
         {"name": "f", "parameters": {"type": "object"}},
         {"name": "f", "parameters": True},
         {"name": "f", "strict": False, "parameters": WEATHER},
-    ):
-        with pytest.raises(UnsupportedFormatError, match='need an object schema with "properties"'):
-            tool_call_structural_tag("minimax_m2", [loose])
+    ):  # any parameter list, as XGrammar reads these
+        compiled = grammar_compiler("smollm2").compile_structural_tag(
+            tool_call_structural_tag("minimax_m2", [loose], tool_choice="required")
+        )
+        assert run_tokens(compiled, encode("smollm2", minimax_call))[0]
         assert tool_call_structural_tag("kimi_k2", [loose])  # JSON families take any object there
 
 

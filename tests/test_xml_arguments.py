@@ -235,9 +235,15 @@ def test_random_walks_end_in_arguments_the_parser_reads_and_jsonschema_accepts(s
         ({"type": "object", "properties": {"x": {"type": ["string", "integer"]}}}, r"properties/x: a value of types"),
         ({"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}}}}, r"types \['array'\]"),
         (
-            {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": True},
-            "declared properties",
+            {"type": "object", "patternProperties": {"^x": {}}, "properties": {"x": {"type": "string"}}},
+            r"additionalProperties and \$defs only; \['patternProperties'\]",
         ),
+        ({"type": "object", "additionalProperties": {"type": "array"}}, r"additionalProperties: a value of types"),
+        (
+            {"type": "object", "$defs": {"V": {"$ref": "#/$defs/V"}}, "properties": {"x": {"$ref": "#/$defs/V"}}},
+            r"properties/x: \$ref '#/\$defs/V' \(beside other keywords, in a cycle",
+        ),
+        ({"type": "object", "properties": {"x": {"$ref": "#/$defs/W"}}}, "names no definition"),
         ({"type": "object", "properties": {"a b>": {"type": "string"}}}, "cannot be written as an XML element name"),
         ({"type": "array"}, "need an object schema"),
     ],
@@ -245,6 +251,135 @@ def test_random_walks_end_in_arguments_the_parser_reads_and_jsonschema_accepts(s
 def test_what_xml_cannot_write_exactly_is_refused_with_its_place(schema, message):
     with pytest.raises(UnsupportedFormatError, match=message):
         grammar_compiler("smollm2").compile_structural_tag(tag("qwen_xml", schema))
+
+
+# Undeclared members (additionalProperties): XGrammar writes them after the declared ones, named
+# by its [a-zA-Z_][a-zA-Z0-9_]*; pushmask keeps declared names out of them (an undeclared value
+# would stand in for the declared one).
+OPEN_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}},
+    "required": ["city"],
+    "additionalProperties": {"type": "integer", "minimum": 1},
+}
+
+
+def elements_of(style: str, text: str) -> list[str] | None:
+    """The names of the call's elements in order, as the style's parser reads them."""
+    begin, end, _, elements = STYLES[style]
+    if not (text.startswith(begin) and text.endswith(end)):
+        return None
+    return [k for k, _, _ in elements(text[len(begin) : len(text) - len(end)])]
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_undeclared_members_take_additional_properties_and_never_a_declared_name(style):
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, OPEN_SCHEMA))
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator(OPEN_SCHEMA)
+    for args, accepted in [
+        ({"city": "Paris"}, True),
+        ({"city": "Paris", "days": 3, "n_2": 1}, True),
+        ({"city": "Paris", "days": 0}, False),
+        ({"city": "Paris", "days": "x"}, False),
+        ({"city": "Paris", "x-y": 1}, False),  # jsonschema allows it; XGrammar's names do not
+    ]:
+        text = render(style, args)
+        if accepted:
+            assert parse(style, text) == args and validator.is_valid(args), text  # the oracle agrees
+        assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == accepted, text
+    begin, end, element, _ = STYLES[style]
+    sep = "\n" if style == "qwen_xml" else ""
+    twice = begin + element("city", "Paris", True) + sep + element("city", "7", False) + end
+    assert elements_of(style, twice) == ["city", "city"]  # the parser would read city = 7
+    assert not accepts(compiled, tokenizer.encode(twice, add_special_tokens=False)), twice
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_random_walks_with_undeclared_members_end_in_valid_arguments(style):
+    compiled = grammar_compiler("smollm2").compile_structural_tag(tag(style, OPEN_SCHEMA))
+    validator = jsonschema.Draft202012Validator(OPEN_SCHEMA)
+    rng = np.random.default_rng(11)
+    short = short_structural_tokens(compiled.tokenizer_info)
+    finished = 0
+    for _ in range(12):
+        out = mask_walk(compiled, rng, short, max_tokens=200)
+        if out is None:
+            continue
+        finished += 1
+        text = out.decode("utf-8")
+        assert validator.is_valid(parse(style, text)), text
+        assert elements_of(style, text).count("city") == 1, text
+    assert finished >= 4
+
+
+@pytest.mark.parametrize("schema", [{}, {"type": "object"}])
+@pytest.mark.parametrize("style", ["deepseek_xml", "deepseek_v4_1_xml"])
+def test_an_unconstrained_schema_is_any_parameter_list(schema, style):
+    """XGrammar's instances (test_deepseek_unconstrained_parameter_list): any names, raw values."""
+    compiled = grammar_compiler("smollm2").compile_structural_tag(tag(style, schema))
+    tokenizer = hf_tokenizer("smollm2")
+    begin, end, element, _ = STYLES[style]
+    for text, accepted in [
+        (begin + end, True),
+        (begin + element("first", "hello", True) + element("second", "hi there", True) + end, True),
+        (begin + "hello" + end, False),
+        (begin + element("first", "hello", False) + end, False),
+    ]:
+        assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == accepted, text
+
+
+UNION_SCHEMA = {
+    "type": "object",
+    "properties": {"v": {"type": ["string", "integer"], "maxLength": 4, "minimum": 0}, "e": {"enum": ["a", 2, None]}},
+    "required": ["v"],
+}
+
+
+@pytest.mark.parametrize("style", ["deepseek_xml", "deepseek_v4_1_xml"])
+def test_deepseek_unions_of_strings_and_scalars_follow_the_string_mark(style):
+    """string="true": the raw text is the string; "false": the JSON of a non-string value."""
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, UNION_SCHEMA))
+    tokenizer = hf_tokenizer("qwen")
+    begin, end, element, elements = STYLES[style]
+    validator = jsonschema.Draft202012Validator(UNION_SCHEMA)
+    cases = [("v", text, raw) for text in ("abc", "42", "abcdef", "-1", '"ab"', "1.5", "x") for raw in (True, False)]
+    cases += [("e", text, raw) for text in ("a", "2", "null", "b", '"a"') for raw in (True, False)]
+    for key, text, raw in cases:
+        call = begin + (element("v", "1", False) if key == "e" else "") + element(key, text, raw) + end
+        read = {}
+        for name, value, flag in elements(call[len(begin) : len(call) - len(end)]):
+            try:
+                read[name] = value if flag == "true" else json.loads(value)
+            except json.JSONDecodeError:
+                read = None
+                break
+        oracle = read is not None and validator.is_valid(read) and (flag == "true") == isinstance(read[key], str)
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == oracle, call
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_references_to_the_arguments_definitions_are_followed(style):
+    schema = {
+        "type": "object",
+        "$defs": {
+            "City": {"$ref": "#/$defs/Name"},
+            "Name": {"type": "string", "maxLength": 5},
+            "Small": {"maximum": 3},
+        },
+        "properties": {
+            "city": {"$ref": "#/$defs/City"},
+            "days": {"type": "integer", "allOf": [{"$ref": "#/$defs/Small"}]},
+        },
+        "required": ["city", "days"],
+    }
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, schema))
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator(schema)
+    for args in [{"city": "Paris", "days": 3}, {"city": "Berlin", "days": 3}, {"city": "Rome", "days": 4}]:
+        text = render(style, args)
+        assert parse(style, text) == args, text
+        assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == validator.is_valid(args), text
 
 
 def test_an_unknown_style_is_refused():
