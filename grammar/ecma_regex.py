@@ -32,7 +32,7 @@ limit by default), the NFA by four times its default.
 from __future__ import annotations
 
 import re
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from .fsm.codepoint_dfa import (
     intersect_ranges,
     union_ranges,
 )
-from .fsm.unicode_properties import UnknownProperty, every_code_point, property_ranges
+from .fsm.unicode_properties import UnknownProperty, property_ranges, re_class
 from .ir import SURROGATES
 from .regex import ASCII_CLASS_RANGES, CONTROL_ESCAPES, read_hex
 
@@ -63,17 +63,6 @@ _ECMA_LINE_TERMINATORS = char_ranges("\n\r\u2028\u2029")
 _ECMA_CLASSES = {"d": ASCII_CLASS_RANGES["d"], "w": ASCII_CLASS_RANGES["w"], "s": _ECMA_SPACE}
 """ECMA-262's \\d \\w \\s: the ASCII classes of regex.py for digits and word characters, but
 Unicode white space and line terminators for \\s."""
-
-
-@cache
-def _python_class(name: str) -> Ranges:
-    """The code points Python's `re` puts in \\d, \\w or \\s for str patterns (Unicode mode):
-    the runs `re` itself finds in a string of every code point."""
-    runs = tuple((m.start(), m.end() - 1) for m in re.finditer(rf"\{name}+", every_code_point()))
-    return intersect_ranges(runs, ALL_CHARS)
-
-
-register(_python_class.cache_clear, "re's \\d \\w \\s classes (grammar/ecma_regex.py)")
 
 
 class _CharSet:
@@ -94,7 +83,7 @@ class _CharSet:
 
 def _class_escape(letter: str) -> _CharSet:
     """\\d \\w \\s and their upper-case complements under both engines."""
-    ecma, py = _ECMA_CLASSES[letter.lower()], _python_class(letter.lower())
+    ecma, py = _ECMA_CLASSES[letter.lower()], re_class(letter.lower())
     if letter.isupper():
         return _CharSet(complement_chars(ecma), complement_chars(py))
     return _CharSet(ecma, py)

@@ -21,12 +21,10 @@ Python's backtracker and a Pike VM disagree) give None.
 
 from __future__ import annotations
 
-import functools
 import re
 
-from .core.caches import register
 from .core.errors import LimitExceededError
-from .fsm.unicode_properties import every_code_point
+from .fsm.unicode_properties import re_class
 from .ir import MAX_CODE_POINT, complement_ranges, normalize_ranges, remove_surrogates
 
 try:  # Python 3.11+ (typeshed does not describe re's private parser modules)
@@ -43,16 +41,6 @@ Ranges = tuple[tuple[int, int], ...]
 
 class _Unsupported(Exception):
     """The regex uses a construct whose first-match ends this module does not model."""
-
-
-@functools.cache
-def _unicode_class(letter: str) -> Ranges:
-    """\\d, \\s or \\w as `re` reads them in a str pattern without re.ASCII: the runs `re` itself
-    finds in the string of every code point."""
-    return tuple((m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", every_code_point()))
-
-
-register(_unicode_class.cache_clear, "re's \\d \\s \\w classes (grammar/first_match.py)")
 
 
 _ASCII_CLASSES = {
@@ -149,7 +137,7 @@ def _class_ranges(items, flags: int) -> Ranges:
             letter = {"DIGIT": "d", "SPACE": "s", "WORD": "w"}.get(name.rsplit("_", 1)[-1])
             if letter is None:
                 raise _Unsupported
-            ranges = table[letter] if table else _unicode_class(letter)
+            ranges = table[letter] if table else re_class(letter)
             out.extend(complement_ranges(ranges) if "_NOT_" in name else ranges)
         else:
             raise _Unsupported

@@ -16,7 +16,7 @@ from json_strings_reference import ReferenceDfa, reference_encode
 from support import DATA, require_shared
 
 import pushmask
-from pushmask.grammar import ecma_regex, json_schema, json_strings
+from pushmask.grammar import json_schema, json_strings
 from pushmask.grammar.core.errors import UnsupportedSchemaError
 from pushmask.grammar.ecma_regex import pattern_dfa
 from pushmask.grammar.fsm.codepoint_dfa import (
@@ -29,6 +29,7 @@ from pushmask.grammar.fsm.codepoint_dfa import (
     length_dfa,
     literal_dfa,
 )
+from pushmask.grammar.fsm.unicode_properties import re_class
 from pushmask.grammar.ir import NOTHING, CharFsm, lit, seq
 from pushmask.grammar.json_formats import format_dfa
 from pushmask.grammar.json_schema import emit, objects, scalars
@@ -239,10 +240,10 @@ def test_product_budget_is_the_reference_one(budget):
 
 
 def test_python_classes_are_what_str_methods_say():
-    # _python_class asks `re` for its \d \w \s runs; Python's own per-character predicates agree
+    # re_class asks `re` for its \d \w \s runs; Python's own per-character predicates agree
     tests = {"d": str.isdecimal, "w": lambda c: c.isalnum() or c == "_", "s": str.isspace}
     for name, test in tests.items():
-        inside = {cp for lo, hi in ecma_regex._python_class(name) for cp in range(lo, hi + 1)}
+        inside = {cp for lo, hi in re_class(name) for cp in range(lo, hi + 1)}
         assert inside == {cp for lo, hi in ALL_CHARS for cp in range(lo, hi + 1) if test(chr(cp))}
 
 

@@ -396,11 +396,11 @@ def test_first_match_dfa_ends_where_python_re_ends(pattern):
 
 
 def test_unicode_classes_are_what_re_matches_one_character_at_a_time():
-    from pushmask.grammar.first_match import _unicode_class
+    from pushmask.grammar.fsm.unicode_properties import re_class
 
     for letter in "dsw":
         one = re.compile("\\" + letter).fullmatch
-        ranges = _unicode_class(letter)
+        ranges = re_class(letter)
         inside = {cp for lo, hi in ranges for cp in range(lo, hi + 1)}
         assert inside == {cp for cp in range(0x110000) if one(chr(cp))}, letter
 

@@ -8,13 +8,14 @@ a General_Category value or one of ECMA's binary properties, spelt exactly (long
 General categories come from the standard library (`unicodedata`: one pass over the code points,
 all categories at once, cached); scripts, script extensions and binary properties from the
 `regex` package, whose property tables give the code points (its runs over a string of every
-code point are the ranges, as `ecma_regex._python_class` does for `re`).  The Unicode versions
+code point are the ranges, as `re_class` does for `re`).  The Unicode versions
 are those of the running Python and of `regex`.  Surrogates are never included: decoded JSON
 strings hold none.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import cache, lru_cache
 
@@ -170,7 +171,16 @@ def every_code_point() -> str:
     return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
-for _table in (_category_table, _general_category, _regex_property, every_code_point):  # 4.4 MB the last
+@cache
+def re_class(letter: str) -> Ranges:
+    """The code points Python's `re` puts in \\d, \\s or \\w (`letter`) in a str pattern without
+    re.ASCII: the runs `re` itself finds in the string of every code point (no surrogate is in
+    any of them).  One table per class for the process: the ECMA pattern reader and the Lark
+    ignore reader both ask for them."""
+    return tuple((m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", every_code_point()))
+
+
+for _table in (_category_table, _general_category, _regex_property, re_class, every_code_point):  # 4.4 MB the last
     register(_table.cache_clear, f"Unicode tables: {_table.__name__} (grammar/fsm/unicode_properties.py)")
 
 
