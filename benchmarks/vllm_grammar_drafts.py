@@ -1,9 +1,10 @@
 """The grammar as vLLM's drafter: forward passes (engine steps) per output token and output
 tokens per second through vLLM's CPU engine, with and without speculative decoding; same engine
-(the tests' tiny random-weight Llama, dummy weights, SmolLM2's tokenizer), same prompts, greedy.
+(by default the tests' tiny random-weight Llama, dummy weights, SmolLM2's tokenizer; with
+--model, a trained model's checkpoint folder and its tokenizer), same prompts, greedy.
 
     HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm_grammar_drafts.py [--schemas 6]
-        [--max-tokens 128] [--compact] [--repeats 2]
+        [--max-tokens 128] [--compact] [--repeats 2] [--model /tmp/smollm2-hf]
 
 Modes (each in a fresh interpreter, PUSHMASK_VLLM=1, PUSHMASK_VLLM_MAX_WHITESPACE=1):
 
@@ -15,7 +16,9 @@ Modes (each in a fresh interpreter, PUSHMASK_VLLM=1, PUSHMASK_VLLM_MAX_WHITESPAC
 - ``ngram``: the n-gram proposer alone (``PUSHMASK_VLLM_GRAMMAR_DRAFTS=0``).
 
 The prompts hold each schema (as a server's would), one request per MaskBench-dev schema, all in
-one batch; each mode generates once to warm (grammars compiled, kernels loaded), then --repeats
+one batch: for the random model a plain prompt, for a --model the task's chat (a system message
+asking for one JSON value following the schema, then "Give an example.") through the model's chat
+template.  Each mode generates once to warm (grammars compiled, kernels loaded), then --repeats
 times timed.  Per mode: engine steps that ran the model (one forward pass each, for the whole
 batch), request steps (each request's part in a step, summed: a request's own forward passes),
 output tokens, request steps per output token, output tokens per second (median over the
@@ -56,6 +59,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compact", action="store_true", help="disable_any_whitespace (compact JSON)")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--model", help="a trained model's HF checkpoint folder (default: the tiny random Llama)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # a mode, run in this interpreter
     parser.add_argument("--schema-file", help=argparse.SUPPRESS)  # the child's schemas
     args = parser.parse_args()
@@ -66,10 +70,12 @@ def main() -> None:
     from conftest import SMOLLM2
     from pushmask.jsonschemabench.corpus import generation_tasks
 
-    tasks = generation_tasks(AutoTokenizer.from_pretrained(SMOLLM2), DATA, args.schemas, args.max_schema_chars)
-    schemas = [(task.name, task.schema) for task in tasks]
+    tokenizer = AutoTokenizer.from_pretrained(args.model or SMOLLM2)
+    tasks = generation_tasks(tokenizer, DATA, args.schemas, args.max_schema_chars)
+    schemas = [(task.name, task.schema, task.messages) for task in tasks]
     print(
-        f"{len(schemas)} MaskBench-dev schemas ({', '.join(n for n, _ in schemas)}), tiny random Llama, greedy, "
+        f"{len(schemas)} MaskBench-dev schemas ({', '.join(n for n, _, _ in schemas)}), "
+        f"{args.model or 'tiny random Llama'}, greedy, "
         f"max_tokens={args.max_tokens}, {'compact' if args.compact else 'flexible (at most 1)'} whitespace",
         flush=True,
     )
@@ -80,6 +86,7 @@ def main() -> None:
             command = [sys.executable, __file__, "--child", mode, "--max-tokens", str(args.max_tokens)]
             command += ["--repeats", str(args.repeats), "--schema-file", str(Path(folder) / "schemas.json")]
             command += ["--compact"] if args.compact else []
+            command += ["--model", args.model] if args.model else []
             env = dict(os.environ, PUSHMASK_VLLM="1", PUSHMASK_VLLM_MAX_WHITESPACE="1", VLLM_CPU_KVCACHE_SPACE="1")
             env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
             env["PUSHMASK_VLLM_GRAMMAR_DRAFTS"] = "0" if mode == "ngram" else "1"
@@ -121,24 +128,32 @@ def run_mode(args) -> None:
     if speculative == "GRAMMAR_ONLY":
         speculative = GRAMMAR_ONLY_SPECULATIVE_CONFIG
     steps = count_steps()
-    model = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny-llama")
+    if args.model:  # trained weights; 1024 holds a schema's chat prompt and the answer
+        engine = {"model": args.model, "max_model_len": 1024}
+    else:  # random weights; 512 is the tiny model's max_position_embeddings
+        tiny_model = make_tiny_model(Path(tempfile.mkdtemp()) / "tiny-llama")
+        engine = {"model": str(tiny_model), "load_format": "dummy", "max_model_len": 512}
     llm = LLM(
-        model=str(model),
-        load_format="dummy",
+        **engine,
         enforce_eager=True,
-        max_model_len=512,  # the tiny model's max_position_embeddings
         max_num_seqs=len(schemas),
         dtype="float32",
         seed=0,
         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": args.compact},
         **({"speculative_config": speculative} if speculative else {}),
     )
-    prompts = [f"Answer with one JSON value following this JSON Schema:\n{json.dumps(s)}\nAnswer:" for _, s in schemas]
+    if args.model:  # a chat model: the task's messages through its own chat template
+        chat_prompt = llm.get_tokenizer().apply_chat_template
+        prompts = [chat_prompt(messages, tokenize=False, add_generation_prompt=True) for _, _, messages in schemas]
+    else:
+        prompts = [
+            f"Answer with one JSON value following this JSON Schema:\n{json.dumps(s)}\nAnswer:" for _, s, _ in schemas
+        ]
     params = [
         SamplingParams(
             max_tokens=args.max_tokens, temperature=0.0, structured_outputs=StructuredOutputsParams(json=schema)
         )
-        for _, schema in schemas
+        for _, schema, _ in schemas
     ]
     llm.generate(prompts, params, use_tqdm=False)  # warm: grammars compiled, kernels loaded
     seconds = []
@@ -148,7 +163,7 @@ def run_mode(args) -> None:
         outputs = llm.generate(prompts, params, use_tqdm=False)
         seconds.append(time.perf_counter() - started)
     valid = 0
-    for out, (_, schema) in zip(outputs, schemas):
+    for out, (_, schema, _) in zip(outputs, schemas):
         try:
             jsonschema.validate(json.loads(out.outputs[0].text), schema)
             valid += out.outputs[0].finish_reason == "stop"
