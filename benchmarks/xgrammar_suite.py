@@ -280,7 +280,13 @@ def compare(args: argparse.Namespace) -> None:
 
 
 RESULTS = REPO / "benchmarks" / "results" / "xgrammar_suite"
-CHECK_FILES = ["test_recursion_depth.py", "test_tokenizer_utils.py", "test_grammar_union_concat.py"]
+CHECK_FILES = [
+    "test_recursion_depth.py",
+    "test_tokenizer_utils.py",
+    "test_grammar_union_concat.py",
+    "test_grammar_matcher_macro.py",
+    "test_grammar_substring_macro.py",
+]
 """The fast files `check` runs by default (about a minute together)."""
 
 
