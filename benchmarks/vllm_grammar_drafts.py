@@ -5,6 +5,7 @@ tokens per second through vLLM's CPU engine, with and without speculative decodi
 
     HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm_grammar_drafts.py [--schemas 6]
         [--max-tokens 128] [--compact] [--repeats 2] [--model /tmp/smollm2-hf]
+        [--spec-tokens 4] [--counts]
 
 Modes (each in a fresh interpreter, PUSHMASK_VLLM=1, PUSHMASK_VLLM_MAX_WHITESPACE=1):
 
@@ -23,7 +24,9 @@ times timed.  Per mode: engine steps that ran the model (one forward pass each, 
 batch), request steps (each request's part in a step, summed: a request's own forward passes),
 output tokens, request steps per output token, output tokens per second (median over the
 repeats), outputs that validate (jsonschema), and whether every output's token ids equal the
-``none`` mode's.
+``none`` mode's.  With --counts, each speculative mode also prints one ``COUNTS`` line per
+request of its last run (see ``_print_counts``): what the grammar forced at each step, the drafts
+set and accepted, and where the model split forced text otherwise than the drafts.
 """
 
 from __future__ import annotations
@@ -236,7 +239,9 @@ def _print_counts(mode: str, events: dict, outputs, tokenizer, limit: int) -> No
     text left over (capped_steps), steps where the model split forced text otherwise than the
     drafts (split_misses), and a few of those misses: [forced text, draft, model's token]."""
     for out in outputs:
-        req_events = next((v for k, v in events.items() if k == out.request_id or k.startswith(out.request_id + "-")), [])
+        req_events = next(
+            (v for k, v in events.items() if k == out.request_id or k.startswith(out.request_id + "-")), []
+        )
         ids = list(out.outputs[0].token_ids)
         calls = forced_calls = forced_chars = drafted = accepted = capped_steps = split_misses = 0
         inside: set[int] = set()  # output positions whose token spells part of forced text
@@ -255,7 +260,9 @@ def _print_counts(mode: str, events: dict, outputs, tokenizer, limit: int) -> No
             capped_steps += k == limit and model_tokens > limit + 1  # forced text left after the bonus token
             if k < min(len(drafts), model_tokens):  # the model split the forced text otherwise
                 split_misses += 1
-                misses.append([text, tokenizer.decode(drafts[k : k + 1]), tokenizer.decode(ids[done + k : done + k + 1])])
+                misses.append(
+                    [text, tokenizer.decode(drafts[k : k + 1]), tokenizer.decode(ids[done + k : done + k + 1])]
+                )
         row = {"mode": mode, "request": out.request_id, "tokens": len(ids), "hook_calls": calls}
         row.update(forced_calls=forced_calls, forced_chars=forced_chars, tokens_inside_forced=len(inside))
         row.update(drafted=drafted, accepted=accepted, capped_steps=capped_steps, split_misses=split_misses)
