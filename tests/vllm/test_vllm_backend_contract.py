@@ -410,11 +410,16 @@ REFUSED_BY_PUSHMASK = [
                 "type": "structural_tag",
                 "format": {
                     "type": "qwen_xml_parameter",
-                    "json_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                    # A string-or-integer value: as XML text "7" could be read either way.
+                    "json_schema": {
+                        "type": "object",
+                        "properties": {"v": {"type": ["string", "integer"]}},
+                        "required": ["v"],
+                    },
                 },
             }
         ),
-        "<parameter=n>7</parameter>",
+        "<parameter=v>7</parameter>",
     ),
 ]
 
