@@ -53,6 +53,9 @@ class JsonOptions:
             raising UnsupportedSchemaError.
         retrieve [None]: URI -> schema document, for ``$ref`` to other documents (none is
             fetched otherwise); part of the equality (and cache key) by identity.
+        string_excludes [()]: texts no JSON string may hold as written between its quotes
+            (escapes not decoded), keys and literals included; strings held to a ``pattern`` or
+            a known ``format`` are not filtered (XGrammar's structural-tag ``excludes``).
 
     Presets: ``JsonOptions()`` (the defaults above), ``JsonOptions.xgrammar()``,
     ``JsonOptions.generation()`` and ``JsonOptions.validation()``; each takes field overrides.
@@ -69,6 +72,7 @@ class JsonOptions:
     unsatisfiable: str = "error"
     lenient: bool = False
     retrieve: Callable[[str], Any] | None = None
+    string_excludes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _one_of(self.whitespace, ("flexible", "compact"), "whitespace")
@@ -104,6 +108,12 @@ class JsonOptions:
                         "around it, as in json.dumps"
                     )
             object.__setattr__(self, "separators", tuple(seps))
+        excludes = self.string_excludes
+        if not isinstance(excludes, (tuple, list)) or not all(isinstance(e, str) and e for e in excludes):
+            raise ArgumentTypeError(
+                f"JsonOptions.string_excludes must be a sequence of non-empty strings, got {excludes!r}"
+            )
+        object.__setattr__(self, "string_excludes", tuple(excludes))
         if self.retrieve is not None and not callable(self.retrieve):
             raise ArgumentTypeError(
                 f"JsonOptions.retrieve must be a callable URI -> schema or None, got {type(self.retrieve).__name__}"

@@ -68,6 +68,7 @@ from .json_formats import format_dfa
 __all__ = [
     "string_expr",
     "string_literal_expr",
+    "string_literal_without",
     "string_excluding_expr",
     "string_dfa",
     "check_lengths",
@@ -299,20 +300,59 @@ def string_literal_expr(value: str) -> Expr:
     text = encode_basestring_ascii(value)  # json.dumps(value), and with ensure_ascii=False
     if text == encode_basestring(value):  # one spelling per character (an escape is longer
         return lit(text)  # than the raw character): the one literal the loop below gives
-    parts: list[Expr] = [lit('"')]
+    spellings = _literal_spellings(value)
+    if spellings is None:
+        return NOTHING
+    return seq(lit('"'), *(alt(*(lit(s) for s in options)) for options in spellings), lit('"'))
+
+
+def string_literal_without(value: str, excludes: Iterable[str]) -> Expr:
+    """`string_literal_expr(value)` less the spellings whose text between the quotes holds one of
+    `excludes` (XGrammar's json_schema ``excludes`` on a const, an enum value or a property name)."""
+    excludes = list(excludes)
+    text = encode_basestring_ascii(value)
+    if text == encode_basestring(value):  # one spelling
+        return NOTHING if any(e in text[1:-1] for e in excludes) else lit(text)
+    spellings = _literal_spellings(value)
+    if spellings is None:
+        return NOTHING
+    # The spellings as a chain automaton: a character's spellings are its raw code point and an
+    # escape beginning with a backslash, so they part at their first code point (deterministic).
+    trans: list[dict[int, int]] = [{}]
+    state = 0
+    for options in spellings:
+        after = len(trans)
+        trans.append({})
+        for spelling in options:
+            here = state
+            for ch in spelling[:-1]:
+                trans.append({})
+                trans[here][ord(ch)] = len(trans) - 1
+                here = len(trans) - 1
+            trans[here][ord(spelling[-1])] = after
+        state = after
+    chain = Dfa([sorted((cp, cp, t) for cp, t in edges.items()) for edges in trans], [state])
+    automaton = dfa_to_char_fsm(chain.intersect(without_strings(excludes)))
+    return NOTHING if automaton == NOTHING else seq(lit('"'), automaton, lit('"'))
+
+
+def _literal_spellings(value: str) -> list[list[str]] | None:
+    """Per character of `value`, its spellings in `string_literal_expr` (json.dumps with
+    ensure_ascii=True and False); None when no JSON text decodes to `value` (a high surrogate
+    followed by a low one, which json.loads joins)."""
+    spellings = []
     for i, ch in enumerate(value):
         if (
             _HIGH_SURROGATE[0] <= ord(ch) <= _HIGH_SURROGATE[1]
             and i + 1 < len(value)
             and _HIGH_SURROGATE[1] < ord(value[i + 1]) <= SURROGATES[1]
         ):
-            return NOTHING
-        spellings = {json.dumps(ch)[1:-1]}
+            return None
+        options = {json.dumps(ch)[1:-1]}
         if not SURROGATES[0] <= ord(ch) <= SURROGATES[1]:
-            spellings.add(json.dumps(ch, ensure_ascii=False)[1:-1])
-        parts.append(alt(*(lit(s) for s in sorted(spellings))))
-    parts.append(lit('"'))
-    return seq(*parts)
+            options.add(json.dumps(ch, ensure_ascii=False)[1:-1])
+        spellings.append(sorted(options))
+    return spellings
 
 
 _HIGH_SURROGATE = (0xD800, 0xDBFF)

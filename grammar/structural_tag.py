@@ -43,13 +43,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .core.errors import GrammarError
+from .core.errors import GrammarError, SchemaError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.recursion import load_json_text
 from .ebnf import parse_ebnf
 from .fsm.codepoint_dfa import without_strings
 from .ir import (
     MAX_CODE_POINT,
+    NOTHING,
     TOKEN_CLASS_BASE,
     CharFsm,
     Expr,
@@ -68,10 +69,8 @@ from .ir import (
 )
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
-from .json_strings import json_string_without
 from .regex import parse_regex
-from .xml_arguments import ANNOTATIONS as _ANNOTATIONS
-from .xml_arguments import has_own_pattern, plain_string_dfa, xml_arguments
+from .xml_arguments import xml_arguments
 
 __all__ = ["structural_tag_to_grammar", "root_format", "UnsupportedFormatError", "text_without"]
 
@@ -328,26 +327,19 @@ class _Builder:
         return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
 
     def _json_without(self, schema: Any, excludes: list[str], options: JsonOptions, where: str) -> Expr:
-        """A JSON value of `schema` whose strings hold none of `excludes` (XGrammar's json_schema
-        ``excludes``), for schemas of strings: a string with a ``pattern``, or a ``format`` pushmask
-        knows, is held to that alone (XGrammar does not filter it), the others (``minLength`` / ``maxLength`` /
-        ``enum`` / ``const`` kept exactly) are filtered; ``anyOf`` takes each branch so."""
-        if isinstance(schema, dict) and set(schema) - _ANNOTATIONS == {"anyOf"} and isinstance(schema["anyOf"], list):
-            return alt(
-                *(
-                    self._json_without(sub, excludes, options, f"{where}/anyOf/{i}")
-                    for i, sub in enumerate(schema["anyOf"])
-                )
+        """A JSON value of `schema` whose strings (keys and literals included) hold none of
+        `excludes` as written (XGrammar's json_schema ``excludes``; JsonOptions.string_excludes).
+        A schema the exclusions leave without a value is the empty language, as in XGrammar; one
+        without a value anyway stays an error."""
+        try:
+            grammar = json_schema_to_grammar(
+                schema, options.replace(string_excludes=tuple(excludes)), clock=self.clock, limits=self.limits
             )
-        if isinstance(schema, dict) and schema.get("type") == "string" and has_own_pattern(schema):
-            return self._embed(json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits))
-        strings = plain_string_dfa(schema, where)
-        if strings is None:
-            raise UnsupportedFormatError(
-                f"{where}: json_schema excludes are supported on string schemas only (type string with "
-                "minLength / maxLength / pattern / format, enum or const of strings, anyOf of these)"
-            )
-        return json_string_without(strings, excludes, where, self.limits.max_encoded_string_states)
+        except SchemaError:
+            # the schema's own error, if it has one; else the exclusions left no value
+            json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits)
+            return NOTHING
+        return self._embed(grammar)
 
     def _qwen_xml_parameter(self, fmt, where):
         """XGrammar's deprecated name for a json_schema format in style qwen_xml."""

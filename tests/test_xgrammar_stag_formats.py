@@ -15,6 +15,7 @@ import pytest
 
 import pushmask as pm
 from pushmask.grammar.core.errors import GrammarError
+from pushmask.testing import _is_grammar_accept_string
 
 PIECES = ["a", "b", "ab", "ba", "<", ">", "x>", "<a", "中", "中a"]
 STOP = len(PIECES)
@@ -236,7 +237,7 @@ def test_json_schema_excludes_on_strings_are_exact(schema, excludes, max_length)
             text += JSON_PIECES[token]
 
 
-def test_json_schema_excludes_leave_patterns_alone_and_refuse_other_schemas(compiler):
+def test_json_schema_excludes_leave_patterns_alone(compiler):
     def tag(schema) -> dict:
         fmt = {"type": "json_schema", "json_schema": schema, "excludes": ["ab"]}
         return {"type": "structural_tag", "format": fmt}
@@ -246,8 +247,85 @@ def test_json_schema_excludes_leave_patterns_alone_and_refuse_other_schemas(comp
     for text, accepted in (('"ab"', True), ('"b"', True), ('"abab"', False)):
         matcher = pm.GrammarMatcher(compiled)
         assert (matcher.accept_string(text) and matcher.can_end()) == accepted, text
-    with pytest.raises(pm.grammar.structural_tag.UnsupportedFormatError, match="string schemas only"):
-        compiler.compile_structural_tag(tag({"type": "object"}))
+
+
+def written_strings(text: str) -> list[str]:
+    """The contents of a JSON text's strings (keys too) as written: escapes not decoded."""
+    found, at = [], 0
+    while at < len(text):
+        if text[at] != '"':
+            at += 1
+            continue
+        end = at + 1
+        while text[end] != '"':
+            end += 2 if text[end] == "\\" else 1
+        found.append(text[at + 1 : end])
+        at = end + 1
+    return found
+
+
+EXCLUDES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "list": {"type": "array", "items": {"type": "string", "maxLength": 4}},
+        "ab": {"type": "integer"},
+        "fixed": {"enum": ["xaby", "好", {"k": "ab"}]},
+        "tagged": {"type": "string", "pattern": "^ab"},
+    },
+    "patternProperties": {"^p": {"type": "boolean"}},
+    "additionalProperties": {"type": ["string", "null"]},
+}
+EXCLUDES_VALUES = [
+    {},
+    {"ab": 1},
+    {"list": ["a", "b", "ab"]},
+    {"list": ["ba", 'a"b', "你"]},
+    {"fixed": "xaby"},
+    {"fixed": "好"},
+    {"fixed": {"k": "ab"}},
+    {"tagged": "abab"},
+    {"pab": True},
+    {"pab": "x"},
+    {"other": "cab"},
+    {"other": None, "xab": None},
+    {"list": ["aaaaa"]},
+    {"list": [1]},
+]
+
+
+def test_json_schema_excludes_filter_every_string_of_a_value():
+    # The oracle: jsonschema, and no string (key, value or literal) holds "ab" as written, but
+    # those held to a pattern (the "tagged" value, keys matching "^p"), as XGrammar.
+    import jsonschema
+
+    grammar = pm.Grammar.from_structural_tag(
+        {
+            "type": "structural_tag",
+            "format": {"type": "json_schema", "json_schema": EXCLUDES_SCHEMA, "excludes": ["ab"]},
+        }
+    )
+    texts = [json.dumps(v, ensure_ascii=a) for v in EXCLUDES_VALUES for a in (True, False)]
+    texts += ['{"list": ["\\u0061b"]}', '{"x\\u0061b": null}', '{"x\\u0061b": "\\u0061b"}']
+    for text in texts:
+        value = json.loads(text)
+        held_to_pattern = {k for k in value if k.startswith("p")} | {value.get("tagged")}
+        free = [s for s in written_strings(text) if json.loads(f'"{s}"') not in held_to_pattern]
+        expected = jsonschema.Draft202012Validator(EXCLUDES_SCHEMA).is_valid(value) and not any("ab" in s for s in free)
+        assert _is_grammar_accept_string(grammar, text) == expected, text
+
+
+def test_json_schema_excludes_that_leave_no_value_give_the_empty_language():
+    def tag(schema, excludes) -> dict:
+        return {
+            "type": "structural_tag",
+            "format": {"type": "json_schema", "json_schema": schema, "excludes": excludes},
+        }
+
+    required = {"type": "object", "properties": {"bad": {"type": "integer"}}, "required": ["bad"]}
+    grammar = pm.Grammar.from_structural_tag(tag(required, ["bad"]))
+    assert not _is_grammar_accept_string(grammar, '{"bad": 1}') and not _is_grammar_accept_string(grammar, "{}")
+    with pytest.raises(pm.SchemaError, match="unsatisfiable"):  # the schema's own error stays one
+        pm.Grammar.from_structural_tag(tag({"type": "integer", "minimum": 2, "maximum": 1}, ["bad"]))
 
 
 def test_xml_argument_excludes_filter_raw_values_and_names(compiler):

@@ -28,12 +28,16 @@ from .keywords import (
 from .layout import Layout
 from .leaves import (
     ANY_STRING,
+    any_string_dfa,
     budgeted_dfa_op,
     cached_leaf,
+    json_string_expr,
+    json_string_without,
     number_leaf,
     pattern_dfa,
     string_dfa,
     string_literal_expr,
+    string_literal_without,
 )
 from .objects import object_expr
 from .scalars import number_value, string_value
@@ -114,6 +118,22 @@ class Emitter:
         """json_strings.string_dfa (length, pattern, format) within Limits.max_string_states."""
         return string_dfa(**constraints, budget=self.ctx.limits.max_string_states)
 
+    def string_literal(self, value: str) -> Expr:
+        """The JSON string token of a const / enum value or a property name: `string_literal_expr`,
+        less the spellings holding one of JsonOptions.string_excludes."""
+        excludes = self.ctx.options.string_excludes
+        return string_literal_without(value, excludes) if excludes else string_literal_expr(value)
+
+    def string_token(self, dfa, pointer: str, keyword: str, filtered: bool = True) -> Expr:
+        """The JSON string tokens of the decoded strings `dfa` accepts (None: any string); when
+        `filtered`, less the spellings holding one of JsonOptions.string_excludes (a string held
+        to a pattern or a known format is not filtered, as in XGrammar)."""
+        budget = self.ctx.limits.max_encoded_string_states
+        excludes = self.ctx.options.string_excludes
+        if excludes and filtered:
+            return json_string_without(any_string_dfa() if dfa is None else dfa, excludes, pointer, budget)
+        return ANY_STRING if dfa is None else json_string_expr(dfa, pointer, keyword, budget)
+
     def value(self, schema, pointer: str, depth) -> Expr:
         """The IR for any JSON text valid against `schema` at indent depth `depth`."""
         self.ctx.clock.check(f"the subschema at {pointer}")
@@ -177,7 +197,7 @@ class Emitter:
         self.memo[key] = Ref(names["value"])
         if ("json_string",) not in self.memo:
             sname = self.new_rule("json_string")
-            self.rules[sname] = ANY_STRING
+            self.rules[sname] = self.string_token(None, "#", "excludes")
             self.memo[("json_string",)] = Ref(sname)
             nname = self.new_rule("json_number")
             self.rules[nname] = number_leaf(pointer="#", budget=self.ctx.limits.max_string_states)
@@ -249,7 +269,7 @@ class Emitter:
         if isinstance(value, (int, float)):
             return cached_leaf("literal", {"value": value})
         if isinstance(value, str):
-            return string_literal_expr(value)
+            return self.string_literal(value)
         child = self.layout.child(depth)
         if isinstance(value, list):
             o, first, nxt, _, end, close_e, close_ne = self.layout.parts(depth, "[", "]")
@@ -261,7 +281,7 @@ class Emitter:
         if not value:
             return seq(o, close_e)
         items = [
-            seq(first if i == 0 else nxt, string_literal_expr(k), colon, self.literal(v, child), end)
+            seq(first if i == 0 else nxt, self.string_literal(k), colon, self.literal(v, child), end)
             for i, (k, v) in enumerate(value.items())
         ]
         return seq(o, *items, close_ne)

@@ -19,8 +19,10 @@ from ..json_strings import (
     RAW_STRING_CHAR,
     check_lengths,
     json_string_expr,
+    json_string_without,
     string_dfa,
     string_literal_expr,
+    string_literal_without,
 )
 
 # The string-automaton names the package uses come through here: one importer of those modules in it.
@@ -33,10 +35,12 @@ __all__ = [
     "check_lengths",
     "format_dfa",
     "json_string_expr",
+    "json_string_without",
     "literal_dfa",
     "pattern_dfa",
     "string_dfa",
     "string_literal_expr",
+    "string_literal_without",
 ]
 
 _leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(4096, name="JSON Schema leaf automata: numbers")

@@ -15,7 +15,7 @@ from ..passes import expr_nodes
 from .documents import escape_pointer
 from .forms import ObjectForm, RefMarker, Term, Witness
 from .keywords import is_true
-from .leaves import any_string_dfa, budgeted_dfa_op, json_string_expr, literal_dfa, pattern_search, string_literal_expr
+from .leaves import any_string_dfa, budgeted_dfa_op, format_dfa, literal_dfa, pattern_search
 
 if TYPE_CHECKING:
     from .emit import Emitter
@@ -196,12 +196,14 @@ def _named_members(em: Emitter, t: _ObjectTerm, order: list, colon, end, child) 
             else NOTHING
         )
         is_req = name in t.required
-        if vexpr == NOTHING:
+        key = em.string_literal(name)  # NOTHING when JsonOptions.string_excludes rule out the name
+        if vexpr == NOTHING or key == NOTHING:
             if is_req:
-                em.ctx.note_empty(f"{t.pointer}/required", f"required property {name!r} cannot have any value")
+                why = "cannot have any value" if key != NOTHING else "holds an excluded string"
+                em.ctx.note_empty(f"{t.pointer}/required", f"required property {name!r} {why}")
                 return None
             continue
-        members.append((seq(string_literal_expr(name), colon, vexpr, end), is_req))
+        members.append((seq(key, colon, vexpr, end), is_req))
         if is_req:
             required_rank.append(t.required.index(name))
     return members, required_rank
@@ -337,11 +339,13 @@ def witness_member(
             continue
         value = em.value(wanted_value if is_true(own) else {"allOf": [own, wanted_value]}, where, child)
         if value != NOTHING:
-            alternatives.append(seq(string_literal_expr(name), colon, value, end))
+            alternatives.append(seq(em.string_literal(name), colon, value, end))
     key_dfa = fits
     if defined:
         key_dfa = em.dfa_op(key_dfa.difference, literal_dfa(defined), "not", pointer)
-    alternatives += unnamed_members(em, key_dfa, patterns, addl, wanted_value, pointer, colon, end, child)
+    alternatives += unnamed_members(
+        em, key_dfa, patterns, addl, wanted_value, pointer, colon, end, child, filtered=names is None
+    )
     return alt(*alternatives)
 
 
@@ -350,6 +354,7 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
     if addl is False and not patterns:
         return None
     key_dfa = any_string_dfa()
+    filtered = True  # names held to a propertyNames pattern or format are not (as in XGrammar)
     if names_terms is not None:
         if not names_terms:
             return None
@@ -363,19 +368,23 @@ def extra_members(em: Emitter, defined, patterns, addl, names_schema, names_term
             d = _names_string_dfa(em, names_terms[0], f"{pointer}/propertyNames")
             if d is not None:
                 key_dfa = d
+            strings = names_terms[0].string
+            filtered = not strings.patterns and (strings.format is None or format_dfa(strings.format) is None)
     if defined:
         key_dfa = em.dfa_op(key_dfa.difference, literal_dfa(defined), "additionalProperties", pointer)
-    alternatives = unnamed_members(em, key_dfa, patterns, addl, True, pointer, colon, end, child)
+    alternatives = unnamed_members(em, key_dfa, patterns, addl, True, pointer, colon, end, child, filtered)
     if not alternatives:
         return None
     expr = alt(*alternatives)
     return em.rule_ref("extra_member", expr) if expr_nodes(expr, fsm_edges=True) > 200 else expr
 
 
-def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, end, child) -> list:
+def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, end, child, filtered: bool) -> list:
     """Member alternatives for keys in `key_dfa` (none of them a named property), one per set
     of patterns a key can match: the value must satisfy those patterns' schemas (or
-    additionalProperties when it matches none), and the schema `also`."""
+    additionalProperties when it matches none), and the schema `also`.  The keys matching no
+    pattern are `filtered` by JsonOptions.string_excludes (when False, or past a pattern, they
+    are held to that pattern alone, as in XGrammar)."""
     pats = list(patterns)
     if len(pats) > 24:
         raise UnsupportedSchemaError("patternProperties", f"{pointer}/patternProperties", "more than 24 patterns")
@@ -406,7 +415,7 @@ def unnamed_members(em: Emitter, key_dfa, patterns, addl, also, pointer, colon, 
         vexpr = em.value(value_schema(mask), f"{pointer}/additionalProperties", child)
         if vexpr == NOTHING:
             continue
-        key = json_string_expr(dfa, pointer, "additionalProperties", em.ctx.limits.max_encoded_string_states)
+        key = em.string_token(dfa, pointer, "additionalProperties", filtered and mask == 0)
         alternatives.append(seq(key, colon, vexpr, end))
     return alternatives
 

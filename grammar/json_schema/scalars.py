@@ -9,14 +9,12 @@ from ..core.errors import SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, alt, lit, seq
 from .forms import Term, ranges_disjoint
 from .leaves import (
-    ANY_STRING,
     JSON_ESCAPE,
     RAW_STRING_CHAR,
     any_string_dfa,
     check_lengths,
     format_dfa,
     integer_leaf,
-    json_string_expr,
     literal_dfa,
     number_leaf,
 )
@@ -50,7 +48,16 @@ def string_value(em: Emitter, f: Term, pointer: str) -> Expr:
     if hi is not None and lo > hi:  # e.g. merged from allOf/oneOf branches: this term is empty
         em.ctx.note_empty(pointer, f"minLength {lo} > maxLength {hi}: no string satisfies both")
         return NOTHING
-    if max(lo, hi or 0) > SHORT_STRING and not patterns and not exclusions and (fmt is None or format_dfa(fmt) is None):
+    # JsonOptions.string_excludes filter the strings not held to a pattern or a known format (XGrammar's)
+    own_pattern = bool(s.patterns) or (fmt is not None and format_dfa(fmt) is not None)
+    filtered = bool(em.ctx.options.string_excludes) and not own_pattern
+    if (
+        max(lo, hi or 0) > SHORT_STRING
+        and not patterns
+        and not exclusions
+        and not filtered
+        and (fmt is None or format_dfa(fmt) is None)
+    ):
         # only a length constraint: count characters, escapes as one shared rule
         key = ("string_chars", lo, hi)
         if key not in em.memo:  # one rule per length bound: shared by its strings, not inlined
@@ -67,7 +74,7 @@ def string_value(em: Emitter, f: Term, pointer: str) -> Expr:
         em.ctx.unsupported("format", pointer, str(exc.message))
         dfa = em.string_dfa(min_length=lo, max_length=hi, pattern=patterns[0] if patterns else None, pointer=pointer)
     if dfa is None and len(patterns) <= 1 and not exclusions:
-        return ANY_STRING
+        return em.string_token(None, pointer, "pattern", filtered)
     if dfa is None:
         dfa = any_string_dfa()
     for extra in patterns[1:]:
@@ -76,7 +83,7 @@ def string_value(em: Emitter, f: Term, pointer: str) -> Expr:
         dfa = em.dfa_op(dfa.difference, literal_dfa(excluded), "not", pointer)
     for pattern in excluded_patterns:
         dfa = em.dfa_op(dfa.difference, em.pattern_dfa(pattern, f"{pointer}/not/pattern"), "not", pointer)
-    return json_string_expr(dfa, pointer, budget=em.ctx.limits.max_encoded_string_states)
+    return em.string_token(dfa, pointer, "pattern", filtered)
 
 
 def json_char(em: Emitter) -> Expr:
