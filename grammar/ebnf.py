@@ -78,6 +78,16 @@ JSON_STRING_CHARS = ((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT))
 """The code points a JSON string holds unescaped: all but '"', '\\' and U+0000-U+001F."""
 
 
+def substring_runs(chunks: list[str]) -> Expr:
+    """Any run of consecutive chunks, whole and in order (the empty run included): c_i ... c_j for
+    i <= j (XGrammar's `Substring` macro and Lark ``%regex``); the runs from each chunk share
+    the runs from the next."""
+    runs: list[Expr] = []  # runs[k]: the runs starting at chunk len-1-k
+    for chunk in reversed(chunks):
+        runs.append(seq(lit(chunk), rep(runs[-1], 0, 1)) if runs else lit(chunk))
+    return alt(EPSILON, *runs)
+
+
 @dataclass(frozen=True)
 class MacroArg:
     """One argument of a macro: kind is "string", "int", "bool", "name" or "tuple" (a list of
@@ -433,10 +443,7 @@ class _Parser:
         for argument in positional:
             if argument.kind != "string":
                 raise self.error("Substring() arguments must be strings", argument.pos)
-        runs: list[Expr] = []  # runs[k]: the runs starting at chunk len-1-k
-        for argument in reversed(positional):
-            runs.append(seq(lit(argument.value), rep(runs[-1], 0, 1)) if runs else lit(argument.value))
-        return alt(EPSILON, *runs)
+        return substring_runs([argument.value for argument in positional])
 
     def tag_dispatch_macro(self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int) -> Expr:
         """XGrammar's `TagDispatch(("tag", rule), ..., excludes=(...), loop_after_dispatch=true)`:

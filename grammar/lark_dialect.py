@@ -11,8 +11,12 @@ which skips strings, regexes and comments as lark's lexer does, rewrites them:
   of the outer grammar inside it);
 * ``%grammar_options {...}`` lines are read (``allow_initial_skip``) and removed.
 
+XGrammar's structured regex ``%regex {"substring_chunks": [...]}`` / ``{"substring_chars": "..."}``
+(any run of consecutive chunks) is EBNF's ``Substring`` in a rule (a placeholder, as above) and a
+/regex/ of its runs in a terminal.
+
 Constructs of the dialect pushmask does not have (rule attributes such as ``[max_tokens=..]``,
-``&``, ``~`` as complement, ``%regex {...}``) are refused with a GrammarError at their line and
+``&``, ``~`` as complement) are refused with a GrammarError at their line and
 column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front end (it resolves them with the
 tokenizer); a malformed one is refused here.  Every rewrite keeps the language exact: it writes the
 same construct in lark's syntax.  `SourceMap` maps a position in the translated text back to the
@@ -70,7 +74,8 @@ _GRAMMAR_OPTIONS = {"allow_initial_skip": None, "no_forcing": False, "allow_inva
 @dataclass(frozen=True)
 class Embedded:
     """A grammar written inside the Lark text: `kind` "json" (value: the schema), "lark" (value:
-    the nested grammar's text) or "named" (value: the name after @), at `line`, `column`."""
+    the nested grammar's text), "named" (value: the name after @) or "substring" (value: the
+    chunks of a ``%regex``), at `line`, `column`."""
 
     kind: str
     value: Any
@@ -365,9 +370,46 @@ class _Translator:
                 raise self.error("expected '}' to close the %lark grammar", start)
             return self.embed("lark", text[start + 1 : end], i, end + 1)
         if name == "%regex":
-            raise self.error("%regex {...} (XGrammar's structured regex) is not supported; write a /regex/", i)
+            start = _skip(_WHITESPACE, text, after)
+            spec, end = self.json_value("%regex", start)
+            chunks = self.structured_regex(spec, i)
+            if not self.in_terminal:
+                return self.embed("substring", chunks, i, end)
+            pattern = _substring_regex(chunks)
+            if len(pattern) > MAX_TERMINAL_SUBSTRING_REGEX:
+                raise self.error(
+                    f"%regex in a terminal is written out as a regex of every run of its {len(chunks)} "
+                    f"chunks, longer than {MAX_TERMINAL_SUBSTRING_REGEX} characters; use it in a rule",
+                    i,
+                )
+            self.atom_start = self.out_len
+            self.rewrite(pattern, end)
+            return end
         self.emit(name)
         return after
+
+    def structured_regex(self, spec: Any, at: int) -> list[str]:
+        """The chunks of XGrammar's structured regex ``%regex {"substring_chunks": [...]}`` or
+        ``{"substring_chars": "..."}`` (each code point a chunk), checked with XGrammar's words."""
+        if not isinstance(spec, dict):
+            raise self.error("%regex value must be an object", at)
+        for key in spec:
+            if key not in ("substring_chunks", "substring_chars", "substring_words"):
+                raise self.error(f"unknown field '{key}' in %regex", at)
+        if not spec:
+            raise self.error("no fields set on %regex", at)
+        if len(spec) > 1:
+            raise self.error("only one field can be set on %regex", at)
+        ((field, value),) = spec.items()
+        if field == "substring_words":
+            raise self.error("substring_words is not supported yet", at)
+        if field == "substring_chars":
+            if not isinstance(value, str):
+                raise self.error("substring_chars must be a string", at)
+            return list(value)
+        if not isinstance(value, list) or not all(isinstance(chunk, str) for chunk in value):
+            raise self.error("substring_chunks must be an array of strings", at)
+        return value
 
     def json_value(self, directive: str, start: int) -> tuple[Any, int]:
         """The JSON value written at `start` after `directive`, and where it ends; nested no deeper
@@ -450,6 +492,32 @@ class _Translator:
                 raise self.error(f"%grammar_options option {option!r} is not supported (only {accepted})", start)
         self.rewrite("", end)
         return end
+
+
+MAX_TERMINAL_SUBSTRING_REGEX = 1 << 16
+"""The longest regex a terminal's ``%regex`` is written out as (its size grows with the square of
+the chunks); a rule's ``%regex`` is the EBNF ``Substring`` automaton, of any size."""
+
+
+def _substring_regex(chunks: list[str]) -> str:
+    """The runs of consecutive chunks (the empty run included) as a lark /regex/: the runs from
+    each chunk on, each a chain of optional continuations."""
+
+    def spelled(chunk: str) -> str:
+        """ASCII punctuation escaped with a backslash; other characters but ASCII letters and
+        digits as \\U escapes (lark reads them as the character, never a regex operator)."""
+        return "".join(
+            ch if ch.isascii() and ch.isalnum() else "\\" + ch if " " <= ch <= "~" else f"\\U{ord(ch):08x}"
+            for ch in chunk
+        )
+
+    runs = []
+    for first in range(len(chunks)):
+        chain = ""
+        for chunk in reversed(chunks[first + 1 :]):
+            chain = f"(?:{spelled(chunk)}{chain})?"
+        runs.append(spelled(chunks[first]) + chain)
+    return f"/(?:{'|'.join(runs)})?/" if runs else '""'
 
 
 def _python_regex(body: str) -> str:

@@ -44,7 +44,7 @@ from lark.load_grammar import _literal_to_pattern, _parse_grammar, load_grammar
 
 from .core.errors import GrammarError, LimitExceededError, PushmaskError, check_argument
 from .core.limits import DEFAULT_LIMITS
-from .ebnf import token_expr
+from .ebnf import substring_runs, token_expr
 from .ir import (
     NOTHING,
     SURROGATES,
@@ -493,7 +493,7 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
 
 
 def _embedded_grammar(text: str, embedded: Embedded, context: _Context, chain: tuple[str, ...]) -> Grammar:
-    """The IR of a %json schema, a nested %lark grammar or a named grammar written in `text`."""
+    """The IR of a %json schema, a nested %lark grammar, a named grammar or a %regex written in `text`."""
     from .frontends import to_grammar  # frontends imports this module
     from .json_options import JsonOptions
 
@@ -503,6 +503,8 @@ def _embedded_grammar(text: str, embedded: Embedded, context: _Context, chain: t
             return to_grammar("json_schema", embedded.value, json_options=JsonOptions.xgrammar())
         except PushmaskError as exc:
             raise lark_error(text, f"failed to compile inline JSON schema: {exc}", *where) from None
+    if embedded.kind == "substring":
+        return Grammar({"root": substring_runs(embedded.value)}, "root")
     if embedded.kind == "lark":
         try:
             return _parse(embedded.value, "start", context, chain)

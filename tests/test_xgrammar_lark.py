@@ -110,6 +110,28 @@ def test_token_sets_accept_exactly_the_ids_they_name():
 
 
 @pytest.mark.parametrize(
+    "chunks",
+    [["ab", "c", "ab"], ["a", "", "b", "a"], ["x\0", "é🙂", "(/", "*\\"]],
+)
+@pytest.mark.parametrize("in_terminal", [False, True])
+def test_structured_regex_is_every_run_of_consecutive_chunks(chunks, in_terminal):
+    # The oracle: the runs c_i ... c_j (i <= j) and the empty run, by brute force; XGrammar's
+    # substring_chunks, in a rule (EBNF's Substring) and in a terminal (a regex of the runs).
+    runs = {""} | {"".join(chunks[i : j + 1]) for i in range(len(chunks)) for j in range(i, len(chunks))}
+    spec = json.dumps({"substring_chunks": chunks})
+    text = f'start: "<" RUN ">"\nRUN: %regex {spec}' if in_terminal else f'start: "<" %regex {spec} ">"'
+    grammar = pm.Grammar.from_lark(text)
+    assert all(_accepts(grammar, f"<{run}>") for run in runs)
+    for length in range(4):
+        for pieces in itertools.product({ch for chunk in chunks for ch in chunk}, repeat=length):
+            candidate = "".join(pieces)
+            assert _accepts(grammar, f"<{candidate}>") == (candidate in runs), candidate
+    chars = pm.Grammar.from_lark('start: %regex {"substring_chars": "a🙂b"}')
+    assert all(_accepts(chars, run) for run in ["", "a", "🙂", "a🙂", "🙂b", "a🙂b"])
+    assert not any(_accepts(chars, text) for text in ["ab", "ba", "a🙂🙂"])
+
+
+@pytest.mark.parametrize(
     ("text", "words", "line", "column"),
     [
         ('start: "a"{3,2}', "repetition end must be greater than or equal to start", 1, 11),
@@ -125,6 +147,9 @@ def test_token_sets_accept_exactly_the_ids_they_name():
         ('start: "a" %json {"type": "string"} oops', "unknown name 'oops'", 1, 1),
         ("start: <[3-1]>", "invalid numeric special-token range", 1, 8),
         ("start: TOKEN\nTOKEN: <[1]>", "special tokens cannot be used in terminals", 2, 8),
+        ('start: "a"\n  | %regex {"unknown": "a"}', "unknown field 'unknown' in %regex", 2, 5),
+        ('start: %regex {"substring_chunks": ["a", 1]}', "substring_chunks must be an array of strings", 1, 8),
+        ('start: %regex {"substring_words": "a b"}', "substring_words is not supported yet", 1, 8),
     ],
 )
 def test_dialect_errors_say_what_and_where_in_the_users_text(text, words, line, column):
