@@ -60,7 +60,7 @@ _BLANKS = re.compile(r"[ \t]*")
 _DIRECTIVE = re.compile(r"%\w*")
 _WHITESPACE = re.compile(r"\s*")
 _DIALECT_HINTS = re.compile(
-    r"[{@&<]|%(json|lark|regex|grammar_options)|~\s*[^\s\d]|\\[uc]|\(\?<|\w\[|\.\."
+    r"[{@&<]|%(json|lark|regex|grammar_options)|~\s*[^\s\d]|\\[ucxU]|\(\?<|\w\[|\.\."
     r'|^(?:[^"\n]|"(?:[^"\\\n]|\\.)*")*"(?:[^"\\\n]|\\.)*$'
     r"|/[imsu]*[lx]|^[^/\n]*/(?:[^/\\\n]|\\.)*$",
     re.MULTILINE,
@@ -325,12 +325,29 @@ class _Translator:
                 raise self.error(f"regular-expression flag {text[j]!r} is not supported", j)
             j += 1
         self.atom_start = self.out_len
+        self.check_hex_escapes(i + 1, body_end)
         body = _python_regex(text[i + 1 : body_end])
         if body == text[i + 1 : body_end]:
             self.emit(text[i:j])
         else:
             self.rewrite(f"/{body}/{text[body_end + 1 : j]}", j)
         return j
+
+    def check_hex_escapes(self, start: int, end: int) -> None:
+        """XGrammar's error for a \\x / \\u / \\U escape in text[start:end] without its hex
+        digits (lark would fail decoding the body, with no position)."""
+        text, j = self.text, start
+        while j < end:
+            if text[j] != "\\":
+                j += 1
+                continue
+            kind = text[j + 1 : j + 2]
+            width = _HEX_ESCAPE_WIDTHS.get(kind)
+            digits = text[j + 2 : j + 2 + (width or 0)]
+            if width and not text.startswith("u{", j + 1) and not (len(digits) == width and _is_hex(digits)):
+                words = {2: "two", 4: "four", 8: "eight"}[width]
+                raise self.error(f"\\{kind} must be followed by {words} hexadecimal digits", j)
+            j += 2
 
     def token(self, i: int) -> int:
         """A token terminal <...>, checked and copied (the front end resolves it)."""
@@ -520,6 +537,13 @@ def _substring_regex(chunks: list[str]) -> str:
     return f"/(?:{'|'.join(runs)})?/" if runs else '""'
 
 
+_HEX_ESCAPE_WIDTHS = {"x": 2, "u": 4, "U": 8}
+
+
+def _is_hex(digits: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in digits)
+
+
 def _python_regex(body: str) -> str:
     """A regex body with XGrammar's (ECMAScript's) escapes written the way Python's `re` reads
     them, matching the same characters: `\\u{1F600}` is `\\U0001F600`, `\\cA` (control-A) is
@@ -529,7 +553,7 @@ def _python_regex(body: str) -> str:
         if body[i] == "\\" and body.startswith("u{", i + 1):
             end = body.find("}", i)
             digits = body[i + 3 : end] if end > 0 else ""
-            if digits and all(c in "0123456789abcdefABCDEF" for c in digits) and int(digits, 16) <= 0x10FFFF:
+            if digits and _is_hex(digits) and int(digits, 16) <= 0x10FFFF:
                 out.append(f"\\U{int(digits, 16):08X}")
                 i = end + 1
                 continue

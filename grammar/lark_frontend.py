@@ -547,6 +547,14 @@ _XGRAMMAR_WORDS = [
         "unknown name '{0}' in %ignore",
     ),
     (re.compile(r"Alias expects lowercase name"), "expected alias name after '->' (a lowercase name)"),
+    (
+        re.compile(r"bad escape \\([pP]) at position \d+"),
+        "Unicode property escape \\{0} is not supported; use an explicit class like [a-zA-Z\\u00c0-\\u024f]",
+    ),
+    (
+        re.compile(r"(/[^\n]*?\[\^?\][^\n]*?: unterminated character set at position \d+)"),
+        "{0} (an Empty character class '[]' or '[^]' is not supported: a ']' right after it is a literal)",
+    ),
 ]
 
 

@@ -334,19 +334,21 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
         raise GrammarError("regex ends with a lone backslash; escape it as \\\\", 1, col)
     e = pattern[i + 1]
     if not in_class and e in "123456789":
-        raise GrammarError(f"backreference \\{e} is not supported; {_HINT_BACKREF}", 1, col)
+        raise GrammarError(f"Backreference \\{e} is not supported: {_HINT_BACKREF}", 1, col)
     if not in_class and e == "k":
-        raise GrammarError(f"named backreference \\k is not supported; {_HINT_BACKREF}", 1, col)
+        raise GrammarError(f"Backreference \\k (named) is not supported: {_HINT_BACKREF}", 1, col)
     if e in "pPN":
         raise GrammarError(
             f"Unicode property escape \\{e} is not supported; use an explicit class like [a-zA-Z\\u00c0-\\u024f]",
             1,
             col,
         )
-    if not in_class and e in "bBAZzG":
+    if not in_class and e in "bB":  # XGrammar's words
         raise GrammarError(
-            f"anchor/word boundary \\{e} is not supported; the regex already matches the whole string", 1, col
+            f"Word boundary assertion \\{e} is not supported; the regex already matches the whole string", 1, col
         )
+    if not in_class and e in "AZzG":
+        raise GrammarError(f"anchor \\{e} is not supported; the regex already matches the whole string", 1, col)
     if e == "u" and pattern.startswith("{", i + 2):  # \u{H...}: one to six hex digits (ECMAScript's u mode)
         close = pattern.find("}", i + 3, end)
         digits = pattern[i + 3 : close] if close > 0 else ""
@@ -362,10 +364,13 @@ def _rewrite_escape(pattern: str, i: int, end: int, in_class: bool) -> tuple[str
         width = 4 if e == "u" else 8
         code = read_hex(pattern, i + 2, width)
         if code is None:
-            raise GrammarError(f"bad escape \\{e}: expected {width} hex digits", 1, col)
+            digits = "four" if e == "u" else "eight"
+            raise GrammarError(f"bad escape: \\{e} must be followed by {digits} hexadecimal digits", 1, col)
         if code > 0x10FFFF or SURROGATES[0] <= code <= SURROGATES[1]:
             raise GrammarError(f"escape \\{e}{pattern[i + 2 : i + 2 + width]} is not a Unicode scalar value", 1, col)
         return _escape_literal(chr(code)), i + 2 + width
+    if e == "x" and read_hex(pattern, i + 2, 2) is None:
+        raise GrammarError("bad escape: \\x must be followed by two hexadecimal digits", 1, col)
     return pattern[i : i + 2], i + 2
 
 
@@ -396,6 +401,7 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
     i = 0
     n = len(pattern)
     in_class = False
+    class_start = 0
     depth = 0
     if pattern.startswith("^"):
         i = 1
@@ -420,7 +426,7 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
             continue
         if c == "[":
             in_class = True
-            start = i
+            start = class_start = i
             i += 1
             if i < end and pattern[i] == "^":
                 i += 1
@@ -445,13 +451,15 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
         if c == "(" and pattern.startswith("(?", i):
             rest = pattern[i + 2 : i + 4]
             if rest[:1] in ("=", "!") or rest in ("<=", "<!"):
+                kind = "Lookbehind" if rest[0] == "<" else "Lookahead"  # XGrammar's words
                 raise GrammarError(
-                    f"lookaround {pattern[i : i + 3 + (rest[0] == '<')]!r}...) is not supported; {_HINT_LOOKAROUND}",
+                    f"{kind} assertion {pattern[i : i + 3 + (rest[0] == '<')]!r}...) is not supported: "
+                    f"{_HINT_LOOKAROUND}",
                     1,
                     col,
                 )
             if pattern.startswith("(?P=", i):
-                raise GrammarError(f"named backreference (?P=...) is not supported; {_HINT_BACKREF}", 1, col)
+                raise GrammarError(f"Backreference (?P=...) (named) is not supported: {_HINT_BACKREF}", 1, col)
             if rest[:1] == "(":
                 raise GrammarError("conditional groups (?(...)...) are not supported; split into alternatives", 1, col)
             named = _ANGLE_NAMED_GROUP.match(pattern, i)
@@ -477,7 +485,13 @@ def preprocess_regex(pattern: str, max_nesting: int = DEFAULT_LIMITS.max_nesting
         emit(c, i)
         i += 1
     if in_class:
-        raise GrammarError("unterminated character class; add ']'", 1, n + 1)
+        empty = pattern.startswith(("[]", "[^]"), class_start)
+        raise GrammarError(
+            "unterminated character class; add ']'"
+            + (" (an Empty character class '[]' or '[^]' is not supported: a ']' right after it is a literal)" * empty),
+            1,
+            n + 1,
+        )
     where.append(n)
     return "".join(out), where
 

@@ -150,6 +150,10 @@ def test_structured_regex_is_every_run_of_consecutive_chunks(chunks, in_terminal
         ('start: "a"\n  | %regex {"unknown": "a"}', "unknown field 'unknown' in %regex", 2, 5),
         ('start: %regex {"substring_chunks": ["a", 1]}', "substring_chunks must be an array of strings", 1, 8),
         ('start: %regex {"substring_words": "a b"}', "substring_words is not supported yet", 1, 8),
+        ("start: /a\\b/", "Word boundary assertion", 1, 8),
+        ("start: /\\p{L}/", "Unicode property escape", 1, 8),
+        ("start: /[]/", "Empty character class", 1, 8),
+        ('start: "a"\n  | /x\\uZZ/', "must be followed by four hexadecimal digits", 2, 7),
     ],
 )
 def test_dialect_errors_say_what_and_where_in_the_users_text(text, words, line, column):

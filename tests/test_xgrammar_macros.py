@@ -237,6 +237,27 @@ def test_regex_escapes_beyond_unicode_and_lookbehinds_are_refused(pattern):
         pm.Grammar.from_ebnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}")')
 
 
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        (r"a\b", "Word boundary assertion"),
+        (r"(a)\1", "Backreference"),
+        (r"(?<n>a)\k<n>", "Backreference"),
+        ("(?<=a)b", "Lookbehind assertion"),
+        ("a(?=b)c", "Lookahead assertion"),
+        (r"\p{L}", "Unicode property escape"),
+        ("[^]", "Empty character class"),
+        (r"\uZZ", "must be followed by four hexadecimal digits"),
+        (r"\x4", "must be followed by two hexadecimal digits"),
+        (r"\u{110000}", "beyond the Unicode range"),
+    ],
+)
+def test_regex_refusals_use_xgrammars_words_and_are_runtime_errors(pattern, words):
+    with pytest.raises(RuntimeError, match=words) as caught:
+        pm.Grammar.from_ebnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}")')
+    assert isinstance(caught.value, pm.GrammarError)
+
+
 def test_regex_errors_give_the_column_in_the_pattern_as_written():
     for options in ("", ', flags="is"'):
         with pytest.raises(pm.GrammarError, match=r"possessive .* \(pattern column 3\)"):
