@@ -43,7 +43,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .core.errors import GrammarError, SchemaError
+from .core.errors import GrammarError
 from .core.limits import DEFAULT_LIMITS, Limits
 from .core.recursion import load_json_text
 from .ebnf import parse_ebnf
@@ -331,12 +331,10 @@ class _Builder:
         `excludes` as written (XGrammar's json_schema ``excludes``; JsonOptions.string_excludes).
         A schema the exclusions leave without a value is the empty language, as in XGrammar; one
         without a value anyway stays an error."""
-        try:
-            grammar = json_schema_to_grammar(
-                schema, options.replace(string_excludes=tuple(excludes)), clock=self.clock, limits=self.limits
-            )
-        except SchemaError:
-            # the schema's own error, if it has one; else the exclusions left no value
+        filtered = options.replace(string_excludes=tuple(excludes), unsatisfiable="empty")
+        grammar = json_schema_to_grammar(schema, filtered, clock=self.clock, limits=self.limits)
+        if grammar.rules[grammar.root] == NOTHING:
+            # the schema's own error, if it has no value anyway; else the exclusions left none
             json_schema_to_grammar(schema, options, clock=self.clock, limits=self.limits)
             return NOTHING
         return self._embed(grammar)

@@ -326,6 +326,9 @@ def test_json_schema_excludes_that_leave_no_value_give_the_empty_language():
     assert not _is_grammar_accept_string(grammar, '{"bad": 1}') and not _is_grammar_accept_string(grammar, "{}")
     with pytest.raises(pm.SchemaError, match="unsatisfiable"):  # the schema's own error stays one
         pm.Grammar.from_structural_tag(tag({"type": "integer", "minimum": 2, "maximum": 1}, ["bad"]))
+    # a length too long to count beside the exclusions is refused, never compiled as no value
+    with pytest.raises(pm.UnsupportedSchemaError, match="maxLength"):
+        pm.Grammar.from_structural_tag(tag({"type": "string", "maxLength": 100_000}, ["bad"]))
 
 
 def test_xml_argument_excludes_filter_raw_values_and_names(compiler):
