@@ -66,6 +66,13 @@ MAX_CHARS_LIMIT = 2**31 - 1
 MAX_TOKENS_LIMIT = 1_000_000
 _MATCHER_ATTRIBUTES = ("capture", "stop_capture", "temperature", "max_tokens")
 """Attributes that drive XGrammar's matcher (captures, sampling temperature, token budgets): refused."""
+_ANY_TEXT_PATTERNS = ("(.|\\n)*", "(\\n|.)*", "(?s:.*)", "(?:.|\\n)*", "(?:\\n|.)*", "[\\s\\S]*")
+"""The regexes XGrammar reads as any text (without the s flag; with it, `.*`)."""
+_FIXED_STRING = re.compile(r'"(?:[^"\\\n]|\\.)+"')
+_REGEX_LITERAL = re.compile(r"/((?:[^/\\\n]|\\.)*)/([a-z]*)")
+_LAZY_TRIGGER = re.compile(r'(\S+)[ \t]+("(?:[^"\\\n]|\\.)+")')
+_FIXED_REGEX = re.compile(r"(?:[^\\.^$|?*+()\[\]{}]|\\[^dDsSwWbBpPuxc0-9])+")
+"""A regex that matches one fixed string (literal characters and escaped punctuation)."""
 _DYNAMIC_DISPATCH = re.compile(r"\s*(?:\(\s*\w+(?:\s*\|\s*\w+)*\s*\)|\w+)\s*\*\s*\w+\s*")
 """XGrammar's dynamic-dispatch start rule, `start: (tool | ...)* tail`: its lazy heads share one
 trigger automaton there, a language pushmask does not build, so lazy rules beside it are refused."""
@@ -109,6 +116,9 @@ class RuleAttributes:
     rule: str
     lazy: bool = False
     max_chars: int | None = None
+    triggered: bool = False
+    """XGrammar's trigger form (any text, then a fixed string): every prefix of the lazy
+    language is in it too (the text may end before the trigger)."""
 
 
 @dataclass
@@ -435,6 +445,7 @@ class _Translator:
             marker = f"/{_python_regex(marker[1:flags_at])}{marker[flags_at:]}"
         lazy = "lazy" in values or bool(marker)
         max_chars = int(values["max_chars"][0]) if "max_chars" in values else None
+        triggered = lazy and self.triggered_lazy(marker, body_start)
         if max_chars is not None and (lazy or re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE)):
             raise self.error(
                 "attribute 'max_chars' is not supported with lazy, suffix or stop, nor in a grammar with "
@@ -445,13 +456,47 @@ class _Translator:
             self.rewrite(":", body_start)
             return body_start
         terminal = RULE_TERMINAL.format(len(self.rule_terminals))
-        self.rule_terminals[terminal] = RuleAttributes(name.lstrip("?!"), lazy, max_chars)
+        self.rule_terminals[terminal] = RuleAttributes(name.lstrip("?!"), lazy, max_chars, triggered)
         body = f"{terminal}_BODY {marker}\n{terminal}_BODY:" if marker else ""
         self.rewrite(f": {terminal}\n{terminal}: {body}", body_start)
         self.in_terminal, self.terminal_rule = True, name
         self.atom_start = None
         self.group_starts = []
         return body_start
+
+    def triggered_lazy(self, marker: str, body_start: int) -> bool:
+        r"""Whether XGrammar compiles this lazy rule as a trigger (its TagDispatch without a loop):
+        any text then a fixed string (`TEXT "<end>"`, or a string `suffix` / `stop` after any
+        text), whose language is any text holding no trigger, then the trigger or nothing.  A
+        lone `/(.|\n)*END/` regex XGrammar refuses, and so does pushmask, in its words."""
+        newline = self.text.find("\n", body_start)
+        body = self.text[body_start : len(self.text) if newline < 0 else newline].strip()
+        if marker:
+            return _FIXED_STRING.fullmatch(marker) is not None and self.any_text(body, set())
+        parts = _LAZY_TRIGGER.fullmatch(body)
+        if parts is not None:
+            return self.any_text(parts.group(1), set())
+        regex = _REGEX_LITERAL.fullmatch(body)
+        if regex is not None and not set(regex.group(2)) - set("su"):
+            prefixes = (".*",) if "s" in regex.group(2) else _ANY_TEXT_PATTERNS
+            rest = [regex.group(1)[len(p) :] for p in prefixes if regex.group(1).startswith(p)]
+            if any(tail and _FIXED_REGEX.fullmatch(tail) for tail in rest):
+                raise self.error("lazy regex suffix is only supported on a head used by dynamic dispatch", body_start)
+        return False
+
+    def any_text(self, atom: str, visiting: set[str]) -> bool:
+        r"""XGrammar's test for "any text": a regex it knows (`/(.|\n)*/`, `/[\s\S]*/`, `/.*/s`...)
+        or a name whose one-line definition is one (its syntactic check, repeated here)."""
+        regex = _REGEX_LITERAL.fullmatch(atom)
+        if regex is not None:
+            pattern, flags = re.sub(r"[ \t\r]", "", regex.group(1)), regex.group(2)
+            if set(flags) - set("isu"):
+                return False
+            return pattern == ".*" if "s" in flags else pattern in _ANY_TEXT_PATTERNS
+        if re.fullmatch(r"\w+", atom) is None or atom in visiting:
+            return False
+        definition = re.search(rf"^[ \t]*[?!]?{atom}[ \t]*(?:\.-?\d+)?[ \t]*:(.*)$(?![\s]*\|)", self.text, re.MULTILINE)
+        return definition is not None and self.any_text(definition.group(1).strip(), visiting | {atom})
 
     def string(self, i: int) -> int:
         """A "string" literal (and its i flag), copied."""

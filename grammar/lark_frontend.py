@@ -184,9 +184,13 @@ def _char_budget(fsm: Expr, max_chars: int, max_states: int, label: str) -> Expr
 
 def _rule_terminal_ir(attributes: RuleAttributes, fsm: Expr, max_states: int) -> Expr:
     """The language of a rule compiled as one terminal (`fsm`, its body's automaton with any
-    suffix or stop marker appended) under its lazy and max_chars attributes."""
+    suffix or stop marker appended) under its lazy and max_chars attributes; in XGrammar's
+    trigger form every state of the (trimmed) lazy automaton is final."""
     if attributes.lazy:
         fsm = _first_end_only(fsm)
+    if attributes.triggered and isinstance(fsm, CharFsm):  # the text may end before its trigger
+        states = {fsm.initial} | {t[0] for t in fsm.transitions} | {t[3] for t in fsm.transitions}
+        fsm = CharFsm(fsm.initial, frozenset(states), fsm.transitions)
     if attributes.max_chars is not None:
         fsm = _char_budget(fsm, attributes.max_chars, max_states, attributes.rule)
     return fsm

@@ -72,6 +72,25 @@ def test_lazy_suffix_and_stop_end_the_rule_at_its_first_end(attributes, body, re
 
 
 @pytest.mark.parametrize(
+    "rules",
+    [
+        'r[lazy]: TEXT "<>"\nTEXT: /(\\n|.)*/',
+        'r[suffix="<>"]: TEXT\nTEXT: /[\\s\\S]*/',
+        'r[stop="<>"]: ANY\nANY: TEXT\nTEXT: /.*/s',
+    ],
+)
+def test_xgrammars_trigger_form_may_also_end_before_its_trigger(rules):
+    """Any text then a fixed string is XGrammar's trigger form (a TagDispatch without a loop):
+    text holding no trigger, then the trigger or nothing."""
+    accepts = _acceptor(pm.Grammar.from_lark(f'start: r "!"\n{rules}'))
+    for text in _strings("ab<>!", 5):
+        rule_text = text[:-1]
+        first_trigger = rule_text.find("<>")
+        expected = text.endswith("!") and first_trigger in (-1, len(rule_text) - 2)
+        assert accepts(text) == expected, text
+
+
+@pytest.mark.parametrize(
     ("max_chars", "body", "regex"),
     [
         (0, "/(\\n|.)*/", "(\\n|.)*"),
@@ -147,6 +166,7 @@ def test_attributes_that_do_not_bind_leave_the_language_lark_reads_without_them(
         ('start[max_chars=-1]: "a"', "max_chars must be between 0 and 2147483647"),
         ('start: thing\nthing[lazy]: "a" thing | "b"', "terminal cannot reference rule 'thing'"),
         ("start: h\nh[suffix=MISSING]: /a/", "unknown name 'MISSING'"),
+        ("start: h\nh[lazy]: /(\\n|.)*END/", "lazy regex suffix is only supported on a head used by dynamic dispatch"),
     ],
 )
 def test_attribute_lists_are_checked_in_xgrammars_words(text, words):
