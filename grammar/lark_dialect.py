@@ -292,12 +292,6 @@ class _Translator:
                 i += 1
         # each placeholder is defined (its body is replaced by the embedded grammar's root)
         self.emit("".join(f'\n{placeholder}: "{placeholder}"' for placeholder in self.embedded))
-        if self.rule_terminals and _DYNAMIC_DISPATCH.fullmatch(_start_body(text)):
-            raise self.error(
-                "attribute 'lazy' is not supported on a grammar whose start rule is XGrammar's dynamic "
-                "dispatch (`start: (tool | ...)* tail`): pushmask does not build its trigger automaton",
-                0,
-            )
         return Translation(
             "".join(self.out), self.embedded, self.allow_initial_skip, self.source_map, self.rule_terminals
         )
@@ -445,7 +439,6 @@ class _Translator:
             marker = f"/{_python_regex(marker[1:flags_at])}{marker[flags_at:]}"
         lazy = "lazy" in values or bool(marker)
         max_chars = int(values["max_chars"][0]) if "max_chars" in values else None
-        triggered = lazy and self.triggered_lazy(marker, body_start)
         if max_chars is not None and (lazy or re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE)):
             raise self.error(
                 "attribute 'max_chars' is not supported with lazy, suffix or stop, nor in a grammar with "
@@ -455,6 +448,14 @@ class _Translator:
         if not values:
             self.rewrite(":", body_start)
             return body_start
+        if _DYNAMIC_DISPATCH.fullmatch(_start_body(self.text)):
+            attribute, (_, at) = next(iter(values.items()))
+            raise self.error(
+                f"attribute {attribute!r} is not supported on a grammar whose start rule has XGrammar's "
+                "dynamic-dispatch shape (`start: (tool | ...)* tail`): pushmask does not build its trigger automaton",
+                at,
+            )
+        triggered = lazy and self.triggered_lazy(marker, body_start)
         terminal = RULE_TERMINAL.format(len(self.rule_terminals))
         self.rule_terminals[terminal] = RuleAttributes(name.lstrip("?!"), lazy, max_chars, triggered)
         body = f"{terminal}_BODY {marker}\n{terminal}_BODY:" if marker else ""

@@ -222,6 +222,11 @@ class GrammarMatcher:
         `temperature=` by name), so the default is exact at every point."""
         return self.default_temperature
 
+    def get_captures(self, *, deduplicate: bool = True) -> list[tuple[str, bytes]]:
+        """XGrammar's captured rule spans: always empty, as no rule of a pushmask grammar is
+        captured (the Lark front end refuses `capture` by name)."""
+        return []
+
     def is_terminated(self) -> bool:
         """True after a stop token was accepted; with terminate_without_stop_token, as soon as
         the text so far is complete (XGrammar's meaning: `is_completed()`, even where the grammar

@@ -186,7 +186,8 @@ def test_attribute_lists_are_checked_in_xgrammars_words(text, words):
         ('start: h\nh[stop="x", stop_capture="m"]: /a/', "stop_capture", 2, 13),
         ('start: h "z"\nh[lazy, max_chars=3]: /[a-z]*/', "max_chars", 2, 9),
         ('%ignore " "\nstart: h "z"\nh[max_chars=3]: /[a-z]*/', "max_chars", 3, 3),
-        ('start: tool* tail\ntail: /[a-z]*/\nhead[lazy]: /[a-z]*/ "<t>"\ntool: head "x"', "lazy", 1, 1),
+        ('start: tool* tail\ntail: /[a-z]*/\nhead[lazy]: /[a-z]*/ "<t>"\ntool: head "x"', "lazy", 3, 6),
+        ('start: (a | b)* t\nt: /[a-z]*/\nh[suffix="<t>"]: /[a-z]*/\na: h "x"\nb: "y"', "suffix", 3, 3),
     ],
 )
 def test_attributes_pushmask_cannot_honour_exactly_are_refused_by_name(text, attribute, line, column):
@@ -212,6 +213,7 @@ def test_the_matchers_temperature_is_its_default_as_no_rule_sets_one():
         assert matcher.accept_string(piece)
         assert matcher.temperature == 0.25
     assert matcher.is_terminated() and matcher.fork().temperature == 0.25
+    assert matcher.get_captures() == []  # no rule is captured: `capture` is refused
     for bad in (-0.1, float("inf"), float("nan"), "1"):
         with pytest.raises(pm.InvalidArgumentError, match="default_temperature must be"):
             pm.GrammarMatcher(compiled, default_temperature=bad)
