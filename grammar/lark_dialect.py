@@ -17,8 +17,9 @@ checks them.  Those that only change the rule's language (``lazy``, ``suffix``, 
 ``PUSHMASK_RULE_k: body``, whose automaton the front end cuts (`RuleAttributes`); the matcher
 features (``capture``, ``stop_capture``, ``temperature``, ``max_tokens``) are refused by name.
 Constructs of the dialect pushmask does not have (``&``, ``~`` as complement, ``%regex {...}``)
-are refused with a GrammarError at their line and column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front end (it resolves them with the
-tokenizer); a malformed one is refused here.  Every rewrite keeps the language exact: it writes the
+are refused with a GrammarError at their line and column.  Token terminals ``<|name|>`` /
+``<[ID]>`` stay for the front end (it resolves them with the tokenizer); a malformed one is
+refused here.  Every rewrite keeps the language exact: it writes the
 same construct in lark's syntax.  `SourceMap` maps a position in the translated text back to the
 text the user wrote, so errors lark reports point at the user's text.
 """
@@ -62,7 +63,7 @@ _ATTRIBUTE_TOKEN = re.compile(
 _CAPTURE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 RULE_TERMINAL = "PUSHMASK_RULE_{}"
 """The terminal a rule with language attributes is compiled as (its body: the same name + _BODY)."""
-MAX_CHARS_LIMIT = 2**31 - 1
+MAX_CHARS_LIMIT = 2**31 - 1  # XGrammar's bounds on max_chars (inclusive, from 0) and max_tokens (from 1)
 MAX_TOKENS_LIMIT = 1_000_000
 _MATCHER_ATTRIBUTES = ("capture", "stop_capture", "temperature", "max_tokens")
 """Attributes that drive XGrammar's matcher (captures, sampling temperature, token budgets): refused."""
@@ -75,7 +76,8 @@ _FIXED_REGEX = re.compile(r"(?:[^\\.^$|?*+()\[\]{}]|\\[^dDsSwWbBpPuxc0-9])+")
 """A regex that matches one fixed string (literal characters and escaped punctuation)."""
 _DYNAMIC_DISPATCH = re.compile(r"\s*(?:\(\s*\w+(?:\s*\|\s*\w+)*\s*\)|\w+)\s*\*\s*\w+\s*")
 """XGrammar's dynamic-dispatch start rule, `start: (tool | ...)* tail`: its lazy heads share one
-trigger automaton there, a language pushmask does not build, so lazy rules beside it are refused."""
+trigger automaton there (a language pushmask does not build) and max_chars is ignored on what it
+consumes, so every attribute beside it is refused."""
 _REPEAT = re.compile(r"\{\s*(-?\d*)\s*(,\s*(-?\d*)\s*)?\}")
 NAMED_GRAMMAR_NAME = re.compile(r"[A-Za-z_][\w-]*")
 """What `@name` may spell: the names of named grammars."""
@@ -110,8 +112,9 @@ class Embedded:
 class RuleAttributes:
     """The attributes of rule `rule` that pushmask honours, all language changes of a rule
     compiled as one terminal: `lazy` (the rule ends at the first point its text can end; set by
-    lazy, suffix and stop, which append their marker to the body) and `max_chars` (once the
-    rule's text holds that many characters it ends where it can: XGrammar's character budget)."""
+    lazy, suffix and stop, which append their marker to the body), `max_chars` (once the rule's
+    text holds that many characters it ends where it can: XGrammar's character budget) and
+    `triggered`."""
 
     rule: str
     lazy: bool = False

@@ -19,6 +19,10 @@ operators), then convert what it compiled:
   longest for `--c from t`, one SQL comment; the first alternative for `x|xy`):
   longest_match.greedy_ignores keeps only those ends, given the regex lark matches it with.
 
+* rule attributes (XGrammar's `name[lazy]`, `suffix=`, `stop=`, `max_chars=`): lark_dialect
+  writes such a rule as one terminal; its automaton is cut here (`_rule_terminal_ir`): at its
+  first end for lazy, at the character budget for max_chars.
+
 The IR is scannerless: adjacent (not ignored) terminals may split the input anywhere, as with
 lark's Earley `dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one
 match per terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.

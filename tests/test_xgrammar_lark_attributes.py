@@ -123,6 +123,22 @@ def test_max_chars_counts_code_points_and_masks_tokens_that_would_overrun():
     assert allowed == {0, 1, 3, 4, 5, 6, 7, 8}
 
 
+def test_lazy_masks_allow_exactly_the_tokens_that_begin_a_string_of_the_language():
+    """Brute force over a small vocabulary: after each prefix, a token is allowed exactly when
+    some string of the lazy language (checked with `re`, up to 6 characters) begins with it."""
+    vocab = ["<", ">", "a", "b", "ab", "a>", "b>", ">>", "<a"]
+    info = pm.TokenizerInfo(vocab, stop_token_ids=[])
+    compiled = pm.GrammarCompiler(info, cache_enabled=False).compile_lark('start: "<" r ">"\nr[lazy]: /[ab]+/')
+    language = [text for text in _strings("ab<>", 6) if _framed(lambda w: _lazy("[ab]+", w), text)]
+    for prefix in ("", "<", "<a"):
+        matcher = pm.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        assert matcher.accept_string(prefix) or not prefix
+        bitmask = pm.allocate_token_bitmask(1, len(vocab))
+        matcher.fill_next_token_bitmask(bitmask)
+        allowed = {t for t in range(len(vocab)) if (int(bitmask[0, t // 32]) >> (t % 32)) & 1}
+        assert allowed == {t for t, token in enumerate(vocab) if any(s.startswith(prefix + token) for s in language)}
+
+
 @pytest.mark.parametrize(
     "rules",
     [
