@@ -15,10 +15,15 @@ XGrammar's structured regex ``%regex {"substring_chunks": [...]}`` / ``{"substri
 (any run of consecutive chunks) is EBNF's ``Substring`` in a rule (a placeholder, as above) and a
 /regex/ of its runs in a terminal.
 
-Constructs of the dialect pushmask does not have (rule attributes such as ``[max_tokens=..]``,
-``&``, ``~`` as complement) are refused with a GrammarError at their line and
-column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front end (it resolves them with the
-tokenizer); a malformed one is refused here.  Every rewrite keeps the language exact: it writes the
+Rule attributes (``name[lazy, suffix="</t>", max_chars=8]: ...``) are read and checked as XGrammar
+checks them.  Those that only change the rule's language (``lazy``, ``suffix``, ``stop``,
+``max_chars``) are honoured by compiling the rule as one terminal: ``name: PUSHMASK_RULE_k`` and
+``PUSHMASK_RULE_k: body``, whose automaton the front end cuts (`RuleAttributes`); the matcher
+features (``capture``, ``stop_capture``, ``temperature``, ``max_tokens``) are refused by name.
+Constructs of the dialect pushmask does not have (``&``, ``~`` as complement) are refused with a
+GrammarError at their line and column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front
+end (it resolves them with the tokenizer); a malformed one is refused here.  Every rewrite keeps the
+language exact: it writes the
 same construct in lark's syntax.  `SourceMap` maps a position in the translated text back to the
 text the user wrote, so errors lark reports point at the user's text.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 import ast
 import bisect
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +45,7 @@ __all__ = [
     "LARK_ERROR_PREFIX",
     "NAMED_GRAMMAR_NAME",
     "Embedded",
+    "RuleAttributes",
     "SourceMap",
     "Translation",
     "lark_error",
@@ -51,7 +58,30 @@ MAX_REPEAT_COUNT = 2**31 - 1
 EMBEDDED_RULE = "pushmask_embedded_{}"
 """The placeholder rule name of the k-th embedded grammar (lower case: lark reads it as a rule)."""
 
-_DEFINITION = re.compile(r"[ \t]*[?!]?(_?[A-Za-z][\w]*)(\.-?\d+)?(\[[^\]\n]*\])?[ \t]*:")
+_DEFINITION = re.compile(r"[ \t]*[?!]?(_?[A-Za-z][\w]*)(\.-?\d+)?[ \t]*(\[|:)")
+_ATTRIBUTE_TOKEN = re.compile(
+    r'[ \t]*(?:(?P<name>[A-Za-z_]\w*)|(?P<string>"(?:[^"\\\n]|\\.)*"i?)|(?P<regex>/(?:[^/\\\n]|\\.)*/[a-z]*)'
+    r"|(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)|(?P<punct>[=,\]])|(?P<other>[^ \t\n]))"
+)
+"""One token of a rule's attribute list: a name, a string, a regex, a number or = , ]."""
+_CAPTURE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+RULE_TERMINAL = "PUSHMASK_RULE_{}"
+"""The terminal a rule with language attributes is compiled as (its body: the same name + _BODY)."""
+MAX_CHARS_LIMIT = 2**31 - 1  # XGrammar's bounds on max_chars (inclusive, from 0) and max_tokens (from 1)
+MAX_TOKENS_LIMIT = 1_000_000
+_MATCHER_ATTRIBUTES = ("capture", "stop_capture", "temperature", "max_tokens")
+"""Attributes that drive XGrammar's matcher (captures, sampling temperature, token budgets): refused."""
+_ANY_TEXT_PATTERNS = ("(.|\\n)*", "(\\n|.)*", "(?s:.*)", "(?:.|\\n)*", "(?:\\n|.)*", "[\\s\\S]*")
+"""The regexes XGrammar reads as any text (without the s flag; with it, `.*`)."""
+_FIXED_STRING = re.compile(r'"(?:[^"\\\n]|\\.)+"')
+_REGEX_LITERAL = re.compile(r"/((?:[^/\\\n]|\\.)*)/([a-z]*)")
+_LAZY_TRIGGER = re.compile(r'(\S+)[ \t]+("(?:[^"\\\n]|\\.)+")')
+_FIXED_REGEX = re.compile(r"(?:[^\\.^$|?*+()\[\]{}]|\\[^dDsSwWbBpPuxc0-9])+")
+"""A regex that matches one fixed string (literal characters and escaped punctuation)."""
+_DYNAMIC_DISPATCH = re.compile(r"\s*(?:\(\s*\w+(?:\s*\|\s*\w+)*\s*\)|\w+)\s*\*\s*\w+\s*")
+"""XGrammar's dynamic-dispatch start rule, `start: (tool | ...)* tail`: its lazy heads share one
+trigger automaton there (a language pushmask does not build) and max_chars is ignored on what it
+consumes, so every attribute beside it is refused."""
 _REPEAT = re.compile(r"\{\s*(-?\d*)\s*(,\s*(-?\d*)\s*)?\}")
 NAMED_GRAMMAR_NAME = re.compile(r"[A-Za-z_][\w-]*")
 """What `@name` may spell: the names of named grammars."""
@@ -81,6 +111,22 @@ class Embedded:
     value: Any
     line: int
     column: int
+
+
+@dataclass(frozen=True)
+class RuleAttributes:
+    """The attributes of rule `rule` that pushmask honours, all language changes of a rule
+    compiled as one terminal: `lazy` (the rule ends at the first point its text can end; set by
+    lazy, suffix and stop, which append their marker to the body), `max_chars` (once the rule's
+    text holds that many characters it ends where it can: XGrammar's character budget) and
+    `triggered`."""
+
+    rule: str
+    lazy: bool = False
+    max_chars: int | None = None
+    triggered: bool = False
+    """XGrammar's trigger form (any text, then a fixed string): every prefix of the lazy
+    language is in it too (the text may end before the trigger)."""
 
 
 @dataclass
@@ -114,6 +160,8 @@ class Translation:
     embedded: dict[str, Embedded]
     allow_initial_skip: bool
     source_map: SourceMap
+    rule_terminals: dict[str, RuleAttributes] = field(default_factory=dict)
+    """The terminals rules with attributes are compiled as, by terminal name."""
 
 
 def _skip(blanks: re.Pattern[str], text: str, offset: int) -> int:
@@ -173,8 +221,14 @@ class _Translator:
         self.atom_start: int | None = None  # where the last atom starts in `out`
         self.group_starts: list[int] = []  # where each open ( or [ is in `out`
         self.last_string = ""  # the last "string" literal read, as written
+        self.rule_terminals: dict[str, RuleAttributes] = {}
+        self.terminal_rule = ""  # the rule whose body is being read as a terminal, if any
 
     def error(self, message: str, offset: int) -> GrammarError:
+        if self.terminal_rule:
+            message += (
+                f" (rule '{self.terminal_rule}' has lazy, suffix, stop or max_chars: it is compiled as a terminal)"
+            )
         return lark_error(self.text, message, *_line_column(self.text, offset))
 
     def emit(self, piece: str) -> None:
@@ -246,36 +300,212 @@ class _Translator:
                 i += 1
         # each placeholder is defined (its body is replaced by the embedded grammar's root)
         self.emit("".join(f'\n{placeholder}: "{placeholder}"' for placeholder in self.embedded))
-        return Translation("".join(self.out), self.embedded, self.allow_initial_skip, self.source_map)
+        return Translation(
+            "".join(self.out), self.embedded, self.allow_initial_skip, self.source_map, self.rule_terminals
+        )
 
     def start_line(self, i: int) -> int:
-        """At a line's start: a definition header sets `in_terminal` (and refuses attributes);
+        """At a line's start: a definition header sets `in_terminal` (and reads attributes);
         a %grammar_options line is read and dropped; anything else continues the definition."""
         text = self.text
         stripped = _skip(_BLANKS, text, i)
         if text.startswith("%grammar_options", stripped):
             return self.grammar_options(stripped)
         header = _DEFINITION.match(text, i)
-        if header is not None:
+        if header is not None and (header.group(3) == ":" or self.attribute_list_end(header.end(3)) >= 0):
             name = header.group(1)
             self.in_terminal = name.lstrip("_")[:1].isupper()
-            if header.group(3):
-                self.attributes(name, header.start(3), header.group(3))
+            self.terminal_rule = ""
+            if header.group(3) == "[":
+                self.emit(text[i : header.end(1)])
+                return self.attributes(name, header.start(3))
         self.atom_start = None
         self.group_starts = []
         return i  # the line itself is copied by the main loop
 
-    def attributes(self, name: str, offset: int, attributes: str) -> None:
-        """XGrammar's rule attributes (`name[max_tokens=8]: ...`): pushmask has none."""
-        if name.lstrip("_")[:1].isupper():
+    def attribute_list_end(self, offset: int) -> int:
+        """Where the `:` after the attribute list starting at `offset` (after its `[`) is, or -1
+        when the line is no definition header (an optional `[...]` on a continuation line)."""
+        end = offset
+        while True:
+            token = _ATTRIBUTE_TOKEN.match(self.text, end)
+            if token is None or token.group("other") is not None:
+                return -1
+            end = token.end()
+            if token.group("punct") == "]":
+                colon = _skip(_BLANKS, self.text, end)
+                return colon if self.text.startswith(":", colon) and not self.text.startswith("::", colon) else -1
+
+    def attributes(self, name: str, offset: int) -> int:
+        """XGrammar's rule attributes `name[lazy, max_chars=8]: ...`, checked with XGrammar's words;
+        the header is emitted without them (and as a terminal where they change the language).
+        Returns where the body starts."""
+        if self.in_terminal:
             raise self.error("attributes are only supported on rules", offset)
-        first = re.match(r"\[\s*(\w*)", attributes)
-        attribute = first.group(1) if first else ""
-        raise self.error(
-            f"attribute {attribute!r} is not supported: pushmask reads Lark rules without XGrammar's "
-            "attributes (max_tokens, max_chars, temperature, capture, lazy, suffix, stop)",
-            offset + 1,
-        )
+        values: dict[str, tuple[str, int]] = {}  # attribute -> (its value as written, its offset)
+        i = offset + 1
+        while True:
+            key = _ATTRIBUTE_TOKEN.match(self.text, i)
+            assert key is not None  # attribute_list_end read the list to its ]
+            if key.group("punct") == "]" and not values:  # name[]: no attributes
+                i = key.end()
+                break
+            if key.group("name") is None:
+                raise self.error("expected rule attribute", key.start(key.lastgroup or 0))
+            attribute, at = key.group("name"), key.start("name")
+            i = key.end()
+            value = ""
+            equals = _ATTRIBUTE_TOKEN.match(self.text, i)
+            assert equals is not None
+            if equals.group("punct") == "=":
+                token = _ATTRIBUTE_TOKEN.match(self.text, equals.end())
+                assert token is not None
+                value, i = token.group().strip(), token.end()
+                self.check_attribute(attribute, token, at)
+            elif attribute not in ("lazy", "capture"):
+                self.check_attribute(attribute, None, at)
+            if attribute in values:
+                raise self.error(f"{attribute} attribute is specified more than once", at)
+            if attribute == "suffix" and "stop" in values:
+                raise self.error("suffix cannot be combined with stop", at)
+            if attribute == "stop" and "suffix" in values:
+                raise self.error("stop cannot be combined with suffix", at)
+            values[attribute] = (value, at)
+            separator = _ATTRIBUTE_TOKEN.match(self.text, i)
+            assert separator is not None
+            i = separator.end()
+            if separator.group("punct") == "]":
+                break
+            if separator.group("punct") != ",":
+                raise self.error("expected ']' after rule attributes", separator.start(separator.lastgroup or 0))
+        if "stop_capture" in values and "suffix" not in values and "stop" not in values:
+            raise self.error("stop_capture requires stop or suffix", values["stop_capture"][1])
+        colon = _skip(_BLANKS, self.text, i)  # attribute_list_end found the ':' there
+        return self.attributed_header(name, values, colon + 1)
+
+    def check_attribute(self, attribute: str, token: re.Match[str] | None, key_offset: int) -> None:
+        """XGrammar's checks of one attribute's value (`token`: the one after `=`, None: no `=`)."""
+        at = token.start(token.lastgroup or 0) if token is not None else key_offset
+        kind = token.lastgroup if token is not None else None
+        value = token.group().strip() if token is not None else ""
+        if attribute in ("max_tokens", "max_chars"):
+            if token is None:
+                raise self.error(f"expected '=' after {attribute} attribute", at)
+            if kind != "number" or not value.lstrip("-+").isdigit():
+                raise self.error("expected integer", at)
+            number, limit = int(value), MAX_TOKENS_LIMIT if attribute == "max_tokens" else MAX_CHARS_LIMIT
+            if attribute == "max_tokens" and number <= 0:
+                raise self.error("max_tokens must be positive", at)
+            if number < 0 or number > limit:
+                raise self.error(f"{attribute} must be between {int(attribute == 'max_tokens')} and {limit}", at)
+        elif attribute in ("capture", "stop_capture"):
+            if kind != "string":
+                raise self.error(f"expected string literal after {attribute}=", at)
+            if value.endswith("i"):
+                raise self.error(f"case-insensitive flags are not supported on {attribute}", at)
+            name = ast.literal_eval(value)
+            if not name:
+                raise self.error("capture name must not be empty", at)
+            if not _CAPTURE_NAME.fullmatch(name):
+                raise self.error("capture name must only contain letters, digits, '_', '-' and '.'", at)
+        elif attribute in ("suffix", "stop"):
+            if token is None:
+                raise self.error(f"expected '=' after {attribute} attribute", at)
+            if kind == "string" and value.rstrip("i") == '""':
+                raise self.error(f"{attribute} must not be empty", at)
+            if kind == "name" and not value.lstrip("_")[:1].isupper():
+                raise self.error(f"{attribute} terminal name must be uppercase", at)
+            if kind == "regex" and "i" in value[value.rindex("/") :]:
+                raise self.error("regular-expression flag 'i' is not supported with suffix or stop attributes", at)
+            if kind not in ("string", "regex", "name"):
+                raise self.error(
+                    f"expected string literal, regular expression, or uppercase terminal name after {attribute}=", at
+                )
+        elif attribute == "temperature":
+            if kind != "number":
+                raise self.error("expected number after temperature=", at)
+            if not math.isfinite(float(value)) or float(value) < 0:
+                raise self.error("temperature must be a finite non-negative number", at)
+        elif attribute == "lazy":
+            raise self.error("rule attribute 'lazy' takes no value", at)
+        else:
+            raise self.error(f"rule attribute '{attribute}' is not supported by XGrammar Lark", at)
+
+    def attributed_header(self, name: str, values: dict[str, tuple[str, int]], body_start: int) -> int:
+        """Emit the header of rule `name` with its checked attributes `values`: the matcher's are
+        refused by name; with lazy, suffix, stop or max_chars the rule becomes one terminal."""
+        for attribute in _MATCHER_ATTRIBUTES:
+            if attribute in values:
+                raise self.error(
+                    f"attribute {attribute!r} is not supported: pushmask's matcher has no captures, rule "
+                    "temperatures or per-rule token budgets (it honours lazy, suffix, stop and max_chars)",
+                    values[attribute][1],
+                )
+        marker = values.get("suffix", values.get("stop", ("", 0)))[0]
+        if marker.startswith("/"):  # a regex marker, with its escapes written as the body's are
+            flags_at = marker.rindex("/")
+            marker = f"/{_python_regex(marker[1:flags_at])}{marker[flags_at:]}"
+        lazy = "lazy" in values or bool(marker)
+        max_chars = int(values["max_chars"][0]) if "max_chars" in values else None
+        if max_chars is not None and (lazy or re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE)):
+            raise self.error(
+                "attribute 'max_chars' is not supported with lazy, suffix or stop, nor in a grammar with "
+                "%ignore: pushmask honours it on a rule it compiles as one terminal",
+                values["max_chars"][1],
+            )
+        if not values:
+            self.rewrite(":", body_start)
+            return body_start
+        if _DYNAMIC_DISPATCH.fullmatch(_start_body(self.text)):
+            attribute, (_, at) = next(iter(values.items()))
+            raise self.error(
+                f"attribute {attribute!r} is not supported on a grammar whose start rule has XGrammar's "
+                "dynamic-dispatch shape (`start: (tool | ...)* tail`): pushmask does not build its trigger automaton",
+                at,
+            )
+        triggered = lazy and self.triggered_lazy(marker, body_start)
+        terminal = RULE_TERMINAL.format(len(self.rule_terminals))
+        self.rule_terminals[terminal] = RuleAttributes(name.lstrip("?!"), lazy, max_chars, triggered)
+        body = f"{terminal}_BODY {marker}\n{terminal}_BODY:" if marker else ""
+        self.rewrite(f": {terminal}\n{terminal}: {body}", body_start)
+        self.in_terminal, self.terminal_rule = True, name
+        self.atom_start = None
+        self.group_starts = []
+        return body_start
+
+    def triggered_lazy(self, marker: str, body_start: int) -> bool:
+        r"""Whether XGrammar compiles this lazy rule as a trigger (its TagDispatch without a loop):
+        any text then a fixed string (`TEXT "<end>"`, or a string `suffix` / `stop` after any
+        text), whose language is any text holding no trigger, then the trigger or nothing.  A
+        lone `/(.|\n)*END/` regex XGrammar refuses, and so does pushmask, in its words."""
+        newline = self.text.find("\n", body_start)
+        body = self.text[body_start : len(self.text) if newline < 0 else newline].strip()
+        if marker:
+            return _FIXED_STRING.fullmatch(marker) is not None and self.any_text(body, set())
+        parts = _LAZY_TRIGGER.fullmatch(body)
+        if parts is not None:
+            return self.any_text(parts.group(1), set())
+        regex = _REGEX_LITERAL.fullmatch(body)
+        if regex is not None and not set(regex.group(2)) - set("su"):
+            prefixes = (".*",) if "s" in regex.group(2) else _ANY_TEXT_PATTERNS
+            rest = [regex.group(1)[len(p) :] for p in prefixes if regex.group(1).startswith(p)]
+            if any(tail and _FIXED_REGEX.fullmatch(tail) for tail in rest):
+                raise self.error("lazy regex suffix is only supported on a head used by dynamic dispatch", body_start)
+        return False
+
+    def any_text(self, atom: str, visiting: set[str]) -> bool:
+        r"""XGrammar's test for "any text": a regex it knows (`/(.|\n)*/`, `/[\s\S]*/`, `/.*/s`...)
+        or a name whose one-line definition is one (its syntactic check, repeated here)."""
+        regex = _REGEX_LITERAL.fullmatch(atom)
+        if regex is not None:
+            pattern, flags = re.sub(r"[ \t\r]", "", regex.group(1)), regex.group(2)
+            if set(flags) - set("isu"):
+                return False
+            return pattern == ".*" if "s" in flags else pattern in _ANY_TEXT_PATTERNS
+        if re.fullmatch(r"\w+", atom) is None or atom in visiting:
+            return False
+        definition = re.search(rf"^[ \t]*[?!]?{atom}[ \t]*(?:\.-?\d+)?[ \t]*:(.*)$(?![\s]*\|)", self.text, re.MULTILINE)
+        return definition is not None and self.any_text(definition.group(1).strip(), visiting | {atom})
 
     def string(self, i: int) -> int:
         """A "string" literal (and its i flag), copied."""
@@ -542,6 +772,12 @@ _HEX_ESCAPE_WIDTHS = {"x": 2, "u": 4, "U": 8}
 
 def _is_hex(digits: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in digits)
+
+
+def _start_body(text: str) -> str:
+    """The body of the Lark text's `start` rule (its header line and the continuation lines)."""
+    header = re.search(r"^[ \t]*[?!]?start[ \t]*(?:\[[^\n]*?\])?[ \t]*:(.*(?:\n[ \t]*\|.*)*)", text, re.MULTILINE)
+    return header.group(1) if header else ""
 
 
 def _python_regex(body: str) -> str:

@@ -19,6 +19,10 @@ operators), then convert what it compiled:
   longest for `--c from t`, one SQL comment; the first alternative for `x|xy`):
   longest_match.greedy_ignores keeps only those ends, given the regex lark matches it with.
 
+* rule attributes (XGrammar's `name[lazy]`, `suffix=`, `stop=`, `max_chars=`): lark_dialect
+  writes such a rule as one terminal; its automaton is cut here (`_rule_terminal_ir`): at its
+  first end for lazy, at the character budget for max_chars.
+
 The IR is scannerless: adjacent (not ignored) terminals may split the input anywhere, as with
 lark's Earley `dynamic_complete` lexer (the tests' oracle).  Lark's other lexers commit to one
 match per terminal, so e.g. `NAME NAME` accepts "ab" here but not under lark's standard lexer.
@@ -62,7 +66,7 @@ from .ir import (
     token_class_terminal,
     token_terminal,
 )
-from .lark_dialect import LARK_ERROR_PREFIX, Embedded, lark_error, translate_dialect
+from .lark_dialect import LARK_ERROR_PREFIX, RULE_TERMINAL, Embedded, RuleAttributes, lark_error, translate_dialect
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
 from .longest_match import greedy_ignores
 from .regex import regex_to_ir
@@ -118,11 +122,15 @@ def _first_end_only(fsm: Expr) -> Expr:
     """Keep only strings with no proper prefix in the language (cut edges out of final states)."""
     if not isinstance(fsm, CharFsm):
         return fsm
-    kept = [t for t in fsm.transitions if t[0] not in fsm.finals]
-    # prune states that can no longer reach a final state or be reached
+    return _trimmed(fsm.initial, fsm.finals, [t for t in fsm.transitions if t[0] not in fsm.finals])
+
+
+def _trimmed(initial: int, finals, transitions) -> Expr:
+    """The CharFsm of these edges without the states that are unreachable or cannot reach a
+    final state (NOTHING when the language is empty)."""
     forward = defaultdict(list)
     backward = defaultdict(list)
-    for src, _, _, dst in kept:
+    for src, _, _, dst in transitions:
         forward[src].append(dst)
         backward[dst].append(src)
 
@@ -137,16 +145,68 @@ def _first_end_only(fsm: Expr) -> Expr:
                     queue.append(t)
         return seen
 
-    live = closure([fsm.initial], forward) & closure(list(fsm.finals), backward)
-    if fsm.initial not in live:
+    live = closure([initial], forward) & closure(list(finals), backward)
+    if initial not in live:
         return NOTHING
-    kept = tuple(t for t in kept if t[0] in live and t[3] in live)
-    return CharFsm(fsm.initial, frozenset(f for f in fsm.finals if f in live), kept)
+    kept = tuple(t for t in transitions if t[0] in live and t[3] in live)
+    return CharFsm(initial, frozenset(f for f in finals if f in live), kept)
 
 
-def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int) -> Expr:
-    """IR of one lark PatternStr / PatternRE; `label` names it in errors (a terminal name or the literal)."""
+def _char_budget(fsm: Expr, max_chars: int, max_states: int, label: str) -> Expr:
+    """XGrammar's `max_chars` on a rule of language `fsm`: once its text holds `max_chars` code
+    points the rule ends where it can end, and goes on (the budget relaxed) only where it
+    cannot.  The product of `fsm` (trimmed: every state can still end) with a counter that
+    stops at `max_chars`, where a final state at the budget keeps no edges."""
+    if not isinstance(fsm, CharFsm):
+        return fsm  # NOTHING
+    edges: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for src, lo, hi, dst in fsm.transitions:
+        edges[src].append((lo, hi, dst))
+    ids = {(fsm.initial, 0): 0}
+    queue = deque([(fsm.initial, 0)])
+    transitions, finals = [], set()
+    while queue:
+        state, count = queue.popleft()
+        source = ids[(state, count)]
+        if state in fsm.finals:
+            finals.add(source)
+            if count == max_chars:
+                continue  # the budget is spent and the rule can end: it ends
+        for lo, hi, target in edges[state]:
+            key = (target, min(count + 1, max_chars))
+            if key not in ids:
+                if len(ids) >= max_states:
+                    raise LimitExceededError(
+                        f"rule {label}: max_chars={max_chars} over its automaton takes more than {max_states} "
+                        "states (max_rule_states); use a smaller budget"
+                    )
+                ids[key] = len(ids)
+                queue.append(key)
+            transitions.append((source, lo, hi, ids[key]))
+    return _trimmed(0, finals, sorted(transitions))
+
+
+def _rule_terminal_ir(attributes: RuleAttributes, fsm: Expr, max_states: int) -> Expr:
+    """The language of a rule compiled as one terminal (`fsm`, its body's automaton with any
+    suffix or stop marker appended) under its lazy and max_chars attributes; in XGrammar's
+    trigger form every state of the (trimmed) lazy automaton is final."""
+    if attributes.lazy:
+        fsm = _first_end_only(fsm)
+    if attributes.triggered and isinstance(fsm, CharFsm):  # the text may end before its trigger
+        states = {fsm.initial} | {t[0] for t in fsm.transitions} | {t[3] for t in fsm.transitions}
+        fsm = CharFsm(fsm.initial, frozenset(states), fsm.transitions)
+    if attributes.max_chars is not None:
+        fsm = _char_budget(fsm, attributes.max_chars, max_states, attributes.rule)
+    return fsm
+
+
+def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int, automaton: bool = False) -> Expr:
+    """IR of one lark PatternStr / PatternRE; `label` names it in errors (a terminal name or the
+    literal); with `automaton`, always its CharFsm (or NOTHING)."""
     flags = set(pattern.flags)
+    if isinstance(pattern, PatternStr) and automaton:  # as a regex of escaped characters
+        escaped = "".join(c if c.isalnum() and c.isascii() else f"\\U{ord(c):08X}" for c in pattern.value)
+        pattern = PatternRE(escaped, pattern.flags)
     if isinstance(pattern, PatternStr):
         surrogates = [c for c in pattern.value if SURROGATES[0] <= ord(c) <= SURROGATES[1]]
         if surrogates:
@@ -167,7 +227,7 @@ def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int) -> Ex
     lazy = list(LAZY_QUANTIFIER.finditer(_strip_escapes_and_classes(source)))
     first_end = bool(lazy) and not any(op in _strip_escapes_and_classes(source)[lazy[-1].end() :] for op in "*+?{")
     try:
-        expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end)
+        expr = regex_to_ir(prefixed, max_states, max_nesting, automaton=first_end or automaton)
     except GrammarError as exc:
         raise GrammarError(f"terminal {label}: {exc.message} in /{pattern.value}/") from None
     except LimitExceededError as exc:
@@ -222,6 +282,7 @@ def _locate(index: _TextIndex, message: str) -> tuple[int, int] | tuple[None, No
     if match:
         return int(match.group(1)), int(match.group(2))
     names = re.findall(r"in rule (\w+)", message) + re.findall(r"'([\w.]+)'", message)
+    names += re.findall(r"used but not defined: (\w+)", message)  # a terminal inside a terminal
     for name in names:
         line, column = index.position(name)
         if line is not None:
@@ -458,13 +519,16 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
     grammars being read, to refuse a cycle) -> IR, its errors in XGrammar's form."""
     translation = translate_dialect(text, frozenset(context.named_grammars))
     try:
-        grammar = _parse_plain_lark(translation.text, start, context, translation.allow_initial_skip)
+        grammar = _parse_plain_lark(
+            translation.text, start, context, translation.allow_initial_skip, translation.rule_terminals
+        )
     except GrammarError as exc:
         if exc.line is None or exc.column is None or str(exc).startswith(LARK_ERROR_PREFIX):
             raise
         line, column = translation.source_map.position(translation.text, exc.line, exc.column)
         character = text.split("\n")[line - 1][column - 1 : column] if line <= text.count("\n") + 1 else ""
-        raise lark_error(text, _in_xgrammar_words(exc.message, character), line, column) from None
+        message = _rule_terminal_words(_in_xgrammar_words(exc.message, character), translation.rule_terminals)
+        raise lark_error(text, message, line, column) from None
     if not translation.embedded:
         return grammar
     rules, positions = dict(grammar.rules), dict(grammar.positions)
@@ -535,6 +599,7 @@ def _nested(error: PushmaskError) -> str:
 # lark's words for an error, and XGrammar's for the same error (its tests match these).
 _XGRAMMAR_WORDS = [
     (re.compile(r"(?:Rule|Terminal) '([^']+)' used but not defined"), "unknown name '{0}'"),
+    (re.compile(r"Terminal used but not defined: (\w+)"), "unknown name '{0}'"),
     (re.compile(r"(?:Rule|Terminal) '([^']+)' defined more than once"), "duplicate rule or terminal '{0}'"),
     (re.compile(r"Recursion in terminal '([^']+)'"), "circular reference in terminal '{0}'"),
     (
@@ -558,6 +623,26 @@ _XGRAMMAR_WORDS = [
 ]
 
 
+def _rule_terminal_words(message: str, rule_terminals: dict[str, RuleAttributes]) -> str:
+    """`message` with the terminals rules with attributes are compiled as named by their rules."""
+    if not rule_terminals:
+        return message
+    pattern = re.escape(RULE_TERMINAL).replace(r"\{\}", r"\d+")
+
+    def rule_name(match: re.Match[str]) -> str:
+        return rule_terminals[match.group(1)].rule
+
+    message = re.sub(
+        rf"terminal '({pattern})(?:_BODY)?' cannot reference rule",
+        lambda m: (
+            f"rule '{rule_name(m)}' has lazy, suffix, stop or max_chars, so it is compiled as a terminal: "
+            "a terminal cannot reference rule"
+        ),
+        message,
+    )
+    return re.sub(rf"({pattern})(?:_BODY)?", lambda m: f"rule {rule_name(m)}", message)
+
+
 def _in_xgrammar_words(message: str, character: str) -> str:
     """`message` with lark's wording of an error replaced by XGrammar's, where they say the same
     (`character` is the one at the error's position), and without lark's copy of the position."""
@@ -571,8 +656,15 @@ def _in_xgrammar_words(message: str, character: str) -> str:
     return message
 
 
-def _parse_plain_lark(text: str, start: str, context: _Context, allow_initial_skip: bool) -> Grammar:
-    """Lark text in lark's own syntax (embedded grammars are placeholder rules here) -> IR."""
+def _parse_plain_lark(
+    text: str,
+    start: str,
+    context: _Context,
+    allow_initial_skip: bool,
+    rule_terminals: dict[str, RuleAttributes] | None = None,
+) -> Grammar:
+    """Lark text in lark's own syntax (embedded grammars are placeholder rules here) -> IR;
+    `rule_terminals`: the terminals rules with attributes are compiled as (read by lark only)."""
     max_states, max_nesting = context.max_states, context.max_nesting
     index = _TextIndex(text)
     plain = None
@@ -582,15 +674,23 @@ def _parse_plain_lark(text: str, start: str, context: _Context, allow_initial_sk
             text, start, lambda raw, pattern: _pattern_to_ir(raw, pattern, max_states, max_nesting), max_nesting
         )
 
-    if len(text) >= FAST_READER_MIN_CHARS:
+    rule_terminals = rule_terminals or {}
+    if len(text) >= FAST_READER_MIN_CHARS and not rule_terminals:
         plain = read_plain()
     positions: dict[str, tuple[int, int]] = {}
     if plain is None:
         try:
             rules, ignored, sources = _read_with_lark(
-                text, start, index, max_states, max_nesting, positions, context.token_id, context.token_classes
+                text, start, index, max_states, max_nesting, positions, context, rule_terminals
             )
         except _TooDeepForLoader:
+            if rule_terminals:
+                raise GrammarError(
+                    "groups nest too deeply for lark's grammar loader (Python's recursion limit, about 400 "
+                    "levels) in a grammar with rule attributes; move inner groups into rules of their own",
+                    1,
+                    1,
+                ) from None
             plain = read_plain()
             if plain is None:
                 raise GrammarError(
@@ -628,12 +728,13 @@ def _read_with_lark(
     max_states: int,
     max_nesting: int,
     positions: dict[str, tuple[int, int]],
-    token_id,
-    token_classes: dict[int, frozenset[int]],
+    context: _Context,
+    rule_terminals: dict[str, RuleAttributes],
 ) -> tuple[dict[str, Expr], list[str], dict[str, str]]:
     """(rules and used terminals as IR, %ignore'd terminal names, the regex lark's lexer matches
     each of them with) from lark's own reading; anonymous terminals get the position of their
-    literal in `positions`."""
+    literal in `positions`; the terminals of `rule_terminals` under their rules' attributes."""
+    token_id, token_classes = context.token_id, context.token_classes
     text, token_terminals, token_offsets = _extract_token_terminals(text)
     terminal_list, lark_rules, ignored = _load(text, start)
     terminals = {str(t.name): t for t in terminal_list}
@@ -681,7 +782,10 @@ def _read_with_lark(
             )
             continue
         try:
-            rules[name] = _pattern_to_ir(name, terminals[name].pattern, max_states, max_nesting)
+            attributes = rule_terminals.get(name)
+            rules[name] = _pattern_to_ir(name, terminals[name].pattern, max_states, max_nesting, attributes is not None)
+            if attributes is not None:
+                rules[name] = _rule_terminal_ir(attributes, rules[name], max_states)
         except GrammarError as exc:
             raise GrammarError(exc.message, line, column) from None
     return rules, ignored, {name: terminals[name].pattern.to_regexp() for name in ignored}

@@ -40,6 +40,28 @@ class BatchGrammarMatcher:
                 print(f"row {row}: {allowed} tokens allowed")
 
     @staticmethod
+    def batch_fill_temperature(
+        matchers: Sequence[GrammarMatcher], temperatures, indices: Sequence[int] | None = None
+    ) -> None:
+        """XGrammar's batch_fill_temperature: temperatures[indices[i]] (default: [i]) gets
+        matchers[i].temperature, -1 for a matcher without one; `temperatures` is a 1-D float32
+        CPU tensor."""
+        from .draft import check_temperature_vector
+
+        rows = list(range(len(matchers))) if indices is None else [int(i) for i in indices]
+        if len(rows) != len(matchers):
+            raise InvalidArgumentError(
+                f"batch_fill_temperature: indices size {len(rows)} differs from the {len(matchers)} matchers"
+            )
+        check_temperature_vector(temperatures, 0, "batch_fill_temperature")
+        for matcher, row in zip(matchers, rows):
+            if not 0 <= row < len(temperatures):
+                raise InvalidArgumentError(
+                    f"batch_fill_temperature: index {row} is out of bounds for {len(temperatures)} temperatures"
+                )
+            temperatures[row] = -1.0 if matcher.temperature is None else matcher.temperature
+
+    @staticmethod
     def batch_accept_token(
         matchers: Sequence[GrammarMatcher], tokens: Sequence[int], debug_print: bool = False
     ) -> list[bool]:

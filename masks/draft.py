@@ -178,7 +178,13 @@ def _view(matcher: GrammarMatcher, state: _MatchState, depth: int) -> GrammarMat
 
 
 def traverse_draft_tree(
-    matcher: GrammarMatcher, next_token, next_sibling, draft_tokens, bitmask, time_threshold: float = -1.0
+    matcher: GrammarMatcher,
+    next_token,
+    next_sibling,
+    draft_tokens,
+    bitmask,
+    time_threshold: float = -1.0,
+    temperatures=None,
 ) -> bool:
     """XGrammar's `GrammarMatcher.traverse_draft_tree`: row i of `bitmask` gets the mask after the
     path from node 0 (the matcher's current state; its own token is already accepted) to node i.
@@ -186,7 +192,9 @@ def traverse_draft_tree(
     are int64 vectors of one length, the bitmask has one row per node.  A node whose token the
     grammar refuses, or after which the match has ended, gets a zero row and its subtree is not
     visited.  False when more than `time_threshold` seconds (> 0) passed before the walk ended
-    (the root's row is always filled); the matcher is not moved."""
+    (the root's row is always filled); the matcher is not moved.  `temperatures` (a 1-D float32
+    tensor of one entry per node, or None) gets the matcher's temperature at each filled node and
+    -1 elsewhere (and where no temperature is set)."""
     links = [_tree_vector(a, name) for a, name in ((next_token, "next_token"), (next_sibling, "next_sibling"))]
     tokens = _tree_vector(draft_tokens, "draft_tokens")
     n = len(tokens)
@@ -199,6 +207,10 @@ def traverse_draft_tree(
         raise InvalidDraftTreeError(f"traverse_draft_tree: the bitmask needs one row per node ({n}), got shape {shape}")
     first_child, sibling = links
     _check_tree(first_child, sibling)
+    if temperatures is not None:
+        check_temperature_vector(temperatures, n, "traverse_draft_tree")
+        temperatures[...] = -1.0
+    temperature = -1.0 if matcher.temperature is None else matcher.temperature  # the same at every node
     bitmask[...] = 0
     started = time.monotonic()
     pending = [(0, matcher._state, 0)]  # (node, its parent's state (the root: its own), its depth)
@@ -215,8 +227,22 @@ def traverse_draft_tree(
         if state.terminated or (matcher.terminate_without_stop_token and state.can_end):
             continue  # the match ended: a zero row and nothing below
         _view(matcher, state, depth).fill_next_token_bitmask(bitmask, node)
+        if temperatures is not None:
+            temperatures[node] = temperature
         pending.extend((child, state, depth + 1) for child in _children(node, first_child, sibling))
     return True
+
+
+def check_temperature_vector(temperatures, length: int, where: str) -> None:
+    """A temperatures tensor XGrammar's way: 1-D, float32, on the CPU, `length` entries at least."""
+    shape = tuple(getattr(temperatures, "shape", ()))
+    dtype = str(getattr(temperatures, "dtype", ""))
+    device = str(getattr(temperatures, "device", "cpu"))
+    if len(shape) != 1 or dtype not in ("float32", "torch.float32") or device != "cpu" or shape[0] < length:
+        raise InvalidArgumentError(
+            f"{where}: the temperatures tensor must be a 1-D float32 CPU tensor of at least {length} entries, "
+            f"got shape {shape}, dtype {dtype}, device {device}"
+        )
 
 
 def _tree_vector(values, name: str) -> np.ndarray:

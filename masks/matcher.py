@@ -4,6 +4,7 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import math
 import operator
 import time
 import warnings
@@ -69,6 +70,19 @@ class _MatchState:
         return self.stacks[half : half + self.n_kernel]
 
 
+def _checked_temperature(value: float | None) -> float | None:
+    """GrammarMatcher's default_temperature: None, or a finite number >= 0 (as XGrammar checks)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentError(f"GrammarMatcher: default_temperature must be a number or None, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidArgumentError(
+            f"GrammarMatcher: default_temperature must be a finite non-negative number, got {value!r}"
+        )
+    return float(value)
+
+
 class GrammarMatcher:
     """Matches one token sequence against a compiled grammar (XGrammar-compatible names).
 
@@ -88,6 +102,7 @@ class GrammarMatcher:
         terminate_without_stop_token: bool = False,
         max_rollback_tokens: int = -1,
         max_tokens: int | None = None,
+        default_temperature: float | None = None,
     ):
         check_argument(
             compiled_grammar,
@@ -98,6 +113,7 @@ class GrammarMatcher:
             ".compile_json_schema(schema), ...",
         )
         self.compiled_grammar = compiled_grammar
+        self.default_temperature = _checked_temperature(default_temperature)
         info = compiled_grammar.tokenizer_info
         self.vocab_size = info.vocab_size
         if isinstance(override_stop_tokens, (int, np.integer)):
@@ -198,6 +214,18 @@ class GrammarMatcher:
         return _MatchState(np.concatenate([closure_s, closure_p]), n_kernel, bool(flags & FLAG_END), scans=_NO_SCANS)
 
     # -- queries --------------------------------------------------------------------------
+
+    @property
+    def temperature(self) -> float | None:
+        """XGrammar's sampling temperature for the next token: default_temperature (None when
+        unset).  No rule of a pushmask grammar carries a temperature (the Lark front end refuses
+        `temperature=` by name), so the default is exact at every point."""
+        return self.default_temperature
+
+    def get_captures(self, *, deduplicate: bool = True) -> list[tuple[str, bytes]]:
+        """XGrammar's captured rule spans: always empty, as no rule of a pushmask grammar is
+        captured (the Lark front end refuses `capture` by name)."""
+        return []
 
     def is_terminated(self) -> bool:
         """True after a stop token was accepted; with terminate_without_stop_token, as soon as
@@ -455,14 +483,22 @@ class GrammarMatcher:
         return True
 
     def traverse_draft_tree(
-        self, retrieve_next_token, retrieve_next_sibling, draft_tokens, token_bitmask, time_threshold: float = -1.0
+        self,
+        retrieve_next_token,
+        retrieve_next_sibling,
+        draft_tokens,
+        token_bitmask,
+        time_threshold: float = -1.0,
+        temperatures=None,
     ) -> bool:
         """XGrammar's speculative-decoding walk: each node's mask of a draft token tree given by
-        first-child and next-sibling links, into its row of token_bitmask (masks/draft.py)."""
+        first-child and next-sibling links, into its row of token_bitmask (masks/draft.py);
+        `temperatures` (a 1-D float32 tensor, one entry per node) gets each filled node's
+        temperature, -1 where none is set or the node was not filled."""
         from .draft import traverse_draft_tree
 
         return traverse_draft_tree(
-            self, retrieve_next_token, retrieve_next_sibling, draft_tokens, token_bitmask, time_threshold
+            self, retrieve_next_token, retrieve_next_sibling, draft_tokens, token_bitmask, time_threshold, temperatures
         )
 
     def validate_tokens(self, token_ids: Sequence[int]) -> list[int]:
