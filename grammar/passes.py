@@ -6,7 +6,8 @@ After `normalize(grammar)` the engine may rely on this CONTRACT:
     in a grammar marked `allow_empty` whose root derives nothing: that is the root alone, NOTHING;
   * no rule can derive itself at its left edge (no direct, indirect or hidden left recursion),
     so a top-down PDA never loops without consuming input.
-Recursion elsewhere (right or middle recursion, like balanced parentheses) stays as Refs.
+Recursion elsewhere (middle recursion, like balanced parentheses) stays as Refs; a rule that
+reaches itself only at the end of its alternatives becomes a loop (`loop_tail_recursion`).
 
 Rule bodies are regular expressions over terminals and Refs, so "the left edge" is computed
 with nullability: in `Seq(a, b)` the left corners of `b` count when `a` can be empty.
@@ -47,6 +48,7 @@ __all__ = [
     "remove_unreachable",
     "check_productive",
     "eliminate_left_recursion",
+    "loop_tail_recursion",
     "inline_small_rules",
     "nullable_rules",
     "left_corners",
@@ -656,6 +658,43 @@ def eliminate_left_recursion(grammar: Grammar) -> Grammar:
 
 
 # ---------------------------------------------------------------------------------------------
+# Tail recursion
+
+
+def loop_tail_recursion(grammar: Grammar) -> Grammar:
+    """Turn a rule that reaches itself only at the end of its alternatives into a loop.
+
+    `R ::= x R | y R | z` becomes `R ::= (x | y)* z` (Arden's lemma: the least solution of
+    R = X R | Z is X* Z, whatever rules X and Z use besides R), so the language is unchanged.  As
+    a reference, each character of `x` would push a frame, and where `z` can be empty every
+    pushed frame can return at once: text of n characters then holds n live stacks (XGrammar's
+    right-recursive JSON string rule ran out of stack tops on 10,000 characters).  Rules with a
+    value check or a token limit keep their shape: their instances are what those count.
+    """
+    rules = dict(grammar.rules)
+    changed = False
+    for name, body in grammar.rules.items():
+        if name in grammar.checks or name in grammar.token_limits or name not in ref_names(body):
+            continue
+        tail = Ref(name)
+        prefixes: list[Expr] = []
+        bases: list[Expr] = []
+        for option in body.items if type(body) is Alt else (body,):
+            items = option.items if type(option) is Seq else (option,)
+            if items[-1] == tail and name not in ref_names(seq(*items[:-1])):
+                prefixes.append(seq(*items[:-1]))
+            elif name not in ref_names(option):
+                bases.append(option)
+            else:  # the rule reaches itself elsewhere (middle recursion): it stays a reference
+                break
+        else:
+            if prefixes and bases:
+                rules[name] = seq(star(alt(*prefixes)), alt(*bases))
+                changed = True
+    return grammar.copy(rules) if changed else grammar
+
+
+# ---------------------------------------------------------------------------------------------
 # Inlining
 
 TINY_RULE_SIZE = 6  # rules this small are inlined wherever they are used
@@ -801,6 +840,7 @@ PIPELINE: list[Callable[[Grammar], Grammar]] = [
     remove_unreachable,
     eliminate_left_recursion,
     check_productive,  # elimination may create empty helper rules (the non-empty part of "")
+    loop_tail_recursion,
     inline_small_rules,  # ends with remove_unreachable
 ]
 

@@ -265,6 +265,16 @@ class GrammarMatcher:
         state = self._state
         return state.kernel_s, state.kernel_p, self._runner.pool
 
+    def _debug_print_internal_state(self) -> str:
+        """The parse state in one line, for debugging (XGrammar's name; it returns the text and
+        prints nothing): tokens accepted, whether the text may end, and the live stack tops."""
+        state = self._state
+        tops = state.kernel_s.tolist()
+        return (
+            f"GrammarMatcher(accepted_tokens={self._n_tokens}, terminated={self.is_terminated()}, "
+            f"can_end={state.can_end}, stack_tops={len(tops)}: {tops[:16]}{' ...' if len(tops) > 16 else ''})"
+        )
+
     # -- masks ---------------------------------------------------------------------------
 
     def fill_next_token_bitmask(self, bitmask, index: int = 0, *, debug_print: bool = False) -> bool:

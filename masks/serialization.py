@@ -15,9 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.core.errors import PushmaskError
+from ..grammar.core.errors import InvalidJSONError, PushmaskError
+from ..grammar.core.recursion import load_json_text
 
 FORMAT_VERSION = 1
+XGRAMMAR_LAYOUT_VERSION = "v16"
+"""The `__VERSION__` of XGrammar 0.2.8's own JSON layout (`grammar_expr_data`, its FSM and mask
+tables), which pushmask recognises in order to refuse it by name: it does not read that layout."""
 
 
 class DeserializeError(PushmaskError, ValueError, RuntimeError):
@@ -34,6 +38,11 @@ class DeserializeVersionError(DeserializeError):
     """Serialized by another format version (XGrammar's name): serialize it again."""
 
 
+class DeserializeJSONError(DeserializeFormatError, InvalidJSONError):
+    """Serialized text that is not JSON, or nests past `max_recursion_depth`: also XGrammar's
+    InvalidJSONError, which XGrammar raises there."""
+
+
 def get_serialization_version() -> str:
     """The format version serialize_json writes and deserialize_json reads (XGrammar's name)."""
     return f"v{FORMAT_VERSION}"
@@ -41,6 +50,8 @@ def get_serialization_version() -> str:
 
 def check_header(payload: Any, kind: str) -> dict:
     """The payload if it is a dict of this kind and version, else DeserializeError."""
+    if isinstance(payload, dict) and "__VERSION__" in payload and "format" not in payload:
+        _refuse_xgrammar_layout(payload["__VERSION__"], kind)
     if not isinstance(payload, dict) or payload.get("format") != kind:
         raise DeserializeFormatError(f"not a serialized pushmask {kind}")
     if payload.get("version") != FORMAT_VERSION:
@@ -49,6 +60,21 @@ def check_header(payload: Any, kind: str) -> dict:
             f"pushmask reads version {FORMAT_VERSION}: serialize it again with this version"
         )
     return payload
+
+
+def _refuse_xgrammar_layout(version: Any, kind: str) -> None:
+    """Refuse JSON in XGrammar's own layout (keyed by `__VERSION__`), saying so: another
+    version is a DeserializeVersionError, as XGrammar raises; its current one (v16) is a
+    DeserializeFormatError, since pushmask reads only the layout its serialize_json writes."""
+    if version != XGRAMMAR_LAYOUT_VERSION:
+        raise DeserializeVersionError(
+            f"serialized {kind} has XGrammar's format version {version!r}; pushmask reads neither "
+            f"XGrammar's layout nor its versions: serialize the {kind} again with pushmask"
+        )
+    raise DeserializeFormatError(
+        f"not a serialized pushmask {kind}: this is XGrammar's own JSON layout ({XGRAMMAR_LAYOUT_VERSION}), "
+        f"which pushmask does not read; serialize the {kind} with pushmask's serialize_json"
+    )
 
 
 def header(kind: str) -> dict:
@@ -60,9 +86,17 @@ def to_json(payload: dict) -> str:
 
 
 def from_json(text: str | bytes, kind: str) -> dict:
+    """The checked payload of serialized JSON text; DeserializeJSONError for text that is not
+    JSON or nests past `max_recursion_depth`."""
+    if not isinstance(text, (str, bytes)):
+        raise DeserializeFormatError(f"invalid serialized {kind}: expected JSON text, got {type(text).__name__}")
     try:
-        payload = json.loads(text, object_hook=_decode_array)
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
+        payload = load_json_text(text, f"serialized {kind}", DeserializeJSONError, object_hook=_decode_array)
+    except DeserializeJSONError:
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DeserializeJSONError(f"invalid serialized {kind}: not JSON: {exc}") from None
+    except (TypeError, ValueError) as exc:  # an array or bytes field that does not decode
         raise DeserializeFormatError(f"invalid serialized {kind}: {exc}") from None
     return check_header(payload, kind)
 

@@ -32,6 +32,7 @@ from pushmask.grammar.passes import (
     eliminate_left_recursion,
     inline_small_rules,
     left_recursive_rules,
+    loop_tail_recursion,
     normalize,
     nullable_rules,
     remove_unreachable,
@@ -194,6 +195,38 @@ def test_right_and_middle_recursion_are_left_alone():
     assert_contract(out)
     # middle recursion stays a rule reference
     assert any("root" in set(iter_refs(body)) for body in out.rules.values())
+
+
+def test_tail_recursion_becomes_a_loop_with_the_same_language():
+    """XGrammar's right-recursive JSON string rule: a loop after the pass (no reference left),
+    the same strings as Python's `re` on the equivalent regex, and 10,000 characters are read
+    (as references, every character left one more live stack: past the stack-tops limit)."""
+    import re
+
+    import pushmask as pm
+    from pushmask.testing import _is_grammar_accept_string
+
+    text = r"""root ::= "\"" basic_string "\""
+basic_string ::= "" | [^"\\] basic_string | "\\" escape basic_string
+escape ::= ["\\nu] | "u" [0-9] [0-9]
+"""
+    g = parse_ebnf(text)
+    looped = loop_tail_recursion(g)
+    assert "basic_string" in set(iter_refs(g.rules["basic_string"]))
+    assert "basic_string" not in set(iter_refs(looped.rules["basic_string"]))
+    oracle = re.compile(r'"(?:[^"\\]|\\(?:["\\nu]|u[0-9][0-9]))*"')
+    alphabet = 'a"\\u1'
+    language = bounded_language(normalize(g), alphabet, 5)
+    assert len(language) > 10  # not vacuous
+    for s in all_strings(alphabet, 5):
+        assert (s in language) == bool(oracle.fullmatch(s)), s
+    assert _is_grammar_accept_string(pm.Grammar.from_ebnf(text), '"' + "x" * 10_000 + '\\u12"')
+
+
+def test_middle_and_mixed_recursion_are_not_looped():
+    for text in ('root ::= "(" root ")" root | ""', 'root ::= "a" root | root "b" | "c"', 'root ::= "a" root'):
+        g = parse_ebnf(text)
+        assert loop_tail_recursion(g).rules == g.rules
 
 
 def test_left_recursion_through_nullable_rules_of_the_cycle():

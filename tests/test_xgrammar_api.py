@@ -260,3 +260,52 @@ def test_tokenizer_info_module_has_xgrammars_names():
     assert len(_BYTE_LEVEL_CHARSET) == 256 and {"Ġ", "Ċ", "a"} <= _BYTE_LEVEL_CHARSET
     decoded = TokenizerInfo(sorted(_BYTE_LEVEL_CHARSET), VocabType.BYTE_LEVEL).decoded_vocab
     assert sorted(decoded) == [bytes([b]) for b in range(256)]  # one character per byte
+
+
+def test_serialized_text_that_is_not_json_is_also_invalid_json_error():
+    """XGrammar raises InvalidJSONError for text that is not JSON or nests past the recursion
+    depth; pushmask's error is that and a DeserializeFormatError."""
+    for read in (pm.Grammar.deserialize_json, pm.TokenizerInfo.deserialize_json):
+        with pytest.raises(pm.InvalidJSONError, match="not JSON") as error:
+            read("not a valid json string")
+        assert isinstance(error.value, pm.DeserializeFormatError) and isinstance(error.value, RuntimeError)
+    with pm.max_recursion_depth(50):
+        with pytest.raises(
+            pm.InvalidJSONError, match="Maximum recursion depth exceeded: the serialized Grammar nests 60"
+        ):
+            pm.Grammar.deserialize_json("[" * 60 + "]" * 60)
+    grammar = pm.Grammar.from_ebnf('root ::= "a" [0-9]*')
+    with pm.max_recursion_depth(50):  # pushmask's own payloads nest a few levels only
+        assert pm.Grammar.deserialize_json(grammar.serialize_json()) == grammar
+
+
+@pytest.mark.parametrize(
+    ("version", "error", "words"),
+    [
+        ("v1", pm.DeserializeVersionError, "XGrammar's format version 'v1'"),
+        ("v16", pm.DeserializeFormatError, "XGrammar's own JSON layout (v16), which pushmask does not read"),
+    ],
+)
+def test_xgrammar_layout_is_refused_by_name(version, error, words):
+    """JSON in XGrammar's own layout (keyed by `__VERSION__`) is refused saying whose it is: an
+    old version as XGrammar refuses it, its current one because pushmask does not read it."""
+    xgrammar_json = {"rules": [["root", 1, -1, False, -1, -1, "", False, None]], "grammar_expr_data": [0, 1, 97],
+                     "grammar_expr_indptr": [0], "root_rule_id": 0, "__VERSION__": version}  # fmt: skip
+    with pytest.raises(error, match=re.escape(words)):
+        pm.Grammar.deserialize_json(json.dumps(xgrammar_json))
+    with pytest.raises(error, match=re.escape(words)):
+        pm.CompiledGrammar.deserialize_json(
+            json.dumps({"grammar": {}, "__VERSION__": version}), pm.TokenizerInfo(["a"])
+        )
+
+
+def test_debug_print_internal_state_describes_the_parse():
+    matcher = pm.GrammarMatcher(
+        pm.GrammarCompiler(pm.TokenizerInfo(["a", "b", "</s>"])).compile_grammar('root ::= "a"+')
+    )
+    assert matcher._debug_print_internal_state().startswith(
+        "GrammarMatcher(accepted_tokens=0, terminated=False, can_end=False"
+    )
+    assert matcher.accept_token(0)
+    state = matcher._debug_print_internal_state()
+    assert "accepted_tokens=1" in state and "can_end=True" in state and "stack_tops=" in state
