@@ -287,6 +287,8 @@ def _concatenated(dfas: list[RuleDfa], index: dict[str, int]) -> tuple[list[np.n
     another, local state and reference numbers made global, and each rule's first state (and the
     total).  Each table is one concatenation plus one offset added per row (np.repeat of the
     per-rule offsets), not a numpy operation per rule: a schema has thousands of small rules.
+    Every table is int32 from the start (state and edge numbers fit, `Limits.max_total_states`),
+    added to in place: int64 copies of them all cost twice the packed automaton for a moment.
     `dfas` is never empty (the root rule is one of them)."""
     arrays = [dfa.arrays for dfa in dfas]
     sizes = np.array([len(a[0]) for a in arrays], dtype=np.int64)
@@ -296,34 +298,42 @@ def _concatenated(dfas: list[RuleDfa], index: dict[str, int]) -> tuple[list[np.n
     np.cumsum(sizes, out=first[1:])
 
     def concat(k: int) -> np.ndarray:
-        """Array k of every rule's automaton, one after another (int64)."""
-        return np.concatenate([a[k] for a in arrays]).astype(np.int64, copy=False)
+        """Array k of every rule's automaton, one after another (int32)."""
+        return np.concatenate([a[k] for a in arrays], dtype=np.int32)
 
     def starts(counts: np.ndarray) -> np.ndarray:
         """Where each rule's rows start among all rules' rows."""
-        return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int32)
 
     def pointers(k: int, counts: np.ndarray) -> np.ndarray:
         """Global CSR offsets from each rule's local ones (array k, n + 1 offsets a rule)."""
-        local = np.concatenate([a[k][1:] for a in arrays]).astype(np.int64, copy=False)
-        return np.concatenate(([0], local + np.repeat(starts(counts), sizes)))
+        out = np.zeros(int(sizes.sum()) + 1, dtype=np.int32)
+        np.concatenate([a[k][1:] for a in arrays], out=out[1:])
+        out[1:] += np.repeat(starts(counts), sizes)
+        return out
+
+    def shifted(k: int, offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """concat(k) with each rule's rows plus that rule's offset."""
+        out = concat(k)
+        out += np.repeat(offsets, counts)
+        return out
 
     # the rules each rule references (global numbers), all rules' lists one after another
-    ref_maps = np.array([index[name] for dfa in dfas for name in dfa.refs], dtype=np.int64)
+    ref_maps = np.array([index[name] for dfa in dfas for name in dfa.refs], dtype=np.int32)
     ref_map_starts = starts(np.array([len(dfa.refs) for dfa in dfas], dtype=np.int64))
-    state_offsets = first[:-1].astype(np.int64)
+    state_offsets = first[:-1]
     sections = [
         concat(0),
         pointers(1, byte_counts),
         concat(2),
         concat(3),
-        concat(4) + np.repeat(state_offsets, byte_counts),
+        shifted(4, state_offsets, byte_counts),
         pointers(5, ref_counts),
-        ref_maps[concat(6) + np.repeat(ref_map_starts, ref_counts)],
-        concat(7) + np.repeat(state_offsets, ref_counts),
+        ref_maps[shifted(6, ref_map_starts, ref_counts)],
+        shifted(7, state_offsets, ref_counts),
         first[:-1],
     ]
-    return [section.astype(np.int32, copy=False) for section in sections], first
+    return sections, first
 
 
 def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[np.ndarray, np.ndarray]:
@@ -426,10 +436,21 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
                 stack[top] = s
                 top += 1
     # first[s]: its own bytes, its callees' first bytes, and past a nullable callee its target's.
-    first = np.zeros((n, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
+    # Only the states a reference edge reads (callee starts, its source and target) need one:
+    # they get rows slot[s] of `first`, not every state (32 bytes a state: rules of large string
+    # automata hold hundreds of thousands of states and few references).
+    slot = np.full(n, -1, dtype=np.int32)
+    n_slots = 0
+    for e in range(n_refs):
+        for s in (callee[e], ref_src[e], np.int64(ref_dst[e])):
+            if slot[s] < 0:
+                slot[s] = n_slots
+                n_slots += 1
+    first = np.zeros((n_slots, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
     for s in range(n):
-        for e in range(byte_ptr[s], byte_ptr[s + 1]):
-            _add_byte_range(first[s], byte_lo[e], byte_hi[e])
+        if slot[s] >= 0:
+            for e in range(byte_ptr[s], byte_ptr[s + 1]):
+                _add_byte_range(first[slot[s]], byte_lo[e], byte_hi[e])
     n_past = 0
     for e in range(n_refs):
         if nullable[callee[e]]:
@@ -438,12 +459,12 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
     first_dst = np.empty(n_refs + n_past, dtype=np.int64)
     i = 0
     for e in range(n_refs):
-        first_src[i] = callee[e]
-        first_dst[i] = ref_src[e]
+        first_src[i] = slot[callee[e]]
+        first_dst[i] = slot[ref_src[e]]
         i += 1
         if nullable[callee[e]]:
-            first_src[i] = ref_dst[e]
-            first_dst[i] = ref_src[e]
+            first_src[i] = slot[ref_dst[e]]
+            first_dst[i] = slot[ref_src[e]]
             i += 1
     _propagate_unions(first, first_src, first_dst)
     # follow[c] gets first[t] for every call of c returning to t, and follow[r] of the caller's
@@ -457,7 +478,7 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
     for e in range(n_refs):
         t = ref_dst[e]
         for w in range(4):
-            follow[ref_rule[e], w] |= first[t, w]
+            follow[ref_rule[e], w] |= first[slot[t], w]
         if nullable[t]:
             n_through += 1
     follow_src = np.empty(n_through, dtype=np.int64)
