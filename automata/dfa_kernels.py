@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..grammar.fsm.graph_kernels import grouped, mark_reaching
+from ..grammar.fsm.graph_kernels import mark_reaching
 from ..grammar.fsm.partition_kernels import minimal_blocks as minimal_blocks_of_edges
 from ..grammar.fsm.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
 from ..jit import njit
@@ -169,18 +169,25 @@ def literal_trie(data, offsets, root, first_state):
 
 @njit(cache=True)
 def live_states(trans, accepting):
-    """live[s]: an accepting state is reachable from s (trimming keeps exactly these)."""
+    """live[s]: an accepting state is reachable from s (trimming keeps exactly these).  Each
+    state's predecessors are counted first and listed as int32 (CSR by target), so the work
+    arrays are sized to the table's edges, not to its n x letters entries."""
     n, n_letters = trans.shape
-    sources = np.empty(n * n_letters, np.int64)
-    targets = np.empty(n * n_letters, np.int64)
-    n_edges = 0
+    ptr = np.zeros(n + 1, np.int64)
     for s in range(n):
         for a in range(n_letters):
             if trans[s, a] >= 0:
-                sources[n_edges] = s
-                targets[n_edges] = trans[s, a]
-                n_edges += 1
-    ptr, preds = grouped(targets[:n_edges], sources[:n_edges], n)
+                ptr[trans[s, a] + 1] += 1
+    for s in range(n):
+        ptr[s + 1] += ptr[s]
+    preds = np.empty(ptr[n], np.int32)
+    fill = ptr[:n].copy()
+    for s in range(n):
+        for a in range(n_letters):
+            t = trans[s, a]
+            if t >= 0:
+                preds[fill[t]] = s
+                fill[t] += 1
     return mark_reaching(accepting.copy(), ptr, preds)
 
 

@@ -229,19 +229,6 @@ def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, 
     return out, start if n < 0 else n_out
 
 
-def _pack(sections: list[np.ndarray]) -> np.ndarray:
-    """Concatenate int32 sections behind a header of their offsets (kernels.PDA_* order)."""
-    assert len(sections) == kernels.PDA_SECTIONS
-    offsets = [kernels.PDA_HEADER]
-    for section in sections:
-        offsets.append(offsets[-1] + len(section))
-    blob = np.empty(offsets[-1], dtype=np.int32)
-    blob[: kernels.PDA_HEADER] = offsets
-    for k, section in enumerate(sections):
-        blob[offsets[k] : offsets[k + 1]] = section
-    return blob
-
-
 def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileClock | None = None) -> Pda:
     """Build every rule's DFA and pack them; the grammar must already be normalised.  `clock`
     (a wall-clock limit) is checked before each rule."""
@@ -267,63 +254,82 @@ def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileC
             )
         dfas.append(dfa)
 
-    sections, first = _concatenated(dfas, index)
-    sections += [
-        _follow_bytes(len(names), *sections).reshape(-1),
-        np.repeat(np.arange(len(names), dtype=np.int32), np.diff(first)),
-    ]
-    sections += [*_returns(sections[6], sections[7], len(names)), np.array([index[grammar.root]], dtype=np.int32)]
+    blob, first = _packed(dfas, index, index[grammar.root])
     return Pda(
         rule_names=names,
         rule_keys=_rule_keys(dfas, index),
         rule_first_state=first,
-        blob=_pack(sections),
+        blob=blob,
         root_rule=index[grammar.root],
     )
 
 
-def _concatenated(dfas: list[RuleDfa], index: dict[str, int]) -> tuple[list[np.ndarray], np.ndarray]:
-    """The first nine sections (accept flags to rule starts) of the rules' automata one after
-    another, local state and reference numbers made global, and each rule's first state (and the
-    total).  Each table is one concatenation plus one offset added per row (np.repeat of the
-    per-rule offsets), not a numpy operation per rule: a schema has thousands of small rules.
-    `dfas` is never empty (the root rule is one of them)."""
+def _packed(dfas: list[RuleDfa], index: dict[str, int], root: int) -> tuple[np.ndarray, np.ndarray]:
+    """The blob (kernels.PDA_* sections behind a header of their offsets) of the rules' automata
+    one after another, local state and reference numbers made global, and each rule's first state
+    (and the total).  Every section's size is known before any is written (the return states
+    come from the reference edges alone), so each is written once, in place, into the one int32
+    blob: no int64 or per-section copies of the tables for a moment.  Each table is one
+    concatenation plus one offset added per row (np.repeat of the per-rule offsets), not a numpy
+    operation per rule: a schema has thousands of small rules.  `dfas` is never empty (the root
+    rule is one of them)."""
     arrays = [dfa.arrays for dfa in dfas]
+    n_rules = len(dfas)
     sizes = np.array([len(a[0]) for a in arrays], dtype=np.int64)
     byte_counts = np.array([len(a[2]) for a in arrays], dtype=np.int64)
     ref_counts = np.array([len(a[6]) for a in arrays], dtype=np.int64)
-    first = np.zeros(len(dfas) + 1, dtype=np.int32)
+    first = np.zeros(n_rules + 1, dtype=np.int32)
     np.cumsum(sizes, out=first[1:])
-
-    def concat(k: int) -> np.ndarray:
-        """Array k of every rule's automaton, one after another (int64)."""
-        return np.concatenate([a[k] for a in arrays]).astype(np.int64, copy=False)
+    n_states, n_bytes, n_refs = int(first[-1]), int(byte_counts.sum()), int(ref_counts.sum())
 
     def starts(counts: np.ndarray) -> np.ndarray:
         """Where each rule's rows start among all rules' rows."""
-        return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        return np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int32)
 
-    def pointers(k: int, counts: np.ndarray) -> np.ndarray:
-        """Global CSR offsets from each rule's local ones (array k, n + 1 offsets a rule)."""
-        local = np.concatenate([a[k][1:] for a in arrays]).astype(np.int64, copy=False)
-        return np.concatenate(([0], local + np.repeat(starts(counts), sizes)))
+    def concat(k: int, out: np.ndarray, offsets: np.ndarray | None = None, counts: np.ndarray | None = None) -> None:
+        """Array k of every rule's automaton, one after another, into `out`; with `offsets`,
+        each rule's rows plus that rule's offset (`counts` rows a rule)."""
+        np.concatenate([a[k] for a in arrays], out=out)
+        if offsets is not None:
+            out += np.repeat(offsets, counts)
+
+    def pointers(k: int, counts: np.ndarray, out: np.ndarray) -> None:
+        """Global CSR offsets from each rule's local ones (array k, n + 1 offsets a rule) into `out`."""
+        out[0] = 0
+        np.concatenate([a[k][1:] for a in arrays], out=out[1:])
+        out[1:] += np.repeat(starts(counts), sizes)
 
     # the rules each rule references (global numbers), all rules' lists one after another
-    ref_maps = np.array([index[name] for dfa in dfas for name in dfa.refs], dtype=np.int64)
-    ref_map_starts = starts(np.array([len(dfa.refs) for dfa in dfas], dtype=np.int64))
-    state_offsets = first[:-1].astype(np.int64)
-    sections = [
-        concat(0),
-        pointers(1, byte_counts),
-        concat(2),
-        concat(3),
-        concat(4) + np.repeat(state_offsets, byte_counts),
-        pointers(5, ref_counts),
-        ref_maps[concat(6) + np.repeat(ref_map_starts, ref_counts)],
-        concat(7) + np.repeat(state_offsets, ref_counts),
-        first[:-1],
-    ]
-    return [section.astype(np.int32, copy=False) for section in sections], first
+    ref_maps = np.array([index[name] for dfa in dfas for name in dfa.refs], dtype=np.int32)
+    ref_local = np.empty(n_refs, dtype=np.int32)
+    concat(6, ref_local, starts(np.array([len(dfa.refs) for dfa in dfas], dtype=np.int64)), ref_counts)
+    ref_rule = ref_maps[ref_local]
+    ref_dst = np.empty(n_refs, dtype=np.int32)
+    concat(7, ref_dst, first[:-1], ref_counts)
+    returns_ptr, returns = _returns(ref_rule, ref_dst, n_rules)
+
+    section_sizes = [n_states, n_states + 1, n_bytes, n_bytes, n_bytes, n_states + 1, n_refs, n_refs, n_rules]
+    section_sizes += [n_rules * 256, n_states, n_rules + 1, len(returns), 1]
+    assert len(section_sizes) == kernels.PDA_SECTIONS
+    offsets = np.cumsum([kernels.PDA_HEADER, *section_sizes])
+    blob = np.empty(int(offsets[-1]), dtype=np.int32)
+    blob[: kernels.PDA_HEADER] = offsets
+    sections = [blob[offsets[k] : offsets[k + 1]] for k in range(kernels.PDA_SECTIONS)]
+    concat(0, sections[kernels.PDA_ACCEPT])
+    pointers(1, byte_counts, sections[kernels.PDA_BYTE_PTR])
+    concat(2, sections[kernels.PDA_BYTE_LO])
+    concat(3, sections[kernels.PDA_BYTE_HI])
+    concat(4, sections[kernels.PDA_BYTE_DST], first[:-1], byte_counts)
+    pointers(5, ref_counts, sections[kernels.PDA_REF_PTR])
+    sections[kernels.PDA_REF_RULE][:] = ref_rule
+    sections[kernels.PDA_REF_DST][:] = ref_dst
+    sections[kernels.PDA_RULE_START][:] = first[:-1]
+    sections[kernels.PDA_FOLLOW][:] = _follow_bytes(n_rules, *sections[: kernels.PDA_FOLLOW]).reshape(-1)
+    sections[kernels.PDA_STATE_RULE][:] = np.repeat(np.arange(n_rules, dtype=np.int32), sizes)
+    sections[kernels.PDA_RETURNS_PTR][:] = returns_ptr
+    sections[kernels.PDA_RETURNS][:] = returns
+    sections[kernels.PDA_ROOT][0] = root
+    return blob, first
 
 
 def _returns(ref_rule: np.ndarray, ref_dst: np.ndarray, n_rules: int) -> tuple[np.ndarray, np.ndarray]:
@@ -426,10 +432,21 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
                 stack[top] = s
                 top += 1
     # first[s]: its own bytes, its callees' first bytes, and past a nullable callee its target's.
-    first = np.zeros((n, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
+    # Only the states a reference edge reads (callee starts, its source and target) need one:
+    # they get rows slot[s] of `first`, not every state (32 bytes a state: rules of large string
+    # automata hold hundreds of thousands of states and few references).
+    slot = np.full(n, -1, dtype=np.int32)
+    n_slots = 0
+    for e in range(n_refs):
+        for s in (callee[e], ref_src[e], np.int64(ref_dst[e])):
+            if slot[s] < 0:
+                slot[s] = n_slots
+                n_slots += 1
+    first = np.zeros((n_slots, 4), dtype=np.uint64)  # 256-bit byte sets, 4 words a state
     for s in range(n):
-        for e in range(byte_ptr[s], byte_ptr[s + 1]):
-            _add_byte_range(first[s], byte_lo[e], byte_hi[e])
+        if slot[s] >= 0:
+            for e in range(byte_ptr[s], byte_ptr[s + 1]):
+                _add_byte_range(first[slot[s]], byte_lo[e], byte_hi[e])
     n_past = 0
     for e in range(n_refs):
         if nullable[callee[e]]:
@@ -438,12 +455,12 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
     first_dst = np.empty(n_refs + n_past, dtype=np.int64)
     i = 0
     for e in range(n_refs):
-        first_src[i] = callee[e]
-        first_dst[i] = ref_src[e]
+        first_src[i] = slot[callee[e]]
+        first_dst[i] = slot[ref_src[e]]
         i += 1
         if nullable[callee[e]]:
-            first_src[i] = ref_dst[e]
-            first_dst[i] = ref_src[e]
+            first_src[i] = slot[ref_dst[e]]
+            first_dst[i] = slot[ref_src[e]]
             i += 1
     _propagate_unions(first, first_src, first_dst)
     # follow[c] gets first[t] for every call of c returning to t, and follow[r] of the caller's
@@ -457,7 +474,7 @@ def _follow_bytes(n_rules, accept, byte_ptr, byte_lo, byte_hi, byte_dst, ref_ptr
     for e in range(n_refs):
         t = ref_dst[e]
         for w in range(4):
-            follow[ref_rule[e], w] |= first[t, w]
+            follow[ref_rule[e], w] |= first[slot[t], w]
         if nullable[t]:
             n_through += 1
     follow_src = np.empty(n_through, dtype=np.int64)

@@ -466,6 +466,7 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
         raise StateLimitExceeded("pattern automaton", budget)
     # dense table -> runs of equal targets over consecutive letters, as code-point edges
     dfa = Dfa.from_arrays(*subset_kernels.dense_runs(trans, bounds), accepting.astype(np.bool_))
+    del trans, edge_rows, eps_rows  # the dense table and the NFA are not needed while minimising
     return dfa.minimize()
 
 

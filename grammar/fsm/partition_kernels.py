@@ -12,66 +12,75 @@ from __future__ import annotations
 import numpy as np
 
 from ...jit import njit
+from .graph_kernels import grown
 
-# A refinable partition of 0..n-1 packed in one int32 array P, so that the helpers below pass one
-# array (each array argument costs reference counting per call): the elements of set s are
-# P[ELEMS, P[FIRST, s]:P[PAST, s]], its marked ones in front (P[MARKED, s] of them); P[LOC] is
-# the inverse of P[ELEMS]; P[SET, e] is e's set; the first P[COUNTS, TOUCHED_SETS] entries of
-# P[TOUCHED] are the sets with marked elements.
-ELEMS, LOC, SET, FIRST, PAST, MARKED, TOUCHED, COUNTS = range(8)
+# A refinable partition of 0..n-1 in three arrays, so that what is kept per set is sized to the
+# sets there are, not to the elements: an automaton's cords are far fewer than its edges (a
+# `format: regex` table: 3,181 cords of 701,574 edges), and four int32 rows per edge for them
+# were most of the minimiser's memory.  E (int32, 3 rows of n): the elements of set s are
+# E[ELEMS, S[s, FIRST]:S[s, PAST]], its marked ones in front (S[s, MARKED] of them); E[LOC] is
+# the inverse of E[ELEMS]; E[SET, e] is e's set.  S (int32, a row per set, grown by the caller):
+# the first C[TOUCHED_SETS] entries of column TOUCHED are the sets with marked elements.
+# C (int64): the counts.
+ELEMS, LOC, SET = range(3)
+FIRST, PAST, MARKED, TOUCHED = range(4)
 N_SETS, TOUCHED_SETS = 0, 1
 
 
 @njit(cache=True)
-def _partition(n):
-    """One set holding 0..n-1 (room for n sets)."""
-    P = np.zeros((8, max(n, 2)), np.int32)
-    P[ELEMS, :n] = np.arange(n)
-    P[LOC, :n] = np.arange(n)
-    P[PAST, 0] = n
-    P[COUNTS, N_SETS] = 1 if n > 0 else 0
-    return P
+def _partition(n, capacity):
+    """One set holding 0..n-1, with rows for `capacity` sets: (E, S, C) as above."""
+    E = np.empty((3, n), np.int32)
+    E[ELEMS] = np.arange(n)
+    E[LOC] = np.arange(n)
+    E[SET] = 0
+    S = np.zeros((max(capacity, 1), 4), np.int32)
+    S[0, PAST] = n
+    C = np.zeros(2, np.int64)
+    C[N_SETS] = 1 if n > 0 else 0
+    return E, S, C
 
 
 @njit(cache=True, inline="always")
-def _mark(P, e):
-    s = P[SET, e]
-    i = P[LOC, e]
-    j = P[FIRST, s] + P[MARKED, s]
-    P[ELEMS, i] = P[ELEMS, j]
-    P[LOC, P[ELEMS, i]] = i
-    P[ELEMS, j] = e
-    P[LOC, e] = j
-    if P[MARKED, s] == 0:
-        P[TOUCHED, P[COUNTS, TOUCHED_SETS]] = s
-        P[COUNTS, TOUCHED_SETS] += 1
-    P[MARKED, s] += 1
+def _mark(E, S, C, e):
+    s = E[SET, e]
+    i = E[LOC, e]
+    j = S[s, FIRST] + S[s, MARKED]
+    E[ELEMS, i] = E[ELEMS, j]
+    E[LOC, E[ELEMS, i]] = i
+    E[ELEMS, j] = e
+    E[LOC, e] = j
+    if S[s, MARKED] == 0:
+        S[C[TOUCHED_SETS], TOUCHED] = s
+        C[TOUCHED_SETS] += 1
+    S[s, MARKED] += 1
 
 
 @njit(cache=True, inline="always")
-def _split(P):
-    """Split every touched set into its marked and unmarked parts; the smaller part gets a new id."""
-    while P[COUNTS, TOUCHED_SETS] > 0:
-        P[COUNTS, TOUCHED_SETS] -= 1
-        s = P[TOUCHED, P[COUNTS, TOUCHED_SETS]]
-        j = P[FIRST, s] + P[MARKED, s]
-        if j == P[PAST, s]:
-            P[MARKED, s] = 0
+def _split(E, S, C):
+    """Split every touched set into its marked and unmarked parts; the smaller part gets a new id
+    (S needs rows for C[N_SETS] + C[TOUCHED_SETS] sets)."""
+    while C[TOUCHED_SETS] > 0:
+        C[TOUCHED_SETS] -= 1
+        s = S[C[TOUCHED_SETS], TOUCHED]
+        j = S[s, FIRST] + S[s, MARKED]
+        if j == S[s, PAST]:
+            S[s, MARKED] = 0
             continue
-        z = P[COUNTS, N_SETS]
-        if P[MARKED, s] <= P[PAST, s] - j:
-            P[FIRST, z] = P[FIRST, s]
-            P[PAST, z] = j
-            P[FIRST, s] = j
+        z = C[N_SETS]
+        if S[s, MARKED] <= S[s, PAST] - j:
+            S[z, FIRST] = S[s, FIRST]
+            S[z, PAST] = j
+            S[s, FIRST] = j
         else:
-            P[PAST, z] = P[PAST, s]
-            P[FIRST, z] = j
-            P[PAST, s] = j
-        for i in range(P[FIRST, z], P[PAST, z]):
-            P[SET, P[ELEMS, i]] = z
-        P[MARKED, s] = 0
-        P[MARKED, z] = 0
-        P[COUNTS, N_SETS] = z + 1
+            S[z, PAST] = S[s, PAST]
+            S[z, FIRST] = j
+            S[s, PAST] = j
+        for i in range(S[z, FIRST], S[z, PAST]):
+            E[SET, E[ELEMS, i]] = z
+        S[s, MARKED] = 0
+        S[z, MARKED] = 0
+        C[N_SETS] = z + 1
 
 
 @njit(cache=True)
@@ -94,35 +103,38 @@ def minimal_blocks(n, accepting, tail, head, letter_ptr):
         incoming[in_fill[head[e]]] = e
         in_fill[head[e]] += 1
 
-    blocks = _partition(n)
+    blocks, block_sets, block_counts = _partition(n, n)  # never more blocks than states
     for q in range(n):
         if accepting[q]:
-            _mark(blocks, q)
-    _split(blocks)
+            _mark(blocks, block_sets, block_counts, q)
+    _split(blocks, block_sets, block_counts)
 
-    cords = _partition(m)
+    n_letters = letter_ptr.shape[0] - 1
+    cords, cord_sets, cord_counts = _partition(m, 2 * n_letters + 16)  # grown before each split
     n_cords = 0
-    for a in range(letter_ptr.shape[0] - 1):
+    for a in range(n_letters):
         if letter_ptr[a + 1] > letter_ptr[a]:
-            cords[FIRST, n_cords] = letter_ptr[a]
-            cords[PAST, n_cords] = letter_ptr[a + 1]
+            cord_sets[n_cords, FIRST] = letter_ptr[a]
+            cord_sets[n_cords, PAST] = letter_ptr[a + 1]
             for e in range(letter_ptr[a], letter_ptr[a + 1]):
                 cords[SET, e] = n_cords
             n_cords += 1
-    cords[COUNTS, N_SETS] = n_cords
+    cord_counts[N_SETS] = n_cords
 
     b = 1  # one block of the initial split need not split the cords (Hopcroft's "all but one")
     c = 0
-    while c < cords[COUNTS, N_SETS]:
-        for i in range(cords[FIRST, c], cords[PAST, c]):
-            _mark(blocks, tail[cords[ELEMS, i]])
-        _split(blocks)
+    while c < cord_counts[N_SETS]:
+        for i in range(cord_sets[c, FIRST], cord_sets[c, PAST]):
+            _mark(blocks, block_sets, block_counts, tail[cords[ELEMS, i]])
+        _split(blocks, block_sets, block_counts)
         c += 1
-        while b < blocks[COUNTS, N_SETS]:
-            for i in range(blocks[FIRST, b], blocks[PAST, b]):
+        while b < block_counts[N_SETS]:
+            for i in range(block_sets[b, FIRST], block_sets[b, PAST]):
                 q = blocks[ELEMS, i]
                 for k in range(in_ptr[q], in_ptr[q + 1]):
-                    _mark(cords, incoming[k])
-            _split(cords)
+                    _mark(cords, cord_sets, cord_counts, incoming[k])
+            if cord_counts[N_SETS] + cord_counts[TOUCHED_SETS] > cord_sets.shape[0]:
+                cord_sets = grown(cord_sets, cord_counts[N_SETS] + cord_counts[TOUCHED_SETS])
+            _split(cords, cord_sets, cord_counts)
             b += 1
-    return blocks[SET, :n], blocks[COUNTS, N_SETS]
+    return blocks[SET].copy(), block_counts[N_SETS]
