@@ -110,9 +110,42 @@ def _warn_once(message: str, *args) -> None:
         log.warning("pushmask: " + message, *args)
 
 
+KERNEL_PACKAGES = ("pushmask.grammar.fsm", "pushmask.automata", "pushmask.masks")
+"""The packages whose modules define pushmask's kernels (kernel_source_files)."""
+
+
+def kernel_source_files(folders: list[Path] | None = None) -> list[Path]:
+    """The files that define kernels (that use `njit`) in these folders, default
+    KERNEL_PACKAGES' folders, sorted."""
+    if folders is None:
+        import importlib  # here, not at import: the packages import this module
+
+        folders = [Path(f) for name in KERNEL_PACKAGES for f in importlib.import_module(name).__path__]
+    return sorted(path for folder in folders for path in folder.glob("*.py") if b"njit" in path.read_bytes())
+
+
 @functools.cache
-def _source_hash(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def _kernel_sources_digest(folder: Path) -> str:
+    """One digest of the kernel files of pushmask's kernel packages and of `folder` (a kernel's
+    own). numba stamps a kernel's cached code with its own file only, yet that code holds the
+    kernels it calls compiled in, often from other files: a callee changed there would leave its
+    callers' cached code stale. So every kernel's stamp carries this digest too: a change to any
+    kernel file makes every cached kernel a miss (and the prepared ones stale until `pushmask
+    warmup`)."""
+    digest = hashlib.sha256()
+    for path in sorted({*kernel_source_files(), *kernel_source_files([folder])}):
+        digest.update(str(path.name).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def _stamp_of(path: str) -> tuple[str, str]:
+    """A kernel's cache stamp: its file's content hash with every kernel file's it may call
+    (older numba stamps by mtime, which no wheel keeps), and llvmlite's version (numba itself
+    checks only its own version; the object code is LLVM's)."""
+    own = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    everyone = _kernel_sources_digest(Path(path).resolve().parent)
+    return hashlib.sha256(f"{own} {everyone}".encode()).hexdigest(), llvmlite.__version__
 
 
 class _CheckedCacheFile(IndexDataCacheFile):
@@ -120,9 +153,20 @@ class _CheckedCacheFile(IndexDataCacheFile):
     raises on a truncated file). Prepared files log, once, why they were not used; an unreadable
     file of numba's usual cache is deleted, so the kernel compiled instead takes its place."""
 
-    def __init__(self, cache_path, filename_base, source_stamp, prepared: bool):
-        super().__init__(cache_path, filename_base, source_stamp)
+    def __init__(self, cache_path, filename_base, source_path: str, prepared: bool):
+        super().__init__(cache_path, filename_base, None)
+        self._source_path = source_path
         self._prepared = prepared
+
+    @property
+    def _source_stamp(self) -> tuple[str, str]:
+        """_stamp_of the kernel's file, read when a cache is first used (not when a kernel
+        module is imported: the kernel packages may still be importing then)."""
+        return _stamp_of(self._source_path)
+
+    @_source_stamp.setter
+    def _source_stamp(self, _unused) -> None:
+        """numba's constructor sets the stamp; ours is computed (the getter)."""
 
     def _reject(self, path: str, why: str) -> None:
         unreadable = why.startswith("unreadable")
@@ -214,12 +258,9 @@ class KernelCache(FunctionCache):
 
     def __init__(self, py_func):
         super().__init__(py_func)
-        # The source's content hash (older numba stamps by mtime, which no wheel keeps) and
-        # llvmlite's version: numba itself checks only its own version, the object code is LLVM's.
-        stamp = (_source_hash(inspect.getfile(py_func)), llvmlite.__version__)
-        base = self._impl.filename_base
-        self._cache_file = _CheckedCacheFile(self._cache_path, base, stamp, prepared=False)
-        self._prepared = _CheckedCacheFile(str(PREPARED_DIR), base, stamp, prepared=True)
+        source, base = inspect.getfile(py_func), self._impl.filename_base
+        self._cache_file = _CheckedCacheFile(self._cache_path, base, source, prepared=False)
+        self._prepared = _CheckedCacheFile(str(PREPARED_DIR), base, source, prepared=True)
         self._kernel = f"{py_func.__module__}:{py_func.__qualname__}"
 
     def _load_overload(self, sig, target_context):

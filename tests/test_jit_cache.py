@@ -105,6 +105,70 @@ def test_fresh_process_loads_the_prepared_kernel(toy, tmp_path):
     assert _files(prepared) == before
 
 
+CALLEE = textwrap.dedent("""
+    from pushmask.jit import njit
+
+    @njit(cache=True)
+    def step(x):
+        return x + STEP
+""")
+
+CALLER = textwrap.dedent("""
+    from pushmask.jit import njit
+    import toy_callee
+
+    @njit(cache=True)
+    def twice(x):
+        return toy_callee.step(toy_callee.step(x))
+""")
+
+RUN_CALLER = textwrap.dedent("""
+    import json
+    import toy_caller
+    stats = toy_caller.twice.stats
+    result = toy_caller.twice(0)
+    print(json.dumps({"result": result, "hits": sum(stats.cache_hits.values()),
+                      "misses": sum(stats.cache_misses.values())}))
+""")
+
+
+def test_a_kernel_whose_callee_changed_in_another_file_is_compiled_again(tmp_path):
+    """numba compiles a callee into its caller's cached code but stamps that code with the
+    caller's file only; pushmask's stamp also covers the kernel files beside it and its own, so a
+    changed callee is never run as its old code through a caller's cache."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "toy_caller.py").write_text(CALLER)
+    runs = []
+    for step in (1, 1, 5):
+        (src / "toy_callee.py").write_text(CALLEE.replace("STEP", str(step)))
+        runs.append(_run(RUN_CALLER, prepared=tmp_path / "prepared", cache=tmp_path / "cache", path=src)[0])
+    assert runs == [
+        {"result": 2, "hits": 0, "misses": 1},
+        {"result": 2, "hits": 1, "misses": 0},  # the cache is used while nothing changed
+        {"result": 10, "hits": 0, "misses": 1},  # not the stale 2 of the callee's old code
+    ]
+
+
+def test_kernel_stamps_cover_every_file_that_defines_a_loaded_kernel():
+    """Every pushmask kernel loaded in this process lives in a file the kernel digest covers."""
+    import pushmask  # noqa: F401 - loads the kernel modules
+    from pushmask import jit
+
+    covered = {path.resolve() for path in jit.kernel_source_files()}
+    kernel_files = {
+        Path(module.__file__).resolve()
+        for name, module in list(sys.modules.items())
+        if name.startswith("pushmask.")
+        and getattr(module, "__file__", None)
+        and any(
+            isinstance(value, jit.KernelDispatcher) and value.py_func.__module__ == name
+            for value in vars(module).values()
+        )
+    }
+    assert len(kernel_files) >= 15 and kernel_files <= covered
+
+
 def _index(prepared: Path) -> Path:
     (index,) = prepared.glob("toy_kernels.triangle-*.nbi")
     return index
