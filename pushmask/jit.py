@@ -9,8 +9,9 @@ A kernel's code is looked up first in numba's usual cache (NUMBA_CACHE_DIR, else
 beside the source, else the user's cache folder: wherever numba would cache it), then in the
 prepared folder, which is only ever read outside `pushmask warmup`, so a read-only
 site-packages works. Whatever had to be compiled is saved in numba's usual cache. A prepared
-file that does not fit this process (another numba or llvmlite version, other sources, a
-truncated file) is never loaded: the kernel compiles once, one log line says why, and later
+file that does not fit this process (another numba or llvmlite version, other sources -- a
+kernel's sources are its file and every kernel file, since numba compiles the kernels a kernel
+calls into its code --, a truncated file) is never loaded: the kernel compiles once, one log line says why, and later
 processes find the result in numba's usual cache.
 
 A process that compiles a kernel says so on stderr at once (`CompileNotice`): why, how much there
