@@ -13,7 +13,7 @@ FORMAT ``type``s and their languages:
 | type | language |
 |---|---|
 | ``const_string`` | the string ``value`` |
-| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml``: its properties as XML elements (grammar/xml_arguments.py) |
+| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml`` / ``kimi_k3_xml``: its properties as XML elements (grammar/xml_arguments.py) |
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
@@ -310,8 +310,6 @@ class _Builder:
             )
         schema = _schema(schema)
         if style != "json":
-            if fmt.get("any_order"):
-                raise UnsupportedFormatError(f"{where}: any_order with json_schema style {style!r} is not supported")
             # XML element values: a bare JSON scalar, no whitespace around it
             value_options = options.replace(root_whitespace=False)
             return xml_arguments(
@@ -322,6 +320,8 @@ class _Builder:
                 ),
                 f"{where}/json_schema",
                 excludes,
+                any_order=bool(fmt.get("any_order")),
+                rule=self._rule,
             )
         if excludes:
             return self._json_without(schema, excludes, options, f"{where}/json_schema")

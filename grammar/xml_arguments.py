@@ -1,6 +1,6 @@
 """Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
-``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``), as
-grammar IR.
+``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``,
+``kimi_k3_xml``), as grammar IR.
 
 One element per declared property of the object schema, in declaration order, the required ones
 present, then any number of undeclared members where ``additionalProperties`` allows them (``{}``
@@ -16,20 +16,27 @@ JSON text, as the models' templates write them and the servers' parsers read the
 | ``glm_xml`` | ``<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>`` (a newline may sit between) |
 | ``deepseek_xml`` | ``<｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>`` (``"false"``: a JSON value) |
 | ``deepseek_v4_1_xml`` | the same with ``<｜DSML｜ parameter`` and ``</｜DSML｜ parameter>`` |
+| ``kimi_k3_xml`` | ``<|open|>argument key="KEY" type="TYPE"<|sep|>VALUE<|close|>argument<|sep|>`` (KEY with ``&`` and ``"`` as ``&amp;`` / ``&quot;``; TYPE the value's JSON type: ``string`` raw text, ``number`` for integers too, ``boolean``, ``null``) |
 
 Each element may be preceded by one newline, and the last followed by one.  Raw string values are held to the string's
 constraints (minLength, maxLength, pattern, format, enum, const) and never hold text the parsers
 would read as an element's end, the next element's start or the call's tags: no ``<`` followed by
 a letter or ``_``, nor by optional whitespace and ``/`` or ``p`` (narrower than the parsers
 need, never wider).  A value that
-could be read either way (a schema allowing strings and other types, except in DeepSeek's
-styles, whose ``string`` mark says which), or a JSON value that may
+could be read either way (a schema allowing strings and other types, except in DeepSeek's and
+Kimi-K3's styles, whose ``string`` / ``type`` mark says which), or a JSON value that may
 hold strings (objects, arrays: their strings could spell an element's end), raises
 UnsupportedFormatError naming the property: nothing is widened.
+
+A root ``const`` object (or ``enum`` of objects) is that fixed parameter list (each in its
+declared order).  With ``any_order`` the declared elements come in any order, each at most
+once and the required ones present, undeclared ones anywhere between (2^n states for n
+declared members, up to ANY_ORDER_MAX_MEMBERS as JSON objects).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +48,7 @@ from .ecma_regex import pattern_dfa
 from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
 from .ir import NOTHING, Expr, alt, lit, opt, seq, star
 from .json_formats import format_dfa
+from .json_schema.objects import ANY_ORDER_MAX_MEMBERS
 from .json_strings import string_dfa
 
 __all__ = ["XML_STYLES", "ANNOTATIONS", "xml_arguments", "check_xml_arguments", "plain_string_dfa", "has_own_pattern"]
@@ -60,19 +68,32 @@ _SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
 _MARKUP = f"<{_SPACE}*[/p]|<[A-Za-z_]"
 
 
+# The JSON type a value is written with, as Kimi-K3's type attribute names it ("string": raw text)
+_TYPE_MARKS = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
+
+
 @dataclass(frozen=True)
 class XmlStyle:
-    """How one style writes an element: `key(name)`, optionally `gap`, `value_open`, the value,
-    `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
-    `python_bools`: booleans may also be written True / False (the parser lower-cases them)."""
+    """How one style writes an element: `key(name, mark)`, optionally `gap`, `value_open`, the
+    value, `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
+    `python_bools`: booleans may also be written True / False (the parser lower-cases them).
+    `marks`: what the head says of the value, which the parser decodes it by: "" nothing,
+    "string" raw text or JSON (DeepSeek's string="true"), "type" its JSON type (Kimi-K3)."""
 
-    key: Callable[[str, bool], str]  # (name, whether the value is raw text) -> the element's head
+    key: Callable[[str, str], str]  # (name as written, the value's _TYPE_MARKS mark) -> the element's head
     close: str
     forbidden: str
     python_bools: bool = False
-    marks_raw: bool = False  # the head says whether the value is raw text (DeepSeek's string="true")
+    marks: str = ""
     gap: str = ""
     value_open: str = ""
+    name_chars: str = "<>\"'="  # characters a declared name may not hold (the head could not be read back)
+    escape: Callable[[str], str] = str  # a name as the head writes it
+
+
+def _attribute(text: str) -> str:
+    """`text` as Kimi-K3's renderer writes an attribute value (``&`` and ``"`` escaped)."""
+    return text.replace("&", "&amp;").replace('"', "&quot;")
 
 
 XML_STYLES: dict[str, XmlStyle] = {
@@ -83,32 +104,52 @@ XML_STYLES: dict[str, XmlStyle] = {
     ),
     # DeepSeek's markup starts "<｜": kept out of raw values too
     "deepseek_xml": XmlStyle(
-        lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
+        lambda key, mark: f'<｜DSML｜parameter name="{key}" string="{str(mark == "string").lower()}">',
         "</｜DSML｜parameter>",
         _MARKUP + "|<｜",
-        marks_raw=True,
+        marks="string",
     ),
     "deepseek_v4_1_xml": XmlStyle(
-        lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
+        lambda key, mark: f'<｜DSML｜ parameter name="{key}" string="{str(mark == "string").lower()}">',
         "</｜DSML｜ parameter>",
         _MARKUP + "|<｜",
-        marks_raw=True,
+        marks="string",
+    ),
+    # Kimi-K3's markup is all made of its controls: a raw value holds none of them
+    "kimi_k3_xml": XmlStyle(
+        lambda key, mark: f'<|open|>argument key="{key}" type="{mark}"<|sep|>',
+        "<|close|>argument<|sep|>",
+        r"<\|(open|close|sep)\|>",
+        marks="type",
+        name_chars="",
+        escape=_attribute,
     ),
 }
 
 
 def xml_arguments(
-    schema: Any, style: str, json_value: Callable[[Any], Expr], where: str, excludes: list[str] | tuple = ()
+    schema: Any,
+    style: str,
+    json_value: Callable[[Any], Expr],
+    where: str,
+    excludes: list[str] | tuple = (),
+    any_order: bool = False,
+    rule: Callable[[Expr], Expr] = lambda expr: expr,
 ) -> Expr:
     """The IR of the elements of `schema`'s declared properties in `style`; `json_value(schema)`
     is the IR of a JSON value of a (non-string) property schema.  `excludes` (XGrammar's json_schema
     ``excludes``): no raw value and no element name holds one of them (a scalar JSON value holds
-    no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar)."""
+    no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar).
+    `any_order`: the declared elements in any order; `rule(expr)` makes an expression a rule of
+    its own (a reference), so that the states of that order are shared."""
     spec = XML_STYLES.get(style)
     if spec is None:
         raise _unsupported(
             where, f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, XML_STYLES))})'
         )
+    literals = _literal_arguments(schema)
+    if literals is not None:  # fixed parameter lists keep their order, as XGrammar's
+        return alt(*(xml_arguments(fixed, style, json_value, where, excludes) for fixed in literals))
     properties, required, undeclared = _members(schema, style, where)
     definitions = {k: schema[k] for k in _DEFINITIONS if isinstance(schema, dict) and k in schema}
     if definitions:  # a JSON value's nested references resolve in the arguments' definitions
@@ -119,29 +160,61 @@ def xml_arguments(
     elements = []
     for key, sub in properties.items():
         here = f"{where}/properties/{key}"
-        if not key or any(c in key for c in "<>\"'=") or key != key.strip():
+        name = spec.escape(key)
+        if not key or any(c in name for c in spec.name_chars) or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
         sub = _resolved(sub, definitions, here)
         values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
-        element = _element(partial(_named_head, spec, key), values, spec)
-        if any(e in key for e in excludes):
+        element = _element(partial(_named_head, spec, name), values, spec)
+        if any(e in name for e in excludes):
             element = NOTHING  # the element's name holds an excluded string: it cannot be written
-        elements.append(element if key in required else opt(element))
+        elements.append((element, key in required))
+    extra = None
     if undeclared is not None:
-        elements.append(
-            star(
-                _undeclared_element(
-                    undeclared,
-                    properties,
-                    spec,
-                    forbidden if has_own_pattern(undeclared) else filtered,
-                    json_value,
-                    excludes,
-                    where,
-                )
-            )
+        allowed = forbidden if has_own_pattern(undeclared) else filtered
+        extra = _undeclared_element(undeclared, properties, spec, allowed, json_value, excludes, where)
+    if any_order and elements and (len(elements) > 1 or extra is not None):
+        body = _any_order(elements, extra, rule, where)
+    else:
+        body = seq(*(e if req else opt(e) for e, req in elements), star(extra) if extra is not None else lit(""))
+    return seq(body, opt(lit("\n")))
+
+
+def _literal_arguments(schema: Any) -> list[dict] | None:
+    """A root ``const`` object or ``enum`` of objects as the object schemas of those fixed
+    parameter lists (every member required, valued by its ``const``); None for other schemas."""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        return None
+    keywords = set(schema) - ANNOTATIONS - {"type"}
+    if keywords == {"const"}:
+        listed = [schema["const"]]
+    elif keywords == {"enum"} and isinstance(schema["enum"], list):
+        listed = schema["enum"]
+    else:
+        return None
+    if not all(isinstance(value, dict) for value in listed):
+        return None
+    return [{"properties": {k: {"const": v} for k, v in value.items()}, "required": list(value)} for value in listed]
+
+
+def _any_order(elements: list[tuple[Expr, bool]], extra: Expr | None, rule: Callable[[Expr], Expr], where: str) -> Expr:
+    """The declared `elements` (each with whether it is required) in any order, each at most
+    once, the required ones present, undeclared elements (`extra`) anywhere between: one state
+    per set of declared elements still to come (2^n), each a rule."""
+    if len(elements) > ANY_ORDER_MAX_MEMBERS:
+        raise _unsupported(
+            where,
+            f"any_order over {len(elements)} declared properties is not supported "
+            f"(at most {ANY_ORDER_MAX_MEMBERS}: one state per subset written)",
         )
-    return seq(*elements, opt(lit("\n")))
+    refs = [rule(element) for element, _ in elements]
+    between = star(rule(extra)) if extra is not None else lit("")
+    states: dict[frozenset[int], Expr] = {}
+    for size in range(len(elements) + 1):  # smaller sets first: each state refers to smaller ones
+        for left in map(frozenset, itertools.combinations(range(len(elements)), size)):
+            done = [] if any(elements[i][1] for i in left) else [lit("")]
+            states[left] = rule(seq(between, alt(*done, *(seq(refs[i], states[left - {i}]) for i in sorted(left)))))
+    return states[frozenset(range(len(elements)))]
 
 
 def _members(schema: Any, style: str, where: str) -> tuple[dict, list, Any]:
@@ -186,8 +259,8 @@ def _undeclared_element(
         names = names.intersect(without_strings(excludes))
     values = _values({} if schema is True else schema, spec, allowed, json_value, here)
 
-    def head(raw: bool) -> Expr:
-        before_name, after_name = spec.key("\0", raw).split("\0")
+    def head(mark: str) -> Expr:
+        before_name, after_name = spec.key("\0", mark).split("\0")
         return seq(lit(before_name), dfa_to_char_fsm(names), lit(after_name))
 
     return _element(head, values, spec)
@@ -217,16 +290,16 @@ def _with_definitions(json_value: Callable[[Any], Expr], definitions: dict, sche
     return json_value({**schema, **definitions} if isinstance(schema, dict) else schema)
 
 
-def _named_head(spec: XmlStyle, key: str, raw: bool) -> Expr:
-    """The head of the element of the declared property `key`."""
-    return lit(spec.key(key, raw))
+def _named_head(spec: XmlStyle, name: str, mark: str) -> Expr:
+    """The head of the element of the declared property written `name`."""
+    return lit(spec.key(name, mark))
 
 
-def _element(head: Callable[[bool], Expr], values: list[tuple[Expr, bool]], spec: XmlStyle) -> Expr:
-    """One element: `head(raw)` (the name's part) and each of its `values` (the value's IR,
-    whether raw) as `spec` writes them, after an optional newline."""
+def _element(head: Callable[[str], Expr], values: list[tuple[Expr, str]], spec: XmlStyle) -> Expr:
+    """One element: `head(mark)` (the name's part) and each of its `values` (the value's IR,
+    the mark it is written under) as `spec` writes them, after an optional newline."""
     gap = opt(lit(spec.gap)) if spec.gap else lit("")
-    written = [seq(head(raw), gap, lit(spec.value_open), value) for value, raw in values]
+    written = [seq(head(mark), gap, lit(spec.value_open), value) for value, mark in values]
     return seq(opt(lit("\n")), alt(*written), lit(spec.close))
 
 
@@ -236,44 +309,105 @@ def check_xml_arguments(schema: Any, style: str, where: str) -> None:
     xml_arguments(schema, style, lambda _: lit(""), where)
 
 
-def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> list[tuple[Expr, bool]]:
-    """A property's values, each with whether it is raw text: raw for a schema of strings only,
-    else JSON of a scalar schema; in a style that marks raw text (DeepSeek's ``string``), strings
-    or scalars are both, each under its own mark."""
+def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> list[tuple[Expr, str]]:
+    """A property's values, each with the mark it is written under (``"string"``: raw text):
+    raw for a schema of strings only, else JSON of a scalar schema; an ``anyOf`` of such
+    schemas is each branch so.  In a style whose head marks the value (DeepSeek's ``string``,
+    Kimi-K3's ``type``), strings and scalars may mix, each under its own mark, and in Kimi-K3's
+    any value is raw text or a JSON scalar."""
     if schema is True or isinstance(schema, dict) and not set(schema) - ANNOTATIONS:
         # any value: the parsers read raw text as a string
-        return [(dfa_to_char_fsm(allowed), True)]
+        raw = [(dfa_to_char_fsm(allowed), "string")]
+        if spec.marks == "type":
+            return raw + _json_values([({"type": sorted(_SCALARS)}, _SCALARS)], spec, json_value)
+        return raw
     if not isinstance(schema, dict):
         raise _unsupported(where, f"a property schema is an object, got {schema!r}")
-    kinds = _kinds(schema)
-    if kinds == {"string"}:
-        return [(dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True)]
-    if kinds and kinds <= _SCALARS:
-        if spec.python_bools and kinds == {"boolean"} and set(schema) - ANNOTATIONS == {"type"}:
-            return [(alt(lit("true"), lit("false"), lit("True"), lit("False")), False)]
-        return [(json_value(schema), False)]
-    if spec.marks_raw and "string" in kinds and kinds - {"string"} <= _SCALARS:
-        strings = {k: v for k, v in schema.items() if k in _STRING_KEYS}
-        return [
-            (dfa_to_char_fsm(allowed.intersect(_string_values(strings, where))), True),
-            (json_value(_without_strings(schema, kinds)), False),
-        ]
-    raise _unsupported(
-        where,
-        f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
-        "XML text (only strings, or integers / numbers / booleans / null)",
+    branches = (
+        schema["anyOf"] if set(schema) - ANNOTATIONS == {"anyOf"} and isinstance(schema["anyOf"], list) else [schema]
     )
+    strings: list[dict] = []  # the branches' string parts
+    scalars: list[tuple[dict, set[str]]] = []  # the branches' scalar parts, with their kinds
+    for branch in branches:
+        kinds = _kinds(branch) if isinstance(branch, dict) else set()
+        if not kinds or not kinds <= _SCALARS | {"string"}:
+            strings, scalars = [], []
+            break
+        if "string" in kinds:
+            part = _narrowed({k: v for k, v in branch.items() if k in _STRING_KEYS}, {"string"})
+            strings += [] if part is None else [branch if kinds == {"string"} else part]
+        if kinds - {"string"}:
+            part = _narrowed(branch, kinds - {"string"}) if "string" in kinds else branch
+            scalars += [] if part is None else [(part, kinds - {"string"})]
+    if not strings and not scalars or strings and scalars and not spec.marks:
+        raise _unsupported(
+            where,
+            f"a value of types {sorted(_kinds(schema)) or 'any'} cannot be written unambiguously as "
+            "XML text (only strings, or integers / numbers / booleans / null)",
+        )
+    values = []
+    if strings:
+        texts = _string_values(strings[0], where)
+        for part in strings[1:]:
+            texts = texts.union(_string_values(part, where))
+        values.append((dfa_to_char_fsm(allowed.intersect(texts)), "string"))
+    if spec.python_bools and scalars == [(schema, {"boolean"})] and set(schema) - ANNOTATIONS == {"type"}:
+        return [(alt(lit("true"), lit("false"), lit("True"), lit("False")), "boolean")]
+    return values + _json_values(scalars, spec, json_value)
 
 
-def _without_strings(schema: dict, kinds: set[str]) -> dict:
-    """`schema` less its strings (a scalar union's JSON part): its ``type`` without string, its
-    ``enum`` / ``const`` without string values."""
+def _json_values(scalars: list[tuple[dict, set[str]]], spec: XmlStyle, json_value: Callable) -> list[tuple[Expr, str]]:
+    """The JSON values of the scalar schemas `scalars` (each with its kinds): one alternative,
+    or, in a style whose head names the value's type (Kimi-K3), one per type it names."""
+    if not scalars:
+        return []
+    if spec.marks != "type":
+        return [(json_value(_any_of([part for part, _ in scalars])), "json")]
+    values = []
+    for mark in sorted({_TYPE_MARKS[kind] for _, kinds in scalars for kind in kinds}):
+        parts = []
+        for part, kinds in scalars:
+            wanted = {kind for kind in kinds if _TYPE_MARKS[kind] == mark}
+            narrowed = _narrowed(part, wanted) if wanted else None
+            parts += [] if narrowed is None else [narrowed]
+        if parts:
+            values.append((json_value(_any_of(parts)), mark))
+    return values
+
+
+def _any_of(schemas: list[dict]) -> dict:
+    """One schema of the values of any of `schemas`."""
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+
+
+def _narrowed(schema: dict, kinds: set[str]) -> dict | None:
+    """`schema` held to the values of `kinds`: its ``type`` those kinds, its ``enum`` / ``const``
+    those of them of these kinds; None where no listed value is left."""
     narrowed = dict(schema)
     if "type" in schema:
-        narrowed["type"] = sorted(kinds - {"string"})
+        narrowed["type"] = sorted(kinds)
     if isinstance(schema.get("enum"), list):
-        narrowed["enum"] = [v for v in schema["enum"] if not isinstance(v, str)]
+        narrowed["enum"] = [v for v in schema["enum"] if _fits(v, kinds)]
+        if not narrowed["enum"]:
+            return None
+    if "const" in schema and not _fits(schema["const"], kinds):
+        return None
     return narrowed
+
+
+def _fits(value: Any, kinds: set[str]) -> bool:
+    """Is the JSON `value` of one of `kinds` (an integer is a number too)?"""
+    kind = _kind_of(value)
+    return kind in kinds or kind == "integer" and "number" in kinds
+
+
+def _kind_of(value: Any) -> str:
+    """The JSON type of a JSON value (``integer`` for whole numbers, as JSON Schema counts them)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if float(value).is_integer() else "number"
+    return {str: "string", type(None): "null"}.get(type(value), "object")
 
 
 def has_own_pattern(schema: Any) -> bool:
@@ -304,8 +438,7 @@ def _kinds(schema: dict) -> set[str]:
     )
     if values is None or set(schema) - ANNOTATIONS - {"enum", "const"}:
         return set()
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
-    return {names.get(type(v), "object") for v in values}
+    return {_kind_of(v) for v in values}
 
 
 def _string_values(schema: dict, where: str) -> Dfa:
