@@ -1,6 +1,6 @@
 """Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
 ``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``,
-``kimi_k3_xml``), as grammar IR.
+``kimi_k3_xml``, ``minimax_m3_xml``), as grammar IR.
 
 One element per declared property of the object schema, in declaration order, the required ones
 present, then any number of undeclared members where ``additionalProperties`` allows them (``{}``
@@ -32,11 +32,15 @@ A root ``const`` object (or ``enum`` of objects) is that fixed parameter list (e
 declared order).  With ``any_order`` the declared elements come in any order, each at most
 once and the required ones present, undeclared ones anywhere between (2^n states for n
 declared members, up to ANY_ORDER_MAX_MEMBERS as JSON objects).
+
+``minimax_m3_xml`` nests instead (see _m3_arguments): every value is elements
+``]<]minimax[>[<NAME>VALUE]<]minimax[>[</NAME>``, objects by member name, arrays as ``item``s.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +50,7 @@ from typing import Any
 from .core.errors import GrammarError
 from .ecma_regex import pattern_dfa
 from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
-from .ir import NOTHING, Expr, alt, lit, opt, seq, star
+from .ir import NOTHING, Expr, alt, char_class, lit, opt, rep, seq, star
 from .json_formats import format_dfa
 from .json_schema.objects import ANY_ORDER_MAX_MEMBERS
 from .json_strings import string_dfa
@@ -142,10 +146,13 @@ def xml_arguments(
     no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar).
     `any_order`: the declared elements in any order; `rule(expr)` makes an expression a rule of
     its own (a reference), so that the states of that order are shared."""
+    if style == "minimax_m3_xml":
+        return _m3_arguments(schema, json_value, where, excludes, any_order, rule)
     spec = XML_STYLES.get(style)
     if spec is None:
         raise _unsupported(
-            where, f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, XML_STYLES))})'
+            where,
+            f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, [*XML_STYLES, "minimax_m3_xml"]))})',
         )
     literals = _literal_arguments(schema)
     if literals is not None:  # fixed parameter lists keep their order, as XGrammar's
@@ -215,6 +222,129 @@ def _any_order(elements: list[tuple[Expr, bool]], extra: Expr | None, rule: Call
             done = [] if any(elements[i][1] for i in left) else [lit("")]
             states[left] = rule(seq(between, alt(*done, *(seq(refs[i], states[left - {i}]) for i in sorted(left)))))
     return states[frozenset(range(len(elements)))]
+
+
+# MiniMax-M3 writes every value as elements, nested: `]<]minimax[>[<NAME>VALUE]<]minimax[>[</NAME>`,
+# an object's members by name, an array's items as `item`; strings raw, other scalars as JSON.
+_M3_MARK = "]<]minimax[>["
+_M3_SPACE = star(char_class([(0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)]))  # between elements
+
+
+def _m3_arguments(
+    schema: Any,
+    json_value: Callable[[Any], Expr],
+    where: str,
+    excludes: list[str] | tuple,
+    any_order: bool,
+    rule: Callable[[Expr], Expr],
+) -> Expr:
+    """The ``minimax_m3_xml`` arguments of `schema`: the root object's members as elements, each
+    value written the same way recursively (XGrammar's layout).  Names must be fixed (no
+    ``additionalProperties``, no unconstrained values), as XGrammar requires; a ``$ref`` cycle,
+    or a value that could be read two ways, is refused."""
+    if excludes:
+        raise _unsupported(where, "JSONSchemaFormat.excludes is not supported for minimax_m3_xml")
+    definitions = {k: schema[k] for k in _DEFINITIONS if isinstance(schema, dict) and k in schema}
+    if definitions:
+        json_value = partial(_with_definitions, json_value, definitions)
+    literals = _literal_arguments(schema)
+    if literals is not None:
+        return alt(*(_m3_object(fixed, json_value, definitions, where, False, rule, frozenset()) for fixed in literals))
+    return _m3_object(schema, json_value, definitions, where, any_order, rule, frozenset())
+
+
+def _m3_object(
+    schema: Any,
+    json_value: Callable,
+    definitions: dict,
+    where: str,
+    any_order: bool,
+    rule: Callable[[Expr], Expr],
+    expanding: frozenset[str],
+) -> Expr:
+    """An object's members as MiniMax-M3 elements, whitespace before each."""
+    properties, required, undeclared = _members(schema, "minimax_m3_xml", where)
+    if undeclared is not None:
+        raise _unsupported(
+            where, "minimax_m3_xml needs fixed property names (no additionalProperties or unconstrained objects)"
+        )
+    elements = []
+    for key, sub in properties.items():
+        here = f"{where}/properties/{key}"
+        value = _m3_value(sub, json_value, definitions, here, any_order, rule, expanding)
+        elements.append((seq(_M3_SPACE, _m3_element(key, value, here)), key in required))
+    if any_order and len(elements) > 1:
+        return _any_order(elements, None, rule, where)
+    return seq(*(e if req else opt(e) for e, req in elements))
+
+
+def _m3_value(
+    schema: Any,
+    json_value: Callable,
+    definitions: dict,
+    where: str,
+    any_order: bool,
+    rule: Callable[[Expr], Expr],
+    expanding: frozenset[str],
+) -> Expr:
+    """One MiniMax-M3 value of `schema`: raw text for strings (never the namespace mark), JSON for
+    other scalars, elements for objects and arrays, a literal as the model writes it."""
+    target = schema.get("$ref") if isinstance(schema, dict) else None
+    if target in expanding:
+        raise _unsupported(where, f"a recursive $ref {target!r} is not supported in minimax_m3_xml")
+    expanding = expanding | {target} if isinstance(target, str) else expanding
+    schema = _resolved(schema, definitions, where)
+    if isinstance(schema, dict) and set(schema) - ANNOTATIONS - {"type"} in ({"const"}, {"enum"}):
+        listed = [schema["const"]] if "const" in schema else schema["enum"]
+        if isinstance(listed, list) and listed:
+            return alt(*(_m3_literal(value, where) for value in listed))
+    kinds = _kinds(schema) if isinstance(schema, dict) else set()
+    if kinds == {"string"}:
+        text = any_string_dfa().difference(pattern_dfa(re.escape(_M3_MARK), where))
+        return dfa_to_char_fsm(text.intersect(_string_values(schema, where)))
+    if kinds and kinds <= _SCALARS:
+        return json_value(schema)
+    if kinds == {"object"} and isinstance(schema, dict):
+        return rule(_m3_object(schema, json_value, definitions, where, any_order, rule, expanding))
+    if kinds == {"array"} and isinstance(schema, dict) and not set(schema) - ANNOTATIONS - _M3_ARRAY_KEYS:
+        low, high = schema.get("minItems", 0), schema.get("maxItems")
+        if high == 0:
+            return lit("")  # no item (``items`` may then be false)
+        items = _m3_value(
+            schema.get("items", {}), json_value, definitions, f"{where}/items", any_order, rule, expanding
+        )
+        written = seq(rep(seq(_M3_SPACE, _m3_element("item", items, where)), max(low, 1), high), _M3_SPACE)
+        return written if low else alt(written, lit(""))
+    raise _unsupported(
+        where,
+        f"a minimax_m3_xml value of types {sorted(kinds) or 'any'} cannot be written unambiguously "
+        "(only strings, scalars, objects with fixed properties, arrays of items)",
+    )
+
+
+_M3_ARRAY_KEYS = {"type", "items", "minItems", "maxItems"}
+
+
+def _m3_element(name: str, value: Expr, where: str) -> Expr:
+    """`value` inside MiniMax-M3's element `name` (XGrammar's element names: not empty or blank,
+    no ``>``, not starting with ``/``; the namespace mark neither)."""
+    if not name.strip() or name.startswith("/") or ">" in name or _M3_MARK in name:
+        raise _unsupported(where, f"Invalid minimax_m3_xml element name: {name!r}")
+    return seq(lit(f"{_M3_MARK}<{name}>"), value, lit(f"{_M3_MARK}</{name}>"))
+
+
+def _m3_literal(value: Any, where: str) -> Expr:
+    """A ``const`` / ``enum`` value as MiniMax-M3 writes it: a string raw, an object's members
+    and an array's items as elements, another scalar as JSON."""
+    if isinstance(value, str):
+        if _M3_MARK in value:
+            raise _unsupported(where, "A minimax_m3_xml string literal cannot contain the namespace marker")
+        return lit(value)
+    if isinstance(value, dict):
+        return seq(*(_m3_element(k, _m3_literal(v, where), where) for k, v in value.items()))
+    if isinstance(value, list):
+        return seq(*(_m3_element("item", _m3_literal(v, where), where) for v in value))
+    return lit(json.dumps(value))
 
 
 def _members(schema: Any, style: str, where: str) -> tuple[dict, list, Any]:
