@@ -171,7 +171,7 @@ def xml_arguments(
         if not key or any(c in name for c in spec.name_chars) or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
         sub = _resolved(sub, definitions, here)
-        values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
+        values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here, definitions)
         element = _element(partial(_named_head, spec, name), values, spec)
         if any(e in name for e in excludes):
             element = NOTHING  # the element's name holds an excluded string: it cannot be written
@@ -179,7 +179,7 @@ def xml_arguments(
     extra = None
     if undeclared is not None:
         allowed = forbidden if has_own_pattern(undeclared) else filtered
-        extra = _undeclared_element(undeclared, properties, spec, allowed, json_value, excludes, where)
+        extra = _undeclared_element(undeclared, properties, spec, allowed, json_value, excludes, where, definitions)
     if any_order and elements and (len(elements) > 1 or extra is not None):
         body = _any_order(elements, extra, rule, where)
     else:
@@ -379,6 +379,7 @@ def _undeclared_element(
     json_value: Callable,
     excludes: list[str] | tuple,
     where: str,
+    definitions: dict,
 ) -> Expr:
     """One element of an undeclared member: its name XGrammar's ``[a-zA-Z_][a-zA-Z0-9_]*`` but no
     declared name (an undeclared value must not stand in for a declared one) and holding no
@@ -387,7 +388,7 @@ def _undeclared_element(
     names = pattern_dfa("^[a-zA-Z_][a-zA-Z0-9_]*$", here).difference(literal_dfa(declared))
     if excludes:
         names = names.intersect(without_strings(excludes))
-    values = _values({} if schema is True else schema, spec, allowed, json_value, here)
+    values = _values({} if schema is True else schema, spec, allowed, json_value, here, definitions)
 
     def head(mark: str) -> Expr:
         before_name, after_name = spec.key("\0", mark).split("\0")
@@ -439,9 +440,11 @@ def check_xml_arguments(schema: Any, style: str, where: str) -> None:
     xml_arguments(schema, style, lambda _: lit(""), where)
 
 
-def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> list[tuple[Expr, str]]:
+def _values(
+    schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str, definitions: dict
+) -> list[tuple[Expr, str]]:
     """A property's values, each with the mark it is written under (``"string"``: raw text):
-    raw for a schema of strings only, else JSON of a scalar schema; an ``anyOf`` of such
+    raw for a schema of strings only, else JSON of a scalar schema; an ``anyOf`` (see _branches) of such
     schemas is each branch so.  In a style whose head marks the value (DeepSeek's ``string``,
     Kimi-K3's ``type``), strings and scalars may mix, each under its own mark, and in Kimi-K3's
     any value is raw text or a JSON scalar."""
@@ -453,9 +456,7 @@ def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, whe
         return raw
     if not isinstance(schema, dict):
         raise _unsupported(where, f"a property schema is an object, got {schema!r}")
-    branches = (
-        schema["anyOf"] if set(schema) - ANNOTATIONS == {"anyOf"} and isinstance(schema["anyOf"], list) else [schema]
-    )
+    branches = _branches(schema, definitions, where, {})
     strings: list[dict] = []  # the branches' string parts
     scalars: list[tuple[dict, set[str]]] = []  # the branches' scalar parts, with their kinds
     for branch in branches:
@@ -484,6 +485,31 @@ def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, whe
     if spec.python_bools and scalars == [(schema, {"boolean"})] and set(schema) - ANNOTATIONS == {"type"}:
         return [(alt(lit("true"), lit("false"), lit("True"), lit("False")), "boolean")]
     return values + _json_values(scalars, spec, json_value)
+
+
+def _branches(schema: Any, definitions: dict, where: str, seen: dict[str, list]) -> list:
+    """The schemas whose values `schema` allows, with its ``anyOf`` (nested, or behind local
+    ``$ref``s) flattened and repeats dropped; `seen` keeps each reference's branches (shared
+    references stay linear)."""
+    target = schema.get("$ref") if isinstance(schema, dict) else None
+    if isinstance(target, str) and target in seen:
+        return seen[target]
+    resolved = _resolved(schema, definitions, where)
+    if not (isinstance(resolved, dict) and set(resolved) - ANNOTATIONS == {"anyOf"}):
+        found = [resolved]
+    elif not isinstance(resolved["anyOf"], list):
+        raise _unsupported(where, "anyOf must be a list")
+    else:
+        if isinstance(target, str):
+            seen[target] = []  # a reference cycle through anyOf adds no value
+        unique: dict[str, Any] = {}
+        for i, branch in enumerate(resolved["anyOf"]):
+            for leaf in _branches(branch, definitions, f"{where}/anyOf/{i}", seen):
+                unique.setdefault(json.dumps(leaf, sort_keys=True, default=str), leaf)
+        found = list(unique.values())
+    if isinstance(target, str):
+        seen[target] = found
+    return found
 
 
 def _json_values(scalars: list[tuple[dict, set[str]]], spec: XmlStyle, json_value: Callable) -> list[tuple[Expr, str]]:
