@@ -13,7 +13,7 @@ FORMAT ``type``s and their languages:
 | type | language |
 |---|---|
 | ``const_string`` | the string ``value`` |
-| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml``: its properties as XML elements (grammar/xml_arguments.py) |
+| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml`` / ``kimi_k3_xml`` / ``minimax_m3_xml``: its properties as XML elements (grammar/xml_arguments.py) |
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
@@ -33,7 +33,7 @@ tokens (``exclude_tokens``) are kept out of free text by their text: a token wit
 special token) is never text anyway, and the text of one that has it may not appear in the free
 text at all, however it is tokenized (narrower than XGrammar, never wider).
 
-What the automaton cannot express exactly (the other XML argument styles) raises
+What the automaton cannot express exactly (``cohere_xml``, XML values that read two ways) raises
 UnsupportedFormatError naming the format; nothing is widened.
 """
 
@@ -309,8 +309,6 @@ class _Builder:
             )
         schema = _schema(schema)
         if style != "json":
-            if fmt.get("any_order"):
-                raise UnsupportedFormatError(f"{where}: any_order with json_schema style {style!r} is not supported")
             # XML element values: a bare JSON scalar, no whitespace around it
             value_options = options.replace(root_whitespace=False)
             return xml_arguments(
@@ -321,6 +319,8 @@ class _Builder:
                 ),
                 f"{where}/json_schema",
                 excludes,
+                any_order=bool(fmt.get("any_order")),
+                rule=self._rule,
             )
         if excludes:
             return self._json_without(schema, excludes, options, f"{where}/json_schema")

@@ -1,6 +1,6 @@
 """Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
-``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``), as
-grammar IR.
+``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``,
+``kimi_k3_xml``, ``minimax_m3_xml``), as grammar IR.
 
 One element per declared property of the object schema, in declaration order, the required ones
 present, then any number of undeclared members where ``additionalProperties`` allows them (``{}``
@@ -16,20 +16,31 @@ JSON text, as the models' templates write them and the servers' parsers read the
 | ``glm_xml`` | ``<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>`` (a newline may sit between) |
 | ``deepseek_xml`` | ``<｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>`` (``"false"``: a JSON value) |
 | ``deepseek_v4_1_xml`` | the same with ``<｜DSML｜ parameter`` and ``</｜DSML｜ parameter>`` |
+| ``kimi_k3_xml`` | ``<|open|>argument key="KEY" type="TYPE"<|sep|>VALUE<|close|>argument<|sep|>`` (KEY with ``&`` and ``"`` as ``&amp;`` / ``&quot;``; TYPE the value's JSON type: ``string`` raw text, ``number`` for integers too, ``boolean``, ``null``) |
 
 Each element may be preceded by one newline, and the last followed by one.  Raw string values are held to the string's
 constraints (minLength, maxLength, pattern, format, enum, const) and never hold text the parsers
 would read as an element's end, the next element's start or the call's tags: no ``<`` followed by
 a letter or ``_``, nor by optional whitespace and ``/`` or ``p`` (narrower than the parsers
 need, never wider).  A value that
-could be read either way (a schema allowing strings and other types, except in DeepSeek's
-styles, whose ``string`` mark says which), or a JSON value that may
+could be read either way (a schema allowing strings and other types, except in DeepSeek's and
+Kimi-K3's styles, whose ``string`` / ``type`` mark says which), or a JSON value that may
 hold strings (objects, arrays: their strings could spell an element's end), raises
 UnsupportedFormatError naming the property: nothing is widened.
+
+A root ``const`` object (or ``enum`` of objects) is that fixed parameter list (each in its
+declared order).  With ``any_order`` the declared elements come in any order, each at most
+once and the required ones present, undeclared ones anywhere between (2^n states for n
+declared members, up to ANY_ORDER_MAX_MEMBERS as JSON objects).
+
+``minimax_m3_xml`` nests instead (see _m3_arguments): every value is elements
+``]<]minimax[>[<NAME>VALUE]<]minimax[>[</NAME>``, objects by member name, arrays as ``item``s.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,8 +50,9 @@ from typing import Any
 from .core.errors import GrammarError
 from .ecma_regex import pattern_dfa
 from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
-from .ir import NOTHING, Expr, alt, lit, opt, seq, star
+from .ir import NOTHING, Expr, alt, char_class, lit, opt, rep, seq, star
 from .json_formats import format_dfa
+from .json_schema.objects import ANY_ORDER_MAX_MEMBERS
 from .json_strings import string_dfa
 
 __all__ = ["XML_STYLES", "ANNOTATIONS", "xml_arguments", "check_xml_arguments", "plain_string_dfa", "has_own_pattern"]
@@ -60,19 +72,32 @@ _SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
 _MARKUP = f"<{_SPACE}*[/p]|<[A-Za-z_]"
 
 
+# The JSON type a value is written with, as Kimi-K3's type attribute names it ("string": raw text)
+_TYPE_MARKS = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
+
+
 @dataclass(frozen=True)
 class XmlStyle:
-    """How one style writes an element: `key(name)`, optionally `gap`, `value_open`, the value,
-    `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
-    `python_bools`: booleans may also be written True / False (the parser lower-cases them)."""
+    """How one style writes an element: `key(name, mark)`, optionally `gap`, `value_open`, the
+    value, `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
+    `python_bools`: booleans may also be written True / False (the parser lower-cases them).
+    `marks`: what the head says of the value, which the parser decodes it by: "" nothing,
+    "string" raw text or JSON (DeepSeek's string="true"), "type" its JSON type (Kimi-K3)."""
 
-    key: Callable[[str, bool], str]  # (name, whether the value is raw text) -> the element's head
+    key: Callable[[str, str], str]  # (name as written, the value's _TYPE_MARKS mark) -> the element's head
     close: str
     forbidden: str
     python_bools: bool = False
-    marks_raw: bool = False  # the head says whether the value is raw text (DeepSeek's string="true")
+    marks: str = ""
     gap: str = ""
     value_open: str = ""
+    name_chars: str = "<>\"'="  # characters a declared name may not hold (the head could not be read back)
+    escape: Callable[[str], str] = str  # a name as the head writes it
+
+
+def _attribute(text: str) -> str:
+    """`text` as Kimi-K3's renderer writes an attribute value (``&`` and ``"`` escaped)."""
+    return text.replace("&", "&amp;").replace('"', "&quot;")
 
 
 XML_STYLES: dict[str, XmlStyle] = {
@@ -83,32 +108,55 @@ XML_STYLES: dict[str, XmlStyle] = {
     ),
     # DeepSeek's markup starts "<｜": kept out of raw values too
     "deepseek_xml": XmlStyle(
-        lambda key, raw: f'<｜DSML｜parameter name="{key}" string="{str(raw).lower()}">',
+        lambda key, mark: f'<｜DSML｜parameter name="{key}" string="{str(mark == "string").lower()}">',
         "</｜DSML｜parameter>",
         _MARKUP + "|<｜",
-        marks_raw=True,
+        marks="string",
     ),
     "deepseek_v4_1_xml": XmlStyle(
-        lambda key, raw: f'<｜DSML｜ parameter name="{key}" string="{str(raw).lower()}">',
+        lambda key, mark: f'<｜DSML｜ parameter name="{key}" string="{str(mark == "string").lower()}">',
         "</｜DSML｜ parameter>",
         _MARKUP + "|<｜",
-        marks_raw=True,
+        marks="string",
+    ),
+    # Kimi-K3's markup is all made of its controls: a raw value holds none of them
+    "kimi_k3_xml": XmlStyle(
+        lambda key, mark: f'<|open|>argument key="{key}" type="{mark}"<|sep|>',
+        "<|close|>argument<|sep|>",
+        r"<\|(open|close|sep)\|>",
+        marks="type",
+        name_chars="",
+        escape=_attribute,
     ),
 }
 
 
 def xml_arguments(
-    schema: Any, style: str, json_value: Callable[[Any], Expr], where: str, excludes: list[str] | tuple = ()
+    schema: Any,
+    style: str,
+    json_value: Callable[[Any], Expr],
+    where: str,
+    excludes: list[str] | tuple = (),
+    any_order: bool = False,
+    rule: Callable[[Expr], Expr] = lambda expr: expr,
 ) -> Expr:
     """The IR of the elements of `schema`'s declared properties in `style`; `json_value(schema)`
     is the IR of a JSON value of a (non-string) property schema.  `excludes` (XGrammar's json_schema
     ``excludes``): no raw value and no element name holds one of them (a scalar JSON value holds
-    no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar)."""
+    no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar).
+    `any_order`: the declared elements in any order; `rule(expr)` makes an expression a rule of
+    its own (a reference), so that the states of that order are shared."""
+    if style == "minimax_m3_xml":
+        return _m3_arguments(schema, json_value, where, excludes, any_order, rule)
     spec = XML_STYLES.get(style)
     if spec is None:
         raise _unsupported(
-            where, f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, XML_STYLES))})'
+            where,
+            f'json_schema style {style!r} is not supported (only "json", {", ".join(map(repr, [*XML_STYLES, "minimax_m3_xml"]))})',
         )
+    literals = _literal_arguments(schema)
+    if literals is not None:  # fixed parameter lists keep their order, as XGrammar's
+        return alt(*(xml_arguments(fixed, style, json_value, where, excludes) for fixed in literals))
     properties, required, undeclared = _members(schema, style, where)
     definitions = {k: schema[k] for k in _DEFINITIONS if isinstance(schema, dict) and k in schema}
     if definitions:  # a JSON value's nested references resolve in the arguments' definitions
@@ -119,29 +167,184 @@ def xml_arguments(
     elements = []
     for key, sub in properties.items():
         here = f"{where}/properties/{key}"
-        if not key or any(c in key for c in "<>\"'=") or key != key.strip():
+        name = spec.escape(key)
+        if not key or any(c in name for c in spec.name_chars) or key != key.strip():
             raise _unsupported(here, f"property name {key!r} cannot be written as an XML element name")
         sub = _resolved(sub, definitions, here)
-        values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here)
-        element = _element(partial(_named_head, spec, key), values, spec)
-        if any(e in key for e in excludes):
+        values = _values(sub, spec, forbidden if has_own_pattern(sub) else filtered, json_value, here, definitions)
+        element = _element(partial(_named_head, spec, name), values, spec)
+        if any(e in name for e in excludes):
             element = NOTHING  # the element's name holds an excluded string: it cannot be written
-        elements.append(element if key in required else opt(element))
+        elements.append((element, key in required))
+    extra = None
     if undeclared is not None:
-        elements.append(
-            star(
-                _undeclared_element(
-                    undeclared,
-                    properties,
-                    spec,
-                    forbidden if has_own_pattern(undeclared) else filtered,
-                    json_value,
-                    excludes,
-                    where,
-                )
-            )
+        allowed = forbidden if has_own_pattern(undeclared) else filtered
+        extra = _undeclared_element(undeclared, properties, spec, allowed, json_value, excludes, where, definitions)
+    if any_order and elements and (len(elements) > 1 or extra is not None):
+        body = _any_order(elements, extra, rule, where)
+    else:
+        body = seq(*(e if req else opt(e) for e, req in elements), star(extra) if extra is not None else lit(""))
+    return seq(body, opt(lit("\n")))
+
+
+def _literal_arguments(schema: Any) -> list[dict] | None:
+    """A root ``const`` object or ``enum`` of objects as the object schemas of those fixed
+    parameter lists (every member required, valued by its ``const``); None for other schemas."""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        return None
+    keywords = set(schema) - ANNOTATIONS - {"type"}
+    if keywords == {"const"}:
+        listed = [schema["const"]]
+    elif keywords == {"enum"} and isinstance(schema["enum"], list):
+        listed = schema["enum"]
+    else:
+        return None
+    if not all(isinstance(value, dict) for value in listed):
+        return None
+    return [{"properties": {k: {"const": v} for k, v in value.items()}, "required": list(value)} for value in listed]
+
+
+def _any_order(elements: list[tuple[Expr, bool]], extra: Expr | None, rule: Callable[[Expr], Expr], where: str) -> Expr:
+    """The declared `elements` (each with whether it is required) in any order, each at most
+    once, the required ones present, undeclared elements (`extra`) anywhere between: one state
+    per set of declared elements still to come (2^n), each a rule."""
+    if len(elements) > ANY_ORDER_MAX_MEMBERS:
+        raise _unsupported(
+            where,
+            f"any_order over {len(elements)} declared properties is not supported "
+            f"(at most {ANY_ORDER_MAX_MEMBERS}: one state per subset written)",
         )
-    return seq(*elements, opt(lit("\n")))
+    refs = [rule(element) for element, _ in elements]
+    between = star(rule(extra)) if extra is not None else lit("")
+    states: dict[frozenset[int], Expr] = {}
+    for size in range(len(elements) + 1):  # smaller sets first: each state refers to smaller ones
+        for left in map(frozenset, itertools.combinations(range(len(elements)), size)):
+            done = [] if any(elements[i][1] for i in left) else [lit("")]
+            states[left] = rule(seq(between, alt(*done, *(seq(refs[i], states[left - {i}]) for i in sorted(left)))))
+    return states[frozenset(range(len(elements)))]
+
+
+# MiniMax-M3 writes every value as elements, nested: `]<]minimax[>[<NAME>VALUE]<]minimax[>[</NAME>`,
+# an object's members by name, an array's items as `item`; strings raw, other scalars as JSON.
+_M3_MARK = "]<]minimax[>["
+_M3_SPACE = star(char_class([(0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)]))  # between elements
+
+
+def _m3_arguments(
+    schema: Any,
+    json_value: Callable[[Any], Expr],
+    where: str,
+    excludes: list[str] | tuple,
+    any_order: bool,
+    rule: Callable[[Expr], Expr],
+) -> Expr:
+    """The ``minimax_m3_xml`` arguments of `schema`: the root object's members as elements, each
+    value written the same way recursively (XGrammar's layout).  Names must be fixed (no
+    ``additionalProperties``, no unconstrained values), as XGrammar requires; a ``$ref`` cycle,
+    or a value that could be read two ways, is refused."""
+    if excludes:
+        raise _unsupported(where, "JSONSchemaFormat.excludes is not supported for minimax_m3_xml")
+    definitions = {k: schema[k] for k in _DEFINITIONS if isinstance(schema, dict) and k in schema}
+    if definitions:
+        json_value = partial(_with_definitions, json_value, definitions)
+    literals = _literal_arguments(schema)
+    if literals is not None:
+        return alt(*(_m3_object(fixed, json_value, definitions, where, False, rule, frozenset()) for fixed in literals))
+    return _m3_object(schema, json_value, definitions, where, any_order, rule, frozenset())
+
+
+def _m3_object(
+    schema: Any,
+    json_value: Callable,
+    definitions: dict,
+    where: str,
+    any_order: bool,
+    rule: Callable[[Expr], Expr],
+    expanding: frozenset[str],
+) -> Expr:
+    """An object's members as MiniMax-M3 elements, whitespace before each."""
+    properties, required, undeclared = _members(schema, "minimax_m3_xml", where)
+    if undeclared is not None:
+        raise _unsupported(
+            where, "minimax_m3_xml needs fixed property names (no additionalProperties or unconstrained objects)"
+        )
+    elements = []
+    for key, sub in properties.items():
+        here = f"{where}/properties/{key}"
+        value = _m3_value(sub, json_value, definitions, here, any_order, rule, expanding)
+        elements.append((seq(_M3_SPACE, _m3_element(key, value, here)), key in required))
+    if any_order and len(elements) > 1:
+        return _any_order(elements, None, rule, where)
+    return seq(*(e if req else opt(e) for e, req in elements))
+
+
+def _m3_value(
+    schema: Any,
+    json_value: Callable,
+    definitions: dict,
+    where: str,
+    any_order: bool,
+    rule: Callable[[Expr], Expr],
+    expanding: frozenset[str],
+) -> Expr:
+    """One MiniMax-M3 value of `schema`: raw text for strings (never the namespace mark), JSON for
+    other scalars, elements for objects and arrays, a literal as the model writes it."""
+    target = schema.get("$ref") if isinstance(schema, dict) else None
+    if target in expanding:
+        raise _unsupported(where, f"a recursive $ref {target!r} is not supported in minimax_m3_xml")
+    expanding = expanding | {target} if isinstance(target, str) else expanding
+    schema = _resolved(schema, definitions, where)
+    if isinstance(schema, dict) and set(schema) - ANNOTATIONS - {"type"} in ({"const"}, {"enum"}):
+        listed = [schema["const"]] if "const" in schema else schema["enum"]
+        if isinstance(listed, list) and listed:
+            return alt(*(_m3_literal(value, where) for value in listed))
+    kinds = _kinds(schema) if isinstance(schema, dict) else set()
+    if kinds == {"string"}:
+        text = any_string_dfa().difference(pattern_dfa(re.escape(_M3_MARK), where))
+        return dfa_to_char_fsm(text.intersect(_string_values(schema, where)))
+    if kinds and kinds <= _SCALARS:
+        return json_value(schema)
+    if kinds == {"object"} and isinstance(schema, dict):
+        return rule(_m3_object(schema, json_value, definitions, where, any_order, rule, expanding))
+    if kinds == {"array"} and isinstance(schema, dict) and not set(schema) - ANNOTATIONS - _M3_ARRAY_KEYS:
+        low, high = schema.get("minItems", 0), schema.get("maxItems")
+        if high == 0:
+            return lit("")  # no item (``items`` may then be false)
+        items = _m3_value(
+            schema.get("items", {}), json_value, definitions, f"{where}/items", any_order, rule, expanding
+        )
+        written = seq(rep(seq(_M3_SPACE, _m3_element("item", items, where)), max(low, 1), high), _M3_SPACE)
+        return written if low else alt(written, lit(""))
+    raise _unsupported(
+        where,
+        f"a minimax_m3_xml value of types {sorted(kinds) or 'any'} cannot be written unambiguously "
+        "(only strings, scalars, objects with fixed properties, arrays of items)",
+    )
+
+
+_M3_ARRAY_KEYS = {"type", "items", "minItems", "maxItems"}
+
+
+def _m3_element(name: str, value: Expr, where: str) -> Expr:
+    """`value` inside MiniMax-M3's element `name` (XGrammar's element names: not empty or blank,
+    no ``>``, not starting with ``/``; the namespace mark neither)."""
+    if not name.strip() or name.startswith("/") or ">" in name or _M3_MARK in name:
+        raise _unsupported(where, f"Invalid minimax_m3_xml element name: {name!r}")
+    return seq(lit(f"{_M3_MARK}<{name}>"), value, lit(f"{_M3_MARK}</{name}>"))
+
+
+def _m3_literal(value: Any, where: str) -> Expr:
+    """A ``const`` / ``enum`` value as MiniMax-M3 writes it: a string raw, an object's members
+    and an array's items as elements, another scalar as JSON."""
+    if isinstance(value, str):
+        if _M3_MARK in value:
+            raise _unsupported(where, "A minimax_m3_xml string literal cannot contain the namespace marker")
+        return lit(value)
+    if isinstance(value, dict):
+        return seq(*(_m3_element(k, _m3_literal(v, where), where) for k, v in value.items()))
+    if isinstance(value, list):
+        return seq(*(_m3_element("item", _m3_literal(v, where), where) for v in value))
+    return lit(json.dumps(value))
 
 
 def _members(schema: Any, style: str, where: str) -> tuple[dict, list, Any]:
@@ -176,6 +379,7 @@ def _undeclared_element(
     json_value: Callable,
     excludes: list[str] | tuple,
     where: str,
+    definitions: dict,
 ) -> Expr:
     """One element of an undeclared member: its name XGrammar's ``[a-zA-Z_][a-zA-Z0-9_]*`` but no
     declared name (an undeclared value must not stand in for a declared one) and holding no
@@ -184,10 +388,10 @@ def _undeclared_element(
     names = pattern_dfa("^[a-zA-Z_][a-zA-Z0-9_]*$", here).difference(literal_dfa(declared))
     if excludes:
         names = names.intersect(without_strings(excludes))
-    values = _values({} if schema is True else schema, spec, allowed, json_value, here)
+    values = _values({} if schema is True else schema, spec, allowed, json_value, here, definitions)
 
-    def head(raw: bool) -> Expr:
-        before_name, after_name = spec.key("\0", raw).split("\0")
+    def head(mark: str) -> Expr:
+        before_name, after_name = spec.key("\0", mark).split("\0")
         return seq(lit(before_name), dfa_to_char_fsm(names), lit(after_name))
 
     return _element(head, values, spec)
@@ -217,16 +421,16 @@ def _with_definitions(json_value: Callable[[Any], Expr], definitions: dict, sche
     return json_value({**schema, **definitions} if isinstance(schema, dict) else schema)
 
 
-def _named_head(spec: XmlStyle, key: str, raw: bool) -> Expr:
-    """The head of the element of the declared property `key`."""
-    return lit(spec.key(key, raw))
+def _named_head(spec: XmlStyle, name: str, mark: str) -> Expr:
+    """The head of the element of the declared property written `name`."""
+    return lit(spec.key(name, mark))
 
 
-def _element(head: Callable[[bool], Expr], values: list[tuple[Expr, bool]], spec: XmlStyle) -> Expr:
-    """One element: `head(raw)` (the name's part) and each of its `values` (the value's IR,
-    whether raw) as `spec` writes them, after an optional newline."""
+def _element(head: Callable[[str], Expr], values: list[tuple[Expr, str]], spec: XmlStyle) -> Expr:
+    """One element: `head(mark)` (the name's part) and each of its `values` (the value's IR,
+    the mark it is written under) as `spec` writes them, after an optional newline."""
     gap = opt(lit(spec.gap)) if spec.gap else lit("")
-    written = [seq(head(raw), gap, lit(spec.value_open), value) for value, raw in values]
+    written = [seq(head(mark), gap, lit(spec.value_open), value) for value, mark in values]
     return seq(opt(lit("\n")), alt(*written), lit(spec.close))
 
 
@@ -236,44 +440,130 @@ def check_xml_arguments(schema: Any, style: str, where: str) -> None:
     xml_arguments(schema, style, lambda _: lit(""), where)
 
 
-def _values(schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str) -> list[tuple[Expr, bool]]:
-    """A property's values, each with whether it is raw text: raw for a schema of strings only,
-    else JSON of a scalar schema; in a style that marks raw text (DeepSeek's ``string``), strings
-    or scalars are both, each under its own mark."""
+def _values(
+    schema: Any, spec: XmlStyle, allowed: Dfa, json_value: Callable, where: str, definitions: dict
+) -> list[tuple[Expr, str]]:
+    """A property's values, each with the mark it is written under (``"string"``: raw text):
+    raw for a schema of strings only, else JSON of a scalar schema; an ``anyOf`` (see _branches) of such
+    schemas is each branch so.  In a style whose head marks the value (DeepSeek's ``string``,
+    Kimi-K3's ``type``), strings and scalars may mix, each under its own mark, and in Kimi-K3's
+    any value is raw text or a JSON scalar."""
     if schema is True or isinstance(schema, dict) and not set(schema) - ANNOTATIONS:
         # any value: the parsers read raw text as a string
-        return [(dfa_to_char_fsm(allowed), True)]
+        raw = [(dfa_to_char_fsm(allowed), "string")]
+        if spec.marks == "type":
+            return raw + _json_values([({"type": sorted(_SCALARS)}, _SCALARS)], spec, json_value)
+        return raw
     if not isinstance(schema, dict):
         raise _unsupported(where, f"a property schema is an object, got {schema!r}")
-    kinds = _kinds(schema)
-    if kinds == {"string"}:
-        return [(dfa_to_char_fsm(allowed.intersect(_string_values(schema, where))), True)]
-    if kinds and kinds <= _SCALARS:
-        if spec.python_bools and kinds == {"boolean"} and set(schema) - ANNOTATIONS == {"type"}:
-            return [(alt(lit("true"), lit("false"), lit("True"), lit("False")), False)]
-        return [(json_value(schema), False)]
-    if spec.marks_raw and "string" in kinds and kinds - {"string"} <= _SCALARS:
-        strings = {k: v for k, v in schema.items() if k in _STRING_KEYS}
-        return [
-            (dfa_to_char_fsm(allowed.intersect(_string_values(strings, where))), True),
-            (json_value(_without_strings(schema, kinds)), False),
-        ]
-    raise _unsupported(
-        where,
-        f"a value of types {sorted(kinds) or 'any'} cannot be written unambiguously as "
-        "XML text (only strings, or integers / numbers / booleans / null)",
-    )
+    branches = _branches(schema, definitions, where, {})
+    strings: list[dict] = []  # the branches' string parts
+    scalars: list[tuple[dict, set[str]]] = []  # the branches' scalar parts, with their kinds
+    for branch in branches:
+        kinds = _kinds(branch) if isinstance(branch, dict) else set()
+        if not kinds or not kinds <= _SCALARS | {"string"}:
+            strings, scalars = [], []
+            break
+        if "string" in kinds:
+            part = _narrowed({k: v for k, v in branch.items() if k in _STRING_KEYS}, {"string"})
+            strings += [] if part is None else [branch if kinds == {"string"} else part]
+        if kinds - {"string"}:
+            part = _narrowed(branch, kinds - {"string"}) if "string" in kinds else branch
+            scalars += [] if part is None else [(part, kinds - {"string"})]
+    if not strings and not scalars or strings and scalars and not spec.marks:
+        raise _unsupported(
+            where,
+            f"a value of types {sorted(_kinds(schema)) or 'any'} cannot be written unambiguously as "
+            "XML text (only strings, or integers / numbers / booleans / null)",
+        )
+    values = []
+    if strings:
+        texts = _string_values(strings[0], where)
+        for part in strings[1:]:
+            texts = texts.union(_string_values(part, where))
+        values.append((dfa_to_char_fsm(allowed.intersect(texts)), "string"))
+    if spec.python_bools and scalars == [(schema, {"boolean"})] and set(schema) - ANNOTATIONS == {"type"}:
+        return [(alt(lit("true"), lit("false"), lit("True"), lit("False")), "boolean")]
+    return values + _json_values(scalars, spec, json_value)
 
 
-def _without_strings(schema: dict, kinds: set[str]) -> dict:
-    """`schema` less its strings (a scalar union's JSON part): its ``type`` without string, its
-    ``enum`` / ``const`` without string values."""
+def _branches(schema: Any, definitions: dict, where: str, seen: dict[str, list]) -> list:
+    """The schemas whose values `schema` allows, with its ``anyOf`` (nested, or behind local
+    ``$ref``s) flattened and repeats dropped; `seen` keeps each reference's branches (shared
+    references stay linear)."""
+    target = schema.get("$ref") if isinstance(schema, dict) else None
+    if isinstance(target, str) and target in seen:
+        return seen[target]
+    resolved = _resolved(schema, definitions, where)
+    if not (isinstance(resolved, dict) and set(resolved) - ANNOTATIONS == {"anyOf"}):
+        found = [resolved]
+    elif not isinstance(resolved["anyOf"], list):
+        raise _unsupported(where, "anyOf must be a list")
+    else:
+        if isinstance(target, str):
+            seen[target] = []  # a reference cycle through anyOf adds no value
+        unique: dict[str, Any] = {}
+        for i, branch in enumerate(resolved["anyOf"]):
+            for leaf in _branches(branch, definitions, f"{where}/anyOf/{i}", seen):
+                unique.setdefault(json.dumps(leaf, sort_keys=True, default=str), leaf)
+        found = list(unique.values())
+    if isinstance(target, str):
+        seen[target] = found
+    return found
+
+
+def _json_values(scalars: list[tuple[dict, set[str]]], spec: XmlStyle, json_value: Callable) -> list[tuple[Expr, str]]:
+    """The JSON values of the scalar schemas `scalars` (each with its kinds): one alternative,
+    or, in a style whose head names the value's type (Kimi-K3), one per type it names."""
+    if not scalars:
+        return []
+    if spec.marks != "type":
+        return [(json_value(_any_of([part for part, _ in scalars])), "json")]
+    values = []
+    for mark in sorted({_TYPE_MARKS[kind] for _, kinds in scalars for kind in kinds}):
+        parts = []
+        for part, kinds in scalars:
+            wanted = {kind for kind in kinds if _TYPE_MARKS[kind] == mark}
+            narrowed = _narrowed(part, wanted) if wanted else None
+            parts += [] if narrowed is None else [narrowed]
+        if parts:
+            values.append((json_value(_any_of(parts)), mark))
+    return values
+
+
+def _any_of(schemas: list[dict]) -> dict:
+    """One schema of the values of any of `schemas`."""
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+
+
+def _narrowed(schema: dict, kinds: set[str]) -> dict | None:
+    """`schema` held to the values of `kinds`: its ``type`` those kinds, its ``enum`` / ``const``
+    those of them of these kinds; None where no listed value is left."""
     narrowed = dict(schema)
     if "type" in schema:
-        narrowed["type"] = sorted(kinds - {"string"})
+        narrowed["type"] = sorted(kinds)
     if isinstance(schema.get("enum"), list):
-        narrowed["enum"] = [v for v in schema["enum"] if not isinstance(v, str)]
+        narrowed["enum"] = [v for v in schema["enum"] if _fits(v, kinds)]
+        if not narrowed["enum"]:
+            return None
+    if "const" in schema and not _fits(schema["const"], kinds):
+        return None
     return narrowed
+
+
+def _fits(value: Any, kinds: set[str]) -> bool:
+    """Is the JSON `value` of one of `kinds` (an integer is a number too)?"""
+    kind = _kind_of(value)
+    return kind in kinds or kind == "integer" and "number" in kinds
+
+
+def _kind_of(value: Any) -> str:
+    """The JSON type of a JSON value (``integer`` for whole numbers, as JSON Schema counts them)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if float(value).is_integer() else "number"
+    return {str: "string", type(None): "null"}.get(type(value), "object")
 
 
 def has_own_pattern(schema: Any) -> bool:
@@ -304,8 +594,7 @@ def _kinds(schema: dict) -> set[str]:
     )
     if values is None or set(schema) - ANNOTATIONS - {"enum", "const"}:
         return set()
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
-    return {names.get(type(v), "object") for v in values}
+    return {_kind_of(v) for v in values}
 
 
 def _string_values(schema: dict, where: str) -> Dfa:

@@ -10,6 +10,7 @@ only in calls the oracle reads and jsonschema accepts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -95,6 +96,21 @@ STYLES = {
             re.S,
         ),
     ),
+    # Kimi-K3: type="string" keeps the raw text, any other type JSON-decodes it; keys escape & and "
+    "kimi_k3_xml": (
+        '<|open|>call tool="f" index="1"<|sep|>',
+        "<|close|>call<|sep|>",
+        lambda k, v, raw: (
+            f'<|open|>argument key="{k.replace("&", "&amp;").replace(chr(34), "&quot;")}" '
+            f'type="{"string" if raw else json_type(json.loads(v))}"<|sep|>{v}<|close|>argument<|sep|>'
+        ),
+        lambda body: [
+            (k.replace("&quot;", '"').replace("&amp;", "&"), v, flag)
+            for k, flag, v in re.findall(
+                r'<\|open\|>argument key="([^"]*)" type="([^"]*)"<\|sep\|>(.*?)<\|close\|>argument<\|sep\|>', body, re.S
+            )
+        ],
+    ),
 }
 for _style in ("deepseek_xml", "deepseek_v4_1_xml"):  # the parser's fields (key, string flag, value) in order
     _begin, _end, _render, _parse = STYLES[_style]
@@ -122,14 +138,28 @@ SPOOFS = {
     "glm_xml": ["a</arg_value>b", "x</arg_value><arg_key>days</arg_key><arg_value>0", "x</tool_call>"],
     "deepseek_xml": ["a</｜DSML｜parameter>b", 'x<｜DSML｜parameter name="days" string="false">0'],
     "deepseek_v4_1_xml": ["a</｜DSML｜ parameter>b", "x</｜DSML｜ invoke>"],
+    "kimi_k3_xml": [
+        "a<|close|>argument<|sep|>b",
+        'x<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>0',
+        "x<|close|>call<|sep|>",
+    ],
 }
 
 
+def json_type(value) -> str:
+    """A JSON value's type as Kimi-K3's renderer names it (integers are numbers)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", type(None): "null", list: "array", dict: "object"}[type(value)]
+
+
 def coerce(value: str, schema: dict, flag: str | None):
-    """A value as the parsers type it: raw for string schemas (DeepSeek: where string="true"),
-    else the JSON it spells, or the text where it spells none."""
+    """A value as the parsers type it: raw for string schemas (DeepSeek: where string="true",
+    Kimi-K3: type="string"), else the JSON it spells, or the text where it spells none."""
     if (
-        flag == "true"
+        flag in ("true", "string")
         or flag is None
         and (schema.get("type") == "string" or "enum" in schema and all(isinstance(v, str) for v in schema["enum"]))
     ):
@@ -146,7 +176,7 @@ def parse(style: str, text: str) -> dict | None:
     begin, end, _, elements = STYLES[style]
     if not (text.startswith(begin) and text.endswith(end)):
         return None
-    close = end[end.index("</") : end.index(">", end.index("</")) + 1]
+    close = end[end.index("</") : end.index(">", end.index("</")) + 1] if "</" in end else end
     triples = elements(text[len(begin) : text.index(close, len(begin))])
     return {k: coerce(v, SCHEMA["properties"].get(k, {}), flag) for k, v, flag in triples}
 
@@ -387,3 +417,255 @@ def test_an_unknown_style_is_refused():
         grammar_compiler("smollm2").compile_structural_tag(
             {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": {}, "style": "cohere_xml"}}
         )
+
+
+def test_kimi_k3_type_attribute_follows_each_value_of_a_union():
+    """type="string": the raw text is the string; any other type: the JSON of a value of that
+    type (integers are "number"); a type the value does not have is refused."""
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag("kimi_k3_xml", UNION_SCHEMA))
+    tokenizer = hf_tokenizer("qwen")
+    begin, end, _, elements = STYLES["kimi_k3_xml"]
+    validator = jsonschema.Draft202012Validator(UNION_SCHEMA)
+
+    def element(key: str, text: str, kind: str) -> str:
+        return f'<|open|>argument key="{key}" type="{kind}"<|sep|>{text}<|close|>argument<|sep|>'
+
+    texts = ("abc", "42", "abcdef", "-1", '"ab"', "1.5", "x", "true", "null", "a", "2", "b")
+    kinds = ("string", "number", "integer", "boolean", "null")
+    cases = [("v", text, kind) for text in texts for kind in kinds] + [
+        ("e", text, kind) for text in texts for kind in kinds
+    ]
+    for key, text, kind in cases:
+        call = begin + (element("v", "1", "number") if key == "e" else "") + element(key, text, kind) + end
+        read = {}
+        for name, value, flag in elements(call[len(begin) : len(call) - len(end)]):
+            try:
+                read[name] = value if flag == "string" else json.loads(value)
+            except json.JSONDecodeError:
+                read = None
+                break
+        oracle = read is not None and validator.is_valid(read) and json_type(read[key]) == kind
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == oracle, call
+
+
+def test_kimi_k3_keys_are_written_escaped():
+    schema = {"type": "object", "properties": {'quo"t&d': {"type": "integer"}}, "required": ['quo"t&d']}
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag("kimi_k3_xml", schema))
+    tokenizer = hf_tokenizer("qwen")
+    begin, end, element, _ = STYLES["kimi_k3_xml"]
+    for key, accepted in [("quo&quot;t&amp;d", True), ('quo"t&d', False), ("quo&quot;t&d", False)]:
+        call = begin + f'<|open|>argument key="{key}" type="number"<|sep|>1<|close|>argument<|sep|>' + end
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == accepted, call
+
+
+ORDER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer"}, "utc": {"type": "boolean"}},
+    "required": ["city", "days"],
+}
+
+
+@pytest.mark.parametrize("style", ["qwen_xml", "glm_xml", "deepseek_xml", "kimi_k3_xml"])
+@pytest.mark.parametrize("undeclared", [False, True])
+def test_any_order_takes_each_member_at_most_once_and_the_required_ones(style, undeclared):
+    """Every sequence of up to four elements (names repeated or not) against the oracle: the
+    parser's reading is valid, and no declared name is written twice (an undeclared one may
+    repeat, as in declared order: whichever value the parser keeps is valid)."""
+    schema = {**ORDER_SCHEMA, "additionalProperties": {"type": "integer"}} if undeclared else ORDER_SCHEMA
+    fmt = {"type": "json_schema", "json_schema": schema, "style": style, "any_order": True}
+    begin, end, element, _ = STYLES[style]
+    compiled = grammar_compiler("qwen").compile_structural_tag(
+        {"type": "structural_tag", "format": {"type": "tag", "begin": begin, "end": end, "content": fmt}}
+    )
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator(
+        {**schema, "additionalProperties": schema.get("additionalProperties", False)}
+    )
+    values = {"city": "Rome", "days": 3, "utc": True, "n": 1}
+    sep = "\n" if style == "qwen_xml" else ""
+    for size in range(5):
+        for names in itertools.product(values, repeat=size):
+            args = [(name, values[name]) for name in names]
+            call = (
+                begin
+                + sep.join(element(k, v if isinstance(v, str) else json.dumps(v), isinstance(v, str)) for k, v in args)
+                + end
+            )
+            declared = [name for name in names if name in schema["properties"]]
+            oracle = len(set(declared)) == len(declared) and validator.is_valid(dict(args))
+            assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == oracle, call
+
+
+def test_any_order_past_its_member_limit_is_refused():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(7)}}
+    fmt = {"type": "json_schema", "json_schema": schema, "style": "qwen_xml", "any_order": True}
+    with pytest.raises(UnsupportedFormatError, match="any_order over 7 declared properties"):
+        grammar_compiler("smollm2").compile_structural_tag({"type": "structural_tag", "format": fmt})
+
+
+@pytest.mark.parametrize(
+    "value, texts",
+    [
+        # strings only: the raw text of any branch
+        ({"anyOf": [{"const": "a"}, {"type": "string", "pattern": "^[0-9]{2}$"}]}, {"a": True, "42": True, "4": False}),
+        # scalars only: the JSON text of any branch
+        ({"anyOf": [{"type": "integer", "maximum": 3}, {"const": None}]}, {"2": True, "null": True, "4": False}),
+    ],
+)
+def test_unions_of_one_reading_are_each_branch(value, texts):
+    schema = {"type": "object", "properties": {"v": value}, "required": ["v"]}
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag("minimax_xml", schema))
+    tokenizer = hf_tokenizer("qwen")
+    begin, end, element, _ = STYLES["minimax_xml"]
+    for text, accepted in texts.items():
+        call = begin + element("v", text, True) + end
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == accepted, call
+    mixed = {"type": "object", "properties": {"v": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}}
+    with pytest.raises(UnsupportedFormatError, match="properties/v: a value of types any"):
+        grammar_compiler("smollm2").compile_structural_tag(tag("minimax_xml", mixed))
+
+
+@pytest.mark.parametrize("style", ["minimax_xml", "kimi_k3_xml"])
+def test_a_root_literal_is_that_fixed_parameter_list(style):
+    schema = {"enum": [{"city": "Rome", "days": 3}, {"city": "Oslo"}]}
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, schema))
+    tokenizer = hf_tokenizer("qwen")
+    for args in ({"city": "Rome", "days": 3}, {"city": "Oslo"}, {"city": "Rome"}, {"city": "Oslo", "days": 3}, {}):
+        call = render(style, args)
+        accepted = args in schema["enum"]
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == accepted, call
+
+
+M3 = "]<]minimax[>["
+M3_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 6},
+        "days": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 2},
+        "spot": {
+            "type": "object",
+            "properties": {"x": {"type": "integer"}, "tag": {"enum": ["a", "b"]}},
+            "required": ["x"],
+        },
+    },
+    "required": ["city", "days"],
+}
+
+
+def m3_elements(text: str) -> list[tuple[str, str]] | None:
+    """A MiniMax-M3 element list read back as its parser reads it: whitespace between elements,
+    each ``M3<name>`` up to the matching ``M3</name>`` (same-named ones nest); None if it is not one."""
+    found, at = [], 0
+    while at < len(text):
+        if text[at] in " \t\n\r":
+            at += 1
+            continue
+        head = at + len(M3) + 1
+        if not text.startswith(M3 + "<", at) or ">" not in text[head:]:
+            return None
+        name = text[head : text.index(">", head)]
+        start = scan = text.index(">", head) + 1
+        depth = 1
+        while depth:
+            opening, closing = text.find(f"{M3}<{name}>", scan), text.find(f"{M3}</{name}>", scan)
+            if closing < 0:
+                return None
+            if 0 <= opening < closing:
+                depth, scan = depth + 1, opening + 1
+            else:
+                depth, scan = depth - 1, closing + 1
+        found.append((name, text[start : scan - 1]))
+        at = scan - 1 + len(f"{M3}</{name}>")
+    return found
+
+
+def m3_read(text: str, schema: dict):
+    """The JSON value the parser reads from `text` by `schema` (strings raw, scalars as JSON,
+    objects and arrays as elements); raises ValueError where it reads none."""
+    kind = schema.get("type", "string")
+    if kind == "string":
+        return text
+    if kind in ("object", "array"):
+        elements = m3_elements(text)
+        if elements is None:
+            raise ValueError(text)
+        if kind == "array":
+            return [m3_read(inner, schema["items"]) for name, inner in elements if name == "item" or _bad(name)]
+        if len({name for name, _ in elements}) != len(elements):
+            raise ValueError("a repeated member")
+        return {name: m3_read(inner, schema["properties"].get(name, {})) for name, inner in elements}
+    return json.loads(text)
+
+
+def _bad(name):
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("any_order", [False, True])
+def test_minimax_m3_nested_elements_against_its_reading(any_order):
+    def element(name, inner):
+        return f"{M3}<{name}>{inner}{M3}</{name}>"
+
+    city = [element("city", v) for v in ("Rome", "", "Roma Città", f"a{M3}b", "Pa\nris")]
+    days = [element("days", v) for v in ("", element("item", "1"), element("item", "1") + "\n" + element("item", "2"))]
+    days += [element("days", element("item", "-1")), element("days", element("item", "1") * 3), element("days", "[1]")]
+    spot = ["", element("spot", element("x", "3")), element("spot", element("x", "3") + element("tag", "b"))]
+    spot += [
+        element("spot", element("tag", "a") + element("x", "3")),
+        element("spot", element("tag", "c") + element("x", "1")),
+    ]
+    spot += [element("spot", '{"x": 3}'), element("spot", element("x", "1") + element("x", "2"))]
+    fmt = {"type": "json_schema", "json_schema": M3_SCHEMA, "style": "minimax_m3_xml", "any_order": any_order}
+    compiled = grammar_compiler("qwen").compile_structural_tag({"type": "structural_tag", "format": fmt})
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator({**M3_SCHEMA, "additionalProperties": False})
+    for parts in itertools.product(city, days, spot):
+        for order in (parts, parts[::-1]):
+            text = "".join(order)
+            try:
+                read = m3_read(text, M3_SCHEMA)
+                oracle = validator.is_valid(read)
+            except ValueError:
+                oracle = False
+            in_order = order == parts  # city and days are never empty: reversed is out of order
+            # what may differ from the oracle: XGrammar's declared order unless any_order, and
+            # object members in declared order (nested objects follow any_order as the root does)
+            if oracle and not any_order:
+                oracle = in_order and (element("tag", "a") + element("x", "3") not in text)
+            assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == oracle, text
+
+
+def test_minimax_m3_refuses_what_it_cannot_write():
+    for schema, message in [
+        ({"type": "object", "additionalProperties": True}, "fixed property names"),
+        ({"type": "object", "properties": {"v": {}}}, "types any"),
+        ({"type": "object", "properties": {"/v": {"type": "string"}}}, "element name"),
+    ]:
+        fmt = {"type": "json_schema", "json_schema": schema, "style": "minimax_m3_xml"}
+        with pytest.raises(UnsupportedFormatError, match=message):
+            grammar_compiler("smollm2").compile_structural_tag({"type": "structural_tag", "format": fmt})
+
+
+@pytest.mark.parametrize("style", ["deepseek_xml", "kimi_k3_xml"])
+def test_unions_through_shared_references_are_flattened(style):
+    """anyOf nested behind $refs that share each other (Fibonacci-like, 2^n paths) reads as its
+    two leaves: the value "fixed" (raw) or an integer >= 1 (JSON)."""
+    definitions = {"V0": {"const": "fixed"}, "V1": {"type": "integer", "minimum": 1}}
+    for index in range(2, 30):
+        definitions[f"V{index}"] = {"anyOf": [{"$ref": f"#/$defs/V{index - 1}"}, {"$ref": f"#/$defs/V{index - 2}"}]}
+    schema = {"type": "object", "$defs": definitions, "properties": {"v": {"$ref": "#/$defs/V29"}}, "required": ["v"]}
+    compiled = grammar_compiler("qwen").compile_structural_tag(tag(style, schema))
+    tokenizer = hf_tokenizer("qwen")
+    begin, end, element, _ = STYLES[style]
+    for text, raw, accepted in [
+        ("fixed", True, True),
+        ("2", False, True),
+        ("fixed", False, False),
+        ('"fixed"', False, False),
+        ("0", False, False),
+        ("other", True, False),
+    ]:
+        if style == "kimi_k3_xml" and not raw and not text[0].isdigit():
+            continue  # Kimi-K3's type attribute of a text that is no JSON number: not renderable
+        call = begin + element("v", text, raw) + end
+        assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == accepted, call
