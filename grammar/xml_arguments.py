@@ -55,7 +55,7 @@ from .json_formats import format_dfa
 from .json_schema.objects import ANY_ORDER_MAX_MEMBERS
 from .json_strings import string_dfa
 
-__all__ = ["XML_STYLES", "ANNOTATIONS", "xml_arguments", "check_xml_arguments", "plain_string_dfa", "has_own_pattern"]
+__all__ = ["XML_STYLES", "ANNOTATIONS", "xml_arguments", "check_xml_arguments"]
 
 ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
 _DEFINITIONS = ("$defs", "definitions")
@@ -572,14 +572,6 @@ def has_own_pattern(schema: Any) -> bool:
     if not isinstance(schema, dict):
         return False
     return "pattern" in schema or isinstance(schema.get("format"), str) and format_dfa(schema["format"]) is not None
-
-
-def plain_string_dfa(schema: Any, where: str) -> Dfa | None:
-    """The strings a schema of strings only allows (``type`` string, ``minLength``, ``maxLength``,
-    ``pattern``, ``format``, ``enum`` / ``const`` of strings); None for any other schema."""
-    if not isinstance(schema, dict) or _kinds(schema) != {"string"} or set(schema) - _STRING_KEYS:
-        return None
-    return _string_values(schema, where)
 
 
 def _kinds(schema: dict) -> set[str]:
