@@ -115,27 +115,41 @@ KERNEL_PACKAGES = ("pushmask.grammar.fsm", "pushmask.automata", "pushmask.masks"
 """The packages whose modules define pushmask's kernels (kernel_source_files)."""
 
 
-def kernel_source_files(folders: list[Path] | None = None) -> list[Path]:
-    """The files that define kernels (that use `njit`) in these folders, default
-    KERNEL_PACKAGES' folders, sorted."""
-    if folders is None:
-        import importlib  # here, not at import: the packages import this module
-
-        folders = [Path(f) for name in KERNEL_PACKAGES for f in importlib.import_module(name).__path__]
-    return sorted(path for folder in folders for path in folder.glob("*.py") if b"njit" in path.read_bytes())
-
-
 @functools.cache
+def _kernel_package_folders() -> tuple[Path, ...]:
+    """The folders of KERNEL_PACKAGES (imported here, not at import: they import this module)."""
+    import importlib
+
+    return tuple(Path(f).resolve() for name in KERNEL_PACKAGES for f in importlib.import_module(name).__path__)
+
+
+def _kernel_texts(folders: tuple[Path, ...]) -> dict[Path, bytes]:
+    """The files that define kernels (that use `njit`) in these folders, sorted, with their text."""
+    texts = {path: path.read_bytes() for folder in folders for path in folder.glob("*.py")}
+    return {path: texts[path] for path in sorted(texts) if b"njit" in texts[path]}
+
+
+def kernel_source_files(folders: list[Path] | None = None) -> list[Path]:
+    """The files that define kernels in these folders, default KERNEL_PACKAGES' folders, sorted."""
+    return list(_kernel_texts(_kernel_package_folders() if folders is None else tuple(folders)))
+
+
 def _kernel_sources_digest(folder: Path) -> str:
     """One digest of the kernel files of pushmask's kernel packages and of `folder` (a kernel's
     own). numba stamps a kernel's cached code with its own file only, yet that code holds the
     kernels it calls compiled in, often from other files: a callee changed there would leave its
     callers' cached code stale. So every kernel's stamp carries this digest too: a change to any
     kernel file makes every cached kernel a miss (and the prepared ones stale until `pushmask
-    warmup`)."""
+    warmup`). pushmask's own kernels share one digest, computed once."""
+    folders = _kernel_package_folders()
+    return _digest_of_kernel_files(folders if folder in folders else (*folders, folder))
+
+
+@functools.cache
+def _digest_of_kernel_files(folders: tuple[Path, ...]) -> str:
     digest = hashlib.sha256()
-    for path in sorted({*kernel_source_files(), *kernel_source_files([folder])}):
-        digest.update(str(path.name).encode() + b"\0" + path.read_bytes())
+    for path, text in _kernel_texts(folders).items():
+        digest.update(path.name.encode() + b"\0" + text)
     return digest.hexdigest()
 
 
