@@ -112,11 +112,8 @@ class Pda:
         keys = self._state_keys
         new = [s for s in dict.fromkeys(states) if s not in keys]
         if new:
-            if self._rule_hashes is None:
-                # 64 bits of each rule's key, as two int32s
-                self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int32)
             shapes, ends = _reachable_shapes(
-                self.blob, np.array(new, dtype=np.int64), self._rule_hashes, STATE_KEY_STATES
+                self.blob, np.array(new, dtype=np.int64), self.rule_hashes, STATE_KEY_STATES
             )
             data = memoryview(shapes).cast("B")
             start = 0
@@ -128,6 +125,13 @@ class Pda:
                     keys[state] = f"{self.rule_keys[rule]}/{local}"
                 start = end
         return [keys[s] for s in states]
+
+    @property
+    def rule_hashes(self) -> np.ndarray:
+        """64 bits of each rule's key, as two int32s (what a state's shape names a rule by)."""
+        if self._rule_hashes is None:
+            self._rule_hashes = np.array([int(k[:16], 16) for k in self.rule_keys], dtype=np.uint64).view(np.int32)
+        return self._rule_hashes
 
     def returns(self, rule: int) -> np.ndarray:
         """Global states a caller of `rule` returns to once it ends (int32, ascending)."""
@@ -161,6 +165,85 @@ def _reachable_shapes(pda, states, rule_hashes, max_states):
         out, n_out = _reachable_shape(pda, states[i], first, rule_hashes, max_states, number, order, out, n_out)
         ends[i] = n_out
     return out[:n_out], ends
+
+
+@njit(cache=True, inline="always")
+def _rotl(x, b):
+    return (x << np.uint64(b)) | (x >> np.uint64(64 - b))
+
+
+@njit(cache=True, inline="always")
+def _sip_rounds(v0, v1, v2, v3, rounds):
+    for _ in range(rounds):
+        v0 += v1
+        v1 = _rotl(v1, 13) ^ v0
+        v0 = _rotl(v0, 32)
+        v2 += v3
+        v3 = _rotl(v3, 16) ^ v2
+        v0 += v3
+        v3 = _rotl(v3, 21) ^ v0
+        v2 += v1
+        v1 = _rotl(v1, 17) ^ v2
+        v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+@njit(cache=True)
+def siphash(words, n, k0, k1):
+    """SipHash-2-4 of the int32s words[:n] (little-endian bytes) under the key (k0, k1), as an
+    int64: a keyed hash, so that inputs cannot be chosen to collide without the key."""
+    v0 = k0 ^ np.uint64(0x736F6D6570736575)
+    v1 = k1 ^ np.uint64(0x646F72616E646F6D)
+    v2 = k0 ^ np.uint64(0x6C7967656E657261)
+    v3 = k1 ^ np.uint64(0x7465646279746573)
+    low = np.uint64(0xFFFFFFFF)
+    i = 0
+    while i + 1 < n:
+        m = (np.uint64(words[i]) & low) | ((np.uint64(words[i + 1]) & low) << np.uint64(32))
+        v3 ^= m
+        v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 2)
+        v0 ^= m
+        i += 2
+    m = np.uint64((4 * n) & 0xFF) << np.uint64(56)
+    if i < n:
+        m |= np.uint64(words[i]) & low
+    v3 ^= m
+    v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 2)
+    v0 ^= m
+    v2 ^= np.uint64(0xFF)
+    v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 4)
+    return np.int64(v0 ^ v1 ^ v2 ^ v3)
+
+
+@njit(cache=True)
+def state_hash(pda, state, rule_hashes, secret, memo):
+    """A 128-bit keyed hash of a state's key (Pda.state_key: its reachable shape, or past
+    STATE_KEY_STATES states its rule and index), as (h0, h1) under the four uint64s `secret`;
+    memo[3 * state: 3 * state + 3] keeps (h0, h1, 1) once computed."""
+    if memo[3 * state + 2] != 0:
+        return memo[3 * state], memo[3 * state + 1]
+    state_rule = kernels.blob_section(pda, kernels.PDA_STATE_RULE)
+    rule_start = kernels.blob_section(pda, kernels.PDA_RULE_START)
+    rule = state_rule[state]
+    first = rule_start[rule]
+    end = rule_start[rule + 1] if rule + 1 < rule_start.shape[0] else state_rule.shape[0]
+    number = np.full(end - first, -1, dtype=np.int64)
+    order = np.empty(STATE_KEY_STATES + 1, dtype=np.int64)
+    out, n_out = _reachable_shape(
+        pda, state, first, rule_hashes, STATE_KEY_STATES, number, order, np.empty(256, dtype=np.int32), 0
+    )
+    if n_out == 0:  # a shape starts with an accept flag (0 or 1), never -1
+        out[0] = -1
+        out[1] = rule_hashes[2 * rule]
+        out[2] = rule_hashes[2 * rule + 1]
+        out[3] = state - first
+        n_out = 4
+    h0 = siphash(out, n_out, secret[0], secret[1])
+    h1 = siphash(out, n_out, secret[2], secret[3])
+    memo[3 * state] = h0
+    memo[3 * state + 1] = h1
+    memo[3 * state + 2] = 1
+    return h0, h1
 
 
 @njit(cache=True)

@@ -251,7 +251,7 @@ def main() -> None:
             marks.append((n, rss))
             print(
                 f"| {n} | {rss:.0f} | {peak_mb():.0f} | {compiler.get_cache_size_bytes() / MiB:.1f} | "
-                f"{compiler.cache.total_bytes / MiB:.1f} | {len(compiler.compiled_cache)} | "
+                f"{compiler.cache.allocated_bytes / MiB:.1f} | {len(compiler.compiled_cache)} | "
                 f"{(time.perf_counter() - start) / 60:.1f} |",
                 flush=True,
             )
@@ -270,7 +270,7 @@ def main() -> None:
     print(
         f"compiler: get_cache_size_bytes {compiler.get_cache_size_bytes() / MiB:.1f} MiB "
         f"({len(compiler.compiled_cache)} grammars weighed {compiler.compiled_cache.total_cost / MiB:.1f} MiB, "
-        f"mask cache {len(compiler.cache)} masks {compiler.cache.total_bytes / MiB:.1f} MiB)"
+        f"mask cache {len(compiler.cache)} masks {compiler.cache.allocated_bytes / MiB:.1f} MiB)"
     )
     for part, size in grammar_breakdown(compiler).items():
         print(f"  grammars' {part}: {size / MiB:.1f} MiB")

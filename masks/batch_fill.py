@@ -22,11 +22,12 @@ writes, so a steady row needs no Python to look it up.
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, types
-from numba.extending import intrinsic
+from numba import carray
 
 from ..jit import njit
-from .walk import FILL_UNCERTAIN, run_fill
+from .kernel_memory import i32_pointer, i64_pointer, take_next
+from .state_masks import first_visit_in_fill
+from .walk import FILL_MASKS_MISSING, FILL_UNCERTAIN, run_fill
 
 ROW_TEMPLATE, ROW_WORDS, ROW_STACKS, ROW_N_STACKS, ROW_N_KERNEL, ROW_CAN_END = range(6)
 ROW_FIELDS = 6
@@ -58,11 +59,15 @@ length, n_kernel and can_end (the fields a step changes)."""
     T_MEMO_META,
     T_MEMO_ENTRIES,
     T_MEMO_KEY_WORDS,
-) = range(23)
-TEMPLATE_FIELDS = 23
+    T_GRAMMAR_CELL,
+    T_LOCK,
+) = range(25)
+TEMPLATE_FIELDS = 25
 """A matcher's template: the address and length of each array walk.run_fill reads, the bitmask's
 words, max_tops; T_MEMO_*: the addresses of its memo arrays (new_memo), its entries (0: no memo
-yet) and the int64s of a key."""
+yet) and the int64s of a key; T_GRAMMAR_CELL: the address of the int64 that holds its grammar's
+first-visit template's (0: none, first visits go back to Python), T_LOCK: its grammar's mask
+lock (masks/kernel_memory.py)."""
 
 MEMO_ENTRIES = 32
 """Bitmasks a matcher's memo keeps (least recently used dropped first)."""
@@ -86,31 +91,6 @@ def new_memo(
 
 NO_MEMO = (np.zeros((0, 1), dtype=np.int32), np.zeros((0, 1), dtype=np.int64), np.zeros((0, 3), dtype=np.int64))
 """The memo of a matcher that has needed none yet (fill_memoised then answers FILL_UNCERTAIN)."""
-
-
-def pointer_intrinsic(dtype):
-    """An intrinsic that views an int64 address as a pointer to `dtype` (carray's argument)."""
-
-    @intrinsic
-    def as_pointer(typingctx, address):
-        sig = types.CPointer(dtype)(types.int64)
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(types.CPointer(dtype)))
-
-        return sig, codegen
-
-    return as_pointer
-
-
-_i32 = pointer_intrinsic(types.int32)
-_i64 = pointer_intrinsic(types.int64)
-
-
-@njit(cache=True)
-def address(array):
-    """Where an array's data lies: one numba call costs a fifth of `array.ctypes.data`."""
-    return array.ctypes.data
 
 
 @njit(cache=True, nogil=True)
@@ -182,29 +162,51 @@ def fill_memoised(
 
 
 @njit(cache=True, nogil=True)
-def run_fill_rows(table, rows, status):
-    """fill_memoised for each row k of `table` listed in `rows`; its status goes to status[k]."""
-    for k in rows:
+def run_fill_rows(table, counter, status, first_visits):
+    """fill_memoised for rows of `table` until none is left, taking each from `counter` (shared
+    with the other threads' calls: take_next); row k's status goes to status[k].  A row whose
+    kernel states lack masks stores them first, in this call, when it can take its grammar's
+    lock and its compiler's trie is the one `first_visits` names (state_masks'
+    first_visit_in_fill); else FILL_MASKS_MISSING sends it back to Python."""
+    while True:
+        k = take_next(counter)
+        if k >= table.shape[0]:
+            return 0
         row = table[k]
-        d = carray(_i64(row[ROW_TEMPLATE]), TEMPLATE_FIELDS)
-        n_words = d[T_N_WORDS]
-        n_memo = d[T_MEMO_ENTRIES]
-        status[k] = fill_memoised(
-            carray(_i32(row[ROW_WORDS]), n_words),
-            carray(_i64(row[ROW_STACKS]), row[ROW_N_STACKS]),
-            row[ROW_N_KERNEL],
-            row[ROW_CAN_END] != 0,
-            carray(_i64(d[T_STOPS]), d[T_N_STOPS]),
-            carray(_i32(d[T_PDA]), d[T_N_PDA]),
-            carray(_i32(d[T_POOL]), d[T_N_POOL]),
-            carray(_i64(d[T_WS]), d[T_N_WS]),
-            carray(_i32(d[T_TRIE]), d[T_N_TRIE]),
-            carray(_i32(d[T_MASK_INDEX]), d[T_N_MASK_INDEX]),
-            carray(_i32(d[T_MASK_POOL]), d[T_N_MASK_POOL]),
-            carray(_i32(d[T_SLICE_ROWS]), (d[T_N_SLICE_ROWS], n_words)),
-            d[T_MAX_TOPS],
-            carray(_i32(d[T_MEMO_WORDS]), (n_memo, n_words)),
-            carray(_i64(d[T_MEMO_KEYS]), (n_memo, d[T_MEMO_KEY_WORDS])),
-            carray(_i64(d[T_MEMO_META]), (n_memo, 3)),
-        )
-    return 0
+        d = carray(i64_pointer(row[ROW_TEMPLATE]), TEMPLATE_FIELDS)
+        status[k] = _fill_row(row, d)
+        if status[k] == FILL_MASKS_MISSING and first_visit_in_fill(
+            carray(i64_pointer(row[ROW_STACKS]), row[ROW_N_KERNEL]),
+            carray(i64_pointer(d[T_WS]), d[T_N_WS]),
+            d[T_TRIE],
+            d[T_GRAMMAR_CELL],
+            d[T_LOCK],
+            k,
+            first_visits,
+        ):
+            status[k] = _fill_row(row, d)
+
+
+@njit(cache=True, inline="always")
+def _fill_row(row, d):
+    """fill_memoised of one row of a step's table (d: its matcher's template)."""
+    n_words = d[T_N_WORDS]
+    n_memo = d[T_MEMO_ENTRIES]
+    return fill_memoised(
+        carray(i32_pointer(row[ROW_WORDS]), n_words),
+        carray(i64_pointer(row[ROW_STACKS]), row[ROW_N_STACKS]),
+        row[ROW_N_KERNEL],
+        row[ROW_CAN_END] != 0,
+        carray(i64_pointer(d[T_STOPS]), d[T_N_STOPS]),
+        carray(i32_pointer(d[T_PDA]), d[T_N_PDA]),
+        carray(i32_pointer(d[T_POOL]), d[T_N_POOL]),
+        carray(i64_pointer(d[T_WS]), d[T_N_WS]),
+        carray(i32_pointer(d[T_TRIE]), d[T_N_TRIE]),
+        carray(i32_pointer(d[T_MASK_INDEX]), d[T_N_MASK_INDEX]),
+        carray(i32_pointer(d[T_MASK_POOL]), d[T_N_MASK_POOL]),
+        carray(i32_pointer(d[T_SLICE_ROWS]), (d[T_N_SLICE_ROWS], n_words)),
+        d[T_MAX_TOPS],
+        carray(i32_pointer(d[T_MEMO_WORDS]), (n_memo, n_words)),
+        carray(i64_pointer(d[T_MEMO_KEYS]), (n_memo, d[T_MEMO_KEY_WORDS])),
+        carray(i64_pointer(d[T_MEMO_META]), (n_memo, 3)),
+    )

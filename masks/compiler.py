@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..automata.kernels import ROOT
-from ..automata.pda import Pda, build_pda
-from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, FramePool, StackRunner, Workspace
+from ..automata.kernels import ERR_BUFFER_FULL, ERR_POOL_FULL, ERR_TOO_MANY_TOPS, ROOT
+from ..automata.pda import Pda, build_pda, state_hash
+from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, FramePool, StackRunner, Workspace, too_many_tops
 from ..grammar.core.caches import BoundedCache, release_free_heap
 from ..grammar.core.errors import (
     ArgumentTypeError,
@@ -38,9 +38,34 @@ from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
 from . import first_reach
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
-from .mask_cache import MaskCache, StateMask, ids_to_bitset
+from .kernel_memory import KernelLock
+from .mask_cache import StateMask, ids_to_bitset
 from .serialization import DeserializeError, check_header, from_json, header, to_json
-from .state_masks import STORE_FULL, run_follow_pairs_rules, run_store_masks, trie_tables
+from .shared_masks import SharedMasks
+from .state_masks import (
+    COMPUTED,
+    FV_FIELDS,
+    FV_HASH_MEMO,
+    FV_MASK_INDEX,
+    FV_MASK_POOL,
+    FV_MAX_TOPS,
+    FV_N_RULES,
+    FV_NUM_ACCEPTED,
+    FV_PAIRS_AT,
+    FV_PAIRS_KEY,
+    FV_PDA,
+    FV_POOL,
+    FV_RULE_HASHES,
+    FV_USE_SLICES,
+    FV_USED,
+    NEED_PAIRS,
+    NO_SHARED,
+    STORE_FULL,
+    run_follow_pairs_rules,
+    store_first_visits,
+    store_one,
+    trie_tables,
+)
 from .token_regions import TokenRegions
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
@@ -48,6 +73,9 @@ from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 _NO_STATES = np.empty(0, dtype=np.int64)
+MASK_HEADROOM_WORDS = 1024
+"""Mask pool words a first visit makes free per state before the store kernel runs (most masks
+are smaller; a larger one stops the kernel, which resumes once the pool grew)."""
 DEFAULT_CACHE_LIMIT_BYTES = 256 << 20
 """GrammarCompiler's default cache_limit_bytes.  Bounded (XGrammar's default is unbounded, and
 vLLM caps its XGrammar cache at 512 MB) so that a server on the default compiler (the SGLang
@@ -120,7 +148,7 @@ class GrammarCompiler:
         self.limits = _checked_limits(limits)
         self.cache_enabled = cache_enabled
         grammar_bytes = -1 if cache_limit_bytes < 0 else cache_limit_bytes // 2
-        self.cache = MaskCache(-1 if cache_limit_bytes < 0 else cache_limit_bytes - grammar_bytes)
+        self.cache = SharedMasks(-1 if cache_limit_bytes < 0 else cache_limit_bytes - grammar_bytes)
         self.compiled_cache: BoundedCache[tuple, CompiledGrammar] = BoundedCache(
             grammar_bytes, cost=lambda compiled: compiled.memory_size_bytes
         )
@@ -447,6 +475,11 @@ class GrammarCompiler:
             ws.clear_memo()
         return ws
 
+    def shared_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The shared mask cache's arrays a store kernel looks masks up in (empty ones, which
+        find nothing, when the cache is off)."""
+        return self.cache.tables() if self.cache_enabled and self.cache.max_bytes != 0 else NO_SHARED
+
     def shared_follow_pairs(self, digest: str, pairs: np.ndarray) -> np.ndarray:
         """The one array of these follow pairs (by their digest) that the live grammars share: a
         rule's pairs are 66 KB and kept for its grammar's life, while most rules of most grammars
@@ -477,7 +510,7 @@ class GrammarCompiler:
     def get_cache_size_bytes(self) -> int:
         """Bytes held by the compiler's memory caches now: the compiled grammars (with the masks
         they copied since) and the shared masks."""
-        return sum(compiled.memory_size_bytes for compiled in self.compiled_cache.values()) + self.cache.total_bytes
+        return sum(compiled.memory_size_bytes for compiled in self.compiled_cache.values()) + self.cache.allocated_bytes
 
     def cache_stats(self) -> dict[str, int]:
         """Counters of the mask caches.
@@ -563,19 +596,30 @@ class CompiledGrammar:
         self.pda = pda
         # value checks (grammar/json_checks.py) by rule name; a deserialized grammar has none
         self.value_checks: dict[str, object] = dict(grammar.checks) if grammar is not None else {}
-        self._masks: list[StateMask | None] = [None] * pda.num_states
+        self.num_accepted = np.zeros(pda.num_states, dtype=np.int64)  # of each stored mask
+        self.hash_memo = np.zeros(3 * pda.num_states, dtype=np.int64)  # automata/pda.py's state_hash
         self.mask_index = np.full(pda.num_states * MASK_FIELDS, -1, dtype=np.int32)
         words = len(compiler.all_grammar_words)
         self.mask_pool = np.empty(2 * words + 1024, dtype=np.int32)
         self.mask_pool[:words] = compiler.all_grammar_words
-        self._pool_used = words
+        self.used = np.array([words, 0], dtype=np.int64)  # mask_pool words in use; the words a full one needs
+        self._fill_room = 2 * words  # free words keep_room keeps: two bitset masks
+        # each rule's follow pairs for the store kernel: their address (0: not computed yet) and
+        # digest as two int64s (half of a shared-cache key); _pairs_of fills them
+        n_rules = len(pda.rule_names)
+        self.pairs_at = np.zeros(n_rules, dtype=np.int64)
+        self.pairs_key = np.zeros(2 * n_rules, dtype=np.int64)
+        self._template: tuple | None = None  # first_visit_template's, with the arrays it names
+        # the address of the current template, for batch fills that store masks themselves (0: none
+        # yet, or a disk cache to look in first: those go back to Python)
+        self.template_cell = np.zeros(1, dtype=np.int64)
         # the kernels' runner for first visits: the grammar's own frame pool, and a workspace lent
         # by the compiler while masks are computed (None between first visits)
         self._frames: FramePool | None = None
         self._offline: StackRunner | None = None
-        self._pairs: dict[int, tuple[np.ndarray, str, int]] = {}  # rule -> follow pairs, digest, address
+        self._pairs: dict[int, tuple[np.ndarray, str]] = {}  # rule -> follow pairs, their digest
         self.value_check_cache: dict = {}  # matchers' per-grammar data for value checks (masks/value_checks.py)
-        self._lock = threading.Lock()
+        self._lock = KernelLock(on_release=self._publish_template)
         # Token terminals: id -> the bytes the automaton spells it with (grammar/ir.py); a
         # deserialized grammar (no IR) names them in its payload.
         self.token_terminals: dict[int, np.ndarray] = {}
@@ -618,11 +662,13 @@ class CompiledGrammar:
 
     def state_mask(self, state: int) -> StateMask:
         """The mask of a global state, from this grammar's store, the shared cache, or a trie walk."""
-        mask = self._masks[state]
-        if mask is None:
+        if self.mask_index[state * MASK_FIELDS] < 0:
             self.ensure_masks(np.array([state], dtype=np.int64))
-            mask = self._masks[state]
-        return mask
+        return _stored_mask(self.mask_index, self.mask_pool, state, int(self.num_accepted[state]))
+
+    def stored_states(self) -> np.ndarray:
+        """The states whose masks this grammar's store holds."""
+        return np.flatnonzero(self.mask_index[::MASK_FIELDS] >= 0)
 
     def ensure_masks(self, states: np.ndarray) -> None:
         """Make sure these states' masks are in this grammar's store: from the shared cache (keyed
@@ -635,18 +681,17 @@ class CompiledGrammar:
             return
         with self.mask_lock:
             try:
-                run = self.masks_to_compute(self.lacking_masks(lacking))  # another thread may have stored some
-                if run is not None:
-                    self.store_masks(run)
-                    self.publish_masks(run)
+                lacking = self.first_visit_states(lacking)
+                if len(lacking):
+                    store_first_visits([(self, lacking)], 1, own_workspace=True)
             finally:
                 self._give_back_workspace()
 
-    # -- first visits, for ensure_masks and a batch step's (state_masks.ensure_batch_masks)
+    # -- first visits, for ensure_masks and a batch step's (state_masks.store_first_visits)
 
     @property
-    def mask_lock(self) -> threading.Lock:
-        """Held while masks are stored: masks_to_compute, the store kernel and publish_masks."""
+    def mask_lock(self) -> KernelLock:
+        """Held while masks are stored: from first_visit_states to after_first_visits."""
         return self._lock
 
     def lacking_masks(self, states: np.ndarray) -> np.ndarray:
@@ -657,101 +702,153 @@ class CompiledGrammar:
             lacking = np.array(sorted(set(lacking.tolist())), dtype=np.int64)
         return lacking
 
-    def masks_to_compute(self, lacking: np.ndarray) -> MaskRun | None:
-        """Store the masks of these states that the shared caches hold (mask_lock held); the rest,
-        to compute (None if none): keys for all states in one kernel call, follow pairs for all
-        new rules in another.  Returns with no workspace borrowed: the store kernel's caller
-        borrows one (stack_arrays, or a batch step's one per thread)."""
-        compiler = self.compiler
-        states = lacking.tolist()
-        rules = self.pda.state_rule[lacking].tolist()
+    def first_visit_states(self, states: np.ndarray) -> np.ndarray:
+        """The states the store kernel must look at (mask_lock held): all of them (it skips those
+        stored), less those a disk cache holds, stored here."""
+        disk = self.compiler.disk_cache
+        if disk is None:
+            return states
+        lacking = self.lacking_masks(states)
+        keys = self._disk_keys(lacking)
+        kept = []
+        for state, key in zip(lacking.tolist(), keys):
+            mask = disk.get(key)
+            if mask is None:
+                kept.append(state)
+            else:
+                self._store(state, mask)
+        return np.array(kept, dtype=np.int64)
+
+    def _disk_keys(self, states: np.ndarray) -> list[tuple[str, str]]:
+        """The disk cache's keys of these states: state key and follow-pairs digest, both blake2b
+        (the memory cache's keyed hashes differ between processes)."""
+        rules = self.pda.state_rule[states].tolist()
         pairs = self._pairs_of(rules)
-        keys: list = [None] * len(states)
-        compute = range(len(states))
-        if compiler.cache_enabled:
-            keys = [(key, pairs[rule][1]) for key, rule in zip(self.pda.state_keys(states), rules)]
-            cache, disk = compiler.cache, compiler.disk_cache
-            compute = []
-            for k, key in enumerate(keys):
-                mask = cache.get(key)
-                if mask is None and disk is not None:
-                    mask = disk.get(key)
-                    if mask is not None:
-                        cache.put(key, mask)
-                if mask is None:
-                    compute.append(k)
-                else:
-                    self._store(states[k], mask)
-                    self._masks[states[k]] = mask
-        self._give_back_workspace()  # the follow pairs may have borrowed one
-        if not compute:
-            return None
-        return MaskRun(
-            [states[k] for k in compute],
-            [keys[k] for k in compute],
-            [pairs[rules[k]][2] for k in compute],  # self._pairs keeps the arrays alive
-            self._pool_used,
-        )
+        self._give_back_workspace()
+        return [(key, pairs[rule][1]) for key, rule in zip(self.pda.state_keys(states.tolist()), rules)]
 
-    def frame_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """(automaton, frame pool, stack tops budget) that the store kernel reads now, for a
-        caller that brings its own workspace (a batch step's threads)."""
-        return self.pda.blob, self._frame_pool().blob, self.compiler.limits.max_stack_tops
+    def first_visit_template(self) -> int:
+        """The address of this grammar's store kernel template (state_masks.FV_*), made again
+        when an array it names was replaced (a grown frame pool or mask pool)."""
+        pool = self._frame_pool().blob
+        cached = self._template
+        if cached is None or cached[0] is not pool or cached[1] is not self.mask_pool:
+            cached = self._template = (pool, self.mask_pool, *self._make_template(self, self.pairs_at, True))
+        return cached[-1]
 
-    def stack_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(automaton, frame pool, workspace, stack tops budget) that the store kernel reads now."""
-        runner = self._runner()
-        return runner.pda.blob, runner.pool.blob, runner.ws.blob, runner.limits.max_stack_tops
+    def _publish_template(self) -> None:
+        """Point template_cell at the current template (mask_lock held, as Python releases it):
+        a batch fill's kernel stores masks through it, so it must name the arrays as they are
+        now.  Not with a disk cache, which first visits must look in first (in Python)."""
+        if self._template is not None and self.compiler.disk_cache is None:
+            self.template_cell[0] = self.first_visit_template()
 
-    def after_store_masks(self, run: MaskRun, status: int, store=None) -> bool:
-        """Take a store kernel call's status (mask_lock held): True when every state of the run is
-        stored, else room was made (a grown workspace, frame pool or mask pool) and the kernel
-        must run again with this grammar's stack_arrays() and the store's arrays; it resumes
-        where it stopped.  `store`: this grammar, or a scratch store (_ScratchStore)."""
+    def _make_template(self, store, pairs_at: np.ndarray, use_slices: bool) -> tuple[np.ndarray, int]:
+        """(template, its address) of the store kernel for `store` (this grammar or a scratch
+        store: mask_index, mask_pool, used, num_accepted) and these follow-pairs addresses."""
+        template = np.zeros(FV_FIELDS, dtype=np.int64)
+        for field, array in (
+            (FV_PDA, self.pda.blob),
+            (FV_POOL, self._frame_pool().blob),
+            (FV_MASK_INDEX, store.mask_index),
+            (FV_MASK_POOL, store.mask_pool),
+            (FV_NUM_ACCEPTED, store.num_accepted),
+            (FV_RULE_HASHES, self.pda.rule_hashes),
+            (FV_HASH_MEMO, self.hash_memo),
+        ):
+            template[field] = array.ctypes.data
+            template[field + 1] = len(array)
+        template[FV_USED] = store.used.ctypes.data
+        template[FV_PAIRS_AT] = pairs_at.ctypes.data
+        template[FV_PAIRS_KEY] = self.pairs_key.ctypes.data
+        template[FV_N_RULES] = len(pairs_at)
+        template[FV_MAX_TOPS] = self.compiler.limits.max_stack_tops
+        template[FV_USE_SLICES] = int(use_slices)
+        return template, template.ctypes.data
+
+    def shared_key(self, state: int) -> np.ndarray:
+        """The shared mask cache's key of a state (int64 x 4): its keyed state hash, then its
+        rule's follow-pairs digest."""
+        rule = int(self.pda.state_rule[state])
+        with self.mask_lock:
+            self._follow_pairs(rule)
+            hashed = state_hash(self.pda.blob, state, self.pda.rule_hashes, self.compiler.cache.secret, self.hash_memo)
+        return np.array([*hashed, *self.pairs_key[2 * rule : 2 * rule + 2]], dtype=np.int64)
+
+    def borrowed_workspace(self) -> Workspace:
+        """The workspace this grammar borrows for its own first visits (until _give_back_workspace)."""
+        return self._runner().ws
+
+    def make_room(self, status: int, store=None, states: np.ndarray = _NO_STATES) -> None:
+        """Act on a store kernel status (mask_lock held) so that the call can resume: a larger
+        mask pool, frame pool, the follow pairs of the `states`' rules that lack them (a grown
+        workspace is the caller's: it knows which one), or an error past a limit."""
         store = self if store is None else store
-        # the masks stored so far (up to used[0]) are part of the prefix a grown pool keeps:
-        # their index fields already point there
-        store._pool_used = int(run.used[0])
-        if status == 0:
-            return True
         if status == STORE_FULL:
-            store._grow_pool(int(run.used[1]))
-        else:
-            self._runner().handle(status)
-        return False
+            store._grow_pool(int(store.used[1]))
+        elif status == NEED_PAIRS:
+            rules = self.pda.state_rule[states]
+            self._pairs_of(np.unique(rules[self.pairs_at[rules] == 0]).tolist())
+            self._give_back_workspace()  # (a batch step's grammars would each keep one till the end)
+        elif status == ERR_POOL_FULL:
+            self._frame_pool().grow()
+        elif status == ERR_TOO_MANY_TOPS:
+            raise too_many_tops(self.compiler.limits.max_stack_tops)
+        elif status != ERR_BUFFER_FULL:
+            raise RuntimeError(f"unexpected store kernel status {status}")
 
-    def store_masks(self, run: MaskRun) -> None:
-        """Run the store kernel for the run, in the workspace this grammar borrows, until every
-        state is stored (mask_lock held; it resumes a run a batch step's kernel began)."""
-        self._run_store_masks(run, self)
+    def before_first_visits(self, states: np.ndarray) -> None:
+        """Before the store kernel takes these states (mask_lock held): the follow pairs of their
+        rules, and mask pool room for as many masks as the largest stored so far (each would
+        otherwise stop the kernel for Python)."""
+        rules = self.pda.state_rule[states]
+        missing = rules[self.pairs_at[rules] == 0]
+        if len(missing):
+            self._pairs_of(np.unique(missing).tolist())
+            self._give_back_workspace()
+        free = len(self.mask_pool) - int(self.used[0])
+        need = len(states) * MASK_HEADROOM_WORDS
+        if free < need:
+            self._grow_pool(int(self.used[0]) + need)
 
-    def publish_masks(self, run: MaskRun) -> None:
-        """Publish the run's stored masks (mask_lock held): their kinds, then the shared caches."""
-        index, pool = self.mask_index, self.mask_pool
-        index[run.states * MASK_FIELDS] = run.kinds  # published: fills read them from now on
-        compiler = self.compiler
-        disk = compiler.disk_cache
-        fields = index.reshape(-1, MASK_FIELDS)[run.states].tolist()
-        for state, row, accepted, key in zip(run.states.tolist(), fields, run.num_accepted.tolist(), run.keys):
-            mask = self._masks[state] = _mask_of(pool, row, accepted)
-            if key is not None:
-                if disk is not None:
-                    disk.put(key, mask)
-                compiler.cache.put(key, mask)
+    def keep_room(self) -> None:
+        """Before a batch fill (which stores new masks itself, in the pool as it is): free words
+        in the mask pool for two of the largest masks (bitsets), else a larger pool, if the lock
+        is free now (else the fill's row comes back to Python if it runs out)."""
+        if len(self.mask_pool) - self.used.item(0) < self._fill_room and self.mask_lock.acquire(blocking=False):
+            try:
+                self._grow_pool(self.used.item(0) + self._fill_room)
+            finally:
+                self.mask_lock.release()
+
+    def after_first_visits(self, states: np.ndarray, fresh: np.ndarray) -> None:
+        """Once the store kernel stored these states (mask_lock held): the computed ones go to
+        the disk cache, if any; the borrowed workspace goes back."""
+        disk = self.compiler.disk_cache
+        if disk is not None:
+            computed = states[fresh == COMPUTED]
+            for state, key in zip(computed.tolist(), self._disk_keys(computed)):
+                disk.put(key, self.state_mask(state))
         self._give_back_workspace()
 
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles
         off its decode loop (vLLM compiles asynchronously), so a new request's first batch step
         finds them ready instead of computing them while every other row waits.  Then those of
-        the states its first tokens reach, within first_reach's budget, for the second step."""
+        the states its first tokens reach, within first_reach's budget, for the second step.
+        First of all every rule's follow pairs, in one kernel call (about 35 us a rule): a batch
+        fill stores a new state's mask itself only when its rule has them (state_masks'
+        first_visit_in_fill), else the row goes back to Python for them."""
+        with self.mask_lock:
+            self._pairs_of(list(range(len(self.pda.rule_names))))
         closure_s, closure_p, n_kernel, _ = self._runner().close(
             np.array([self.pda.rule_start[self.pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64)
         )
         self.ensure_masks(closure_s[:n_kernel])
         if first_reach.MAX_STATES > 0:
             self._ensure_within_budget(self._first_reached(np.concatenate([closure_s, closure_p])))
-        self._give_back_workspace()
+        with self.mask_lock:  # (the frame pool may have grown since: published again on release)
+            self._give_back_workspace()
 
     def _ensure_within_budget(self, states: np.ndarray) -> None:
         """ensure_masks of `states` in chunks, in order, until first_reach's time budget is spent:
@@ -772,30 +869,6 @@ class CompiledGrammar:
         except LimitExceededError:
             return _NO_STATES  # a frame pool past its limit: the fills will say so
 
-    def _run_store_masks(self, run: MaskRun, store, use_slices: bool = True) -> None:
-        """state_masks.run_store_masks for the run into `store` (an object with mask_index,
-        mask_pool, _pool_used and _grow_pool: this grammar, or a scratch store), until done."""
-        compiler = self.compiler
-        scratch = compiler.walk_scratch()
-        while True:
-            status = run_store_masks(
-                *self.stack_arrays(),
-                run.states,
-                run.pairs_at,
-                use_slices,
-                compiler.trie_tables,
-                scratch.kernel_args,
-                store.mask_index,
-                store.mask_pool,
-                run.used,
-                run.kinds,
-                run.num_accepted,
-                scratch.words,
-                scratch.parts,
-            )
-            if self.after_store_masks(run, status, store):
-                return
-
     def _grow_pool(self, need: int) -> None:
         """A larger mask pool holding the same prefix.  A fill running on another thread keeps the
         old one, and reads as "not computed" the entries that end past it (walk.run_fill).  It
@@ -804,6 +877,11 @@ class CompiledGrammar:
         grown = np.empty(max(need, len(self.mask_pool) * 3 // 2), dtype=np.int32)
         grown[: self._pool_used] = self.mask_pool[: self._pool_used]
         self.mask_pool = grown
+
+    @property
+    def _pool_used(self) -> int:
+        """Words of mask_pool in use (used[0]: the store kernel moves it)."""
+        return int(self.used[0])
 
     def _store(self, state: int, mask: StateMask) -> None:
         parts = mask.parts
@@ -814,7 +892,8 @@ class CompiledGrammar:
         for part in parts:
             offsets.append(self._pool_used)
             self.mask_pool[self._pool_used : self._pool_used + len(part)] = part
-            self._pool_used += len(part)
+            self.used[0] += len(part)
+        self.num_accepted[state] = mask.num_accepted
         base = state * MASK_FIELDS
         # kind last: a concurrent reader sees either "not computed" or a complete entry.
         self.mask_index[base + 1 : base + 5] = (offsets[0], len(mask.data), offsets[1], len(mask.uncertain_positions))
@@ -822,14 +901,14 @@ class CompiledGrammar:
 
     def _follow_pairs(self, rule: int) -> tuple[np.ndarray, str]:
         """The rule's follow pairs (masks/walk.py) and their digest, computed once."""
-        pairs, digest, _ = self._pairs_of([rule])[rule]
+        pairs, digest = self._pairs_of([rule])[rule]
         self._give_back_workspace()
         return pairs, digest
 
-    def _pairs_of(self, rules: list[int]) -> dict[int, tuple[np.ndarray, str, int]]:
-        """Rule -> (its follow pairs, their digest, their address), the new rules' pairs from one
-        kernel call; kept for the grammar's life, one array per distinct pairs (the compiler's
-        shared_follow_pairs)."""
+    def _pairs_of(self, rules: list[int]) -> dict[int, tuple[np.ndarray, str]]:
+        """Rule -> (its follow pairs, their digest), the new rules' pairs from one kernel call
+        (their address and digest also in pairs_at and pairs_key); kept for the grammar's life,
+        one array per distinct pairs (the compiler's shared_follow_pairs)."""
         known = self._pairs
         new = [rule for rule in dict.fromkeys(rules) if rule not in known]
         if new:
@@ -843,7 +922,9 @@ class CompiledGrammar:
             for k, rule in enumerate(new):
                 digest = hashlib.blake2b(packed[k], digest_size=16).hexdigest()
                 pairs = self.compiler.shared_follow_pairs(digest, table[k])
-                known[rule] = (pairs, digest, pairs.ctypes.data)
+                known[rule] = (pairs, digest)
+                self.pairs_key[2 * rule : 2 * rule + 2] = np.frombuffer(bytes.fromhex(digest), dtype=np.int64)
+                self.pairs_at[rule] = pairs.ctypes.data  # last: the store kernel reads it first
         return known
 
     def _runner(self) -> StackRunner:
@@ -875,15 +956,27 @@ class CompiledGrammar:
             self.compiler.give_back_workspace(runner.ws, self)
 
     def _compute_mask(self, state: int, pairs: np.ndarray, use_slices: bool = True) -> StateMask:
-        """A state's mask (what follows its rule judged by its follow pairs), not stored here: the
-        slice tokens it accepts whole, then a walk of the rest of the trie.  use_slices=False
-        walks the whole trie (the reference the slices are tested against)."""
+        """A state's mask (what follows its rule judged by its follow pairs), not stored here nor
+        looked up: the slice tokens it accepts whole, then a walk of the rest of the trie.
+        use_slices=False walks the whole trie (the reference the slices are tested against)."""
         store = _ScratchStore(self)
-        run = MaskRun([state], [None], [pairs.ctypes.data], store._pool_used)
-        self._run_store_masks(run, store, use_slices)
-        self._give_back_workspace()
-        store.mask_index[state * MASK_FIELDS] = run.kinds[0]
-        return _stored_mask(store.mask_index, store.mask_pool, state, int(run.num_accepted[0]))
+        pairs_at = self.pairs_at.copy()
+        pairs_at[self.pda.state_rule[state]] = pairs.ctypes.data
+        states = np.array([state], dtype=np.int64)
+        template, address = self._make_template(store, pairs_at, use_slices)
+        with self.mask_lock:
+            try:
+                while True:
+                    status = store_one(address, states, self.compiler, self.borrowed_workspace())
+                    if status == 0:
+                        break
+                    if status == ERR_BUFFER_FULL:
+                        self.borrowed_workspace().grow_buffers()
+                    self.make_room(status, store, states)
+                    template, address = self._make_template(store, pairs_at, use_slices)
+            finally:
+                self._give_back_workspace()
+        return _stored_mask(store.mask_index, store.mask_pool, state, int(store.num_accepted[state]))
 
     def precompute_masks(self) -> None:
         """Compute every state's mask now instead of on first visit."""
@@ -933,8 +1026,7 @@ class CompiledGrammar:
                 "lcp": mask.uncertain_lcp,
                 "accepted": mask.num_accepted,
             }
-            for state, mask in enumerate(list(self._masks))
-            if mask is not None
+            for state, mask in ((state, self.state_mask(state)) for state in self.stored_states().tolist())
         ]
         return {
             **header(_PAYLOAD_KIND),
@@ -999,7 +1091,7 @@ class CompiledGrammar:
         for m in payload["masks"]:
             mask = StateMask(int(m["kind"]), m["data"], m["positions"], m["ids"], m["lcp"], int(m["accepted"]))
             self._store(int(m["state"]), mask)
-            self._masks[int(m["state"])] = mask
+            self.num_accepted[int(m["state"])] = mask.num_accepted
 
     @property
     def memory_size_bytes(self) -> int:
@@ -1021,25 +1113,15 @@ class _ScratchStore:
         words = len(grammar.compiler.all_grammar_words)
         self.mask_pool = np.empty(2 * words, dtype=np.int32)
         self.mask_pool[:words] = grammar.compiler.all_grammar_words  # a store starts with the grammar tokens' bitset
-        self._pool_used = words
+        self.used = np.array([words, 0], dtype=np.int64)
+        self.num_accepted = np.zeros(len(grammar.num_accepted), dtype=np.int64)
+
+    @property
+    def _pool_used(self) -> int:
+        return int(self.used[0])
 
     def _grow_pool(self, need: int) -> None:
         CompiledGrammar._grow_pool(self, need)
-
-
-class MaskRun:
-    """The states of one grammar's store kernel calls (state_masks.run_store_masks), their cache
-    keys and follow pairs' addresses, and what the kernel writes: kinds (-1: not yet), accepted
-    counts, and the store's used words (used[1]: the words a full pool needs)."""
-
-    def __init__(self, states: list[int], keys: list, pairs_at: list[int], pool_used: int):
-        n = len(states)
-        self.states = np.array(states, dtype=np.int64)
-        self.keys = keys
-        self.pairs_at = np.array(pairs_at, dtype=np.int64)
-        self.kinds = np.full(n, -1, dtype=np.int64)
-        self.num_accepted = np.zeros(n, dtype=np.int64)
-        self.used = np.array([pool_used, 0], dtype=np.int64)
 
 
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:

@@ -1,4 +1,5 @@
-"""Per-state token masks and the cross-grammar cache that shares them.
+"""Per-state token masks as a grammar's store hands them out (the cache that shares them across
+grammars is masks/shared_masks.py).
 
 A state's mask splits the grammar tokens into accepted (decided inside the state's rule),
 rejected, and uncertain (what follows the rule's end decides, so the matcher checks them against
@@ -13,13 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grammar.core.caches import BoundedCache
 from ..jit import njit
-
-ENTRY_OVERHEAD = 800
-"""Bytes a cached mask costs beyond its arrays' data (the object, four array headers, its key and
-the cache's entry; measured: with 64 here the RSS freed by clearing the cache was ~1.5x the
-count), so the byte cap holds for the many small masks."""
 
 
 @dataclass
@@ -40,10 +35,6 @@ class StateMask:
         """The int32 arrays a grammar's mask store holds, in its order."""
         return self.data, self.uncertain_positions, self.uncertain_ids, self.uncertain_lcp
 
-    @property
-    def nbytes(self) -> int:
-        return sum(part.nbytes for part in self.parts) + ENTRY_OVERHEAD
-
 
 @njit(cache=True)
 def ids_to_bitset(ids, num_words):
@@ -51,24 +42,3 @@ def ids_to_bitset(ids, num_words):
     for t in ids:
         words[t >> 5] |= np.int32(1) << np.int32(t & 31)
     return words
-
-
-class MaskCache(BoundedCache[tuple[str, str], StateMask]):
-    """Masks keyed by (state key, follow-pairs digest), LRU-evicted past a byte limit (-1: none);
-    safe to share between threads (the grammars of one compiler read and fill it concurrently)."""
-
-    def __init__(self, max_bytes: int = -1):
-        super().__init__(max_bytes, cost=lambda mask: mask.nbytes)
-
-    @property
-    def max_bytes(self) -> int:
-        return self.max_cost
-
-    @property
-    def total_bytes(self) -> int:
-        return self.total_cost
-
-    @property
-    def computed(self) -> int:
-        """Masks stored (each one computed or read from disk on a miss)."""
-        return self.stored

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import math
 import operator
-import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,12 +26,13 @@ from ..grammar.core.errors import (
     check_integer,
     check_integers,
 )
-from ..grammar.core.threads import default_max_threads, resolve_max_threads, run_parts, threads_for_work
+from ..grammar.core.threads import default_max_threads, resolve_max_threads, run_parts, run_shared, threads_for_rows
 from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
 from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
 from .compiler import CompiledGrammar
-from .state_masks import ensure_batch_masks
+from .kernel_memory import address
+from .state_masks import FirstVisits, ensure_batch_masks
 from .value_checks import CheckedAdvance, MaskChecks
 
 _NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
@@ -383,6 +383,7 @@ class GrammarMatcher:
         replaced (a grown frame pool, workspace or mask store, a new memo); it keeps them
         alive, and the matcher keeps it, for the whole batch call."""
         runner, compiled, state = self._runner, self.compiled_grammar, self._state
+        compiled.keep_room()
         cached = self._row_template
         if (
             cached is None
@@ -394,7 +395,7 @@ class GrammarMatcher:
         ):
             cached = self._row_template = self._make_template()
         if state.address is None:
-            state.address = batch_fill.address(state.stacks)
+            state.address = address(state.stacks)
         return (cached[6], words_address, state.address, len(state.stacks), state.n_kernel, state.can_end)
 
     def _make_template(self) -> tuple:
@@ -416,6 +417,8 @@ class GrammarMatcher:
             template[field] = array.ctypes.data
             template[field + 1] = len(array)
         template[batch_fill.T_N_WORDS] = self._words
+        template[batch_fill.T_GRAMMAR_CELL] = compiled.template_cell.ctypes.data
+        template[batch_fill.T_LOCK] = compiled.mask_lock.address
         template[batch_fill.T_MAX_TOPS] = compiled.compiler.limits.max_stack_tops
         memo_words, memo_keys, memo_meta = memo
         if len(memo_words):
@@ -711,8 +714,6 @@ class GrammarMatcher:
 _RUNNER, _STATE, _WORDS, _PLAIN_FILL, _COMPILER_THREADS = map(
     operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill", "compiled_grammar.compiler.max_threads")
 )
-PARTS_PER_THREAD = 4
-"""A batch step's rows are cut into this many parts per thread, taken in turn (load balance)."""
 
 
 def batch_fill_next_token_bitmask(
@@ -727,15 +728,16 @@ def batch_fill_next_token_bitmask(
 
     `max_threads`: the most threads the step may use (an int >= 1 or "auto", see
     grammar/core/threads.py); None takes the largest `max_threads` of the matchers' compilers.
-    The step uses fewer when its work does not pay for them (threads_for_work /
-    threads_for_states).  `num_threads` is its deprecated old name.
+    A small step uses one (threads_for_rows).  `num_threads` is its deprecated old name.
 
-    One numba call per thread fills its rows without the GIL (masks/batch_fill.py), memoised
-    fills included.  Python runs per row only to describe it (a few list comprehensions), to
-    gather the states met for the first time (their masks are computed in one nogil kernel call
-    per grammar, grammars over the threads) before the row goes round again, and for value
-    checks, budgets and token terminals; finished matchers and non-CPU bitmasks take the
-    single-row path.  Each matcher must appear once (it owns its workspace).  If the fill raises
+    One numba call per thread fills rows without the GIL (masks/batch_fill.py), each thread
+    taking the next row from a shared counter, memoised fills included; a row that meets states
+    without masks stores them in the same call (its grammar's lock taken inside the kernel), and
+    the masks computed go to the shared cache once the fills are done.  Python runs per row only
+    to describe it (a list comprehension), for the rare row the kernel sends back (its grammar
+    busy, a pool to grow, a disk cache to read: masks/state_masks.py's ensure_batch_masks) before
+    it goes round again, and for value checks, budgets and token terminals; finished matchers and
+    non-CPU bitmasks take the single-row path.  Each matcher must appear once (it owns its workspace).  If the fill raises
     once the arguments were found valid, every row it was given is all zero when the exception
     propagates (the kernel may have written a row whose value checks or budget never ran).
     """
@@ -809,10 +811,13 @@ def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[i
     kernel_rows = [k for k, state in enumerate(states) if not (state.terminated or state.closed)]
     status = np.zeros(len(matchers), dtype=np.int64)
     pending = kernel_rows
+    compiler = matchers[0].compiled_grammar.compiler  # rows of other compilers' store masks in Python
     while pending:
         # the table of the rows the kernel runs, in `pending` order (row n's status: status[n])
         table = np.array([matchers[k]._batch_row(base + stride * indices[k]) for k in pending], dtype=np.int64)
-        _run_kernel(table, len(pending), status, threads)
+        visits = FirstVisits(len(pending))
+        _run_kernel(table, status, threads, visits, compiler)
+        visits.share(compiler, [matchers[k].compiled_grammar for k in pending])
         done = status.tolist()  # (one list: a numpy scalar read costs more than a row's kernel)
         if not any(done[: len(pending)]):
             break  # the steady case: every row written
@@ -835,26 +840,17 @@ def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[i
         row_by_row(sorted(python_rows))
 
 
-def _run_kernel(table: np.ndarray, n_rows: int, status: np.ndarray, threads: int) -> None:
-    """batch_fill.run_fill_rows over the table's first n_rows rows, cut into PARTS_PER_THREAD
-    parts per thread.  The calling thread runs the first part alone and times it: the rest goes
-    to as many of the threads as that call's own rate says pay for (threads_for_work), so the
-    estimate is of this call's rows, shared with no other batch or thread."""
-    n_parts = min(n_rows, PARTS_PER_THREAD * threads)
-    order = np.arange(n_rows, dtype=np.int64)
-    if n_parts <= 1:
-        batch_fill.run_fill_rows(table, order, status)
-        return
-    cuts = [n_rows * i // n_parts for i in range(n_parts + 1)]
-    t0 = time.perf_counter()
-    batch_fill.run_fill_rows(table, order[: cuts[1]], status)
-    rest_s = (time.perf_counter() - t0) * (n_rows - cuts[1]) / cuts[1]
-    threads = threads_for_work(threads, rest_s)
-    if threads == 1:
-        batch_fill.run_fill_rows(table, order[cuts[1] :], status)
-    else:
-        parts = [order[a:b] for a, b in zip(cuts[1:-1], cuts[2:])]
-        run_parts(parts, lambda part: batch_fill.run_fill_rows(table, part, status), threads)
+def _run_kernel(table: np.ndarray, status: np.ndarray, threads: int, visits: FirstVisits, compiler) -> None:
+    """batch_fill.run_fill_rows over the table's rows on up to `threads` threads, each taking
+    rows from one counter (a slow row holds up only its own thread), first visits recorded in
+    `visits` (rows of `compiler`'s grammars store their own masks); a small step runs on the
+    calling thread alone (threads_for_rows)."""
+    counter = np.zeros(1, dtype=np.int64)
+
+    def fill():
+        batch_fill.run_fill_rows(table, counter, status, visits.kernel_args(compiler))
+
+    run_shared(fill, threads_for_rows(threads, len(table)))
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:
@@ -875,7 +871,7 @@ def _batch_target(bitmask, matchers):
     if isinstance(bitmask, np.ndarray):
         if bitmask.ndim != 2 or bitmask.dtype != np.int32 or not bitmask.flags.c_contiguous or bitmask.shape[1] < words:
             return None
-        return batch_fill.address(bitmask), bitmask.strides[0], lambda row, n: bitmask[row, :n]
+        return address(bitmask), bitmask.strides[0], lambda row, n: bitmask[row, :n]
     try:
         import torch
     except ImportError:
@@ -890,7 +886,7 @@ def _batch_target(bitmask, matchers):
     ):
         return None
     array = bitmask.numpy()
-    return batch_fill.address(array), array.strides[0], lambda row, n: array[row, :n]
+    return address(array), array.strides[0], lambda row, n: array[row, :n]
 
 
 def _run_chunks(chunks, fill, threads: int) -> None:

@@ -17,13 +17,33 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import carray, types
+from numba import carray
 
-from ..automata.kernels import ERR_BUFFER_FULL, PDA_BYTE_DST, PDA_BYTE_HI, PDA_BYTE_LO, PDA_BYTE_PTR
+from ..automata.kernels import (
+    ERR_BUFFER_FULL,
+    PDA_BYTE_DST,
+    PDA_BYTE_HI,
+    PDA_BYTE_LO,
+    PDA_BYTE_PTR,
+    PDA_STATE_RULE,
+    blob_section,
+)
+from ..automata.pda import state_hash
 from ..automata.stack import clear_closure_memo
 from ..grammar.core.threads import run_parts, threads_for_states
 from ..jit import njit
-from .batch_fill import address, pointer_intrinsic
+from .kernel_memory import i32_pointer, i64_pointer, release_fence, try_lock, u8_pointer, unlock
+from .shared_masks import (
+    E_ACCEPTED,
+    E_AT,
+    E_KIND,
+    E_SIZE,
+    E_UNCERTAIN,
+    ENTRY_FIELDS,
+    SharedMasks,
+    find_shared,
+    insert_mask,
+)
 from .trie import BUCKET_BOUNDS, OTHER
 from .walk import (
     KIND_ACCEPTED_BITSET,
@@ -41,10 +61,13 @@ from .walk import (
 )
 
 if TYPE_CHECKING:
-    from .compiler import CompiledGrammar, MaskRun
+    from .compiler import CompiledGrammar, GrammarCompiler
+
+NO_SHARED = (np.zeros(0, dtype=np.int64), np.zeros((0, ENTRY_FIELDS), dtype=np.int64), np.zeros(0, dtype=np.int32))
+"""A shared cache that holds nothing (slots of length 0: store_masks looks nothing up)."""
 
 STORE_FULL = 3
-"""run_store_masks: the mask pool lacks room for the next state (need[0] words); grow it, call again."""
+"""store_masks: the mask pool lacks room for the next state (it needs used[1] words); grow it, call again."""
 
 _BOUNDS = np.array(BUCKET_BOUNDS, dtype=np.int64)
 
@@ -72,11 +95,6 @@ def trie_tables(trie) -> tuple:
         dsts,
         caps,
     )
-
-
-_u8_pointer = pointer_intrinsic(types.uint8)
-_i32_pointer = pointer_intrinsic(types.int32)
-_i64_pointer = pointer_intrinsic(types.int64)
 
 
 @njit(cache=True, inline="always")
@@ -202,11 +220,13 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             for w in range(n_words):
                 words[w] |= cumulative[row, w]
             num_sliced += cumulative_counts[row]
-        if k_f < 0 and g > max_chars[s]:  # nothing known: the plain order walks faster
+        if k_f < 0:
+            # nothing accepted whole: the plain order walks faster, its dead prefixes skipping
+            # the long tokens that g would leave out (the bucketed order repeats short prefixes)
             n_main = _add_range(main, n_main, region_start[s], region_start[s + 1])
         else:
             # buckets between f (accepted) and g (whose smallest count is at least g: rejected)
-            end = above[s, k_f] if k_f >= 0 else region_start[s + 1]
+            end = above[s, k_f]
             k_g = np.searchsorted(bounds, g - 1, side="left")
             start = above[s, k_g] if k_g < n_buckets else region_start[s]
             n_bucketed = _add_range(bucketed, n_bucketed, start, max(start, end))
@@ -303,62 +323,6 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
 
 
 @njit(cache=True, nogil=True)
-def run_store_masks(
-    pda,
-    pool,
-    ws,
-    max_tops,
-    states,
-    pairs_at,
-    use_slices,
-    tables,
-    scratch,
-    mask_index,
-    mask_pool,
-    used,
-    kinds,
-    num_accepted,
-    words,
-    out,
-):
-    """Compute the masks of `states` (pairs_at[i]: the address of state i's follow pairs) and
-    append each to the mask store from used[0] on, writing its mask_index fields but the kind,
-    which goes to kinds[i] for the caller to publish (a concurrent reader sees "not computed"
-    until then).  States with kinds[i] >= 0 are done already and skipped, so a call after a
-    status resumes.  Returns 0, ERR_* (make room, call again) or STORE_FULL (need[used[1]] more
-    words in mask_pool).  use_slices=False walks the whole trie (the reference for tests)."""
-    n_words = words.shape[0]
-    grammar_words = mask_pool[:n_words]
-    info = np.zeros(4, dtype=np.int64)
-    for i in range(states.shape[0]):
-        if kinds[i] >= 0:
-            continue
-        pairs = carray(_u8_pointer(pairs_at[i]), 256 * PAIR_WIDTH)
-        status = _state_mask(
-            pda, pool, ws, max_tops, states[i], pairs, use_slices, tables, scratch, grammar_words, words, out, info
-        )
-        if status != 0:
-            return status
-        size = info[1]
-        n_uncertain = info[2]
-        total = size + 3 * n_uncertain
-        at = used[0]
-        if at + total > mask_pool.shape[0]:
-            used[1] = at + total
-            return STORE_FULL
-        mask_pool[at : at + total] = out[:total]
-        base = states[i] * MASK_FIELDS
-        mask_index[base + 1] = at
-        mask_index[base + 2] = size
-        mask_index[base + 3] = at + size
-        mask_index[base + 4] = n_uncertain
-        used[0] = at + total
-        kinds[i] = info[0]
-        num_accepted[i] = info[3]
-    return 0
-
-
-@njit(cache=True, nogil=True)
 def run_follow_pairs_rules(pda, pool, ws, rules, max_tops, out, done):
     """walk.run_follow_pairs of each rule i not done[i] yet into out[i] (zeroed), marking it
     done: 0, or the first ERR_* (make room, call again; the failed rule's row is zeroed)."""
@@ -373,163 +337,454 @@ def run_follow_pairs_rules(pda, pool, ws, rules, max_tops, out, done):
     return 0
 
 
-# Columns of run_store_masks_rows' table: one row per grammar, the address and length of each
-# array run_store_masks takes for it (the caller keeps them alive for the call).
+# A grammar's first-visit template (CompiledGrammar.first_visit_template, int64): the address
+# (and length) of each array the store kernel reads or writes for it, its stack tops budget and
+# whether masks use the slice tables (0 only for the reference walks of tests).
 (
-    SR_PDA,
-    SR_N_PDA,
-    SR_POOL,
-    SR_N_POOL,
-    SR_MAX_TOPS,
-    SR_STATES,
-    SR_N_STATES,
-    SR_PAIRS_AT,
-    SR_MASK_INDEX,
-    SR_N_MASK_INDEX,
-    SR_MASK_POOL,
-    SR_N_MASK_POOL,
-    SR_USED,
-    SR_KINDS,
-    SR_NUM_ACCEPTED,
-) = range(15)
-SR_FIELDS = 15
+    FV_PDA,
+    FV_N_PDA,
+    FV_POOL,
+    FV_N_POOL,
+    FV_MASK_INDEX,
+    FV_N_MASK_INDEX,
+    FV_MASK_POOL,
+    FV_N_MASK_POOL,
+    FV_USED,
+    FV_NUM_ACCEPTED,
+    FV_N_NUM_ACCEPTED,
+    FV_RULE_HASHES,
+    FV_N_RULE_HASHES,
+    FV_HASH_MEMO,
+    FV_N_HASH_MEMO,
+    FV_PAIRS_AT,
+    FV_PAIRS_KEY,
+    FV_N_RULES,
+    FV_MAX_TOPS,
+    FV_USE_SLICES,
+) = range(20)
+FV_FIELDS = 20
+
+V_TEMPLATE, V_AT, V_N, V_CLEAR_MEMO = range(4)
+V_FIELDS = 4
+"""A row of a first-visit step's table, one per grammar: its template's address, where its
+states start in the step's arrays and how many, and whether the workspace's closure memo must
+be emptied first (it names another grammar's frames)."""
+
+VISITS_PER_ROW = 8
+"""Kernel states a batch fill's row stores masks for inside the fill (first_visit_in_fill): a row
+has one or a few; past this many the row goes back to Python."""
+
+NEED_PAIRS = 4
+"""store_masks: a state's rule has no follow pairs yet; the caller computes them and calls again."""
+COMPUTED, FROM_SHARED = 1, 2
+"""store_masks' `fresh` of a state it stored (0: stored before, skipped)."""
+
+
+@njit(cache=True)
+def store_masks(
+    pda,
+    pool,
+    ws,
+    max_tops,
+    use_slices,
+    tables,
+    scratch,
+    words,
+    out,
+    shared,
+    secret,
+    mask_index,
+    mask_pool,
+    used,
+    num_accepted,
+    rule_hashes,
+    hash_memo,
+    pairs_at,
+    pairs_key,
+    states,
+    keys,
+    fresh,
+    sizes,
+):
+    """Store the masks of `states` that a grammar's mask store lacks (mask_index, mask_pool from
+    used[0] on, num_accepted), each published by its kind, written last: copied from the shared
+    cache (`shared`: slots, entries, pool of masks/shared_masks.py; empty slots for none) when
+    it holds the state's key (fresh[i] = FROM_SHARED), else computed (COMPUTED: the caller puts
+    it in the shared cache); sizes[i]: its words.  keys[i]: the state's hash under `secret` (automata/pda.py,
+    state_hash, memoised in hash_memo) and its rule's follow-pairs digest (pairs_key); pairs_at:
+    each rule's follow pairs' address (0: not computed).  A state stored already is skipped, so
+    a call after a status resumes.  Returns 0, ERR_* (make room), STORE_FULL (mask_pool needs
+    used[1] words) or NEED_PAIRS."""
+    n_words = words.shape[0]
+    grammar_words = mask_pool[:n_words]
+    info = np.zeros(4, dtype=np.int64)
+    slots, entries, shared_pool = shared
+    state_rule = blob_section(pda, PDA_STATE_RULE)
+    for i in range(states.shape[0]):
+        state = states[i]
+        base = state * MASK_FIELDS
+        if mask_index[base] >= 0:
+            continue
+        rule = state_rule[state]
+        if pairs_at[rule] == 0:
+            return NEED_PAIRS
+        keys[i, 2] = pairs_key[2 * rule]
+        keys[i, 3] = pairs_key[2 * rule + 1]
+        e = -1
+        if slots.shape[0] > 0:
+            keys[i, 0], keys[i, 1] = state_hash(pda, state, rule_hashes, secret, hash_memo)
+            e = find_shared(slots, entries, keys[i])
+        if e >= 0:
+            kind, size, n_uncertain, accepted = (
+                entries[e, E_KIND],
+                entries[e, E_SIZE],
+                entries[e, E_UNCERTAIN],
+                entries[e, E_ACCEPTED],
+            )
+            source = shared_pool[entries[e, E_AT] :]
+        else:
+            pairs = carray(u8_pointer(pairs_at[rule]), 256 * PAIR_WIDTH)
+            status = _state_mask(
+                pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out, info
+            )
+            if status != 0:
+                return status
+            kind, size, n_uncertain, accepted = info[0], info[1], info[2], info[3]
+            source = out
+        total = size + 3 * n_uncertain
+        at = used[0]
+        if at + total > mask_pool.shape[0]:
+            used[1] = at + total
+            return STORE_FULL
+        mask_pool[at : at + total] = source[:total]
+        mask_index[base + 1] = at
+        mask_index[base + 2] = size
+        mask_index[base + 3] = at + size
+        mask_index[base + 4] = n_uncertain
+        used[0] = at + total
+        num_accepted[state] = accepted
+        fresh[i] = FROM_SHARED if e >= 0 else COMPUTED
+        sizes[i] = total
+        release_fence()  # a reader that sees the kind sees the mask whole
+        mask_index[base] = kind
+    return 0
 
 
 @njit(cache=True, nogil=True)
-def run_store_masks_rows(table, rows, ws, tables, scratch, words, out, status):
-    """run_store_masks for each grammar row k of `table` listed in `rows` (the first visits of a
-    batch step, one call per thread, in the thread's workspace `ws`, its closure memo emptied
-    before each grammar); its status goes to status[k]."""
+def run_first_visits(table, rows, ws, tables, scratch, words, out, shared, secret, states, keys, fresh, sizes, status):
+    """store_masks for each grammar row k of `table` (V_*) listed in `rows`, in the workspace
+    `ws` (one call per thread); its status goes to status[k]."""
     for k in rows:
-        d = table[k]
-        n = d[SR_N_STATES]
-        clear_closure_memo(ws)  # the memo names the previous grammar's frames
-        status[k] = run_store_masks(
-            carray(_i32_pointer(d[SR_PDA]), d[SR_N_PDA]),
-            carray(_i32_pointer(d[SR_POOL]), d[SR_N_POOL]),
+        at, n = table[k, V_AT], table[k, V_N]
+        if table[k, V_CLEAR_MEMO]:
+            clear_closure_memo(ws)
+        status[k] = _store_template_masks(
+            carray(i64_pointer(table[k, V_TEMPLATE]), FV_FIELDS),
             ws,
-            d[SR_MAX_TOPS],
-            carray(_i64_pointer(d[SR_STATES]), n),
-            carray(_i64_pointer(d[SR_PAIRS_AT]), n),
-            True,
             tables,
             scratch,
-            carray(_i32_pointer(d[SR_MASK_INDEX]), d[SR_N_MASK_INDEX]),
-            carray(_i32_pointer(d[SR_MASK_POOL]), d[SR_N_MASK_POOL]),
-            carray(_i64_pointer(d[SR_USED]), 2),
-            carray(_i64_pointer(d[SR_KINDS]), n),
-            carray(_i64_pointer(d[SR_NUM_ACCEPTED]), n),
             words,
             out,
+            shared,
+            secret,
+            states[at : at + n],
+            keys[at : at + n],
+            fresh[at : at + n],
+            sizes[at : at + n],
         )
     return 0
 
 
-class _Visit:
-    """One grammar's first visits in a batch step: its mask_lock held, and the run of states to
-    compute (its arrays, which the kernel writes, kept alive here for the call)."""
+@njit(cache=True, inline="always")
+def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, states, keys, fresh, sizes):
+    """store_masks of a grammar named by its template d (FV_*)."""
+    n_rules = d[FV_N_RULES]
+    return store_masks(
+        carray(i32_pointer(d[FV_PDA]), d[FV_N_PDA]),
+        carray(i32_pointer(d[FV_POOL]), d[FV_N_POOL]),
+        ws,
+        d[FV_MAX_TOPS],
+        d[FV_USE_SLICES] != 0,
+        tables,
+        scratch,
+        words,
+        out,
+        shared,
+        secret,
+        carray(i32_pointer(d[FV_MASK_INDEX]), d[FV_N_MASK_INDEX]),
+        carray(i32_pointer(d[FV_MASK_POOL]), d[FV_N_MASK_POOL]),
+        carray(i64_pointer(d[FV_USED]), 2),
+        carray(i64_pointer(d[FV_NUM_ACCEPTED]), d[FV_N_NUM_ACCEPTED]),
+        carray(i32_pointer(d[FV_RULE_HASHES]), d[FV_N_RULE_HASHES]),
+        carray(i64_pointer(d[FV_HASH_MEMO]), d[FV_N_HASH_MEMO]),
+        carray(i64_pointer(d[FV_PAIRS_AT]), n_rules),
+        carray(i64_pointer(d[FV_PAIRS_KEY]), 2 * n_rules),
+        states,
+        keys,
+        fresh,
+        sizes,
+    )
 
-    def __init__(self, grammar: CompiledGrammar, run: MaskRun):
-        self.grammar = grammar
-        self.run = run
 
-    def describe(self, row: np.ndarray) -> None:
-        """Write this grammar's table row (again after its frame pool or store grew)."""
-        grammar, run = self.grammar, self.run
-        pda, pool, max_tops = grammar.frame_arrays()
-        for field, array in (
-            (SR_PDA, pda),
-            (SR_POOL, pool),
-            (SR_STATES, run.states),
-            (SR_MASK_INDEX, grammar.mask_index),
-            (SR_MASK_POOL, grammar.mask_pool),
-        ):
-            row[field] = address(array)
-            row[field + 1] = len(array)
-        row[SR_MAX_TOPS] = max_tops
-        row[SR_PAIRS_AT] = address(run.pairs_at)
-        row[SR_USED] = address(run.used)
-        row[SR_KINDS] = address(run.kinds)
-        row[SR_NUM_ACCEPTED] = address(run.num_accepted)
+@njit(cache=True)
+def first_visit_in_fill(kernel_states, ws, trie_address, cell_address, lock_address, k, first_visits):
+    """Store the masks that row k of a batch fill lacks (its kernel states), inside the fill's
+    call: in the row's workspace `ws` (its closure memo emptied before and after: it names the
+    row's own frames), under its grammar's lock, taken only if free.  first_visits: the trie
+    address the call's tables are for, those tables, the thread's scratch, the shared cache and
+    secret, and the step's FirstVisits arrays, where row k records its states for the shared
+    cache.  True when stored (fill again); False leaves the row to Python: another compiler's,
+    a grammar with no template yet or busy, or store_masks asking for room or follow pairs."""
+    trie_at, tables, scratch, words, out, shared, secret, states, keys, fresh, sizes, counts = first_visits
+    n = kernel_states.shape[0]
+    if cell_address == 0 or trie_address != trie_at or n > VISITS_PER_ROW:
+        return False
+    cell = carray(i64_pointer(cell_address), 1)
+    if cell[0] == 0 or not try_lock(lock_address):
+        return False
+    at = k * VISITS_PER_ROW
+    states[at : at + n] = kernel_states
+    counts[k] = n
+    clear_closure_memo(ws)
+    status = _store_template_masks(
+        carray(i64_pointer(cell[0]), FV_FIELDS),
+        ws,
+        tables,
+        scratch,
+        words,
+        out,
+        shared,
+        secret,
+        states[at : at + n],
+        keys[at : at + n],
+        fresh[at : at + n],
+        sizes[at : at + n],
+    )
+    clear_closure_memo(ws)
+    unlock(lock_address)
+    return status == 0
+
+
+class FirstVisits:
+    """What a batch step's fills record of the masks they stored (first_visit_in_fill), per row
+    k from k * VISITS_PER_ROW on: states, their shared-cache keys, fresh and sizes (store_masks),
+    and counts[k]; shared once the step's fills are done (share)."""
+
+    def __init__(self, n_rows: int):
+        n = n_rows * VISITS_PER_ROW
+        self.states = np.zeros(n, dtype=np.int64)
+        self.keys = np.zeros((n, 4), dtype=np.int64)
+        self.fresh = np.zeros(n, dtype=np.uint8)
+        self.sizes = np.zeros(n, dtype=np.int64)
+        self.counts = np.zeros(n_rows, dtype=np.int64)
+
+    def kernel_args(self, compiler: GrammarCompiler) -> tuple:
+        """run_fill_rows' `first_visits` for this thread."""
+        scratch = compiler.walk_scratch()
+        return (
+            compiler.trie.blob.ctypes.data,
+            compiler.trie_tables,
+            scratch.kernel_args,
+            scratch.words,
+            scratch.parts,
+            compiler.shared_tables(),
+            compiler.cache.secret,
+            self.states,
+            self.keys,
+            self.fresh,
+            self.sizes,
+            self.counts,
+        )
+
+    def share(self, compiler: GrammarCompiler, grammars: list[CompiledGrammar]) -> None:
+        """Put the masks the rows computed in the shared cache (grammars[k]: row k's), each
+        grammar's store read under its lock (taken in one order: two sharers never wait for
+        each other; a first visit holding one takes no other grammar's)."""
+        rows = np.flatnonzero(self.counts).tolist()
+        if not rows or not compiler.cache_enabled:
+            return
+        locked = sorted({id(grammars[k]): grammars[k] for k in rows}.values(), key=id)
+        for grammar in locked:
+            grammar.mask_lock.acquire()
+        try:
+            table = np.array(
+                [(grammars[k].first_visit_template(), k * VISITS_PER_ROW, self.counts[k], 0) for k in rows],
+                dtype=np.int64,
+            )
+            _share(compiler.cache, table, self.states, self.keys, self.fresh, self.sizes)
+        finally:
+            for grammar in locked:
+                grammar.mask_lock.release()
+
+
+@njit(cache=True, nogil=True)
+def share_first_visits(slots, entries, pool, used, table, states, keys, fresh):
+    """Put the masks a step computed (fresh) in the shared cache, each grammar's read from its
+    store through its template; the caller holds the cache's lock and made room.  Returns how
+    many went in (a key two grammars computed goes in once)."""
+    added = 0
+    for k in range(table.shape[0]):
+        d = carray(i64_pointer(table[k, V_TEMPLATE]), FV_FIELDS)
+        mask_index = carray(i32_pointer(d[FV_MASK_INDEX]), d[FV_N_MASK_INDEX])
+        mask_pool = carray(i32_pointer(d[FV_MASK_POOL]), d[FV_N_MASK_POOL])
+        num_accepted = carray(i64_pointer(d[FV_NUM_ACCEPTED]), d[FV_N_NUM_ACCEPTED])
+        for i in range(table[k, V_AT], table[k, V_AT] + table[k, V_N]):
+            if fresh[i] == COMPUTED:
+                base = states[i] * MASK_FIELDS
+                added += insert_mask(
+                    slots,
+                    entries,
+                    pool,
+                    used,
+                    keys[i],
+                    mask_pool[mask_index[base + 1] : mask_index[base + 3] + 3 * mask_index[base + 4]],
+                    mask_index[base],
+                    mask_index[base + 2],
+                    mask_index[base + 4],
+                    num_accepted[states[i]],
+                )
+    return added
 
 
 def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int) -> None:
     """The first visits of a batch step: for each (grammar, kernel states) the masks its store
-    lacks, from the shared caches or computed; all grammars' new states in one nogil kernel call
-    per thread (up to `threads`, grammar/core/threads.py), the threads sharing the work only when
-    there is enough of it (threads_for_states).  A grammar whose lock another thread holds is finished
-    by its own ensure_masks afterwards."""
-    visits: list[_Visit] = []
-    later = []
+    lacks, each compiler's grammars in one store_first_visits.  A grammar whose lock another
+    thread holds is finished by its own ensure_masks afterwards."""
+    held, later = [], []
+    by_compiler: dict[int, list] = {}
     try:
         for grammar, states in groups:
-            lock = grammar.mask_lock
-            if not lock.acquire(blocking=False):
+            if not grammar.mask_lock.acquire(blocking=False):
                 later.append((grammar, states))
                 continue
-            try:  # (states of a row that found masks missing: mostly some lack one still)
-                lacking = grammar.lacking_masks(states)
-                run = grammar.masks_to_compute(lacking) if len(lacking) else None
-            except BaseException:
-                lock.release()
-                raise
-            if run is not None:
-                visits.append(_Visit(grammar, run))
-            else:
-                lock.release()
-        by_compiler: dict[int, list[_Visit]] = {}
-        for visit in visits:
-            by_compiler.setdefault(id(visit.grammar.compiler), []).append(visit)
-        for same in by_compiler.values():
-            _compute_visits(same, threads)
-        for visit in visits:
-            visit.grammar.publish_masks(visit.run)
+            held.append(grammar)
+            states = grammar.first_visit_states(states)
+            if len(states):
+                by_compiler.setdefault(id(grammar.compiler), []).append((grammar, states))
+        for visits in by_compiler.values():
+            store_first_visits(visits, threads)
     finally:
-        for visit in visits:
-            visit.grammar.mask_lock.release()
+        for grammar in held:
+            grammar.mask_lock.release()
     for grammar, states in later:
         grammar.ensure_masks(states)
 
 
-def _compute_visits(visits: list[_Visit], threads: int) -> None:
-    """Run the visits' kernels (one compiler's grammars) until every one is done: the rows are
-    dealt, largest first, into parts the threads take in turn, each part in a workspace the
-    thread borrows from the compiler; a row that had to grow its frame pool or store runs again,
-    one whose stack sets outgrew the workspace is finished by its grammar (store_masks)."""
-    compiler = visits[0].grammar.compiler
-    table = np.empty((len(visits), SR_FIELDS), dtype=np.int64)
-    for k, visit in enumerate(visits):
-        visit.describe(table[k])
+def store_first_visits(
+    visits: list[tuple[CompiledGrammar, np.ndarray]], threads: int, own_workspace: bool = False
+) -> None:
+    """Store the masks the grammars' stores lack for these (grammar, states) of one compiler,
+    each grammar's mask_lock held: every grammar's states in one nogil kernel call per thread
+    (up to `threads`; they share the work only when there is enough of it, threads_for_states),
+    from the shared cache or computed; then the computed ones go in the shared cache, in one
+    call.  Python runs per call and for the rare row that must make room (a grown mask pool,
+    frame pool or workspace, a rule's first follow pairs), which then runs again.
+    own_workspace: a single grammar computes in the workspace it borrows (its closure memo kept)."""
+    compiler = visits[0][0].compiler
+    counts = [len(states) for _, states in visits]
+    states = np.concatenate([s for _, s in visits]) if len(visits) > 1 else visits[0][1]
+    n = len(states)
+    keys = np.zeros((n, 4), dtype=np.int64)
+    fresh = np.zeros(n, dtype=np.uint8)
+    sizes = np.zeros(n, dtype=np.int64)
+    starts = np.cumsum([0, *counts[:-1]]).tolist()
+    table = np.array(
+        [
+            (g.first_visit_template(), at, count, 0 if own_workspace else 1)
+            for (g, _), at, count in zip(visits, starts, counts)
+        ],
+        dtype=np.int64,
+    ).reshape(-1, V_FIELDS)
     status = np.zeros(len(visits), dtype=np.int64)
     tables = compiler.trie_tables
+    looked_up = compiler.shared_tables()
+    secret = compiler.cache.secret
 
     def work(part):
         scratch = compiler.walk_scratch()  # this thread's
-        ws = compiler.lend_workspace()
+        if own_workspace:
+            ws = visits[0][0].borrowed_workspace()
+        else:
+            ws = compiler.lend_workspace()
         try:
-            run_store_masks_rows(
-                table, part, ws.blob, tables, scratch.kernel_args, scratch.words, scratch.parts, status
+            run_first_visits(
+                table,
+                part,
+                ws.blob,
+                tables,
+                scratch.kernel_args,
+                scratch.words,
+                scratch.parts,
+                looked_up,
+                secret,
+                states,
+                keys,
+                fresh,
+                sizes,
+                status,
             )
             if (status[part] == ERR_BUFFER_FULL).any():
                 ws.grow_buffers()  # for the next rows whose stack sets are as large
         finally:
-            compiler.give_back_workspace(ws)
+            if not own_workspace:
+                compiler.give_back_workspace(ws)
 
-    pending = sorted(range(len(visits)), key=lambda k: -len(visits[k].run.states))
+    pending = sorted(range(len(visits)), key=lambda k: -counts[k])
+    for k in pending:  # make the room the kernel would ask for: a round trip is a round on one thread
+        visits[k][0].before_first_visits(states[starts[k] : starts[k] + counts[k]])
+        table[k, V_TEMPLATE] = visits[k][0].first_visit_template()
     while pending:
-        n_states = sum(len(visits[k].run.states) for k in pending)
-        split = threads_for_states(threads, n_states)
+        split = threads_for_states(threads, sum(counts[k] for k in pending))
         n_parts = min(len(pending), 4 * split) if split > 1 else 1  # (parts only balance threads)
         parts = [np.array(pending[i::n_parts], dtype=np.int64) for i in range(n_parts)]
         run_parts(parts, work, split)
-        again = []
-        for k, done in zip(pending, status[pending].tolist()):
-            grammar, run = visits[k].grammar, visits[k].run
-            if grammar.after_store_masks(run, done):
-                continue
-            if done == ERR_BUFFER_FULL:  # its own workspace, grown by after_store_masks, finishes it
-                grammar.store_masks(run)
-            else:
-                visits[k].describe(table[k])
-                again.append(k)
+        again = [k for k in pending if status[k] != 0]
+        for k in again:
+            grammar = visits[k][0]
+            grammar.make_room(int(status[k]), states=states[starts[k] : starts[k] + counts[k]])
+            table[k, V_TEMPLATE] = grammar.first_visit_template()
         pending = again
+    if compiler.cache_enabled:
+        _share(compiler.cache, table, states, keys, fresh, sizes)
+    for (grammar, _), at, count in zip(visits, starts, counts):
+        grammar.after_first_visits(states[at : at + count], fresh[at : at + count])
+
+
+def store_one(template: int, states: np.ndarray, compiler: GrammarCompiler, ws) -> int:
+    """store_masks of one template's states on this thread, in `ws`, looking nothing up in the
+    shared cache (a mask computed for a scratch store): its status."""
+    n = len(states)
+    table = np.array([[template, 0, n, 0]], dtype=np.int64)
+    status = np.zeros(1, dtype=np.int64)
+    scratch = compiler.walk_scratch()
+    run_first_visits(
+        table,
+        np.zeros(1, dtype=np.int64),
+        ws.blob,
+        compiler.trie_tables,
+        scratch.kernel_args,
+        scratch.words,
+        scratch.parts,
+        NO_SHARED,
+        compiler.cache.secret,
+        states,
+        np.zeros((n, 4), dtype=np.int64),
+        np.zeros(n, dtype=np.uint8),
+        np.zeros(n, dtype=np.int64),
+        status,
+    )
+    return int(status[0])
+
+
+def _share(cache: SharedMasks, table, states, keys, fresh, sizes) -> None:
+    """Put a step's computed masks in the shared cache (one kernel call, under its lock)."""
+    computed = fresh == COMPUTED
+    n_new = int(np.count_nonzero(computed))
+    with cache.lock:
+        cache.hits += int(np.count_nonzero(fresh == FROM_SHARED))
+        cache.computed += n_new
+        if n_new == 0:
+            return
+        room = cache.make_room(n_new, int(sizes[computed].sum()))
+        if room is not None:
+            share_first_visits(*room, table, states, keys, fresh)

@@ -30,8 +30,15 @@ def _split_always(monkeypatch) -> None:
     thresholds would keep a small test's steps on one thread)."""
     from pushmask.grammar.core import threads
 
-    monkeypatch.setattr(threads, "MIN_WORK_PER_THREAD_S", 1e-12)
+    monkeypatch.setattr(threads, "MIN_ROWS_PER_SPLIT", 1)
     monkeypatch.setattr(threads, "MIN_STATES_PER_SPLIT", 0)
+
+
+def _fill_pool(grammar) -> None:
+    """Leave one free word in the grammar's mask pool (under its lock, as the engine replaces a
+    pool: batch fills then store through the new one), so that its next masks make it grow."""
+    with grammar.mask_lock:
+        grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
 
 
 def _poison_growth(monkeypatch) -> None:
@@ -71,7 +78,7 @@ def test_batch_equals_single_fills_on_dev_schemas(name, monkeypatch):
         grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
         if threads > 1:
             for grammar in grammars:  # pools that must grow in the batch kernel
-                grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
+                _fill_pool(grammar)
         for _ in range(2):
             order = list(range(len(rows))) * 2
             batch = [pm.GrammarMatcher(grammars[k]) for k in order]
@@ -187,7 +194,7 @@ def test_threads_filling_rows_of_one_grammar_while_its_store_grows():
     reference = pm.GrammarCompiler(info, cache_enabled=False)
     grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     for grammar in grammars:  # a pool that must grow many times
-        grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
+        _fill_pool(grammar)
     references = [reference.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     order = [k for k in range(len(rows)) for _ in range(4)]
     matchers = [pm.GrammarMatcher(grammars[k]) for k in order]
@@ -233,7 +240,7 @@ def test_masks_stored_in_one_call_survive_the_pool_growing_part_way(monkeypatch)
     schema = dev_instances("llama3", 1, 8)[0][0]
     grammar = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
     reference = pm.GrammarCompiler(info, cache_enabled=False).compile_json_schema(schema, strict_mode=False)
-    grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()  # full after the first mask
+    _fill_pool(grammar)  # full after the first mask
     states = np.arange(grammar.num_states)
     grammar.ensure_masks(states)
     assert (grammar.mask_index[states * MASK_FIELDS] >= 0).all()
@@ -353,7 +360,7 @@ def test_threads_running_batch_steps_over_shared_grammars_with_first_visits_raci
     compiler.clear_cache()
     grammars = [compiler.compile_json_schema(schema, property_order="any", strict_mode=False) for schema, _ in rows]
     for grammar in grammars:  # pools that must grow under the racing first visits
-        grammar.mask_pool = grammar.mask_pool[: grammar._pool_used + 1].copy()
+        _fill_pool(grammar)
     n_threads = 3
     barrier = threading.Barrier(n_threads)
     errors: list[str] = []

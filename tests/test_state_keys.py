@@ -100,7 +100,26 @@ def test_follow_pairs_of_many_rules_equal_each_rule_alone():
             pairs, digest = alone._follow_pairs(rule)
             assert together[rule][1] == digest, rule
             assert np.array_equal(together[rule][0], pairs), rule
-            assert together[rule][2] == together[rule][0].ctypes.data
+            assert grammar.pairs_at[rule] == together[rule][0].ctypes.data
+            assert grammar.pairs_key[2 * rule : 2 * rule + 2].tobytes() == bytes.fromhex(digest)
+
+
+def test_keyed_state_hashes_partition_states_as_their_keys_do():
+    """The shared cache files a mask under a keyed hash of the state's shape (state_hash): two
+    states of any grammars get equal hashes exactly when their state keys (blake2b of the same
+    shape) are equal."""
+    compiler = pm.GrammarCompiler(tokenizer_info("llama3"), cache_enabled=False)
+    by_key: dict[str, tuple] = {}
+    by_hash: dict[tuple, str] = {}
+    total = 0
+    for grammar in _grammars(compiler):
+        states = list(range(grammar.num_states))
+        total += len(states)
+        for state, key in zip(states, grammar.pda.state_keys(states)):
+            hashed = tuple(grammar.shared_key(state)[:2].tolist())
+            assert by_key.setdefault(key, hashed) == hashed, state
+            assert by_hash.setdefault(hashed, key) == key, state
+    assert len(by_key) < total  # some states do share a key
 
 
 def test_states_with_equal_mask_keys_have_equal_masks():

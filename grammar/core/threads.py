@@ -19,9 +19,9 @@ from .errors import InvalidArgumentError, check_integer
 MAX_DEFAULT_THREADS = 8
 """Cap of the default: vLLM sizes its own mask-fill pool the same way (half the CPUs, at most 8)."""
 
-MIN_WORK_PER_THREAD_S = 50e-6
-"""Kernel work (estimated) below which a step adds no thread: waking one costs tens of
-microseconds, and on a busy machine often more than the rows it would take."""
+MIN_ROWS_PER_SPLIT = 8
+"""Rows below which a batch step's fill runs on the calling thread alone: each row is a few
+microseconds when its masks are known, less than waking a pool thread."""
 
 MIN_STATES_PER_SPLIT = 8
 """First visits of fewer new states than this run on one thread: each is one mask walk, often
@@ -48,10 +48,10 @@ def resolve_max_threads(max_threads: Any, where: str) -> int:
     return check_integer(max_threads, "max_threads", where, minimum=1)
 
 
-def threads_for_work(max_threads: int, work_s: float) -> int:
-    """Threads a step's kernel work of about `work_s` seconds pays for: one per
-    MIN_WORK_PER_THREAD_S of it, between 1 and max_threads."""
-    return max(1, min(max_threads, int(work_s / MIN_WORK_PER_THREAD_S)))
+def threads_for_rows(max_threads: int, n_rows: int) -> int:
+    """Threads for a batch fill of `n_rows` rows: max_threads from MIN_ROWS_PER_SPLIT rows up, else 1
+    (the threads share the rows by a counter: one that starts late finds none and costs nothing)."""
+    return max_threads if n_rows >= MIN_ROWS_PER_SPLIT else 1
 
 
 def threads_for_states(max_threads: int, n_states: int) -> int:
@@ -109,5 +109,50 @@ def run_parts(parts: Sequence[Any], work: Callable[[Any], None], threads: int) -
         pool.submit(drain)
     drain()
     done.wait()
+    if errors:
+        raise errors[0]
+
+
+def run_shared(work: Callable[[], None], threads: int) -> None:
+    """work() on the calling thread and on up to threads - 1 pool threads, for work its calls share
+    out among themselves (a kernel taking rows from an atomic counter, so each thread takes rows
+    as long as there are any: no part waits behind a slow one).  Returns when the calling
+    thread's call and every pool thread's call that began before it ended are done; a pool
+    thread that starts later does nothing (a busy machine may start it late: the caller did
+    the work).  The first error a call raised is re-raised here."""
+    if threads <= 1:
+        work()
+        return
+    pool = _pool(threads - 1)
+    lock, done = threading.Lock(), threading.Event()
+    running = [0]
+    closed = [False]
+    errors: list[BaseException] = []
+
+    def helper():
+        with lock:
+            if closed[0]:
+                return
+            running[0] += 1
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 -- re-raised on the calling thread
+            errors.append(error)
+        finally:
+            with lock:
+                running[0] -= 1
+                if closed[0] and running[0] == 0:
+                    done.set()
+
+    for _ in range(threads - 1):
+        pool.submit(helper)
+    try:
+        work()
+    finally:
+        with lock:
+            closed[0] = True
+            if running[0] == 0:
+                done.set()
+        done.wait()
     if errors:
         raise errors[0]
