@@ -799,36 +799,34 @@ class CompiledGrammar:
 
     def before_first_visits(self, states: np.ndarray) -> None:
         """Before the store kernel takes these states (mask_lock held): the follow pairs of their
-        rules, and mask pool room for as many masks as the largest stored so far (each would
-        otherwise stop the kernel for Python)."""
+        rules, and mask pool room for them (each mask that does not fit stops the kernel for
+        Python)."""
         rules = self.pda.state_rule[states]
         missing = rules[self.pairs_at[rules] == 0]
         if len(missing):
             self._pairs_of(np.unique(missing).tolist())
             self._give_back_workspace()
-        free = len(self.mask_pool) - int(self.used[0])
-        need = len(states) * MASK_HEADROOM_WORDS
-        if free < need:
-            self._grow_pool(int(self.used[0]) + need)
+        self.keep_room(len(states))
 
-    def keep_room(self) -> None:
-        """Before a batch fill (which stores new masks itself, in the pool as it is): free words
-        in the mask pool for two of the largest masks (bitsets), else a larger pool, if the lock
-        is free now (else the fill's row comes back to Python if it runs out)."""
-        if len(self.mask_pool) - self.used.item(0) < self._fill_room and self.mask_lock.acquire(blocking=False):
-            try:
-                self._grow_pool(self.used.item(0) + self._fill_room)
-            finally:
-                self.mask_lock.release()
+    def keep_room(self, n_states: int = 0) -> None:
+        """Free words in the mask pool (mask_lock held) for n_states masks of MASK_HEADROOM_WORDS
+        and two of the largest (bitsets), else a larger pool: a batch fill stores new masks in
+        the pool as it is (its row comes back to Python when one does not fit), so every first
+        visit in Python and every step that stored masks leaves this room for the next."""
+        need = self._fill_room + n_states * MASK_HEADROOM_WORDS
+        if len(self.mask_pool) - self.used.item(0) < need:
+            self._grow_pool(self.used.item(0) + need)
 
     def after_first_visits(self, states: np.ndarray, fresh: np.ndarray) -> None:
         """Once the store kernel stored these states (mask_lock held): the computed ones go to
-        the disk cache, if any; the borrowed workspace goes back."""
+        the disk cache, if any; room is kept for a fill's next masks; the borrowed workspace goes
+        back."""
         disk = self.compiler.disk_cache
         if disk is not None:
             computed = states[fresh == COMPUTED]
             for state, key in zip(computed.tolist(), self._disk_keys(computed)):
                 disk.put(key, self.state_mask(state))
+        self.keep_room()
         self._give_back_workspace()
 
     def ensure_first_masks(self) -> None:
@@ -848,6 +846,7 @@ class CompiledGrammar:
         if first_reach.MAX_STATES > 0:
             self._ensure_within_budget(self._first_reached(np.concatenate([closure_s, closure_p])))
         with self.mask_lock:  # (the frame pool may have grown since: published again on release)
+            self.keep_room()
             self._give_back_workspace()
 
     def _ensure_within_budget(self, states: np.ndarray) -> None:

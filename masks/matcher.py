@@ -383,7 +383,6 @@ class GrammarMatcher:
         replaced (a grown frame pool, workspace or mask store, a new memo); it keeps them
         alive, and the matcher keeps it, for the whole batch call."""
         runner, compiled, state = self._runner, self.compiled_grammar, self._state
-        compiled.keep_room()
         cached = self._row_template
         if (
             cached is None

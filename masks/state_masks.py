@@ -597,21 +597,25 @@ class FirstVisits:
         )
 
     def share(self, compiler: GrammarCompiler, grammars: list[CompiledGrammar]) -> None:
-        """Put the masks the rows computed in the shared cache (grammars[k]: row k's), each
-        grammar's store read under its lock (taken in one order: two sharers never wait for
-        each other; a first visit holding one takes no other grammar's)."""
+        """Put the masks the rows computed in the shared cache (grammars[k]: row k's), and keep
+        room in those grammars' pools for the next step's; each grammar's store is read under
+        its lock (taken in one order: two sharers never wait for each other; a first visit
+        holding one takes no other grammar's)."""
         rows = np.flatnonzero(self.counts).tolist()
-        if not rows or not compiler.cache_enabled:
+        if not rows:
             return
         locked = sorted({id(grammars[k]): grammars[k] for k in rows}.values(), key=id)
         for grammar in locked:
             grammar.mask_lock.acquire()
         try:
-            table = np.array(
-                [(grammars[k].first_visit_template(), k * VISITS_PER_ROW, self.counts[k], 0) for k in rows],
-                dtype=np.int64,
-            )
-            _share(compiler.cache, table, self.states, self.keys, self.fresh, self.sizes)
+            if compiler.cache_enabled:
+                table = np.array(
+                    [(grammars[k].first_visit_template(), k * VISITS_PER_ROW, self.counts[k], 0) for k in rows],
+                    dtype=np.int64,
+                )
+                _share(compiler.cache, table, self.states, self.keys, self.fresh, self.sizes)
+            for grammar in locked:
+                grammar.keep_room()  # for the next step's fills
         finally:
             for grammar in locked:
                 grammar.mask_lock.release()
