@@ -125,7 +125,7 @@ def grammar_breakdown(compiler) -> dict[str, int]:
             parts["offline runner: frame pool"] += frames.blob.nbytes
         if runner is not None:
             parts["offline runner: workspace held"] += runner.ws.blob.nbytes
-        for pairs, _, _ in compiled._pairs.values():
+        for pairs, _ in compiled._pairs.values():
             if id(pairs) not in pairs_seen:
                 pairs_seen.add(id(pairs))
                 parts["follow pairs (distinct arrays)"] += pairs.nbytes

@@ -69,10 +69,14 @@ from .state_masks import (
 from .token_regions import TokenRegions
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, PAIR_WIDTH, WalkScratch
+from .walk import MASK_FIELDS, WalkScratch
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 _NO_STATES = np.empty(0, dtype=np.int64)
+PAIRS_PER_CALL = 32
+"""Rules whose follow pairs one kernel call computes, into the thread's WalkScratch.pairs: a compile
+computes every rule's, 66 KB each until the distinct ones are kept (a grammar of 500 rules took
+33 MB at once, and fresh arrays of that size left the C heap fragmented)."""
 MASK_HEADROOM_WORDS = 1024
 """Mask pool words a first visit makes free per state before the store kernel runs (most masks
 are smaller; a larger one stops the kernel, which resumes once the pool grew)."""
@@ -456,7 +460,9 @@ class GrammarCompiler:
         """
         scratch = getattr(self._thread_local, "walk_scratch", None)
         if scratch is None:
-            scratch = self._thread_local.walk_scratch = WalkScratch(len(self.trie), len(self.all_grammar_words))
+            scratch = self._thread_local.walk_scratch = WalkScratch(
+                len(self.trie), len(self.all_grammar_words), PAIRS_PER_CALL
+            )
         return scratch
 
     def lend_workspace(self, borrower: CompiledGrammar | None = None) -> Workspace:
@@ -905,20 +911,23 @@ class CompiledGrammar:
         return pairs, digest
 
     def _pairs_of(self, rules: list[int]) -> dict[int, tuple[np.ndarray, str]]:
-        """Rule -> (its follow pairs, their digest), the new rules' pairs from one kernel call
-        (their address and digest also in pairs_at and pairs_key); kept for the grammar's life,
-        one array per distinct pairs (the compiler's shared_follow_pairs)."""
+        """Rule -> (its follow pairs, their digest), the new rules' pairs from a kernel call per
+        PAIRS_PER_CALL of them (their address and digest also in pairs_at and pairs_key); kept
+        for the grammar's life, one array per distinct pairs (the compiler's
+        shared_follow_pairs)."""
         known = self._pairs
         new = [rule for rule in dict.fromkeys(rules) if rule not in known]
-        if new:
-            table = np.zeros((len(new), 256 * PAIR_WIDTH), dtype=np.uint8)
-            done = np.zeros(len(new), dtype=np.uint8)
+        for at in range(0, len(new), PAIRS_PER_CALL):  # (66 KB a rule until deduplicated)
+            chunk = new[at : at + PAIRS_PER_CALL]
+            table = self.compiler.walk_scratch().pairs[: len(chunk)]  # (reused: no 2 MB allocation a call)
+            table[:] = 0
+            done = np.zeros(len(chunk), dtype=np.uint8)
             self._runner().run(
-                run_follow_pairs_rules, PDA_BLOB, POOL_BLOB, WS_BLOB, np.array(new), MAX_TOPS, table, done
+                run_follow_pairs_rules, PDA_BLOB, POOL_BLOB, WS_BLOB, np.array(chunk), MAX_TOPS, table, done
             )
             # pairs hold 0/1 only, so their packed bits (an eighth of the bytes) name them exactly
             packed = np.packbits(table, axis=1)
-            for k, rule in enumerate(new):
+            for k, rule in enumerate(chunk):
                 digest = hashlib.blake2b(packed[k], digest_size=16).hexdigest()
                 pairs = self.compiler.shared_follow_pairs(digest, table[k])
                 known[rule] = (pairs, digest)

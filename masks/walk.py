@@ -763,12 +763,13 @@ def _slice_search_in(
 
 class WalkScratch:
     """One thread's reusable buffers for offline mask walks (GrammarCompiler.walk_scratch): the
-    slice-bounds search arrays, a state walk's uncertain positions (one per trie position), and
-    a computed mask's words and parts (masks/state_masks.py); fresh arrays would cost a map and
-    page faults on every first visit."""
+    slice-bounds search arrays, a state walk's uncertain positions (one per trie position), a
+    computed mask's words and parts (masks/state_masks.py), and the follow pairs of pair_rules
+    rules; fresh arrays would cost a map and page faults on every first visit."""
 
-    def __init__(self, trie_positions: int, words: int):
+    def __init__(self, trie_positions: int, words: int, pair_rules: int):
         self.slice_bounds = new_slice_scratch()
+        self.pairs = np.empty((pair_rules, 256 * PAIR_WIDTH), dtype=np.uint8)  # follow pairs of that many rules
         self.uncertain = np.empty(trie_positions, dtype=np.int32)
         self.kernel_args = (self.slice_bounds, self.uncertain)  # state_masks' `scratch`
         self.words = np.empty(words, dtype=np.int32)
