@@ -162,15 +162,18 @@ def fill_memoised(
 
 
 @njit(cache=True, nogil=True)
-def run_fill_rows(table, counter, status, first_visits):
-    """fill_memoised for rows of `table` until none is left, taking each from `counter` (shared
-    with the other threads' calls: take_next); row k's status goes to status[k].  A row whose
+def run_fill_rows(table, counter, limit, stop_after_visit, status, first_visits):
+    """fill_memoised for rows of `table` below `limit` until none is left, taking each from
+    `counter` (shared with the other threads' calls: take_next); row k's status goes to
+    status[k].  Returns 1 when it stopped early, after a row that stored masks, because
+    stop_after_visit asked it to (the step has first visits: worth more threads), else 0.  A row whose
     kernel states lack masks stores them first, in this call, when it can take its grammar's
     lock and its compiler's trie is the one `first_visits` names (state_masks'
     first_visit_in_fill); else FILL_MASKS_MISSING sends it back to Python."""
     while True:
         k = take_next(counter)
-        if k >= table.shape[0]:
+        if k >= limit:
+            counter[0] = limit  # (a row this call took past the limit is left to the next call)
             return 0
         row = table[k]
         d = carray(i64_pointer(row[ROW_TEMPLATE]), TEMPLATE_FIELDS)
@@ -185,6 +188,8 @@ def run_fill_rows(table, counter, status, first_visits):
             first_visits,
         ):
             status[k] = _fill_row(row, d)
+            if stop_after_visit:
+                return 1
 
 
 @njit(cache=True, inline="always")

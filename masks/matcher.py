@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import operator
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,14 @@ from ..grammar.core.errors import (
     check_integer,
     check_integers,
 )
-from ..grammar.core.threads import default_max_threads, resolve_max_threads, run_parts, run_shared, threads_for_rows
+from ..grammar.core.threads import (
+    default_max_threads,
+    resolve_max_threads,
+    run_parts,
+    run_shared,
+    threads_for_rows,
+    threads_for_work,
+)
 from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
 from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
@@ -710,6 +718,9 @@ class GrammarMatcher:
         return True
 
 
+FIRST_SLICE = 16
+"""A batch step times its first 1/FIRST_SLICE of the rows on the calling thread (_run_kernel)."""
+
 _RUNNER, _STATE, _WORDS, _PLAIN_FILL, _COMPILER_THREADS = map(
     operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill", "compiled_grammar.compiler.max_threads")
 )
@@ -727,7 +738,9 @@ def batch_fill_next_token_bitmask(
 
     `max_threads`: the most threads the step may use (an int >= 1 or "auto", see
     grammar/core/threads.py); None takes the largest `max_threads` of the matchers' compilers.
-    A small step uses one (threads_for_rows).  `num_threads` is its deprecated old name.
+    A step uses fewer when its work does not pay for them: it times its first rows on the
+    calling thread (threads_for_rows / threads_for_work).  `num_threads` is its deprecated old
+    name.
 
     One numba call per thread fills rows without the GIL (masks/batch_fill.py), each thread
     taking the next row from a shared counter, memoised fills included; a row that meets states
@@ -840,16 +853,29 @@ def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[i
 
 
 def _run_kernel(table: np.ndarray, status: np.ndarray, threads: int, visits: FirstVisits, compiler) -> None:
-    """batch_fill.run_fill_rows over the table's rows on up to `threads` threads, each taking
-    rows from one counter (a slow row holds up only its own thread), first visits recorded in
-    `visits` (rows of `compiler`'s grammars store their own masks); a small step runs on the
-    calling thread alone (threads_for_rows)."""
+    """batch_fill.run_fill_rows over the table's rows, first visits recorded in `visits` (rows
+    of `compiler`'s grammars store their own masks).  The calling thread fills the first
+    FIRST_SLICE-th of the rows alone, and stops as soon as one stored masks: then the step has
+    first visits, and the rest goes to every thread; else it is timed, and the rest goes to as
+    many threads as that rate says pay for (threads_for_work).  The threads take rows from one
+    counter, so a slow row holds up only its own thread; a step of few rows stays on the calling
+    thread (threads_for_rows)."""
     counter = np.zeros(1, dtype=np.int64)
+    n_rows = len(table)
 
-    def fill():
-        batch_fill.run_fill_rows(table, counter, status, visits.kernel_args(compiler))
+    def fill(limit: int, stop_after_visit: bool = False) -> int:
+        return batch_fill.run_fill_rows(table, counter, limit, stop_after_visit, status, visits.kernel_args(compiler))
 
-    run_shared(fill, threads_for_rows(threads, len(table)))
+    threads = threads_for_rows(threads, n_rows)
+    if threads == 1:
+        fill(n_rows)
+        return
+    first = max(1, n_rows // FIRST_SLICE)
+    start = time.perf_counter()
+    if not fill(first, True):
+        rest_s = (time.perf_counter() - start) * (n_rows - first) / first
+        threads = threads_for_work(threads, rest_s)
+    run_shared(lambda: fill(n_rows), threads)
 
 
 def _compute_missing_masks(matchers: list[GrammarMatcher], threads: int) -> None:

@@ -31,6 +31,7 @@ def _split_always(monkeypatch) -> None:
     from pushmask.grammar.core import threads
 
     monkeypatch.setattr(threads, "MIN_ROWS_PER_SPLIT", 1)
+    monkeypatch.setattr(threads, "MIN_WORK_PER_THREAD_S", 1e-12)
     monkeypatch.setattr(threads, "MIN_STATES_PER_SPLIT", 0)
 
 

@@ -103,6 +103,7 @@ def test_batch_first_visits_share_masks_and_stay_exact(limit, monkeypatch):
     empty part way) as without a limit, every row equals the reference fill, and the cache's
     counters say masks were computed, found and (with the limit) evicted."""
     monkeypatch.setattr(threads, "MIN_ROWS_PER_SPLIT", 1)
+    monkeypatch.setattr(threads, "MIN_WORK_PER_THREAD_S", 1e-12)
     info = tokenizer_info("llama3")
     steps = 12
     rows = dev_instances("llama3", 5, steps)

@@ -32,6 +32,7 @@ def pool_requests(monkeypatch):
 
     monkeypatch.setattr(threads, "_pool", recording)
     monkeypatch.setattr(threads, "MIN_ROWS_PER_SPLIT", 1)
+    monkeypatch.setattr(threads, "MIN_WORK_PER_THREAD_S", 1e-12)
     monkeypatch.setattr(threads, "MIN_STATES_PER_SPLIT", 0)
     return requests
 
@@ -151,4 +152,5 @@ def test_the_default_and_bad_settings(monkeypatch):
         pm.GrammarCompiler(tokenizer_info("llama3"), max_threads=0)
     with pytest.raises(pm.ArgumentTypeError, match="max_threads"):
         pm.batch_fill_next_token_bitmask([], np.zeros((1, 1), dtype=np.int32), max_threads="many")
+    assert [threads.threads_for_work(4, s * threads.MIN_WORK_PER_THREAD_S) for s in (0.0, 1.2, 2.4, 99)] == [1, 1, 2, 4]
     assert [threads.threads_for_states(4, n) for n in (1, threads.MIN_STATES_PER_SPLIT)] == [1, 4]

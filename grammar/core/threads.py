@@ -19,6 +19,12 @@ from .errors import InvalidArgumentError, check_integer
 MAX_DEFAULT_THREADS = 8
 """Cap of the default: vLLM sizes its own mask-fill pool the same way (half the CPUs, at most 8)."""
 
+MIN_WORK_PER_THREAD_S = 500e-6
+"""Kernel work (estimated from a step's first rows, which include the call's own cost) below which
+a batch step adds no thread: on 2 cores a step of 64 rows whose masks are known (about 0.45 ms)
+was slower on two threads (0.49 vs 0.44 ms at 250 us here): waking one, the GIL hand-offs and the
+wait for it cost about what it saves.  A step with first visits (2 ms and more) still splits."""
+
 MIN_ROWS_PER_SPLIT = 8
 """Rows below which a batch step's fill runs on the calling thread alone: each row is a few
 microseconds when its masks are known, less than waking a pool thread."""
@@ -46,6 +52,12 @@ def resolve_max_threads(max_threads: Any, where: str) -> int:
     if max_threads is None or (isinstance(max_threads, str) and max_threads == "auto"):
         return default_max_threads()
     return check_integer(max_threads, "max_threads", where, minimum=1)
+
+
+def threads_for_work(max_threads: int, work_s: float) -> int:
+    """Threads a step's kernel work of about `work_s` seconds pays for: one per
+    MIN_WORK_PER_THREAD_S of it, between 1 and max_threads."""
+    return max(1, min(max_threads, int(work_s / MIN_WORK_PER_THREAD_S)))
 
 
 def threads_for_rows(max_threads: int, n_rows: int) -> int:
