@@ -487,17 +487,20 @@ def run_first_visits(table, rows, ws, tables, scratch, words, out, shared, secre
             out,
             shared,
             secret,
-            states[at : at + n],
-            keys[at : at + n],
-            fresh[at : at + n],
-            sizes[at : at + n],
+            states,
+            keys,
+            fresh,
+            sizes,
+            at,
+            n,
         )
     return 0
 
 
 @njit(cache=True, inline="always")
-def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, states, keys, fresh, sizes):
-    """store_masks of a grammar named by its template d (FV_*)."""
+def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, states, keys, fresh, sizes, at, n):
+    """store_masks of a grammar named by its template d (FV_*), for states[at : at + n] (the
+    step arrays' part of one row)."""
     n_rules = d[FV_N_RULES]
     return store_masks(
         carray(i32_pointer(d[FV_PDA]), d[FV_N_PDA]),
@@ -519,10 +522,10 @@ def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, st
         carray(i64_pointer(d[FV_HASH_MEMO]), d[FV_N_HASH_MEMO]),
         carray(i64_pointer(d[FV_PAIRS_AT]), n_rules),
         carray(i64_pointer(d[FV_PAIRS_KEY]), 2 * n_rules),
-        states,
-        keys,
-        fresh,
-        sizes,
+        states[at : at + n],
+        keys[at : at + n],
+        fresh[at : at + n],
+        sizes[at : at + n],
     )
 
 
@@ -555,10 +558,12 @@ def first_visit_in_fill(kernel_states, ws, trie_address, cell_address, lock_addr
         out,
         shared,
         secret,
-        states[at : at + n],
-        keys[at : at + n],
-        fresh[at : at + n],
-        sizes[at : at + n],
+        states,
+        keys,
+        fresh,
+        sizes,
+        at,
+        n,
     )
     clear_closure_memo(ws)
     unlock(lock_address)
