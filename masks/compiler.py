@@ -875,13 +875,18 @@ class CompiledGrammar:
             return _NO_STATES  # a frame pool past its limit: the fills will say so
 
     def _grow_pool(self, need: int) -> None:
-        """A larger mask pool holding the same prefix.  A fill running on another thread keeps the
-        old one, and reads as "not computed" the entries that end past it (walk.run_fill).  It
-        grows by half (copies stay amortised linear): doubling left a third of the pools of 300
-        MaskBench grammars unused (50 MiB allocated for 33 MiB of masks)."""
-        grown = np.empty(max(need, len(self.mask_pool) * 3 // 2), dtype=np.int32)
-        grown[: self._pool_used] = self.mask_pool[: self._pool_used]
+        """A larger mask pool holding the same prefix, with room up to `need` words as counted
+        from the words used now.  A fill running on another thread keeps the old one, and reads
+        as "not computed" the entries that end past it (walk.run_fill): so the masks stored from
+        now on start past the old pool's end (used[0] moves there; the words between are left
+        unused), never where the old array holds no mask.  It grows by half (copies stay
+        amortised linear): doubling left a third of the pools of 300 MaskBench grammars unused
+        (50 MiB allocated for 33 MiB of masks)."""
+        used, old = self._pool_used, len(self.mask_pool)
+        grown = np.empty(max(need + old - used, old * 3 // 2), dtype=np.int32)
+        grown[:used] = self.mask_pool[:used]
         self.mask_pool = grown
+        self.used[0] = old
 
     @property
     def _pool_used(self) -> int:
