@@ -180,7 +180,6 @@ def run_fill_rows(table, counter, limit, stop_after_visit, status, first_visits)
         status[k] = _fill_row(row, d)
         if status[k] == FILL_MASKS_MISSING and first_visit_in_fill(
             carray(i64_pointer(row[ROW_STACKS]), row[ROW_N_KERNEL]),
-            carray(i64_pointer(d[T_WS]), d[T_N_WS]),
             d[T_TRIE],
             d[T_GRAMMAR_CELL],
             d[T_LOCK],

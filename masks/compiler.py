@@ -461,7 +461,10 @@ class GrammarCompiler:
         scratch = getattr(self._thread_local, "walk_scratch", None)
         if scratch is None:
             scratch = self._thread_local.walk_scratch = WalkScratch(
-                len(self.trie), len(self.all_grammar_words), PAIRS_PER_CALL
+                len(self.trie),
+                len(self.all_grammar_words),
+                PAIRS_PER_CALL,
+                Workspace(self.limits.max_stack_tops, self.trie.max_token_length),
             )
         return scratch
 

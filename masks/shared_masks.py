@@ -12,7 +12,11 @@ rule's follow-pairs digest; equal keys mean equal masks for every grammar of one
     pool     int32 [words]: each entry's data, then its uncertain positions, ids and lcp, in a
              row (a grammar's mask store holds them the same way: masks/walk.py)
 
-An entry and its words are written before the slot that names it, so a reader that finds a slot
+Masks go in under the cache's lock (a KernelLock: a batch fill's kernel puts in the masks a row
+computed while it holds that row's grammar lock, taking the cache's only if free; Python waits
+for it), into room made beforehand: a kernel inserts only into the arrays `current` names and
+while `used` says they have room, else leaves the masks to Python (share_first_visits after the
+step).  An entry and its words are written before the slot that names it, so a reader that finds a slot
 finds them whole (x86 and ARM keep a thread's stores to different arrays in order for numba,
 which cannot prove they do not alias).  A full table is replaced by a larger copy, never changed
 in place, so a reader keeps using the arrays it started with; past the byte limit the cache
@@ -22,12 +26,11 @@ starts empty again (the masks stay in the grammars that copied them).
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 
 from ..jit import njit
-from .kernel_memory import release_fence
+from .kernel_memory import KernelLock, release_fence
 
 E_KEY, E_AT, E_KIND, E_SIZE, E_UNCERTAIN, E_ACCEPTED = 0, 4, 5, 6, 7, 8
 ENTRY_FIELDS = 9
@@ -71,6 +74,18 @@ def _relink(slots, entries, n_entries):
     """Name entries 0..n_entries-1 from an empty (larger) slot array."""
     for e in range(n_entries):
         _link(slots, entries, e)
+
+
+@njit(cache=True)
+def has_room(slots, entries, pool, used, current, n_new, words):
+    """Whether these arrays are the table's current ones (`current` names its slots; the caller
+    holds the lock) with room for n_new more masks of `words` words in all."""
+    return (
+        slots.shape[0] > 0
+        and current[0] == slots.ctypes.data
+        and used[0] + n_new <= entries.shape[0]
+        and used[1] + words <= pool.shape[0]
+    )
 
 
 @njit(cache=True)
@@ -119,22 +134,37 @@ class SharedMasks:
     def __init__(self, max_bytes: int = -1):
         self.max_bytes = max_bytes
         self.secret = np.frombuffer(os.urandom(32), dtype=np.uint64).copy()
-        self.lock = threading.Lock()
+        self.lock = KernelLock()
+        self.current = np.zeros(1, dtype=np.int64)  # the address of the current slots array
         self.hits = self.computed = self.evicted = 0
         self._start()
 
     def _start(self) -> None:
-        """Empty (no slots: lookups find nothing without probing)."""
-        self._tables = (
-            np.zeros(0, dtype=np.int64),
-            np.zeros((0, ENTRY_FIELDS), dtype=np.int64),
-            np.zeros(0, dtype=np.int32),
+        """Empty: one free slot and no room (a lookup probes once and finds nothing; the store
+        kernel still computes the keys of what it computes, which only NO_SHARED's zero slots
+        spare: the first masks would go in under no key)."""
+        self._set_tables(
+            (
+                np.zeros(1, dtype=np.int64),
+                np.zeros((0, ENTRY_FIELDS), dtype=np.int64),
+                np.zeros(0, dtype=np.int32),
+            )
         )
         self._used = np.zeros(2, dtype=np.int64)
+
+    def _set_tables(self, tables: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Make these arrays the table (lock held)."""
+        self._tables = tables
+        self.current[0] = tables[0].ctypes.data
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(slots, entries, pool) as they are now, for lookups."""
         return self._tables
+
+    def insert_view(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """(used, current, the lock's address): with tables(), what a kernel needs to insert
+        into the table (has_room, insert_mask) under the lock it takes itself."""
+        return self._used, self.current, self.lock.address
 
     def find(self, key: np.ndarray) -> int:
         """The entry holding `key` (CompiledGrammar.shared_key), or -1."""
@@ -192,5 +222,5 @@ class SharedMasks:
         _relink(slots, grown_entries, n_entries)
         grown_pool = np.zeros(words, dtype=np.int32)
         grown_pool[:n_words] = pool[:n_words]
-        self._tables = (slots, grown_entries, grown_pool)
+        self._set_tables((slots, grown_entries, grown_pool))
         return self._tables

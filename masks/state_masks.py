@@ -42,6 +42,7 @@ from .shared_masks import (
     ENTRY_FIELDS,
     SharedMasks,
     find_shared,
+    has_room,
     insert_mask,
 )
 from .trie import BUCKET_BOUNDS, OTHER
@@ -94,6 +95,8 @@ def trie_tables(trie) -> tuple:
         his,
         dsts,
         caps,
+        (trie.group_start, trie.group_byte),
+        (b.group_start, b.group_byte),
     )
 
 
@@ -114,9 +117,16 @@ def loop_bytes(pda, state, loop):
     """loop[b] = 1 for the bytes b that take `state` to one state t that goes to itself on b
     (t: the target with the most such bytes, the state itself if it loops): any string of them
     keeps the path state, t, t, ... alive, so a token made of them only is accepted
-    (walk._walk's `loop`).  Returns how many.  O(256 log edges)."""
-    kept = np.full(256, -1, dtype=np.int64)  # per byte: its target t, when t keeps itself on it
+    (walk._walk's `loop`).  Returns how many, or 0 when the state's edges hold fewer than
+    MIN_LOOP_BYTES bytes (none set).  O(256 log edges)."""
     byte_ptr = pda[PDA_BYTE_PTR]
+    n_bytes = 0
+    for e in range(pda[byte_ptr + state], pda[byte_ptr + state + 1]):
+        n_bytes += pda[pda[PDA_BYTE_HI] + e] - pda[pda[PDA_BYTE_LO] + e] + 1
+    if n_bytes < MIN_LOOP_BYTES:  # (most states of literals: not worth the search)
+        loop[:] = 0
+        return 0
+    kept = np.full(256, -1, dtype=np.int64)  # per byte: its target t, when t keeps itself on it
     for e in range(pda[byte_ptr + state], pda[byte_ptr + state + 1]):
         t = pda[pda[PDA_BYTE_DST] + e]
         for b in range(pda[pda[PDA_BYTE_LO] + e], pda[pda[PDA_BYTE_HI] + e] + 1):
@@ -189,6 +199,8 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
         his,
         dsts,
         caps,
+        groups,
+        b_groups,
     ) = tables
     slice_scratch, uncertain = scratch
     n_words = words.shape[0]
@@ -236,6 +248,9 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
     loop = np.zeros(256, dtype=np.uint8)
     if not use_slices or loop_bytes(pda, state, loop) < MIN_LOOP_BYTES:
         loop = loop[:0]  # the reference walk steps every token
+    if not use_slices:  # nor does it leave out dead first bytes
+        groups = (groups[0], groups[1][:0])
+        b_groups = (b_groups[0], b_groups[1][:0])
     if n_main > 0:
         status = run_state_walk(
             pda,
@@ -253,6 +268,7 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             counts,
             max_tops,
             loop,
+            *groups,
         )
         if status != 0:
             return status
@@ -273,6 +289,7 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
             counts,
             max_tops,
             loop,
+            *b_groups,
         )
         if status != 0:
             return status
@@ -530,15 +547,19 @@ def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, st
 
 
 @njit(cache=True)
-def first_visit_in_fill(kernel_states, ws, trie_address, cell_address, lock_address, k, first_visits):
+def first_visit_in_fill(kernel_states, trie_address, cell_address, lock_address, k, first_visits):
     """Store the masks that row k of a batch fill lacks (its kernel states), inside the fill's
-    call: in the row's workspace `ws` (its closure memo emptied before and after: it names the
-    row's own frames), under its grammar's lock, taken only if free.  first_visits: the trie
-    address the call's tables are for, those tables, the thread's scratch, the shared cache and
-    secret, and the step's FirstVisits arrays, where row k records its states for the shared
-    cache.  True when stored (fill again); False leaves the row to Python: another compiler's,
-    a grammar with no template yet or busy, or store_masks asking for room or follow pairs."""
-    trie_at, tables, scratch, words, out, shared, secret, states, keys, fresh, sizes, counts = first_visits
+    call, under its grammar's lock, taken only if free.  first_visits: the trie address the
+    call's tables are for, those tables, the thread's scratch and workspace (its closure memo
+    emptied first: it may name another grammar's frames; the row's own workspace keeps its
+    memo for the fills) with its flag asking for larger buffers, the shared cache (its arrays
+    and insert_view) and secret, and the step's FirstVisits arrays, where row k records its
+    states, and done[k] = 1 when it also put them in the shared cache (_share_in_fill: else
+    FirstVisits.share does).  True when stored (fill again); False leaves the row to Python:
+    another compiler's, a grammar with no template yet or busy, or store_masks asking for room,
+    follow pairs or a larger workspace."""
+    (trie_at, tables, scratch, ws, ws_full, words, out, shared, insert_view, secret) = first_visits[:10]
+    (states, keys, fresh, sizes, counts, done) = first_visits[10:]
     n = kernel_states.shape[0]
     if cell_address == 0 or trie_address != trie_at or n > VISITS_PER_ROW:
         return False
@@ -549,8 +570,9 @@ def first_visit_in_fill(kernel_states, ws, trie_address, cell_address, lock_addr
     states[at : at + n] = kernel_states
     counts[k] = n
     clear_closure_memo(ws)
+    d = carray(i64_pointer(cell[0]), FV_FIELDS)
     status = _store_template_masks(
-        carray(i64_pointer(cell[0]), FV_FIELDS),
+        d,
         ws,
         tables,
         scratch,
@@ -565,15 +587,19 @@ def first_visit_in_fill(kernel_states, ws, trie_address, cell_address, lock_addr
         at,
         n,
     )
-    clear_closure_memo(ws)
+    if status == 0 and _share_in_fill(d, words.shape[0], shared, insert_view, states, keys, fresh, sizes, at, at + n):
+        done[k] = 1
     unlock(lock_address)
+    if status == ERR_BUFFER_FULL:
+        ws_full[0] = 1
     return status == 0
 
 
 class FirstVisits:
     """What a batch step's fills record of the masks they stored (first_visit_in_fill), per row
     k from k * VISITS_PER_ROW on: states, their shared-cache keys, fresh and sizes (store_masks),
-    and counts[k]; shared once the step's fills are done (share)."""
+    counts[k], and done[k] = 1 when the fill also shared them; the rest are shared once the
+    step's fills are done (share)."""
 
     def __init__(self, n_rows: int):
         n = n_rows * VISITS_PER_ROW
@@ -582,31 +608,45 @@ class FirstVisits:
         self.fresh = np.zeros(n, dtype=np.uint8)
         self.sizes = np.zeros(n, dtype=np.int64)
         self.counts = np.zeros(n_rows, dtype=np.int64)
+        self.done = np.zeros(n_rows, dtype=np.uint8)
 
     def kernel_args(self, compiler: GrammarCompiler) -> tuple:
-        """run_fill_rows' `first_visits` for this thread."""
+        """run_fill_rows' `first_visits` for this thread (its workspace grown first when a first
+        visit of an earlier step found it short: that row went to Python)."""
         scratch = compiler.walk_scratch()
+        if scratch.workspace_full[0]:
+            scratch.workspace.grow_buffers()
+            scratch.workspace_full[0] = 0
         return (
             compiler.trie.blob.ctypes.data,
             compiler.trie_tables,
             scratch.kernel_args,
+            scratch.workspace.blob,
+            scratch.workspace_full,
             scratch.words,
             scratch.parts,
             compiler.shared_tables(),
+            compiler.cache.insert_view(),
             compiler.cache.secret,
             self.states,
             self.keys,
             self.fresh,
             self.sizes,
             self.counts,
+            self.done,
         )
 
     def share(self, compiler: GrammarCompiler, grammars: list[CompiledGrammar]) -> None:
-        """Put the masks the rows computed in the shared cache (grammars[k]: row k's), and keep
-        room in those grammars' pools for the next step's; each grammar's store is read under
-        its lock (taken in one order: two sharers never wait for each other; a first visit
-        holding one takes no other grammar's)."""
-        rows = np.flatnonzero(self.counts).tolist()
+        """Count the step's first visits in the shared cache's statistics; put the masks of the
+        rows the fills left (not done) in the shared cache (grammars[k]: row k's), and keep room
+        in those grammars' pools for the next step's; each grammar's store is read under its
+        lock (taken in one order: two sharers never wait for each other; a first visit holding
+        one takes no other grammar's)."""
+        if not self.counts.any():
+            return
+        if compiler.cache_enabled:
+            _count_visits(compiler.cache, self.fresh)
+        rows = np.flatnonzero(self.counts * (self.done == 0)).tolist()
         if not rows:
             return
         locked = sorted({id(grammars[k]): grammars[k] for k in rows}.values(), key=id)
@@ -634,25 +674,64 @@ def share_first_visits(slots, entries, pool, used, table, states, keys, fresh):
     added = 0
     for k in range(table.shape[0]):
         d = carray(i64_pointer(table[k, V_TEMPLATE]), FV_FIELDS)
-        mask_index = carray(i32_pointer(d[FV_MASK_INDEX]), d[FV_N_MASK_INDEX])
-        mask_pool = carray(i32_pointer(d[FV_MASK_POOL]), d[FV_N_MASK_POOL])
-        num_accepted = carray(i64_pointer(d[FV_NUM_ACCEPTED]), d[FV_N_NUM_ACCEPTED])
-        for i in range(table[k, V_AT], table[k, V_AT] + table[k, V_N]):
-            if fresh[i] == COMPUTED:
-                base = states[i] * MASK_FIELDS
-                added += insert_mask(
-                    slots,
-                    entries,
-                    pool,
-                    used,
-                    keys[i],
-                    mask_pool[mask_index[base + 1] : mask_index[base + 3] + 3 * mask_index[base + 4]],
-                    mask_index[base],
-                    mask_index[base + 2],
-                    mask_index[base + 4],
-                    num_accepted[states[i]],
-                )
+        at = table[k, V_AT]
+        added += _insert_computed(slots, entries, pool, used, d, states, keys, fresh, at, at + table[k, V_N])
     return added
+
+
+@njit(cache=True)
+def _insert_computed(slots, entries, pool, used, d, states, keys, fresh, start, end):
+    """insert_mask of the masks computed (fresh) among states[start:end], read from the store of
+    the grammar whose template is d; how many went in."""
+    mask_index = carray(i32_pointer(d[FV_MASK_INDEX]), d[FV_N_MASK_INDEX])
+    mask_pool = carray(i32_pointer(d[FV_MASK_POOL]), d[FV_N_MASK_POOL])
+    num_accepted = carray(i64_pointer(d[FV_NUM_ACCEPTED]), d[FV_N_NUM_ACCEPTED])
+    added = 0
+    for i in range(start, end):
+        if fresh[i] == COMPUTED:
+            base = states[i] * MASK_FIELDS
+            added += insert_mask(
+                slots,
+                entries,
+                pool,
+                used,
+                keys[i],
+                mask_pool[mask_index[base + 1] : mask_index[base + 3] + 3 * mask_index[base + 4]],
+                mask_index[base],
+                mask_index[base + 2],
+                mask_index[base + 4],
+                num_accepted[states[i]],
+            )
+    return added
+
+
+@njit(cache=True)
+def _share_in_fill(d, n_words, shared, insert_view, states, keys, fresh, sizes, start, end):
+    """After a fill's first visit stored states[start:end] through template d (its grammar's
+    lock still held): True when nothing is left for Python, its pool keeping keep_room's room
+    (two bitsets of n_words) and its computed masks put in the shared cache, whose lock it
+    takes if free and whose arrays must be the current ones with room."""
+    mask_pool_words = d[FV_N_MASK_POOL]
+    used = carray(i64_pointer(d[FV_USED]), 2)
+    if mask_pool_words - used[0] < 2 * n_words:
+        return False
+    n_new = 0
+    new_words = 0
+    for i in range(start, end):
+        if fresh[i] == COMPUTED:
+            n_new += 1
+            new_words += sizes[i]
+    if n_new == 0:
+        return True
+    slots, entries, pool = shared
+    cache_used, current, cache_lock = insert_view
+    if slots.shape[0] == 0 or not try_lock(cache_lock):
+        return False
+    room = has_room(slots, entries, pool, cache_used, current, n_new, new_words)
+    if room:
+        _insert_computed(slots, entries, pool, cache_used, d, states, keys, fresh, start, end)
+    unlock(cache_lock)
+    return room
 
 
 def ensure_batch_masks(groups: list[tuple[CompiledGrammar, np.ndarray]], threads: int) -> None:
@@ -754,6 +833,7 @@ def store_first_visits(
             table[k, V_TEMPLATE] = grammar.first_visit_template()
         pending = again
     if compiler.cache_enabled:
+        _count_visits(compiler.cache, fresh)
         _share(compiler.cache, table, states, keys, fresh, sizes)
     for (grammar, _), at, count in zip(visits, starts, counts):
         grammar.after_first_visits(states[at : at + count], fresh[at : at + count])
@@ -785,15 +865,23 @@ def store_one(template: int, states: np.ndarray, compiler: GrammarCompiler, ws) 
     return int(status[0])
 
 
-def _share(cache: SharedMasks, table, states, keys, fresh, sizes) -> None:
-    """Put a step's computed masks in the shared cache (one kernel call, under its lock)."""
-    computed = fresh == COMPUTED
-    n_new = int(np.count_nonzero(computed))
+def _count_visits(cache: SharedMasks, fresh: np.ndarray) -> None:
+    """Count first visits (store_masks' `fresh`) in the cache's statistics."""
     with cache.lock:
         cache.hits += int(np.count_nonzero(fresh == FROM_SHARED))
-        cache.computed += n_new
-        if n_new == 0:
-            return
-        room = cache.make_room(n_new, int(sizes[computed].sum()))
+        cache.computed += int(np.count_nonzero(fresh == COMPUTED))
+
+
+def _share(cache: SharedMasks, table, states, keys, fresh, sizes) -> None:
+    """Put the masks the rows of `table` computed in the shared cache (one kernel call, under
+    its lock)."""
+    parts = [slice(at, at + n) for at, n in table[:, V_AT : V_N + 1].tolist()]
+    computed = [fresh[part] == COMPUTED for part in parts]
+    n_new = sum(int(np.count_nonzero(c)) for c in computed)
+    if n_new == 0:
+        return
+    words = sum(int(sizes[part][c].sum()) for part, c in zip(parts, computed))
+    with cache.lock:
+        room = cache.make_room(n_new, words)
         if room is not None:
             share_first_visits(*room, table, states, keys, fresh)

@@ -19,7 +19,9 @@ Layout of an order (N tokens): token_ids[N] int32 (token id at each position),
 tok_offsets[N+1] int32, tok_bytes uint8 (the tokens' bytes in position order), lcp[N] int32
 (common prefix length with the previous position, 0 where a run starts), next_lower[N] int32
 (first later position whose lcp is smaller: skipping a dead prefix's subtree follows these);
-`blob` packs them for the kernels (TRIE_HEADER).  The slice tables, S = 3 slices, B buckets:
+`blob` packs them for the kernels (TRIE_HEADER).  group_start[G+1] int32 (the positions where
+lcp is 0, then N) and group_byte[G] uint8 (their first byte): the runs of positions that share a
+first byte, so a walk passes over a first byte no stack takes without reading its tokens.  The slice tables, S = 3 slices, B buckets:
 
     region_start[S+2]     int64  slice s occupies [region_start[s], region_start[s+1]) in both
                                  orders; OTHER last (in the main order only)
@@ -81,6 +83,9 @@ class TrieOrder:
                 self.lcp[k] = n
         self.next_lower = _next_lower(self.lcp)
         n = len(tokens)
+        starts = np.flatnonzero(self.lcp == 0)
+        self.group_start = np.append(starts, n).astype(np.int32)
+        self.group_byte = self.tok_bytes[self.tok_offsets[starts]]
         self.blob = np.empty(TRIE_HEADER + 3 * n + 1 + len(self.tok_bytes), dtype=np.int32)
         self.blob[:TRIE_HEADER] = (n, len(self.tok_bytes))
         o = TRIE_HEADER

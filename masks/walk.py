@@ -58,6 +58,7 @@ from ..automata.kernels import (
     ws_levels,
 )
 from ..automata.pda import MAX_CONTINUATIONS
+from ..automata.stack import Workspace
 from ..jit import njit
 from .trie import TRIE_HEADER
 
@@ -345,15 +346,21 @@ def run_state_walk(
     counts,
     max_tops,
     loop,
+    group_start,
+    group_byte,
 ):
     """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
     blob, its rule's follow pairs deciding what may come after the rule ends (see _walk's range
-    mode; loop: its loop bytes, or empty).  Returns 0 or ERR_*."""
+    mode; loop: its loop bytes, or empty).  group_start / group_byte: the blob's first-byte
+    groups (masks/trie.py), whose dead ones the walk leaves out (rejected), or empty: every
+    position is walked (the reference walk).  Returns 0 or ERR_*."""
     status = _init_levels(
         pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64), max_tops
     )
     if status < 0:
         return status
+    if group_byte.shape[0] > 0:
+        ranges = _live_ranges(ranges, group_start, group_byte, _live_first_bytes(pda, ws, pairs))
     none = np.empty(0, dtype=np.int32)
     return _walk(
         pda,
@@ -375,6 +382,54 @@ def run_state_walk(
         counts,
         loop,
     )
+
+
+@njit(cache=True)
+def _live_first_bytes(pda, ws, pairs):
+    """live[b] = 1 for the first bytes b of tokens a walk from the level-0 stacks does not reject
+    at once: those some stack's top state has an edge on, and, where the rule may end at level
+    0, those some follow pair starts with (a token dying on any other first byte is rejected:
+    no step survives it and no caller may take it, _walk's verdicts)."""
+    live = np.zeros(256, dtype=np.uint8)
+    n_levels = ws[2]
+    lv = ws_levels(ws)
+    start = ws[lv + LVL_START * n_levels]
+    byte_ptr = pda[PDA_BYTE_PTR]
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
+    for i in range(start, start + ws[lv + LVL_N * n_levels]):
+        s = ws[WS_HEADER + i]
+        for e in range(pda[byte_ptr + s], pda[byte_ptr + s + 1]):
+            for b in range(pda[byte_lo + e], pda[byte_hi + e] + 1):
+                live[b] = 1
+    if pairs.shape[0] > 0 and (ws[lv + LVL_FLAG * n_levels] & FLAG_RULE_END) != 0:
+        for b in range(256):
+            # a row with any pair has PAIR_END set or is mixed (run_follow_pairs)
+            if pairs[b * PAIR_WIDTH + PAIR_END] != 0 or pairs[b * PAIR_WIDTH + PAIR_MIXED] != 0:
+                live[b] = 1
+    return live
+
+
+@njit(cache=True)
+def _live_ranges(ranges, group_start, group_byte, live):
+    """The parts of `ranges` ([start, end) pairs) in first-byte groups whose byte is live, as
+    [start, end) pairs (adjacent parts joined)."""
+    out = np.empty(2 * (group_byte.shape[0] + ranges.shape[0] // 2), dtype=np.int64)
+    n = 0
+    for r in range(ranges.shape[0] // 2):
+        start, end = ranges[2 * r], ranges[2 * r + 1]
+        g = max(np.searchsorted(group_start, start, side="right") - 1, 0)
+        while g < group_byte.shape[0] and group_start[g] < end:
+            if live[group_byte[g]] != 0:
+                low, high = max(group_start[g], start), min(group_start[g + 1], end)
+                if n > 0 and out[2 * n - 1] == low:
+                    out[2 * n - 1] = high
+                elif low < high:
+                    out[2 * n] = low
+                    out[2 * n + 1] = high
+                    n += 1
+            g += 1
+    return out[: 2 * n]
 
 
 @njit(cache=True, nogil=True)
@@ -764,10 +819,14 @@ def _slice_search_in(
 class WalkScratch:
     """One thread's reusable buffers for offline mask walks (GrammarCompiler.walk_scratch): the
     slice-bounds search arrays, a state walk's uncertain positions (one per trie position), a
-    computed mask's words and parts (masks/state_masks.py), and the follow pairs of pair_rules
-    rules; fresh arrays would cost a map and page faults on every first visit."""
+    computed mask's words and parts (masks/state_masks.py), the follow pairs of pair_rules
+    rules, and the workspace a batch fill's first visits walk in (`workspace`: the rows' own
+    keep their closure memos); fresh arrays would cost a map and page faults on every first
+    visit."""
 
-    def __init__(self, trie_positions: int, words: int, pair_rules: int):
+    def __init__(self, trie_positions: int, words: int, pair_rules: int, workspace: Workspace):
+        self.workspace = workspace
+        self.workspace_full = np.zeros(1, dtype=np.int64)  # 1: a first visit needed larger buffers
         self.slice_bounds = new_slice_scratch()
         self.pairs = np.empty((pair_rules, 256 * PAIR_WIDTH), dtype=np.uint8)  # follow pairs of that many rules
         self.uncertain = np.empty(trie_positions, dtype=np.int32)
@@ -830,6 +889,8 @@ def run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops,
         f = 0
         g = caps[k] + 1
         for i in range(tops.shape[0]):
+            if not _takes_every_lead(pda, tops[i], ptrs[k], los[k], his[k]):
+                continue  # F(0, top) <= 0: it adds nothing to f, and g goes unused when f is 0
             fi, gi = _slice_search(
                 pda,
                 tops[i],
@@ -860,6 +921,25 @@ def run_slice_bounds(pda, pool, ws, state, ptrs, los, his, dsts, caps, max_tops,
         out[k, 0] = f
         out[k, 1] = g
     return 0
+
+
+@njit(cache=True)
+def _takes_every_lead(pda, state, ptr, lo, hi):
+    """Whether `state` has a byte edge on every lead byte of the slice automaton (its edges from
+    the boundary state 0, ascending): else the first character of some slice token can die, so
+    _slice_search would find F = 0 at most.  A false answer only costs that search."""
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
+    e, e_end = pda[pda[PDA_BYTE_PTR] + state], pda[pda[PDA_BYTE_PTR] + state + 1]
+    for j in range(ptr[0], ptr[1]):
+        b = lo[j]
+        while b <= hi[j]:
+            while e < e_end and pda[byte_hi + e] < b:
+                e += 1
+            if e == e_end or pda[byte_lo + e] > b:
+                return False
+            b = pda[byte_hi + e] + 1
+    return True
 
 
 @njit(cache=True)

@@ -127,6 +127,49 @@ def test_batch_first_visits_share_masks_and_stay_exact(limit, monkeypatch):
         assert stats["evicted"] == 0 and stats["entries"] == stats["computed"]
 
 
+def test_fills_put_their_masks_in_the_shared_cache_themselves(monkeypatch):
+    """A row that stores masks inside the fill also puts them in the shared cache there (holding
+    its grammar's lock, the cache's taken in the kernel): the Python sharer inserts fewer than
+    half of the masks computed (it makes the cache's first table), yet the cache holds them all;
+    grammars of the same schemas compiled again then compute nothing, find them there, and fill
+    the same bits."""
+    from pushmask.masks import first_reach, state_masks
+
+    inserted_in_python = []
+    python_share = state_masks.share_first_visits
+
+    def counting_share(*args):
+        inserted_in_python.append(python_share(*args))
+        return inserted_in_python[-1]
+
+    monkeypatch.setattr(state_masks, "share_first_visits", counting_share)
+    monkeypatch.setattr(first_reach, "MAX_STATES", 0)  # (a time budget: compiles would differ)
+    info = tokenizer_info("llama3")
+    steps = 8
+    rows = dev_instances("llama3", 4, steps)
+    schemas, tokens_of = [schema for schema, _ in rows], [tokens for _, tokens in rows]
+    compiler = pm.GrammarCompiler(info)
+    passes = []
+    for _ in range(2):
+        compiler.compiled_cache.clear()  # new grammars; the shared mask cache stays
+        grammars = [compiler.compile_json_schema(s, property_order="any", strict_mode=False) for s in schemas]
+        matchers = [pm.GrammarMatcher(g) for g in grammars]
+        bitmask = _bitmask(len(matchers), info)
+        fills = []
+        for step in range(steps):
+            pm.batch_fill_next_token_bitmask(matchers, bitmask, max_threads=2)
+            fills.append(bitmask.copy())
+            for row, matcher in enumerate(matchers):
+                assert matcher.accept_token(tokens_of[row][step])
+        passes.append((fills, compiler.cache_stats()))
+    (first_fills, first), (second_fills, second) = passes
+    assert first["entries"] == first["computed"] > 0
+    assert sum(inserted_in_python) < first["computed"] // 2
+    assert second["computed"] == first["computed"] and second["hits"] > first["hits"]
+    for one, other in zip(first_fills, second_fills):
+        assert np.array_equal(one, other)
+
+
 def test_a_row_whose_grammar_is_busy_waits_for_it_in_python():
     """While another thread holds a grammar's lock, a batch fill's rows of that grammar cannot
     store their masks inside the kernel: they come back to Python, wait for the lock, and are

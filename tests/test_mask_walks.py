@@ -278,3 +278,21 @@ def test_bucketed_order_holds_each_slice_once():
                 if len(info.decoded_vocab[t].decode("utf-8", "replace")) <= bound
             ]
             assert set(members.tolist()) == set(expected), (s, bound)
+
+
+def test_first_byte_groups_cover_each_order_by_first_byte():
+    """group_start / group_byte (what a walk leaves dead first bytes out by) split each order into
+    runs of positions that share a first byte, read from the tokens' own bytes: every position
+    is in one group, a group's tokens all start with its byte, and a new group starts exactly
+    where a token shares nothing with the one before it."""
+    info = tokenizer_info("qwen")
+    trie = pm.GrammarCompiler(info).trie
+    for order in (trie, trie.bucketed):
+        tokens = [info.decoded_vocab[t] for t in order.token_ids.tolist()]
+        starts, first_bytes = order.group_start.tolist(), order.group_byte.tolist()
+        assert starts[0] == 0 and starts[-1] == len(tokens) and len(first_bytes) == len(starts) - 1
+        assert all(a < b for a, b in zip(starts, starts[1:]))
+        for g, byte in enumerate(first_bytes):
+            assert all(token[0] == byte for token in tokens[starts[g] : starts[g + 1]]), g
+        new_run = {p for p in range(1, len(tokens)) if order.lcp[p] == 0}
+        assert set(starts[1:-1]) == new_run
