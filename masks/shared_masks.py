@@ -181,8 +181,9 @@ class SharedMasks:
 
     @property
     def allocated_bytes(self) -> int:
-        """Bytes the table's arrays take (what max_bytes bounds; grown ahead of use)."""
-        return sum(array.nbytes for array in self._tables)
+        """Bytes the table's arrays take (what max_bytes bounds; grown ahead of use); none for
+        the empty table (its one slot)."""
+        return sum(array.nbytes for array in self._tables) if len(self._tables[1]) else 0
 
     def clear(self) -> None:
         with self.lock:
