@@ -612,7 +612,7 @@ class CompiledGrammar:
         self.mask_pool = np.empty(2 * words + 1024, dtype=np.int32)
         self.mask_pool[:words] = compiler.all_grammar_words
         self.used = np.array([words, 0], dtype=np.int64)  # mask_pool words in use; the words a full one needs
-        self._fill_room = 2 * words  # free words keep_room keeps: two bitset masks
+        self._fill_room = words  # free words keep_room keeps: a bitset mask (grown, two)
         # each rule's follow pairs for the store kernel: their address (0: not computed yet) and
         # digest as two int64s (half of a shared-cache key); _pairs_of fills them
         n_rules = len(pda.rule_names)
@@ -819,12 +819,14 @@ class CompiledGrammar:
 
     def keep_room(self, n_states: int = 0) -> None:
         """Free words in the mask pool (mask_lock held) for n_states masks of MASK_HEADROOM_WORDS
-        and two of the largest (bitsets), else a larger pool: a batch fill stores new masks in
-        the pool as it is (its row comes back to Python when one does not fit), so every first
-        visit in Python and every step that stored masks leaves this room for the next."""
+        and one of the largest (a bitset), else a larger pool with room for one more: a batch
+        fill stores new masks in the pool as it is (its row comes back to Python when one does
+        not fit), so every first visit in Python and every step that stored masks leaves this
+        room for the next.  (Asking for two bitsets grew nearly every pool at its first fill
+        after compile, a copy on the step's critical path.)"""
         need = self._fill_room + n_states * MASK_HEADROOM_WORDS
         if len(self.mask_pool) - self.used.item(0) < need:
-            self._grow_pool(self.used.item(0) + need)
+            self._grow_pool(self.used.item(0) + need + self._fill_room)
 
     def after_first_visits(self, states: np.ndarray, fresh: np.ndarray) -> None:
         """Once the store kernel stored these states (mask_lock held): the computed ones go to

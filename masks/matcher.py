@@ -852,14 +852,22 @@ def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[i
         row_by_row(sorted(python_rows))
 
 
+class _RowTime:
+    """Seconds a batch step's row took on the calling thread when it stored no masks, as last
+    measured (process-wide: an estimate, written whole by any thread)."""
+
+    seconds = 0.0
+
+
 def _run_kernel(table: np.ndarray, status: np.ndarray, threads: int, visits: FirstVisits, compiler) -> None:
     """batch_fill.run_fill_rows over the table's rows, first visits recorded in `visits` (rows
-    of `compiler`'s grammars store their own masks).  The calling thread fills the first
-    FIRST_SLICE-th of the rows alone, and stops as soon as one stored masks: then the step has
-    first visits, and the rest goes to every thread; else it is timed, and the rest goes to as
-    many threads as that rate says pay for (threads_for_work).  The threads take rows from one
-    counter, so a slow row holds up only its own thread; a step of few rows stays on the calling
-    thread (threads_for_rows)."""
+    of `compiler`'s grammars store their own masks).  The calling thread fills rows alone and
+    stops as soon as one stored masks: then the step has first visits, and the rest goes to every
+    thread.  Which rows it fills alone: all of them when the last measured row time
+    (_RowTime) says one thread does the step whole (threads_for_work: one call, as a steady step
+    of known masks is), else the first FIRST_SLICE-th, timed, the rest going to as many threads
+    as that rate says pay for.  The threads take rows from one counter, so a slow row holds up
+    only its own thread; a step of few rows stays on the calling thread (threads_for_rows)."""
     counter = np.zeros(1, dtype=np.int64)
     n_rows = len(table)
 
@@ -870,11 +878,13 @@ def _run_kernel(table: np.ndarray, status: np.ndarray, threads: int, visits: Fir
     if threads == 1:
         fill(n_rows)
         return
-    first = max(1, n_rows // FIRST_SLICE)
+    alone = n_rows if threads_for_work(threads, _RowTime.seconds * n_rows) == 1 else max(1, n_rows // FIRST_SLICE)
     start = time.perf_counter()
-    if not fill(first, True):
-        rest_s = (time.perf_counter() - start) * (n_rows - first) / first
-        threads = threads_for_work(threads, rest_s)
+    if not fill(alone, True):
+        _RowTime.seconds = (time.perf_counter() - start) / alone
+        if alone == n_rows:
+            return
+        threads = threads_for_work(threads, _RowTime.seconds * (n_rows - alone))
     run_shared(lambda: fill(n_rows), threads)
 
 

@@ -709,11 +709,11 @@ def _insert_computed(slots, entries, pool, used, d, states, keys, fresh, start, 
 def _share_in_fill(d, n_words, shared, insert_view, states, keys, fresh, sizes, start, end):
     """After a fill's first visit stored states[start:end] through template d (its grammar's
     lock still held): True when nothing is left for Python, its pool keeping keep_room's room
-    (two bitsets of n_words) and its computed masks put in the shared cache, whose lock it
-    takes if free and whose arrays must be the current ones with room."""
+    (a bitset of n_words) and its computed masks put in the shared cache, whose lock it takes
+    if free and whose arrays must be the current ones with room."""
     mask_pool_words = d[FV_N_MASK_POOL]
     used = carray(i64_pointer(d[FV_USED]), 2)
-    if mask_pool_words - used[0] < 2 * n_words:
+    if mask_pool_words - used[0] < n_words:
         return False
     n_new = 0
     new_words = 0
