@@ -719,7 +719,8 @@ class GrammarMatcher:
 
 
 FIRST_SLICE = 16
-"""A batch step times its first 1/FIRST_SLICE of the rows on the calling thread (_run_kernel)."""
+"""A batch step not known to be light times its first 1/FIRST_SLICE of the rows on the calling
+thread (_run_kernel)."""
 
 _RUNNER, _STATE, _WORDS, _PLAIN_FILL, _COMPILER_THREADS = map(
     operator.attrgetter, ("_runner", "_state", "_words", "_plain_fill", "compiled_grammar.compiler.max_threads")
@@ -854,9 +855,10 @@ def _batch_fill(matchers: Sequence[GrammarMatcher], bitmask, indices: Sequence[i
 
 class _RowTime:
     """Seconds a batch step's row took on the calling thread when it stored no masks, as last
-    measured (process-wide: an estimate, written whole by any thread)."""
+    measured (process-wide: an estimate, written whole by any thread); None until the first
+    measure, when a step times its first slice rather than take itself for light."""
 
-    seconds = 0.0
+    seconds: float | None = None
 
 
 def _run_kernel(table: np.ndarray, status: np.ndarray, threads: int, visits: FirstVisits, compiler) -> None:
@@ -878,7 +880,8 @@ def _run_kernel(table: np.ndarray, status: np.ndarray, threads: int, visits: Fir
     if threads == 1:
         fill(n_rows)
         return
-    alone = n_rows if threads_for_work(threads, _RowTime.seconds * n_rows) == 1 else max(1, n_rows // FIRST_SLICE)
+    light = _RowTime.seconds is not None and threads_for_work(threads, _RowTime.seconds * n_rows) == 1
+    alone = n_rows if light else max(1, n_rows // FIRST_SLICE)
     start = time.perf_counter()
     if not fill(alone, True):
         _RowTime.seconds = (time.perf_counter() - start) / alone
