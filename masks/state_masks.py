@@ -54,6 +54,7 @@ from .walk import (
     MASK_FIELDS,
     PAIR_WIDTH,
     SLICE_ROWS,
+    add_range,
     bitset_ids,
     candidate_lcp,
     run_follow_pairs,
@@ -95,8 +96,8 @@ def trie_tables(trie) -> tuple:
         his,
         dsts,
         caps,
-        (trie.group_start, trie.group_byte),
-        (b.group_start, b.group_byte),
+        (trie.group_start, trie.group_byte, trie.group_branches, trie.branch_start, trie.branch_byte),
+        (b.group_start, b.group_byte, b.group_branches, b.branch_start, b.branch_byte),
     )
 
 
@@ -162,19 +163,6 @@ def _byte_target(pda, s, b):
 
 
 @njit(cache=True)
-def _add_range(spans, n, start, end):
-    """Append [start, end) to spans (pairs), joining it to the last one when adjacent; new n."""
-    if end <= start:
-        return n
-    if n > 0 and spans[2 * n - 1] == start:
-        spans[2 * n - 1] = end
-        return n
-    spans[2 * n] = start
-    spans[2 * n + 1] = end
-    return n + 1
-
-
-@njit(cache=True)
 def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scratch, grammar_words, words, out, info):
     """A state's mask into `words` (scratch, W words) and `out` (data, then positions, ids and lcp
     of its uncertain tokens); info = (kind, data length, uncertain count, accepted count).
@@ -235,22 +223,22 @@ def _state_mask(pda, pool, ws, max_tops, state, pairs, use_slices, tables, scrat
         if k_f < 0:
             # nothing accepted whole: the plain order walks faster, its dead prefixes skipping
             # the long tokens that g would leave out (the bucketed order repeats short prefixes)
-            n_main = _add_range(main, n_main, region_start[s], region_start[s + 1])
+            n_main = add_range(main, n_main, region_start[s], region_start[s + 1])
         else:
             # buckets between f (accepted) and g (whose smallest count is at least g: rejected)
             end = above[s, k_f]
             k_g = np.searchsorted(bounds, g - 1, side="left")
             start = above[s, k_g] if k_g < n_buckets else region_start[s]
-            n_bucketed = _add_range(bucketed, n_bucketed, start, max(start, end))
-    n_main = _add_range(main, n_main, region_start[OTHER], region_start[OTHER + 1])
+            n_bucketed = add_range(bucketed, n_bucketed, start, max(start, end))
+    n_main = add_range(main, n_main, region_start[OTHER], region_start[OTHER + 1])
     accepted = np.empty(n_words + 3, dtype=np.int32)  # past this a list is never the smallest form
     counts = np.zeros(3, dtype=np.int64)
     loop = np.zeros(256, dtype=np.uint8)
     if not use_slices or loop_bytes(pda, state, loop) < MIN_LOOP_BYTES:
         loop = loop[:0]  # the reference walk steps every token
     if not use_slices:  # nor does it leave out dead first bytes
-        groups = (groups[0], groups[1][:0])
-        b_groups = (b_groups[0], b_groups[1][:0])
+        groups = (groups[0], groups[1][:0], groups[2], groups[3], groups[4])
+        b_groups = (b_groups[0], b_groups[1][:0], b_groups[2], b_groups[3], b_groups[4])
     if n_main > 0:
         status = run_state_walk(
             pda,

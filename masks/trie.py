@@ -21,7 +21,12 @@ tok_offsets[N+1] int32, tok_bytes uint8 (the tokens' bytes in position order), l
 (first later position whose lcp is smaller: skipping a dead prefix's subtree follows these);
 `blob` packs them for the kernels (TRIE_HEADER).  group_start[G+1] int32 (the positions where
 lcp is 0, then N) and group_byte[G] uint8 (their first byte): the runs of positions that share a
-first byte, so a walk passes over a first byte no stack takes without reading its tokens.  The slice tables, S = 3 slices, B buckets:
+first byte, so a walk passes over a first byte no stack takes without reading its tokens.  One
+level down, the *branches*: branch_start[R+1] int32 (the positions where lcp <= 1, then N),
+branch_byte[R] int16 (their second byte, NO_SECOND_BYTE for a one-byte token) and
+group_branches[G+1] int32 (group g's branches are branch_start[group_branches[g] :
+group_branches[g + 1]]): the runs of positions that share two first bytes, so a walk passes over
+a second byte no stack takes after the first.  The slice tables, S = 3 slices, B buckets:
 
     region_start[S+2]     int64  slice s occupies [region_start[s], region_start[s+1]) in both
                                  orders; OTHER last (in the main order only)
@@ -57,6 +62,9 @@ SLICE_CHARACTERS = (
 BUCKET_BOUNDS = tuple(range(1, 17)) + (20, 24, 32, 48, 64, 96, 128, 1 << 30)
 """Upper character counts of the buckets; the last takes every longer token."""
 
+NO_SECOND_BYTE = 256
+"""branch_byte of a one-byte token."""
+
 TRIE_HEADER = 2
 """Trie blob (int32): [n_tokens, n_bytes], tok_offsets[n+1], lcp[n], tok_bytes[n_bytes], next_lower[n]."""
 
@@ -86,6 +94,12 @@ class TrieOrder:
         starts = np.flatnonzero(self.lcp == 0)
         self.group_start = np.append(starts, n).astype(np.int32)
         self.group_byte = self.tok_bytes[self.tok_offsets[starts]]
+        branches = np.flatnonzero(self.lcp <= 1)  # every group start is one
+        self.branch_start = np.append(branches, n).astype(np.int32)
+        self.branch_byte = np.full(len(branches), NO_SECOND_BYTE, dtype=np.int16)
+        two_or_more = self.tok_offsets[branches + 1] - self.tok_offsets[branches] >= 2
+        self.branch_byte[two_or_more] = self.tok_bytes[self.tok_offsets[branches[two_or_more]] + 1]
+        self.group_branches = np.searchsorted(branches, self.group_start).astype(np.int32)
         self.blob = np.empty(TRIE_HEADER + 3 * n + 1 + len(self.tok_bytes), dtype=np.int32)
         self.blob[:TRIE_HEADER] = (n, len(self.tok_bytes))
         o = TRIE_HEADER

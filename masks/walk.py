@@ -60,7 +60,7 @@ from ..automata.kernels import (
 from ..automata.pda import MAX_CONTINUATIONS
 from ..automata.stack import Workspace
 from ..jit import njit
-from .trie import TRIE_HEADER
+from .trie import NO_SECOND_BYTE, TRIE_HEADER
 
 LVL_START, LVL_N, LVL_FLAG, LVL_UNSURE = range(4)
 PAIR_END = 256  # second index of a follow pair: the token ends after the first byte
@@ -84,6 +84,13 @@ FILL_UNCERTAIN = 2  # uncertain tokens need walks and the caller did not allow t
 
 MAX_CONTINUATION_STACKS = 4096
 """States a follow-pair search keeps after a rule's end; past it any pair is assumed possible."""
+
+SECOND_BYTE_MAX_LIVE = 16
+"""Live first bytes up to which a state walk also leaves out dead second bytes (finding them
+steps each large live group's first byte once more: worth it only where few groups are live)."""
+
+SECOND_BYTE_MIN_GROUP = 64
+"""Positions of a live first-byte group below which its second bytes are not looked at."""
 
 SLICE_PAIRS = 65536
 """(slice state, PDA state) pairs a slice-bounds search may visit before it gives up."""
@@ -348,19 +355,36 @@ def run_state_walk(
     loop,
     group_start,
     group_byte,
+    group_branches,
+    branch_start,
+    branch_byte,
 ):
     """A state's offline mask over the positions of `ranges` ([start, end) pairs) of a trie
     blob, its rule's follow pairs deciding what may come after the rule ends (see _walk's range
     mode; loop: its loop bytes, or empty).  group_start / group_byte: the blob's first-byte
-    groups (masks/trie.py), whose dead ones the walk leaves out (rejected), or empty: every
-    position is walked (the reference walk).  Returns 0 or ERR_*."""
+    groups and group_branches / branch_start / branch_byte their second-byte branches
+    (masks/trie.py), whose dead ones the walk leaves out (rejected: _live_ranges), or group_byte
+    empty: every position is walked (the reference walk).  Returns 0 or ERR_*."""
     status = _init_levels(
         pda, pool, ws, np.full(1, state, dtype=np.int64), np.full(1, BOTTOM, dtype=np.int64), max_tops
     )
     if status < 0:
         return status
     if group_byte.shape[0] > 0:
-        ranges = _live_ranges(ranges, group_start, group_byte, _live_first_bytes(pda, ws, pairs))
+        ranges = _live_ranges(
+            pda,
+            pool,
+            ws,
+            pairs,
+            loop,
+            max_tops,
+            ranges,
+            group_start,
+            group_byte,
+            group_branches,
+            branch_start,
+            branch_byte,
+        )
     none = np.empty(0, dtype=np.int32)
     return _walk(
         pda,
@@ -411,10 +435,26 @@ def _live_first_bytes(pda, ws, pairs):
 
 
 @njit(cache=True)
-def _live_ranges(ranges, group_start, group_byte, live):
-    """The parts of `ranges` ([start, end) pairs) in first-byte groups whose byte is live, as
-    [start, end) pairs (adjacent parts joined)."""
-    out = np.empty(2 * (group_byte.shape[0] + ranges.shape[0] // 2), dtype=np.int64)
+def _live_ranges(
+    pda, pool, ws, pairs, loop, max_tops, ranges, group_start, group_byte, group_branches, branch_start, branch_byte
+):
+    """The parts of `ranges` ([start, end) pairs) that a walk from the level-0 stacks does not
+    reject by their first byte (_live_first_bytes), as [start, end) pairs, adjacent parts joined.
+    Where few first bytes are live (SECOND_BYTE_MAX_LIVE), a live group of SECOND_BYTE_MIN_GROUP
+    positions or more keeps only its branches whose second byte is live after its first
+    (_live_second_bytes), and its one-byte token."""
+    live = _live_first_bytes(pda, ws, pairs)
+    n_live = 0
+    for b in range(256):
+        n_live += live[b]
+    by_branch = n_live <= SECOND_BYTE_MAX_LIVE
+    # parts, at most: one per live group or per branch of a group that may split, one per range
+    capacity = ranges.shape[0] // 2
+    for g in range(group_byte.shape[0]):
+        if live[group_byte[g]] != 0:
+            capacity += group_branches[g + 1] - group_branches[g] if by_branch else 1
+    out = np.empty(2 * capacity, dtype=np.int64)
+    second = np.empty(256, dtype=np.uint8)
     n = 0
     for r in range(ranges.shape[0] // 2):
         start, end = ranges[2 * r], ranges[2 * r + 1]
@@ -422,14 +462,78 @@ def _live_ranges(ranges, group_start, group_byte, live):
         while g < group_byte.shape[0] and group_start[g] < end:
             if live[group_byte[g]] != 0:
                 low, high = max(group_start[g], start), min(group_start[g + 1], end)
-                if n > 0 and out[2 * n - 1] == low:
-                    out[2 * n - 1] = high
-                elif low < high:
-                    out[2 * n] = low
-                    out[2 * n + 1] = high
-                    n += 1
+                if (
+                    by_branch
+                    and high - low >= SECOND_BYTE_MIN_GROUP
+                    and _live_second_bytes(pda, pool, ws, pairs, loop, group_byte[g], max_tops, second)
+                ):
+                    for k in range(group_branches[g], group_branches[g + 1]):
+                        byte = branch_byte[k]
+                        if byte == NO_SECOND_BYTE or second[byte] != 0:
+                            n = add_range(out, n, max(branch_start[k], low), min(branch_start[k + 1], high))
+                else:
+                    n = add_range(out, n, low, high)
             g += 1
     return out[: 2 * n]
+
+
+@njit(cache=True)
+def add_range(spans, n, start, end):
+    """Append [start, end) to spans (pairs), joining it to the last one when adjacent; new n."""
+    if end <= start:
+        return n
+    if n > 0 and spans[2 * n - 1] == start:
+        spans[2 * n - 1] = end
+        return n
+    spans[2 * n] = start
+    spans[2 * n + 1] = end
+    return n + 1
+
+
+@njit(cache=True)
+def _live_second_bytes(pda, pool, ws, pairs, loop, first, max_tops, live):
+    """live[b] = 1 for the second bytes b of tokens starting with byte `first` that the walk does
+    not reject at b: those a stack has an edge on after `first` (stepped and closed here as
+    _walk steps it, in the workspace past level 0, which the walk overwrites), and where a rule
+    end leaves the verdict to the follow pairs, those a pair allows (_walk's `unsure`: after
+    level 0 the pair (first, b); after level 1 a pair starting with b).  Tokens of loop bytes
+    only are accepted unstepped: after a loop byte every loop byte is live.  False (nothing
+    known, the group is walked whole) when the step needs more room or stack tops."""
+    n_levels = ws[2]
+    lv = ws_levels(ws)
+    start = ws[lv + LVL_START * n_levels]
+    n = ws[lv + LVL_N * n_levels]
+    dst = start + n
+    if dst + n > ws[1]:
+        return False
+    m = step_byte(pda, ws, start, n, first, dst)
+    flags = 0
+    if m > 1 or (m == 1 and has_epsilon(pda, ws[WS_HEADER + dst])):
+        m, flags = closure_memo(pda, pool, ws, dst, m, max_tops)
+        if m < 0:
+            return False
+    live[:] = 0
+    byte_ptr = pda[PDA_BYTE_PTR]
+    byte_lo = pda[PDA_BYTE_LO]
+    byte_hi = pda[PDA_BYTE_HI]
+    for i in range(dst, dst + m):
+        s = ws[WS_HEADER + i]
+        for e in range(pda[byte_ptr + s], pda[byte_ptr + s + 1]):
+            for b in range(pda[byte_lo + e], pda[byte_hi + e] + 1):
+                live[b] = 1
+    if pairs.shape[0] > 0:
+        level_0_ends = (ws[lv + LVL_FLAG * n_levels] & FLAG_RULE_END) != 0
+        level_1_ends = (flags & FLAG_RULE_END) != 0
+        for b in range(256):
+            if level_0_ends and pairs[first * PAIR_WIDTH + b] != 0:
+                live[b] = 1
+            if level_1_ends and (pairs[b * PAIR_WIDTH + PAIR_END] != 0 or pairs[b * PAIR_WIDTH + PAIR_MIXED] != 0):
+                live[b] = 1
+    if loop.shape[0] > 0 and loop[first] != 0:
+        for b in range(256):
+            if loop[b] != 0:
+                live[b] = 1
+    return True
 
 
 @njit(cache=True, nogil=True)

@@ -20,7 +20,7 @@ from support import REPO, TOKENIZER_NAMES, hf_tokenizer, tokenizer_info
 
 import pushmask as pm
 from pushmask.masks.state_masks import MIN_LOOP_BYTES, loop_bytes
-from pushmask.masks.trie import BUCKET_BOUNDS, OTHER
+from pushmask.masks.trie import BUCKET_BOUNDS, NO_SECOND_BYTE, OTHER
 from pushmask.masks.walk import run_slice_bounds
 
 SCHEMAS = {
@@ -130,6 +130,21 @@ def test_a_slice_applied_where_the_state_lacks_it_is_caught(monkeypatch):
     tables[8] = cumulative
     monkeypatch.setattr(compiler, "trie_tables", tuple(tables))
     monkeypatch.setattr(compiler.trie, "cumulative", cumulative)  # what a SLICE mask's rows read
+    with pytest.raises(AssertionError):
+        _assert_slices_equal_full_walks(compiled)
+
+
+def test_a_dead_second_byte_read_wrong_is_caught(monkeypatch):
+    """The comparison above also checks the second-byte branches a walk leaves out: read with
+    every branch's second byte as NUL (which no state of these grammars takes), the walks of
+    whitespace states drop live branches (a space then a quote) and differ from the full walks."""
+    compiled = _compiled("llama3")[0]
+    compiler = compiled.compiler
+    tables = list(compiler.trie_tables)
+    main_groups = tables[17]  # state_masks.trie_tables: the main order's groups and branches
+    wrong = np.where(main_groups[4] == NO_SECOND_BYTE, NO_SECOND_BYTE, 0).astype(main_groups[4].dtype)
+    tables[17] = (*main_groups[:4], wrong)
+    monkeypatch.setattr(compiler, "trie_tables", tuple(tables))
     with pytest.raises(AssertionError):
         _assert_slices_equal_full_walks(compiled)
 
@@ -296,3 +311,28 @@ def test_first_byte_groups_cover_each_order_by_first_byte():
             assert all(token[0] == byte for token in tokens[starts[g] : starts[g + 1]]), g
         new_run = {p for p in range(1, len(tokens)) if order.lcp[p] == 0}
         assert set(starts[1:-1]) == new_run
+
+
+def test_branches_split_each_group_by_second_byte():
+    """branch_start / branch_byte / group_branches (what a walk leaves dead second bytes out by):
+    each group's branches are runs of its positions that share the first two bytes (or hold a
+    one-byte token), read from the tokens' own bytes, and a new branch starts exactly where a
+    token shares at most one byte with the one before it."""
+    info = tokenizer_info("qwen")
+    trie = pm.GrammarCompiler(info).trie
+    for order in (trie, trie.bucketed):
+        tokens = [info.decoded_vocab[t] for t in order.token_ids.tolist()]
+        starts, second = order.branch_start.tolist(), order.branch_byte.tolist()
+        assert starts[0] == 0 and starts[-1] == len(tokens) and len(second) == len(starts) - 1
+        assert set(starts[1:-1]) == {p for p in range(1, len(tokens)) if order.lcp[p] <= 1}
+        for k, byte in enumerate(second):
+            branch = tokens[starts[k] : starts[k + 1]]
+            if byte == NO_SECOND_BYTE:
+                assert branch == [branch[0]] and len(branch[0]) == 1, k
+            else:
+                assert all(len(token) >= 2 and token[1] == byte for token in branch), k
+                assert len({token[0] for token in branch}) == 1, k
+        groups = order.group_branches.tolist()
+        assert len(groups) == len(order.group_start) and groups[-1] == len(second)
+        for g in range(len(groups) - 1):  # a group's branches tile it
+            assert starts[groups[g]] == order.group_start[g] and starts[groups[g + 1]] == order.group_start[g + 1]
