@@ -13,7 +13,7 @@ FORMAT ``type``s and their languages:
 | type | language |
 |---|---|
 | ``const_string`` | the string ``value`` |
-| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml`` / ``kimi_k3_xml`` / ``minimax_m3_xml``: its properties as XML elements (grammar/xml_arguments.py) |
+| ``json_schema`` | a JSON value of ``json_schema``; ``style`` ``qwen_xml`` / ``minimax_xml`` / ``glm_xml`` / ``deepseek_xml`` / ``deepseek_v4_1_xml`` / ``kimi_k3_xml`` / ``minimax_m3_xml`` / ``cohere_xml``: its properties as XML elements (grammar/xml_arguments.py) |
 | ``regex`` / ``grammar`` | the regex ``pattern`` / the EBNF ``grammar`` (rule ``root``) |
 | ``any_text`` | any text without the ``excludes``; inside a ``tag``, also without its end; ``max_tokens``: at most that many tokens start inside it (the matcher then closes it: a thinking budget) |
 | ``token`` | one token, by id or by a special token's text (a token terminal) |
@@ -33,7 +33,7 @@ tokens (``exclude_tokens``) are kept out of free text by their text: a token wit
 special token) is never text anyway, and the text of one that has it may not appear in the free
 text at all, however it is tokenized (narrower than XGrammar, never wider).
 
-What the automaton cannot express exactly (``cohere_xml``, XML values that read two ways) raises
+What the automaton cannot express exactly (XML values that read two ways) raises
 UnsupportedFormatError naming the format; nothing is widened.
 """
 
@@ -613,10 +613,12 @@ class _Builder:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _rule(self, expr: Expr) -> Ref:
-        """expr as a rule of its own (shared where it is used twice)."""
-        self.count += 1
-        name = f"st{self.count}"
+    def _rule(self, expr: Expr, name: str | None = None) -> Ref:
+        """expr as a rule of its own (shared where it is used twice); with `name` (a rule this
+        method made), that rule's body replaced by expr (a recursive rule defined after its uses)."""
+        if name is None:
+            self.count += 1
+            name = f"st{self.count}"
         self.rules[name] = expr
         return Ref(name)
 

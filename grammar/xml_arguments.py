@@ -1,6 +1,6 @@
 """Tool-call arguments written as XML elements (structural tags' ``json_schema`` styles
 ``qwen_xml``, ``minimax_xml``, ``glm_xml``, ``deepseek_xml``, ``deepseek_v4_1_xml``,
-``kimi_k3_xml``, ``minimax_m3_xml``), as grammar IR.
+``kimi_k3_xml``, ``minimax_m3_xml``, ``cohere_xml``), as grammar IR.
 
 One element per declared property of the object schema, in declaration order, the required ones
 present, then any number of undeclared members where ``additionalProperties`` allows them (``{}``
@@ -35,6 +35,9 @@ declared members, up to ANY_ORDER_MAX_MEMBERS as JSON objects).
 
 ``minimax_m3_xml`` nests instead (see _m3_arguments): every value is elements
 ``]<]minimax[>[<NAME>VALUE]<]minimax[>[</NAME>``, objects by member name, arrays as ``item``s.
+``cohere_xml`` nests too (see _Cohere): ``<cofl:value name="KEY" type="TYPE">VALUE</cofl:value>``,
+TYPE ``raw`` (a string), ``json`` (another scalar), ``dict`` (members' elements) or ``list``
+(items' elements, without a name).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from typing import Any
 from .core.errors import GrammarError
 from .ecma_regex import pattern_dfa
 from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
-from .ir import NOTHING, Expr, alt, char_class, lit, opt, rep, seq, star
+from .ir import NOTHING, Expr, Ref, alt, char_class, lit, opt, rep, seq, star
 from .json_formats import format_dfa
 from .json_schema.objects import ANY_ORDER_MAX_MEMBERS
 from .json_strings import string_dfa
@@ -72,6 +75,10 @@ _SPACE = r"[\s\x1c-\x1f\x85\u180e\u200b]"
 _MARKUP = f"<{_SPACE}*[/p]|<[A-Za-z_]"
 
 
+# Cohere's value element (see _Cohere)
+_COHERE_OPEN = "<cofl:value"
+_COHERE_CLOSE = "</cofl:value>"
+
 # The JSON type a value is written with, as Kimi-K3's type attribute names it ("string": raw text)
 _TYPE_MARKS = {"string": "string", "integer": "number", "number": "number", "boolean": "boolean", "null": "null"}
 
@@ -82,7 +89,8 @@ class XmlStyle:
     value, `close`; `forbidden` an (unanchored) ECMA regex that a raw value must not match;
     `python_bools`: booleans may also be written True / False (the parser lower-cases them).
     `marks`: what the head says of the value, which the parser decodes it by: "" nothing,
-    "string" raw text or JSON (DeepSeek's string="true"), "type" its JSON type (Kimi-K3)."""
+    "string" raw text or JSON (DeepSeek's string="true"), "type" its JSON type (Kimi-K3),
+    "cohere" how to read it (raw / json / dict / list; its values nest, see _Cohere)."""
 
     key: Callable[[str, str], str]  # (name as written, the value's _TYPE_MARKS mark) -> the element's head
     close: str
@@ -128,6 +136,15 @@ XML_STYLES: dict[str, XmlStyle] = {
         name_chars="",
         escape=_attribute,
     ),
+    # Cohere: nested like MiniMax-M3 (see _Cohere); KEY with & < > " as entities, TYPE raw / json / dict / list
+    "cohere_xml": XmlStyle(
+        lambda key, mark: f'{_COHERE_OPEN} name="{key}" type="{mark}">',
+        _COHERE_CLOSE,
+        _MARKUP,
+        marks="cohere",
+        name_chars="\0\t\n\r",
+        escape=lambda text: _attribute(text).replace("<", "&lt;").replace(">", "&gt;"),
+    ),
 }
 
 
@@ -138,16 +155,19 @@ def xml_arguments(
     where: str,
     excludes: list[str] | tuple = (),
     any_order: bool = False,
-    rule: Callable[[Expr], Expr] = lambda expr: expr,
+    rule: Callable[..., Expr] = lambda expr: expr,
 ) -> Expr:
     """The IR of the elements of `schema`'s declared properties in `style`; `json_value(schema)`
     is the IR of a JSON value of a (non-string) property schema.  `excludes` (XGrammar's json_schema
     ``excludes``): no raw value and no element name holds one of them (a scalar JSON value holds
     no string; a string with a ``pattern`` or ``format`` is held to that alone, as in XGrammar).
     `any_order`: the declared elements in any order; `rule(expr)` makes an expression a rule of
-    its own (a reference), so that the states of that order are shared."""
+    its own (a reference), so that the states of that order are shared; ``cohere_xml`` also
+    calls `rule(expr, name)` to define a rule made before (recursive values)."""
     if style == "minimax_m3_xml":
         return _m3_arguments(schema, json_value, where, excludes, any_order, rule)
+    if style == "cohere_xml":
+        return _Cohere(schema, json_value, where, any_order, rule).arguments(excludes)
     spec = XML_STYLES.get(style)
     if spec is None:
         raise _unsupported(
@@ -347,6 +367,305 @@ def _m3_literal(value: Any, where: str) -> Expr:
     return lit(json.dumps(value))
 
 
+# Cohere writes every value as ``<cofl:value name="KEY" type="TYPE">VALUE</cofl:value>`` (list
+# items without the name), TYPE saying how to read VALUE: ``raw`` text, ``json`` (a scalar, or a
+# literal object / array as XGrammar writes it), ``dict`` (the members' elements) or ``list``
+# (the items' elements); whitespace before each member and around what is not raw, as XGrammar.
+# An undeclared member's name as written: any character but NUL, XML's < > & " (written as their
+# entities) and the whitespace an XML parser turns into spaces in an attribute (so a name reads
+# back as written: XGrammar's cohere_key less \t \n \r).
+_COHERE_KEY = '([^\\x00\\t\\n\\r"&<>]|&amp;|&lt;|&gt;|&quot;)+'
+_NUMBER_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+_OBJECT_ONLY = {
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "minProperties",
+    "maxProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+}
+_ARRAY_ONLY = {"items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains"}
+_ARRAY_ONLY |= {"uniqueItems", "unevaluatedItems"}
+_STRING_ONLY = {"minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType"}
+# keywords that constrain only values of other kinds than the key's (dropped from that kind's part)
+_FOREIGN = {
+    "string": _NUMBER_KEYS | _OBJECT_ONLY | _ARRAY_ONLY,
+    "scalar": _STRING_ONLY | _OBJECT_ONLY | _ARRAY_ONLY,
+    "object": _NUMBER_KEYS | _STRING_ONLY | _ARRAY_ONLY,
+    "array": _NUMBER_KEYS | _STRING_ONLY | _OBJECT_ONLY,
+}
+_COHERE_ARRAY_KEYS = {"type", "items", "prefixItems", "minItems", "maxItems"}
+
+
+class _Cohere:
+    """The ``cohere_xml`` arguments of one schema: the root object's members as named value
+    elements, every value written by its kind (XGrammar's layout, kept exact):
+
+    * a string as ``raw`` text held to its constraints, never holding markup (_MARKUP);
+    * an integer, number, boolean or null as its JSON under ``json``, whitespace around;
+    * an object as ``dict``: its members' elements (declared ones in order, the required ones
+      present, undeclared ones named by _COHERE_KEY but never a declared name);
+    * an array as ``list``: its items' elements, without names, ``prefixItems`` / ``items`` /
+      ``minItems`` / ``maxItems`` exact;
+    * a value of any type (``{}``, ``true``) as any of these, recursively;
+    * ``enum`` / ``const`` values as the model writes them (strings raw, other literals as
+      compact JSON under ``json``); ``anyOf``, type lists, a one-schema ``allOf`` and a ``oneOf``
+      whose branches have no kind in common as each branch; ``$ref``s (recursive ones too) to
+      the arguments' definitions as one rule each.
+
+    What would read two ways or widen the schema (``allOf`` of several schemas, an overlapping
+    ``oneOf``, keywords the layout cannot hold) raises UnsupportedFormatError with its place."""
+
+    def __init__(self, schema: Any, json_value: Callable, where: str, any_order: bool, rule: Callable[..., Expr]):
+        self.schema = schema
+        self.definitions = {k: schema[k] for k in _DEFINITIONS if isinstance(schema, dict) and k in schema}
+        self.json_value = partial(_with_definitions, json_value, self.definitions) if self.definitions else json_value
+        self.where = where
+        self.any_order = any_order
+        self.rule = rule
+        self.spec = XML_STYLES["cohere_xml"]
+        self.raw_text = any_string_dfa().difference(pattern_dfa(self.spec.forbidden, where))
+        self.refs: dict[str, Expr] = {}  # a $ref's value suffix, one rule each
+        self.any_value: Expr | None = None  # the suffix of a value of any type (one recursive rule)
+        self.key_names = pattern_dfa(f"^{_COHERE_KEY}$", where)
+
+    def arguments(self, excludes: list[str] | tuple) -> Expr:
+        """The root: the members' elements (no wrapper); a root literal is that fixed list."""
+        if excludes:
+            raise _unsupported(self.where, "JSONSchemaFormat.excludes is not supported for cohere_xml")
+        literals = _literal_arguments(self.schema)
+        if literals is not None:
+            any_order, self.any_order = self.any_order, False  # fixed lists keep their order
+            fixed = alt(*(self._members(each, self.where) for each in literals))
+            self.any_order = any_order
+            return fixed
+        return self._members(self.schema, self.where)
+
+    # -- one value: ` type="TYPE">VALUE</cofl:value>` after the element's name ----------------------
+
+    def suffix(self, schema: Any, where: str) -> Expr:
+        """What follows an element's name for a value of `schema`: each way of writing it."""
+        return alt(*self._suffixes(schema, where))
+
+    def _suffixes(self, schema: Any, where: str) -> list[Expr]:
+        if isinstance(schema, dict) and "$ref" in schema:
+            return [self._reference(schema, where)]
+        if schema is False:
+            return []
+        if schema is True or isinstance(schema, dict) and not set(schema) - ANNOTATIONS:
+            return [self._any()]
+        if not isinstance(schema, dict):
+            raise _unsupported(where, f"a property schema is an object, got {schema!r}")
+        keywords = set(schema) - ANNOTATIONS
+        for combinator in ("allOf", "anyOf", "oneOf"):
+            if combinator in schema:
+                return self._combined(schema, combinator, keywords, where)
+        if keywords <= {"type", "enum", "const"} and keywords & {"enum", "const"}:
+            return self._literals(schema, where)
+        kinds = _kinds(schema)
+        if not kinds:
+            raise _unsupported(
+                where,
+                f"a cohere_xml value of any type with {sorted(keywords)} cannot be written exactly "
+                "(give it a type: string, integer, number, boolean, null, object or array)",
+            )
+        unknown = kinds - _SCALARS - {"string", "object", "array"}
+        if unknown:
+            raise _unsupported(where, f"unknown type {sorted(unknown)}")
+        found = []
+        if "string" in kinds:
+            part = self._part(schema, {"string"}, "string")
+            if part is not None:
+                text = self.raw_text.intersect(_string_values(part, where))
+                found.append(self._written("raw", dfa_to_char_fsm(text)))
+        if kinds & _SCALARS:
+            part = self._part(schema, kinds & _SCALARS, "scalar")
+            if part is not None:
+                found.append(self._written("json", self.json_value(part)))
+        if "object" in kinds:
+            part = self._part(schema, {"object"}, "object")
+            if part is not None:
+                found.append(self._written("dict", self.rule(self._members(part, where))))
+        if "array" in kinds:
+            part = self._part(schema, {"array"}, "array")
+            if part is not None:
+                found.append(self._written("list", self._items(part, where)))
+        return found
+
+    def _part(self, schema: dict, kinds: set[str], group: str) -> dict | None:
+        """`schema` held to its values of `kinds`: the keywords of other kinds dropped (they
+        constrain nothing here), ``type`` / ``enum`` / ``const`` narrowed; None where none is left."""
+        part: dict | None = {k: v for k, v in schema.items() if k not in _FOREIGN[group]}
+        if "type" in schema or "enum" in schema or "const" in schema:
+            part = _narrowed(part, kinds)  # type: ignore[arg-type]
+        if part is not None and group in ("object", "array") and "type" in part:
+            part["type"] = group  # one kind: the layout reads it as a string
+        return part
+
+    def _written(self, mark: str, value: Expr) -> Expr:
+        """` type="MARK">VALUE</cofl:value>`: raw text as it is, other values between whitespace."""
+        if mark != "raw":
+            value = seq(_M3_SPACE, value, _M3_SPACE)
+        return seq(lit(f' type="{mark}">'), value, lit(self.spec.close))
+
+    def _reference(self, schema: dict, where: str) -> Expr:
+        """A ``$ref``'s value as one rule, made before its target is read (a recursive schema
+        refers back to it)."""
+        target = schema["$ref"]
+        if not isinstance(target, str):
+            raise _unsupported(where, f"$ref must be a string, got {target!r}")
+        if target not in self.refs:
+            resolved = _resolved(schema, self.definitions, where)  # chains of bare references, checked
+            forward = self.rule(NOTHING)
+            self.refs[target] = forward
+            self.rule(self.suffix(resolved, where), forward.name)  # type: ignore[attr-defined]
+        return self.refs[target]
+
+    def _combined(self, schema: dict, combinator: str, keywords: set[str], where: str) -> list[Expr]:
+        """``anyOf`` (and a ``oneOf`` whose branches share no kind, a one-schema ``allOf``) as
+        each of its branches."""
+        branches = schema[combinator]
+        if not isinstance(branches, list) or not branches:
+            raise _unsupported(where, f"{combinator} must be a non-empty list")
+        if keywords != {combinator}:
+            raise _unsupported(
+                where, f"{combinator} beside {sorted(keywords - {combinator})} cannot be written exactly in cohere_xml"
+            )
+        if combinator == "allOf" and len(branches) != 1:
+            raise _unsupported(
+                where,
+                "allOf of several schemas cannot be written exactly in cohere_xml (XGrammar widens it to any value)",
+            )
+        if combinator == "oneOf" and len(branches) > 1:
+            seen: set[str] = set()
+            for i, branch in enumerate(branches):
+                resolved = _resolved(branch, self.definitions, f"{where}/oneOf/{i}")
+                kinds = _kinds(resolved) if isinstance(resolved, dict) else set()
+                kinds |= {"number"} if "integer" in kinds else set()
+                kinds |= {"integer"} if "number" in kinds else set()
+                if not kinds or kinds & seen:
+                    raise _unsupported(
+                        f"{where}/oneOf/{i}",
+                        "oneOf branches that may share a value cannot be written exactly in cohere_xml "
+                        "(only branches of different types)",
+                    )
+                seen |= kinds
+        found: list[Expr] = []
+        for i, branch in enumerate(branches):
+            found += self._suffixes(branch, f"{where}/{combinator}/{i}")
+        return found
+
+    def _literals(self, schema: dict, where: str) -> list[Expr]:
+        """``enum`` / ``const`` values (of the listed ``type``s): strings raw, others as compact JSON."""
+        listed = schema["enum"] if "enum" in schema else [schema["const"]]
+        if not isinstance(listed, list):
+            raise _unsupported(where, "enum must be a list")
+        if "enum" in schema and "const" in schema:
+            listed = [v for v in listed if _json_equal(v, schema["const"])]
+        if "type" in schema:
+            kinds = _kinds({"type": schema["type"]})
+            listed = [
+                v for v in listed if _container_kind(v) in kinds or _container_kind(v) is None and _fits(v, kinds)
+            ]
+        strings = [v for v in listed if isinstance(v, str)]
+        found = []
+        if strings:
+            found.append(self._written("raw", dfa_to_char_fsm(self.raw_text.intersect(literal_dfa(strings)))))
+        others = [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in listed if not isinstance(v, str)]
+        texts = [text for text in dict.fromkeys(others) if not re.search(self.spec.forbidden, text)]
+        if texts:
+            found.append(self._written("json", alt(*map(lit, texts))))
+        return found
+
+    def _any(self) -> Expr:
+        """A value of any type: raw text, a JSON scalar, a dict or list of such values (one rule)."""
+        if self.any_value is None:
+            forward = self.rule(NOTHING)
+            self.any_value = forward
+            scalar = self.json_value({"type": ["number", "boolean", "null"]})
+            self.rule(
+                alt(
+                    self._written("raw", dfa_to_char_fsm(self.raw_text)),
+                    self._written("json", scalar),
+                    self._written("dict", self._any_members()),
+                    self._written("list", star(seq(lit(_COHERE_OPEN), forward))),
+                ),
+                forward.name,  # type: ignore[attr-defined]
+            )
+        return self.any_value
+
+    def _any_members(self, declared: dict | None = None) -> Expr:
+        """Any number of members named by _COHERE_KEY, of any value."""
+        return seq(star(seq(_M3_SPACE, self._undeclared(declared or {}, True, self.where))), _M3_SPACE)
+
+    # -- elements --------------------------------------------------------------------------------
+
+    def _name(self, key: str, where: str) -> str:
+        """A declared name as Cohere writes it (& < > " as entities); one an XML parser would not
+        read back as written is refused."""
+        if not isinstance(key, str) or any(c in key for c in self.spec.name_chars):
+            raise _unsupported(where, f"property name {key!r} cannot be written as a cohere_xml name")
+        return self.spec.escape(key)
+
+    def _undeclared(self, declared: dict, schema: Any, where: str) -> Expr:
+        """One element of an undeclared member: named by _COHERE_KEY but no declared name, its
+        value one of `schema` (``additionalProperties``)."""
+        names = self.key_names.difference(literal_dfa([self._name(key, where) for key in declared]))
+        value = self._any() if schema is True else self.suffix(schema, f"{where}/additionalProperties")
+        return seq(lit(f'{_COHERE_OPEN} name="'), dfa_to_char_fsm(names), lit('"'), value)
+
+    def _members(self, schema: Any, where: str) -> Expr:
+        """An object's members as named elements, whitespace before each and after the last."""
+        if schema is True or schema == {} or schema == {"type": "object"}:
+            return self._any_members()
+        properties, required, undeclared = _members(schema, "cohere_xml", where)
+        elements = []
+        for key, sub in properties.items():
+            here = f"{where}/properties/{key}"
+            head = lit(f'{_COHERE_OPEN} name="{self._name(key, here)}"')
+            elements.append((seq(_M3_SPACE, head, self.suffix(sub, here)), key in required))
+        extra = None if undeclared is None else seq(_M3_SPACE, self._undeclared(properties, undeclared, where))
+        if self.any_order and elements and (len(elements) > 1 or extra is not None):
+            body = _any_order(elements, extra, self.rule, where)
+        else:
+            body = seq(*(e if req else opt(e) for e, req in elements), star(extra) if extra is not None else lit(""))
+        return seq(body, _M3_SPACE)
+
+    def _items(self, schema: dict, where: str) -> Expr:
+        """An array's items as unnamed elements, back to back (XGrammar's layout)."""
+        extra = set(schema) - ANNOTATIONS - _COHERE_ARRAY_KEYS
+        if extra:
+            raise _unsupported(where, f"a cohere_xml list with {sorted(extra)} cannot be written exactly")
+        prefix = schema.get("prefixItems", [])
+        items = schema.get("items", True)
+        low, high = schema.get("minItems", 0), schema.get("maxItems")
+        if not isinstance(prefix, list) or isinstance(items, list):
+            raise _unsupported(where, "a cohere_xml list takes prefixItems as a list and items as one schema")
+        if not isinstance(low, int) or high is not None and not isinstance(high, int):
+            raise _unsupported(where, "minItems / maxItems must be integers")
+
+        def item(sub: Any, here: str) -> Expr:
+            return seq(lit(_COHERE_OPEN), self.suffix(sub, here))
+
+        if high is not None and high < len(prefix):
+            prefix = prefix[:high]
+        # after the prefix: the rest of the items, as many as minItems / maxItems leave
+        rest_high = None if high is None else high - len(prefix)
+        rest = NOTHING if items is False else rep(item(items, f"{where}/items"), max(low - len(prefix), 0), rest_high)
+        if items is False and low <= len(prefix):
+            rest = lit("")
+        written = rest
+        for index in range(len(prefix) - 1, -1, -1):  # the prefix items, each ending the list after the minimum
+            written = seq(item(prefix[index], f"{where}/prefixItems/{index}"), written)
+            if index >= low:
+                written = opt(written)
+        return written
+
+
 def _members(schema: Any, style: str, where: str) -> tuple[dict, list, Any]:
     """The declared properties, the required names, and the schema of undeclared members (None:
     none allowed).  As in XGrammar (strict mode): ``{}``, ``true`` and ``{"type": "object"}`` are
@@ -437,7 +756,14 @@ def _element(head: Callable[[str], Expr], values: list[tuple[Expr, str]], spec: 
 def check_xml_arguments(schema: Any, style: str, where: str) -> None:
     """Raise what xml_arguments raises for `schema` in `style` (UnsupportedFormatError naming
     the place), building nothing to keep."""
-    xml_arguments(schema, style, lambda _: lit(""), where)
+    rules: dict[str, Expr] = {}
+
+    def rule(expr: Expr, name: str | None = None) -> Ref:
+        name = name or f"r{len(rules)}"
+        rules[name] = expr
+        return Ref(name)
+
+    xml_arguments(schema, style, lambda _: lit(""), where, rule=rule)
 
 
 def _values(
@@ -608,6 +934,24 @@ def _string_values(schema: dict, where: str) -> Dfa:
         pointer=where,
     )
     return values if constrained is None else values.intersect(constrained)
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value (1 == 1.0), booleans apart from numbers, objects by members."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_json_equal, a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def _container_kind(value: Any) -> str | None:
+    """``object`` / ``array`` for a JSON object / array, None for other values."""
+    return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else None
 
 
 def _unsupported(where: str, message: str) -> GrammarError:

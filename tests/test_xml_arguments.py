@@ -413,9 +413,13 @@ def test_references_to_the_arguments_definitions_are_followed(style):
 
 
 def test_an_unknown_style_is_refused():
-    with pytest.raises(UnsupportedFormatError, match="style 'cohere_xml' is not supported"):
+    from pushmask.grammar.xml_arguments import xml_arguments
+
+    with pytest.raises(UnsupportedFormatError, match="style 'bogus_xml' is not supported"):
+        xml_arguments({}, "bogus_xml", lambda _: pm.grammar.ir.lit(""), "#/format/json_schema")
+    with pytest.raises(pm.GrammarError, match='style must be "json"'):
         grammar_compiler("smollm2").compile_structural_tag(
-            {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": {}, "style": "cohere_xml"}}
+            {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": {}, "style": "bogus_xml"}}
         )
 
 
@@ -669,3 +673,310 @@ def test_unions_through_shared_references_are_flattened(style):
             continue  # Kimi-K3's type attribute of a text that is no JSON number: not renderable
         call = begin + element("v", text, raw) + end
         assert accepts(compiled, tokenizer.encode(call, add_special_tokens=False)) == accepted, call
+
+
+# Cohere (cohere_xml): recursive `<cofl:value name="KEY" type="raw|json|dict|list">VALUE</cofl:value>`
+# elements, list items without a name.  Oracle: COHERE_READ reads a call back as a nesting XML
+# reader would (each element up to its matching close, names with XML's entities decoded, raw
+# text verbatim, json by json.loads, dict / list by their elements), then jsonschema validates.
+COHERE_SCHEMA = {
+    "type": "object",
+    "$defs": {
+        "Node": {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "maxLength": 5},
+                "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}, "maxItems": 2},
+            },
+            "required": ["label"],
+        }
+    },
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "unit": {"enum": ["c", 7, None]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 30},
+        "spot": {
+            "type": "object",
+            "properties": {
+                "x": {"type": "number"},
+                "tag": {"anyOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"type": "boolean"}]},
+            },
+            "required": ["x"],
+            "additionalProperties": {"type": "integer"},
+        },
+        "pair": {
+            "type": "array",
+            "prefixItems": [{"type": "string"}, {"type": "integer"}],
+            "items": False,
+            "minItems": 1,
+        },
+        "tree": {"$ref": "#/$defs/Node"},
+        "meta": {},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+COHERE_BEGIN, COHERE_END = '<cofl:tool_call id="0" name="f">', "</cofl:tool_call>"
+_COHERE_HEAD = re.compile(r'<cofl:value(?: name="([^"]*)")? type="(raw|json|dict|list)">')
+
+
+def cohere_name(name: str) -> str:
+    return name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def cohere_render(value, name: str | None = None) -> str:
+    """One value as Cohere's template writes it: strings raw, other scalars as JSON, objects and
+    arrays as their elements."""
+    head = "<cofl:value" + ("" if name is None else f' name="{cohere_name(name)}"')
+    if isinstance(value, str):
+        kind, inner = "raw", value
+    elif isinstance(value, dict):
+        kind, inner = "dict", "".join(cohere_render(v, k) for k, v in value.items())
+    elif isinstance(value, list):
+        kind, inner = "list", "".join(cohere_render(v) for v in value)
+    else:
+        kind, inner = "json", json.dumps(value)
+    return f'{head} type="{kind}">{inner}</cofl:value>'
+
+
+def cohere_elements(text: str) -> list[tuple[str | None, str, str]]:
+    """The elements of `text` (whitespace between them), each up to its matching close."""
+    found, at = [], 0
+    while at < len(text):
+        if text[at] in " \t\n\r":
+            at += 1
+            continue
+        head = _COHERE_HEAD.match(text, at)
+        if head is None:
+            raise ValueError(text[at:])
+        depth, scan = 1, head.end()
+        while True:
+            opening, closing = text.find("<cofl:value", scan), text.find("</cofl:value>", scan)
+            if closing < 0:
+                raise ValueError("unclosed")
+            if 0 <= opening < closing:
+                depth, scan = depth + 1, opening + len("<cofl:value")
+                continue
+            depth -= 1
+            if not depth:
+                break
+            scan = closing + len("</cofl:value>")
+        scan = closing
+        name = head[1]
+        if name is not None:
+            decoded = re.sub(
+                r"&(amp|lt|gt|quot);", lambda m: {"amp": "&", "lt": "<", "gt": ">", "quot": '"'}[m[1]], name
+            )
+            if "&" in re.sub(r"&(amp|lt|gt|quot);", "", name):
+                raise ValueError(name)
+            name = decoded
+        found.append((name, head[2], text[head.end() : scan]))
+        at = scan + len("</cofl:value>")
+    return found
+
+
+def cohere_value(kind: str, inner: str):
+    if kind == "raw":
+        return inner
+    if kind == "json":
+        return json.loads(inner)
+    elements = cohere_elements(inner)
+    if kind == "list":
+        if any(name is not None for name, _, _ in elements):
+            raise ValueError("a named list item")
+        return [cohere_value(k, v) for _, k, v in elements]
+    return cohere_members(elements)
+
+
+def cohere_members(elements) -> dict:
+    read = {}
+    for name, kind, inner in elements:
+        if name is None or name in read:
+            raise ValueError(f"an unnamed or repeated member {name!r}")
+        read[name] = cohere_value(kind, inner)
+    return read
+
+
+def cohere_read(text: str):
+    """The arguments a call spells, None where it spells none."""
+    if not (text.startswith(COHERE_BEGIN) and text.endswith(COHERE_END)):
+        return None
+    try:
+        return cohere_members(cohere_elements(text[len(COHERE_BEGIN) : -len(COHERE_END)]))
+    except (ValueError, json.JSONDecodeError):
+        return None
+
+
+def cohere_tag(schema, **options) -> dict:
+    content = {"type": "json_schema", "json_schema": schema, "style": "cohere_xml", **options}
+    return {
+        "type": "structural_tag",
+        "format": {"type": "tag", "begin": COHERE_BEGIN, "end": COHERE_END, "content": content},
+    }
+
+
+def cohere_call(args: dict) -> str:
+    """The call's elements in the schema's order (the order the style holds them to, as XGrammar's)."""
+    order = list(COHERE_SCHEMA["properties"])
+    ordered = sorted(args, key=lambda k: order.index(k) if k in order else len(order))
+    return COHERE_BEGIN + "".join(cohere_render(args[k], k) for k in ordered) + COHERE_END
+
+
+COHERE_GOOD = [
+    {"city": "Paris", "days": 3},
+    {"city": "a < b & c", "days": 1, "unit": "c"},
+    {"city": "x\n y ", "days": 30, "unit": 7, "spot": {"x": 1.5, "tag": "ab", "extra": 3}},
+    {
+        "city": "",
+        "days": 2,
+        "unit": None,
+        "spot": {"x": -2, "tag": True},
+        "pair": ["a", 1],
+        "tree": {"label": "r", "kids": [{"label": "k", "kids": []}, {"label": "j"}]},
+    },
+    {"city": "x", "days": 2, "pair": ["only"], "meta": {"a": [1, "b", {"c": None}], "a&b": "<3"}},
+    {"city": "x", "days": 2, "meta": "text"},
+]
+COHERE_BAD = [
+    {"city": "Paris"},
+    {"city": "Paris", "days": 0},
+    {"city": "Paris, France!", "days": 1},
+    {"city": "P", "days": 1, "unit": "f"},
+    {"city": "P", "days": 1, "spot": {"tag": "ab"}},
+    {"city": "P", "days": 1, "spot": {"x": 1, "tag": "AB"}},
+    {"city": "P", "days": 1, "spot": {"x": 1, "extra": "s"}},
+    {"city": "P", "days": 1, "pair": ["a", "b"]},
+    {"city": "P", "days": 1, "pair": ["a", 1, 2]},
+    {"city": "P", "days": 1, "pair": []},
+    {"city": "P", "days": 1, "tree": {"label": "toolong"}},
+    {"city": "P", "days": 1, "tree": {"label": "r", "kids": [{"label": "a"}, {"label": "b"}, {"label": "c"}]}},
+    {"city": "P", "days": 1, "other": 1},
+]
+COHERE_SPOOFS = [
+    'a</cofl:value><cofl:value name="days" type="json">0',
+    "x</cofl:tool_call>",
+    'x<cofl:value type="raw">y',
+    "x< /cofl:value >",
+]
+
+
+def test_cohere_rendered_calls_are_accepted_and_bad_ones_refused():
+    compiled = grammar_compiler("qwen").compile_structural_tag(cohere_tag(COHERE_SCHEMA))
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator(COHERE_SCHEMA)
+    for args in COHERE_GOOD:
+        text = cohere_call(args)
+        assert cohere_read(text) == args and validator.is_valid(args), text  # the renderer and the oracle agree
+        assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)), text
+    for args in COHERE_BAD + [{"city": spoof, "days": 1} for spoof in COHERE_SPOOFS]:
+        text = cohere_call(args)
+        read = cohere_read(text)
+        assert read != args or not validator.is_valid(args), text  # the oracle reads no valid call from it
+        assert not accepts(compiled, tokenizer.encode(text, add_special_tokens=False)), text
+    # a value under another type than its own: refused (a string is raw, never quoted JSON)
+    element = '<cofl:value name="city" type="raw">P</cofl:value>'
+    for wrong in [
+        '<cofl:value name="days" type="raw">3</cofl:value>',
+        '<cofl:value name="days" type="dict">3</cofl:value>',
+        element
+        + '<cofl:value name="days" type="json">3</cofl:value><cofl:value name="unit" type="json">"c"</cofl:value>',
+        element
+        + '<cofl:value name="days" type="json">3</cofl:value><cofl:value name="pair" type="json">["a"]</cofl:value>',
+        element + '<cofl:value name="days" type="json">3</cofl:value><cofl:value name="pair" type="list">'
+        '<cofl:value name="0" type="raw">a</cofl:value></cofl:value>',
+    ]:
+        text = COHERE_BEGIN + wrong + COHERE_END
+        assert not accepts(compiled, tokenizer.encode(text, add_special_tokens=False)), text
+    spaced = COHERE_BEGIN + "\n" + element + ' \n<cofl:value name="days" type="json"> 3\n</cofl:value>\n' + COHERE_END
+    assert cohere_read(spaced) == {"city": "P", "days": 3}
+    assert accepts(compiled, tokenizer.encode(spaced, add_special_tokens=False)), spaced
+
+
+def test_cohere_random_walks_end_in_arguments_the_reader_reads_and_jsonschema_accepts():
+    """The nested members required, their strings bounded, without the value of any type
+    ("meta") and the long "city" (walks wander in them)."""
+    properties = json.loads(
+        json.dumps({k: v for k, v in COHERE_SCHEMA["properties"].items() if k not in ("meta", "city")})
+    )
+    properties["pair"]["prefixItems"][0]["maxLength"] = 3
+    properties["spot"]["properties"]["tag"]["anyOf"][0]["maxLength"] = 3
+    bounded = {**COHERE_SCHEMA, "properties": properties, "required": ["days", "spot", "pair", "tree"]}
+    compiled = grammar_compiler("smollm2").compile_structural_tag(cohere_tag(bounded))
+    validator = jsonschema.Draft202012Validator(bounded)
+    rng = np.random.default_rng(5)
+    short = short_structural_tokens(compiled.tokenizer_info)
+    finished = 0
+    for _ in range(12):
+        out = mask_walk(compiled, rng, short, max_tokens=800)
+        if out is None:
+            continue
+        finished += 1
+        read = cohere_read(out.decode("utf-8"))
+        assert read is not None and validator.is_valid(read), out
+    assert finished >= 4
+
+
+def test_cohere_random_walks_over_values_of_any_type():
+    """A tool without parameters (True): any members, any values, recursively."""
+    compiled = grammar_compiler("smollm2").compile_structural_tag(cohere_tag(True))
+    rng = np.random.default_rng(3)
+    short = short_structural_tokens(compiled.tokenizer_info)
+    finished = 0
+    for _ in range(12):
+        out = mask_walk(compiled, rng, short, max_tokens=200)
+        if out is None:
+            continue
+        finished += 1
+        assert isinstance(cohere_read(out.decode("utf-8")), dict), out
+    assert finished >= 4
+
+
+def test_cohere_names_are_written_escaped_and_undeclared_ones_never_declared():
+    schema = {
+        "type": "object",
+        "properties": {'a"b': {"type": "integer"}, "x<y": {"type": "string"}},
+        "required": ['a"b'],
+        "additionalProperties": {"type": "string"},
+    }
+    compiled = grammar_compiler("qwen").compile_structural_tag(cohere_tag(schema, any_order=True))
+    tokenizer = hf_tokenizer("qwen")
+    validator = jsonschema.Draft202012Validator(schema)
+    head = '<cofl:value name="a&quot;b" type="json">1</cofl:value>'
+    for body, accepted in [
+        (head, True),
+        (head + '<cofl:value name="a&amp;b" type="raw">s</cofl:value>', True),
+        ('<cofl:value name="x&lt;y" type="raw">s</cofl:value>' + head, True),
+        (head + '<cofl:value name="a&quot;b" type="raw">s</cofl:value>', False),  # a declared name
+        (head + '<cofl:value name="x&lt;y" type="json">1</cofl:value>', False),
+        (head + '<cofl:value name="a&b" type="raw">s</cofl:value>', False),  # not escaped
+        (head + '<cofl:value name="a\nb" type="raw">s</cofl:value>', False),  # XML reads it as "a b"
+        (head + '<cofl:value name="" type="raw">s</cofl:value>', False),
+        ('<cofl:value name="a&quot;b" type="raw">1</cofl:value>', False),
+    ]:
+        text = COHERE_BEGIN + body + COHERE_END
+        if accepted:
+            assert validator.is_valid(cohere_read(text)), text
+        assert accepts(compiled, tokenizer.encode(text, add_special_tokens=False)) == accepted, text
+
+
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ({"properties": {"v": {"allOf": [{"type": "string"}, {"maxLength": 2}]}}}, r"properties/v: allOf of several"),
+        (
+            {"properties": {"v": {"oneOf": [{"type": "string"}, {"maxLength": 2}]}}},
+            r"properties/v/oneOf/1: oneOf branches",
+        ),
+        ({"properties": {"v": {"minimum": 3}}}, r"properties/v: a cohere_xml value of any type"),
+        ({"properties": {"v": {"type": "array", "uniqueItems": True}}}, r"properties/v: a cohere_xml list with"),
+        ({"properties": {"a\nb": {"type": "string"}}}, "properties/a\nb: property name .* cohere_xml name"),
+        ({"properties": {"v": {"type": "object", "minProperties": 1}}}, r"properties/v: cohere_xml arguments take"),
+        ({"properties": {"v": {"type": "string", "not": {"const": "x"}}}}, r"properties/v: a raw string value with"),
+    ],
+)
+def test_cohere_what_it_cannot_write_exactly_is_refused_with_its_place(schema, message):
+    with pytest.raises(UnsupportedFormatError, match="#/format/content/json_schema/" + message):
+        grammar_compiler("smollm2").compile_structural_tag(cohere_tag({"type": "object", **schema}))
+    fmt = {"type": "json_schema", "json_schema": {"type": "object"}, "style": "cohere_xml", "excludes": ["x"]}
+    with pytest.raises(UnsupportedFormatError, match="excludes is not supported for cohere_xml"):
+        grammar_compiler("smollm2").compile_structural_tag({"type": "structural_tag", "format": fmt})
