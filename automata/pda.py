@@ -315,6 +315,7 @@ def _reachable_shape(pda, state, first, rule_hashes, max_states, number, order, 
 def build_pda(grammar: Grammar, limits: Limits = DEFAULT_LIMITS, clock: CompileClock | None = None) -> Pda:
     """Build every rule's DFA and pack them; the grammar must already be normalised.  `clock`
     (a wall-clock limit) is checked before each rule."""
+    grammar.check_compilable()
     names = list(grammar.rules)
     if grammar.root not in grammar.rules:
         raise GrammarError(f"the grammar has no root rule {grammar.root!r}")

@@ -26,7 +26,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import GrammarError, InternalError, check_argument
+from .core.errors import GrammarError, InternalError, LimitExceededError, check_argument
 from .core.limits import DEFAULT_LIMITS
 from .fsm.codepoint_dfa import intersect_ranges
 from .ir import (
@@ -35,6 +35,7 @@ from .ir import (
     NOTHING,
     SURROGATES,
     TOKEN_CLASS_BASE,
+    TOKEN_ID_LIMIT,
     Bytes,
     CharClass,
     CharFsm,
@@ -50,6 +51,7 @@ from .ir import (
     token_class_terminal,
     token_terminal,
 )
+from .passes import split_large_repeats
 from .regex import regex_to_ir
 
 __all__ = ["parse_ebnf"]
@@ -107,9 +109,15 @@ class _Parser:
         max_nesting: int = DEFAULT_LIMITS.max_nesting,
         token_id=None,
         max_repeat: int = DEFAULT_LIMITS.max_repeat,
+        defer_compile_errors: bool = False,
     ):
         self.text = text
         self.max_repeat = max_repeat
+        self.defer_compile_errors = defer_compile_errors
+        self.refusal: GrammarError | LimitExceededError | None = None  # the first deferred Regex error
+        self.rule_name = ""  # the rule being read, for the deferred errors and block rules
+        self.block_rules: dict[str, Expr] = {}  # Regex's counts split into rules (split_large_repeats)
+        self.block_positions: dict[str, tuple[int, int]] = {}
         self.token_id = token_id
         self.pos = 0
         self.max_nesting = max_nesting
@@ -190,6 +198,7 @@ class _Parser:
                 )
             self.pos += 3
             positions[name] = self.where(start)
+            self.rule_name = name
             rules[name] = self.alternatives(nested=False)
             self.lookahead_assertion()
             self.skip_space()
@@ -197,6 +206,10 @@ class _Parser:
                 if self.peek() == ")":
                     raise self.error("unbalanced ')': no matching '('")
                 raise self.error(f"unexpected {self.peek()!r}; expected an expression or a new rule `name ::= ...`")
+        # block rules are named `rule.blockN`, which no rule of the text can be named
+        for name, body in self.block_rules.items():
+            rules[name] = body
+            positions[name] = positions[name.rsplit(".block", 1)[0]]
         return rules, positions
 
     def lookahead_assertion(self) -> None:
@@ -414,13 +427,38 @@ class _Parser:
         flags = self.regex_flags(named["flags"]) if "flags" in named else "(?s)"
         anchor = "^" if pattern.startswith("^") else ""  # the flags go after a leading '^'
         try:
-            expr = regex_to_ir(anchor + flags + pattern[len(anchor) :], max_nesting=self.max_nesting)
+            expr = regex_to_ir(anchor + flags + pattern[len(anchor) :], max_nesting=self.max_nesting, split_counts=True)
         except GrammarError as error:
             column = error.column
             if column is not None and column > len(anchor) + len(flags):
                 column -= len(flags)
-            raise self.error(f"in Regex({pattern!r}): {error.message} (pattern column {column})", start) from None
+            refusal = self.error(f"in Regex({pattern!r}): {error.message} (pattern column {column})", start)
+            return self.refuse_at_compile(refusal, start)
+        except LimitExceededError as error:
+            line, column = self.where(start)
+            return self.refuse_at_compile(
+                LimitExceededError(f"in Regex({pattern!r}) (line {line}, column {column}): {error}"), start
+            )
+        # a count too big for one automaton: block rules (XGrammar's grammar-level repeats)
+        expr = split_large_repeats(expr, self.rule_name, self.block_rules, self.block_positions)
         return restrict_code_points(expr, JSON_STRING_CHARS) if json_string.value else expr
+
+    def refuse_at_compile(self, refusal: GrammarError | LimitExceededError, start: int, what: str = "Regex") -> Expr:
+        """A `Regex` pattern or `Token` id pushmask cannot compile: raised now, or
+        (`defer_compile_errors`, as `Grammar.from_ebnf` reads, for XGrammar's order) kept as the
+        grammar's `refusal`, which every compile of the grammar raises (grammar/ir.py:
+        Grammar.check_compilable) before any automaton is built.  Its place holds a reference to
+        a rule no text can define, so a grammar that lost its refusal still cannot compile."""
+        if not self.defer_compile_errors:
+            raise refusal
+        if self.refusal is None:
+            prefix = f"Failed to build the automaton for rule {self.rule_name}: "
+            if isinstance(refusal, GrammarError):
+                self.refusal = GrammarError(prefix + refusal.message, refusal.line, refusal.column)
+            else:
+                self.refusal = LimitExceededError(prefix + str(refusal))
+        line, column = self.where(start)
+        return Ref(f"<{what} refused at line {line}, column {column}>")
 
     def regex_flags(self, flags: MacroArg) -> str:
         """The inline-flag prefix for Regex's `flags=`: `i` (ignore case), `s` (`.` matches a
@@ -536,6 +574,14 @@ class _Parser:
             return self.token_class(set(ids))
         if not ids:
             raise self.error("Token() needs at least one token id", start)
+        if ids[-1] >= TOKEN_ID_LIMIT and self.token_id is None:
+            # no vocabulary holds it: refused when compiled, as XGrammar refuses an id past the vocabulary
+            bad = next(argument for argument in positional if argument.value == ids[-1])
+            refusal = self.error(
+                f"Token({ids[-1]}): token id past every vocabulary pushmask compiles for (ids below {TOKEN_ID_LIMIT})",
+                bad.pos,
+            )
+            return self.refuse_at_compile(refusal, start, "Token")
         return alt(*(self.token_ref(token, start) for token in ids))
 
     def token_ref(self, token: int, pos: int) -> Expr:
@@ -756,14 +802,19 @@ def parse_ebnf(
     max_nesting: int = DEFAULT_LIMITS.max_nesting,
     token_id=None,
     max_repeat: int = DEFAULT_LIMITS.max_repeat,
+    defer_compile_errors: bool = False,
 ) -> Grammar:
     """Parse an XGrammar/GBNF grammar; `root` names the start rule (it must be defined).
     Groups nested deeper than `max_nesting`, and repetition bounds `{m,n}` above `max_repeat`,
     are a GrammarError.  `token_id` (token text or id
-    -> id, e.g. TokenizerInfo.token_id) resolves token terminals `<|name|>` / `<[ID]>`."""
+    -> id, e.g. TokenizerInfo.token_id) resolves token terminals `<|name|>` / `<[ID]>`.
+    `defer_compile_errors`: a `Regex(...)` pattern pushmask cannot compile (a lookaround, a bad
+    escape) or a `Token(...)` id past 2^24 - 1 becomes the grammar's `refusal`, raised by every
+    compile of it, rather than an error now (XGrammar raises it when the grammar is first
+    compiled)."""
     check_argument(text, str, "ebnf", "parse_ebnf", "pass the grammar text as str (decode bytes first)")
     check_argument(root, str, "root", "parse_ebnf")
-    parser = _Parser(text, max_nesting, token_id, max_repeat)
+    parser = _Parser(text, max_nesting, token_id, max_repeat, defer_compile_errors)
     rules, positions = parser.parse()
     for name, offset in parser.references:
         if name not in rules:
@@ -773,4 +824,4 @@ def parse_ebnf(
         raise GrammarError(
             f"grammar has no root rule {root!r} (rules: {known}); add `{root} ::= ...` or pass root_rule_name", 1, 1
         )
-    return Grammar(rules, root, positions, token_classes=parser.token_classes)
+    return Grammar(rules, root, positions, token_classes=parser.token_classes, refusal=parser.refusal)

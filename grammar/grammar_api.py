@@ -44,7 +44,9 @@ def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> Grammar:
     """The grammar of EBNF text (XGrammar / GBNF dialect) whose start is `root_rule_name`;
     token terminals by id (``<[128010]>``) only, since no tokenizer names them here."""
     _text(ebnf_string, "ebnf_string", "from_ebnf")
-    return to_grammar("ebnf", ebnf_string, root=root_rule_name)
+    # A Regex(...) pattern pushmask cannot compile is raised when the grammar is compiled, as in
+    # XGrammar (Grammar.refusal): reading the grammar does not build its automata.
+    return to_grammar("ebnf", ebnf_string, root=root_rule_name, defer_compile_errors=True)
 
 
 def from_json_schema(
@@ -156,8 +158,17 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
         token_classes.update({renumbered[t][1]: ids for t, ids in grammar.token_classes.items()})
         roots.append(Ref(prefix + grammar.root))
     rules["root"] = join(*roots)
+    refusal = next((g.refusal for g in grammars if g.refusal is not None), None)  # raised when compiled
     # A part that is empty on purpose (an unsatisfiable schema) may leave the whole empty.
-    return Grammar(rules, "root", positions, any(g.allow_empty for g in grammars), checks, token_classes=token_classes)
+    return Grammar(
+        rules,
+        "root",
+        positions,
+        any(g.allow_empty for g in grammars),
+        checks,
+        token_classes=token_classes,
+        refusal=refusal,
+    )
 
 
 def _renumbered_classes(classes: dict[int, frozenset[int]], first: int) -> dict[int, tuple[bytes, int]]:

@@ -306,6 +306,10 @@ class Grammar:
     productive: passes.check_productive found every rule productive (and left these rules as
     they are): running it again can be skipped.  Grammars are not modified in place, and copy()
     with new rules clears it.
+    refusal: why the grammar cannot be compiled, found when it was read but raised only when it
+    is compiled, as XGrammar raises it (a `Regex(...)` pattern pushmask cannot hold, read by
+    `Grammar.from_ebnf`): every compile calls check_compilable first, and copies, unions,
+    concatenations and serialized forms keep it.
     """
 
     rules: dict[str, Expr]
@@ -316,6 +320,12 @@ class Grammar:
     token_limits: dict[str, int] = field(default_factory=dict)
     token_classes: dict[int, frozenset[int]] = field(default_factory=dict)
     productive: bool = field(default=False, compare=False, repr=False)
+    refusal: Exception | None = field(default=None, compare=False, repr=False)
+
+    def check_compilable(self) -> None:
+        """Raise the grammar's refusal, if it has one (before anything is built from it)."""
+        if self.refusal is not None:
+            raise self.refusal.with_traceback(None)
 
     def references(self, name: str) -> set[str]:
         return set(ref_names(self.rules[name]))
@@ -330,6 +340,7 @@ class Grammar:
             {name: check for name, check in self.checks.items() if name in rules},
             {name: n for name, n in self.token_limits.items() if name in rules},
             dict(self.token_classes),
+            refusal=self.refusal,
         )
 
     # XGrammar's serialization (masks/serialization.py holds every serialized form; imported on use).

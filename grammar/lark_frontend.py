@@ -533,8 +533,10 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
         return grammar
     rules, positions = dict(grammar.rules), dict(grammar.positions)
     checks, token_limits, token_classes = dict(grammar.checks), dict(grammar.token_limits), dict(grammar.token_classes)
+    refusal = grammar.refusal
     for placeholder, embedded in translation.embedded.items():
         inner = _embedded_grammar(text, embedded, context, chain)
+        refusal = refusal or inner.refusal  # a named Grammar that cannot be compiled (Grammar.refusal)
         prefix = placeholder + "__"
         for rule, body in inner.rules.items():
             rules[prefix + rule] = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
@@ -552,7 +554,13 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
                 )
         rules[placeholder] = Ref(prefix + inner.root)
     return Grammar(
-        rules, grammar.root, positions, checks=checks, token_limits=token_limits, token_classes=token_classes
+        rules,
+        grammar.root,
+        positions,
+        checks=checks,
+        token_limits=token_limits,
+        token_classes=token_classes,
+        refusal=refusal,
     )
 
 

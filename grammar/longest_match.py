@@ -570,7 +570,14 @@ class _Product:
         for name, origin in self.origin.items():
             if origin in positions:
                 positions[name] = positions[origin]
-        return Grammar(rules, new_root, positions, self.grammar.allow_empty, dict(self.grammar.checks))
+        return Grammar(
+            rules,
+            new_root,
+            positions,
+            self.grammar.allow_empty,
+            dict(self.grammar.checks),
+            refusal=self.grammar.refusal,
+        )
 
 
 def _fixpoint(rules: dict[str, Expr], names: list[str], evaluate, bottom) -> dict:

@@ -49,6 +49,7 @@ __all__ = [
     "check_productive",
     "eliminate_left_recursion",
     "loop_tail_recursion",
+    "split_large_repeats",
     "inline_small_rules",
     "nullable_rules",
     "left_corners",
@@ -717,14 +718,32 @@ def expr_nodes(expr: Expr, fsm_edges: bool = False) -> int:
     return _tree_measure(expr, {}, lambda rep: 1, fsm_size, sys.maxsize)
 
 
-def _tree_measure(expr: Expr, memo: dict[int, int], copies, fsm_size, limit: int) -> int:
+def expr_positions(expr: Expr, limit: int = sys.maxsize, _memo: dict[int, int] | None = None) -> int:
+    """Like `expr_size`, but a byte string counts its bytes: about the positions (NFA states) of
+    the expression's automaton, which `max_rule_states` bounds.  `_memo` may be shared by the
+    walks of one grammar's rules (it holds exact sizes only)."""
+    return _tree_measure(
+        expr,
+        {} if _memo is None else _memo,
+        _copies,
+        lambda fsm: 1 + len(fsm.transitions),
+        limit,
+        lambda leaf: max(1, len(leaf.value)),
+    )
+
+
+def _tree_measure(
+    expr: Expr, memo: dict[int, int], copies, fsm_size, limit: int, bytes_size: Callable[[Bytes], int] | None = None
+) -> int:
     """Nodes of `expr` as a tree: Seq/Alt 1 + their items, Repeat 1 + its item times `copies(rep)`,
     a CharFsm `fsm_size(fsm)`, any other leaf 1; memoised by node identity in `memo`, which
     holds exact sizes only: a walk cut short past `limit` returns a partial count above it.
     Iterative (an explicit stack of open nodes), so deep nesting cannot exhaust Python's stack."""
 
     def leaf_size(leaf: Expr) -> int:
-        return fsm_size(leaf) if type(leaf) is CharFsm else 1
+        if type(leaf) is CharFsm:
+            return fsm_size(leaf)
+        return bytes_size(leaf) if bytes_size is not None and type(leaf) is Bytes else 1
 
     got = memo.get(id(expr))
     if got is not None:
@@ -829,6 +848,110 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
         if size <= tiny or (name in used_once and size <= MAX_INLINED_SIZE):
             inlined[name] = rules[name]
     return remove_unreachable(grammar.copy(rules))
+
+
+# ---------------------------------------------------------------------------------------------
+# Counted repetitions too big for one rule automaton
+
+SPLIT_REPEAT_SIZE = 50_000
+"""A `Regex(...)` whose automaton holds more positions than this (half the default
+`max_rule_states`) has its repetitions of more positions than this split into helper rules."""
+REPEAT_BLOCK_SIZE = 4_096
+"""The positions of one block rule of a split repetition (a block is x{B}, B of them fit)."""
+
+
+def split_large_repeats(expr: Expr, origin: str, rules: dict[str, Expr], positions: dict[str, tuple[int, int]]) -> Expr:
+    """`expr` (a rule's part: EBNF's `Regex(...)`) with each bounded repetition x{m,n} (or
+    x{m,}) too big for one rule automaton split into helper rules, added to `rules` (named
+    `origin.blockN`, which no grammar text can define, at `origin`'s position): a block rule
+    `b ::= x{B}` and counts of blocks, so no automaton holds more than a block or a count of
+    block references (XGrammar makes such counts grammar-level repeats):
+
+        x{n}   = b{q} x{r}                          (n = qB + r, r < B)
+        x{0,n} = b{0,q-1} x{0,B-1} | b{q} x{0,r}
+        x{m,n} = x{m} x{0,n-m},  x{m,} = x{m} x*
+
+    The same strings (each count k <= n is q'B + r' one way), read with a few stacks at a time.
+    A count of blocks too big for one automaton is split again.  An expression of at most
+    SPLIT_REPEAT_SIZE positions is returned as it is."""
+    if expr_positions(expr, SPLIT_REPEAT_SIZE) <= SPLIT_REPEAT_SIZE:
+        return expr
+    return _RepeatSplitter(origin, rules, positions).rewrite(expr)
+
+
+class _RepeatSplitter:
+    """Rewrites an expression bottom-up, adding the helper rules of `split_large_repeats`."""
+
+    def __init__(self, origin: str, rules: dict[str, Expr], positions: dict[str, tuple[int, int]]):
+        self.origin = origin
+        self.rules = rules
+        self.positions = positions
+
+    def helper(self, body: Expr) -> Ref:
+        number = 1
+        while f"{self.origin}.block{number}" in self.rules:
+            number += 1
+        name = f"{self.origin}.block{number}"
+        self.rules[name] = body
+        if self.origin in self.positions:
+            self.positions[name] = self.positions[self.origin]
+        return Ref(name)
+
+    def rewrite(self, expr: Expr) -> Expr:
+        """`expr` with every repetition too big for one automaton split (iterative post-order,
+        shared sub-expressions rewritten once)."""
+        done: dict[int, Expr] = {}
+        stack: list[tuple[Expr, bool]] = [(expr, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if id(node) in done:
+                continue
+            kind = type(node)
+            if kind not in (Seq, Alt, Repeat):
+                done[id(node)] = node
+                continue
+            children = node.items if kind in (Seq, Alt) else (node.item,)
+            if not children_done:
+                stack.append((node, True))
+                stack.extend((child, False) for child in children if id(child) not in done)
+                continue
+            new = [done[id(child)] for child in children]
+            if kind is Repeat:
+                done[id(node)] = self.counted(new[0], node.min, node.max, node)
+            elif all(a is b for a, b in zip(new, children)):
+                done[id(node)] = node
+            else:
+                done[id(node)] = seq(*new) if kind is Seq else alt(*new)
+        return done[id(expr)]
+
+    def counted(
+        self, item: Expr, low: int, high: int | None, original: Expr | None = None, limit: int | None = None
+    ) -> Expr:
+        """x{low,high}, split if its copies hold more than `limit` positions (SPLIT_REPEAT_SIZE;
+        for a count of blocks, a block's)."""
+        limit = SPLIT_REPEAT_SIZE if limit is None else limit
+        size = expr_positions(item, limit=limit)
+        if size * max(1, high if high is not None else low) <= limit:
+            if original is not None and item is getattr(original, "item", None):
+                return original
+            return rep(item, low, high)
+        block_count = max(2, REPEAT_BLOCK_SIZE // max(size, 1))
+        block = self.helper(rep(item, block_count, block_count))
+
+        def exact(n: int) -> Expr:
+            q, r = divmod(n, block_count)
+            return seq(self.counted(block, q, q, limit=REPEAT_BLOCK_SIZE), rep(item, r, r))
+
+        def up_to(n: int) -> Expr:
+            q, r = divmod(n, block_count)
+            if q == 0:
+                return rep(item, 0, r)
+            return alt(
+                seq(self.counted(block, 0, q - 1, limit=REPEAT_BLOCK_SIZE), rep(item, 0, block_count - 1)),
+                seq(self.counted(block, q, q, limit=REPEAT_BLOCK_SIZE), rep(item, 0, r)),
+            )
+
+        return seq(exact(low), star(item) if high is None else up_to(high - low))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -537,6 +537,7 @@ def regex_to_ir(
     max_states: int = DEFAULT_LIMITS.max_rule_states,
     max_nesting: int = DEFAULT_LIMITS.max_nesting,
     automaton: bool = False,
+    split_counts: bool = False,
 ) -> Expr:
     """An IR expression for the strings `pattern` fully matches: a CharFsm (or NOTHING) for
     small patterns, an IR tree for patterns with counted repetitions or many nodes (unless
@@ -546,7 +547,9 @@ def regex_to_ir(
     `(a|b)*a(a|b){15}` or an alternation of 10,000 words takes minutes there; as a tree, the rule's
     automaton is built by the numba kernels under the `max_rule_states` budget instead.
     Patterns whose repetitions unroll to more than `max_states` positions (`a{1000000}`) are a
-    LimitExceededError before anything is built.
+    LimitExceededError before anything is built; with `split_counts` (EBNF's `Regex(...)`, as
+    XGrammar reads it) an IR tree, whose big counts the passes split into helper rules
+    (grammar/passes.py: split_large_repeats).
     """
     check_argument(pattern, str, "pattern", "regex_to_ir", "pass the regex as str")
     rewritten, where = preprocess_regex(pattern, max_nesting)
@@ -575,7 +578,9 @@ def regex_to_ir(
     parsed = _parse(rewritten, where)
     positions, nodes, counted = _measure(parsed)
     if positions > max_states:
-        raise _unroll_error(pattern, str(positions), max_states)
+        if automaton or not split_counts:
+            raise _unroll_error(pattern, str(positions), max_states)
+        return _pattern_to_ir(parsed, REFlags(0), expansion)  # the passes split its big counts
     if (counted or nodes > TREE_PATTERN_NODES) and not automaton:
         return _pattern_to_ir(parsed, REFlags(0), expansion)
     return fsm_to_char_fsm(_to_fsm(parsed), expansion)

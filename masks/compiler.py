@@ -400,6 +400,7 @@ class GrammarCompiler:
             The automaton, its token masks computed on first visit.
         """
         check_argument(grammar, Grammar, "grammar", "compile_ir", "parse text with compile_grammar / compile_lark")
+        grammar.check_compilable()
         clock = clock or CompileClock(self.limits.compile_time_limit_s)
         with _compiling("grammar"):
             if normalize:

@@ -18,7 +18,7 @@ import numpy as np
 from ..grammar.core.errors import InvalidJSONError, PushmaskError
 from ..grammar.core.recursion import load_json_text
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 XGRAMMAR_LAYOUT_VERSION = "v16"
 """The `__VERSION__` of XGrammar 0.2.8's own JSON layout (`grammar_expr_data`, its FSM and mask
 tables), which pushmask recognises in order to refuse it by name: it does not read that layout."""
@@ -129,14 +129,23 @@ def _decode_array(obj: dict):
 # ---------------------------------------------------------------------- grammar IR
 
 _GRAMMAR_KIND = "Grammar"
+# pushmask's node codes in `grammar_expr_data` (each node is [code, payload length, payload...],
+# XGrammar's shape, with pushmask's own nodes; a reference is code 4 with the rule's id, as there)
+_BYTES, _CHARS, _BYTE_CLASS, _REF, _SEQ, _ALT, _REPEAT, _FSM = 0, 1, 2, 4, 5, 6, 7, 8
+_REFUSALS = ("GrammarError", "LimitExceededError")
 
 
 def grammar_payload(grammar) -> dict:
-    """The payload of a grammar IR (Grammar.serialize_json): its expressions as one flat node
-    list in which a node names its children by their (smaller) index, so shared subtrees are
-    written once and no reader or writer recurses on deep trees."""
+    """The payload of a grammar IR (Grammar.serialize_json), keyed as XGrammar keys its own:
+    `rules` ([name, body node id]), `root_rule_id`, `allow_empty_rule_ids` (the rules that match
+    the empty string), and the nodes as one flat int list `grammar_expr_data` whose node k starts
+    at `grammar_expr_indptr[k]`: [code, payload length, payload...], a node naming its children
+    by their (smaller) ids, so shared subtrees are written once and no reader or writer recurses
+    on deep trees.  The node codes are pushmask's (its IR is not XGrammar's), and so is the rest:
+    `format` and `version`, `positions`, `token_limits`, `token_classes`, `refusal`."""
     from ..grammar.core.errors import InvalidArgumentError
     from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Ref, Repeat, Seq, char_fsm_table
+    from ..grammar.passes import nullable_rules
 
     if grammar.checks:
         raise InvalidArgumentError(
@@ -144,8 +153,11 @@ def grammar_payload(grammar) -> dict:
             "checked with jsonschema validators in this process), which have no JSON form; build the grammar "
             "again in the process that uses it"
         )
-    nodes: list[list] = []
-    index: dict[int, int] = {}  # id(node) -> its place in nodes
+    rule_ids = {name: i for i, name in enumerate(grammar.rules)}
+    undefined: list[str] = []  # referenced names no rule defines (a refused Regex's place holder)
+    data: list[int] = []
+    indptr: list[int] = []
+    index: dict[int, int] = {}  # id(node) -> its node id
     for body in grammar.rules.values():
         stack = [(body, False)]
         while stack:
@@ -159,38 +171,59 @@ def grammar_payload(grammar) -> dict:
                 stack.extend((child, False) for child in reversed(children) if id(child) not in index)
                 continue
             if kind is Bytes:
-                entry = ["bytes", node.value]
+                entry = [_BYTES, *node.value]
             elif kind is CharClass or kind is ByteClass:
-                entry = ["chars" if kind is CharClass else "byte_class", [list(r) for r in node.ranges]]
+                entry = [_CHARS if kind is CharClass else _BYTE_CLASS, *(bound for r in node.ranges for bound in r)]
             elif kind is Seq or kind is Alt:
-                entry = ["seq" if kind is Seq else "alt", [index[id(child)] for child in children]]
+                entry = [_SEQ if kind is Seq else _ALT, *(index[id(child)] for child in children)]
             elif kind is Repeat:
-                entry = ["repeat", index[id(node.item)], node.min, node.max]
+                entry = [_REPEAT, index[id(node.item)], node.min, -1 if node.max is None else node.max]
             elif kind is Ref:
-                entry = ["ref", node.name]
+                if node.name not in rule_ids:
+                    rule_ids[node.name] = len(grammar.rules) + len(undefined)
+                    undefined.append(node.name)
+                entry = [_REF, rule_ids[node.name]]
             elif kind is CharFsm:
                 table = char_fsm_table(node)
-                rows = np.asarray(node.transitions if table is None else table, dtype=np.int32).reshape(-1, 4)
-                entry = ["fsm", node.initial, sorted(node.finals), rows]
+                rows = np.asarray(node.transitions if table is None else table, dtype=np.int64).reshape(-1, 4)
+                entry = [_FSM, node.initial, len(node.finals), *sorted(node.finals), *rows.ravel().tolist()]
             else:  # pragma: no cover - every IR node kind is listed above
                 raise TypeError(f"cannot serialize the grammar node {kind.__name__}")
-            index[id(node)] = len(nodes)
-            nodes.append(entry)
+            index[id(node)] = len(indptr)
+            indptr.append(len(data))
+            data.append(entry[0])
+            data.append(len(entry) - 1)
+            data.extend(entry[1:])
+    refusal = grammar.refusal
     return {
         **header(_GRAMMAR_KIND),
-        "root": grammar.root,
-        "allow_empty": grammar.allow_empty,
-        "nodes": nodes,
         "rules": [[name, index[id(body)]] for name, body in grammar.rules.items()],
+        "undefined_rules": undefined,
+        "grammar_expr_data": data,
+        "grammar_expr_indptr": indptr,
+        "root_rule_id": rule_ids[grammar.root] if grammar.root in grammar.rules else -1,
+        "allow_empty_rule_ids": sorted(rule_ids[name] for name in nullable_rules(grammar)),
+        "allow_empty": grammar.allow_empty,
         "positions": [[name, line, column] for name, (line, column) in grammar.positions.items()],
         "token_limits": [[name, limit] for name, limit in grammar.token_limits.items()],
         "token_classes": [[terminal, sorted(ids)] for terminal, ids in grammar.token_classes.items()],
+        "refusal": (
+            None
+            if refusal is None
+            else [type(refusal).__name__, getattr(refusal, "message", str(refusal)), *_line_column(refusal)]
+        ),
     }
 
 
+def _line_column(error) -> list:
+    return [getattr(error, "line", None), getattr(error, "column", None)]
+
+
 def grammar_from_json(text: str | bytes):
-    """The Grammar serialize_json wrote; DeserializeFormatError for damaged text (a child index
-    that is not an earlier node, an unknown node kind, a range outside its alphabet)."""
+    """The Grammar serialize_json wrote; DeserializeFormatError for damaged text (a node id or
+    rule id out of range, a child that is not an earlier node, node offsets that do not tile the
+    data, an unknown node code, a range outside its alphabet, `allow_empty_rule_ids` that are not
+    the rules matching the empty string)."""
     payload = from_json(text, _GRAMMAR_KIND)
     try:
         return _grammar_of_payload(payload)
@@ -198,7 +231,14 @@ def grammar_from_json(text: str | bytes):
         raise DeserializeFormatError(f"the serialized Grammar is damaged: {error!r}") from None
 
 
+def _ints(value, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise ValueError(f"{what} is not a list of integers")
+    return value
+
+
 def _grammar_of_payload(payload: dict):
+    from ..grammar.core.errors import GrammarError, LimitExceededError
     from ..grammar.ir import (
         MAX_CODE_POINT,
         SURROGATES,
@@ -213,52 +253,93 @@ def _grammar_of_payload(payload: dict):
         Seq,
         char_fsm_of_columns,
     )
+    from ..grammar.passes import nullable_rules
+
+    data = _ints(payload["grammar_expr_data"], "grammar_expr_data")
+    indptr = _ints(payload["grammar_expr_indptr"], "grammar_expr_indptr")
+    rules = payload["rules"]
+    if not isinstance(rules, list) or not all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int for r in rules
+    ):
+        raise ValueError("rules is not a list of [name, node id]")
+    names = [name for name, _ in rules] + [str(name) for name in payload["undefined_rules"]]
+    if len(set(names)) != len(names):
+        raise ValueError("a rule name is given twice")
 
     def child(i) -> Expr:
-        if not isinstance(i, int) or not 0 <= i < len(built):  # children come before their parent
+        if not 0 <= i < len(built):  # children come before their parent
             raise ValueError(f"node {len(built)} names child {i!r}, not an earlier node")
         return built[i]
 
     def ranges(pairs, top: int) -> tuple[tuple[int, int], ...]:
-        out = tuple((int(lo), int(hi)) for lo, hi in pairs)
+        if len(pairs) % 2:
+            raise ValueError(f"node {len(built)} has an odd number of range bounds")
+        out = tuple(zip(pairs[0::2], pairs[1::2]))
         if any(not 0 <= lo <= hi <= top for lo, hi in out):
             raise ValueError(f"node {len(built)} has a range outside 0..{top}")
         return out
 
     built: list[Expr] = []
-    for entry in payload["nodes"]:
-        kind = entry[0]
+    end = 0
+    for start in indptr:
+        if start != end or start + 2 > len(data) or data[start + 1] < 0 or start + 2 + data[start + 1] > len(data):
+            raise ValueError(f"node {len(built)} starts at {start}, not where node {len(built) - 1} ends ({end})")
+        code, body = data[start], data[start + 2 : start + 2 + data[start + 1]]
+        end = start + 2 + len(body)
         node: Expr
-        if kind == "bytes" and isinstance(entry[1], bytes):
-            node = Bytes(entry[1])
-        elif kind == "chars":
-            node = CharClass(ranges(entry[1], MAX_CODE_POINT))
+        if code == _BYTES:
+            if any(not 0 <= b <= 255 for b in body):
+                raise ValueError(f"node {len(built)} holds a byte outside 0..255")
+            node = Bytes(bytes(body))
+        elif code == _CHARS:
+            node = CharClass(ranges(body, MAX_CODE_POINT))
             if any(lo <= SURROGATES[1] and hi >= SURROGATES[0] for lo, hi in node.ranges):
                 raise ValueError(f"node {len(built)} holds surrogate code points")
-        elif kind == "byte_class":
-            node = ByteClass(ranges(entry[1], 255))
-        elif kind in ("seq", "alt"):
-            node = (Seq if kind == "seq" else Alt)(tuple(child(i) for i in entry[1]))
-        elif kind == "repeat":
-            low, high = int(entry[2]), None if entry[3] is None else int(entry[3])
+        elif code == _BYTE_CLASS:
+            node = ByteClass(ranges(body, 255))
+        elif code in (_SEQ, _ALT):
+            node = (Seq if code == _SEQ else Alt)(tuple(child(i) for i in body))
+        elif code == _REPEAT and len(body) == 3:
+            low, high = body[1], None if body[2] == -1 else body[2]
             if low < 0 or (high is not None and high < low):
                 raise ValueError(f"node {len(built)} repeats {low}..{high} times")
-            node = Repeat(child(entry[1]), low, high)
-        elif kind == "ref" and isinstance(entry[1], str):
-            node = Ref(entry[1])
-        elif kind == "fsm":
-            rows = np.asarray(entry[3], dtype=np.int64).reshape(-1, 4)
+            node = Repeat(child(body[0]), low, high)
+        elif code == _REF and len(body) == 1:
+            if not 0 <= body[0] < len(names):
+                raise ValueError(f"node {len(built)} references rule {body[0]}, past the {len(names)} rules")
+            node = Ref(names[body[0]])
+        elif code == _FSM and len(body) >= 2 and 0 <= body[1] <= len(body) - 2 and (len(body) - 2 - body[1]) % 4 == 0:
+            finals = frozenset(body[2 : 2 + body[1]])
+            rows = np.asarray(body[2 + body[1] :], dtype=np.int64).reshape(-1, 4)
             if (rows < 0).any() or (rows[:, 2] > MAX_CODE_POINT).any() or (rows[:, 1] > rows[:, 2]).any():
                 raise ValueError(f"node {len(built)} has a transition outside the code points")
-            node = char_fsm_of_columns(int(entry[1]), frozenset(int(f) for f in entry[2]), *rows.T)
+            node = char_fsm_of_columns(body[0], finals, *rows.T)
         else:
-            raise ValueError(f"node {len(built)} has an unknown kind {kind!r}")
+            raise ValueError(f"node {len(built)} has an unknown code {code!r} or a payload of the wrong length")
         built.append(node)
-    return Grammar(
-        {str(name): child(i) for name, i in payload["rules"]},
-        str(payload["root"]),
+    if end != len(data):
+        raise ValueError(f"grammar_expr_data holds {len(data) - end} values past the last node")
+    root_id = payload["root_rule_id"]
+    if type(root_id) is not int or not 0 <= root_id < len(rules):
+        raise ValueError(f"root_rule_id {root_id!r} is not one of the {len(rules)} rules")
+    refusal = payload.get("refusal")
+    error = None
+    if refusal is not None:
+        kind, message, line, column = refusal
+        if kind not in _REFUSALS:
+            raise ValueError(f"unknown refusal {kind!r}")
+        error = GrammarError(message, line, column) if kind == "GrammarError" else LimitExceededError(message)
+    grammar = Grammar(
+        {name: child(i) for name, i in rules},
+        rules[root_id][0],
         {str(name): (int(line), int(column)) for name, line, column in payload["positions"]},
         bool(payload["allow_empty"]),
         token_limits={str(name): int(limit) for name, limit in payload["token_limits"]},
         token_classes={int(terminal): frozenset(int(t) for t in ids) for terminal, ids in payload["token_classes"]},
+        refusal=error,
     )
+    allow_empty = _ints(payload["allow_empty_rule_ids"], "allow_empty_rule_ids")
+    ids = {name: i for i, name in enumerate(names)}
+    if allow_empty != sorted(ids[name] for name in nullable_rules(grammar)):
+        raise ValueError("allow_empty_rule_ids are not the rules that match the empty string")
+    return grammar

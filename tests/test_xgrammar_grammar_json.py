@@ -55,7 +55,8 @@ def test_round_trip_keeps_the_grammar_and_its_masks(byte_compiler, name):
     recovered = pm.Grammar.deserialize_json(text)
     assert recovered == grammar and str(recovered) == str(grammar)
     assert recovered.serialize_json() == text
-    assert json.loads(text)["format"] == "Grammar"
+    payload = json.loads(text)
+    assert payload["format"] == "Grammar" and payload["root_rule_id"] == list(grammar.rules).index(grammar.root)
     for sample in TEXTS[name]:
         assert masks_along(byte_compiler, recovered, sample) == masks_along(byte_compiler, grammar, sample)
 
@@ -66,15 +67,37 @@ def damaged(change) -> str:
     return json.dumps(payload)
 
 
+def node_start(payload: dict, code: int) -> int:
+    """Where the first node of this code starts in `grammar_expr_data`."""
+    data = payload["grammar_expr_data"]
+    return next(start for start in payload["grammar_expr_indptr"] if data[start] == code)
+
+
+def set_data(payload: dict, at: int, value) -> None:
+    payload["grammar_expr_data"][at] = value
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        lambda p: p["nodes"].__setitem__(2, ["seq", [0, 10**6]]),  # a child that is not an earlier node
-        lambda p: p["nodes"].__setitem__(0, ["chars", [[0, 0x110000]]]),  # past the last code point
-        lambda p: p["nodes"].__setitem__(0, ["chars", [[0xD800, 0xD800]]]),  # a surrogate
-        lambda p: p["nodes"].__setitem__(0, ["wildcard"]),
+        lambda p: set_data(p, node_start(p, 5) + 3, 10**6),  # a child that is not an earlier node
+        lambda p: set_data(p, node_start(p, 5) + 2, node_start(p, 5)),  # a child id that is no node id
+        lambda p: set_data(p, node_start(p, 1) + 3, 0x110000),  # past the last code point
+        lambda p: set_data(p, node_start(p, 1) + 2, 0xD800),  # a range into the surrogates
+        lambda p: set_data(p, node_start(p, 1), 99),  # an unknown node code
+        lambda p: set_data(p, node_start(p, 4) + 2, 10**6),  # a rule id past the rules
+        lambda p: set_data(p, node_start(p, 0) + 1, 10**6),  # a payload past the data
         lambda p: p["rules"].__setitem__(0, ["rule1", -1]),
-        lambda p: p.pop("nodes"),
+        lambda p: p["rules"].__setitem__(0, ["rule1", 10**6]),
+        lambda p: p["rules"].__setitem__(1, ["rule1", 4]),  # a rule defined twice
+        lambda p: p.__setitem__("root_rule_id", 2**31 - 1),
+        lambda p: p.__setitem__("grammar_expr_indptr", [10**9]),
+        lambda p: p.__setitem__("grammar_expr_indptr", p["grammar_expr_indptr"][:-1]),  # data left over
+        lambda p: p.__setitem__("grammar_expr_data", []),
+        lambda p: p.__setitem__("allow_empty_rule_ids", [10**6]),
+        lambda p: p.__setitem__("allow_empty_rule_ids", []),  # rule1 matches the empty string
+        lambda p: p.__setitem__("refusal", ["ValueError", "x", None, None]),
+        lambda p: p.pop("grammar_expr_data"),
     ],
 )
 def test_damaged_text_is_a_format_error(change):

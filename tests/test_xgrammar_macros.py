@@ -234,7 +234,13 @@ def test_regex_escapes_and_named_groups_of_other_dialects(pattern, same_as):
 @pytest.mark.parametrize("pattern", [r"\u{110000}", r"\u{}", r"\u{12", "(?<=a)b", r"(?<n>a)\k<n>"])
 def test_regex_escapes_beyond_unicode_and_lookbehinds_are_refused(pattern):
     with pytest.raises(pm.GrammarError, match="Regex"):
-        pm.Grammar.from_ebnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}")')
+        compiled_regex(pattern)
+
+
+def compiled_regex(pattern: str, options: str = "") -> None:
+    """Read `Regex(pattern)` (which does not raise: XGrammar's order) and compile it."""
+    grammar = pm.Grammar.from_ebnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}"{options})')
+    _is_grammar_accept_string(grammar, "a")
 
 
 @pytest.mark.parametrize(
@@ -254,11 +260,11 @@ def test_regex_escapes_beyond_unicode_and_lookbehinds_are_refused(pattern):
 )
 def test_regex_refusals_use_xgrammars_words_and_are_runtime_errors(pattern, words):
     with pytest.raises(RuntimeError, match=words) as caught:
-        pm.Grammar.from_ebnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}")')
+        compiled_regex(pattern)
     assert isinstance(caught.value, pm.GrammarError)
 
 
 def test_regex_errors_give_the_column_in_the_pattern_as_written():
     for options in ("", ', flags="is"'):
         with pytest.raises(pm.GrammarError, match=r"possessive .* \(pattern column 3\)"):
-            pm.Grammar.from_ebnf(f'root ::= Regex("^a++"{options})')
+            compiled_regex("^a++", options)
