@@ -25,6 +25,7 @@ from ..grammar.core.errors import (
     GrammarError,
     InvalidArgumentError,
     LimitExceededError,
+    PushmaskError,
     check_argument,
     check_integer,
 )
@@ -40,7 +41,16 @@ from . import first_reach
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
 from .kernel_memory import KernelLock
 from .mask_cache import StateMask, ids_to_bitset
-from .serialization import DeserializeError, check_header, from_json, header, to_json
+from .serialization import (
+    DeserializeError,
+    DeserializeFormatError,
+    check_digest,
+    check_header,
+    content_digest,
+    from_json,
+    header,
+    to_json,
+)
 from .shared_masks import SharedMasks
 from .state_masks import (
     COMPUTED,
@@ -69,7 +79,16 @@ from .state_masks import (
 from .token_regions import TokenRegions
 from .trie import TokenTrie
 from .vocab import TokenizerInfo
-from .walk import MASK_FIELDS, WalkScratch
+from .walk import (
+    KIND_ACCEPTED_BITSET,
+    KIND_ACCEPTED_LIST,
+    KIND_REJECTED_LIST,
+    KIND_SLICE,
+    MASK_FIELDS,
+    SLICE_ROWS,
+    WalkScratch,
+    candidate_lcp,
+)
 
 TOKEN_MARK_BYTE = bytes([TOKEN_MARK])
 _NO_STATES = np.empty(0, dtype=np.int64)
@@ -1011,14 +1030,18 @@ class CompiledGrammar:
     def serialize_json(self) -> str:
         """JSON text of this grammar without its vocabulary (xgrammar's name): read it back with
         CompiledGrammar.deserialize_json(text, tokenizer_info) for the same vocabulary."""
-        return to_json(self._payload())
+        payload = self._payload()
+        payload["digest"] = content_digest(payload)
+        return to_json(payload)
 
     @staticmethod
     def deserialize_json(text: str | bytes, tokenizer_info: TokenizerInfo) -> CompiledGrammar:
         """The grammar serialize_json wrote, on this process's shared compiler for tokenizer_info
-        (DeserializeError for another vocabulary or malformed text)."""
+        (DeserializeError for another vocabulary, malformed text, or text changed since it was
+        written: its content digest, and every mask's ids and rows, are checked before a kernel
+        reads them)."""
         grammar = CompiledGrammar.__new__(CompiledGrammar)
-        grammar._restore(from_json(text, _PAYLOAD_KIND), tokenizer_info)
+        grammar._restore(check_digest(from_json(text, _PAYLOAD_KIND), _PAYLOAD_KIND), tokenizer_info)
         return grammar
 
     def __getstate__(self) -> dict:
@@ -1078,6 +1101,18 @@ class CompiledGrammar:
         }
 
     def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
+        """Become the grammar of a checked payload (deserialize_json, pickle); a field missing or
+        of the wrong shape is a DeserializeFormatError naming it."""
+        try:
+            self._restore_fields(payload, tokenizer_info)
+        except PushmaskError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise DeserializeFormatError(
+                f"invalid serialized {_PAYLOAD_KIND}: {type(exc).__name__}: {exc}; serialize it again"
+            ) from None
+
+    def _restore_fields(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
         if not isinstance(tokenizer_info, TokenizerInfo):
             raise ArgumentTypeError(
                 f"deserialize: tokenizer_info must be a TokenizerInfo, got {type(tokenizer_info).__name__}"
@@ -1107,10 +1142,51 @@ class CompiledGrammar:
         )
         if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
             return  # masks from another token order: recomputed on first visit instead
+        stored: set[int] = set()
         for m in payload["masks"]:
-            mask = StateMask(int(m["kind"]), m["data"], m["positions"], m["ids"], m["lcp"], int(m["accepted"]))
-            self._store(int(m["state"]), mask)
-            self.num_accepted[int(m["state"])] = mask.num_accepted
+            state, mask = self._checked_mask(m, stored)
+            self._store(state, mask)
+            self.num_accepted[state] = mask.num_accepted
+
+    def _checked_mask(self, m: dict, stored: set[int]) -> tuple[int, StateMask]:
+        """(state, mask) of a serialized mask, refused (DeserializeFormatError) unless every id,
+        position and slice row it holds is one the fill kernels may index: the kernels set a
+        bitmask bit per id without bounds checks."""
+        vocab_size, trie = self.tokenizer_info.vocab_size, self.compiler.trie
+        state, kind, accepted = int(m["state"]), int(m["kind"]), int(m["accepted"])
+        data, positions = np.asarray(m["data"]), np.asarray(m["positions"])
+        ids, lcp = np.asarray(m["ids"]), np.asarray(m["lcp"])
+
+        def refuse(why: str) -> None:
+            raise DeserializeFormatError(f"invalid serialized {_PAYLOAD_KIND}: the mask of state {state}: {why}")
+
+        if not 0 <= state < self.pda.num_states or state in stored:
+            refuse(f"no such state or stored twice (the automaton has {self.pda.num_states})")
+        stored.add(state)
+        if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in (data, positions, ids, lcp)):
+            refuse("its parts must be one-dimensional integer arrays")
+        listed = data[SLICE_ROWS:] if kind == KIND_SLICE else data
+        if kind not in (KIND_ACCEPTED_LIST, KIND_REJECTED_LIST, KIND_ACCEPTED_BITSET, KIND_SLICE):
+            refuse(f"unknown kind {kind}")
+        if kind == KIND_ACCEPTED_BITSET and len(data) != len(self.compiler.all_grammar_words):
+            refuse(f"a bitset of {len(data)} words for a vocabulary of {vocab_size} tokens")
+        if kind != KIND_ACCEPTED_BITSET and len(listed) and not (0 <= listed.min() and listed.max() < vocab_size):
+            refuse(f"a token id outside [0, {vocab_size})")
+        if kind == KIND_SLICE:
+            rows = data[:SLICE_ROWS]
+            if len(rows) < SLICE_ROWS or not ((rows >= -1) & (rows < len(trie.cumulative))).all():
+                refuse("a slice row that does not exist")
+        if not (len(positions) == len(ids) == len(lcp)) or not 0 <= accepted <= vocab_size:
+            refuse("uncertain parts of different lengths, or an accepted count past the vocabulary")
+        if len(positions) and not (
+            0 <= positions.min()
+            and positions.max() < len(trie)
+            and (np.diff(positions) > 0).all()
+            and np.array_equal(ids, trie.token_ids[positions])
+            and np.array_equal(lcp, candidate_lcp(trie.blob, positions.astype(np.int32)))
+        ):
+            refuse("uncertain tokens that are not this vocabulary's trie positions, ids and prefix lengths")
+        return state, StateMask(kind, data, positions, ids, lcp, accepted)
 
     @property
     def memory_size_bytes(self) -> int:

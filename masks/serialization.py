@@ -10,6 +10,7 @@ payload names its format and version, and a grammar's names the vocabulary it wa
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Any
 
@@ -99,6 +100,26 @@ def from_json(text: str | bytes, kind: str) -> dict:
     except (TypeError, ValueError) as exc:  # an array or bytes field that does not decode
         raise DeserializeFormatError(f"invalid serialized {kind}: {exc}") from None
     return check_header(payload, kind)
+
+
+def content_digest(payload: dict) -> str:
+    """blake2b digest of a payload's content: every key but "digest", keys sorted, arrays as
+    to_json writes them (so the digest survives JSON that is re-indented or has its keys
+    reordered, and nothing else).  A CompiledGrammar's JSON carries it: its automaton and masks
+    go to the kernels as they are, so a changed field must be refused, not run."""
+    body = {key: value for key, value in payload.items() if key != "digest"}
+    text = json.dumps(body, default=_encode_array, separators=(",", ":"), sort_keys=True)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def check_digest(payload: dict, kind: str) -> dict:
+    """The payload if its "digest" is its content's (content_digest), else DeserializeFormatError."""
+    if payload.get("digest") != content_digest(payload):
+        raise DeserializeFormatError(
+            f"invalid serialized {kind}: its content does not match its digest (the text was changed "
+            f"or damaged after serialize_json wrote it); serialize the {kind} again"
+        )
+    return payload
 
 
 def _encode_array(value):
