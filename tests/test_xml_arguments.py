@@ -146,6 +146,17 @@ SPOOFS = {
 }
 
 
+def finished_walks(compiled, seed: int, max_tokens: int = 200) -> list[str]:
+    """The texts of the random mask walks (support.mask_walk: an empty mask fails the test) of 12
+    that finished within max_tokens; at least 4 must."""
+    rng = np.random.default_rng(seed)
+    short = short_structural_tokens(compiled.tokenizer_info)
+    outs = [mask_walk(compiled, rng, short, max_tokens=max_tokens) for _ in range(12)]
+    texts = [out.decode("utf-8") for out in outs if out is not None]
+    assert len(texts) >= 4
+    return texts
+
+
 def json_type(value) -> str:
     """A JSON value's type as Kimi-K3's renderer names it (integers are numbers)."""
     if isinstance(value, bool):
@@ -247,16 +258,8 @@ def test_random_walks_end_in_arguments_the_parser_reads_and_jsonschema_accepts(s
     """Without the unbounded "note" (walks wander in free text)."""
     bounded = {**SCHEMA, "properties": {k: v for k, v in SCHEMA["properties"].items() if k != "note"}}
     compiled = grammar_compiler("smollm2").compile_structural_tag(tag(style, bounded))
-    rng = np.random.default_rng(7)
-    short = short_structural_tokens(compiled.tokenizer_info)
-    finished = 0
-    for _ in range(12):
-        out = mask_walk(compiled, rng, short, max_tokens=200)
-        if out is None:
-            continue
-        finished += 1
-        assert valid(parse(style, out.decode("utf-8"))), out
-    assert finished >= 4
+    for text in finished_walks(compiled, seed=7):
+        assert valid(parse(style, text)), text
 
 
 @pytest.mark.parametrize(
@@ -329,18 +332,9 @@ def test_undeclared_members_take_additional_properties_and_never_a_declared_name
 def test_random_walks_with_undeclared_members_end_in_valid_arguments(style):
     compiled = grammar_compiler("smollm2").compile_structural_tag(tag(style, OPEN_SCHEMA))
     validator = jsonschema.Draft202012Validator(OPEN_SCHEMA)
-    rng = np.random.default_rng(11)
-    short = short_structural_tokens(compiled.tokenizer_info)
-    finished = 0
-    for _ in range(12):
-        out = mask_walk(compiled, rng, short, max_tokens=200)
-        if out is None:
-            continue
-        finished += 1
-        text = out.decode("utf-8")
+    for text in finished_walks(compiled, seed=11):
         assert validator.is_valid(parse(style, text)), text
         assert elements_of(style, text).count("city") == 1, text
-    assert finished >= 4
 
 
 @pytest.mark.parametrize("schema", [{}, {"type": "object"}])
@@ -903,32 +897,16 @@ def test_cohere_random_walks_end_in_arguments_the_reader_reads_and_jsonschema_ac
     bounded = {**COHERE_SCHEMA, "properties": properties, "required": ["days", "spot", "pair", "tree"]}
     compiled = grammar_compiler("smollm2").compile_structural_tag(cohere_tag(bounded))
     validator = jsonschema.Draft202012Validator(bounded)
-    rng = np.random.default_rng(5)
-    short = short_structural_tokens(compiled.tokenizer_info)
-    finished = 0
-    for _ in range(12):
-        out = mask_walk(compiled, rng, short, max_tokens=800)
-        if out is None:
-            continue
-        finished += 1
-        read = cohere_read(out.decode("utf-8"))
-        assert read is not None and validator.is_valid(read), out
-    assert finished >= 4
+    for text in finished_walks(compiled, seed=5, max_tokens=800):
+        read = cohere_read(text)
+        assert read is not None and validator.is_valid(read), text
 
 
 def test_cohere_random_walks_over_values_of_any_type():
     """A tool without parameters (True): any members, any values, recursively."""
     compiled = grammar_compiler("smollm2").compile_structural_tag(cohere_tag(True))
-    rng = np.random.default_rng(3)
-    short = short_structural_tokens(compiled.tokenizer_info)
-    finished = 0
-    for _ in range(12):
-        out = mask_walk(compiled, rng, short, max_tokens=200)
-        if out is None:
-            continue
-        finished += 1
-        assert isinstance(cohere_read(out.decode("utf-8")), dict), out
-    assert finished >= 4
+    for text in finished_walks(compiled, seed=3):
+        assert isinstance(cohere_read(text), dict), text
 
 
 def test_cohere_names_are_written_escaped_and_undeclared_ones_never_declared():
