@@ -117,7 +117,6 @@ class _Parser:
         self.refusal: GrammarError | LimitExceededError | None = None  # the first deferred Regex error
         self.rule_name = ""  # the rule being read, for the deferred errors and block rules
         self.block_rules: dict[str, Expr] = {}  # Regex's counts split into rules (split_large_repeats)
-        self.block_positions: dict[str, tuple[int, int]] = {}
         self.token_id = token_id
         self.pos = 0
         self.max_nesting = max_nesting
@@ -440,7 +439,7 @@ class _Parser:
                 LimitExceededError(f"in Regex({pattern!r}) (line {line}, column {column}): {error}"), start
             )
         # a count too big for one automaton: block rules (XGrammar's grammar-level repeats)
-        expr = split_large_repeats(expr, self.rule_name, self.block_rules, self.block_positions)
+        expr = split_large_repeats(expr, self.rule_name, self.block_rules)
         return restrict_code_points(expr, JSON_STRING_CHARS) if json_string.value else expr
 
     def refuse_at_compile(self, refusal: GrammarError | LimitExceededError, start: int, what: str = "Regex") -> Expr:

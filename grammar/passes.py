@@ -860,12 +860,12 @@ REPEAT_BLOCK_SIZE = 4_096
 """The positions of one block rule of a split repetition (a block is x{B}, B of them fit)."""
 
 
-def split_large_repeats(expr: Expr, origin: str, rules: dict[str, Expr], positions: dict[str, tuple[int, int]]) -> Expr:
+def split_large_repeats(expr: Expr, origin: str, rules: dict[str, Expr]) -> Expr:
     """`expr` (a rule's part: EBNF's `Regex(...)`) with each bounded repetition x{m,n} (or
     x{m,}) too big for one rule automaton split into helper rules, added to `rules` (named
-    `origin.blockN`, which no grammar text can define, at `origin`'s position): a block rule
-    `b ::= x{B}` and counts of blocks, so no automaton holds more than a block or a count of
-    block references (XGrammar makes such counts grammar-level repeats):
+    `origin.blockN`, which no grammar text can define; the reader gives them `origin`'s
+    position): a block rule `b ::= x{B}` and counts of blocks, so no automaton holds more than
+    a block or a count of block references (XGrammar makes such counts grammar-level repeats):
 
         x{n}   = b{q} x{r}                          (n = qB + r, r < B)
         x{0,n} = b{0,q-1} x{0,B-1} | b{q} x{0,r}
@@ -876,16 +876,15 @@ def split_large_repeats(expr: Expr, origin: str, rules: dict[str, Expr], positio
     SPLIT_REPEAT_SIZE positions is returned as it is."""
     if expr_positions(expr, SPLIT_REPEAT_SIZE) <= SPLIT_REPEAT_SIZE:
         return expr
-    return _RepeatSplitter(origin, rules, positions).rewrite(expr)
+    return _RepeatSplitter(origin, rules).rewrite(expr)
 
 
 class _RepeatSplitter:
     """Rewrites an expression bottom-up, adding the helper rules of `split_large_repeats`."""
 
-    def __init__(self, origin: str, rules: dict[str, Expr], positions: dict[str, tuple[int, int]]):
+    def __init__(self, origin: str, rules: dict[str, Expr]):
         self.origin = origin
         self.rules = rules
-        self.positions = positions
 
     def helper(self, body: Expr) -> Ref:
         number = 1
@@ -893,8 +892,6 @@ class _RepeatSplitter:
             number += 1
         name = f"{self.origin}.block{number}"
         self.rules[name] = body
-        if self.origin in self.positions:
-            self.positions[name] = self.positions[self.origin]
         return Ref(name)
 
     def rewrite(self, expr: Expr) -> Expr:

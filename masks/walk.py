@@ -448,11 +448,12 @@ def _live_ranges(
     for b in range(256):
         n_live += live[b]
     by_branch = n_live <= SECOND_BYTE_MAX_LIVE
-    # parts, at most: one per live group or per branch of a group that may split, one per range
-    capacity = ranges.shape[0] // 2
-    for g in range(group_byte.shape[0]):
-        if live[group_byte[g]] != 0:
-            capacity += group_branches[g + 1] - group_branches[g] if by_branch else 1
+    # parts, at most: one per group, one per range, and where groups may split, their branches
+    capacity = ranges.shape[0] // 2 + group_byte.shape[0]
+    if by_branch:
+        for g in range(group_byte.shape[0]):
+            if live[group_byte[g]] != 0:
+                capacity += group_branches[g + 1] - group_branches[g]
     out = np.empty(2 * capacity, dtype=np.int64)
     second = np.empty(256, dtype=np.uint8)
     n = 0
