@@ -422,9 +422,9 @@ class GrammarCompiler:
         grammar.check_compilable()
         clock = clock or CompileClock(self.limits.compile_time_limit_s)
         with _compiling("grammar"):
-            if normalize:
-                grammar = normalize_grammar(grammar, clock)
+            source, grammar = grammar, normalize_grammar(grammar, clock) if normalize else grammar
             compiled = CompiledGrammar(self, grammar, build_pda(grammar, self.limits, clock))
+        compiled._source = source
         compiled.ensure_first_masks()
         return compiled
 
@@ -464,6 +464,7 @@ class GrammarCompiler:
                 kind, spec, limits=self.limits, token_id=self.tokenizer_info.token_id, clock=clock, **options
             )
             compiled = self.compile_ir(grammar, clock=clock)
+        compiled._source = (kind, spec, options)  # the IR again from these on demand, not kept
         if key is not None:
             self.compiled_cache.put(key, compiled)
         return compiled
@@ -603,13 +604,15 @@ class CompiledGrammar:
     grammar's flat store (mask_index / mask_pool, layout in automata.kernels) that the one-call
     fill kernel reads.
 
-    The grammar IR it was built from is not kept (`grammar` is None): a compiled grammar holds
-    flat arrays, while the IR of a large schema is tens of thousands of Python objects that every
-    full garbage collection of the process would scan again; front ends (grammar.frontends.to_grammar)
-    give the IR again where it is wanted.
+    The grammar IR it was built from is not kept: a compiled grammar holds flat arrays, while the
+    IR of a large schema is tens of thousands of Python objects that every full garbage collection
+    of the process would scan again.  `grammar` builds it again from the constraint it was
+    compiled from (see there).
     """
 
-    grammar: Grammar | None = None
+    _source: Grammar | tuple | None = None
+    """What `grammar` gives back: the Grammar compile_ir was given (the caller's own object), or
+    the (kind, spec, options) compile() read it from; None for a grammar read back from JSON."""
 
     def __init__(
         self,
@@ -859,6 +862,18 @@ class CompiledGrammar:
                 disk.put(key, self.state_mask(state))
         self.keep_room()
         self._give_back_workspace()
+
+    @property
+    def grammar(self) -> Grammar | None:
+        """The grammar IR this was compiled from (XGrammar's `CompiledGrammar.grammar`), built again
+        by its front end on each read, as it is not kept (see the class); the Grammar itself when
+        one was compiled; None for a grammar read back from JSON or a pickle."""
+        source = self._source
+        if source is None or isinstance(source, Grammar):
+            return source
+        kind, spec, options = source
+        compiler = self.compiler
+        return to_grammar(kind, spec, limits=compiler.limits, token_id=compiler.tokenizer_info.token_id, **options)
 
     def ensure_first_masks(self) -> None:
         """Compute the masks of the states a matcher starts in, at compile time: a server compiles

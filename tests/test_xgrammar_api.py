@@ -310,3 +310,43 @@ def test_debug_print_internal_state_describes_the_parse():
     assert matcher.accept_token(0)
     state = matcher._debug_print_internal_state()
     assert "accepted_tokens=1" in state and "can_end=True" in state and "stack_tops=" in state
+
+
+@pytest.mark.parametrize(
+    "compile_it, inside, outside",
+    [
+        (lambda c: c.compile_json_schema({"type": "integer", "maximum": 9}), "7", "10"),
+        (lambda c: c.compile_regex("a+b"), "aab", "ba"),
+        (lambda c: c.compile_grammar('root ::= "x" [0-9]'), "x1", "xx"),
+        (
+            lambda c: c.compile_structural_tag(
+                {
+                    "type": "structural_tag",
+                    "format": {
+                        "type": "tag",
+                        "begin": "<a>",
+                        "content": {"type": "any_text", "max_chars": 2},
+                        "end": "</a>",
+                    },
+                }
+            ),
+            "<a>hi</a>",
+            "<a>hey</a>",
+        ),
+    ],
+)
+def test_compiled_grammar_gives_back_the_grammar_it_was_compiled_from(compile_it, inside, outside):
+    """XGrammar's CompiledGrammar.grammar: the IR is not kept but built again from the constraint,
+    so it matches the language the matcher enforces (checked by walking the matcher itself)."""
+    info = pm.TokenizerInfo(["a", "b"])
+    compiler = pm.GrammarCompiler(info, cache_enabled=False)
+    compiled = compile_it(compiler)
+    grammar = compiled.grammar
+    assert isinstance(grammar, pm.Grammar)
+    for text, accepted in ((inside, True), (outside, False)):
+        assert _is_grammar_accept_string(grammar, text) is accepted
+        matcher = pm.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        assert (matcher.accept_string(text) and matcher.is_terminated()) is accepted
+    own = pm.Grammar.from_ebnf('root ::= "q"')
+    assert compiler.compile_grammar(own).grammar is own
+    assert pm.CompiledGrammar.deserialize_json(compiled.serialize_json(), info).grammar is None
