@@ -497,6 +497,12 @@ class _Builder:
             for e in map(_plain, ends if isinstance(ends, list) else [ends])
             if isinstance(e, dict) and e.get("type") == "token"
         )
+        if not text_ends and not token_ends and _runs_to_the_end(_plain(fmt.get("content"))):
+            raise _invalid(
+                f"{where}/end",
+                "Tag format with unlimited content (any_text, triggered_tags or tags_with_separator, which "
+                "run until the tag's end) must have a non-empty end",
+            )
         content = self.format(fmt.get("content"), f"{where}/content", end_text=text_ends, end_tokens=token_ends)
         return seq(begin, content, end)
 
@@ -646,6 +652,17 @@ _FORMAT_NAMES = {  # as XGrammar's errors name the formats
 }
 _END_FIELD = "Tag format's end field must be a string or array of strings"
 _INT32_MAX = 2**31 - 1
+
+
+def _runs_to_the_end(fmt: Any) -> bool:
+    """Whether a tag's content format stops only at the tag's end (XGrammar's unlimited content):
+    text without a max_chars or max_tokens, or tags that repeat until then."""
+    if not isinstance(fmt, dict):
+        return False
+    kind = fmt.get("type")
+    if kind in ("any_text", "any_tokens"):
+        return fmt.get("max_chars") is None and fmt.get("max_tokens") is None
+    return kind in ("triggered_tags", "tags_with_separator") and not fmt.get("stop_after_first")
 
 
 def _invalid(where: str, message: str) -> GrammarError:

@@ -17,6 +17,8 @@ import pushmask as pm
 from pushmask.grammar.core.errors import GrammarError
 from pushmask.testing import _is_grammar_accept_string
 
+_A_TAG = {"begin": "[", "content": {"type": "const_string", "value": "a"}, "end": "]"}
+
 PIECES = ["a", "b", "ab", "ba", "<", ">", "x>", "<a", "中", "中a"]
 STOP = len(PIECES)
 
@@ -168,6 +170,32 @@ def nested(depth: int) -> dict:
         ),
         ({"type": "structural_tag", "format": {"type": "repeat", "max": -2, "content": {}}}, "-1 (unbounded) or >= 0"),
         (nested(101), "nested deeper than 100"),
+        (
+            {
+                "type": "structural_tag",
+                "format": {"type": "tag", "begin": "<", "content": {"type": "any_text"}, "end": ""},
+            },
+            "unlimited content",
+        ),
+        (
+            {
+                "type": "structural_tag",
+                "format": {"type": "tag", "begin": "<", "content": {"type": "any_text"}, "end": ["", ""]},
+            },
+            "must have a non-empty end",
+        ),
+        (
+            {
+                "type": "structural_tag",
+                "format": {
+                    "type": "tag",
+                    "begin": "<",
+                    "content": {"type": "tags_with_separator", "tags": [_A_TAG], "separator": ","},
+                    "end": "",
+                },
+            },
+            "must have a non-empty end",
+        ),
     ],
 )
 def test_document_errors_use_xgrammars_words_and_a_pointer(document, words):
@@ -175,6 +203,23 @@ def test_document_errors_use_xgrammars_words_and_a_pointer(document, words):
         pm.Grammar.from_structural_tag(document)
     assert words in str(error.value)
     assert "#" in str(error.value)  # the JSON pointer of the bad format
+
+
+def test_a_tag_with_an_empty_end_reads_content_that_ends_by_itself():
+    """An empty end is refused only where the content runs until the end (above); bounded content
+    or a tag stopping after its first inner tag compiles, the end being the empty string."""
+    for content, inside, outside in [
+        ({"type": "any_text", "max_chars": 2}, "<ab", "<abc"),
+        (
+            {"type": "tags_with_separator", "tags": [_A_TAG], "separator": ",", "stop_after_first": True},
+            "<[a]",
+            "<[a],[a]",
+        ),
+    ]:
+        document = {"type": "structural_tag", "format": {"type": "tag", "begin": "<", "content": content, "end": ""}}
+        grammar = pm.Grammar.from_structural_tag(document)
+        assert _is_grammar_accept_string(grammar, inside)
+        assert not _is_grammar_accept_string(grammar, outside)
 
 
 def test_formats_nested_to_the_bound_compile():
