@@ -495,11 +495,12 @@ class _Parser:
             for tag, _ in tags:
                 if tag.startswith(exclude):
                     raise self.error(f"Exclude string must not be a prefix of trigger string: {exclude}", start)
-        from .structural_tag import dispatch_loop, text_without  # it reads EBNF bodies: imported on use
+        from .structural_tag import dispatch_loop, text_without, texts_before_triggers  # (reads EBNF: on use)
 
-        branches = [seq(lit(tag), rule) for tag, rule in tags]
-        text = text_without([tag for tag, _ in tags] + excludes)
-        return dispatch_loop(text, alt(*branches), self.dispatch_loops(named))
+        triggers = [tag for tag, _ in tags]
+        befores = texts_before_triggers(triggers, excludes)
+        led = [seq(befores[tag], lit(tag), rule) for tag, rule in tags if tag in befores]
+        return dispatch_loop(text_without(triggers + excludes), alt(*led), self.dispatch_loops(named))
 
     def token_tag_dispatch_macro(
         self, name: str, positional: list[MacroArg], named: dict[str, MacroArg], start: int
@@ -516,8 +517,8 @@ class _Parser:
         from .structural_tag import dispatch_loop  # it reads EBNF bodies: imported on use
 
         branches = [seq(self.token_ref(token, start), rule) for token, rule in triggers]
-        free = self.token_class({token for token, _ in triggers} | set(excludes))
-        return dispatch_loop(rep(free, 0, None), alt(*branches), self.dispatch_loops(named))
+        text = rep(self.token_class({token for token, _ in triggers} | set(excludes)), 0, None)
+        return dispatch_loop(text, seq(text, alt(*branches)), self.dispatch_loops(named))
 
     def dispatch_options(self, name: str, named: dict[str, MacroArg], start: int, known: tuple[str, ...]) -> None:
         for key in named:

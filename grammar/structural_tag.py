@@ -21,9 +21,9 @@ FORMAT ``type``s and their languages:
 | ``any_tokens`` | ``any_text`` whose text holds none of the ``exclude_tokens``' texts (``max_tokens`` as above) |
 | ``sequence`` / ``or`` | concatenation / alternation of ``elements`` |
 | ``tag`` | ``begin`` ``content`` ``end`` (``begin`` / ``end`` a string or a token; ``end`` may list strings) |
-| ``triggered_tags`` | text without the triggers, then any number of tags each followed by such text; ``at_least_one``: starts with a tag; ``stop_after_first``: ends after one tag |
+| ``triggered_tags`` | text without the triggers (and ``excludes``), then any number of tags each followed by such text; the text and the trigger after it hold no excluded string and no other trigger (texts_before_triggers); ``at_least_one``: starts with a tag; ``stop_after_first``: ends after one tag |
 | ``token_triggered_tags`` | the same with tags whose ``begin`` is a token, triggered by that token (``trigger_tokens``) |
-| ``dispatch`` | text without the patterns, then a pattern and its format, then such text again (``loop``) or the end |
+| ``dispatch`` | text without the patterns (and ``excludes``), then a pattern and its format, then such text again (``loop``) or the end; text and pattern as text and trigger above |
 | ``token_dispatch`` | the same with tokens as the patterns |
 | ``tags_with_separator`` | tags joined by ``separator``, nothing else; ``at_least_one``, ``stop_after_first`` as above |
 | ``optional`` / ``star`` / ``plus`` / ``repeat`` | repetitions of ``content`` |
@@ -544,17 +544,25 @@ class _Builder:
                 )
         excludes = _strings(fmt.get("excludes", []), where, "excludes")
         text = self._rule(text_without(triggers + excludes))
-        return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
+        tags = self._tags(fmt, where)
+        begins = [_plain(tag).get("begin") for tag in _list(fmt, "tags", where)]
+        led = [
+            seq(self._rule(before), alt(*(tag for tag, begin in zip(tags, begins) if begin.startswith(trigger))))
+            for trigger, before in texts_before_triggers(triggers, excludes).items()
+            if any(begin.startswith(trigger) for begin in begins)
+        ]
+        return self._repeated_tags(fmt, text, self._rule(alt(*tags)), alt(*led))
 
     @staticmethod
-    def _repeated_tags(fmt, text: Expr, tag: Expr) -> Expr:
-        """Free text and tags as (token_)triggered_tags' at_least_one and stop_after_first say."""
+    def _repeated_tags(fmt, text: Expr, tag: Expr, led_tag: Expr) -> Expr:
+        """Free text and tags as (token_)triggered_tags' at_least_one and stop_after_first say;
+        `led_tag`: a tag with the free text before it."""
         at_least_one, stop_after_first = bool(fmt.get("at_least_one")), bool(fmt.get("stop_after_first"))
         if stop_after_first:
-            return tag if at_least_one else seq(text, opt(tag))
+            return tag if at_least_one else alt(text, led_tag)
         if at_least_one:
-            return seq(tag, text, star(seq(tag, text)))
-        return seq(text, star(seq(tag, text)))
+            return seq(tag, star(led_tag), text)
+        return seq(star(led_tag), text)
 
     def _token_triggered_tags(self, fmt, where):
         _check_flags(fmt, where)
@@ -576,7 +584,8 @@ class _Builder:
                     f"begin token {begin.get('token')!r} is not one of the trigger_tokens {list(triggers)!r}",
                 )
         text = self._rule(text_without(self._token_texts(fmt.get("exclude_tokens", []), where)))
-        return self._repeated_tags(fmt, text, self._rule(alt(*self._tags(fmt, where))))
+        tag = self._rule(alt(*self._tags(fmt, where)))
+        return self._repeated_tags(fmt, text, tag, seq(text, tag))
 
     def _dispatch(self, fmt, where):
         rules = _list(fmt, "rules", where)
@@ -593,11 +602,14 @@ class _Builder:
             else:
                 raise _invalid(f"{where}/rules/{i}", f"a dispatch pattern is a non-empty string, got {pattern!r}")
             branches.append(seq(head, self.format(content, f"{where}/rules/{i}/1")))
+        loop = fmt.get("loop", True)
         if fmt["type"] == "token_dispatch":
-            avoid = self._token_texts(fmt.get("exclude_tokens", []), where)
-        else:
-            avoid = patterns + _strings(fmt.get("excludes", []), where, "excludes")
-        return dispatch_loop(self._rule(text_without(avoid)), self._rule(alt(*branches)), fmt.get("loop", True))
+            text = self._rule(text_without(self._token_texts(fmt.get("exclude_tokens", []), where)))
+            return dispatch_loop(text, seq(text, self._rule(alt(*branches))), loop)
+        excludes = _strings(fmt.get("excludes", []), where, "excludes")
+        befores = texts_before_triggers(patterns, excludes)
+        led = [seq(self._rule(befores[p]), branch) for p, branch in zip(patterns, branches) if p in befores]
+        return dispatch_loop(self._rule(text_without(patterns + excludes)), alt(*led), loop)
 
     _token_dispatch = _dispatch
 
@@ -713,10 +725,11 @@ def _list(fmt: dict, key: str, where: str) -> list:
     return list(value)
 
 
-def dispatch_loop(text: Expr, branch: Expr, loop: bool) -> Expr:
-    """Free `text` (which holds no trigger) with dispatched branches: `text (branch text)*` when
-    `loop`, else `text branch?`.  The dispatch formats and EBNF's TagDispatch macros share it."""
-    return seq(text, star(seq(branch, text))) if loop else seq(text, opt(branch))
+def dispatch_loop(text: Expr, led_branch: Expr, loop: bool) -> Expr:
+    """Free `text` (which holds no trigger) with dispatched branches, each `led_branch` holding
+    the free text before it: `led_branch* text` when `loop`, else `text | led_branch`.  The
+    dispatch formats and EBNF's TagDispatch macros share it."""
+    return seq(star(led_branch), text) if loop else alt(text, led_branch)
 
 
 def text_without(strings: list[str]) -> Expr:
@@ -728,6 +741,51 @@ def text_without(strings: list[str]) -> Expr:
     dfa = without_strings(strings)
     transitions = tuple((state, lo, hi, target) for state, row in enumerate(dfa.trans) for lo, hi, target in row)
     return CharFsm(0, dfa.finals, transitions)
+
+
+def texts_before_triggers(triggers: list[str], excludes: list[str]) -> dict[str, Expr]:
+    """For each trigger, the free text that may come right before it: text holding no trigger
+    and no excluded string, after which reading the trigger completes none of them before its
+    last character, and no excluded string with it.  So excluded strings bind the text through
+    the trigger (a trigger holding one never fires), and the first trigger in the text is the
+    one that dispatches.  Triggers no text may precede are left out."""
+    avoid = [s for s in dict.fromkeys(triggers + excludes) if s]
+    text = text_without(avoid)
+    if not isinstance(text, CharFsm):  # no strings at all
+        return {trigger: text for trigger in triggers}
+    # The text read so far matters only through its longest suffix that begins one of the
+    # strings (the Aho-Corasick state): a state's shortest word spells that suffix.
+    words = {0: ""}
+    queue = [0]
+    for state in queue:
+        for source, lo, _, target in text.transitions:
+            if source == state and target not in words:
+                words[target] = words[state] + chr(lo)
+                queue.append(target)
+    led = {}
+    for trigger in dict.fromkeys(triggers):
+        finals = frozenset(
+            state
+            for state in text.finals
+            if state in words and _reads_cleanly(words[state], trigger, avoid, set(triggers))
+        )
+        if finals:
+            led[trigger] = CharFsm(0, finals, text.transitions)
+    return led
+
+
+def _reads_cleanly(before: str, trigger: str, avoid: list[str], triggers: set[str]) -> bool:
+    """Whether `trigger` read after `before` (which holds none of `avoid`) completes no string of
+    `avoid` before its last character, and none but triggers with it."""
+    text = before + trigger
+    for string in avoid:
+        at = text.find(string)
+        while at != -1:
+            end = at + len(string)
+            if end > len(before) and (end < len(text) or string not in triggers):
+                return False
+            at = text.find(string, at + 1)
+    return True
 
 
 def _at_most(fsm: CharFsm, count: int, limits: Limits, where: str) -> CharFsm:

@@ -58,11 +58,18 @@ def test_substring_mask_matches_per_token_acceptance():
 
 def dispatch_oracle(text: str, tags: dict[str, set[str]], excludes: list[str], loop: bool) -> bool:
     """TagDispatch by its definition: free text holding no tag and no excluded string, each tag
-    followed by a string of its rule, then free text again (loop) or the end."""
+    followed by a string of its rule, then free text again (loop) or the end.  The free text
+    and its tag together hold no excluded string and no tag but the one they end with (the
+    first tag in the text dispatches; excluded strings bind the tag too)."""
     avoid = list(tags) + excludes
 
     def free(s: str) -> bool:
         return not any(a in s for a in avoid)
+
+    def led_by_free_text(s: str) -> bool:  # free text, then a tag that ends s
+        return not any(
+            s.startswith(a, at) and not (a in tags and at + len(a) == len(s)) for a in avoid for at in range(len(s))
+        )
 
     def rest(s: str) -> bool:  # after the free text that starts s
         if free(s):
@@ -71,7 +78,7 @@ def dispatch_oracle(text: str, tags: dict[str, set[str]], excludes: list[str], l
             if not free(s[:cut]):
                 break
             for tag, bodies in tags.items():
-                if s.startswith(tag, cut):
+                if s.startswith(tag, cut) and led_by_free_text(s[: cut + len(tag)]):
                     after = s[cut + len(tag) :]
                     for body in bodies:
                         if after.startswith(body) and (rest(after[len(body) :]) if loop else after == body):
@@ -82,7 +89,7 @@ def dispatch_oracle(text: str, tags: dict[str, set[str]], excludes: list[str], l
 
 
 @pytest.mark.parametrize("loop", [True, False])
-@pytest.mark.parametrize("excludes", [[], ["ba"]])
+@pytest.mark.parametrize("excludes", [[], ["ba"], ["bc"], ["b"]])
 def test_tag_dispatch_is_exactly_its_definition(loop, excludes):
     options = ", loop_after_dispatch=" + ("true" if loop else "false")
     if excludes:

@@ -395,3 +395,24 @@ def test_xml_argument_excludes_filter_raw_values_and_names(compiler):
         assert (matcher.accept_string(text) and matcher.can_end()) == accepted, text
     with pytest.raises(GrammarError, match="formatting whitespace"):
         compiler.compile_structural_tag({"type": "structural_tag", "format": {**fmt, "excludes": [" BAD"]}})
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {
+            "type": "triggered_tags",
+            "triggers": ["<t"],
+            "tags": [{"begin": "<t>", "content": {"type": "const_string", "value": "v"}, "end": "</t>"}],
+            "excludes": ["x<"],
+        },
+        {"type": "dispatch", "rules": [["<t>", {"type": "const_string", "value": "v</t>"}]], "excludes": ["x<"]},
+    ],
+)
+def test_excluded_strings_bind_the_free_text_through_its_trigger(document):
+    """The text before a trigger and the trigger together hold no excluded string ("x" then
+    "<t" holds "x<"); what follows the trigger is the tag's, where excludes do not apply."""
+    grammar = pm.Grammar.from_structural_tag({"type": "structural_tag", "format": document})
+    assert _is_grammar_accept_string(grammar, "ab<t>v</t>yz")
+    assert not _is_grammar_accept_string(grammar, "abx<t>v</t>")
+    assert _is_grammar_accept_string(grammar, "abx")  # free text may end with the excluded string's start
