@@ -668,12 +668,13 @@ _INT32_MAX = 2**31 - 1
 
 def _runs_to_the_end(fmt: Any) -> bool:
     """Whether a tag's content format stops only at the tag's end (XGrammar's unlimited content):
-    text without a max_chars or max_tokens, or tags that repeat until then."""
+    text without a bound or an excluded string or token (which a dispatch around the tag may
+    take next), or tags that repeat until then."""
     if not isinstance(fmt, dict):
         return False
     kind = fmt.get("type")
     if kind in ("any_text", "any_tokens"):
-        return fmt.get("max_chars") is None and fmt.get("max_tokens") is None
+        return not any(fmt.get(key) for key in ("max_chars", "max_tokens", "excludes", "exclude_tokens"))
     return kind in ("triggered_tags", "tags_with_separator") and not fmt.get("stop_after_first")
 
 

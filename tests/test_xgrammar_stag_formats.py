@@ -416,3 +416,28 @@ def test_excluded_strings_bind_the_free_text_through_its_trigger(document):
     assert _is_grammar_accept_string(grammar, "ab<t>v</t>yz")
     assert not _is_grammar_accept_string(grammar, "abx<t>v</t>")
     assert _is_grammar_accept_string(grammar, "abx")  # free text may end with the excluded string's start
+
+
+def test_content_that_stops_at_an_excluded_token_may_have_an_empty_end():
+    """any_tokens stopping at its excluded trigger token needs no end: the dispatch around the
+    tag takes that token next (XGrammar's test_stag_any_tokens_exclude_redispatch)."""
+    info = pm.TokenizerInfo(["<tool>", "a", "b", "</s>"], stop_token_ids=[3])
+    document = {
+        "type": "structural_tag",
+        "format": {
+            "type": "token_triggered_tags",
+            "trigger_tokens": [0],
+            "tags": [
+                {
+                    "begin": {"type": "token", "token": 0},
+                    "content": {"type": "any_tokens", "exclude_tokens": [0]},
+                    "end": "",
+                }
+            ],
+        },
+    }
+    compiled = pm.GrammarCompiler(info, cache_enabled=False).compile_structural_tag(document)
+    matcher = pm.GrammarMatcher(compiled)
+    for token in [1, 0, 1, 2, 0, 2, 3]:
+        assert matcher.accept_token(token), token
+    assert matcher.is_terminated()
