@@ -736,7 +736,9 @@ def refuse_matcher_attributes(values: dict[str, tuple[str, int]], error: Callabl
             )
 
 
-def read_attributes(text: str, offset: int, error: Callable[[str, int], Exception]) -> tuple[dict[str, tuple[str, int]], int]:
+def read_attributes(
+    text: str, offset: int, error: Callable[[str, int], Exception]
+) -> tuple[dict[str, tuple[str, int]], int]:
     """The attribute list of a rule header whose `[` is at `offset` (XGrammar's `name[lazy,
     max_chars=8]`, in Lark and in EBNF), checked with XGrammar's words: attribute -> (its value as
     written, its offset), and where the list ends (after its `]`).  `error(message, offset)` makes

@@ -571,7 +571,9 @@ class _Product:
             if origin in positions:
                 positions[name] = positions[origin]
         temperatures = dict(self.grammar.temperatures)  # a copy of a rule keeps its temperature
-        temperatures.update({name: temperatures[origin] for name, origin in self.origin.items() if origin in temperatures})
+        temperatures.update(
+            {name: temperatures[origin] for name, origin in self.origin.items() if origin in temperatures}
+        )
         return Grammar(
             rules,
             new_root,

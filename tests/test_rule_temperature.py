@@ -161,7 +161,9 @@ def test_subgrammars_keep_their_rule_and_their_own_temperatures() -> None:
 
 
 def test_notice_of_differing_temperatures_is_printed_once(capfd: pytest.CaptureFixture[str]) -> None:
-    compiled = byte_compiler().compile_lark('start: left | right\nleft[temperature=0.2]: "a"+\nright[temperature=0.9]: "ab"')
+    compiled = byte_compiler().compile_lark(
+        'start: left | right\nleft[temperature=0.2]: "a"+\nright[temperature=0.9]: "ab"'
+    )
     matcher = pm.GrammarMatcher(compiled)
     assert matcher.temperature == pytest.approx(0.9)
     assert matcher.accept_string("a") and matcher.temperature == pytest.approx(0.9)
@@ -201,8 +203,14 @@ def test_draft_tree_and_batch_use_each_nodes_state() -> None:
 # --- the language and the masks do not change ----------------------------------------------------
 
 MASK_GRAMMARS = [
-    ("lark", 'start: "{" pair ("," pair)* "}"\npair: KEY ":" value\nvalue[temperature=0.7]: /[0-9]+( [a-z]+)?/\nKEY: /"[a-z]+"/'),
-    ("ebnf", 'root ::= "[" item ("," item)* "]"\nitem[temperature=0.4] ::= word | "(" root ")"\nword[temperature=1.5] ::= [a-z]+'),
+    (
+        "lark",
+        'start: "{" pair ("," pair)* "}"\npair: KEY ":" value\nvalue[temperature=0.7]: /[0-9]+( [a-z]+)?/\nKEY: /"[a-z]+"/',
+    ),
+    (
+        "ebnf",
+        'root ::= "[" item ("," item)* "]"\nitem[temperature=0.4] ::= word | "(" root ")"\nword[temperature=1.5] ::= [a-z]+',
+    ),
 ]
 
 
@@ -220,7 +228,7 @@ def test_temperatures_change_no_mask(smollm2_compiler, kind: str, text: str) -> 
     info = smollm2_compiler.tokenizer_info
     rng = np.random.default_rng(0)
     sample = rng.choice(info.vocab_size, 300, replace=False)
-    for walk in range(3):
+    for _walk in range(3):
         a, b = pm.GrammarMatcher(with_t), pm.GrammarMatcher(without)
         for _ in range(12):
             masks = [pm.allocate_token_bitmask(1, info.vocab_size) for _ in range(2)]
