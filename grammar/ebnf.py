@@ -4,7 +4,8 @@
     item  ::= [a-z_] [a-z0-9_-]* | "\\u00e9" | . | x{2,3}
     ws    ::= [ \\t\\n]*
 
-Rules are `name ::= expression` (names of letters, digits, '-' and '_').  Expressions have
+Rules are `name ::= expression` (names of letters, digits, '-' and '_'), or `name[temperature=0.6]
+::= expression` (XGrammar's rule attributes; the temperature is Grammar.temperatures).  Expressions have
 "strings" and 'strings', character classes `[a-z]` / `[^...]` over code points, `.` (any code
 point), grouping, `|`, and the postfix operators `? * + {n} {n,} {n,m}`.  Escapes in strings
 and classes: \\n \\t \\r \\f \\v \\0 \\\\ \\" \\' \\[ \\] \\- \\^ \\/ \\xHH \\uHHHH \\UHHHHHHHH (code points,
@@ -51,6 +52,7 @@ from .ir import (
     token_class_terminal,
     token_terminal,
 )
+from .lark_dialect import attribute_list_close, read_attributes, refuse_matcher_attributes
 from .passes import split_large_repeats
 from .regex import regex_to_ir
 
@@ -122,6 +124,7 @@ class _Parser:
         self.max_nesting = max_nesting
         self.in_lookahead = False  # inside a dropped `(= ...)`, where only Regex(...) may appear
         self.token_classes: dict[int, frozenset[int]] = {}  # ExcludeToken: class terminal -> excluded ids
+        self.temperatures: dict[str, float] = {}  # rules with `name[temperature=t] ::=`
         self.line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
     # --- positions and errors -----------------------------------------------------------------
@@ -161,11 +164,14 @@ class _Parser:
         return end
 
     def at_rule_start(self) -> bool:
-        """Does a new `name ::=` begin here?  That is what ends the previous rule."""
+        """Does a new `name ::=` (or `name[attributes] ::=`) begin here?  That is what ends the
+        previous rule."""
         end = self.name_at(self.pos)
         if end == self.pos:
             return False
-        i = end
+        i = attribute_list_close(self.text, end + 1) if self.text.startswith("[", end) else end
+        if i < 0:
+            return False
         while i < len(self.text) and self.text[i] in " \t":
             i += 1
         return self.text.startswith("::=", i)
@@ -184,6 +190,8 @@ class _Parser:
                 raise self.error(f"expected a rule name, found {self.peek()!r}; rules look like `name ::= ...`")
             name = self.text[start:end]
             self.pos = end
+            if self.peek() == "[" and attribute_list_close(self.text, end + 1) >= 0:
+                self.rule_attributes(name)
             while self.peek() in (" ", "\t"):
                 self.pos += 1
             if not self.text.startswith("::=", self.pos):
@@ -210,6 +218,22 @@ class _Parser:
             rules[name] = body
             positions[name] = positions[name.rsplit(".block", 1)[0]]
         return rules, positions
+
+    def rule_attributes(self, name: str) -> None:
+        """XGrammar's rule attributes `name[temperature=0.6] ::=`, read and checked by the Lark
+        dialect's reader (grammar/lark_dialect.py); a temperature is kept (Grammar.temperatures),
+        what the matcher or this reader cannot honour is refused by name at the attribute."""
+        values, self.pos = read_attributes(self.text, self.pos, self.error)
+        refuse_matcher_attributes(values, self.error)
+        for attribute, (_, at) in values.items():
+            if attribute != "temperature":
+                raise self.error(
+                    f"attribute {attribute!r} is not supported on EBNF rules (pushmask honours temperature there); "
+                    "lazy, suffix, stop and max_chars are honoured on Lark rules (`name[lazy]: ...`)",
+                    at,
+                )
+        if "temperature" in values:
+            self.temperatures[name] = float(values["temperature"][0])
 
     def lookahead_assertion(self) -> None:
         """Parse and drop an XGrammar `(= ...)` suffix (a hint, not part of the language)."""
@@ -824,4 +848,11 @@ def parse_ebnf(
         raise GrammarError(
             f"grammar has no root rule {root!r} (rules: {known}); add `{root} ::= ...` or pass root_rule_name", 1, 1
         )
-    return Grammar(rules, root, positions, token_classes=parser.token_classes, refusal=parser.refusal)
+    return Grammar(
+        rules,
+        root,
+        positions,
+        token_classes=parser.token_classes,
+        temperatures=parser.temperatures,
+        refusal=parser.refusal,
+    )

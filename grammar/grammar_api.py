@@ -22,7 +22,6 @@ from .ir import (
     map_leaves,
     map_refs,
     seq,
-    to_text,
     token_terminal_bytes,
 )
 from .json_options import JsonOptions
@@ -146,7 +145,7 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
                 f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
                 "(make one with Grammar.from_ebnf / from_json_schema / from_regex)"
             )
-    rules, positions, checks, token_classes, roots = {}, {}, {}, {}, []
+    rules, positions, checks, token_classes, temperatures, roots = {}, {}, {}, {}, {}, []
     for i, grammar in enumerate(grammars):
         prefix = f"g{i}_"
         renumbered = _renumbered_classes(grammar.token_classes, len(token_classes))
@@ -155,6 +154,7 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
             rules[prefix + rule] = _renumber_classes(body, renumbered) if renumbered else body
         positions.update({prefix + rule: at for rule, at in grammar.positions.items()})
         checks.update({prefix + rule: check for rule, check in grammar.checks.items()})
+        temperatures.update({prefix + rule: t for rule, t in grammar.temperatures.items()})
         token_classes.update({renumbered[t][1]: ids for t, ids in grammar.token_classes.items()})
         roots.append(Ref(prefix + grammar.root))
     rules["root"] = join(*roots)
@@ -167,6 +167,7 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
         any(g.allow_empty for g in grammars),
         checks,
         token_classes=token_classes,
+        temperatures=temperatures,
         refusal=refusal,
     )
 
@@ -199,5 +200,5 @@ def _text(value: Any, name: str, where: str) -> None:
 def _printed(grammar: Grammar, show: bool) -> Grammar:
     """XGrammar's print_converted_ebnf: the rules, as pushmask renders its IR."""
     if show:
-        print("\n".join(f"{rule} ::= {to_text(body)}" for rule, body in grammar.rules.items()))
+        print(grammar)
     return grammar

@@ -303,6 +303,9 @@ class Grammar:
     matcher closes the rule once they are spent (masks/token_regions.py).
     token_classes maps the id of a token-class terminal (token_class_terminal) to the token ids
     it excludes: the terminal stands for any one token of the vocabulary but those.
+    temperatures maps a rule name to XGrammar's sampling temperature inside it (`name[temperature=t]`):
+    it changes no language; passes keep these rules as rules, so the automaton's `state_rule`
+    says which rule a stack is in, and the matcher reports the innermost rule's temperature.
     productive: passes.check_productive found every rule productive (and left these rules as
     they are): running it again can be skipped.  Grammars are not modified in place, and copy()
     with new rules clears it.
@@ -319,6 +322,7 @@ class Grammar:
     checks: dict[str, object] = field(default_factory=dict)
     token_limits: dict[str, int] = field(default_factory=dict)
     token_classes: dict[int, frozenset[int]] = field(default_factory=dict)
+    temperatures: dict[str, float] = field(default_factory=dict)
     productive: bool = field(default=False, compare=False, repr=False)
     refusal: Exception | None = field(default=None, compare=False, repr=False)
 
@@ -340,7 +344,23 @@ class Grammar:
             {name: check for name, check in self.checks.items() if name in rules},
             {name: n for name, n in self.token_limits.items() if name in rules},
             dict(self.token_classes),
+            {name: t for name, t in self.temperatures.items() if name in rules},
             refusal=self.refusal,
+        )
+
+    def kept_rules(self) -> set[str]:
+        """The rules passes must keep as rules (never inline or rewrite into a loop): checked
+        rules, token-limited rules and rules with a temperature, whose instances the matcher
+        follows by their automaton's rule."""
+        return self.checks.keys() | self.token_limits.keys() | self.temperatures.keys()
+
+    def __str__(self) -> str:
+        """The rules as EBNF-like text, `name ::= body` a line (ir.to_text), a rule with a
+        temperature as `name[temperature=t] ::= body`."""
+        return "\n".join(
+            f"{rule}{f'[temperature={self.temperatures[rule]!r}]' if rule in self.temperatures else ''} ::= "
+            f"{to_text(body)}"
+            for rule, body in self.rules.items()
         )
 
     # XGrammar's serialization (masks/serialization.py holds every serialized form; imported on use).

@@ -18,8 +18,11 @@ XGrammar's structured regex ``%regex {"substring_chunks": [...]}`` / ``{"substri
 Rule attributes (``name[lazy, suffix="</t>", max_chars=8]: ...``) are read and checked as XGrammar
 checks them.  Those that only change the rule's language (``lazy``, ``suffix``, ``stop``,
 ``max_chars``) are honoured by compiling the rule as one terminal: ``name: PUSHMASK_RULE_k`` and
-``PUSHMASK_RULE_k: body``, whose automaton the front end cuts (`RuleAttributes`); the matcher
-features (``capture``, ``stop_capture``, ``temperature``, ``max_tokens``) are refused by name.
+``PUSHMASK_RULE_k: body``, whose automaton the front end cuts (`RuleAttributes`).  ``temperature``
+is XGrammar's sampling temperature inside the rule (`Translation.temperatures`): the rule is
+compiled as one terminal too, as XGrammar compiles it, unless its body is one grammar inside the
+grammar (``@name``, ``%json``, ``%lark``), which stays a rule.  The other matcher features
+(``capture``, ``stop_capture``, ``max_tokens``) are refused by name.
 Constructs of the dialect pushmask does not have (``&``, ``~`` as complement) are refused with a
 GrammarError at their line and column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front
 end (it resolves them with the tokenizer); a malformed one is refused here.  Every rewrite keeps the
@@ -35,6 +38,7 @@ import bisect
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +52,10 @@ __all__ = [
     "RuleAttributes",
     "SourceMap",
     "Translation",
+    "attribute_list_close",
     "lark_error",
+    "read_attributes",
+    "refuse_matcher_attributes",
     "translate_dialect",
 ]
 
@@ -69,8 +76,11 @@ RULE_TERMINAL = "PUSHMASK_RULE_{}"
 """The terminal a rule with language attributes is compiled as (its body: the same name + _BODY)."""
 MAX_CHARS_LIMIT = 2**31 - 1  # XGrammar's bounds on max_chars (inclusive, from 0) and max_tokens (from 1)
 MAX_TOKENS_LIMIT = 1_000_000
-_MATCHER_ATTRIBUTES = ("capture", "stop_capture", "temperature", "max_tokens")
-"""Attributes that drive XGrammar's matcher (captures, sampling temperature, token budgets): refused."""
+_MATCHER_ATTRIBUTES = ("capture", "stop_capture", "max_tokens")
+"""Attributes that drive XGrammar's matcher (captures, token budgets): refused."""
+_LINE_END = re.compile(r"[ \t]*(?:(?://|#)[^\n]*)?(?:\n|$)")
+_CONTINUED = re.compile(r"(?:[ \t]*(?:(?://|#)[^\n]*)?\n)*[ \t]*\|")
+"""Lines that continue a rule with another alternative (`| ...`), blank and comment lines before."""
 _ANY_TEXT_PATTERNS = ("(.|\\n)*", "(\\n|.)*", "(?s:.*)", "(?:.|\\n)*", "(?:\\n|.)*", "[\\s\\S]*")
 """The regexes XGrammar reads as any text (without the s flag; with it, `.*`)."""
 _FIXED_STRING = re.compile(r'"(?:[^"\\\n]|\\.)+"')
@@ -127,6 +137,14 @@ class RuleAttributes:
     triggered: bool = False
     """XGrammar's trigger form (any text, then a fixed string): every prefix of the lazy
     language is in it too (the text may end before the trigger)."""
+    temperature: bool = False
+    """The rule has a temperature (compiled as a terminal for it, as XGrammar does)."""
+
+    def why(self) -> str:
+        """Why the rule is compiled as a terminal, for errors."""
+        if self.lazy or self.max_chars is not None:
+            return "has lazy, suffix, stop or max_chars"
+        return "has a temperature (temperature is only supported on terminals and subgrammars)"
 
 
 @dataclass
@@ -162,6 +180,8 @@ class Translation:
     source_map: SourceMap
     rule_terminals: dict[str, RuleAttributes] = field(default_factory=dict)
     """The terminals rules with attributes are compiled as, by terminal name."""
+    temperatures: dict[str, float] = field(default_factory=dict)
+    """The rules with a `temperature` attribute: Grammar.temperatures."""
 
 
 def _skip(blanks: re.Pattern[str], text: str, offset: int) -> int:
@@ -222,13 +242,12 @@ class _Translator:
         self.group_starts: list[int] = []  # where each open ( or [ is in `out`
         self.last_string = ""  # the last "string" literal read, as written
         self.rule_terminals: dict[str, RuleAttributes] = {}
-        self.terminal_rule = ""  # the rule whose body is being read as a terminal, if any
+        self.temperatures: dict[str, float] = {}
+        self.terminal_rule: RuleAttributes | None = None  # the rule whose body is being read as a terminal
 
     def error(self, message: str, offset: int) -> GrammarError:
-        if self.terminal_rule:
-            message += (
-                f" (rule '{self.terminal_rule}' has lazy, suffix, stop or max_chars: it is compiled as a terminal)"
-            )
+        if self.terminal_rule is not None:
+            message += f" (rule '{self.terminal_rule.rule}' {self.terminal_rule.why()}: it is compiled as a terminal)"
         return lark_error(self.text, message, *_line_column(self.text, offset))
 
     def emit(self, piece: str) -> None:
@@ -301,7 +320,12 @@ class _Translator:
         # each placeholder is defined (its body is replaced by the embedded grammar's root)
         self.emit("".join(f'\n{placeholder}: "{placeholder}"' for placeholder in self.embedded))
         return Translation(
-            "".join(self.out), self.embedded, self.allow_initial_skip, self.source_map, self.rule_terminals
+            "".join(self.out),
+            self.embedded,
+            self.allow_initial_skip,
+            self.source_map,
+            self.rule_terminals,
+            self.temperatures,
         )
 
     def start_line(self, i: int) -> int:
@@ -315,7 +339,7 @@ class _Translator:
         if header is not None and (header.group(3) == ":" or self.attribute_list_end(header.end(3)) >= 0):
             name = header.group(1)
             self.in_terminal = name.lstrip("_")[:1].isupper()
-            self.terminal_rule = ""
+            self.terminal_rule = None
             if header.group(3) == "[":
                 self.emit(text[i : header.end(1)])
                 return self.attributes(name, header.start(3))
@@ -326,15 +350,9 @@ class _Translator:
     def attribute_list_end(self, offset: int) -> int:
         """Where the `:` after the attribute list starting at `offset` (after its `[`) is, or -1
         when the line is no definition header (an optional `[...]` on a continuation line)."""
-        end = offset
-        while True:
-            token = _ATTRIBUTE_TOKEN.match(self.text, end)
-            if token is None or token.group("other") is not None:
-                return -1
-            end = token.end()
-            if token.group("punct") == "]":
-                colon = _skip(_BLANKS, self.text, end)
-                return colon if self.text.startswith(":", colon) and not self.text.startswith("::", colon) else -1
+        end = attribute_list_close(self.text, offset)
+        colon = _skip(_BLANKS, self.text, end) if end >= 0 else -1
+        return colon if self.text.startswith(":", colon) and not self.text.startswith("::", colon) else -1
 
     def attributes(self, name: str, offset: int) -> int:
         """XGrammar's rule attributes `name[lazy, max_chars=8]: ...`, checked with XGrammar's words;
@@ -342,105 +360,21 @@ class _Translator:
         Returns where the body starts."""
         if self.in_terminal:
             raise self.error("attributes are only supported on rules", offset)
-        values: dict[str, tuple[str, int]] = {}  # attribute -> (its value as written, its offset)
-        i = offset + 1
-        while True:
-            key = _ATTRIBUTE_TOKEN.match(self.text, i)
-            assert key is not None  # attribute_list_end read the list to its ]
-            if key.group("punct") == "]" and not values:  # name[]: no attributes
-                i = key.end()
-                break
-            if key.group("name") is None:
-                raise self.error("expected rule attribute", key.start(key.lastgroup or 0))
-            attribute, at = key.group("name"), key.start("name")
-            i = key.end()
-            value = ""
-            equals = _ATTRIBUTE_TOKEN.match(self.text, i)
-            assert equals is not None
-            if equals.group("punct") == "=":
-                token = _ATTRIBUTE_TOKEN.match(self.text, equals.end())
-                assert token is not None
-                value, i = token.group().strip(), token.end()
-                self.check_attribute(attribute, token, at)
-            elif attribute not in ("lazy", "capture"):
-                self.check_attribute(attribute, None, at)
-            if attribute in values:
-                raise self.error(f"{attribute} attribute is specified more than once", at)
-            if attribute == "suffix" and "stop" in values:
-                raise self.error("suffix cannot be combined with stop", at)
-            if attribute == "stop" and "suffix" in values:
-                raise self.error("stop cannot be combined with suffix", at)
-            values[attribute] = (value, at)
-            separator = _ATTRIBUTE_TOKEN.match(self.text, i)
-            assert separator is not None
-            i = separator.end()
-            if separator.group("punct") == "]":
-                break
-            if separator.group("punct") != ",":
-                raise self.error("expected ']' after rule attributes", separator.start(separator.lastgroup or 0))
-        if "stop_capture" in values and "suffix" not in values and "stop" not in values:
-            raise self.error("stop_capture requires stop or suffix", values["stop_capture"][1])
-        colon = _skip(_BLANKS, self.text, i)  # attribute_list_end found the ':' there
+        values, end = read_attributes(self.text, offset, self.error)
+        colon = _skip(_BLANKS, self.text, end)  # attribute_list_end found the ':' there
         return self.attributed_header(name, values, colon + 1)
 
-    def check_attribute(self, attribute: str, token: re.Match[str] | None, key_offset: int) -> None:
-        """XGrammar's checks of one attribute's value (`token`: the one after `=`, None: no `=`)."""
-        at = token.start(token.lastgroup or 0) if token is not None else key_offset
-        kind = token.lastgroup if token is not None else None
-        value = token.group().strip() if token is not None else ""
-        if attribute in ("max_tokens", "max_chars"):
-            if token is None:
-                raise self.error(f"expected '=' after {attribute} attribute", at)
-            if kind != "number" or not value.lstrip("-+").isdigit():
-                raise self.error("expected integer", at)
-            number, limit = int(value), MAX_TOKENS_LIMIT if attribute == "max_tokens" else MAX_CHARS_LIMIT
-            if attribute == "max_tokens" and number <= 0:
-                raise self.error("max_tokens must be positive", at)
-            if number < 0 or number > limit:
-                raise self.error(f"{attribute} must be between {int(attribute == 'max_tokens')} and {limit}", at)
-        elif attribute in ("capture", "stop_capture"):
-            if kind != "string":
-                raise self.error(f"expected string literal after {attribute}=", at)
-            if value.endswith("i"):
-                raise self.error(f"case-insensitive flags are not supported on {attribute}", at)
-            name = ast.literal_eval(value)
-            if not name:
-                raise self.error("capture name must not be empty", at)
-            if not _CAPTURE_NAME.fullmatch(name):
-                raise self.error("capture name must only contain letters, digits, '_', '-' and '.'", at)
-        elif attribute in ("suffix", "stop"):
-            if token is None:
-                raise self.error(f"expected '=' after {attribute} attribute", at)
-            if kind == "string" and value.rstrip("i") == '""':
-                raise self.error(f"{attribute} must not be empty", at)
-            if kind == "name" and not value.lstrip("_")[:1].isupper():
-                raise self.error(f"{attribute} terminal name must be uppercase", at)
-            if kind == "regex" and "i" in value[value.rindex("/") :]:
-                raise self.error("regular-expression flag 'i' is not supported with suffix or stop attributes", at)
-            if kind not in ("string", "regex", "name"):
-                raise self.error(
-                    f"expected string literal, regular expression, or uppercase terminal name after {attribute}=", at
-                )
-        elif attribute == "temperature":
-            if kind != "number":
-                raise self.error("expected number after temperature=", at)
-            if not math.isfinite(float(value)) or float(value) < 0:
-                raise self.error("temperature must be a finite non-negative number", at)
-        elif attribute == "lazy":
-            raise self.error("rule attribute 'lazy' takes no value", at)
-        else:
-            raise self.error(f"rule attribute '{attribute}' is not supported by XGrammar Lark", at)
-
     def attributed_header(self, name: str, values: dict[str, tuple[str, int]], body_start: int) -> int:
-        """Emit the header of rule `name` with its checked attributes `values`: the matcher's are
-        refused by name; with lazy, suffix, stop or max_chars the rule becomes one terminal."""
-        for attribute in _MATCHER_ATTRIBUTES:
-            if attribute in values:
-                raise self.error(
-                    f"attribute {attribute!r} is not supported: pushmask's matcher has no captures, rule "
-                    "temperatures or per-rule token budgets (it honours lazy, suffix, stop and max_chars)",
-                    values[attribute][1],
-                )
+        """Emit the header of rule `name` with its checked attributes `values`: captures and token
+        budgets are refused by name; with lazy, suffix, stop, max_chars or a temperature the rule
+        becomes one terminal (a temperature alone on one embedded grammar keeps it a rule)."""
+        rule = name.lstrip("?!")
+        dispatch = _DYNAMIC_DISPATCH.fullmatch(_start_body(self.text)) if values else None
+        if dispatch is not None:
+            self.refuse_on_dispatch(dispatch.group())
+        refuse_matcher_attributes(values, self.error)
+        if "temperature" in values:
+            self.temperatures[rule] = float(values["temperature"][0])
         marker = values.get("suffix", values.get("stop", ("", 0)))[0]
         if marker.startswith("/"):  # a regex marker, with its escapes written as the body's are
             flags_at = marker.rindex("/")
@@ -456,22 +390,60 @@ class _Translator:
         if not values:
             self.rewrite(":", body_start)
             return body_start
-        if _DYNAMIC_DISPATCH.fullmatch(_start_body(self.text)):
+        if dispatch is not None:
             attribute, (_, at) = next(iter(values.items()))
             raise self.error(
                 f"attribute {attribute!r} is not supported on a grammar whose start rule has XGrammar's "
                 "dynamic-dispatch shape (`start: (tool | ...)* tail`): pushmask does not build its trigger automaton",
                 at,
             )
+        if values.keys() == {"temperature"} and self.single_subgrammar(body_start):
+            self.rewrite(":", body_start)  # XGrammar keeps it a rule: the temperature holds inside it
+            return body_start
         triggered = lazy and self.triggered_lazy(marker, body_start)
         terminal = RULE_TERMINAL.format(len(self.rule_terminals))
-        self.rule_terminals[terminal] = RuleAttributes(name.lstrip("?!"), lazy, max_chars, triggered)
+        attributes = RuleAttributes(rule, lazy, max_chars, triggered, "temperature" in values)
+        self.rule_terminals[terminal] = attributes
         body = f"{terminal}_BODY {marker}\n{terminal}_BODY:" if marker else ""
         self.rewrite(f": {terminal}\n{terminal}: {body}", body_start)
-        self.in_terminal, self.terminal_rule = True, name
+        self.in_terminal, self.terminal_rule = True, attributes
         self.atom_start = None
         self.group_starts = []
         return body_start
+
+    def refuse_on_dispatch(self, start_body: str) -> None:
+        """XGrammar's error for `max_tokens` or `capture` on a rule a dynamic-dispatch start rule
+        (`start: (tool | ...)* tail`) consumes, wherever in the text that rule is defined."""
+        for rule in _WORD.findall(start_body.split("*")[0]):
+            header = re.search(rf"^[ \t]*[?!]?{rule}[ \t]*\[[^\]\n]*?\b(max_tokens|capture)\b", self.text, re.MULTILINE)
+            if header is not None:
+                attribute = header.group(1)
+                raise self.error(f"{attribute} is not supported on rules consumed by dynamic dispatch", header.start(1))
+
+    def single_subgrammar(self, body_start: int) -> bool:
+        """Whether the rule body at `body_start` is one grammar inside the grammar (`@name`,
+        `%json {...}`, `%lark {...}`) and nothing else: XGrammar's temperature rule that stays a
+        rule.  A malformed one counts (its directive's reader reports it)."""
+        text = self.text
+        start = _skip(_BLANKS, text, body_start)
+        end = -1
+        if text.startswith("@", start):
+            match = NAMED_GRAMMAR_NAME.match(text, start + 1)
+            end = match.end() if match is not None else -1
+        elif text.startswith("%json", start):
+            try:
+                end = json.JSONDecoder().raw_decode(text, _skip(_WHITESPACE, text, start + 5))[1]
+            except (json.JSONDecodeError, RecursionError):
+                return True
+        elif text.startswith("%lark", start):
+            brace = _skip(_WHITESPACE, text, start + 5)
+            end = _closing_brace(text, brace) + 1 if text.startswith("{", brace) else 0
+        else:
+            return False
+        if end <= 0:
+            return True
+        line_end = _LINE_END.match(text, end)
+        return line_end is not None and _CONTINUED.match(text, line_end.end()) is None
 
     def triggered_lazy(self, marker: str, body_start: int) -> bool:
         r"""Whether XGrammar compiles this lazy rule as a trigger (its TagDispatch without a loop):
@@ -739,6 +711,130 @@ class _Translator:
                 raise self.error(f"%grammar_options option {option!r} is not supported (only {accepted})", start)
         self.rewrite("", end)
         return end
+
+
+def attribute_list_close(text: str, offset: int) -> int:
+    """Where the attribute list whose tokens start at `offset` (after its `[`) ends, after its
+    `]`; -1 when the bracket holds something else (a character class) or is not closed."""
+    end = offset
+    while True:
+        token = _ATTRIBUTE_TOKEN.match(text, end)
+        if token is None or token.group("other") is not None:
+            return -1
+        end = token.end()
+        if token.group("punct") == "]":
+            return end
+
+
+def refuse_matcher_attributes(values: dict[str, tuple[str, int]], error: Callable[[str, int], Exception]) -> None:
+    """Refuse, by name, the attributes XGrammar's matcher honours and pushmask's does not."""
+    for attribute in _MATCHER_ATTRIBUTES:
+        if attribute in values:
+            raise error(
+                f"attribute {attribute!r} is not supported: pushmask's matcher has no captures or per-rule token budgets",
+                values[attribute][1],
+            )
+
+
+def read_attributes(
+    text: str, offset: int, error: Callable[[str, int], Exception]
+) -> tuple[dict[str, tuple[str, int]], int]:
+    """The attribute list of a rule header whose `[` is at `offset` (XGrammar's `name[lazy,
+    max_chars=8]`, in Lark and in EBNF), checked with XGrammar's words: attribute -> (its value as
+    written, its offset), and where the list ends (after its `]`).  `error(message, offset)` makes
+    the exception raised; the list must run to its `]` (attribute_list_end read it)."""
+    values: dict[str, tuple[str, int]] = {}
+    i = offset + 1
+    while True:
+        key = _ATTRIBUTE_TOKEN.match(text, i)
+        if key is None:
+            raise error("expected ']' after rule attributes", i)
+        if key.group("punct") == "]" and not values:  # name[]: no attributes
+            return values, key.end()
+        if key.group("name") is None:
+            raise error("expected rule attribute", key.start(key.lastgroup or 0))
+        attribute, at = key.group("name"), key.start("name")
+        i = key.end()
+        value = ""
+        equals = _ATTRIBUTE_TOKEN.match(text, i)
+        if equals is not None and equals.group("punct") == "=":
+            token = _ATTRIBUTE_TOKEN.match(text, equals.end())
+            if token is None:
+                raise error(f"expected a value after {attribute}=", equals.end())
+            value, i = token.group().strip(), token.end()
+            check_attribute(attribute, token, at, error)
+        elif attribute not in ("lazy", "capture"):
+            check_attribute(attribute, None, at, error)
+        if attribute in values:
+            raise error(f"{attribute} attribute is specified more than once", at)
+        if attribute == "suffix" and "stop" in values:
+            raise error("suffix cannot be combined with stop", at)
+        if attribute == "stop" and "suffix" in values:
+            raise error("stop cannot be combined with suffix", at)
+        values[attribute] = (value, at)
+        separator = _ATTRIBUTE_TOKEN.match(text, i)
+        if separator is None:
+            raise error("expected ']' after rule attributes", i)
+        i = separator.end()
+        if separator.group("punct") == "]":
+            break
+        if separator.group("punct") != ",":
+            raise error("expected ']' after rule attributes", separator.start(separator.lastgroup or 0))
+    if "stop_capture" in values and "suffix" not in values and "stop" not in values:
+        raise error("stop_capture requires stop or suffix", values["stop_capture"][1])
+    return values, i
+
+
+def check_attribute(
+    attribute: str, token: re.Match[str] | None, key_offset: int, error: Callable[[str, int], Exception]
+) -> None:
+    """XGrammar's checks of one attribute's value (`token`: the one after `=`, None: no `=`); `error`
+    as read_attributes's."""
+    at = token.start(token.lastgroup or 0) if token is not None else key_offset
+    kind = token.lastgroup if token is not None else None
+    value = token.group().strip() if token is not None else ""
+    if attribute in ("max_tokens", "max_chars"):
+        if token is None:
+            raise error(f"expected '=' after {attribute} attribute", at)
+        if kind != "number" or not value.lstrip("-+").isdigit():
+            raise error("expected integer", at)
+        number, limit = int(value), MAX_TOKENS_LIMIT if attribute == "max_tokens" else MAX_CHARS_LIMIT
+        if attribute == "max_tokens" and number <= 0:
+            raise error("max_tokens must be positive", at)
+        if number < 0 or number > limit:
+            raise error(f"{attribute} must be between {int(attribute == 'max_tokens')} and {limit}", at)
+    elif attribute in ("capture", "stop_capture"):
+        if kind != "string":
+            raise error(f"expected string literal after {attribute}=", at)
+        if value.endswith("i"):
+            raise error(f"case-insensitive flags are not supported on {attribute}", at)
+        name = ast.literal_eval(value)
+        if not name:
+            raise error("capture name must not be empty", at)
+        if not _CAPTURE_NAME.fullmatch(name):
+            raise error("capture name must only contain letters, digits, '_', '-' and '.'", at)
+    elif attribute in ("suffix", "stop"):
+        if token is None:
+            raise error(f"expected '=' after {attribute} attribute", at)
+        if kind == "string" and value.rstrip("i") == '""':
+            raise error(f"{attribute} must not be empty", at)
+        if kind == "name" and not value.lstrip("_")[:1].isupper():
+            raise error(f"{attribute} terminal name must be uppercase", at)
+        if kind == "regex" and "i" in value[value.rindex("/") :]:
+            raise error("regular-expression flag 'i' is not supported with suffix or stop attributes", at)
+        if kind not in ("string", "regex", "name"):
+            raise error(
+                f"expected string literal, regular expression, or uppercase terminal name after {attribute}=", at
+            )
+    elif attribute == "temperature":
+        if kind != "number":
+            raise error("expected number after temperature=", at)
+        if not math.isfinite(float(value)) or float(value) < 0:
+            raise error("temperature must be a finite non-negative number", at)
+    elif attribute == "lazy":
+        raise error("rule attribute 'lazy' takes no value", at)
+    else:
+        raise error(f"rule attribute '{attribute}' is not supported by XGrammar Lark", at)
 
 
 MAX_TERMINAL_SUBSTRING_REGEX = 1 << 16

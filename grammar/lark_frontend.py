@@ -520,7 +520,12 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
     translation = translate_dialect(text, frozenset(context.named_grammars))
     try:
         grammar = _parse_plain_lark(
-            translation.text, start, context, translation.allow_initial_skip, translation.rule_terminals
+            translation.text,
+            start,
+            context,
+            translation.allow_initial_skip,
+            translation.rule_terminals,
+            translation.temperatures,
         )
     except GrammarError as exc:
         if exc.line is None or exc.column is None or str(exc).startswith(LARK_ERROR_PREFIX):
@@ -533,6 +538,7 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
         return grammar
     rules, positions = dict(grammar.rules), dict(grammar.positions)
     checks, token_limits, token_classes = dict(grammar.checks), dict(grammar.token_limits), dict(grammar.token_classes)
+    temperatures = dict(grammar.temperatures)
     refusal = grammar.refusal
     for placeholder, embedded in translation.embedded.items():
         inner = _embedded_grammar(text, embedded, context, chain)
@@ -543,6 +549,7 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
             positions[prefix + rule] = (embedded.line, embedded.column)
         checks.update({prefix + rule: check for rule, check in inner.checks.items()})
         token_limits.update({prefix + rule: limit for rule, limit in inner.token_limits.items()})
+        temperatures.update({prefix + rule: t for rule, t in inner.temperatures.items()})
         for terminal, excluded in inner.token_classes.items():
             if token_classes.setdefault(terminal, excluded) != excluded:
                 raise lark_error(
@@ -560,6 +567,7 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
         checks=checks,
         token_limits=token_limits,
         token_classes=token_classes,
+        temperatures=temperatures,
         refusal=refusal,
     )
 
@@ -643,7 +651,7 @@ def _rule_terminal_words(message: str, rule_terminals: dict[str, RuleAttributes]
     message = re.sub(
         rf"terminal '({pattern})(?:_BODY)?' cannot reference rule",
         lambda m: (
-            f"rule '{rule_name(m)}' has lazy, suffix, stop or max_chars, so it is compiled as a terminal: "
+            f"rule '{rule_name(m)}' {rule_terminals[m.group(1)].why()}, so it is compiled as a terminal: "
             "a terminal cannot reference rule"
         ),
         message,
@@ -670,9 +678,11 @@ def _parse_plain_lark(
     context: _Context,
     allow_initial_skip: bool,
     rule_terminals: dict[str, RuleAttributes] | None = None,
+    temperatures: dict[str, float] | None = None,
 ) -> Grammar:
     """Lark text in lark's own syntax (embedded grammars are placeholder rules here) -> IR;
-    `rule_terminals`: the terminals rules with attributes are compiled as (read by lark only)."""
+    `rule_terminals`: the terminals rules with attributes are compiled as (read by lark only);
+    `temperatures`: the rules with a temperature (Grammar.temperatures)."""
     max_states, max_nesting = context.max_states, context.max_nesting
     index = _TextIndex(text)
     plain = None
@@ -683,7 +693,8 @@ def _parse_plain_lark(
         )
 
     rule_terminals = rule_terminals or {}
-    if len(text) >= FAST_READER_MIN_CHARS and not rule_terminals:
+    temperatures = temperatures or {}
+    if len(text) >= FAST_READER_MIN_CHARS and not rule_terminals and not temperatures:
         plain = read_plain()
     positions: dict[str, tuple[int, int]] = {}
     if plain is None:
@@ -717,7 +728,7 @@ def _parse_plain_lark(
             positions.setdefault(name, (line, column))
 
     if not ignored:
-        return Grammar(rules, start, positions, token_classes=dict(context.token_classes))
+        return Grammar(rules, start, positions, token_classes=dict(context.token_classes), temperatures=temperatures)
     skip = star(alt(*(Ref(name) for name in ignored)))
     root = f"{start}__with_ignored"
     while root in rules:
@@ -725,7 +736,7 @@ def _parse_plain_lark(
     # %grammar_options {"allow_initial_skip": false} (XGrammar's): no ignored text before the first token
     rules = {root: seq(skip, Ref(start), skip) if allow_initial_skip else seq(Ref(start), skip), **rules}
     positions[root] = positions.get(start, (1, 1))
-    grammar = Grammar(rules, root, positions, token_classes=dict(context.token_classes))
+    grammar = Grammar(rules, root, positions, token_classes=dict(context.token_classes), temperatures=temperatures)
     return greedy_ignores(grammar, ignored, skip, max_states, sources)
 
 

@@ -570,12 +570,17 @@ class _Product:
         for name, origin in self.origin.items():
             if origin in positions:
                 positions[name] = positions[origin]
+        temperatures = dict(self.grammar.temperatures)  # a copy of a rule keeps its temperature
+        temperatures.update(
+            {name: temperatures[origin] for name, origin in self.origin.items() if origin in temperatures}
+        )
         return Grammar(
             rules,
             new_root,
             positions,
             self.grammar.allow_empty,
             dict(self.grammar.checks),
+            temperatures={name: t for name, t in temperatures.items() if name in rules},
             refusal=self.grammar.refusal,
         )
 

@@ -627,6 +627,14 @@ class _LeftRecursionEliminator:
     def run(self) -> Grammar:
         for component in _cyclic_components(left_corner_graph(self.grammar)):
             order = [name for name in self.grammar.rules if name in component]  # definition order
+            hot = [name for name in order if name in self.grammar.temperatures]
+            if len(order) > 1 and hot:  # Paull's substitution copies one rule's text into another
+                raise GrammarError(
+                    f"rule {hot[0]!r} has a temperature and is left-recursive through rules "
+                    f"{', '.join(order)}: its text would be copied into other rules; make the recursion "
+                    "direct (`r ::= r x | y`) or move the temperature to a rule outside the cycle",
+                    *_position(self.grammar, hot[0]),
+                )
             self.eliminate(order)
         out = self.grammar.copy(self.rules)
         for original, new in self.nonempty_rules.items():
@@ -670,7 +678,8 @@ def loop_tail_recursion(grammar: Grammar) -> Grammar:
     a reference, each character of `x` would push a frame, and where `z` can be empty every
     pushed frame can return at once: text of n characters then holds n live stacks (XGrammar's
     right-recursive JSON string rule ran out of stack tops on 10,000 characters).  Rules with a
-    value check or a token limit keep their shape: their instances are what those count.
+    value check or a token limit keep their shape: their instances are what those count.  A
+    rule with a temperature may loop: its text is inside it either way.
     """
     rules = dict(grammar.rules)
     changed = False
@@ -818,7 +827,7 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
     rules = dict(grammar.rules)
     graph = {name: ref_names(body) & rules.keys() for name, body in rules.items()}
     recursive = {name for component in _cyclic_components(graph) for name in component}
-    kept = recursive | grammar.checks.keys() | grammar.token_limits.keys() | {grammar.root}
+    kept = recursive | grammar.kept_rules() | {grammar.root}
     used_once = _built_once(rules.values(), rules.keys() - kept)
 
     # Leaves first: every rule a body references comes earlier (or is in its own cycle, never
@@ -835,13 +844,7 @@ def inline_small_rules(grammar: Grammar, tiny: int = TINY_RULE_SIZE) -> Grammar:
             if graph[name] & inlined.keys():
                 rules[name] = map_refs(rules[name], lambda r: inlined.get(r.name, r))
         name = component[0]
-        if (
-            len(component) > 1
-            or name in recursive
-            or name == grammar.root
-            or name in grammar.checks
-            or name in grammar.token_limits
-        ):
+        if len(component) > 1 or name in kept:
             continue
         measured.append(rules[name])
         size = expr_size(rules[name], size_memo, max(tiny, MAX_INLINED_SIZE))

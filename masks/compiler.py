@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import threading
 import time
@@ -622,6 +623,7 @@ class CompiledGrammar:
         token_ids: tuple[int, ...] = (),
         token_limits: dict[int, int] | None = None,
         token_classes: dict[int, frozenset[int]] | None = None,
+        temperatures: dict[int, float] | None = None,
     ):
         self.compiler = compiler
         self.tokenizer_info = compiler.tokenizer_info
@@ -674,11 +676,20 @@ class CompiledGrammar:
                     f"token id {token} in the grammar is outside the vocabulary (size {self.tokenizer_info.vocab_size})"
                 )
             self.token_terminals[token] = np.frombuffer(token_terminal_bytes(token), dtype=np.uint8)
-        # Token-limited rules (a thinking budget), by rule index; a deserialized grammar names them.
+        # Token-limited rules (a thinking budget) and rule temperatures, by rule index; a
+        # deserialized grammar names them.
         if grammar is not None:
             index = {name: i for i, name in enumerate(pda.rule_names)}
             token_limits = {index[name]: n for name, n in grammar.token_limits.items() if name in index}
+            temperatures = {index[name]: t for name, t in grammar.temperatures.items() if name in index}
         self.token_regions = TokenRegions(pda, token_limits) if token_limits else None
+        # XGrammar's per-rule sampling temperatures (NaN: none), None when no rule has one (the
+        # matcher then reports its default without looking at its stacks)
+        self.rule_temperatures: np.ndarray | None = None
+        if temperatures:
+            self.rule_temperatures = np.full(n_rules, np.nan)
+            for rule, t in temperatures.items():
+                self.rule_temperatures[rule] = t
 
     def _class_words(self, excluded: frozenset[int]) -> np.ndarray:
         """Bitmask words of one token class: the tokens with text or special, less the stop
@@ -1113,6 +1124,11 @@ class CompiledGrammar:
                 if self.token_regions is not None
                 else []
             ),
+            "temperatures": (
+                [[r, float(t)] for r, t in enumerate(self.rule_temperatures.tolist()) if not math.isnan(t)]
+                if self.rule_temperatures is not None
+                else []
+            ),
         }
 
     def _restore(self, payload: dict, tokenizer_info: TokenizerInfo) -> None:
@@ -1154,6 +1170,7 @@ class CompiledGrammar:
             tuple(payload["token_terminals"]),
             {int(r): int(n) for r, n in payload.get("token_limits", [])},
             {int(t): frozenset(ids) for t, ids in payload.get("token_classes", [])},
+            _checked_temperatures(payload.get("temperatures", []), len(pda.rule_names)),
         )
         if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
             return  # masks from another token order: recomputed on first visit instead
@@ -1232,6 +1249,21 @@ class _ScratchStore:
 
     def _grow_pool(self, need: int) -> None:
         CompiledGrammar._grow_pool(self, need)
+
+
+def _checked_temperatures(pairs: list, n_rules: int) -> dict[int, float]:
+    """The rule temperatures of a serialized CompiledGrammar (pairs [rule, temperature]): a rule
+    of the automaton and a finite number >= 0 each, else DeserializeFormatError."""
+    temperatures = {}
+    for rule, t in pairs:
+        if isinstance(rule, bool) or not isinstance(rule, int) or not 0 <= rule < n_rules:
+            raise DeserializeFormatError(f"invalid serialized {_PAYLOAD_KIND}: no rule {rule!r} has a temperature")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise DeserializeFormatError(
+                f"invalid serialized {_PAYLOAD_KIND}: rule {rule}'s temperature {t!r} is not a finite number >= 0"
+            )
+        temperatures[rule] = float(t)
+    return temperatures
 
 
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:

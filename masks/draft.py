@@ -193,8 +193,8 @@ def traverse_draft_tree(
     grammar refuses, or after which the match has ended, gets a zero row and its subtree is not
     visited.  False when more than `time_threshold` seconds (> 0) passed before the walk ended
     (the root's row is always filled); the matcher is not moved.  `temperatures` (a 1-D float32
-    tensor of one entry per node, or None) gets the matcher's temperature at each filled node and
-    -1 elsewhere (and where no temperature is set)."""
+    tensor of one entry per node, or None) gets the temperature at each filled node (the matcher's
+    after the path to it: GrammarMatcher.temperature_at) and -1 elsewhere (and where none is set)."""
     links = [_tree_vector(a, name) for a, name in ((next_token, "next_token"), (next_sibling, "next_sibling"))]
     tokens = _tree_vector(draft_tokens, "draft_tokens")
     n = len(tokens)
@@ -210,7 +210,6 @@ def traverse_draft_tree(
     if temperatures is not None:
         check_temperature_vector(temperatures, n, "traverse_draft_tree")
         temperatures[...] = -1.0
-    temperature = -1.0 if matcher.temperature is None else matcher.temperature  # the same at every node
     bitmask[...] = 0
     started = time.monotonic()
     pending = [(0, matcher._state, 0)]  # (node, its parent's state (the root: its own), its depth)
@@ -228,7 +227,8 @@ def traverse_draft_tree(
             continue  # the match ended: a zero row and nothing below
         _view(matcher, state, depth).fill_next_token_bitmask(bitmask, node)
         if temperatures is not None:
-            temperatures[node] = temperature
+            temperature = matcher.temperature_at(state)
+            temperatures[node] = -1.0 if temperature is None else temperature
         pending.extend((child, state, depth + 1) for child in _children(node, first_child, sibling))
     return True
 

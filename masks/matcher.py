@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import operator
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,7 @@ class _MatchState:
     address: int | None = None  # where `stacks` lies, once a batch fill asked
     regions: tuple | None = None  # tokens spent in each token-limited region (masks/token_regions.py)
     closed: bool = False  # a spent region was closed here: no kernel, the fill runs every token
+    temperature: float | None = None  # the stacks' rule temperature (NaN: none), once asked
 
     @property
     def kernel_s(self) -> np.ndarray:
@@ -122,6 +124,8 @@ class GrammarMatcher:
         )
         self.compiled_grammar = compiled_grammar
         self.default_temperature = _checked_temperature(default_temperature)
+        self._frame_temperatures: dict[int, float] = {}  # frame -> its innermost rule temperature (NaN: none)
+        self._warned_temperatures = False  # the notice of differing temperatures was printed
         info = compiled_grammar.tokenizer_info
         self.vocab_size = info.vocab_size
         if isinstance(override_stop_tokens, (int, np.integer)):
@@ -225,10 +229,64 @@ class GrammarMatcher:
 
     @property
     def temperature(self) -> float | None:
-        """XGrammar's sampling temperature for the next token: default_temperature (None when
-        unset).  No rule of a pushmask grammar carries a temperature (the Lark front end refuses
-        `temperature=` by name), so the default is exact at every point."""
-        return self.default_temperature
+        """XGrammar's sampling temperature for the next token: the greatest, over the stacks that
+        can still read a byte, of the temperature of the innermost rule on the stack that has one
+        (`name[temperature=t]`); default_temperature (None when unset) where no stack has one."""
+        return self.temperature_at(self._state)
+
+    def temperature_at(self, state: _MatchState) -> float | None:
+        """The temperature (see `temperature`) at a state of this matcher.  Grammars without rule
+        temperatures answer the default at once; others remember the answer on the state and
+        each frame's innermost temperature (frames are never changed while the pool lives)."""
+        temperatures = self.compiled_grammar.rule_temperatures
+        if temperatures is None:
+            return self.default_temperature
+        if state.temperature is None:
+            state.temperature = self._stack_temperature(state, temperatures)
+        return self.default_temperature if math.isnan(state.temperature) else state.temperature
+
+    def _stack_temperature(self, state: _MatchState, temperatures: np.ndarray) -> float:
+        """The greatest innermost-rule temperature over the state's stacks whose top has a byte
+        edge (a top that can only end its rule counts through the stacks it pops to, which the
+        closure holds), NaN where none has one; XGrammar's notice on stderr, once per matcher,
+        where they differ."""
+        pda = self.compiled_grammar.pda
+        half = len(state.stacks) // 2
+        tops, frames = state.stacks[:half], state.stacks[half:]
+        live = pda.byte_ptr[tops + 1] > pda.byte_ptr[tops]
+        found = set()
+        for top, frame in zip(tops[live].tolist(), frames[live].tolist()):
+            t = float(temperatures[pda.state_rule[top]])
+            if math.isnan(t):
+                t = self._frame_temperature(frame, temperatures)
+            if not math.isnan(t):
+                found.add(t)
+        if len(found) > 1 and not self._warned_temperatures:
+            self._warned_temperatures = True
+            print(
+                "Multiple active grammar paths specify different temperatures; using the maximum",
+                file=sys.stderr,
+            )
+        return max(found) if found else math.nan
+
+    def _frame_temperature(self, frame: int, temperatures: np.ndarray) -> float:
+        """The temperature of the innermost rule with one among the return states of `frame` and
+        the frames below it (NaN: none), memoised per frame."""
+        memo, pool, state_rule = self._frame_temperatures, self._runner.pool, self.compiled_grammar.pda.state_rule
+        path = []
+        t = math.nan
+        while frame >= 0:
+            if frame in memo:
+                t = memo[frame]
+                break
+            path.append(frame)
+            return_state, frame = pool.frame(frame)
+            t = float(temperatures[state_rule[return_state]])
+            if not math.isnan(t):
+                break
+        for f in path:
+            memo[f] = t
+        return t
 
     def get_captures(self, *, deduplicate: bool = True) -> list[tuple[str, bytes]]:
         """XGrammar's captured rule spans: always empty, as no rule of a pushmask grammar is

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -163,7 +164,7 @@ def grammar_payload(grammar) -> dict:
     at `grammar_expr_indptr[k]`: [code, payload length, payload...], a node naming its children
     by their (smaller) ids, so shared subtrees are written once and no reader or writer recurses
     on deep trees.  The node codes are pushmask's (its IR is not XGrammar's), and so is the rest:
-    `format` and `version`, `positions`, `token_limits`, `token_classes`, `refusal`."""
+    `format` and `version`, `positions`, `token_limits`, `token_classes`, `temperatures`, `refusal`."""
     from ..grammar.core.errors import InvalidArgumentError
     from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Ref, Repeat, Seq, char_fsm_table
     from ..grammar.passes import nullable_rules
@@ -228,12 +229,26 @@ def grammar_payload(grammar) -> dict:
         "positions": [[name, line, column] for name, (line, column) in grammar.positions.items()],
         "token_limits": [[name, limit] for name, limit in grammar.token_limits.items()],
         "token_classes": [[terminal, sorted(ids)] for terminal, ids in grammar.token_classes.items()],
+        "temperatures": [[name, t] for name, t in grammar.temperatures.items()],
         "refusal": (
             None
             if refusal is None
             else [type(refusal).__name__, getattr(refusal, "message", str(refusal)), *_line_column(refusal)]
         ),
     }
+
+
+def _temperatures(pairs: list, names: list[str]) -> dict[str, float]:
+    """A Grammar payload's rule temperatures ([name, temperature] pairs): each a rule's, a finite
+    number >= 0 (ValueError otherwise)."""
+    temperatures = {}
+    for name, t in pairs:
+        if name not in names:
+            raise ValueError(f"temperatures name {name!r}, which is no rule")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"rule {name!r} has temperature {t!r}, not a finite number >= 0")
+        temperatures[name] = float(t)
+    return temperatures
 
 
 def _line_column(error) -> list:
@@ -357,6 +372,7 @@ def _grammar_of_payload(payload: dict):
         bool(payload["allow_empty"]),
         token_limits={str(name): int(limit) for name, limit in payload["token_limits"]},
         token_classes={int(terminal): frozenset(int(t) for t in ids) for terminal, ids in payload["token_classes"]},
+        temperatures=_temperatures(payload.get("temperatures", []), names),
         refusal=error,
     )
     allow_empty = _ints(payload["allow_empty_rule_ids"], "allow_empty_rule_ids")

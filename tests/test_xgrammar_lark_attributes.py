@@ -197,7 +197,6 @@ def test_attribute_lists_are_checked_in_xgrammars_words(text, words):
     ("text", "attribute", "line", "column"),
     [
         ('start: "a" v\nv[capture]: /[0-9]+/', "capture", 2, 3),
-        ('start[temperature=0.5]: "a"', "temperature", 1, 7),
         ("start: r\nr[max_tokens=3]: /[a-z]*/", "max_tokens", 2, 3),
         ('start: h\nh[stop="x", stop_capture="m"]: /a/', "stop_capture", 2, 13),
         ('start: h "z"\nh[lazy, max_chars=3]: /[a-z]*/', "max_chars", 2, 9),
@@ -219,8 +218,9 @@ def test_an_empty_attribute_list_and_optional_groups_in_a_body_are_no_attributes
 
 
 def test_the_matchers_temperature_is_its_default_as_no_rule_sets_one():
-    """XGrammar's GrammarMatcher(default_temperature=) and .temperature: rule temperatures are
-    refused, so the temperature is the default (None when unset) wherever the match is."""
+    """XGrammar's GrammarMatcher(default_temperature=) and .temperature: where no rule sets a
+    temperature (tests/test_rule_temperature.py has those that do), the temperature is the default
+    (None when unset) wherever the match is."""
     compiled = NO_VOCAB.compile_lark('start: "a" /[0-9]+/ "z"')
     assert pm.GrammarMatcher(compiled).temperature is None
     matcher = pm.GrammarMatcher(compiled, default_temperature=0.25, terminate_without_stop_token=True)
