@@ -355,13 +355,18 @@ class Grammar:
         return self.checks.keys() | self.token_limits.keys() | self.temperatures.keys()
 
     def __str__(self) -> str:
-        """The rules as EBNF-like text, `name ::= body` a line (ir.to_text), a rule with a
-        temperature as `name[temperature=t] ::= body`."""
+        """The rules as EBNF-like text, `name ::= body` a line (ir.to_text), a rule with a token
+        budget or a temperature as `name[max_tokens=n, temperature=t] ::= body`."""
         return "\n".join(
-            f"{rule}{f'[temperature={self.temperatures[rule]!r}]' if rule in self.temperatures else ''} ::= "
-            f"{to_text(body)}"
-            for rule, body in self.rules.items()
+            f"{rule}{self._attributes_text(rule)} ::= {to_text(body)}" for rule, body in self.rules.items()
         )
+
+    def _attributes_text(self, rule: str) -> str:
+        """The attribute list `str` writes after a rule's name ("" without attributes)."""
+        attributes = [f"max_tokens={self.token_limits[rule]}"] if rule in self.token_limits else []
+        if rule in self.temperatures:
+            attributes.append(f"temperature={self.temperatures[rule]!r}")
+        return f"[{', '.join(attributes)}]" if attributes else ""
 
     # XGrammar's serialization (masks/serialization.py holds every serialized form; imported on use).
 

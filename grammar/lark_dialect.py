@@ -21,8 +21,11 @@ checks them.  Those that only change the rule's language (``lazy``, ``suffix``, 
 ``PUSHMASK_RULE_k: body``, whose automaton the front end cuts (`RuleAttributes`).  ``temperature``
 is XGrammar's sampling temperature inside the rule (`Translation.temperatures`): the rule is
 compiled as one terminal too, as XGrammar compiles it, unless its body is one grammar inside the
-grammar (``@name``, ``%json``, ``%lark``), which stays a rule.  The other matcher features
-(``capture``, ``stop_capture``, ``max_tokens``) are refused by name.
+grammar (``@name``, ``%json``, ``%lark``), which stays a rule.  ``max_tokens`` on a rule whose
+text may end after any character is the matcher's token budget on that terminal
+(Grammar.token_limits: the rule is closed where it is once the tokens are spent); elsewhere
+(XGrammar relaxes the budget until the rule can end) it is refused, and so are the captures
+(``capture``, ``stop_capture``).
 Constructs of the dialect pushmask does not have (``&``, ``~`` as complement) are refused with a
 GrammarError at their line and column.  Token terminals ``<|name|>`` / ``<[ID]>`` stay for the front
 end (it resolves them with the tokenizer); a malformed one is refused here.  Every rewrite keeps the
@@ -76,8 +79,8 @@ RULE_TERMINAL = "PUSHMASK_RULE_{}"
 """The terminal a rule with language attributes is compiled as (its body: the same name + _BODY)."""
 MAX_CHARS_LIMIT = 2**31 - 1  # XGrammar's bounds on max_chars (inclusive, from 0) and max_tokens (from 1)
 MAX_TOKENS_LIMIT = 1_000_000
-_MATCHER_ATTRIBUTES = ("capture", "stop_capture", "max_tokens")
-"""Attributes that drive XGrammar's matcher (captures, token budgets): refused."""
+_MATCHER_ATTRIBUTES = ("capture", "stop_capture")
+"""Attributes that drive XGrammar's matcher (captures): refused."""
 _LINE_END = re.compile(r"[ \t]*(?:(?://|#)[^\n]*)?(?:\n|$)")
 _CONTINUED = re.compile(r"(?:[ \t]*(?:(?://|#)[^\n]*)?\n)*[ \t]*\|")
 """Lines that continue a rule with another alternative (`| ...`), blank and comment lines before."""
@@ -139,11 +142,14 @@ class RuleAttributes:
     language is in it too (the text may end before the trigger)."""
     temperature: bool = False
     """The rule has a temperature (compiled as a terminal for it, as XGrammar does)."""
+    max_tokens: int | None = None
+    """XGrammar's token budget: at most this many tokens start inside the rule, then the matcher
+    closes it where it is (Grammar.token_limits); only on a rule whose text may end anywhere."""
 
     def why(self) -> str:
         """Why the rule is compiled as a terminal, for errors."""
-        if self.lazy or self.max_chars is not None:
-            return "has lazy, suffix, stop or max_chars"
+        if self.lazy or self.max_chars is not None or self.max_tokens is not None:
+            return "has lazy, suffix, stop, max_chars or max_tokens"
         return "has a temperature (temperature is only supported on terminals and subgrammars)"
 
 
@@ -365,9 +371,9 @@ class _Translator:
         return self.attributed_header(name, values, colon + 1)
 
     def attributed_header(self, name: str, values: dict[str, tuple[str, int]], body_start: int) -> int:
-        """Emit the header of rule `name` with its checked attributes `values`: captures and token
-        budgets are refused by name; with lazy, suffix, stop, max_chars or a temperature the rule
-        becomes one terminal (a temperature alone on one embedded grammar keeps it a rule)."""
+        """Emit the header of rule `name` with its checked attributes `values`: captures are refused
+        by name; with lazy, suffix, stop, max_chars, max_tokens or a temperature the rule becomes
+        one terminal (a temperature alone on one embedded grammar keeps it a rule)."""
         rule = name.lstrip("?!")
         dispatch = _DYNAMIC_DISPATCH.fullmatch(_start_body(self.text)) if values else None
         if dispatch is not None:
@@ -387,6 +393,13 @@ class _Translator:
                 "%ignore: pushmask honours it on a rule it compiles as one terminal",
                 values["max_chars"][1],
             )
+        max_tokens = int(values["max_tokens"][0]) if "max_tokens" in values else None
+        if max_tokens is not None and (lazy or re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE)):
+            raise self.error(
+                "attribute 'max_tokens' is not supported with lazy, suffix or stop, nor in a grammar with "
+                "%ignore: pushmask honours it on a rule it compiles as one terminal whose text may end anywhere",
+                values["max_tokens"][1],
+            )
         if not values:
             self.rewrite(":", body_start)
             return body_start
@@ -402,7 +415,7 @@ class _Translator:
             return body_start
         triggered = lazy and self.triggered_lazy(marker, body_start)
         terminal = RULE_TERMINAL.format(len(self.rule_terminals))
-        attributes = RuleAttributes(rule, lazy, max_chars, triggered, "temperature" in values)
+        attributes = RuleAttributes(rule, lazy, max_chars, triggered, "temperature" in values, max_tokens)
         self.rule_terminals[terminal] = attributes
         body = f"{terminal}_BODY {marker}\n{terminal}_BODY:" if marker else ""
         self.rewrite(f": {terminal}\n{terminal}: {body}", body_start)

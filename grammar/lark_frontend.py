@@ -197,7 +197,22 @@ def _rule_terminal_ir(attributes: RuleAttributes, fsm: Expr, max_states: int) ->
         fsm = CharFsm(fsm.initial, frozenset(states), fsm.transitions)
     if attributes.max_chars is not None:
         fsm = _char_budget(fsm, attributes.max_chars, max_states, attributes.rule)
+    if attributes.max_tokens is not None and not _ends_anywhere(fsm):
+        raise GrammarError(
+            f"attribute 'max_tokens' is supported on a rule whose text may end after any character "
+            f"(the matcher closes it where the budget runs out); rule '{attributes.rule}' cannot end "
+            "everywhere, where XGrammar relaxes the budget until it can: give it a body that may stop after any "
+            "character, such as /(.|\\n)*/"
+        )
     return fsm
+
+
+def _ends_anywhere(fsm: Expr) -> bool:
+    """Whether every state of the (trimmed) automaton is final: the text may stop anywhere."""
+    if not isinstance(fsm, CharFsm):
+        return False
+    states = {fsm.initial} | {t[0] for t in fsm.transitions} | {t[3] for t in fsm.transitions}
+    return states <= fsm.finals
 
 
 def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int, automaton: bool = False) -> Expr:
@@ -727,8 +742,17 @@ def _parse_plain_lark(
         if line is not None:
             positions.setdefault(name, (line, column))
 
+    # a token budget is the rule's: the region the matcher counts tokens in (its body: the terminal)
+    token_limits = {a.rule: a.max_tokens for a in rule_terminals.values() if a.max_tokens is not None}
     if not ignored:
-        return Grammar(rules, start, positions, token_classes=dict(context.token_classes), temperatures=temperatures)
+        return Grammar(
+            rules,
+            start,
+            positions,
+            token_classes=dict(context.token_classes),
+            temperatures=temperatures,
+            token_limits=token_limits,
+        )
     skip = star(alt(*(Ref(name) for name in ignored)))
     root = f"{start}__with_ignored"
     while root in rules:

@@ -197,7 +197,7 @@ def test_attribute_lists_are_checked_in_xgrammars_words(text, words):
     ("text", "attribute", "line", "column"),
     [
         ('start: "a" v\nv[capture]: /[0-9]+/', "capture", 2, 3),
-        ("start: r\nr[max_tokens=3]: /[a-z]*/", "max_tokens", 2, 3),
+        ('%ignore " "\nstart: h "z"\nh[max_tokens=3]: /[a-z]*/', "max_tokens", 3, 3),
         ('start: h\nh[stop="x", stop_capture="m"]: /a/', "stop_capture", 2, 13),
         ('start: h "z"\nh[lazy, max_chars=3]: /[a-z]*/', "max_chars", 2, 9),
         ('%ignore " "\nstart: h "z"\nh[max_chars=3]: /[a-z]*/', "max_chars", 3, 3),
@@ -262,3 +262,43 @@ def test_batch_and_draft_tree_temperatures_are_filled_xgrammars_way():
         assert node_temperatures.tolist() == [filled, filled, -1.0]
     with pytest.raises(pm.InvalidArgumentError, match="temperatures tensor"):
         with_default.traverse_draft_tree(next_token, next_sibling, draft, bitmask, temperatures=torch.zeros((3, 1)))
+
+
+BUDGET_VOCAB = ["ab ", "c", " ", "<t>", "x<t>", "<", "t>"]
+
+
+@pytest.mark.parametrize("budget", [1, 3])
+def test_max_tokens_on_text_that_ends_anywhere_is_the_token_budget(budget):
+    """`r[max_tokens=N]` on a rule whose text may stop anywhere: every token sequence up to length
+    4 is accepted exactly when lark's parser reads its text as `r "<t>"` with at most N tokens
+    starting inside r (some split of the text), and each prefix's mask equals what accept_token
+    takes."""
+    grammar_text = f'start: r "<t>"\nr[max_tokens={budget}]: TEXT\nTEXT: /(.|\\n)*/'
+    plain = lark.Lark('start: TEXT? "<t>"\nTEXT: /(.|\\n)+/', parser="earley", lexer="dynamic_complete")
+    info = pm.TokenizerInfo(BUDGET_VOCAB)
+    compiled = pm.GrammarCompiler(info, cache_enabled=False).compile_lark(grammar_text)
+
+    def oracle(tokens: tuple[int, ...]) -> bool:
+        pieces = [BUDGET_VOCAB[t] for t in tokens]
+        text = "".join(pieces)
+        starts = [sum(map(len, pieces[:k])) for k in range(len(pieces))]
+        try:
+            plain.parse(text)
+        except lark.exceptions.LarkError:
+            return False
+        # r's text is everything before one closing "<t>" that ends the text
+        return text.endswith("<t>") and sum(start < len(text) - 3 for start in starts) <= budget
+
+    bitmask = pm.allocate_token_bitmask(1, info.vocab_size)
+    for length in range(1, 5):
+        for tokens in itertools.product(range(len(BUDGET_VOCAB)), repeat=length):
+            matcher = pm.GrammarMatcher(compiled, terminate_without_stop_token=True)
+            accepted = True
+            for token in tokens:
+                matcher.fill_next_token_bitmask(bitmask)
+                allowed = bool((int(bitmask[0, token // 32]) >> (token % 32)) & 1)
+                assert allowed == matcher.fork().accept_token(token), (tokens, token)
+                if not matcher.accept_token(token):
+                    accepted = False
+                    break
+            assert (accepted and matcher.is_terminated()) == oracle(tokens), tokens
