@@ -744,7 +744,7 @@ def refuse_matcher_attributes(values: dict[str, tuple[str, int]], error: Callabl
     for attribute in _MATCHER_ATTRIBUTES:
         if attribute in values:
             raise error(
-                f"attribute {attribute!r} is not supported: pushmask's matcher has no captures or per-rule token budgets",
+                f"attribute {attribute!r} is not supported: pushmask's matcher has no captures",
                 values[attribute][1],
             )
 
