@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from ..grammar.core.caches import register
+from ..grammar.core.caches import memoized
 
 _LENGTH_BANDS = ((0x0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, 0x10FFFF))
 _SURROGATES = (0xD800, 0xDFFF)
 
 
-@lru_cache(maxsize=65536)
+@memoized(65536, name="UTF-8 byte ranges of code-point ranges (automata/utf8.py)")
 def utf8_byte_ranges(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Split [lo, hi] into byte-range sequences; each sequence matches one slice of the range.
 
@@ -31,9 +29,6 @@ def utf8_byte_ranges(lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], ...
             if a <= b:
                 _split_same_length(a, b, out)
     return tuple(tuple(seq) for seq in out)
-
-
-register(utf8_byte_ranges.cache_clear, "UTF-8 byte ranges of code-point ranges (automata/utf8.py)")
 
 
 def _split_same_length(lo: int, hi: int, out: list) -> None:

@@ -135,21 +135,11 @@ def grammar_breakdown(compiler) -> dict[str, int]:
 
 
 def registry_breakdown() -> list[tuple[str, int, int]]:
-    """(name, entries, bytes) of each process-wide cache that clear_caches() empties; entries
-    -1 where the cache does not say."""
+    """(name, entries, bytes) of each process-wide cache that clear_caches() empties."""
     from pushmask.grammar.core import caches
 
-    rows = []
     seen: set[int] = set()
-    for name, clear in caches._CLEARERS.items():
-        owner = getattr(clear, "__self__", None)
-        if hasattr(owner, "_entries"):  # a BoundedCache
-            rows.append((name, len(owner), deep_bytes([owner._entries], seen=seen)))
-        elif hasattr(owner, "cache_info"):  # functools.lru_cache: its entries are not reachable
-            rows.append((name, owner.cache_info().currsize, -1))
-        else:
-            rows.append((name, -1, -1))
-    return rows
+    return [(name, len(cache), deep_bytes([cache._entries], seen=seen)) for name, cache in caches._REGISTRY.items()]
 
 
 def live_objects() -> tuple[int, list[tuple[str, int]], int]:
@@ -276,7 +266,7 @@ def main() -> None:
         print(f"  grammars' {part}: {size / MiB:.1f} MiB")
     print("process-wide caches (pushmask.clear_caches()):")
     for name, entries, size in registry_breakdown():
-        print(f"  {name}: {entries} entries, {'?' if size < 0 else f'{size / MiB:.1f} MiB'}")
+        print(f"  {name}: {entries} entries, {size / MiB:.1f} MiB")
     gc.collect()
     numpy_bytes, common, n_objects = live_objects()
     print(f"numpy arrays referenced by live objects: {numpy_bytes / MiB:.1f} MiB; {n_objects} gc-tracked objects")

@@ -32,11 +32,10 @@ limit by default), the NFA by four times its default.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
 import numpy as np
 
-from .core.caches import register
+from .core.caches import memoized
 from .core.errors import UnsupportedSchemaError
 from .core.limits import DEFAULT_LIMITS
 from .fsm import subset_kernels
@@ -474,7 +473,7 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
 # Entry points.
 
 
-@lru_cache(maxsize=256)
+@memoized(256, name="ECMA pattern automata (grammar/ecma_regex.py)")
 def _pattern_dfa_cached(pattern: str, budget: int) -> Dfa:
     """`pattern_dfa` without the error translation (memoised: schemas repeat their patterns)."""
     ast = _RegexParser(pattern).parse()
@@ -489,9 +488,6 @@ def _pattern_dfa_cached(pattern: str, budget: int) -> Dfa:
         prefix = _search_dfa(("seq", [("bol",), body]), budget)
         dfa = dfa.intersect(prefix, budget) if positive else dfa.difference(prefix, budget)
     return dfa
-
-
-register(_pattern_dfa_cached.cache_clear, "ECMA pattern automata (grammar/ecma_regex.py)")
 
 
 def _search_dfa(ast, budget: int) -> Dfa:

@@ -15,9 +15,7 @@ limited to groups nested 3 deep (`_regex_syntax`).  Unknown formats are annotati
 
 from __future__ import annotations
 
-from functools import cache
-
-from .core.caches import register
+from .core.caches import memoized
 from .ecma_regex import fullmatch_dfa, pattern_dfa
 from .fsm.codepoint_dfa import Dfa
 
@@ -202,7 +200,7 @@ def is_known_format(name: str) -> bool:
     return name in KNOWN_FORMATS
 
 
-@cache
+@memoized(len(FORMAT_REGEXES), name="JSON Schema format automata (grammar/json_formats.py)")
 def _format_dfa_cached(name: str) -> Dfa:
     """`format_dfa` of a known format, memoised.  The regexes are ours, not the input's, so their
     bound of 200,000 states is no user budget: every format fits well within it."""
@@ -212,9 +210,6 @@ def _format_dfa_cached(name: str) -> Dfa:
         # 4th positions of a label, which also leaves out "xn--" labels (maybe bad Punycode)
         dfa = dfa.difference(pattern_dfa(r"(?:^|\.)[^.][^.]--"), 200_000)
     return dfa
-
-
-register(_format_dfa_cached.cache_clear, "JSON Schema format automata (grammar/json_formats.py)")
 
 
 def format_dfa(name: str) -> Dfa | None:

@@ -41,14 +41,13 @@ Policies (documented choices, all sound):
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable
 from fractions import Fraction
 
 import numpy as np
 
-from .core.caches import register
+from .core.caches import memoized
 from .core.errors import SchemaError
 from .core.limits import DEFAULT_LIMITS
 from .fsm import number_kernels, string_kernels
@@ -532,7 +531,7 @@ ENUMERATE_MULTIPLES = 4096
 instead of intersecting the remainder automaton with the range's."""
 
 
-@functools.lru_cache(maxsize=64)
+@memoized(64, name="multipleOf remainder automata (grammar/json_numbers.py)")
 def multiples_dfa(k: int, budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
     """Canonical decimal texts of the naturals divisible by k, minimised.
 
@@ -572,9 +571,6 @@ def multiples_dfa(k: int, budget: int = DEFAULT_LIMITS.max_rule_states) -> Dfa:
         dfa.minimal = True
         return dfa
     return Dfa.from_arrays(*arrays).minimize()
-
-
-register(multiples_dfa.cache_clear, "json_numbers.multiples_dfa")
 
 
 def _positive_multiples(k: int, budget: int) -> Dfa:

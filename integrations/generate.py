@@ -74,6 +74,8 @@ class Generation:
 CACHE_LIMIT_BYTES = 1 << 30
 """The cap of each per-tokenizer compiler's memory caches (compiled grammars, shared masks)."""
 
+# Weak, not a registered cache: a tokenizer's compiler (bounded by CACHE_LIMIT_BYTES) lives as long
+# as the tokenizer.
 _compilers: weakref.WeakKeyDictionary[Any, GrammarCompiler] = weakref.WeakKeyDictionary()
 _compilers_lock = threading.Lock()
 

@@ -24,6 +24,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from ..grammar.core.caches import memoized
 from ..integrations.models import ModelNotFound, default_gguf_path, resolve_tokenizer
 from ..integrations.models import load_tokenizer as _load_tokenizer
 from .corpus import CorpusItem
@@ -60,23 +61,23 @@ def resolve_tokenizer_path(spec: str | None) -> str:
         ) from exc
 
 
-_TOKENIZERS: dict[str, Any] = {}
+TOKENIZERS_KEPT = 4
+"""Tokenizers kept loaded (a run uses one)."""
 
 
+@memoized(TOKENIZERS_KEPT, name="validate-corpus tokenizers, by path (jsonschemabench/runner.py)")
 def load_tokenizer(path: str) -> Any:
     """The HF tokenizer at `path`, loaded once per process (workers forked later inherit it)."""
-    if path not in _TOKENIZERS:
-        try:
-            import transformers  # noqa: F401
-        except ImportError as exc:
-            raise RunnerError("validate-corpus needs transformers: pip install 'pushmask[hf]'") from exc
-        try:
-            _TOKENIZERS[path] = _load_tokenizer(path)
-        except ModelNotFound as exc:
-            raise RunnerError(str(exc)) from exc
-        except Exception as exc:
-            raise RunnerError(f"cannot load tokenizer {path!r}: {exc}") from exc
-    return _TOKENIZERS[path]
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise RunnerError("validate-corpus needs transformers: pip install 'pushmask[hf]'") from exc
+    try:
+        return _load_tokenizer(path)
+    except ModelNotFound as exc:
+        raise RunnerError(str(exc)) from exc
+    except Exception as exc:
+        raise RunnerError(f"cannot load tokenizer {path!r}: {exc}") from exc
 
 
 # ----------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 
+from ..grammar.core.caches import memoized
 from ..grammar.core.errors import ArgumentTypeError, IndexOutOfRangeError, InvalidArgumentError, check_integer
 
 __all__ = [
@@ -225,19 +226,16 @@ def _selected_rows(indices, n_rows: int, n_mask_rows: int) -> np.ndarray:
 
 
 _BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1).astype(bool)  # [byte, j]: bit j
-_BYTE_TABLES: dict = {}  # dtype name -> (keep, fill) for bitmask_cpu.apply_rows
 
 
+@memoized(len(NEG_INF_BITS), name="bitmask raw-bit tables, per float type (masks/bitmask.py)")
 def _byte_tables(name: str):
-    """(keep, fill) [256, 8] raw-bit tables of a float type: keep is all ones where bit j of the
-    byte is set, fill is -inf's bits where it is clear."""
-    tables = _BYTE_TABLES.get(name)
-    if tables is None:
-        neg_inf = NEG_INF_BITS[name]
-        keep = np.where(_BYTE_BITS, -1, 0).astype(neg_inf.dtype)
-        fill = np.where(_BYTE_BITS, 0, neg_inf).astype(neg_inf.dtype)
-        tables = _BYTE_TABLES[name] = (keep, fill)
-    return tables
+    """(keep, fill) [256, 8] raw-bit tables of a float type for bitmask_cpu.apply_rows: keep is
+    all ones where bit j of the byte is set, fill is -inf's bits where it is clear."""
+    neg_inf = NEG_INF_BITS[name]
+    keep = np.where(_BYTE_BITS, -1, 0).astype(neg_inf.dtype)
+    fill = np.where(_BYTE_BITS, 0, neg_inf).astype(neg_inf.dtype)
+    return keep, fill
 
 
 def _apply_cpu_kernel(bits, row_stride: int, shape, mask2d: np.ndarray, rows, width: int, name: str) -> None:
@@ -356,18 +354,23 @@ def _apply_torch_ops(logits2d, mask2d, rows, width: int) -> None:
     logits2d[index] = selected
 
 
-_BIT_VALUES: dict = {}  # device -> uint8 tensor [1, 2, 4, ..., 128], made once per device
+DEVICES_KEPT = 16
+"""Devices whose bit-value tensor is kept (_bit_values)."""
+
+
+@memoized(DEVICES_KEPT, name="bitmask bit-value tensors, per device (masks/bitmask.py)")
+def _bit_values(device):
+    """The uint8 tensor [1, 2, 4, ..., 128] on `device`."""
+    import torch
+
+    return torch.tensor([1 << b for b in range(8)], dtype=torch.uint8, device=device)
 
 
 def _torch_disallowed(mask2d, width: int):
     """Bool tensor [rows, width], True where the bit is 0, computed on the bitmask's device."""
     import torch
 
-    bit_values = _BIT_VALUES.get(mask2d.device)
-    if bit_values is None:
-        bit_values = _BIT_VALUES[mask2d.device] = torch.tensor(
-            [1 << b for b in range(8)], dtype=torch.uint8, device=mask2d.device
-        )
+    bit_values = _bit_values(mask2d.device)
     n_words = (width + 31) // 32
     # Each int32 word as 4 little-endian bytes (as on every CUDA device): bit b of byte k is
     # token 8k + b of the word.

@@ -471,6 +471,7 @@ def bounds_memo() -> BoundedCache[bytes, _StackSetBounds]:
     return BoundedCache(BOUNDS_MEMO_ENTRIES)
 
 
+# Weak, not a registered cache: a grammar's budget table lives as long as the grammar.
 _TABLES: weakref.WeakKeyDictionary[CompiledGrammar, BudgetTable] = weakref.WeakKeyDictionary()
 _TABLES_LOCK = threading.Lock()
 

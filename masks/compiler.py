@@ -193,6 +193,7 @@ class GrammarCompiler:
         # idle workspaces lent to first visits, each with the grammar its closure memo holds (or None)
         self._idle_workspaces: list[tuple[Workspace, Callable[[], CompiledGrammar | None]]] = []
         self._idle_lock = threading.Lock()
+        # follow-pair arrays by digest, shared by its grammars while one of them holds each (weak)
         self._follow_pairs: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
         fingerprint = self.trie.fingerprint(tokenizer_info.vocab_hash)
         if not cache_enabled:
@@ -593,6 +594,8 @@ def _no_grammar() -> None:
 
 _KIND_WORDS = {"json_schema": "schema", "regex": "regex", "structural_tag": "structural tag"}
 """How a compile's error message names the input of each front-end kind ("grammar" otherwise)."""
+# Weak, not a registered cache: the live compilers that grammars restored from pickle join; a
+# compiler leaves when its last user drops it.
 _SHARED_COMPILERS: weakref.WeakValueDictionary[tuple, GrammarCompiler] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 _PAYLOAD_KIND = "CompiledGrammar"

@@ -200,6 +200,8 @@ class _TrieAutomaton:
         return len(self.depth)
 
 
+# Weak, not registered caches: infilling's data of one trie or grammar, kept beside the object (not
+# in it) and gone with it.
 _TRIE_AUTOMATA: weakref.WeakKeyDictionary[TokenTrie, _TrieAutomaton] = weakref.WeakKeyDictionary()
 _NO_TRIE = _TrieAutomaton(*(np.zeros(n, dtype=np.int64) for n in (2, 0, 0, 1, 1, 0)))  # templates without token gaps
 _PDA_BLOBS: weakref.WeakKeyDictionary[CompiledGrammar, np.ndarray] = weakref.WeakKeyDictionary()

@@ -12,7 +12,7 @@ The names mirror XGrammar's so users can switch::
 
 from typing import Any
 
-from .grammar.core.caches import clear_caches
+from .grammar.core.caches import cache_registry, clear_caches
 from .grammar.core.errors import (
     ArgumentTypeError,
     BudgetTooSmallError,
@@ -89,6 +89,7 @@ __all__ = [
     "allowed_tokens",
     "apply_token_bitmask_inplace",
     "batch_fill_next_token_bitmask",
+    "cache_registry",
     "can_complete",
     "clear_caches",
     "diffusion_generate",

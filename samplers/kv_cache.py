@@ -7,10 +7,10 @@ transformers 5 renamed `past_key_values` to `cache` (the old name warns on every
 
 from __future__ import annotations
 
-import functools
+from ..grammar.core.caches import memoized
 
 
-@functools.cache
+@memoized(1, name="transformers' name of the key/value cache argument (samplers/kv_cache.py)")
 def kv_cache_name() -> str:
     """`cache` where transformers' model outputs have that field, else `past_key_values`."""
     from transformers.modeling_outputs import CausalLMOutputWithPast

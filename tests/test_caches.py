@@ -1,7 +1,13 @@
-"""pushmask.clear_caches: every process-wide cache registers itself where it is defined, and
-clearing them all changes no compiled automaton (they hold pure functions of their keys)."""
+"""pushmask.clear_caches: every process-wide cache is a named BoundedCache that registers itself
+where it is defined, stays within its bound, and clearing them all changes no compiled automaton
+(they hold pure functions of their keys)."""
+
+import subprocess
+import sys
+import threading
 
 import numpy as np
+import pytest
 
 import pushmask
 from pushmask.automata import dfa as dfa_module
@@ -28,10 +34,10 @@ def test_clear_caches_empties_every_registered_cache_and_changes_no_automaton():
     assert {
         "rule DFAs (automata/dfa.py)",
         "automaton layouts (automata/dfa.py)",
-        "JSON Schema leaf automata: numbers",
+        "JSON Schema number leaf automata (grammar/json_schema/leaves.py)",
         "ECMA pattern automata (grammar/ecma_regex.py)",
         "JSON Schema format automata (grammar/json_formats.py)",
-        "JSON Schema patternProperties matches",
+        "JSON Schema patternProperties matches of member names (grammar/json_schema/leaves.py)",
     } <= set(names)
     pushmask.clear_caches()
     assert not dfa_module._dfa_cache and not dfa_module._fsm_layouts and not leaves._leaf_cache
@@ -40,15 +46,16 @@ def test_clear_caches_empties_every_registered_cache_and_changes_no_automaton():
     assert np.array_equal(before.blob, after.blob) and before.rule_names == after.rule_names
 
 
-def test_register_replaces_an_entry_of_the_same_name():
-    calls = []
-    caches.register(lambda: calls.append(1), "test cache")
-    caches.register(lambda: calls.append(2), "test cache")
+def test_naming_a_cache_again_replaces_the_registered_one():
+    first = caches.BoundedCache(4, name="test cache")
+    second = caches.BoundedCache(4, name="test cache")
     try:
+        first.put("k", 1)
+        second.put("k", 2)
         pushmask.clear_caches()
-        assert calls == [2]
+        assert len(first) == 1 and len(second) == 0  # only the newer one is registered
     finally:
-        caches._CLEARERS.pop("test cache")
+        caches._REGISTRY.pop("test cache")
 
 
 def test_bounded_cache_drops_the_least_recently_used_past_its_cost():
@@ -83,7 +90,7 @@ def test_a_named_bounded_cache_is_cleared_by_clear_caches():
         pushmask.clear_caches()
         assert len(cache) == 0 and cache.get("k") is None
     finally:
-        caches._CLEARERS.pop("test bounded cache")
+        caches._REGISTRY.pop("test bounded cache")
 
 
 def test_the_compiler_memoises_by_kind_spec_and_options():
@@ -132,24 +139,172 @@ def test_specs_that_repr_cannot_key_are_compiled_without_the_memo():
     assert _memo_key("json_schema", {"a": [1, 1.0, True, None, ()]}, {}) is not None
 
 
-def test_clear_caches_empties_every_registered_cache_of_either_kind():
-    """Every registered cache is a BoundedCache or a functools cache, and clear_caches() leaves
-    each one empty (those the compiles below filled included)."""
+def test_clear_caches_empties_every_registered_cache():
+    """clear_caches() leaves every registered cache empty, those the compiles below filled
+    included; each has a bound."""
     from support import tokenizer_info
 
     compiler = pushmask.GrammarCompiler(tokenizer_info("smollm2"))
     strings = {"a": {"type": "string", "pattern": "^\\d+\\w\\p{Lu}$"}, "b": {"type": "string", "format": "date"}}
-    compiler.compile_json_schema({"type": "object", "properties": strings})
+    compiler.compile_json_schema({"type": "object", "properties": strings, "required": ["a"]})
     compiler.compile_lark('start: "a"+\n%ignore /\\s+/\n')
-    owners = {name: getattr(clear, "__self__", None) for name, clear in caches._CLEARERS.items()}
-
-    def size(owner) -> int:
-        return len(owner) if isinstance(owner, caches.BoundedCache) else owner.cache_info().currsize
-
-    assert all(isinstance(o, caches.BoundedCache) or hasattr(o, "cache_info") for o in owners.values()), owners
-    assert sum(size(owner) for owner in owners.values()) > 0  # the compiles filled some
+    registry = pushmask.cache_registry()
+    assert all(info.max_cost >= 0 for info in registry.values()), registry
+    filled = {name for name, info in registry.items() if info.entries}
+    assert {
+        "ECMA pattern automata (grammar/ecma_regex.py)",
+        "JSON Schema format automata (grammar/json_formats.py)",
+        "Unicode general category ranges (grammar/fsm/unicode_properties.py)",
+        "Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)",
+        "JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)",
+    } <= filled
     pushmask.clear_caches()
-    assert {name: size(owner) for name, owner in owners.items() if size(owner)} == {}
+    assert {name: info for name, info in pushmask.cache_registry().items() if info.entries or info.cost} == {}
+
+
+EXPECTED_REGISTRY = {
+    "kernel package folders (pushmask/jit.py)",
+    "kernel folder digests (pushmask/jit.py)",
+    "kernel cache stamps, per kernel file (pushmask/jit.py)",
+    "automaton layouts (automata/dfa.py)",
+    "rule DFAs (automata/dfa.py)",
+    "automaton content numbers (automata/dfa.py)",
+    "UTF-8 byte ranges of code-point ranges (automata/utf8.py)",
+    "Unicode general category table (grammar/fsm/unicode_properties.py)",
+    "Unicode general category ranges (grammar/fsm/unicode_properties.py)",
+    "Unicode script and binary property ranges (grammar/fsm/unicode_properties.py)",
+    "the string of every code point, 4.4 MB (grammar/fsm/unicode_properties.py)",
+    "Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)",
+    "ECMA pattern automata (grammar/ecma_regex.py)",
+    "JSON Schema format automata (grammar/json_formats.py)",
+    "multipleOf remainder automata (grammar/json_numbers.py)",
+    "JSON string tokens of string automata (grammar/json_strings.py)",
+    "JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)",
+    "JSON Schema metaschema format checkers, per draft (grammar/json_schema/documents.py)",
+    "JSON Schema subschemas that passed the metaschema check (grammar/json_schema/documents.py)",
+    "JSON Schema metaschema validators, per draft (grammar/json_schema/documents.py)",
+    "JSON Schema number leaf automata (grammar/json_schema/leaves.py)",
+    "JSON Schema patternProperties matches of member names (grammar/json_schema/leaves.py)",
+    "bitmask raw-bit tables, per float type (masks/bitmask.py)",
+    "bitmask bit-value tensors, per device (masks/bitmask.py)",
+    "transformers' name of the key/value cache argument (samplers/kv_cache.py)",
+    "validate-corpus tokenizers, by path (jsonschemabench/runner.py)",
+}
+
+
+def test_the_registry_lists_every_process_wide_cache_of_the_package():
+    """In a fresh process, cache_registry() names every cache that importing each module of the
+    package registers (so CACHE_MODULES misses none), and no other."""
+    script = """
+import importlib, pkgutil
+import pushmask
+from pushmask.grammar.core import caches
+listed = set(pushmask.cache_registry())
+for package in ("pushmask", "pushmask.grammar", "pushmask.automata", "pushmask.masks", "pushmask.samplers",
+                "pushmask.integrations", "pushmask.jsonschemabench"):
+    for module in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+        if module.name.endswith("__main__"):  # runs the command line
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an optional dependency (vllm, sglang, llama-cpp) is missing
+            pass
+print(sorted(listed))
+print(sorted(set(caches.registered()) - listed))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    listed, missed = (eval(line) for line in out.strip().splitlines()[-2:])
+    assert missed == [] and set(listed) == EXPECTED_REGISTRY
+
+
+def test_bounded_caches_stay_within_their_bounds_through_their_callers(monkeypatch):
+    """Filled past a (shrunk) bound by their real callers, the caches keep at most that many
+    entries and return what the function itself returns."""
+    from pushmask.automata.utf8 import utf8_byte_ranges
+    from pushmask.grammar.fsm.unicode_properties import re_class
+    from pushmask.grammar.json_numbers import multiples_dfa
+
+    def plain(value):  # a Dfa by its arrays
+        return [array.tolist() for array in value.arrays()] if hasattr(value, "arrays") else value
+
+    calls = [
+        (utf8_byte_ranges, [(lo, lo + span) for lo in (0x41, 0x7F0, 0xD7F0, 0xFFF0) for span in (0, 0x20, 0x900)]),
+        (multiples_dfa, [(k,) for k in (3, 7, 12, 30, 41)]),
+        (re_class, [("d",), ("s",), ("w",), ("d",)]),
+    ]
+    for function, argument_lists in calls:
+        monkeypatch.setattr(function.cache, "max_cost", 2)
+        for args in argument_lists:
+            assert plain(function(*args)) == plain(function.__wrapped__(*args)), (function, args)
+            assert len(function.cache) <= 2 and function.cache.total_cost <= 2
+        assert function.cache.evicted > 0
+    leaves_search = leaves._search_cache
+    monkeypatch.setattr(leaves_search, "max_cost", 3)
+    names = [f"x-{n}" if n % 2 else f"y{n}" for n in range(10)]
+    assert [leaves.pattern_search("^x-", name, "#") for name in names] == [n % 2 == 1 for n in range(10)]
+    assert len(leaves_search) == 3 and leaves_search.evicted > 0
+
+
+def test_memoized_is_registered_bounded_and_agrees_with_the_function_across_threads():
+    """Eight threads call a memoised function over keys that overflow its bound (entries evicted
+    while others read them): every result equals the undecorated function's, the cache stays
+    within its bound, and clear_caches empties it."""
+
+    def slow_square_digits(n: int) -> tuple[int, ...]:
+        return tuple(int(d) ** 2 for d in str(n * 7919))
+
+    memo = caches.memoized(16, name="test memoized")(slow_square_digits)
+    try:
+        errors: list = []
+        sizes: list[int] = []
+        barrier = threading.Barrier(8)
+
+        def work(seed: int) -> None:
+            barrier.wait()
+            for i in range(3000):
+                n = (i * (seed + 3)) % 40
+                if memo(n) != slow_square_digits(n):
+                    errors.append(n)
+                sizes.append(len(memo.cache))
+
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
+        try:
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            sys.setswitchinterval(old)
+        assert errors == [] and max(sizes) <= 16 and memo.cache.evicted > 0 and memo.cache.hits > 0
+        assert "test memoized" in caches.registered() and memo.__name__ == "slow_square_digits"
+        pushmask.clear_caches()
+        assert len(memo.cache) == 0
+    finally:
+        caches._REGISTRY.pop("test memoized")
+
+
+def test_memoized_stores_none_but_not_errors_and_takes_positional_arguments_only():
+    calls: list = []
+
+    def maybe(n: int):
+        calls.append(n)
+        if n < 0:
+            raise ValueError(n)
+        return None if n == 0 else n
+
+    memo = caches.memoized(4, name="test memoized errors")(maybe)
+    try:
+        assert memo(0) is None and memo(0) is None and calls == [0]  # a stored None is a hit
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                memo(-1)
+        assert calls == [0, -1, -1]  # an error is not stored
+        with pytest.raises(TypeError):
+            memo(n=1)
+    finally:
+        caches._REGISTRY.pop("test memoized errors")
 
 
 def test_the_default_compiler_is_bounded_and_stays_under_its_limit_with_correct_results():

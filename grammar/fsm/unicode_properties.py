@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import cache, lru_cache
 
 import numpy as np
 
-from ..core.caches import register
+from ..core.caches import memoized
 from ..ir import MAX_CODE_POINT, SURROGATES, normalize_ranges
 
 Ranges = tuple[tuple[int, int], ...]
@@ -122,7 +121,7 @@ def property_ranges(body: str) -> Ranges:
     return _regex_property(f"{kind}={value}")
 
 
-@cache
+@memoized(1, name="Unicode general category table (grammar/fsm/unicode_properties.py)")
 def _category_table() -> dict[str, Ranges]:
     """Two-letter general category -> its ranges, from one pass over every code point."""
     runs: dict[str, list[list[int]]] = {}
@@ -138,7 +137,7 @@ def _category_table() -> dict[str, Ranges]:
     return {cat: tuple((lo, hi) for lo, hi in found) for cat, found in runs.items()}
 
 
-@cache
+@memoized(len(_GC_ALIASES), name="Unicode general category ranges (grammar/fsm/unicode_properties.py)")
 def _general_category(short: str) -> Ranges:
     table = _category_table()
     if short == "LC":
@@ -150,7 +149,13 @@ def _general_category(short: str) -> Ranges:
     return normalize_ranges(r for cat in cats for r in table.get(cat, ()))
 
 
-@cache
+REGEX_PROPERTIES_KEPT = 1024
+"""Script, Script_Extensions and binary property tables kept, by their spelling: every one there
+is (about 170 scripts, each under its long and short name, as both kinds, and the 98 spellings of
+the binary properties: under 800)."""
+
+
+@memoized(REGEX_PROPERTIES_KEPT, name="Unicode script and binary property ranges (grammar/fsm/unicode_properties.py)")
 def _regex_property(spec: str) -> Ranges:
     """The code points `regex` puts in \\p{spec}: its runs in a string of every code point."""
     try:
@@ -165,23 +170,19 @@ def _regex_property(spec: str) -> Ranges:
     return normalize_ranges(r for lo, hi in runs for r in _without_surrogates(lo, hi))
 
 
-@lru_cache(maxsize=1)
+@memoized(1, name="the string of every code point, 4.4 MB (grammar/fsm/unicode_properties.py)")
 def every_code_point() -> str:
     """A string of every code point, lone surrogates included (for regex engines to scan)."""
     return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
-@cache
+@memoized(3, name="Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)")
 def re_class(letter: str) -> Ranges:
     """The code points Python's `re` puts in \\d, \\s or \\w (`letter`) in a str pattern without
     re.ASCII: the runs `re` itself finds in the string of every code point (no surrogate is in
     any of them).  One table per class for the process: the ECMA pattern reader and the Lark
     ignore reader both ask for them."""
     return tuple((m.start(), m.end() - 1) for m in re.finditer("\\" + letter + "+", every_code_point()))
-
-
-for _table in (_category_table, _general_category, _regex_property, re_class, every_code_point):  # 4.4 MB the last
-    register(_table.cache_clear, f"Unicode tables: {_table.__name__} (grammar/fsm/unicode_properties.py)")
 
 
 def _without_surrogates(lo: int, hi: int):

@@ -27,12 +27,12 @@ from urllib.parse import quote, unquote, urldefrag, urljoin
 
 import jsonschema
 
-from ..core.caches import BoundedCache
+from ..core.caches import BoundedCache, memoized
 from ..core.errors import InvalidJSONError, LimitExceededError, SchemaError
 from ..core.limits import DEFAULT_LIMITS
 from ..core.recursion import load_json_text
 from .keywords import canonical_json
-from .metaschema import fast_valid
+from .metaschema import DRAFTS_KEPT, fast_valid
 
 DEFAULT_BASE = "https://pushmask.invalid/schema.json"
 
@@ -368,16 +368,12 @@ def _is_ecma_regex(pattern) -> bool:
     return True
 
 
-_FORMAT_CHECKERS: dict = {}
-
-
+@memoized(DRAFTS_KEPT, name="JSON Schema metaschema format checkers, per draft (grammar/json_schema/documents.py)")
 def _metaschema_formats(cls) -> jsonschema.FormatChecker:
     """The draft's format checker for schemas, with `_is_ecma_regex` as format "regex"."""
-    if cls not in _FORMAT_CHECKERS:
-        checker = jsonschema.FormatChecker(formats=())
-        checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_is_ecma_regex, re.error)}
-        _FORMAT_CHECKERS[cls] = checker
-    return _FORMAT_CHECKERS[cls]
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checkers = {**cls.FORMAT_CHECKER.checkers, "regex": (_is_ecma_regex, re.error)}
+    return checker
 
 
 VALID_SUBSCHEMAS_KEPT = 20_000
@@ -385,7 +381,8 @@ VALID_SUBSCHEMAS_KEPT = 20_000
 JSON strings, numbers and members recur across schemas, and jsonschema's check costs about
 0.2-0.5 ms per subschema."""
 _valid_subschemas: BoundedCache[tuple[type, str], bool] = BoundedCache(
-    VALID_SUBSCHEMAS_KEPT, name="JSON Schema subschemas that passed the metaschema check"
+    VALID_SUBSCHEMAS_KEPT,
+    name="JSON Schema subschemas that passed the metaschema check (grammar/json_schema/documents.py)",
 )
 _NODE_MAPS = MAP_KEYS + ("dependencies",)
 
@@ -397,9 +394,7 @@ def _each_node_valid(schema, cls) -> bool:
     $dynamicRef "#meta", $recursiveRef "#"), so a subschema's verdict does not depend on what
     encloses it.  Those checked anew are remembered.  False: the caller checks the whole
     document, which finds and words the error."""
-    meta = _meta_checks.get(cls)
-    if meta is None:
-        meta = _meta_checks[cls] = _MetaCheck(cls)
+    meta = _meta_checks.get_or_make(cls, lambda: _MetaCheck(cls))
     checked: list[str] = []
     if not meta.validator.is_valid(meta.without_known(schema, checked)):
         return False
@@ -447,7 +442,9 @@ class _MetaCheck:
         return out
 
 
-_meta_checks: dict[type, _MetaCheck] = {}
+_meta_checks: BoundedCache[type, _MetaCheck] = BoundedCache(
+    DRAFTS_KEPT, name="JSON Schema metaschema validators, per draft (grammar/json_schema/documents.py)"
+)
 
 
 def _inlined_metaschema(cls):

@@ -43,7 +43,9 @@ __all__ = [
     "string_literal_without",
 ]
 
-_leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(4096, name="JSON Schema leaf automata: numbers")
+_leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(
+    4096, name="JSON Schema number leaf automata (grammar/json_schema/leaves.py)"
+)
 
 
 def cached_leaf(kind: str, kwargs: dict) -> Expr:
@@ -71,7 +73,9 @@ def budgeted_dfa_op(fn: Callable, other, keyword: str, pointer: str, budget: int
     return budgeted(keyword, pointer, fn, other, budget)
 
 
-_search_cache: BoundedCache[tuple[str, str], bool] = BoundedCache(65536, name="JSON Schema patternProperties matches")
+_search_cache: BoundedCache[tuple[str, str], bool] = BoundedCache(
+    65536, name="JSON Schema patternProperties matches of member names (grammar/json_schema/leaves.py)"
+)
 
 
 def pattern_search(pattern: str, name: str, pointer: str) -> bool:

@@ -18,6 +18,8 @@ from urllib.parse import unquote
 
 import jsonschema
 
+from ..core.caches import BoundedCache
+
 Check = Callable[[object], bool]
 """A compiled metaschema subschema: True when the instance passes it (may raise _Unsure)."""
 
@@ -296,16 +298,24 @@ class FastMetaschema:
         return check
 
 
-_compiled: dict[type, FastMetaschema | None] = {}
+DRAFTS_KEPT = 16
+"""Per-draft objects kept (fast checks, format checkers, metaschema validators): jsonschema has
+six drafts."""
+_compiled: BoundedCache[type, FastMetaschema | None] = BoundedCache(
+    DRAFTS_KEPT, name="JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)"
+)
 
 
 def fast_valid(document, cls, metaschema_of: Callable[[type], object], format_checker) -> bool:
     """True when `document` is known to pass `cls`'s metaschema (`metaschema_of(cls)`, asked
     once per draft, checked with `format_checker`); False when jsonschema must decide."""
-    if cls not in _compiled:
-        try:
-            _compiled[cls] = FastMetaschema(cls, metaschema_of(cls), format_checker)
-        except _NotModelled:
-            _compiled[cls] = None
-    fast = _compiled[cls]
+    fast = _compiled.get_or_make(cls, lambda: _fast_metaschema(cls, metaschema_of, format_checker))
     return fast is not None and fast.valid(document)
+
+
+def _fast_metaschema(cls, metaschema_of: Callable[[type], object], format_checker) -> FastMetaschema | None:
+    """`cls`'s FastMetaschema, or None where its metaschema uses what FastMetaschema does not model."""
+    try:
+        return FastMetaschema(cls, metaschema_of(cls), format_checker)
+    except _NotModelled:
+        return None
