@@ -13,7 +13,7 @@ them), to see what those members cost.
 
 With --rows, the whole compile instead (GrammarCompiler.compile_json_schema, property_order "any",
 strict_mode off, as benchmarks/serve_batch.py's compile column): the schemas of the rows file
-compiled by a fresh compiler after clear_caches(), --repeat times, in process CPU and wall ms;
+compiled by a fresh compiler after clear_caches(tables=False) (the per-input caches; fixed tables stay, as in a server), --repeat times, in process CPU and wall ms;
 then the CPU ms of each stage over the same schemas (metaschema check, the rest of the front
 end, IR passes, build_pda with its rule-DFA digests and constructions, the first masks) and the
 rule-DFA cache's hits; with --llguidance, llguidance's compile of the same schemas in the same run.
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     errors: Counter = Counter()
     profiler = cProfile.Profile() if args.profile else None
     for name, schema in schemas:
-        clear_caches()
+        clear_caches(tables=False)
         start, start_cpu = time.perf_counter(), time.process_time()
         if profiler:
             profiler.enable()
@@ -116,7 +116,7 @@ def rows_main(args) -> int:
     def compile_all(first_mask: bool = False) -> tuple[float, float, list[float]]:
         """(CPU ms, wall ms) of compiling every schema, and each schema's CPU ms; with
         `first_mask`, each schema's CPU ms to its first mask (compile, matcher, one fill)."""
-        clear_caches()
+        clear_caches(tables=False)
         compiler = pm.GrammarCompiler(info)  # its vocabulary trie is built here, untimed
         each = []
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -163,7 +163,7 @@ def rows_main(args) -> int:
         return call
 
     options = JsonOptions.of(None, keywords, "compile_time")
-    clear_caches()
+    clear_caches(tables=False)
     compiler = pm.GrammarCompiler(info)
 
     def stage_times(schema) -> None:

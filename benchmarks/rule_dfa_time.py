@@ -114,7 +114,7 @@ def main() -> None:
             use(module)
             compiler.clear_cache()
             module.clear_dfa_cache()
-            pushmask.clear_caches()  # leaf automata (numbers, patterns, formats)
+            pushmask.clear_caches(tables=False)  # leaf automata (numbers, patterns, formats)
             start = time.perf_counter()
             try:
                 compiler.compile_json_schema(schema, property_order="any")

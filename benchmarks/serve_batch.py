@@ -52,7 +52,7 @@ def make_engines(hf, names):
                 self.V = self.info.vocab_size
 
             def fresh(self):
-                pm.clear_caches()
+                pm.clear_caches(tables=False)
                 self.comp = pm.GrammarCompiler(self.info)
 
             def compile(self, schema):

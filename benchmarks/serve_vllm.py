@@ -139,7 +139,7 @@ def fresh_backend(manager, cls):
     if cls.__name__ == "PushmaskBackend":
         import pushmask
 
-        pushmask.clear_caches()
+        pushmask.clear_caches(tables=False)
     manager.backend = cls(manager.vllm_config, tokenizer=manager.tokenizer, vocab_size=manager.vocab_size)
 
 

@@ -200,7 +200,7 @@ def is_known_format(name: str) -> bool:
     return name in KNOWN_FORMATS
 
 
-@memoized(len(FORMAT_REGEXES), name="JSON Schema format automata (grammar/json_formats.py)")
+@memoized(len(FORMAT_REGEXES), name="JSON Schema format automata (grammar/json_formats.py)", table=True)
 def _format_dfa_cached(name: str) -> Dfa:
     """`format_dfa` of a known format, memoised.  The regexes are ours, not the input's, so their
     bound of 200,000 states is no user budget: every format fits well within it."""

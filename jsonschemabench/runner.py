@@ -65,7 +65,7 @@ TOKENIZERS_KEPT = 4
 """Tokenizers kept loaded (a run uses one)."""
 
 
-@memoized(TOKENIZERS_KEPT, name="validate-corpus tokenizers, by path (jsonschemabench/runner.py)")
+@memoized(TOKENIZERS_KEPT, name="validate-corpus tokenizers, by path (jsonschemabench/runner.py)", table=True)
 def load_tokenizer(path: str) -> Any:
     """The HF tokenizer at `path`, loaded once per process (workers forked later inherit it)."""
     try:

@@ -228,7 +228,7 @@ def _selected_rows(indices, n_rows: int, n_mask_rows: int) -> np.ndarray:
 _BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1).astype(bool)  # [byte, j]: bit j
 
 
-@memoized(len(NEG_INF_BITS), name="bitmask raw-bit tables, per float type (masks/bitmask.py)")
+@memoized(len(NEG_INF_BITS), name="bitmask raw-bit tables, per float type (masks/bitmask.py)", table=True)
 def _byte_tables(name: str):
     """(keep, fill) [256, 8] raw-bit tables of a float type for bitmask_cpu.apply_rows: keep is
     all ones where bit j of the byte is set, fill is -inf's bits where it is clear."""
@@ -358,7 +358,7 @@ DEVICES_KEPT = 16
 """Devices whose bit-value tensor is kept (_bit_values)."""
 
 
-@memoized(DEVICES_KEPT, name="bitmask bit-value tensors, per device (masks/bitmask.py)")
+@memoized(DEVICES_KEPT, name="bitmask bit-value tensors, per device (masks/bitmask.py)", table=True)
 def _bit_values(device):
     """The uint8 tensor [1, 2, 4, ..., 128] on `device`."""
     import torch

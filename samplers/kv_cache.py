@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..grammar.core.caches import memoized
 
 
-@memoized(1, name="transformers' name of the key/value cache argument (samplers/kv_cache.py)")
+@memoized(1, name="transformers' name of the key/value cache argument (samplers/kv_cache.py)", table=True)
 def kv_cache_name() -> str:
     """`cache` where transformers' model outputs have that field, else `past_key_values`."""
     from transformers.modeling_outputs import CausalLMOutputWithPast

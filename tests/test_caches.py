@@ -158,8 +158,34 @@ def test_clear_caches_empties_every_registered_cache():
         "Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)",
         "JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)",
     } <= filled
+    pushmask.clear_caches(tables=False)  # a cold compile's benchmark: fixed tables stay
+    kept = {name for name, info in pushmask.cache_registry().items() if info.entries}
+    assert kept == {name for name in filled if name in TABLES}
+    assert "JSON Schema format automata (grammar/json_formats.py)" in kept
+    assert "ECMA pattern automata (grammar/ecma_regex.py)" not in kept
     pushmask.clear_caches()
     assert {name: info for name, info in pushmask.cache_registry().items() if info.entries or info.cost} == {}
+
+
+TABLES = {
+    "kernel package folders (pushmask/jit.py)",
+    "kernel folder digests (pushmask/jit.py)",
+    "kernel cache stamps, per kernel file (pushmask/jit.py)",
+    "Unicode general category table (grammar/fsm/unicode_properties.py)",
+    "Unicode general category ranges (grammar/fsm/unicode_properties.py)",
+    "Unicode script and binary property ranges (grammar/fsm/unicode_properties.py)",
+    "the string of every code point, 4.4 MB (grammar/fsm/unicode_properties.py)",
+    "Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)",
+    "JSON Schema format automata (grammar/json_formats.py)",
+    "JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)",
+    "JSON Schema metaschema format checkers, per draft (grammar/json_schema/documents.py)",
+    "JSON Schema metaschema validators, per draft (grammar/json_schema/documents.py)",
+    "bitmask raw-bit tables, per float type (masks/bitmask.py)",
+    "bitmask bit-value tensors, per device (masks/bitmask.py)",
+    "transformers' name of the key/value cache argument (samplers/kv_cache.py)",
+    "validate-corpus tokenizers, by path (jsonschemabench/runner.py)",
+}
+"""The registered caches of fixed tables, which clear_caches(tables=False) keeps."""
 
 
 EXPECTED_REGISTRY = {
@@ -211,10 +237,12 @@ for package in ("pushmask", "pushmask.grammar", "pushmask.automata", "pushmask.m
             pass
 print(sorted(listed))
 print(sorted(set(caches.registered()) - listed))
+print(sorted(name for name, cache in caches._REGISTRY.items() if cache.table))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    listed, missed = (eval(line) for line in out.strip().splitlines()[-2:])
+    listed, missed, tables = (eval(line) for line in out.strip().splitlines()[-3:])
     assert missed == [] and set(listed) == EXPECTED_REGISTRY
+    assert set(tables) == TABLES
 
 
 def test_bounded_caches_stay_within_their_bounds_through_their_callers(monkeypatch):

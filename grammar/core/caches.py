@@ -83,11 +83,15 @@ def cache_registry() -> dict[str, CacheInfo]:
     return {name: cache.info() for name, cache in list(_REGISTRY.items())}
 
 
-def clear_caches() -> None:
+def clear_caches(*, tables: bool = True) -> None:
     """Empty every registered process-wide cache (for cold-start measurements, or to give their
-    memory back; results are unchanged), then hand the C heap's free pages back to the system."""
+    memory back; results are unchanged), then hand the C heap's free pages back to the system.
+    `tables=False` keeps the caches of fixed tables (`BoundedCache(table=True)`: Unicode,
+    metaschema checkers, kernel stamps), which no input changes and a server builds once: what a
+    benchmark of a new request's cold compile clears."""
     for cache in list(_REGISTRY.values()):
-        cache.clear()
+        if tables or not cache.table:
+            cache.clear()
     release_free_heap()
 
 
@@ -118,11 +122,15 @@ class BoundedCache(Generic[K, V]):
     `cost(value)` weighs an entry when it is stored (1 each by default: a bound on entries);
     `max_cost` -1 means no bound.  With a `name` (what it holds, and its file) the cache is
     process-wide: it is registered under that name, and `clear_caches()` empties it (naming a
-    cache again replaces the entry, as a reloaded module does).
+    cache again replaces the entry, as a reloaded module does).  `table`: it holds fixed tables,
+    the same whatever the input (see clear_caches).
     """
 
-    def __init__(self, max_cost: int, *, cost: Callable[[V], int] | None = None, name: str | None = None):
+    def __init__(
+        self, max_cost: int, *, cost: Callable[[V], int] | None = None, name: str | None = None, table: bool = False
+    ):
         self.max_cost = max_cost
+        self.table = table
         self._cost = cost
         self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
@@ -201,14 +209,14 @@ class BoundedCache(Generic[K, V]):
             return key in self._entries
 
 
-def memoized(max_entries: int, *, name: str) -> Callable[[F], F]:
+def memoized(max_entries: int, *, name: str, table: bool = False) -> Callable[[F], F]:
     """Memoise a pure function of hashable positional arguments in a process-wide BoundedCache of
-    `max_entries` entries registered as `name`: functools.lru_cache's job under this module's
-    policy (bounded, thread-safe, emptied by clear_caches).  A call that raises stores nothing.
-    The wrapper's `cache` is its BoundedCache."""
+    `max_entries` entries registered as `name` (`table`: of fixed tables, as BoundedCache says):
+    functools.lru_cache's job under this module's policy (bounded, thread-safe, emptied by
+    clear_caches).  A call that raises stores nothing.  The wrapper's `cache` is its BoundedCache."""
 
     def decorate(function: F) -> F:
-        cache: BoundedCache[tuple[Hashable, ...], object] = BoundedCache(max_entries, name=name)
+        cache: BoundedCache[tuple[Hashable, ...], object] = BoundedCache(max_entries, name=name, table=table)
 
         @functools.wraps(function)
         def memo(*args: Hashable) -> object:

@@ -121,7 +121,7 @@ def property_ranges(body: str) -> Ranges:
     return _regex_property(f"{kind}={value}")
 
 
-@memoized(1, name="Unicode general category table (grammar/fsm/unicode_properties.py)")
+@memoized(1, name="Unicode general category table (grammar/fsm/unicode_properties.py)", table=True)
 def _category_table() -> dict[str, Ranges]:
     """Two-letter general category -> its ranges, from one pass over every code point."""
     runs: dict[str, list[list[int]]] = {}
@@ -137,7 +137,7 @@ def _category_table() -> dict[str, Ranges]:
     return {cat: tuple((lo, hi) for lo, hi in found) for cat, found in runs.items()}
 
 
-@memoized(len(_GC_ALIASES), name="Unicode general category ranges (grammar/fsm/unicode_properties.py)")
+@memoized(len(_GC_ALIASES), name="Unicode general category ranges (grammar/fsm/unicode_properties.py)", table=True)
 def _general_category(short: str) -> Ranges:
     table = _category_table()
     if short == "LC":
@@ -155,7 +155,11 @@ is (about 170 scripts, each under its long and short name, as both kinds, and th
 the binary properties: under 800)."""
 
 
-@memoized(REGEX_PROPERTIES_KEPT, name="Unicode script and binary property ranges (grammar/fsm/unicode_properties.py)")
+@memoized(
+    REGEX_PROPERTIES_KEPT,
+    name="Unicode script and binary property ranges (grammar/fsm/unicode_properties.py)",
+    table=True,
+)
 def _regex_property(spec: str) -> Ranges:
     """The code points `regex` puts in \\p{spec}: its runs in a string of every code point."""
     try:
@@ -170,13 +174,13 @@ def _regex_property(spec: str) -> Ranges:
     return normalize_ranges(r for lo, hi in runs for r in _without_surrogates(lo, hi))
 
 
-@memoized(1, name="the string of every code point, 4.4 MB (grammar/fsm/unicode_properties.py)")
+@memoized(1, name="the string of every code point, 4.4 MB (grammar/fsm/unicode_properties.py)", table=True)
 def every_code_point() -> str:
     """A string of every code point, lone surrogates included (for regex engines to scan)."""
     return np.arange(MAX_CODE_POINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
 
 
-@memoized(3, name="Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)")
+@memoized(3, name="Python re classes \\d \\s \\w as ranges (grammar/fsm/unicode_properties.py)", table=True)
 def re_class(letter: str) -> Ranges:
     """The code points Python's `re` puts in \\d, \\s or \\w (`letter`) in a str pattern without
     re.ASCII: the runs `re` itself finds in the string of every code point (no surrogate is in

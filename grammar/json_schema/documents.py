@@ -368,7 +368,9 @@ def _is_ecma_regex(pattern) -> bool:
     return True
 
 
-@memoized(DRAFTS_KEPT, name="JSON Schema metaschema format checkers, per draft (grammar/json_schema/documents.py)")
+@memoized(
+    DRAFTS_KEPT, name="JSON Schema metaschema format checkers, per draft (grammar/json_schema/documents.py)", table=True
+)
 def _metaschema_formats(cls) -> jsonschema.FormatChecker:
     """The draft's format checker for schemas, with `_is_ecma_regex` as format "regex"."""
     checker = jsonschema.FormatChecker(formats=())
@@ -443,7 +445,9 @@ class _MetaCheck:
 
 
 _meta_checks: BoundedCache[type, _MetaCheck] = BoundedCache(
-    DRAFTS_KEPT, name="JSON Schema metaschema validators, per draft (grammar/json_schema/documents.py)"
+    DRAFTS_KEPT,
+    name="JSON Schema metaschema validators, per draft (grammar/json_schema/documents.py)",
+    table=True,
 )
 
 

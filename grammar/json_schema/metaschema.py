@@ -302,7 +302,9 @@ DRAFTS_KEPT = 16
 """Per-draft objects kept (fast checks, format checkers, metaschema validators): jsonschema has
 six drafts."""
 _compiled: BoundedCache[type, FastMetaschema | None] = BoundedCache(
-    DRAFTS_KEPT, name="JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)"
+    DRAFTS_KEPT,
+    name="JSON Schema fast metaschema checks, per draft (grammar/json_schema/metaschema.py)",
+    table=True,
 )
 
 
