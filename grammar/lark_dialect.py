@@ -386,20 +386,16 @@ class _Translator:
             flags_at = marker.rindex("/")
             marker = f"/{_python_regex(marker[1:flags_at])}{marker[flags_at:]}"
         lazy = "lazy" in values or bool(marker)
+        ignores = re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE) is not None
+        for budget in ("max_chars", "max_tokens"):  # a budget counts the text of one terminal
+            if budget in values and (lazy or ignores):
+                raise self.error(
+                    f"attribute {budget!r} is not supported with lazy, suffix or stop, nor in a grammar with "
+                    "%ignore: pushmask honours it on a rule it compiles as one terminal",
+                    values[budget][1],
+                )
         max_chars = int(values["max_chars"][0]) if "max_chars" in values else None
-        if max_chars is not None and (lazy or re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE)):
-            raise self.error(
-                "attribute 'max_chars' is not supported with lazy, suffix or stop, nor in a grammar with "
-                "%ignore: pushmask honours it on a rule it compiles as one terminal",
-                values["max_chars"][1],
-            )
         max_tokens = int(values["max_tokens"][0]) if "max_tokens" in values else None
-        if max_tokens is not None and (lazy or re.search(r"^[ \t]*%ignore", self.text, re.MULTILINE)):
-            raise self.error(
-                "attribute 'max_tokens' is not supported with lazy, suffix or stop, nor in a grammar with "
-                "%ignore: pushmask honours it on a rule it compiles as one terminal whose text may end anywhere",
-                values["max_tokens"][1],
-            )
         if not values:
             self.rewrite(":", body_start)
             return body_start

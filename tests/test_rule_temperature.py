@@ -85,22 +85,22 @@ def random_spec(rng: random.Random, lark: bool) -> tuple[dict, dict]:
     return spec, temperatures
 
 
-def ebnf_text(spec: dict, temperatures: dict) -> str:
+def grammar_text(spec: dict, temperatures: dict, defines: str) -> str:
+    """The grammar of `spec` in EBNF (`defines` "::=") or Lark (":"), with its temperatures."""
     lines = []
     for name, alternatives in spec.items():
         header = f"{name}[temperature={temperatures[name]}]" if name in temperatures else name
         body = " | ".join(" ".join(s if s in spec else json.dumps(s) for s in alt) for alt in alternatives)
-        lines.append(f"{header} ::= {body}")
+        lines.append(f"{header}{' ' if defines == '::=' else ''}{defines} {body}")
     return "\n".join(lines)
+
+
+def ebnf_text(spec: dict, temperatures: dict) -> str:
+    return grammar_text(spec, temperatures, "::=")
 
 
 def lark_text(spec: dict, temperatures: dict) -> str:
-    lines = []
-    for name, alternatives in spec.items():
-        header = f"{name}[temperature={temperatures[name]}]" if name in temperatures else name
-        body = " | ".join(" ".join(s if s in spec else json.dumps(s) for s in alt) for alt in alternatives)
-        lines.append(f"{header}: {body}")
-    return "\n".join(lines)
+    return grammar_text(spec, temperatures, ":")
 
 
 def check_walks(compiled, spec: dict, temperatures: dict, root: str, default) -> int:
