@@ -756,11 +756,14 @@ def texts_before_triggers(triggers: list[str], excludes: list[str]) -> dict[str,
         return {trigger: text for trigger in triggers}
     # The text read so far matters only through its longest suffix that begins one of the
     # strings (the Aho-Corasick state): a state's shortest word spells that suffix.
+    edges: dict[int, list[tuple[int, int]]] = {}
+    for source, lo, _, target in text.transitions:
+        edges.setdefault(source, []).append((lo, target))
     words = {0: ""}
     queue = [0]
     for state in queue:
-        for source, lo, _, target in text.transitions:
-            if source == state and target not in words:
+        for lo, target in edges.get(state, ()):
+            if target not in words:
                 words[target] = words[state] + chr(lo)
                 queue.append(target)
     led = {}
