@@ -193,8 +193,7 @@ def _rule_terminal_ir(attributes: RuleAttributes, fsm: Expr, max_states: int) ->
     if attributes.lazy:
         fsm = _first_end_only(fsm)
     if attributes.triggered and isinstance(fsm, CharFsm):  # the text may end before its trigger
-        states = {fsm.initial} | {t[0] for t in fsm.transitions} | {t[3] for t in fsm.transitions}
-        fsm = CharFsm(fsm.initial, frozenset(states), fsm.transitions)
+        fsm = CharFsm(fsm.initial, _states(fsm), fsm.transitions)
     if attributes.max_chars is not None:
         fsm = _char_budget(fsm, attributes.max_chars, max_states, attributes.rule)
     if attributes.max_tokens is not None and not _ends_anywhere(fsm):
@@ -209,10 +208,12 @@ def _rule_terminal_ir(attributes: RuleAttributes, fsm: Expr, max_states: int) ->
 
 def _ends_anywhere(fsm: Expr) -> bool:
     """Whether every state of the (trimmed) automaton is final: the text may stop anywhere."""
-    if not isinstance(fsm, CharFsm):
-        return False
-    states = {fsm.initial} | {t[0] for t in fsm.transitions} | {t[3] for t in fsm.transitions}
-    return states <= fsm.finals
+    return isinstance(fsm, CharFsm) and _states(fsm) <= fsm.finals
+
+
+def _states(fsm: CharFsm) -> frozenset[int]:
+    """Every state of the automaton: its initial state and the ends of its edges."""
+    return frozenset({fsm.initial} | {t[0] for t in fsm.transitions} | {t[3] for t in fsm.transitions})
 
 
 def _pattern_to_ir(label: str, pattern, max_states: int, max_nesting: int, automaton: bool = False) -> Expr:

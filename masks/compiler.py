@@ -47,6 +47,7 @@ from .serialization import (
     DeserializeFormatError,
     check_digest,
     check_header,
+    checked_temperatures,
     content_digest,
     from_json,
     header,
@@ -1173,7 +1174,7 @@ class CompiledGrammar:
             tuple(payload["token_terminals"]),
             {int(r): int(n) for r, n in payload.get("token_limits", [])},
             {int(t): frozenset(ids) for t, ids in payload.get("token_classes", [])},
-            _checked_temperatures(payload.get("temperatures", []), len(pda.rule_names)),
+            checked_temperatures(payload.get("temperatures", []), range(len(pda.rule_names))),
         )
         if payload["trie"] != compiler.trie.fingerprint(tokenizer_info.vocab_hash):
             return  # masks from another token order: recomputed on first visit instead
@@ -1252,21 +1253,6 @@ class _ScratchStore:
 
     def _grow_pool(self, need: int) -> None:
         CompiledGrammar._grow_pool(self, need)
-
-
-def _checked_temperatures(pairs: list, n_rules: int) -> dict[int, float]:
-    """The rule temperatures of a serialized CompiledGrammar (pairs [rule, temperature]): a rule
-    of the automaton and a finite number >= 0 each, else DeserializeFormatError."""
-    temperatures = {}
-    for rule, t in pairs:
-        if isinstance(rule, bool) or not isinstance(rule, int) or not 0 <= rule < n_rules:
-            raise DeserializeFormatError(f"invalid serialized {_PAYLOAD_KIND}: no rule {rule!r} has a temperature")
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise DeserializeFormatError(
-                f"invalid serialized {_PAYLOAD_KIND}: rule {rule}'s temperature {t!r} is not a finite number >= 0"
-            )
-        temperatures[rule] = float(t)
-    return temperatures
 
 
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:

@@ -238,16 +238,17 @@ def grammar_payload(grammar) -> dict:
     }
 
 
-def _temperatures(pairs: list, names: list[str]) -> dict[str, float]:
-    """A Grammar payload's rule temperatures ([name, temperature] pairs): each a rule's, a finite
-    number >= 0 (ValueError otherwise)."""
+def checked_temperatures(pairs: list, rules) -> dict:
+    """The rule temperatures of a payload ([rule, temperature] pairs; a Grammar's name its rules,
+    a CompiledGrammar's number them): each rule one of `rules` (a name or an int, never a bool),
+    each temperature a finite number >= 0; ValueError otherwise."""
     temperatures = {}
-    for name, t in pairs:
-        if name not in names:
-            raise ValueError(f"temperatures name {name!r}, which is no rule")
+    for rule, t in pairs:
+        if isinstance(rule, bool) or not isinstance(rule, (str, int)) or rule not in rules:
+            raise ValueError(f"temperatures name {rule!r}, which is no rule")
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"rule {name!r} has temperature {t!r}, not a finite number >= 0")
-        temperatures[name] = float(t)
+            raise ValueError(f"rule {rule!r} has temperature {t!r}, not a finite number >= 0")
+        temperatures[rule] = float(t)
     return temperatures
 
 
@@ -372,7 +373,7 @@ def _grammar_of_payload(payload: dict):
         bool(payload["allow_empty"]),
         token_limits={str(name): int(limit) for name, limit in payload["token_limits"]},
         token_classes={int(terminal): frozenset(int(t) for t in ids) for terminal, ids in payload["token_classes"]},
-        temperatures=_temperatures(payload.get("temperatures", []), names),
+        temperatures=checked_temperatures(payload.get("temperatures", []), set(names)),
         refusal=error,
     )
     allow_empty = _ints(payload["allow_empty_rule_ids"], "allow_empty_rule_ids")
