@@ -9,6 +9,7 @@ import itertools
 import re
 
 import lark
+import numpy as np
 import pytest
 
 import pushmask as pm
@@ -302,3 +303,26 @@ def test_max_tokens_on_text_that_ends_anywhere_is_the_token_budget(budget):
                     accepted = False
                     break
             assert (accepted and matcher.is_terminated()) == oracle(tokens), tokens
+
+
+def test_max_tokens_budget_in_batch_fills_and_rollback():
+    """The Lark token budget through the batch API with 2 threads (rows equal to single fills,
+    matchers at different points of the budget) and through rollback (the budget spent again)."""
+    info = pm.TokenizerInfo(BUDGET_VOCAB)
+    compiled = pm.GrammarCompiler(info, cache_enabled=False).compile_lark(
+        'start: r "<t>"\nr[max_tokens=2]: TEXT\nTEXT: /(.|\\n)*/'
+    )
+    matchers = [pm.GrammarMatcher(compiled, terminate_without_stop_token=True) for _ in range(4)]
+    for matcher, tokens in zip(matchers, [[], [0], [0, 1], [5, 6]]):
+        for token in tokens:
+            assert matcher.accept_token(token)
+    batch = pm.allocate_token_bitmask(len(matchers), info.vocab_size)
+    pm.BatchGrammarMatcher(max_threads=2).batch_fill_next_token_bitmask(matchers, batch)
+    single = pm.allocate_token_bitmask(1, info.vocab_size)
+    for k, matcher in enumerate(matchers):
+        matcher.fill_next_token_bitmask(single)
+        assert np.array_equal(batch[k].numpy(), single[0].numpy()), k
+    spent = matchers[2]  # two tokens inside r: only the closing "<t>" (or its pieces) may follow
+    assert not spent.fork().accept_token(0) and spent.fork().accept_token(3)
+    spent.rollback(1)
+    assert spent.fork().accept_token(0)  # one token inside r again: text may go on
