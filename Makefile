@@ -48,7 +48,7 @@ wheel-check: wheel
 	bash .ci/wheel-check dist
 
 # The documentation site in site/; --strict fails on a broken link or reference. Its code
-# examples (and the README's) run under pytest: tests/test_docs.py.
+# examples (and the README's) run under pytest: docs/conftest.py, docs/test_readme.py.
 docs: install
 	$(PY) -m mkdocs build --strict
 
@@ -62,10 +62,11 @@ lint:
 	$(PY) -m ruff format --check .
 	$(PY) .ci/typecheck.py
 
-# The code examples of the README and docs/ run too, each page's on one worker (they share a namespace).
+# The code examples of docs/ and the README (docs/test_readme.py) run too, each page on one worker
+# (they share a namespace).
 test: install lint
 	$(PY) -m pytest -q -n 2 tests
-	$(PY) -m pytest -q -n 2 --dist loadfile docs README.md
+	$(PY) -m pytest -q -n 2 --dist loadfile docs
 	$(MAKE) test-xgrammar-suite
 
 # A fast subset of XGrammar 0.2.8's own tests through the name `xgrammar` (pip fetches its sdist
@@ -107,7 +108,8 @@ test-sglang: $(SGLANG_PY)
 # llama-cpp-python has no CPU wheel on PyPI: pip builds llama.cpp (2 cores: 25+ minutes).
 test-llama-cpp: install
 	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q 'llama-cpp-python==0.3.36'
-	$(PY) -m pytest -q tests/test_llama_cpp.py docs/serving.md
+	$(PY) -m pytest -q tests/test_llama_cpp.py
+	$(PY) -m pytest -q docs/serving.md
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) .venv-wheel build dist site *.egg-info pushmask/kernel-cache
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) .venv-wheel build dist site *.egg-info core/kernel-cache

@@ -1,6 +1,6 @@
 """The wheel for the Python that builds it, with that Python's prepared kernels.
 
-Prepared kernels (`pushmask/kernel-cache/`, written by `pushmask warmup`, one set per Python) are
+Prepared kernels (`core/kernel-cache/`, written by `pushmask warmup`, one set per Python) are
 x86-64 machine code that loads only under the CPython, numba and llvmlite that built it. Where
 this Python's set is prepared, the wheel ships that set alone, is tagged for this CPython and
 platform (`cp312-cp312-linux_x86_64`, not `py3-none-any`) and pins numba and llvmlite to the
@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
 
-KERNEL_CACHE = Path(__file__).parent / "pushmask" / "kernel-cache"
+KERNEL_CACHE = Path(__file__).parent / "core" / "kernel-cache"
 TAG = "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", ""))
 DEPENDENCIES = ["numpy>=1.24", "numba>=0.59", "lark>=1.1", "interegular>=0.3", "jsonschema>=4.18", "regex>=2022.1"]
 
@@ -38,13 +39,26 @@ class KernelDistribution(Distribution):
         return prepared
 
 
+class BuildPy(build_py):
+    """The repository root is the package `pushmask` (pyproject.toml, package-dir): its files that
+    are not the package's (this one, the top-level modules of py-modules) stay out of it."""
+
+    def find_package_modules(self, package, package_dir):
+        modules = super().find_package_modules(package, package_dir)
+        if package != "pushmask":
+            return modules
+        not_package = {"setup", *(self.distribution.py_modules or [])}
+        return [entry for entry in modules if entry[1] not in not_package]
+
+
 KERNELS = [f"kernel-cache/*.{TAG}.nbi", f"kernel-cache/*.{TAG}.*.nbc", f"kernel-cache/prepared-{TAG}.json"]
 
 setup(
     distclass=KernelDistribution,
+    cmdclass={"build_py": BuildPy},
     install_requires=DEPENDENCIES,
     package_data={
-        "pushmask": KERNELS if prepared else [],
+        "pushmask.core": KERNELS if prepared else [],
         # `pushmask generate --schema examples/person.json ...` (its --help) works from a wheel too.
         "pushmask.examples": ["*.json", "*.ebnf", "*.lark"],
     },

@@ -1,52 +1,21 @@
-"""Type-check the installed layout of pushmask with mypy.
-
-The package maps folders of the repository onto subpackages (pyproject.toml,
-[tool.setuptools.package-dir]: `pushmask.grammar` is `grammar/`), which mypy cannot follow
-through the editable install's import hook.  This builds that layout as a tree of symbolic links
-under build/typecheck/ and runs `mypy -p pushmask` on it (settings from [tool.mypy]); extra
-arguments go to mypy.
+"""Type-check pushmask with mypy (settings from pyproject.toml's [tool.mypy]; extra arguments go to
+mypy): `mypy -p pushmask` over the package as the wheel lays it out (.ci/package_tree.py), since
+the repository root, which is the package, is not a folder named `pushmask`.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from package_tree import REPO, link_package
 
-REPO = Path(__file__).resolve().parent.parent
 TREE = REPO / "build" / "typecheck"
 
 
-def link_tree() -> Path:
-    """build/typecheck/pushmask/... with every package of package-dir linked where it installs."""
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    package_dir: dict[str, str] = config.get("package-dir", {})
-    shutil.rmtree(TREE, ignore_errors=True)
-    for package in sorted(config["packages"]):
-        source = REPO / package_dir.get(package, package.replace(".", "/"))
-        parent = package.rpartition(".")[0]
-        if parent and package not in package_dir:
-            continue  # inside its parent's folder, which is linked whole
-        target = TREE / package.replace(".", "/")
-        if package == "pushmask":  # the root: its files, beside the linked subpackages
-            target.mkdir(parents=True)
-            for path in source.glob("*.py"):
-                (target / path.name).symlink_to(path)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.symlink_to(source, target_is_directory=True)
-    return TREE
-
-
 def main() -> int:
-    tree = link_tree()
+    tree = link_package(TREE)
     env = {**os.environ, "MYPYPATH": str(tree)}
     command = [
         sys.executable,

@@ -18,7 +18,7 @@ import heapq
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 from . import kernels
 
 UNREACHABLE = np.int64(1) << np.int64(40)

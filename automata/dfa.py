@@ -24,8 +24,8 @@ from array import array
 
 import numpy as np
 
-from ..grammar.core.caches import BoundedCache
-from ..grammar.core.errors import LimitExceededError
+from ..core.caches import BoundedCache
+from ..core.errors import LimitExceededError
 from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq, char_fsm_table
 from . import dfa_kernels, thompson_kernels
 from .thompson_kernels import ALT, BACK, BYTE_RANGES, BYTES, CHARS, FSM, REF, REPEAT, SEQ

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.jit import njit
 from ..grammar.fsm.graph_kernels import mark_reaching
 from ..grammar.fsm.partition_kernels import minimal_blocks as minimal_blocks_of_edges
 from ..grammar.fsm.subset_kernels import ERR_TOO_MANY_STATES, by_source, subset_automaton  # noqa: F401 -- ERR_* for dfa.py
-from ..jit import njit
 
 ERR_TOO_MANY_NFA_STATES = -4
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 
 ROOT = -1
 BOTTOM = -2

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..grammar.core.errors import CompileClock, GrammarError, LimitExceededError
-from ..grammar.core.limits import DEFAULT_LIMITS, Limits
+from ..core.errors import CompileClock, GrammarError, LimitExceededError
+from ..core.jit import njit
+from ..core.limits import DEFAULT_LIMITS, Limits
 from ..grammar.fsm.graph_kernels import grouped
 from ..grammar.ir import Grammar
-from ..jit import njit
 from . import kernels
 from .dfa import RuleDfa, build_rule_dfa
 

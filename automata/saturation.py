@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.jit import njit
 from ..grammar.fsm.graph_kernels import grouped, mark_reaching
-from ..jit import njit
 from .kernels import ROOT, find_byte_target, pda_views
 
 FOUND = 1

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..grammar.core.errors import LimitExceededError
-from ..grammar.core.limits import Limits
-from ..jit import njit
+from ..core.errors import LimitExceededError
+from ..core.jit import njit
+from ..core.limits import Limits
 from . import kernels
 from .pda import Pda
 

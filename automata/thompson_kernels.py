@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 from .dfa_kernels import ERR_TOO_MANY_NFA_STATES, construct, literal_trie, no_automaton
 
 SEQ, ALT, BYTES, REPEAT, REF, CHARS, BYTE_RANGES, FSM, BACK = range(-9, 0)

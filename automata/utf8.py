@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..grammar.core.caches import memoized
+from ..core.caches import memoized
 
 _LENGTH_BANDS = ((0x0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, 0x10FFFF))
 _SURROGATES = (0xD800, 0xDFFF)

@@ -51,7 +51,7 @@ CHILD = textwrap.dedent("""
                 stack[-1][2] += took
 
     event.register("numba:compile", Profile())
-    import pushmask, pushmask.jit as jit
+    import pushmask, pushmask.core.jit as jit
     from pushmask.warmup import small_vocabulary
 
     imported = time.perf_counter() - started
@@ -81,15 +81,15 @@ def main() -> None:
     )
     parser.add_argument("--no-ahead", action="store_true", help="no compile workers")
     args = parser.parse_args()
-    import pushmask.jit
+    import pushmask.core.jit
 
     with tempfile.TemporaryDirectory() as prepared, tempfile.TemporaryDirectory() as numba_cache:
-        for manifest in pushmask.jit.PREPARED_DIR.glob("prepared-*.json"):
+        for manifest in pushmask.core.jit.PREPARED_DIR.glob("prepared-*.json"):
             shutil.copy(manifest, prepared)
         env = dict(os.environ, PUSHMASK_KERNEL_CACHE=prepared, NUMBA_CACHE_DIR=numba_cache)
         env.pop("NUMBA_CPU_NAME", None)
         if args.no_ahead:
-            env[pushmask.jit.COMPILE_AHEAD_ENV] = "0"
+            env[pushmask.core.jit.COMPILE_AHEAD_ENV] = "0"
         load = os.getloadavg()[0]
         started = time.perf_counter()
         proc = subprocess.Popen(

@@ -98,8 +98,8 @@ def rows_main(args) -> int:
     import pushmask as pm
     from pushmask.automata import dfa
     from pushmask.automata.pda import build_pda
-    from pushmask.grammar.core.errors import CompileClock
-    from pushmask.grammar.core.gc_pause import paused_gc
+    from pushmask.core.errors import CompileClock
+    from pushmask.core.gc_pause import paused_gc
     from pushmask.grammar.frontends import to_grammar
     from pushmask.grammar.json_options import JsonOptions
     from pushmask.grammar.json_schema.documents import check_metaschema

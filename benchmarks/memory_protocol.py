@@ -136,7 +136,7 @@ def grammar_breakdown(compiler) -> dict[str, int]:
 
 def registry_breakdown() -> list[tuple[str, int, int]]:
     """(name, entries, bytes) of each process-wide cache that clear_caches() empties."""
-    from pushmask.grammar.core import caches
+    from pushmask.core import caches
 
     seen: set[int] = set()
     return [(name, len(cache), deep_bytes([cache._entries], seen=seen)) for name, cache in caches._REGISTRY.items()]

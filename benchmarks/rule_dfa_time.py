@@ -23,8 +23,8 @@ import numpy as np
 import pushmask
 import pushmask.automata.dfa as current_dfa
 from pushmask.automata import pda
-from pushmask.grammar.core.errors import PushmaskError
-from pushmask.grammar.core.limits import DEFAULT_LIMITS
+from pushmask.core.errors import PushmaskError
+from pushmask.core.limits import DEFAULT_LIMITS
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.grammar.passes import normalize
 from pushmask.masks import trie

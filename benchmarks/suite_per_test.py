@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_json_schema_suite as suite  # noqa: E402
 from support import accepts_text  # noqa: E402
 
-from pushmask.grammar.core.errors import LimitExceededError, SchemaError  # noqa: E402
+from pushmask.core.errors import LimitExceededError, SchemaError  # noqa: E402
 
 PRESETS = {
     "validation": {"additional_properties_default": True, "property_order": "any"},

@@ -70,9 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return run_mode(args)
+    from conftest import SMOLLM2
     from transformers import AutoTokenizer
 
-    from conftest import SMOLLM2
     from pushmask.jsonschemabench.corpus import generation_tasks
 
     tokenizer = AutoTokenizer.from_pretrained(args.model or SMOLLM2)
@@ -125,11 +125,11 @@ def main() -> None:
 def run_mode(args) -> None:
     """One mode in this interpreter: warm once, time --repeats generations, print one RESULT line."""
     import jsonschema
+    from conftest import make_tiny_model
     from engine_run import count_steps
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    from conftest import make_tiny_model
     from pushmask.integrations.vllm_grammar_drafts import GRAMMAR_ONLY_SPECULATIVE_CONFIG
 
     schemas = json.loads(Path(args.schema_file).read_text())

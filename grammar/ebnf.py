@@ -27,8 +27,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import GrammarError, InternalError, LimitExceededError, check_argument
-from .core.limits import DEFAULT_LIMITS
+from ..core.errors import GrammarError, InternalError, LimitExceededError, check_argument
+from ..core.limits import DEFAULT_LIMITS
 from .fsm.codepoint_dfa import intersect_ranges
 from .ir import (
     EPSILON,

@@ -35,9 +35,9 @@ import re
 
 import numpy as np
 
-from .core.caches import memoized
-from .core.errors import UnsupportedSchemaError
-from .core.limits import DEFAULT_LIMITS
+from ..core.caches import memoized
+from ..core.errors import UnsupportedSchemaError
+from ..core.limits import DEFAULT_LIMITS
 from .fsm import subset_kernels
 from .fsm.codepoint_dfa import (
     ALL_CHARS,

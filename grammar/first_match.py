@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from .core.errors import LimitExceededError
+from ..core.errors import LimitExceededError
 from .fsm.unicode_properties import re_class
 from .ir import MAX_CODE_POINT, complement_ranges, normalize_ranges, remove_surrogates
 

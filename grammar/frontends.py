@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any, NamedTuple
 
-from .core.errors import ArgumentTypeError, CompileClock, InvalidArgumentError
-from .core.limits import DEFAULT_LIMITS, Limits
+from ..core.errors import ArgumentTypeError, CompileClock, InvalidArgumentError
+from ..core.limits import DEFAULT_LIMITS, Limits
 from .ebnf import parse_ebnf
 from .ir import Grammar, alt, lit
 from .json_options import JsonOptions

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .core.errors import ArgumentTypeError, GrammarError, InvalidArgumentError
+from ..core.errors import ArgumentTypeError, GrammarError, InvalidArgumentError
 from .frontends import to_grammar
 from .ir import (
     TOKEN_CLASS_BASE,

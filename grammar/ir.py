@@ -14,7 +14,7 @@ from itertools import chain
 
 import numpy as np
 
-from .core.errors import GrammarError
+from ..core.errors import GrammarError
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)

@@ -15,7 +15,7 @@ limited to groups nested 3 deep (`_regex_syntax`).  Unknown formats are annotati
 
 from __future__ import annotations
 
-from .core.caches import memoized
+from ..core.caches import memoized
 from .ecma_regex import fullmatch_dfa, pattern_dfa
 from .fsm.codepoint_dfa import Dfa
 

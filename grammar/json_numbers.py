@@ -47,9 +47,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from .core.caches import memoized
-from .core.errors import SchemaError
-from .core.limits import DEFAULT_LIMITS
+from ..core.caches import memoized
+from ..core.errors import SchemaError
+from ..core.limits import DEFAULT_LIMITS
 from .fsm import number_kernels, string_kernels
 from .fsm.codepoint_dfa import Dfa, StateLimitExceeded, budgeted, dfa_to_char_fsm, literal_dfa
 from .ir import NOTHING, Expr

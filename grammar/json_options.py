@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import ArgumentTypeError, InvalidArgumentError
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["JsonOptions", "XGRAMMAR_NAMES"]
 

@@ -32,9 +32,9 @@ from json.encoder import encode_basestring, encode_basestring_ascii
 
 import numpy as np
 
-from .core.caches import BoundedCache
-from .core.errors import SchemaError, UnsupportedSchemaError
-from .core.limits import DEFAULT_LIMITS
+from ..core.caches import BoundedCache
+from ..core.errors import SchemaError, UnsupportedSchemaError
+from ..core.limits import DEFAULT_LIMITS
 from .ecma_regex import pattern_dfa
 from .fsm import string_kernels
 from .fsm.codepoint_dfa import (

@@ -45,8 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.errors import GrammarError
-from .core.recursion import get_max_recursion_depth, json_nesting
+from ..core.errors import GrammarError
+from ..core.recursion import get_max_recursion_depth, json_nesting
 
 __all__ = [
     "LARK_ERROR_PREFIX",

@@ -46,8 +46,8 @@ from lark.exceptions import LarkError, UnexpectedInput, VisitError
 from lark.lexer import PatternRE, PatternStr, Token
 from lark.load_grammar import _literal_to_pattern, _parse_grammar, load_grammar
 
-from .core.errors import GrammarError, LimitExceededError, PushmaskError, check_argument
-from .core.limits import DEFAULT_LIMITS
+from ..core.errors import GrammarError, LimitExceededError, PushmaskError, check_argument
+from ..core.limits import DEFAULT_LIMITS
 from .ebnf import substring_runs, token_expr
 from .ir import (
     NOTHING,

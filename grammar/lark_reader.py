@@ -24,8 +24,8 @@ import re
 from lark import Token
 from lark.load_grammar import _literal_to_pattern
 
-from .core.errors import GrammarError, LimitExceededError
-from .core.limits import DEFAULT_LIMITS
+from ..core.errors import GrammarError, LimitExceededError
+from ..core.limits import DEFAULT_LIMITS
 from .ir import EPSILON, Expr, Grammar, Ref, alt, char_class, opt, ref_names, rep, seq, star
 from .passes import is_nullable, nullable_rules
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .core.errors import GrammarError, LimitExceededError
+from ..core.errors import GrammarError, LimitExceededError
 from .first_match import explore, first_match_dfa, trimmed
 from .fsm.codepoint_dfa import complement_chars, intersect_ranges
 from .ir import (

@@ -19,7 +19,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from .core.errors import CompileClock, GrammarError
+from ..core.errors import CompileClock, GrammarError
 from .ir import (
     EPSILON,
     NOTHING,

@@ -51,8 +51,8 @@ from interegular.patterns import (
 )
 from interegular.utils.simple_parser import NoMatch
 
-from .core.errors import GrammarError, LimitExceededError, check_argument
-from .core.limits import DEFAULT_LIMITS
+from ..core.errors import GrammarError, LimitExceededError, check_argument
+from ..core.limits import DEFAULT_LIMITS
 from .ir import (
     EPSILON,
     MAX_CODE_POINT,

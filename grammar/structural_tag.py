@@ -43,9 +43,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .core.errors import GrammarError
-from .core.limits import DEFAULT_LIMITS, Limits
-from .core.recursion import load_json_text
+from ..core.errors import GrammarError
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.recursion import load_json_text
 from .ebnf import parse_ebnf
 from .fsm.codepoint_dfa import without_strings
 from .ir import (

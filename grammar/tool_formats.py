@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import GrammarError, InvalidArgumentError
+from ..core.errors import GrammarError, InvalidArgumentError
 from .xml_arguments import check_xml_arguments
 
 __all__ = ["FAMILIES", "tool_call_structural_tag"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError, SchemaError
+from ..core.errors import ArgumentTypeError, InvalidArgumentError, SchemaError
 from ..grammar.frontends import grammar_kind
 from ..grammar.json_options import JsonOptions
 from ..masks.compiler import CompiledGrammar, GrammarCompiler

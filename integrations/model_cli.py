@@ -21,7 +21,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..grammar.core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from .models import ModelNotFound, TokenizerMismatch, load_model
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0:
         err("error: --temperature must be >= 0")
         return 2
-    from ..grammar.core.errors import PushmaskError
+    from ..core.errors import PushmaskError
 
     try:
         constraint, schema, reader = _read_constraint(args)

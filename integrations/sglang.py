@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - only without SGLang
         f"pushmask.integrations.sglang needs SGLang (tested with 0.5.23); importing it failed: {exc}"
     ) from exc
 
-from ..grammar.core.errors import InvalidArgumentError, PushmaskError
+from ..core.errors import InvalidArgumentError, PushmaskError
 from ..grammar.json_options import JsonOptions
 from ..grammar.structural_tag import root_format
 from ..masks.bitmask import apply_token_bitmask_inplace, get_bitmask_shape

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..grammar.core.errors import InternalError
+from ..core.errors import InternalError
 
 __all__ = ["GenerationStream", "StreamEvent", "partial_json"]
 

@@ -8,7 +8,7 @@ token is cut); a budget the grammar cannot finish in at all is not used, and the
 
 from __future__ import annotations
 
-from ..grammar.core.errors import BudgetTooSmallError
+from ..core.errors import BudgetTooSmallError
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
 

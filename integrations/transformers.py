@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
-from ..grammar.core.threads import resolve_max_threads
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
+from ..core.threads import resolve_max_threads
 from ..masks.bitmask import apply_token_bitmask_inplace
 from ..masks.compiler import CompiledGrammar
 from ..masks.healing import accept_healing_token, fill_healing_mask
@@ -119,7 +119,7 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             generated token must then start with its bytes (masks/healing.py), and the grammar
             applies to the text after them.
         max_threads: the most threads a step's batch fill may use (an int >= 1 or "auto"); by
-            default the grammars' compiler's `max_threads` (grammar/core/threads.py).
+            default the grammars' compiler's `max_threads` (core/threads.py).
 
     The processor may be reused across `generate` calls. A new call is detected when the batch
     size changes, when a row no longer starts with the prompt seen at the previous call's start,

@@ -65,8 +65,8 @@ except ImportError as exc:  # pragma: no cover - only without vLLM
         f"pushmask.integrations.vllm needs vLLM (v1 structured outputs, tested with 0.32); importing it failed: {exc}"
     ) from exc
 
-from ..grammar.core.caches import BoundedCache
-from ..grammar.core.errors import IncompatibleEnvironmentError, InternalError, InvalidArgumentError
+from ..core.caches import BoundedCache
+from ..core.errors import IncompatibleEnvironmentError, InternalError, InvalidArgumentError
 from ..grammar.frontends import grammar_kind, to_grammar
 from ..grammar.json_options import JsonOptions
 from ..masks.budget import budget_table

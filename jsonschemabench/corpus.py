@@ -140,7 +140,7 @@ def generation_tasks(tokenizer, folder: str | Path, count: int, max_chars: int) 
     compiles for `tokenizer` (unsupported ones are skipped), ready for generation runs."""
     import jsonschema
 
-    from ..grammar.core.errors import UnsupportedSchemaError
+    from ..core.errors import UnsupportedSchemaError
     from ..integrations.generate import compile_constraint
 
     tasks = []

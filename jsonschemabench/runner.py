@@ -24,7 +24,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from ..grammar.core.caches import memoized
+from ..core.caches import memoized
 from ..integrations.models import ModelNotFound, default_gguf_path, resolve_tokenizer
 from ..integrations.models import load_tokenizer as _load_tokenizer
 from .corpus import CorpusItem

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray
 
-from ..jit import njit
+from ..core.jit import njit
 from .kernel_memory import i32_pointer, i64_pointer, take_next
 from .state_masks import first_visit_in_fill
 from .walk import FILL_MASKS_MISSING, FILL_UNCERTAIN, run_fill

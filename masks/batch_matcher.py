@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
-from ..grammar.core.threads import resolve_max_threads
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
+from ..core.threads import resolve_max_threads
 from .matcher import GrammarMatcher, batch_fill_next_token_bitmask
 
 __all__ = ["BatchGrammarMatcher"]
@@ -19,7 +19,7 @@ class BatchGrammarMatcher:
 
     def __init__(self, max_threads: int | str = "auto"):
         """`max_threads`: the most threads a fill uses; "auto" is half the CPU cores (at least
-        one, at most 8), as XGrammar advises (grammar/core/threads.py)."""
+        one, at most 8), as XGrammar advises (core/threads.py)."""
         self.max_threads = resolve_max_threads(max_threads, "BatchGrammarMatcher")
 
     def batch_fill_next_token_bitmask(

@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from ..grammar.core.caches import memoized
-from ..grammar.core.errors import ArgumentTypeError, IndexOutOfRangeError, InvalidArgumentError, check_integer
+from ..core.caches import memoized
+from ..core.errors import ArgumentTypeError, IndexOutOfRangeError, InvalidArgumentError, check_integer
 
 __all__ = [
     "allocate_token_bitmask",

@@ -9,7 +9,7 @@ mixed words go through byte tables (keep / fill), without a branch per bit.
 
 from __future__ import annotations
 
-from ..jit import njit
+from ..core.jit import njit
 
 
 @njit(cache=True, boundscheck=False)

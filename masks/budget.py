@@ -36,10 +36,10 @@ from ..automata import kernels
 from ..automata.completion import CHOICE_BYTE, CHOICE_END, CHOICE_REF, UNREACHABLE, ShortestCompletions
 from ..automata.kernels import FLAG_END, POOL_HEADER
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
-from ..grammar.core.caches import BoundedCache
-from ..grammar.core.errors import BudgetTooSmallError
+from ..core.caches import BoundedCache
+from ..core.errors import BudgetTooSmallError
+from ..core.jit import njit
 from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
-from ..jit import njit
 from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4

@@ -19,8 +19,8 @@ import numpy as np
 from ..automata.kernels import ERR_BUFFER_FULL, ERR_POOL_FULL, ERR_TOO_MANY_TOPS, ROOT
 from ..automata.pda import Pda, build_pda, state_hash
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB, FramePool, StackRunner, Workspace, too_many_tops
-from ..grammar.core.caches import BoundedCache, release_free_heap
-from ..grammar.core.errors import (
+from ..core.caches import BoundedCache, release_free_heap
+from ..core.errors import (
     ArgumentTypeError,
     CompileClock,
     GrammarError,
@@ -30,9 +30,9 @@ from ..grammar.core.errors import (
     check_argument,
     check_integer,
 )
-from ..grammar.core.gc_pause import paused_gc
-from ..grammar.core.limits import DEFAULT_LIMITS, Limits
-from ..grammar.core.threads import resolve_max_threads
+from ..core.gc_pause import paused_gc
+from ..core.limits import DEFAULT_LIMITS, Limits
+from ..core.threads import resolve_max_threads
 from ..grammar.frontends import FRONT_ENDS, to_grammar
 from ..grammar.grammar_api import checked_named_grammars
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
@@ -134,7 +134,7 @@ class GrammarCompiler:
             The vocabulary (exact bytes per token, special and stop tokens).
         max_threads : int or "auto", default "auto"
             The most threads work for this compiler's grammars may use (1 or more; "auto" is
-            half the CPU cores, at most 8: grammar/core/threads.py).  It is the default of the
+            half the CPU cores, at most 8: core/threads.py).  It is the default of the
             batch fills of its matchers (batch_fill_next_token_bitmask, the integrations), which
             use fewer threads when a step's work does not pay for them.  pushmask compiles on the
             calling thread (so every value gives the same result); several threads may call the
@@ -152,7 +152,7 @@ class GrammarCompiler:
             its own) and half to the token masks its grammars share.  Bounded by default so a
             long-running process does not grow with every grammar it has seen.
         limits : Limits, optional
-            Every compile and match limit (grammar/core/limits.py); the defaults if None.
+            Every compile and match limit (core/limits.py); the defaults if None.
         mask_cache_dir : str or PathLike, optional
             A persistent mask cache on disk shared by processes (else the
             PUSHMASK_MASK_CACHE_DIR environment variable, else none).
@@ -1351,7 +1351,7 @@ what they freed resident: 300 MaskBench schemas in one process held ~90 MiB of i
 
 @contextmanager
 def _compiling(what: str):
-    """What every compile runs under: the cyclic garbage collector paused (grammar/core/gc_pause.py),
+    """What every compile runs under: the cyclic garbage collector paused (core/gc_pause.py),
     Python's recursion limit reached anywhere (the explicit nesting budgets should fire first)
     turned into a LimitExceededError, not a RecursionError, and a long compile's freed memory
     given back (RELEASE_HEAP_AFTER_S)."""

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..grammar.core.errors import InvalidArgumentError
+from ..core.errors import InvalidArgumentError
 from .mask_cache import StateMask
 
 FORMAT_VERSION = 1

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grammar.core.errors import InvalidArgumentError, InvalidDraftTreeError, check_integers
+from ..core.errors import InvalidArgumentError, InvalidDraftTreeError, check_integers
 from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
 
 __all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks", "traverse_draft_tree"]

@@ -36,7 +36,7 @@ from ..automata.kernels import (
     step_byte,
     ws_buffer_p,
 )
-from ..jit import njit
+from ..core.jit import njit
 from .trie import TRIE_HEADER
 
 MAX_STATES = 32

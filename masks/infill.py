@@ -28,7 +28,7 @@ import numpy as np
 
 from ..automata import saturation
 from ..automata.kernels import POOL_HEADER, ROOT
-from ..grammar.core.errors import (
+from ..core.errors import (
     ArgumentTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,

@@ -18,7 +18,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ..jit import njit
+from ..core.jit import njit
 
 _WORD = ir.IntType(64)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 from ..automata import kernels
 from ..automata.kernels import FLAG_END, ROOT
 from ..automata.stack import StackRunner
-from ..grammar.core.errors import (
+from ..core.errors import (
     ArgumentTypeError,
     BudgetTooSmallError,
     IndexOutOfRangeError,
@@ -28,7 +28,7 @@ from ..grammar.core.errors import (
     check_integer,
     check_integers,
 )
-from ..grammar.core.threads import (
+from ..core.threads import (
     default_max_threads,
     resolve_max_threads,
     run_parts,
@@ -796,7 +796,7 @@ def batch_fill_next_token_bitmask(
     """Fill row indices[i] (default i) of `bitmask` for each matcher, rows spread over threads.
 
     `max_threads`: the most threads the step may use (an int >= 1 or "auto", see
-    grammar/core/threads.py); None takes the largest `max_threads` of the matchers' compilers.
+    core/threads.py); None takes the largest `max_threads` of the matchers' compilers.
     A step uses fewer when its work does not pay for them: it times its first rows on the
     calling thread (threads_for_rows / threads_for_work).  `num_threads` is its deprecated old
     name.

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.core.errors import InvalidJSONError, PushmaskError
-from ..grammar.core.recursion import load_json_text
+from ..core.errors import InvalidJSONError, PushmaskError
+from ..core.recursion import load_json_text
 
 FORMAT_VERSION = 2
 XGRAMMAR_LAYOUT_VERSION = "v16"
@@ -165,7 +165,7 @@ def grammar_payload(grammar) -> dict:
     by their (smaller) ids, so shared subtrees are written once and no reader or writer recurses
     on deep trees.  The node codes are pushmask's (its IR is not XGrammar's), and so is the rest:
     `format` and `version`, `positions`, `token_limits`, `token_classes`, `temperatures`, `refusal`."""
-    from ..grammar.core.errors import InvalidArgumentError
+    from ..core.errors import InvalidArgumentError
     from ..grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Ref, Repeat, Seq, char_fsm_table
     from ..grammar.passes import nullable_rules
 
@@ -275,7 +275,7 @@ def _ints(value, what: str) -> list[int]:
 
 
 def _grammar_of_payload(payload: dict):
-    from ..grammar.core.errors import GrammarError, LimitExceededError
+    from ..core.errors import GrammarError, LimitExceededError
     from ..grammar.ir import (
         MAX_CODE_POINT,
         SURROGATES,

@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 from .kernel_memory import KernelLock, release_fence
 
 E_KEY, E_AT, E_KIND, E_SIZE, E_UNCERTAIN, E_ACCEPTED = 0, 4, 5, 6, 7, 8

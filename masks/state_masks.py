@@ -30,8 +30,8 @@ from ..automata.kernels import (
 )
 from ..automata.pda import state_hash
 from ..automata.stack import clear_closure_memo
-from ..grammar.core.threads import run_parts, threads_for_states
-from ..jit import njit
+from ..core.jit import njit
+from ..core.threads import run_parts, threads_for_states
 from .kernel_memory import i32_pointer, i64_pointer, release_fence, try_lock, u8_pointer, unlock
 from .shared_masks import (
     E_ACCEPTED,

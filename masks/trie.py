@@ -46,8 +46,8 @@ import hashlib
 import numpy as np
 
 from ..automata.dfa import build_rule_dfa
+from ..core.jit import njit
 from ..grammar.ir import CharClass, Repeat
-from ..jit import njit
 
 SLICE_DIGITS, SLICE_WORD, SLICE_CONTENT = 0, 1, 2
 OTHER = 3

@@ -27,7 +27,7 @@ import re
 import numpy as np
 
 from ..automata import kernels
-from ..grammar.core.caches import BoundedCache
+from ..core.caches import BoundedCache
 from ..grammar.json_checks import DistinctNames, UniqueItems, ValidatesSchema, json_key, parse_json
 
 _WS = frozenset(b" \t\n\r")

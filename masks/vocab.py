@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..grammar.core.errors import (
+from ..core.errors import (
     ArgumentTypeError,
     InvalidArgumentError,
     PushmaskError,

@@ -59,7 +59,7 @@ from ..automata.kernels import (
 )
 from ..automata.pda import MAX_CONTINUATIONS
 from ..automata.stack import Workspace
-from ..jit import njit
+from ..core.jit import njit
 from .trie import NO_SECOND_BYTE, TRIE_HEADER
 
 LVL_START, LVL_N, LVL_FLAG, LVL_UNSURE = range(4)

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError, LimitExceededError
+from ..core.errors import ArgumentTypeError, InvalidArgumentError, LimitExceededError
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
 from .kv_cache import kv_cache_name

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
 from ..masks.compiler import CompiledGrammar
 from ..masks.infill import MAX_ITEMS, Gap, Template, allowed_tokens, can_complete, refuse_value_checks
 from ..masks.matcher import GrammarMatcher

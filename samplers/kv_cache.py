@@ -7,7 +7,7 @@ transformers 5 renamed `past_key_values` to `cache` (the old name warns on every
 
 from __future__ import annotations
 
-from ..grammar.core.caches import memoized
+from ..core.caches import memoized
 
 
 @memoized(1, name="transformers' name of the key/value cache argument (samplers/kv_cache.py)", table=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
 from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
 from .asap import (

@@ -3,6 +3,9 @@ check that the shared data is there."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from support import (
     UNDER_CI,
@@ -14,6 +17,11 @@ from support import (
     missing_shared_parts,
     paren_problem,
 )
+
+# The repository root is the package `pushmask`; on sys.path (`python -m pytest` from the root puts
+# it there) its folders would shadow top-level packages: kernels/ hides Hugging Face's `kernels`.
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _ROOT]
 
 try:
     from hypothesis import settings

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from partition_reference import refine_partition
 
-from pushmask.grammar.core.limits import DEFAULT_LIMITS
+from pushmask.core.limits import DEFAULT_LIMITS
 from pushmask.grammar.fsm.codepoint_dfa import ALL_CHARS, Dfa, StateLimitExceeded, intersect_ranges
 from pushmask.grammar.ir import MAX_CODE_POINT, alt, lit, seq
 from pushmask.grammar.json_schema.leaves import budgeted_dfa_op

@@ -14,7 +14,7 @@ from partition_reference import refine_partition
 
 from pushmask.automata.dfa import RuleDfa
 from pushmask.automata.utf8 import utf8_byte_ranges
-from pushmask.grammar.core.errors import LimitExceededError
+from pushmask.core.errors import LimitExceededError
 from pushmask.grammar.ir import Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Ref, Repeat, Seq
 
 

@@ -136,7 +136,7 @@ def compile_with_timeout(compile_, seconds: int):
     import signal
     import warnings
 
-    from pushmask.grammar.core.errors import LimitExceededError, SchemaError
+    from pushmask.core.errors import LimitExceededError, SchemaError
 
     def alarm(*_):
         raise CompileTimeout()

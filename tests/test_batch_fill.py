@@ -28,7 +28,7 @@ def _single_fills(matchers) -> np.ndarray:
 def _split_always(monkeypatch) -> None:
     """Make the batch path use every thread it is given, however little the work (its
     thresholds would keep a small test's steps on one thread)."""
-    from pushmask.grammar.core import threads
+    from pushmask.core import threads
 
     monkeypatch.setattr(threads, "MIN_ROWS_PER_SPLIT", 1)
     monkeypatch.setattr(threads, "MIN_WORK_PER_THREAD_S", 1e-12)

@@ -12,7 +12,7 @@ import pytest
 import pushmask
 from pushmask.automata import dfa as dfa_module
 from pushmask.automata.pda import build_pda
-from pushmask.grammar.core import caches
+from pushmask.core import caches
 from pushmask.grammar.json_schema import json_schema_to_grammar, leaves
 from pushmask.grammar.passes import normalize
 
@@ -168,9 +168,9 @@ def test_clear_caches_empties_every_registered_cache():
 
 
 TABLES = {
-    "kernel package folders (pushmask/jit.py)",
-    "kernel folder digests (pushmask/jit.py)",
-    "kernel cache stamps, per kernel file (pushmask/jit.py)",
+    "kernel package folders (core/jit.py)",
+    "kernel folder digests (core/jit.py)",
+    "kernel cache stamps, per kernel file (core/jit.py)",
     "Unicode general category table (grammar/fsm/unicode_properties.py)",
     "Unicode general category ranges (grammar/fsm/unicode_properties.py)",
     "Unicode script and binary property ranges (grammar/fsm/unicode_properties.py)",
@@ -189,9 +189,9 @@ TABLES = {
 
 
 EXPECTED_REGISTRY = {
-    "kernel package folders (pushmask/jit.py)",
-    "kernel folder digests (pushmask/jit.py)",
-    "kernel cache stamps, per kernel file (pushmask/jit.py)",
+    "kernel package folders (core/jit.py)",
+    "kernel folder digests (core/jit.py)",
+    "kernel cache stamps, per kernel file (core/jit.py)",
     "automaton layouts (automata/dfa.py)",
     "rule DFAs (automata/dfa.py)",
     "automaton content numbers (automata/dfa.py)",
@@ -224,7 +224,7 @@ def test_the_registry_lists_every_process_wide_cache_of_the_package():
     script = """
 import importlib, pkgutil
 import pushmask
-from pushmask.grammar.core import caches
+from pushmask.core import caches
 listed = set(pushmask.cache_registry())
 for package in ("pushmask", "pushmask.grammar", "pushmask.automata", "pushmask.masks", "pushmask.samplers",
                 "pushmask.integrations", "pushmask.jsonschemabench"):

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support import dev_instances, tokenizer_info  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core import threads  # noqa: E402
-from pushmask.jit import njit  # noqa: E402
+from pushmask.core import threads  # noqa: E402
+from pushmask.core.jit import njit  # noqa: E402
 from pushmask.masks.kernel_memory import KernelLock, take_next, try_lock, unlock  # noqa: E402
 
 

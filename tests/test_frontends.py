@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import accepts_text, all_strings, bounded_language, ir_accepts
 
-from pushmask.grammar.core.errors import GrammarError
+from pushmask.core.errors import GrammarError
 from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.ir import (
     NOTHING,

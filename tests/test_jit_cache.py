@@ -1,4 +1,4 @@
-"""Prepared kernel caches (pushmask/jit.py): fresh processes load them instead of compiling, and a
+"""Prepared kernel caches (core/jit.py): fresh processes load them instead of compiling, and a
 prepared file that does not fit (another numba or llvmlite, other sources, truncated) is never
 loaded but compiled once, said in one log line, and cached in numba's usual cache.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 KERNEL = textwrap.dedent("""
-    from pushmask.jit import njit
+    from pushmask.core.jit import njit
 
     @njit(cache=True)
     def triangle(n):
@@ -39,7 +39,7 @@ RUN_KERNEL = textwrap.dedent("""
     if "--numba-first" in sys.argv:  # another library compiles with numba before pushmask is imported
         import numba
         numba.njit(lambda x: x + 1)(1)
-    import pushmask.jit as jit
+    import pushmask.core.jit as jit
     if "--prepare" in sys.argv:
         jit.start_preparing()
     import toy_kernels
@@ -106,7 +106,7 @@ def test_fresh_process_loads_the_prepared_kernel(toy, tmp_path):
 
 
 CALLEE = textwrap.dedent("""
-    from pushmask.jit import njit
+    from pushmask.core.jit import njit
 
     @njit(cache=True)
     def step(x):
@@ -114,7 +114,7 @@ CALLEE = textwrap.dedent("""
 """)
 
 CALLER = textwrap.dedent("""
-    from pushmask.jit import njit
+    from pushmask.core.jit import njit
     import toy_callee
 
     @njit(cache=True)
@@ -333,7 +333,7 @@ def test_read_only_install(toy, tmp_path):
 
 FIRST_MASK = textwrap.dedent("""
     import json
-    import pushmask, pushmask.jit as jit
+    import pushmask, pushmask.core.jit as jit
     from pushmask.warmup import small_vocabulary
     info = small_vocabulary()
     compiled = pushmask.GrammarCompiler(info).compile_json_schema(
@@ -352,7 +352,7 @@ FIRST_MASK = textwrap.dedent("""
 BATCH_STEPS = textwrap.dedent("""
     import json
     import numpy as np
-    import pushmask, pushmask.jit as jit
+    import pushmask, pushmask.core.jit as jit
     from pushmask.warmup import small_vocabulary
     info = small_vocabulary()
     compiler = pushmask.GrammarCompiler(info)
@@ -400,7 +400,7 @@ def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
 NOTICE = textwrap.dedent("""
     import sys, time
     from numba.core import event
-    import pushmask.jit as jit
+    import pushmask.core.jit as jit
     import toy_kernels
 
     class Ends(event.Listener):  # registered after pushmask's: says when each compile ended
@@ -474,7 +474,7 @@ def test_compile_notice_ticks_through_a_long_compile():
 
 
 LITERALS = textwrap.dedent("""
-    from pushmask.jit import njit
+    from pushmask.core.jit import njit
 
     @njit(cache=True)
     def offset(base, by):
@@ -552,7 +552,7 @@ def test_compile_workers_compile_the_first_mask_ahead(toy, tmp_path):
 
 ORPHAN = textwrap.dedent("""
     import time
-    import pushmask.jit as jit
+    import pushmask.core.jit as jit
     import toy_square
 
     toy_square.square(3)  # the first compile starts the worker
@@ -579,7 +579,7 @@ def test_a_compile_worker_ends_with_its_parent(toy, tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "toy_square.py").write_text(KERNEL.replace("triangle", "square"))
     (tmp_path / "src" / "toy_same.py").write_text(
-        "from pushmask.jit import njit\n\n@njit(cache=True)\ndef same(x):\n    return x\n"
+        "from pushmask.core.jit import njit\n\n@njit(cache=True)\ndef same(x):\n    return x\n"
     )
     dtypes = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"]
     signatures = [[f"array({dtype}, {ndim}d, {layout})"] for dtype in dtypes for ndim in (1, 2, 3) for layout in "CFA"]

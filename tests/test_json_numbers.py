@@ -21,7 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from support import edges_by_state  # noqa: E402
 
-from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError
+from pushmask.core.errors import SchemaError, UnsupportedSchemaError
 from pushmask.grammar.ir import NOTHING, CharFsm, Expr
 from pushmask.grammar.json_numbers import (
     integer_expr,

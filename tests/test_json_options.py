@@ -16,7 +16,7 @@ import pytest
 
 import pushmask as pm
 from pushmask import JsonOptions
-from pushmask.grammar.core.errors import ArgumentTypeError, SchemaError
+from pushmask.core.errors import ArgumentTypeError, SchemaError
 from pushmask.grammar.json_schema import json_schema_to_grammar
 from pushmask.integrations.generate import compile_constraint
 

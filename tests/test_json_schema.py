@@ -25,7 +25,7 @@ from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, req
 from support import accepts_text as accepts  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
+from pushmask.core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.ir import iter_refs  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 

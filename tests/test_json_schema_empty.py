@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import accepts_text, accepts_token_ids  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core.errors import GrammarError, SchemaError, UnsupportedSchemaError  # noqa: E402
+from pushmask.core.errors import GrammarError, SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.ir import NOTHING, Grammar  # noqa: E402
 from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import merge_reference  # noqa: E402
 from support import SUITE, require_shared  # noqa: E402
 
-from pushmask.grammar.core.errors import SchemaError  # noqa: E402
+from pushmask.core.errors import SchemaError  # noqa: E402
 from pushmask.grammar.json_schema.forms import TOP, Term, parse_term  # noqa: E402
 from pushmask.grammar.json_schema.keywords import FLAT_KEYS, canonical_json  # noqa: E402
 from pushmask.grammar.json_schema.merge import merge_terms  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import DRAFTS, accepts_text, grammar_compiler, groups, hf_tokenizer, retrieve  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core.errors import LimitExceededError, SchemaError  # noqa: E402
+from pushmask.core.errors import LimitExceededError, SchemaError  # noqa: E402
 from pushmask.grammar.json_options import JsonOptions  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 

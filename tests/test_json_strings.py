@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import edges_by_state  # noqa: E402
 
-from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError
+from pushmask.core.errors import SchemaError, UnsupportedSchemaError
 from pushmask.grammar.ecma_regex import pattern_dfa
 from pushmask.grammar.fsm.codepoint_dfa import literal_dfa
 from pushmask.grammar.ir import NOTHING, Alt, ByteClass, Bytes, CharClass, CharFsm, Expr, Repeat, Seq

@@ -16,8 +16,8 @@ from json_strings_reference import ReferenceDfa, reference_encode
 from support import DATA, require_shared
 
 import pushmask
+from pushmask.core.errors import UnsupportedSchemaError
 from pushmask.grammar import json_schema, json_strings
-from pushmask.grammar.core.errors import UnsupportedSchemaError
 from pushmask.grammar.ecma_regex import pattern_dfa
 from pushmask.grammar.fsm.codepoint_dfa import (
     ALL_CHARS,

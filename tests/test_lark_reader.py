@@ -16,8 +16,8 @@ import pytest
 from support import accepts_text, decodable_prefix, lark_prefix_viable
 
 import pushmask as pm
+from pushmask.core.errors import GrammarError
 from pushmask.grammar import lark_frontend
-from pushmask.grammar.core.errors import GrammarError
 from pushmask.grammar.lark_frontend import parse_lark
 from pushmask.grammar.lark_reader import read_plain_lark
 

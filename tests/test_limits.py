@@ -15,7 +15,7 @@ import pytest
 from hostile_inputs import _compiler
 
 import pushmask
-from pushmask.grammar.core.gc_pause import paused_gc
+from pushmask.core.gc_pause import paused_gc
 
 
 def _deep_parens(matcher) -> None:

@@ -102,7 +102,7 @@ def test_metaschema_with_an_unmodelled_keyword_is_not_compiled(cls):
 def test_a_schema_uri_that_is_not_a_string_is_a_schema_error(value):
     """jsonschema's look-up of `$schema` crashes on a non-string (AttributeError, TypeError); the
     2020-12 metaschema refuses it, and so does the compile, at #/$schema."""
-    from pushmask.grammar.core.errors import SchemaError
+    from pushmask.core.errors import SchemaError
     from pushmask.grammar.json_schema.documents import check_metaschema
 
     schema = {"$schema": value, "type": "string"}

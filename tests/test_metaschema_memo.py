@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import DRAFTS, METASCHEMAS, groups  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core.errors import SchemaError  # noqa: E402
+from pushmask.core.errors import SchemaError  # noqa: E402
 from pushmask.grammar.json_schema.documents import (  # noqa: E402
     _inlined_metaschema,
     _metaschema_formats,

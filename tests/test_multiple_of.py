@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from pushmask.grammar.core.errors import UnsupportedSchemaError
+from pushmask.core.errors import UnsupportedSchemaError
 from pushmask.grammar.json_numbers import _bounds, _integer_dfa, integer_expr
 
 MAX_LEN = 5

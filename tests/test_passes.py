@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import all_strings, bounded_language, ir_accepts
 
-from pushmask.grammar.core.errors import GrammarError
+from pushmask.core.errors import GrammarError
 from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.ir import (
     Alt,

@@ -26,7 +26,7 @@ from pushmask.automata import dfa as dfa_module
 from pushmask.automata.dfa import RuleDfa, _construct_rule_dfa, _structure_digest, build_rule_dfa, clear_dfa_cache
 from pushmask.automata.dfa_kernels import MAX_SEQUENCES, utf8_sequences
 from pushmask.automata.utf8 import utf8_byte_ranges
-from pushmask.grammar.core.errors import LimitExceededError, PushmaskError
+from pushmask.core.errors import LimitExceededError, PushmaskError
 from pushmask.grammar.ebnf import parse_ebnf
 from pushmask.grammar.ir import (
     EPSILON,

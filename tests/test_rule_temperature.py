@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pushmask as pm
-from pushmask.grammar.core.errors import GrammarError
+from pushmask.core.errors import GrammarError
 from pushmask.masks.serialization import DeserializeFormatError, content_digest
 
 BYTE_VOCAB = [bytes([b]) for b in range(256)] + [b"</s>"]

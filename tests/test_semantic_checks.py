@@ -23,7 +23,7 @@ from support import (  # noqa: E402
 )
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core.errors import UnsupportedSchemaError  # noqa: E402
+from pushmask.core.errors import UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_checks import json_key  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 

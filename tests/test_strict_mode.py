@@ -36,7 +36,7 @@ from support import (  # noqa: E402
     short_structural_tokens,
 )
 
-from pushmask.grammar.core.errors import UnsupportedSchemaError  # noqa: E402
+from pushmask.core.errors import UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 MASKBENCH = DATA / "maskbench-dev"

@@ -18,7 +18,7 @@ import pytest
 from support import decodable_prefix, grammar_compiler, hf_tokenizer, json_prefix_viable, tokenizer_info
 
 import pushmask as pm
-from pushmask.grammar.core.errors import GrammarError
+from pushmask.core.errors import GrammarError
 
 regex = pytest.importorskip(
     "regex", reason="the oracle uses the regex package's partial matching (transformers needs it)"

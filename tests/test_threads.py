@@ -1,4 +1,4 @@
-"""The one thread policy (grammar/core/threads.py): its default, and every public entry's
+"""The one thread policy (core/threads.py): its default, and every public entry's
 `max_threads` reaching the batch fill, checked by the pool threads a step asks for; the rows stay
 equal to single-row fills."""
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support import dev_instances, tokenizer_info  # noqa: E402
 
 import pushmask as pm  # noqa: E402
-from pushmask.grammar.core import threads  # noqa: E402
+from pushmask.core import threads  # noqa: E402
 
 STEPS = 4
 

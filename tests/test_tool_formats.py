@@ -19,7 +19,7 @@ import pytest
 from support import grammar_compiler, hf_tokenizer, mask_walk, short_structural_tokens, tokenizer_info
 
 import pushmask as pm
-from pushmask.grammar.core.errors import GrammarError
+from pushmask.core.errors import GrammarError
 from pushmask.grammar.structural_tag import UnsupportedFormatError
 from pushmask.grammar.tool_formats import FAMILIES, tool_call_structural_tag
 

@@ -21,7 +21,7 @@ import regex
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import DATA, accepts_token_ids, require_shared  # noqa: E402
 
-from pushmask.grammar.core.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
+from pushmask.core.errors import SchemaError, UnsupportedSchemaError  # noqa: E402
 from pushmask.grammar.ecma_regex import pattern_dfa  # noqa: E402
 from pushmask.grammar.fsm.unicode_properties import property_ranges  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402

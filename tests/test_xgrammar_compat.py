@@ -464,7 +464,7 @@ def test_grammar_compiler_takes_xgrammars_constructor(compiler):
     bounding get_cache_size_bytes (one grammar past it stays), clear_cache emptying it.  Unlike
     XGrammar's, the default limit is bounded (DEFAULT_CACHE_LIMIT_BYTES); max_threads defaults to
     "auto" (the thread policy's default) and takes XGrammar's 8."""
-    from pushmask.grammar.core.threads import default_max_threads
+    from pushmask.core.threads import default_max_threads
     from pushmask.masks.compiler import DEFAULT_CACHE_LIMIT_BYTES
 
     info = compiler.tokenizer_info

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pushmask as pm
-from pushmask.grammar.core.errors import GrammarError
+from pushmask.core.errors import GrammarError
 from pushmask.testing import _is_grammar_accept_string
 
 _A_TAG = {"begin": "[", "content": {"type": "const_string", "value": "a"}, "end": "]"}

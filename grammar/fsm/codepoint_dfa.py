@@ -23,8 +23,8 @@ from itertools import chain
 
 import numpy as np
 
-from ..core.errors import UnsupportedSchemaError
-from ..core.limits import DEFAULT_LIMITS
+from ...core.errors import UnsupportedSchemaError
+from ...core.limits import DEFAULT_LIMITS
 from ..ir import (
     MAX_CODE_POINT,
     NOTHING,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...jit import njit
+from ...core.jit import njit
 
 
 @njit(cache=True)

@@ -12,7 +12,7 @@ import numpy as np
 from numba import types
 from numba.typed import Dict
 
-from ...jit import njit
+from ...core.jit import njit
 from .graph_kernels import grown
 
 OK = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...jit import njit
+from ...core.jit import njit
 from .graph_kernels import grown
 
 # A refinable partition of 0..n-1 in three arrays, so that what is kept per set is sized to the

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...jit import njit
+from ...core.jit import njit
 from .graph_kernels import grouped, grown, mark_reaching
 from .partition_kernels import minimal_blocks
 

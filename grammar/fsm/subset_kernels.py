@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...jit import njit
+from ...core.jit import njit
 
 ERR_TOO_MANY_STATES = -1  # DFA states
 ERR_NO_ROOM = -2

@@ -20,7 +20,7 @@ import unicodedata
 
 import numpy as np
 
-from ..core.caches import memoized
+from ...core.caches import memoized
 from ..ir import MAX_CODE_POINT, SURROGATES, normalize_ranges
 
 Ranges = tuple[tuple[int, int], ...]

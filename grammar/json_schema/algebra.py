@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
+from ...core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH, CompileContext, NeedsDynamicScopes
 from .documents import uri_pointer
 from .forms import TOP, RefMarker, Term, as_terms, parse_term

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..core.errors import UnsupportedSchemaError
+from ...core.errors import UnsupportedSchemaError
 from ..ir import EPSILON, NOTHING, Expr, Ref, alt, rep, seq
 from ..json_checks import UniqueItems
 from ..passes import expr_nodes

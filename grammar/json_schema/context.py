@@ -13,8 +13,8 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from ..core.errors import CompileClock, SchemaError, UnsupportedSchemaError
-from ..core.limits import DEFAULT_LIMITS, Limits
+from ...core.errors import CompileClock, SchemaError, UnsupportedSchemaError
+from ...core.limits import DEFAULT_LIMITS, Limits
 from ..json_options import JsonOptions
 from .closing import close_document, spec_copy
 from .documents import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ...core.errors import CompileClock, GrammarError, LimitExceededError, SchemaError
+from ...core.limits import DEFAULT_LIMITS, Limits
 from .. import passes
-from ..core.errors import CompileClock, GrammarError, LimitExceededError, SchemaError
-from ..core.limits import DEFAULT_LIMITS, Limits
 from ..ir import NOTHING, Grammar, seq
 from ..json_options import JsonOptions
 from .context import CompileContext, NeedsDynamicScopes, UnsatisfiableSchema
@@ -63,7 +63,7 @@ def json_schema_to_grammar(
     order, value checks, unsatisfiable schemas, lenient, retrieve); the defaults if None, with
     `keywords` (its field names, or XGrammar's) applied on top.  The same defaults as
     GrammarCompiler.compile_json_schema: strict mode, flexible whitespace, definition order.
-    limits: the budgets (grammar/core/limits.py): max_schema_depth, max_schema_rules, max_schema_branches,
+    limits: the budgets (core/limits.py): max_schema_depth, max_schema_rules, max_schema_branches,
     max_object_expr, max_dynamic_copies and max_string_states apply here; LimitExceededError (or
     UnsupportedSchemaError for string automata) past one.
     clock: a wall-clock compile limit, checked once per subschema compiled.

@@ -27,10 +27,10 @@ from urllib.parse import quote, unquote, urldefrag, urljoin
 
 import jsonschema
 
-from ..core.caches import BoundedCache, memoized
-from ..core.errors import InvalidJSONError, LimitExceededError, SchemaError
-from ..core.limits import DEFAULT_LIMITS
-from ..core.recursion import load_json_text
+from ...core.caches import BoundedCache, memoized
+from ...core.errors import InvalidJSONError, LimitExceededError, SchemaError
+from ...core.limits import DEFAULT_LIMITS
+from ...core.recursion import load_json_text
 from .keywords import canonical_json
 from .metaschema import DRAFTS_KEPT, fast_valid
 

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urldefrag
 
-from ..core.errors import LimitExceededError
-from ..core.limits import DEFAULT_LIMITS
+from ...core.errors import LimitExceededError
+from ...core.limits import DEFAULT_LIMITS
 from .documents import LIST_KEYS, MAP_KEYS, SCHEMA_KEYS, VALUE_KEYS
 
 PREFIX = "urn:pushmask:dynamic-scope:"

@@ -8,7 +8,7 @@ import math
 import re
 from collections.abc import Callable
 
-from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
+from ...core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from ..ecma_regex import without_lookbehinds
 from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
 from ..json_checks import ValidatesSchema

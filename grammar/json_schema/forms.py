@@ -20,7 +20,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from ..core.errors import SchemaError
+from ...core.errors import SchemaError
 from .keywords import ALL_TYPES, FLAT_KEYS, UNANNOTATED, WITNESS, canonical_json
 
 Schema = Any

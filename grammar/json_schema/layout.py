@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.errors import InvalidArgumentError
+from ...core.errors import InvalidArgumentError
 from ..ir import EPSILON, CharClass, lit, rep, seq
 
 INDENT_DEPTH_LIMIT = 12

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ...core.caches import BoundedCache
+from ...core.limits import DEFAULT_LIMITS
 from .. import json_numbers
-from ..core.caches import BoundedCache
-from ..core.limits import DEFAULT_LIMITS
 from ..ecma_regex import pattern_dfa
 from ..fsm.codepoint_dfa import StateLimitExceeded, any_string_dfa, budgeted, literal_dfa
 from ..ir import Expr

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import jsonschema
 
-from ..core.caches import BoundedCache
+from ...core.caches import BoundedCache
 
 Check = Callable[[object], bool]
 """A compiled metaschema subschema: True when the instance passes it (may raise _Unsure)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.errors import SchemaError, UnsupportedSchemaError
+from ...core.errors import SchemaError, UnsupportedSchemaError
 from .context import MAX_INLINE_DEPTH
 from .forms import RefMarker
 from .keywords import (

@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.errors import LimitExceededError, UnsupportedSchemaError
+from ...core.errors import LimitExceededError, UnsupportedSchemaError
 from ..ir import NOTHING, Alt, Expr, Ref, Seq, alt, opt, seq, star
 from ..json_checks import DistinctNames
 from ..passes import expr_nodes

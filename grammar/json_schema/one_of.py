@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
+from ...core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from .closing import CLOSED_ONE_OF
 from .forms import (
     NumberForm,

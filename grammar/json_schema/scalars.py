@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.errors import SchemaError, UnsupportedSchemaError
+from ...core.errors import SchemaError, UnsupportedSchemaError
 from ..ir import NOTHING, Expr, alt, lit, seq
 from .forms import Term, ranges_disjoint
 from .leaves import (

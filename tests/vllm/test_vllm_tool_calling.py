@@ -29,7 +29,6 @@ pytest.importorskip(
 )
 
 import jsonschema  # noqa: E402
-
 from conftest import TINY_LLAMA_CONFIG, add_tokens, make_tiny_model  # noqa: E402
 
 TOOLS = {

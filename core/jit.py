@@ -39,7 +39,7 @@ import time
 import weakref
 from pathlib import Path
 
-from .grammar.core.caches import memoized
+from .caches import memoized
 
 # Where prepared kernels are read (and written by `pushmask warmup`); PUSHMASK_KERNEL_CACHE moves it.
 PREPARED_DIR = Path(os.environ.get("PUSHMASK_KERNEL_CACHE") or Path(__file__).resolve().parent / "kernel-cache")
@@ -116,7 +116,7 @@ KERNEL_PACKAGES = ("pushmask.grammar.fsm", "pushmask.automata", "pushmask.masks"
 """The packages whose modules define pushmask's kernels (kernel_source_files)."""
 
 
-@memoized(1, name="kernel package folders (pushmask/jit.py)", table=True)
+@memoized(1, name="kernel package folders (core/jit.py)", table=True)
 def _kernel_package_folders() -> tuple[Path, ...]:
     """The folders of KERNEL_PACKAGES (imported here, not at import: they import this module)."""
     import importlib
@@ -150,7 +150,7 @@ KERNEL_FILES_KEPT = 256
 """Digests of kernel folders and stamps of kernel files kept (pushmask has 22 kernel files)."""
 
 
-@memoized(KERNEL_FILES_KEPT, name="kernel folder digests (pushmask/jit.py)", table=True)
+@memoized(KERNEL_FILES_KEPT, name="kernel folder digests (core/jit.py)", table=True)
 def _digest_of_kernel_files(folders: tuple[Path, ...]) -> str:
     digest = hashlib.sha256()
     for path, text in _kernel_texts(folders).items():
@@ -158,7 +158,7 @@ def _digest_of_kernel_files(folders: tuple[Path, ...]) -> str:
     return digest.hexdigest()
 
 
-@memoized(KERNEL_FILES_KEPT, name="kernel cache stamps, per kernel file (pushmask/jit.py)", table=True)
+@memoized(KERNEL_FILES_KEPT, name="kernel cache stamps, per kernel file (core/jit.py)", table=True)
 def _stamp_of(path: str) -> tuple[str, str]:
     """A kernel's cache stamp: its file's content hash with every kernel file's it may call
     (older numba stamps by mtime, which no wheel keeps), and llvmlite's version (numba itself

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .grammar.core.errors import InvalidArgumentError, NotProvidedError
+from .core.errors import InvalidArgumentError, NotProvidedError
 from .grammar.ir import Grammar
 from .masks.bitmask import bitmask_to_bool, bool_to_bitmask
 from .masks.compiler import CompiledGrammar, GrammarCompiler

@@ -2,9 +2,9 @@
 
 Runs a representative workload (JSON Schemas of every kind of keyword, EBNF, Lark, regex and
 structural-tag grammars; masks, token budgets, batch fills, value checks, infilling) on a small
-built-in vocabulary, and with --tokenizer on a real one too, while `pushmask.jit` stores what
-numba compiles in `pushmask/kernel-cache/` (one set per Python version, with its manifest
-`prepared-pyXY.json`: the numba and llvmlite it loads under; see pushmask/jit.py).
+built-in vocabulary, and with --tokenizer on a real one too, while `pushmask.core.jit` stores what
+numba compiles in `core/kernel-cache/` (one set per Python version, with its manifest
+`prepared-pyXY.json`: the numba and llvmlite it loads under; see core/jit.py).
 Run it where pushmask is installed and writable: `make install` and `make wheel` do, a container
 image build can (`RUN pushmask warmup`). Kernels already prepared load instead of compiling.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import jit
+from .core import jit
 
 SCHEMAS = [
     {
@@ -239,7 +239,7 @@ def workload(info, rng) -> dict:
         can_complete,
         find_completion,
     )
-    from .grammar.core.errors import PushmaskError
+    from .core.errors import PushmaskError
     from .masks.bitmask import allocate_numpy_bitmask
 
     compiler = GrammarCompiler(info)

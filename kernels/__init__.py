@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from ..grammar.core.errors import ArgumentTypeError, InvalidArgumentError
+from ..core.errors import ArgumentTypeError, InvalidArgumentError
 from ..masks.bitmask import apply_token_bitmask_inplace
 
 __all__ = ["apply_on_device"]

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import jit
+from .core import jit
 
 
 def compile_share(index: int, count: int) -> int:

@@ -1,6 +1,6 @@
-"""The code examples of README.md and docs/*.md run as tests (Sybil): every ```python block of a
-page runs in order in one namespace, so a page's examples can build on each other (under
-pytest-xdist, run them with `--dist loadfile`), and docs that drift from the code fail
+"""The code examples of docs/*.md run as tests (Sybil; the README's: test_readme.py): every
+```python block of a page runs in order in one namespace, so a page's examples can build on each
+other (under pytest-xdist, run them with `--dist loadfile`), and docs that drift from the code fail
 `make test`. A block that needs what an environment may lack is marked
 `<!-- skip: next if(missing("module"), reason="...") -->` in the page."""
 
@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
+
+# The repository root is the package `pushmask`; on sys.path (`python -m pytest` from the root puts
+# it there) its folders would shadow top-level packages: kernels/ hides Hugging Face's `kernels`.
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _ROOT]
 
 try:
     from sybil import Sybil
@@ -52,10 +59,16 @@ def _setup(namespace: dict) -> None:
     namespace["missing"] = _missing
 
 
-if Sybil is not None:
-    pytest_collect_file = Sybil(
+def pages(patterns: list[str], path: str = ".") -> Sybil:
+    """The Sybil that runs the python blocks of the pages matching `patterns` under `path`."""
+    return Sybil(
         parsers=[PythonCodeBlockParser(), SkipParser()],
-        patterns=["README.md", "docs/*.md"],
+        patterns=patterns,
+        path=path,
         setup=_setup,
         fixtures=["_gguf_tokenizers_read_once"],
-    ).pytest()
+    )
+
+
+if Sybil is not None:
+    pytest_collect_file = pages(["*.md"]).pytest()

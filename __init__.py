@@ -12,8 +12,8 @@ The names mirror XGrammar's so users can switch::
 
 from typing import Any
 
-from .grammar.core.caches import cache_registry, clear_caches
-from .grammar.core.errors import (
+from .core.caches import cache_registry, clear_caches
+from .core.errors import (
     ArgumentTypeError,
     BudgetTooSmallError,
     GrammarError,
@@ -30,8 +30,8 @@ from .grammar.core.errors import (
     SchemaError,
     UnsupportedSchemaError,
 )
-from .grammar.core.limits import Limits
-from .grammar.core.recursion import get_max_recursion_depth, max_recursion_depth, set_max_recursion_depth
+from .core.limits import Limits
+from .core.recursion import get_max_recursion_depth, max_recursion_depth, set_max_recursion_depth
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
 from .masks.batch_matcher import BatchGrammarMatcher
