@@ -34,7 +34,7 @@ _BYTES, _CHARS, _BYTE_CLASS, _REF, _SEQ, _ALT, _REPEAT, _FSM = 0, 1, 2, 4, 5, 6,
 _REFUSALS = ("GrammarError", "LimitExceededError")
 
 
-def grammar_payload(grammar: Grammar) -> dict:
+def grammar_payload(grammar) -> dict:
     """The payload of a grammar IR (Grammar.serialize_json), keyed as XGrammar keys its own:
     `rules` ([name, body node id]), `root_rule_id`, `allow_empty_rule_ids` (the rules that match
     the empty string), and the nodes as one flat int list `grammar_expr_data` whose node k starts
