@@ -56,11 +56,15 @@ docs: install
 demo: install
 	$(VENV)/bin/pushmask generate --threads 1 --schema examples/person.json "Describe a person who owns a cat"
 
-# ruff (lint, and the formatting it would write) and mypy (pyproject.toml: [tool.ruff], [tool.mypy]).
+# ruff (lint, and the formatting it would write), mypy, and the import graph: no cycle
+# (.ci/import_cycles.py) and its layers (import-linter) (pyproject.toml: [tool.ruff], [tool.mypy],
+# [tool.importlinter]).
 lint:
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) .ci/typecheck.py
+	$(PY) .ci/import_cycles.py
+	$(VENV)/bin/lint-imports
 
 # The code examples of docs/ and the README (docs/test_readme.py) run too, each page on one worker
 # (they share a namespace).

@@ -32,6 +32,12 @@ from .core.errors import (
 )
 from .core.limits import Limits
 from .core.recursion import get_max_recursion_depth, max_recursion_depth, set_max_recursion_depth
+from .core.serialization import (
+    DeserializeError,
+    DeserializeFormatError,
+    DeserializeVersionError,
+    get_serialization_version,
+)
 from .grammar.ir import Grammar
 from .grammar.json_options import JsonOptions
 from .masks.batch_matcher import BatchGrammarMatcher
@@ -39,12 +45,6 @@ from .masks.bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, 
 from .masks.compiler import CompiledGrammar, GrammarCompiler
 from .masks.infill import Gap, Template, allowed_tokens, can_complete, find_completion
 from .masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
-from .masks.serialization import (
-    DeserializeError,
-    DeserializeFormatError,
-    DeserializeVersionError,
-    get_serialization_version,
-)
 from .masks.vocab import TokenizerInfo, VocabType
 from .samplers.asap import ASApSampler, Sample, aligned_generate
 from .samplers.infill_sampling import InfillResult, diffusion_generate, fill_in_the_middle

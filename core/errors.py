@@ -49,6 +49,10 @@ class UnsupportedSchemaError(SchemaError):
         super().__init__(message, pointer)
 
 
+class UnsupportedFormatError(GrammarError):
+    """A structural-tag format (or option) pushmask cannot compile exactly."""
+
+
 class NotProvidedError(PushmaskError, NotImplementedError):
     """An XGrammar name pushmask keeps so that code importing it loads, but does not implement:
     one of XGrammar's internals (its EBNF text, its rule FSMs); the message says what to use."""

@@ -55,6 +55,7 @@ from .ir import (
 from .lark_dialect import attribute_list_close, read_attributes, refuse_matcher_attributes
 from .passes import split_large_repeats
 from .regex import regex_to_ir
+from .tag_dispatch import dispatch_loop, text_without, texts_before_triggers
 
 __all__ = ["parse_ebnf"]
 
@@ -519,8 +520,6 @@ class _Parser:
             for tag, _ in tags:
                 if tag.startswith(exclude):
                     raise self.error(f"Exclude string must not be a prefix of trigger string: {exclude}", start)
-        from .structural_tag import dispatch_loop, text_without, texts_before_triggers  # (reads EBNF: on use)
-
         triggers = [tag for tag, _ in tags]
         befores = texts_before_triggers(triggers, excludes)
         led = [seq(befores[tag], lit(tag), rule) for tag, rule in tags if tag in befores]
@@ -538,8 +537,6 @@ class _Parser:
         overlap = {token for token, _ in triggers} & set(excludes)
         if overlap:
             raise self.error(f"token {min(overlap)} is both a trigger and excluded in {name}", start)
-        from .structural_tag import dispatch_loop  # it reads EBNF bodies: imported on use
-
         branches = [seq(self.token_ref(token, start), rule) for token, rule in triggers]
         text = rep(self.token_class({token for token, _ in triggers} | set(excludes)), 0, None)
         return dispatch_loop(text, seq(text, alt(*branches)), self.dispatch_loops(named))

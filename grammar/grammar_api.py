@@ -1,8 +1,11 @@
 """XGrammar's ``Grammar`` constructors over pushmask's grammar IR: ``Grammar.from_ebnf``,
 ``from_json_schema``, ``from_regex``, ``from_structural_tag``, ``builtin_json_grammar``,
-``union`` and ``concat`` (grammar/ir.py's Grammar calls these), with XGrammar's arguments and
-meanings.  The result is a Grammar that ``GrammarCompiler.compile_grammar`` (or ``compile_ir``)
-compiles."""
+``union`` and ``concat``, with XGrammar's arguments and meanings.  The result is a Grammar that
+``GrammarCompiler.compile_grammar`` (or ``compile_ir``) compiles.
+
+This module sets them, and ``serialize_json`` / ``deserialize_json``, on grammar/ir.py's Grammar:
+the IR sits below the front ends and the serialized form they are written with, so it cannot
+import them; everything that builds on the IR imports pushmask's __init__, which imports this."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from .ir import (
 )
 from .json_options import JsonOptions
 from .lark_dialect import NAMED_GRAMMAR_NAME
+from .serialization import grammar_from_json, serialize_json
 
 __all__ = [
     "builtin_json_grammar",
@@ -202,3 +206,19 @@ def _printed(grammar: Grammar, show: bool) -> Grammar:
     if show:
         print(grammar)
     return grammar
+
+
+# XGrammar's names on the IR's Grammar (see the module docstring).
+for _function in (
+    from_ebnf,
+    from_lark,
+    from_json_schema,
+    from_regex,
+    from_structural_tag,
+    builtin_json_grammar,
+    union,
+    concat,
+):
+    setattr(Grammar, _function.__name__, staticmethod(_function))
+Grammar.serialize_json = serialize_json
+Grammar.deserialize_json = staticmethod(grammar_from_json)

@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..core.errors import GrammarError
+
+if TYPE_CHECKING:
+    from . import grammar_api, serialization
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -368,73 +372,20 @@ class Grammar:
             attributes.append(f"temperature={self.temperatures[rule]!r}")
         return f"[{', '.join(attributes)}]" if attributes else ""
 
-    # XGrammar's serialization (masks/serialization.py holds every serialized form; imported on use).
-
-    def serialize_json(self) -> str:
-        """This grammar as JSON text (XGrammar's name); Grammar.deserialize_json reads it back."""
-        from ..masks.serialization import grammar_payload, to_json
-
-        return to_json(grammar_payload(self))
-
-    @staticmethod
-    def deserialize_json(text: str | bytes) -> Grammar:
-        """The Grammar serialize_json wrote (DeserializeError if the text is not one)."""
-        from ..masks.serialization import grammar_from_json
-
-        return grammar_from_json(text)
-
-    # XGrammar's constructors, with its arguments (grammar/grammar_api.py; imported on use, since
-    # it reaches the front ends, which build on this module).
-
-    @staticmethod
-    def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> Grammar:
-        from .grammar_api import from_ebnf
-
-        return from_ebnf(ebnf_string, root_rule_name=root_rule_name)
-
-    @staticmethod
-    def from_lark(lark_string: str, **xgrammar_keywords) -> Grammar:
-        from .grammar_api import from_lark
-
-        return from_lark(lark_string, **xgrammar_keywords)
-
-    @staticmethod
-    def from_json_schema(schema, **xgrammar_keywords) -> Grammar:
-        """Keywords: any_whitespace, indent, separators, strict_mode, max_whitespace_cnt,
-        print_converted_ebnf, any_order, as in XGrammar."""
-        from .grammar_api import from_json_schema
-
-        return from_json_schema(schema, **xgrammar_keywords)
-
-    @staticmethod
-    def from_regex(regex_string: str, *, print_converted_ebnf: bool = False) -> Grammar:
-        from .grammar_api import from_regex
-
-        return from_regex(regex_string, print_converted_ebnf=print_converted_ebnf)
-
-    @staticmethod
-    def from_structural_tag(tags, triggers=None) -> Grammar:
-        from .grammar_api import from_structural_tag
-
-        return from_structural_tag(tags, triggers)
-
-    @staticmethod
-    def builtin_json_grammar() -> Grammar:
-        from .grammar_api import builtin_json_grammar
-
-        return builtin_json_grammar()
-
-    @staticmethod
-    def union(*grammars: Grammar) -> Grammar:
-        from .grammar_api import union
-
-        return union(*grammars)
-
-    @staticmethod
-    def concat(*grammars: Grammar) -> Grammar:
-        from .grammar_api import concat
-
-        return concat(*grammars)
+    if TYPE_CHECKING:
+        # XGrammar's constructors and serialization, as static methods (and serialize_json as a
+        # method): grammar_api.py sets them on this class, since they are written with the front ends
+        # and the serialized form, which build on this module (pushmask's __init__ imports it).
+        from_ebnf = staticmethod(grammar_api.from_ebnf)
+        from_lark = staticmethod(grammar_api.from_lark)
+        from_json_schema = staticmethod(grammar_api.from_json_schema)
+        from_regex = staticmethod(grammar_api.from_regex)
+        from_structural_tag = staticmethod(grammar_api.from_structural_tag)
+        builtin_json_grammar = staticmethod(grammar_api.builtin_json_grammar)
+        union = staticmethod(grammar_api.union)
+        concat = staticmethod(grammar_api.concat)
+        serialize_json = serialization.serialize_json
+        deserialize_json = staticmethod(serialization.grammar_from_json)
 
 
 # ---------------------------------------------------------------------------------------------

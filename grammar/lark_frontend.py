@@ -66,6 +66,7 @@ from .ir import (
     token_class_terminal,
     token_terminal,
 )
+from .json_options import JsonOptions
 from .lark_dialect import LARK_ERROR_PREFIX, RULE_TERMINAL, Embedded, RuleAttributes, lark_error, translate_dialect
 from .lark_reader import LAZY_QUANTIFIER, read_plain_lark
 from .longest_match import greedy_ignores
@@ -590,13 +591,13 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
 
 def _embedded_grammar(text: str, embedded: Embedded, context: _Context, chain: tuple[str, ...]) -> Grammar:
     """The IR of a %json schema, a nested %lark grammar, a named grammar or a %regex written in `text`."""
-    from .frontends import to_grammar  # frontends imports this module
-    from .json_options import JsonOptions
-
     where = (embedded.line, embedded.column)
     if embedded.kind == "json":
+        # imported on first use, as frontends.py does: it builds its string automata when imported
+        from .json_schema import json_schema_to_grammar
+
         try:
-            return to_grammar("json_schema", embedded.value, json_options=JsonOptions.xgrammar())
+            return json_schema_to_grammar(embedded.value, JsonOptions.xgrammar())
         except PushmaskError as exc:
             raise lark_error(text, f"failed to compile inline JSON schema: {exc}", *where) from None
     if embedded.kind == "substring":

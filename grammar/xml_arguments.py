@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..core.errors import GrammarError
+from ..core.errors import GrammarError, UnsupportedFormatError
 from .ecma_regex import pattern_dfa
 from .fsm.codepoint_dfa import Dfa, any_string_dfa, dfa_to_char_fsm, literal_dfa, without_strings
 from .ir import NOTHING, Expr, Ref, alt, char_class, lit, opt, rep, seq, star
@@ -955,6 +955,4 @@ def _container_kind(value: Any) -> str | None:
 
 
 def _unsupported(where: str, message: str) -> GrammarError:
-    from .structural_tag import UnsupportedFormatError  # the structural tag front end's error
-
     return UnsupportedFormatError(f"{where}: {message}")

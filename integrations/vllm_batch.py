@@ -16,6 +16,7 @@ import functools
 import logging
 
 from ..masks.matcher import batch_fill_next_token_bitmask
+from .vllm_grammar import PushmaskGrammar
 
 logger = logging.getLogger("vllm.pushmask")
 
@@ -74,7 +75,6 @@ def fill_pushmask_rows(manager, requests, request_ids) -> list:
     grammars whose row is ready.  Any failure leaves vLLM's row-by-row path to do the work."""
     if not request_ids or getattr(manager.vllm_config, "num_speculative_tokens", None):
         return []
-    from .vllm import PushmaskGrammar
 
     grammars, rows = [], []
     try:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..masks.draft import batch_fill_draft_bitmasks
 from .vllm_batch import wrap_grammar_bitmask
+from .vllm_grammar import PushmaskGrammar
 
 logger = logging.getLogger("vllm.pushmask")
 
@@ -42,8 +43,6 @@ def plan_drafts(manager, requests, request_ids, scheduled_spec_decode_tokens) ->
     if not getattr(manager.vllm_config, "num_speculative_tokens", 0):
         return []  # without speculative decoding vLLM fills one row per request: nothing to plan
     from vllm.v1.structured_output.utils import strip_speculative_padding
-
-    from .vllm import PushmaskGrammar
 
     grammars, drafts = [], []
     try:

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Sequence
 
 from .fast_forward import canonical_fast_forward
+from .vllm_grammar import PushmaskGrammar
 
 logger = logging.getLogger("vllm.pushmask")
 
@@ -87,7 +88,6 @@ def install_grammar_drafts(scheduler_cls) -> bool:
 
 def _draft_forced_text(scheduler, request_ids: Sequence[str]) -> None:
     """Give each listed pushmask request whose grammar forces text that text's tokens as drafts."""
-    from .vllm import PushmaskGrammar
 
     manager = scheduler.structured_output_manager
     limit = int(getattr(scheduler, "num_spec_tokens", 0) or 0)

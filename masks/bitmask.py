@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -398,3 +399,57 @@ def _triton_ready() -> bool:
             else:
                 _TRITON = True
     return _TRITON
+
+
+def clear_rows(bitmask, rows: Iterable[int]) -> None:
+    """Set every word of these rows of a numpy or torch bitmask (a 1-D one is one row) to zero."""
+    if len(bitmask.shape) == 1:
+        bitmask[:] = 0
+    else:
+        bitmask[sorted(set(rows))] = 0
+
+
+def writable_row(bitmask, index: int, words: int):
+    """Row `index` of a numpy or torch bitmask, checked for type, shape and dtype.  A 1-D bitmask
+    is one row, taken at index 0 only (as XGrammar takes it)."""
+    where = "fill_next_token_bitmask"
+    index = check_integer(index, "index", where)
+    if not isinstance(bitmask, np.ndarray) and type(bitmask).__name__ != "Tensor":
+        raise ArgumentTypeError(
+            f"{where}: bitmask must be a numpy array or torch tensor (int32, "
+            f"from allocate_token_bitmask), got {type(bitmask).__name__}"
+        )
+    if str(bitmask.dtype).rsplit(".")[-1] != "int32":
+        raise ArgumentTypeError(
+            f"{where}: bitmask must be int32 (allocate_token_bitmask makes one), got {bitmask.dtype}"
+        )
+    shape = tuple(bitmask.shape)
+    if len(shape) not in (1, 2):
+        raise InvalidArgumentError(
+            f"{where}: bitmask must be [batch, {words}] or one row [{words}], got shape {shape}; "
+            "use allocate_token_bitmask(batch, vocab_size)"
+        )
+    rows = 1 if len(shape) == 1 else shape[0]
+    if not 0 <= index < rows:
+        raise IndexOutOfRangeError(
+            f"{where}: index must be a row of the bitmask, in [0, {rows}), got {index}"
+            + ("; a 1-D bitmask is one row, index 0" if len(shape) == 1 else "")
+        )
+    if shape[-1] < words:
+        raise InvalidArgumentError(
+            f"{where}: bitmask rows have {shape[-1]} words, the vocabulary needs {words} (32 tokens a word); "
+            "allocate it with allocate_token_bitmask(batch, tokenizer_info.vocab_size)"
+        )
+    row = bitmask if len(shape) == 1 else bitmask[index]
+    if isinstance(row, np.ndarray):
+        return row[:words]
+    if row.device.type == "cpu" and row.is_contiguous():
+        return row[:words].numpy()
+    return row[:words]
+
+
+def torch_from_numpy(words: np.ndarray, like):
+    """A numpy row of words as a torch tensor on `like`'s device."""
+    import torch
+
+    return torch.from_numpy(words).to(like.device)

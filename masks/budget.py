@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,7 +41,9 @@ from ..core.caches import BoundedCache
 from ..core.errors import BudgetTooSmallError
 from ..core.jit import njit
 from ..grammar.ir import TOKEN_MARK, token_terminal_bytes
-from .compiler import CompiledGrammar
+
+if TYPE_CHECKING:  # the compiler's token regions check tokens with this module's kernels
+    from .compiler import CompiledGrammar
 
 BOUNDS_MEMO_ENTRIES = 4
 """Stack sets whose per-token bounds a matcher keeps (three int32 per vocabulary token each;

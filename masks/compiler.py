@@ -32,27 +32,27 @@ from ..core.errors import (
 )
 from ..core.gc_pause import paused_gc
 from ..core.limits import DEFAULT_LIMITS, Limits
-from ..core.threads import resolve_max_threads
-from ..grammar.frontends import FRONT_ENDS, to_grammar
-from ..grammar.grammar_api import checked_named_grammars
-from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
-from ..grammar.json_options import JsonOptions
-from ..grammar.passes import normalize as normalize_grammar
-from . import first_reach
-from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
-from .kernel_memory import KernelLock
-from .mask_cache import StateMask, ids_to_bitset
-from .serialization import (
+from ..core.serialization import (
     DeserializeError,
     DeserializeFormatError,
     check_digest,
     check_header,
-    checked_temperatures,
     content_digest,
     from_json,
     header,
     to_json,
 )
+from ..core.threads import resolve_max_threads
+from ..grammar.frontends import FRONT_ENDS, to_grammar
+from ..grammar.grammar_api import builtin_json_grammar, checked_named_grammars
+from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
+from ..grammar.json_options import JsonOptions
+from ..grammar.passes import normalize as normalize_grammar
+from ..grammar.serialization import checked_temperatures
+from . import first_reach
+from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
+from .kernel_memory import KernelLock
+from .mask_cache import StateMask, ids_to_bitset
 from .shared_masks import SharedMasks
 from .state_masks import (
     COMPUTED,
@@ -398,7 +398,7 @@ class GrammarCompiler:
         CompiledGrammar
             The automaton, its token masks computed on first visit.
         """
-        return self.compile_ir(Grammar.builtin_json_grammar())
+        return self.compile_ir(builtin_json_grammar())
 
     def compile_ir(
         self, grammar: Grammar, *, normalize: bool = True, clock: CompileClock | None = None

@@ -5,8 +5,8 @@ parents[i] (-1: the matcher's current state; otherwise an earlier node, parents[
 verifier needs the mask before every draft token and after every leaf (the bonus token), which
 step by step costs an accept, a fill and a rollback per node.  Here every node's state is
 computed once from its parent's (the grammar advance of one token), then the masks of all states,
-of all requests of a batch, are filled by one batch fill (masks/matcher.py's
-batch_fill_next_token_bitmask, one numba call over every row).
+of all requests of a batch, are filled by one batch fill
+(masks/batch_step.py's fill_batch, one numba call over every row).
 
 Rows: a draft of n nodes takes n + 1 bitmask rows from its first row: the root (the mask before
 the first tokens), then one per node, the mask after it.  For a chain that is vLLM's layout: the
@@ -21,11 +21,15 @@ import copy
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..core.errors import InvalidArgumentError, InvalidDraftTreeError, check_integers
-from .matcher import GrammarMatcher, _MatchState, batch_fill_next_token_bitmask
+from .batch_step import fill_batch
+
+if TYPE_CHECKING:
+    from .matcher import GrammarMatcher, _MatchState
 
 __all__ = ["DraftMasks", "fill_draft_bitmasks", "batch_fill_draft_bitmasks", "traverse_draft_tree"]
 
@@ -119,7 +123,7 @@ def batch_fill_draft_bitmasks(
             if state is not None:
                 views.append(_view(matcher, state, 0 if k == 0 else int(result.depth[k - 1])))
                 rows.append(result.first_row + k)
-    batch_fill_next_token_bitmask(views, bitmask, indices=rows)
+    fill_batch(views, bitmask, rows)
     for result in results:  # a refused node repeats its parent's row (parents come first)
         for node in np.flatnonzero(~result.accepted).tolist():
             bitmask[result.row(node)] = bitmask[result.row(int(result.parents[node]))]

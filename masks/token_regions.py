@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..automata.stack import MAX_TOPS, PDA_BLOB, POOL_BLOB, WS_BLOB
+from .budget import STORED_MAX, check_tokens
 
 
 class TokenRegions:
@@ -69,8 +70,6 @@ class TokenRegions:
     ) -> None:
         """Set the bits of the text tokens a closed parse accepts (stop and terminal tokens are
         the caller's): every candidate runs through the automaton once."""
-        from .budget import STORED_MAX, check_tokens  # budget imports the compiler, which imports this
-
         exact = np.full(len(offsets) - 1, -1, dtype=np.int32)
         runner.run(
             check_tokens,

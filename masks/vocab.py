@@ -32,6 +32,7 @@ from ..core.errors import (
     check_integer,
     check_integers,
 )
+from ..core.serialization import DeserializeError, DeserializeFormatError, check_header, from_json, header, to_json
 
 __all__ = [
     "TokenizerInfo",
@@ -455,15 +456,11 @@ class TokenizerInfo:
 
     def serialize_json(self) -> str:
         """This vocabulary as JSON text (xgrammar's name); TokenizerInfo.deserialize_json reads it."""
-        from .serialization import to_json
-
         return to_json(self._payload())
 
     @staticmethod
     def deserialize_json(text: str | bytes) -> TokenizerInfo:
         """The TokenizerInfo serialize_json wrote (DeserializeError if the text is not one)."""
-        from .serialization import from_json
-
         return TokenizerInfo._from_payload(from_json(text, _PAYLOAD_KIND))
 
     def dump_metadata(self) -> str:
@@ -499,8 +496,6 @@ class TokenizerInfo:
         )
 
     def _payload(self) -> dict:
-        from .serialization import header
-
         n = self.num_tokenizer_tokens
         return {
             **header(_PAYLOAD_KIND),
@@ -516,8 +511,6 @@ class TokenizerInfo:
 
     @staticmethod
     def _from_payload(payload: dict) -> TokenizerInfo:
-        from .serialization import DeserializeError, DeserializeFormatError, check_header
-
         payload = check_header(payload, _PAYLOAD_KIND)
         try:
             data, ends = payload["token_bytes"], np.cumsum(payload["token_lengths"]).tolist()

@@ -19,7 +19,7 @@ import pytest
 
 import pushmask as pm
 from pushmask.core.errors import GrammarError
-from pushmask.masks.serialization import DeserializeFormatError, content_digest
+from pushmask.core.serialization import DeserializeFormatError, content_digest
 
 BYTE_VOCAB = [bytes([b]) for b in range(256)] + [b"</s>"]
 BYTES = pm.TokenizerInfo.from_vocab(BYTE_VOCAB, "raw", stop_token_ids=[256])

@@ -14,7 +14,7 @@ import pytest
 from support import tokenizer_info
 
 import pushmask as pm
-from pushmask.masks.serialization import content_digest
+from pushmask.core.serialization import content_digest
 
 SCHEMA = {
     "type": "object",

@@ -86,8 +86,8 @@ def _count_planned_drafts() -> dict:
     process: VLLM_ENABLE_V1_MULTIPROCESSING=0), and the planned rows vLLM's walk then used."""
     counts = {"calls": 0, "tokens": 0, "rows_used": 0}
     try:
-        import pushmask.integrations.vllm as pmv
         import pushmask.integrations.vllm_drafts as drafts
+        import pushmask.integrations.vllm_grammar as vllm_grammar
     except ImportError:
         return counts
     plan = drafts.plan_drafts
@@ -98,14 +98,14 @@ def _count_planned_drafts() -> dict:
         counts["tokens"] += sum(len(g.drafts.tokens) for g in planned)
         return planned
 
-    copy_row = pmv._copy_row
+    copy_row = vllm_grammar._copy_row
 
     def counting_copy(*args):
         counts["rows_used"] += 1
         copy_row(*args)
 
     drafts.plan_drafts = counting_plan
-    pmv._copy_row = counting_copy
+    vllm_grammar._copy_row = counting_copy
     return counts
 
 
