@@ -125,7 +125,7 @@ def run_parts(parts: Sequence[Any], work: Callable[[Any], None], threads: int) -
         raise errors[0]
 
 
-def run_shared(work: Callable[[], None], threads: int) -> None:
+def run_shared(work: Callable[[], object], threads: int) -> None:
     """work() on the calling thread and on up to threads - 1 pool threads, for work its calls share
     out among themselves (a kernel taking rows from an atomic counter, so each thread takes rows
     as long as there are any: no part waits behind a slow one).  Returns when the calling
