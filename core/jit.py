@@ -38,6 +38,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Literal, cast
 
 from .caches import memoized
 
@@ -67,10 +68,11 @@ def _choose_generic_cpu() -> str | None:
             numba_config.reload_config()
     from numba.core import config
 
-    if config.CPU_NAME != GENERIC_CPU:
-        return f"NUMBA_CPU_NAME={config.CPU_NAME} is set"
-    if config.CPU_FEATURES:
-        return f"NUMBA_CPU_FEATURES={config.CPU_FEATURES} is set"
+    settings = vars(config)  # numba makes its settings the module's globals at run time: untyped
+    if settings["CPU_NAME"] != GENERIC_CPU:
+        return f"NUMBA_CPU_NAME={settings['CPU_NAME']} is set"
+    if settings["CPU_FEATURES"]:
+        return f"NUMBA_CPU_FEATURES={settings['CPU_FEATURES']} is set"
     return None
 
 
@@ -86,7 +88,6 @@ from numba.core.caching import (  # noqa: E402
     _CacheLocator,
     _SourceFileBackedLocatorMixin,
 )
-from numba.core.dispatcher import Dispatcher  # noqa: E402
 from numba.core.registry import CPUDispatcher  # noqa: E402
 
 if NOT_GENERIC:
@@ -100,7 +101,7 @@ if NOT_GENERIC:
 PYTHON_TAG = "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", ""))
 
 _preparing = False  # True inside `pushmask warmup`: read and write the prepared folder only
-_kernels: weakref.WeakSet[Dispatcher] = weakref.WeakSet()  # every njit(cache=True) kernel
+_kernels: weakref.WeakSet[KernelDispatcher] = weakref.WeakSet()  # every njit(cache=True) kernel
 _needed: dict[tuple[str, tuple[str, ...]], None] = {}  # (kernel, argument types) in the order first needed
 _warned = False
 
@@ -314,6 +315,8 @@ class KernelDispatcher(CPUDispatcher):
     types: numba would compile a signature per literal (`closure(..., 0)` and `closure(..., 64)`
     are two), each costing a full compile when no cache has it. The literal converts at the call."""
 
+    _cache: KernelCache  # njit(cache=True) sets it
+
     def get_call_template(self, args, kws):
         return super().get_call_template(
             tuple(map(types.unliteral, args)), {name: types.unliteral(arg) for name, arg in kws.items()}
@@ -399,8 +402,10 @@ def parse_type(text: str) -> types.Type:
         return found
 
     array = _ARRAY_TYPE.fullmatch(text)
+    parsed: types.Type
     if array:
-        parsed = types.Array(scalar(array[2]), int(array[3]), array[4], readonly=bool(array[1]))
+        layout = cast(Literal["C", "F", "A"], array[4])  # the pattern's [CFA]
+        parsed = types.Array(scalar(array[2]), int(array[3]), layout, readonly=bool(array[1]))
     else:
         parsed = scalar(text)
     if str(parsed) != text:

@@ -189,7 +189,7 @@ class DiskMaskCache:
         return sum(size for _, size, _ in self._scan())
 
 
-def _listing(folder: str | os.PathLike) -> list[os.DirEntry]:
+def _listing(folder: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
     """The entries of `folder`, none if it is gone."""
     try:
         with os.scandir(folder) as entries:
@@ -251,7 +251,8 @@ def _decode(blob: bytes) -> StateMask | None:
     for n in lengths.tolist():
         parts.append(np.frombuffer(payload[offset : offset + 4 * n], dtype=np.int32).copy())
         offset += 4 * n
-    return StateMask(int(head[0]), *parts, num_accepted=int(head[1]))
+    data, positions, ids, lcp = parts  # the _PARTS arrays, in StateMask.parts' order
+    return StateMask(int(head[0]), data, positions, ids, lcp, num_accepted=int(head[1]))
 
 
 def _remove(path: str | os.PathLike) -> None:

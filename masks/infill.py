@@ -143,7 +143,7 @@ class Template:
 
     def replace(self, index: int, *parts: str | bytes | Gap | None) -> Template:
         """The template with part `index` replaced by `parts` (none: removed)."""
-        items = list(self.parts)
+        items: list[str | bytes | Gap | None] = list(self.parts)
         items[index : index + 1] = parts
         return Template(items)
 

@@ -4,6 +4,7 @@ advances on accepted tokens, rolls back."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -53,7 +54,9 @@ class _MatchState:
     can_end: bool
     terminated: bool = False
     token_terminals: tuple | None = None  # the token terminals allowed here, once a fill asked
-    scans: dict = None  # open checked values: instance key -> Scan (masks/value_checks.py)
+    scans: dict = dataclasses.field(
+        default_factory=dict
+    )  # open checked values: instance key -> Scan (masks/value_checks.py)
     address: int | None = None  # where `stacks` lies, once a batch fill asked
     regions: tuple | None = None  # tokens spent in each token-limited region (masks/token_regions.py)
     closed: bool = False  # a spent region was closed here: no kernel, the fill runs every token
@@ -139,7 +142,7 @@ class GrammarMatcher:
         # Value checks (uniqueItems, overlapping oneOf): None for grammars without checked rules.
         self._checked = CheckedAdvance(compiled_grammar, self._runner) if compiled_grammar.value_checks else None
         self._mask_checks = None
-        self._check_starts = frozenset()
+        self._check_starts: frozenset[int] = frozenset()
         if self._checked is not None:
             self._mask_checks = MaskChecks(self._checked, info, compiled_grammar.value_check_cache)
             self._check_starts = self._checked.any_start_byte()
@@ -412,6 +415,7 @@ class GrammarMatcher:
         state = self._state
         words[:] = 0
         info = self.compiled_grammar.tokenizer_info
+        assert self._regions is not None  # a region was closed: the grammar has them
         self._regions.fill(
             words, state.stacks, self._runner, self.compiled_grammar.compiler.trie.token_ids, *info.flat_vocab()
         )
@@ -423,8 +427,11 @@ class GrammarMatcher:
         """`state` (fresh, its region counts set) with the regions whose tokens are spent closed;
         `before`: the state the token started from, counted towards the regions it may be in."""
         regions = self._regions
+        assert regions is not None  # callers count regions only for a grammar that has them
         if before is not None:
+            assert before.regions is not None  # every state of such a grammar counts them
             state.regions = regions.counts_after(before.regions, regions.inside(before.stacks))
+        assert state.regions is not None
         spent = regions.spent(state.regions, regions.inside(state.stacks))
         if not spent.any():
             return state
@@ -509,20 +516,19 @@ class GrammarMatcher:
     def _apply_budget(self, words: np.ndarray) -> None:
         """Drop the tokens after which the text could no longer finish within max_tokens."""
         state = self._state
-        if self._budget is not None and not state.terminated:
-            self._budget.restrict(
-                words, state.stacks, self.remaining_tokens, self._runner, self._stop_ids, self._budget_memo
-            )
-            if self._token_terminals and self.remaining_tokens > 0:
+        remaining = self.remaining_tokens
+        if self._budget is not None and remaining is not None and not state.terminated:
+            self._budget.restrict(words, state.stacks, remaining, self._runner, self._stop_ids, self._budget_memo)
+            if self._token_terminals and remaining > 0:
                 self._budget.restrict_terminals(
                     words,
-                    self.remaining_tokens,
+                    remaining,
                     self._token_terminals,
                     lambda t: self._state_after_token(t, state),
                     self._runner,
                 )
-            if self._checked_budget is not None and self.remaining_tokens > 0:
-                self._checked_budget.restrict(words, state, self.remaining_tokens)
+            if self._checked_budget is not None and remaining > 0:
+                self._checked_budget.restrict(words, state, remaining)
 
     def get_next_token_mask(self) -> np.ndarray:
         """The allowed next tokens as a bool array of length vocab_size (a convenience)."""
@@ -573,9 +579,10 @@ class GrammarMatcher:
         accepted: list[int] = []
         state = self._state
         for token_id in check_integers(token_ids, "token_ids", "validate_tokens"):
-            state = None if state.terminated else self._state_after_token(token_id, state)
-            if state is None:
+            after = None if state.terminated else self._state_after_token(token_id, state)
+            if after is None:
                 break
+            state = after
             accepted.append(int(token_id))
         return accepted
 
@@ -637,8 +644,7 @@ class GrammarMatcher:
         rest: dict[tuple[int, int], None] = {}
         for reading in readings:
             n = len(reading.stacks) // 2
-            pairs = zip(reading.stacks[:n].tolist(), reading.stacks[n:].tolist())
-            for k, pair in enumerate(pairs):
+            for k, pair in enumerate(zip(reading.stacks[:n].tolist(), reading.stacks[n:].tolist())):
                 (kernel if k < reading.n_kernel else rest)[pair] = None
         rest = {pair: None for pair in rest if pair not in kernel}
         pairs = [*kernel, *rest]

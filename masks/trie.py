@@ -49,6 +49,8 @@ from ..automata.dfa import build_rule_dfa
 from ..core.jit import njit
 from ..grammar.ir import CharClass, Repeat
 
+_Arrays = tuple[np.ndarray, ...]
+
 SLICE_DIGITS, SLICE_WORD, SLICE_CONTENT = 0, 1, 2
 OTHER = 3
 SLICE_NAMES = ("digits", "word", "json-string-content")
@@ -197,7 +199,8 @@ class TokenTrie(TrieOrder):
         chars = np.zeros(len(ids), dtype=np.int32)
         self.automata = [slice_automaton(s) for s in range(n_slices)]
         # the automata as walk.run_slice_bounds takes them: tuples of ptr, lo, hi, dst, then caps
-        self.slice_automata = (*(tuple(a[k] for a in self.automata) for k in range(4)), None)
+        ptrs, los, his, dsts = (tuple(a[k] for a in self.automata) for k in range(4))
+        self.slice_automata: tuple[_Arrays, _Arrays, _Arrays, _Arrays, np.ndarray | None] = (ptrs, los, his, dsts, None)
         for s in reversed(range(n_slices)):
             counts = _character_counts(data, offsets, ids, *self.automata[s])
             member = counts > 0

@@ -106,8 +106,8 @@ class Scan:
         scan, i, n = self, 0, len(data)
         while i < n:
             if scan.in_string and not scan.escaped:  # string content up to the next quote or escape
-                j = _STRING_STOP.search(data, i)
-                j = n if j is None else j.start()
+                stop = _STRING_STOP.search(data, i)
+                j = n if stop is None else stop.start()
                 if j > i:
                     if scan.keeps_strings:
                         scan = scan._with(buf=scan.buf + data[i:j])

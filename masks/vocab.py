@@ -387,12 +387,13 @@ class TokenizerInfo:
             return int(token)
         if token in self.special_token_texts:
             return self.special_token_texts[token]
-        by_text = getattr(self, "_ids_by_bytes", None)
+        by_text: dict[bytes, int] | None = getattr(self, "_ids_by_bytes", None)
         if by_text is None:
-            by_text = self._ids_by_bytes = {}
+            by_text = {}
             for i, data in enumerate(self.decoded_vocab):
                 if data:
                     by_text.setdefault(data, i)
+            self._ids_by_bytes = by_text
         found = by_text.get(token.encode("utf-8"))
         if found is None:
             raise InvalidArgumentError(
@@ -565,6 +566,8 @@ def _text(token: str | bytes | bytearray | memoryview | None) -> str | None:
 def _decode_token(token: str | bytes | bytearray | memoryview, decode) -> bytes:
     """The bytes an encoded token stands for; bytes that are not UTF-8 stand for themselves
     (as in XGrammar)."""
+    if isinstance(token, str):
+        return decode(token)
     text = _text(token)
     return bytes(token) if text is None else decode(text)
 
@@ -582,7 +585,7 @@ def _adds_prefix_space(tokenizer, vocab_type: VocabType) -> bool:
 
 def _check_token_list(tokens, name: str, where: str, *also: type) -> None:
     """ArgumentTypeError unless `tokens` is a list (or tuple) of bytes, None or `also` types."""
-    kinds = (bytes, bytearray, memoryview, type(None), *also)
+    kinds: tuple[type, ...] = (bytes, bytearray, memoryview, type(None), *also)
     if not isinstance(tokens, (list, tuple)):
         raise ArgumentTypeError(
             f"{where}: {name} must be a list of token {'strings or ' if also else ''}bytes "
@@ -596,8 +599,9 @@ def _check_token_list(tokens, name: str, where: str, *also: type) -> None:
             )
 
 
-def _unique_ids(ids: Iterable[int], vocab_size: int, what: str) -> tuple[int, ...]:
-    out = []
+def _unique_ids(ids: object, vocab_size: int, what: str) -> tuple[int, ...]:
+    """`ids` (checked: ints, as the user may pass anything) without repeats, each in the vocabulary."""
+    out: list[int] = []
     for token_id in check_integers(ids, what, "TokenizerInfo"):
         if not 0 <= token_id < vocab_size:
             raise InvalidArgumentError(

@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,11 +60,16 @@ from ..masks.compiler import CompiledGrammar
 from ..masks.matcher import GrammarMatcher
 from .kv_cache import kv_cache_name
 
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
 MODES = ("gcd", "asap", "exact", "awrs")
 
 # When c~(u) = A(u) - D(u) falls below this fraction of A(u), the subtraction has lost that many
 # digits, so the node recomputes c~(u) exactly from its children instead.
 _CANCELLATION_GUARD = 1e-4
+
+_UNEXPANDED = np.empty(0)  # a node's arrays until its mask is known
 
 AWRS_MAX_CHECKS = 32
 """Grammar checks one AWRS step may make before it computes the full mask instead: 32 checks cost
@@ -103,13 +108,14 @@ class Sample:
 
 class _Node:
     """A prefix the sampler reached.  Once expanded, arrays cover the allowed tokens with P > 0,
-    sorted by id; before that, an awrs walk may have left the model's distribution and verdicts."""
+    sorted by id (empty before); before that, an awrs walk may have left the model's distribution
+    and verdicts."""
 
     __slots__ = (
         "parent",
-        "token",
         "index",
         "depth",
+        "expanded",
         "ids",
         "logp",
         "log_w",
@@ -122,21 +128,20 @@ class _Node:
         "cum_p",
         "cum_w",
         "visits",
-        "cand_ids",
-        "cand_logp",
+        "candidates",
         "cand_cum",
         "verdicts",
     )
 
-    def __init__(self, parent: _Node | None, token: int | None, index: int, depth: int):
+    def __init__(self, parent: _Node | None, index: int, depth: int):
         self.parent = parent
-        self.token = token
-        self.index = index  # position of `token` in parent.ids (-1 while the parent is not expanded)
+        self.index = index  # position of the node's token in parent.ids (-1 while the parent is not expanded)
         self.depth = depth
-        self.ids: np.ndarray | None = None  # None until expanded
-        self.logp: np.ndarray | None = None  # log P(t | u) for t in ids
+        self.expanded = False  # True once the grammar mask is known (`_mask`)
+        self.ids: np.ndarray = _UNEXPANDED
+        self.logp: np.ndarray = _UNEXPANDED  # log P(t | u) for t in ids
         self.log_w: np.ndarray | None = None  # log P(t | u) + log c~(ut); None while equal to logp
-        self.is_stop: np.ndarray | None = None
+        self.is_stop: np.ndarray = _UNEXPANDED
         self.children: dict[int, _Node] = {}
         self.log_allowed = 0.0
         self.log_deficit = -math.inf
@@ -148,23 +153,11 @@ class _Node:
         self.cum_w: tuple[np.ndarray, float] | None = None
         self.visits = 0
         # Until expanded: the tokens a grammar could allow that have P > 0, sorted, with log P(t | u)
-        # (the model call's result), and for awrs from the second visit on (P, its cumulative sums)
-        self.cand_ids: np.ndarray | None = None
-        self.cand_logp: np.ndarray | None = None
+        # (the model call's result: ids, log P), and for awrs from the second visit on (P, its
+        # cumulative sums)
+        self.candidates: tuple[np.ndarray, np.ndarray] | None = None
         self.cand_cum: tuple[np.ndarray, np.ndarray] | None = None
-        self.verdicts: dict[int, bool] | None = None  # awrs: grammar verdicts, by position in cand_ids
-
-    @property
-    def expanded(self) -> bool:
-        return self.ids is not None
-
-    def prefix(self) -> list[int]:
-        out = []
-        node = self
-        while node.parent is not None:
-            out.append(node.token)
-            node = node.parent
-        return out[::-1]
+        self.verdicts: dict[int, bool] | None = None  # awrs: grammar verdicts, by position in candidates
 
 
 class ASApSampler:
@@ -225,7 +218,7 @@ class ASApSampler:
         self._stop_ids = np.array(self._matcher.stop_token_ids, dtype=np.int64)
         self._stop_set = frozenset(self._matcher.stop_token_ids)
         self._candidates = candidate_tokens(self.tokenizer_info, self._matcher.stop_token_ids)
-        self.root = _Node(None, None, -1, 0)
+        self.root = _Node(None, -1, 0)
         self._attempt = 0
         self.forward_passes = 0
         self.num_nodes = 1
@@ -241,7 +234,9 @@ class ASApSampler:
         mode = self.mode if mode is None else _check_mode(mode)
         if mode != "exact":
             self._attempt += 1
-            return self._draw(mode)
+            got = self._draw(mode)
+            assert got is not None  # only exact mode rejects an attempt
+            return got
         for attempts in range(1, self.max_attempts + 1):
             self._attempt += 1
             got = self._draw("exact")
@@ -304,8 +299,8 @@ class ASApSampler:
             t = int(t)
             child = node.children.get(t)
             if child is None:
-                if not node.expanded and node.cand_ids is not None:
-                    self._mask(node, path)
+                if not node.expanded and node.candidates is not None:
+                    self._mask(node, node.candidates, path)
                 if not node.expanded:
                     return 0.0 if node.log_c == -math.inf else 1.0
                 pos = int(np.searchsorted(node.ids, t))
@@ -317,7 +312,7 @@ class ASApSampler:
 
     def iter_nodes(self) -> Iterator[tuple[tuple[int, ...], float]]:
         """(prefix, log c~) for every node in the trie (reached prefixes and cut-off leaves)."""
-        stack = [(self.root, ())]
+        stack: list[tuple[_Node, tuple[int, ...]]] = [(self.root, ())]
         while stack:
             node, prefix = stack.pop()
             yield prefix, node.log_c
@@ -408,9 +403,7 @@ class ASApSampler:
 
     def _awrs_choice(self, node: _Node, path: list[int]) -> tuple[int | None, float, float]:
         """One `awrs_step` at a node whose mask is unknown: (token, log P(token | u), log weight)."""
-        if node.cand_ids is None:
-            self._probe(node, path)
-        ids, logp = node.cand_ids, node.cand_logp
+        ids, logp = node.candidates or self._probe(node, path)
         if node.cand_cum is not None:
             masses, cum = node.cand_cum
         else:
@@ -437,7 +430,7 @@ class ASApSampler:
         self.grammar_checks += step.checks
         if step.fell_back:  # the mask is known now: later visits draw exactly
             self.mask_fallbacks += 1
-            self._mask(node, path, computed[0])
+            self._mask(node, (ids, logp), path, computed[0])
         if step.token is None:
             return None, -math.inf, -math.inf
         return int(ids[step.token]), float(logp[step.token]), step.log_weight
@@ -465,7 +458,7 @@ class ASApSampler:
         """Create the child reached by `path` (whose last token is `token`) and make its model
         call; with `masked`, expand it (its grammar mask too)."""
         index = int(np.searchsorted(node.ids, token)) if node.expanded else -1
-        child = _Node(node, token, index, node.depth + 1)
+        child = _Node(node, index, node.depth + 1)
         node.children[token] = child
         self.num_nodes += 1
         if child.depth >= self.max_new_tokens:
@@ -481,31 +474,36 @@ class ASApSampler:
 
     def _expand(self, node: _Node, path: list[int]) -> None:
         """Model call (unless an awrs walk made it) and grammar mask: the node becomes expanded."""
-        if node.cand_ids is None:
-            self._probe(node, path)
-        self._mask(node, path)
+        self._mask(node, node.candidates or self._probe(node, path), path)
 
-    def _probe(self, node: _Node, path: list[int]) -> None:
-        """One model call: keep log P(t | u) of the tokens a grammar could allow that have P > 0."""
-        node.cand_ids, node.cand_logp = candidate_log_probs(self._logits_fn(path), self.temperature, self._candidates)
+    def _probe(self, node: _Node, path: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """One model call: keep (and return) log P(t | u) of the tokens a grammar could allow that
+        have P > 0, with their ids."""
+        node.candidates = candidate_log_probs(self._logits_fn(path), self.temperature, self._candidates)
         self.forward_passes += 1
+        return node.candidates
 
-    def _mask(self, node: _Node, path: list[int], mask: np.ndarray | None = None) -> None:
-        """Store the allowed part of the node's distribution and set c~(u) from it and from the
-        children an awrs walk may have made; the full distribution is dropped."""
+    def _mask(
+        self, node: _Node, candidates: tuple[np.ndarray, np.ndarray], path: list[int], mask: np.ndarray | None = None
+    ) -> None:
+        """Store the allowed part of the node's distribution (`candidates`: its model call's) and set
+        c~(u) from it and from the children an awrs walk may have made; the full distribution is
+        dropped."""
         if mask is None:
             self._sync_matcher(path)
             mask = self._matcher.get_next_token_mask()
-        keep = mask[node.cand_ids]
-        node.ids = node.cand_ids[keep]
-        node.logp = node.cand_logp[keep]
+        cand_ids, cand_logp = candidates
+        keep = mask[cand_ids]
+        node.ids = cand_ids[keep]
+        node.logp = cand_logp[keep]
         node.is_stop = np.zeros(len(node.ids), dtype=bool)
         for stop in self._stop_ids:
             pos = int(np.searchsorted(node.ids, stop))
             if pos < len(node.ids) and node.ids[pos] == stop:
                 node.is_stop[pos] = True
         node.log_allowed = _logsumexp(node.logp)
-        node.cand_ids = node.cand_logp = node.cand_cum = node.verdicts = node.cum_p = node.cum_w = None
+        node.candidates = node.cand_cum = node.verdicts = node.cum_p = node.cum_w = None
+        node.expanded = True
         node.expanded_attempt = self._attempt
         node.log_w = None
         for token, child in node.children.items():  # found by awrs walks before the mask was known
@@ -666,7 +664,7 @@ class _WithoutReplacement:
         rejected, rejected_mass = 0, 0.0
         while True:
             if self.mask is not None and self.lookups >= self.max_checks:
-                token, n, mass = self._finish_with_mask()
+                token, n, mass = self._finish_with_mask(self.mask)
                 return token, rejected + n, rejected_mass + mass
             token = self._draw()
             if token is None:
@@ -712,11 +710,11 @@ class _WithoutReplacement:
         self.verdicts[token] = verdict
         return verdict
 
-    def _finish_with_mask(self) -> tuple[int | None, int, float]:
+    def _finish_with_mask(self, mask: np.ndarray) -> tuple[int | None, int, float]:
         """The rest of the run at once: the tokens left, in the order of an exponential race; the
         allowed token first in it ends the run, every token before it is rejected."""
         live = np.flatnonzero((self.masses > 0.0) & ~self.removed)
-        allowed = self.mask[live]
+        allowed = mask[live]
         if not allowed.any():
             return None, 0, 0.0
         keys = self.masses[live] / self.rng.standard_exponential(len(live))
@@ -908,7 +906,7 @@ class _HFLogits:
         self.model = model
         self.prompt_ids = prompt_ids
         self.device = next(model.parameters()).device
-        self.cache = None
+        self.cache: DynamicCache | None = None
         self.cached_ids: list[int] = []  # the ids whose keys and values self.cache holds
         self.incremental = True
         self._torch = torch

@@ -114,7 +114,7 @@ def _single_byte_alphabet(compiled: CompiledGrammar) -> bytes | None:
 
 class _Runs:
     """Gaps for runs of undecided positions: `exact` reads runs up to exact_runs exactly, `cheap`
-    reads every run as single-byte tokens (None when the vocabulary has none)."""
+    reads every run as single-byte tokens (only where the vocabulary has some: `alphabet`)."""
 
     def __init__(self, compiled: CompiledGrammar, exact_runs: int | None):
         if exact_runs is not None and (not isinstance(exact_runs, int) or exact_runs < 0):
@@ -131,8 +131,8 @@ class _Runs:
             return Gap.tokens(n)
         return Gap.bytes(n, alphabet=self.alphabet)
 
-    def cheap(self, n: int) -> Gap | None:
-        return None if self.alphabet is None else Gap.bytes(n, alphabet=self.alphabet)
+    def cheap(self, n: int) -> Gap:
+        return Gap.bytes(n, alphabet=self.alphabet)
 
 
 def _text(value: str | bytes, name: str) -> bytes:

@@ -185,7 +185,8 @@ def smc(
         allowed_here = stop_only if slot == max_new_tokens - 1 else candidates
         for row, members in zip(rows, groups.values()):
             ids, logp = candidate_log_probs(row, temperature, allowed_here)
-            masses, cum, verdicts = np.exp(logp), None, {}  # shared by the particles of this prefix
+            masses, cum = np.exp(logp), None  # shared by the particles of this prefix, as are the verdicts
+            verdicts: dict[int, bool] = {}
             if len(members) > 1:
                 cum = np.cumsum(masses)
             for walker in members:
@@ -334,7 +335,7 @@ class _BatchedHFLogits:
         self.prompt_ids = prompt_ids
         self.device = next(model.parameters()).device
         self.torch = torch
-        self.cache = None
+        self.cache: Any = None  # the model's key/value cache (a transformers Cache) from its last output
         self.rows: dict[int, int] = {}  # prefix id -> its cache row (the previous step's prefixes)
         self.incremental = True
         self.calls = self.passes = 0
