@@ -382,6 +382,8 @@ class BudgetTable:
         self.token_rise = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
         self.max_rise = int(self.token_rise.max()) if len(self.token_rise) else 0
         self.has_bytes = np.diff(offsets) > 0  # stop and special tokens have none: never candidates
+        # the short tokens a completion search tries (set by its first search: _search_tokens)
+        self.search_tokens: np.ndarray | None = None
         # Token terminals are checked one by one by the matcher (restrict_terminals), whatever their text.
         self.has_bytes[list(compiled.token_terminals)] = False
         # Per mask word (32 token ids), the greatest token_rise of its tokens with bytes (-1: none):
@@ -578,7 +580,7 @@ class CheckedBudget:
     @classmethod
     def _search_tokens(cls, table: BudgetTable) -> np.ndarray:
         """The short tokens (see the class docstring), found once per grammar's table."""
-        got = getattr(table, "search_tokens", None)
+        got = table.search_tokens
         if got is None:
             lengths = np.diff(table.offsets)
             punct = np.zeros(256, dtype=np.int64)

@@ -10,9 +10,9 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -501,9 +501,10 @@ class GrammarCompiler:
         with self._idle_lock:
             idle = self._idle_workspaces
             mine = [k for k, (_, filled_by) in enumerate(idle) if filled_by() is borrower] if borrower else []
-            ws, filled_by = idle.pop(mine[-1] if mine else -1) if idle else (None, None)
-        if ws is None:
+            taken = idle.pop(mine[-1] if mine else -1) if idle else None
+        if taken is None:
             return Workspace(self.limits.max_stack_tops, self.trie.max_token_length)
+        ws, filled_by = taken
         if borrower is None or filled_by() is not borrower:
             ws.clear_memo()
         return ws
@@ -622,9 +623,9 @@ class CompiledGrammar:
     def __init__(
         self,
         compiler: GrammarCompiler,
-        grammar: Grammar,
+        grammar: Grammar | None,
         pda: Pda,
-        token_ids: tuple[int, ...] = (),
+        token_ids: Collection[int] = (),
         token_limits: dict[int, int] | None = None,
         token_classes: dict[int, frozenset[int]] | None = None,
         temperatures: dict[int, float] | None = None,
@@ -930,18 +931,7 @@ class CompiledGrammar:
             return _NO_STATES  # a frame pool past its limit: the fills will say so
 
     def _grow_pool(self, need: int) -> None:
-        """A larger mask pool holding the same prefix, with room up to `need` words as counted
-        from the words used now.  A fill running on another thread keeps the old one, and reads
-        as "not computed" the entries that end past it (walk.run_fill): so the masks stored from
-        now on start past the old pool's end (used[0] moves there; the words between are left
-        unused), never where the old array holds no mask.  It grows by half (copies stay
-        amortised linear): doubling left a third of the pools of 300 MaskBench grammars unused
-        (50 MiB allocated for 33 MiB of masks)."""
-        used, old = self._pool_used, len(self.mask_pool)
-        grown = np.empty(max(need + old - used, old * 3 // 2), dtype=np.int32)
-        grown[:used] = self.mask_pool[:used]
-        self.mask_pool = grown
-        self.used[0] = old
+        _grow_mask_pool(self, need)
 
     @property
     def _pool_used(self) -> int:
@@ -1236,6 +1226,27 @@ class CompiledGrammar:
         return f"CompiledGrammar(rules={len(self.pda.rule_names)}, states={self.pda.num_states})"
 
 
+class _MaskStore(Protocol):
+    """A grammar's mask store as the pool grower sees it (CompiledGrammar, _ScratchStore)."""
+
+    mask_pool: np.ndarray
+    used: np.ndarray  # used[0]: words of mask_pool in use
+
+
+def _grow_mask_pool(store: _MaskStore, need: int) -> None:
+    """A larger mask pool holding the same prefix, with room up to `need` words as counted from
+    the words used now.  A fill running on another thread keeps the old one, and reads as "not
+    computed" the entries that end past it (walk.run_fill): so the masks stored from now on start
+    past the old pool's end (used[0] moves there; the words between are left unused), never where
+    the old array holds no mask.  It grows by half (copies stay amortised linear): doubling left a
+    third of the pools of 300 MaskBench grammars unused (50 MiB allocated for 33 MiB of masks)."""
+    used, old = int(store.used[0]), len(store.mask_pool)
+    grown = np.empty(max(need + old - used, old * 3 // 2), dtype=np.int32)
+    grown[:used] = store.mask_pool[:used]
+    store.mask_pool = grown
+    store.used[0] = old
+
+
 class _ScratchStore:
     """An empty mask store shaped like a grammar's, for a mask computed but not kept."""
 
@@ -1252,7 +1263,7 @@ class _ScratchStore:
         return int(self.used[0])
 
     def _grow_pool(self, need: int) -> None:
-        CompiledGrammar._grow_pool(self, need)
+        _grow_mask_pool(self, need)
 
 
 def _stored_mask(index: np.ndarray, pool: np.ndarray, state: int, num_accepted: int) -> StateMask:
