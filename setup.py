@@ -53,13 +53,17 @@ class BuildPy(build_py):
 
 KERNELS = [f"kernel-cache/*.{TAG}.nbi", f"kernel-cache/*.{TAG}.*.nbc", f"kernel-cache/prepared-{TAG}.json"]
 
-setup(
-    distclass=KernelDistribution,
-    cmdclass={"build_py": BuildPy},
-    install_requires=DEPENDENCIES,
-    package_data={
-        "pushmask.core": KERNELS if prepared else [],
-        # `pushmask generate --schema examples/person.json ...` (its --help) works from a wheel too.
-        "pushmask.examples": ["*.json", "*.ebnf", "*.lark"],
-    },
-)
+# The repository root is the package `pushmask`, so in an editable install this file is also the
+# module `pushmask.setup`: importing it (a walk over the package's modules) must not run a build.
+# Builds run it as a script (setuptools' build backend execs it as __main__).
+if __name__ == "__main__":
+    setup(
+        distclass=KernelDistribution,
+        cmdclass={"build_py": BuildPy},
+        install_requires=DEPENDENCIES,
+        package_data={
+            "pushmask.core": KERNELS if prepared else [],
+            # `pushmask generate --schema examples/person.json ...` (its --help) works from a wheel too.
+            "pushmask.examples": ["*.json", "*.ebnf", "*.lark"],
+        },
+    )
