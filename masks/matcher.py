@@ -366,7 +366,7 @@ class GrammarMatcher:
             self._finish_words(words)
             if words is not row:
                 row.copy_(_torch_from_numpy(words, row))
-        except BaseException:
+        except BaseException:  # a cleanup path (interrupts too): no half-filled row stays, re-raised
             _clear_rows(bitmask, (index,))
             raise
         return True
@@ -848,7 +848,7 @@ def batch_fill_next_token_bitmask(
 
     try:
         _batch_fill(matchers, bitmask, indices, threads)
-    except BaseException:
+    except BaseException:  # a cleanup path (interrupts too): no half-filled row stays, re-raised
         _clear_rows(bitmask, indices)
         raise
 
