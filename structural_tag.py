@@ -290,7 +290,7 @@ class StructuralTag(BaseModel):
         TriggeredTagsFormat, converted where every legacy form is (grammar/structural_tag.py)."""
         from .grammar.structural_tag import root_format  # the compiler's module: loaded on use
 
-        return StructuralTag(format=root_format(list(tags), triggers))
+        return StructuralTag.model_validate({"format": root_format(list(tags), triggers)})
 
     @staticmethod
     def from_json(json_str: str | dict[str, Any]) -> StructuralTag:
