@@ -9,7 +9,6 @@ Needs pydantic (`pip install pydantic`), as XGrammar does.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -271,7 +270,8 @@ for _model in (
 
 
 class StructuralTagItem(BaseModel):
-    """A legacy structural tag item: `begin`, a JSON value of `schema`, `end`."""
+    """XGrammar's deprecated structural tag item (still in XGrammar 0.2.8): `begin`, a JSON value
+    of `schema`, `end`; see StructuralTag.from_legacy_structural_tag."""
 
     begin: str
     schema_: str | type[BaseModel] | dict[str, Any] = Field(alias="schema")
@@ -286,16 +286,11 @@ class StructuralTag(BaseModel):
 
     @staticmethod
     def from_legacy_structural_tag(tags: list[StructuralTagItem], triggers: list[str]) -> StructuralTag:
-        """The legacy items and triggers as one TriggeredTagsFormat."""
-        return StructuralTag(
-            format=TriggeredTagsFormat(
-                triggers=triggers,
-                tags=[
-                    TagFormat(begin=tag.begin, content=JSONSchemaFormat(json_schema=_schema(tag.schema_)), end=tag.end)
-                    for tag in tags
-                ],
-            )
-        )
+        """XGrammar's deprecated legacy items and triggers (still in XGrammar 0.2.8) as one
+        TriggeredTagsFormat, converted where every legacy form is (grammar/structural_tag.py)."""
+        from .grammar.structural_tag import root_format  # the compiler's module: loaded on use
+
+        return StructuralTag.model_validate({"format": root_format(list(tags), triggers)})
 
     @staticmethod
     def from_json(json_str: str | dict[str, Any]) -> StructuralTag:
@@ -305,12 +300,3 @@ class StructuralTag(BaseModel):
         if isinstance(json_str, dict):
             return StructuralTag.model_validate(json_str)
         raise ValueError(f"StructuralTag.from_json: expected JSON text or a dict, got {type(json_str).__name__}")
-
-
-def _schema(schema: str | type[BaseModel] | dict[str, Any]) -> dict[str, Any]:
-    """A legacy item's schema as a dict (JSON text and pydantic models converted)."""
-    if isinstance(schema, str):
-        return json.loads(schema)
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        return schema.model_json_schema()
-    return schema

@@ -95,7 +95,8 @@ def _is_grammar_accept_string(
     require_termination: bool = True,
 ) -> bool:
     """Whether the grammar's language holds input_str (require_termination=False: whether
-    input_str is a prefix of a string of the language)."""
+    input_str is a prefix of a string of the language).  debug_print: XGrammar's keyword,
+    accepted and ignored."""
     matcher = _get_matcher_from_grammar(grammar)
     start = time.monotonic_ns()
     accepted = matcher.accept_string(input_str)

@@ -546,14 +546,6 @@ def iter_nodes(*exprs: Expr) -> Iterator[Expr]:
             stack.append(node.item)
 
 
-def iter_refs(expr: Expr) -> Iterator[str]:
-    """Names of the rules referenced inside `expr`, in a fixed order (a name can come up more
-    than once)."""
-    for node in iter_nodes(expr):
-        if isinstance(node, Ref):
-            yield node.name
-
-
 _NO_REFS: frozenset[str] = frozenset()
 
 

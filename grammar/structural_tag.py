@@ -5,8 +5,11 @@ Accepted documents (the ones vLLM's tool parsers and its OpenAI server send):
 
 * ``{"type": "structural_tag", "format": FORMAT}`` (also a pydantic object with ``model_dump``,
   or its JSON text);
-* the legacy form ``{"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}``, or
-  the legacy list of items with ``begin`` / ``schema`` / ``end`` plus a list of triggers.
+* the legacy forms, all read by `root_format` here and nowhere else: vLLM's and SGLang's
+  ``{"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}`` request format, and
+  XGrammar's deprecated ``compile_structural_tag(tags, triggers)`` (a list of ``StructuralTagItem``
+  or dicts with ``begin`` / ``schema`` / ``end`` plus a list of triggers; still accepted by
+  XGrammar 0.2.8, as is its ``qwen_xml_parameter`` format below).
 
 FORMAT ``type``s and their languages:
 
@@ -193,6 +196,8 @@ def _item_dict(item: Any) -> dict:
 
 
 def _legacy(items: list[dict], triggers: Any) -> dict:
+    """The legacy forms' items and triggers as one triggered_tags format, each item's schema as
+    a json_schema tag (XGrammar's StructuralTag.from_legacy_structural_tag)."""
     if not isinstance(triggers, (list, tuple)) or not all(isinstance(t, str) for t in triggers):
         raise GrammarError(f"structural tag triggers must be a list of strings, got {triggers!r}")
     for item in items:
@@ -336,7 +341,8 @@ class _Builder:
         return self._embed(grammar)
 
     def _qwen_xml_parameter(self, fmt, where):
-        """XGrammar's deprecated name for a json_schema format in style qwen_xml."""
+        """XGrammar's deprecated name (still read by XGrammar 0.2.8) for a json_schema format in
+        style qwen_xml."""
         return self._json_schema({**fmt, "type": "json_schema", "style": "qwen_xml"}, where)
 
     def _regex(self, fmt, where):

@@ -349,7 +349,7 @@ def _held_stderr(hold: bool):
     try:
         with contextlib.redirect_stderr(held):
             yield
-    except BaseException:
+    except BaseException:  # a cleanup path (interrupts too): show what was held back, re-raised
         sys.stderr.write(held.getvalue())
         raise
 

@@ -334,6 +334,6 @@ def _save_dequantized(model, tokenizer, target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.rename(target)
-    except BaseException:
+    except BaseException:  # a cleanup path (interrupts too): no half-written copy stays, re-raised
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -400,7 +400,7 @@ def validate_pushmask_request(sampling_params) -> None:
     except Exception as exc:  # every front-end error becomes a request error, never a crash
         try:
             _original_xgrammar()[1](sampling_params)
-        except Exception as xgrammar_exc:
+        except Exception as xgrammar_exc:  # xgrammar's refusals, undocumented: reported with pushmask's
             raise VLLMValidationError(
                 f"pushmask cannot compile this {kind} constraint: {exc}; xgrammar neither: {xgrammar_exc}"
             ) from exc

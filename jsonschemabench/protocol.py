@@ -184,7 +184,7 @@ def _run_item(engine: Engine, hf_tokenizer: Any, task: dict, generate: int, seed
                         )
     except MemoryError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # a third-party engine's errors are undocumented: record any, go on
         record["status"] = "engine_error"
         record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     record["num_tokens"] = len(mask_us)

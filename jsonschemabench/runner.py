@@ -76,7 +76,7 @@ def load_tokenizer(path: str) -> Any:
         return _load_tokenizer(path)
     except ModelNotFound as exc:
         raise RunnerError(str(exc)) from exc
-    except Exception as exc:
+    except Exception as exc:  # transformers raises many kinds; the message names the cause
         raise RunnerError(f"cannot load tokenizer {path!r}: {exc}") from exc
 
 

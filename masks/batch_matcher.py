@@ -29,7 +29,8 @@ class BatchGrammarMatcher:
         indices: Sequence[int] | None = None,
         debug_print: bool = False,
     ) -> None:
-        """Fill row indices[i] (default i) of the int32 [rows, ceil(V / 32)] bitmask for matcher i."""
+        """Fill row indices[i] (default i) of the int32 [rows, ceil(V / 32)] bitmask for matcher i.
+        debug_print (XGrammar's flag) prints how many tokens each filled row allows."""
         batch_fill_next_token_bitmask(matchers, bitmask, indices, max_threads=self.max_threads)
         if debug_print:
             rows = np.asarray(bitmask)
@@ -65,12 +66,10 @@ class BatchGrammarMatcher:
     def batch_accept_token(
         matchers: Sequence[GrammarMatcher], tokens: Sequence[int], debug_print: bool = False
     ) -> list[bool]:
-        """Matcher i accepts tokens[i]; whether each did (a refused token changes nothing)."""
+        """Matcher i accepts tokens[i]; whether each did (a refused token changes nothing).
+        debug_print (XGrammar's flag) prints that list."""
         _same_length(matchers, tokens, "tokens")
-        accepted = [matcher.accept_token(token) for matcher, token in zip(matchers, tokens)]
-        if debug_print:
-            print(f"accepted: {accepted}")
-        return accepted
+        return _report([matcher.accept_token(token) for matcher, token in zip(matchers, tokens)], debug_print)
 
     @staticmethod
     def batch_rollback(matchers: Sequence[GrammarMatcher], num_tokens: Sequence[int] | int = 1) -> None:
@@ -84,12 +83,17 @@ class BatchGrammarMatcher:
     def batch_accept_string(
         matchers: Sequence[GrammarMatcher], strings: Sequence[str | bytes], debug_print: bool = False
     ) -> list[bool]:
-        """Matcher i accepts strings[i]; whether each did."""
+        """Matcher i accepts strings[i]; whether each did.  debug_print (XGrammar's flag) prints
+        that list."""
         _same_length(matchers, strings, "strings")
-        accepted = [matcher.accept_string(text) for matcher, text in zip(matchers, strings)]
-        if debug_print:
-            print(f"accepted: {accepted}")
-        return accepted
+        return _report([matcher.accept_string(text) for matcher, text in zip(matchers, strings)], debug_print)
+
+
+def _report(accepted: list[bool], debug_print: bool) -> list[bool]:
+    """`accepted`, printed first when debug_print (XGrammar's flag) is set."""
+    if debug_print:
+        print(f"accepted: {accepted}")
+    return accepted
 
 
 def _same_length(matchers, items, name: str) -> None:

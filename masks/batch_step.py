@@ -81,7 +81,7 @@ def fill_batch(
 
     try:
         _batch_fill(matchers, bitmask, indices, threads)
-    except BaseException:
+    except BaseException:  # a cleanup path (interrupts too): no half-filled row stays, re-raised
         clear_rows(bitmask, indices)
         raise
 

@@ -52,7 +52,7 @@ def fill_healing_mask(matcher: GrammarMatcher, removed: bytes, words: np.ndarray
             if n and not _rest_fits(matcher, data, start, n):
                 continue
             words[t >> 5] |= np.int32(1) << np.int32(t & 31)
-    except BaseException:
+    except BaseException:  # a cleanup path (interrupts too): no half-filled row stays, re-raised
         words[:] = 0
         raise
 

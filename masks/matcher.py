@@ -296,7 +296,9 @@ class GrammarMatcher:
         return self._state.can_end
 
     def is_completed(self) -> bool:
-        return self._state.can_end
+        """XGrammar's name for `can_end()` (its GrammarMatcher.is_completed): the text so far is
+        complete, whether or not a stop token was accepted."""
+        return self.can_end()
 
     @property
     def num_accepted_tokens(self) -> int:
@@ -339,7 +341,7 @@ class GrammarMatcher:
         """Write the allowed next tokens into row `index` of `bitmask` (int32 [batch, ceil(V/32)]).
 
         Returns True (the row may forbid tokens), as XGrammar does.  A terminated matcher allows only
-        stop tokens.  debug_print is accepted for xgrammar compatibility and prints nothing.
+        stop tokens.  debug_print: XGrammar's keyword, accepted and ignored (prints nothing).
         If the fill raises once the bitmask and index were found valid, the row is all zero
         when the exception propagates: never the grammar's mask before the value checks or the
         budget narrowed it, nor an earlier step's.
@@ -356,7 +358,7 @@ class GrammarMatcher:
             self._finish_words(words)
             if words is not row:
                 row.copy_(torch_from_numpy(words, row))
-        except BaseException:
+        except BaseException:  # a cleanup path (interrupts too): no half-filled row stays, re-raised
             clear_rows(bitmask, (index,))
             raise
         return True
@@ -548,7 +550,7 @@ class GrammarMatcher:
 
     def accept_token(self, token_id: int, *, debug_print: bool = False) -> bool:
         """Advance on one token; False (and no change) when the grammar does not allow it.
-        (debug_print: accepted for xgrammar compatibility, prints nothing.)"""
+        (debug_print: XGrammar's keyword, accepted and ignored.)"""
         new_state = self._state_after_token(token_id)
         if new_state is None:
             return False
@@ -654,7 +656,8 @@ class GrammarMatcher:
         return _MatchState(stacks, len(kernel), can_end, terminated, scans=_NO_SCANS)
 
     def accept_string(self, text: str | bytes, *, debug_print: bool = False) -> bool:
-        """Advance over a whole string (one rollback step); False and no change if not allowed."""
+        """Advance over a whole string (one rollback step); False and no change if not allowed.
+        (debug_print: XGrammar's keyword, accepted and ignored.)"""
         if not isinstance(text, (str, bytes, bytearray, memoryview)):
             raise ArgumentTypeError(
                 f"accept_string: text must be str or bytes, got {type(text).__name__}; pass token ids to accept_token"

@@ -652,7 +652,7 @@ from collections import Counter  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from pushmask.grammar.ir import alt, lit, ref, rep, seq  # noqa: E402
+from pushmask.grammar.ir import alt, iter_nodes, lit, ref, rep, seq  # noqa: E402
 from pushmask.masks.matcher import GrammarMatcher  # noqa: E402
 
 
@@ -843,3 +843,9 @@ def tiny_llama(seed: int, vocab_size: int = 49_152, eos: int = 2):
         pad_token_id=eos,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def iter_refs(expr):
+    """Names of the rules referenced inside a grammar IR expression, in a fixed order (a name
+    can come up more than once)."""
+    return (node.name for node in iter_nodes(expr) if isinstance(node, Ref))

@@ -21,12 +21,11 @@ import jsonschema
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, require_shared  # noqa: E402
+from support import DATA, accepts_token_ids, grammar_compiler, hf_tokenizer, iter_refs, require_shared  # noqa: E402
 from support import accepts_text as accepts  # noqa: E402
 
 import pushmask as pm  # noqa: E402
 from pushmask.core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError  # noqa: E402
-from pushmask.grammar.ir import iter_refs  # noqa: E402
 from pushmask.grammar.json_schema import json_schema_to_grammar  # noqa: E402
 
 

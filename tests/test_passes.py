@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import all_strings, bounded_language, ir_accepts
+from support import all_strings, bounded_language, ir_accepts, iter_refs
 
 from pushmask.core.errors import GrammarError
 from pushmask.grammar.ebnf import parse_ebnf
@@ -20,7 +20,6 @@ from pushmask.grammar.ir import (
     Ref,
     Repeat,
     Seq,
-    iter_refs,
     lit,
     seq,
 )
