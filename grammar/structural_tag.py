@@ -766,7 +766,7 @@ def texts_before_triggers(triggers: list[str], excludes: list[str]) -> dict[str,
             if target not in words:
                 words[target] = words[state] + chr(lo)
                 queue.append(target)
-    led = {}
+    led: dict[str, Expr] = {}
     for trigger in dict.fromkeys(triggers):
         finals = frozenset(
             state
