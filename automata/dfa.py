@@ -66,7 +66,7 @@ class RuleDfa:
     @property
     def arrays(self) -> tuple[np.ndarray, ...]:
         if self._arrays is None:
-            accepting, byte_edges, ref_edges = self._lists
+            accepting, byte_edges, ref_edges = self._edge_lists()
             byte_rows = [edge for edges in byte_edges for edge in edges]
             ref_rows = [edge for edges in ref_edges for edge in edges]
             byte_cols = np.array(byte_rows, dtype=np.int32).reshape(-1, 3).T
@@ -82,7 +82,7 @@ class RuleDfa:
 
     def _edge_lists(self) -> tuple:
         if self._lists is None:
-            accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (a.tolist() for a in self._arrays)
+            accepting, byte_ptr, lo, hi, dst, ref_ptr, ref_index, ref_dst = (a.tolist() for a in self.arrays)
             byte_edges = list(zip(lo, hi, dst))
             ref_edges = list(zip(ref_index, ref_dst))
             n = len(accepting)
@@ -111,7 +111,7 @@ class RuleDfa:
 
     @property
     def num_states(self) -> int:
-        return len(self._arrays[0]) if self._arrays is not None else len(self._lists[0])
+        return len(self._arrays[0]) if self._arrays is not None else len(self.accepting)
 
     def signature(self) -> tuple:
         """A hashable structural description (references by local index)."""
@@ -135,8 +135,6 @@ class RuleDfa:
         if not isinstance(other, RuleDfa):
             return NotImplemented
         return self.refs == other.refs and all(np.array_equal(a, b) for a, b in zip(self.arrays, other.arrays))
-
-    __hash__ = None
 
     def __repr__(self) -> str:
         return f"RuleDfa(states={self.num_states}, refs={self.refs})"
@@ -264,25 +262,27 @@ def _structure_digest(body: Expr) -> tuple[bytes, dict[str, int], tuple]:
             numbers += (BACK, seen)
             continue
         visit[id(node)] = len(visit)
-        kind = type(node)
-        if kind is Seq or kind is Alt:
-            numbers += (SEQ if kind is Seq else ALT, len(node.items))
+        if type(node) is Seq:
+            numbers += (SEQ, len(node.items))
             stack.extend(reversed(node.items))
-            if kind is Alt and len(node.items) >= TRIE_MIN_LITERALS:
+        elif type(node) is Alt:
+            numbers += (ALT, len(node.items))
+            stack.extend(reversed(node.items))
+            if len(node.items) >= TRIE_MIN_LITERALS:
                 wide_alts.append((len(visit) - 1, node))
-        elif kind is Bytes:
+        elif type(node) is Bytes:
             numbers += (BYTES, len(node.value))
             literals.append(node.value)
-        elif kind is Repeat:
+        elif type(node) is Repeat:
             numbers += (REPEAT, node.min, -1 if node.max is None else node.max)
             stack.append(node.item)
-        elif kind is Ref:
+        elif type(node) is Ref:
             numbers += (REF, ref_position.setdefault(node.name, len(ref_position)))
-        elif kind is CharClass or kind is ByteClass:
-            numbers += (CHARS if kind is CharClass else BYTE_RANGES, len(node.ranges))
+        elif type(node) is CharClass or type(node) is ByteClass:
+            numbers += (CHARS if type(node) is CharClass else BYTE_RANGES, len(node.ranges))
             for lo, hi in node.ranges:
                 numbers += (lo, hi)
-        elif kind is CharFsm:  # no references inside: its digest is kept on it
+        elif type(node) is CharFsm:  # no references inside: its digest is kept on it
             try:
                 data = node._digest
             except AttributeError:

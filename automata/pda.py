@@ -375,6 +375,7 @@ def _packed(dfas: list[RuleDfa], index: dict[str, int], root: int) -> tuple[np.n
         each rule's rows plus that rule's offset (`counts` rows a rule)."""
         np.concatenate([a[k] for a in arrays], out=out)
         if offsets is not None:
+            assert counts is not None  # given with the offsets
             out += np.repeat(offsets, counts)
 
     def pointers(k: int, counts: np.ndarray, out: np.ndarray) -> None:
@@ -590,7 +591,7 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
     numbers, n_components = _reference_components(ptr, flat)
     component = numbers.tolist()
     signature = [dfa.digest() for dfa in dfas]
-    keys: list[str | None] = [None] * len(dfas)
+    keys: dict[int, str] = {}
 
     def key_of(r: int) -> str:
         # Components are keyed in reverse topological order (below), so every rule outside r's
@@ -615,7 +616,7 @@ def _rule_keys(dfas: list[RuleDfa], index: dict[str, int]) -> list[str]:
 
     for r in np.argsort(numbers, kind="stable").tolist():  # by component, in Tarjan's order
         keys[r] = key_of(r)
-    return keys  # type: ignore[return-value]
+    return [keys[r] for r in range(len(dfas))]
 
 
 @njit(cache=True)

@@ -32,6 +32,7 @@ limit by default), the NFA by four times its default.
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 import numpy as np
 
@@ -116,7 +117,7 @@ class _RegexParser:
         self.drop_lookbehinds = drop_lookbehinds
         self.lookbehinds: list[tuple[int, int]] = []
 
-    def fail(self, message: str):
+    def fail(self, message: str) -> NoReturn:
         raise _PatternUnsupported(f"{message} at offset {self.i} of {self.p!r}")
 
     def peek(self) -> str:
@@ -269,8 +270,8 @@ class _RegexParser:
             return _class_escape(e)
         # Python's control escapes but \a, which ECMA-262 lacks; \b is a backspace only in a class
         if e in CONTROL_ESCAPES and e != "a" and (e != "b" or in_class):
-            cp = CONTROL_ESCAPES[e]
-            return _CharSet(((cp, cp),))
+            control = CONTROL_ESCAPES[e]
+            return _CharSet(((control, control),))
         if e in "bB":
             self.fail("word boundary \\b/\\B")
         if e in "ux":
@@ -464,7 +465,8 @@ def _nfa_to_dfa(nfa: _Nfa, start: int, accept: int, budget: int) -> Dfa:
     if status == subset_kernels.ERR_TOO_MANY_STATES:
         raise StateLimitExceeded("pattern automaton", budget)
     # dense table -> runs of equal targets over consecutive letters, as code-point edges
-    dfa = Dfa.from_arrays(*subset_kernels.dense_runs(trans, bounds), accepting.astype(np.bool_))
+    edge_start, count, lo, hi, target = subset_kernels.dense_runs(trans, bounds)
+    dfa = Dfa.from_arrays(edge_start, count, lo, hi, target, accepting.astype(np.bool_))
     del trans, edge_rows, eps_rows  # the dense table and the NFA are not needed while minimising
     return dfa.minimize()
 

@@ -149,12 +149,17 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
                 f"Grammar.{name}: argument {i} is a {type(grammar).__name__}, not a Grammar "
                 "(make one with Grammar.from_ebnf / from_json_schema / from_regex)"
             )
-    rules, positions, checks, token_classes, temperatures, roots = {}, {}, {}, {}, {}, []
+    rules: dict[str, Expr] = {}
+    positions: dict[str, tuple[int, int]] = {}
+    checks: dict[str, object] = {}
+    token_classes: dict[int, frozenset[int]] = {}
+    temperatures: dict[str, float] = {}
+    roots: list[Expr] = []
     for i, grammar in enumerate(grammars):
         prefix = f"g{i}_"
         renumbered = _renumbered_classes(grammar.token_classes, len(token_classes))
         for rule, body in grammar.rules.items():
-            body = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
+            body = map_refs(body, lambda r: Ref(prefix + r.name))
             rules[prefix + rule] = _renumber_classes(body, renumbered) if renumbered else body
         positions.update({prefix + rule: at for rule, at in grammar.positions.items()})
         checks.update({prefix + rule: check for rule, check in grammar.checks.items()})

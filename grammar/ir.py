@@ -31,6 +31,11 @@ class Expr:
     # CharFsm, passes' emptiness check of a CharFsm), or kept from construction (a CharFsm's
     # transitions as an array and its emptiness, `char_fsm_of_columns`); not part of the value
     __slots__ = ("_hash", "_refs", "_digest", "_nonempty", "_table")
+    _hash: int
+    _refs: frozenset[str]
+    _digest: bytes
+    _nonempty: bool
+    _table: np.ndarray
 
 
 def _hash_once(cls):
@@ -59,8 +64,14 @@ def _hash_inner_nodes(node: Expr) -> None:
     stack = [node]
     while stack:
         parent = stack.pop()
-        kind = type(parent)
-        for child in (parent.item,) if kind is Repeat else parent.items if kind is Seq or kind is Alt else ():
+        children: tuple[Expr, ...] = (
+            (parent.item,)
+            if type(parent) is Repeat
+            else parent.items
+            if type(parent) is Seq or type(parent) is Alt
+            else ()
+        )
+        for child in children:
             child_kind = type(child)
             if (child_kind is Seq or child_kind is Alt or child_kind is Repeat) and not hasattr(child, "_hash"):
                 unhashed.append(child)
@@ -288,7 +299,7 @@ def char_fsm_table(fsm: CharFsm):
 
 
 EPSILON = Bytes(b"")
-NOTHING = Alt(())
+NOTHING: Expr = Alt(())
 
 
 @dataclass
@@ -410,23 +421,22 @@ def seq(*items: Expr) -> Expr:
     flat: list[Expr] = []
     literals = 0  # Bytes items kept: two or more may be adjacent
     for item in items:
-        kind = type(item)
-        if kind is Seq:
+        if type(item) is Seq:
             flat.extend(item.items)
             literals += 2  # its items may hold literals at either end
-        elif kind is Bytes:
+        elif type(item) is Bytes:
             if item.value:
                 flat.append(item)
                 literals += 1
-        elif kind is Alt and not item.items:  # NOTHING
+        elif type(item) is Alt and not item.items:  # NOTHING
             return NOTHING
         else:
             flat.append(item)
     if literals > 1:  # adjacent literals merge, which keeps automata small
         merged: list[Expr] = []
         for item in flat:
-            if merged and type(item) is Bytes and type(merged[-1]) is Bytes:
-                merged[-1] = Bytes(merged[-1].value + item.value)
+            if merged and type(item) is Bytes and type(last := merged[-1]) is Bytes:
+                merged[-1] = Bytes(last.value + item.value)
             else:
                 merged.append(item)
         flat = merged
@@ -560,13 +570,13 @@ def ref_names(expr: Expr) -> frozenset[str]:
     stack = [expr]
     while stack:
         node = stack[-1]
-        kind = type(node)
-        if kind is Seq or kind is Alt:
+        children: tuple[Expr, ...]
+        if type(node) is Seq or type(node) is Alt:
             children = node.items
-        elif kind is Repeat:
+        elif type(node) is Repeat:
             children = (node.item,)
         else:
-            keep(node, "_refs", frozenset((node.name,)) if kind is Ref else _NO_REFS)
+            keep(node, "_refs", frozenset((node.name,)) if type(node) is Ref else _NO_REFS)
             stack.pop()
             continue
         pending = False
@@ -574,12 +584,11 @@ def ref_names(expr: Expr) -> frozenset[str]:
         for child in children:
             names = getattr(child, "_refs", None)
             if names is None:
-                child_kind = type(child)
-                if child_kind is Seq or child_kind is Alt or child_kind is Repeat:
+                if type(child) is Seq or type(child) is Alt or type(child) is Repeat:
                     stack.append(child)  # done before `node` is taken up again
                     pending = True
                     continue
-                names = frozenset((child.name,)) if child_kind is Ref else _NO_REFS
+                names = frozenset((child.name,)) if type(child) is Ref else _NO_REFS
                 keep(child, "_refs", names)
             if names:
                 parts.append(names)
@@ -606,31 +615,32 @@ def map_leaves(expr: Expr, fn: Callable[[Expr], Expr], _done: dict[int, Expr] | 
     explicit stack of the nodes being rebuilt), so deep nesting cannot exhaust Python's stack.
     """
     done = {} if _done is None else _done
-    open_nodes: list[tuple[Expr, list[Expr]]] = []  # (Seq / Alt / Repeat node, its items rebuilt so far)
+    open_nodes: list[tuple[Seq | Alt | Repeat, list[Expr]]] = []  # (Seq / Alt / Repeat node, its items rebuilt so far)
     node = expr
     while True:
         if id(node) in done:
             out = done[id(node)]
         else:
-            kind = type(node)
-            if kind is Seq or kind is Alt and node.items or kind is Repeat:
+            if type(node) is Seq or type(node) is Alt and node.items:
                 open_nodes.append((node, []))
-                node = node.item if kind is Repeat else node.items[0]
+                node = node.items[0]
+                continue
+            if type(node) is Repeat:
+                open_nodes.append((node, []))
+                node = node.item
                 continue
             out = done[id(node)] = fn(node)
         while open_nodes:  # hand `out` to the open nodes until one has an item left to rebuild
             parent, parts = open_nodes[-1]
             parts.append(out)
-            if type(parent) is not Repeat and len(parts) < len(parent.items):
+            if isinstance(parent, Repeat):
+                out = rep(parts[0], parent.min, parent.max)
+            elif len(parts) < len(parent.items):
                 node = parent.items[len(parts)]
                 break
-            open_nodes.pop()
-            if type(parent) is Seq:
-                out = seq(*parts)
-            elif type(parent) is Alt:
-                out = alt(*parts)
             else:
-                out = rep(parts[0], parent.min, parent.max)
+                out = seq(*parts) if type(parent) is Seq else alt(*parts)
+            open_nodes.pop()
             done[id(parent)] = out
         else:
             return out

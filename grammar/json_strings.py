@@ -206,6 +206,7 @@ def _escape_part(char: CharFsm) -> CharFsm:
     return CharFsm(char.initial, char.finals - {char.initial}, transitions)
 
 
+assert isinstance(JSON_CHAR, CharFsm)  # the language of one character is not empty
 JSON_ESCAPE: Expr = _escape_part(JSON_CHAR)
 """One JSON-escaped character: \\n, \\uXXXX, a surrogate pair... (one code point)."""
 
@@ -280,6 +281,7 @@ def string_expr(*, min_length=None, max_length=None, pattern=None, format=None, 
     ):
         return seq(lit('"'), rep(JSON_CHAR, lo, hi), lit('"'))
     dfa = string_dfa(min_length=lo, max_length=hi, pattern=pattern, format=format, pointer=pointer)
+    assert dfa is not None  # the pattern or the format constrains the string (above)
     keyword = "pattern" if pattern is not None else "format"
     return json_string_expr(dfa, pointer, keyword)
 

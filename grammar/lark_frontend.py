@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict, deque
+from typing import overload
 
 from lark.exceptions import LarkError, UnexpectedInput, VisitError
 from lark.lexer import PatternRE, PatternStr, Token
@@ -285,6 +286,12 @@ class _TextIndex:
         """Where the string or regex literal `raw` (quotes or slashes included) first occurs."""
         return self.line_column(self.literals.get(raw))
 
+    @overload
+    def line_column(self, offset: int) -> tuple[int, int]: ...
+
+    @overload
+    def line_column(self, offset: int | None) -> tuple[int, int] | tuple[None, None]: ...
+
     def line_column(self, offset: int | None) -> tuple[int, int] | tuple[None, None]:
         if offset is None:
             return None, None
@@ -301,9 +308,9 @@ def _locate(index: _TextIndex, message: str) -> tuple[int, int] | tuple[None, No
     names = re.findall(r"in rule (\w+)", message) + re.findall(r"'([\w.]+)'", message)
     names += re.findall(r"used but not defined: (\w+)", message)  # a terminal inside a terminal
     for name in names:
-        line, column = index.position(name)
-        if line is not None:
-            return line, column
+        where = index.position(name)
+        if where[0] is not None:
+            return where
     return None, None
 
 
@@ -461,7 +468,10 @@ def _extract_token_terminals(text: str) -> tuple[str, dict[str, str], dict[str, 
     """Replace each token terminal (`<|python_tag|>`, `<[128010]>`; not Lark syntax) outside
     strings, regexes and comments by a terminal name lark reads, defined at the end of the text.
     Returns (text for lark, {terminal name: token text}, {terminal name: its first offset})."""
-    out, names, by_text, offsets = [], {}, {}, {}
+    out: list[str] = []
+    names: dict[str, str] = {}  # terminal name -> token text
+    by_text: dict[str, str] = {}  # token text -> terminal name
+    offsets: dict[str, int] = {}
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -562,7 +572,7 @@ def _parse(text: str, start: str, context: _Context, chain: tuple[str, ...]) -> 
         refusal = refusal or inner.refusal  # a named Grammar that cannot be compiled (Grammar.refusal)
         prefix = placeholder + "__"
         for rule, body in inner.rules.items():
-            rules[prefix + rule] = map_refs(body, lambda r, p=prefix: Ref(p + r.name))
+            rules[prefix + rule] = map_refs(body, lambda r: Ref(prefix + r.name))
             positions[prefix + rule] = (embedded.line, embedded.column)
         checks.update({prefix + rule: check for rule, check in inner.checks.items()})
         token_limits.update({prefix + rule: limit for rule, limit in inner.token_limits.items()})
@@ -740,9 +750,9 @@ def _parse_plain_lark(
         rule_bodies, terminal_bodies, ignored, sources = plain
         rules = {**rule_bodies, **terminal_bodies}
     for name in rules:
-        line, column = index.position(name)
-        if line is not None:
-            positions.setdefault(name, (line, column))
+        where = index.position(name)
+        if where[0] is not None:
+            positions.setdefault(name, where)
 
     # a token budget is the rule's: the region the matcher counts tokens in (its body: the terminal)
     token_limits = {a.rule: a.max_tokens for a in rule_terminals.values() if a.max_tokens is not None}
@@ -791,7 +801,7 @@ def _read_with_lark(
     alternatives: dict[str, list[Expr]] = {}
     used_terminals: set[str] = set(ignored)
     for rule in lark_rules:
-        symbols = []
+        symbols: list[Expr] = []
         for symbol in rule.expansion:
             name = str(symbol.name)
             symbols.append(Ref(name))
@@ -816,9 +826,10 @@ def _read_with_lark(
             )
         raw = getattr(terminals[name].pattern, "raw", None)
         if line is None and raw:
-            line, column = index.literal_position(raw)
-            if line is not None:
-                positions[name] = (line, column)
+            where = index.literal_position(raw)
+            line, column = where
+            if where[0] is not None:
+                positions[name] = where
         if name in token_terminals:
             line, column = index.line_column(token_offsets[name])
             positions[name] = (line, column)

@@ -66,6 +66,7 @@ def _tokenize(text: str) -> tuple[list[tuple[str, str]], list[int]]:
         if m is None or m.end() == pos:
             raise _NotPlain
         kind = m.lastgroup
+        assert kind is not None  # every alternative of _TOKENS is a named group
         if kind == "NL":
             out.append(("PUNCT", "|") if m.group().endswith("|") else ("NL", "\n"))
             offsets.append(pos)
@@ -88,7 +89,7 @@ class _Reader:
         self.max_nesting = max_nesting
         self.at = 0
         self.pattern_to_ir = pattern_to_ir
-        self.rules: dict[str, list] = {}  # name -> list of token-index spans (the body), read later
+        self.rules: dict[str, int] = {}  # name -> the token index its body starts at, read later
         self.terminals: dict[str, int] = {}
         self.ignored: list[int] = []
         self.literals: dict[tuple[str, str, bool], Expr] = {}  # big grammars repeat their literals
@@ -276,7 +277,7 @@ class _Reader:
             expr = self.pattern_to_ir(raw, pattern)
         except (GrammarError, LimitExceededError, ValueError, re.error):
             raise _NotPlain from None  # bad escapes, regex or budget: lark's path reports it with a position
-        if not terminal and is_nullable(expr, ()):
+        if not terminal and is_nullable(expr, set()):
             raise _NotPlain  # an anonymous terminal matching "": lark refuses it
         return expr
 

@@ -295,7 +295,7 @@ class _Product:
 
     def _event_matrix(self, dfas) -> list[list[Expr]]:
         """events[g][h]: one ignored token, entered with class g pending and ending with class h."""
-        events = [[NOTHING] * len(self.guards) for _ in self.guards]
+        events: list[list[Expr]] = [[NOTHING] * len(self.guards) for _ in self.guards]
         for name, (trans, finals) in dfas.items():
             by_class: dict[int, set[int]] = {}
             for q in finals:
@@ -338,6 +338,7 @@ class _Product:
                 return zero
             if isinstance(e, Repeat):
                 return leaving(e.item, outs) if e.max != 0 else frozenset()
+            assert isinstance(e, (Seq, Alt)), e
             found: set[int] = set()
             for i in reversed(range(len(e.items))) if isinstance(e, Seq) else range(len(e.items)):
                 found |= leaving(e.items[i], outs)
@@ -376,6 +377,7 @@ class _Product:
             return firsts.get(e.name) or self._first(self.out_rules[e.name], firsts)
         if isinstance(e, Repeat):
             return self._first(e.item, firsts) if e.max != 0 else ((), False)
+        assert isinstance(e, (Seq, Alt)), e
         items = e.items
         parts = []
         for item in items:
@@ -467,7 +469,9 @@ class _Product:
                 name = self._name(e.name, f"__after{g}")
                 self.out_rules[name] = NOTHING  # reserve the name (terminals may be recursive)
                 self.restricted[key] = Ref(name)
-                self.out_rules[name] = self.restrict(self.rules.get(e.name, self.out_rules.get(e.name)), g)
+                self.out_rules[name] = self.restrict(
+                    self.rules[e.name] if e.name in self.rules else self.out_rules[e.name], g
+                )
                 return Ref(name)
         self.restricted[key] = out
         return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Set
 
 from ..core.errors import CompileClock, GrammarError
 from .ir import (
@@ -133,19 +133,18 @@ def _holds(expr: Expr, names: set[str] | dict[str, bool], known: set[int], leaf:
     node = expr
     while True:
         key = id(node)
-        kind = type(node)
         if key in known:
             verdict: bool | None = True
         elif key in lacking:
             verdict = False
-        elif (kind is Seq or kind is Alt) and node.items or kind is Repeat and node.min > 0:
+        elif (type(node) is Seq or type(node) is Alt) and node.items or type(node) is Repeat and node.min > 0:
             verdict = None
             open_nodes.append([node, 0])
-        elif kind is Seq or kind is Repeat:  # x{0,n}
+        elif type(node) is Seq or type(node) is Repeat:  # x{0,n}
             verdict = True
-        elif kind is Alt:  # NOTHING
+        elif type(node) is Alt:  # NOTHING
             verdict = False
-        elif kind is Ref:
+        elif type(node) is Ref:
             verdict = bool(names.get(node.name, False)) if isinstance(names, dict) else node.name in names
         else:
             verdict = leaf(node)
@@ -215,22 +214,21 @@ def left_corners(expr: Expr, nullable: set[str] | dict[str, bool]) -> set[str]:
         if id(node) in visited:
             continue
         visited.add(id(node))
-        kind = type(node)
-        if kind is Ref:
+        if type(node) is Ref:
             corners.add(node.name)
-        elif kind is Seq:
+        elif type(node) is Seq:
             for item in node.items:
                 stack.append(item)
                 if not is_nullable(item, nullable, nullable_known):
                     break
-        elif kind is Alt:
+        elif type(node) is Alt:
             stack.extend(node.items)
-        elif kind is Repeat:
+        elif type(node) is Repeat:
             stack.append(node.item)
     return corners
 
 
-def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+def _strongly_connected(graph: Mapping[str, Set[str]]) -> list[list[str]]:
     """Tarjan's SCCs (iterative), returned sinks first: an SCC comes after every SCC it reaches."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -280,7 +278,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return result
 
 
-def _cyclic_components(graph: dict[str, set[str]]) -> list[list[str]]:
+def _cyclic_components(graph: Mapping[str, Set[str]]) -> list[list[str]]:
     """SCCs that contain a cycle (more than one rule, or a rule with an edge to itself)."""
     return [c for c in _strongly_connected(graph) if len(c) > 1 or c[0] in graph.get(c[0], ())]
 
@@ -409,8 +407,9 @@ class _LeftRecursionEliminator:
                 done[id(node)] = node
                 stack.pop()
                 continue
-            kind = type(node)
-            parts = (node.item,) if kind is Repeat else node.items if kind is Seq or kind is Alt else ()
+            parts: tuple[Expr, ...] = (
+                (node.item,) if type(node) is Repeat else node.items if type(node) is Seq or type(node) is Alt else ()
+            )
             missing = [part for part in parts if id(part) not in done]
             if missing:
                 stack.extend(missing)  # rewritten first; `node` is taken up again after them
@@ -805,14 +804,13 @@ def _built_once(bodies: Iterable[Expr], names: set[str]) -> set[str]:
             node, copies = stack.pop()
             if undecided.isdisjoint(ref_names(node)):
                 continue
-            kind = type(node)
-            if kind is Ref:
+            if type(node) is Ref:
                 copies_of[node.name] += copies
                 if copies_of[node.name] > 1:
                     undecided.discard(node.name)
-            elif kind is Repeat:
+            elif type(node) is Repeat:
                 stack.append((node.item, copies * _copies(node)))
-            else:  # Seq or Alt: only they hold references below them
+            elif type(node) is Seq or type(node) is Alt:  # only they hold references below them
                 stack.extend((item, copies) for item in node.items)
     return {name for name, copies in copies_of.items() if copies == 1}
 
@@ -906,22 +904,24 @@ class _RepeatSplitter:
             node, children_done = stack.pop()
             if id(node) in done:
                 continue
-            kind = type(node)
-            if kind not in (Seq, Alt, Repeat):
+            if type(node) is Seq or type(node) is Alt:
+                children = node.items
+            elif type(node) is Repeat:
+                children = (node.item,)
+            else:
                 done[id(node)] = node
                 continue
-            children = node.items if kind in (Seq, Alt) else (node.item,)
             if not children_done:
                 stack.append((node, True))
                 stack.extend((child, False) for child in children if id(child) not in done)
                 continue
             new = [done[id(child)] for child in children]
-            if kind is Repeat:
+            if type(node) is Repeat:
                 done[id(node)] = self.counted(new[0], node.min, node.max, node)
             elif all(a is b for a, b in zip(new, children)):
                 done[id(node)] = node
             else:
-                done[id(node)] = seq(*new) if kind is Seq else alt(*new)
+                done[id(node)] = seq(*new) if type(node) is Seq else alt(*new)
         return done[id(expr)]
 
     def counted(

@@ -36,7 +36,7 @@ SPACE = {"type": "regex", "pattern": r"\s*"}
 @dataclass(frozen=True)
 class _Tool:
     name: str
-    parameters: dict
+    parameters: dict | bool
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Family:
     (open, close) pair of its thinking; `calls_end_output`: text may come before the calls only."""
 
     models: str
-    call: Callable
+    call: Callable | None  # None: the family's calls are written another way (`_harmony`)
     triggers: tuple[str, ...]
     separator: str = ""
     section: tuple[str, str] | None = None
@@ -349,6 +349,7 @@ def tool_call_structural_tag(
     else:
         body = _calls(spec, writer, tools, choice, parallel_tool_calls)
     if reasoning:
+        assert spec.reasoning is not None  # checked above
         open_, close = spec.reasoning
         if reasoning_opened:
             think = _seq({"type": "any_text", "excludes": [close]}, writer.const(close))
@@ -397,6 +398,7 @@ def _calls(spec: Family, w: _Writer, tools: list[_Tool], choice: str, parallel: 
     triggers = list(spec.triggers)
     if choice == "none":
         return {"type": "any_text", "excludes": [t for t in triggers if w.is_text(t)]}
+    assert spec.call is not None  # only harmony has none, and its calls are not written here
     calls = [tag for tool in tools for tag in spec.call(w, tool)]
     one = choice == "named" or not parallel
     if spec.section is not None:

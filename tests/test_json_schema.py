@@ -620,6 +620,26 @@ def test_one_of_disjoint(compiler, tokenizer):
     )
 
 
+def test_one_of_arrays_with_a_float_min_items(compiler, tokenizer):
+    # minItems 2.0 (an integer written as a float): the disjointness check counts prefix items by it
+    check(
+        compiler,
+        tokenizer,
+        {
+            "oneOf": [
+                {
+                    "type": "array",
+                    "prefixItems": [{"const": 1}, {"type": "integer"}, {"type": "integer"}],
+                    "minItems": 2.0,
+                },
+                {"type": "array", "prefixItems": [{"const": 2}, {"type": "integer"}, {"type": "integer"}]},
+            ]
+        },
+        [[1, 5], [2], [1, 2, 3]],
+        [[3], [1]],
+    )
+
+
 def test_one_of_excludes_types_that_match_twice(compiler, tokenizer):
     # strings satisfy both branches (their keywords only constrain objects), so no string is valid
     check(

@@ -112,7 +112,7 @@ class Dfa:
     __slots__ = ("_trans", "_arrays", "finals", "minimal")
 
     def __init__(self, trans: list[list[tuple[int, int, int]]], finals: Iterable[int]):
-        self._trans = trans
+        self._trans: list[list[tuple[int, int, int]]] | None = trans
         self._arrays: tuple | None = None
         self.finals = frozenset(finals)
         self.minimal = False  # known to be minimal and trimmed (then `minimize` returns it as is)
@@ -133,7 +133,7 @@ class Dfa:
     def trans(self) -> list[list[tuple[int, int, int]]]:
         """Per state, its sorted (lo, hi, target) edges (built from the arrays on first read)."""
         if self._trans is None:
-            start, count, lo, hi, target, _ = self._arrays
+            start, count, lo, hi, target, _ = self.arrays()
             edges = list(zip(lo.tolist(), hi.tolist(), target.tolist()))
             self._trans = [edges[a : a + c] for a, c in zip(start.tolist(), count.tolist())]
         return self._trans
@@ -142,7 +142,7 @@ class Dfa:
         """The flat form of `string_kernels`: (start, count, lo, hi, target, final), where the
         edges of state s are start[s] .. start[s] + count[s] - 1 of lo, hi, target."""
         if self._arrays is None:
-            trans = self._trans
+            trans = self.trans
             count = np.array(list(map(len, trans)), np.int64)
             edges = np.fromiter(chain.from_iterable(chain.from_iterable(trans)), np.int64, 3 * int(count.sum()))
             lo, hi, target = edges.reshape(-1, 3).T.copy()
@@ -154,7 +154,7 @@ class Dfa:
     @property
     def size(self) -> int:
         """The number of states."""
-        return len(self._trans) if self._trans is not None else self._arrays[0].shape[0]
+        return len(self._trans) if self._trans is not None else self.arrays()[0].shape[0]
 
     def is_empty(self) -> bool:
         """Accepts no string (trimmed automata of the empty language have no finals)."""
@@ -187,11 +187,12 @@ class Dfa:
 
     def accepts(self, text: str) -> bool:
         """Whether the automaton accepts the whole of `text`."""
-        state: int | None = 0
+        state = 0
         for ch in text:
-            state = self.step(state, ord(ch))
-            if state is None:
+            next_state = self.step(state, ord(ch))
+            if next_state is None:
                 return False
+            state = next_state
         return state in self.finals
 
     # -- construction --------------------------------------------------------------------------
@@ -377,13 +378,13 @@ def without_strings(strings: Iterable[str]) -> Dfa:
     for state in queue:
         done[state] = done[state] or done[fail[state]]
         for code in alphabet:
-            target = goto[state].get(code)
-            if target is None:
+            child = goto[state].get(code)
+            if child is None:
                 delta[state][code] = delta[fail[state]][code]
             else:
-                fail[target] = delta[fail[state]][code]
-                delta[state][code] = target
-                queue.append(target)
+                fail[child] = delta[fail[state]][code]
+                delta[state][code] = child
+                queue.append(child)
     others = complement_chars(tuple((code, code) for code in alphabet))  # in no string: back to the start
     trans: list[list[tuple[int, int, int]]] = []
     for state, row in enumerate(delta):

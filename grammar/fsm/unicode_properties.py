@@ -140,6 +140,7 @@ def _category_table() -> dict[str, Ranges]:
 @memoized(len(_GC_ALIASES), name="Unicode general category ranges (grammar/fsm/unicode_properties.py)", table=True)
 def _general_category(short: str) -> Ranges:
     table = _category_table()
+    cats: tuple[str, ...]
     if short == "LC":
         cats = ("Ll", "Lt", "Lu")
     elif len(short) == 1:

@@ -194,7 +194,7 @@ def closing_keywords(node: dict, only_declared: bool) -> tuple[dict, int]:
 
 def _declared(node: dict) -> list[str]:
     """The member names `properties` allows (a false schema allows none)."""
-    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    props = value if isinstance(value := node.get("properties"), dict) else {}
     return [n for n, s in props.items() if s is not False]
 
 
@@ -202,8 +202,8 @@ def _closing_leaves_no_object(node: dict) -> str | None:
     """The keyword that additionalProperties false would leave no instance: "required" when it
     names a member neither properties nor patternProperties allows, "minProperties" past the
     names properties declares (without patternProperties); None when closing leaves some."""
-    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
-    patterns = node.get("patternProperties") if isinstance(node.get("patternProperties"), dict) else {}
+    props = value if isinstance(value := node.get("properties"), dict) else {}
+    patterns = value if isinstance(value := node.get("patternProperties"), dict) else {}
 
     def allowed(name) -> bool:
         if name in props:
@@ -216,7 +216,7 @@ def _closing_leaves_no_object(node: dict) -> str | None:
                 return True  # a pattern `re` cannot read: assume it may allow the name
         return False
 
-    required = node.get("required") if isinstance(node.get("required"), list) else []
+    required = value if isinstance(value := node.get("required"), list) else []
     if not all(allowed(name) for name in required if isinstance(name, str)):
         return "required"
     min_props = node.get("minProperties")

@@ -92,7 +92,7 @@ class _Retriever:
             doc = normalize_document(raw, original, draft_of(raw, self.draft))
             self._identify(doc)
         doc = _closed(doc, self.addl_default) if original == uri else spec_copy(doc)
-        return Resource(doc, specification=DRAFT202012)
+        return DRAFT202012.create_resource(doc)
 
     def _identify(self, node) -> None:
         """Remember the subschemas of a normalised document by their absolute `$id`s."""
@@ -134,12 +134,13 @@ class CompileContext:
         self.root = _closed(normalized, self.addl_default)
         retriever = _Retriever(options.retrieve, self.draft, self.addl_default)
         self.retrieved = retriever.retrieved
-        self.registry = Registry(retrieve=retriever).with_resource(
-            self.base, Resource(self.root, specification=DRAFT202012)
+        # referencing's stub of attrs' `frozen` hides the field's alias `retrieve` from mypy
+        self.registry = Registry(retrieve=retriever).with_resource(  # type: ignore[call-arg]
+            self.base, DRAFT202012.create_resource(self.root)
         )
         if self.root is not normalized:  # strict mode: negative positions refer to the spec copy
             self.registry = self.registry.with_resource(
-                spec_uri(self.base), Resource(spec_copy(normalized), specification=DRAFT202012)
+                spec_uri(self.base), DRAFT202012.create_resource(spec_copy(normalized))
             )
         self.registry = self.registry.crawl()
         self.resolver = self.registry.resolver()
@@ -156,7 +157,7 @@ class CompileContext:
         return count_key(self.root, anchor_key) + sum(count_key(d, anchor_key) for d in self.retrieved)
 
     def _register(self, uri: str, schema) -> None:
-        self.registry = self.registry.with_resource(uri, Resource(schema, specification=DRAFT202012))
+        self.registry = self.registry.with_resource(uri, DRAFT202012.create_resource(schema))
         self.resolver = self.registry.resolver()
 
     def lookup(self, uri: str, pointer: str):

@@ -51,11 +51,12 @@ _leaf_cache: BoundedCache[tuple, Expr] = BoundedCache(
 def cached_leaf(kind: str, kwargs: dict) -> Expr:
     """Leaf automata are pure functions of their arguments and can be slow: memoise them."""
     key = (kind, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "pointer")))
-    fn = {
+    makers: dict[str, Callable[..., Expr]] = {
         "integer": json_numbers.integer_expr,
         "number": json_numbers.number_expr,
         "literal": json_numbers.number_literal_expr,
-    }[kind]
+    }
+    fn = makers[kind]
     return _leaf_cache.get_or_make(key, lambda: fn(**kwargs))
 
 

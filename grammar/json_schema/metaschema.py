@@ -13,7 +13,7 @@ jsonschema, which gives the verdict and words the error (documents.check_metasch
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from urllib.parse import unquote
 
 import jsonschema
@@ -47,7 +47,25 @@ _ANNOTATIONS = frozenset(
 
 _KINDS = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
 _KINDS[type(None)] = "null"
-_TYPE_PROBES = (None, True, False, 0, 1, -1, 2**70, 0.0, 1.0, -2.0, 1.5, "", "a", [], [1], {}, {"a": 1})
+_TYPE_PROBES: tuple[object, ...] = (
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    2**70,
+    0.0,
+    1.0,
+    -2.0,
+    1.5,
+    "",
+    "a",
+    [],
+    [1],
+    {},
+    {"a": 1},
+)
 
 
 class _Unsure(Exception):
@@ -95,6 +113,11 @@ def _unique_key(value):
     if kind == "array" or kind == "object":
         raise _Unsure  # nested values: left to jsonschema
     return ("number" if kind == "integer" else kind, value)
+
+
+def _combined(combine: Callable[[Iterable[bool]], bool], parts: list[Check]) -> Check:
+    """anyOf (`combine` is `any`) or allOf (`all`) of the parts' checks."""
+    return lambda instance: combine(p(instance) for p in parts)
 
 
 class FastMetaschema:
@@ -176,8 +199,7 @@ class FastMetaschema:
                 if not isinstance(schema[name], list) or not schema[name]:
                     raise _NotModelled(name)
                 parts = [self._compile(part) for part in schema[name]]
-                combine = any if name == "anyOf" else all
-                checks.append(lambda instance, parts=parts, combine=combine: combine(p(instance) for p in parts))
+                checks.append(_combined(any if name == "anyOf" else all, parts))
         if keys & {"properties", "additionalProperties", "propertyNames", "dependencies"}:
             checks.append(self._object(schema))
         if keys & {"items", "minItems", "uniqueItems"}:

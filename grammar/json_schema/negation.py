@@ -95,7 +95,7 @@ def _negate_scalar_keyword(key: str, value, schema: dict, alg: SchemaAlgebra, po
     if key == "type":
         allowed = types_of({"type": value})
         rest = [t for t in ("null", "boolean", "object", "array", "string") if t not in allowed]
-        parts = [{"type": rest}] if rest else []
+        parts: list[dict[str, object]] = [{"type": rest}] if rest else []
         if "integer" in allowed and "number" not in allowed:
             parts.append({"type": "number", "not": {"type": "integer"}})  # the non-integral numbers
         elif "number" not in allowed:

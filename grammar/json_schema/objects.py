@@ -18,6 +18,7 @@ from .keywords import is_true
 from .leaves import any_string_dfa, budgeted_dfa_op, format_dfa, literal_dfa, pattern_search
 
 if TYPE_CHECKING:
+    from ..fsm.codepoint_dfa import Dfa
     from .emit import Emitter
 
 ANY_ORDER_MAX_MEMBERS = 6
@@ -688,7 +689,7 @@ def _keys_by_patterns(key_dfa, pdfas: list, overlapping: bool, wanted: set[int],
     def op(fn, pdfa):
         return budgeted_dfa_op(fn, pdfa, "patternProperties", pointer, budget)
 
-    found: dict[int, object] = {}
+    found: dict[int, Dfa] = {}
     if not overlapping:
         if 0 in wanted:
             dfa = key_dfa

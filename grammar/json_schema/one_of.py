@@ -8,6 +8,7 @@ accepts among those exactly one spec branch accepts."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ...core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
@@ -63,7 +64,7 @@ def _one_of(alg: SchemaAlgebra, schema: dict, siblings: Term, pointer: str) -> l
     # Decide type by type: a type on which the branches are disjoint is exact; a type that two
     # branches accept without any constraint is excluded (every such instance matches both).
     excluded = []
-    doubled_values = []  # null/true/false/[] values that two or more branches accept
+    doubled_values: list[object] = []  # null/true/false/[] values that two or more branches accept
 
     def accepting(groups, value) -> int:
         return sum(1 for g in groups if any(alg.accepts_value(x, value, pointer) for x in g))
@@ -193,7 +194,7 @@ def _disjoint_on(alg: SchemaAlgebra, t: str, x: Term, y: Term, level: int) -> bo
         if counts_disjoint(ax.min_items, ax.max_items, ay.min_items, ay.max_items):
             return True
         px, py = ax.prefix_items or (), ay.prefix_items or ()
-        need = max(ax.min_items or 0, ay.min_items or 0)
+        need = math.ceil(max(ax.min_items or 0, ay.min_items or 0))  # minItems may be written 2.0
         for i in range(min(len(px), len(py), need)):
             if _schemas_disjoint(alg, px[i], py[i], level):
                 return True

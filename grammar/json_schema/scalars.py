@@ -97,7 +97,7 @@ def json_char(em: Emitter) -> Expr:
 def number_value(em: Emitter, f: Term, pointer: str, integer: bool) -> Expr:
     """The IR of the numbers (integers) one flat term allows."""
     n = f.number
-    kwargs = dict(
+    kwargs: dict[str, object] = dict(
         minimum=n.minimum,
         maximum=n.maximum,
         exclusive_minimum=n.exclusive_minimum,
