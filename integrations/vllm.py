@@ -48,6 +48,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,8 @@ from .token_budget import budgeted_matcher
 if TYPE_CHECKING:
     import torch
 
+    from ..masks.draft import DraftMasks
+
 
 def _guard_llvmlite_against_vllm_kernel_scan() -> None:
     """Keep numba's llvmlite from crashing vLLM's CPU engine start.
@@ -94,7 +97,10 @@ def _guard_llvmlite_against_vllm_kernel_scan() -> None:
         from llvmlite.binding import ffi
     except ImportError:  # pragma: no cover - numba always brings llvmlite
         return
-    cls = type(getattr(ffi, "lib", None))
+    lib = getattr(ffi, "lib", None)
+    if lib is None:
+        return
+    cls = type(lib)
     original = cls.__dict__.get("__getattr__")
     if original is None or getattr(original, "_pushmask_guard", False):
         return
@@ -104,7 +110,7 @@ def _guard_llvmlite_against_vllm_kernel_scan() -> None:
             raise AttributeError(name)
         return original(self, name)
 
-    __getattr__._pushmask_guard = True
+    __getattr__.__dict__["_pushmask_guard"] = True  # (a function attribute the checker accepts)
     cls.__getattr__ = __getattr__
 
 
@@ -282,7 +288,7 @@ class PushmaskBackend(StructuredOutputBackend):
         stops = stops or None
         budget = getattr(_CURRENT_REQUEST, "budget", None)
         if budget is None:
-            matcher = self._matcher(compiled, stops, None, request_type)
+            matcher: GrammarMatcher | Callable[[], GrammarMatcher] = self._matcher(compiled, stops, None, request_type)
         else:  # built when the grammar starts (after the reasoning), with the tokens left then
             budget_table(compiled)  # the grammar's budget tables, here on the compile thread, not the engine's
             matcher = lambda: self._matcher(compiled, stops, budget.left(), request_type)  # noqa: E731
@@ -358,11 +364,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
     """Request-level state: one GrammarMatcher, guarded by a lock because vLLM fills bitmasks
     from a thread pool for large batches."""
 
-    def __init__(self, matcher, text_stop_tokens: list[int] = ()):
+    def __init__(self, matcher: GrammarMatcher | Callable[[], GrammarMatcher], text_stop_tokens: Sequence[int] = ()):
         # A GrammarMatcher, or a function that builds it when the grammar is first used (its
         # token budget counts from there: after the reasoning, when vLLM's parser is on).
         self._matcher = matcher if isinstance(matcher, GrammarMatcher) else None
-        self._start = None if self._matcher is not None else matcher
+        self._start: Callable[[], GrammarMatcher] | None = None if isinstance(matcher, GrammarMatcher) else matcher
         # Stop ids that are also text tokens: the matcher's mask may allow them as text, but
         # accept_token treats them as stop tokens (refused until the grammar can end), so
         # fill_bitmask clears them until then -- vLLM's contract: "masked until the grammar
@@ -372,8 +378,8 @@ class PushmaskGrammar(StructuredOutputGrammar):
         self._is_terminated = False
         self._lock = threading.RLock()
         # This step's draft masks, planned in one call (vllm_drafts.py); None outside it.
-        self.drafts = None
-        self.draft_rows = None
+        self.drafts: DraftMasks | None = None
+        self.draft_rows: np.ndarray | None = None
         # (bitmask, row) this step's batch fill already wrote (vllm_batch.py); None outside it.
         self.filled_row: tuple[Any, int] | None = None
 
@@ -382,6 +388,7 @@ class PushmaskGrammar(StructuredOutputGrammar):
         if self._matcher is None:
             with self._lock:
                 if self._matcher is None:
+                    assert self._start is not None  # set whenever the matcher is built later
                     self._matcher = self._start()
         return self._matcher
 
@@ -418,9 +425,12 @@ class PushmaskGrammar(StructuredOutputGrammar):
             ready = self.filled_row
             if ready is not None and ready[0] is bitmask and ready[1] == batch_index:
                 return  # this step's batch fill wrote the row
-            node = self.drafts.node_at() if self.drafts is not None else None
-            if node is not None:  # the matcher stands at a planned draft state: its row is ready
-                _copy_row(bitmask, batch_index, self.draft_rows[self.drafts.row(node)])
+            drafts = self.drafts
+            node = drafts.node_at() if drafts is not None else None
+            if drafts is not None and node is not None:  # at a planned draft state: its row is ready
+                rows = self.draft_rows
+                assert rows is not None  # planned with the drafts (vllm_drafts.plan_drafts)
+                _copy_row(bitmask, batch_index, rows[drafts.row(node)])
             else:
                 self.matcher.fill_next_token_bitmask(bitmask, batch_index)
             self.clear_text_stops(bitmask, batch_index)
@@ -462,10 +472,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
         than the matcher's window (max_rollback_tokens: what speculative decoding rolls back)."""
         if len(tokens) == 1:  # accept_token refuses without a change: one advance, nothing to undo
             token = int(tokens[0])
-            node = self.drafts.node_at() if self.drafts is not None else None
-            child = self.drafts.child(node, token) if node is not None else None
-            if child is not None:  # a planned draft token: take the state computed for its mask
-                self.drafts.accept(child)
+            drafts = self.drafts
+            node = drafts.node_at() if drafts is not None else None
+            child = drafts.child(node, token) if drafts is not None and node is not None else None
+            if drafts is not None and child is not None:  # a planned draft token: take the state computed for its mask
+                drafts.accept(child)
                 return 1
             return 1 if 0 <= token < self.matcher.vocab_size and self.matcher.accept_token(token) else None
         valid = self._valid_prefix(tokens)
