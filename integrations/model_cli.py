@@ -374,7 +374,9 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
             "compact": {"separators": None, "whitespace": "compact"},
             "flexible": {"separators": None},
         }
-        layout: dict[str, object] = {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
+        layout: dict[str, object] = (
+            {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
+        )
         options = JsonOptions.generation(additional_properties_default="declared" if args.strict else True, **layout)
         return {"schema": schema, "json_options": options}, schema, None
     if args.grammar:
