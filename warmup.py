@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .core import jit
+
+if TYPE_CHECKING:
+    from .masks.compiler import CompiledGrammar
 
 SCHEMAS = [
     {
@@ -245,13 +250,18 @@ def workload(info, rng) -> dict:
     compiler = GrammarCompiler(info)
     compiled = []
     for schema in SCHEMAS:
-        for options in ({}, {"any_whitespace": False, "property_order": "any"}):
+        keyword_sets: tuple[dict[str, Any], ...] = ({}, {"any_whitespace": False, "property_order": "any"})
+        for keywords in keyword_sets:  # compile_json_schema's **keywords (JsonOptions changes)
             try:
-                compiled.append(compiler.compile_json_schema(schema, **options))
+                compiled.append(compiler.compile_json_schema(schema, **keywords))
             except PushmaskError:
                 pass
     for kind, text in GRAMMARS:
-        compile_ = {"ebnf": compiler.compile_grammar, "lark": compiler.compile_lark, "regex": compiler.compile_regex}
+        compile_: dict[str, Callable[[str], CompiledGrammar]] = {
+            "ebnf": compiler.compile_grammar,
+            "lark": compiler.compile_lark,
+            "regex": compiler.compile_regex,
+        }
         compiled.append(compile_[kind](text))
     json_grammar = compiler.compile_builtin_json_grammar()
     compiled.append(json_grammar)

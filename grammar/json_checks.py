@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["DistinctNames", "UniqueItems", "ValidatesSchema", "json_key", "parse_json"]
+__all__ = ["DistinctNames", "UniqueItems", "ValidatesSchema", "ValueCheck", "json_key", "parse_json"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,10 @@ class ValidatesSchema:
             return bool(self.validator.is_valid(value))
         except Exception:  # noqa: BLE001 -- a value jsonschema cannot evaluate is not accepted
             return False
+
+
+ValueCheck = UniqueItems | DistinctNames | ValidatesSchema
+"""What `Grammar.checks` (and a CompiledGrammar's `value_checks`) map a checked rule's name to."""
 
 
 def parse_json(text: bytes):

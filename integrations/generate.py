@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -219,6 +219,55 @@ class _HFStreamer:
 # ---------------------------------------------------------------------------------------------
 
 
+@overload
+def generate(
+    model,
+    tokenizer,
+    prompt_or_messages: str | Sequence[dict],
+    *,
+    schema: Any = None,
+    grammar: str | None = None,
+    regex: str | None = None,
+    compiled_grammar: CompiledGrammar | None = None,
+    grammar_format: str = "auto",
+    json_options: JsonOptions | dict | None = None,
+    max_new_tokens: int = 256,
+    chat_template: bool | None = None,
+    jump_forward: bool = True,
+    min_jump_chars: int = 3,
+    canonical: bool = True,
+    token_healing: bool = False,
+    stream: Literal[True],
+    finish_within_budget: bool = True,
+    **generate_kwargs: Any,
+) -> GenerationStream: ...
+
+
+@overload
+def generate(
+    model,
+    tokenizer,
+    prompt_or_messages: str | Sequence[dict],
+    *,
+    schema: Any = None,
+    grammar: str | None = None,
+    regex: str | None = None,
+    compiled_grammar: CompiledGrammar | None = None,
+    grammar_format: str = "auto",
+    json_options: JsonOptions | dict | None = None,
+    max_new_tokens: int = 256,
+    chat_template: bool | None = None,
+    jump_forward: bool = True,
+    min_jump_chars: int = 3,
+    canonical: bool = True,
+    token_healing: bool = False,
+    stream: Callable[[str], None] | Literal[False] | None = None,
+    finish_within_budget: bool = True,
+    **generate_kwargs: Any,
+) -> Generation: ...
+
+
+@overload
 def generate(
     model,
     tokenizer,
@@ -238,7 +287,30 @@ def generate(
     token_healing: bool = False,
     stream: Callable[[str], None] | bool | None = None,
     finish_within_budget: bool = True,
-    **generate_kwargs,
+    **generate_kwargs: Any,
+) -> Generation | GenerationStream: ...
+
+
+def generate(
+    model,
+    tokenizer,
+    prompt_or_messages: str | Sequence[dict],
+    *,
+    schema: Any = None,
+    grammar: str | None = None,
+    regex: str | None = None,
+    compiled_grammar: CompiledGrammar | None = None,
+    grammar_format: str = "auto",
+    json_options: JsonOptions | dict | None = None,
+    max_new_tokens: int = 256,
+    chat_template: bool | None = None,
+    jump_forward: bool = True,
+    min_jump_chars: int = 3,
+    canonical: bool = True,
+    token_healing: bool = False,
+    stream: Callable[[str], None] | bool | None = None,
+    finish_within_budget: bool = True,
+    **generate_kwargs: Any,
 ) -> Generation | GenerationStream:
     """Generate one completion of `prompt_or_messages` that satisfies the constraint.
 
@@ -487,8 +559,8 @@ def _stop_ids(model, tokenizer, info: TokenizerInfo) -> tuple[int, ...]:
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id
-    ids = [eos] if isinstance(eos, (int, np.integer)) else list(eos or [])
-    ids = [int(t) for t in ids if 0 <= int(t) < info.vocab_size]
+    listed = [eos] if isinstance(eos, (int, np.integer)) else list(eos or [])
+    ids = [int(t) for t in listed if 0 <= int(t) < info.vocab_size]
     return tuple(ids) if ids else tuple(info.stop_token_ids)
 
 

@@ -20,6 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import InvalidArgumentError
 from ..grammar.frontends import grammar_kind, to_grammar
@@ -222,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     messages.append({"role": "user", "content": args.prompt})
     if args.aligned:
         return _run_aligned(args, model, tokenizer, compiled, messages, schema, err)
-    sampling = {"do_sample": False}
+    sampling: dict[str, Any] = {"do_sample": False}  # model.generate's keyword arguments
     if args.temperature > 0:
         sampling = {"do_sample": True, "temperature": args.temperature}
         if args.top_p is not None:
@@ -368,12 +369,14 @@ def _read_constraint(args) -> tuple[dict, object, str | None]:
             schema = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InvalidArgumentError(f"{args.schema}: not valid JSON: {exc}") from exc
-        layouts = {
+        layouts: dict[str, dict[str, object]] = {
             "canonical": {},
             "compact": {"separators": None, "whitespace": "compact"},
             "flexible": {"separators": None},
         }
-        layout = {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
+        layout: dict[str, object] = (
+            {"indent": args.indent, "separators": None} if args.indent is not None else layouts[args.whitespace]
+        )
         options = JsonOptions.generation(additional_properties_default="declared" if args.strict else True, **layout)
         return {"schema": schema, "json_options": options}, schema, None
     if args.grammar:

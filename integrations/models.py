@@ -63,7 +63,7 @@ def default_gguf_path() -> Path:
         ) from None
     for file in dist.files or ():
         if file.name == DEFAULT_GGUF_FILE:
-            path = Path(dist.locate_file(file))
+            path = Path(str(dist.locate_file(file)))  # typeshed: a SimplePath, not os.PathLike
             if path.is_file():
                 return path
             raise ModelNotFound(f"{path} is missing; reinstall {DEFAULT_GGUF_DISTRIBUTION}")
@@ -307,7 +307,9 @@ def load_model(
             _save_dequantized(model, tokenizer, cached)
         except Exception as exc:  # a cache that can't be written only costs time next run
             say(f"warning: could not cache the converted model: {exc}")
-    return model.to(device).eval(), tokenizer
+    # transformers types `to` with @wraps(torch.nn.Module.to), which mypy reads as the unbound
+    # function (self first), so it takes the device for `self`.
+    return model.to(device).eval(), tokenizer  # type: ignore[arg-type]
 
 
 def _save_dequantized(model, tokenizer, target: Path) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 try:
     import torch
@@ -77,7 +77,9 @@ class PushmaskGrammar(BaseGrammarObject):
         self.grammar_stats = grammar_stats
         self.kind = kind  # how key_string reads (compile_framed_grammar embeds it)
         self._matcher: GrammarMatcher | None = None
-        self._budget = None  # (max_new_tokens, tokens generated so far), set by set_token_budget
+        self._budget: Tuple[int, Callable[[], int]] | None = (
+            None  # (max_new_tokens, tokens generated so far), set by set_token_budget
+        )
 
     @property
     def matcher(self) -> GrammarMatcher:
@@ -95,7 +97,7 @@ class PushmaskGrammar(BaseGrammarObject):
                 )
         return self._matcher
 
-    def set_token_budget(self, max_new_tokens: int, generated) -> None:
+    def set_token_budget(self, max_new_tokens: int, generated: Callable[[], int]) -> None:
         """Budget the output: at most max_new_tokens in all, generated() of them already spent
         when the grammar starts.  Only before the grammar is used."""
         if self._matcher is None:

@@ -193,7 +193,8 @@ class GenerationStream:
             if piece is done:
                 break
             text += piece
-            if self._schema is None:
+            validator = self._validator  # None exactly when there is no schema
+            if validator is None:
                 yield StreamEvent(piece)
                 continue
             value, complete = partial_json(text)
@@ -201,16 +202,16 @@ class GenerationStream:
             fresh = closed[reported:]
             reported = len(closed)
             for key, member in fresh:
-                self._check(key, member)
+                self._check(validator, key, member)
             yield StreamEvent(piece, value, fresh)
         worker.join()
         if failure:
             raise failure[0]
 
-    def _check(self, key, member) -> None:
+    def _check(self, validator: Any, key, member) -> None:
         sub = _member_schema(self._schema, key)
         if sub is True or sub == {}:
             return
-        errors = list(self._validator.evolve(schema=sub).iter_errors(member))
+        errors = list(validator.evolve(schema=sub).iter_errors(member))
         if errors:  # the grammar admits only valid members: this would be a pushmask bug
             raise InternalError(f"streamed member {key!r} fails its schema: {errors[0].message}")

@@ -22,6 +22,8 @@ import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,12 +34,16 @@ from ..masks.compiler import CompiledGrammar
 from ..masks.healing import accept_healing_token, fill_healing_mask
 from ..masks.matcher import GrammarMatcher, batch_fill_next_token_bitmask
 
-try:  # subclass the real base class when transformers is installed (isinstance checks, docs)
+if TYPE_CHECKING:  # the checker sees transformers' classes (an optional dependency)
     from transformers import LogitsProcessor as _LogitsProcessorBase
     from transformers import StoppingCriteria as _StoppingCriteriaBase
-except ImportError:  # pragma: no cover - transformers is an optional dependency
-    _LogitsProcessorBase = object
-    _StoppingCriteriaBase = object
+else:
+    try:  # subclass the real base class when transformers is installed (isinstance checks, docs)
+        from transformers import LogitsProcessor as _LogitsProcessorBase
+        from transformers import StoppingCriteria as _StoppingCriteriaBase
+    except ImportError:  # pragma: no cover - transformers is an optional dependency
+        _LogitsProcessorBase = object
+        _StoppingCriteriaBase = object
 
 __all__ = ["GrammarLogitsProcessor", "JumpForwardStoppingCriteria"]
 
@@ -69,10 +75,10 @@ class _Slot:
         """Make the matcher's state the one reached after `tokens` (the row's generated tokens)."""
         keep = self.common_prefix(tokens)
         if keep < len(self.fed):
-            steps = len(self.fed) - keep
+            back = len(self.fed) - keep
             if keep == 0 and self.heal:
-                steps += self.heal_steps - 1
-            self.matcher.rollback(steps)
+                back += self.heal_steps - 1
+            self.matcher.rollback(back)
             del self.fed[keep:]
         # `dead` describes the token right after `fed`; recheck it whenever that token changed.
         if self.dead and (len(tokens) <= keep or int(tokens[keep]) != self.rejected):
@@ -288,8 +294,10 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
             raise InvalidArgumentError("no generation to continue; call start() first")
         if new_call:
             self.start(ids)
+        prompt = self._prompt
+        assert prompt is not None  # start() set it, now or at an earlier call
         self._max_len = max(self._max_len, ids.shape[1])
-        generated = ids[:, self._prompt.shape[1] :]
+        generated = ids[:, prompt.shape[1] :]
         slots = self._slots
         # Rows whose own matcher is behind them (the common case) just advance. The others
         # (beam reordering, rejected assisted candidates) take the matcher, among those no row
@@ -382,14 +390,16 @@ class GrammarLogitsProcessor(_LogitsProcessorBase):
         """Warn when the model.generate call this runs in stops sooner than max_new_tokens: the
         masks then close the grammar too late and the output is cut off.  The call's limit is read
         from transformers' decoding loop (its prepared `generation_config`), where it can be."""
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         for _ in range(6):  # __call__ <- LogitsProcessorList.__call__ <- the decoding loop
             if frame is None:
                 return
-            config = frame.f_locals.get("generation_config")
-            if isinstance(getattr(config, "max_length", None), int):
-                left = config.max_length - length
-                ours = self.max_new_tokens - (length - self._prompt.shape[1])
+            max_length = getattr(frame.f_locals.get("generation_config"), "max_length", None)
+            if isinstance(max_length, int):
+                prompt = self._prompt
+                assert prompt is not None  # the sync before this call set it
+                left = max_length - length
+                ours = self.max_new_tokens - (length - prompt.shape[1])
                 if left < ours:
                     warnings.warn(
                         f"GrammarLogitsProcessor(max_new_tokens={self.max_new_tokens}) runs in a "

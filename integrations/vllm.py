@@ -48,6 +48,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,10 @@ def _guard_llvmlite_against_vllm_kernel_scan() -> None:
         from llvmlite.binding import ffi
     except ImportError:  # pragma: no cover - numba always brings llvmlite
         return
-    cls = type(getattr(ffi, "lib", None))
+    lib = getattr(ffi, "lib", None)
+    if lib is None:
+        return
+    cls = type(lib)
     original = cls.__dict__.get("__getattr__")
     if original is None or getattr(original, "_pushmask_guard", False):
         return
@@ -103,7 +107,7 @@ def _guard_llvmlite_against_vllm_kernel_scan() -> None:
             raise AttributeError(name)
         return original(self, name)
 
-    __getattr__._pushmask_guard = True
+    __getattr__.__dict__["_pushmask_guard"] = True  # (a function attribute the checker accepts)
     cls.__getattr__ = __getattr__
 
 
@@ -281,7 +285,7 @@ class PushmaskBackend(StructuredOutputBackend):
         stops = stops or None
         budget = getattr(_CURRENT_REQUEST, "budget", None)
         if budget is None:
-            matcher = self._matcher(compiled, stops, None, request_type)
+            matcher: GrammarMatcher | Callable[[], GrammarMatcher] = self._matcher(compiled, stops, None, request_type)
         else:  # built when the grammar starts (after the reasoning), with the tokens left then
             budget_table(compiled)  # the grammar's budget tables, here on the compile thread, not the engine's
             matcher = lambda: self._matcher(compiled, stops, budget.left(), request_type)  # noqa: E731

@@ -17,6 +17,7 @@ import numpy as np
 from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
 
 from ..core.errors import InternalError
+from ..masks.draft import DraftMasks
 from ..masks.matcher import GrammarMatcher
 
 if TYPE_CHECKING:
@@ -55,8 +56,8 @@ class PushmaskGrammar(StructuredOutputGrammar):
         self._is_terminated = False
         self._lock = threading.RLock()
         # This step's draft masks, planned in one call (vllm_drafts.py); None outside it.
-        self.drafts = None
-        self.draft_rows = None
+        self.drafts: DraftMasks | None = None
+        self.draft_rows: np.ndarray | None = None
         # (bitmask, row) this step's batch fill already wrote (vllm_batch.py); None outside it.
         self.filled_row: tuple[Any, int] | None = None
 
@@ -102,9 +103,12 @@ class PushmaskGrammar(StructuredOutputGrammar):
             ready = self.filled_row
             if ready is not None and ready[0] is bitmask and ready[1] == batch_index:
                 return  # this step's batch fill wrote the row
-            node = self.drafts.node_at() if self.drafts is not None else None
-            if node is not None:  # the matcher stands at a planned draft state: its row is ready
-                _copy_row(bitmask, batch_index, self.draft_rows[self.drafts.row(node)])
+            drafts = self.drafts
+            node = drafts.node_at() if drafts is not None else None
+            if drafts is not None and node is not None:  # at a planned draft state: its row is ready
+                rows = self.draft_rows
+                assert rows is not None  # planned with the drafts (vllm_drafts.plan_drafts)
+                _copy_row(bitmask, batch_index, rows[drafts.row(node)])
             else:
                 self.matcher.fill_next_token_bitmask(bitmask, batch_index)
             self.clear_text_stops(bitmask, batch_index)
@@ -146,10 +150,11 @@ class PushmaskGrammar(StructuredOutputGrammar):
         than the matcher's window (max_rollback_tokens: what speculative decoding rolls back)."""
         if len(tokens) == 1:  # accept_token refuses without a change: one advance, nothing to undo
             token = int(tokens[0])
-            node = self.drafts.node_at() if self.drafts is not None else None
-            child = self.drafts.child(node, token) if node is not None else None
-            if child is not None:  # a planned draft token: take the state computed for its mask
-                self.drafts.accept(child)
+            drafts = self.drafts
+            node = drafts.node_at() if drafts is not None else None
+            child = drafts.child(node, token) if drafts is not None and node is not None else None
+            if drafts is not None and child is not None:  # a planned draft token: take the state computed for its mask
+                drafts.accept(child)
                 return 1
             return 1 if 0 <= token < self.matcher.vocab_size and self.matcher.accept_token(token) else None
         valid = self._valid_prefix(tokens)

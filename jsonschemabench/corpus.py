@@ -143,7 +143,7 @@ def generation_tasks(tokenizer, folder: str | Path, count: int, max_chars: int) 
     from ..core.errors import UnsupportedSchemaError
     from ..integrations.generate import compile_constraint
 
-    tasks = []
+    tasks: list[GenerationTask] = []
     for name, schema in small_schemas_spread(folder, count, max_chars):
         if len(tasks) == count:
             break

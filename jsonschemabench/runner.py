@@ -284,7 +284,7 @@ def run_corpus(
                 nearest = min((w.deadline for w in workers), default=float("inf"))
                 timeout = None if nearest == float("inf") else max(0.0, nearest - time.monotonic())
                 ready = wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout)
-                for index, worker in enumerate(list(workers)):
+                for worker in list(workers):
                     replace = False
                     if worker.conn in ready or worker.process.sentinel in ready:
                         message = _receive(worker)
@@ -334,9 +334,13 @@ def run_corpus(
                         replace = True
                     if replace:
                         worker.kill()
-                        # Nothing left to run: drop the worker instead of starting a new one.
-                        workers[index] = _Worker(context, config, tokenizer_path) if pending else None
-                workers = [w for w in workers if w is not None]
+                        # Nothing left to run: drop the worker instead of starting a new one.  (The
+                        # list holds only live workers throughout: the cleanup below stops them
+                        # when a later worker of this pass raises.)
+                        if pending:
+                            workers[workers.index(worker)] = _Worker(context, config, tokenizer_path)
+                        else:
+                            workers.remove(worker)
         finally:
             for worker in workers:
                 if worker.process.is_alive():
