@@ -27,6 +27,7 @@ from .ir import (
     seq,
     token_terminal_bytes,
 )
+from .json_checks import ValueCheck
 from .json_options import JsonOptions
 from .lark_dialect import NAMED_GRAMMAR_NAME
 from .serialization import grammar_from_json, serialize_json
@@ -151,7 +152,7 @@ def _combine(grammars: tuple, join, name: str) -> Grammar:
             )
     rules: dict[str, Expr] = {}
     positions: dict[str, tuple[int, int]] = {}
-    checks: dict[str, object] = {}
+    checks: dict[str, ValueCheck] = {}
     token_classes: dict[int, frozenset[int]] = {}
     temperatures: dict[str, float] = {}
     roots: list[Expr] = []

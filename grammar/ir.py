@@ -19,6 +19,7 @@ from ..core.errors import GrammarError
 
 if TYPE_CHECKING:
     from . import grammar_api, serialization
+    from .json_checks import ValueCheck
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -334,7 +335,7 @@ class Grammar:
     root: str = "root"
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     allow_empty: bool = False
-    checks: dict[str, object] = field(default_factory=dict)
+    checks: dict[str, ValueCheck] = field(default_factory=dict)
     token_limits: dict[str, int] = field(default_factory=dict)
     token_classes: dict[int, frozenset[int]] = field(default_factory=dict)
     temperatures: dict[str, float] = field(default_factory=dict)

@@ -69,6 +69,7 @@ from .ir import (
     token_class_terminal,
     token_terminal,
 )
+from .json_checks import ValueCheck
 from .json_options import JsonOptions
 from .json_schema import json_schema_to_grammar
 from .regex import parse_regex
@@ -237,7 +238,7 @@ class _Builder:
         self.clock = clock
         self.json_options = json_options
         self.rules: dict[str, Expr] = {}
-        self.checks: dict[str, object] = {}  # the embedded JSON Schemas' value checks
+        self.checks: dict[str, ValueCheck] = {}  # the embedded JSON Schemas' value checks
         self.token_limits: dict[str, int] = {}  # any_text rules with a token budget
         self.token_classes: dict[int, frozenset[int]] = {}  # exclude_token: class terminal -> excluded ids
         self.count = 0

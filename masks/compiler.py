@@ -46,6 +46,7 @@ from ..core.threads import resolve_max_threads
 from ..grammar.frontends import FRONT_ENDS, to_grammar
 from ..grammar.grammar_api import builtin_json_grammar, checked_named_grammars
 from ..grammar.ir import TOKEN_MARK, Grammar, token_terminal_bytes, token_terminal_ids
+from ..grammar.json_checks import ValueCheck
 from ..grammar.json_options import JsonOptions
 from ..grammar.passes import normalize as normalize_grammar
 from ..grammar.serialization import checked_temperatures
@@ -634,7 +635,7 @@ class CompiledGrammar:
         self.tokenizer_info = compiler.tokenizer_info
         self.pda = pda
         # value checks (grammar/json_checks.py) by rule name; a deserialized grammar has none
-        self.value_checks: dict[str, object] = dict(grammar.checks) if grammar is not None else {}
+        self.value_checks: dict[str, ValueCheck] = dict(grammar.checks) if grammar is not None else {}
         self.num_accepted = np.zeros(pda.num_states, dtype=np.int64)  # of each stored mask
         self.hash_memo = np.zeros(3 * pda.num_states, dtype=np.int64)  # automata/pda.py's state_hash
         self.mask_index = np.full(pda.num_states * MASK_FIELDS, -1, dtype=np.int32)

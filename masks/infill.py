@@ -23,7 +23,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -40,9 +39,6 @@ from ..core.errors import (
 from .compiler import CompiledGrammar
 from .matcher import GrammarMatcher
 from .trie import TokenTrie
-
-if TYPE_CHECKING:
-    from ..grammar.json_checks import ValueCheck
 
 MAX_ITEMS = 2_000_000
 """Default bound on the parse items one check may create (about 100 bytes each, derivations
@@ -171,10 +167,7 @@ class InfillValueChecksError(UnsupportedSchemaError):
 def refuse_value_checks(compiled: CompiledGrammar) -> None:
     """Raise InfillValueChecksError when the grammar has checked rules: the saturation reads the
     automaton only, whose language is the unchecked superset, so its "yes" could be wrong."""
-    for value in compiled.value_checks.values():
-        # (A json_checks check; Grammar.checks and CompiledGrammar.value_checks still declare
-        # their values as object.)
-        check = cast("ValueCheck", value)
+    for check in compiled.value_checks.values():
         raise InfillValueChecksError(check.keyword, check.pointer)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ...core.errors import LimitExceededError, SchemaError, UnsupportedSchemaError
 from ..ecma_regex import without_lookbehinds
 from ..ir import NOTHING, Expr, Ref, alt, lit, rep, seq, star
-from ..json_checks import ValidatesSchema
+from ..json_checks import ValidatesSchema, ValueCheck
 from ..passes import expr_nodes
 from .algebra import AlgebraState, SchemaAlgebra
 from .arrays import UNIQUE_ENUM_MAX, array_expr
@@ -68,7 +68,7 @@ class Emitter:
         self.names: dict[str, int] = {}  # rule name stem -> rules named with it so far
         self.recursed: set[str] = set()  # rules a subschema reached again while being compiled
         self.escape_rule: Ref | None = None  # the shared escape rule of counted strings (json_char)
-        self.checks: dict[str, object] = {}  # rule name -> value check (grammar/json_checks.py)
+        self.checks: dict[str, ValueCheck] = {}  # rule name -> value check (grammar/json_checks.py)
         self.algebra_state = AlgebraState()
         self.algebra = SchemaAlgebra(ctx, self.algebra_state)
 
