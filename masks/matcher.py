@@ -40,7 +40,7 @@ from ..grammar.ir import TOKEN_MARK
 from . import batch_fill, walk
 from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
 from .compiler import CompiledGrammar
-from .kernel_memory import address
+from .kernel_memory import address, put_array
 from .state_masks import FirstVisits, ensure_batch_masks
 from .value_checks import CheckedAdvance, MaskChecks
 
@@ -479,8 +479,7 @@ class GrammarMatcher:
             (batch_fill.T_MASK_POOL, arrays[2]),
             (batch_fill.T_SLICE_ROWS, self._slice_rows),
         ):
-            template[field] = array.ctypes.data
-            template[field + 1] = len(array)
+            put_array(template, field, array)
         template[batch_fill.T_N_WORDS] = self._words
         template[batch_fill.T_GRAMMAR_CELL] = compiled.template_cell.ctypes.data
         template[batch_fill.T_LOCK] = compiled.mask_lock.address
