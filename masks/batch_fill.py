@@ -8,7 +8,7 @@ names the arrays `walk.run_fill` reads or writes by address and length, and the 
 them in place.  What a step changes (the stacks, the bitmask row) is in the table; the rest is in
 a per-matcher template the row points to, rebuilt only when an array is replaced.  The caller
 keeps every described array alive until the call returns (the matcher's state and template
-hold them).  A row whose fill needs Python (a first visit's masks, a
+hold them; ROW and TEMPLATE below say who holds what).  A row whose fill needs Python (a first visit's masks, a
 memo to allocate, a buffer to grow) gets a positive or ERR_* status and nothing else happens to
 it; the caller makes what is missing and runs it again.
 
@@ -25,34 +25,71 @@ import numpy as np
 from numba import carray
 
 from ..core.jit import njit
-from .kernel_memory import i32_pointer, i64_pointer, take_next
+from .kernel_memory import Array, Record, i32_array, i32_pointer, i32_rows, i64_array, i64_pointer, take_next
 from .state_masks import first_visit_in_fill
 from .walk import FILL_MASKS_MISSING, FILL_UNCERTAIN, run_fill
 
-ROW_TEMPLATE, ROW_WORDS, ROW_STACKS, ROW_N_STACKS, ROW_N_KERNEL, ROW_CAN_END = range(6)
-ROW_FIELDS = 6
-"""A row of a step's table: the address of its matcher's template (the fields below, which change
-only when an array is replaced), of its bitmask row, of its state's packed stacks and their
-length, n_kernel and can_end (the fields a step changes)."""
+# A row of a step's table, one per matcher: the fields a step changes, and its template's address.
+# Built by matcher._batch_fill for each round of a step (GrammarMatcher._batch_row); the call's
+# arguments keep alive what it names until run_fill_rows returns: the batch bitmask (`words`),
+# the matcher's current state (`stacks`: never changed in place) and its template (below).
+ROW = Record(
+    "ROW_",
+    "template",  # the address of the matcher's TEMPLATE
+    "words",  # the address of its int32 bitmask row (TEMPLATE's n_words words)
+    Array("stacks"),  # its state's packed stacks, int64 (walk.run_fill's `stacks`)
+    "n_kernel",  # its kernel stacks, the first of `stacks`
+    "can_end",  # 1 when the state can end
+)
+ROW_TEMPLATE, ROW_WORDS, ROW_STACKS, ROW_N_KERNEL, ROW_CAN_END = ROW
+ROW_FIELDS = ROW.size
+ROW.check(globals())
 
+# A matcher's template: what its fills read or write besides the step's fields, in the arrays
+# named as they were when it was made (GrammarMatcher._make_template).  The matcher keeps it, with
+# the arrays named here that can be replaced (its frame pool and workspace, its grammar's mask
+# pool and index, its memo), and makes it again at its next row (between kernel calls, never
+# during one) once one of them was; the others (stop ids, automaton, trie, slice rows, the
+# grammar's template cell and lock word) live as long as the matcher and its grammar.
+# While a fill reads it, other threads may store masks in the same grammar (first_visit_in_fill
+# under its lock, or Python's first visits): a state's mask is whole once its kind is seen
+# (state_masks.store_masks publishes the kind last, after a release fence), and a mask pool that
+# grows is a larger copy (CompiledGrammar._grow_pool), never changed in place, so the fill keeps
+# reading the pool named here (kept alive by the matcher), where the masks stored after the
+# growth read as not computed (walk.run_fill: FILL_MASKS_MISSING, and the row goes back to Python).
+# The frame pool, workspace and memo are the matcher's own (and its forks': GrammarMatcher.fork),
+# grown or replaced by Python between calls only.
+TEMPLATE = Record(
+    "T_",
+    "n_words",  # the bitmask's int32 words
+    Array("stops"),  # int64: the stop token ids
+    Array("pda"),  # int32: the automaton's blob
+    Array("pool"),  # int32: the frame pool's blob
+    Array("ws"),  # int64: the workspace's blob
+    Array("trie"),  # int32: the token trie's blob
+    Array("mask_index"),  # int32: the grammar's mask store (masks/walk.py)
+    Array("mask_pool"),  # int32
+    Array("slice_rows"),  # int32 [length, n_words]: the trie's cumulative slice bitsets
+    "max_tops",  # the stack tops budget
+    "memo_words",  # the address of the memo's bitmasks (new_memo), int32 [memo_entries, n_words]
+    "memo_keys",  # int64 [memo_entries, memo_key_words]
+    "memo_meta",  # int64 [memo_entries, 3]
+    "memo_entries",  # 0: no memo yet
+    "memo_key_words",  # the int64s of a memo key
+    "grammar_cell",  # the address of the int64 that names the grammar's first-visit template
+    # (state_masks.FIRST_VISIT; 0: none, first visits go back to Python)
+    "lock",  # the address of the grammar's mask lock word (masks/kernel_memory.py)
+)
 (
     T_N_WORDS,
     T_STOPS,
-    T_N_STOPS,
     T_PDA,
-    T_N_PDA,
     T_POOL,
-    T_N_POOL,
     T_WS,
-    T_N_WS,
     T_TRIE,
-    T_N_TRIE,
     T_MASK_INDEX,
-    T_N_MASK_INDEX,
     T_MASK_POOL,
-    T_N_MASK_POOL,
     T_SLICE_ROWS,
-    T_N_SLICE_ROWS,
     T_MAX_TOPS,
     T_MEMO_WORDS,
     T_MEMO_KEYS,
@@ -61,13 +98,9 @@ length, n_kernel and can_end (the fields a step changes)."""
     T_MEMO_KEY_WORDS,
     T_GRAMMAR_CELL,
     T_LOCK,
-) = range(25)
-TEMPLATE_FIELDS = 25
-"""A matcher's template: the address and length of each array walk.run_fill reads, the bitmask's
-words, max_tops; T_MEMO_*: the addresses of its memo arrays (new_memo), its entries (0: no memo
-yet) and the int64s of a key; T_GRAMMAR_CELL: the address of the int64 that holds its grammar's
-first-visit template's (0: none, first visits go back to Python), T_LOCK: its grammar's mask
-lock (masks/kernel_memory.py)."""
+) = TEMPLATE
+TEMPLATE_FIELDS = TEMPLATE.size
+TEMPLATE.check(globals())
 
 MEMO_ENTRIES = 32
 """Bitmasks a matcher's memo keeps (least recently used dropped first)."""
@@ -198,17 +231,17 @@ def _fill_row(row, d):
     n_memo = d[T_MEMO_ENTRIES]
     return fill_memoised(
         carray(i32_pointer(row[ROW_WORDS]), n_words),
-        carray(i64_pointer(row[ROW_STACKS]), row[ROW_N_STACKS]),
+        i64_array(row, ROW_STACKS),
         row[ROW_N_KERNEL],
         row[ROW_CAN_END] != 0,
-        carray(i64_pointer(d[T_STOPS]), d[T_N_STOPS]),
-        carray(i32_pointer(d[T_PDA]), d[T_N_PDA]),
-        carray(i32_pointer(d[T_POOL]), d[T_N_POOL]),
-        carray(i64_pointer(d[T_WS]), d[T_N_WS]),
-        carray(i32_pointer(d[T_TRIE]), d[T_N_TRIE]),
-        carray(i32_pointer(d[T_MASK_INDEX]), d[T_N_MASK_INDEX]),
-        carray(i32_pointer(d[T_MASK_POOL]), d[T_N_MASK_POOL]),
-        carray(i32_pointer(d[T_SLICE_ROWS]), (d[T_N_SLICE_ROWS], n_words)),
+        i64_array(d, T_STOPS),
+        i32_array(d, T_PDA),
+        i32_array(d, T_POOL),
+        i64_array(d, T_WS),
+        i32_array(d, T_TRIE),
+        i32_array(d, T_MASK_INDEX),
+        i32_array(d, T_MASK_POOL),
+        i32_rows(d, T_SLICE_ROWS, n_words),
         d[T_MAX_TOPS],
         carray(i32_pointer(d[T_MEMO_WORDS]), (n_memo, n_words)),
         carray(i64_pointer(d[T_MEMO_KEYS]), (n_memo, d[T_MEMO_KEY_WORDS])),

@@ -52,7 +52,7 @@ from ..grammar.passes import normalize as normalize_grammar
 from ..grammar.serialization import checked_temperatures
 from . import first_reach
 from .disk_cache import DEFAULT_MAX_BYTES, DiskMaskCache
-from .kernel_memory import KernelLock
+from .kernel_memory import KernelLock, put_array
 from .mask_cache import StateMask, ids_to_bitset
 from .shared_masks import SharedMasks
 from .state_masks import (
@@ -805,8 +805,7 @@ class CompiledGrammar:
             (FV_RULE_HASHES, self.pda.rule_hashes),
             (FV_HASH_MEMO, self.hash_memo),
         ):
-            template[field] = array.ctypes.data
-            template[field + 1] = len(array)
+            put_array(template, field, array)
         template[FV_USED] = store.used.ctypes.data
         template[FV_PAIRS_AT] = pairs_at.ctypes.data
         template[FV_PAIRS_KEY] = self.pairs_key.ctypes.data

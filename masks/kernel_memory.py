@@ -1,5 +1,5 @@
 """Raw memory for kernels: arrays viewed from their addresses (a table of rows naming arrays by
-address is how one numba call reaches many grammars' arrays), memory-order intrinsics, and a
+address is how one numba call reaches many grammars' arrays; `Record` declares such a row), memory-order intrinsics, and a
 lock that numba kernels and Python share: one int64 word, taken with an atomic compare-and-swap.  A grammar's mask store is written under it, by a batch fill's kernel that meets
 a state without a mask (masks/batch_fill.py) as by Python's first visits (masks/state_masks.py),
 so neither waits for the other to come back to Python.  Kernels only try it (a row whose grammar
@@ -11,11 +11,12 @@ is busy goes back to Python); Python waits for it, yielding the GIL between trie
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import carray, types
 from numba.extending import intrinsic
 
 from ..core.jit import njit
@@ -41,6 +42,81 @@ def pointer_intrinsic(dtype):
 u8_pointer = pointer_intrinsic(types.uint8)
 i32_pointer = pointer_intrinsic(types.int32)
 i64_pointer = pointer_intrinsic(types.int64)
+
+
+@dataclass(frozen=True)
+class Array:
+    """A Record field of two columns: an array's address, then its length (its first dimension)."""
+
+    name: str
+
+
+class Record:
+    """The layout of a row of an int64 address table: its fields in order, each one column but an
+    Array's two (address, then length, read together by i32_array / i64_array and written
+    together by put_array, so that no reader pairs an address with another array's length).
+
+    A module binds the columns to plain ints by unpacking the record, then checks the names:
+
+        ROW = Record("ROW_", "template", Array("stacks"), "can_end")
+        ROW_TEMPLATE, ROW_STACKS, ROW_CAN_END = ROW
+        ROW.check(globals())  # ROW_STACKS is column 1 (its length column 2); ROW.size == 4
+
+    Kernels index rows with those ints, which numba freezes as compile-time constants."""
+
+    def __init__(self, prefix: str, *fields: str | Array):
+        self.prefix = prefix
+        self.columns: dict[str, int] = {}
+        self.arrays: frozenset[str] = frozenset(f.name for f in fields if isinstance(f, Array))
+        size = 0
+        for field in fields:
+            name = field.name if isinstance(field, Array) else field
+            self.columns[name] = size
+            size += 2 if isinstance(field, Array) else 1
+        self.size = size
+        """Columns of a row."""
+
+    def __iter__(self) -> Iterator[int]:
+        """The fields' first columns, in order (for unpacking into the module's constants)."""
+        return iter(self.columns.values())
+
+    def check(self, namespace: Mapping[str, object]) -> None:
+        """Raise unless `namespace` binds prefix + NAME to each field's column."""
+        for name, column in self.columns.items():
+            if namespace.get(self.prefix + name.upper()) != column:
+                raise AssertionError(f"{self.prefix}{name.upper()} is not column {column} of {self!r}")
+
+    def __repr__(self) -> str:
+        fields = (
+            f"{column}-{column + 1} {name} (address, length)" if name in self.arrays else f"{column} {name}"
+            for name, column in self.columns.items()
+        )
+        return f"Record({self.prefix}*: {', '.join(fields)})"
+
+
+def put_array(row: np.ndarray, field: int, array: np.ndarray) -> None:
+    """Name `array` in an Array field of an int64 table row: its address, then its length."""
+    row[field] = array.ctypes.data
+    row[field + 1] = len(array)
+
+
+@njit(cache=True, inline="always")
+def i32_array(row, field):
+    """The int32 array that an Array field of an int64 table row names (put_array)."""
+    return carray(i32_pointer(row[field]), row[field + 1])
+
+
+@njit(cache=True, inline="always")
+def i64_array(row, field):
+    """The int64 array that an Array field of an int64 table row names (put_array)."""
+    return carray(i64_pointer(row[field]), row[field + 1])
+
+
+@njit(cache=True, inline="always")
+def i32_rows(row, field, width):
+    """The int32 [length, width] array that an Array field of an int64 table row names (its
+    length: the rows)."""
+    return carray(i32_pointer(row[field]), (row[field + 1], width))
 
 
 @njit(cache=True)

@@ -31,7 +31,7 @@ from .batch_step import fill_batch
 from .bitmask import clear_rows, torch_from_numpy, writable_row
 from .budget import CheckedBudget, bounds_memo, budget_table, check_budget
 from .compiler import CompiledGrammar
-from .kernel_memory import address
+from .kernel_memory import address, put_array
 from .value_checks import CheckedAdvance, MaskChecks
 
 _NO_SCANS: dict = {}  # shared by every state outside checked values; never modified
@@ -477,8 +477,7 @@ class GrammarMatcher:
             (batch_fill.T_MASK_POOL, arrays[2]),
             (batch_fill.T_SLICE_ROWS, self._slice_rows),
         ):
-            template[field] = array.ctypes.data
-            template[field + 1] = len(array)
+            put_array(template, field, array)
         template[batch_fill.T_N_WORDS] = self._words
         template[batch_fill.T_GRAMMAR_CELL] = compiled.template_cell.ctypes.data
         template[batch_fill.T_LOCK] = compiled.mask_lock.address

@@ -32,7 +32,7 @@ from ..automata.pda import state_hash
 from ..automata.stack import clear_closure_memo
 from ..core.jit import njit
 from ..core.threads import run_parts, threads_for_states
-from .kernel_memory import i32_pointer, i64_pointer, release_fence, try_lock, u8_pointer, unlock
+from .kernel_memory import Array, Record, i32_array, i64_array, i64_pointer, release_fence, try_lock, u8_pointer, unlock
 from .shared_masks import (
     E_ACCEPTED,
     E_AT,
@@ -342,38 +342,66 @@ def run_follow_pairs_rules(pda, pool, ws, rules, max_tops, out, done):
     return 0
 
 
-# A grammar's first-visit template (CompiledGrammar.first_visit_template, int64): the address
-# (and length) of each array the store kernel reads or writes for it, its stack tops budget and
-# whether masks use the slice tables (0 only for the reference walks of tests).
+# A grammar's first-visit template: the arrays the store kernel reads or writes for a mask store,
+# made by CompiledGrammar._make_template for the grammar's own store (kept in its `_template`
+# with the frame pool and mask pool it names, and made again by first_visit_template, mask_lock
+# held, once either was replaced) or for a scratch store (_compute_mask: kept by that call).  The
+# other arrays it names are made with the grammar and never replaced.
+# A kernel stores through it only while the grammar's mask_lock is held: by Python for a whole
+# run_first_visits call (store_first_visits sets table[k, V_TEMPLATE] again after each
+# make_room), or by first_visit_in_fill, which takes the lock itself and only then reads
+# template_cell; Python writes that cell as it releases the lock (_publish_template), so whoever
+# holds the lock finds the template of the arrays as they are (0: none yet, or a disk cache,
+# which first visits must look in from Python).  No pool grows under a store, then: a full one
+# stops it (STORE_FULL) for Python to grow.  Fills read the same store without the lock
+# (batch_fill.TEMPLATE says what they may see).
+FIRST_VISIT = Record(
+    "FV_",
+    Array("pda"),  # int32: the automaton's blob
+    Array("pool"),  # int32: the grammar's own frame pool's blob
+    Array("mask_index"),  # int32: the store (masks/walk.py)
+    Array("mask_pool"),  # int32
+    "used",  # the address of the store's int64 [2]: mask_pool words in use, words a full one needs
+    Array("num_accepted"),  # int64: per state
+    Array("rule_hashes"),  # int32 (automata/pda.py, state_hash)
+    Array("hash_memo"),  # int64: state_hash's memo
+    "pairs_at",  # the address of int64 [n_rules]: each rule's follow pairs' address (0: not computed)
+    "pairs_key",  # the address of int64 [2 * n_rules]: each rule's follow-pairs digest
+    "n_rules",
+    "max_tops",  # the stack tops budget
+    "use_slices",  # 0 only for the reference walks of tests
+)
 (
     FV_PDA,
-    FV_N_PDA,
     FV_POOL,
-    FV_N_POOL,
     FV_MASK_INDEX,
-    FV_N_MASK_INDEX,
     FV_MASK_POOL,
-    FV_N_MASK_POOL,
     FV_USED,
     FV_NUM_ACCEPTED,
-    FV_N_NUM_ACCEPTED,
     FV_RULE_HASHES,
-    FV_N_RULE_HASHES,
     FV_HASH_MEMO,
-    FV_N_HASH_MEMO,
     FV_PAIRS_AT,
     FV_PAIRS_KEY,
     FV_N_RULES,
     FV_MAX_TOPS,
     FV_USE_SLICES,
-) = range(20)
-FV_FIELDS = 20
+) = FIRST_VISIT
+FV_FIELDS = FIRST_VISIT.size
+FIRST_VISIT.check(globals())
 
-V_TEMPLATE, V_AT, V_N, V_CLEAR_MEMO = range(4)
-V_FIELDS = 4
-"""A row of a first-visit step's table, one per grammar: its template's address, where its
-states start in the step's arrays and how many, and whether the workspace's closure memo must
-be emptied first (it names another grammar's frames)."""
+# A row of a first-visit step's table, one per grammar, made for one kernel call by its caller
+# (store_first_visits, FirstVisits.share, store_one), which holds the grammars' locks and keeps
+# their templates for the call.
+VISIT_ROW = Record(
+    "V_",
+    "template",  # the address of the grammar's FIRST_VISIT template
+    "at",  # where its states start in the step's arrays (states, keys, fresh, sizes)
+    "n",  # how many (at and n are adjacent: _share reads them as one slice)
+    "clear_memo",  # 1: empty the workspace's closure memo first (it names another grammar's frames)
+)
+V_TEMPLATE, V_AT, V_N, V_CLEAR_MEMO = VISIT_ROW
+V_FIELDS = VISIT_ROW.size
+VISIT_ROW.check(globals())
 
 VISITS_PER_ROW = 8
 """Kernel states a batch fill's row stores masks for inside the fill (first_visit_in_fill): a row
@@ -508,8 +536,8 @@ def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, st
     step arrays' part of one row)."""
     n_rules = d[FV_N_RULES]
     return store_masks(
-        carray(i32_pointer(d[FV_PDA]), d[FV_N_PDA]),
-        carray(i32_pointer(d[FV_POOL]), d[FV_N_POOL]),
+        i32_array(d, FV_PDA),
+        i32_array(d, FV_POOL),
         ws,
         d[FV_MAX_TOPS],
         d[FV_USE_SLICES] != 0,
@@ -519,12 +547,12 @@ def _store_template_masks(d, ws, tables, scratch, words, out, shared, secret, st
         out,
         shared,
         secret,
-        carray(i32_pointer(d[FV_MASK_INDEX]), d[FV_N_MASK_INDEX]),
-        carray(i32_pointer(d[FV_MASK_POOL]), d[FV_N_MASK_POOL]),
+        i32_array(d, FV_MASK_INDEX),
+        i32_array(d, FV_MASK_POOL),
         carray(i64_pointer(d[FV_USED]), 2),
-        carray(i64_pointer(d[FV_NUM_ACCEPTED]), d[FV_N_NUM_ACCEPTED]),
-        carray(i32_pointer(d[FV_RULE_HASHES]), d[FV_N_RULE_HASHES]),
-        carray(i64_pointer(d[FV_HASH_MEMO]), d[FV_N_HASH_MEMO]),
+        i64_array(d, FV_NUM_ACCEPTED),
+        i32_array(d, FV_RULE_HASHES),
+        i64_array(d, FV_HASH_MEMO),
         carray(i64_pointer(d[FV_PAIRS_AT]), n_rules),
         carray(i64_pointer(d[FV_PAIRS_KEY]), 2 * n_rules),
         states[at : at + n],
@@ -671,9 +699,9 @@ def share_first_visits(slots, entries, pool, used, table, states, keys, fresh):
 def _insert_computed(slots, entries, pool, used, d, states, keys, fresh, start, end):
     """insert_mask of the masks computed (fresh) among states[start:end], read from the store of
     the grammar whose template is d; how many went in."""
-    mask_index = carray(i32_pointer(d[FV_MASK_INDEX]), d[FV_N_MASK_INDEX])
-    mask_pool = carray(i32_pointer(d[FV_MASK_POOL]), d[FV_N_MASK_POOL])
-    num_accepted = carray(i64_pointer(d[FV_NUM_ACCEPTED]), d[FV_N_NUM_ACCEPTED])
+    mask_index = i32_array(d, FV_MASK_INDEX)
+    mask_pool = i32_array(d, FV_MASK_POOL)
+    num_accepted = i64_array(d, FV_NUM_ACCEPTED)
     added = 0
     for i in range(start, end):
         if fresh[i] == COMPUTED:
@@ -699,7 +727,7 @@ def _share_in_fill(d, n_words, shared, insert_view, states, keys, fresh, sizes, 
     lock still held): True when nothing is left for Python, its pool keeping keep_room's room
     (a bitset of n_words) and its computed masks put in the shared cache, whose lock it takes
     if free and whose arrays must be the current ones with room."""
-    mask_pool_words = d[FV_N_MASK_POOL]
+    mask_pool_words = i32_array(d, FV_MASK_POOL).shape[0]
     used = carray(i64_pointer(d[FV_USED]), 2)
     if mask_pool_words - used[0] < n_words:
         return False
