@@ -153,7 +153,7 @@ def test_a_kernel_whose_callee_changed_in_another_file_is_compiled_again(tmp_pat
 def test_kernel_stamps_cover_every_file_that_defines_a_loaded_kernel():
     """Every pushmask kernel loaded in this process lives in a file the kernel digest covers."""
     import pushmask  # noqa: F401 - loads the kernel modules
-    from pushmask import jit
+    from pushmask.core import jit
 
     covered = {path.resolve() for path in jit.kernel_source_files()}
     kernel_files = {
@@ -377,7 +377,7 @@ BATCH_STEPS = textwrap.dedent("""
 def test_pushmask_first_mask_uses_prepared_kernels(tmp_path):
     """`pushmask warmup` (it only loads what is already prepared and current), then a fresh process
     with an empty NUMBA_CACHE_DIR compiles a schema and fills masks without compiling a kernel."""
-    from pushmask import jit
+    from pushmask.core import jit
 
     warm = subprocess.run(
         [sys.executable, "-m", "pushmask", "warmup"],
@@ -422,7 +422,7 @@ def test_compiling_is_said_at_once(toy, tmp_path):
     """No prepared kernel: before the first compile ends, one stderr line says that kernels compile,
     why, how much (from the manifests `pushmask warmup` writes) and that `pushmask warmup` prepares
     them; the total comes at exit. With the kernel prepared, nothing is said."""
-    from pushmask import jit
+    from pushmask.core import jit
 
     src, prepared = toy
     empty = tmp_path / "no-prepared"
@@ -455,7 +455,7 @@ def test_compile_notice_ticks_through_a_long_compile():
     callee done), no total while it is open, and the total when it ends."""
     import time
 
-    from pushmask import jit
+    from pushmask.core import jit
 
     stream = io.StringIO()
     notice = jit.CompileNotice(stream)
@@ -503,7 +503,7 @@ def test_parse_type_reads_what_kernels_take_from_python():
     import numba
     import numpy as np
 
-    from pushmask import jit
+    from pushmask.core import jit
 
     values = [np.zeros(3, np.int32), np.zeros((2, 2), np.uint8)[:, 0], np.zeros((2, 2), np.float64), 7, True, 0.5]
     for value in values:
@@ -534,7 +534,7 @@ def test_compile_workers_compile_the_first_mask_ahead(toy, tmp_path):
     """No prepared kernels: at its first compile a process starts a worker that compiles the
     manifest's first-mask signatures into numba's cache (skipping those it can't), and the process
     loads them from there instead of compiling."""
-    from pushmask import jit
+    from pushmask.core import jit
 
     if jit._cores() < 2:
         pytest.skip("one core: no compile worker")
@@ -571,7 +571,7 @@ def _gone(pid: int) -> bool:
 def test_a_compile_worker_ends_with_its_parent(toy, tmp_path):
     """The parent is killed while its worker has many signatures left: the worker exits within
     seconds instead of compiling on."""
-    from pushmask import jit
+    from pushmask.core import jit
 
     if jit._cores() < 2 or not Path("/proc/self/stat").exists():
         pytest.skip("needs two cores and /proc")
