@@ -39,6 +39,8 @@ Buffers have fixed capacities; a full one returns ERR_* and the caller grows it 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..core.jit import njit
@@ -71,6 +73,77 @@ C_STARTED = 8  # 1 once the start stacks are in
 C_FOUND = 9  # the first summary that ends the parse at a final state (-1: none yet)
 N_COUNTERS = 10
 # Helpers get -1 as np.int64(-1): numba compiles a literal argument into a specialization of its own.
+
+
+# -- records ---------------------------------------------------------------------------------------
+# The kernels' arguments that always travel together, one record each.  A record's NamedTuple class
+# declares its field order once and Python builds it by keyword (infill.py), but hands it to
+# `saturate` as a plain tuple, tuple(record): numba reads a plain tuple's type in C and a
+# NamedTuple's in Python, 4 microseconds more a call.  Inside numba a tuple is a struct, passed to
+# _call / _return at no cost; each kernel unpacks it by position at its top into locals named as
+# the fields (tests/test_infill.py checks the names against `_fields`).
+
+
+class TemplateAutomaton(NamedTuple):
+    """The template automaton (see the module docstring), all int64.  Built per query by
+    infill._Builder.arrays; the caller's record (and _Saturated.tpl) keeps the arrays alive
+    during the call.  The kernel only reads them."""
+
+    x_ptr: np.ndarray  # byte-range transitions of the explicit states: CSR over states
+    x_lo: np.ndarray
+    x_hi: np.ndarray
+    x_dst: np.ndarray
+    eps_ptr: np.ndarray  # epsilon moves: CSR over states
+    eps_dst: np.ndarray
+    final: np.ndarray  # per explicit state, 1: final
+    n_explicit: int
+    blk_ptr: np.ndarray  # exits of token block k: [blk_ptr[k], blk_ptr[k + 1])
+    exit_target: np.ndarray
+    exit_cap: np.ndarray
+    exit_max: np.ndarray
+
+
+class TrieAutomaton(NamedTuple):
+    """The token trie's automaton (build_trie_automaton), all int64.  Built once per TokenTrie and
+    kept by infill's weak cache beside it (a template without token gaps gets a constant empty
+    one); the caller holds it during the call.  The kernel only reads it."""
+
+    t_ptr: np.ndarray  # children: CSR over nodes
+    t_byte: np.ndarray
+    t_child: np.ndarray
+    t_depth: np.ndarray
+    t_end: np.ndarray  # per node, 1: some token ends here
+    n_nodes: int
+
+
+class StartStacks(NamedTuple):
+    """The stacks to start from, all int64: top states and frames (init_s[k], init_f[k]), the
+    frame pool's return states and parents (ROOT at the bottom).  Built per query (fresh arrays,
+    or copies of a matcher's pool); the caller holds it during the call.  The kernel only reads it."""
+
+    init_s: np.ndarray
+    init_f: np.ndarray
+    frame_state: np.ndarray
+    frame_parent: np.ndarray
+
+
+class Facts(NamedTuple):
+    """The fact buffers (row layouts above), their hash tables (rehash), the derivation edges,
+    the bridges' (item, caller record) rows and the counters, all int64.  infill._Buffers owns
+    them and builds the record afresh for each call (a full buffer is replaced between calls).
+    The kernel writes all of them: rows, tables and counters."""
+
+    items: np.ndarray
+    item_table: np.ndarray
+    sums: np.ndarray
+    sum_table: np.ndarray
+    ents: np.ndarray
+    ent_table: np.ndarray
+    calls: np.ndarray
+    call_table: np.ndarray
+    edges: np.ndarray
+    exits: np.ndarray
+    cnt: np.ndarray
 
 
 _MIX_A = 0x27D4EB2F165667C5
@@ -180,9 +253,10 @@ def _add_edge(edges, cnt, src, dst):
 
 
 @njit(cache=True)
-def _return(items, item_table, sums, sum_table, ents, edges, cnt, record, caller, ret, citem, k, j, q):
+def _return(facts, record, caller, ret, citem, k, j, q):
     """A callee's summary j (ending at q) reaches caller record k: the caller moves to its return
     state, or (a bridge, ret < 0) the caller entry ends at q too.  Returns 0 or an ERR_* status."""
+    items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits, cnt = facts
     if ret >= 0:
         r = _add_item(items, item_table, cnt, caller, ret, q, citem, j, np.int64(-1))
         if r < 0:
@@ -202,31 +276,13 @@ def _return(items, item_table, sums, sum_table, ents, edges, cnt, record, caller
 
 
 @njit(cache=True)
-def _call(
-    items,
-    item_table,
-    sums,
-    sum_table,
-    ents,
-    ent_table,
-    calls,
-    call_table,
-    edges,
-    exits,
-    cnt,
-    record,
-    done_sums,
-    caller,
-    citem,
-    key_s,
-    key_q,
-    ret,
-):
+def _call(facts, record, done_sums, caller, citem, key_s, key_q, ret):
     """Item citem of entry `caller` starts entry (key_s, key_q) and returns to state ret (or, ret < 0,
     ends with it: a bridge).  A new caller record replays the summaries the callee already
     processed; it is marked replayed only once all are, so a call cut short by a full buffer is
     replayed again when the item is processed again.  Recording, the item leads to the record
     (and a bridge is listed in `exits`)."""
+    items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits, cnt = facts
     e2, _ = _entry(ents, ent_table, cnt, key_s, key_q)
     if e2 < 0:
         return ERR_ENTRIES
@@ -249,22 +305,7 @@ def _call(
         j = ents[e2, E_SUMS]
         while j >= 0:
             if j < done_sums:  # unprocessed summaries will meet this record themselves
-                status = _return(
-                    items,
-                    item_table,
-                    sums,
-                    sum_table,
-                    ents,
-                    edges,
-                    cnt,
-                    record,
-                    caller,
-                    ret,
-                    calls[k, K_ITEM],
-                    k,
-                    j,
-                    sums[j, 1],
-                )
+                status = _return(facts, record, caller, ret, calls[k, K_ITEM], k, j, sums[j, 1])
                 if status != 0:
                     return status
             j = sums[j, S_NEXT]
@@ -273,44 +314,7 @@ def _call(
 
 
 @njit(cache=True)
-def saturate(
-    pda,
-    x_ptr,
-    x_lo,
-    x_hi,
-    x_dst,
-    eps_ptr,
-    eps_dst,
-    final,
-    n_explicit,
-    t_ptr,
-    t_byte,
-    t_child,
-    t_depth,
-    t_end,
-    n_nodes,
-    blk_ptr,
-    exit_target,
-    exit_cap,
-    exit_max,
-    init_s,
-    init_f,
-    frame_state,
-    frame_parent,
-    items,
-    item_table,
-    sums,
-    sum_table,
-    ents,
-    ent_table,
-    calls,
-    call_table,
-    edges,
-    exits,
-    cnt,
-    record,
-    stop_early,
-):
+def saturate(pda, template, trie, stacks, facts, record, stop_early):
     """Saturate from the stacks (init_s[k], init_f[k]) at template state 0 (frames: frame_state /
     frame_parent, ROOT at the bottom).  Returns (status, bottom entry): FOUND (the bottom entry
     ended at a final state, the first such summary in cnt[C_FOUND]; with stop_early nothing more
@@ -320,6 +324,10 @@ def saturate(
     and calls again with the same cnt; the fact being processed is processed again, which only
     repeats idempotent additions.  A first call takes zeroed cnt and tables (a power of two at
     least twice their buffer's rows)."""
+    x_ptr, x_lo, x_hi, x_dst, eps_ptr, eps_dst, final, n_explicit, blk_ptr, exit_target, exit_cap, exit_max = template
+    t_ptr, t_byte, t_child, t_depth, t_end, n_nodes = trie
+    init_s, init_f, frame_state, frame_parent = stacks
+    items, item_table, sums, sum_table, ents, ent_table, calls, call_table, edges, exits, cnt = facts
     accept, bp, bl, bh, bd, rp, rr, rd, rs = pda_views(pda)
     absent = np.int64(-1)
     if cnt[C_STARTED] == 0:
@@ -366,22 +374,7 @@ def saturate(
                     return FOUND, bottom
             c = ents[e, E_CALLS]
             while c >= 0:
-                status = _return(
-                    items,
-                    item_table,
-                    sums,
-                    sum_table,
-                    ents,
-                    edges,
-                    cnt,
-                    record,
-                    calls[c, 1],
-                    calls[c, 2],
-                    calls[c, K_ITEM],
-                    c,
-                    j,
-                    q,
-                )
+                status = _return(facts, record, calls[c, 1], calls[c, 2], calls[c, K_ITEM], c, j, q)
                 if status != 0:
                     return status, bottom
                 c = calls[c, K_NEXT]
@@ -409,26 +402,7 @@ def saturate(
                     if record and not _add_edge(edges, cnt, NODE_ITEM + 3 * i, NODE_ITEM + 3 * r):
                         return ERR_EDGES, bottom
             for x in range(eps_ptr[q], eps_ptr[q + 1]):
-                status = _call(
-                    items,
-                    item_table,
-                    sums,
-                    sum_table,
-                    ents,
-                    ent_table,
-                    calls,
-                    call_table,
-                    edges,
-                    exits,
-                    cnt,
-                    record,
-                    done_sums,
-                    e,
-                    i,
-                    s,
-                    eps_dst[x],
-                    absent,
-                )
+                status = _call(facts, record, done_sums, e, i, s, eps_dst[x], absent)
                 if status != 0:
                     return status, bottom
         else:
@@ -448,50 +422,12 @@ def saturate(
                 d = t_depth[node]
                 for x in range(blk_ptr[block], blk_ptr[block + 1]):
                     if exit_max[x] < 0 or d <= exit_max[x]:
-                        status = _call(
-                            items,
-                            item_table,
-                            sums,
-                            sum_table,
-                            ents,
-                            ent_table,
-                            calls,
-                            call_table,
-                            edges,
-                            exits,
-                            cnt,
-                            record,
-                            done_sums,
-                            e,
-                            i,
-                            s,
-                            exit_target[x] + min(d, exit_cap[x]),
-                            absent,
-                        )
+                        status = _call(facts, record, done_sums, e, i, s, exit_target[x] + min(d, exit_cap[x]), absent)
                         if status != 0:
                             return status, bottom
         # Calls.
         for r in range(rp[s], rp[s + 1]):
-            status = _call(
-                items,
-                item_table,
-                sums,
-                sum_table,
-                ents,
-                ent_table,
-                calls,
-                call_table,
-                edges,
-                exits,
-                cnt,
-                record,
-                done_sums,
-                e,
-                i,
-                rs[rr[r]],
-                q,
-                rd[r],
-            )
+            status = _call(facts, record, done_sums, e, i, rs[rr[r]], q, rd[r])
             if status != 0:
                 return status, bottom
         # Ends.

@@ -184,26 +184,31 @@ def _as_template(segments, gaps) -> Template:
 # -- the template automaton ----------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _TrieAutomaton:
-    """A tokenizer's token trie as automaton arrays (saturation.build_trie_automaton)."""
+    """A tokenizer's token trie as automaton arrays (saturation.build_trie_automaton): the kernel's
+    record, and each trie position's end node."""
 
-    ptr: np.ndarray
-    byte: np.ndarray
-    child: np.ndarray
-    depth: np.ndarray
-    is_end: np.ndarray
+    record: saturation.TrieAutomaton
     end_node: np.ndarray  # per trie position
 
     @property
     def n_nodes(self) -> int:
-        return len(self.depth)
+        return self.record.n_nodes
+
+
+def _trie_record(ptr, byte, child, depth, is_end) -> saturation.TrieAutomaton:
+    return saturation.TrieAutomaton(
+        t_ptr=ptr, t_byte=byte, t_child=child, t_depth=depth, t_end=is_end, n_nodes=len(depth)
+    )
 
 
 # Weak, not registered caches: infilling's data of one trie or grammar, kept beside the object (not
 # in it) and gone with it.
 _TRIE_AUTOMATA: weakref.WeakKeyDictionary[TokenTrie, _TrieAutomaton] = weakref.WeakKeyDictionary()
-_NO_TRIE = _TrieAutomaton(*(np.zeros(n, dtype=np.int64) for n in (2, 0, 0, 1, 1, 0)))  # templates without token gaps
+_NO_TRIE = _TrieAutomaton(  # templates without token gaps
+    _trie_record(*(np.zeros(n, dtype=np.int64) for n in (2, 0, 0, 1, 1))), np.zeros(0, dtype=np.int64)
+)
 _PDA_BLOBS: weakref.WeakKeyDictionary[CompiledGrammar, np.ndarray] = weakref.WeakKeyDictionary()
 
 
@@ -220,12 +225,10 @@ def _trie_automaton(trie: TokenTrie) -> _TrieAutomaton:
     """The trie automaton of a compiler's vocabulary, built once per TokenTrie."""
     got = _TRIE_AUTOMATA.get(trie)
     if got is None:
-        got = _TrieAutomaton(
-            *saturation.build_trie_automaton(
-                trie.tok_offsets.astype(np.int64), trie.tok_bytes.astype(np.int64), trie.lcp.astype(np.int64)
-            )
+        *arrays, end_node = saturation.build_trie_automaton(
+            trie.tok_offsets.astype(np.int64), trie.tok_bytes.astype(np.int64), trie.lcp.astype(np.int64)
         )
-        _TRIE_AUTOMATA[trie] = got
+        got = _TRIE_AUTOMATA[trie] = _TrieAutomaton(_trie_record(*arrays), end_node)
     return got
 
 
@@ -314,7 +317,7 @@ class _Builder:
         self.blocks[block].append((first, cap, -1 if gap.max is None else gap.max))
         return self._byte_chain(first, gap)
 
-    def arrays(self, final_state: int, n_nodes: int) -> dict:
+    def arrays(self, final_state: int, n_nodes: int) -> saturation.TemplateAutomaton:
         n = self.n
 
         def resolve(target: int) -> int:
@@ -343,7 +346,7 @@ class _Builder:
         blk_ptr = np.zeros(len(self.blocks) + 1, dtype=np.int64)
         np.cumsum([len(exits) for exits in self.blocks], out=blk_ptr[1:])
         exits = [x for exits in self.blocks for x in exits]
-        return dict(
+        return saturation.TemplateAutomaton(
             x_ptr=x_ptr,
             x_lo=rows[:, 1].copy(),
             x_hi=rows[:, 2].copy(),
@@ -372,7 +375,7 @@ class _Saturated:
     n_calls: int
     edges: np.ndarray
     exits: np.ndarray
-    tpl: dict
+    tpl: saturation.TemplateAutomaton
     trie: _TrieAutomaton
 
     def witness(self, j: int) -> bytes:
@@ -398,10 +401,10 @@ class _Saturated:
 
     def final_summaries(self) -> np.ndarray:
         """Ids of the summaries that end the whole parse at a final template state."""
-        sums, n = self.sums, self.tpl["n_explicit"]
+        sums, n = self.sums, self.tpl.n_explicit
         q = sums[:, 1]
         hit = (sums[:, 0] == self.bottom) & (q < n)
-        hit[hit] = self.tpl["final"][q[hit]] != 0
+        hit[hit] = self.tpl.final[q[hit]] != 0
         return np.flatnonzero(hit)
 
 
@@ -409,12 +412,18 @@ def _next_pow2(n: int) -> int:
     return 1 << max(4, (int(n) - 1).bit_length())
 
 
-def _start_stacks(compiled: CompiledGrammar, start) -> tuple[np.ndarray, ...]:
+def _start_stacks(compiled: CompiledGrammar, start: saturation.StartStacks | None) -> saturation.StartStacks:
+    """A matcher's stacks, or by default the root rule's start over the ROOT frame."""
     if start is not None:
         return start
     pda = compiled.pda
     none = np.zeros(1, dtype=np.int64)
-    return (np.array([pda.rule_start[pda.root_rule]], dtype=np.int64), np.array([ROOT], dtype=np.int64), none, none)
+    return saturation.StartStacks(
+        init_s=np.array([pda.rule_start[pda.root_rule]], dtype=np.int64),
+        init_f=np.array([ROOT], dtype=np.int64),
+        frame_state=none,
+        frame_parent=none,
+    )
 
 
 def _first_capacities(guess: int, record: bool, max_items: int) -> dict[str, int]:
@@ -464,20 +473,22 @@ class _Buffers:
             saturation.rehash(rows, n, table)
             self.tables[name] = table
 
-    def args(self) -> tuple:
+    def facts(self) -> saturation.Facts:
+        """The kernel's record of the buffers as they are now (grow replaces a buffer: build it
+        again for each call)."""
         r, t = self.rows, self.tables
-        return (
-            r["items"],
-            t["items"],
-            r["sums"],
-            t["sums"],
-            r["ents"],
-            t["ents"],
-            r["calls"],
-            t["calls"],
-            r["edges"],
-            r["exits"],
-            self.cnt,
+        return saturation.Facts(
+            items=r["items"],
+            item_table=t["items"],
+            sums=r["sums"],
+            sum_table=t["sums"],
+            ents=r["ents"],
+            ent_table=t["ents"],
+            calls=r["calls"],
+            call_table=t["calls"],
+            edges=r["edges"],
+            exits=r["exits"],
+            cnt=self.cnt,
         )
 
 
@@ -495,7 +506,7 @@ def _saturate(
     compiled: CompiledGrammar,
     builder: _Builder,
     final_state: int,
-    start,
+    start: saturation.StartStacks | None,
     *,
     record: bool,
     stop_early: bool,
@@ -505,39 +516,15 @@ def _saturate(
         raise InvalidArgumentError(f"max_items must be a positive integer, got {max_items!r}")
     trie = _trie_automaton(compiled.compiler.trie) if builder.blocks else _NO_TRIE
     tpl = builder.arrays(final_state, trie.n_nodes)
-    init_s, init_f, frame_state, frame_parent = _start_stacks(compiled, start)
+    stacks = _start_stacks(compiled, start)
     caps = _first_capacities(
-        4 * tpl["n_explicit"] + len(builder.blocks) * len(trie.child) + 4 * len(init_s), record, max_items
+        4 * tpl.n_explicit + len(builder.blocks) * len(trie.record.t_child) + 4 * len(stacks.init_s), record, max_items
     )
     buffers = _Buffers(caps)
+    kernel_records = (tuple(tpl), tuple(trie.record), tuple(stacks))  # plain tuples: see saturation's records
     while True:
         status, bottom = saturation.saturate(
-            _pda_blob(compiled),
-            tpl["x_ptr"],
-            tpl["x_lo"],
-            tpl["x_hi"],
-            tpl["x_dst"],
-            tpl["eps_ptr"],
-            tpl["eps_dst"],
-            tpl["final"],
-            tpl["n_explicit"],
-            trie.ptr,
-            trie.byte,
-            trie.child,
-            trie.depth,
-            trie.is_end,
-            trie.n_nodes,
-            tpl["blk_ptr"],
-            tpl["exit_target"],
-            tpl["exit_cap"],
-            tpl["exit_max"],
-            init_s,
-            init_f,
-            frame_state,
-            frame_parent,
-            *buffers.args(),
-            record,
-            stop_early,
+            _pda_blob(compiled), *kernel_records, tuple(buffers.facts()), record, stop_early
         )
         if status >= 0:
             rows = buffers.rows
@@ -645,7 +632,12 @@ def allowed_tokens(
     return mask
 
 
-def _search(compiled: CompiledGrammar, parts: Sequence[str | bytes | Gap | None], start, max_items: int) -> _Saturated:
+def _search(
+    compiled: CompiledGrammar,
+    parts: Sequence[str | bytes | Gap | None],
+    start: saturation.StartStacks | None,
+    max_items: int,
+) -> _Saturated:
     """Saturate until the first completion (from the root, or from a matcher's stacks)."""
     builder, final_state = _build(parts)
     return _saturate(compiled, builder, final_state, start, record=False, stop_early=True, max_items=max_items)
@@ -658,7 +650,7 @@ def _slot_tokens(result: _Saturated, block: int, trie: TokenTrie) -> np.ndarray:
     useful = saturation.useful_facts(
         n_items, n_sums, result.n_calls, result.edges, len(result.edges), result.final_summaries()
     )
-    base = result.tpl["n_explicit"] + block * result.trie.n_nodes
+    base = result.tpl.n_explicit + block * result.trie.n_nodes
     exits = result.exits
     leaving = exits[useful[n_items + n_sums + exits[:, 1]], 0]
     q = result.items[leaving, 2]
@@ -668,7 +660,9 @@ def _slot_tokens(result: _Saturated, block: int, trie: TokenTrie) -> np.ndarray:
     return trie.token_ids[good[result.trie.end_node]]
 
 
-def _grammar_and_start(grammar: CompiledGrammar | GrammarMatcher) -> tuple[CompiledGrammar, tuple | None]:
+def _grammar_and_start(
+    grammar: CompiledGrammar | GrammarMatcher,
+) -> tuple[CompiledGrammar, saturation.StartStacks | None]:
     """(compiled grammar, start stacks): a matcher's current parse as stacks for the saturation --
     (top states, frames, frame return states, frame parents) -- or None to start at the root."""
     if isinstance(grammar, CompiledGrammar):
@@ -685,6 +679,9 @@ def _grammar_and_start(grammar: CompiledGrammar | GrammarMatcher) -> tuple[Compi
     kernel_s, kernel_p, pool = grammar.parse_stacks()
     blob, h = pool.blob, POOL_HEADER
     capacity = int(blob[1])
-    frame_state = blob[h : h + capacity].astype(np.int64)
-    frame_parent = blob[h + capacity : h + 2 * capacity].astype(np.int64)
-    return grammar.compiled_grammar, (kernel_s.astype(np.int64), kernel_p.astype(np.int64), frame_state, frame_parent)
+    return grammar.compiled_grammar, saturation.StartStacks(
+        init_s=kernel_s.astype(np.int64),
+        init_f=kernel_p.astype(np.int64),
+        frame_state=blob[h : h + capacity].astype(np.int64),
+        frame_parent=blob[h + capacity : h + 2 * capacity].astype(np.int64),
+    )

@@ -229,6 +229,33 @@ def test_growing_buffers_resume_the_saturation(monkeypatch):
     assert answers() == expected
 
 
+def test_saturation_kernels_unpack_their_records_in_field_order():
+    """The saturation kernels take records (automata/saturation.py) as plain tuples and unpack them
+    by position: each unpacking names the record's fields, in its class's order."""
+    import ast
+    import inspect
+
+    from pushmask.automata import saturation
+
+    records = {
+        "template": saturation.TemplateAutomaton,
+        "trie": saturation.TrieAutomaton,
+        "stacks": saturation.StartStacks,
+        "facts": saturation.Facts,
+    }
+    unpacked = {}
+    for kernel in (saturation.saturate, saturation._call, saturation._return):
+        tree = ast.parse(inspect.getsource(kernel.py_func))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in records:
+                (target,) = node.targets
+                assert isinstance(target, ast.Tuple)
+                names = tuple(element.id for element in target.elts if isinstance(element, ast.Name))
+                assert names == records[node.value.id]._fields, (kernel.__name__, node.value.id)
+                unpacked.setdefault(kernel.__name__, []).append(node.value.id)
+    assert unpacked == {"saturate": ["template", "trie", "stacks", "facts"], "_call": ["facts"], "_return": ["facts"]}
+
+
 @pytest.fixture(scope="module")
 def smollm2_json():
     return grammar_compiler("smollm2").compile_grammar((GRAMMARS / "json.gbnf").read_text())
