@@ -22,6 +22,18 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 SMOLLM2 = TOKENIZERS / "smollm2"
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _working_directory_outside_the_package(tmp_path_factory):
+    """Run the session from an empty folder: vLLM inspects models in `python -m` subprocesses,
+    which put their working directory first on sys.path, and the repository root is the package
+    pushmask, whose kernels/ would be found there as Hugging Face's `kernels`."""
+    before = Path.cwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(before)
+
+
 TINY_LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
